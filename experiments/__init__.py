@@ -1,0 +1,1 @@
+"""Experiment binaries for tff_conflict (run as `python -m experiments.<name>`)."""

@@ -1,0 +1,62 @@
+"""Shared fixtures: one TFF context for the whole session, tiny Keras models and client data.
+
+Every test session installs TFF's local C++ context once through `tff_conflict.runtime`, so that
+the `worker_binary` it starts is ended when the session ends (and by the kernel if pytest itself
+is killed).
+"""
+
+import collections
+import os
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import pytest  # pylint: disable=g-import-not-at-top
+
+
+@pytest.fixture(scope='session', autouse=True)
+def tff_context():
+  """Installs the project's local TFF context once per test session; ends its worker after."""
+  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  runtime.set_local_context()
+  yield
+  runtime.shutdown_workers()
+
+
+TINY_NUM_FEATURES = 4
+TINY_NUM_CLASSES = 3
+
+
+def make_tiny_keras_model(num_features=TINY_NUM_FEATURES, num_classes=TINY_NUM_CLASSES, seed=0):
+  """A new, uncompiled softmax-regression Keras model producing logits."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  initializer = tf.keras.initializers.GlorotUniform(seed=seed)
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(num_features,)),
+      tf.keras.layers.Dense(num_classes, kernel_initializer=initializer),
+  ])
+
+
+def make_tiny_client_datasets(num_clients=3, examples_per_client=16, batch_size=8, seed=0,
+                              num_features=TINY_NUM_FEATURES, num_classes=TINY_NUM_CLASSES):
+  """Linearly separable client datasets (`OrderedDict(x=float32 [B, F], y=int32 [B])`)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  centers = rng.normal(scale=3.0, size=(num_classes, num_features)).astype(np.float32)
+  datasets = []
+  for _ in range(num_clients):
+    y = rng.integers(0, num_classes, size=examples_per_client).astype(np.int32)
+    x = (centers[y] + rng.normal(size=(examples_per_client, num_features))).astype(np.float32)
+    datasets.append(tf.data.Dataset.from_tensor_slices(
+        collections.OrderedDict(x=x, y=y)).batch(batch_size))
+  return datasets
+
+
+@pytest.fixture
+def tiny_keras_model_fn():
+  return make_tiny_keras_model
+
+
+@pytest.fixture
+def tiny_client_datasets():
+  return make_tiny_client_datasets()

@@ -1,0 +1,207 @@
+"""The one place that owns TensorFlow Federated's execution context.
+
+TFF 0.87's local C++ runtime runs every federated computation in a separate `worker_binary`
+process, started on the first call. TFF ends it only from `ServiceManager.__del__`, which fails at
+interpreter exit (`'NoneType' object has no attribute 'Popen'`), so the worker outlives the Python
+process and keeps the parent's stdout open (a pipe into `tee` never closes). See
+`../shared/TFF_NOTES.md` and BUILD_NOTES.md.
+
+`set_local_context()` installs TFF's local C++ runtime and guarantees that every worker it starts
+ends with the Python process:
+
+* every `worker_binary` TFF spawns is recorded (TFF's own `subprocess.Popen` call in
+  `core/impl/executor_stacks/executor_factory.py` is routed through `_TrackedPopen`);
+* on Linux the worker is started with `PR_SET_PDEATHSIG = SIGKILL`, so the kernel ends it even
+  when the parent dies without running any Python code (SIGKILL, a crash);
+* an `atexit` hook ends the workers on normal exit, after an uncaught exception and after
+  KeyboardInterrupt (SIGINT);
+* SIGTERM and SIGHUP handlers end the workers, then let the signal take its usual effect (the
+  process dies by that signal, or a previously installed Python handler runs).
+
+Call it first thing in a binary; tests use it through one session-wide fixture.
+"""
+
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import types
+from typing import Optional
+
+_WORKER_NAME = 'worker_binary'
+_SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+_lock = threading.RLock()
+_workers: list[subprocess.Popen] = []
+_exit_hooks_installed = False
+_previous_handlers: dict[int, object] = {}
+
+
+# Started in place of `worker_binary ARGS`: asks the kernel to SIGKILL this process when the thread
+# that started it ends (PR_SET_PDEATHSIG, kept across exec), exits if that parent is already gone,
+# restores SIGINT/SIGTERM to their default action (a parent started in the background ignores
+# SIGINT, the worker would inherit that, and TFF's own shutdown -- SIGINT, then an unbounded
+# wait -- would hang), then execs the worker with the same PID. A launcher is used instead of
+# `preexec_fn`, which forces a plain fork() in a process full of gRPC threads and can deadlock.
+_LAUNCHER = (
+    'import ctypes, os, signal, sys\n'
+    'signal.signal(signal.SIGINT, signal.SIG_DFL); signal.signal(signal.SIGTERM, signal.SIG_DFL)\n'
+    'ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)\n'
+    'if os.getppid() != int(sys.argv[1]): sys.exit(1)\n'
+    'os.execv(sys.argv[2], sys.argv[2:])\n')
+
+
+class _TrackedPopen(subprocess.Popen):
+  """`subprocess.Popen` that records TFF worker processes so they can be ended at exit.
+
+  On Linux the worker is started through `_LAUNCHER`, so it also ends when this process is killed
+  without running any Python code. PR_SET_PDEATHSIG fires when the *thread* that started the child
+  ends; TFF starts the worker from its sync context's event-loop thread (`AsyncThreadRunner`),
+  which lives as long as the context, so the worker also ends when its context is replaced and
+  collected, when nothing can reach it any more.
+  """
+
+  def __init__(self, args, *pargs, **kwargs):
+    is_worker = bool(args) and os.path.basename(str(args[0])) == _WORKER_NAME
+    if is_worker and sys.platform.startswith('linux'):
+      args = [sys.executable, '-I', '-S', '-c', _LAUNCHER, str(os.getpid())] + list(args)
+    super().__init__(args, *pargs, **kwargs)
+    if is_worker:
+      with _lock:
+        _workers.append(self)
+
+
+def _patch_worker_spawn() -> None:
+  """Routes TFF's worker `Popen` through `_TrackedPopen` (idempotent)."""
+  from tensorflow_federated.python.core.impl.executor_stacks import executor_factory  # pylint: disable=g-import-not-at-top
+  current = getattr(executor_factory, 'subprocess', None)
+  if isinstance(current, types.SimpleNamespace) and current.Popen is _TrackedPopen:
+    return
+  shim = types.SimpleNamespace(**{k: getattr(subprocess, k) for k in dir(subprocess)
+                                  if not k.startswith('__')})
+  shim.Popen = _TrackedPopen
+  executor_factory.subprocess = shim
+
+
+def worker_pids() -> list[int]:
+  """PIDs of the `worker_binary` processes started by this process that are still running."""
+  with _lock:
+    return [p.pid for p in _workers if p.poll() is None]
+
+
+def shutdown_workers(timeout: float = 10.0) -> None:
+  """Ends every worker this process started: SIGINT (as TFF does), then SIGKILL after `timeout`.
+
+  Safe to call more than once. A later federated computation starts a new worker.
+  """
+  with _lock:
+    workers = list(_workers)
+    _workers.clear()
+  for proc in workers:
+    if proc.poll() is None:
+      with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGINT)
+  for proc in workers:
+    try:
+      proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+      proc.wait()
+
+
+def _reset_tff_context() -> None:
+  """Replaces TFF's context so that its ServiceManager is collected while modules still exist.
+
+  TFF's `ServiceManager.__del__` then finds an already-ended process and returns quietly, instead
+  of failing with a traceback at interpreter shutdown.
+  """
+  try:
+    from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+    context_stack_impl.context_stack.set_default_context(_NoContext())
+  except Exception:  # pylint: disable=broad-except
+    pass
+  import gc  # pylint: disable=g-import-not-at-top
+  gc.collect()
+
+
+class _NoContext:
+  """A context left behind at exit: any federated call after shutdown fails clearly."""
+
+  def invoke(self, comp, arg):
+    del comp, arg
+    raise RuntimeError('tff_conflict.runtime: the TFF context was shut down at exit.')
+
+
+def _at_exit() -> None:
+  _reset_tff_context()  # TFF's own ServiceManager ends its worker first, while it still can ...
+  shutdown_workers()    # ... and whatever is left is ended here.
+
+
+def _on_signal(signum, frame) -> None:
+  shutdown_workers(timeout=5.0)
+  previous = _previous_handlers.get(signum, signal.SIG_DFL)
+  if callable(previous):
+    previous(signum, frame)
+    return
+  if previous == signal.SIG_IGN:
+    return
+  # Restore the default action and re-deliver, so the process ends by this signal as it would
+  # have without us (exit status -signum).
+  signal.signal(signum, signal.SIG_DFL)
+  os.kill(os.getpid(), signum)
+
+
+def _install_exit_hooks() -> None:
+  global _exit_hooks_installed
+  with _lock:
+    if _exit_hooks_installed:
+      return
+    atexit.register(_at_exit)
+    if threading.current_thread() is threading.main_thread():
+      for signum in _SHUTDOWN_SIGNALS:
+        previous = signal.getsignal(signum)
+        if previous is _on_signal:
+          continue
+        _previous_handlers[signum] = previous
+        signal.signal(signum, _on_signal)
+    else:
+      logging.warning('tff_conflict.runtime: set_local_context() called outside the main thread; '
+                      'SIGTERM/SIGHUP handlers not installed (atexit cleanup still is).')
+    _exit_hooks_installed = True
+
+
+def set_local_context(*, max_concurrent_computation_calls: int = -1) -> None:
+  """Installs TFF's local C++ execution context, with its worker ended at process exit.
+
+  Args:
+    max_concurrent_computation_calls: passed to
+      `tff.backends.native.set_sync_local_cpp_execution_context`; -1 (the default) means no
+      limit, otherwise a positive integer.
+
+  Raises:
+    ValueError: if `max_concurrent_computation_calls` is not -1 or a positive integer.
+  """
+  value = max_concurrent_computation_calls
+  if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
+    raise ValueError('max_concurrent_computation_calls must be -1 (no limit) or a positive '
+                     f'integer, got {value!r}')
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  _patch_worker_spawn()
+  _install_exit_hooks()
+  tff.backends.native.set_sync_local_cpp_execution_context(
+      max_concurrent_computation_calls=value)
+  # A replaced context's worker can no longer be reached: let TFF end it, then end what is left.
+  import gc  # pylint: disable=g-import-not-at-top
+  gc.collect()
+  shutdown_workers()  # The new context starts its worker lazily, on its first call.
+
+
+def current_worker_pid() -> Optional[int]:
+  """The PID of the newest running worker started by this process, or None."""
+  pids = worker_pids()
+  return pids[-1] if pids else None
