@@ -1,0 +1,358 @@
+"""Client work: local training that returns a model delta and a weight, with the options the
+conflict methods need.
+
+One training loop (`_make_client_update`) serves every method; options switch on
+
+* `weighting`: the update weight sent with the delta -- the number of examples, 1 (uniform), or
+  the client's mean training loss of this round ("loss", for FedMGC's dominant gradient
+  correction, fedmgc paper Algorithm 1 line 11: `z_i = p_i / l_i`);
+* `proximal_strength` mu: FedProx's proximal term `mu/2 |w - w0|^2` added to the local objective,
+  whose gradient `mu (w - w0)` is added to every local gradient (Li et al., "Federated
+  Optimization in Heterogeneous Networks", MLSys 2020, eq. 2 and Algorithm 2);
+* `count_labels`: one pass over the client's whole local dataset before training that counts the
+  examples of each class and hands the counts to the loss (FedGA with `counts="dataset"`).
+
+Why not TFF's FedProx: TFF 0.87's `tff.learning.algorithms.build_weighted_fed_prox`
+(`learning/templates/proximal_client_work.py`, the `proximal_term` lines of both client updates)
+adds `mu * (w0 - w)` to the gradient, the gradient of `-mu/2 |w - w0|^2`: it pushes the client
+model *away* from the global model instead of pulling it back (one-dimensional regression, start 0,
+target 3, one round: FedAvg 2.30, TFF's FedProx mu = 0.5 3.49, mu = 2.0 24.6; see
+`../shared/TFF_NOTES.md`). Here the term is `mu * (w - w0)`.
+
+Every client work here follows TFF's `build_model_delta_client_work` conventions: the delta is
+`initial - trained` (trainable weights), a non-finite delta is zeroed and gets weight 0 and its
+metrics are reset; the process state is the client optimizer's hyperparameters (so
+`get_hparams` / `set_hparams` work); measurements are `OrderedDict(train=<aggregated metrics>)`.
+"""
+
+import collections
+import enum
+from collections.abc import Callable
+from typing import Any, Optional, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_conflict.learning import _validation
+
+WEIGHTINGS = ('num_examples', 'uniform', 'loss')
+
+# A true mean loss of exactly 0 is sent as this value, so that it is not read as "no loss
+# reported" (weight 0) by a loss-weighted aggregator (SPEC 2b clamps losses below at 1e-12).
+MIN_REPORTED_LOSS = 1e-12
+
+WeightingArg = Optional[Union[str, tff.learning.ClientWeighting]]
+
+
+def resolve_weighting(client_weighting: WeightingArg, default: str = 'num_examples') -> str:
+  """'num_examples', 'uniform' or 'loss' from a string or a `tff.learning.ClientWeighting`."""
+  if client_weighting is None:
+    return default
+  if isinstance(client_weighting, enum.Enum):
+    mapping = {tff.learning.ClientWeighting.NUM_EXAMPLES: 'num_examples',
+               tff.learning.ClientWeighting.UNIFORM: 'uniform'}
+    if client_weighting in mapping:
+      return mapping[client_weighting]
+  elif isinstance(client_weighting, str) and client_weighting.lower() in WEIGHTINGS:
+    return client_weighting.lower()
+  raise ValueError('client_weighting must be one of tff.learning.ClientWeighting.NUM_EXAMPLES, '
+                   f'tff.learning.ClientWeighting.UNIFORM or a name in {WEIGHTINGS}, got '
+                   f'{client_weighting!r}')
+
+
+def _num_examples(output, batch) -> tf.Tensor:
+  if output.num_examples is not None:
+    return tf.cast(output.num_examples, tf.int64)
+  return tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+
+
+def _assign(targets, values) -> None:
+  tf.nest.map_structure(lambda v, t: v.assign(t), targets, values)
+
+
+def _zeros_for(variables):
+  return tuple(tf.zeros(v.shape, v.dtype) for v in tf.nest.flatten(variables))
+
+
+def count_labels(dataset: tf.data.Dataset, num_classes: int) -> tf.Tensor:
+  """float32 `[num_classes]` counts of the labels `batch['y']` over a whole dataset (one pass)."""
+  def add(counts, batch):
+    labels = tf.cast(tf.reshape(batch['y'], [-1]), tf.int32)
+    return counts + tf.math.bincount(labels, minlength=num_classes, maxlength=num_classes,
+                                     dtype=tf.float32)
+  return dataset.reduce(tf.zeros([num_classes], tf.float32), add)
+
+
+def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
+                        proximal_strength: float = 0.0, corrective: bool = False,
+                        num_classes_to_count: Optional[int] = None,
+                        set_counts: Optional[Callable[[Any, tf.Tensor], Any]] = None):
+  """The `tf.function` run on each client.
+
+  Args:
+    model_fn: no-argument callable returning a `tff.learning.models.VariableModel`, or (when
+      `num_classes_to_count` is set) a pair `(VariableModel, loss)`.
+    weighting: one of `WEIGHTINGS`.
+    proximal_strength: mu >= 0 of the proximal term; 0 disables it.
+    corrective: also send the gradient of the mean loss at the trained model over the whole local
+      dataset, and that loss (an extra pass; corrective paper eqs. 3-5).
+    num_classes_to_count: when set, count labels over the whole dataset before training and call
+      `set_counts(loss, counts)`.
+    set_counts: see `num_classes_to_count`.
+  """
+  if num_classes_to_count is not None:
+    model, loss_obj = model_fn()
+  else:
+    model, loss_obj = model_fn(), None
+  # The extra corrective pass runs on a second copy, so that its forward passes leave the
+  # training metrics of `model` untouched.
+  grad_model = model_fn() if corrective else None
+  if isinstance(grad_model, tuple):
+    grad_model = grad_model[0]
+  mu = float(proximal_strength)
+
+  @tf.function
+  def client_update(optimizer, optimizer_hparams, initial_weights, data):
+    model_weights = tff.learning.models.ModelWeights.from_model(model)
+    _assign(model_weights, initial_weights)
+    if num_classes_to_count is not None:
+      set_counts(loss_obj, count_labels(data, num_classes_to_count))
+
+    def reduce_fn(state, batch):
+      num_examples, loss_sum, optimizer_state = state
+      with tf.GradientTape() as tape:
+        output = model.forward_pass(batch, training=True)
+      gradients = tape.gradient(output.loss, model_weights.trainable)
+      if mu > 0.0:
+        # d/dw mu/2 |w - w0|^2 = mu (w - w0)  (FedProx; TFF 0.87 has the opposite sign).
+        gradients = tf.nest.map_structure(lambda g, w, w0: g + mu * (w - w0), gradients,
+                                          model_weights.trainable, initial_weights.trainable)
+      optimizer_state, updated = optimizer.next(
+          optimizer_state, tuple(tf.nest.flatten(model_weights.trainable)),
+          tuple(tf.nest.flatten(gradients)))
+      _assign(model_weights.trainable,
+              tf.nest.pack_sequence_as(model_weights.trainable, updated))
+      n = _num_examples(output, batch)
+      return (num_examples + n, loss_sum + tf.cast(output.loss, tf.float32) *
+              tf.cast(n, tf.float32), optimizer_state)
+
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
+                  for v in tf.nest.flatten(model_weights.trainable))
+    optimizer_state = optimizer.set_hparams(optimizer.initialize(specs), optimizer_hparams)
+    num_examples, loss_sum, _ = data.reduce(
+        (tf.constant(0, tf.int64), tf.constant(0.0, tf.float32), optimizer_state), reduce_fn)
+    delta = tf.nest.map_structure(tf.subtract, initial_weights.trainable, model_weights.trainable)
+    has_examples = num_examples > 0
+    mean_loss = tf.math.divide_no_nan(loss_sum, tf.cast(num_examples, tf.float32))
+
+    if corrective:
+      grad_weights = tff.learning.models.ModelWeights.from_model(grad_model)
+      _assign(grad_weights, model_weights)
+
+      def grad_reduce_fn(state, batch):
+        grad_sum, eval_loss_sum, eval_num = state
+        with tf.GradientTape() as tape:
+          output = grad_model.forward_pass(batch, training=False)
+          n = tf.cast(_num_examples(output, batch), tf.float32)
+          scaled_loss = tf.cast(output.loss, tf.float32) * n
+        grads = tape.gradient(scaled_loss, grad_weights.trainable,
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        grads = tuple(a + g for a, g in zip(grad_sum, tf.nest.flatten(grads)))
+        return grads, eval_loss_sum + scaled_loss, eval_num + n
+
+      grad_sum, eval_loss_sum, eval_num = data.reduce(
+          (_zeros_for(grad_weights.trainable), tf.constant(0.0), tf.constant(0.0)),
+          grad_reduce_fn)
+      gradient = tf.nest.pack_sequence_as(
+          initial_weights.trainable, [tf.math.divide_no_nan(g, eval_num) for g in grad_sum])
+      eval_loss = tf.math.divide_no_nan(eval_loss_sum, eval_num)
+      value = collections.OrderedDict(update=delta, gradient=gradient, loss=eval_loss)
+      value, has_non_finite = _zero_all_if_any_non_finite(value)
+    else:
+      value, has_non_finite = _zero_all_if_any_non_finite(delta)
+
+    if weighting == 'num_examples':
+      weight = tf.cast(num_examples, tf.float32)
+    elif weighting == 'uniform':
+      weight = tf.constant(1.0, tf.float32)
+    else:  # 'loss'
+      finite_loss = tf.math.is_finite(mean_loss)
+      weight = tf.where(finite_loss & has_examples,
+                        tf.maximum(mean_loss, MIN_REPORTED_LOSS), 0.0)
+      has_non_finite = tf.maximum(has_non_finite, tf.cast(~finite_loss, has_non_finite.dtype))
+      value = tf.nest.map_structure(
+          lambda t: tf.where(finite_loss, t, tf.zeros_like(t)), value)
+    weight = tf.where(has_non_finite > 0, tf.constant(0.0, tf.float32), weight)
+    if has_non_finite > 0:
+      model.reset_metrics()
+    metrics = model.report_local_unfinalized_metrics()
+    return tff.learning.templates.ClientResult(update=value, update_weight=weight), metrics
+
+  return client_update
+
+
+def _zero_all_if_any_non_finite(structure):
+  """(structure, 0) if every entry is finite, else (zeros, 1) -- as TFF's `tensor_utils`."""
+  flat = tf.nest.flatten(structure)
+  all_finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in flat])
+  return tf.cond(all_finite, lambda: (structure, tf.constant(0)),
+                 lambda: (tf.nest.map_structure(tf.zeros_like, structure), tf.constant(1)))
+
+
+def _build_client_work_process(model_fn: Callable[[], Any], optimizer, *, update_kwargs,
+                               metrics_aggregator=None) -> tff.learning.templates.ClientWorkProcess:
+  """A `ClientWorkProcess` around `_make_client_update(model_fn, **update_kwargs)`."""
+  if metrics_aggregator is None:
+    metrics_aggregator = tff.learning.metrics.sum_then_finalize
+  counted = update_kwargs.get('num_classes_to_count') is not None
+  with tf.Graph().as_default():
+    model = model_fn()[0] if counted else model_fn()
+    metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
+  data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
+  weights_type = tff.learning.models.weights_type_from_model(model)
+  initial_hparams = optimizer.get_hparams(
+      optimizer.initialize(tf.TensorSpec(shape=(), dtype=tf.float32)))
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value(initial_hparams, tff.SERVER)
+
+  state_type = init_fn.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type)
+  def get_hparams_fn(state):
+    return state
+
+  @tff.tensorflow.computation(state_type, state_type)
+  def set_hparams_fn(state, hparams):
+    del state
+    return hparams
+
+  @tff.tensorflow.computation(state_type, weights_type, data_type)
+  def client_update_computation(hparams, initial_weights, dataset):
+    client_update = _make_client_update(model_fn, **update_kwargs)
+    return client_update(optimizer, hparams, initial_weights, dataset)
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(weights_type, tff.CLIENTS),
+                             tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, weights, client_data):
+    state_at_clients = tff.federated_broadcast(state)
+    client_result, model_outputs = tff.federated_map(
+        client_update_computation, (state_at_clients, weights, client_data))
+    train_metrics = metrics_aggregation_fn(model_outputs)
+    measurements = tff.federated_zip(collections.OrderedDict(train=train_metrics))
+    return tff.templates.MeasuredProcessOutput(state, client_result, measurements)
+
+  return tff.learning.templates.ClientWorkProcess(
+      init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn)
+
+
+def build_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
+                      optimizer: tff.learning.optimizers.Optimizer, *,
+                      client_weighting: WeightingArg = None, proximal_strength: float = 0.0,
+                      metrics_aggregator=None) -> tff.learning.templates.ClientWorkProcess:
+  """Model-delta client work with a choice of update weight and an optional proximal term.
+
+  With `client_weighting` 'num_examples' or 'uniform' and `proximal_strength=0` it computes
+  exactly what `tff.learning.templates.build_model_delta_client_work` computes.
+
+  Args:
+    model_fn: no-argument callable returning a new `tff.learning.models.VariableModel`.
+    optimizer: the client optimizer, a `tff.learning.optimizers.Optimizer`.
+    client_weighting: 'num_examples' (default), 'uniform', 'loss' (the client's mean training
+      loss this round) or a `tff.learning.ClientWeighting`.
+    proximal_strength: FedProx's mu >= 0 (0: plain local SGD). The local objective is
+      `F_k(w) + mu/2 |w - w0|^2`, w0 the global model received this round.
+    metrics_aggregator: as in TFF (`tff.learning.metrics.sum_then_finalize` by default).
+
+  Raises:
+    ValueError: on an unknown weighting, a negative `proximal_strength`, or an optimizer that is
+      not a TFF optimizer or has a non-positive learning rate.
+  """
+  weighting = resolve_weighting(client_weighting)
+  mu = _validation.check_non_negative('proximal_strength', proximal_strength)
+  optimizer = _validation.resolve_optimizer('optimizer', optimizer)
+  return _build_client_work_process(
+      model_fn, optimizer, update_kwargs=dict(weighting=weighting, proximal_strength=mu),
+      metrics_aggregator=metrics_aggregator)
+
+
+def build_loss_weighted_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
+                                    optimizer: tff.learning.optimizers.Optimizer,
+                                    metrics_aggregator=None, *, loop_implementation=None
+                                    ) -> tff.learning.templates.ClientWorkProcess:
+  """Model-delta client work whose `update_weight` is the client's mean training loss this round.
+
+  Same arguments as `tff.learning.templates.build_model_delta_client_work` minus
+  `client_weighting`. The weight is `l_i = (sum over local batches b of loss_b * n_b) / sum n_b`,
+  the example-weighted mean of the training losses of the round's local steps (each at the
+  weights of that step), as FedMGC's dominant gradient correction needs (fedmgc paper,
+  Algorithm 1 line 11, `z_i = p_i / l_i`). Compose it with
+  `tff_conflict.aggregators.DominantGradientCorrectionFactory(weights_are_losses=True)` via
+  `tff.learning.templates.compose_learning_process` (TFF 0.87's `build_weighted_fed_avg` accepts
+  only the `ClientWeighting` enum, so a callable cannot carry the loss there); `build_fedmgc`
+  does this.
+
+  A client with a non-finite delta or loss, or with no examples, sends a zero delta and weight
+  0 ("no loss reported"); a true mean loss of 0 is sent as `MIN_REPORTED_LOSS` (1e-12).
+
+  Args:
+    model_fn: no-argument callable returning a new `tff.learning.models.VariableModel`.
+    optimizer: a `tff.learning.optimizers.Optimizer`.
+    metrics_aggregator: as in TFF (`tff.learning.metrics.sum_then_finalize` by default).
+    loop_implementation: accepted for signature compatibility; only
+      `tff.learning.LoopImplementation.DATASET_REDUCE` (the default) is supported.
+  """
+  if loop_implementation not in (None, tff.learning.LoopImplementation.DATASET_REDUCE):
+    raise ValueError('loop_implementation: only tff.learning.LoopImplementation.DATASET_REDUCE '
+                     f'is supported, got {loop_implementation!r}')
+  return build_client_work(model_fn, optimizer, client_weighting='loss',
+                           metrics_aggregator=metrics_aggregator)
+
+
+def build_proximal_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
+                               optimizer: tff.learning.optimizers.Optimizer, *,
+                               proximal_strength: float, client_weighting: WeightingArg = None,
+                               metrics_aggregator=None) -> tff.learning.templates.ClientWorkProcess:
+  """FedProx client work with the correct proximal gradient `mu (w - w0)`.
+
+  Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020), eq. 2: each client
+  approximately minimizes `h_k(w; w0) = F_k(w) + mu/2 |w - w0|^2`; every local gradient step uses
+  `grad F_k(w) + mu (w - w0)`. (TFF 0.87's `build_weighted_fed_prox` uses `mu (w0 - w)`: wrong
+  sign; see the module docstring.)
+  """
+  return build_client_work(model_fn, optimizer, client_weighting=client_weighting,
+                           proximal_strength=proximal_strength,
+                           metrics_aggregator=metrics_aggregator)
+
+
+def build_label_counting_client_work(
+    model_and_loss_fn: Callable[[], tuple[tff.learning.models.VariableModel, Any]],
+    optimizer: tff.learning.optimizers.Optimizer, *, num_classes: int,
+    set_counts: Callable[[Any, tf.Tensor], Any], client_weighting: WeightingArg = None,
+    proximal_strength: float = 0.0, metrics_aggregator=None
+) -> tff.learning.templates.ClientWorkProcess:
+  """Client work that counts the labels of its whole local dataset (one extra pass) and hands the
+  counts to the loss before training (FedGA with whole-dataset counts, fedga paper eqs. 8-10).
+
+  Args:
+    model_and_loss_fn: no-argument callable returning `(VariableModel, loss)`, `loss` the Keras
+      loss object the model trains with.
+    optimizer: the client optimizer.
+    num_classes: number of classes (length of the counts vector).
+    set_counts: `set_counts(loss, counts)` installs float32 `[num_classes]` counts in the loss.
+    client_weighting, proximal_strength, metrics_aggregator: as in `build_client_work`.
+  """
+  weighting = resolve_weighting(client_weighting)
+  mu = _validation.check_non_negative('proximal_strength', proximal_strength)
+  optimizer = _validation.resolve_optimizer('optimizer', optimizer)
+  if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or (
+      num_classes < 1):
+    raise ValueError(f'num_classes must be a positive integer, got {num_classes!r}')
+  return _build_client_work_process(
+      model_and_loss_fn, optimizer,
+      update_kwargs=dict(weighting=weighting, proximal_strength=mu,
+                         num_classes_to_count=int(num_classes), set_counts=set_counts),
+      metrics_aggregator=metrics_aggregator)

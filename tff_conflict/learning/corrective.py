@@ -1,0 +1,89 @@
+"""Client work and finalizer for corrective gradient weights (corrective paper, eqs. 3-8, 13, 24-29).
+
+Each client trains as in FedAvg, then makes one extra pass over its whole local dataset at its
+TRAINED local model `W_i` and sends, besides its delta `u_i = initial - trained`,
+
+* `D_i = dL_i/dW_i`, the gradient of its mean local loss `L_i(W_i) = (1/M) sum_p loss(t_p, y_p)`
+  (paper eq. 3) -- computed as `sum over batches b of n_b * grad(loss_b) / sum n_b`, the gradient
+  of the example-weighted mean of the batch losses, which is the mean per-example loss for every
+  loss that is a per-example mean; the pass runs with `training=False`;
+* `L_i`, that loss.
+
+The value is `OrderedDict(update=u_i, gradient=D_i, loss=L_i)` with weight `n_i` (number of
+examples), as `tff_conflict.aggregators.CorrectiveGradientFactory` expects; its result has the
+same structure with `update` holding the aggregate `sum_k w_k u_k + sum_i x_i D_i` (SPEC 5).
+`build_update_field_finalizer` applies that `update` field with the server optimizer, as TFF's
+`build_apply_optimizer_finalizer` applies a plain delta. A client with a non-finite delta,
+gradient or loss sends zeros and weight 0.
+"""
+
+import collections
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_conflict.learning import _validation
+from tff_conflict.learning import client_work as client_work_lib
+
+
+def corrective_value_type(trainable_type: tff.Type) -> tff.StructWithPythonType:
+  """`OrderedDict(update=<trainable>, gradient=<trainable>, loss=float32)` as a TFF type."""
+  return tff.StructWithPythonType(
+      [('update', trainable_type), ('gradient', trainable_type),
+       ('loss', tff.TensorType(np.float32))], collections.OrderedDict)
+
+
+def build_corrective_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
+                                 optimizer: tff.learning.optimizers.Optimizer, *,
+                                 proximal_strength: float = 0.0, metrics_aggregator=None
+                                 ) -> tff.learning.templates.ClientWorkProcess:
+  """Client work sending `OrderedDict(update, gradient, loss)` with weight = number of examples.
+
+  See the module docstring. The local training is exactly that of
+  `tff.learning.templates.build_model_delta_client_work` (same data order, same optimizer), so
+  the `update` field equals FedAvg's delta.
+
+  Args:
+    model_fn: no-argument callable returning a new `tff.learning.models.VariableModel`.
+    optimizer: the client optimizer, a `tff.learning.optimizers.Optimizer`.
+    proximal_strength: optional FedProx mu >= 0 during local training (0 by default).
+    metrics_aggregator: as in TFF.
+  """
+  mu = _validation.check_non_negative('proximal_strength', proximal_strength)
+  optimizer = _validation.resolve_optimizer('optimizer', optimizer)
+  return client_work_lib._build_client_work_process(  # pylint: disable=protected-access
+      model_fn, optimizer,
+      update_kwargs=dict(weighting='num_examples', proximal_strength=mu, corrective=True),
+      metrics_aggregator=metrics_aggregator)
+
+
+def build_update_field_finalizer(server_optimizer: tff.learning.optimizers.Optimizer,
+                                 model_weights_type: tff.Type, field: str = 'update'
+                                 ) -> tff.learning.templates.FinalizerProcess:
+  """A finalizer that applies `value[field]` with the server optimizer (`w <- opt(w, update)`).
+
+  The adapter between an aggregator whose result is a structure holding the aggregate delta in
+  one field (CorrectiveGradientFactory: `update`) and TFF's
+  `build_apply_optimizer_finalizer`, which it wraps: state, measurements and hyperparameters are
+  the wrapped finalizer's; a non-finite aggregate is rejected as there.
+  """
+  inner = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
+                                                                 model_weights_type)
+  trainable_type = model_weights_type.trainable
+  value_type = corrective_value_type(trainable_type)
+
+  @tff.tensorflow.computation(value_type)
+  def select_update(value):
+    return value[field]
+
+  @tff.federated_computation(inner.initialize.type_signature.result,
+                             tff.FederatedType(model_weights_type, tff.SERVER),
+                             tff.FederatedType(value_type, tff.SERVER))
+  def next_fn(state, weights, value):
+    return inner.next(state, weights, tff.federated_map(select_update, value))
+
+  return tff.learning.templates.FinalizerProcess(
+      inner.initialize, next_fn, get_hparams_fn=inner.get_hparams,
+      set_hparams_fn=inner.set_hparams)

@@ -1,0 +1,215 @@
+"""`build_process`: any client loss with any server aggregator, as one `LearningProcess`.
+
+The composition the named builders (`algorithms.py`) are thin wrappers of, via
+`tff.learning.templates.compose_learning_process`:
+
+  broadcast -> client work (local SGD on `loss`, optional proximal term, update weight) ->
+  aggregator (a `tff.aggregators.WeightedAggregationFactory`) -> finalizer (server optimizer
+  applies the aggregate as a gradient: `w <- w - server_lr * aggregate`, TFF's convention).
+
+The client work adapts to the parts chosen: `client_weighting="loss"` sends each client's mean
+training loss as its weight (FedMGC's DGC); a `CorrectiveGradientFactory` gets a client work that
+also sends the gradient at the trained model and its loss, and a finalizer that applies the
+aggregate's `update` field; a calibrated loss with `counts="dataset"` gets a client work that
+counts the labels of the whole local dataset before training.
+"""
+
+from collections.abc import Callable, Mapping
+from typing import Any, Optional, Union
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_conflict.learning import _validation
+from tff_conflict.learning import client_work as client_work_lib
+from tff_conflict.learning import corrective as corrective_lib
+from tff_conflict.learning import models as models_lib
+from tff_conflict.learning import registry
+
+LossArg = Union[str, tf.keras.losses.Loss]
+AggregatorArg = Union[str, tff.aggregators.WeightedAggregationFactory,
+                      tff.aggregators.UnweightedAggregationFactory]
+
+
+def _call_with_kwargs(kind: str, name: str, fn: Callable[..., Any], kwargs: Mapping[str, Any]):
+  try:
+    return fn(**kwargs)
+  except TypeError as e:
+    raise ValueError(f'{kind} {name!r} does not accept the keyword arguments {dict(kwargs)!r}: '
+                     f'{e}') from e
+
+
+def resolve_loss(loss: LossArg, loss_kwargs: Optional[Mapping[str, Any]] = None
+                 ) -> Callable[[], tf.keras.losses.Loss]:
+  """A no-argument factory of new loss objects from a name in `LOSSES` or a Keras loss object.
+
+  A name is built with `loss_kwargs`; an object is copied with `from_config(get_config())` for
+  every model (TFF builds the model in several graphs). The loss is built once here, in a
+  throwaway graph, so that bad hyperparameters fail now.
+  """
+  kwargs = dict(loss_kwargs or {})
+  if isinstance(loss, str):
+    if loss not in registry.LOSSES:
+      raise ValueError(f'loss must be one of {sorted(registry.LOSSES)} or a '
+                       f'tf.keras.losses.Loss, got {loss!r}')
+    make = registry.LOSSES[loss]
+    with tf.Graph().as_default():
+      _call_with_kwargs('loss', loss, make, kwargs)
+    return lambda: make(**kwargs)
+  if isinstance(loss, tf.keras.losses.Loss):
+    if kwargs:
+      raise ValueError(f'loss_kwargs must be empty when loss is an object, got {kwargs!r}')
+    cls, config = type(loss), loss.get_config()
+    return lambda: cls.from_config(config)
+  raise ValueError(f'loss must be one of {sorted(registry.LOSSES)} or a tf.keras.losses.Loss, '
+                   f'got {loss!r}')
+
+
+def resolve_aggregator(aggregator: AggregatorArg,
+                       aggregator_kwargs: Optional[Mapping[str, Any]] = None
+                       ) -> tff.aggregators.WeightedAggregationFactory:
+  """A weighted aggregation factory from a name in `AGGREGATORS` or a factory object.
+
+  An unweighted factory is wrapped with `tff.aggregators.as_weighted_aggregator`.
+  """
+  kwargs = dict(aggregator_kwargs or {})
+  if isinstance(aggregator, str):
+    if aggregator not in registry.AGGREGATORS:
+      raise ValueError(f'aggregator must be one of {sorted(registry.AGGREGATORS)} or a '
+                       f'tff.aggregators factory, got {aggregator!r}')
+    return _call_with_kwargs('aggregator', aggregator, registry.AGGREGATORS[aggregator], kwargs)
+  if kwargs:
+    raise ValueError(f'aggregator_kwargs must be empty when aggregator is an object, got '
+                     f'{kwargs!r}')
+  if isinstance(aggregator, tff.aggregators.WeightedAggregationFactory):
+    return aggregator
+  if isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
+    return tff.aggregators.as_weighted_aggregator(aggregator)
+  raise ValueError(f'aggregator must be one of {sorted(registry.AGGREGATORS)} or a '
+                   f'tff.aggregators factory, got {aggregator!r}')
+
+
+def _dataset_counts_of(loss_fn: Callable[[], tf.keras.losses.Loss]) -> bool:
+  with tf.Graph().as_default():
+    return getattr(loss_fn(), 'counts', None) == 'dataset'
+
+
+def _set_dataset_counts(loss: tf.keras.losses.Loss, counts: tf.Tensor):
+  """Installs the client's whole-dataset class counts in a `CalibratedLabelLoss`."""
+  return loss.set_dataset_counts(counts)
+
+
+def build_process(keras_model_fn: Callable[[], tf.keras.Model], *,
+                  input_spec: Mapping[str, tf.TensorSpec],
+                  client_optimizer_fn: Any,
+                  server_optimizer_fn: Any = None,
+                  loss: LossArg = 'ce',
+                  loss_kwargs: Optional[Mapping[str, Any]] = None,
+                  aggregator: AggregatorArg = 'mean',
+                  aggregator_kwargs: Optional[Mapping[str, Any]] = None,
+                  proximal_strength: float = 0.0,
+                  client_weighting: client_work_lib.WeightingArg = None,
+                  metrics: models_lib.MetricsArg = None,
+                  metrics_aggregator=None) -> tff.learning.templates.LearningProcess:
+  """Composes a client loss, optional FedProx term, and a server aggregator into one process.
+
+  Args:
+    keras_model_fn: no-argument callable returning a new, uncompiled `tf.keras.Model` that maps
+      `input_spec['x']` to logits `[batch, num_classes]`.
+    input_spec: element spec of a client batch, `OrderedDict(x=tf.TensorSpec, y=tf.TensorSpec)`
+      with integer labels.
+    client_optimizer_fn: a `tff.learning.optimizers.Optimizer` (or a no-argument callable
+      returning one) for local training; its learning rate must be > 0.
+    server_optimizer_fn: same for the server; default `build_sgdm(learning_rate=1.0)` (plain
+      FedAvg: the new model is the old one minus the aggregate delta).
+    loss: a name in `LOSSES` ('ce', 'focal', 'margin', 'calibrated') or a
+      `tf.keras.losses.Loss` on (sparse labels, logits).
+    loss_kwargs: keyword arguments of the named loss (e.g. `dict(gamma=0.5, beta=1.0)`).
+    aggregator: a name in `AGGREGATORS` ('mean', 'fedgh', 'dgc', 'principal', 'corrective') or a
+      `tff.aggregators` factory (weighted, or unweighted: then wrapped).
+    aggregator_kwargs: keyword arguments of the named aggregator.
+    proximal_strength: FedProx's mu >= 0 (0: none); see `client_work`.
+    client_weighting: 'num_examples', 'uniform', 'loss' or a `tff.learning.ClientWeighting`.
+      Default: 'loss' for an aggregator with `weights_are_losses=True` (DGC as published),
+      else 'num_examples'. A corrective aggregator requires 'num_examples'.
+    metrics: None (sparse categorical accuracy), a no-argument callable returning a list of new
+      Keras metrics, or a list of Keras metric objects.
+    metrics_aggregator: as in TFF (`tff.learning.metrics.sum_then_finalize` by default).
+
+  Returns:
+    A `tff.learning.templates.LearningProcess`.
+
+  Raises:
+    ValueError: before anything is built, on an unknown loss or aggregator name, bad
+      hyperparameters, a non-positive learning rate, a negative `proximal_strength`, an
+      inconsistent weighting, or a `keras_model_fn` that returns a compiled model or a model
+      whose output is not `[batch, num_classes]`.
+  """
+  # ---- validation, before anything is built --------------------------------------------------
+  input_spec = _validation.check_input_spec(input_spec)
+  client_optimizer = _validation.resolve_optimizer('client_optimizer_fn', client_optimizer_fn)
+  if server_optimizer_fn is None:
+    server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+  else:
+    server_optimizer = _validation.resolve_optimizer('server_optimizer_fn', server_optimizer_fn)
+  mu = _validation.check_non_negative('proximal_strength', proximal_strength)
+  loss_fn = resolve_loss(loss, loss_kwargs)
+  factory = resolve_aggregator(aggregator, aggregator_kwargs)
+  metrics_fn = models_lib.resolve_metrics(metrics)
+  weights_are_losses = bool(getattr(factory, 'weights_are_losses', False))
+  weighting = client_work_lib.resolve_weighting(
+      client_weighting, default='loss' if weights_are_losses else 'num_examples')
+  if weights_are_losses and weighting != 'loss':
+    raise ValueError('client_weighting must be "loss" for an aggregator with '
+                     f'weights_are_losses=True, got {client_weighting!r}')
+  corrective = registry.is_corrective_factory(factory)
+  if corrective and weighting != 'num_examples':
+    raise ValueError('client_weighting must be "num_examples" with the corrective aggregator '
+                     f'(its weights are numbers of examples), got {client_weighting!r}')
+  dataset_counts = _dataset_counts_of(loss_fn)
+  if dataset_counts and corrective:
+    raise ValueError('a loss with counts="dataset" cannot be combined with the corrective '
+                     'aggregator (its gradient pass would need the counts too); use '
+                     'counts="batch"')
+  num_classes = _validation.check_keras_model_fn(keras_model_fn, input_spec)
+
+  # ---- composition -----------------------------------------------------------------------------
+  model_fn = models_lib.build_model_fn(keras_model_fn, input_spec=input_spec, loss_fn=loss_fn,
+                                       metrics_fn=metrics_fn)
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  model_weights_type = initial_model_weights_fn.type_signature.result
+  trainable_type = model_weights_type.trainable
+  weight_type = tff.TensorType(tf.float32.as_numpy_dtype)
+  distributor = tff.learning.templates.build_broadcast_process(model_weights_type)
+
+  if corrective:
+    client_work = corrective_lib.build_corrective_client_work(
+        model_fn, client_optimizer, proximal_strength=mu, metrics_aggregator=metrics_aggregator)
+    aggregation = factory.create(corrective_lib.corrective_value_type(trainable_type),
+                                 weight_type)
+    finalizer = corrective_lib.build_update_field_finalizer(server_optimizer,
+                                                            model_weights_type)
+  else:
+    if dataset_counts:
+      def model_and_loss_fn():
+        loss_obj = loss_fn()
+        return tff.learning.models.from_keras_model(
+            keras_model_fn(), loss=loss_obj, input_spec=input_spec,
+            metrics=metrics_fn()), loss_obj
+      client_work = client_work_lib.build_label_counting_client_work(
+          model_and_loss_fn, client_optimizer, num_classes=num_classes,
+          set_counts=_set_dataset_counts, client_weighting=weighting, proximal_strength=mu,
+          metrics_aggregator=metrics_aggregator)
+    else:
+      client_work = client_work_lib.build_client_work(
+          model_fn, client_optimizer, client_weighting=weighting, proximal_strength=mu,
+          metrics_aggregator=metrics_aggregator)
+    aggregation = factory.create(trainable_type, weight_type)
+    finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
+                                                                       model_weights_type)
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn, distributor, client_work, aggregation, finalizer)
