@@ -1,0 +1,77 @@
+"""Test helpers: value types of several structures, random client values, a NumPy flatten."""
+
+import collections
+
+import numpy as np
+import tensorflow_federated as tff
+
+
+def value_types(dtype=np.float32):
+  """(name, value_type) pairs: a tensor, a list, a tuple and nested OrderedDicts of any rank."""
+  t = lambda shape, dt=dtype: tff.TensorType(dt, shape)  # noqa: E731
+  return [
+      ('tensor', t([5])),
+      ('scalar_and_matrix_list', tff.to_type([t([]), t([2, 3])])),
+      ('tuple', tff.to_type((t([3]), t([1, 2, 2])))),
+      ('nested_odict', tff.to_type(collections.OrderedDict(
+          zeta=t([2]), alpha=collections.OrderedDict(w=t([3, 2]), b=t([2]))))),
+  ]
+
+
+def _leaves(value):
+  if isinstance(value, collections.abc.Mapping):
+    return [x for v in value.values() for x in _leaves(v)]
+  if isinstance(value, (list, tuple)):
+    return [x for v in value for x in _leaves(v)]
+  return [np.asarray(value)]
+
+
+def flat_np(value) -> np.ndarray:
+  """float64 concatenation of the leaves in container order (OrderedDict insertion order)."""
+  return np.concatenate([np.asarray(x, np.float64).reshape(-1) for x in _leaves(value)])
+
+
+def random_value(value_type, rng, scale=1.0):
+  """A Python value of `value_type` (containers as in the type) with N(0, scale) entries."""
+  from tensorflow_federated.python.core.impl.types import type_conversions  # pylint: disable=g-import-not-at-top
+
+  def leaf(t):
+    return (rng.normal(scale=scale, size=t.shape)).astype(t.dtype)
+
+  value = type_conversions.structure_from_tensor_type_tree(leaf, value_type)
+  return _to_python(value)
+
+
+def _to_python(value):
+  from tensorflow_federated.python.common_libs import structure  # pylint: disable=g-import-not-at-top
+  if isinstance(value, structure.Struct):
+    return structure.to_odict_or_tuple(value, recursive=True)
+  return value
+
+
+def conflicting_updates(k, d, rng):
+  """[K, d] float64 rows with many pairwise conflicts (a shared direction with random signs)."""
+  base = rng.normal(size=d)
+  signs = rng.choice([-1.0, 1.0], size=k)
+  return signs[:, None] * base[None, :] * rng.uniform(0.5, 2.0, size=(k, 1)) + 0.7 * rng.normal(
+      size=(k, d))
+
+
+def unflatten_like(vector, value):
+  """NumPy inverse of flat_np with the containers of `value`."""
+  pos = [0]
+
+  def build(v):
+    if isinstance(v, collections.OrderedDict):
+      return collections.OrderedDict((key, build(x)) for key, x in v.items())
+    if isinstance(v, list):
+      return [build(x) for x in v]
+    if isinstance(v, tuple):
+      return tuple(build(x) for x in v)
+    arr = np.asarray(v)
+    n = arr.size
+    out = np.asarray(vector[pos[0]:pos[0] + n]).reshape(arr.shape).astype(arr.dtype)
+    pos[0] += n
+    return out
+
+  return build(value)

@@ -1,0 +1,73 @@
+"""FedMGC dominant gradient correction as a WeightedAggregationFactory (fedmgc paper,
+Algorithms 1-2; SPEC 2b)."""
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_conflict.aggregators import _common
+from tff_conflict.aggregators import _process
+
+
+class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFactory):
+  """Dominant gradient correction (FedMGC DGC), then the unweighted mean of corrected updates.
+
+  `p_i` = mean over j != i of `(u_i . u_j / |u_j| + u_j . u_i / |u_i|) / 2`; `z_i = p_i / l_i`;
+  the `ceil(selection_ratio * K)` clients with the largest z are dominant; every update is
+  projected off each dominant update it conflicts with (descending z); result
+  `(1/K) sum_i u_i` (fedmgc paper, Definition 3, Algorithm 1, Algorithm 2 line 9; SPEC 2b). The
+  math is `tff_conflict.conflict.dominant_correction_with_diagnostics`, called once per round at
+  the server on the `[K, d]` stack of flattened updates; the result has exactly the value's type.
+
+  The weight channel:
+
+  * `weights_are_losses=False` (plugs into `build_weighted_fed_avg` as is): the weight (number of
+    examples) only marks a client as taking part (> 0) or not (0); every client's loss counts as
+    equal, so `z_i = p_i` and the mean is unweighted, as Algorithm 2 line 9 says.
+  * `weights_are_losses=True`: the weight carries `l_i`, the client's mean training loss this
+    round, e.g. from `tff_conflict.learning.build_loss_weighted_client_work` composed with this
+    factory by `tff.learning.templates.compose_learning_process` (TFF 0.87's
+    `build_weighted_fed_avg` accepts only the `ClientWeighting` enum, which cannot carry a loss).
+    A weight of 0 means "no loss reported" (TFF's client work sends 0 for a non-finite update):
+    that client takes no part; it is not treated as a loss of 0. The kernel clamps losses
+    below at 1e-12.
+
+  In both modes a client with weight 0 takes no part and a client whose update or weight holds
+  NaN or Inf is excluded and counted; K is the number of clients taking part.
+
+  Composition: the method is homogeneous and sign-equivariant, so per-client wrappers such as
+  `tff.aggregators.clipping_factory` compose with it (with `weights_are_losses=True` such a
+  wrapper must keep the weight unchanged, which TFF's clipping and zeroing wrappers do).
+
+  Measurements (`OrderedDict`, under `aggregator` in a learning process's metrics):
+  `num_clients` (all clients of the round), `num_excluded_nonfinite`, `num_excluded_zero_weight`,
+  `num_participating`,
+  `conflict_fraction_before`, `conflict_fraction_after`, `min_cosine`, `mean_cosine`,
+  `aggregate_norm`, `num_dominant`, `num_projections`.
+  """
+
+  def __init__(self, *, selection_ratio: float = 0.5, weights_are_losses: bool = False):
+    """Args:
+      selection_ratio: lambda in (0, 1]; ValueError otherwise.
+      weights_are_losses: a bool (see the class docstring); ValueError otherwise.
+    """
+    self._selection_ratio = _common.check_ratio('selection_ratio', selection_ratio)
+    if not isinstance(weights_are_losses, bool):
+      raise ValueError(f'weights_are_losses must be a bool, got {weights_are_losses!r}')
+    self._weights_are_losses = weights_are_losses
+
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    _common.check_types(value_type, weight_type)
+    ratio, are_losses = self._selection_ratio, self._weights_are_losses
+
+    def combine(state, stacks):
+      from tff_conflict import conflict  # pylint: disable=g-import-not-at-top
+      padded, include = _process.empty_safe(stacks, 'update')
+      weights = padded['weight']
+      losses = weights if are_losses else tf.ones_like(weights)
+      aggregate, diagnostics = conflict.dominant_correction_with_diagnostics(
+          padded['update'], losses, selection_ratio=ratio, include=include, validate=False)
+      return state, aggregate, diagnostics
+
+    return _process.build_process(
+        value_type, weight_type, row_type=_common.update_row_type(value_type),
+        make_row=_common.make_update_row(value_type), combine=combine)

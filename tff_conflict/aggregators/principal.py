@@ -1,0 +1,54 @@
+"""FedLD principal-gradient aggregation as a WeightedAggregationFactory (fedld paper, eqs. 4-7;
+SPEC 4b)."""
+
+import tensorflow_federated as tff
+
+from tff_conflict.aggregators import _common
+from tff_conflict.aggregators import _process
+
+
+class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
+  """Principal-gradient aggregation (FedLD) of the client updates.
+
+  `Gamma = U U^T / K` (U: the updates as rows), eigenpairs in descending order, principal
+  directions `v_z = U^T e_z` oriented towards the mean update (eq. 6), the top
+  `L = max(1, floor(component_ratio * K))` kept; each update is revised to
+  `sum_l |u_i| / |g'_il| * lambda_l / S * g'_il` with `g'_il` its projection on `v_l` and `S` the
+  sum of all K eigenvalues (eqs. 4-7; SPEC 4b); result `sum_i w_i u_i`, `w_i = n_i / sum n` over
+  the clients that take part. The math is
+  `tff_conflict.conflict.principal_aggregate_with_diagnostics`, called once per round at the
+  server on the `[K, d]` stack of flattened updates; the result has exactly the value's type.
+  K here is the number of clients that take part: clients with weight 0 and clients whose update
+  or weight holds NaN or Inf are left out (and counted) before the eigen-decomposition.
+
+  Composition: the method is homogeneous and sign-equivariant, so per-client wrappers such as
+  `tff.aggregators.clipping_factory(norm, PrincipalGradientFactory())` compose with it.
+
+  Measurements (`OrderedDict`, under `aggregator` in a learning process's metrics):
+  `num_clients` (all clients of the round), `num_excluded_nonfinite`, `num_excluded_zero_weight`,
+  `num_participating`,
+  `conflict_fraction_before`, `conflict_fraction_after`, `min_cosine`, `mean_cosine`,
+  `aggregate_norm`, `num_components`, `explained_variance` (kept eigenvalues over all).
+  """
+
+  def __init__(self, *, component_ratio: float = 0.8):
+    """Args:
+      component_ratio: rho in (0, 1]; ValueError otherwise.
+    """
+    self._component_ratio = _common.check_ratio('component_ratio', component_ratio)
+
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    _common.check_types(value_type, weight_type)
+    ratio = self._component_ratio
+
+    def combine(state, stacks):
+      from tff_conflict import conflict  # pylint: disable=g-import-not-at-top
+      padded, include = _process.empty_safe(stacks, 'update')
+      aggregate, diagnostics = conflict.principal_aggregate_with_diagnostics(
+          padded['update'], padded['weight'], component_ratio=ratio, include=include,
+          validate=False)
+      return state, aggregate, diagnostics
+
+    return _process.build_process(
+        value_type, weight_type, row_type=_common.update_row_type(value_type),
+        make_row=_common.make_update_row(value_type), combine=combine)
