@@ -96,7 +96,7 @@ def _dataset_counts_of(loss_fn: Callable[[], tf.keras.losses.Loss]) -> bool:
 
 def _set_dataset_counts(loss: tf.keras.losses.Loss, counts: tf.Tensor):
   """Installs the client's whole-dataset class counts in a `CalibratedLabelLoss`."""
-  return loss.set_dataset_counts(counts)
+  return loss.assign_class_counts(counts)
 
 
 def build_process(keras_model_fn: Callable[[], tf.keras.Model], *,
@@ -156,7 +156,7 @@ def build_process(keras_model_fn: Callable[[], tf.keras.Model], *,
   loss_fn = resolve_loss(loss, loss_kwargs)
   factory = resolve_aggregator(aggregator, aggregator_kwargs)
   metrics_fn = models_lib.resolve_metrics(metrics)
-  weights_are_losses = bool(getattr(factory, 'weights_are_losses', False))
+  weights_are_losses = registry.weights_are_losses(factory)
   weighting = client_work_lib.resolve_weighting(
       client_weighting, default='loss' if weights_are_losses else 'num_examples')
   if weights_are_losses and weighting != 'loss':

@@ -132,3 +132,17 @@ def is_corrective_factory(factory) -> bool:
   except (ImportError, AttributeError):
     return False
   return isinstance(factory, cls)
+
+
+def weights_are_losses(factory) -> bool:
+  """Whether `factory` reads its weight channel as client losses (DGC with
+  `weights_are_losses=True`); such a factory needs `client_weighting="loss"`."""
+  if hasattr(factory, 'weights_are_losses'):
+    return bool(factory.weights_are_losses)
+  try:
+    from tff_conflict import aggregators  # pylint: disable=g-import-not-at-top
+    cls = aggregators.DominantGradientCorrectionFactory
+  except (ImportError, AttributeError):
+    return False
+  # The factory keeps the flag in a private attribute (no public accessor in tff_conflict 0.1).
+  return isinstance(factory, cls) and bool(getattr(factory, '_weights_are_losses', False))
