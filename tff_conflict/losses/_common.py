@@ -1,0 +1,44 @@
+"""Shared helpers of the loss kernels: argument checks and label/logit normalization."""
+
+import math
+import numbers
+
+import tensorflow as tf
+
+
+def check_nonnegative(name: str, value, *, positive: bool = False) -> float:
+  """Returns `value` as a float; `ValueError` naming `name` unless finite and >= 0 (> 0)."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    raise ValueError(f'{name} must be a real number, got {value!r}')
+  value = float(value)
+  if not math.isfinite(value) or value < 0.0 or (positive and value == 0.0):
+    bound = '> 0' if positive else '>= 0'
+    raise ValueError(f'{name} must be finite and {bound}, got {value!r}')
+  return value
+
+
+def prepare(labels, logits):
+  """Converts to `(labels int32 [B], logits float [B, C])`.
+
+  `labels` may have shape `[B]` or `[B, 1]` and any integer or float dtype (Keras sometimes hands
+  float labels to a loss); `logits` must have rank 2 and a floating dtype.
+  """
+  logits = tf.convert_to_tensor(logits)
+  if not logits.dtype.is_floating:
+    raise ValueError(f'logits must have a floating dtype, got {logits.dtype!r}')
+  if logits.shape.rank is not None and logits.shape.rank != 2:
+    raise ValueError(f'logits must have shape [batch, num_classes], got shape {logits.shape}')
+  labels = tf.convert_to_tensor(labels)
+  if labels.shape.rank == 2:
+    if labels.shape[1] is not None and labels.shape[1] != 1:
+      raise ValueError(f'labels must have shape [batch] or [batch, 1], got shape {labels.shape}')
+    labels = tf.reshape(labels, [-1])
+  elif labels.shape.rank is not None and labels.shape.rank != 1:
+    raise ValueError(f'labels must have shape [batch] or [batch, 1], got shape {labels.shape}')
+  labels = tf.cast(labels, tf.int32)
+  return labels, logits
+
+
+def true_class_log_prob(labels, log_probs):
+  """`log_probs[b, labels[b]]` for each example b (raises on CPU for out-of-range labels)."""
+  return tf.gather(log_probs, labels[:, tf.newaxis], axis=1, batch_dims=1)[:, 0]

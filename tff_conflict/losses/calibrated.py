@@ -1,0 +1,146 @@
+"""Calibrated-label loss, FedGA's client loss (fedga paper, eqs. 8-10; SPEC 3).
+
+For an example with label j and softmax output p (held constant: stop-gradient), the calibrated
+target is (eq. 10)
+
+    q_j = 1,     q_i = (N_j - N_i) / N_j * p_i   for i != j,
+
+where N are class counts: of the current mini-batch (as the authors' code does), or of the client's
+whole local dataset. The loss per example is
+
+    L = logsumexp(z) - q . z,
+
+so that its gradient with respect to the logits z is exactly `p - q` (eq. 8); the batch loss is the
+mean over examples. Summed over the examples of class j the gradient on logit i != j is then
+`N_j p_i - N_j q_i = N_i p_i`: inactive gradients are rescaled to the size of class i (eq. 7). A
+class absent from the counts (N_i = 0) gets `q_i = p_i`, hence zero gradient from every other
+class's examples (the paper's "missing classes", not forgotten). On a class-balanced batch
+`q = onehot(y)` and the loss is cross-entropy. The value itself is not a cross-entropy (it can be
+negative); only its gradient matters.
+
+(The authors' code feeds q to a soft-target cross-entropy, whose gradient is `sum(q) p - q`;
+SPEC follows the paper.)
+
+Counts over the whole local dataset (`CalibratedLabelLoss(counts="dataset")`): the loss object
+owns a non-trainable `tf.Variable` `class_counts` (float32, shape `[num_classes]`, or `[None]` when
+`num_classes` is not given) that the client work fills in one extra pass over its local data before
+training, e.g.
+
+    loss.assign_class_counts(counts)   # or loss.class_counts.assign(counts)
+
+(eagerly, or inside the client's `tf.function` / TFF computation before the training loop). Each
+example's own class must have a positive count; a zero (counts never set, or set from other data)
+fails the computation with `tf.errors.InvalidArgumentError` instead of dividing by zero.
+"""
+
+import tensorflow as tf
+
+from tff_conflict.losses import _common
+
+COUNTS_OPTIONS = ('batch', 'dataset')
+
+
+def calibrated_labels(labels, probabilities, class_counts) -> tf.Tensor:
+  """Calibrated targets q of fedga paper eq. (10), shape `[B, C]`.
+
+  Args:
+    labels: int32 `[B]` class indices j.
+    probabilities: `[B, C]` softmax outputs p (used as given; callers stop the gradient).
+    class_counts: `[C]` counts N (any numeric dtype); `N_j` must be positive for every label j.
+
+  Returns:
+    `q` with `q[b, j] = 1` for `j = labels[b]` and `q[b, i] = (N_j - N_i) / N_j * p[b, i]` else.
+  """
+  probabilities = tf.convert_to_tensor(probabilities)
+  dtype = probabilities.dtype
+  counts = tf.cast(class_counts, dtype)
+  own = tf.gather(counts, labels)  # N_j for each example, [B]
+  check = tf.debugging.assert_positive(
+      own, message='calibrated_label_loss: an example\'s own class has count N_j = 0 (were the '
+      'class counts set from this client\'s data?)')
+  with tf.control_dependencies([check]):
+    own = tf.identity(own)
+  ratio = (own[:, tf.newaxis] - counts[tf.newaxis, :]) / own[:, tf.newaxis]  # [B, C]
+  onehot = tf.one_hot(labels, tf.shape(probabilities)[-1], dtype=dtype)
+  return onehot + (1.0 - onehot) * ratio * probabilities
+
+
+def batch_class_counts(labels, num_classes) -> tf.Tensor:
+  """Number of examples of each class among int `labels` `[B]`: float32 `[num_classes]`."""
+  return tf.reduce_sum(tf.one_hot(labels, num_classes, dtype=tf.float32), axis=0)
+
+
+def calibrated_label_loss(labels, logits, *, class_counts=None) -> tf.Tensor:
+  """Per-example `logsumexp(z) - q . z` with q the calibrated labels (fedga paper, eqs. 8-10).
+
+  Args:
+    labels: integer class indices, shape `[B]` or `[B, 1]`.
+    logits: unnormalized scores z, shape `[B, C]`, a floating dtype.
+    class_counts: `None` to count the classes of this mini-batch (the authors' code), or a `[C]`
+      tensor/variable of counts N (e.g. over the client's whole local dataset).
+
+  Returns:
+    A `[B]` tensor of per-example losses whose gradient with respect to `logits[b]` is exactly
+    `p[b] - q[b]` (the mean over the batch is the paper's loss; `CalibratedLabelLoss` takes it).
+
+  Raises:
+    ValueError: for badly shaped inputs.
+    tf.errors.InvalidArgumentError: (when run) if an example's own class has count 0.
+  """
+  labels, logits = _common.prepare(labels, logits)
+  if class_counts is None:
+    class_counts = batch_class_counts(labels, tf.shape(logits)[-1])
+  log_probs = tf.nn.log_softmax(logits, axis=-1)
+  q = tf.stop_gradient(calibrated_labels(labels, tf.exp(log_probs), class_counts))
+  # logsumexp(z) - q.z == -log p_j - sum_{i != j} q_i z_i (q_j = 1): the same function, computed
+  # without cancelling two large numbers for large logits.
+  onehot = tf.one_hot(labels, tf.shape(logits)[-1], dtype=logits.dtype)
+  inactive = tf.reduce_sum((1.0 - onehot) * q * logits, axis=-1)
+  return -_common.true_class_log_prob(labels, log_probs) - inactive
+
+
+class CalibratedLabelLoss(tf.keras.losses.Loss):
+  """Keras loss of `calibrated_label_loss` (fedga paper, eqs. 8-10): sparse integer labels, logits.
+
+  Args:
+    counts: `"batch"` counts classes in each mini-batch (the authors' code); `"dataset"` uses the
+      counts stored in the `class_counts` variable, which the client work sets before training
+      (module docstring).
+    num_classes: with `counts="dataset"`, the length of `class_counts` (optional: without it the
+      variable has shape `[None]` and takes counts of any length). Ignored for `"batch"`.
+
+  The default reduction takes the mean over the batch.
+  """
+
+  def __init__(self, counts: str = 'batch', *, num_classes=None,
+               reduction=tf.keras.losses.Reduction.AUTO, name: str = 'calibrated_label_loss'):
+    if counts not in COUNTS_OPTIONS:
+      raise ValueError(f'counts must be one of {COUNTS_OPTIONS}, got {counts!r}')
+    if num_classes is not None and (isinstance(num_classes, bool) or
+                                    not isinstance(num_classes, int) or num_classes < 1):
+      raise ValueError(f'num_classes must be a positive integer or None, got {num_classes!r}')
+    super().__init__(reduction=reduction, name=name)
+    self.counts = counts
+    self.num_classes = num_classes
+    self.class_counts = None
+    if counts == 'dataset':
+      shape = [num_classes] if num_classes is not None else [None]
+      self.class_counts = tf.Variable(
+          tf.zeros([num_classes or 0], tf.float32), trainable=False, shape=tf.TensorShape(shape),
+          name='class_counts')
+
+  def assign_class_counts(self, counts):
+    """Sets the dataset class counts N (`counts="dataset"` only); returns the assign op."""
+    if self.class_counts is None:
+      raise ValueError(f'assign_class_counts needs counts="dataset", this loss has '
+                       f'counts={self.counts!r}')
+    return self.class_counts.assign(tf.cast(counts, tf.float32))
+
+  def call(self, y_true, y_pred):
+    counts = None if self.class_counts is None else self.class_counts.read_value()
+    return calibrated_label_loss(y_true, y_pred, class_counts=counts)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(counts=self.counts, num_classes=self.num_classes)
+    return config

@@ -1,0 +1,92 @@
+"""Focal loss, FedMGC's client loss (fedmgc paper, eq. 10; SPEC 2a).
+
+Per example, with `p_t` the softmax probability of the true class,
+
+    FL(p_t) = -beta * (1 - p_t)^gamma * log(p_t),
+
+and the batch loss is the mean over examples. `gamma = 0, beta = 1` is exactly sparse softmax
+cross-entropy (eq. 9 with gamma = 0).
+
+Numerics. Everything is computed from `l = log p_t = log_softmax(z)[y]`; `1 - p_t` is computed as
+`-expm1(l)` (accurate when p_t is close to 1, no log of an underflowed probability). The
+derivative with respect to `l` is supplied by hand:
+
+    dFL/dl = -beta * d^gamma * (1 + gamma * (1 - d) * (-l) / d),   d = 1 - p_t,
+
+where `(-l) / d -> 1` as `p_t -> 1` is evaluated as exactly 1 where `d = 0`. Plain automatic
+differentiation would multiply `d^(gamma - 1) = inf` by `l = 0` (a NaN) whenever `gamma < 1` and
+the true class is predicted with probability 1 in float arithmetic; the limit is finite (0 for
+gamma > 0), and that is what this gradient returns.
+"""
+
+import tensorflow as tf
+
+from tff_conflict.losses import _common
+
+
+def _focal_of_log_prob(log_p, gamma: float, beta: float):
+  """Elementwise `-beta * (1 - exp(l))^gamma * l` with a finite, exact gradient (module doc)."""
+
+  @tf.custom_gradient
+  def focal(l):
+    d = -tf.math.expm1(l)  # 1 - p_t, in [0, 1].
+    modulation = tf.pow(d, tf.constant(gamma, l.dtype))  # pow(0, 0) == 1: gamma = 0 is CE.
+    value = -beta * modulation * l
+
+    def grad(upstream):
+      zero = tf.equal(d, 0.0)
+      # (-l) / d, with its limit 1 where d == 0 (then l == 0 too); the double tf.where keeps
+      # the unused branch free of 0/0.
+      ratio = tf.where(zero, tf.ones_like(l), -l / tf.where(zero, tf.ones_like(d), d))
+      dvalue = -beta * modulation * (1.0 + gamma * (1.0 - d) * ratio)
+      return upstream * dvalue
+
+    return value, grad
+
+  return focal(log_p)
+
+
+def focal_loss(labels, logits, *, gamma: float = 2.0, beta: float = 1.0) -> tf.Tensor:
+  """Per-example focal loss `-beta (1 - p_t)^gamma log p_t` (fedmgc paper, eq. 10).
+
+  Args:
+    labels: integer class indices, shape `[B]` or `[B, 1]`.
+    logits: unnormalized scores, shape `[B, C]`, a floating dtype.
+    gamma: focusing parameter, >= 0 (the paper tunes it in {0.1, 0.2, 0.5, 1.0}).
+    beta: loss scale, > 0 (the paper tunes it in {1.0, 1.2, 1.5, 2.0}).
+
+  Returns:
+    A `[B]` tensor of per-example losses, in the dtype of `logits` (the mean over the batch is the
+    paper's loss; `FocalLoss` takes it).
+
+  Raises:
+    ValueError: for a negative or non-finite `gamma`, a non-positive or non-finite `beta`, or
+      badly shaped inputs.
+  """
+  gamma = _common.check_nonnegative('gamma', gamma)
+  beta = _common.check_nonnegative('beta', beta, positive=True)
+  labels, logits = _common.prepare(labels, logits)
+  log_p = _common.true_class_log_prob(labels, tf.nn.log_softmax(logits, axis=-1))
+  return _focal_of_log_prob(log_p, gamma, beta)
+
+
+class FocalLoss(tf.keras.losses.Loss):
+  """Keras loss of `focal_loss` (fedmgc paper, eq. 10): sparse integer labels, logits.
+
+  The default reduction takes the mean over the batch. `FocalLoss(gamma=0.0, beta=1.0)` equals
+  `tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)`.
+  """
+
+  def __init__(self, gamma: float = 2.0, beta: float = 1.0, *,
+               reduction=tf.keras.losses.Reduction.AUTO, name: str = 'focal_loss'):
+    super().__init__(reduction=reduction, name=name)
+    self.gamma = _common.check_nonnegative('gamma', gamma)
+    self.beta = _common.check_nonnegative('beta', beta, positive=True)
+
+  def call(self, y_true, y_pred):
+    return focal_loss(y_true, y_pred, gamma=self.gamma, beta=self.beta)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(gamma=self.gamma, beta=self.beta)
+    return config
