@@ -1,0 +1,91 @@
+"""FedLD principal-gradient aggregation against an SVD-based float64 loop reference."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.conflict import references as ref
+from tff_conflict import conflict
+from tff_conflict.conflict import geometry
+
+
+@pytest.mark.parametrize('ratio', [0.8, 0.1, 1.0])
+@pytest.mark.parametrize('dtype,rtol', [(np.float64, 1e-10), (np.float32, 1e-4)])
+@pytest.mark.parametrize('num_clients', [1, 2, 3, 10, 50])
+def test_matches_reference(num_clients, dtype, rtol, ratio):
+  updates = ref.conflicting_updates(num_clients, 64, seed=40 + num_clients).astype(dtype)
+  weights = np.random.default_rng(num_clients).integers(1, 50, size=num_clients).astype(float)
+  expected, out, num_kept, explained = ref.fedld(updates.astype(np.float64), weights, ratio)
+  agg, diag = conflict.principal_aggregate_with_diagnostics(updates, weights,
+                                                            component_ratio=ratio)
+  assert agg.dtype == dtype
+  ref.assert_close(agg, expected, rtol)
+  ref.assert_close(conflict.principal_aggregate(updates, weights, component_ratio=ratio),
+                   expected, rtol)
+  tol = geometry.conflict_tolerance(dtype)
+  cf_before, min_cos, mean_cos = ref.pair_stats(list(updates.astype(np.float64)), tol)
+  cf_after, _, _ = ref.pair_stats(out, tol)
+  assert diag['num_components'].numpy() == num_kept
+  np.testing.assert_allclose(diag['explained_variance'].numpy(), explained, rtol=1e-5)
+  np.testing.assert_allclose(diag['conflict_fraction_before'].numpy(), cf_before, atol=1e-6)
+  np.testing.assert_allclose(diag['conflict_fraction_after'].numpy(), cf_after, atol=1e-6)
+  np.testing.assert_allclose(diag['min_cosine'].numpy(), min_cos, atol=1e-5)
+  np.testing.assert_allclose(diag['mean_cosine'].numpy(), mean_cos, atol=1e-5)
+  np.testing.assert_allclose(diag['aggregate_norm'].numpy(), np.linalg.norm(expected), rtol=1e-4)
+
+
+@pytest.mark.parametrize('num_clients', [3, 10])
+def test_orientation_rules_give_the_same_aggregate(num_clients):
+  updates = ref.conflicting_updates(num_clients, 16, seed=7)
+  weights = np.ones(num_clients)
+  by_mean, *_ = ref.fedld(updates, weights, 1.0, orientation='mean')
+  by_majority, *_ = ref.fedld(updates, weights, 1.0, orientation='majority')
+  np.testing.assert_allclose(by_mean, by_majority, rtol=1e-12, atol=1e-14)
+  for orientation in ('mean', 'majority'):
+    ref.assert_close(conflict.principal_aggregate(updates, weights, component_ratio=1.0,
+                                                  orientation=orientation), by_mean, 1e-10)
+
+
+def test_rank_deficient_more_clients_than_dimensions():
+  updates = ref.conflicting_updates(12, 5, seed=3)     # at most 5 non-zero eigenvalues
+  weights = np.arange(1.0, 13.0)
+  for ratio in (0.8, 1.0):
+    expected, *_ = ref.fedld(updates, weights, ratio)
+    ref.assert_close(conflict.principal_aggregate(updates, weights, component_ratio=ratio),
+                     expected, 1e-10)
+
+
+def test_hand_worked_orthogonal_l1_and_lk():
+  # u1 = (3, 0), u2 = (0, 1): Gamma = diag(9, 1)/2, lambda = (4.5, 0.5), S = 5, v1 ~ u1, v2 ~ u2.
+  # L = floor(0.8 * 2) = 1: u1 -> |u1| 4.5/5 u1/|u1| = (2.7, 0); u2 . v1 = 0 -> u2 -> 0.
+  # equal weights: (1.35, 0). L = 2: u2 -> |u2| 0.5/5 u2/|u2| = (0, 0.1) -> (1.35, 0.05).
+  u = np.array([[3.0, 0.0], [0.0, 1.0]])
+  agg, diag = conflict.principal_aggregate_with_diagnostics(u, [1.0, 1.0])
+  np.testing.assert_allclose(agg.numpy(), [1.35, 0.0], atol=1e-12)
+  assert diag['num_components'].numpy() == 1
+  np.testing.assert_allclose(diag['explained_variance'].numpy(), 0.9, rtol=1e-6)
+  agg, diag = conflict.principal_aggregate_with_diagnostics(u, [1.0, 1.0], component_ratio=1.0)
+  np.testing.assert_allclose(agg.numpy(), [1.35, 0.05], atol=1e-12)
+  assert diag['num_components'].numpy() == 2
+  np.testing.assert_allclose(diag['explained_variance'].numpy(), 1.0, rtol=1e-6)
+
+
+def test_hand_worked_2d_conflict():
+  # u1 = (1, 0), u2 = (-1, 1): U U^T = [[1, -1], [-1, 2]], eigenvalues (3 +- sqrt5)/2, so with
+  # Gamma = U U^T / 2 and S = trace(Gamma) = 3/2: lambda_1 / S = (3 + sqrt5)/6 = phi^2/3.
+  # e_1 ~ (1, -phi) (phi the golden ratio), v_1 = u1 - phi u2 = (phi^2, -phi) ~ (phi, -1).
+  # L = floor(0.8 * 2) = 1. u1 . v1 > 0 -> u1' = |u1| phi^2/3 vhat; u2 . v1 < 0 ->
+  # u2' = -|u2| phi^2/3 vhat. Equal weights: (1 - sqrt2)/2 * phi^2/3 * vhat.
+  phi = (1 + math.sqrt(5)) / 2
+  vhat = np.array([phi, -1.0]) / math.sqrt(phi ** 2 + 1)
+  expected = (1 - math.sqrt(2)) / 2 * phi ** 2 / 3 * vhat
+  agg = conflict.principal_aggregate(np.array([[1.0, 0.0], [-1.0, 1.0]]), [2.0, 2.0])
+  np.testing.assert_allclose(agg.numpy(), expected, rtol=1e-12)
+
+
+def test_component_ratio_floor_is_not_fooled_by_rounding():
+  updates = ref.conflicting_updates(100, 4, seed=2)
+  _, diag = conflict.principal_aggregate_with_diagnostics(updates, np.ones(100),
+                                                          component_ratio=0.29)
+  assert diag['num_components'].numpy() == 29   # 0.29 * 100 = 28.999999999999996

@@ -1,0 +1,98 @@
+"""Server-side conflict math as plain TensorFlow: FedGH, FedMGC's dominant gradient correction,
+FedLD's principal-gradient aggregation and corrective gradient weights (`../shared/SPEC.md`
+sections 1, 2b, 4b, 5 and "Diagnostics").
+
+Public API:
+
+    harmonize(updates, weights, *, order="random", seed=None)             -> [d]  FedGH
+    dominant_correction(updates, losses, *, selection_ratio=0.5)          -> [d]  FedMGC DGC
+    principal_aggregate(updates, weights, *, component_ratio=0.8)         -> [d]  FedLD
+    corrective_weights(gradients, losses, *, alpha=0.1)                   -> [K]
+    corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1) -> [d]
+    pairwise_cosine(updates)                                              -> [K, K]
+    conflict_stats(updates)                                               -> OrderedDict
+    harmonize_with_diagnostics, dominant_correction_with_diagnostics,
+    principal_aggregate_with_diagnostics, corrective_aggregate_with_diagnostics
+        (same arguments as their base function) -> (aggregate [d], OrderedDict of diagnostics)
+
+Every kernel also takes the keywords `include=None` (an optional bool [K] mask; a False row takes no
+part in the round) and `validate=True` (see "Validation"). `principal_aggregate*` also takes
+`orientation="mean"` (or "majority", SPEC 4b; provably without effect, see `principal`).
+
+Inputs. `updates` and `gradients` are float32 or float64 tensors (or arrays) of shape [K, d]; the
+result keeps their dtype. `weights` and `losses` are real [K]. All functions work eagerly and
+inside `tf.function`, including with an unknown number of clients (`input_signature` with
+`tf.TensorSpec([None, d])`), as TFF's `tff.tensorflow.computation` traces them.
+
+How (SPEC "Notation"): each kernel computes ONE Gram matrix (`U U^T`, or `D D^T` for the
+corrective weights), runs all per-pair and sequential logic on K x K numbers in float64, and forms
+the aggregate with one weighted sum of the original rows (two for the corrective aggregate:
+`w^T U + x^T D`). Extra memory is O(K^2 + d); nothing of size K x K x d, d x d or a second K x d is
+created, except that a round containing a non-finite row zeroes those rows in a copy (only then).
+
+Who takes part. A client (row) takes part in a round when it is finite (see `geometry`: a
+NaN/Inf row, or one whose squared norm overflows), `include[k]` is True, and, for the weighted
+kernels, its weight is > 0. A client that does not take part is not combined, is never a
+projection partner, is not dominant, does not enter FedLD's eigendecomposition or the corrective
+sums, and is not counted in pair statistics. With no client taking part the aggregate is all zeros
+(never NaN). A non-finite client is counted in the diagnostic `num_excluded_nonfinite`; for DGC and
+the corrective weights a client with a non-finite loss is treated as non-finite too.
+
+Validation (the contract for TFF layers):
+* Structural errors always raise, before any work: a wrong dtype or rank, d = 0, mismatched K
+  between arguments, ratios outside (0, 1], alpha < 0 or non-finite, a bad `order`/`orientation`
+  string, a bad `seed`. What is known at call/trace time raises `ValueError` naming the argument
+  and value; what is only known when a graph runs (unknown K or d) raises
+  `tf.errors.InvalidArgumentError` from a `tf.debugging` assertion with the same wording.
+* `validate=True` (the default, for direct calls) also checks values: K >= 1, `include` not all
+  False, `weights` finite, non-negative and with a positive sum over included clients. Violations
+  raise `ValueError` eagerly and `tf.errors.InvalidArgumentError` inside a graph.
+* `validate=False` (for aggregators, where a round may legitimately exclude every client) skips
+  the value checks: a zero, negative or non-finite weight simply excludes that client, and a round
+  with no client taking part (including K = 0) returns an all-zero aggregate.
+
+Randomness. `harmonize(order="random")` draws each client's partner order with
+`tf.random.stateless_uniform` from `seed`: None (fresh, not reproducible), a Python int s (the
+stateless seed [s, 0]), or an integer tensor of shape [] or [2] (e.g. a per-round seed from TFF
+server state). The same seed and K give the same result.
+
+Diagnostics (SPEC "Diagnostics"): `num_clients` (int32; clients taking part),
+`num_excluded_nonfinite` (int32), `conflict_fraction_before`, `conflict_fraction_after`,
+`min_cosine`, `mean_cosine`, `aggregate_norm` (float32), then FedGH `num_projections` (int32);
+DGC `num_dominant`, `num_projections` (int32); FedLD `num_components` (int32),
+`explained_variance` (float32); corrective `corrective_weights` (float32 [K]). Dtypes do not
+depend on K or on the input dtype. Over fewer than two clients the fractions and `mean_cosine`
+are 0 and `min_cosine` is 1. Conflicts are cosines below `-100 eps(dtype)` (see `geometry`).
+
+XLA: see the section "jit_compile" in BENCHMARKS.md ("## Conflict kernels") and the module
+`geometry`; in short, the kernels compile with `tf.function(jit_compile=True)` (the
+`tf.debugging` assertions are dropped by XLA, so graph-time value checks do not fire there).
+"""
+
+from tff_conflict.conflict.corrective import corrective_aggregate
+from tff_conflict.conflict.corrective import corrective_aggregate_with_diagnostics
+from tff_conflict.conflict.corrective import corrective_weights
+from tff_conflict.conflict.dominant import dominant_correction
+from tff_conflict.conflict.dominant import dominant_correction_with_diagnostics
+from tff_conflict.conflict.geometry import conflict_stats
+from tff_conflict.conflict.geometry import pairwise_cosine
+from tff_conflict.conflict.harmonization import harmonize
+from tff_conflict.conflict.harmonization import harmonize_with_diagnostics
+from tff_conflict.conflict.harmonization import projection_order
+from tff_conflict.conflict.principal import principal_aggregate
+from tff_conflict.conflict.principal import principal_aggregate_with_diagnostics
+
+__all__ = [
+    'conflict_stats',
+    'corrective_aggregate',
+    'corrective_aggregate_with_diagnostics',
+    'corrective_weights',
+    'dominant_correction',
+    'dominant_correction_with_diagnostics',
+    'harmonize',
+    'harmonize_with_diagnostics',
+    'pairwise_cosine',
+    'principal_aggregate',
+    'principal_aggregate_with_diagnostics',
+    'projection_order',
+]

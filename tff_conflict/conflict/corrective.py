@@ -1,0 +1,147 @@
+"""Corrective gradient weights (corrective paper, eqs. (3)-(8), (13), (24)-(29); SPEC section 5).
+
+Each client i sends, besides its update u_i, `D_i`, the gradient of its mean local loss at its
+trained local model, and that loss `L_i`. With `S = sum_j D_j` (eq. (6)):
+
+    m_i = D_i . S                                                    (eq. (6))
+    c   = min_i alpha L_i / |D_i|                                    (eq. (13))
+    x_i = c / sqrt(sum_j (m_j / |D_j|)^2) * m_i / |D_i|^2            (eq. (29))
+
+The new global model is `W_FedAvg - sum_i x_i D_i` (eq. (8)); in TFF's delta convention the
+aggregate is `sum_k w_k u_k + sum_i x_i D_i`. `alpha = 0` is exactly FedAvg.
+
+Gram formulation: every quantity above follows from `G_D = D D^T` (`m = G_D 1`,
+`|D_i|^2 = diag G_D`), so `corrective_weights` costs one Gram matrix of the gradients. The
+aggregate needs TWO weighted sums (`w^T U` and `x^T D`, two different stacks): that, plus `G_D`,
+is this method's floor; there is no Gram matrix of the updates.
+
+Decisions (recorded per SPEC's preamble):
+* A client with `D_i = 0` gets `x_i = 0` and is left out of `c` (SPEC); if every `D_i` is 0, or
+  `sum_j (m_j / |D_j|)^2 = 0` (e.g. gradients that cancel exactly), every `x_i` is 0.
+* Taking part: a client takes part when its gradient, loss and update are finite, `include` is
+  True and (for the aggregate) its weight is > 0. `S`, `c` and the normalisation run over the
+  clients taking part only. Gradient rows are checked from `G_D`'s diagonal; update rows, which
+  have no Gram matrix here, are checked through the weighted sum: if `w^T U` is not finite, the
+  rows of U that contain NaN/Inf (or whose squared norm overflows) are found and excluded, and the
+  sums are redone (only then is U scanned row by row and copied).
+* Losses are not otherwise checked; a negative loss makes `c` negative (the formula as given).
+* Diagnostics: pair statistics are of the client GRADIENTS `D_i` (the Gram matrix this method has;
+  an updates' Gram matrix would double its cost). `conflict_fraction_after` is measured on the
+  correction terms `x_i D_i` (a client with a negative weight reverses its gradient; one with
+  `x_i = 0` adds nothing and conflicts with nobody). `corrective_weights` is x as float32 [K].
+"""
+
+import tensorflow as tf
+
+from tff_conflict.conflict import _validation
+from tff_conflict.conflict import geometry
+
+
+def _weights_from_round(r, alpha):
+  """x (float64 [K]) from a Round over the gradients (masked Gram, `r.part`)."""
+  g = r.gram
+  sq = r.sq_norms
+  nz = r.part & (sq > 0)
+  norms = tf.sqrt(tf.where(nz, sq, tf.ones_like(sq)))
+  m = tf.reduce_sum(g, axis=1)                               # D_i . S
+  bound = tf.where(nz, alpha * r.losses / norms,
+                   tf.fill(tf.shape(sq), tf.constant(float('inf'), tf.float64)))
+  c = tf.where(tf.reduce_any(nz), tf.reduce_min(bound), tf.constant(0.0, tf.float64))
+  scaled = tf.where(nz, m / norms, tf.zeros_like(m))
+  denom = tf.sqrt(tf.reduce_sum(tf.square(scaled)))
+  x = tf.where(nz, tf.math.divide_no_nan(c, denom) * m / tf.where(nz, sq, tf.ones_like(sq)),
+               tf.zeros_like(m))
+  return x
+
+
+def _begin(gradients, losses, weights, include, validate, alpha, updates=None):
+  alpha = _validation.check_alpha(alpha)
+  u = None
+  grads = gradients
+  if updates is not None:
+    u, checks = _validation.stack(updates, 'updates')
+    grads, more = _validation.stack(gradients, 'gradients')
+    if u.dtype != grads.dtype:
+      raise ValueError('updates and gradients must have the same dtype, got '
+                       f'{u.dtype.name} and {grads.dtype.name}')
+    checks += more + _validation.same_shape(u, 'updates', grads, 'gradients')
+    if checks:
+      with tf.control_dependencies(checks):
+        u = tf.identity(u)
+  r, loss = geometry.begin_round(grads, weights=weights, losses=losses, include=include,
+                                 validate=validate, updates_name='gradients')
+  r.losses = loss
+  return r, alpha, u
+
+
+def corrective_weights(gradients, losses, *, alpha=0.1, include=None, validate=True):
+  """The corrective weights x (corrective paper, eq. (29); SPEC section 5).
+
+  Args:
+    gradients: float32/float64 [K, d], `D_i` per row.
+    losses: [K], `L_i`.
+    alpha: >= 0 (eq. (12)-(13)); 0 gives x = 0.
+    include: optional bool [K]; False rows take no part (x = 0 there).
+    validate: value checks (package docstring, "Validation").
+
+  Returns:
+    [K] in the dtype of `gradients`.
+  """
+  r, alpha, _ = _begin(gradients, losses, None, include, validate, alpha)
+  return tf.cast(_weights_from_round(r, alpha), r.dtype)
+
+
+def _aggregate(updates, gradients, losses, weights, alpha, include, validate):
+  r, alpha, u = _begin(gradients, losses, weights, include, validate, alpha, updates=updates)
+  w0 = r.weights
+
+  def slow():
+    row_sq = tf.reduce_sum(tf.square(u), axis=1)
+    finite_u = tf.math.is_finite(row_sq)
+    w = tf.where(r.part & finite_u, r.raw_weights, tf.zeros_like(r.raw_weights))
+    w = tf.math.divide_no_nan(w, tf.reduce_sum(w))
+    clean = tf.where(finite_u[:, tf.newaxis], u, tf.zeros([], u.dtype))
+    return tf.linalg.matvec(clean, tf.cast(w, u.dtype), transpose_a=True), finite_u
+
+  first = tf.linalg.matvec(u, tf.cast(w0, u.dtype), transpose_a=True)
+  fedavg, finite_u = tf.cond(tf.reduce_all(tf.math.is_finite(first)),
+                             lambda: (first, tf.ones_like(r.part)), slow)
+  full = geometry.Round(r.stack, r.raw_gram, r.finite & finite_u, r.part & finite_u,
+                        r.raw_weights)
+  full.losses = r.losses
+  x = _weights_from_round(full, alpha)
+  correction = full.combine(x)
+  aggregate = fedavg + correction
+  return full, x, aggregate
+
+
+def corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1, include=None,
+                         validate=True):
+  """Corrective-weights aggregate `sum_k w_k u_k + sum_i x_i D_i` (corrective paper, eq. (8)).
+
+  Args:
+    updates: float32/float64 [K, d], the model deltas `initial - trained`.
+    gradients: [K, d] (same shape and dtype family), `D_i`.
+    losses: [K], `L_i`.
+    weights: [K] non-negative (e.g. example counts), normalised over the clients taking part.
+    alpha: >= 0.
+    include: optional bool [K]; False rows take no part (as does a weight of 0).
+    validate: value checks (package docstring, "Validation").
+
+  Returns:
+    [d] in the dtype of `updates`.
+  """
+  return _aggregate(updates, gradients, losses, weights, alpha, include, validate)[2]
+
+
+def corrective_aggregate_with_diagnostics(updates, gradients, losses, weights, *, alpha=0.1,
+                                          include=None, validate=True):
+  """`corrective_aggregate` and its SPEC diagnostics from the same (gradients') Gram matrix.
+
+  Returns (aggregate [d], OrderedDict): the common diagnostics (pair statistics of the gradients,
+  see module docstring) plus `corrective_weights` (float32 [K]).
+  """
+  full, x, aggregate = _aggregate(updates, gradients, losses, weights, alpha, include, validate)
+  gram_after = x[:, tf.newaxis] * full.gram * x[tf.newaxis, :]
+  return aggregate, full.diagnostics(gram_after, aggregate, {
+      'corrective_weights': tf.cast(x, geometry.REAL_DTYPE)})

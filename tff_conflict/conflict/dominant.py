@@ -1,0 +1,109 @@
+"""FedMGC dominant gradient correction, DGC (fedmgc paper, Definition 3, Algorithms 1 and 2;
+SPEC section 2b).
+
+* Projection similarity (Definition 3): `p_ij = (u_i . u_j / |u_j| + u_j . u_i / |u_i|) / 2` for
+  i != j, and `p_i` the mean of `p_ij` over the other clients j (SPEC: Algorithm 1's sum including
+  j = i is a typo).
+* Dominance score `z_i = p_i / l_i`, `l_i` client i's mean training loss this round, clamped
+  below at 1e-12.
+* Dominant set: the `ceil(lambda K)` clients with the largest z, ties broken by lower index.
+* For each client i and each dominant s in descending-z order, s != i (Algorithm 2):
+  `if u_i . u_s < 0: u_i <- u_i - (u_i . u_s) / |u_s|^2 u_s`, u_s the ORIGINAL update.
+* Aggregate: the unweighted mean `(1/K) sum_i u_i` (Algorithm 2, line 9).
+
+Gram formulation: as in `harmonization`, `u_i = sum C_ij u_j`, `P = C G`; the dominant clients
+are visited one after another (a `tf.while_loop` of `ceil(lambda K)` steps, each an O(K^2) update
+of all clients at once), then one weighted sum `(1/K 1^T C) U`.
+
+Decisions (recorded per SPEC's preamble):
+* Excluding clients. DGC has no weights, so the keyword `include` (bool [K]) excludes rows; an
+  excluded or non-finite client takes no part: K above is the number of clients taking part, it is
+  neither scored, nor dominant, nor projected, and the mean is over the clients taking part.
+* A term `u_i . u_j / |u_j|` with `u_j = 0` is 0 (the inner product is 0; no division by zero), so
+  a zero update has p = 0 and is never projected onto (its squared norm is 0).
+* With one client taking part there is no j != i: p = 0 and the client is returned unchanged.
+* `ceil(lambda K)` is computed as `ceil(lambda K - 1e-9 K)` so that floating-point products such
+  as 0.3 * 10 = 3.0000000000000004 give 3, not 4.
+* A client whose loss is NaN or Inf is treated like a non-finite update (excluded, counted in
+  `num_excluded_nonfinite`). Loss values are otherwise not checked (a loss <= 1e-12, e.g. 0 or
+  negative, is clamped to 1e-12 as SPEC says).
+* `num_dominant` is `ceil(lambda K)`; `num_projections` counts projections performed;
+  `conflict_fraction_after` is measured on the corrected vectors (Gram `C G C^T`).
+"""
+
+import tensorflow as tf
+
+from tff_conflict.conflict import _validation
+from tff_conflict.conflict import geometry
+
+LOSS_FLOOR = 1e-12
+_COUNT_SLACK = 1e-9
+
+
+def _dominant(updates, losses, selection_ratio, include, validate):
+  ratio = _validation.check_ratio(selection_ratio, 'selection_ratio')
+  r, loss = geometry.begin_round(updates, losses=losses, include=include, validate=validate)
+  k = r.num_rows
+  g = r.gram
+  sq = r.sq_norms
+  norms = tf.sqrt(sq)
+  inv_norms = tf.math.divide_no_nan(tf.ones_like(norms), norms)
+  scaled = g * inv_norms[tf.newaxis, :]            # u_i . u_j / |u_j|
+  p_pair = 0.5 * (scaled + tf.transpose(scaled))
+  p_pair = tf.linalg.set_diag(p_pair, tf.zeros_like(sq))
+  p = tf.math.divide_no_nan(tf.reduce_sum(p_pair, axis=1), r.num_part - 1.0)
+  z = p / tf.maximum(loss, LOSS_FLOOR)
+  z = tf.where(r.part, z, tf.fill(tf.shape(z), tf.constant(-float('inf'), tf.float64)))
+  ranking = tf.math.top_k(z, k=k, sorted=True).indices      # ties: lower index first
+  num_dominant = tf.cast(tf.math.ceil(ratio * r.num_part - _COUNT_SLACK * r.num_part), tf.int32)
+  num_dominant = tf.minimum(num_dominant, tf.cast(r.num_part, tf.int32))
+  rows = tf.range(k)
+
+  def body(t, coeffs, inner, count):
+    s = ranking[t]
+    p_is = inner[:, s]                                     # u_i . u_s
+    g_ss = sq[s]
+    act = r.part & (rows != s) & (p_is < 0) & (g_ss > 0)
+    a = tf.where(act, p_is / tf.where(g_ss > 0, g_ss, tf.ones_like(g_ss)), tf.zeros_like(p_is))
+    inner = inner - a[:, tf.newaxis] * g[s][tf.newaxis, :]
+    coeffs = coeffs - a[:, tf.newaxis] * tf.one_hot(s, k, dtype=tf.float64)[tf.newaxis, :]
+    return t + 1, coeffs, inner, count + tf.reduce_sum(tf.cast(act, tf.int32))
+
+  _, coeffs, _, count = tf.while_loop(
+      lambda t, *_: t < num_dominant, body,
+      (tf.constant(0), tf.eye(k, dtype=tf.float64), g, tf.constant(0)))
+  mean_weights = tf.math.divide_no_nan(tf.cast(r.part, tf.float64), r.num_part)
+  combo = tf.linalg.matvec(coeffs, mean_weights, transpose_a=True)
+  aggregate = r.combine(combo)
+  return r, coeffs, aggregate, count, num_dominant
+
+
+def dominant_correction(updates, losses, *, selection_ratio=0.5, include=None, validate=True):
+  """FedMGC dominant gradient correction (fedmgc paper, Algorithms 1-2; SPEC section 2b).
+
+  Args:
+    updates: float32/float64 [K, d], one client update per row.
+    losses: [K] each client's mean training loss this round.
+    selection_ratio: lambda in (0, 1]; `ceil(lambda K)` clients are dominant.
+    include: optional bool [K]; False rows take no part.
+    validate: value checks (package docstring, "Validation").
+
+  Returns:
+    [d] in the dtype of `updates`: the mean of the corrected updates.
+  """
+  return _dominant(updates, losses, selection_ratio, include, validate)[2]
+
+
+def dominant_correction_with_diagnostics(updates, losses, *, selection_ratio=0.5, include=None,
+                                         validate=True):
+  """`dominant_correction` and its SPEC diagnostics from the same Gram matrix.
+
+  Returns (aggregate [d], OrderedDict): the common diagnostics plus `num_dominant` and
+  `num_projections` (int32).
+  """
+  r, coeffs, aggregate, count, num_dominant = _dominant(updates, losses, selection_ratio, include,
+                                                        validate)
+  gram_after = tf.matmul(tf.matmul(coeffs, r.gram), coeffs, transpose_b=True)
+  return aggregate, r.diagnostics(gram_after, aggregate, {
+      'num_dominant': tf.cast(num_dominant, geometry.COUNT_DTYPE),
+      'num_projections': tf.cast(count, geometry.COUNT_DTYPE)})

@@ -1,0 +1,250 @@
+"""Gram-matrix geometry shared by the conflict kernels: cosines, conflict statistics, which
+clients take part in a round, and the one weighted sum that forms an aggregate.
+
+Every server method in this package returns `a = c^T U`, a linear combination of the ORIGINAL
+client updates (the rows of U, shape [K, d]) whose coefficients depend only on their inner
+products (SPEC "Notation"). So a kernel computes the Gram matrix `G = U U^T` once (one matmul,
+`gram`), runs all per-pair and sequential logic on K x K numbers in float64, and then forms one
+weighted sum (`combine`). Extra memory is O(K^2 + d).
+
+Decisions recorded here (SPEC "Notation", edge cases, and "Diagnostics"):
+
+* Non-finite rows. A row containing NaN or Inf makes its Gram diagonal NaN or Inf, so a client is
+  *non-finite* when `G[k, k]` is not finite. A finite row whose squared norm overflows the dtype
+  (|u|^2 > 3.4e38 in float32) counts as non-finite too: its inner products cannot be formed. A
+  non-finite client is excluded from the round (SPEC "Notation": excluded and counted); because
+  `0 * NaN = NaN`, `combine` zeroes such rows before the weighted sum, and only when some row is
+  non-finite (a `tf.cond`), so a clean stack is never copied.
+* Taking part. A client takes part in a round when it is finite, `include[k]` is True and (for
+  the weighted kernels) its weight is > 0 (and finite). Every other client takes part in nothing:
+  its Gram row and column are set to zero, it is never a projection partner, it gets coefficient 0
+  and it is not counted in the diagnostics' pairs. Weights are normalised over the clients that
+  take part.
+* Cosine of a zero vector: defined as 0 (no conflict). The conflict test is
+  `cos < -tol` with `tol = 100 * eps(dtype)` (1.2e-5 for float32, 2.2e-14 for float64), so that
+  pairs that are orthogonal in exact arithmetic (e.g. after a projection) are not counted as
+  conflicts because of rounding; SPEC's "negative cosine" otherwise.
+* Pair statistics range over unordered pairs {i, j}, i != j, of clients that take part. With fewer
+  than two such clients there is no pair: the conflict fractions and `mean_cosine` are 0 and
+  `min_cosine` is 1 (the empty minimum within [-1, 1]).
+* Diagnostics dtypes (fixed, independent of K and of the input dtype, so a TFF layer can declare
+  them): counts are int32 scalars; fractions, cosines, norms and ratios are float32 scalars;
+  vectors (corrective weights) are float32 [K].
+"""
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+
+from tff_conflict.conflict import _validation
+
+COUNT_DTYPE = tf.int32
+REAL_DTYPE = tf.float32
+
+
+def gram(stack):
+  """`U U^T` for a [K, d] stack U: the [K, K] matrix of pairwise inner products (one matmul)."""
+  return tf.matmul(stack, stack, transpose_b=True)
+
+
+def conflict_tolerance(dtype):
+  """Cosines below `-conflict_tolerance(dtype)` count as conflicts (see module docstring)."""
+  return 100.0 * float(np.finfo(tf.as_dtype(dtype).as_numpy_dtype).eps)
+
+
+def pair_mask(valid):
+  """[K, K] bool: True for i < j with both clients valid."""
+  k = tf.shape(valid)[0]
+  r = tf.range(k)
+  upper = r[:, tf.newaxis] < r[tf.newaxis, :]
+  return upper & valid[:, tf.newaxis] & valid[tf.newaxis, :]
+
+
+def mask_gram(g, valid):
+  """Zeroes the rows and columns of clients that do not take part (and any non-finite entry)."""
+  keep = valid[:, tf.newaxis] & valid[tf.newaxis, :] & tf.math.is_finite(g)
+  return tf.where(keep, g, tf.zeros_like(g))
+
+
+def cosine_from_gram(g, valid=None):
+  """Cosine matrix from a Gram matrix: `G_ij / sqrt(G_ii G_jj)`; 0 where a norm is 0 or a client
+  is not valid; clipped to [-1, 1]."""
+  sq = tf.linalg.diag_part(g)
+  ok = tf.math.is_finite(sq) & (sq > 0)
+  if valid is not None:
+    ok = ok & valid
+  norms = tf.sqrt(tf.where(ok, sq, tf.ones_like(sq)))
+  cos = g / (norms[:, tf.newaxis] * norms[tf.newaxis, :])
+  pair_ok = ok[:, tf.newaxis] & ok[tf.newaxis, :]
+  cos = tf.where(pair_ok & tf.math.is_finite(cos), cos, tf.zeros_like(cos))
+  return tf.clip_by_value(cos, -1.0, 1.0)
+
+
+def pair_statistics(cos, valid, tol):
+  """(conflict_fraction, min_cosine, mean_cosine) over pairs of valid clients, float64."""
+  pairs = pair_mask(valid)
+  num_pairs = tf.reduce_sum(tf.cast(pairs, tf.float64))
+  num_conflicts = tf.reduce_sum(tf.cast(pairs & (cos < -tol), tf.float64))
+  fraction = tf.math.divide_no_nan(num_conflicts, num_pairs)
+  min_cos = tf.reduce_min(tf.where(pairs, cos, tf.ones_like(cos)))
+  min_cos = tf.minimum(min_cos, tf.constant(1.0, tf.float64))  # K = 0: reduce_min of [] is +inf
+  mean_cos = tf.math.divide_no_nan(tf.reduce_sum(tf.where(pairs, cos, tf.zeros_like(cos))),
+                                   num_pairs)
+  return fraction, min_cos, mean_cos
+
+
+def combine(stack, coefficients, finite_rows, any_nonfinite):
+  """`coefficients^T stack` (a [d] vector in the stack's dtype): the one weighted sum.
+
+  Rows that are not finite are zeroed first, only when `any_nonfinite` (one `tf.cond`): the copy
+  of the stack that needs is made only for a round that has such a row.
+  """
+  c = tf.cast(coefficients, stack.dtype)
+
+  def plain():
+    return tf.linalg.matvec(stack, c, transpose_a=True)
+
+  def cleaned():
+    clean = tf.where(finite_rows[:, tf.newaxis], stack, tf.zeros([], stack.dtype))
+    return tf.linalg.matvec(clean, c, transpose_a=True)
+
+  return tf.cond(any_nonfinite, cleaned, plain)
+
+
+class Round:
+  """What every kernel needs about one round, computed from ONE Gram matrix.
+
+  Attributes (float64 unless stated):
+    stack: the [K, d] updates (input dtype). dtype: the input dtype.
+    num_rows: K (int32 scalar tensor).
+    gram: the masked Gram matrix (rows/cols of clients not taking part are 0), [K, K].
+    sq_norms: its diagonal, [K].
+    finite: bool [K], client's row is finite (see module docstring).
+    part: bool [K], client takes part.
+    num_part: number of clients taking part (float64 scalar).
+    weights: normalised weights over the clients taking part (0 elsewhere), [K] or None.
+    raw_gram, raw_weights: the unmasked Gram matrix and the weights before normalisation.
+    any_nonfinite: bool scalar.
+  """
+
+  def __init__(self, stack, gram64, finite, part, weights):
+    self.stack = stack
+    self.dtype = stack.dtype
+    self.num_rows = tf.shape(stack)[0]
+    self.finite = finite
+    self.part = part
+    self.raw_gram = gram64
+    self.raw_weights = weights
+    self.gram = mask_gram(gram64, part)
+    self.sq_norms = tf.linalg.diag_part(self.gram)
+    self.num_part = tf.reduce_sum(tf.cast(part, tf.float64))
+    self.any_nonfinite = tf.logical_not(tf.reduce_all(finite))
+    if weights is not None:
+      w = tf.where(part, weights, tf.zeros_like(weights))
+      self.weights = tf.math.divide_no_nan(w, tf.reduce_sum(w))
+    else:
+      self.weights = None
+    self.tol = conflict_tolerance(stack.dtype)
+
+  def combine(self, coefficients):
+    return combine(self.stack, coefficients, self.finite, self.any_nonfinite)
+
+  def cosines(self):
+    return cosine_from_gram(self.gram, self.part)
+
+  def diagnostics(self, gram_after, aggregate, extra):
+    """The SPEC "Diagnostics" common to every kernel, then `extra` (name -> tensor) in order.
+
+    gram_after: [K, K] Gram matrix of the corrected client vectors (float64).
+    """
+    frac_before, min_cos, mean_cos = pair_statistics(self.cosines(), self.part, self.tol)
+    frac_after, _, _ = pair_statistics(cosine_from_gram(gram_after, self.part), self.part,
+                                       self.tol)
+    out = collections.OrderedDict()
+    out['num_clients'] = tf.cast(self.num_part, COUNT_DTYPE)
+    out['num_excluded_nonfinite'] = tf.reduce_sum(tf.cast(~self.finite, COUNT_DTYPE))
+    out['conflict_fraction_before'] = tf.cast(frac_before, REAL_DTYPE)
+    out['conflict_fraction_after'] = tf.cast(frac_after, REAL_DTYPE)
+    out['min_cosine'] = tf.cast(min_cos, REAL_DTYPE)
+    out['mean_cosine'] = tf.cast(mean_cos, REAL_DTYPE)
+    out['aggregate_norm'] = tf.cast(tf.norm(tf.cast(aggregate, tf.float64)), REAL_DTYPE)
+    for key, value in extra.items():
+      out[key] = value
+    return out
+
+
+def begin_round(updates, *, weights=None, losses=None, include=None, validate=True,
+                updates_name='updates'):
+  """Checks the arguments, computes the Gram matrix once and decides who takes part.
+
+  Returns (Round, losses as float64 [K] or None). A client with a non-finite loss is treated as
+  non-finite (excluded and counted in `num_excluded_nonfinite`).
+  """
+  validate = _validation.check_bool(validate, 'validate')
+  stack, checks = _validation.stack(updates, updates_name)
+  w = None
+  if weights is not None:
+    w, c = _validation.vector(weights, 'weights', stack, updates_name)
+    checks += c
+  l = None
+  if losses is not None:
+    l, c = _validation.vector(losses, 'losses', stack, updates_name)
+    checks += c
+  inc, c = _validation.include_mask(include, stack, updates_name)
+  checks += c
+  if checks:   # structural checks first: value checks and everything else depend on them
+    with tf.control_dependencies(checks):
+      stack = tf.identity(stack)
+      inc = tf.identity(inc)
+      w = None if w is None else tf.identity(w)
+      l = None if l is None else tf.identity(l)
+  value_checks = _validation.values(w, inc, tf.shape(stack)[0], validate=validate,
+                                    stack_name=updates_name)
+  if value_checks:
+    with tf.control_dependencies(value_checks):
+      stack = tf.identity(stack)
+  g = tf.cast(gram(stack), tf.float64)
+  finite = tf.math.is_finite(tf.linalg.diag_part(g))
+  if l is not None:
+    finite = finite & tf.math.is_finite(l)
+    l = tf.where(finite, l, tf.zeros_like(l))
+  part = finite & inc
+  if w is not None:
+    part = part & tf.math.is_finite(w) & (w > 0)
+    w = tf.where(part, w, tf.zeros_like(w))
+  return Round(stack, g, finite, part, w), l
+
+
+def pairwise_cosine(updates):
+  """Pairwise cosine similarities `u_i . u_j / (|u_i| |u_j|)` of the rows of `updates` [K, d].
+
+  One Gram matrix. Returns [K, K] in the input dtype. Pairs involving a zero or non-finite row
+  are 0 (so is that row's diagonal); the diagonal is 1 for the other rows.
+  """
+  stack, checks = _validation.stack(updates, 'updates')
+  if checks:
+    with tf.control_dependencies(checks):
+      stack = tf.identity(stack)
+  g = tf.cast(gram(stack), tf.float64)
+  return tf.cast(cosine_from_gram(g), stack.dtype)
+
+
+def conflict_stats(updates, *, include=None):
+  """Conflict statistics of the rows of `updates` [K, d] (one Gram matrix).
+
+  Returns an OrderedDict of scalars: `num_clients` (int32, finite included rows),
+  `num_excluded_nonfinite` (int32), `conflict_fraction` (float32, fraction of pairs with cosine
+  `< -100 eps`, the fedgh paper's Sec. II-B measure of conflict), `min_cosine` and
+  `mean_cosine` (float32) over pairs of finite included rows; with fewer than two such rows the
+  fraction and mean are 0 and the minimum is 1. `include`: optional bool [K] mask.
+  """
+  r, _ = begin_round(updates, include=include, validate=False)
+  frac, min_cos, mean_cos = pair_statistics(r.cosines(), r.part, r.tol)
+  out = collections.OrderedDict()
+  out['num_clients'] = tf.cast(r.num_part, COUNT_DTYPE)
+  out['num_excluded_nonfinite'] = tf.reduce_sum(tf.cast(~r.finite, COUNT_DTYPE))
+  out['conflict_fraction'] = tf.cast(frac, REAL_DTYPE)
+  out['min_cosine'] = tf.cast(min_cos, REAL_DTYPE)
+  out['mean_cosine'] = tf.cast(mean_cos, REAL_DTYPE)
+  return out
