@@ -1,0 +1,267 @@
+"""tff_conflict.evaluation: metrics against sklearn and hand-worked cases, TFF weights between rounds."""
+
+import collections
+import math
+
+import numpy as np
+import pytest
+import sklearn.metrics
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests.conftest import make_tiny_client_datasets
+from tests.conftest import make_tiny_keras_model
+from tff_conflict import evaluation
+from tff_conflict import losses
+
+NUM_FEATURES, NUM_CLASSES = 4, 3
+
+
+# ---------------------------------------------------------------- references (plain loops, float64)
+def _ref_logits(x, kernel, bias):
+  out = []
+  for row in np.asarray(x, np.float64).tolist():
+    out.append([sum(row[f] * kernel[f][c] for f in range(len(row))) + bias[c]
+                for c in range(len(bias))])
+  return np.array(out)
+
+
+def _ref_cross_entropy(labels, logits):
+  total = []
+  for y, z in zip(labels, logits.tolist()):
+    m = max(z)
+    lse = m + math.log(sum(math.exp(v - m) for v in z))
+    total.append(lse - z[int(y)])
+  return np.array(total)
+
+
+def _ref_argmax(logits):
+  return np.array([max(range(len(z)), key=lambda c, z=z: (z[c], -c)) for z in logits.tolist()])
+
+
+def _random_weights(seed):
+  rng = np.random.default_rng(seed)
+  kernel = rng.normal(size=(NUM_FEATURES, NUM_CLASSES)).astype(np.float32)
+  bias = rng.normal(size=NUM_CLASSES).astype(np.float32)
+  return tff.learning.models.ModelWeights(trainable=[kernel, bias], non_trainable=[]), kernel, bias
+
+
+def _examples(seed, n):
+  rng = np.random.default_rng(seed)
+  x = rng.normal(scale=2.0, size=(n, NUM_FEATURES)).astype(np.float32)
+  y = rng.integers(0, NUM_CLASSES, size=n).astype(np.int32)
+  return x, y
+
+
+def _dataset(x, y):
+  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
+
+
+# ---------------------------------------------------------------- classification_metrics
+@pytest.mark.parametrize('seed', range(6))
+def test_metrics_match_sklearn(seed):
+  rng = np.random.default_rng(seed)
+  num_classes = 7
+  # Classes 5 and 6 never appear as labels; class 6 may be predicted, class 5 never is.
+  labels = rng.integers(0, 5, size=40)
+  predictions = np.where(rng.random(40) < 0.6, labels, rng.choice([0, 1, 2, 3, 4, 6], size=40))
+  got = evaluation.classification_metrics(labels, predictions, num_classes)
+  assert got['accuracy'] == pytest.approx(sklearn.metrics.accuracy_score(labels, predictions))
+  assert got['macro_f1'] == pytest.approx(
+      sklearn.metrics.f1_score(labels, predictions, average='macro'), rel=1e-12)
+  present = np.union1d(labels, predictions)
+  np.testing.assert_allclose(
+      got['per_class_f1'][present],
+      sklearn.metrics.f1_score(labels, predictions, labels=present, average=None), rtol=1e-12)
+  assert np.isnan(got['per_class_f1'][5])
+  recall = sklearn.metrics.recall_score(labels, predictions, labels=np.arange(5), average=None)
+  np.testing.assert_allclose(got['per_class_accuracy'][:5], recall, rtol=1e-12)
+  assert np.all(np.isnan(got['per_class_accuracy'][5:]))
+  np.testing.assert_array_equal(
+      got['confusion_matrix'],
+      sklearn.metrics.confusion_matrix(labels, predictions, labels=np.arange(num_classes)))
+  assert got['num_examples'] == 40
+  np.testing.assert_array_equal(got['per_class_num_examples'],
+                                np.bincount(labels, minlength=num_classes))
+
+
+def test_metrics_hand_worked():
+  # labels      0 0 1 1 2 .    (4 classes; 3 is neither true nor predicted)
+  # predictions 0 1 1 1 0
+  # class 0: TP 1, FP 1, FN 1 -> F1 2/4 = 0.5; recall 1/2
+  # class 1: TP 2, FP 1, FN 0 -> F1 4/5 = 0.8; recall 2/2
+  # class 2: TP 0, FP 0, FN 1 -> F1 0;          recall 0/1
+  # class 3: excluded (NaN); macro-F1 = (0.5 + 0.8 + 0) / 3
+  got = evaluation.classification_metrics([0, 0, 1, 1, 2], [0, 1, 1, 1, 0], 4)
+  assert got['accuracy'] == pytest.approx(3 / 5)
+  assert got['macro_f1'] == pytest.approx(1.3 / 3)
+  np.testing.assert_allclose(got['per_class_f1'][:3], [0.5, 0.8, 0.0])
+  np.testing.assert_allclose(got['per_class_accuracy'][:3], [0.5, 1.0, 0.0])
+  assert np.isnan(got['per_class_f1'][3]) and np.isnan(got['per_class_accuracy'][3])
+  # A class predicted but never true has F1 0 and counts in the mean; its accuracy is NaN.
+  got = evaluation.classification_metrics([0, 0], [0, 1], 3)
+  np.testing.assert_allclose(got['per_class_f1'][:2], [2 / 3, 0.0])
+  assert got['macro_f1'] == pytest.approx(1 / 3)
+  assert np.isnan(got['per_class_accuracy'][1])
+  # All correct: macro-F1 1 over the classes present.
+  assert evaluation.classification_metrics([2, 2, 0], [2, 2, 0], 5)['macro_f1'] == 1.0
+
+
+@pytest.mark.parametrize('labels,predictions,num_classes,match', [
+    ([], [], 3, 'at least one'), ([0, 3], [0, 1], 3, 'labels'), ([0, 1], [0, -1], 3, 'predictions'),
+    ([0, 1], [0], 3, 'same length'), ([0, 1], [0, 1], 0, 'num_classes'),
+    ([0.5, 1], [0, 1], 3, 'integer'), ([[0, 1]], [[0, 1]], 3, 'shape')])
+def test_metrics_bad_input(labels, predictions, num_classes, match):
+  with pytest.raises(ValueError, match=match):
+    evaluation.classification_metrics(labels, predictions, num_classes)
+
+
+# ---------------------------------------------------------------- evaluate / evaluate_arrays
+def test_evaluate_dataset_matches_reference():
+  weights, kernel, bias = _random_weights(0)
+  x, y = _examples(1, 50)
+  got = evaluation.evaluate(make_tiny_keras_model, weights, _dataset(x, y), batch_size=7)
+  logits = _ref_logits(x, kernel.tolist(), bias.tolist())
+  predictions = _ref_argmax(logits)
+  assert got['num_examples'] == 50
+  assert got['accuracy'] == pytest.approx(np.mean(predictions == y))
+  assert got['loss'] == pytest.approx(np.mean(_ref_cross_entropy(y, logits)), rel=1e-5)
+  assert got['macro_f1'] == pytest.approx(
+      sklearn.metrics.f1_score(y, predictions, average='macro'))
+  assert got['per_class_accuracy'].shape == (NUM_CLASSES,)
+  assert list(got)[:3] == ['accuracy', 'loss', 'macro_f1']
+  # Independent of the evaluation batch size; (x, y) pairs and [n, 1] labels work too.
+  again = evaluation.evaluate(make_tiny_keras_model, weights,
+                              tf.data.Dataset.from_tensor_slices((x, y[:, None])))
+  assert again['accuracy'] == got['accuracy']
+  assert again['loss'] == pytest.approx(got['loss'], rel=1e-6)
+  # The same through evaluate_arrays with a model built here.
+  model = make_tiny_keras_model()
+  model.set_weights([kernel, bias])
+  arrays = evaluation.evaluate_arrays(model, x, y, num_classes=NUM_CLASSES)
+  for key in ('accuracy', 'loss', 'macro_f1', 'num_examples'):
+    assert arrays[key] == pytest.approx(got[key], rel=1e-6)
+
+
+def test_evaluate_with_custom_loss():
+  weights, kernel, bias = _random_weights(2)
+  x, y = _examples(3, 20)
+  got = evaluation.evaluate(make_tiny_keras_model, weights, _dataset(x, y),
+                            loss=losses.FocalLoss(gamma=2.0, beta=1.0))
+  logits = _ref_logits(x, kernel.tolist(), bias.tolist())
+  p_t = np.exp(-_ref_cross_entropy(y, logits))
+  expected = np.mean(-(1 - p_t) ** 2 * np.log(p_t))
+  assert got['loss'] == pytest.approx(expected, rel=1e-5)
+
+
+def test_evaluate_client_data_per_client():
+  weights, kernel, bias = _random_weights(4)
+  clients = collections.OrderedDict()
+  for k, n in enumerate([5, 12, 1, 9]):
+    x, y = _examples(10 + k, n)
+    clients[f'c{k}'] = collections.OrderedDict(x=x, y=y)
+  client_data = tff.simulation.datasets.TestClientData(clients)
+  got = evaluation.evaluate(make_tiny_keras_model, weights, client_data, per_client=True,
+                            batch_size=4)
+  x_all = np.concatenate([c['x'] for c in clients.values()])
+  y_all = np.concatenate([c['y'] for c in clients.values()])
+  central = evaluation.evaluate(make_tiny_keras_model, weights, _dataset(x_all, y_all))
+  for key in ('accuracy', 'loss', 'macro_f1', 'num_examples'):
+    assert got[key] == pytest.approx(central[key], rel=1e-6)
+  per_client = got['per_client']
+  assert per_client['client_ids'] == list(clients)
+  np.testing.assert_array_equal(per_client['num_examples'], [5, 12, 1, 9])
+  expected_acc, expected_loss = [], []
+  for c in clients.values():
+    logits = _ref_logits(c['x'], kernel.tolist(), bias.tolist())
+    expected_acc.append(np.mean(_ref_argmax(logits) == c['y']))
+    expected_loss.append(np.mean(_ref_cross_entropy(c['y'], logits)))
+  np.testing.assert_allclose(per_client['accuracy'], expected_acc)
+  np.testing.assert_allclose(per_client['loss'], expected_loss, rtol=1e-5)
+  summary = got['per_client_accuracy_summary']
+  assert summary['mean'] == pytest.approx(np.mean(expected_acc))
+  assert summary['min'] == min(expected_acc) and summary['max'] == max(expected_acc)
+  assert summary['p50'] == pytest.approx(np.median(expected_acc))
+  assert summary['p10'] == pytest.approx(np.percentile(expected_acc, 10))
+  # A subset of clients.
+  subset = evaluation.evaluate(make_tiny_keras_model, weights, client_data, client_ids=['c1'])
+  assert subset['num_examples'] == 12
+  assert subset['accuracy'] == pytest.approx(expected_acc[1])
+
+
+def test_evaluate_bad_input():
+  weights, _, _ = _random_weights(0)
+  x, y = _examples(1, 10)
+  data = _dataset(x, y)
+  cases = [
+      (dict(test_data=data.batch(5)), 'UNBATCHED'),
+      (dict(test_data=tf.data.Dataset.from_tensor_slices(
+          collections.OrderedDict(pixels=x, label=y))), 'keys'),
+      (dict(test_data=[x, y]), 'test_data'),
+      (dict(num_classes=5), 'num_classes is 5'),
+      (dict(num_classes=0), 'num_classes'),
+      (dict(batch_size=0), 'batch_size'),
+      (dict(per_client=True), 'ClientData'),
+      (dict(loss='ce'), 'loss'),
+      (dict(model_weights=tff.learning.models.ModelWeights(
+          trainable=[np.zeros((4, 3), np.float32)], non_trainable=[])), '1 tensors'),
+      (dict(model_weights=tff.learning.models.ModelWeights(
+          trainable=[np.zeros((3, 4), np.float32), np.zeros(3, np.float32)], non_trainable=[])),
+       'shape'),
+      (dict(model_weights=[np.zeros((4, 3))]), 'ModelWeights'),
+      (dict(test_data=_dataset(x[:0], y[:0])), 'no examples'),
+      (dict(test_data=_dataset(x, y + 3)), r'labels.*\[0, 3\)'),
+      (dict(keras_model_fn=None), 'keras_model_fn'),
+  ]
+  for overrides, match in cases:
+    kwargs = dict(keras_model_fn=make_tiny_keras_model, model_weights=weights, test_data=data)
+    kwargs.update(overrides)
+    with pytest.raises(ValueError, match=match):
+      evaluation.evaluate(**kwargs)
+
+
+# ---------------------------------------------------------------- between TFF rounds
+def _reference_accuracy(weights, x, y):
+  logits = _ref_logits(x, np.asarray(weights.trainable[0]).tolist(),
+                       np.asarray(weights.trainable[1]).tolist())
+  return np.mean(_ref_argmax(logits) == y), np.mean(_ref_cross_entropy(y, logits))
+
+
+def test_evaluate_between_rounds_of_a_tff_process():
+  train = make_tiny_client_datasets(num_clients=2, examples_per_client=24, seed=5)
+  test_x = np.concatenate([b['x'].numpy() for d in make_tiny_client_datasets(
+      num_clients=1, examples_per_client=40, seed=5) for b in d])
+  test_y = np.concatenate([b['y'].numpy() for d in make_tiny_client_datasets(
+      num_clients=1, examples_per_client=40, seed=5) for b in d])
+  test_data = _dataset(test_x, test_y)
+  spec = train[0].element_spec
+
+  def model_fn():
+    return tff.learning.models.from_keras_model(
+        make_tiny_keras_model(), loss=tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True), input_spec=spec)
+
+  def check(weights):
+    got = evaluation.evaluate(make_tiny_keras_model, weights, test_data)
+    accuracy, loss = _reference_accuracy(weights, test_x, test_y)
+    assert got['accuracy'] == pytest.approx(accuracy)
+    assert got['loss'] == pytest.approx(loss, rel=1e-5)
+    return got
+
+  # Evaluating first creates a Keras model eagerly before TFF traces model_fn ...
+  initial_weights, _, _ = _random_weights(0)
+  check(initial_weights)
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.5))
+  state = process.initialize()
+  results = [check(process.get_model_weights(state))]
+  for _ in range(2):
+    state = process.next(state, train).state
+    results.append(check(process.get_model_weights(state)))
+  # ... and a second process traced between evaluations does not break them either.
+  other = tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1))
+  check(other.get_model_weights(other.initialize()))
+  state = process.next(state, train).state
+  results.append(check(process.get_model_weights(state)))
+  assert results[-1]['loss'] < results[0]['loss']

@@ -1,0 +1,350 @@
+"""Evaluation of a global model on a test split: centralized and per client.
+
+Reports what the papers report: accuracy (all five papers), macro-F1 (the fedga paper's "multi-class
+F1 score", Table 1), the mean test loss and per-class accuracy; per client (federated evaluation),
+each client's accuracy, loss and size, with a summary of the accuracy distribution.
+
+Three layers, each usable alone:
+
+  classification_metrics(labels, predictions, num_classes)   pure NumPy, from predicted classes
+  evaluate_arrays(keras_model, x, y, ...)                      a built Keras model on arrays
+  evaluate(keras_model_fn, model_weights, test_data, ...)     TFF model weights on a dataset or
+                                                               a ClientData (centralized and, with
+                                                               per_client=True, per client)
+
+Definitions (C classes, `n_c` test examples of class c, `TP_c`, `FP_c`, `FN_c` from argmax
+predictions):
+
+* `accuracy = sum_c TP_c / n`; `loss` = the mean over all n examples of the per-example loss
+  (sparse softmax cross-entropy on the model's logits unless `loss` is given);
+* `per_class_accuracy[c] = TP_c / n_c` (the recall of class c), NaN for a class without test
+  examples;
+* `per_class_f1[c] = 2 TP_c / (2 TP_c + FP_c + FN_c)`; a class with no true and no predicted example
+  (`TP_c + FP_c + FN_c = 0`) has no F1 (NaN) and is excluded from `macro_f1 = mean of the defined
+  per_class_f1`. That is scikit-learn's `f1_score(y_true, y_pred, average='macro')`, whose labels
+  default to the classes present in `y_true` or `y_pred`. A class that has test examples but is
+  never predicted correctly has F1 0 and counts.
+
+Keras pitfall (TF 2.14): a Keras model created eagerly before TFF traces a `model_fn` (which builds
+Keras layers in a graph) can become invalid ("Your Layer or Model is in an invalid state").
+`evaluate` therefore creates a new Keras model from `keras_model_fn` on every call and drops it
+afterwards, so it may be called any time: before a learning process is built, between its rounds,
+and between building several processes. `evaluate_arrays` uses the model it is given; create that
+model after the processes are built (BUILD_NOTES.md).
+"""
+
+import collections
+from typing import Any, Callable, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+DEFAULT_BATCH_SIZE = 1024
+SUMMARY_PERCENTILES = (10, 25, 50, 75, 90)
+
+
+def _check_num_classes(num_classes) -> int:
+  if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or \
+      num_classes < 1:
+    raise ValueError(f'num_classes must be a positive integer, got {num_classes!r}')
+  return int(num_classes)
+
+
+def _check_batch_size(batch_size) -> int:
+  if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or \
+      batch_size < 1:
+    raise ValueError(f'batch_size must be a positive integer, got {batch_size!r}')
+  return int(batch_size)
+
+
+def _check_labels(labels, num_classes: int, name: str = 'labels') -> np.ndarray:
+  labels = np.asarray(labels)
+  if labels.ndim == 2 and labels.shape[1] == 1:
+    labels = labels[:, 0]
+  if labels.ndim != 1:
+    raise ValueError(f'{name} must have shape [n] or [n, 1], got shape {labels.shape}')
+  if labels.size and not np.all(np.equal(np.mod(labels, 1), 0)):
+    raise ValueError(f'{name} must be integer class indices, got non-integer values')
+  labels = labels.astype(np.int64)
+  if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+    raise ValueError(f'{name} must lie in [0, {num_classes}), got values in '
+                     f'[{labels.min()}, {labels.max()}]')
+  return labels
+
+
+def confusion_matrix(labels, predictions, num_classes: int) -> np.ndarray:
+  """`[C, C]` int64 counts: row = true class, column = predicted class."""
+  num_classes = _check_num_classes(num_classes)
+  labels = _check_labels(labels, num_classes)
+  predictions = _check_labels(predictions, num_classes, 'predictions')
+  if labels.shape != predictions.shape:
+    raise ValueError(f'labels and predictions must have the same length, got {labels.shape[0]} '
+                     f'and {predictions.shape[0]}')
+  matrix = np.zeros((num_classes, num_classes), np.int64)
+  np.add.at(matrix, (labels, predictions), 1)
+  return matrix
+
+
+def classification_metrics(labels, predictions, num_classes: int) -> collections.OrderedDict:
+  """Accuracy, macro-F1, per-class accuracy and F1 from true and predicted class indices.
+
+  Args:
+    labels: true classes, shape `[n]` (or `[n, 1]`), integers in `[0, num_classes)`, n >= 1.
+    predictions: predicted classes, same shape and range.
+    num_classes: C.
+
+  Returns:
+    OrderedDict with `accuracy`, `macro_f1` (floats), `per_class_accuracy`, `per_class_f1`
+    (float64 `[C]`, NaN where undefined, see the module docstring), `per_class_num_examples`
+    (int64 `[C]`), `confusion_matrix` (int64 `[C, C]`, rows true), `num_examples` (int).
+
+  Raises:
+    ValueError: for no examples, bad shapes or labels out of range.
+  """
+  matrix = confusion_matrix(labels, predictions, num_classes)
+  total = int(matrix.sum())
+  if total == 0:
+    raise ValueError('labels must hold at least one example, got none')
+  true_positives = np.diag(matrix).astype(np.float64)
+  support = matrix.sum(axis=1)
+  predicted = matrix.sum(axis=0)
+  with np.errstate(invalid='ignore', divide='ignore'):
+    per_class_accuracy = np.where(support > 0, true_positives / support, np.nan)
+    f1_denominator = support + predicted  # 2 TP + FP + FN
+    per_class_f1 = np.where(f1_denominator > 0, 2.0 * true_positives / f1_denominator, np.nan)
+  return collections.OrderedDict(
+      accuracy=float(true_positives.sum() / total),
+      macro_f1=float(np.nanmean(per_class_f1)),
+      per_class_accuracy=per_class_accuracy,
+      per_class_f1=per_class_f1,
+      per_class_num_examples=support,
+      confusion_matrix=matrix,
+      num_examples=total)
+
+
+def _resolve_loss(loss) -> tf.keras.losses.Loss:
+  if loss is None:
+    return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  if not isinstance(loss, tf.keras.losses.Loss):
+    raise ValueError(f'loss must be a tf.keras.losses.Loss on (sparse labels, logits) or None, '
+                     f'got {loss!r}')
+  return loss
+
+
+def _evaluate_model(keras_model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
+                    num_classes: Optional[int], loss: tf.keras.losses.Loss, batch_size: int):
+  """Predictions and metrics of a built model on arrays; returns (result, labels, predictions,
+  per-example losses). Labels are checked against the model's output width before the loss runs.
+  """
+  logits = []
+  for start in range(0, x.shape[0], batch_size):
+    logits.append(np.asarray(keras_model(x[start:start + batch_size], training=False)))
+  logits = np.concatenate(logits)
+  if logits.ndim != 2:
+    raise ValueError('the model must output [batch, num_classes] logits, got shape '
+                     f'{logits.shape[1:]} per example')
+  if num_classes is None:
+    num_classes = logits.shape[1]
+  elif num_classes != logits.shape[1]:
+    raise ValueError(f'num_classes is {num_classes}, but the model outputs {logits.shape[1]} '
+                     'logits per example')
+  labels = _check_labels(y, num_classes, 'labels of the test data')
+  per_example = []
+  for start in range(0, x.shape[0], batch_size):
+    # `Loss.call` is the unreduced per-example loss for Keras' own losses and this project's.
+    values = loss.call(tf.constant(labels[start:start + batch_size].astype(np.int32)),
+                       tf.constant(logits[start:start + batch_size]))
+    per_example.append(np.reshape(np.asarray(values, np.float64), [-1]))
+  per_example = np.concatenate(per_example)
+  predictions = np.argmax(logits, axis=1)
+  result = classification_metrics(labels, predictions, num_classes)
+  result['loss'] = float(np.mean(per_example))
+  result.move_to_end('loss', last=False)
+  result.move_to_end('accuracy', last=False)
+  return result, labels, predictions, per_example
+
+
+def evaluate_arrays(keras_model: tf.keras.Model, x, y, *, num_classes: Optional[int] = None,
+                    loss: Optional[tf.keras.losses.Loss] = None,
+                    batch_size: int = DEFAULT_BATCH_SIZE) -> collections.OrderedDict:
+  """Evaluates a built Keras model (logits output) on arrays `x` `[n, ...]`, `y` `[n]`.
+
+  Args:
+    keras_model: a Keras model whose output is `[batch, C]` logits (its weights already set).
+    x: inputs, first dimension n >= 1.
+    y: integer labels `[n]` or `[n, 1]` in `[0, C)`.
+    num_classes: C; None takes the model's output width (given, it must equal it).
+    loss: a `tf.keras.losses.Loss` on (sparse labels, logits); None for sparse softmax
+      cross-entropy. Its unreduced `call` is averaged over all n examples (a loss that depends on
+      the batch, like `CalibratedLabelLoss(counts="batch")`, sees batches of `batch_size`).
+    batch_size: examples per forward pass.
+
+  Returns:
+    `classification_metrics(...)` plus `loss` (float).
+
+  Raises:
+    ValueError: for bad arguments, no examples, or labels/outputs of the wrong shape.
+  """
+  batch_size = _check_batch_size(batch_size)
+  loss = _resolve_loss(loss)
+  if num_classes is not None:
+    num_classes = _check_num_classes(num_classes)
+  x = np.asarray(x)
+  y = np.asarray(y)
+  if x.ndim < 1 or x.shape[0] == 0:
+    raise ValueError(f'x must hold at least one example, got shape {x.shape}')
+  if y.shape[:1] != x.shape[:1]:
+    raise ValueError(f'x and y must have the same number of examples, got {x.shape[0]} and '
+                     f'{y.shape[:1]}')
+  return _evaluate_model(keras_model, x, y, num_classes, loss, batch_size)[0]
+
+
+def _dataset_arrays(dataset: tf.data.Dataset, batch_size: int, name: str):
+  """All `(x, y)` of an unbatched dataset of `OrderedDict(x=..., y=...)` (or `(x, y)` pairs)."""
+  spec = dataset.element_spec
+  if isinstance(spec, collections.abc.Mapping):
+    if set(spec) != {'x', 'y'}:
+      raise ValueError(f'{name} elements must be OrderedDict(x=..., y=...) or (x, y), got keys '
+                       f'{sorted(spec)}')
+    x_spec, y_spec = spec['x'], spec['y']
+    to_pair = lambda e: (e['x'], e['y'])
+  elif isinstance(spec, tuple) and len(spec) == 2:
+    x_spec, y_spec = spec
+    to_pair = lambda x, y: (x, y)
+  else:
+    raise ValueError(f'{name} elements must be OrderedDict(x=..., y=...) or (x, y), got {spec}')
+  if y_spec.shape.rank not in (0, 1) or (y_spec.shape.rank == 1 and y_spec.shape[0] != 1):
+    raise ValueError(f'{name} must hold UNBATCHED examples with scalar labels, got label shape '
+                     f'{y_spec.shape} (call .unbatch() on a batched dataset)')
+  xs, ys = [], []
+  for xb, yb in dataset.map(to_pair).batch(batch_size):
+    xs.append(xb.numpy())
+    ys.append(np.reshape(yb.numpy(), [-1]))
+  if not xs:
+    return (np.zeros((0,) + tuple(x_spec.shape), x_spec.dtype.as_numpy_dtype),
+            np.zeros((0,), np.int64))
+  return np.concatenate(xs), np.concatenate(ys)
+
+
+def _assign_weights(keras_model: tf.keras.Model, model_weights) -> None:
+  """Checks count and shapes (TFF's `assign_weights_to` zips silently), then assigns."""
+  trainable = list(model_weights.trainable)
+  non_trainable = list(model_weights.non_trainable)
+  for name, variables, values in (('trainable', keras_model.trainable_weights, trainable),
+                                  ('non_trainable', keras_model.non_trainable_weights,
+                                   non_trainable)):
+    if len(variables) != len(values):
+      raise ValueError(f'model_weights.{name} has {len(values)} tensors, the model from '
+                       f'keras_model_fn has {len(variables)}')
+    for variable, value in zip(variables, values):
+      if tuple(variable.shape) != tuple(np.shape(value)):
+        raise ValueError(f'model_weights.{name}: shape {tuple(np.shape(value))} does not match '
+                         f'{variable.name} of shape {tuple(variable.shape)}')
+  for variable, value in zip(keras_model.trainable_weights + keras_model.non_trainable_weights,
+                             trainable + non_trainable):
+    variable.assign(value)
+
+
+def _summary(values: np.ndarray) -> collections.OrderedDict:
+  summary = collections.OrderedDict(
+      mean=float(np.mean(values)), std=float(np.std(values)), min=float(np.min(values)))
+  for q in SUMMARY_PERCENTILES:
+    summary[f'p{q}'] = float(np.percentile(values, q))
+  summary['max'] = float(np.max(values))
+  return summary
+
+
+def evaluate(keras_model_fn: Callable[[], tf.keras.Model], model_weights: Any,
+             test_data: Union[tf.data.Dataset, tff.simulation.datasets.ClientData], *,
+             num_classes: Optional[int] = None, loss: Optional[tf.keras.losses.Loss] = None,
+             batch_size: int = DEFAULT_BATCH_SIZE,
+             per_client: bool = False,
+             client_ids: Optional[Sequence[str]] = None) -> collections.OrderedDict:
+  """Evaluates TFF model weights on a test split, centralized and optionally per client.
+
+  Args:
+    keras_model_fn: no-argument callable returning a new Keras model with `[batch, C]` logits
+      output (the one the learning process was built with; compiled or not).
+    model_weights: `tff.learning.models.ModelWeights`, e.g. `process.get_model_weights(state)`;
+      its `trainable` / `non_trainable` lists must match the Keras model's weights in order and
+      shape.
+    test_data: a `tf.data.Dataset` of UNBATCHED examples `OrderedDict(x=..., y=int scalar)` (or
+      `(x, y)` pairs), or a `tff.simulation.datasets.ClientData` of such datasets; centralized
+      metrics pool every client's examples.
+    num_classes: C; None takes the model's output width.
+    loss: a `tf.keras.losses.Loss` on (sparse labels, logits) averaged over examples; None for
+      sparse softmax cross-entropy.
+    batch_size: examples per forward pass (evaluation only; results do not depend on it unless
+      the loss does).
+    per_client: with a ClientData, also report each client's metrics.
+    client_ids: with a ClientData, the clients to evaluate (default: all, in ClientData order).
+
+  Returns:
+    OrderedDict with `accuracy`, `loss`, `macro_f1`, `per_class_accuracy`, `per_class_f1`,
+    `per_class_num_examples`, `confusion_matrix`, `num_examples` (see `classification_metrics`),
+    and, when `per_client=True`:
+      `per_client`: OrderedDict(`client_ids` list, `accuracy`, `loss` float64 `[K]`,
+        `num_examples` int64 `[K]`) over the clients with at least one example;
+      `per_client_accuracy_summary`: OrderedDict(`mean`, `std`, `min`, `p10`, `p25`, `p50`, `p75`,
+        `p90`, `max`) of the per-client accuracies (unweighted: each client counts once).
+
+  Raises:
+    ValueError: for bad arguments (before any model is built), an empty test split, weights that
+      do not fit the model, or labels out of range.
+  """
+  if not callable(keras_model_fn):
+    raise ValueError(f'keras_model_fn must be a callable returning a Keras model, got '
+                     f'{keras_model_fn!r}')
+  batch_size = _check_batch_size(batch_size)
+  loss = _resolve_loss(loss)
+  if num_classes is not None:
+    num_classes = _check_num_classes(num_classes)
+  if not isinstance(per_client, bool):
+    raise ValueError(f'per_client must be a bool, got {per_client!r}')
+  is_client_data = isinstance(test_data, tff.simulation.datasets.ClientData)
+  if not is_client_data and not isinstance(test_data, tf.data.Dataset):
+    raise ValueError('test_data must be a tf.data.Dataset or a '
+                     f'tff.simulation.datasets.ClientData, got {type(test_data).__name__}')
+  if not is_client_data and (per_client or client_ids is not None):
+    raise ValueError('per_client and client_ids need test_data to be a ClientData, got a '
+                     'tf.data.Dataset')
+  if not hasattr(model_weights, 'trainable') or not hasattr(model_weights, 'non_trainable'):
+    raise ValueError('model_weights must be a tff.learning.models.ModelWeights (with trainable '
+                     f'and non_trainable), got {type(model_weights).__name__}')
+
+  if is_client_data:
+    ids = list(test_data.client_ids) if client_ids is None else list(client_ids)
+    unknown = sorted(set(ids) - set(test_data.client_ids))
+    if unknown:
+      raise ValueError(f'client_ids not in test_data: {unknown[:5]}')
+    parts = [_dataset_arrays(test_data.create_tf_dataset_for_client(cid), batch_size,
+                             f'test_data client {cid!r}') for cid in ids]
+    x = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0,))
+    y = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0,), np.int64)
+    sizes = np.array([p[1].shape[0] for p in parts], np.int64)
+  else:
+    x, y = _dataset_arrays(test_data, batch_size, 'test_data')
+  if y.shape[0] == 0:
+    raise ValueError('test_data holds no examples')
+
+  # A new model on every call (module docstring: Keras models and TFF tracing).
+  keras_model = keras_model_fn()
+  if not isinstance(keras_model, tf.keras.Model):
+    raise ValueError(f'keras_model_fn must return a tf.keras.Model, got {keras_model!r}')
+  _assign_weights(keras_model, model_weights)
+  result, labels, predictions, per_example = _evaluate_model(
+      keras_model, x, y, num_classes, loss, batch_size)
+  del keras_model
+
+  if per_client:
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    kept = [k for k in range(len(ids)) if sizes[k] > 0]
+    correct = predictions == labels
+    result['per_client'] = collections.OrderedDict(
+        client_ids=[ids[k] for k in kept],
+        accuracy=np.array([correct[bounds[k]:bounds[k + 1]].mean() for k in kept], np.float64),
+        loss=np.array([per_example[bounds[k]:bounds[k + 1]].mean() for k in kept], np.float64),
+        num_examples=sizes[kept])
+    result['per_client_accuracy_summary'] = _summary(result['per_client']['accuracy'])
+  return result
