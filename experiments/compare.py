@@ -1,0 +1,263 @@
+"""Compares federated algorithms (and seeds) on the same data and the same clients per round.
+
+    python -m experiments.compare --preset=readme      # the README's main command (digits)
+    python -m experiments.compare --algorithms=fedavg,fedgh --seeds=0,1,2 --rounds=50
+
+Every (algorithm, seed) run goes through the same run loop as `experiments.train`
+(`training_loop.run_training`), in this one process and one TFF context (TFF's start-up is paid
+once). The data are loaded once (`--data_seed`); for a given seed every algorithm starts from the
+same initial model and sees the same clients in every round (the sample of round r is a function
+of (seed, r) only).
+
+Outputs under `<output_dir>/<experiment_name>/` (default experiment name `compare_<dataset>`):
+  <algorithm>/seed<seed>/   each run's metrics.csv, hparams.csv, checkpoints (resumable)
+  hparams.csv               the comparison's flags
+  summary.md                the table below
+  accuracy.png              test accuracy per round, one line per algorithm (mean over seeds,
+                            band: +- one standard deviation)
+  conflict_fraction.png     the aggregator's `conflict_fraction_before` per round, for the
+                            algorithms whose aggregator reports it
+
+Table columns: final and best test accuracy (mean +- std over seeds), final test macro-F1, the
+first round reaching `--target_accuracy` (mean over the seeds that reach it, and how many do),
+and the mean round time (rounds >= 2: round 1 includes TFF's tracing and start-up).
+"""
+
+import dataclasses
+import os
+import sys
+from typing import Any, Mapping, Sequence
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+# TensorFlow must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras
+# pitfalls).
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import numpy as np
+
+from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+from experiments import flags_lib
+from experiments import metrics_io
+from experiments import plotting
+from experiments import registry
+from experiments import training_loop
+from tff_conflict import runtime
+
+FLAGS = flags.FLAGS
+
+_ALL_ALGORITHMS = list(registry.ALGORITHM_HPARAMS)
+CONFLICT_COLUMN_SUFFIX = 'conflict_fraction_before'
+
+with flags_lib.record_group('compare'):
+  flags.DEFINE_list('algorithms', _ALL_ALGORITHMS, 'Algorithms to compare '
+                    '(tff_conflict.learning.ALGORITHMS).')
+  flags.DEFINE_list('seeds', ['0'], 'Seeds (model initialisation, client sampling, shuffling); '
+                    'the data partition is --data_seed for all.')
+  flags.DEFINE_float('target_accuracy', 0.8, 'Test accuracy whose first round is reported.')
+  flags.DEFINE_enum('preset', None, list(('readme',)), 'A named set of flag values (flags given '
+                    'explicitly win). readme: the README\'s main command, see PRESETS.')
+
+# The README's main command: offline digits, Dirichlet alpha = 0.1 over 20 clients, 10 per
+# round, FedAvg and every method, seed 0. Measured in BENCHMARKS-free terms in the module's
+# tests and the engineer's report: a few minutes on a 2-core CPU.
+PRESETS: dict[str, dict[str, Any]] = {
+    'readme': dict(dataset='digits', num_clients=20, alpha=0.1, clients_per_round=10,
+                   rounds=25, client_epochs=2, client_batch_size=20,
+                   client_learning_rate=0.05, eval_every=1, checkpoint_every=25,
+                   algorithms=_ALL_ALGORITHMS, seeds=['0'], target_accuracy=0.8,
+                   experiment_name='readme_digits'),
+}
+
+
+def apply_preset() -> None:
+  """Sets the preset's values on every flag that was not given on the command line."""
+  if FLAGS.preset is None:
+    return
+  for name, value in PRESETS[FLAGS.preset].items():
+    if not FLAGS[name].present:
+      FLAGS[name].value = value
+
+
+def check_flags() -> None:
+  flags_lib.check_common_flags()
+  unknown = [a for a in FLAGS.algorithms if a not in registry.ALGORITHM_HPARAMS]
+  if unknown or not FLAGS.algorithms:
+    raise app.UsageError(f'--algorithms must be a non-empty list of {_ALL_ALGORITHMS}, got '
+                         f'{FLAGS.algorithms}')
+  if len(set(FLAGS.algorithms)) != len(FLAGS.algorithms):
+    raise app.UsageError(f'--algorithms lists an algorithm twice: {FLAGS.algorithms}')
+  try:
+    seeds = [int(s) for s in FLAGS.seeds]
+  except ValueError:
+    raise app.UsageError(f'--seeds must be non-negative integers, got {FLAGS.seeds}') from None
+  if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+    raise app.UsageError(f'--seeds must be distinct non-negative integers, got {FLAGS.seeds}')
+  if not 0 < FLAGS.target_accuracy <= 1:
+    raise app.UsageError(f'--target_accuracy must be in (0, 1], got {FLAGS.target_accuracy}')
+
+
+@dataclasses.dataclass
+class Summary:
+  """One table row: an algorithm over its seeds."""
+  algorithm: str
+  final_accuracy: list[float]
+  best_accuracy: list[float]
+  final_macro_f1: list[float]
+  rounds_to_target: list[int]   # only the seeds that reach the target
+  num_seeds: int
+  mean_round_time: float
+
+
+def _values(rows, column):
+  return [r[column] for r in rows if r.get(column) is not None]
+
+
+def summarize(algorithm: str, runs: Sequence[Sequence[Mapping[str, Any]]],
+              target_accuracy: float) -> Summary:
+  """The table row of `algorithm` from the metrics rows of each of its seeds' runs."""
+  finals, bests, f1s, reached, times = [], [], [], [], []
+  for rows in runs:
+    accuracies = [(r['round_num'], r['test_accuracy']) for r in rows
+                  if r.get('test_accuracy') is not None]
+    finals.append(accuracies[-1][1])
+    bests.append(max(a for _, a in accuracies))
+    f1s.append(_values(rows, 'test_macro_f1')[-1])
+    first = next((r for r, a in accuracies if a >= target_accuracy), None)
+    if first is not None:
+      reached.append(first)
+    later = [r['round_time_s'] for r in rows if r['round_num'] >= 2]
+    times.extend(later or _values(rows, 'round_time_s'))
+  return Summary(algorithm, finals, bests, f1s, reached, len(runs),
+                 float(np.mean(times)) if times else float('nan'))
+
+
+def _mean_std(values: Sequence[float]) -> str:
+  if len(values) == 1:
+    return f'{values[0]:.4f}'
+  return f'{np.mean(values):.4f} ± {np.std(values):.4f}'
+
+
+def markdown_table(summaries: Sequence[Summary], target_accuracy: float) -> str:
+  """The comparison as a Markdown table (mean ± std over seeds where there are several)."""
+  header = ('| algorithm | final test accuracy | best test accuracy | final macro-F1 | '
+            f'rounds to {target_accuracy:g} accuracy | mean round time (s) |')
+  lines = [header, '|---|---|---|---|---|---|']
+  for s in summaries:
+    if s.rounds_to_target:
+      rounds = f'{np.mean(s.rounds_to_target):.1f}'.rstrip('0').rstrip('.')
+      if s.num_seeds > 1:
+        rounds += f' ({len(s.rounds_to_target)}/{s.num_seeds} seeds)'
+    else:
+      rounds = 'not reached'
+    lines.append(f'| {s.algorithm} | {_mean_std(s.final_accuracy)} | '
+                 f'{_mean_std(s.best_accuracy)} | {_mean_std(s.final_macro_f1)} | {rounds} | '
+                 f'{s.mean_round_time:.2f} |')
+  return '\n'.join(lines) + '\n'
+
+
+def conflict_column(rows: Sequence[Mapping[str, Any]]):
+  """The column of the aggregator's conflict fraction before correction, or None."""
+  if not rows:
+    return None
+  return next((c for c in rows[0] if c.endswith(CONFLICT_COLUMN_SUFFIX)), None)
+
+
+def write_plots(runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], root: str
+                ) -> list[str]:
+  """accuracy.png and conflict_fraction.png under `root`; returns the files written."""
+  written = []
+  accuracy = {alg: [{r['round_num']: r['test_accuracy'] for r in rows
+                     if r.get('test_accuracy') is not None} for rows in per_seed]
+              for alg, per_seed in runs.items()}
+  path = os.path.join(root, 'accuracy.png')
+  if plotting.plot_curves(accuracy, path, ylabel='test accuracy',
+                          title='Test accuracy per round'):
+    written.append(path)
+  conflict = {}
+  for alg, per_seed in runs.items():
+    column = conflict_column(per_seed[0])
+    if column is not None:
+      conflict[alg] = [{r['round_num']: r[column] for r in rows if r.get(column) is not None}
+                       for rows in per_seed]
+  path = os.path.join(root, 'conflict_fraction.png')
+  if conflict and plotting.plot_curves(
+      conflict, path, ylabel='fraction of client pairs with negative cosine',
+      title='Gradient conflict before correction, per round'):
+    written.append(path)
+  return written
+
+
+def run_comparison(values: Mapping[str, Any], *, stream=None) -> tuple[str, list[str], str]:
+  """Runs every (algorithm, seed) and writes the table and plots.
+
+  Returns:
+    (the Markdown table, the plot files, the comparison directory).
+  """
+  root = os.path.join(values['output_dir'],
+                      values['experiment_name'] or f'compare_{values["dataset"]}')
+  os.makedirs(root, exist_ok=True)
+  metrics_io.write_hparams(os.path.join(root, training_loop.HPARAMS_FILE),
+                           flags_lib.hparams(flags_lib.COMMON_GROUPS + ('compare',)))
+  options = experiment_lib.data_options(values)
+  data = registry.DATASETS[options.dataset].load(options)
+  seeds = [int(s) for s in values['seeds']]
+  config_base = experiment_lib.loop_config(dict(values, seed=seeds[0]))
+  runs: dict[str, list[list[dict[str, Any]]]] = {alg: [] for alg in values['algorithms']}
+  for seed in seeds:
+    seed_values = dict(values, seed=seed)
+    task = experiment_lib.load_task(seed_values, data=data)
+    if seed == seeds[0]:
+      print(f'{len(values["algorithms"])} algorithms x {len(seeds)} seed(s) on '
+            f'{values["dataset"]}: {len(task.train_data.client_ids)} clients, '
+            f'{values["clients_per_round"]} per round, {config_base.rounds} rounds, model '
+            f'{task.model_name} -> {root}', file=stream or sys.stdout, flush=True)
+    for algorithm in values['algorithms']:
+      run_values = dict(seed_values, algorithm=algorithm, client_loss=None, aggregator=None,
+                        proximal_strength_present=False)
+      process = experiment_lib.build_algorithm(run_values, task, algorithm)
+      runner = experiment_lib.make_runner(process, run_values)
+      # Created after the process is built (BUILD_NOTES.md, Keras pitfalls).
+      evaluate_fn, test_columns = experiment_lib.make_evaluate_fn(task)
+      hparams = flags_lib.hparams(algorithm=algorithm, seed=seed)
+      result = training_loop.run_training(
+          process, train_data=task.train_data, evaluate_fn=evaluate_fn,
+          config=experiment_lib.loop_config(run_values),
+          experiment_dir=os.path.join(root, algorithm, f'seed{seed}'), hparams=hparams,
+          runner=runner, label=f'{algorithm} seed {seed}', show_progress=values['progress'],
+          stream=stream, test_columns=test_columns)
+      runs[algorithm].append(result.rows)
+  summaries = [summarize(alg, per_seed, values['target_accuracy'])
+               for alg, per_seed in runs.items()]
+  table = markdown_table(summaries, values['target_accuracy'])
+  with open(os.path.join(root, 'summary.md'), 'w') as f:
+    f.write(f'# {values["dataset"]}: {config_base.rounds} rounds, '
+            f'{values["clients_per_round"]} clients per round, seeds {values["seeds"]}\n\n')
+    f.write(table)
+  plots = write_plots(runs, root)
+  return table, plots, root
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  flags_lib.quiet_logs()
+  runtime.set_local_context()
+  apply_preset()
+  check_flags()
+  values = FLAGS.flag_values_dict()
+  experiment_lib.install_context(values)
+  try:
+    table, plots, root = run_comparison(values)
+  except ValueError as e:
+    sys.exit(f'compare: {e}')
+  print()
+  print(table)
+  print(f'table: {os.path.join(root, "summary.md")}')
+  for path in plots:
+    print(f'plot: {path}')
+
+
+if __name__ == '__main__':
+  app.run(main)

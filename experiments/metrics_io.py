@@ -1,0 +1,184 @@
+"""Results on disk: `metrics.csv` keyed by `round_num`, and `hparams.csv`.
+
+`metrics.csv` has one row per round. Its columns, in order: `round_num`, the headline columns
+(`HEADLINE_COLUMNS`: training loss and accuracy, test accuracy, loss and macro-F1, round and
+evaluation time), then every metric the learning process reports, flattened to `/`-joined names
+(`client_work/train/loss`, `aggregator/conflict_fraction_before`, ...). Test columns are empty on
+rounds without evaluation. The column set is fixed by the first row written and checked on every
+later row, so a process whose metrics change structure fails loudly instead of shifting columns.
+
+Timing columns (`TIMING_COLUMNS`, names ending in `_time_s`) are the only ones that differ
+between two runs with the same flags and seed; `non_timing(rows)` drops them for comparisons.
+
+The file is rewritten whole after every round (write to a temporary file, then rename), so an
+interruption never leaves a half-written row, and resuming from a checkpoint at round r drops the
+rows after r before new ones are appended (`MetricsWriter(path, keep_through_round=r)`).
+"""
+
+import collections
+import csv
+import math
+import os
+from typing import Any, Iterable, Mapping, Optional
+
+import numpy as np
+
+ROUND_COLUMN = 'round_num'
+HEADLINE_COLUMNS = ('train_loss', 'train_accuracy', 'test_accuracy', 'test_loss', 'test_macro_f1',
+                    'round_time_s', 'eval_time_s')
+TIMING_COLUMNS = ('round_time_s', 'eval_time_s')
+
+
+def flatten_metrics(metrics: Any, prefix: str = '') -> 'collections.OrderedDict[str, float]':
+  """Flattens nested metrics to `/`-joined names with float values.
+
+  Mappings (and attrs/namedtuple-like objects with `_asdict`) nest by key, in their own order;
+  lists, tuples and arrays of more than one element nest by index (`aggregator/weights/0`);
+  scalars (Python or numpy, any dtype) become floats. Empty structures produce no column.
+
+  Args:
+    metrics: a nested structure of scalars, e.g. `LearningProcessOutput.metrics`.
+    prefix: prepended to every name.
+
+  Returns:
+    An OrderedDict name -> float.
+  """
+  out = collections.OrderedDict()
+
+  def visit(value, name):
+    if isinstance(value, Mapping):
+      for key, item in value.items():
+        visit(item, f'{name}/{key}' if name else str(key))
+      return
+    if hasattr(value, '_asdict'):
+      visit(value._asdict(), name)
+      return
+    if hasattr(value, 'numpy') and callable(value.numpy):
+      value = value.numpy()
+    if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim > 0):
+      items = list(np.asarray(value).reshape(-1)) if isinstance(value, np.ndarray) else value
+      if len(items) == 1 and isinstance(value, np.ndarray):
+        visit(items[0], name)
+        return
+      for i, item in enumerate(items):
+        visit(item, f'{name}/{i}' if name else str(i))
+      return
+    if isinstance(value, (bytes, str)):
+      raise ValueError(f'metric {name!r} is not numeric: {value!r}')
+    out[name] = float(value)
+
+  visit(metrics, prefix)
+  return out
+
+
+def _format(value) -> str:
+  if value is None:
+    return ''
+  if isinstance(value, float):
+    if math.isnan(value):
+      return 'nan'
+    return repr(value)
+  return str(value)
+
+
+def _parse(value: str):
+  if value == '':
+    return None
+  try:
+    number = float(value)
+  except ValueError:
+    return value
+  return int(number) if number.is_integer() and '.' not in value and 'e' not in value else number
+
+
+def read_csv(path: str) -> list[dict[str, Any]]:
+  """Rows of a CSV written here, with numbers parsed and empty cells as None."""
+  with open(path, newline='') as f:
+    return [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def read_columns(path: str) -> list[str]:
+  with open(path, newline='') as f:
+    return next(csv.reader(f), [])
+
+
+def _write_atomically(path: str, columns: list[str], rows: Iterable[Mapping[str, Any]]) -> None:
+  tmp_path = f'{path}.tmp'
+  with open(tmp_path, 'w', newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=columns)
+    writer.writeheader()
+    for row in rows:
+      writer.writerow({c: _format(row.get(c)) for c in columns})
+  os.replace(tmp_path, path)
+
+
+class MetricsWriter:
+  """Writes `metrics.csv` one round at a time (see the module docstring).
+
+  Args:
+    path: the CSV file.
+    keep_through_round: rows already in `path` with `round_num <= keep_through_round` are kept
+      (a resumed run); later rows are dropped. 0 starts a new file.
+  """
+
+  def __init__(self, path: str, keep_through_round: int = 0):
+    if keep_through_round < 0:
+      raise ValueError(f'keep_through_round must be >= 0, got {keep_through_round}')
+    self._path = path
+    self._rows: list[dict[str, Any]] = []
+    self._columns: Optional[list[str]] = None
+    if keep_through_round > 0 and os.path.exists(path):
+      columns = read_columns(path)
+      rows = [r for r in read_csv(path) if r[ROUND_COLUMN] <= keep_through_round]
+      if rows:
+        self._columns = columns
+        self._rows = rows
+    if keep_through_round == 0 or os.path.exists(path):
+      _write_atomically(path, self._columns or [ROUND_COLUMN], self._rows)
+
+  @property
+  def rows(self) -> list[dict[str, Any]]:
+    return list(self._rows)
+
+  def append(self, round_num: int, row: Mapping[str, Any]) -> None:
+    """Adds the row of `round_num` (after the last one) and rewrites the file."""
+    if self._rows and round_num <= self._rows[-1][ROUND_COLUMN]:
+      raise ValueError(f'round_num must increase: got {round_num} after '
+                       f'{self._rows[-1][ROUND_COLUMN]}')
+    columns = [ROUND_COLUMN] + [c for c in row if c != ROUND_COLUMN]
+    if self._columns is None:
+      headline = [c for c in HEADLINE_COLUMNS if c in row]
+      self._columns = [ROUND_COLUMN] + headline + [c for c in columns[1:] if c not in headline]
+    elif set(columns) != set(self._columns):
+      missing = sorted(set(self._columns) - set(columns))
+      extra = sorted(set(columns) - set(self._columns))
+      raise ValueError(f'metrics of round {round_num} change the column set of {self._path}: '
+                       f'missing {missing}, new {extra}')
+    self._rows.append(dict(row, **{ROUND_COLUMN: round_num}))
+    _write_atomically(self._path, self._columns, self._rows)
+
+
+def non_timing(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+  """The rows without their timing columns (what determinism and resume compare)."""
+  return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in rows]
+
+
+def write_hparams(path: str, hparams: Mapping[str, Any]) -> None:
+  """Writes `hparams.csv`: a header of names and one row of values."""
+  columns = list(hparams)
+  _write_atomically(path, columns, [{k: _hparam_str(v) for k, v in hparams.items()}])
+
+
+def _hparam_str(value) -> str:
+  if isinstance(value, (list, tuple)):
+    return ','.join(str(v) for v in value)
+  return '' if value is None else str(value)
+
+
+def read_hparams(path: str) -> dict[str, str]:
+  """`hparams.csv` as name -> string value."""
+  with open(path, newline='') as f:
+    rows = list(csv.DictReader(f))
+  if len(rows) != 1:
+    raise ValueError(f'{path} must hold exactly one row of values, found {len(rows)}')
+  return dict(rows[0])

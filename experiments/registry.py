@@ -1,0 +1,171 @@
+"""Name -> builder registries of the experiment binaries (no if/elif ladders).
+
+* `DATASETS`: dataset name -> `DatasetSpec` (loader over `tff_conflict.data`, classes, default
+  model).
+* `OPTIMIZERS`: optimizer name -> builder of a `tff.learning.optimizers.Optimizer`.
+* `ALGORITHM_HPARAMS`: algorithm name -> {builder keyword: flag name}, the method
+  hyperparameters each `tff_conflict.learning.ALGORITHMS` builder takes from the flags.
+* `LOSS_HPARAMS`, `AGGREGATOR_HPARAMS`: the same for the free composition
+  (`--algorithm=custom --client_loss=... --aggregator=...`, `tff_conflict.learning.build_process`).
+
+The algorithms themselves are the project's builders, `tff_conflict.learning.ALGORITHMS`.
+"""
+
+import dataclasses
+from typing import Any, Callable, Mapping, Optional
+
+import tensorflow_federated as tff
+
+CUSTOM_ALGORITHM = 'custom'
+
+
+@dataclasses.dataclass(frozen=True)
+class DataOptions:
+  """The data flags, as one value (see `flags_lib`, group 'data')."""
+  dataset: str
+  num_clients: Optional[int] = None
+  alpha: float = 0.1
+  data_seed: int = 0
+  cache_dir: Optional[str] = None
+  data_dir: Optional[str] = None
+  emnist_only_digits: bool = False
+  synthetic_alpha: float = 1.0
+  synthetic_beta: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+  """How to load a dataset: `load(options) -> (train, test)` ClientData, and its defaults."""
+  load: Callable[[DataOptions], tuple[Any, Any]]
+  num_classes: Callable[[DataOptions], int]
+  default_model: str
+
+
+def _data():
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
+  return data
+
+
+def _kwargs(options: DataOptions, **kwargs):
+  if options.num_clients is not None:
+    kwargs['num_clients'] = options.num_clients
+  return kwargs
+
+
+def _load_digits(options):
+  return _data().digits(**_kwargs(options, alpha=options.alpha, seed=options.data_seed))
+
+
+def _load_emnist(options):
+  train, test = _data().emnist(only_digits=options.emnist_only_digits,
+                               cache_dir=options.cache_dir)
+  if options.num_clients is not None:
+    ids = sorted(train.client_ids)
+    if options.num_clients > len(ids):
+      raise ValueError(f'num_clients={options.num_clients} is larger than the {len(ids)} EMNIST '
+                       'writers')
+    keep = set(ids[:options.num_clients])
+    train = _select(train, keep)
+    test = _select(test, keep & set(test.client_ids))
+  return train, test
+
+
+def _select(client_data, keep):
+  """`client_data` restricted to the clients in `keep`."""
+  ids = [c for c in client_data.client_ids if c in keep]
+  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+      ids, client_data.serializable_dataset_fn)
+
+
+def _load_synthetic(options):
+  return _data().synthetic(options.synthetic_alpha, options.synthetic_beta,
+                           **_kwargs(options, seed=options.data_seed))
+
+
+def _tfds_loader(name):
+  def load(options):
+    return _data().tfds_dirichlet(name, **_kwargs(options, alpha=options.alpha,
+                                                  seed=options.data_seed,
+                                                  data_dir=options.data_dir))
+  return load
+
+
+def _tfds_num_clients_default(load):
+  """tfds_dirichlet has no default population size; use 100 clients unless given."""
+  def wrapped(options):
+    if options.num_clients is None:
+      options = dataclasses.replace(options, num_clients=100)
+    return load(options)
+  return wrapped
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    'digits': DatasetSpec(_load_digits, lambda o: 10, 'digits_cnn'),
+    'emnist': DatasetSpec(_load_emnist, lambda o: 10 if o.emnist_only_digits else 62,
+                          'emnist_cnn'),
+    'synthetic': DatasetSpec(_load_synthetic, lambda o: 10, 'logistic_regression'),
+    'mnist': DatasetSpec(_tfds_num_clients_default(_tfds_loader('mnist')), lambda o: 10,
+                         'fedavg_cnn'),
+    'fashion_mnist': DatasetSpec(_tfds_num_clients_default(_tfds_loader('fashion_mnist')),
+                                 lambda o: 10, 'fedavg_cnn'),
+    'cifar10': DatasetSpec(_tfds_num_clients_default(_tfds_loader('cifar10')), lambda o: 10,
+                           'cifar_cnn'),
+    'cifar100': DatasetSpec(_tfds_num_clients_default(_tfds_loader('cifar100')), lambda o: 100,
+                            'cifar_cnn'),
+}
+
+
+def _sgd(learning_rate, momentum):
+  return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate,
+                                            momentum=momentum or None)
+
+
+def _without_momentum(build):
+  def make(learning_rate, momentum):
+    del momentum  # checked in main: only sgd takes one
+    return build(learning_rate=learning_rate)
+  return make
+
+
+OPTIMIZERS: dict[str, Callable[[float, float], Any]] = {
+    'sgd': _sgd,
+    'adam': _without_momentum(tff.learning.optimizers.build_adam),
+    'adagrad': _without_momentum(tff.learning.optimizers.build_adagrad),
+    'rmsprop': _without_momentum(tff.learning.optimizers.build_rmsprop),
+    'yogi': _without_momentum(tff.learning.optimizers.build_yogi),
+}
+
+# Builder keyword -> flag, per algorithm of tff_conflict.learning.ALGORITHMS. `seed` is --seed.
+ALGORITHM_HPARAMS: dict[str, dict[str, str]] = {
+    'fedavg': {},
+    'fedprox': {'proximal_strength': 'proximal_strength'},
+    'fedgh': {'order': 'fedgh_order', 'seed': 'seed'},
+    'fedmgc': {'gamma': 'focal_gamma', 'beta': 'focal_beta', 'selection_ratio': 'selection_ratio'},
+    'fedga': {'counts': 'calibration_counts'},
+    'fedld': {'margin_weight': 'margin_weight', 'component_ratio': 'component_ratio'},
+    'fed_corrective': {'alpha': 'corrective_alpha'},
+}
+LOSS_HPARAMS: dict[str, dict[str, str]] = {
+    'ce': {},
+    'focal': {'gamma': 'focal_gamma', 'beta': 'focal_beta'},
+    'margin': {'margin_weight': 'margin_weight'},
+    'calibrated': {'counts': 'calibration_counts'},
+}
+AGGREGATOR_HPARAMS: dict[str, dict[str, str]] = {
+    'mean': {},
+    'fedgh': {'order': 'fedgh_order', 'seed': 'seed'},
+    'dgc': {'selection_ratio': 'selection_ratio'},
+    'principal': {'component_ratio': 'component_ratio'},
+    'corrective': {'alpha': 'corrective_alpha'},
+}
+
+
+def algorithm_names() -> list[str]:
+  """The named methods of `tff_conflict.learning.ALGORITHMS`, in its order."""
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  return list(learning.ALGORITHMS)
+
+
+def hparam_kwargs(table: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
+  """Builder keyword arguments from flag values, following `table` (keyword -> flag)."""
+  return {keyword: values[flag] for keyword, flag in table.items()}
