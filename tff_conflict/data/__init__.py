@@ -1,0 +1,42 @@
+"""Federated data sets as `tff.simulation.datasets.ClientData` pairs `(train, test)`.
+
+Every loader returns client data whose elements are single, UNBATCHED examples
+`OrderedDict(x=float32 [...], y=int32 scalar)` (the training code batches them); for images x is
+`[H, W, C]`. `dataset_info(name)` gives the element shape and number of classes:
+
+  digits(*, num_clients=20, alpha=0.1, seed=0)    sklearn 8x8 digits, Dirichlet split, offline
+  synthetic(alpha, beta, *, num_clients=30, seed=0)  FedProx / LEAF Synthetic(alpha, beta)
+  emnist(*, only_digits=False, cache_dir=None)    federated EMNIST by writer (TFF's SQLite file)
+  tfds_dirichlet(name, *, num_clients, alpha, seed=0, data_dir=None)
+                                                  mnist, fashion_mnist, cifar10, cifar100
+  dirichlet_partition(labels, num_clients, alpha, *, seed, min_examples=1)
+  partition_to_client_data(x, y, partition)
+  describe(client_data)                           sizes and label-skew summary (a dict)
+
+Test splits: Dirichlet splits (digits, tfds_dirichlet) partition the held-out split over the
+same client ids with each client's training label proportions, so
+`test.create_tf_dataset_from_all_clients()` is the whole centralized test set; synthetic holds
+each client's last 10%; emnist each writer's TFF test examples.
+"""
+
+from tff_conflict.data.client_data import partition_to_client_data
+from tff_conflict.data.summary import describe
+from tff_conflict.data.digits_data import digits
+from tff_conflict.data.emnist_data import emnist
+from tff_conflict.data.info import dataset_info
+from tff_conflict.data.info import DatasetInfo
+from tff_conflict.data.partition import dirichlet_partition
+from tff_conflict.data.synthetic_data import synthetic
+from tff_conflict.data.tfds_data import tfds_dirichlet
+
+__all__ = [
+    'DatasetInfo',
+    'dataset_info',
+    'describe',
+    'digits',
+    'dirichlet_partition',
+    'emnist',
+    'partition_to_client_data',
+    'synthetic',
+    'tfds_dirichlet',
+]

@@ -1,0 +1,77 @@
+"""Federated EMNIST (LEAF's FEMNIST, split by writer) from TFF's SQLite file, for CNNs.
+
+TFF's `tff.simulation.datasets.emnist.load_data` reads `<cache_dir>/emnist_all.sqlite` and
+downloads it when it is missing. Here a missing file fails at once instead (no network access is
+tried), naming the file and where to put it. The data stay SQL-backed (TFF's `SqlClientData`):
+each client's examples are queried and parsed only when its dataset is iterated.
+"""
+
+import collections
+import os
+
+EMNIST_FILENAME = 'emnist_all.sqlite'
+EMNIST_URL = 'https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma'
+IMAGE_SHAPE = (28, 28, 1)
+
+
+def default_cache_dir() -> str:
+  """TFF's default cache folder, `~/.tff` (`simulation/datasets/download.get_compressed_file`)."""
+  return os.path.join(os.path.expanduser('~'), '.tff')
+
+
+def emnist_path(cache_dir=None) -> str:
+  """Where `emnist` looks for the SQLite file."""
+  return os.path.join(os.fspath(cache_dir) if cache_dir is not None else default_cache_dir(),
+                      EMNIST_FILENAME)
+
+
+def _to_model_element(element):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return collections.OrderedDict(
+      x=tf.reshape(element['pixels'], IMAGE_SHAPE),
+      y=tf.reshape(tf.cast(element['label'], tf.int32), []))
+
+
+def _map_elements(dataset):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return dataset.map(_to_model_element, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def emnist(*, only_digits=False, cache_dir=None):
+  """Federated EMNIST as TFF `ClientData` (train, test), one client per writer.
+
+  EMNIST-62 (`only_digits=False`): 3,400 writers, 671,585 train and 77,483 test examples, 62
+  classes (0-9 digits, 10-35 upper case, 36-61 lower case). EMNIST-10 (`only_digits=True`):
+  3,383 writers, 341,873 train and 40,832 test examples, 10 classes. Each writer's examples are
+  split between train and test by TFF (every writer has at least one of each), so train and
+  test have the same client ids; `test.create_tf_dataset_from_all_clients()` is the pooled test
+  set.
+
+  Elements are UNBATCHED examples `OrderedDict(x=float32 [28, 28, 1], y=int32 scalar)`; x is TFF's
+  pixel values unchanged, in [0, 1] with 1.0 the background and 0.0 the ink (as in TFF and LEAF,
+  the inverse of MNIST). The training code batches them.
+
+  Args:
+    only_digits: True for the 10-class digits-only version.
+    cache_dir: folder holding `emnist_all.sqlite`; None means TFF's default `~/.tff`.
+
+  Returns:
+    `(train, test)` `tff.simulation.datasets.ClientData`, SQL-backed.
+
+  Raises:
+    ValueError: `only_digits` is not a bool.
+    FileNotFoundError: `<cache_dir>/emnist_all.sqlite` does not exist (nothing is downloaded).
+  """
+  if not isinstance(only_digits, bool):
+    raise ValueError(f'only_digits must be True or False, got {only_digits!r}')
+  path = emnist_path(cache_dir)
+  if not os.path.isfile(path):
+    raise FileNotFoundError(
+        f'Federated EMNIST needs {path} ({"the" if cache_dir is not None else "TFF default"} '
+        f'cache_dir {os.path.dirname(path)!r}) and this loader never downloads. Fetch '
+        f'{EMNIST_URL}, decompress it (`xz -d emnist_all.sqlite.lzma`), put '
+        f'{EMNIST_FILENAME} into {os.path.dirname(path)}, or pass '
+        'cache_dir=<the folder that holds it>.')
+  from tensorflow_federated.python.simulation.datasets import emnist as tff_emnist  # pylint: disable=g-import-not-at-top
+  train, test = tff_emnist.load_data(only_digits=only_digits, cache_dir=os.path.dirname(path))
+  return train.preprocess(_map_elements), test.preprocess(_map_elements)

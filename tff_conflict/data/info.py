@@ -1,0 +1,38 @@
+"""Element shapes, dtypes and numbers of classes of the data sets `tff_conflict.data` loads."""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+  """What one element `OrderedDict(x=..., y=...)` of a data set looks like.
+
+  `x` is float32 with shape `element_shape`; `y` is an int32 scalar in `[0, num_classes)`.
+  """
+  name: str
+  element_shape: tuple
+  num_classes: int
+  loader: str
+
+
+_INFOS = {
+    'digits': DatasetInfo('digits', (8, 8, 1), 10, 'digits()'),
+    'synthetic': DatasetInfo('synthetic', (60,), 10, 'synthetic(alpha, beta)'),
+    'emnist': DatasetInfo('emnist', (28, 28, 1), 62, 'emnist(only_digits=False)'),
+    'emnist_digits': DatasetInfo('emnist_digits', (28, 28, 1), 10, 'emnist(only_digits=True)'),
+    'mnist': DatasetInfo('mnist', (28, 28, 1), 10, "tfds_dirichlet('mnist', ...)"),
+    'fashion_mnist': DatasetInfo('fashion_mnist', (28, 28, 1), 10,
+                                 "tfds_dirichlet('fashion_mnist', ...)"),
+    'cifar10': DatasetInfo('cifar10', (32, 32, 3), 10, "tfds_dirichlet('cifar10', ...)"),
+    'cifar100': DatasetInfo('cifar100', (32, 32, 3), 100, "tfds_dirichlet('cifar100', ...)"),
+}
+
+DATASET_NAMES = tuple(_INFOS)
+
+
+def dataset_info(name: str) -> DatasetInfo:
+  """The `DatasetInfo` of 'digits', 'synthetic', 'emnist', 'emnist_digits', 'mnist',
+  'fashion_mnist', 'cifar10' or 'cifar100'; `ValueError` for any other name."""
+  if name not in _INFOS:
+    raise ValueError(f'name must be one of {list(DATASET_NAMES)}, got {name!r}')
+  return _INFOS[name]

@@ -1,0 +1,204 @@
+"""Dirichlet label-skew partitions of a labelled dataset over clients (pure numpy).
+
+`dirichlet_partition` is the split the FedGH paper describes (Sec. II-B, after Yurochkin et al.
+2019 and Wang et al. 2020; also FedMGC Sec. V-A and the FedGA and FedLD experiments): for every
+class c draw `P_c ~ Dir_K(alpha)` and give client k the fraction `p_c^k` of the examples of class
+c. Small alpha concentrates each class on few clients (strong label skew); alpha -> infinity
+gives every client the pooled label distribution (IID).
+
+`partition_like` splits a held-out (test) set over the same clients so that every client's test
+labels follow its training label proportions; every test example lands on exactly one client,
+so the union of the client test sets is the whole test split.
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tff_conflict.data import _checks
+
+# Draws of all the class proportions tried before `dirichlet_partition` gives up on min_examples.
+MAX_DRAWS = 1000
+
+
+def _check_labels(labels, name: str = 'labels') -> np.ndarray:
+  array = np.asarray(labels)
+  if array.ndim != 1 or array.size == 0:
+    raise ValueError(f'{name} must be a non-empty 1-D array of integer class labels, got shape '
+                     f'{array.shape}')
+  if not np.issubdtype(array.dtype, np.integer):
+    raise ValueError(f'{name} must hold integers, got dtype {array.dtype}')
+  if array.min() < 0:
+    raise ValueError(f'{name} must be >= 0, got a label {int(array.min())}')
+  return array.astype(np.int64)
+
+
+def _split_counts(proportions: np.ndarray, total: int) -> np.ndarray:
+  """Counts per client: boundaries `floor(total * cumsum(proportions))`, the last one `total`."""
+  bounds = np.floor(np.cumsum(proportions)[:-1] * total).astype(np.int64)
+  bounds = np.clip(bounds, 0, total)
+  return np.diff(np.concatenate([[0], bounds, [total]]))
+
+
+def dirichlet_partition(labels, num_clients, alpha, *, seed, min_examples=1) -> list[np.ndarray]:
+  """Splits examples over clients with Dirichlet label skew (FedGH Sec. II-B).
+
+  For every class c (in ascending order), with `n_c` its number of examples and
+  `P_c = (p_c^1, ..., p_c^K) ~ Dir_K(alpha)`, client k receives
+  `floor(n_c * sum_{j<=k} p_c^j) - floor(n_c * sum_{j<k} p_c^j)` examples of class c, drawn
+  without replacement at random. If some client ends up with fewer than `min_examples` examples,
+  all proportions are drawn again (at most `MAX_DRAWS` times, then `ValueError`).
+
+  Every example is in exactly one client; the same arguments give the same partition.
+
+  Args:
+    labels: 1-D integer array of class labels (>= 0), one per example.
+    num_clients: number of clients K >= 1.
+    alpha: Dirichlet concentration > 0 (smaller: stronger label skew).
+    seed: integer >= 0 seeding `np.random.default_rng`.
+    min_examples: least number of examples per client (>= 0).
+
+  Returns:
+    A list of K int64 arrays of example indices (into `labels`), each in random order.
+
+  Raises:
+    ValueError: on a bad argument (named in the message), if `num_clients * min_examples`
+      exceeds the number of examples, or if no draw within `MAX_DRAWS` satisfies `min_examples`.
+  """
+  labels = _check_labels(labels)
+  num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
+  alpha = _checks.check_concentration('alpha', alpha)
+  seed = _checks.check_seed(seed)
+  min_examples = _checks.check_int('min_examples', min_examples, minimum=0)
+  if num_clients * min_examples > labels.size:
+    raise ValueError(f'num_clients={num_clients} clients with min_examples={min_examples} each '
+                     f'need more than the {labels.size} examples given')
+  rng = np.random.default_rng(seed)
+  classes = np.unique(labels)
+  class_sizes = np.array([np.count_nonzero(labels == c) for c in classes])
+  for _ in range(MAX_DRAWS):
+    proportions = rng.dirichlet(np.full(num_clients, alpha), size=len(classes))
+    # numpy's small-alpha sampler can return all zeros in float underflow; treat as one-hot.
+    bad = ~np.isfinite(proportions).all(axis=1) | (proportions.sum(axis=1) <= 0)
+    for row in np.flatnonzero(bad):
+      proportions[row] = np.eye(num_clients)[rng.integers(num_clients)]
+    counts = np.stack([_split_counts(p, n) for p, n in zip(proportions, class_sizes)])
+    if counts.sum(axis=0).min() >= min_examples:
+      break
+  else:
+    raise ValueError(
+        f'dirichlet_partition found no split giving each of num_clients={num_clients} clients '
+        f'min_examples={min_examples} examples in {MAX_DRAWS} draws (alpha={alpha}, '
+        f'{labels.size} examples); lower min_examples or num_clients, or raise alpha')
+  return _assign(labels, classes, counts, rng)
+
+
+def _assign(labels: np.ndarray, classes: np.ndarray, counts: np.ndarray,
+            rng: np.random.Generator) -> list[np.ndarray]:
+  """Deals the examples of each class (shuffled) to clients by `counts[class, client]`."""
+  num_clients = counts.shape[1]
+  parts = [[] for _ in range(num_clients)]
+  for c, row in zip(classes, counts):
+    members = rng.permutation(np.flatnonzero(labels == c))
+    for k, chunk in enumerate(np.split(members, np.cumsum(row)[:-1])):
+      parts[k].append(chunk)
+  return [rng.permutation(np.concatenate(p).astype(np.int64)) if p else np.zeros(0, np.int64)
+          for p in parts]
+
+
+def partition_like(labels, reference_counts, *, seed, min_examples=1) -> list[np.ndarray]:
+  """Splits a held-out set over clients following each client's (training) label proportions.
+
+  The examples of class c go to client k in proportion to `reference_counts[k, c]` (largest-
+  remainder rounding, ties broken at random); a class no client holds is spread in proportion to
+  the clients' total counts. Then, while a client has fewer than `min_examples` examples, one
+  example moves to it from a client with more than `min_examples`, preferring the class the
+  receiving client holds most of in `reference_counts`. Every example lands on exactly one client.
+
+  Args:
+    labels: 1-D integer labels of the held-out examples.
+    reference_counts: [K, C] array, `reference_counts[k, c]` the number of class-c examples client
+      k holds in training (C > every label); every row must have a positive sum.
+    seed: integer >= 0.
+    min_examples: least number of held-out examples per client (>= 0).
+
+  Returns:
+    A list of K int64 index arrays into `labels`, each in random order.
+  """
+  labels = _check_labels(labels)
+  reference = np.asarray(reference_counts, dtype=np.float64)
+  if reference.ndim != 2 or reference.shape[0] < 1 or reference.shape[1] <= labels.max():
+    raise ValueError('reference_counts must be a [num_clients, num_classes] array with more '
+                     f'columns than the largest label ({labels.max()}), got shape '
+                     f'{reference.shape}')
+  if (reference < 0).any() or not np.isfinite(reference).all() or (reference.sum(1) <= 0).any():
+    raise ValueError('reference_counts must be finite, >= 0, with a positive sum in every row')
+  seed = _checks.check_seed(seed)
+  min_examples = _checks.check_int('min_examples', min_examples, minimum=0)
+  num_clients, num_classes = reference.shape
+  if num_clients * min_examples > labels.size:
+    raise ValueError(f'num_clients={num_clients} clients with min_examples={min_examples} held-out '
+                     f'examples each need more than the {labels.size} held-out examples')
+  rng = np.random.default_rng(seed)
+  totals = reference.sum(axis=1)
+  counts = np.zeros((num_classes, num_clients), np.int64)
+  for c in range(num_classes):
+    n = int(np.count_nonzero(labels == c))
+    if n == 0:
+      continue
+    weights = reference[:, c] if reference[:, c].sum() > 0 else totals
+    quota = n * weights / weights.sum()
+    base = np.floor(quota).astype(np.int64)
+    remainder = quota - base
+    order = np.lexsort((rng.random(num_clients), -remainder))  # largest remainder first
+    base[order[:n - base.sum()]] += 1
+    counts[c] = base
+  _top_up(counts, reference, min_examples)
+  return _assign(labels, np.arange(num_classes), counts, rng)
+
+
+def _top_up(counts: np.ndarray, reference: np.ndarray, min_examples: int) -> None:
+  """Moves single examples (in place) until every client holds `min_examples` (see above)."""
+  while True:
+    sizes = counts.sum(axis=0)
+    short = np.flatnonzero(sizes < min_examples)
+    if short.size == 0:
+      return
+    k = short[0]
+    donors = sizes > min_examples
+    moved = False
+    for c in np.argsort(-reference[k], kind='stable'):
+      holders = np.flatnonzero(donors & (counts[c] > 0))
+      if holders.size:
+        j = holders[np.argmax(counts[c, holders])]
+        counts[c, j] -= 1
+        counts[c, k] += 1
+        moved = True
+        break
+    if not moved:  # cannot happen when sum(sizes) >= K * min_examples; kept as a guard.
+      raise ValueError('partition_like could not give every client min_examples examples')
+
+
+def check_partition(partition: Sequence, num_examples: int) -> list[np.ndarray]:
+  """Validates a partition (list of index arrays into `num_examples` examples) for client data."""
+  if isinstance(partition, np.ndarray) and partition.dtype != object and partition.ndim != 2:
+    raise ValueError(f'partition must be a list of 1-D index arrays, got an array of shape '
+                     f'{partition.shape}')
+  try:
+    parts = [np.asarray(p) for p in partition]
+  except TypeError as e:
+    raise ValueError(f'partition must be a list of 1-D index arrays, got {type(partition)}') from e
+  if not parts:
+    raise ValueError('partition must hold at least one client, got an empty list')
+  checked = []
+  for k, p in enumerate(parts):
+    if p.ndim != 1:
+      raise ValueError(f'partition[{k}] must be a 1-D array of indices, got shape {p.shape}')
+    if p.size and not np.issubdtype(p.dtype, np.integer):
+      raise ValueError(f'partition[{k}] must hold integer indices, got dtype {p.dtype}')
+    p = p.astype(np.int64)
+    if p.size and (p.min() < 0 or p.max() >= num_examples):
+      raise ValueError(f'partition[{k}] has indices outside [0, {num_examples}): '
+                       f'min {p.min()}, max {p.max()}')
+    checked.append(p)
+  return checked

@@ -1,0 +1,110 @@
+"""Synthetic(alpha, beta): the FedProx / LEAF federated synthetic data set.
+
+Generative process (FedProx paper, Li et al. 2020, Sec. 5.1 and Appendix C.1; the authors'
+`data/synthetic_*/generate_synthetic.py`), for clients k = 1..K (K = 30 in the paper):
+
+* client sizes `n_k = floor(LogNormal(4, 2)) + 50`;
+* `u_k ~ N(0, alpha^2)`, `B_k ~ N(0, beta^2)` (alpha and beta are standard deviations);
+* `W_k in R^{60 x 10}`, `b_k in R^{10}` with every entry `~ N(u_k, 1)`;
+* `v_k in R^{60}` with every entry `~ N(B_k, 1)`;
+* `x ~ N(v_k, Sigma)` with `Sigma = diag(j^{-1.2})`, j = 1..60;
+* `y = argmax softmax(x W_k + b_k)` (= argmax of the logits), 10 classes;
+* each client's examples shuffled, the first `floor(0.9 n_k)` for training, the rest for testing.
+
+alpha controls how different the clients' models are, beta how different their inputs are.
+Note, a property of the published process rather than of this code: `u_k` shifts every logit of
+an example by the same amount `u_k (sum_j x_j + 1)`, so the labels do not depend on alpha at
+all; for a fixed seed, Synthetic(alpha, beta) is the same data set for every alpha (tested).
+Label skew between clients comes from the per-client `W_k` and from beta.
+"""
+
+import collections
+import dataclasses
+
+import numpy as np
+
+from tff_conflict.data import _checks
+from tff_conflict.data import client_data as client_data_lib
+
+NUM_FEATURES = 60
+NUM_CLASSES = 10
+TRAIN_FRACTION = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticArrays:
+  """The sampled data and the latent variables of Synthetic(alpha, beta), per client."""
+  x: list  # K arrays [n_k, 60] float64, shuffled
+  y: list  # K arrays [n_k] int64
+  num_train: np.ndarray  # [K] floor(0.9 n_k)
+  u: np.ndarray  # [K] model means
+  b_mean: np.ndarray  # [K] B_k
+  v: np.ndarray  # [K, 60] input means
+  w: np.ndarray  # [K, 60, 10]
+  b: np.ndarray  # [K, 10]
+
+
+def feature_variances() -> np.ndarray:
+  """The diagonal of Sigma: `j^{-1.2}` for j = 1..60."""
+  return np.arange(1, NUM_FEATURES + 1, dtype=np.float64) ** -1.2
+
+
+def synthetic_arrays(alpha, beta, *, num_clients=30, seed=0) -> SyntheticArrays:
+  """Samples Synthetic(alpha, beta) as numpy arrays (see the module docstring)."""
+  alpha = _checks.check_nonnegative('alpha', alpha)
+  beta = _checks.check_nonnegative('beta', beta)
+  num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
+  seed = _checks.check_seed(seed)
+  rng = np.random.default_rng(seed)
+  sizes = rng.lognormal(4.0, 2.0, num_clients).astype(np.int64) + 50
+  u = alpha * rng.standard_normal(num_clients)
+  b_mean = beta * rng.standard_normal(num_clients)
+  v = b_mean[:, None] + rng.standard_normal((num_clients, NUM_FEATURES))
+  scale = np.sqrt(feature_variances())
+  ws, bs, xs, ys = [], [], [], []
+  for k in range(num_clients):
+    w = u[k] + rng.standard_normal((NUM_FEATURES, NUM_CLASSES))
+    b = u[k] + rng.standard_normal(NUM_CLASSES)
+    x = v[k] + rng.standard_normal((sizes[k], NUM_FEATURES)) * scale
+    y = np.argmax(x @ w + b, axis=1).astype(np.int64)
+    order = rng.permutation(sizes[k])
+    ws.append(w)
+    bs.append(b)
+    xs.append(x[order])
+    ys.append(y[order])
+  return SyntheticArrays(x=xs, y=ys, num_train=(TRAIN_FRACTION * sizes).astype(np.int64), u=u,
+                         b_mean=b_mean, v=v, w=np.stack(ws), b=np.stack(bs))
+
+
+def synthetic(alpha, beta, *, num_clients=30, seed=0):
+  """Synthetic(alpha, beta) of FedProx / LEAF as TFF `ClientData` (train, test).
+
+  Elements are UNBATCHED examples `OrderedDict(x=float32 [60], y=int32 scalar)`, 10 classes; the
+  training code batches them. Each client's examples are split 90/10 (the first
+  `floor(0.9 n_k)` of its shuffled examples train, the rest test), as in FedProx; train and test
+  have the same client ids '00'..'29' and every test client is non-empty (n_k >= 50).
+  `test.create_tf_dataset_from_all_clients()` is the pooled test set.
+
+  Args:
+    alpha: standard deviation (>= 0) of the clients' model means u_k (model heterogeneity).
+    beta: standard deviation (>= 0) of the clients' input means B_k (input heterogeneity).
+    num_clients: number of clients (30 in the paper).
+    seed: integer >= 0; the same arguments give the same data.
+
+  Returns:
+    `(train, test)`, two `ArrayClientData` (`tff.simulation.datasets.ClientData`).
+  """
+  arrays = synthetic_arrays(alpha, beta, num_clients=num_clients, seed=seed)
+  splits = collections.OrderedDict(train=([], [], []), test=([], [], []))
+  offsets = dict(train=0, test=0)
+  for x, y, n in zip(arrays.x, arrays.y, arrays.num_train):
+    for name, rows in (('train', slice(0, n)), ('test', slice(n, None))):
+      xs, ys, parts = splits[name]
+      xs.append(x[rows])
+      ys.append(y[rows])
+      parts.append(np.arange(offsets[name], offsets[name] + len(ys[-1])))
+      offsets[name] += len(ys[-1])
+  return tuple(
+      client_data_lib.ArrayClientData(np.concatenate(xs).astype(np.float32), np.concatenate(ys),
+                                      parts, num_classes=NUM_CLASSES)
+      for xs, ys, parts in splits.values())
