@@ -19,6 +19,21 @@ ends with the Python process:
   process dies by that signal, or a previously installed Python handler runs).
 
 Call it first thing in a binary; tests use it through one session-wide fixture.
+
+Execution backends (imported lazily, so this module stays cheap to import):
+
+* `InProcessRunner(learning_process, *, num_threads=1, accumulation='tree')` runs a learning
+  process's rounds in this Python process from its MapReduceForm, with TensorFlow (GPU-capable,
+  no `worker_binary`); see `tff_conflict.inprocess`.
+* `make_runner(learning_process, kind)` is what binaries call for `--runtime=cpp|inprocess`:
+  `'cpp'` returns the process itself (TFF's installed context: the local C++ runtime, or remote
+  workers after `set_remote_context`), `'inprocess'` an `InProcessRunner`. Both give
+  `initialize()`, `next(state, client_datasets)` and `get_model_weights(state)` with the same
+  result structures and types.
+* `set_remote_context(addresses, *, rpc_timeout_s=600, connect_timeout_s=30)` installs a context on
+  TFF workers started with `python -m tff_conflict.worker --port=P` (binaries' `--workers=host:port,...`;
+  several workers split each round's clients); see `tff_conflict.remote`. Errors of a worker
+  raise `WorkerError`; `set_local_context()` switches back.
 """
 
 import atexit
@@ -205,3 +220,45 @@ def current_worker_pid() -> Optional[int]:
   """The PID of the newest running worker started by this process, or None."""
   pids = worker_pids()
   return pids[-1] if pids else None
+
+
+_LAZY = {
+    'InProcessRunner': ('tff_conflict.inprocess', 'InProcessRunner'),
+    'make_runner': ('tff_conflict.inprocess', 'make_runner'),
+    'WorkerError': ('tff_conflict.remote', 'WorkerError'),
+    'parse_worker_addresses': ('tff_conflict.remote', 'parse_worker_addresses'),
+}
+
+
+def __getattr__(name):
+  if name in _LAZY:
+    import importlib  # pylint: disable=g-import-not-at-top
+    module, attr = _LAZY[name]
+    return getattr(importlib.import_module(module), attr)
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def set_remote_context(addresses, *, rpc_timeout_s: float = 600.0,
+                       connect_timeout_s: float = 30.0) -> None:
+  """Installs a TFF context on remote workers (`tff_conflict.remote.set_remote_context`).
+
+  Any local `worker_binary` started by an earlier context is ended (it can no longer be reached).
+
+  Args:
+    addresses: `'host:port,...'` or a list of `'host:port'`, one per running worker
+      (`python -m tff_conflict.worker --port=P`); several workers split each round's clients.
+    rpc_timeout_s: deadline of every RPC to a worker, seconds.
+    connect_timeout_s: how long to wait for the workers to be reachable, seconds.
+
+  Raises:
+    ValueError: for a bad argument.
+    tff_conflict.remote.WorkerError: if a worker is unreachable (also raised later, by a
+      federated call, when a worker dies or does not answer in time).
+  """
+  from tff_conflict import remote  # pylint: disable=g-import-not-at-top
+  _install_exit_hooks()
+  remote.set_remote_context(addresses, rpc_timeout_s=rpc_timeout_s,
+                            connect_timeout_s=connect_timeout_s)
+  import gc  # pylint: disable=g-import-not-at-top
+  gc.collect()
+  shutdown_workers()

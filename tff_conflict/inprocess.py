@@ -1,0 +1,328 @@
+"""Runs a TFF learning process's rounds in this Python process with TensorFlow (GPU-capable).
+
+TFF 0.87's `worker_binary` is built without CUDA and costs ~10 s of warm-up per process. TFF's own
+compiler turns a round (`process.next`) into `MapReduceForm`
+(`tff.backends.mapreduce.get_map_reduce_form_for_computation`): plain TensorFlow computations
+
+    client_input = prepare(state)                                   # at the server
+    update_k, s1_k, s2_k, s3_k = work(data_k, client_input)         # at each client k
+    aggregate = report(merge/accumulate over k, starting at zero)   # federated_aggregate
+    state', metrics = update(state, (aggregate, sum_k s1_k, sum_k s2_k, sum_k s3_k mod m))
+
+(see `form_utils.get_computation_for_map_reduce_form`, which states these semantics in TFF). Each
+component is stamped once into a TF concrete function (`_tf_stamp.StampedComputation`) and the
+round is driven from Python, so TF places the graphs on a GPU when one is visible (nothing here pins
+the CPU). `initialize` is compiled the same way (`get_state_initialization_computation`); no
+`worker_binary` is started by the runner.
+
+Aggregation: `federated_aggregate` allows any tree of `accumulate` chains joined by `merge`. The
+default `accumulation='tree'` accumulates each client update into its own accumulator and merges
+neighbours as soon as two of equal size exist (a binary counter), keeping client order. A
+concatenating accumulator (all client updates gathered, as the conflict aggregators do) then copies
+O(K d log K) values instead of O(K^2 d), and at most O(log K) partial accumulators plus the
+in-flight client updates are alive at once; each client update is dropped right after it has been
+accumulated. `accumulation='sequential'` follows TFF's C++ runtime's order exactly
+(`acc = accumulate(acc, update_k)` for k = 1..K). For floating-point sums the two orders agree to
+round-off.
+
+Parallel clients: with `num_threads > 1` up to `num_threads` clients' `work` run at once (TF
+releases the GIL), each thread on its own stamped copy of `work` (distinct variable resources).
+
+Server state stays on the device between rounds: `next` returns numpy values (read-only arrays, the
+same structures and types as TFF's runtime returns) and remembers the device tensors behind the
+state it returned; when that same state object is passed back, its tensors are reused instead of
+being copied in again.
+"""
+
+import collections
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tensorflow_federated.python.core.impl.types import computation_types
+
+from tff_conflict import _tf_stamp
+
+_ACCUMULATIONS = ('tree', 'sequential')
+
+
+class InProcessRunner:
+  """A learning process's `initialize`/`next` run in-process from its `MapReduceForm`.
+
+  Usage (a drop-in replacement for the process in a training loop):
+
+      runner = InProcessRunner(tff.learning.algorithms.build_weighted_fed_avg(...))
+      state = runner.initialize()
+      for _ in range(rounds):
+        output = runner.next(state, client_datasets)   # LearningProcessOutput(state, metrics)
+        state = output.state
+      weights = runner.get_model_weights(state)
+
+  Results equal TFF's C++ runtime's to float round-off (tests/test_inprocess.py).
+  """
+
+  def __init__(self, learning_process: Any, *, num_threads: int = 1,
+               accumulation: str = 'tree'):
+    """Compiles `learning_process.next` to MapReduceForm and stamps its components.
+
+    Args:
+      learning_process: a `tff.learning.templates.LearningProcess` or any
+        `tff.templates.IterativeProcess` whose `next` takes `(state@SERVER, data@CLIENTS)` and
+        returns `(state@SERVER, output@SERVER)`.
+      num_threads: how many clients' `work` run at once (>= 1).
+      accumulation: 'tree' (default; see the module docstring) or 'sequential' (TFF's order).
+
+    Raises:
+      ValueError: for a bad argument, or if `next`/`initialize` cannot be compiled to
+        MapReduceForm (the message says why).
+    """
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+      raise ValueError(f'num_threads must be a positive integer, got {num_threads!r}')
+    if accumulation not in _ACCUMULATIONS:
+      raise ValueError(f'accumulation must be one of {_ACCUMULATIONS}, got {accumulation!r}')
+    for attr in ('initialize', 'next'):
+      if not hasattr(learning_process, attr):
+        raise ValueError(f'learning_process must have `initialize` and `next`, got '
+                         f'{type(learning_process).__name__} without `{attr}`')
+    self._process = learning_process
+    self._num_threads = num_threads
+    self._accumulation = accumulation
+    try:
+      mrf = tff.backends.mapreduce.get_map_reduce_form_for_computation(learning_process.next)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError('InProcessRunner: learning_process.next cannot be compiled to '
+                       f'MapReduceForm ({type(e).__name__}: {e})') from e
+    try:
+      init_comp = tff.backends.mapreduce.get_state_initialization_computation(
+          learning_process.initialize)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError('InProcessRunner: learning_process.initialize cannot be compiled to a '
+                       f'TensorFlow computation ({type(e).__name__}: {e})') from e
+    self._mrf = mrf
+    parameter = mrf.type_signature.parameter
+    self._state_type = parameter[0]
+    self._data_type = parameter[1]
+    if (not isinstance(self._data_type, computation_types.FederatedType)
+        or self._data_type.placement is not tff.CLIENTS):
+      raise ValueError(f'learning_process.next must take client data placed at CLIENTS, got '
+                       f'{self._data_type}')
+    self._initialize_type = learning_process.initialize.type_signature.result
+    self._result_type = learning_process.next.type_signature.result
+
+    stamp = _tf_stamp.StampedComputation
+    self._init = stamp(init_comp, 'initialize')
+    self._prepare = stamp(mrf.prepare, 'prepare')
+    self._zero = stamp(mrf.zero, 'zero')
+    self._accumulate = stamp(mrf.accumulate, 'accumulate')
+    self._merge = stamp(mrf.merge, 'merge')
+    self._report = stamp(mrf.report, 'report')
+    self._update = stamp(mrf.update, 'update')
+    self._work_type = mrf.work
+    self._works: 'queue.SimpleQueue[_tf_stamp.StampedComputation]' = queue.SimpleQueue()
+    self._works.put(stamp(mrf.work, 'work'))
+    self._num_works = 1
+    self._works_lock = threading.Lock()
+    work_result = mrf.work.type_signature.result
+    self._work_sizes = [len(_tf_stamp.flat_specs(work_result[i])) for i in range(4)]
+    self._secure = mrf.securely_aggregates_tensors
+    if self._secure:
+      self._modulus = [np.asarray(t) for t in
+                       stamp(mrf.secure_modular_sum_modulus, 'secure_modular_sum_modulus')([])]
+    self._model_weight_fns: dict[str, _tf_stamp.StampedComputation] = {}
+    self._cached_state: tuple[list[Any], list[tf.Tensor]] | None = None
+    self._num_state_leaves = len(_tf_stamp.flat_specs(self._state_type.member))
+
+  @property
+  def map_reduce_form(self) -> Any:
+    """The `tff.backends.mapreduce.MapReduceForm` this runner executes."""
+    return self._mrf
+
+  def initialize(self) -> Any:
+    """The initial server state, as `learning_process.initialize()` returns it."""
+    flat = self._init([])
+    return self._to_python(flat, self._initialize_type, remember_state=True)
+
+  def next(self, state: Any, client_data: Sequence[Any]) -> Any:
+    """One round: `learning_process.next(state, client_data)`, run in this process.
+
+    Args:
+      state: the server state (as returned by `initialize` or a previous `next`, from this runner
+        or from TFF's runtime).
+      client_data: one `tf.data.Dataset` per participating client.
+
+    Returns:
+      What `learning_process.next` returns (e.g. `LearningProcessOutput(state, metrics)`), with
+      numpy leaves.
+    """
+    if isinstance(client_data, (str, bytes, tf.data.Dataset)) or not isinstance(
+        client_data, Sequence):
+      raise ValueError('client_data must be a list of tf.data.Dataset (one per client), got '
+                       f'{type(client_data).__name__}')
+    member_type = self._data_type.member
+    flat_clients = []
+    for k, data in enumerate(client_data):
+      leaves = _tf_stamp.flatten_value(data, member_type)
+      for leaf in leaves:
+        if not isinstance(leaf, tf.data.Dataset) and isinstance(
+            member_type, computation_types.SequenceType):
+          raise ValueError(f'client_data[{k}] must be a tf.data.Dataset, got '
+                           f'{type(leaf).__name__}')
+      flat_clients.append(leaves)
+    state_tensors = self._state_tensors(state)
+    client_input = self._prepare(state_tensors)
+    aggregate, secure_sums = self._aggregate(flat_clients, client_input)
+    report = self._report(aggregate)
+    outputs = self._update(state_tensors + report + secure_sums)
+    return self._to_python(outputs, self._result_type, remember_state=True)
+
+  def get_model_weights(self, state: Any) -> Any:
+    """`learning_process.get_model_weights(state)`, run in this process."""
+    return self._call_tf('get_model_weights', state)
+
+  def set_model_weights(self, state: Any, model_weights: Any) -> Any:
+    """`learning_process.set_model_weights(state, model_weights)`, run in this process."""
+    return self._call_tf('set_model_weights', state, model_weights)
+
+  # Internals.
+
+  def _call_tf(self, name: str, *args: Any) -> Any:
+    fn = getattr(self._process, name, None)
+    if fn is None:
+      raise ValueError(f'learning_process has no `{name}`')
+    if name not in self._model_weight_fns:
+      self._model_weight_fns[name] = _tf_stamp.StampedComputation(fn, name)
+    stamped = self._model_weight_fns[name]
+    value = args[0] if len(args) == 1 else args
+    flat = _tf_stamp.flatten_value(value, fn.type_signature.parameter)
+    return _tf_stamp.pack_value([_tf_stamp.to_numpy(t) for t in stamped(flat)],
+                                fn.type_signature.result)
+
+  def _state_tensors(self, state: Any) -> list[tf.Tensor]:
+    leaves = _tf_stamp.flatten_value(state, self._state_type.member)
+    cached = self._cached_state
+    if cached is not None and len(cached[0]) == len(leaves) and all(
+        a is b for a, b in zip(cached[0], leaves)):
+      return cached[1]
+    specs = self._prepare.input_specs
+    return [_tf_stamp.to_tensor(v, s) for v, s in zip(leaves, specs)]
+
+  def _to_python(self, flat: list[tf.Tensor], type_spec: Any, remember_state: bool) -> Any:
+    leaves = [_tf_stamp.to_numpy(t) for t in flat]
+    if remember_state:
+      n = self._num_state_leaves
+      self._cached_state = (leaves[:n], list(flat[:n]))
+    return _tf_stamp.pack_value(leaves, type_spec)
+
+  def _run_work(self, flat_data: list[Any], client_input: list[tf.Tensor]) -> list[tf.Tensor]:
+    try:
+      work = self._works.get_nowait()
+    except queue.Empty:
+      work = _tf_stamp.StampedComputation(self._work_type, 'work')
+    try:
+      return work(flat_data + client_input)
+    finally:
+      self._works.put(work)
+
+  def _client_results(self, flat_clients, client_input):
+    """Yields each client's `work` outputs in client order (in parallel if num_threads > 1)."""
+    if self._num_threads == 1 or len(flat_clients) <= 1:
+      for flat_data in flat_clients:
+        yield self._run_work(flat_data, client_input)
+      return
+    window = 2 * self._num_threads  # bounds how many client updates are alive at once
+    with concurrent.futures.ThreadPoolExecutor(self._num_threads) as pool:
+      pending = collections.deque()
+      clients = iter(flat_clients)
+      for flat_data in clients:
+        pending.append(pool.submit(self._run_work, flat_data, client_input))
+        if len(pending) >= window:
+          break
+      while pending:
+        result = pending.popleft().result()
+        next_data = next(clients, None)
+        if next_data is not None:
+          pending.append(pool.submit(self._run_work, next_data, client_input))
+        yield result
+        del result
+
+  def _aggregate(self, flat_clients, client_input):
+    """federated_aggregate (and the secure sums) over the clients' `work` outputs."""
+    n_update, n_bits, n_max, n_mod = self._work_sizes
+    zero = self._zero([])
+    secure_totals = None
+    stack: list[tuple[int, list[tf.Tensor]]] = []  # (number of clients, accumulator)
+    acc = zero
+    for outputs in self._client_results(flat_clients, client_input):
+      update, secure = outputs[:n_update], outputs[n_update:]
+      del outputs
+      if self._secure:
+        secure_totals = self._add_secure(secure_totals, secure)
+      if self._accumulation == 'sequential':
+        acc = self._accumulate(acc + update)
+        continue
+      single = self._accumulate(zero + update)
+      del update
+      count = 1
+      while stack and stack[-1][0] == count:
+        prev_count, prev = stack.pop()
+        single = self._merge(prev + single)
+        count += prev_count
+      stack.append((count, single))
+      del single
+    if self._accumulation == 'tree' and stack:
+      _, acc = stack.pop()
+      while stack:
+        _, prev = stack.pop()
+        acc = self._merge(prev + acc)
+    secure_sums = self._finish_secure(secure_totals, (n_bits, n_max, n_mod))
+    return acc, secure_sums
+
+  def _add_secure(self, totals, secure):
+    values = [np.asarray(t) for t in secure]
+    if totals is None:
+      return [v.astype(np.int64) if np.issubdtype(v.dtype, np.integer) else v for v in values]
+    return [a + b for a, b in zip(totals, values)]
+
+  def _finish_secure(self, totals, sizes):
+    n_bits, n_max, n_mod = sizes
+    if not self._secure:
+      return []  # all three secure parts are empty structures
+    work_result = self._mrf.work.type_signature.result
+    specs = [s for i in (1, 2, 3) for s in _tf_stamp.flat_specs(work_result[i])]
+    if totals is None:  # no clients: sums are zeros
+      totals = [np.zeros(s.shape, s.dtype.as_numpy_dtype) for s in specs]
+    mod_start = n_bits + n_max
+    out = []
+    for i, (total, spec) in enumerate(zip(totals, specs)):
+      if i >= mod_start:
+        total = np.mod(total, self._modulus[i - mod_start])
+      out.append(tf.convert_to_tensor(np.asarray(total).astype(spec.dtype.as_numpy_dtype)))
+    assert len(out) == n_bits + n_max + n_mod
+    return out
+
+
+def make_runner(learning_process: Any, kind: str = 'cpp', **kwargs: Any) -> Any:
+  """Returns an object with `initialize()`/`next(state, data)`/`get_model_weights(state)`.
+
+  Args:
+    learning_process: a TFF learning process.
+    kind: 'cpp' -> the process itself (TFF's installed context, e.g. the local C++ runtime or
+      `set_remote_context`); 'inprocess' -> `InProcessRunner(learning_process, **kwargs)`.
+    **kwargs: passed to `InProcessRunner` (only for 'inprocess').
+
+  Raises:
+    ValueError: for an unknown `kind`, or kwargs given with 'cpp'.
+  """
+  if kind == 'cpp':
+    if kwargs:
+      raise ValueError(f'make_runner: options {sorted(kwargs)} apply only to kind="inprocess"')
+    return learning_process
+  if kind == 'inprocess':
+    return InProcessRunner(learning_process, **kwargs)
+  raise ValueError(f"kind must be 'cpp' or 'inprocess', got {kind!r}")

@@ -1,0 +1,184 @@
+"""TFF execution context on remote `worker_binary` processes (several machines), split by clients.
+
+TFF 0.87's pip package lacks its remote-context helper; this assembles one from its parts
+(`../shared/TFF_NOTES.md`): per worker address a `tff.framework.RemoteExecutorGrpcStub` on a gRPC
+channel, a `RemoteExecutor` and a `ResourceManagingExecutorFactory`, wrapped in TFF's execution
+context with `compiler_fn=tff.backends.native.desugar_and_transform_to_native`.
+
+* One address: a `tff.framework.SyncExecutionContext` on that worker.
+* Several: one `tff.framework.AsyncExecutionContext` per worker, combined by TFF's
+  `MergeableCompExecutionContext` (`tff.backends.native.create_mergeable_comp_execution_context`):
+  a round's computation is compiled to mergeable form (everything up to the aggregation, the
+  merge of partial aggregates, and what follows), each worker runs the part up to the merge for
+  its share of the round's clients (client lists are split into contiguous, nearly equal parts),
+  and the partial aggregates are merged in this process.
+
+Failures are bounded: every RPC carries a deadline (`rpc_timeout_s`), and a gRPC error (a worker
+that died, refused or timed out) is raised as `WorkerError` naming the worker, instead of being
+retried forever (TFF's contexts retry `UNAVAILABLE` without limit). `set_remote_context` waits at
+most `connect_timeout_s` for every worker to be reachable.
+
+Start a worker on each machine with `python -m tff_conflict.worker --port=P` (see
+`tff_conflict.worker`).
+"""
+
+import logging
+import re
+from collections.abc import Sequence
+from typing import Union
+
+import grpc
+
+_ADDRESS = re.compile(r'^(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(?P<port>[0-9]{1,5})$')
+_GRPC_OPTIONS = [('grpc.max_message_length', -1), ('grpc.max_receive_message_length', -1),
+                 ('grpc.max_send_message_length', -1)]
+
+
+class WorkerError(RuntimeError):
+  """A remote TFF worker failed, died, or did not answer in time."""
+
+
+def parse_worker_addresses(addresses: Union[str, Sequence[str]]) -> list[str]:
+  """`'h1:p1,h2:p2'` or a list of `'host:port'` -> a validated list of addresses.
+
+  Raises:
+    ValueError: naming the bad value, if empty, malformed, a port outside 1..65535 or repeated.
+  """
+  if isinstance(addresses, str):
+    items = [a.strip() for a in addresses.split(',') if a.strip()]
+  elif isinstance(addresses, Sequence):
+    items = list(addresses)
+  else:
+    raise ValueError(f'addresses must be "host:port,..." or a list of "host:port", got '
+                     f'{addresses!r}')
+  if not items:
+    raise ValueError(f'addresses must name at least one worker, got {addresses!r}')
+  for item in items:
+    match = _ADDRESS.match(item) if isinstance(item, str) else None
+    if match is None or not 1 <= int(match.group('port')) <= 65535:
+      raise ValueError(f'addresses: each worker must be "host:port" with port 1..65535, got '
+                       f'{item!r}')
+  if len(set(items)) != len(items):
+    raise ValueError(f'addresses: a worker is listed twice in {items!r}')
+  return items
+
+
+def _make_stub_class():
+  """`RemoteExecutorGrpcStub` whose RPCs have a deadline and fail with `WorkerError`."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  class DeadlineStub(tff.framework.RemoteExecutorGrpcStub):
+    """One worker's stub: bounded RPCs, errors named after the worker and not retried."""
+
+    def __init__(self, channel, address, rpc_timeout_s):
+      super().__init__(channel)
+      self._address = address
+      self._timeout = rpc_timeout_s
+
+    def _call(self, method, request, quiet=False):
+      try:
+        return getattr(self._stub, method)(request, timeout=self._timeout)
+      except grpc.RpcError as e:
+        code = e.code() if isinstance(e, grpc.Call) else None
+        details = e.details() if isinstance(e, grpc.Call) else str(e)
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+          why = f'did not answer {method} within rpc_timeout_s={self._timeout} s'
+        elif code == grpc.StatusCode.UNAVAILABLE:
+          why = f'is unreachable or died during {method}'
+        else:
+          why = f'failed in {method}'
+        message = (f'TFF worker {self._address} {why} '
+                   f'({code.name if code else "error"}: {details})')
+        if quiet:
+          logging.debug('%s', message)
+          return None
+        raise WorkerError(message) from None
+
+    def get_executor(self, request):
+      return self._call('GetExecutor', request)
+
+    def create_value(self, request):
+      return self._call('CreateValue', request)
+
+    def create_struct(self, request):
+      return self._call('CreateStruct', request)
+
+    def create_call(self, request):
+      return self._call('CreateCall', request)
+
+    def create_selection(self, request):
+      return self._call('CreateSelection', request)
+
+    def compute(self, request):
+      return self._call('Compute', request)
+
+    def dispose(self, request):
+      return self._call('Dispose', request, quiet=True)
+
+    def dispose_executor(self, request):
+      return self._call('DisposeExecutor', request, quiet=True)
+
+  return DeadlineStub
+
+
+def _executor_factory(stub):
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  def stack_fn(cardinalities):
+    if cardinalities.get(tff.CLIENTS) is None:  # as TFF's local factory: e.g. `initialize`
+      cardinalities[tff.CLIENTS] = 0
+    executor = tff.framework.RemoteExecutor(stub)
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  return tff.framework.ResourceManagingExecutorFactory(executor_stack_fn=stack_fn)
+
+
+def create_remote_context(addresses: Union[str, Sequence[str]], *, rpc_timeout_s: float = 600.0,
+                          connect_timeout_s: float = 30.0):
+  """The TFF execution context for `addresses` (see the module docstring); installs nothing.
+
+  Args:
+    addresses: `'host:port,...'` or a list of `'host:port'`, one per running worker.
+    rpc_timeout_s: deadline of every RPC (a round's `compute` on a worker included), seconds.
+    connect_timeout_s: how long to wait for every worker to accept a connection, seconds.
+
+  Raises:
+    ValueError: for a bad argument.
+    WorkerError: if a worker is not reachable within `connect_timeout_s`.
+  """
+  workers = parse_worker_addresses(addresses)
+  for name, value in (('rpc_timeout_s', rpc_timeout_s), ('connect_timeout_s', connect_timeout_s)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+      raise ValueError(f'{name} must be a positive number of seconds, got {value!r}')
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  stub_class = _make_stub_class()
+  stubs = []
+  for address in workers:
+    channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
+    try:
+      grpc.channel_ready_future(channel).result(timeout=connect_timeout_s)
+    except grpc.FutureTimeoutError:
+      channel.close()
+      raise WorkerError(f'TFF worker {address} is not reachable within connect_timeout_s='
+                        f'{connect_timeout_s} s (start it with `python -m tff_conflict.worker '
+                        f'--port=PORT` on that machine)') from None
+    stubs.append(stub_class(channel, address, rpc_timeout_s))
+  context_args = dict(compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+                      transform_args=tff.tensorflow.transform_args,
+                      transform_result=tff.tensorflow.transform_result)
+  if len(stubs) == 1:
+    return tff.framework.SyncExecutionContext(executor_fn=_executor_factory(stubs[0]),
+                                              **context_args)
+  async_contexts = [tff.framework.AsyncExecutionContext(executor_fn=_executor_factory(s),
+                                                        **context_args) for s in stubs]
+  return tff.backends.native.create_mergeable_comp_execution_context(async_contexts)
+
+
+def set_remote_context(addresses: Union[str, Sequence[str]], *, rpc_timeout_s: float = 600.0,
+                       connect_timeout_s: float = 30.0) -> None:
+  """Installs `create_remote_context(...)` as TFF's default context (arguments as there)."""
+  context = create_remote_context(addresses, rpc_timeout_s=rpc_timeout_s,
+                                  connect_timeout_s=connect_timeout_s)
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+  context_stack_impl.context_stack.set_default_context(context)

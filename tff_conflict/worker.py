@@ -1,0 +1,70 @@
+"""Starts one TFF remote worker (TFF's shipped `worker_binary`) on this machine.
+
+    python -m tff_conflict.worker --port=8000 [--die_with_parent]
+
+The command finds the `worker_binary` of the installed TensorFlow Federated package and *becomes*
+it (`os.execv`: same PID), so ending this command (Ctrl-C, SIGTERM, `kill PID`) ends the worker
+and nothing is left behind. With `--die_with_parent` the kernel also ends it when the process that
+started it dies (Linux `PR_SET_PDEATHSIG`; tests use this). Point a driver at it with
+`tff_conflict.runtime.set_remote_context(['HOST:8000', ...])`. The worker serves gRPC without
+authentication or encryption: run it on a trusted network only.
+"""
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+
+
+def worker_binary_path() -> str:
+  """The `worker_binary` shipped with the installed TFF package."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.find_spec('tensorflow_federated')
+  if spec is None or not spec.submodule_search_locations:
+    raise RuntimeError('tensorflow_federated is not installed in this Python environment')
+  path = os.path.join(list(spec.submodule_search_locations)[0], 'data', 'worker_binary')
+  if not os.path.isfile(path):
+    raise RuntimeError(f'TFF worker binary not found at {path}')
+  return path
+
+
+def worker_command(port: int, max_concurrent_computation_calls: int = -1) -> list[str]:
+  """argv that starts `worker_binary` serving on `port`."""
+  return [worker_binary_path(), f'--port={port}',
+          f'--max_concurrent_computation_calls={max_concurrent_computation_calls}']
+
+
+def _parse(argv):
+  parser = argparse.ArgumentParser(prog='python -m tff_conflict.worker', description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--port', type=int, required=True, help='TCP port to serve on (1-65535)')
+  parser.add_argument('--max_concurrent_computation_calls', type=int, default=-1,
+                      help='passed to worker_binary; -1 means no limit')
+  parser.add_argument('--die_with_parent', action='store_true',
+                      help='end the worker when the process that started this command dies')
+  args = parser.parse_args(argv)
+  if not 1 <= args.port <= 65535:
+    parser.error(f'--port must be in 1..65535, got {args.port}')
+  return args
+
+
+def main(argv=None) -> None:
+  args = _parse(sys.argv[1:] if argv is None else argv)
+  command = worker_command(args.port, args.max_concurrent_computation_calls)
+  # A background shell starts us with SIGINT ignored; the worker would inherit that.
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  if args.die_with_parent and sys.platform.startswith('linux'):
+    parent = os.getppid()
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+      sys.exit(1)
+  sys.stdout.flush()
+  os.execv(command[0], command)
+
+
+if __name__ == '__main__':
+  main()
