@@ -72,6 +72,9 @@ def test_loads_both_splits_offline(cache_dir, only_digits):
       for i, label in enumerate(labels):
         np.testing.assert_array_equal(by_label[label],
                                       _pixels(split, client, i).reshape(28, 28, 1))
+  summary = data.describe(train)
+  assert summary['num_clients'] == len(_LAYOUT[f'{prefix}_train'])
+  assert summary['num_examples'] == sum(map(len, _LAYOUT[f'{prefix}_train'].values()))
   pooled = [int(e['y']) for e in test.create_tf_dataset_from_all_clients()]
   assert sorted(pooled) == sorted(sum(_LAYOUT[f'{prefix}_test'].values(), []))
 
