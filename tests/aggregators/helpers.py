@@ -75,3 +75,33 @@ def unflatten_like(vector, value):
     return out
 
   return build(value)
+
+
+WEIGHT_TYPE = tff.TensorType(np.float32)
+
+COMMON_MEASUREMENTS = ('num_clients', 'num_excluded_nonfinite', 'num_excluded_zero_weight',
+                       'num_participating', 'conflict_fraction_before', 'conflict_fraction_after',
+                       'min_cosine', 'mean_cosine', 'aggregate_norm')
+
+
+def check_signatures(process, value_type, weight_type, state_type, extra_measurements):
+  """TFF mean_test.py style checks of an AggregationProcess's type signatures."""
+  assert isinstance(process, tff.templates.AggregationProcess)
+  server_state = tff.FederatedType(state_type, tff.SERVER)
+  assert process.initialize.type_signature == tff.FunctionType(None, server_state)
+  sig = process.next.type_signature
+  assert sig.parameter[0] == server_state
+  assert sig.parameter[1] == tff.FederatedType(value_type, tff.CLIENTS)
+  assert sig.parameter[2] == tff.FederatedType(weight_type, tff.CLIENTS)
+  assert sig.result.state == server_state
+  assert sig.result.result == tff.FederatedType(value_type, tff.SERVER)
+  assert sig.result.result.member == value_type   # what build_weighted_fed_avg requires
+  names = tuple(n for n, _ in tff.structure.iter_elements(sig.result.measurements.member))
+  assert names == COMMON_MEASUREMENTS + tuple(extra_measurements)
+  for name in ('num_clients', 'num_excluded_nonfinite', 'num_excluded_zero_weight',
+               'num_participating'):
+    assert sig.result.measurements.member[name] == tff.TensorType(np.int32)
+
+
+def stack_np(values):
+  return np.stack([flat_np(v) for v in values])
