@@ -101,9 +101,9 @@ def _aggregate(updates, gradients, losses, weights, alpha, include, validate):
     w = tf.where(r.part & finite_u, r.raw_weights, tf.zeros_like(r.raw_weights))
     w = tf.math.divide_no_nan(w, tf.reduce_sum(w))
     clean = tf.where(finite_u[:, tf.newaxis], u, tf.zeros([], u.dtype))
-    return tf.linalg.matvec(clean, tf.cast(w, u.dtype), transpose_a=True), finite_u
+    return geometry.weighted_sum(tf.cast(w, u.dtype), clean), finite_u
 
-  first = tf.linalg.matvec(u, tf.cast(w0, u.dtype), transpose_a=True)
+  first = geometry.weighted_sum(tf.cast(w0, u.dtype), u)
   fedavg, finite_u = tf.cond(tf.reduce_all(tf.math.is_finite(first)),
                              lambda: (first, tf.ones_like(r.part)), slow)
   full = geometry.Round(r.stack, r.raw_gram, r.finite & finite_u, r.part & finite_u,

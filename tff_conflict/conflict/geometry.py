@@ -94,6 +94,11 @@ def pair_statistics(cos, valid, tol):
   return fraction, min_cos, mean_cos
 
 
+def weighted_sum(coefficients, stack):
+  """`c^T U` as a [1, K] x [K, d] matmul (measured faster here than `matvec(transpose_a=True)`)."""
+  return tf.matmul(coefficients[tf.newaxis, :], stack)[0]
+
+
 def combine(stack, coefficients, finite_rows, any_nonfinite):
   """`coefficients^T stack` (a [d] vector in the stack's dtype): the one weighted sum.
 
@@ -103,11 +108,11 @@ def combine(stack, coefficients, finite_rows, any_nonfinite):
   c = tf.cast(coefficients, stack.dtype)
 
   def plain():
-    return tf.linalg.matvec(stack, c, transpose_a=True)
+    return weighted_sum(c, stack)
 
   def cleaned():
     clean = tf.where(finite_rows[:, tf.newaxis], stack, tf.zeros([], stack.dtype))
-    return tf.linalg.matvec(clean, c, transpose_a=True)
+    return weighted_sum(c, clean)
 
   return tf.cond(any_nonfinite, cleaned, plain)
 

@@ -16,8 +16,9 @@ and the aggregate is the one weighted sum `(w^T C) U`.
 Decisions (recorded per SPEC's preamble):
 * Order. `order="random"` draws, per round, an independent random order of the partners for every
   client k (Algorithm 1 draws the order inside the loop over k): row k of
-  `argsort(stateless_uniform([K, K], seed), axis=1)`. The same `seed` (and K) always gives the same
-  orders and so the same result. `order="index"` visits j = 0, 1, ..., K-1 (SPEC section 1).
+  `argsort(stateless_uniform([K, K], seed, alg="philox"), axis=1)`. The same `seed` (and K) always
+  gives the same orders and so the same result, also under XLA (the algorithm is pinned: with
+  TF's default "auto_select", XLA picks another generator and the orders differ). `order="index"` visits j = 0, 1, ..., K-1 (SPEC section 1).
   `projection_order` returns the orders used, for tests and reproduction.
 * `seed`: None (a fresh random seed, not reproducible), a Python int s (the stateless seed
   [s, 0]), or an integer tensor of shape [] (s -> [s, 0]) or [2] (used as is), e.g. a per-round
@@ -44,7 +45,8 @@ def projection_order(num_clients, order='random', seed=None):
   k = tf.convert_to_tensor(num_clients, tf.int32)
   if order == 'index':
     return tf.tile(tf.range(k)[tf.newaxis, :], [k, 1])
-  keys = tf.random.stateless_uniform(tf.stack([k, k]), seed=_validation.seed_pair(seed))
+  keys = tf.random.stateless_uniform(tf.stack([k, k]), seed=_validation.seed_pair(seed),
+                                     alg='philox')
   return tf.argsort(keys, axis=1, stable=True, direction='ASCENDING')
 
 
@@ -58,7 +60,7 @@ def _harmonize(updates, weights, order, seed, include, validate):
   if order == 'index':
     partners = tf.tile(tf.range(k)[tf.newaxis, :], [k, 1])
   else:
-    keys = tf.random.stateless_uniform(tf.stack([k, k]), seed=seed_tensor)
+    keys = tf.random.stateless_uniform(tf.stack([k, k]), seed=seed_tensor, alg='philox')
     partners = tf.argsort(keys, axis=1, stable=True, direction='ASCENDING')
   rows = tf.range(k)
   eye = tf.eye(k, dtype=tf.float64)
