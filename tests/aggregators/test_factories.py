@@ -1,0 +1,229 @@
+"""PrincipalGradientFactory, DominantGradientCorrectionFactory, CorrectiveGradientFactory:
+type signatures (TFF mean_test.py style) and execution on Python lists of client values,
+compared with the conflict kernels on the same stacks."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests.aggregators import helpers
+from tff_conflict import aggregators
+from tff_conflict import conflict
+
+EMPTY = tff.StructWithPythonType([], tuple)  # what tff.federated_value((), tff.SERVER) has
+
+
+# ---------------------------------------------------------------- constructors
+
+@pytest.mark.parametrize('make,bad', [
+    (aggregators.PrincipalGradientFactory, dict(component_ratio=0.0)),
+    (aggregators.PrincipalGradientFactory, dict(component_ratio=1.5)),
+    (aggregators.PrincipalGradientFactory, dict(component_ratio='0.8')),
+    (aggregators.DominantGradientCorrectionFactory, dict(selection_ratio=-0.1)),
+    (aggregators.DominantGradientCorrectionFactory, dict(selection_ratio=True)),
+    (aggregators.DominantGradientCorrectionFactory, dict(weights_are_losses=1)),
+    (aggregators.CorrectiveGradientFactory, dict(alpha=-0.1)),
+    (aggregators.CorrectiveGradientFactory, dict(alpha=float('nan'))),
+    (aggregators.CorrectiveGradientFactory, dict(alpha=None)),
+])
+def test_constructor_rejects(make, bad):
+  key = next(iter(bad))
+  with pytest.raises(ValueError, match=key):
+    make(**bad)
+
+
+def test_keyword_only():
+  with pytest.raises(TypeError):
+    aggregators.PrincipalGradientFactory(0.5)  # pylint: disable=too-many-function-args
+
+
+# ---------------------------------------------------------------- type signatures
+
+@pytest.mark.parametrize('dtype,index', [(np.float32, 1), (np.float64, 3), (np.float32, 2)])
+@pytest.mark.parametrize('factory,extra', [
+    (aggregators.PrincipalGradientFactory(), ['num_components', 'explained_variance']),
+    (aggregators.DominantGradientCorrectionFactory(), ['num_dominant', 'num_projections']),
+    (aggregators.DominantGradientCorrectionFactory(weights_are_losses=True),
+     ['num_dominant', 'num_projections']),
+])
+def test_type_signatures(factory, extra, dtype, index):
+  _, value_type = helpers.value_types(dtype)[index]
+  process = factory.create(value_type, helpers.WEIGHT_TYPE)
+  helpers.check_signatures(process, value_type, helpers.WEIGHT_TYPE, EMPTY, extra)
+
+
+def _corrective_type(update_type):
+  return tff.StructWithPythonType(
+      [('update', update_type), ('gradient', update_type), ('loss', tff.TensorType(np.float32))],
+      collections.OrderedDict)
+
+
+@pytest.mark.parametrize('dtype,index', [(np.float32, 3), (np.float64, 1)])
+def test_corrective_type_signature(dtype, index):
+  _, update_type = helpers.value_types(dtype)[index]
+  value_type = _corrective_type(update_type)
+  process = aggregators.CorrectiveGradientFactory().create(value_type, helpers.WEIGHT_TYPE)
+  helpers.check_signatures(process, value_type, helpers.WEIGHT_TYPE, EMPTY,
+                           ['corrective_weights'])
+  x_type = process.next.type_signature.result.measurements.member['corrective_weights']
+  assert x_type == tff.TensorType(np.float32, [None])
+
+
+@pytest.mark.parametrize('value_type', [
+    tff.TensorType(np.float32, [3]),
+    tff.to_type(collections.OrderedDict(gradient=tff.TensorType(np.float32, [3]),
+                                        update=tff.TensorType(np.float32, [3]),
+                                        loss=tff.TensorType(np.float32))),
+    tff.to_type(collections.OrderedDict(update=tff.TensorType(np.float32, [3]),
+                                        gradient=tff.TensorType(np.float32, [2]),
+                                        loss=tff.TensorType(np.float32))),
+    tff.to_type(collections.OrderedDict(update=tff.TensorType(np.float32, [3]),
+                                        gradient=tff.TensorType(np.float32, [3]),
+                                        loss=tff.TensorType(np.float32, [2]))),
+])
+def test_corrective_rejects_value_types(value_type):
+  with pytest.raises(TypeError, match='value_type'):
+    aggregators.CorrectiveGradientFactory().create(value_type, helpers.WEIGHT_TYPE)
+
+
+@pytest.mark.parametrize('factory', [aggregators.PrincipalGradientFactory(),
+                                     aggregators.DominantGradientCorrectionFactory()])
+def test_create_rejects_non_float(factory):
+  with pytest.raises(TypeError):
+    factory.create(tff.TensorType(np.int32, [3]), helpers.WEIGHT_TYPE)
+
+
+# ---------------------------------------------------------------- execution
+
+def _values(value_type, k, d_seed=0):
+  rng = np.random.default_rng(d_seed)
+  template = helpers.random_value(value_type, rng)
+  stack = helpers.conflicting_updates(k, helpers.flat_np(template).size, rng)
+  values = [helpers.unflatten_like(row, template) for row in stack]
+  return values, helpers.stack_np(values)
+
+
+def test_principal_matches_kernel_on_nested_values():
+  _, value_type = helpers.value_types(np.float32)[3]
+  values, stack = _values(value_type, 6)
+  weights = [1.0, 2.0, 3.0, 1.0, 2.0, 5.0]
+  process = aggregators.PrincipalGradientFactory(component_ratio=0.5).create(
+      value_type, helpers.WEIGHT_TYPE)
+  out = process.next(process.initialize(), values, weights)
+  kernel, diag = conflict.principal_aggregate_with_diagnostics(
+      tf.constant(stack, tf.float32), tf.constant(weights), component_ratio=0.5)
+  np.testing.assert_allclose(helpers.flat_np(out.result), kernel.numpy(), rtol=1e-4, atol=1e-5)
+  assert out.measurements['num_components'] == diag['num_components'] == 3
+  np.testing.assert_allclose(out.measurements['explained_variance'],
+                             diag['explained_variance'], rtol=1e-5)
+
+
+def test_principal_excludes_zero_weight_and_non_finite():
+  value_type = tff.TensorType(np.float64, [12])
+  values, stack = _values(value_type, 5, d_seed=1)
+  values[1] = np.full(12, np.nan)
+  weights = [1.0, 1.0, 2.0, 0.0, 3.0]
+  process = aggregators.PrincipalGradientFactory().create(value_type, helpers.WEIGHT_TYPE)
+  out = process.next(process.initialize(), values, weights)
+  keep = [0, 2, 4]
+  kernel = conflict.principal_aggregate(tf.constant(stack[keep]),
+                                        tf.constant(np.asarray(weights)[keep]))
+  np.testing.assert_allclose(out.result, kernel.numpy(), rtol=1e-10, atol=1e-12)
+  m = out.measurements
+  assert (m['num_clients'], m['num_excluded_nonfinite'], m['num_excluded_zero_weight'],
+          m['num_participating']) == (5, 1, 1, 3)
+
+
+@pytest.mark.parametrize('weights_are_losses', [False, True])
+def test_dominant_matches_kernel(weights_are_losses):
+  _, value_type = helpers.value_types(np.float32)[1]
+  values, stack = _values(value_type, 7, d_seed=2)
+  weights = [0.5, 2.0, 1.0, 3.0, 0.25, 1.5, 4.0]
+  process = aggregators.DominantGradientCorrectionFactory(
+      selection_ratio=0.4, weights_are_losses=weights_are_losses).create(
+          value_type, helpers.WEIGHT_TYPE)
+  out = process.next(process.initialize(), values, weights)
+  losses = weights if weights_are_losses else [1.0] * 7
+  kernel, diag = conflict.dominant_correction_with_diagnostics(
+      tf.constant(stack, tf.float32), tf.constant(losses), selection_ratio=0.4)
+  np.testing.assert_allclose(helpers.flat_np(out.result), kernel.numpy(), rtol=1e-4, atol=1e-5)
+  assert out.measurements['num_dominant'] == diag['num_dominant'] == 3
+  assert out.measurements['num_projections'] == diag['num_projections']
+
+
+def test_dominant_losses_change_the_result_and_zero_means_no_loss():
+  value_type = tff.TensorType(np.float64, [10])
+  values, stack = _values(value_type, 5, d_seed=3)
+  with_losses = aggregators.DominantGradientCorrectionFactory(weights_are_losses=True).create(
+      value_type, helpers.WEIGHT_TYPE)
+  # Weight 0 = "no loss reported": client 2 takes no part (it is not a loss of 0, which the
+  # kernel would clamp to 1e-12 and make client 2 the most dominant).
+  losses = [1.0, 0.1, 0.0, 5.0, 2.0]
+  out = with_losses.next(with_losses.initialize(), values, losses)
+  keep = [0, 1, 3, 4]
+  kernel = conflict.dominant_correction(tf.constant(stack[keep]),
+                                        tf.constant(np.asarray(losses)[keep]))
+  np.testing.assert_allclose(out.result, kernel.numpy(), rtol=1e-10, atol=1e-12)
+  assert out.measurements['num_excluded_zero_weight'] == 1
+  # The unweighted mean of Algorithm 2 line 9: K = 4 clients taking part.
+  assert out.measurements['num_participating'] == 4
+
+
+def test_corrective_matches_kernel_and_fills_every_field():
+  _, update_type = helpers.value_types(np.float32)[3]
+  value_type = _corrective_type(update_type)
+  rng = np.random.default_rng(4)
+  k = 5
+  updates, u_stack = _values(update_type, k, d_seed=4)
+  gradients, g_stack = _values(update_type, k, d_seed=5)
+  losses = rng.uniform(0.5, 2.0, k).astype(np.float32)
+  values = [collections.OrderedDict(update=u, gradient=g, loss=l)
+            for u, g, l in zip(updates, gradients, losses)]
+  weights = [10.0, 20.0, 5.0, 8.0, 7.0]
+  process = aggregators.CorrectiveGradientFactory(alpha=0.3).create(value_type,
+                                                                    helpers.WEIGHT_TYPE)
+  out = process.next(process.initialize(), values, weights)
+  kernel, diag = conflict.corrective_aggregate_with_diagnostics(
+      tf.constant(u_stack, tf.float32), tf.constant(g_stack, tf.float32), tf.constant(losses),
+      tf.constant(weights), alpha=0.3)
+  np.testing.assert_allclose(helpers.flat_np(out.result['update']), kernel.numpy(), rtol=1e-4,
+                             atol=1e-5)
+  np.testing.assert_allclose(out.measurements['corrective_weights'], diag['corrective_weights'],
+                             rtol=1e-5)
+  w = np.asarray(weights) / np.sum(weights)
+  np.testing.assert_allclose(helpers.flat_np(out.result['gradient']), w @ g_stack, rtol=1e-5)
+  np.testing.assert_allclose(out.result['loss'], w @ losses, rtol=1e-6)
+  assert list(out.result.keys()) == ['update', 'gradient', 'loss']
+
+
+def test_corrective_alpha_zero_is_weighted_mean_and_excludes_nonfinite_loss():
+  update_type = tff.TensorType(np.float64, [6])
+  value_type = _corrective_type(update_type)
+  updates, u_stack = _values(update_type, 4, d_seed=6)
+  gradients, _ = _values(update_type, 4, d_seed=7)
+  values = [collections.OrderedDict(update=u, gradient=g, loss=np.float32(1.0))
+            for u, g in zip(updates, gradients)]
+  values[2]['loss'] = np.float32(np.nan)
+  weights = [1.0, 3.0, 2.0, 4.0]
+  process = aggregators.CorrectiveGradientFactory(alpha=0.0).create(value_type,
+                                                                    helpers.WEIGHT_TYPE)
+  out = process.next(process.initialize(), values, weights)
+  keep = [0, 1, 3]
+  w = np.asarray(weights)[keep] / np.sum(np.asarray(weights)[keep])
+  np.testing.assert_allclose(out.result['update'], w @ u_stack[keep], rtol=1e-12)
+  assert out.measurements['num_excluded_nonfinite'] == 1
+  assert out.measurements['corrective_weights'].shape == (3,)
+
+
+@pytest.mark.parametrize('factory', [aggregators.PrincipalGradientFactory(),
+                                     aggregators.DominantGradientCorrectionFactory()])
+def test_all_excluded_gives_zeros(factory):
+  process = factory.create(tff.TensorType(np.float32, [3]), helpers.WEIGHT_TYPE)
+  out = process.next(process.initialize(), [np.ones(3, np.float32), np.full(3, np.inf,
+                                                                             np.float32)],
+                     [0.0, 1.0])
+  np.testing.assert_array_equal(out.result, np.zeros(3))
+  assert out.measurements['num_participating'] == 0
