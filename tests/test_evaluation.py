@@ -265,3 +265,21 @@ def test_evaluate_between_rounds_of_a_tff_process():
   state = process.next(state, train).state
   results.append(check(process.get_model_weights(state)))
   assert results[-1]['loss'] < results[0]['loss']
+
+
+def test_evaluate_array_client_data_with_an_empty_client():
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
+  weights, kernel, bias = _random_weights(6)
+  x, y = _examples(7, 30)
+  partition = [np.arange(0, 10), np.arange(10, 10), np.arange(10, 30)]  # client 1 is empty
+  client_data = data.partition_to_client_data(x, y, partition)
+  got = evaluation.evaluate(make_tiny_keras_model, weights, client_data, per_client=True,
+                            batch_size=8)
+  ids = client_data.client_ids
+  assert got['per_client']['client_ids'] == [ids[0], ids[2]]
+  np.testing.assert_array_equal(got['per_client']['num_examples'], [10, 20])
+  logits = _ref_logits(x, kernel.tolist(), bias.tolist())
+  correct = _ref_argmax(logits) == y
+  np.testing.assert_allclose(got['per_client']['accuracy'],
+                             [correct[:10].mean(), correct[10:].mean()])
+  assert got['accuracy'] == pytest.approx(correct.mean())
