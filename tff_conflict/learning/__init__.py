@@ -33,3 +33,4 @@ from tff_conflict.learning.process import resolve_aggregator
 from tff_conflict.learning.process import resolve_loss
 from tff_conflict.learning.registry import AGGREGATORS
 from tff_conflict.learning.registry import LOSSES
+from tff_conflict.learning import registry

@@ -1,0 +1,155 @@
+"""Every named builder in TFF's runtime: 3 rounds on tiny easy data lower the loss; `next`
+compiles to MapReduceForm (slow selection, except for the corrective process); free compositions
+as in the papers' ablations (slow).
+
+A TFF build plus its first round takes tens of seconds on 2 shared cores, so the default
+selection builds each named process once (FedAvg's run is shared with the alpha = 0 test).
+"""
+
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests.conftest import make_tiny_client_datasets
+from tests.conftest import make_tiny_keras_model
+from tests.learning import conftest as h
+from tff_conflict import learning
+
+ROUNDS = 3
+
+
+@functools.lru_cache(maxsize=None)
+def _data():
+  return make_tiny_client_datasets(num_clients=3, examples_per_client=16, batch_size=8, seed=0)
+
+
+def _build(name, **kwargs):
+  return learning.ALGORITHMS[name](
+      make_tiny_keras_model, input_spec=h.input_spec(),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1), **kwargs)
+
+
+def _run(process, rounds=ROUNDS):
+  state = process.initialize()
+  losses, metrics = [], []
+  for _ in range(rounds):
+    output = process.next(state, _data())
+    state = output.state
+    losses.append(float(output.metrics['client_work']['train']['loss']))
+    metrics.append(output.metrics)
+  return state, losses, metrics
+
+
+@functools.lru_cache(maxsize=None)
+def _fedavg_run():
+  process = _build('fedavg')
+  return process, _run(process)
+
+
+def test_registry_lists_every_method():
+  assert set(learning.ALGORITHMS) == {'fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
+                                      'fed_corrective'}
+  assert set(learning.LOSSES) == {'ce', 'focal', 'margin', 'calibrated'}
+  assert set(learning.AGGREGATORS) == {'mean', 'fedgh', 'dgc', 'principal', 'corrective'}
+
+
+@pytest.mark.parametrize('name', sorted(learning.ALGORITHMS))
+def test_builder_runs_three_rounds_and_lowers_the_loss(name):
+  if name == 'fedavg':
+    process, (state, losses, metrics) = _fedavg_run()
+  else:
+    process = _build(name)
+    state, losses, metrics = _run(process)
+  assert isinstance(process, tff.learning.templates.LearningProcess)
+  assert all(np.isfinite(losses)), losses
+  assert losses[-1] < 0.7 * losses[0], losses
+  weights = process.get_model_weights(state)
+  assert all(np.all(np.isfinite(w)) for w in weights.trainable)
+  if name not in ('fedavg', 'fedprox', 'fedga'):
+    # The conflict aggregators report their diagnostics under `aggregator`.
+    assert metrics[-1]['aggregator']['num_clients'] == 3
+  if name == 'fed_corrective':  # the most composite `next`: corrective work + field finalizer
+    _assert_map_reduce_form(process)
+
+
+def _assert_map_reduce_form(process):
+  # The in-process runner of the execution backend needs every `next` in MapReduceForm.
+  form = tff.backends.mapreduce.get_map_reduce_form_for_computation(process.next)
+  assert isinstance(form, tff.backends.mapreduce.MapReduceForm)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', sorted(learning.ALGORITHMS))
+def test_every_builder_compiles_to_map_reduce_form(name):
+  _assert_map_reduce_form(_build(name))
+
+
+def test_corrective_alpha_zero_is_fedavg():
+  fedavg, (fedavg_state, fedavg_losses, _) = _fedavg_run()
+  corrective = _build('fed_corrective', alpha=0.0)
+  state, losses, metrics = _run(corrective)
+  np.testing.assert_allclose(losses, fedavg_losses, rtol=1e-6)
+  ours = corrective.get_model_weights(state).trainable
+  theirs = fedavg.get_model_weights(fedavg_state).trainable
+  for a, b in zip(ours, theirs):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+  np.testing.assert_array_equal(metrics[-1]['aggregator']['corrective_weights'], 0.0)
+
+
+@pytest.mark.slow
+def test_fedga_with_dataset_counts_runs():
+  process = _build('fedga', counts='dataset')
+  _, losses, _ = _run(process)
+  assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_loss_weighted_client_work_in_tff_runtime_sends_mean_losses():
+  """The TFF client work's weights equal float64 references of each client's mean loss."""
+  model_fn = h.ce_model_fn()
+  client_work = learning.build_loss_weighted_client_work(
+      model_fn, tff.learning.optimizers.build_sgdm(learning_rate=0.1))
+  weights = h.initial_weights()
+  model_weights = tff.learning.models.ModelWeights(trainable=list(weights), non_trainable=[])
+  data = _data()
+  output = client_work.next(client_work.initialize(), [model_weights] * len(data), data)
+  for result, dataset in zip(output.result, data):
+    _, _, mean_loss = h.softmax_sgd_reference(weights, h.batches_of(dataset), 0.1)
+    assert float(result.update_weight) == pytest.approx(mean_loss, rel=1e-5)
+
+
+def _sgd(lr=0.1):
+  return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('kwargs', [
+    dict(loss='ce', aggregator='dgc', aggregator_kwargs=dict(weights_are_losses=False),
+         client_weighting='num_examples'),                              # FedAvg(ce) + DGC
+    dict(loss='ce', aggregator='dgc'),                                  # DGC with losses
+    dict(loss='ce', aggregator='fedgh', proximal_strength=0.01),        # FedProx + FedGH
+    dict(loss='margin', aggregator='mean'),                             # margin only
+    dict(loss='ce', aggregator='principal'),                            # principal only
+    dict(loss='focal', loss_kwargs=dict(gamma=1.0), aggregator='corrective'),
+], ids=['fedavg_dgc', 'dgc_losses', 'fedprox_fedgh', 'margin_only', 'principal_only',
+        'focal_corrective'])
+def test_free_composition_by_name(kwargs):
+  process = learning.build_process(make_tiny_keras_model, input_spec=h.input_spec(),
+                                   client_optimizer_fn=_sgd(), **kwargs)
+  _, losses, _ = _run(process)
+  assert losses[-1] < 0.7 * losses[0], losses
+
+
+@pytest.mark.slow
+def test_free_composition_with_objects():
+  from tff_conflict import aggregators, losses as losses_lib  # pylint: disable=g-import-not-at-top
+  process = learning.build_process(
+      make_tiny_keras_model, input_spec=h.input_spec(), client_optimizer_fn=_sgd(),
+      loss=losses_lib.FocalLoss(gamma=0.5, beta=1.0),
+      aggregator=aggregators.GradientHarmonizationFactory(order='index'),
+      metrics=lambda: [tf.keras.metrics.SparseCategoricalAccuracy()])
+  _, losses, metrics = _run(process)
+  assert losses[-1] < 0.7 * losses[0], losses
+  assert 'sparse_categorical_accuracy' in metrics[-1]['client_work']['train']
