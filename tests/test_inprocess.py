@@ -266,3 +266,31 @@ def test_make_runner(fed_avg):
     runtime.make_runner(fed_avg, 'gpu')
   with pytest.raises(ValueError, match='inprocess'):
     runtime.make_runner(fed_avg, 'cpp', num_threads=2)
+
+
+def _learning_builders():
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  return learning.ALGORITHMS
+
+
+# One conflict method stays in the default selection; the others run with `-m slow`.
+_FAST_BUILDERS = ('fedgh',)
+
+
+@pytest.mark.parametrize('name', [
+    pytest.param(n, marks=() if n in _FAST_BUILDERS else pytest.mark.slow)
+    for n in ('fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective')])
+def test_project_builder_rounds_equal_cpp_runtime(name):
+  """Every tff_conflict.learning builder: 3 rounds in-process == 3 rounds in the C++ runtime."""
+  builders = _learning_builders()
+  assert name in builders
+  process = builders[name](
+      make_tiny_keras_model, input_spec=_input_spec(),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1))
+  data = make_tiny_client_datasets(num_clients=4)
+  cpp_state, cpp_outputs = _run_rounds(process, data)
+  runner = inprocess.InProcessRunner(process, num_threads=2)
+  state, outputs = _run_rounds(runner, data)
+  assert_same_result(state, cpp_state)
+  for output, cpp_output in zip(outputs, cpp_outputs):
+    assert_same_result(output, cpp_output)

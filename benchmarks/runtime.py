@@ -1,0 +1,218 @@
+"""Execution backends: round time of the in-process runner vs TFF's C++ runtime, side by side.
+
+    .venv/bin/python -m benchmarks.runtime                       # defaults below
+    .venv/bin/python -m benchmarks.runtime --clients=10 --rounds=3 --small
+
+Same process (FedAvg, TFF's `build_weighted_fed_avg`, on an EMNIST-sized CNN: conv32-conv64-
+maxpool-dense128-dense62, about 1.2M parameters; `--small` uses a 784-10 softmax model), same
+synthetic client data. For each cohort size it reports the first round (for the in-process runner
+including its MapReduceForm compilation and stamping, reported apart as `build`) and the mean of
+the later rounds, for the C++ runtime and the in-process runner with 1 and `--threads` threads.
+
+`--aggregator_clients=100` adds the conflict-aggregator target: in-process round time and peak
+resident memory of FedAvg with `MeanFactory` vs with `GradientHarmonizationFactory` (FedGH, which
+gathers all K client deltas), compared with one K x d float32 stack (d = number of parameters).
+
+Prints a Markdown table; numbers are wall-clock seconds on whatever machine runs it.
+"""
+
+import argparse
+import collections
+import os
+import threading
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import psutil  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+
+
+def _cnn(num_classes=62):
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(28, 28, 1)),
+      tf.keras.layers.Conv2D(32, 3, activation='relu'),
+      tf.keras.layers.Conv2D(64, 3, activation='relu'),
+      tf.keras.layers.MaxPooling2D(2),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(128, activation='relu'),
+      tf.keras.layers.Dense(num_classes),
+  ])
+
+
+def _softmax(num_classes=62):
+  return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(28, 28, 1)),
+                              tf.keras.layers.Flatten(), tf.keras.layers.Dense(num_classes)])
+
+
+def _client_data(num_clients, examples, batch_size, seed=0):
+  rng = np.random.default_rng(seed)
+  data = []
+  for _ in range(num_clients):
+    x = rng.random((examples, 28, 28, 1), dtype=np.float32)
+    y = rng.integers(0, 62, size=examples).astype(np.int32)
+    data.append(tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
+                .batch(batch_size))
+  return data
+
+
+def _build(keras_fn, spec, aggregator=None):
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  def model_fn():
+    return tff.learning.models.from_keras_model(
+        keras_fn(), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=spec)
+
+  kwargs = {} if aggregator is None else {'model_aggregator': aggregator}
+  return tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn, tff.learning.optimizers.build_sgdm(0.01), **kwargs)
+
+
+class _PeakRss:
+  """Samples this process's (and its workers') resident memory every 20 ms; keeps the peak."""
+
+  def __init__(self, pids=()):
+    self._procs = [psutil.Process()] + [psutil.Process(p) for p in pids]
+    self.peak = 0
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+
+  def _rss(self):
+    total = 0
+    for p in self._procs:
+      try:
+        total += p.memory_info().rss
+      except psutil.Error:
+        pass
+    return total
+
+  def _run(self):
+    while not self._stop.is_set():
+      self.peak = max(self.peak, self._rss())
+      time.sleep(0.02)
+
+  def __enter__(self):
+    self.base = self._rss()
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc):
+    self._stop.set()
+    self._thread.join()
+    self.peak = max(self.peak, self._rss())
+
+
+def _rounds(runner, data, rounds):
+  state = runner.initialize()
+  times = []
+  for _ in range(rounds):
+    start = time.perf_counter()
+    state = runner.next(state, data).state
+    times.append(time.perf_counter() - start)
+  return state, times
+
+
+def _max_diff(a, b):
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  del tff
+  return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
+             for x, y in zip(tf.nest.flatten(a.global_model_weights),
+                             tf.nest.flatten(b.global_model_weights)))
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--clients', default='10,50', help='cohort sizes, comma-separated')
+  parser.add_argument('--rounds', type=int, default=3, help='rounds per backend (>= 2)')
+  parser.add_argument('--examples', type=int, default=32, help='examples per client')
+  parser.add_argument('--batch_size', type=int, default=16)
+  parser.add_argument('--threads', type=int, default=2, help='threads of the parallel runner')
+  parser.add_argument('--small', action='store_true', help='softmax model instead of the CNN')
+  parser.add_argument('--skip_cpp', action='store_true', help='in-process runner only')
+  parser.add_argument('--aggregator_clients', type=int, default=0,
+                      help='if > 0: MeanFactory vs FedGH aggregator at this cohort, in-process')
+  args = parser.parse_args()
+  cohorts = [int(c) for c in args.clients.split(',') if c]
+  if args.rounds < 2 or any(c < 1 for c in cohorts) or args.threads < 1:
+    parser.error('--rounds must be >= 2, cohorts and --threads >= 1')
+
+  runtime.set_local_context()
+  from tff_conflict import inprocess  # pylint: disable=g-import-not-at-top
+  keras_fn = _softmax if args.small else _cnn
+  num_params = keras_fn().count_params()
+  print(f'model: {"softmax" if args.small else "CNN"}, {num_params} parameters; '
+        f'{args.examples} examples/client, batch {args.batch_size}, {args.rounds} rounds; '
+        f'GPUs visible: {len(tf.config.list_physical_devices("GPU"))}; '
+        f'CPU cores: {os.cpu_count()}')
+  rows = []
+  for k in cohorts:
+    data = _client_data(k, args.examples, args.batch_size)
+    spec = data[0].element_spec
+    process = _build(keras_fn, spec)
+    cpp_state = None
+    if not args.skip_cpp:
+      cpp_state, times = _rounds(process, data, args.rounds)
+      rows.append((k, 'C++ runtime (worker_binary)', 0.0, times))
+      cpp_steady = np.mean(times[1:])
+    for threads in sorted({1, args.threads}):
+      start = time.perf_counter()
+      runner = inprocess.InProcessRunner(process, num_threads=threads)
+      build = time.perf_counter() - start
+      state, times = _rounds(runner, data, args.rounds)
+      times[0] += build
+      rows.append((k, f'in-process, {threads} thread(s)', build, times))
+      if cpp_state is not None:
+        print(f'K={k}, {threads} thread(s): max |w_inprocess - w_cpp| after {args.rounds} '
+              f'rounds = {_max_diff(state, cpp_state):.2e}')
+    runtime.shutdown_workers()
+  print()
+  print('| clients | backend | build (s) | first round (s) | later rounds, mean (s) | '
+        'later rounds vs C++ |')
+  print('|---|---|---|---|---|---|')
+  steady_cpp = {}
+  for k, name, build, times in rows:
+    steady = float(np.mean(times[1:]))
+    if name.startswith('C++'):
+      steady_cpp[k] = steady
+    ratio = f'{steady / steady_cpp[k]:.2f}x' if k in steady_cpp else 'n/a'
+    print(f'| {k} | {name} | {build:.1f} | {times[0]:.1f} | {steady:.2f} | {ratio} |')
+
+  if args.aggregator_clients:
+    k = args.aggregator_clients
+    from tff_conflict import aggregators  # pylint: disable=g-import-not-at-top
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    data = _client_data(k, args.examples, args.batch_size, seed=1)
+    spec = data[0].element_spec
+    stack_mb = k * num_params * 4 / 2**20
+    print()
+    print(f'Aggregators in-process, K={k}, d={num_params} (one K x d float32 stack = '
+          f'{stack_mb:.0f} MiB):')
+    print('| aggregator | later rounds, mean (s) | vs MeanFactory | peak RSS above start (MiB) |')
+    print('|---|---|---|---|')
+    base_time = None
+    for name, factory in (('MeanFactory', tff.aggregators.MeanFactory()),
+                          ('GradientHarmonizationFactory (FedGH)',
+                           aggregators.GradientHarmonizationFactory())):
+      runner = inprocess.InProcessRunner(_build(keras_fn, spec, factory),
+                                         num_threads=args.threads)
+      state = runner.initialize()
+      state = runner.next(state, data).state  # warm-up round
+      times = []
+      with _PeakRss() as rss:
+        for _ in range(args.rounds - 1):
+          start = time.perf_counter()
+          state = runner.next(state, data).state
+          times.append(time.perf_counter() - start)
+      mean = float(np.mean(times))
+      base_time = base_time or mean
+      print(f'| {name} | {mean:.2f} | {mean / base_time:.2f}x | '
+            f'{(rss.peak - rss.base) / 2**20:.0f} |')
+
+
+if __name__ == '__main__':
+  main()
