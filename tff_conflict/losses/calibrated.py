@@ -28,7 +28,9 @@ training, e.g.
 
     loss.assign_class_counts(counts)   # or loss.class_counts.assign(counts)
 
-(eagerly, or inside the client's `tf.function` / TFF computation before the training loop). Each
+(eagerly, or inside the client's `tf.function` / TFF computation before the training loop). The
+variable belongs to the graph the loss is created in: in TFF, create the loss inside the `model_fn`
+(as the Keras model is), never once outside it. Each
 example's own class must have a positive count; a zero (counts never set, or set from other data)
 fails the computation with `tf.errors.InvalidArgumentError` instead of dividing by zero.
 """
