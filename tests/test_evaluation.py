@@ -283,3 +283,28 @@ def test_evaluate_array_client_data_with_an_empty_client():
   np.testing.assert_allclose(got['per_client']['accuracy'],
                              [correct[:10].mean(), correct[10:].mean()])
   assert got['accuracy'] == pytest.approx(correct.mean())
+
+
+def test_non_trainable_weights_are_assigned_in_keras_order():
+  def bn_model_fn():
+    return tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=(NUM_FEATURES,)),
+        tf.keras.layers.BatchNormalization(),
+        tf.keras.layers.Dense(NUM_CLASSES, kernel_initializer='zeros')])
+
+  rng = np.random.default_rng(8)
+  source = bn_model_fn()
+  source.set_weights([rng.normal(size=w.shape).astype(np.float32) if i != 3 else
+                      rng.uniform(0.5, 2.0, size=w.shape).astype(np.float32)  # moving variance
+                      for i, w in enumerate(source.get_weights())])
+  weights = tff.learning.models.ModelWeights.from_model(source)
+  assert len(weights.non_trainable) == 2  # moving mean and variance
+  x, y = _examples(9, 25)
+  logits = source(x, training=False).numpy().astype(np.float64)
+  got = evaluation.evaluate(bn_model_fn, weights, _dataset(x, y))
+  assert got['accuracy'] == pytest.approx(np.mean(np.argmax(logits, axis=1) == y))
+  assert got['loss'] == pytest.approx(np.mean(_ref_cross_entropy(y, logits)), rel=1e-5)
+  swapped = tff.learning.models.ModelWeights(trainable=weights.trainable,
+                                             non_trainable=weights.non_trainable[:1])
+  with pytest.raises(ValueError, match='non_trainable has 1 tensors'):
+    evaluation.evaluate(bn_model_fn, swapped, _dataset(x, y))
