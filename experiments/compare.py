@@ -250,7 +250,7 @@ def main(argv):
   experiment_lib.install_context(values)
   try:
     table, plots, root = run_comparison(values)
-  except ValueError as e:
+  except training_loop.HparamsMismatchError as e:
     sys.exit(f'compare: {e}')
   print()
   print(table)

@@ -99,19 +99,26 @@ def _tfds_num_clients_default(load):
   return wrapped
 
 
+def _num_classes(name):
+  return lambda options: _data().dataset_info(name).num_classes
+
+
 DATASETS: dict[str, DatasetSpec] = {
-    'digits': DatasetSpec(_load_digits, lambda o: 10, 'digits_cnn'),
-    'emnist': DatasetSpec(_load_emnist, lambda o: 10 if o.emnist_only_digits else 62,
-                          'emnist_cnn'),
-    'synthetic': DatasetSpec(_load_synthetic, lambda o: 10, 'logistic_regression'),
-    'mnist': DatasetSpec(_tfds_num_clients_default(_tfds_loader('mnist')), lambda o: 10,
+    'digits': DatasetSpec(_load_digits, _num_classes('digits'), 'digits_cnn'),
+    'emnist': DatasetSpec(
+        _load_emnist,
+        lambda o: _data().dataset_info('emnist_digits' if o.emnist_only_digits else 'emnist'
+                                       ).num_classes,
+        'emnist_cnn'),
+    'synthetic': DatasetSpec(_load_synthetic, _num_classes('synthetic'), 'logistic_regression'),
+    'mnist': DatasetSpec(_tfds_num_clients_default(_tfds_loader('mnist')), _num_classes('mnist'),
                          'fedavg_cnn'),
     'fashion_mnist': DatasetSpec(_tfds_num_clients_default(_tfds_loader('fashion_mnist')),
-                                 lambda o: 10, 'fedavg_cnn'),
-    'cifar10': DatasetSpec(_tfds_num_clients_default(_tfds_loader('cifar10')), lambda o: 10,
-                           'cifar_cnn'),
-    'cifar100': DatasetSpec(_tfds_num_clients_default(_tfds_loader('cifar100')), lambda o: 100,
-                            'cifar_cnn'),
+                                 _num_classes('fashion_mnist'), 'fedavg_cnn'),
+    'cifar10': DatasetSpec(_tfds_num_clients_default(_tfds_loader('cifar10')),
+                           _num_classes('cifar10'), 'cifar_cnn'),
+    'cifar100': DatasetSpec(_tfds_num_clients_default(_tfds_loader('cifar100')),
+                            _num_classes('cifar100'), 'cifar_cnn'),
 }
 
 

@@ -101,7 +101,7 @@ def main(argv):
         config=experiment_lib.loop_config(values), experiment_dir=experiment_dir,
         hparams=flags_lib.hparams(flags_lib.COMMON_GROUPS + ('algorithm',)), runner=runner,
         label=label, show_progress=values['progress'], test_columns=test_columns)
-  except ValueError as e:
+  except training_loop.HparamsMismatchError as e:
     sys.exit(f'train: {e}')
   if result.resumed_from:
     print(f'resumed from the checkpoint of round {result.resumed_from}')

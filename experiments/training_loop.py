@@ -54,6 +54,10 @@ _TRAIN_ACCURACY = 'client_work/train/sparse_categorical_accuracy'
 
 TEST_COLUMNS = ('test_accuracy', 'test_loss', 'test_macro_f1')
 
+class HparamsMismatchError(ValueError):
+  """An earlier run in the experiment directory used other hyperparameters."""
+
+
 EvaluateFn = Callable[[Any], Mapping[str, float]]
 
 
@@ -161,7 +165,7 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
                  if not ignored(k) and stored.get(k) != current.get(k))
   if diffs:
     details = ', '.join(f'{k}: {stored.get(k)!r} -> {current.get(k)!r}' for k in diffs)
-    raise ValueError(
+    raise HparamsMismatchError(
         f'{path} records a run with other hyperparameters ({details}); resume needs the same '
         'settings. Use --noresume to start over, or another --experiment_name.')
 
@@ -206,8 +210,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
     A `RunResult`.
 
   Raises:
-    ValueError: if clients_per_round exceeds the population, or an earlier run under
-      `experiment_dir` has other hyperparameters and `config.resume` is set.
+    ValueError: if clients_per_round exceeds the population.
+    HparamsMismatchError: (a ValueError) if an earlier run under `experiment_dir` has other
+      hyperparameters and `config.resume` is set.
   """
   runner = process if runner is None else runner
   client_ids = list(train_data.client_ids if client_ids is None else client_ids)

@@ -1,0 +1,65 @@
+"""Fixtures of the experiment-binary tests: parsed absl flags, tiny federated data, subprocesses."""
+
+import collections
+import os
+import subprocess
+import sys
+
+from absl import flags
+import numpy as np
+import psutil
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope='session', autouse=True)
+def parsed_flags():
+  """absl flags marked as parsed (pytest does not run app.run), defaults otherwise."""
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+
+
+def make_tiny_client_data(num_clients=4, examples_per_client=12, num_features=4, num_classes=3,
+                          seed=0):
+  """(train, test) TestClientData of linearly separable float32 features and int32 labels."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  centers = rng.normal(scale=3.0, size=(num_classes, num_features)).astype(np.float32)
+
+  def client(n):
+    y = rng.integers(0, num_classes, size=n).astype(np.int32)
+    x = (centers[y] + rng.normal(size=(n, num_features))).astype(np.float32)
+    return collections.OrderedDict(x=x, y=y)
+
+  train = {f'c{k}': client(examples_per_client) for k in range(num_clients)}
+  test = {'all': client(30)}
+  return (tff.simulation.datasets.TestClientData(train),
+          tff.simulation.datasets.TestClientData(test))
+
+
+def workers_with_token(token):
+  """Running worker_binary processes whose environment holds TFF_CONFLICT_TEST_TOKEN=token."""
+  found = []
+  for proc in psutil.process_iter(['cmdline', 'status']):
+    try:
+      if ('worker_binary' in ' '.join(proc.info['cmdline'] or [])
+          and proc.info['status'] != psutil.STATUS_ZOMBIE
+          and proc.environ().get('TFF_CONFLICT_TEST_TOKEN') == token):
+        found.append(proc.pid)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+      pass
+  return found
+
+
+def binary_env(token):
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', TFF_CONFLICT_TEST_TOKEN=token)
+
+
+def binary_command(module, *args):
+  return [sys.executable, '-m', module, *args]
+
+
+def run_binary(module, *args, token, timeout=600):
+  return subprocess.run(binary_command(module, *args), cwd=REPO_ROOT, env=binary_env(token),
+                        capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,85 @@
+"""experiments.compare: the table's numbers from hand-made rows, presets, and a 2-round smoke
+run of two algorithms on tiny digits data."""
+
+from absl import flags
+from absl.testing import flagsaver
+import pytest
+
+from experiments import compare
+from experiments import metrics_io
+
+FLAGS = flags.FLAGS
+
+
+def _rows(accuracies, f1=0.5, times=(9.0, 1.0, 3.0)):
+  return [{'round_num': r + 1, 'test_accuracy': a, 'test_macro_f1': None if a is None else f1,
+           'round_time_s': times[r % len(times)]} for r, a in enumerate(accuracies)]
+
+
+def test_summary_and_table_from_hand_made_rows():
+  seed0 = _rows([0.5, None, 0.9], f1=0.4)
+  seed1 = _rows([0.6, 0.85, 0.7], f1=0.6)
+  summary = compare.summarize('fedgh', [seed0, seed1], target_accuracy=0.8)
+  assert summary.final_accuracy == [0.9, 0.7]
+  assert summary.best_accuracy == [0.9, 0.85]
+  assert summary.final_macro_f1 == [0.4, 0.6]
+  assert summary.rounds_to_target == [3, 2]
+  assert summary.mean_round_time == pytest.approx(2.0)  # rounds >= 2 only: (1 + 3) / 2
+  never = compare.summarize('fedavg', [_rows([0.1, 0.2, 0.3])], target_accuracy=0.8)
+  table = compare.markdown_table([summary, never], 0.8)
+  lines = table.splitlines()
+  assert lines[0] == ('| algorithm | final test accuracy | best test accuracy | final macro-F1 '
+                      '| rounds to 0.8 accuracy | mean round time (s) |')
+  assert lines[2] == ('| fedgh | 0.8000 ± 0.1000 | 0.8750 ± 0.0250 | 0.5000 ± 0.1000 | '
+                      '2.5 (2/2 seeds) | 2.00 |')
+  assert lines[3] == '| fedavg | 0.3000 | 0.3000 | 0.5000 | not reached | 2.00 |'
+
+
+def test_preset_fills_only_flags_not_given():
+  with flagsaver.as_parsed(preset='readme', rounds='3'):
+    compare.apply_preset()
+    assert FLAGS.rounds == 3
+    assert FLAGS.num_clients == 20 and FLAGS.clients_per_round == 10 and FLAGS.alpha == 0.1
+    assert FLAGS.algorithms == ['fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
+                                'fed_corrective']
+
+
+@pytest.mark.parametrize('flag_values, message', [
+    (dict(algorithms='fedavg,sgd'), '--algorithms must be a non-empty list'),
+    (dict(algorithms='fedavg,fedavg'), 'lists an algorithm twice'),
+    (dict(seeds='0,x'), '--seeds must be non-negative integers'),
+    (dict(target_accuracy='1.5'), r'--target_accuracy must be in \(0, 1\]'),
+])
+def test_cross_flag_checks(flag_values, message):
+  from absl import app  # pylint: disable=g-import-not-at-top
+  with flagsaver.as_parsed(**flag_values):
+    with pytest.raises(app.UsageError, match=message):
+      compare.check_flags()
+
+
+def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd):
+  with flagsaver.as_parsed(
+      algorithms='fedavg,fedgh', dataset='digits', num_clients='6', clients_per_round='3',
+      model='logistic_regression', rounds='2', client_batch_size='32',
+      output_dir=str(tmp_path), experiment_name='cmp', target_accuracy='0.05'):
+    compare.main(['compare'])
+  out = capfd.readouterr().out
+  root = tmp_path / 'cmp'
+  assert '| fedavg |' in out and '| fedgh |' in out
+  assert f'plot: {root / "accuracy.png"}' in out
+  assert f'plot: {root / "conflict_fraction.png"}' in out
+  for name in ('summary.md', 'accuracy.png', 'conflict_fraction.png', 'hparams.csv'):
+    assert (root / name).stat().st_size > 0
+  runs = {alg: metrics_io.read_csv(str(root / alg / 'seed0' / 'metrics.csv'))
+          for alg in ('fedavg', 'fedgh')}
+  assert [r['round_num'] for r in runs['fedgh']] == [1, 2]
+  # Same clients per round: the same number of training examples in each round.
+  examples = {alg: [r['client_work/train/num_examples'] for r in rows]
+              for alg, rows in runs.items()}
+  assert examples['fedavg'] == examples['fedgh']
+  # Same initial model: round 1 starts from the same weights, so the first-round training loss
+  # (computed during local training of the same clients) is identical for the same client loss.
+  assert runs['fedavg'][0]['train_loss'] == runs['fedgh'][0]['train_loss']
+  hparams = metrics_io.read_hparams(str(root / 'fedgh' / 'seed0' / 'hparams.csv'))
+  assert hparams['algorithm'] == 'fedgh' and hparams['seed'] == '0'
+  assert 'algorithms' not in hparams

@@ -1,0 +1,92 @@
+"""metrics.csv / hparams.csv: flattening, stable columns, resume truncation, exact round trip."""
+
+import collections
+import math
+import os
+
+import numpy as np
+import pytest
+
+from experiments import metrics_io
+
+
+def test_flatten_metrics_joins_nested_names_and_expands_vectors():
+  metrics = collections.OrderedDict(
+      client_work=collections.OrderedDict(train=collections.OrderedDict(
+          loss=np.float32(0.5), num_examples=np.int64(7))),
+      aggregator=collections.OrderedDict(conflict_fraction_before=np.float32(0.25),
+                                         weights=np.array([0.1, 0.2], np.float32),
+                                         single=np.array([3.0])),
+      distributor=(), finalizer=collections.OrderedDict(update_non_finite=0))
+  flat = metrics_io.flatten_metrics(metrics)
+  assert list(flat) == ['client_work/train/loss', 'client_work/train/num_examples',
+                        'aggregator/conflict_fraction_before', 'aggregator/weights/0',
+                        'aggregator/weights/1', 'aggregator/single',
+                        'finalizer/update_non_finite']
+  assert flat['client_work/train/loss'] == 0.5
+  assert flat['aggregator/weights/1'] == pytest.approx(0.2)
+  assert all(isinstance(v, float) for v in flat.values())
+
+
+def test_flatten_metrics_rejects_strings():
+  with pytest.raises(ValueError, match='a/b'):
+    metrics_io.flatten_metrics({'a': {'b': 'text'}})
+
+
+def test_writer_orders_headline_columns_and_round_trips_floats_exactly(tmp_path):
+  path = str(tmp_path / 'metrics.csv')
+  writer = metrics_io.MetricsWriter(path)
+  value = 0.1 + 0.2  # not representable in short decimal form
+  writer.append(1, {'aggregator/x': value, 'round_time_s': 1.5, 'train_loss': 2.0,
+                    'test_accuracy': None})
+  writer.append(2, {'aggregator/x': float('nan'), 'round_time_s': 1.0, 'train_loss': 1.0,
+                    'test_accuracy': 0.5})
+  assert metrics_io.read_columns(path) == ['round_num', 'train_loss', 'test_accuracy',
+                                           'round_time_s', 'aggregator/x']
+  rows = metrics_io.read_csv(path)
+  assert rows[0]['aggregator/x'] == value
+  assert rows[0]['test_accuracy'] is None
+  assert math.isnan(rows[1]['aggregator/x'])
+  assert rows[1]['round_num'] == 2 and isinstance(rows[1]['round_num'], int)
+
+
+def test_writer_refuses_a_changed_column_set_and_non_increasing_rounds(tmp_path):
+  writer = metrics_io.MetricsWriter(str(tmp_path / 'm.csv'))
+  writer.append(1, {'a': 1.0})
+  with pytest.raises(ValueError, match=r"missing \['a'\], new \['b'\]"):
+    writer.append(2, {'b': 1.0})
+  with pytest.raises(ValueError, match='must increase'):
+    writer.append(1, {'a': 1.0})
+
+
+def test_writer_keeps_rows_through_the_resumed_round_and_drops_later_ones(tmp_path):
+  path = str(tmp_path / 'm.csv')
+  writer = metrics_io.MetricsWriter(path)
+  for r in range(1, 5):
+    writer.append(r, {'a': float(r)})
+  resumed = metrics_io.MetricsWriter(path, keep_through_round=2)
+  assert [r['round_num'] for r in metrics_io.read_csv(path)] == [1, 2]
+  resumed.append(3, {'a': 30.0})
+  assert [(r['round_num'], r['a']) for r in metrics_io.read_csv(path)] == [
+      (1, 1.0), (2, 2.0), (3, 30.0)]
+  fresh = metrics_io.MetricsWriter(path)
+  assert fresh.rows == [] and metrics_io.read_csv(path) == []
+  assert not os.path.exists(path + '.tmp')
+
+
+def test_non_timing_drops_only_timing_columns():
+  rows = [{'round_num': 1, 'round_time_s': 3.0, 'eval_time_s': 1.0, 'test_accuracy': 0.5}]
+  assert metrics_io.non_timing(rows) == [{'round_num': 1, 'test_accuracy': 0.5}]
+
+
+def test_hparams_round_trip(tmp_path):
+  path = str(tmp_path / 'hparams.csv')
+  metrics_io.write_hparams(path, {'rounds': 3, 'workers': ['a:1', 'b:2'], 'cache_dir': None,
+                                  'lr': 0.1})
+  assert metrics_io.read_hparams(path) == {'rounds': '3', 'workers': 'a:1,b:2',
+                                           'cache_dir': '', 'lr': '0.1'}
+
+
+def test_writer_rejects_negative_keep_through_round(tmp_path):
+  with pytest.raises(ValueError, match='keep_through_round'):
+    metrics_io.MetricsWriter(str(tmp_path / 'm.csv'), keep_through_round=-1)

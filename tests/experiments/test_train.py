@@ -1,0 +1,67 @@
+"""experiments.train: cross-flag checks, and a 2-round smoke run on tiny digits data."""
+
+import os
+
+from absl import app
+from absl.testing import flagsaver
+import pytest
+
+from experiments import checkpoints
+from experiments import metrics_io
+from experiments import train
+
+
+@pytest.mark.parametrize('flag_values, message', [
+    (dict(num_clients='5', clients_per_round='6'),
+     'clients_per_round=6 is larger than the population --num_clients=5'),
+    (dict(cache_dir='/tmp'), "--cache_dir applies only to --dataset in \\['emnist'\\]"),
+    (dict(dataset='synthetic', alpha='0.5'), '--alpha applies only to --dataset in'),
+    (dict(client_loss='focal'), '--client_loss compose a method and need --algorithm=custom'),
+    (dict(algorithm='custom', client_loss='focal'), '--algorithm=custom needs --aggregator'),
+    (dict(client_optimizer='adam', client_momentum='0.9'),
+     '--client_momentum applies only to --client_optimizer=sgd'),
+    (dict(server_learning_rate='0'), '--server_learning_rate must be > 0'),
+    (dict(workers='localhost:1', runtime='inprocess'), 'cannot be combined with --runtime'),
+    (dict(workers='localhost'), 'host:port'),
+    (dict(rounds='3', eval_every='4'), '--eval_every=4 is larger than --rounds=3'),
+    (dict(experiment_name='../x'), '--experiment_name must be a relative name'),
+])
+def test_cross_flag_checks(flag_values, message):
+  with flagsaver.as_parsed(**flag_values):
+    with pytest.raises(app.UsageError, match=message):
+      train.check_flags()
+
+
+def test_defaults_pass_the_checks():
+  with flagsaver.flagsaver():
+    train.check_flags()
+
+
+def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
+  with flagsaver.as_parsed(
+      algorithm='custom', client_loss='focal', aggregator='fedgh', proximal_strength='0.1',
+      dataset='digits', num_clients='6', clients_per_round='3', model='logistic_regression',
+      rounds='2', checkpoint_every='1', client_batch_size='32', output_dir=str(tmp_path),
+      experiment_name='smoke', seed='3'):
+    train.main(['train'])
+  out = capfd.readouterr().out
+  experiment_dir = tmp_path / 'smoke'
+  assert 'custom on digits (6 clients, 3 per round, model logistic_regression)' in out
+  assert str(experiment_dir / 'metrics.csv') in out
+  rows = metrics_io.read_csv(str(experiment_dir / 'metrics.csv'))
+  assert [r['round_num'] for r in rows] == [1, 2]
+  columns = metrics_io.read_columns(str(experiment_dir / 'metrics.csv'))
+  assert columns[:8] == ['round_num', 'train_loss', 'train_accuracy', 'test_accuracy',
+                         'test_loss', 'test_macro_f1', 'round_time_s', 'eval_time_s']
+  assert 'test_class_accuracy/9' in columns
+  assert any(c.startswith('aggregator/') and c.endswith('conflict_fraction_before')
+             for c in columns)
+  for row in rows:
+    assert 0.0 <= row['test_accuracy'] <= 1.0 and row['train_loss'] > 0
+  hparams = metrics_io.read_hparams(str(experiment_dir / 'hparams.csv'))
+  assert hparams['seed'] == '3' and hparams['aggregator'] == 'fedgh'
+  assert hparams['proximal_strength'] == '0.1' and hparams['rounds'] == '2'
+  assert hparams['version/tensorflow-federated'] == '0.87.0'
+  manager = checkpoints.CheckpointManager(str(experiment_dir / 'checkpoints'))
+  assert manager.versions() == [1, 2]
+  assert not os.path.exists(str(experiment_dir / 'metrics.csv.tmp'))

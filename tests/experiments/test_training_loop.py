@@ -1,0 +1,185 @@
+"""The shared run loop: client sampling, resume equal to an uninterrupted run, determinism,
+hyperparameter checks on resume; and the checkpoint manager."""
+
+import collections
+import functools
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from experiments import checkpoints
+from experiments import metrics_io
+from experiments import models
+from experiments import training_loop
+from tests.experiments import conftest
+
+
+def test_sample_clients_depends_only_on_seed_and_round():
+  ids = [f'c{i}' for i in range(20)]
+  a = training_loop.sample_clients(ids, 5, seed=1, round_num=3)
+  assert a == training_loop.sample_clients(ids, 5, seed=1, round_num=3)
+  assert len(set(a)) == 5 and a == sorted(a, key=ids.index)
+  others = {tuple(training_loop.sample_clients(ids, 5, seed=s, round_num=r))
+            for s, r in [(1, 4), (2, 3), (1, 5)]}
+  assert tuple(a) not in others or len(others) > 1
+  # Round 3's sample is the same whatever was drawn before (no shared generator state).
+  training_loop.sample_clients(ids, 5, seed=1, round_num=2)
+  assert training_loop.sample_clients(ids, 5, seed=1, round_num=3) == a
+  assert training_loop.sample_clients(ids, 20, seed=0, round_num=1) == ids
+  with pytest.raises(ValueError, match='num_clients'):
+    training_loop.sample_clients(ids, 21, seed=0, round_num=1)
+
+
+def test_sample_frequencies_are_uniform():
+  ids = [str(i) for i in range(10)]
+  counts = collections.Counter(c for r in range(1, 2001)
+                               for c in training_loop.sample_clients(ids, 3, seed=0, round_num=r))
+  # Each client is drawn with probability 3/10: 600 of 2000 rounds (std about 20).
+  assert all(abs(n - 600) < 100 for n in counts.values()), counts
+
+
+def test_loop_config_rounds_schedule_and_validation():
+  config = training_loop.LoopConfig(rounds=7, clients_per_round=2, eval_every=3,
+                                    checkpoint_every=2)
+  assert [r for r in range(1, 8) if config.is_eval_round(r)] == [3, 6, 7]
+  assert [r for r in range(1, 8) if config.is_checkpoint_round(r)] == [2, 4, 6, 7]
+  final_only = training_loop.LoopConfig(rounds=4, clients_per_round=1, eval_every=0,
+                                        checkpoint_every=0)
+  assert [r for r in range(1, 5) if final_only.is_eval_round(r)] == [4]
+  assert not any(final_only.is_checkpoint_round(r) for r in range(1, 5))
+  with pytest.raises(ValueError, match='clients_per_round'):
+    training_loop.LoopConfig(rounds=1, clients_per_round=0)
+  with pytest.raises(ValueError, match='eval_every'):
+    training_loop.LoopConfig(rounds=1, clients_per_round=1, eval_every=-1)
+
+
+def test_preprocess_is_seeded_per_round_and_client():
+  data, _ = conftest.make_tiny_client_data(examples_per_client=40)
+  config = training_loop.LoopConfig(rounds=1, clients_per_round=1, batch_size=8,
+                                    client_epochs=2, seed=5)
+  ds = data.create_tf_dataset_for_client('c0')
+  labels = lambda d: np.concatenate([b['y'] for b in d.as_numpy_iterator()]).tolist()
+  a = labels(training_loop.preprocess(ds, config, round_num=1, client_index=0))
+  assert a == labels(training_loop.preprocess(ds, config, round_num=1, client_index=0))
+  assert len(a) == 80 and sorted(a) == sorted(labels(ds.batch(40)) * 2)
+  b = labels(training_loop.preprocess(ds, config, round_num=2, client_index=0))
+  assert a != b
+
+
+@pytest.fixture(scope='module')
+def tiny():
+  """One FedGH process on tiny data, shared by the tests of this module (building is slow)."""
+  return _tiny_setup()
+
+
+def _tiny_setup(seed=0):
+  from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  train, test = conftest.make_tiny_client_data()
+  config = training_loop.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=seed)
+  spec = training_loop.preprocess(train.create_tf_dataset_for_client('c0'), config).element_spec
+  keras_model_fn = functools.partial(models.logistic_regression, (4,), 3, seed=seed)
+  process = learning.build_fedgh(
+      keras_model_fn, input_spec=spec,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1), seed=seed)
+  test_ds = test.create_tf_dataset_for_client('all')
+
+  def evaluate_fn(weights):
+    result = evaluation.evaluate(keras_model_fn, weights, test_ds, num_classes=3)
+    return {'test_accuracy': result['accuracy'], 'test_loss': result['loss'],
+            'test_macro_f1': result['macro_f1']}
+
+  return process, train, evaluate_fn
+
+
+def _run(process, train, evaluate_fn, experiment_dir, rounds, *, resume=True, hparams=None,
+         checkpoint_every=2, seed=0):
+  config = training_loop.LoopConfig(rounds=rounds, clients_per_round=2, batch_size=4,
+                                    client_epochs=2, seed=seed, eval_every=2,
+                                    checkpoint_every=checkpoint_every, resume=resume)
+  return training_loop.run_training(
+      process, train_data=train, evaluate_fn=evaluate_fn, config=config,
+      experiment_dir=str(experiment_dir), hparams=hparams or {'lr': 0.1, 'rounds': rounds},
+      show_progress=False)
+
+
+def _assert_same_rows(a, b):
+  a, b = metrics_io.non_timing(a), metrics_io.non_timing(b)
+  assert [sorted(r) for r in a] == [sorted(r) for r in b]
+  for ra, rb in zip(a, b):
+    for key in ra:
+      same = (ra[key] == rb[key]) or (isinstance(ra[key], float) and math.isnan(ra[key])
+                                      and math.isnan(rb[key]))
+      assert same, (ra['round_num'], key, ra[key], rb[key])
+
+
+def test_resume_after_round_2_equals_an_uninterrupted_run_and_runs_are_deterministic(
+    tmp_path, tiny):
+  process, train, evaluate_fn = tiny
+  full = _run(process, train, evaluate_fn, tmp_path / 'full', 4)
+  again = _run(process, train, evaluate_fn, tmp_path / 'again', 4)
+  _assert_same_rows(full.rows, again.rows)  # determinism: same flags and seed
+
+  # "Interrupted" after round 3 with a checkpoint at round 2: row 3 exists without checkpoint.
+  first = _run(process, train, evaluate_fn, tmp_path / 'resumed', 3, checkpoint_every=2,
+               hparams={'lr': 0.1, 'rounds': 4})
+  os.remove(tmp_path / 'resumed' / 'checkpoints' / 'round_3' / 'saved_model.pb')  # cut short
+  assert first.resumed_from == 0 and len(first.rows) == 3
+  resumed = _run(process, train, evaluate_fn, tmp_path / 'resumed', 4)
+  assert resumed.resumed_from == 2
+  assert [r['round_num'] for r in resumed.rows] == [1, 2, 3, 4]
+  _assert_same_rows(full.rows, resumed.rows)
+  on_disk = metrics_io.read_csv(str(tmp_path / 'resumed' / 'metrics.csv'))
+  assert [r['round_num'] for r in on_disk] == [1, 2, 3, 4]  # rewritten, not duplicated
+  _assert_same_rows(full.rows, on_disk)
+  assert any(k.startswith('aggregator/') and 'conflict_fraction_before' in k
+             for k in on_disk[0])
+  np.testing.assert_allclose(
+      process.get_model_weights(resumed.final_state).trainable[0],
+      process.get_model_weights(full.final_state).trainable[0], rtol=0, atol=0)
+
+  # A finished run is not rerun.
+  done = _run(process, train, evaluate_fn, tmp_path / 'resumed', 4)
+  assert done.resumed_from == 4 and len(done.rows) == 4
+
+
+def test_resume_refuses_other_hyperparameters_and_noresume_starts_over(tmp_path, tiny):
+  process, train, evaluate_fn = tiny
+  _run(process, train, evaluate_fn, tmp_path, 2, hparams={'lr': 0.1, 'rounds': 2})
+  with pytest.raises(ValueError, match=r"lr: '0.1' -> '0.2'.*--noresume"):
+    _run(process, train, evaluate_fn, tmp_path, 3, hparams={'lr': 0.2, 'rounds': 3})
+  fresh = _run(process, train, evaluate_fn, tmp_path, 1, resume=False,
+               hparams={'lr': 0.2, 'rounds': 1})
+  assert fresh.resumed_from == 0 and len(fresh.rows) == 1
+  assert metrics_io.read_hparams(str(tmp_path / 'hparams.csv'))['lr'] == '0.2'
+  assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [1]
+
+
+def test_clients_per_round_larger_than_population(tmp_path, tiny):
+  process, train, evaluate_fn = tiny
+  config = training_loop.LoopConfig(rounds=1, clients_per_round=5)
+  with pytest.raises(ValueError, match='clients_per_round=5 is larger than the population of 4'):
+    training_loop.run_training(process, train_data=train, evaluate_fn=evaluate_fn,
+                               config=config, experiment_dir=str(tmp_path), hparams={},
+                               show_progress=False)
+
+
+def test_checkpoint_manager_round_trip_keep_and_remove_after(tmp_path, tiny):
+  process, _, _ = tiny
+  state = process.initialize()
+  manager = checkpoints.CheckpointManager(str(tmp_path), keep_total=2)
+  assert manager.load_latest(state) == (None, 0)
+  weights = process.get_model_weights(state)
+  for r in (1, 2, 3):
+    manager.save(state, r)
+  assert manager.versions() == [2, 3]
+  manager.save(state, 3)  # replacing an existing version is allowed
+  loaded, version = manager.load_latest(state)
+  assert version == 3
+  for a, b in zip(process.get_model_weights(loaded).trainable, weights.trainable):
+    np.testing.assert_array_equal(a, b)
+  manager.remove_after(2)
+  assert manager.versions() == [2]
