@@ -40,6 +40,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+__all__ = ['classification_metrics', 'confusion_matrix', 'evaluate', 'evaluate_arrays']
+
 DEFAULT_BATCH_SIZE = 1024
 SUMMARY_PERCENTILES = (10, 25, 50, 75, 90)
 
@@ -267,7 +269,7 @@ def _client_data_arrays(client_data, ids: list, batch_size: int):
   k, x, y = arrays
   sizes = np.bincount(k, minlength=len(ids)).astype(np.int64)
   if np.any(np.diff(k) < 0):
-    raise ValueError('test_data: examples of different clients interleaved')  # flat_map keeps order
+    raise ValueError('test_data: examples of different clients came interleaved')
   return x, y.reshape(y.shape[0]), sizes
 
 
