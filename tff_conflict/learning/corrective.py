@@ -21,7 +21,6 @@ import collections
 from collections.abc import Callable
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_conflict.learning import _validation

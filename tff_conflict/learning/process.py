@@ -94,8 +94,14 @@ def _dataset_counts_of(loss_fn: Callable[[], tf.keras.losses.Loss]) -> bool:
     return getattr(loss_fn(), 'counts', None) == 'dataset'
 
 
+@tf.autograph.experimental.do_not_convert
 def _set_dataset_counts(loss: tf.keras.losses.Loss, counts: tf.Tensor):
-  """Installs the client's whole-dataset class counts in a `CalibratedLabelLoss`."""
+  """Installs the client's whole-dataset class counts in a `CalibratedLabelLoss`.
+
+  Not converted by AutoGraph (no control flow here): AutoGraph re-reads a function's source
+  file when it converts it, so converting the loss's method would tie a running client update to
+  the current text of another module.
+  """
   return loss.assign_class_counts(counts)
 
 
