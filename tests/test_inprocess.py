@@ -56,8 +56,8 @@ def assert_same_result(actual, expected, atol=1e-5):
                                rtol=1e-5, err_msg=str(path))
 
 
-def _run_rounds(runner, data, rounds=_ROUNDS):
-  state = runner.initialize()
+def _run_rounds(runner, data, rounds=_ROUNDS, state=None):
+  state = runner.initialize() if state is None else state
   outputs = []
   for _ in range(rounds):
     output = runner.next(state, data)
@@ -288,9 +288,11 @@ def test_project_builder_rounds_equal_cpp_runtime(name):
       make_tiny_keras_model, input_spec=_input_spec(),
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1))
   data = make_tiny_client_datasets(num_clients=4)
-  cpp_state, cpp_outputs = _run_rounds(process, data)
+  # Both start from one initial state: an aggregator may draw a random seed at initialize.
+  initial = process.initialize()
+  cpp_state, cpp_outputs = _run_rounds(process, data, state=initial)
   runner = inprocess.InProcessRunner(process, num_threads=2)
-  state, outputs = _run_rounds(runner, data)
+  state, outputs = _run_rounds(runner, data, state=initial)
   assert_same_result(state, cpp_state)
   for output, cpp_output in zip(outputs, cpp_outputs):
     assert_same_result(output, cpp_output)

@@ -137,6 +137,50 @@ def computation_proto(comp: Any) -> pb.Computation:
   return computation_impl.ConcreteComputation.get_proto(comp)
 
 
+def _rename_func_attr(attr, renames):
+  kind = attr.WhichOneof('value')
+  if kind == 'func':
+    if attr.func.name in renames:
+      attr.func.name = renames[attr.func.name]
+    for inner in attr.func.attr.values():
+      _rename_func_attr(inner, renames)
+  elif kind == 'list':
+    for func in attr.list.func:
+      if func.name in renames:
+        func.name = renames[func.name]
+
+
+def _rename_nodes(nodes, renames):
+  for node in nodes:
+    if node.op in renames:
+      node.op = renames[node.op]
+    for attr in node.attr.values():
+      _rename_func_attr(attr, renames)
+
+
+def uniquify_function_names(graph_def, suffix: str):
+  """Renames every function of `graph_def`'s library (and each reference to it) with `suffix`.
+
+  Eager TF keeps one global function library: two stamped graphs whose libraries define the same
+  name differently (Grappler specializes a function differently per MapReduceForm component, and
+  per process) would otherwise collide ("duplicate function with name ...").
+  """
+  library = graph_def.library
+  renames = {f.signature.name: f'{f.signature.name}_{suffix}' for f in library.function}
+  if not renames:
+    return graph_def
+  for function in library.function:
+    function.signature.name = renames[function.signature.name]
+    _rename_nodes(function.node_def, renames)
+    for attr in function.attr.values():
+      _rename_func_attr(attr, renames)
+  for gradient in library.gradient:
+    gradient.function_name = renames.get(gradient.function_name, gradient.function_name)
+    gradient.gradient_func = renames.get(gradient.gradient_func, gradient.gradient_func)
+  _rename_nodes(graph_def.node, renames)
+  return graph_def
+
+
 class StampedComputation:
   """A TFF TensorFlow computation as TF concrete functions: `flat tensors -> flat tensors`.
 
@@ -167,8 +211,10 @@ class StampedComputation:
     graph_def = serialization_utils.unpack_graph_def(tf_proto.graph_def)
     # Shared names (variables, tables) are made unique per stamped copy, so that copies used
     # from several threads at once never share state.
+    suffix = f'tffc_inprocess_{next(_suffix_counter)}'
     graph_def = tensorflow_utils._uniquify_shared_names_with_suffix(  # pylint: disable=protected-access
-        graph_def, f'tffc_inprocess_{next(_suffix_counter)}')
+        graph_def, suffix)
+    graph_def = uniquify_function_names(graph_def, suffix)
     fetched = {}
 
     def import_graph(*inputs):
