@@ -169,7 +169,7 @@ def main():
       if cpp_state is not None:
         print(f'K={k}, {threads} thread(s): max |w_inprocess - w_cpp| after {args.rounds} '
               f'rounds = {_max_diff(state, cpp_state):.2e}')
-    runtime.shutdown_workers()
+    runtime.set_local_context()  # a fresh context per cohort; ends the previous worker
   print()
   print('| clients | backend | build (s) | first round (s) | later rounds, mean (s) | '
         'later rounds vs C++ |')
