@@ -14,6 +14,10 @@ processes on a shared machine hits all of them alike; medians are reported.
     .venv/bin/python -m benchmarks.conflict_kernels                    # the full grid
     .venv/bin/python -m benchmarks.conflict_kernels --K 50 --d 1e6     # one size
     .venv/bin/python -m benchmarks.conflict_kernels --quick            # K=10, d=1e5, 3 repeats
+    .venv/bin/python -m benchmarks.conflict_kernels --memory --K 50 --d 1e6   # peak memory
+
+`--memory` runs each method in a fresh process and prints its peak-RSS growth next to the size
+of one [K, d] stack: a second K x d intermediate would show up as about one more stack.
 """
 
 import argparse
@@ -237,6 +241,45 @@ def bench(num_clients, dim, repeats, loop_limit, dtype=np.float32):
   return rows
 
 
+_MEMORY_METHODS = ('weighted mean', 'floor (Gram + 1 sum)', 'floor2 (Gram D + 2 sums)',
+                   'harmonize+diag', 'dominant+diag', 'principal+diag', 'corrective+diag')
+
+
+def _memory_child(name, num_clients, dim):
+  """Runs one method in this (fresh) process; prints the peak-RSS growth it caused, in MB."""
+  import resource  # pylint: disable=g-import-not-at-top
+  fns = _functions(dim, tf.float32)
+  fn, spec = fns[name]
+  values = {'u': tf.random.normal([num_clients, dim], seed=1),
+            'd': tf.random.normal([num_clients, dim], seed=2),
+            'w': tf.random.uniform([num_clients], 1, 2, seed=3),
+            'l': tf.random.uniform([num_clients], 1, 2, seed=4)}
+  tf.reduce_sum(values['u']).numpy()
+  fns['weighted mean'][0](values['u'], values['w']).numpy()  # TF runtime warmed up
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  for _ in range(2):
+    out = fn(*[values[c] for c in spec])
+    (out[0] if isinstance(out, tuple) else out).numpy()
+  after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  print(f'PEAK_GROWTH_MB {(after - before) / 1024:.1f}')
+
+
+def memory(num_clients, dim):
+  """Peak-RSS growth of each method, each in a fresh process (stack size for comparison)."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  stack_mb = num_clients * dim * 4 / 2**20
+  print(f'\nmemory: K = {num_clients}, d = {dim:.0e} float32, one [K, d] stack = '
+        f'{stack_mb:.0f} MB; peak RSS growth while running (fresh process each)')
+  for name in _MEMORY_METHODS:
+    out = subprocess.run(
+        [sys.executable, '-m', 'benchmarks.conflict_kernels', '--_memory_child', name,
+         '--K', str(num_clients), '--d', str(dim)], capture_output=True, text=True, check=True)
+    growth = [line.split()[1] for line in out.stdout.splitlines()
+              if line.startswith('PEAK_GROWTH_MB')][0]
+    print(f'  {name:26s} {float(growth):8.1f} MB  ({float(growth) / stack_mb:.2f} stacks)')
+    sys.stdout.flush()
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--K', default='10,50,100', help='comma-separated numbers of clients')
@@ -246,8 +289,14 @@ def main(argv=None):
                       help='run the loop references only where K*K*d is at most this')
   parser.add_argument('--dtype', default='float32', choices=('float32', 'float64'))
   parser.add_argument('--quick', action='store_true', help='K=10, d=1e5, 3 repeats')
+  parser.add_argument('--memory', action='store_true',
+                      help='measure peak memory growth per method instead of time')
+  parser.add_argument('--_memory_child', default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   runtime.set_local_context()   # project rule for binaries (no TFF computation runs here)
+  if args._memory_child:  # pylint: disable=protected-access
+    _memory_child(args._memory_child, int(args.K), int(float(args.d)))  # pylint: disable=protected-access
+    return
   if args.quick:
     args.K, args.d, args.repeats = '10', '1e5', 3
   ks = [int(x) for x in args.K.split(',')]
@@ -256,6 +305,9 @@ def main(argv=None):
         f'{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}')
   for dim in ds:
     for num_clients in ks:
+      if args.memory:
+        memory(num_clients, dim)
+        continue
       bench(num_clients, dim, args.repeats, args.loop_limit, np.dtype(args.dtype).type)
 
 

@@ -17,8 +17,10 @@ Decisions (recorded per SPEC's preamble):
 * Order. `order="random"` draws, per round, an independent random order of the partners for every
   client k (Algorithm 1 draws the order inside the loop over k): row k of
   `argsort(stateless_uniform([K, K], seed, alg="philox"), axis=1)`. The same `seed` (and K) always
-  gives the same orders and so the same result, also under XLA (the algorithm is pinned: with
-  TF's default "auto_select", XLA picks another generator and the orders differ). `order="index"` visits j = 0, 1, ..., K-1 (SPEC section 1).
+  gives the same orders and so the same result. Under XLA (`jit_compile=True`) the stateless
+  generator's XLA lowering yields other numbers for the same seed (seen in TF 2.14 even with the
+  algorithm pinned), so an XLA-compiled FedGH is reproducible from its seed but draws other orders
+  than the non-XLA one. `order="index"` visits j = 0, 1, ..., K-1 (SPEC section 1).
   `projection_order` returns the orders used, for tests and reproduction.
 * `seed`: None (a fresh random seed, not reproducible), a Python int s (the stateless seed
   [s, 0]), or an integer tensor of shape [] (s -> [s, 0]) or [2] (used as is), e.g. a per-round
