@@ -61,7 +61,8 @@ def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd):
   with flagsaver.as_parsed(
       algorithms='fedavg,fedgh', dataset='digits', num_clients='6', clients_per_round='3',
       model='logistic_regression', rounds='2', client_batch_size='32',
-      output_dir=str(tmp_path), experiment_name='cmp', target_accuracy='0.05'):
+      output_dir=str(tmp_path), experiment_name='cmp', target_accuracy='0.05',
+      runtime='inprocess'):  # train's smoke test covers the C++ runtime
     compare.main(['compare'])
   out = capfd.readouterr().out
   root = tmp_path / 'cmp'
