@@ -5,6 +5,9 @@ import collections
 import numpy as np
 import tensorflow_federated as tff
 
+from tensorflow_federated.python.common_libs import structure
+from tensorflow_federated.python.core.impl.types import type_conversions
+
 
 def value_types(dtype=np.float32):
   """(name, value_type) pairs: a tensor, a list, a tuple and nested OrderedDicts of any rank."""
@@ -33,7 +36,6 @@ def flat_np(value) -> np.ndarray:
 
 def random_value(value_type, rng, scale=1.0):
   """A Python value of `value_type` (containers as in the type) with N(0, scale) entries."""
-  from tensorflow_federated.python.core.impl.types import type_conversions  # pylint: disable=g-import-not-at-top
 
   def leaf(t):
     return (rng.normal(scale=scale, size=t.shape)).astype(t.dtype)
@@ -43,7 +45,6 @@ def random_value(value_type, rng, scale=1.0):
 
 
 def _to_python(value):
-  from tensorflow_federated.python.common_libs import structure  # pylint: disable=g-import-not-at-top
   if isinstance(value, structure.Struct):
     return structure.to_odict_or_tuple(value, recursive=True)
   return value

@@ -42,12 +42,13 @@ def test_keyword_only():
 
 # ---------------------------------------------------------------- type signatures
 
-@pytest.mark.parametrize('dtype,index', [(np.float32, 1), (np.float64, 3), (np.float32, 2)])
+@pytest.mark.parametrize('dtype,index', [
+    (np.float32, 1), (np.float64, 3), pytest.param(np.float32, 2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize('factory,extra', [
     (aggregators.PrincipalGradientFactory(), ['num_components', 'explained_variance']),
     (aggregators.DominantGradientCorrectionFactory(), ['num_dominant', 'num_projections']),
-    (aggregators.DominantGradientCorrectionFactory(weights_are_losses=True),
-     ['num_dominant', 'num_projections']),
+    pytest.param(aggregators.DominantGradientCorrectionFactory(weights_are_losses=True),
+                 ['num_dominant', 'num_projections'], marks=pytest.mark.slow),
 ])
 def test_type_signatures(factory, extra, dtype, index):
   _, value_type = helpers.value_types(dtype)[index]
@@ -199,6 +200,7 @@ def test_corrective_matches_kernel_and_fills_every_field():
   assert list(out.result.keys()) == ['update', 'gradient', 'loss']
 
 
+@pytest.mark.slow
 def test_corrective_alpha_zero_is_weighted_mean_and_excludes_nonfinite_loss():
   update_type = tff.TensorType(np.float64, [6])
   value_type = _corrective_type(update_type)
@@ -218,8 +220,9 @@ def test_corrective_alpha_zero_is_weighted_mean_and_excludes_nonfinite_loss():
   assert out.measurements['corrective_weights'].shape == (3,)
 
 
-@pytest.mark.parametrize('factory', [aggregators.PrincipalGradientFactory(),
-                                     aggregators.DominantGradientCorrectionFactory()])
+@pytest.mark.parametrize('factory', [
+    pytest.param(aggregators.PrincipalGradientFactory(), marks=pytest.mark.slow),
+    aggregators.DominantGradientCorrectionFactory()])
 def test_all_excluded_gives_zeros(factory):
   process = factory.create(tff.TensorType(np.float32, [3]), helpers.WEIGHT_TYPE)
   out = process.next(process.initialize(), [np.ones(3, np.float32), np.full(3, np.inf,

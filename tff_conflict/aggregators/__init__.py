@@ -11,6 +11,13 @@ model_aggregator=tff_conflict.aggregators.GradientHarmonizationFactory())`:
   CorrectiveGradientFactory(*, alpha=0.1)                       corrective weights (SPEC 5);
       value OrderedDict(update=..., gradient=..., loss=...), weight = number of examples
 
+All four are weighted factories. `tff.learning.algorithms.build_unweighted_fed_avg` accepts only
+`UnweightedAggregationFactory`; the same algorithm with these factories is
+`build_weighted_fed_avg(..., client_weighting=tff.learning.ClientWeighting.UNIFORM)` (weight 1 per
+client, 0 for a client whose delta was non-finite). TFF's per-client wrappers compose with FedGH,
+DGC and FedLD (e.g. `tff.aggregators.clipping_factory(norm, GradientHarmonizationFactory())`); see
+each class docstring.
+
 The TFF layer only flattens (`flatten`), gathers the K client rows to the server (`gather`) and
 reassembles the result; the math is `tff_conflict.conflict`, called once per round. Gathering in
 TFF's C++ runtime costs about `row_bytes * K (K + 1) / 2` of worker memory; rounds that would

@@ -39,9 +39,10 @@ class GradientHarmonizationFactory(tff.aggregators.WeightedAggregationFactory):
 
   Measurements (`OrderedDict`, one per round; under `aggregator` in a learning process's
   metrics): `num_clients` (all clients of the round), `num_excluded_nonfinite`,
-  `num_excluded_zero_weight`, `num_participating`, `conflict_fraction_before`, `conflict_fraction_after`,
-  `min_cosine`, `mean_cosine`, `aggregate_norm`, `num_projections` (pair statistics cover the
-  clients that take part; see `tff_conflict.conflict`).
+  `num_excluded_zero_weight`, `num_participating` (the clients that take part),
+  `conflict_fraction_before`, `conflict_fraction_after`, `min_cosine`, `mean_cosine`,
+  `aggregate_norm`, `num_projections` (pair statistics cover the clients that take part; see
+  `tff_conflict.conflict`).
   """
 
   def __init__(self, *, order: str = 'random', seed=None):
