@@ -107,3 +107,23 @@ def test_nonfinite_update_gradient_or_loss_excludes_client():
   expected, _ = ref.corrective(u[[0, 1, 3, 4]], d[[0, 1, 3, 4]], losses[[0, 1, 3, 4]],
                                np.ones(4), 0.1)
   ref.assert_close(conflict.corrective_aggregate(u_bad, d, losses, w0), expected, 1e-10)
+
+
+def test_weight_zero_and_excluded_clients_take_no_part():
+  u = ref.conflicting_updates(6, 9, seed=11)
+  d = ref.conflicting_updates(6, 9, seed=12)
+  losses = np.linspace(0.5, 2.0, 6)
+  weights = np.array([1.0, 2.0, 0.0, 1.0, 1.0, 3.0])
+  include = np.array([True, True, True, True, False, True])
+  keep = [0, 1, 3, 5]
+  expected, x_keep = ref.corrective(u[keep], d[keep], losses[keep], weights[keep], 0.1)
+  agg, diag = conflict.corrective_aggregate_with_diagnostics(u, d, losses, weights,
+                                                             include=include)
+  ref.assert_close(agg, expected, 1e-10)
+  x = diag['corrective_weights'].numpy()
+  assert x[2] == 0 and x[4] == 0
+  np.testing.assert_allclose(x[keep], x_keep, rtol=1e-5)
+  x_only = conflict.corrective_weights(d, losses, include=weights > 0).numpy()
+  np.testing.assert_allclose(x_only[[0, 1, 3, 4, 5]],
+                             ref.corrective_x(d[[0, 1, 3, 4, 5]], losses[[0, 1, 3, 4, 5]], 0.1),
+                             rtol=1e-10)

@@ -99,3 +99,14 @@ def test_component_ratio_floor_is_not_fooled_by_rounding():
   _, diag = conflict.principal_aggregate_with_diagnostics(updates, np.ones(100),
                                                           component_ratio=0.29)
   assert diag['num_components'].numpy() == 29   # 0.29 * 100 = 28.999999999999996
+
+
+def test_weight_zero_and_excluded_clients_take_no_part():
+  updates = ref.conflicting_updates(7, 12, seed=8)
+  weights = np.array([1.0, 0.0, 2.0, 3.0, 1.0, 2.0, 1.0])
+  include = np.array([True, True, True, False, True, True, True])
+  keep = [0, 2, 4, 5, 6]
+  expected, _, num_kept, _ = ref.fedld(updates[keep], weights[keep], 0.8)
+  agg, diag = conflict.principal_aggregate_with_diagnostics(updates, weights, include=include)
+  ref.assert_close(agg, expected, 1e-10)
+  assert diag['num_clients'].numpy() == 5 and diag['num_components'].numpy() == num_kept == 4

@@ -63,15 +63,17 @@ DGC `num_dominant`, `num_projections` (int32); FedLD `num_components` (int32),
 `explained_variance` (float32); corrective `corrective_weights` (float32 [K]). Dtypes do not
 depend on K or on the input dtype. Over fewer than two clients the fractions and `mean_cosine`
 are 0 and `min_cosine` is 1. Conflicts are cosines below `-100 eps(dtype)` (see `geometry`).
+`num_excluded_nonfinite` counts every non-finite row, also one that was excluded anyway (weight 0
+or `include` False). The corrective kernel's pair statistics are of the gradients `D_i` (the Gram
+matrix it has), and its "after" fraction of the correction terms `x_i D_i` (see `corrective`).
 
 XLA: every kernel (and its diagnostics companion) compiles and runs under
 `tf.function(jit_compile=True)`, also with input signature [None, d] (checked in
 tests/conflict/test_graph.py; results equal the non-XLA ones to float rounding, except that
 FedGH's random order is drawn by XLA's lowering of the stateless generator, which gives other
 orders for the same seed: reproducible, but not equal to the non-XLA draw). Two caveats: XLA
-ignores the
-`tf.debugging` assertions (it logs "Ignoring Assert operator"), so the graph-time checks above do
-not fire inside an XLA-compiled function (static checks still raise at trace time); and XLA
+ignores the `tf.debugging` assertions (it logs "Ignoring Assert operator"), so the graph-time
+checks above do not fire inside an XLA-compiled function (static checks still raise at trace time); and XLA
 compiles one executable per distinct K, so a TFF round with a new number of clients pays a new
 compilation (seconds). Without `jit_compile` the kernels need no compilation and, at K = 50,
 d = 1e6, already run at about the floor (BENCHMARKS.md, "Conflict kernels"), so XLA is not needed
