@@ -142,6 +142,24 @@ def _reset_tff_context() -> None:
     pass
   import gc  # pylint: disable=g-import-not-at-top
   gc.collect()
+  # Service managers still referenced elsewhere (for example the context TFF installs when it is
+  # imported, or one a test built) would run `__del__` during interpreter teardown, when
+  # `subprocess` is already None: their worker is ended by `shutdown_workers`, so their `__del__`
+  # has nothing left to do and is replaced by a no-op.
+  for obj in gc.get_objects():
+    cls = type(obj)
+    if (cls.__name__ == 'ServiceManager' and cls.__module__.endswith('executor_factory')
+        and '__del__' in cls.__dict__):
+      process = getattr(obj, '_process', None)
+      if isinstance(process, subprocess.Popen) and process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+          process.send_signal(signal.SIGINT)
+        try:
+          process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+          process.kill()
+          process.wait()
+      cls.__del__ = lambda self: None
 
 
 class _NoContext:
