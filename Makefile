@@ -9,7 +9,7 @@ setup:
 	@$(PYTHON) tools/sync_env.py
 
 run: setup
-	$(VENV_PY) -m experiments.quickstart
+	$(VENV_PY) -m experiments.compare --preset=readme
 
 test: setup
 	$(VENV_PY) -m pytest
