@@ -34,26 +34,10 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import psutil  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+from benchmarks import models  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 FACTORIES = ('mean', 'fedgh', 'dgc', 'principal')
-
-
-def _cnn(num_classes=62):
-  return tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(28, 28, 1)),
-      tf.keras.layers.Conv2D(32, 3, activation='relu'),
-      tf.keras.layers.Conv2D(64, 3, activation='relu'),
-      tf.keras.layers.MaxPooling2D(2),
-      tf.keras.layers.Flatten(),
-      tf.keras.layers.Dense(128, activation='relu'),
-      tf.keras.layers.Dense(num_classes),
-  ])
-
-
-def _softmax(num_classes=62):
-  return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(28, 28, 1)),
-                              tf.keras.layers.Flatten(), tf.keras.layers.Dense(num_classes)])
 
 
 def _client_data(num_clients, examples, seed=0):
@@ -162,7 +146,7 @@ def main():
       raise ValueError(f'--factories: unknown {f!r}; choose from {FACTORIES}')
   if factories[0] != 'mean':
     factories = ['mean'] + [f for f in factories if f != 'mean']
-  keras_fn = _softmax if args.small else _cnn
+  keras_fn = models.softmax_regression if args.small else models.emnist_sized_cnn
   sizes = [int(c) for c in args.clients.split(',')]
   data_all = _client_data(max(sizes), args.examples)
   spec = data_all[0].element_spec

@@ -28,24 +28,8 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import psutil  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+from benchmarks import models  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
-
-
-def _cnn(num_classes=62):
-  return tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(28, 28, 1)),
-      tf.keras.layers.Conv2D(32, 3, activation='relu'),
-      tf.keras.layers.Conv2D(64, 3, activation='relu'),
-      tf.keras.layers.MaxPooling2D(2),
-      tf.keras.layers.Flatten(),
-      tf.keras.layers.Dense(128, activation='relu'),
-      tf.keras.layers.Dense(num_classes),
-  ])
-
-
-def _softmax(num_classes=62):
-  return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(28, 28, 1)),
-                              tf.keras.layers.Flatten(), tf.keras.layers.Dense(num_classes)])
 
 
 def _client_data(num_clients, examples, batch_size, seed=0):
@@ -143,7 +127,7 @@ def main():
 
   runtime.set_local_context()
   from tff_conflict import inprocess  # pylint: disable=g-import-not-at-top
-  keras_fn = _softmax if args.small else _cnn
+  keras_fn = models.softmax_regression if args.small else models.emnist_sized_cnn
   num_params = keras_fn().count_params()
   print(f'model: {"softmax" if args.small else "CNN"}, {num_params} parameters; '
         f'{args.examples} examples/client, batch {args.batch_size}, {args.rounds} rounds; '
