@@ -23,7 +23,6 @@ Prints a Markdown table. The machine running it may be shared: compare ratios wi
 """
 
 import argparse
-import collections
 import os
 import threading
 import time
@@ -38,17 +37,6 @@ from benchmarks import models  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 FACTORIES = ('mean', 'fedgh', 'dgc', 'principal')
-
-
-def _client_data(num_clients, examples, seed=0):
-  rng = np.random.default_rng(seed)
-  data = []
-  for _ in range(num_clients):
-    x = rng.random((examples, 28, 28, 1), dtype=np.float32)
-    y = rng.integers(0, 62, size=examples).astype(np.int32)
-    data.append(tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
-                .batch(examples))
-  return data
 
 
 def _factory(name):
@@ -148,7 +136,7 @@ def main():
     factories = ['mean'] + [f for f in factories if f != 'mean']
   keras_fn = models.softmax_regression if args.small else models.emnist_sized_cnn
   sizes = [int(c) for c in args.clients.split(',')]
-  data_all = _client_data(max(sizes), args.examples)
+  data_all = models.random_emnist_clients(max(sizes), args.examples, args.examples)
   spec = data_all[0].element_spec
 
   def model_fn():

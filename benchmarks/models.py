@@ -1,5 +1,8 @@
-"""Keras models shared by the benchmarks (new, uncompiled, producing logits)."""
+"""Keras models and synthetic client data shared by the benchmarks."""
 
+import collections
+
+import numpy as np
 import tensorflow as tf
 
 
@@ -20,3 +23,15 @@ def softmax_regression(num_classes=62):
   """A small stand-in for quick runs (--small)."""
   return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(28, 28, 1)),
                               tf.keras.layers.Flatten(), tf.keras.layers.Dense(num_classes)])
+
+
+def random_emnist_clients(num_clients, examples, batch_size, seed=0):
+  """`num_clients` datasets of `examples` random 28x28x1 images with labels in [0, 62)."""
+  rng = np.random.default_rng(seed)
+  data = []
+  for _ in range(num_clients):
+    x = rng.random((examples, 28, 28, 1), dtype=np.float32)
+    y = rng.integers(0, 62, size=examples).astype(np.int32)
+    data.append(tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
+                .batch(batch_size))
+  return data

@@ -17,7 +17,6 @@ Prints a Markdown table; numbers are wall-clock seconds on whatever machine runs
 """
 
 import argparse
-import collections
 import os
 import threading
 import time
@@ -30,17 +29,6 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from benchmarks import models  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
-
-
-def _client_data(num_clients, examples, batch_size, seed=0):
-  rng = np.random.default_rng(seed)
-  data = []
-  for _ in range(num_clients):
-    x = rng.random((examples, 28, 28, 1), dtype=np.float32)
-    y = rng.integers(0, 62, size=examples).astype(np.int32)
-    data.append(tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
-                .batch(batch_size))
-  return data
 
 
 def _build(keras_fn, spec, aggregator=None):
@@ -135,7 +123,7 @@ def main():
         f'CPU cores: {os.cpu_count()}')
   rows = []
   for k in cohorts:
-    data = _client_data(k, args.examples, args.batch_size)
+    data = models.random_emnist_clients(k, args.examples, args.batch_size)
     spec = data[0].element_spec
     process = _build(keras_fn, spec)
     cpp_state = None
@@ -170,7 +158,7 @@ def main():
     k = args.aggregator_clients
     from tff_conflict import aggregators  # pylint: disable=g-import-not-at-top
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-    data = _client_data(k, args.examples, args.batch_size, seed=1)
+    data = models.random_emnist_clients(k, args.examples, args.batch_size, seed=1)
     spec = data[0].element_spec
     stack_mb = k * num_params * 4 / 2**20
     print()

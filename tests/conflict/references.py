@@ -184,3 +184,16 @@ def assert_close(actual, expected, rtol, scale=None):
   ref = max(float(np.max(np.abs(expected))) if expected.size else 0.0, scale or 0.0)
   err = float(np.max(np.abs(actual - expected))) if expected.size else 0.0
   assert err <= rtol * ref or err == 0.0, f'max error {err:.3e} > {rtol:.1e} * {ref:.3e}'
+
+
+def parameter_cases(default, others):
+  """Test grid (num_clients, dtype, rtol, parameter): every K in {1, 2, 3, 10, 50} and both dtypes
+  at the parameter's default value; the other values at K = 3 and 50 (float64) and K = 10
+  (float32). Tolerances: 1e-10 relative in float64, 1e-4 in float32."""
+  base = [(k, np.float64, 1e-10) for k in (1, 2, 3, 10, 50)] + [
+      (k, np.float32, 1e-4) for k in (1, 2, 3, 10, 50)]
+  out = [(k, dt, tol, default) for k, dt, tol in base]
+  for value in others:
+    out += [(3, np.float64, 1e-10, value), (50, np.float64, 1e-10, value),
+            (10, np.float32, 1e-4, value)]
+  return out

@@ -8,19 +8,7 @@ from tff_conflict import conflict
 from tff_conflict.conflict import geometry
 
 
-def _cases(default, others):
-  """Every K and dtype at the default ratio; the other values at K = 3 and 50 (float64) and
-  K = 10 (float32)."""
-  base = [(k, np.float64, 1e-10) for k in (1, 2, 3, 10, 50)] + [
-      (k, np.float32, 1e-4) for k in (1, 2, 3, 10, 50)]
-  out = [(k, dt, tol, default) for k, dt, tol in base]
-  for value in others:
-    out += [(3, np.float64, 1e-10, value), (50, np.float64, 1e-10, value),
-            (10, np.float32, 1e-4, value)]
-  return out
-
-
-@pytest.mark.parametrize('num_clients,dtype,rtol,ratio', _cases(0.5, [0.2, 1.0]))
+@pytest.mark.parametrize('num_clients,dtype,rtol,ratio', ref.parameter_cases(0.5, [0.2, 1.0]))
 def test_matches_reference(num_clients, dtype, rtol, ratio):
   updates = ref.conflicting_updates(num_clients, 64, seed=20 + num_clients).astype(dtype)
   losses = np.random.default_rng(num_clients).uniform(0.1, 3.0, size=num_clients)
