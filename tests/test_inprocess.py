@@ -77,7 +77,7 @@ def cpp_fed_avg_rounds(fed_avg):
 
 
 @pytest.mark.parametrize('options', [
-    {}, {'accumulation': 'sequential'}, {'num_threads': 2}])
+    {}, {'accumulation': 'tree'}, {'accumulation': 'sequential'}, {'num_threads': 2}])
 def test_fed_avg_rounds_equal_cpp_runtime(fed_avg, cpp_fed_avg_rounds, options):
   before = set(runtime.worker_pids())
   runner = inprocess.InProcessRunner(fed_avg, **options)
@@ -173,8 +173,9 @@ def test_tree_accumulation_keeps_client_order():
   values = [rng.normal(size=(int(rng.integers(1, 4)), 2)).astype(np.float32) for _ in range(11)]
   data = [tf.data.Dataset.from_tensor_slices(v) for v in values]
   expected = np.stack([v.astype(np.float64).sum(axis=0) for v in values])
-  for accumulation in ('tree', 'sequential'):
+  for accumulation in ('buffered', 'tree', 'sequential'):
     runner = inprocess.InProcessRunner(process, accumulation=accumulation, num_threads=3)
+    assert runner.buffered_leaves == ((0,) if accumulation == 'buffered' else ())
     stacked, total = runner.next(runner.initialize(), data)
     np.testing.assert_allclose(stacked, expected, rtol=1e-6)
     np.testing.assert_allclose(total, expected.sum(axis=0), rtol=1e-5)
@@ -292,6 +293,10 @@ def test_project_builder_rounds_equal_cpp_runtime(name):
   initial = process.initialize()
   cpp_state, cpp_outputs = _run_rounds(process, data, state=initial)
   runner = inprocess.InProcessRunner(process, num_threads=2)
+  # Gathering (server-side conflict) methods get their stacks in one buffer; the others gather
+  # nothing.
+  gathers = name in ('fedgh', 'fedmgc', 'fedld', 'fed_corrective')
+  assert bool(runner.buffered_leaves) == gathers
   state, outputs = _run_rounds(runner, data, state=initial)
   assert_same_result(state, cpp_state)
   for output, cpp_output in zip(outputs, cpp_outputs):

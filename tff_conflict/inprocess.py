@@ -16,14 +16,21 @@ the CPU). `initialize` is compiled the same way (`get_state_initialization_compu
 `worker_binary` is started by the runner.
 
 Aggregation: `federated_aggregate` allows any tree of `accumulate` chains joined by `merge`. The
-default `accumulation='tree'` accumulates each client update into its own accumulator and merges
+`accumulation='tree'` order accumulates each client update into its own accumulator and merges
 neighbours as soon as two of equal size exist (a binary counter), keeping client order. A
 concatenating accumulator (all client updates gathered, as the conflict aggregators do) then copies
 O(K d log K) values instead of O(K^2 d), and at most O(log K) partial accumulators plus the
 in-flight client updates are alive at once; each client update is dropped right after it has been
-accumulated. `accumulation='sequential'` follows TFF's C++ runtime's order exactly
-(`acc = accumulate(acc, update_k)` for k = 1..K). For floating-point sums the two orders agree to
-round-off.
+accumulated. Its last merge still holds two halves and their concatenation: about two K x d
+stacks. The default `accumulation='buffered'` is 'tree' except for gathered stacks: accumulator
+leaves of shape `[None, ...]` that `merge` is checked (when the runner is built, on small random
+accumulators; `_row_buffer.concatenated_leaves`) to concatenate are written row by row into one
+preallocated buffer of K rows, and the finished stack reaches `report` without a copy, so a
+gathering round holds about one K x d stack per gathered leaf. When no leaf passes the check it is
+exactly 'tree'. The buffer is in host memory: on a GPU each row is copied to the host and the
+stack back to the device once per round ('tree' keeps everything on the device). `accumulation='sequential'` follows TFF's C++ runtime's order exactly
+(`acc = accumulate(acc, update_k)` for k = 1..K). For floating-point sums the orders agree to
+round-off; gathered stacks are identical in all three.
 
 Parallel clients: with `num_threads > 1` up to `num_threads` clients' `work` run at once (TF
 releases the GIL), each thread on its own stamped copy of `work` (distinct variable resources).
@@ -47,9 +54,10 @@ import tensorflow_federated as tff
 
 from tensorflow_federated.python.core.impl.types import computation_types
 
+from tff_conflict import _row_buffer
 from tff_conflict import _tf_stamp
 
-_ACCUMULATIONS = ('tree', 'sequential')
+_ACCUMULATIONS = ('buffered', 'tree', 'sequential')
 
 
 class InProcessRunner:
@@ -68,7 +76,7 @@ class InProcessRunner:
   """
 
   def __init__(self, learning_process: Any, *, num_threads: int = 1,
-               accumulation: str = 'tree'):
+               accumulation: str = 'buffered'):
     """Compiles `learning_process.next` to MapReduceForm and stamps its components.
 
     Args:
@@ -76,7 +84,8 @@ class InProcessRunner:
         `tff.templates.IterativeProcess` whose `next` takes `(state@SERVER, data@CLIENTS)` and
         returns `(state@SERVER, output@SERVER)`.
       num_threads: how many clients' `work` run at once (>= 1).
-      accumulation: 'tree' (default; see the module docstring) or 'sequential' (TFF's order).
+      accumulation: 'buffered' (default), 'tree' or 'sequential' (TFF's order); see the module
+        docstring.
 
     Raises:
       ValueError: for a bad argument, or if `next`/`initialize` cannot be compiled to
@@ -134,6 +143,12 @@ class InProcessRunner:
     if self._secure:
       self._modulus = [np.asarray(t) for t in
                        stamp(mrf.secure_modular_sum_modulus, 'secure_modular_sum_modulus')([])]
+    # The accumulator's declared type (`merge`'s, with `[None, ...]` for gathered stacks).
+    self._accumulator_specs = _tf_stamp.flat_specs(mrf.merge.type_signature.parameter[0])
+    self._buffered_leaves: list[int] = []
+    if accumulation == 'buffered':
+      self._buffered_leaves = _row_buffer.concatenated_leaves(
+          self._accumulator_specs, self._zero([]), self._merge)
     self._model_weight_fns: dict[str, _tf_stamp.StampedComputation] = {}
     self._cached_state: tuple[list[Any], list[tf.Tensor]] | None = None
     self._num_state_leaves = len(_tf_stamp.flat_specs(self._state_type.member))
@@ -142,6 +157,11 @@ class InProcessRunner:
   def map_reduce_form(self) -> Any:
     """The `tff.backends.mapreduce.MapReduceForm` this runner executes."""
     return self._mrf
+
+  @property
+  def buffered_leaves(self) -> tuple[int, ...]:
+    """Flat indices of the accumulator leaves gathered in one buffer ('buffered'; else empty)."""
+    return tuple(self._buffered_leaves)
 
   def initialize(self) -> Any:
     """The initial server state, as `learning_process.initialize()` returns it."""
@@ -256,6 +276,11 @@ class InProcessRunner:
     n_update, n_bits, n_max, n_mod = self._work_sizes
     zero = self._zero([])
     secure_totals = None
+    buffers = {}
+    if self._buffered_leaves:
+      specs = self._accumulator_specs
+      buffers = {i: _row_buffer.RowBuffer(specs[i].shape[1:], specs[i].dtype, len(flat_clients))
+                 for i in self._buffered_leaves}
     stack: list[tuple[int, list[tf.Tensor]]] = []  # (number of clients, accumulator)
     acc = zero
     for outputs in self._client_results(flat_clients, client_input):
@@ -268,6 +293,9 @@ class InProcessRunner:
         continue
       single = self._accumulate(zero + update)
       del update
+      for i, buffer in buffers.items():  # rows go to the buffer; the merges see no rows
+        buffer.append(single[i])
+        single[i] = zero[i]
       count = 1
       while stack and stack[-1][0] == count:
         prev_count, prev = stack.pop()
@@ -275,11 +303,15 @@ class InProcessRunner:
         count += prev_count
       stack.append((count, single))
       del single
-    if self._accumulation == 'tree' and stack:
+    if self._accumulation != 'sequential' and stack:
       _, acc = stack.pop()
       while stack:
         _, prev = stack.pop()
         acc = self._merge(prev + acc)
+    if buffers:
+      acc = list(acc)
+      for i, buffer in buffers.items():
+        acc[i] = buffer.to_tensor() if buffer.size else zero[i]
     secure_sums = self._finish_secure(secure_totals, (n_bits, n_max, n_mod))
     return acc, secure_sums
 

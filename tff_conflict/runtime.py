@@ -22,7 +22,7 @@ Call it first thing in a binary; tests use it through one session-wide fixture.
 
 Execution backends (imported lazily, so this module stays cheap to import):
 
-* `InProcessRunner(learning_process, *, num_threads=1, accumulation='tree')` runs a learning
+* `InProcessRunner(learning_process, *, num_threads=1, accumulation='buffered')` runs a learning
   process's rounds in this Python process from its MapReduceForm, with TensorFlow (GPU-capable,
   no `worker_binary`); see `tff_conflict.inprocess`.
 * `make_runner(learning_process, kind)` is what binaries call for `--runtime=cpp|inprocess`:

@@ -25,8 +25,9 @@ before memory runs out, the first row that would push that estimate over a limit
 process is built: `max_gather_bytes()` (default: half of this machine's physical memory), set with
 `set_max_gather_bytes(n)` or the environment variable `TFF_CONFLICT_MAX_GATHER_BYTES`; `None`
 (or `0` in the variable) builds processes without the check, for runners that free intermediate
-accumulators (an in-process runner of the MapReduceForm graphs keeps one accumulator alive at a
-time, i.e. about one K x d stack).
+accumulators. `tff_conflict.inprocess.InProcessRunner` needs no limit: it calls `accumulate` only
+on an empty accumulator, and by default writes the gathered rows into one preallocated buffer
+(about one K x d stack in all; BENCHMARKS.md).
 """
 
 import collections
