@@ -9,21 +9,31 @@ synthetic client data (`--examples` 28x28 images per client, one batch) and same
 aggregator: an EMNIST-sized CNN (conv32-conv64-maxpool-dense128-dense62, 1,206,590 parameters) or,
 with `--small`, a 784-62 softmax model. Per cohort size and aggregator it reports the first round
 (compilation included), the mean of the later rounds, their ratio to MeanFactory's, and the peak
-resident memory of this process and of TFF's `worker_binary` above their level before the round
-(sampled every 20 ms), next to one K x d float32 stack.
+resident memory of the Python process and of TFF's `worker_binary` over all rounds above their
+level after `initialize` (sampled every 5 ms), next to one K x d float32 stack. Each (K,
+aggregator) case runs in a fresh Python process (and, in the C++ runtime, a fresh worker), so no
+case inherits memory that an earlier one left with the allocator; "+GB vs mean" is the peak above
+MeanFactory's for the same K, i.e. what the aggregator costs.
 
 Runners: `cpp` (TFF's C++ runtime, the default). There the gather's memory guard refuses rounds
 above `gather.max_gather_bytes()` (see `tff_conflict.aggregators.gather`); such a round is
 reported as `refused` with the guard's K_max. `inprocess`: `tff_conflict.inprocess.InProcessRunner`
-(MapReduceForm graphs run in this process), with the guard disabled (that runner frees
-intermediate accumulators). The corrective factory needs its own client work and is not a drop-in
-`model_aggregator`; it is left out here.
+(MapReduceForm graphs run in this process, `--threads` clients at once; its default 'buffered'
+accumulation writes the gathered stacks into one preallocated buffer), with the guard disabled.
+
+`corrective` is `CorrectiveGradientFactory`, which is not a drop-in `model_aggregator` (its value
+carries each client's gradient and loss too): it runs in its own pipeline,
+`tff_conflict.learning.build_fed_corrective` (same model, data and optimizers), so its ratio also
+holds the clients' extra gradient pass, and it gathers two K x d stacks (updates and gradients).
 
 Prints a Markdown table. The machine running it may be shared: compare ratios within one run.
 """
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -36,7 +46,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from benchmarks import models  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
-FACTORIES = ('mean', 'fedgh', 'dgc', 'principal')
+FACTORIES = ('mean', 'fedgh', 'dgc', 'principal', 'corrective')
 
 
 def _factory(name):
@@ -74,7 +84,7 @@ class _PeakRss:
     self._stop.clear()
 
     def loop():
-      while not self._stop.wait(0.02):
+      while not self._stop.wait(0.005):
         s = self._sample()
         self.peak = (max(self.peak[0], s[0]), max(self.peak[1], s[1]))
 
@@ -92,18 +102,33 @@ class _PeakRss:
     return tuple((p - b) / 1e9 for p, b in zip(self.peak, self.base))
 
 
-def _run_one(name, model_fn, data, rounds, runner_kind):
+def _build(name, keras_fn, spec):
+  """build_weighted_fed_avg with the named factory; 'corrective': its own pipeline."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  sgd = tff.learning.optimizers.build_sgdm
+  if name == 'corrective':
+    from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+    return learning.build_fed_corrective(keras_fn, input_spec=spec, client_optimizer_fn=sgd(0.05),
+                                         server_optimizer_fn=sgd(1.0))
+
+  def model_fn():
+    return tff.learning.models.from_keras_model(
+        keras_fn(), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=spec)
+
+  return tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn, client_optimizer_fn=sgd(0.05), server_optimizer_fn=sgd(1.0),
+      model_aggregator=_factory(name))
+
+
+def _run_one(name, keras_fn, data, rounds, runner_kind, threads):
   from tff_conflict.aggregators import gather  # pylint: disable=g-import-not-at-top
   limit = None if runner_kind == 'inprocess' else gather.max_gather_bytes()
   with gather.gather_memory_limit(limit):
-    process = tff.learning.algorithms.build_weighted_fed_avg(
-        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.05),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-        model_aggregator=_factory(name))
+    process = _build(name, keras_fn, data[0].element_spec)
   if runner_kind == 'inprocess':
     from tff_conflict import inprocess  # pylint: disable=g-import-not-at-top
-    process = inprocess.InProcessRunner(process)
+    process = inprocess.InProcessRunner(process, num_threads=threads)
   state = process.initialize()
   times = []
   with _PeakRss() as rss:
@@ -115,7 +140,7 @@ def _run_one(name, model_fn, data, rounds, runner_kind):
   return times, rss.extra_gb()
 
 
-def main():
+def _parser():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--clients', default='10,50,100', help='comma-separated cohort sizes')
   parser.add_argument('--rounds', type=int, default=3, help='rounds per run (first = compile)')
@@ -123,9 +148,49 @@ def main():
   parser.add_argument('--factories', default=','.join(FACTORIES))
   parser.add_argument('--small', action='store_true', help='784-62 softmax model instead of CNN')
   parser.add_argument('--runner', choices=('cpp', 'inprocess'), default='cpp')
-  args = parser.parse_args()
+  parser.add_argument('--threads', type=int, default=1, help='in-process runner: clients at once')
+  parser.add_argument('--one', default=None, help=argparse.SUPPRESS)  # "K,factory": child run
+  return parser
+
+
+def _keras_fn(args):
+  return models.softmax_regression if args.small else models.emnist_sized_cnn
+
+
+def _child(args):
+  """Runs one (K, factory) case in this process; prints one JSON line."""
+  k, name = args.one.split(',')
+  k = int(k)
   runtime.set_local_context()
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  sizes = [int(c) for c in args.clients.split(',')]
+  data = models.random_emnist_clients(max(sizes), args.examples, args.examples)[:k]
+  try:
+    times, (own_gb, worker_gb) = _run_one(name, _keras_fn(args), data, args.rounds, args.runner,
+                                          args.threads)
+    print(json.dumps(dict(times=times, own_gb=own_gb, worker_gb=worker_gb)), flush=True)
+  finally:
+    runtime.shutdown_workers()
+
+
+def _run_case(args, k, name):
+  argv = [sys.executable, '-m', 'benchmarks.aggregators', f'--one={k},{name}',
+          f'--clients={args.clients}', f'--rounds={args.rounds}', f'--examples={args.examples}',
+          f'--runner={args.runner}', f'--threads={args.threads}'] + (
+              ['--small'] if args.small else [])
+  proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                        check=False)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith('{')]
+  if proc.returncode or not lines:
+    raise RuntimeError(f'benchmark case K={k} {name} failed (rc {proc.returncode}):\n'
+                       f'{proc.stderr[-3000:]}')
+  return json.loads(lines[-1])
+
+
+def main():
+  args = _parser().parse_args()
+  if args.one:
+    _child(args)
+    return
   from tff_conflict.aggregators import gather  # pylint: disable=g-import-not-at-top
 
   factories = [f for f in args.factories.split(',') if f]
@@ -134,43 +199,38 @@ def main():
       raise ValueError(f'--factories: unknown {f!r}; choose from {FACTORIES}')
   if factories[0] != 'mean':
     factories = ['mean'] + [f for f in factories if f != 'mean']
-  keras_fn = models.softmax_regression if args.small else models.emnist_sized_cnn
+  if args.threads < 1:
+    raise ValueError(f'--threads must be >= 1, got {args.threads}')
   sizes = [int(c) for c in args.clients.split(',')]
-  data_all = models.random_emnist_clients(max(sizes), args.examples, args.examples)
-  spec = data_all[0].element_spec
-
-  def model_fn():
-    return tff.learning.models.from_keras_model(
-        keras_fn(), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=spec)
-
-  d = int(sum(np.prod(w.shape) for w in keras_fn().trainable_weights))
+  d = int(sum(np.prod(w.shape) for w in _keras_fn(args)().trainable_weights))
   limit = None if args.runner == 'inprocess' else gather.max_gather_bytes()
   k_max = gather.max_clients_for(4 * d + 4, limit)
-  print(f'model: {"softmax" if args.small else "CNN"}, d = {d:,} parameters; runner: {args.runner};'
-        f' gather limit: {limit} bytes (K_max = {k_max}); {args.rounds} rounds; '
-        f'{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}')
+  threads = f', {args.threads} thread(s)' if args.runner == 'inprocess' else ''
+  print(f'model: {"softmax" if args.small else "CNN"}, d = {d:,} parameters; runner: '
+        f'{args.runner}{threads}; gather limit: {limit} bytes (K_max = {k_max}); {args.rounds} '
+        f'rounds; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}')
   print('| K | aggregator | first round s | later rounds s (mean) | ratio to mean | '
-        'peak +GB python | peak +GB worker | K x d stack GB |')
-  print('|---|---|---|---|---|---|---|---|')
+        'peak +GB python | peak +GB worker | +GB vs mean | K x d stack GB |')
+  print('|---|---|---|---|---|---|---|---|---|')
   for k in sizes:
-    data = data_all[:k]
-    base = None
+    base_time = base_gb = None
+    stack_gb = k * d * 4 / 1e9
     for name in factories:
-      stack_gb = k * d * 4 / 1e9
       if name != 'mean' and k_max is not None and k > k_max:
-        print(f'| {k} | {name} | refused (K_max = {k_max}) | | | | | {stack_gb:.2f} |', flush=True)
+        print(f'| {k} | {name} | refused (K_max = {k_max}) | | | | | | {stack_gb:.2f} |',
+              flush=True)
         continue
-      if args.runner == 'cpp':
-        runtime.set_local_context()   # a fresh worker per run: its memory is this run's
-      times, (own_gb, worker_gb) = _run_one(name, model_fn, data, args.rounds, args.runner)
+      case = _run_case(args, k, name)
+      times = case['times']
       later = float(np.mean(times[1:])) if len(times) > 1 else times[0]
+      total_gb = case['own_gb'] + case['worker_gb']
       if name == 'mean':
-        base = later
-      ratio = later / base if base else float('nan')
-      print(f'| {k} | {name} | {times[0]:.2f} | {later:.2f} | {ratio:.2f} | {own_gb:.2f} | '
-            f'{worker_gb:.2f} | {stack_gb:.2f} |', flush=True)
-  runtime.shutdown_workers()
+        base_time, base_gb = later, total_gb
+      ratio = later / base_time if base_time else float('nan')
+      extra = total_gb - base_gb if base_gb is not None else float('nan')
+      print(f'| {k} | {name} | {times[0]:.2f} | {later:.2f} | {ratio:.2f} | '
+            f'{case["own_gb"]:.2f} | {case["worker_gb"]:.2f} | {extra:.2f} | {stack_gb:.2f} |',
+            flush=True)
 
 
 if __name__ == '__main__':
