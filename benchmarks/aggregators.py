@@ -181,8 +181,9 @@ def _run_case(args, k, name):
                         check=False)
   lines = [l for l in proc.stdout.splitlines() if l.startswith('{')]
   if proc.returncode or not lines:
-    raise RuntimeError(f'benchmark case K={k} {name} failed (rc {proc.returncode}):\n'
-                       f'{proc.stderr[-3000:]}')
+    errors = [l for l in proc.stderr.splitlines() if 'Error' in l or 'refusing' in l]
+    return dict(error=f'rc {proc.returncode}: ' + (errors[-1][:300] if errors else
+                                                     proc.stderr[-300:]))
   return json.loads(lines[-1])
 
 
@@ -221,6 +222,10 @@ def main():
               flush=True)
         continue
       case = _run_case(args, k, name)
+      if 'error' in case:
+        print(f'| {k} | {name} | failed ({case["error"]}) | | | | | | {stack_gb:.2f} |',
+              flush=True)
+        continue
       times = case['times']
       later = float(np.mean(times[1:])) if len(times) > 1 else times[0]
       total_gb = case['own_gb'] + case['worker_gb']
