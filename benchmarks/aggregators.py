@@ -25,6 +25,8 @@ accumulation writes the gathered stacks into one preallocated buffer), with the 
 carries each client's gradient and loss too): it runs in its own pipeline,
 `tff_conflict.learning.build_fed_corrective` (same model, data and optimizers), so its ratio also
 holds the clients' extra gradient pass, and it gathers two K x d stacks (updates and gradients).
+`corrective_client_mean` is that pipeline with `MeanFactory` in place of the corrective factory:
+the corrective factory's own cost is its time and memory above that row's.
 
 Prints a Markdown table. The machine running it may be shared: compare ratios within one run.
 """
@@ -46,7 +48,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from benchmarks import models  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
-FACTORIES = ('mean', 'fedgh', 'dgc', 'principal', 'corrective')
+FACTORIES = ('mean', 'fedgh', 'dgc', 'principal', 'corrective', 'corrective_client_mean')
 
 
 def _factory(name):
@@ -110,6 +112,8 @@ def _build(name, keras_fn, spec):
     from tff_conflict import learning  # pylint: disable=g-import-not-at-top
     return learning.build_fed_corrective(keras_fn, input_spec=spec, client_optimizer_fn=sgd(0.05),
                                          server_optimizer_fn=sgd(1.0))
+  if name == 'corrective_client_mean':
+    return _corrective_client_work_with_mean(keras_fn, spec)
 
   def model_fn():
     return tff.learning.models.from_keras_model(
@@ -119,6 +123,35 @@ def _build(name, keras_fn, spec):
   return tff.learning.algorithms.build_weighted_fed_avg(
       model_fn, client_optimizer_fn=sgd(0.05), server_optimizer_fn=sgd(1.0),
       model_aggregator=_factory(name))
+
+
+def _corrective_client_work_with_mean(keras_fn, spec):
+  """The corrective pipeline with MeanFactory in place of CorrectiveGradientFactory.
+
+  Same client work (training plus the extra gradient pass), so the corrective factory's own cost
+  is its time and memory above this process's.
+  """
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_conflict.learning import corrective  # pylint: disable=g-import-not-at-top
+  from tff_conflict.learning import models as models_lib  # pylint: disable=g-import-not-at-top
+  model_fn = models_lib.build_model_fn(
+      keras_fn, input_spec=spec,
+      loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+  @tff.tensorflow.computation
+  def initial_weights():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  weights_type = initial_weights.type_signature.result
+  client_work = corrective.build_corrective_client_work(
+      model_fn, tff.learning.optimizers.build_sgdm(0.05))
+  aggregation = tff.aggregators.MeanFactory().create(
+      corrective.corrective_value_type(weights_type.trainable), tff.TensorType(np.float32))
+  finalizer = corrective.build_update_field_finalizer(tff.learning.optimizers.build_sgdm(1.0),
+                                                      weights_type)
+  return tff.learning.templates.compose_learning_process(
+      initial_weights, tff.learning.templates.build_broadcast_process(weights_type), client_work,
+      aggregation, finalizer)
 
 
 def _run_one(name, keras_fn, data, rounds, runner_kind, threads):
@@ -205,10 +238,14 @@ def main():
   sizes = [int(c) for c in args.clients.split(',')]
   d = int(sum(np.prod(w.shape) for w in _keras_fn(args)().trainable_weights))
   limit = None if args.runner == 'inprocess' else gather.max_gather_bytes()
+  # Bytes per gathered client row: update and weight; the corrective factory adds the gradient
+  # and the loss.
   k_max = gather.max_clients_for(4 * d + 4, limit)
+  k_max_corrective = gather.max_clients_for(8 * d + 8, limit)
   threads = f', {args.threads} thread(s)' if args.runner == 'inprocess' else ''
   print(f'model: {"softmax" if args.small else "CNN"}, d = {d:,} parameters; runner: '
-        f'{args.runner}{threads}; gather limit: {limit} bytes (K_max = {k_max}); {args.rounds} '
+        f'{args.runner}{threads}; gather limit: {limit} bytes (K_max = {k_max}, corrective '
+        f'{k_max_corrective}); {args.rounds} '
         f'rounds; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}')
   print('| K | aggregator | first round s | later rounds s (mean) | ratio to mean | '
         'peak +GB python | peak +GB worker | +GB vs mean | K x d stack GB |')
@@ -217,8 +254,9 @@ def main():
     base_time = base_gb = None
     stack_gb = k * d * 4 / 1e9
     for name in factories:
-      if name != 'mean' and k_max is not None and k > k_max:
-        print(f'| {k} | {name} | refused (K_max = {k_max}) | | | | | | {stack_gb:.2f} |',
+      limit_k = k_max_corrective if name == 'corrective' else k_max
+      if name not in ('mean', 'corrective_client_mean') and limit_k is not None and k > limit_k:
+        print(f'| {k} | {name} | refused (K_max = {limit_k}) | | | | | | {stack_gb:.2f} |',
               flush=True)
         continue
       case = _run_case(args, k, name)

@@ -124,8 +124,8 @@ def test_no_clients_matches_cpp_runtime(fed_avg):
   assert_same_result(runner.next(state, []), fed_avg.next(state, []))
 
 
-def test_tree_accumulation_keeps_client_order():
-  """A concatenating federated_aggregate returns the client values in client order."""
+def _stacking_process(keep_positive_only=False):
+  """A round whose federated_aggregate stacks each client's sum (or only positive-sum clients)."""
   value_type = tff.TensorType(np.float32, [2])
   stack_type = tff.TensorType(np.float32, [None, 2])
 
@@ -139,7 +139,10 @@ def test_tree_accumulation_keeps_client_order():
 
   @tff.tensorflow.computation(stack_type, value_type)
   def accumulate(acc, value):
-    return tf.concat([acc, value[tf.newaxis]], axis=0)
+    appended = tf.concat([acc, value[tf.newaxis]], axis=0)
+    if not keep_positive_only:
+      return appended
+    return tf.cond(tf.reduce_sum(value) > 0, lambda: appended, lambda: tf.identity(acc))
 
   @tff.tensorflow.computation(stack_type, stack_type)
   def merge(a, b):
@@ -168,10 +171,20 @@ def test_tree_accumulation_keeps_client_order():
     stacked = tff.federated_aggregate(sums, zero(), accumulate, merge, report)
     return stacked, tff.federated_map(client_sum_of_rows, stacked)
 
-  process = tff.templates.IterativeProcess(initialize, next_fn)
-  rng = np.random.default_rng(3)
-  values = [rng.normal(size=(int(rng.integers(1, 4)), 2)).astype(np.float32) for _ in range(11)]
-  data = [tf.data.Dataset.from_tensor_slices(v) for v in values]
+  return tff.templates.IterativeProcess(initialize, next_fn)
+
+
+def _random_client_values(seed, num_clients=11):
+  rng = np.random.default_rng(seed)
+  values = [rng.normal(size=(int(rng.integers(1, 4)), 2)).astype(np.float32)
+            for _ in range(num_clients)]
+  return values, [tf.data.Dataset.from_tensor_slices(v) for v in values]
+
+
+def test_tree_accumulation_keeps_client_order():
+  """A concatenating federated_aggregate returns the client values in client order."""
+  process = _stacking_process()
+  values, data = _random_client_values(3)
   expected = np.stack([v.astype(np.float64).sum(axis=0) for v in values])
   for accumulation in ('buffered', 'tree', 'sequential'):
     runner = inprocess.InProcessRunner(process, accumulation=accumulation, num_threads=3)
@@ -181,6 +194,24 @@ def test_tree_accumulation_keeps_client_order():
     np.testing.assert_allclose(total, expected.sum(axis=0), rtol=1e-5)
   cpp_stacked, _ = process.next(process.initialize(), data)
   np.testing.assert_allclose(stacked, cpp_stacked, rtol=1e-6)
+
+
+def test_buffered_stack_with_clients_that_add_no_row_and_with_no_clients():
+  """Clients left out by `accumulate` add no row; no clients give the empty stack."""
+  process = _stacking_process(keep_positive_only=True)
+  values, data = _random_client_values(5, num_clients=9)
+  kept = [v.sum(axis=0) for v in values if v.sum() > 0]
+  assert 0 < len(kept) < len(values)
+  cpp_stacked, cpp_total = process.next(process.initialize(), data)
+  for accumulation in ('buffered', 'tree'):
+    runner = inprocess.InProcessRunner(process, accumulation=accumulation)
+    stacked, total = runner.next(runner.initialize(), data)
+    np.testing.assert_allclose(stacked, np.stack(kept), rtol=1e-6)
+    np.testing.assert_allclose(stacked, cpp_stacked, rtol=1e-6)
+    np.testing.assert_allclose(total, cpp_total, rtol=1e-5)
+    empty, empty_total = runner.next(runner.initialize(), [])
+    assert empty.shape == (0, 2) and empty.dtype == np.float32
+    np.testing.assert_array_equal(empty_total, [0.0, 0.0])
 
 
 def test_secure_sums_are_summed():

@@ -70,28 +70,39 @@ def test_all_excluded_gives_empty_stacks():
   np.testing.assert_array_equal(out['counts'], [0, 2, 0])
 
 
+def test_estimated_gather_bytes_by_hand():
+  # 1.6 * r * K (K + 1) / 2, rounded up: r = 10 -> 16, 48, 96 bytes for K = 1, 2, 3.
+  assert [gather.estimated_gather_bytes(10, k) for k in range(4)] == [0, 16, 48, 96]
+  assert gather.estimated_gather_bytes(3, 1) == 5        # 4.8 rounded up
+
+
 @pytest.mark.parametrize('row_bytes,limit,expected', [
-    (10, 9, 0), (10, 10, 1), (10, 29, 1), (10, 30, 2), (4, 4 * 5050, 100), (4, 4 * 5049, 99)])
+    (10, 15, 0), (10, 16, 1), (10, 47, 1), (10, 48, 2), (10, 96, 3),
+    (5, 8 * 5050, 100), (5, 8 * 5050 - 1, 99), (7, 10**9, None)])
 def test_max_clients_for(row_bytes, limit, expected):
-  assert gather.max_clients_for(row_bytes, limit) == expected
-  k = expected
-  assert row_bytes * k * (k + 1) // 2 <= limit < row_bytes * (k + 1) * (k + 2) // 2
+  k = gather.max_clients_for(row_bytes, limit)
+  if expected is not None:
+    assert k == expected
+  assert gather.estimated_gather_bytes(row_bytes, k) <= limit
+  assert limit < gather.estimated_gather_bytes(row_bytes, k + 1)
 
 
 def test_max_clients_for_d_1_2m_float32_in_24_gib():
   # The figure BENCHMARKS.md quotes: half of a 24 GiB machine, d = 1.2M float32 rows.
   k = gather.max_clients_for(4 * 1_200_000 + 4, 12 * 2**30)
-  assert k == 72
+  assert k == 57
+  assert gather.max_clients_for(4, None) is None
 
 
 def test_memory_guard_refuses_round_with_clear_error():
   row_bytes = 4 * D + 4
-  fn = _build(limit_bytes=row_bytes * 3)      # K_max = 2
+  limit = gather.estimated_gather_bytes(row_bytes, 2)      # K_max = 2
+  fn = _build(limit_bytes=limit)
   np.testing.assert_array_equal(fn([np.ones(D, np.float32)] * 2, [1.0, 1.0])['counts'], [2, 0, 0])
   with pytest.raises(Exception) as info:
     fn([np.ones(D, np.float32)] * 3, [1.0] * 3)
   message = str(info.value)
-  assert 'K_max = 2' in message and f'd = {D}' in message and f'{row_bytes * 3} bytes' in message
+  assert 'K_max = 2' in message and f'd = {D}' in message and f'{limit} bytes' in message
   # Excluded clients are not stacked, so they do not count against the limit.
   out = fn([np.ones(D, np.float32)] * 4, [1.0, 0.0, 1.0, 0.0])
   np.testing.assert_array_equal(out['counts'], [2, 2, 0])

@@ -17,9 +17,12 @@ the kernels.
 Memory in TFF's C++ runtime (`worker_binary`). Its federating executor runs
 `federated_aggregate` as a chain of `accumulate` calls whose results stay alive until the chain
 ends, so a concatenating accumulator keeps every intermediate stack: after K included clients of
-row size r bytes it holds about `r * K (K + 1) / 2` (measured: d = 1.2M float32, 80 clients,
-20 GB; BENCHMARKS.md "## Aggregators"). No accumulator of fixed size can hold K rows for an
-unknown K, so the growth is inherent to gathering in that runtime. `accumulate` therefore refuses,
+row size r bytes it holds `r * K (K + 1) / 2` for the stacks alone (measured: d = 1.2M float32,
+80 clients, 20 GB; BENCHMARKS.md "## Aggregators"). No accumulator of fixed size can hold K rows
+for an unknown K, so the growth is inherent to gathering in that runtime. The worker's measured
+peak above a `MeanFactory` round is up to about 1.5 times that (FedGH 7.9 GB at K = 50, d = 1.2M;
+the corrective factory's two-field rows 18.8 GB where `r K (K + 1) / 2` gives 12.3 GB), so the
+estimate used is `estimated_gather_bytes(r, K) = 1.6 * r * K (K + 1) / 2`. `accumulate` refuses,
 before memory runs out, the first row that would push that estimate over a limit, with an
 `InvalidArgumentError` that names K, d and the limit. The limit is fixed when an aggregation
 process is built: `max_gather_bytes()` (default: half of this machine's physical memory), set with
@@ -101,11 +104,22 @@ def gather_memory_limit(num_bytes: Optional[int]):
     _limit_override = previous
 
 
+# Worker peak / (r K (K + 1) / 2), rounded up from the largest measured ratio (1.53): 8 / 5.
+_OVERHEAD_NUM, _OVERHEAD_DEN = 8, 5
+
+
+def estimated_gather_bytes(row_bytes: int, num_clients: int) -> int:
+  """Estimated C++-runtime worker memory for gathering K rows: `1.6 * r * K (K + 1) / 2` bytes."""
+  k = int(num_clients)
+  return -(-_OVERHEAD_NUM * int(row_bytes) * (k * (k + 1) // 2) // _OVERHEAD_DEN)
+
+
 def max_clients_for(row_bytes: int, limit_bytes: Optional[int]) -> Optional[int]:
-  """Largest K with `row_bytes * K (K + 1) / 2 <= limit_bytes` (None when there is no limit)."""
+  """Largest K with `estimated_gather_bytes(row_bytes, K) <= limit_bytes` (None: no limit)."""
   if limit_bytes is None:
     return None
-  units = limit_bytes // max(int(row_bytes), 1)  # K (K + 1) / 2 <= units
+  # 1.6 r K (K + 1) / 2 <= L  <=>  K (K + 1) / 2 <= floor(5 L / (8 r)) (K (K + 1) / 2 is whole).
+  units = (_OVERHEAD_DEN * int(limit_bytes)) // (_OVERHEAD_NUM * max(int(row_bytes), 1))
   k = int((math.isqrt(8 * units + 1) - 1) // 2)
   while (k + 1) * (k + 2) // 2 <= units:
     k += 1
@@ -185,7 +199,7 @@ def build_gather_computations(row_type: collections.OrderedDict, *,
               f'K (clients taking part, counted so far, first value below) would exceed the '
               f'limit K_max = {max_clients} for d = {vector_size} ({row_bytes} bytes per '
               f'client); the runtime keeps every intermediate stack, '
-              f'about {row_bytes} * K (K + 1) / 2 bytes, and the limit is {limit_bytes} bytes '
+              f'about 1.6 * {row_bytes} * K (K + 1) / 2 bytes, and the limit is {limit_bytes} bytes '
               f'(tff_conflict.aggregators.gather.set_max_gather_bytes / '
               f'{_ENV_LIMIT}). Use fewer clients per round or the in-process runner.')))
     with tf.control_dependencies(checks):
