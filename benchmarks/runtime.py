@@ -9,29 +9,26 @@ synthetic client data. For each cohort size it reports the first round (for the 
 including its MapReduceForm compilation and stamping, reported apart as `build`) and the mean of
 the later rounds, for the C++ runtime and the in-process runner with 1 and `--threads` threads.
 
-`--aggregator_clients=100` adds the conflict-aggregator target: in-process round time and peak
-resident memory of FedAvg with `MeanFactory` vs with `GradientHarmonizationFactory` (FedGH, which
-gathers all K client deltas), compared with one K x d float32 stack (d = number of parameters).
+The conflict aggregators' round time and peak memory in either backend (one process per case)
+are measured by `benchmarks.aggregators` (`--runner=inprocess --clients=100`).
 
 Prints a Markdown table; numbers are wall-clock seconds on whatever machine runs it.
 """
 
 import argparse
 import os
-import threading
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
-import psutil  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from benchmarks import models  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 
-def _build(keras_fn, spec, aggregator=None):
+def _build(keras_fn, spec):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   def model_fn():
@@ -39,43 +36,8 @@ def _build(keras_fn, spec, aggregator=None):
         keras_fn(), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         input_spec=spec)
 
-  kwargs = {} if aggregator is None else {'model_aggregator': aggregator}
   return tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn, tff.learning.optimizers.build_sgdm(0.01), **kwargs)
-
-
-class _PeakRss:
-  """Samples this process's (and its workers') resident memory every 20 ms; keeps the peak."""
-
-  def __init__(self, pids=()):
-    self._procs = [psutil.Process()] + [psutil.Process(p) for p in pids]
-    self.peak = 0
-    self._stop = threading.Event()
-    self._thread = threading.Thread(target=self._run, daemon=True)
-
-  def _rss(self):
-    total = 0
-    for p in self._procs:
-      try:
-        total += p.memory_info().rss
-      except psutil.Error:
-        pass
-    return total
-
-  def _run(self):
-    while not self._stop.is_set():
-      self.peak = max(self.peak, self._rss())
-      time.sleep(0.02)
-
-  def __enter__(self):
-    self.base = self._rss()
-    self._thread.start()
-    return self
-
-  def __exit__(self, *exc):
-    self._stop.set()
-    self._thread.join()
-    self.peak = max(self.peak, self._rss())
+      model_fn, tff.learning.optimizers.build_sgdm(0.01))
 
 
 def _rounds(runner, data, rounds):
@@ -106,8 +68,6 @@ def main():
   parser.add_argument('--threads', type=int, default=2, help='threads of the parallel runner')
   parser.add_argument('--small', action='store_true', help='softmax model instead of the CNN')
   parser.add_argument('--skip_cpp', action='store_true', help='in-process runner only')
-  parser.add_argument('--aggregator_clients', type=int, default=0,
-                      help='if > 0: MeanFactory vs FedGH aggregator at this cohort, in-process')
   args = parser.parse_args()
   cohorts = [int(c) for c in args.clients.split(',') if c]
   if args.rounds < 2 or any(c < 1 for c in cohorts) or args.threads < 1:
@@ -153,37 +113,6 @@ def main():
       steady_cpp[k] = steady
     ratio = f'{steady / steady_cpp[k]:.2f}x' if k in steady_cpp else 'n/a'
     print(f'| {k} | {name} | {build:.1f} | {times[0]:.1f} | {steady:.2f} | {ratio} |')
-
-  if args.aggregator_clients:
-    k = args.aggregator_clients
-    from tff_conflict import aggregators  # pylint: disable=g-import-not-at-top
-    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-    data = models.random_emnist_clients(k, args.examples, args.batch_size, seed=1)
-    spec = data[0].element_spec
-    stack_mb = k * num_params * 4 / 2**20
-    print()
-    print(f'Aggregators in-process, K={k}, d={num_params} (one K x d float32 stack = '
-          f'{stack_mb:.0f} MiB):')
-    print('| aggregator | later rounds, mean (s) | vs MeanFactory | peak RSS above start (MiB) |')
-    print('|---|---|---|---|')
-    base_time = None
-    for name, factory in (('MeanFactory', tff.aggregators.MeanFactory()),
-                          ('GradientHarmonizationFactory (FedGH)',
-                           aggregators.GradientHarmonizationFactory())):
-      runner = inprocess.InProcessRunner(_build(keras_fn, spec, factory),
-                                         num_threads=args.threads)
-      state = runner.initialize()
-      state = runner.next(state, data).state  # warm-up round
-      times = []
-      with _PeakRss() as rss:
-        for _ in range(args.rounds - 1):
-          start = time.perf_counter()
-          state = runner.next(state, data).state
-          times.append(time.perf_counter() - start)
-      mean = float(np.mean(times))
-      base_time = base_time or mean
-      print(f'| {name} | {mean:.2f} | {mean / base_time:.2f}x | '
-            f'{(rss.peak - rss.base) / 2**20:.0f} |')
 
 
 if __name__ == '__main__':

@@ -28,7 +28,8 @@ accumulators; `_row_buffer.concatenated_leaves`) to concatenate are written row 
 preallocated buffer of K rows, and the finished stack reaches `report` without a copy, so a
 gathering round holds about one K x d stack per gathered leaf. When no leaf passes the check it is
 exactly 'tree'. The buffer is in host memory: on a GPU each row is copied to the host and the
-stack back to the device once per round ('tree' keeps everything on the device). `accumulation='sequential'` follows TFF's C++ runtime's order exactly
+stack back to the device once per round ('tree' keeps everything on the device).
+`accumulation='sequential'` follows TFF's C++ runtime's order exactly
 (`acc = accumulate(acc, update_k)` for k = 1..K). For floating-point sums the orders agree to
 round-off; gathered stacks are identical in all three.
 
