@@ -7,6 +7,7 @@ is killed).
 
 import collections
 import os
+import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -60,3 +61,18 @@ def tiny_keras_model_fn():
 @pytest.fixture
 def tiny_client_datasets():
   return make_tiny_client_datasets()
+
+
+_DEFAULT_SIGINT_EXEC = ('import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); '
+                        'os.execv(sys.argv[1], sys.argv[1:])')
+
+
+def with_default_sigint(argv):
+  """`argv` (starting with an absolute path) run with SIGINT at its default action.
+
+  A suite started as a background job (`make test &` in a script, nohup, some CI runners)
+  inherits SIGINT ignored, and so would every child: Python then never raises
+  KeyboardInterrupt and a Ctrl-C test cannot work. This resets SIGINT, as an interactive shell
+  does, then execs `argv` in the same process (same PID).
+  """
+  return [sys.executable, '-c', _DEFAULT_SIGINT_EXEC, *argv]

@@ -10,6 +10,7 @@ import time
 import psutil
 import pytest
 
+from tests import conftest
 from tff_conflict import runtime
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +47,8 @@ def _is_running(pid):
 
 def _start_child(mode):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=_REPO_ROOT)
-  return subprocess.Popen([sys.executable, '-c', _CHILD, mode], stdout=subprocess.PIPE,
+  return subprocess.Popen(conftest.with_default_sigint([sys.executable, '-c', _CHILD, mode]),
+                          stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
 
 

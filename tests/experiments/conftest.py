@@ -10,6 +10,8 @@ import numpy as np
 import psutil
 import pytest
 
+from tests import conftest as root_conftest
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -57,7 +59,8 @@ def binary_env(token):
 
 
 def binary_command(module, *args):
-  return [sys.executable, '-m', module, *args]
+  # SIGINT at its default action even when the suite runs as a background job (Ctrl-C tests).
+  return root_conftest.with_default_sigint([sys.executable, '-m', module, *args])
 
 
 def run_binary(module, *args, token, timeout=600):
