@@ -99,6 +99,46 @@ def test_aggregation_split_over_two_workers_equals_local(workers):
   np.testing.assert_allclose(split, local, rtol=1e-6)
 
 
+def _gather_ids(data):
+  """Each client's (sum, id) row gathered at the server with a tiny counter (carries, overflows)."""
+  from tff_conflict.aggregators import gather  # pylint: disable=g-import-not-at-top
+  row_type = collections.OrderedDict(update=tff.TensorType(np.float32, [2]),
+                                     weight=tff.TensorType(np.float32))
+
+  @tff.tensorflow.computation(tff.SequenceType(np.float32))
+  def make_row(ds):
+    total = ds.reduce(np.float32(0.0), lambda a, x: a + x)
+    update = tf.stack([total, total * 2.0])
+    weight = tf.where(total > 0.0, 1.0, 0.0)   # clients with a negative sum take no part
+    return collections.OrderedDict(update=update, weight=weight,
+                                   status=gather.row_status(weight, update))
+
+  @tff.federated_computation(tff.FederatedType(tff.SequenceType(np.float32), tff.CLIENTS))
+  def gather_fn(client_data):
+    rows = tff.federated_map(make_row, client_data)
+    return gather.federated_gather(rows, row_type, vector_size=2, limit_bytes=None,
+                                   radices=(2, 2), small_row_bytes=0)
+
+  return gather_fn(data)
+
+
+def test_gather_split_over_two_workers_keeps_client_order(workers):
+  """Each worker accumulates its share in a chain; the partial counters are merged here."""
+  addresses, _ = workers
+  values = _client_values(num_clients=13)
+  data = [tf.data.Dataset.from_tensor_slices(v) for v in values]
+  totals = [float(v.astype(np.float32).sum()) for v in values]
+  kept = [t for t in totals if t > 0]
+  assert 3 < len(kept) < len(totals)
+  local = _gather_ids(data)
+  runtime.set_remote_context(addresses, rpc_timeout_s=120)
+  split = _bounded(_gather_ids, data)
+  for out in (local, split):
+    np.testing.assert_allclose(out['stacks']['update'][:, 0], kept, rtol=1e-6)
+    np.testing.assert_array_equal(out['counts'], [len(kept), len(totals) - len(kept), 0])
+  np.testing.assert_array_equal(split['stacks']['update'], local['stacks']['update'])
+
+
 def test_worker_that_dies_gives_clear_error(workers):
   addresses, procs = workers
   data = [tf.data.Dataset.from_tensor_slices(v) for v in _client_values()]

@@ -42,17 +42,39 @@ def test_stack_is_aligned_and_usable_in_tf_function():
   np.testing.assert_array_equal(total.numpy(), [0.0, 1001.0, 2002.0])
 
 
-def _specs_zero(merge_fn):
-  specs = [tf.TensorSpec([], tf.float32), tf.TensorSpec([None, 3], tf.float32),
-           tf.TensorSpec([None], tf.int32), tf.TensorSpec([2], tf.int64)]
-  zero = [tf.constant(0.0), tf.zeros([0, 3]), tf.zeros([0], tf.int32), tf.zeros([2], tf.int64)]
-  return specs, zero, lambda flat: merge_fn(flat[:4], flat[4:])
+# A toy accumulator: [float sum, [None, 3] rows, [None] int ids, int64[2] counter]; a client's
+# update is (row [3], id).
+SPECS = [tf.TensorSpec([], tf.float32), tf.TensorSpec([None, 3], tf.float32),
+         tf.TensorSpec([None], tf.int32), tf.TensorSpec([2], tf.int64)]
+ZERO = [tf.constant(0.0), tf.zeros([0, 3]), tf.zeros([0], tf.int32), tf.zeros([2], tf.int64)]
+
+
+def _singles(n=3):
+  rng = np.random.default_rng(1)
+  out = []
+  for k in range(n):
+    row = tf.constant(rng.normal(size=(1, 3)), tf.float32)
+    out.append([tf.reduce_sum(row), row, tf.constant([k], tf.int32), tf.constant([1, 0], tf.int64)])
+  return out
+
+
+def _check(merge_fn, singles=None):
+  merge = lambda flat: merge_fn(flat[:4], flat[4:])
+  return _row_buffer.concatenated_leaves(SPECS, ZERO, merge, singles or _singles())
 
 
 def test_concatenating_merge_is_recognized():
-  specs, zero, merge = _specs_zero(lambda a, b: [
-      a[0] + b[0], tf.concat([a[1], b[1]], 0), tf.concat([a[2], b[2]], 0), a[3] + b[3]])
-  assert _row_buffer.concatenated_leaves(specs, zero, merge) == [1, 2]
+  assert _check(lambda a, b: [
+      a[0] + b[0], tf.concat([a[1], b[1]], 0), tf.concat([a[2], b[2]], 0), a[3] + b[3]]) == [1, 2]
+
+
+def test_leaf_no_single_fills_is_not_buffered():
+  singles = _singles()
+  for single in singles:
+    single[2] = tf.zeros([0], tf.int32)
+  assert _check(lambda a, b: [
+      a[0] + b[0], tf.concat([a[1], b[1]], 0), tf.concat([a[2], b[2]], 0), a[3] + b[3]],
+                singles) == [1]
 
 
 @pytest.mark.parametrize('merge_fn', [
@@ -66,18 +88,34 @@ def test_concatenating_merge_is_recognized():
     # another leaf depends on the rows (their values).
     lambda a, b: [a[0] + tf.reduce_sum(b[1]), tf.concat([a[1], b[1]], 0),
                   tf.concat([a[2], b[2]], 0), a[3]],
+    # concatenates two singles, but not a merged accumulator and a single (keeps the last 2 rows).
+    lambda a, b: [a[0] + b[0], tf.concat([a[1], b[1]], 0)[-2:], tf.concat([a[2], b[2]], 0), a[3]],
 ])
 def test_other_merges_are_not_buffered(merge_fn):
-  specs, zero, merge = _specs_zero(merge_fn)
-  assert _row_buffer.concatenated_leaves(specs, zero, merge) == []
+  assert _check(merge_fn) == []
 
 
 def test_no_candidate_or_failing_merge_gives_no_leaves():
   specs = [tf.TensorSpec([2], tf.float32)]
-  assert _row_buffer.concatenated_leaves(specs, [tf.zeros([2])], lambda flat: [flat[0]]) == []
+  single = [tf.ones([2])]
+  assert _row_buffer.concatenated_leaves(specs, [tf.zeros([2])], lambda flat: [flat[0]],
+                                         [single] * 3) == []
 
-  def failing(flat):
+  def failing(a, b):
     raise tf.errors.InvalidArgumentError(None, None, 'no')
 
-  specs, zero, _ = _specs_zero(None)
-  assert _row_buffer.concatenated_leaves(specs, zero, failing) == []
+  assert _check(failing) == []
+  with pytest.raises(ValueError, match='at least 3'):
+    _row_buffer.concatenated_leaves(SPECS, ZERO, lambda flat: flat[:4], _singles(2))
+
+
+def test_sample_update_is_a_taking_part_client():
+  specs = [tf.TensorSpec([2, 3], tf.float32), tf.TensorSpec([], tf.int32),
+           tf.TensorSpec([4], tf.bool), tf.TensorSpec([], tf.float64)]
+  values = _row_buffer.sample_update(specs, np.random.default_rng(0))
+  assert [v.dtype for v in values] == [s.dtype for s in specs]
+  assert [tuple(v.shape) for v in values] == [(2, 3), (), (4,), ()]
+  assert np.all((values[0].numpy() >= 0.5) & (values[0].numpy() < 1.5))
+  assert int(values[1]) == 0 and bool(np.all(values[2].numpy()))
+  with pytest.raises(ValueError, match='unknown shape'):
+    _row_buffer.sample_update([tf.TensorSpec([None], tf.float32)], np.random.default_rng(0))

@@ -7,8 +7,9 @@ rows again and again, and the last merge holds its two inputs and its output at 
 buffer of `capacity` rows (the number of clients of the round), and the finished stack is handed
 to TensorFlow without a copy (DLPack), so gathering K rows costs about one `K x d` stack.
 
-`concatenated_leaves` finds the leaves for which that is exact: it checks, on small random
-accumulators, that `merge` concatenates them and that `merge`'s other leaves do not depend on them.
+`concatenated_leaves` finds the leaves for which that is exact: it checks, on accumulators of one
+made-up client each (`accumulate(zero, sample_update(...))`, what the runner merges), that `merge`
+concatenates them and that `merge`'s other leaves do not depend on them.
 """
 
 from collections.abc import Callable, Sequence
@@ -72,18 +73,25 @@ class RowBuffer:
     return _to_tensor(array)
 
 
-def _random_leaf(spec: tf.TensorSpec, rows: int | None, rng: np.random.Generator) -> tf.Tensor:
-  shape = tuple(spec.shape)
-  if rows is not None:
-    shape = (rows,) + shape[1:]
-  dtype = spec.dtype
-  if dtype.is_bool:
-    value = rng.random(shape) < 0.5
-  elif dtype.is_integer:
-    value = rng.integers(0, 3, size=shape)
-  else:
-    value = rng.normal(size=shape)
-  return tf.constant(value, dtype=dtype)
+def sample_update(specs: Sequence[tf.TensorSpec], rng: np.random.Generator) -> list[tf.Tensor]:
+  """A made-up client update for `accumulate`: floats in [0.5, 1.5), integers 0, booleans True.
+
+  Positive finite floats and zero integers are what a client that takes part typically sends
+  (weights > 0; statuses and counts 0), so the rows it gives are stacked, not left out.
+  """
+  out = []
+  for spec in specs:
+    shape = tuple(spec.shape)
+    if not spec.shape.is_fully_defined():
+      raise ValueError(f'update leaf of unknown shape {spec}')
+    if spec.dtype.is_floating:
+      value = rng.uniform(0.5, 1.5, size=shape)
+    elif spec.dtype.is_bool:
+      value = np.ones(shape, np.bool_)
+    else:
+      value = np.zeros(shape)
+    out.append(tf.constant(value, dtype=spec.dtype))
+  return out
 
 
 def _same(a: tf.Tensor, b: tf.Tensor) -> bool:
@@ -92,40 +100,52 @@ def _same(a: tf.Tensor, b: tf.Tensor) -> bool:
       np.all((a == b) | ((a != a) & (b != b))))
 
 
+def _rows(t) -> int:
+  return int(tf.shape(t)[0])
+
+
 def concatenated_leaves(specs: Sequence[tf.TensorSpec], zero: Sequence[tf.Tensor],
-                        merge: Callable[[list[tf.Tensor]], list[tf.Tensor]]) -> list[int]:
+                        merge: Callable[[list[tf.Tensor]], list[tf.Tensor]],
+                        singles: Sequence[Sequence[tf.Tensor]]) -> list[int]:
   """Indices of the accumulator leaves that can be gathered in a `RowBuffer`.
 
-  A leaf qualifies if its shape is `[None, ...]` with the rest known, `zero` gives it no rows, and,
-  on random accumulators `a` (1 row) and `b` (2 rows), `merge(a, b)` gives `concat(a, b)` for it
-  while every other leaf of `merge(a, b)` equals that of `merge` on `a` and `b` with these leaves
-  emptied. Returns [] when no leaf qualifies or the check cannot run.
+  `singles` are accumulators of one client each, `accumulate(zero, update_k)` (at least three).
+  The runner only ever merges such accumulators, with the buffered leaves emptied. A leaf
+  qualifies if its shape is `[None, ...]` with the rest known, `zero` gives it no rows, a single
+  gives it rows, and, for singles s1, s2, s3, `merge(s1, s2)` and `merge(merge(s1, s2), s3)` give
+  the concatenation of theirs for it. Every other leaf of those merges must also equal the same
+  merges with the qualifying leaves emptied. Returns [] when no leaf qualifies or the check cannot
+  run. The check is made on a few rows: a merge that stops concatenating beyond some size (e.g. a
+  capped sample) is not caught.
   """
+  singles = [list(s) for s in singles]
+  if len(singles) < 3:
+    raise ValueError(f'concatenated_leaves needs at least 3 single-client accumulators, got '
+                     f'{len(singles)}')
   candidates = [
       i for i, s in enumerate(specs)
       if s.shape.rank and s.shape[0] is None and s.shape[1:].is_fully_defined()
       and (s.dtype.is_floating or s.dtype.is_integer or s.dtype.is_bool)
-      and int(tf.shape(zero[i])[0]) == 0]
+      and _rows(zero[i]) == 0 and any(_rows(single[i]) > 0 for single in singles)]
+  if not candidates:
+    return []
   others = [i for i in range(len(specs)) if i not in candidates]
-  if not candidates or any(not specs[i].shape.is_fully_defined() for i in others):
-    return []
-  if any(not (specs[i].dtype.is_floating or specs[i].dtype.is_integer or specs[i].dtype.is_bool)
-         for i in others):
-    return []
-  rng = np.random.default_rng(0)
-  a = [_random_leaf(s, 1 if i in candidates else None, rng) for i, s in enumerate(specs)]
-  b = [_random_leaf(s, 2 if i in candidates else None, rng) for i, s in enumerate(specs)]
-  a_empty = [zero[i] if i in candidates else a[i] for i in range(len(specs))]
-  b_empty = [zero[i] if i in candidates else b[i] for i in range(len(specs))]
+  emptied = [[zero[i] if i in candidates else single[i] for i in range(len(specs))]
+             for single in singles]
+  s1, s2, s3 = singles[:3]
+  e1, e2, e3 = emptied[:3]
   try:
-    merged = merge(a + b)
-    merged_empty = merge(a_empty + b_empty)
+    m12 = list(merge(s1 + s2))
+    m123 = list(merge(m12 + s3))
+    n12 = list(merge(e1 + e2))
+    n123 = list(merge(n12 + e3))
   except Exception:  # pylint: disable=broad-except
     return []
   for i in candidates:
-    if not _same(merged[i], tf.concat([a[i], b[i]], axis=0)):
+    if not (_same(m12[i], tf.concat([s1[i], s2[i]], axis=0))
+            and _same(m123[i], tf.concat([s1[i], s2[i], s3[i]], axis=0))):
       return []
   for i in others:
-    if not _same(merged[i], merged_empty[i]):
+    if not (_same(m12[i], n12[i]) and _same(m123[i], n123[i])):
       return []
   return candidates

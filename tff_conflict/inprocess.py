@@ -23,11 +23,13 @@ O(K d log K) values instead of O(K^2 d), and at most O(log K) partial accumulato
 in-flight client updates are alive at once; each client update is dropped right after it has been
 accumulated. Its last merge still holds two halves and their concatenation: about two K x d
 stacks. The default `accumulation='buffered'` is 'tree' except for gathered stacks: accumulator
-leaves of shape `[None, ...]` that `merge` is checked (when the runner is built, on small random
-accumulators; `_row_buffer.concatenated_leaves`) to concatenate are written row by row into one
-preallocated buffer of K rows, and the finished stack reaches `report` without a copy, so a
-gathering round holds about one K x d stack per gathered leaf. When no leaf passes the check it is
-exactly 'tree'. The buffer is in host memory: on a GPU each row is copied to the host and the
+leaves of shape `[None, ...]` that a single client's `accumulate(zero, update)` fills and that
+`merge` is checked to concatenate are written row by row into one preallocated buffer of K rows.
+The check runs when the runner is built, on three made-up single-client accumulators
+(`_row_buffer.concatenated_leaves`). The finished stack reaches `report` without a copy, so a
+gathering round holds about one K x d stack per gathered leaf (`tff_conflict.aggregators.gather`
+puts a lone client's row in one such leaf and forwards it from `report`). When no leaf passes the
+check it is exactly 'tree'. The buffer is in host memory: on a GPU each row is copied to the host and the
 stack back to the device once per round ('tree' keeps everything on the device).
 `accumulation='sequential'` follows TFF's C++ runtime's order exactly
 (`acc = accumulate(acc, update_k)` for k = 1..K). For floating-point sums the orders agree to
@@ -148,11 +150,22 @@ class InProcessRunner:
     self._accumulator_specs = _tf_stamp.flat_specs(mrf.merge.type_signature.parameter[0])
     self._buffered_leaves: list[int] = []
     if accumulation == 'buffered':
-      self._buffered_leaves = _row_buffer.concatenated_leaves(
-          self._accumulator_specs, self._zero([]), self._merge)
+      self._buffered_leaves = self._find_buffered_leaves()
     self._model_weight_fns: dict[str, _tf_stamp.StampedComputation] = {}
     self._cached_state: tuple[list[Any], list[tf.Tensor]] | None = None
     self._num_state_leaves = len(_tf_stamp.flat_specs(self._state_type.member))
+
+  def _find_buffered_leaves(self) -> list[int]:
+    """`_row_buffer.concatenated_leaves` on three made-up single-client accumulators."""
+    zero = self._zero([])
+    update_specs = self._accumulate.input_specs[len(self._accumulator_specs):]
+    rng = np.random.default_rng(0)
+    try:
+      singles = [self._accumulate(zero + _row_buffer.sample_update(update_specs, rng))
+                 for _ in range(3)]
+    except Exception:  # pylint: disable=broad-except
+      return []  # e.g. an update leaf of unknown shape: no buffering ('tree')
+    return _row_buffer.concatenated_leaves(self._accumulator_specs, zero, self._merge, singles)
 
   @property
   def map_reduce_form(self) -> Any:

@@ -19,10 +19,11 @@ DGC and FedLD (e.g. `tff.aggregators.clipping_factory(norm, GradientHarmonizatio
 each class docstring.
 
 The TFF layer only flattens (`flatten`), gathers the K client rows to the server (`gather`) and
-reassembles the result; the math is `tff_conflict.conflict`, called once per round. Gathering in
-TFF's C++ runtime costs about `row_bytes * K (K + 1) / 2` of worker memory; rounds that would
-exceed `gather.max_gather_bytes()` are refused with an error naming K, d and the limit (see
-`gather`).
+reassembles the result; the math is `tff_conflict.conflict`, called once per round. The gather's
+accumulator is a counter of pieces that TFF's C++ runtime can keep without copying, so a round's
+memory grows linearly in K (about 5 K x d values in the worker), not quadratically; rounds whose
+estimate exceeds `gather.max_gather_bytes()` are refused with an error naming K, d and the limit
+(see `gather`).
 """
 
 from tff_conflict.aggregators import flatten

@@ -2,42 +2,69 @@
 
 The conflict aggregators need all K client updates at once (SPEC "Notation": a Gram matrix of the
 updates, then one weighted sum). `federated_gather` brings them to the server with one
-`tff.federated_aggregate` whose accumulator has an unknown leading dimension (the pattern of TFF's
+`tff.federated_aggregate` whose stacks have an unknown leading dimension (the pattern of TFF's
 `aggregators/sampling.py`, `[None, ...]` types declared on `accumulate`, `merge` and `report`;
 `../shared/TFF_NOTES.md`). Unlike `tff.aggregators.federated_sample`, which silently keeps at most
 100 values, nothing is capped: every client is either stacked or counted.
 
 Each client sends a row: an `OrderedDict` of fixed-shape tensors plus an int32 `status`
-(`row_status`): `INCLUDED` rows are appended to the stacks; `ZERO_WEIGHT` rows (TFF's client work
-gives weight 0 to a client whose delta was non-finite, and zeroes that delta) and `NON_FINITE` rows
-(a NaN or Inf in any vector or in the weight) are left out of the stacks and counted. The stacks
-therefore hold only the clients that take part, in client order, and nothing non-finite reaches
-the kernels.
+(`row_status`): `INCLUDED` rows are stacked; `ZERO_WEIGHT` rows (TFF's client work gives weight 0
+to a client whose delta was non-finite, and zeroes that delta) and `NON_FINITE` rows (a NaN or Inf
+in any vector or in the weight) are left out of the stacks and counted. The stacks therefore hold
+only the clients that take part, in client order, and nothing non-finite reaches the kernels.
 
-Memory in TFF's C++ runtime (`worker_binary`). Its federating executor runs
-`federated_aggregate` as a chain of `accumulate` calls whose results stay alive until the chain
-ends, so a concatenating accumulator keeps every intermediate stack: after K included clients of
-row size r bytes it holds `r * K (K + 1) / 2` for the stacks alone (measured: d = 1.2M float32,
-80 clients, 20 GB; BENCHMARKS.md "## Aggregators"). No accumulator of fixed size can hold K rows
-for an unknown K, so the growth is inherent to gathering in that runtime. The worker's measured
-peak above a `MeanFactory` round is up to about 1.5 times that (FedGH 7.9 GB at K = 50, d = 1.2M;
-the corrective factory's two-field rows 18.8 GB where `r K (K + 1) / 2` gives 12.3 GB), so the
-estimate used is `estimated_gather_bytes(r, K) = 1.6 * r * K (K + 1) / 2`. `accumulate` refuses,
-before memory runs out, the first row that would push that estimate over a limit, with an
-`InvalidArgumentError` that names K, d and the limit. The limit is fixed when an aggregation
-process is built: `max_gather_bytes()` (default: half of this machine's physical memory), set with
-`set_max_gather_bytes(n)` or the environment variable `TFF_CONFLICT_MAX_GATHER_BYTES`; `None`
-(or `0` in the variable) builds processes without the check, for runners that free intermediate
-accumulators. `tff_conflict.inprocess.InProcessRunner` needs no limit: it calls `accumulate` only
-on an empty accumulator, and by default writes the gathered rows into one preallocated buffer
-(about one K x d stack in all; BENCHMARKS.md).
+Memory: why the accumulator is a counter of pieces
+--------------------------------------------------
+TFF's C++ runtime (`worker_binary`) runs `federated_aggregate` as one chain
+`acc = accumulate(acc, row_k)` over the clients and keeps every intermediate accumulator alive
+until the chain ends (`merge` is never called). An accumulator that grows by concatenation (one
+`[None, d]` stack) therefore holds the stacks of every prefix, `r K (K + 1) / 2` bytes for rows of
+r bytes: with d = 1.2M float32 the worker held 20 GB after 80 clients, and 100 did not finish on a
+24 GB machine (BENCHMARKS.md, "## Aggregators").
+
+So every large row field is held in *pieces*, each a `[None, ...]` tensor, arranged as a
+mixed-radix counter with `RADICES = (16, 16, 16)`. Level l has `RADICES[l] - 1` slots, each holding
+one block of `prod(RADICES[:l])` consecutive rows. Client row n goes into slot `digit_0(n)` of level
+0 as it is (no copy). When it completes level l - 1 (every lower digit is at its maximum), that
+level's blocks and the row are concatenated into one block in slot `digit_l(n)` of level l, and the
+lower levels are emptied. When every level is full, the whole counter and the row are appended to
+`head`. `accumulate` is one `tf.switch_case` that runs only the chosen branch; every other piece
+is passed through unchanged, and TensorFlow forwards such a tensor without copying it. The
+intermediates kept by the runtime then share their pieces. A round copies each row once per
+level it climbs: not at all below 16 included clients, at most once below 256 and twice below
+4,096. Memory grows linearly in K instead of quadratically (d = 1.2M, 100 clients: 2.1 GB of
+worker memory above its idle level, rows included, where concatenation needed more than 24 GB;
+BENCHMARKS.md). The cost is the number of pieces passed to each `accumulate` call: 47 per large
+field, about 2 ms per client. Row fields of at most `SMALL_ROW_BYTES` (the weight, a loss) are
+concatenated into one `small` leaf; their quadratic copy is negligible (1,000 clients: 2 MB for a
+float32 scalar).
+
+The pieces' logical order is `head`, then the levels from the highest down (slots in order), then
+`tail`: the rows in client order. `merge(a, b)` (used by TFF's mergeable contexts, e.g.
+`tff_conflict.remote` with several workers, and by the in-process runner) puts the logical
+concatenation of a and b into slot 0 of level 0 and marks the result `merged`. A row accumulated
+into a merged accumulator is appended to `tail`, so the order stays that of the clients whatever the
+tree of `accumulate` and `merge` calls. For a client accumulated alone into `zero` the row is in
+that same slot, so `merge` concatenates that slot. `tff_conflict.inprocess.InProcessRunner` checks
+this when it is built and writes the slot's rows into one preallocated buffer (about one K x d
+stack in all). `report` concatenates the pieces into the stacks, or forwards the one piece that
+holds rows without copying it.
+
+Guard. In TFF's C++ runtime the worker still holds the rows, the copies made by the counter, and
+the runtime's own copies of the final accumulator: it materializes it to a proto and creates it
+again at the server, and `report` concatenates it. `estimated_gather_bytes` adds these up.
+`accumulate` refuses, before memory runs out, the first row that would push that estimate over a
+limit, with an `InvalidArgumentError` that names K, d and the limit. The limit is fixed when an
+aggregation process is built: `max_gather_bytes()` (default: half of this machine's physical
+memory), set with `set_max_gather_bytes(n)`, `gather_memory_limit(n)` or the environment variable
+`TFF_CONFLICT_MAX_GATHER_BYTES`; `None` (or `0` in the variable) builds processes without the check.
 """
 
 import collections
 import contextlib
 import math
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -47,6 +74,11 @@ INCLUDED = 0
 ZERO_WEIGHT = 1
 NON_FINITE = 2
 _NUM_STATUSES = 3
+
+# Radix of each level of the accumulator's counter (module docstring).
+RADICES = (16, 16, 16)
+# Row fields of at most this many bytes are stacked by plain concatenation, not in pieces.
+SMALL_ROW_BYTES = 64
 
 _ENV_LIMIT = 'TFF_CONFLICT_MAX_GATHER_BYTES'
 _UNSET = object()
@@ -104,28 +136,86 @@ def gather_memory_limit(num_bytes: Optional[int]):
     _limit_override = previous
 
 
-# Worker peak / (r K (K + 1) / 2), rounded up from the largest measured ratio (1.53): 8 / 5.
-_OVERHEAD_NUM, _OVERHEAD_DEN = 8, 5
+# The memory estimate.
+
+# Copies of the K gathered rows that TFF's C++ runtime holds besides the counter's own: the client
+# rows themselves, the final accumulator materialized to a proto and created again at the server,
+# and `report`'s concatenation. 4 by count; measured worker peaks were 3.5-4.5 K x d above the
+# idle worker (BENCHMARKS.md), hence 5.
+_RUNTIME_COPIES = 5
 
 
-def estimated_gather_bytes(row_bytes: int, num_clients: int) -> int:
-  """Estimated C++-runtime worker memory for gathering K rows: `1.6 * r * K (K + 1) / 2` bytes."""
+def _check_radices(radices: Sequence[int]) -> tuple:
+  radices = tuple(radices)
+  if not radices or any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 2
+                        for r in radices):
+    raise ValueError(f'radices must be a non-empty sequence of ints >= 2, got {radices!r}')
+  return tuple(int(r) for r in radices)
+
+
+def counter_copied_rows(num_rows: int, radices: Sequence[int] = RADICES) -> int:
+  """Rows copied by the counter while `num_rows` rows are accumulated one by one from `zero`.
+
+  A row placed in a level-0 slot is not copied; a carry into level l copies `prod(radices[:l])`
+  rows; an overflow appends the `prod(radices)` rows of the full counter to `head`, which copies
+  `head` too (so overflows alone grow quadratically). Each copy stays alive in TFF's C++ runtime.
+  """
+  radices = _check_radices(radices)
+  capacity = math.prod(radices)
+  copied = 0
+  head_rows = 0
+  for n in range(int(num_rows)):
+    level, rem = 0, n
+    while level < len(radices) and rem % radices[level] == radices[level] - 1:
+      rem //= radices[level]
+      level += 1
+    if level == len(radices):
+      head_rows += capacity
+      copied += head_rows
+    elif level > 0:
+      copied += math.prod(radices[:level])
+  return copied
+
+
+def estimated_gather_bytes(row_bytes: int, num_clients: int, *, small_row_bytes: int = 0,
+                           radices: Sequence[int] = RADICES) -> int:
+  """Estimated C++-runtime worker memory to gather K rows (module docstring, "Guard").
+
+  `row_bytes` is the size of one row's large fields (held in pieces), `small_row_bytes` that of its
+  small fields (concatenated): `row_bytes * (copied + c K) + small_row_bytes * (K (K + 1) / 2 + c K)`,
+  with `copied = counter_copied_rows(K)` and c = 5 copies held by the runtime.
+  """
   k = int(num_clients)
-  return -(-_OVERHEAD_NUM * int(row_bytes) * (k * (k + 1) // 2) // _OVERHEAD_DEN)
+  big = int(row_bytes) * (counter_copied_rows(k, radices) + _RUNTIME_COPIES * k)
+  small = int(small_row_bytes) * (k * (k + 1) // 2 + _RUNTIME_COPIES * k)
+  return big + small
 
 
-def max_clients_for(row_bytes: int, limit_bytes: Optional[int]) -> Optional[int]:
-  """Largest K with `estimated_gather_bytes(row_bytes, K) <= limit_bytes` (None: no limit)."""
+def max_clients_for(row_bytes: int, limit_bytes: Optional[int], *, small_row_bytes: int = 0,
+                    radices: Sequence[int] = RADICES) -> Optional[int]:
+  """Largest K with `estimated_gather_bytes(...) <= limit_bytes` (None: no limit)."""
   if limit_bytes is None:
     return None
-  # 1.6 r K (K + 1) / 2 <= L  <=>  K (K + 1) / 2 <= floor(5 L / (8 r)) (K (K + 1) / 2 is whole).
-  units = (_OVERHEAD_DEN * int(limit_bytes)) // (_OVERHEAD_NUM * max(int(row_bytes), 1))
-  k = int((math.isqrt(8 * units + 1) - 1) // 2)
-  while (k + 1) * (k + 2) // 2 <= units:
-    k += 1
-  while k > 0 and k * (k + 1) // 2 > units:
-    k -= 1
-  return k
+
+  def fits(k):
+    return estimated_gather_bytes(row_bytes, k, small_row_bytes=small_row_bytes,
+                                  radices=radices) <= limit_bytes
+
+  if not fits(1):
+    return 0
+  hi = 1
+  while fits(2 * hi):
+    hi *= 2
+    if hi > 2**31:
+      return hi
+  lo, hi = hi, 2 * hi  # fits(lo), not fits(hi); the estimate grows with K
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+  return lo
+
+
+# Rows and types.
 
 
 def row_status(weight, *tensors) -> tf.Tensor:
@@ -149,81 +239,252 @@ def row_with_status_type(row_type: collections.OrderedDict) -> tff.StructWithPyt
   return tff.StructWithPythonType(fields, collections.OrderedDict)
 
 
+def _stack_type(tensor_type) -> tff.TensorType:
+  return tff.TensorType(tensor_type.dtype, (None,) + tuple(tensor_type.shape))
+
+
+def _struct(fields) -> tff.StructWithPythonType:
+  return tff.StructWithPythonType(collections.OrderedDict(fields), collections.OrderedDict)
+
+
 def gathered_type(row_type: collections.OrderedDict) -> tff.StructWithPythonType:
   """Server-side type: `OrderedDict(stacks=<each field with a leading None>, counts=int32[3])`."""
-  stacks = collections.OrderedDict(
-      (name, tff.TensorType(t.dtype, (None,) + tuple(t.shape))) for name, t in row_type.items())
-  return tff.StructWithPythonType(
-      collections.OrderedDict(
-          stacks=tff.StructWithPythonType(stacks, collections.OrderedDict),
-          counts=tff.TensorType(np.int32, [_NUM_STATUSES])),
-      collections.OrderedDict)
+  stacks = _struct((name, _stack_type(t)) for name, t in row_type.items())
+  return _struct([('stacks', stacks), ('counts', tff.TensorType(np.int32, [_NUM_STATUSES]))])
 
 
-def _row_bytes(row_type) -> int:
-  return sum(int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
-             for t in row_type.values())
+def _field_bytes(tensor_type) -> int:
+  return int(np.prod(tensor_type.shape, dtype=np.int64)) * np.dtype(tensor_type.dtype).itemsize
+
+
+def _relaxed(stack: tf.Tensor) -> tf.Tensor:
+  """`stack` with the static shape `[None, ...]` that the declared types have (no copy)."""
+  return tf.compat.v1.placeholder_with_default(stack, [None] + stack.shape.as_list()[1:])
+
+
+class _Layout:
+  """The accumulator of one row type: its TFF type and its pure-TF zero/accumulate/merge/report.
+
+  Accumulator: `OrderedDict(pieces=<piece name -> <large field -> [None, ...]>>` (in logical order:
+  `head`, `l{L-1}s0` ... `l0s{r-2}`, `tail`), `small=<small field -> [None, ...]>`,
+  `counts=int32[3]`, `merged=int32`); `pieces` or `small` is left out when it has no field.
+  """
+
+  def __init__(self, row_type: collections.OrderedDict, radices: Sequence[int],
+               small_row_bytes: int):
+    self.row_type = collections.OrderedDict(row_type)
+    self.radices = _check_radices(radices)
+    self.big = [n for n, t in self.row_type.items() if _field_bytes(t) > small_row_bytes]
+    self.small = [n for n, t in self.row_type.items() if _field_bytes(t) <= small_row_bytes]
+    self.big_row_bytes = sum(_field_bytes(self.row_type[n]) for n in self.big)
+    self.small_row_bytes = sum(_field_bytes(self.row_type[n]) for n in self.small)
+    self.levels = [[f'l{level}s{j}' for j in range(r - 1)] for level, r in enumerate(self.radices)]
+    self.pieces = ['head'] + [p for level in reversed(self.levels) for p in level] + ['tail']
+
+  # Types.
+
+  def accumulator_type(self) -> tff.StructWithPythonType:
+    fields = []
+    if self.big:
+      piece = _struct((n, _stack_type(self.row_type[n])) for n in self.big)
+      fields.append(('pieces', _struct((p, piece) for p in self.pieces)))
+    if self.small:
+      fields.append(('small', _struct((n, _stack_type(self.row_type[n])) for n in self.small)))
+    fields.append(('counts', tff.TensorType(np.int32, [_NUM_STATUSES])))
+    fields.append(('merged', tff.TensorType(np.int32)))
+    return _struct(fields)
+
+  # Pure TensorFlow.
+
+  def _empty(self, name):
+    t = self.row_type[name]
+    return _relaxed(tf.zeros((0,) + tuple(t.shape), dtype=t.dtype))
+
+  def _empty_piece(self):
+    return collections.OrderedDict((n, self._empty(n)) for n in self.big)
+
+  def zero(self):
+    out = collections.OrderedDict()
+    if self.big:
+      out['pieces'] = collections.OrderedDict((p, self._empty_piece()) for p in self.pieces)
+    if self.small:
+      out['small'] = collections.OrderedDict((n, self._empty(n)) for n in self.small)
+    out['counts'] = tf.zeros([_NUM_STATUSES], tf.int32)
+    out['merged'] = tf.constant(0, tf.int32)
+    return out
+
+  def _concat(self, pieces, name):
+    parts = [p[name] for p in pieces]
+    return _relaxed(tf.concat(parts, axis=0) if len(parts) > 1 else parts[0])
+
+  def _carry(self, n):
+    """(c, digits): row n completes levels 0..c-1 and lands in level c (c == L: overflow)."""
+    digits, rem = [], n
+    for r in self.radices:
+      digits.append(tf.math.floormod(rem, r))
+      rem = tf.math.floordiv(rem, r)
+    carry = tf.constant(0, tf.int32)
+    lower_full = tf.constant(True)
+    for level, r in enumerate(self.radices):
+      lower_full = tf.logical_and(lower_full, tf.equal(digits[level], r - 1))
+      carry += tf.cast(lower_full, tf.int32)
+    return carry, digits
+
+  def _block(self, pieces, new_row, branch):
+    """The block that row n forms: `branch` c < L: levels c-1..0 and the row (c = 0: the row
+    itself, not copied); c == L: the whole counter and the row (appended to head); L + 1: none."""
+
+    def make(level):
+      def fn():
+        lower = [pieces[p] for lower_level in reversed(range(level))
+                 for p in self.levels[lower_level]]
+        return [self._concat(lower + [new_row], n) for n in self.big]
+      return fn
+
+    def none():
+      return [self._empty(n) for n in self.big]
+
+    branches = [make(level) for level in range(len(self.radices) + 1)] + [none]
+    values = tf.switch_case(branch, branches)
+    return collections.OrderedDict(zip(self.big, [_relaxed(v) for v in values]))
+
+  def accumulate(self, acc, row, checks=()):
+    """Adds one client's row (with its `status`) to `acc`.
+
+    Each piece is chosen by a small `tf.switch_case` (kept, emptied, or set to the new block),
+    so only the one block a row forms is computed and every other piece is forwarded.
+    """
+    include = tf.equal(row['status'], INCLUDED)
+    counts = acc['counts']
+    with tf.control_dependencies(list(checks)):
+      out = collections.OrderedDict()
+      if self.big:
+        pieces = acc['pieces']
+        new_row = collections.OrderedDict((n, tf.expand_dims(row[n], 0)) for n in self.big)
+        canonical = tf.logical_and(include, tf.equal(acc['merged'], 0))
+        num_levels = len(self.radices)
+        carry, digits = self._carry(counts[INCLUDED])
+        block = self._block(pieces, new_row, tf.where(canonical, carry, num_levels + 1))
+        new_pieces = collections.OrderedDict()
+        new_pieces['head'] = self._choose(
+            pieces['head'], tf.logical_and(canonical, tf.equal(carry, num_levels)),
+            lambda: collections.OrderedDict(
+                (n, self._concat([pieces['head'], block], n)) for n in self.big))
+        for level in reversed(range(num_levels)):
+          emptied = tf.logical_and(canonical, level < carry)
+          for slot, p in enumerate(self.levels[level]):
+            takes_block = tf.logical_and(
+                canonical, tf.logical_and(tf.equal(carry, level), tf.equal(digits[level], slot)))
+            action = tf.where(emptied, 1, tf.where(takes_block, 2, 0))
+            new_pieces[p] = self._switch_piece(pieces[p], action, block)
+        new_pieces['tail'] = self._choose(
+            pieces['tail'], tf.logical_and(include, tf.equal(acc['merged'], 1)),
+            lambda: collections.OrderedDict(
+                (n, self._concat([pieces['tail'], new_row], n)) for n in self.big))
+        out['pieces'] = new_pieces
+      if self.small:
+        out['small'] = collections.OrderedDict(
+            (n, tf.cond(include,
+                        lambda n=n: _relaxed(
+                            tf.concat([acc['small'][n], tf.expand_dims(row[n], 0)], 0)),
+                        lambda n=n: _relaxed(acc['small'][n])))
+            for n in self.small)
+      out['counts'] = counts + tf.one_hot(row['status'], _NUM_STATUSES, dtype=tf.int32)
+      out['merged'] = tf.identity(acc['merged'])
+    return out
+
+  def _choose(self, piece, pred, changed):
+    values = tf.cond(pred, lambda: list(changed().values()), lambda: list(piece.values()))
+    return collections.OrderedDict(zip(self.big, [_relaxed(v) for v in values]))
+
+  def _switch_piece(self, piece, action, block):
+    """action 0: `piece` unchanged, 1: emptied, 2: `block`."""
+    values = tf.switch_case(action, [lambda: list(piece.values()),
+                                     lambda: [self._empty(n) for n in self.big],
+                                     lambda: list(block.values())])
+    return collections.OrderedDict(zip(self.big, [_relaxed(v) for v in values]))
+
+  def merge(self, a, b):
+    """a's rows, then b's, in slot 0 of level 0 of a `merged` accumulator."""
+    out = collections.OrderedDict()
+    if self.big:
+      logical = [a['pieces'][p] for p in self.pieces] + [b['pieces'][p] for p in self.pieces]
+      joined = collections.OrderedDict((n, self._concat(logical, n)) for n in self.big)
+      out['pieces'] = collections.OrderedDict(
+          (p, joined if p == self.levels[0][0] else self._empty_piece()) for p in self.pieces)
+    if self.small:
+      out['small'] = collections.OrderedDict(
+          (n, _relaxed(tf.concat([a['small'][n], b['small'][n]], 0))) for n in self.small)
+    out['counts'] = a['counts'] + b['counts']
+    out['merged'] = tf.constant(1, tf.int32)
+    return out
+
+  def _stack(self, acc, name):
+    """The pieces of one large field in logical order: forwarded if at most one has rows."""
+    parts = [acc['pieces'][p][name] for p in self.pieces]
+    sizes = tf.stack([tf.shape(t)[0] for t in parts])
+    nonempty = sizes > 0
+    only = tf.cast(tf.argmax(tf.cast(nonempty, tf.int32)), tf.int32)
+    forward = lambda: tf.switch_case(only, [lambda t=t: tf.identity(t) for t in parts])
+    return tf.cond(tf.reduce_sum(tf.cast(nonempty, tf.int32)) <= 1, forward,
+                   lambda: tf.concat(parts, axis=0))
+
+  def report(self, acc):
+    stacks = collections.OrderedDict()
+    for name in self.row_type:
+      stacks[name] = (self._stack(acc, name) if name in self.big
+                      else tf.identity(acc['small'][name]))
+    return collections.OrderedDict(stacks=stacks, counts=tf.identity(acc['counts']))
 
 
 def build_gather_computations(row_type: collections.OrderedDict, *,
-                              limit_bytes: Optional[int], vector_size: int):
+                              limit_bytes: Optional[int], vector_size: int,
+                              radices: Sequence[int] = RADICES,
+                              small_row_bytes: int = SMALL_ROW_BYTES):
   """zero, accumulate, merge and report for `federated_gather` (exposed for runners and tests)."""
-  acc_type = gathered_type(row_type)
+  layout = _Layout(row_type, radices, small_row_bytes)
+  acc_type = layout.accumulator_type()
   in_type = row_with_status_type(row_type)
-  row_bytes = _row_bytes(row_type)
-  max_clients = max_clients_for(row_bytes, limit_bytes)
+  max_clients = max_clients_for(layout.big_row_bytes, limit_bytes,
+                                small_row_bytes=layout.small_row_bytes, radices=layout.radices)
+  row_bytes = layout.big_row_bytes + layout.small_row_bytes
 
   @tff.tensorflow.computation
   def zero():
-    stacks = collections.OrderedDict(
-        (name, tf.zeros((0,) + tuple(t.shape), dtype=t.dtype)) for name, t in row_type.items())
-    return collections.OrderedDict(stacks=stacks, counts=tf.zeros([_NUM_STATUSES], tf.int32))
-
-  def _append(stacks, row):
-    return collections.OrderedDict(
-        (name, tf.concat([stacks[name], tf.expand_dims(row[name], 0)], axis=0))
-        for name in row_type)
+    return layout.zero()
 
   @tff.tensorflow.computation(acc_type, in_type)
   def accumulate(acc, row):
-    stacks, counts = acc['stacks'], acc['counts']
-    include = tf.equal(row['status'], INCLUDED)
     checks = []
     if max_clients is not None:
-      num_rows = tf.shape(stacks[next(iter(row_type))])[0]
-      needed = num_rows + tf.cast(include, tf.int32)
+      needed = acc['counts'][INCLUDED] + tf.cast(tf.equal(row['status'], INCLUDED), tf.int32)
       checks.append(tf.debugging.assert_less_equal(
           needed, tf.constant(max_clients, tf.int32),
           message=(
               f'tff_conflict.aggregators: refusing to gather this round in TFF\'s C++ runtime: '
               f'K (clients taking part, counted so far, first value below) would exceed the '
               f'limit K_max = {max_clients} for d = {vector_size} ({row_bytes} bytes per '
-              f'client); the runtime keeps every intermediate stack, '
-              f'about 1.6 * {row_bytes} * K (K + 1) / 2 bytes, and the limit is {limit_bytes} bytes '
+              f'client); the runtime holds an estimated '
+              f'gather.estimated_gather_bytes({layout.big_row_bytes}, K, small_row_bytes='
+              f'{layout.small_row_bytes}) bytes, and the limit is {limit_bytes} bytes '
               f'(tff_conflict.aggregators.gather.set_max_gather_bytes / '
               f'{_ENV_LIMIT}). Use fewer clients per round or the in-process runner.')))
-    with tf.control_dependencies(checks):
-      new_stacks = tf.cond(include, lambda: _append(stacks, row),
-                           lambda: collections.OrderedDict(
-                               (name, tf.identity(stacks[name])) for name in row_type))
-      new_counts = counts + tf.one_hot(row['status'], _NUM_STATUSES, dtype=tf.int32)
-    return collections.OrderedDict(stacks=new_stacks, counts=new_counts)
+    return layout.accumulate(acc, row, checks)
 
   @tff.tensorflow.computation(acc_type, acc_type)
   def merge(a, b):
-    stacks = collections.OrderedDict(
-        (name, tf.concat([a['stacks'][name], b['stacks'][name]], axis=0)) for name in row_type)
-    return collections.OrderedDict(stacks=stacks, counts=a['counts'] + b['counts'])
+    return layout.merge(a, b)
 
   @tff.tensorflow.computation(acc_type)
   def report(acc):
-    return acc
+    return layout.report(acc)
 
   return zero, accumulate, merge, report
 
 
 def federated_gather(rows, row_type: collections.OrderedDict, *, vector_size: int,
-                     limit_bytes=_UNSET):
+                     limit_bytes=_UNSET, radices: Sequence[int] = RADICES,
+                     small_row_bytes: int = SMALL_ROW_BYTES):
   """Stacks every INCLUDED client row at the server; counts every row by status.
 
   Must be called inside a `tff.federated_computation`.
@@ -233,6 +494,8 @@ def federated_gather(rows, row_type: collections.OrderedDict, *, vector_size: in
     row_type: `OrderedDict` of field name -> `tff.TensorType` with fully defined shape.
     vector_size: d, reported in the memory-limit error.
     limit_bytes: memory limit for the C++ runtime check; default `max_gather_bytes()`.
+    radices, small_row_bytes: the accumulator's layout (module docstring); the defaults are what
+      the aggregators use, other values serve tests.
 
   Returns:
     A SERVER-placed value of `gathered_type(row_type)`: `stacks[name]` is `[K_in, ...]` with the
@@ -242,5 +505,6 @@ def federated_gather(rows, row_type: collections.OrderedDict, *, vector_size: in
   if limit_bytes is _UNSET:
     limit_bytes = max_gather_bytes()
   zero, accumulate, merge, report = build_gather_computations(
-      row_type, limit_bytes=limit_bytes, vector_size=vector_size)
+      row_type, limit_bytes=limit_bytes, vector_size=vector_size, radices=radices,
+      small_row_bytes=small_row_bytes)
   return tff.federated_aggregate(rows, zero(), accumulate, merge, report)
