@@ -238,10 +238,10 @@ def main():
   sizes = [int(c) for c in args.clients.split(',')]
   d = int(sum(np.prod(w.shape) for w in _keras_fn(args)().trainable_weights))
   limit = None if args.runner == 'inprocess' else gather.max_gather_bytes()
-  # Bytes per gathered client row: update and weight; the corrective factory adds the gradient
-  # and the loss.
-  k_max = gather.max_clients_for(4 * d + 4, limit)
-  k_max_corrective = gather.max_clients_for(8 * d + 8, limit)
+  # Bytes per gathered client row: the update in the counter's pieces and the weight concatenated;
+  # the corrective factory adds the gradient (pieces) and the loss (concatenated).
+  k_max = gather.max_clients_for(4 * d, limit, small_row_bytes=4)
+  k_max_corrective = gather.max_clients_for(8 * d, limit, small_row_bytes=8)
   threads = f', {args.threads} thread(s)' if args.runner == 'inprocess' else ''
   print(f'model: {"softmax" if args.small else "CNN"}, d = {d:,} parameters; runner: '
         f'{args.runner}{threads}; gather limit: {limit} bytes (K_max = {k_max}, corrective '

@@ -179,6 +179,29 @@ def test_counter_copied_rows_by_hand():
     gather.counter_copied_rows(3, (1, 2))
 
 
+def _copied_rows_by_simulation(num_rows, radices):
+  """The counter's copies, row by row (module docstring of gather)."""
+  copied, head_rows, capacity = 0, 0, int(np.prod(radices))
+  for n in range(num_rows):
+    level, rem = 0, n
+    while level < len(radices) and rem % radices[level] == radices[level] - 1:
+      rem //= radices[level]
+      level += 1
+    if level == len(radices):
+      head_rows += capacity
+      copied += head_rows
+    elif level > 0:
+      copied += int(np.prod(radices[:level]))
+  return copied
+
+
+def test_counter_copied_rows_closed_form_equals_simulation():
+  rng = np.random.default_rng(0)
+  for radices in [(2,), (2, 3), (3, 2, 4), (16, 16, 16), (5, 7)]:
+    for k in list(range(40)) + [int(x) for x in rng.integers(40, 5000, size=10)]:
+      assert gather.counter_copied_rows(k, radices) == _copied_rows_by_simulation(k, radices)
+
+
 def test_estimated_gather_bytes_by_hand():
   # K = 2, no copies: 10 * (0 + 5 * 2) for the pieces, 2 * (3 + 5 * 2) for the small fields.
   assert gather.estimated_gather_bytes(10, 2, small_row_bytes=2) == 126

@@ -156,25 +156,19 @@ def _check_radices(radices: Sequence[int]) -> tuple:
 def counter_copied_rows(num_rows: int, radices: Sequence[int] = RADICES) -> int:
   """Rows copied by the counter while `num_rows` rows are accumulated one by one from `zero`.
 
-  A row placed in a level-0 slot is not copied; a carry into level l copies `prod(radices[:l])`
-  rows; an overflow appends the `prod(radices)` rows of the full counter to `head`, which copies
-  `head` too (so overflows alone grow quadratically). Each copy stays alive in TFF's C++ runtime.
+  A row placed in a level-0 slot is not copied; a carry into level c copies the `P_c` rows of the
+  block it forms (`P_c = prod(radices[:c])`); an overflow appends the `P_L` rows of the full
+  counter to `head`, which copies `head` too (so overflows alone grow quadratically). Of rows
+  0..K-1, `floor(K / P_c) - floor(K / P_{c+1})` carry into level c (1 <= c < L) and
+  `m = floor(K / P_L)` overflow: `sum_c (floor(K / P_c) - floor(K / P_{c+1})) P_c +
+  P_L m (m + 1) / 2`. Each copy stays alive in TFF's C++ runtime.
   """
   radices = _check_radices(radices)
-  capacity = math.prod(radices)
-  copied = 0
-  head_rows = 0
-  for n in range(int(num_rows)):
-    level, rem = 0, n
-    while level < len(radices) and rem % radices[level] == radices[level] - 1:
-      rem //= radices[level]
-      level += 1
-    if level == len(radices):
-      head_rows += capacity
-      copied += head_rows
-    elif level > 0:
-      copied += math.prod(radices[:level])
-  return copied
+  k = int(num_rows)
+  sizes = [math.prod(radices[:c]) for c in range(len(radices) + 1)]  # P_0 .. P_L
+  copied = sum((k // sizes[c] - k // sizes[c + 1]) * sizes[c] for c in range(1, len(radices)))
+  overflows = k // sizes[-1]
+  return copied + sizes[-1] * overflows * (overflows + 1) // 2
 
 
 def estimated_gather_bytes(row_bytes: int, num_clients: int, *, small_row_bytes: int = 0,
