@@ -119,3 +119,24 @@ def test_sample_update_is_a_taking_part_client():
   assert int(values[1]) == 0 and bool(np.all(values[2].numpy()))
   with pytest.raises(ValueError, match='unknown shape'):
     _row_buffer.sample_update([tf.TensorSpec([None], tf.float32)], np.random.default_rng(0))
+
+
+def test_row_shape_unknown_in_the_spec_is_read_off_the_singles():
+  specs = list(SPECS)
+  specs[1] = tf.TensorSpec([None, None], tf.float32)   # as gather declares its pieces
+  merge = lambda flat: [flat[0] + flat[4], tf.concat([flat[1], flat[5]], 0),
+                        tf.concat([flat[2], flat[6]], 0), flat[3] + flat[7]]
+  singles = _singles()
+  leaves = _row_buffer.concatenated_leaves(specs, ZERO, merge, singles)
+  assert leaves == [1, 2]
+  assert _row_buffer.row_shapes(leaves, singles) == {1: (3,), 2: ()}
+  # Singles whose rows disagree on their shape: that leaf is not buffered (and here the merges
+  # that check the other leaves cannot even run, so nothing is).
+  singles[2][1] = tf.zeros([1, 4])
+  assert _row_buffer.concatenated_leaves(specs, ZERO, merge, singles) == []
+
+
+def test_rows_of_another_shape_are_refused():
+  buffer = _row_buffer.RowBuffer([3], tf.float32, capacity=2)
+  with pytest.raises(ValueError, match=r'shape \(4,\)'):
+    buffer.append(tf.zeros([1, 4]))

@@ -58,6 +58,9 @@ class RowBuffer:
     n = rows.shape[0]
     if not n:
       return
+    if tuple(rows.shape[1:]) != self._row_shape:
+      raise ValueError(f'RowBuffer: rows of shape {tuple(rows.shape[1:])} in a buffer of rows of '
+                       f'shape {self._row_shape}')
     end = self._size + n
     if end > self._array.shape[0]:  # more rows than clients: grow (not the gather's case)
       grown = _aligned_empty((max(end, 2 * self._array.shape[0]),) + self._row_shape,
@@ -111,8 +114,9 @@ def concatenated_leaves(specs: Sequence[tf.TensorSpec], zero: Sequence[tf.Tensor
 
   `singles` are accumulators of one client each, `accumulate(zero, update_k)` (at least three).
   The runner only ever merges such accumulators, with the buffered leaves emptied. A leaf
-  qualifies if its shape is `[None, ...]` with the rest known, `zero` gives it no rows, a single
-  gives it rows, and, for singles s1, s2, s3, `merge(s1, s2)` and `merge(merge(s1, s2), s3)` give
+  qualifies if its shape is `[None, ...]` (the rest may be unknown in the spec: a single's rows
+  fix it, and every single's rows must agree), `zero` gives it no rows, a single gives it rows,
+  and, for singles s1, s2, s3, `merge(s1, s2)` and `merge(merge(s1, s2), s3)` give
   the concatenation of theirs for it. Every other leaf of those merges must also equal the same
   merges with the qualifying leaves emptied. Returns [] when no leaf qualifies or the check cannot
   run. The check is made on a few rows: a merge that stops concatenating beyond some size (e.g. a
@@ -122,11 +126,16 @@ def concatenated_leaves(specs: Sequence[tf.TensorSpec], zero: Sequence[tf.Tensor
   if len(singles) < 3:
     raise ValueError(f'concatenated_leaves needs at least 3 single-client accumulators, got '
                      f'{len(singles)}')
+  def same_row_shape(i):
+    shapes = {tuple(single[i].shape[1:]) for single in singles if _rows(single[i])}
+    return len(shapes) == 1 and specs[i].shape[1:].is_compatible_with(next(iter(shapes)))
+
   candidates = [
       i for i, s in enumerate(specs)
-      if s.shape.rank and s.shape[0] is None and s.shape[1:].is_fully_defined()
+      if s.shape.rank and s.shape[0] is None
       and (s.dtype.is_floating or s.dtype.is_integer or s.dtype.is_bool)
-      and _rows(zero[i]) == 0 and any(_rows(single[i]) > 0 for single in singles)]
+      and _rows(zero[i]) == 0 and any(_rows(single[i]) > 0 for single in singles)
+      and same_row_shape(i)]
   if not candidates:
     return []
   others = [i for i in range(len(specs)) if i not in candidates]
@@ -149,3 +158,13 @@ def concatenated_leaves(specs: Sequence[tf.TensorSpec], zero: Sequence[tf.Tensor
     if not (_same(m12[i], n12[i]) and _same(m123[i], n123[i])):
       return []
   return candidates
+
+
+def row_shapes(indices: Sequence[int],
+               singles: Sequence[Sequence[tf.Tensor]]) -> dict[int, tuple[int, ...]]:
+  """The row shape of each leaf in `indices`, read off the first single that gives it rows."""
+  out = {}
+  for i in indices:
+    rows = next(single[i] for single in singles if _rows(single[i]))
+    out[i] = tuple(int(n) for n in rows.shape[1:])
+  return out

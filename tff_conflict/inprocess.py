@@ -149,14 +149,16 @@ class InProcessRunner:
     # The accumulator's declared type (`merge`'s, with `[None, ...]` for gathered stacks).
     self._accumulator_specs = _tf_stamp.flat_specs(mrf.merge.type_signature.parameter[0])
     self._buffered_leaves: list[int] = []
+    self._buffer_row_shapes: dict[int, tuple[int, ...]] = {}
     if accumulation == 'buffered':
-      self._buffered_leaves = self._find_buffered_leaves()
+      self._buffered_leaves, self._buffer_row_shapes = self._find_buffered_leaves()
     self._model_weight_fns: dict[str, _tf_stamp.StampedComputation] = {}
     self._cached_state: tuple[list[Any], list[tf.Tensor]] | None = None
     self._num_state_leaves = len(_tf_stamp.flat_specs(self._state_type.member))
 
-  def _find_buffered_leaves(self) -> list[int]:
-    """`_row_buffer.concatenated_leaves` on three made-up single-client accumulators."""
+  def _find_buffered_leaves(self) -> tuple[list[int], dict[int, tuple[int, ...]]]:
+    """`_row_buffer.concatenated_leaves` on three made-up single-client accumulators, and the
+    row shape of each buffered leaf."""
     zero = self._zero([])
     update_specs = self._accumulate.input_specs[len(self._accumulator_specs):]
     rng = np.random.default_rng(0)
@@ -164,8 +166,9 @@ class InProcessRunner:
       singles = [self._accumulate(zero + _row_buffer.sample_update(update_specs, rng))
                  for _ in range(3)]
     except Exception:  # pylint: disable=broad-except
-      return []  # e.g. an update leaf of unknown shape: no buffering ('tree')
-    return _row_buffer.concatenated_leaves(self._accumulator_specs, zero, self._merge, singles)
+      return [], {}  # e.g. an update leaf of unknown shape: no buffering ('tree')
+    leaves = _row_buffer.concatenated_leaves(self._accumulator_specs, zero, self._merge, singles)
+    return leaves, _row_buffer.row_shapes(leaves, singles)
 
   @property
   def map_reduce_form(self) -> Any:
@@ -293,7 +296,8 @@ class InProcessRunner:
     buffers = {}
     if self._buffered_leaves:
       specs = self._accumulator_specs
-      buffers = {i: _row_buffer.RowBuffer(specs[i].shape[1:], specs[i].dtype, len(flat_clients))
+      buffers = {i: _row_buffer.RowBuffer(self._buffer_row_shapes[i], specs[i].dtype,
+                                          len(flat_clients))
                  for i in self._buffered_leaves}
     stack: list[tuple[int, list[tf.Tensor]]] = []  # (number of clients, accumulator)
     acc = zero

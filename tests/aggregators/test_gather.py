@@ -55,6 +55,22 @@ def test_type_signature():
   assert fn.type_signature.result.member.stacks.update.shape == (None, D)
 
 
+def test_pieces_are_declared_without_a_static_row_shape():
+  """Grappler (run by TFF's compiler) allocates a [1, d] feed per [None, d] placeholder."""
+  zero, accumulate, merge, report = gather.build_gather_computations(
+      ROW_TYPE, limit_bytes=None, vector_size=D, small_row_bytes=0)
+  acc_type = accumulate.type_signature.parameter[0]
+  for piece in acc_type.pieces:
+    assert piece.update.shape == (None, None) and piece.weight.shape == (None,)
+  assert merge.type_signature.result == acc_type
+  assert report.type_signature.result == gather.gathered_type(ROW_TYPE)
+  assert report.type_signature.result.stacks.update.shape == (None, D)
+  # With the default layout the weight is a small field, concatenated as [None].
+  _, accumulate, _, _ = gather.build_gather_computations(ROW_TYPE, limit_bytes=None,
+                                                         vector_size=D)
+  assert accumulate.type_signature.parameter[0].small.weight.shape == (None,)
+
+
 @pytest.mark.parametrize('num_clients', [1, 2, 7, 101])
 def test_every_client_stacked_in_order(gather_fn, num_clients):
   updates = [np.full(D, i, np.float32) for i in range(num_clients)]

@@ -39,6 +39,11 @@ field, about 2 ms per client. Row fields of at most `SMALL_ROW_BYTES` (the weigh
 concatenated into one `small` leaf; their quadratic copy is negligible (1,000 clients: 2 MB for a
 float32 scalar).
 
+Pieces are declared with every dimension unknown (`[None, None]` for a vector field) and `report`
+gives the stacks back their shape: TFF's compiler runs Grappler on each computation, which
+allocates a `[1, d]` feed for every `[None, d]` placeholder (0.5 GB of compile-time memory for 47
+pieces at d = 1.2M).
+
 The pieces' logical order is `head`, then the levels from the highest down (slots in order), then
 `tail`: the rows in client order. `merge(a, b)` (used by TFF's mergeable contexts, e.g.
 `tff_conflict.remote` with several workers, and by the in-process runner) puts the logical
@@ -237,6 +242,11 @@ def _stack_type(tensor_type) -> tff.TensorType:
   return tff.TensorType(tensor_type.dtype, (None,) + tuple(tensor_type.shape))
 
 
+def _piece_type(tensor_type) -> tff.TensorType:
+  """A piece: rows of `tensor_type`, every dimension left unknown (see `_unshaped`)."""
+  return tff.TensorType(tensor_type.dtype, (None,) * (1 + len(tensor_type.shape)))
+
+
 def _struct(fields) -> tff.StructWithPythonType:
   return tff.StructWithPythonType(collections.OrderedDict(fields), collections.OrderedDict)
 
@@ -256,10 +266,21 @@ def _relaxed(stack: tf.Tensor) -> tf.Tensor:
   return tf.compat.v1.placeholder_with_default(stack, [None] + stack.shape.as_list()[1:])
 
 
+def _unshaped(piece: tf.Tensor) -> tf.Tensor:
+  """`piece` with every dimension of its static shape unknown, as pieces are declared (no copy).
+
+  TFF's compiler runs Grappler on each TensorFlow computation, and Grappler allocates a feed
+  tensor for every placeholder, with unknown dimensions set to 1: a `[None, d]` piece would cost
+  d values of compile memory per piece and computation (0.5 GB for d = 1.2M). `[None, None]`
+  costs one value.
+  """
+  return tf.compat.v1.placeholder_with_default(piece, [None] * piece.shape.rank)
+
+
 class _Layout:
   """The accumulator of one row type: its TFF type and its pure-TF zero/accumulate/merge/report.
 
-  Accumulator: `OrderedDict(pieces=<piece name -> <large field -> [None, ...]>>` (in logical order:
+  Accumulator: `OrderedDict(pieces=<piece name -> <large field -> [None, None, ...]>>` (in logical order:
   `head`, `l{L-1}s0` ... `l0s{r-2}`, `tail`), `small=<small field -> [None, ...]>`,
   `counts=int32[3]`, `merged=int32`); `pieces` or `small` is left out when it has no field.
   """
@@ -280,7 +301,7 @@ class _Layout:
   def accumulator_type(self) -> tff.StructWithPythonType:
     fields = []
     if self.big:
-      piece = _struct((n, _stack_type(self.row_type[n])) for n in self.big)
+      piece = _struct((n, _piece_type(self.row_type[n])) for n in self.big)
       fields.append(('pieces', _struct((p, piece) for p in self.pieces)))
     if self.small:
       fields.append(('small', _struct((n, _stack_type(self.row_type[n])) for n in self.small)))
@@ -290,26 +311,33 @@ class _Layout:
 
   # Pure TensorFlow.
 
-  def _empty(self, name):
+  def _zeros(self, name):
     t = self.row_type[name]
-    return _relaxed(tf.zeros((0,) + tuple(t.shape), dtype=t.dtype))
+    empty = tf.zeros((0,) + tuple(t.shape), dtype=t.dtype)
+    return _unshaped(empty) if name in self.big else _relaxed(empty)
 
-  def _empty_piece(self):
-    return collections.OrderedDict((n, self._empty(n)) for n in self.big)
+  @staticmethod
+  def _empty_like(piece):
+    """An empty piece sliced from `piece`. Not `tf.zeros`: TFF's compiler runs Grappler's
+    aggressive constant folding, which costs about d floats of compile memory per folded empty
+    constant (0.5 GB in all for d = 1.2M)."""
+    return collections.OrderedDict((n, _unshaped(t[:0])) for n, t in piece.items())
 
   def zero(self):
     out = collections.OrderedDict()
     if self.big:
-      out['pieces'] = collections.OrderedDict((p, self._empty_piece()) for p in self.pieces)
+      out['pieces'] = collections.OrderedDict(
+          (p, collections.OrderedDict((n, self._zeros(n)) for n in self.big))
+          for p in self.pieces)
     if self.small:
-      out['small'] = collections.OrderedDict((n, self._empty(n)) for n in self.small)
+      out['small'] = collections.OrderedDict((n, self._zeros(n)) for n in self.small)
     out['counts'] = tf.zeros([_NUM_STATUSES], tf.int32)
     out['merged'] = tf.constant(0, tf.int32)
     return out
 
   def _concat(self, pieces, name):
     parts = [p[name] for p in pieces]
-    return _relaxed(tf.concat(parts, axis=0) if len(parts) > 1 else parts[0])
+    return _unshaped(tf.concat(parts, axis=0) if len(parts) > 1 else parts[0])
 
   def _carry(self, n):
     """(c, digits): row n completes levels 0..c-1 and lands in level c (c == L: overflow)."""
@@ -336,11 +364,11 @@ class _Layout:
       return fn
 
     def none():
-      return [self._empty(n) for n in self.big]
+      return list(self._empty_like(new_row).values())
 
     branches = [make(level) for level in range(len(self.radices) + 1)] + [none]
     values = tf.switch_case(branch, branches)
-    return collections.OrderedDict(zip(self.big, [_relaxed(v) for v in values]))
+    return collections.OrderedDict(zip(self.big, [_unshaped(v) for v in values]))
 
   def accumulate(self, acc, row, checks=()):
     """Adds one client's row (with its `status`) to `acc`.
@@ -389,14 +417,14 @@ class _Layout:
 
   def _choose(self, piece, pred, changed):
     values = tf.cond(pred, lambda: list(changed().values()), lambda: list(piece.values()))
-    return collections.OrderedDict(zip(self.big, [_relaxed(v) for v in values]))
+    return collections.OrderedDict(zip(self.big, [_unshaped(v) for v in values]))
 
   def _switch_piece(self, piece, action, block):
     """action 0: `piece` unchanged, 1: emptied, 2: `block`."""
     values = tf.switch_case(action, [lambda: list(piece.values()),
-                                     lambda: [self._empty(n) for n in self.big],
+                                     lambda: list(self._empty_like(piece).values()),
                                      lambda: list(block.values())])
-    return collections.OrderedDict(zip(self.big, [_relaxed(v) for v in values]))
+    return collections.OrderedDict(zip(self.big, [_unshaped(v) for v in values]))
 
   def merge(self, a, b):
     """a's rows, then b's, in slot 0 of level 0 of a `merged` accumulator."""
@@ -405,7 +433,8 @@ class _Layout:
       logical = [a['pieces'][p] for p in self.pieces] + [b['pieces'][p] for p in self.pieces]
       joined = collections.OrderedDict((n, self._concat(logical, n)) for n in self.big)
       out['pieces'] = collections.OrderedDict(
-          (p, joined if p == self.levels[0][0] else self._empty_piece()) for p in self.pieces)
+          (p, joined if p == self.levels[0][0] else self._empty_like(a['pieces'][p]))
+          for p in self.pieces)
     if self.small:
       out['small'] = collections.OrderedDict(
           (n, _relaxed(tf.concat([a['small'][n], b['small'][n]], 0))) for n in self.small)
@@ -414,14 +443,16 @@ class _Layout:
     return out
 
   def _stack(self, acc, name):
-    """The pieces of one large field in logical order: forwarded if at most one has rows."""
+    """The pieces of one large field in logical order, `[K, ...]`: the one piece with rows is
+    forwarded without a copy, several are concatenated."""
     parts = [acc['pieces'][p][name] for p in self.pieces]
     sizes = tf.stack([tf.shape(t)[0] for t in parts])
     nonempty = sizes > 0
     only = tf.cast(tf.argmax(tf.cast(nonempty, tf.int32)), tf.int32)
     forward = lambda: tf.switch_case(only, [lambda t=t: tf.identity(t) for t in parts])
-    return tf.cond(tf.reduce_sum(tf.cast(nonempty, tf.int32)) <= 1, forward,
-                   lambda: tf.concat(parts, axis=0))
+    stack = tf.cond(tf.reduce_sum(tf.cast(nonempty, tf.int32)) <= 1, forward,
+                    lambda: tf.concat(parts, axis=0))
+    return tf.reshape(stack, [-1] + list(self.row_type[name].shape))
 
   def report(self, acc):
     stacks = collections.OrderedDict()
