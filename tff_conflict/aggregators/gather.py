@@ -11,7 +11,8 @@ Each client sends a row: an `OrderedDict` of fixed-shape tensors plus an int32 `
 (`row_status`): `INCLUDED` rows are stacked; `ZERO_WEIGHT` rows (TFF's client work gives weight 0
 to a client whose delta was non-finite, and zeroes that delta) and `NON_FINITE` rows (a NaN or Inf
 in any vector or in the weight) are left out of the stacks and counted. The stacks therefore hold
-only the clients that take part, in client order, and nothing non-finite reaches the kernels.
+only the clients that take part, in client order (see "Order" below for several workers), and
+nothing non-finite reaches the kernels.
 
 Memory: why the accumulator is a counter of pieces
 --------------------------------------------------
@@ -49,11 +50,19 @@ The pieces' logical order is `head`, then the levels from the highest down (slot
 `tff_conflict.remote` with several workers, and by the in-process runner) puts the logical
 concatenation of a and b into slot 0 of level 0 and marks the result `merged`. A row accumulated
 into a merged accumulator is appended to `tail`, so the order stays that of the clients whatever the
-tree of `accumulate` and `merge` calls. For a client accumulated alone into `zero` the row is in
-that same slot, so `merge` concatenates that slot. `tff_conflict.inprocess.InProcessRunner` checks
-this when it is built and writes the slot's rows into one preallocated buffer (about one K x d
-stack in all). `report` concatenates the pieces into the stacks, or forwards the one piece that
+tree of `accumulate` and `merge` calls, provided `merge(a, b)` receives a's clients before b's.
+For a client accumulated alone into `zero` the row is in that same slot, so `merge` concatenates
+that slot. `tff_conflict.inprocess.InProcessRunner` checks this when it is built and writes the
+slot's rows into one preallocated buffer (about one K x d stack in all). `report` concatenates the pieces into the stacks, or forwards the one piece that
 holds rows without copying it.
+
+Order. In one TFF runtime (the local C++ runtime, one remote worker, the in-process runner) the
+stacks are in client order. With several workers (`tff_conflict.remote`), TFF's
+`MergeableCompExecutionContext` gives each worker a contiguous part of the client list and merges
+the workers' partial results in the order the workers finish (`asyncio.wait(FIRST_COMPLETED)`;
+TFF's C++ composing executor does the same), so each worker's clients stay together and in order
+but the blocks can come in any order. Mean-based results change only by float rounding; FedGH's
+projection order follows stack positions, so its result can differ between such runs.
 
 Guard. In TFF's C++ runtime the worker still holds the rows, the copies made by the counter, and
 the runtime's own copies of the final accumulator: it materializes it to a proto and creates it
@@ -524,7 +533,8 @@ def federated_gather(rows, row_type: collections.OrderedDict, *, vector_size: in
 
   Returns:
     A SERVER-placed value of `gathered_type(row_type)`: `stacks[name]` is `[K_in, ...]` with the
-    included rows in client order, `counts[s]` the number of clients with status `s`
+    included rows in client order (with several workers, in order within each worker's part; module
+    docstring, "Order"), `counts[s]` the number of clients with status `s`
     (`INCLUDED`, `ZERO_WEIGHT`, `NON_FINITE`), so `sum(counts)` is every client of the round.
   """
   if limit_bytes is _UNSET:
