@@ -8,12 +8,15 @@ Same learning process (TFF's `build_weighted_fed_avg`, SGD client lr 0.05, serve
 synthetic client data (`--examples` 28x28 images per client, one batch) and same model for every
 aggregator: an EMNIST-sized CNN (conv32-conv64-maxpool-dense128-dense62, 1,206,590 parameters) or,
 with `--small`, a 784-62 softmax model. Per cohort size and aggregator it reports the first round
-(compilation included), the mean of the later rounds, their ratio to MeanFactory's, and the peak
+(compilation included), the later rounds, their ratio to MeanFactory's, and the peak
 resident memory of the Python process and of TFF's `worker_binary` over all rounds above their
 level after `initialize` (sampled every 5 ms), next to one K x d float32 stack. Each (K,
 aggregator) case runs in a fresh Python process (and, in the C++ runtime, a fresh worker), so no
 case inherits memory that an earlier one left with the allocator; "+GB vs mean" is the peak above
-MeanFactory's for the same K, i.e. what the aggregator costs.
+MeanFactory's for the same K, i.e. what the aggregator costs. Round times on a shared virtual
+machine swing by up to 2x from run to run, so every case runs `--repeats` times (default 3),
+interleaved with the others, and the table shows medians: the first round's over runs, and
+over runs the median of each run's later rounds.
 
 Runners: `cpp` (TFF's C++ runtime, the default). There the gather's memory guard refuses rounds
 above `gather.max_gather_bytes()` (see `tff_conflict.aggregators.gather`); such a round is
@@ -182,6 +185,8 @@ def _parser():
   parser.add_argument('--small', action='store_true', help='784-62 softmax model instead of CNN')
   parser.add_argument('--runner', choices=('cpp', 'inprocess'), default='cpp')
   parser.add_argument('--threads', type=int, default=1, help='in-process runner: clients at once')
+  parser.add_argument('--repeats', type=int, default=3,
+                      help='runs of every case, interleaved (mean, fedgh, ..., mean, fedgh, ...)')
   parser.add_argument('--one', default=None, help=argparse.SUPPRESS)  # "K,factory": child run
   return parser
 
@@ -235,6 +240,8 @@ def main():
     factories = ['mean'] + [f for f in factories if f != 'mean']
   if args.threads < 1:
     raise ValueError(f'--threads must be >= 1, got {args.threads}')
+  if args.repeats < 1:
+    raise ValueError(f'--repeats must be >= 1, got {args.repeats}')
   sizes = [int(c) for c in args.clients.split(',')]
   d = int(sum(np.prod(w.shape) for w in _keras_fn(args)().trainable_weights))
   limit = None if args.runner == 'inprocess' else gather.max_gather_bytes()
@@ -247,33 +254,47 @@ def main():
         f'{args.runner}{threads}; gather limit: {limit} bytes (K_max = {k_max}, corrective '
         f'{k_max_corrective}); {args.rounds} '
         f'rounds; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}')
-  print('| K | aggregator | first round s | later rounds s (mean) | ratio to mean | '
+  print(f'{args.repeats} interleaved run(s) per case: first round and later rounds are medians '
+        f'(later: the median over runs of each run\'s median), peaks the largest over runs.')
+  print('| K | aggregator | first round s | later rounds s | ratio to mean | '
         'peak +GB python | peak +GB worker | +GB vs mean | K x d stack GB |')
   print('|---|---|---|---|---|---|---|---|---|')
   for k in sizes:
-    base_time = base_gb = None
     stack_gb = k * d * 4 / 1e9
+    runnable = []
     for name in factories:
       limit_k = k_max_corrective if name == 'corrective' else k_max
       if name not in ('mean', 'corrective_client_mean') and limit_k is not None and k > limit_k:
         print(f'| {k} | {name} | refused (K_max = {limit_k}) | | | | | | {stack_gb:.2f} |',
               flush=True)
-        continue
-      case = _run_case(args, k, name)
-      if 'error' in case:
-        print(f'| {k} | {name} | failed ({case["error"]}) | | | | | | {stack_gb:.2f} |',
+      else:
+        runnable.append(name)
+    cases = {name: [] for name in runnable}
+    for _ in range(args.repeats):  # interleaved, so slow spells of the machine hit every case
+      for name in runnable:
+        cases[name].append(_run_case(args, k, name))
+    base_time = base_gb = None
+    for name in runnable:
+      runs = [c for c in cases[name] if 'error' not in c]
+      if not runs:
+        print(f'| {k} | {name} | failed ({cases[name][0]["error"]}) | | | | | | {stack_gb:.2f} |',
               flush=True)
         continue
-      times = case['times']
-      later = float(np.mean(times[1:])) if len(times) > 1 else times[0]
-      total_gb = case['own_gb'] + case['worker_gb']
+      first = float(np.median([c['times'][0] for c in runs]))
+      # Per run the median of its later rounds; over runs their median.
+      later = float(np.median([np.median(c['times'][1:]) if len(c['times']) > 1
+                               else c['times'][0] for c in runs]))
+      own_gb = max(c['own_gb'] for c in runs)
+      worker_gb = max(c['worker_gb'] for c in runs)
+      total_gb = own_gb + worker_gb
       if name == 'mean':
         base_time, base_gb = later, total_gb
       ratio = later / base_time if base_time else float('nan')
       extra = total_gb - base_gb if base_gb is not None else float('nan')
-      print(f'| {k} | {name} | {times[0]:.2f} | {later:.2f} | {ratio:.2f} | '
-            f'{case["own_gb"]:.2f} | {case["worker_gb"]:.2f} | {extra:.2f} | {stack_gb:.2f} |',
-            flush=True)
+      failed = len(cases[name]) - len(runs)
+      note = f' ({failed} of {len(cases[name])} runs failed)' if failed else ''
+      print(f'| {k} | {name}{note} | {first:.2f} | {later:.2f} | {ratio:.2f} | '
+            f'{own_gb:.2f} | {worker_gb:.2f} | {extra:.2f} | {stack_gb:.2f} |', flush=True)
 
 
 if __name__ == '__main__':
