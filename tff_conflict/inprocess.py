@@ -29,8 +29,8 @@ The check runs when the runner is built, on three made-up single-client accumula
 (`_row_buffer.concatenated_leaves`). The finished stack reaches `report` without a copy, so a
 gathering round holds about one K x d stack per gathered leaf (`tff_conflict.aggregators.gather`
 puts a lone client's row in one such leaf and forwards it from `report`). When no leaf passes the
-check it is exactly 'tree'. The buffer is in host memory: on a GPU each row is copied to the host and the
-stack back to the device once per round ('tree' keeps everything on the device).
+check it is exactly 'tree'. The buffer is in host memory: on a GPU each row is copied to the host
+and the stack back to the device once per round ('tree' keeps everything on the device).
 `accumulation='sequential'` follows TFF's C++ runtime's order exactly
 (`acc = accumulate(acc, update_k)` for k = 1..K). For floating-point sums the orders agree to
 round-off; gathered stacks are identical in all three.

@@ -33,7 +33,7 @@ lower levels are emptied. When every level is full, the whole counter and the ro
 is passed through unchanged, and TensorFlow forwards such a tensor without copying it. The
 intermediates kept by the runtime then share their pieces. A round copies each row once per
 level it climbs: not at all below 16 included clients, at most once below 256 and twice below
-4,096. Memory grows linearly in K instead of quadratically (d = 1.2M, 100 clients: 2.1 GB of
+4,096. Memory grows linearly in K instead of quadratically (d = 1.2M, 100 clients: 2.5-2.6 GB of
 worker memory above its idle level, rows included, where concatenation needed more than 24 GB;
 BENCHMARKS.md). The cost is the number of pieces passed to each `accumulate` call: 47 per large
 field, about 2 ms per client. Row fields of at most `SMALL_ROW_BYTES` (the weight, a loss) are
@@ -53,8 +53,8 @@ into a merged accumulator is appended to `tail`, so the order stays that of the 
 tree of `accumulate` and `merge` calls, provided `merge(a, b)` receives a's clients before b's.
 For a client accumulated alone into `zero` the row is in that same slot, so `merge` concatenates
 that slot. `tff_conflict.inprocess.InProcessRunner` checks this when it is built and writes the
-slot's rows into one preallocated buffer (about one K x d stack in all). `report` concatenates the pieces into the stacks, or forwards the one piece that
-holds rows without copying it.
+slot's rows into one preallocated buffer (about one K x d stack in all). `report` concatenates
+the pieces into the stacks, or forwards the one piece that holds rows without copying it.
 
 Order. In one TFF runtime (the local C++ runtime, one remote worker, the in-process runner) the
 stacks are in client order. With several workers (`tff_conflict.remote`), TFF's
@@ -154,8 +154,9 @@ def gather_memory_limit(num_bytes: Optional[int]):
 
 # Copies of the K gathered rows that TFF's C++ runtime holds besides the counter's own: the client
 # rows themselves, the final accumulator materialized to a proto and created again at the server,
-# and `report`'s concatenation. 4 by count; measured worker peaks were 3.5-4.5 K x d above the
-# idle worker (BENCHMARKS.md), hence 5.
+# and `report`'s concatenation. 4 by count; measured one-round worker peaks above the idle worker
+# were 4.7-5.6 K x d for K = 20-100, the counter's 0.8-1 K x d of copies included (BENCHMARKS.md),
+# so 5 plus the counter's copies bounds them.
 _RUNTIME_COPIES = 5
 
 
@@ -190,8 +191,9 @@ def estimated_gather_bytes(row_bytes: int, num_clients: int, *, small_row_bytes:
   """Estimated C++-runtime worker memory to gather K rows (module docstring, "Guard").
 
   `row_bytes` is the size of one row's large fields (held in pieces), `small_row_bytes` that of its
-  small fields (concatenated): `row_bytes * (copied + c K) + small_row_bytes * (K (K + 1) / 2 + c K)`,
-  with `copied = counter_copied_rows(K)` and c = 5 copies held by the runtime.
+  small fields (concatenated):
+  `row_bytes * (copied + c K) + small_row_bytes * (K (K + 1) / 2 + c K)`, with
+  `copied = counter_copied_rows(K)` and c = 5 copies held by the runtime.
   """
   k = int(num_clients)
   big = int(row_bytes) * (counter_copied_rows(k, radices) + _RUNTIME_COPIES * k)
@@ -289,8 +291,8 @@ def _unshaped(piece: tf.Tensor) -> tf.Tensor:
 class _Layout:
   """The accumulator of one row type: its TFF type and its pure-TF zero/accumulate/merge/report.
 
-  Accumulator: `OrderedDict(pieces=<piece name -> <large field -> [None, None, ...]>>` (in logical order:
-  `head`, `l{L-1}s0` ... `l0s{r-2}`, `tail`), `small=<small field -> [None, ...]>`,
+  Accumulator: `OrderedDict(pieces=<piece name -> <large field -> [None, None, ...]>>` (in
+  logical order: `head`, `l{L-1}s0` ... `l0s{r-2}`, `tail`), `small=<small field -> [None, ...]>`,
   `counts=int32[3]`, `merged=int32`); `pieces` or `small` is left out when it has no field.
   """
 
