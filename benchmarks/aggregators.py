@@ -20,7 +20,7 @@ over runs the median of each run's later rounds.
 
 Runners: `cpp` (TFF's C++ runtime, the default). There the gather's memory guard refuses rounds
 above `gather.max_gather_bytes()` (see `tff_conflict.aggregators.gather`); such a round is
-reported as `refused` with the guard's K_max. `inprocess`: `tff_conflict.inprocess.InProcessRunner`
+reported as `refused` with the guard's K_max. `inprocess`: `tff_conflict.runtime.inprocess.InProcessRunner`
 (MapReduceForm graphs run in this process, `--threads` clients at once; its default 'buffered'
 accumulation writes the gathered stacks into one preallocated buffer), with the guard disabled.
 
@@ -163,7 +163,7 @@ def _run_one(name, keras_fn, data, rounds, runner_kind, threads):
   with gather.gather_memory_limit(limit):
     process = _build(name, keras_fn, data[0].element_spec)
   if runner_kind == 'inprocess':
-    from tff_conflict import inprocess  # pylint: disable=g-import-not-at-top
+    from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
     process = inprocess.InProcessRunner(process, num_threads=threads)
   state = process.initialize()
   times = []

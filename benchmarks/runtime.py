@@ -74,7 +74,7 @@ def main():
     parser.error('--rounds must be >= 2, cohorts and --threads >= 1')
 
   runtime.set_local_context()
-  from tff_conflict import inprocess  # pylint: disable=g-import-not-at-top
+  from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
   keras_fn = models.softmax_regression if args.small else models.emnist_sized_cnn
   num_params = keras_fn().count_params()
   print(f'model: {"softmax" if args.small else "CNN"}, {num_params} parameters; '

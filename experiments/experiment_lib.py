@@ -155,32 +155,15 @@ def make_evaluate_fn(task: Task) -> tuple[Callable[[Any], Mapping[str, float]], 
 
 
 def make_runner(process, values: Mapping[str, Any]):
-  """The object that runs `process` for `--runtime` / `--workers` (the process itself for the
-  default local C++ runtime).
-
-  Raises:
-    app.UsageError: when the requested backend is not available in `tff_conflict.runtime`.
-  """
+  """The object that runs `process` for `--runtime` (the process itself for the default local
+  C++ runtime or `--workers`; an in-process runner for `--runtime=inprocess`)."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
-  kind = values.get('runtime', 'cpp')
-  if kind == 'cpp':
-    return process
-  make = getattr(runtime, 'make_runner', None)
-  if make is None:
-    raise app.UsageError(f'--runtime={kind} needs tff_conflict.runtime.make_runner (the '
-                         'execution-backend issue), which this version does not have yet; use '
-                         '--runtime=cpp')
-  return make(process, kind)
+  return runtime.make_runner(process, values.get('runtime', 'cpp'))
 
 
 def install_context(values: Mapping[str, Any]) -> None:
   """Installs TFF's execution context: remote workers for `--workers`, else the local one."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   workers = list(values.get('workers') or [])
-  if not workers:
-    return
-  set_remote = getattr(runtime, 'set_remote_context', None)
-  if set_remote is None:
-    raise app.UsageError('--workers needs tff_conflict.runtime.set_remote_context (the '
-                         'execution-backend issue), which this version does not have yet')
-  set_remote(workers)
+  if workers:
+    runtime.set_remote_context(workers)

@@ -47,17 +47,17 @@ pieces at d = 1.2M).
 
 The pieces' logical order is `head`, then the levels from the highest down (slots in order), then
 `tail`: the rows in client order. `merge(a, b)` (used by TFF's mergeable contexts, e.g.
-`tff_conflict.remote` with several workers, and by the in-process runner) puts the logical
+`tff_conflict.runtime.remote` with several workers, and by the in-process runner) puts the logical
 concatenation of a and b into slot 0 of level 0 and marks the result `merged`. A row accumulated
 into a merged accumulator is appended to `tail`, so the order stays that of the clients whatever the
 tree of `accumulate` and `merge` calls, provided `merge(a, b)` receives a's clients before b's.
 For a client accumulated alone into `zero` the row is in that same slot, so `merge` concatenates
-that slot. `tff_conflict.inprocess.InProcessRunner` checks this when it is built and writes the
+that slot. `tff_conflict.runtime.inprocess.InProcessRunner` checks this when it is built and writes the
 slot's rows into one preallocated buffer (about one K x d stack in all). `report` concatenates
 the pieces into the stacks, or forwards the one piece that holds rows without copying it.
 
 Order. In one TFF runtime (the local C++ runtime, one remote worker, the in-process runner) the
-stacks are in client order. With several workers (`tff_conflict.remote`), TFF's
+stacks are in client order. With several workers (`tff_conflict.runtime.remote`), TFF's
 `MergeableCompExecutionContext` gives each worker a contiguous part of the client list and merges
 the workers' partial results in the order the workers finish (`asyncio.wait(FIRST_COMPLETED)`;
 TFF's C++ composing executor does the same), so each worker's clients stay together and in order

@@ -1,6 +1,6 @@
-"""tff_conflict.remote / tff_conflict.worker: rounds split over two loopback workers.
+"""tff_conflict.runtime.remote / tff_conflict.runtime.worker: rounds split over two loopback workers.
 
-Each test starts its own `python -m tff_conflict.worker` processes on 127.0.0.1, ends them, and
+Each test starts its own `python -m tff_conflict.runtime.worker` processes on 127.0.0.1, ends them, and
 checks that none is left; the session's local context is restored afterwards.
 """
 
@@ -20,7 +20,7 @@ import tensorflow_federated as tff
 
 from tests.conftest import make_tiny_client_datasets
 from tests.conftest import make_tiny_keras_model
-from tff_conflict import remote
+from tff_conflict.runtime import remote
 from tff_conflict import runtime
 
 _CALL_LIMIT_S = 240  # a federated call that takes longer than this counts as a hang
@@ -28,7 +28,7 @@ _CALL_LIMIT_S = 240  # a federated call that takes longer than this counts as a 
 
 def _start_worker(port):
   return subprocess.Popen(
-      [sys.executable, '-m', 'tff_conflict.worker', f'--port={port}', '--die_with_parent'],
+      [sys.executable, '-m', 'tff_conflict.runtime.worker', f'--port={port}', '--die_with_parent'],
       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -200,7 +200,7 @@ def test_bad_timeouts(name, value):
 
 
 def test_worker_command_rejects_bad_port():
-  result = subprocess.run([sys.executable, '-m', 'tff_conflict.worker', '--port=0'],
+  result = subprocess.run([sys.executable, '-m', 'tff_conflict.runtime.worker', '--port=0'],
                           capture_output=True, text=True, timeout=60)
   assert result.returncode == 2 and '--port' in result.stderr
 

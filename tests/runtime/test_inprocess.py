@@ -1,4 +1,4 @@
-"""tff_conflict.inprocess: rounds run in-process from MapReduceForm equal TFF's C++ runtime's."""
+"""tff_conflict.runtime.inprocess: rounds run in-process from MapReduceForm equal TFF's C++ runtime's."""
 
 import collections
 
@@ -9,7 +9,7 @@ import tensorflow_federated as tff
 
 from tests.conftest import make_tiny_client_datasets
 from tests.conftest import make_tiny_keras_model
-from tff_conflict import inprocess
+from tff_conflict.runtime import inprocess
 from tff_conflict import runtime
 
 _ROUNDS = 3

@@ -1,10 +1,10 @@
-"""The one place that owns TensorFlow Federated's execution context.
+"""TFF's local C++ runtime, with every `worker_binary` it starts ended with this Python process.
 
 TFF 0.87's local C++ runtime runs every federated computation in a separate `worker_binary`
 process, started on the first call. TFF ends it only from `ServiceManager.__del__`, which fails at
 interpreter exit (`'NoneType' object has no attribute 'Popen'`), so the worker outlives the Python
-process and keeps the parent's stdout open (a pipe into `tee` never closes). See
-`../shared/TFF_NOTES.md` and BUILD_NOTES.md.
+process and keeps the parent's stdout open (a pipe into `tee` never closes); see `docs/design.md`,
+"The TFF runtime".
 
 `set_local_context()` installs TFF's local C++ runtime and guarantees that every worker it starts
 ends with the Python process:
@@ -17,23 +17,6 @@ ends with the Python process:
   KeyboardInterrupt (SIGINT);
 * SIGTERM and SIGHUP handlers end the workers, then let the signal take its usual effect (the
   process dies by that signal, or a previously installed Python handler runs).
-
-Call it first thing in a binary; tests use it through one session-wide fixture.
-
-Execution backends (imported lazily, so this module stays cheap to import):
-
-* `InProcessRunner(learning_process, *, num_threads=1, accumulation='buffered')` runs a learning
-  process's rounds in this Python process from its MapReduceForm, with TensorFlow (GPU-capable,
-  no `worker_binary`); see `tff_conflict.inprocess`.
-* `make_runner(learning_process, kind)` is what binaries call for `--runtime=cpp|inprocess`:
-  `'cpp'` returns the process itself (TFF's installed context: the local C++ runtime, or remote
-  workers after `set_remote_context`), `'inprocess'` an `InProcessRunner`. Both give
-  `initialize()`, `next(state, client_datasets)` and `get_model_weights(state)` with the same
-  result structures and types.
-* `set_remote_context(addresses, *, rpc_timeout_s=600, connect_timeout_s=30)` installs a context on
-  TFF workers started with `python -m tff_conflict.worker --port=P` (binaries' `--workers=host:port,...`;
-  several workers split each round's clients); see `tff_conflict.remote`. Errors of a worker
-  raise `WorkerError`; `set_local_context()` switches back.
 """
 
 import atexit
@@ -189,7 +172,8 @@ def _on_signal(signum, frame) -> None:
   os.kill(os.getpid(), signum)
 
 
-def _install_exit_hooks() -> None:
+def install_exit_hooks() -> None:
+  """Ends this process's workers at exit and on SIGTERM/SIGHUP (idempotent)."""
   global _exit_hooks_installed
   with _lock:
     if _exit_hooks_installed:
@@ -225,7 +209,7 @@ def set_local_context(*, max_concurrent_computation_calls: int = -1) -> None:
                      f'integer, got {value!r}')
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   _patch_worker_spawn()
-  _install_exit_hooks()
+  install_exit_hooks()
   tff.backends.native.set_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=value)
   # A replaced context's worker can no longer be reached: let TFF end it, then end what is left.
@@ -238,45 +222,3 @@ def current_worker_pid() -> Optional[int]:
   """The PID of the newest running worker started by this process, or None."""
   pids = worker_pids()
   return pids[-1] if pids else None
-
-
-_LAZY = {
-    'InProcessRunner': ('tff_conflict.inprocess', 'InProcessRunner'),
-    'make_runner': ('tff_conflict.inprocess', 'make_runner'),
-    'WorkerError': ('tff_conflict.remote', 'WorkerError'),
-    'parse_worker_addresses': ('tff_conflict.remote', 'parse_worker_addresses'),
-}
-
-
-def __getattr__(name):
-  if name in _LAZY:
-    import importlib  # pylint: disable=g-import-not-at-top
-    module, attr = _LAZY[name]
-    return getattr(importlib.import_module(module), attr)
-  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-
-
-def set_remote_context(addresses, *, rpc_timeout_s: float = 600.0,
-                       connect_timeout_s: float = 30.0) -> None:
-  """Installs a TFF context on remote workers (`tff_conflict.remote.set_remote_context`).
-
-  Any local `worker_binary` started by an earlier context is ended (it can no longer be reached).
-
-  Args:
-    addresses: `'host:port,...'` or a list of `'host:port'`, one per running worker
-      (`python -m tff_conflict.worker --port=P`); several workers split each round's clients.
-    rpc_timeout_s: deadline of every RPC to a worker, seconds.
-    connect_timeout_s: how long to wait for the workers to be reachable, seconds.
-
-  Raises:
-    ValueError: for a bad argument.
-    tff_conflict.remote.WorkerError: if a worker is unreachable (also raised later, by a
-      federated call, when a worker dies or does not answer in time).
-  """
-  from tff_conflict import remote  # pylint: disable=g-import-not-at-top
-  _install_exit_hooks()
-  remote.set_remote_context(addresses, rpc_timeout_s=rpc_timeout_s,
-                            connect_timeout_s=connect_timeout_s)
-  import gc  # pylint: disable=g-import-not-at-top
-  gc.collect()
-  shutdown_workers()

@@ -1,10 +1,10 @@
-"""tff_conflict._row_buffer: gathered stacks in one buffer, and the check that allows it."""
+"""tff_conflict.runtime._row_buffer: gathered stacks in one buffer, and the check that allows it."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_conflict import _row_buffer
+from tff_conflict.runtime import _row_buffer
 
 
 def test_rows_arrive_in_order_and_the_stack_is_exact():

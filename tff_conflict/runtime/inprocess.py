@@ -57,8 +57,8 @@ import tensorflow_federated as tff
 
 from tensorflow_federated.python.core.impl.types import computation_types
 
-from tff_conflict import _row_buffer
-from tff_conflict import _tf_stamp
+from tff_conflict.runtime import _row_buffer
+from tff_conflict.runtime import _tf_stamp
 
 _ACCUMULATIONS = ('buffered', 'tree', 'sequential')
 

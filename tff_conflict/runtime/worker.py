@@ -1,6 +1,6 @@
 """Starts one TFF remote worker (TFF's shipped `worker_binary`) on this machine.
 
-    python -m tff_conflict.worker --port=8000 [--die_with_parent]
+    python -m tff_conflict.runtime.worker --port=8000 [--die_with_parent]
 
 The command finds the `worker_binary` of the installed TensorFlow Federated package and *becomes*
 it (`os.execv`: same PID), so ending this command (Ctrl-C, SIGTERM, `kill PID`) ends the worker
@@ -38,7 +38,7 @@ def worker_command(port: int, max_concurrent_computation_calls: int = -1) -> lis
 
 
 def _parse(argv):
-  parser = argparse.ArgumentParser(prog='python -m tff_conflict.worker', description=__doc__,
+  parser = argparse.ArgumentParser(prog='python -m tff_conflict.runtime.worker', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--port', type=int, required=True, help='TCP port to serve on (1-65535)')
   parser.add_argument('--max_concurrent_computation_calls', type=int, default=-1,

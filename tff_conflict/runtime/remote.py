@@ -1,7 +1,7 @@
 """TFF execution context on remote `worker_binary` processes (several machines), split by clients.
 
 TFF 0.87's pip package lacks its remote-context helper; this assembles one from its parts
-(`../shared/TFF_NOTES.md`): per worker address a `tff.framework.RemoteExecutorGrpcStub` on a gRPC
+(`docs/design.md`, "The TFF runtime"): per worker address a `tff.framework.RemoteExecutorGrpcStub` on a gRPC
 channel, a `RemoteExecutor` and a `ResourceManagingExecutorFactory`, wrapped in TFF's execution
 context with `compiler_fn=tff.backends.native.desugar_and_transform_to_native`.
 
@@ -20,8 +20,8 @@ that died, refused or timed out) is raised as `WorkerError` naming the worker, i
 retried forever (TFF's contexts retry `UNAVAILABLE` without limit). `set_remote_context` waits at
 most `connect_timeout_s` for every worker to be reachable.
 
-Start a worker on each machine with `python -m tff_conflict.worker --port=P` (see
-`tff_conflict.worker`).
+Start a worker on each machine with `python -m tff_conflict.runtime.worker --port=P` (see
+`tff_conflict.runtime.worker`).
 """
 
 import logging
@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from typing import Union
 
 import grpc
+
+from tff_conflict.runtime import local
 
 _ADDRESS = re.compile(r'^(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(?P<port>[0-9]{1,5})$')
 _GRPC_OPTIONS = [('grpc.max_message_length', -1), ('grpc.max_receive_message_length', -1),
@@ -163,7 +165,7 @@ def create_remote_context(addresses: Union[str, Sequence[str]], *, rpc_timeout_s
     except grpc.FutureTimeoutError:
       channel.close()
       raise WorkerError(f'TFF worker {address} is not reachable within connect_timeout_s='
-                        f'{connect_timeout_s} s (start it with `python -m tff_conflict.worker '
+                        f'{connect_timeout_s} s (start it with `python -m tff_conflict.runtime.worker '
                         f'--port=PORT` on that machine)') from None
     stubs.append(stub_class(channel, address, rpc_timeout_s))
   context_args = dict(compiler_fn=tff.backends.native.desugar_and_transform_to_native,
@@ -179,8 +181,28 @@ def create_remote_context(addresses: Union[str, Sequence[str]], *, rpc_timeout_s
 
 def set_remote_context(addresses: Union[str, Sequence[str]], *, rpc_timeout_s: float = 600.0,
                        connect_timeout_s: float = 30.0) -> None:
-  """Installs `create_remote_context(...)` as TFF's default context (arguments as there)."""
+  """Installs a TFF context on remote workers (`create_remote_context`) as TFF's default context.
+
+  Any local `worker_binary` started by an earlier context is ended (it can no longer be reached);
+  `tff_conflict.runtime.set_local_context()` switches back.
+
+  Args:
+    addresses: `'host:port,...'` or a list of `'host:port'`, one per running worker
+      (`python -m tff_conflict.runtime.worker --port=P`); several workers split each round's
+      clients.
+    rpc_timeout_s: deadline of every RPC to a worker, seconds.
+    connect_timeout_s: how long to wait for the workers to be reachable, seconds.
+
+  Raises:
+    ValueError: for a bad argument.
+    WorkerError: if a worker is unreachable (also raised later, by a federated call, when a
+      worker dies or does not answer in time).
+  """
   context = create_remote_context(addresses, rpc_timeout_s=rpc_timeout_s,
                                   connect_timeout_s=connect_timeout_s)
+  local.install_exit_hooks()
   from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
   context_stack_impl.context_stack.set_default_context(context)
+  import gc  # pylint: disable=g-import-not-at-top
+  gc.collect()
+  local.shutdown_workers()
