@@ -19,7 +19,7 @@ interleaved with the others, and the table shows medians: the first round's over
 over runs the median of each run's later rounds.
 
 Runners: `cpp` (TFF's C++ runtime, the default). There the gather's memory guard refuses rounds
-above `gather.max_gather_bytes()` (see `tff_conflict.aggregators.gather`); such a round is
+above `aggregators.max_gather_bytes()` (see `tff_conflict.aggregators`); such a round is
 reported as `refused` with the guard's K_max. `inprocess`: `tff_conflict.runtime.inprocess.InProcessRunner`
 (MapReduceForm graphs run in this process, `--threads` clients at once; its default 'buffered'
 accumulation writes the gathered stacks into one preallocated buffer), with the guard disabled.
@@ -60,7 +60,8 @@ def _factory(name):
   return {
       'mean': tff.aggregators.MeanFactory,
       'fedgh': lambda: aggregators.GradientHarmonizationFactory(seed=0),
-      'dgc': aggregators.DominantGradientCorrectionFactory,
+      # Inside build_weighted_fed_avg the weight is a number of examples, not a loss.
+      'dgc': lambda: aggregators.DominantGradientCorrectionFactory(weights_are_losses=False),
       'principal': aggregators.PrincipalGradientFactory,
   }[name]()
 
@@ -158,9 +159,9 @@ def _corrective_client_work_with_mean(keras_fn, spec):
 
 
 def _run_one(name, keras_fn, data, rounds, runner_kind, threads):
-  from tff_conflict.aggregators import gather  # pylint: disable=g-import-not-at-top
-  limit = None if runner_kind == 'inprocess' else gather.max_gather_bytes()
-  with gather.gather_memory_limit(limit):
+  from tff_conflict import aggregators  # pylint: disable=g-import-not-at-top
+  limit = None if runner_kind == 'inprocess' else aggregators.max_gather_bytes()
+  with aggregators.gather_memory_limit(limit):
     process = _build(name, keras_fn, data[0].element_spec)
   if runner_kind == 'inprocess':
     from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
@@ -230,7 +231,8 @@ def main():
   if args.one:
     _child(args)
     return
-  from tff_conflict.aggregators import gather  # pylint: disable=g-import-not-at-top
+  from tff_conflict import aggregators  # pylint: disable=g-import-not-at-top
+  from tff_conflict.aggregators import _gather  # pylint: disable=g-import-not-at-top
 
   factories = [f for f in args.factories.split(',') if f]
   for f in factories:
@@ -244,11 +246,11 @@ def main():
     raise ValueError(f'--repeats must be >= 1, got {args.repeats}')
   sizes = [int(c) for c in args.clients.split(',')]
   d = int(sum(np.prod(w.shape) for w in _keras_fn(args)().trainable_weights))
-  limit = None if args.runner == 'inprocess' else gather.max_gather_bytes()
+  limit = None if args.runner == 'inprocess' else aggregators.max_gather_bytes()
   # Bytes per gathered client row: the update in the counter's pieces and the weight concatenated;
   # the corrective factory adds the gradient (pieces) and the loss (concatenated).
-  k_max = gather.max_clients_for(4 * d, limit, small_row_bytes=4)
-  k_max_corrective = gather.max_clients_for(8 * d, limit, small_row_bytes=8)
+  k_max = _gather.max_clients_for(4 * d, limit, small_row_bytes=4)
+  k_max_corrective = _gather.max_clients_for(8 * d, limit, small_row_bytes=8)
   threads = f', {args.threads} thread(s)' if args.runner == 'inprocess' else ''
   print(f'model: {"softmax" if args.small else "CNN"}, d = {d:,} parameters; runner: '
         f'{args.runner}{threads}; gather limit: {limit} bytes (K_max = {k_max}, corrective '

@@ -13,7 +13,8 @@ Groups declared here (imported by `experiments.train` and `experiments.compare`)
              --client_shuffle_buffer, --eval_every, --checkpoint_every, --keep_checkpoints
   client     --client_optimizer, --client_learning_rate, --client_momentum, --client_weighting
   server     --server_optimizer, --server_learning_rate, --server_momentum
-  method     each method's hyperparameters (see `registry.ALGORITHM_HPARAMS`)
+  method     each method's hyperparameters: defaults, ranges and help from
+             `tff_conflict.hparams`, checked when the flags are parsed
   output     --output_dir, --experiment_name, --resume, --progress
   runtime    --runtime, --workers
 
@@ -28,6 +29,8 @@ from typing import Any, Iterator, Sequence
 
 from absl import app
 from absl import flags
+
+from tff_conflict import hparams as hparams_lib
 
 FLAGS = flags.FLAGS
 _GROUPS: dict[str, list[str]] = {}
@@ -115,19 +118,42 @@ with record_group('server'):
   flags.DEFINE_float('server_learning_rate', 1.0, 'Server learning rate.')
   flags.DEFINE_float('server_momentum', 0.0, 'Server momentum (sgd only).')
 
+
+def _method_flag_help(hparam, extra: str = '') -> str:
+  """Help text of a method flag: what it does, its range (tff_conflict.hparams)."""
+  return (f'{hparam.method} {hparam.component}: {hparam.description}{extra} Must be '
+          f'{hparam.valid_range}.')
+
+
+def _register_hparam_validator(hparam) -> None:
+  """A parse-time check of `--<flag>` by `hparam.check`, e.g. `--focal_gamma must be a finite
+  number >= 0, got nan`."""
+  def check(value):
+    try:
+      hparam.check(value, name=f'--{hparam.flag}')
+    except ValueError as e:
+      raise flags.ValidationError(str(e)) from e
+    return True
+  flags.register_validator(hparam.flag, check)
+
+
+# Each method hyperparameter's default, range and description come from tff_conflict.hparams.
+_METHOD_FLAG_EXTRA_HELP = {
+    'proximal_strength': ' Used by fedprox; with --algorithm=custom the proximal term is added '
+                         'only when this flag is given.',
+    'fedgh_order': ' The seed is --seed.',
+}
+METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS
+                       if h.flag is not None and h.flag != 'seed')
+
 with record_group('method'):
-  flags.DEFINE_float('proximal_strength', 0.01, 'FedProx mu (fedprox; with --algorithm=custom '
-                     'the proximal term is added only when this flag is given).')
-  flags.DEFINE_enum('fedgh_order', 'random', ['random', 'index'], 'FedGH: order of the other '
-                    'clients in the projections (random: drawn per round from --seed).')
-  flags.DEFINE_float('focal_gamma', 0.5, 'FedMGC focal loss gamma.')
-  flags.DEFINE_float('focal_beta', 1.0, 'FedMGC focal loss beta.')
-  flags.DEFINE_float('selection_ratio', 0.5, 'FedMGC DGC: fraction lambda of dominant clients.')
-  flags.DEFINE_enum('calibration_counts', 'batch', ['batch', 'dataset'], 'FedGA: class counts '
-                    'of the calibrated labels, per mini-batch or per client dataset.')
-  flags.DEFINE_float('margin_weight', 0.01, 'FedLD margin-control weight lambda.')
-  flags.DEFINE_float('component_ratio', 0.8, 'FedLD: fraction rho of principal directions kept.')
-  flags.DEFINE_float('corrective_alpha', 0.1, 'Corrective gradient weights alpha in [0, 1].')
+  for _hparam in METHOD_HPARAMS:
+    _help = _method_flag_help(_hparam, _METHOD_FLAG_EXTRA_HELP.get(_hparam.flag, ''))
+    if _hparam.kind == hparams_lib.CHOICE:
+      flags.DEFINE_enum(_hparam.flag, _hparam.default, list(_hparam.choices), _help)
+    else:
+      flags.DEFINE_float(_hparam.flag, _hparam.default, _help)
+    _register_hparam_validator(_hparam)
 
 with record_group('output'):
   flags.DEFINE_string('output_dir', 'results', 'Root of the outputs; each experiment writes '

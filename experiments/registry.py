@@ -16,6 +16,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import tensorflow_federated as tff
 
+from tff_conflict import hparams
+
 CUSTOM_ALGORITHM = 'custom'
 
 
@@ -142,29 +144,15 @@ OPTIMIZERS: dict[str, Callable[[float, float], Any]] = {
     'yogi': _without_momentum(tff.learning.optimizers.build_yogi),
 }
 
-# Builder keyword -> flag, per algorithm of tff_conflict.learning.ALGORITHMS. `seed` is --seed.
+# Builder keyword -> flag, per algorithm of tff_conflict.learning.ALGORITHMS (`seed` is --seed),
+# per loss and per aggregator, from tff_conflict.hparams (hyperparameters without a flag, such as
+# DGC's weights_are_losses, keep their defaults).
 ALGORITHM_HPARAMS: dict[str, dict[str, str]] = {
-    'fedavg': {},
-    'fedprox': {'proximal_strength': 'proximal_strength'},
-    'fedgh': {'order': 'fedgh_order', 'seed': 'seed'},
-    'fedmgc': {'gamma': 'focal_gamma', 'beta': 'focal_beta', 'selection_ratio': 'selection_ratio'},
-    'fedga': {'counts': 'calibration_counts'},
-    'fedld': {'margin_weight': 'margin_weight', 'component_ratio': 'component_ratio'},
-    'fed_corrective': {'alpha': 'corrective_alpha'},
-}
+    name: hparams.flag_table(table) for name, table in hparams.ALGORITHM_HPARAMS.items()}
 LOSS_HPARAMS: dict[str, dict[str, str]] = {
-    'ce': {},
-    'focal': {'gamma': 'focal_gamma', 'beta': 'focal_beta'},
-    'margin': {'margin_weight': 'margin_weight'},
-    'calibrated': {'counts': 'calibration_counts'},
-}
+    name: hparams.flag_table(table) for name, table in hparams.LOSS_HPARAMS.items()}
 AGGREGATOR_HPARAMS: dict[str, dict[str, str]] = {
-    'mean': {},
-    'fedgh': {'order': 'fedgh_order', 'seed': 'seed'},
-    'dgc': {'selection_ratio': 'selection_ratio'},
-    'principal': {'component_ratio': 'component_ratio'},
-    'corrective': {'alpha': 'corrective_alpha'},
-}
+    name: hparams.flag_table(table) for name, table in hparams.AGGREGATOR_HPARAMS.items()}
 
 
 def algorithm_names() -> list[str]:

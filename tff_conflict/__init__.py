@@ -2,13 +2,15 @@
 
 Submodules (imported lazily, so `import tff_conflict` stays cheap):
   runtime      TFF execution contexts that leave no `worker_binary` behind.
+  hparams      every method hyperparameter: default (the papers'), valid range, description.
 """
 
 import importlib
 
 __version__ = '0.1.0'
 
-_SUBMODULES = ('runtime', 'conflict', 'aggregators', 'losses', 'learning', 'data', 'evaluation')
+_SUBMODULES = ('runtime', 'conflict', 'aggregators', 'losses', 'learning', 'data', 'evaluation',
+               'hparams')
 
 
 def __getattr__(name):

@@ -40,6 +40,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _checks
+
 __all__ = ['classification_metrics', 'confusion_matrix', 'evaluate', 'evaluate_arrays']
 
 DEFAULT_BATCH_SIZE = 1024
@@ -47,17 +49,11 @@ SUMMARY_PERCENTILES = (10, 25, 50, 75, 90)
 
 
 def _check_num_classes(num_classes) -> int:
-  if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or \
-      num_classes < 1:
-    raise ValueError(f'num_classes must be a positive integer, got {num_classes!r}')
-  return int(num_classes)
+  return _checks.check_int('num_classes', num_classes, minimum=1)
 
 
 def _check_batch_size(batch_size) -> int:
-  if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or \
-      batch_size < 1:
-    raise ValueError(f'batch_size must be a positive integer, got {batch_size!r}')
-  return int(batch_size)
+  return _checks.check_int('batch_size', batch_size, minimum=1)
 
 
 def _check_labels(labels, num_classes: int, name: str = 'labels') -> np.ndarray:
@@ -346,8 +342,7 @@ def evaluate(keras_model_fn: Callable[[], tf.keras.Model], model_weights: Any,
   loss = _resolve_loss(loss)
   if num_classes is not None:
     num_classes = _check_num_classes(num_classes)
-  if not isinstance(per_client, bool):
-    raise ValueError(f'per_client must be a bool, got {per_client!r}')
+  per_client = _checks.check_bool('per_client', per_client)
   is_client_data = isinstance(test_data, tff.simulation.datasets.ClientData)
   if not is_client_data and not isinstance(test_data, tf.data.Dataset):
     raise ValueError('test_data must be a tf.data.Dataset or a '

@@ -22,12 +22,18 @@ EMPTY = tff.StructWithPythonType([], tuple)  # what tff.federated_value((), tff.
     (aggregators.PrincipalGradientFactory, dict(component_ratio=0.0)),
     (aggregators.PrincipalGradientFactory, dict(component_ratio=1.5)),
     (aggregators.PrincipalGradientFactory, dict(component_ratio='0.8')),
+    (aggregators.PrincipalGradientFactory, dict(orientation='sign')),
+    (aggregators.PrincipalGradientFactory, dict(max_gather_bytes=-1)),
     (aggregators.DominantGradientCorrectionFactory, dict(selection_ratio=-0.1)),
     (aggregators.DominantGradientCorrectionFactory, dict(selection_ratio=True)),
     (aggregators.DominantGradientCorrectionFactory, dict(weights_are_losses=1)),
+    (aggregators.DominantGradientCorrectionFactory, dict(max_gather_bytes=1.5)),
     (aggregators.CorrectiveGradientFactory, dict(alpha=-0.1)),
+    (aggregators.CorrectiveGradientFactory, dict(alpha=1.5)),
     (aggregators.CorrectiveGradientFactory, dict(alpha=float('nan'))),
     (aggregators.CorrectiveGradientFactory, dict(alpha=None)),
+    (aggregators.CorrectiveGradientFactory, dict(max_gather_bytes='1GB')),
+    (aggregators.GradientHarmonizationFactory, dict(max_gather_bytes=True)),
 ])
 def test_constructor_rejects(make, bad):
   key = next(iter(bad))
@@ -38,6 +44,41 @@ def test_constructor_rejects(make, bad):
 def test_keyword_only():
   with pytest.raises(TypeError):
     aggregators.PrincipalGradientFactory(0.5)  # pylint: disable=too-many-function-args
+
+
+def test_public_properties():
+  dgc = aggregators.DominantGradientCorrectionFactory(selection_ratio=0.25,
+                                                      weights_are_losses=False)
+  assert (dgc.selection_ratio, dgc.weights_are_losses, dgc.max_gather_bytes) == (0.25, False, None)
+  principal = aggregators.PrincipalGradientFactory(component_ratio=0.5, orientation='majority',
+                                                   max_gather_bytes=0)
+  assert (principal.component_ratio, principal.orientation, principal.max_gather_bytes) == (
+      0.5, 'majority', 0)
+  corrective = aggregators.CorrectiveGradientFactory(alpha=0.3, max_gather_bytes=10**6)
+  assert (corrective.alpha, corrective.max_gather_bytes) == (0.3, 10**6)
+  fedgh = aggregators.GradientHarmonizationFactory(order='index', seed=7)
+  assert (fedgh.order, fedgh.seed) == ('index', 7)
+
+
+def test_max_gather_bytes_argument_refuses_a_round_with_clear_error():
+  value_type = tff.TensorType(np.float32, [3])
+  values = [np.ones(3, np.float32)] * 3
+  # A limit below one client's estimate: K_max = 0, so the first client taking part is refused.
+  small = aggregators.DominantGradientCorrectionFactory(max_gather_bytes=1).create(
+      value_type, helpers.WEIGHT_TYPE)
+  with pytest.raises(Exception) as info:
+    small.next(small.initialize(), values, [1.0] * 3)
+  assert 'K_max = 0' in str(info.value) and '1 bytes' in str(info.value)
+  # 0 builds without the check, whatever the process-wide limit says.
+  with aggregators.gather_memory_limit(1):
+    unchecked = aggregators.DominantGradientCorrectionFactory(max_gather_bytes=0).create(
+        value_type, helpers.WEIGHT_TYPE)
+    refused = aggregators.DominantGradientCorrectionFactory().create(
+        value_type, helpers.WEIGHT_TYPE)
+  out = unchecked.next(unchecked.initialize(), values, [1.0] * 3)
+  np.testing.assert_allclose(out.result, np.ones(3))
+  with pytest.raises(Exception, match='K_max = 0'):
+    refused.next(refused.initialize(), values, [1.0] * 3)
 
 
 # ---------------------------------------------------------------- type signatures

@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests.aggregators import helpers
-from tff_conflict.aggregators import flatten
+from tff_conflict.aggregators import _flatten as flatten
 
 
 @pytest.mark.parametrize('dtype', [np.float16, np.float32, np.float64])

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_conflict.aggregators import gather
+from tff_conflict.aggregators import _gather as gather
 
 D = 3
 ROW_TYPE = collections.OrderedDict(update=tff.TensorType(np.float32, [D]),

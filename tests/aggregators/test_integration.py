@@ -79,7 +79,9 @@ def test_fedgh_in_build_weighted_fed_avg_two_rounds_and_one_client_equals_fedavg
 @pytest.mark.slow
 @pytest.mark.parametrize('factory,extra', [
     (aggregators.PrincipalGradientFactory(), ['num_components', 'explained_variance']),
-    (aggregators.DominantGradientCorrectionFactory(), ['num_dominant', 'num_projections']),
+    # Inside build_weighted_fed_avg the weight is a number of examples, not a loss.
+    (aggregators.DominantGradientCorrectionFactory(weights_are_losses=False),
+     ['num_dominant', 'num_projections']),
 ])
 def test_other_factories_in_build_weighted_fed_avg(factory, extra):
   datasets = make_tiny_client_datasets(num_clients=3)
@@ -177,8 +179,9 @@ def test_fedgh_fed_avg_compiles_to_map_reduce_form():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('factory', [aggregators.PrincipalGradientFactory(),
-                                     aggregators.DominantGradientCorrectionFactory()])
+@pytest.mark.parametrize('factory', [
+    aggregators.PrincipalGradientFactory(),
+    aggregators.DominantGradientCorrectionFactory(weights_are_losses=False)])
 def test_other_factories_compile_to_map_reduce_form(factory):
   datasets = make_tiny_client_datasets(num_clients=2)
   process = _fed_avg(_model_fn_for(datasets), factory)

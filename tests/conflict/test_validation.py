@@ -69,11 +69,11 @@ def test_bad_ratios(value):
     conflict.principal_aggregate(U, W, component_ratio=value)
 
 
-@pytest.mark.parametrize('value', [-0.1, float('inf'), None])
+@pytest.mark.parametrize('value', [-0.1, 1.5, float('inf'), float('nan'), None, True])
 def test_bad_alpha(value):
-  with pytest.raises(ValueError, match='alpha must be a finite number >= 0'):
+  with pytest.raises(ValueError, match=r'alpha must be a number in \[0, 1\], got'):
     conflict.corrective_weights(U, L, alpha=value)
-  with pytest.raises(ValueError, match='alpha must be a finite number >= 0'):
+  with pytest.raises(ValueError, match=r'alpha must be a number in \[0, 1\], got'):
     conflict.corrective_aggregate(U, U, L, W, alpha=value)
 
 

@@ -27,7 +27,7 @@ def _sgd(lr=0.1):
 def _call(builder, **kwargs):
   kwargs.setdefault('input_spec', h.input_spec())
   kwargs.setdefault('client_optimizer_fn', _sgd())
-  model_fn = kwargs.pop('keras_model_fn', make_tiny_keras_model)
+  model_fn = kwargs.pop('model_fn', make_tiny_keras_model)
   return builder(model_fn, **kwargs)
 
 
@@ -53,6 +53,8 @@ def _call(builder, **kwargs):
     (learning.build_fedprox, dict(proximal_strength=-0.01), 'proximal_strength.*-0.01'),
     (learning.build_fedmgc, dict(gamma=-1.0), 'gamma.*-1.0'),
     (learning.build_fedmgc, dict(beta=-0.5), 'beta.*-0.5'),
+    (learning.build_fedmgc, dict(beta=0.0), r'beta must be a finite number > 0, got 0.0'),
+    (learning.build_fedmgc, dict(gamma=float('nan')), 'gamma must be a finite number >= 0, got nan'),
     (learning.build_fedmgc, dict(selection_ratio=0.0), r'selection_ratio must be a number in \(0, 1\], got 0.0'),
     (learning.build_fedmgc, dict(selection_ratio=1.5), 'selection_ratio.*1.5'),
     (learning.build_fedmgc, dict(client_weighting='num_examples'), 'client_weighting must be "loss"'),
@@ -61,7 +63,7 @@ def _call(builder, **kwargs):
     (learning.build_fedld, dict(component_ratio=1.01), 'component_ratio.*1.01'),
     (learning.build_fedga, dict(counts='epoch'), "counts.*'epoch'"),
     (learning.build_fed_corrective, dict(alpha=-0.1), 'alpha.*-0.1'),
-    (learning.build_fed_corrective, dict(alpha=1.5), 'alpha.*1.5'),
+    (learning.build_fed_corrective, dict(alpha=1.5), r'alpha must be a number in \[0, 1\], got 1.5'),
     (learning.build_fed_corrective, dict(client_weighting='uniform'), 'corrective'),
     (learning.build_fedgh, dict(order='sorted'), "order.*'sorted'"),
     (learning.build_fedavg, dict(metrics='accuracy'), 'metrics'),
@@ -70,6 +72,13 @@ def _call(builder, **kwargs):
     (learning.build_fedavg, dict(input_spec=collections.OrderedDict(
         x=tf.TensorSpec([None, 4], tf.float32), y=tf.TensorSpec([None], tf.float32))),
      'integer class labels'),
+    (learning.build_fedavg, dict(input_spec=(tf.TensorSpec([None, 4], tf.float32),
+                                             tf.TensorSpec([None], tf.float32))),
+     r'input_spec\[1\] must hold integer class labels'),
+    (learning.build_fedavg, dict(input_spec=(tf.TensorSpec([None, 4], tf.float32),)),
+     'input_spec must be'),
+    (learning.build_fedavg, dict(input_spec=None), 'input_spec is required with a Keras model'),
+    (learning.build_fedgh, dict(seed=1.5), 'seed must be None or an integer'),
 ])
 def test_bad_arguments_raise_value_error(builder, kwargs, match):
   with pytest.raises(ValueError, match=match):
@@ -87,23 +96,32 @@ def _regression_model():
                               tf.keras.layers.Dense(1)])
 
 
-@pytest.mark.parametrize('keras_model_fn,match', [
+@pytest.mark.parametrize('model_fn,match', [
     (_compiled_model, 'uncompiled'),
-    (lambda: 'not a model', 'must return a tf.keras.Model'),
+    (lambda: 'not a model', "model_fn must be a no-argument function .* returned 'not a model'"),
     (_regression_model, r'num_classes >= 2'),
     (lambda: tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(5,)),
                                   tf.keras.layers.Dense(3)]), 'cannot be applied'),
-    ('model', 'no-argument callable'),
+    ('model', "model_fn must be a no-argument function .* got 'model'"),
 ])
-def test_bad_keras_model_fn(keras_model_fn, match):
+def test_bad_model_fn(model_fn, match):
   for builder in (learning.build_fedavg, learning.build_fedld):
     with pytest.raises(ValueError, match=match):
-      _call(builder, keras_model_fn=keras_model_fn)
+      _call(builder, model_fn=model_fn)
+
+
+def test_former_keyword_keras_model_fn_still_works():
+  with pytest.raises(ValueError, match='uncompiled'):
+    learning.build_fedavg(keras_model_fn=_compiled_model, input_spec=h.input_spec(),
+                          client_optimizer_fn=_sgd())
+  with pytest.raises(TypeError, match='twice'):
+    learning.build_fedavg(make_tiny_keras_model, keras_model_fn=make_tiny_keras_model,
+                          input_spec=h.input_spec(), client_optimizer_fn=_sgd())
 
 
 def test_builders_share_core_keywords():
   import inspect  # pylint: disable=g-import-not-at-top
-  core = ['keras_model_fn', 'input_spec', 'client_optimizer_fn', 'server_optimizer_fn',
+  core = ['model_fn', 'input_spec', 'client_optimizer_fn', 'server_optimizer_fn',
           'client_weighting', 'metrics']
   for name, builder in learning.ALGORITHMS.items():
     params = list(inspect.signature(builder).parameters)

@@ -102,7 +102,7 @@ def test_aggregation_split_over_two_workers_equals_local(workers):
 def _gather_ids(data):
   """Each client's row (sum, 2 * sum) gathered at the server with a tiny counter (carries,
   overflows); clients with a negative sum take no part."""
-  from tff_conflict.aggregators import gather  # pylint: disable=g-import-not-at-top
+  from tff_conflict.aggregators import _gather as gather  # pylint: disable=g-import-not-at-top
   row_type = collections.OrderedDict(update=tff.TensorType(np.float32, [2]),
                                      weight=tff.TensorType(np.float32))
 

@@ -1,24 +1,13 @@
-"""Argument checks and the shared `[d]` update row of the factories in this package."""
+"""Type checks and the shared `[d]` update row of the factories in this package."""
 
 import collections
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_conflict.aggregators import _process
-from tff_conflict.aggregators import flatten
-from tff_conflict.aggregators import gather
-
-
-def check_ratio(name: str, value) -> float:
-  """A float in (0, 1]; ValueError naming the argument and the value otherwise."""
-  if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-    raise ValueError(f'{name} must be a number in (0, 1], got {value!r}')
-  value = float(value)
-  if not 0.0 < value <= 1.0:
-    raise ValueError(f'{name} must be in (0, 1], got {value!r}')
-  return value
+from tff_conflict.aggregators import _flatten as flatten
+from tff_conflict.aggregators import _gather as gather
 
 
 def check_types(value_type, weight_type) -> None:

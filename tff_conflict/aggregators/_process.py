@@ -17,8 +17,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_conflict.aggregators import flatten
-from tff_conflict.aggregators import gather
+from tff_conflict.aggregators import _flatten as flatten
+from tff_conflict.aggregators import _gather as gather
 
 
 def check_weight_type(weight_type, name: str = 'weight_type') -> None:
@@ -67,7 +67,8 @@ def round_measurements(counts, diagnostics: collections.OrderedDict) -> collecti
 
 def build_process(value_type, weight_type, *, row_type: collections.OrderedDict,
                   make_row: Callable, combine: Callable,
-                  initial_state: Optional[Callable] = None) -> tff.templates.AggregationProcess:
+                  initial_state: Optional[Callable] = None,
+                  max_gather_bytes: Optional[int] = None) -> tff.templates.AggregationProcess:
   """Builds the AggregationProcess.
 
   Args:
@@ -77,11 +78,13 @@ def build_process(value_type, weight_type, *, row_type: collections.OrderedDict,
     combine: `(state, stacks) -> (new_state, vector [d], diagnostics OrderedDict)`, pure TF;
       `state` is None for a stateless factory; `stacks` hold only the clients that take part.
     initial_state: `() -> state` (pure TF) or None for no state.
+    max_gather_bytes: the factory's memory limit argument: None (the process-wide
+      `max_gather_bytes()`, read now), 0 (no check) or a number of bytes.
   """
   d = flatten.flat_size(value_type)
   row_in_type = gather.row_with_status_type(row_type)
   acc_type = gather.gathered_type(row_type)
-  limit = gather.max_gather_bytes()
+  limit = gather.resolve_factory_limit(max_gather_bytes)
 
   @tff.tensorflow.computation(value_type, weight_type)
   def client_row(value, weight):

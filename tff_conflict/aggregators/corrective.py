@@ -3,15 +3,16 @@
 
 import collections
 from collections.abc import Mapping
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_conflict.aggregators import _common
+from tff_conflict import hparams
 from tff_conflict.aggregators import _process
-from tff_conflict.aggregators import flatten
-from tff_conflict.aggregators import gather
+from tff_conflict.aggregators import _flatten as flatten
+from tff_conflict.aggregators import _gather as gather
 from tensorflow_federated.python.common_libs import structure
 
 FIELDS = ('update', 'gradient', 'loss')
@@ -71,15 +72,28 @@ class CorrectiveGradientFactory(tff.aggregators.WeightedAggregationFactory):
   take part, in client order).
   """
 
-  def __init__(self, *, alpha: float = 0.1):
+  def __init__(self, *, alpha: float = hparams.CORRECTIVE_ALPHA.default,
+               max_gather_bytes: Optional[int] = None):
     """Args:
-      alpha: a finite number >= 0 (the paper's eq. 12 uses [0, 1]); ValueError otherwise.
+      alpha: in [0, 1] (the paper's eq. (12)), default 0.1 (`hparams.CORRECTIVE_ALPHA`); 0 is
+        FedAvg.
+    max_gather_bytes: the memory limit of this factory's gather in TFF's C++ runtime (bytes):
+      None (default) uses the process-wide `tff_conflict.aggregators.max_gather_bytes()` when
+      `create` runs, 0 builds without the check, a positive int is the limit.
+
+    Raises:
+      ValueError: on a bad argument, naming it and the value.
     """
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
-      raise ValueError(f'alpha must be a non-negative number, got {alpha!r}')
-    if not np.isfinite(alpha) or alpha < 0:
-      raise ValueError(f'alpha must be a finite number >= 0, got {alpha!r}')
-    self._alpha = float(alpha)
+    self._alpha = hparams.CORRECTIVE_ALPHA.check(alpha)
+    self._max_gather_bytes = gather.check_factory_limit(max_gather_bytes)
+
+  @property
+  def alpha(self) -> float:
+    return self._alpha
+
+  @property
+  def max_gather_bytes(self) -> Optional[int]:
+    return self._max_gather_bytes
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     check_corrective_value_type(value_type)
@@ -116,4 +130,5 @@ class CorrectiveGradientFactory(tff.aggregators.WeightedAggregationFactory):
       return state, vector, diagnostics
 
     return _process.build_process(value_type, weight_type, row_type=row_type,
-                                  make_row=make_row, combine=combine)
+                                  make_row=make_row, combine=combine,
+                                  max_gather_bytes=self._max_gather_bytes)

@@ -1,10 +1,14 @@
 """FedMGC dominant gradient correction as a WeightedAggregationFactory (fedmgc paper,
 Algorithms 1-2; SPEC 2b)."""
 
+from typing import Optional
+
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import hparams
 from tff_conflict.aggregators import _common
+from tff_conflict.aggregators import _gather
 from tff_conflict.aggregators import _process
 
 
@@ -20,16 +24,20 @@ class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFacto
 
   The weight channel:
 
-  * `weights_are_losses=False` (plugs into `build_weighted_fed_avg` as is): the weight (number of
-    examples) only marks a client as taking part (> 0) or not (0); every client's loss counts as
-    equal, so `z_i = p_i` and the mean is unweighted, as Algorithm 2 line 9 says.
-  * `weights_are_losses=True`: the weight carries `l_i`, the client's mean training loss this
-    round, e.g. from `tff_conflict.learning.build_loss_weighted_client_work` composed with this
-    factory by `tff.learning.templates.compose_learning_process` (TFF 0.87's
-    `build_weighted_fed_avg` accepts only the `ClientWeighting` enum, which cannot carry a loss).
-    A weight of 0 means "no loss reported" (TFF's client work sends 0 for a non-finite update):
-    that client takes no part; it is not treated as a loss of 0. The kernel clamps losses
-    below at 1e-12.
+  * `weights_are_losses=True` (the default, the method as published): the weight carries `l_i`,
+    the client's mean training loss this round, e.g. from
+    `tff_conflict.learning.build_loss_weighted_client_work` composed with this factory by
+    `tff.learning.templates.compose_learning_process`, as `tff_conflict.learning.build_fedmgc`
+    and `build_process(aggregator='dgc')` do. A weight of 0 means "no loss reported" (TFF's
+    client work sends 0 for a non-finite update): that client takes no part; it is not treated
+    as a loss of 0. The kernel clamps losses below at 1e-12.
+  * `weights_are_losses=False`: the weight (e.g. a number of examples) only marks a client as
+    taking part (> 0) or not (0); every client's loss counts as equal, so `z_i = p_i`. Use this
+    inside `tff.learning.algorithms.build_weighted_fed_avg`, whose weights are numbers of
+    examples (or 1) and cannot carry a loss: with the default the numbers of examples would be
+    read as losses.
+
+  In both modes the mean of the corrected updates is unweighted, as Algorithm 2 line 9 says.
 
   In both modes a client with weight 0 takes no part and a client whose update or weight holds
   NaN or Inf is excluded and counted; K is the number of clients taking part.
@@ -45,15 +53,36 @@ class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFacto
   `aggregate_norm`, `num_dominant`, `num_projections`.
   """
 
-  def __init__(self, *, selection_ratio: float = 0.5, weights_are_losses: bool = False):
+  def __init__(self, *, selection_ratio: float = hparams.DGC_SELECTION_RATIO.default,
+               weights_are_losses: bool = hparams.DGC_WEIGHTS_ARE_LOSSES.default,
+               max_gather_bytes: Optional[int] = None):
     """Args:
-      selection_ratio: lambda in (0, 1]; ValueError otherwise.
-      weights_are_losses: a bool (see the class docstring); ValueError otherwise.
+      selection_ratio: lambda in (0, 1], default 0.5 (`hparams.DGC_SELECTION_RATIO`).
+      weights_are_losses: a bool, default True (`hparams.DGC_WEIGHTS_ARE_LOSSES`; see the class
+        docstring).
+    max_gather_bytes: the memory limit of this factory's gather in TFF's C++ runtime (bytes):
+      None (default) uses the process-wide `tff_conflict.aggregators.max_gather_bytes()` when
+      `create` runs, 0 builds without the check, a positive int is the limit.
+
+    Raises:
+      ValueError: on a bad argument, naming it and the value.
     """
-    self._selection_ratio = _common.check_ratio('selection_ratio', selection_ratio)
-    if not isinstance(weights_are_losses, bool):
-      raise ValueError(f'weights_are_losses must be a bool, got {weights_are_losses!r}')
-    self._weights_are_losses = weights_are_losses
+    self._selection_ratio = hparams.DGC_SELECTION_RATIO.check(selection_ratio)
+    self._weights_are_losses = hparams.DGC_WEIGHTS_ARE_LOSSES.check(weights_are_losses)
+    self._max_gather_bytes = _gather.check_factory_limit(max_gather_bytes)
+
+  @property
+  def selection_ratio(self) -> float:
+    return self._selection_ratio
+
+  @property
+  def weights_are_losses(self) -> bool:
+    """Whether the weight channel is read as client losses (needs loss-weighted client work)."""
+    return self._weights_are_losses
+
+  @property
+  def max_gather_bytes(self) -> Optional[int]:
+    return self._max_gather_bytes
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     _common.check_types(value_type, weight_type)
@@ -70,4 +99,5 @@ class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFacto
 
     return _process.build_process(
         value_type, weight_type, row_type=_common.update_row_type(value_type),
-        make_row=_common.make_update_row(value_type), combine=combine)
+        make_row=_common.make_update_row(value_type), combine=combine,
+        max_gather_bytes=self._max_gather_bytes)

@@ -2,13 +2,17 @@
 
 import collections
 
+from typing import Optional
+
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import hparams
 from tff_conflict.aggregators import _common
+from tff_conflict.aggregators import _gather
 from tff_conflict.aggregators import _process
 
-ORDERS = ('random', 'index')
+ORDERS = hparams.FEDGH_ORDER.choices
 
 
 class GradientHarmonizationFactory(tff.aggregators.WeightedAggregationFactory):
@@ -19,7 +23,7 @@ class GradientHarmonizationFactory(tff.aggregators.WeightedAggregationFactory):
   `~u` the original updates (fedgh paper, Algorithm 1, lines 76-80; eq. (1)). Result:
   `sum_k w_k u_k`, `w_k = n_k / sum n` over the clients that take part (line 81). The math is
   `tff_conflict.conflict.harmonize_with_diagnostics`, called once per round at the server on the
-  `[K, d]` stack of flattened updates (`gather`, `flatten`); the result has exactly the value's
+  `[K, d]` stack of flattened updates (gathered once per round); the result has exactly the value's
   type, so the factory plugs into `tff.learning.algorithms.build_weighted_fed_avg` as
   `model_aggregator`.
 
@@ -45,21 +49,37 @@ class GradientHarmonizationFactory(tff.aggregators.WeightedAggregationFactory):
   `tff_conflict.conflict`).
   """
 
-  def __init__(self, *, order: str = 'random', seed=None):
+  def __init__(self, *, order: str = hparams.FEDGH_ORDER.default,
+               seed: Optional[int] = hparams.FEDGH_SEED.default,
+               max_gather_bytes: Optional[int] = None):
     """Args:
-      order: "random" (per-round random partner order) or "index" (j ascending; order-free,
-        for testing).
-      seed: None (drawn at initialize) or a Python int.
+      order: "random" (default; per-round random partner order) or "index" (j ascending;
+        order-free, for testing). `hparams.FEDGH_ORDER`.
+      seed: None (default: drawn at initialize) or an integer that fits in int64.
+        `hparams.FEDGH_SEED`.
+    max_gather_bytes: the memory limit of this factory's gather in TFF's C++ runtime (bytes):
+      None (default) uses the process-wide `tff_conflict.aggregators.max_gather_bytes()` when
+      `create` runs, 0 builds without the check, a positive int is the limit.
 
     Raises:
-      ValueError: on an unknown `order` or a `seed` that is not None or an int.
+      ValueError: on an unknown `order`, a `seed` that is not None or an int64 integer, or a bad
+        `max_gather_bytes`.
     """
-    if order not in ORDERS:
-      raise ValueError(f'order must be one of {ORDERS}, got {order!r}')
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-      raise ValueError(f'seed must be None or an int, got {seed!r}')
-    self._order = order
-    self._seed = seed
+    self._order = hparams.FEDGH_ORDER.check(order)
+    self._seed = hparams.FEDGH_SEED.check(seed)
+    self._max_gather_bytes = _gather.check_factory_limit(max_gather_bytes)
+
+  @property
+  def order(self) -> str:
+    return self._order
+
+  @property
+  def seed(self) -> Optional[int]:
+    return self._seed
+
+  @property
+  def max_gather_bytes(self) -> Optional[int]:
+    return self._max_gather_bytes
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     _common.check_types(value_type, weight_type)
@@ -84,4 +104,4 @@ class GradientHarmonizationFactory(tff.aggregators.WeightedAggregationFactory):
     return _process.build_process(
         value_type, weight_type, row_type=_common.update_row_type(value_type),
         make_row=_common.make_update_row(value_type), combine=combine,
-        initial_state=initial_state)
+        initial_state=initial_state, max_gather_bytes=self._max_gather_bytes)

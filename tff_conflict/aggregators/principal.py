@@ -1,9 +1,13 @@
 """FedLD principal-gradient aggregation as a WeightedAggregationFactory (fedld paper, eqs. 4-7;
 SPEC 4b)."""
 
+from typing import Optional
+
 import tensorflow_federated as tff
 
+from tff_conflict import hparams
 from tff_conflict.aggregators import _common
+from tff_conflict.aggregators import _gather
 from tff_conflict.aggregators import _process
 
 
@@ -31,24 +35,50 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
   `aggregate_norm`, `num_components`, `explained_variance` (kept eigenvalues over all).
   """
 
-  def __init__(self, *, component_ratio: float = 0.8):
+  def __init__(self, *, component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default,
+               orientation: str = hparams.PRINCIPAL_ORIENTATION.default,
+               max_gather_bytes: Optional[int] = None):
     """Args:
-      component_ratio: rho in (0, 1]; ValueError otherwise.
+      component_ratio: rho in (0, 1], default 0.8 (`hparams.PRINCIPAL_COMPONENT_RATIO`).
+      orientation: "mean" (default, eq. (6)) or "majority" (the authors' code); both give the
+        same aggregate (`tff_conflict.conflict.principal_aggregate`).
+        `hparams.PRINCIPAL_ORIENTATION`.
+    max_gather_bytes: the memory limit of this factory's gather in TFF's C++ runtime (bytes):
+      None (default) uses the process-wide `tff_conflict.aggregators.max_gather_bytes()` when
+      `create` runs, 0 builds without the check, a positive int is the limit.
+
+    Raises:
+      ValueError: on a bad argument, naming it and the value.
     """
-    self._component_ratio = _common.check_ratio('component_ratio', component_ratio)
+    self._component_ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
+    self._orientation = hparams.PRINCIPAL_ORIENTATION.check(orientation)
+    self._max_gather_bytes = _gather.check_factory_limit(max_gather_bytes)
+
+  @property
+  def component_ratio(self) -> float:
+    return self._component_ratio
+
+  @property
+  def orientation(self) -> str:
+    return self._orientation
+
+  @property
+  def max_gather_bytes(self) -> Optional[int]:
+    return self._max_gather_bytes
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     _common.check_types(value_type, weight_type)
-    ratio = self._component_ratio
+    ratio, orientation = self._component_ratio, self._orientation
 
     def combine(state, stacks):
       from tff_conflict import conflict  # pylint: disable=g-import-not-at-top
       padded, include = _process.empty_safe(stacks, 'update')
       aggregate, diagnostics = conflict.principal_aggregate_with_diagnostics(
-          padded['update'], padded['weight'], component_ratio=ratio, include=include,
-          validate=False)
+          padded['update'], padded['weight'], component_ratio=ratio, orientation=orientation,
+          include=include, validate=False)
       return state, aggregate, diagnostics
 
     return _process.build_process(
         value_type, weight_type, row_type=_common.update_row_type(value_type),
-        make_row=_common.make_update_row(value_type), combine=combine)
+        make_row=_common.make_update_row(value_type), combine=combine,
+        max_gather_bytes=self._max_gather_bytes)

@@ -40,7 +40,7 @@ the corrective weights a client with a non-finite loss is treated as non-finite 
 
 Validation (the contract for TFF layers):
 * Structural errors always raise, before any work: a wrong dtype or rank, d = 0, mismatched K
-  between arguments, ratios outside (0, 1], alpha < 0 or non-finite, a bad `order`/`orientation`
+  between arguments, ratios outside (0, 1], alpha outside [0, 1], a bad `order`/`orientation`
   string, a bad `seed`. What is known at call/trace time raises `ValueError` naming the argument
   and value; what is only known when a graph runs (unknown K or d) raises
   `tf.errors.InvalidArgumentError` from a `tf.debugging` assertion with the same wording.

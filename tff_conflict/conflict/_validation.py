@@ -1,4 +1,5 @@
-"""Argument checks shared by the conflict kernels.
+"""Tensor argument checks shared by the conflict kernels (scalar hyperparameters are checked by
+`tff_conflict.hparams`; `validate` by `tff_conflict._checks`).
 
 Two kinds of checks (the contract is written down in the package docstring):
 
@@ -23,34 +24,6 @@ FLOAT_DTYPES = (tf.float32, tf.float64)
 
 def _is_eager():
   return tf.executing_eagerly()
-
-
-def check_ratio(value, name):
-  """A Python number in (0, 1]."""
-  if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-      or not 0.0 < float(value) <= 1.0):
-    raise ValueError(f'{name} must be a number in (0, 1], got {value!r}')
-  return float(value)
-
-
-def check_alpha(value, name='alpha'):
-  """A finite Python number >= 0."""
-  if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-      or not np.isfinite(float(value)) or float(value) < 0.0):
-    raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
-  return float(value)
-
-
-def check_choice(value, name, choices):
-  if not isinstance(value, str) or value not in choices:
-    raise ValueError(f'{name} must be one of {", ".join(map(repr, choices))}, got {value!r}')
-  return value
-
-
-def check_bool(value, name):
-  if not isinstance(value, (bool, np.bool_)):
-    raise ValueError(f'{name} must be a Python bool, got {value!r}')
-  return bool(value)
 
 
 def stack(value, name):

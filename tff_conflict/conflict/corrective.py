@@ -33,6 +33,7 @@ Decisions (recorded per SPEC's preamble):
 
 import tensorflow as tf
 
+from tff_conflict import hparams
 from tff_conflict.conflict import _validation
 from tff_conflict.conflict import geometry
 
@@ -55,7 +56,7 @@ def _weights_from_round(r, alpha):
 
 
 def _begin(gradients, losses, weights, include, validate, alpha, updates=None):
-  alpha = _validation.check_alpha(alpha)
+  alpha = hparams.CORRECTIVE_ALPHA.check(alpha)
   u = None
   grads = gradients
   if updates is not None:
@@ -74,13 +75,14 @@ def _begin(gradients, losses, weights, include, validate, alpha, updates=None):
   return r, alpha, u
 
 
-def corrective_weights(gradients, losses, *, alpha=0.1, include=None, validate=True):
+def corrective_weights(gradients, losses, *, alpha=hparams.CORRECTIVE_ALPHA.default, include=None,
+                       validate=True):
   """The corrective weights x (corrective paper, eq. (29); SPEC section 5).
 
   Args:
     gradients: float32/float64 [K, d], `D_i` per row.
     losses: [K], `L_i`.
-    alpha: >= 0 (eq. (12)-(13)); 0 gives x = 0.
+    alpha: in [0, 1] (eqs. (12)-(13); `hparams.CORRECTIVE_ALPHA`, default 0.1); 0 gives x = 0.
     include: optional bool [K]; False rows take no part (x = 0 there).
     validate: value checks (package docstring, "Validation").
 
@@ -115,8 +117,8 @@ def _aggregate(updates, gradients, losses, weights, alpha, include, validate):
   return full, x, aggregate
 
 
-def corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1, include=None,
-                         validate=True):
+def corrective_aggregate(updates, gradients, losses, weights, *,
+                         alpha=hparams.CORRECTIVE_ALPHA.default, include=None, validate=True):
   """Corrective-weights aggregate `sum_k w_k u_k + sum_i x_i D_i` (corrective paper, eq. (8)).
 
   Args:
@@ -124,7 +126,7 @@ def corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1, incl
     gradients: [K, d] (same shape and dtype family), `D_i`.
     losses: [K], `L_i`.
     weights: [K] non-negative (e.g. example counts), normalised over the clients taking part.
-    alpha: >= 0.
+    alpha: in [0, 1] (`hparams.CORRECTIVE_ALPHA`, default 0.1); 0 is FedAvg.
     include: optional bool [K]; False rows take no part (as does a weight of 0).
     validate: value checks (package docstring, "Validation").
 
@@ -134,8 +136,9 @@ def corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1, incl
   return _aggregate(updates, gradients, losses, weights, alpha, include, validate)[2]
 
 
-def corrective_aggregate_with_diagnostics(updates, gradients, losses, weights, *, alpha=0.1,
-                                          include=None, validate=True):
+def corrective_aggregate_with_diagnostics(updates, gradients, losses, weights, *,
+                                          alpha=hparams.CORRECTIVE_ALPHA.default, include=None,
+                                          validate=True):
   """`corrective_aggregate` and its SPEC diagnostics from the same (gradients') Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics (pair statistics of the gradients,

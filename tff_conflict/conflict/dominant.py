@@ -33,7 +33,7 @@ Decisions (recorded per SPEC's preamble):
 
 import tensorflow as tf
 
-from tff_conflict.conflict import _validation
+from tff_conflict import hparams
 from tff_conflict.conflict import geometry
 
 LOSS_FLOOR = 1e-12
@@ -41,7 +41,7 @@ _COUNT_SLACK = 1e-9
 
 
 def _dominant(updates, losses, selection_ratio, include, validate):
-  ratio = _validation.check_ratio(selection_ratio, 'selection_ratio')
+  ratio = hparams.DGC_SELECTION_RATIO.check(selection_ratio)
   r, loss = geometry.begin_round(updates, losses=losses, include=include, validate=validate)
   k = r.num_rows
   g = r.gram
@@ -78,13 +78,15 @@ def _dominant(updates, losses, selection_ratio, include, validate):
   return r, coeffs, aggregate, count, num_dominant
 
 
-def dominant_correction(updates, losses, *, selection_ratio=0.5, include=None, validate=True):
+def dominant_correction(updates, losses, *, selection_ratio=hparams.DGC_SELECTION_RATIO.default,
+                        include=None, validate=True):
   """FedMGC dominant gradient correction (fedmgc paper, Algorithms 1-2; SPEC section 2b).
 
   Args:
     updates: float32/float64 [K, d], one client update per row.
     losses: [K] each client's mean training loss this round.
-    selection_ratio: lambda in (0, 1]; `ceil(lambda K)` clients are dominant.
+    selection_ratio: lambda in (0, 1] (`hparams.DGC_SELECTION_RATIO`, default 0.5);
+      `ceil(lambda K)` clients are dominant.
     include: optional bool [K]; False rows take no part.
     validate: value checks (package docstring, "Validation").
 
@@ -94,8 +96,9 @@ def dominant_correction(updates, losses, *, selection_ratio=0.5, include=None, v
   return _dominant(updates, losses, selection_ratio, include, validate)[2]
 
 
-def dominant_correction_with_diagnostics(updates, losses, *, selection_ratio=0.5, include=None,
-                                         validate=True):
+def dominant_correction_with_diagnostics(updates, losses, *,
+                                         selection_ratio=hparams.DGC_SELECTION_RATIO.default,
+                                         include=None, validate=True):
   """`dominant_correction` and its SPEC diagnostics from the same Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics plus `num_dominant` and

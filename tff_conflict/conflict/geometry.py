@@ -37,6 +37,7 @@ import collections
 import numpy as np
 import tensorflow as tf
 
+from tff_conflict import _checks
 from tff_conflict.conflict import _validation
 
 COUNT_DTYPE = tf.int32
@@ -186,7 +187,7 @@ def begin_round(updates, *, weights=None, losses=None, include=None, validate=Tr
   Returns (Round, losses as float64 [K] or None). A client with a non-finite loss is treated as
   non-finite (excluded and counted in `num_excluded_nonfinite`).
   """
-  validate = _validation.check_bool(validate, 'validate')
+  validate = _checks.check_bool('validate', validate)
   stack, checks = _validation.stack(updates, updates_name)
   w = None
   if weights is not None:

@@ -34,16 +34,17 @@ Decisions (recorded per SPEC's preamble):
 
 import tensorflow as tf
 
+from tff_conflict import hparams
 from tff_conflict.conflict import _validation
 from tff_conflict.conflict import geometry
 
-ORDERS = ('random', 'index')
+ORDERS = hparams.FEDGH_ORDER.choices
 
 
-def projection_order(num_clients, order='random', seed=None):
+def projection_order(num_clients, order=hparams.FEDGH_ORDER.default, seed=None):
   """[K, K] int32: row k lists every client index in the order client k visits its partners
   (k itself appears in the row and is skipped by the kernel)."""
-  order = _validation.check_choice(order, 'order', ORDERS)
+  order = hparams.FEDGH_ORDER.check(order)
   k = tf.convert_to_tensor(num_clients, tf.int32)
   if order == 'index':
     return tf.tile(tf.range(k)[tf.newaxis, :], [k, 1])
@@ -53,7 +54,7 @@ def projection_order(num_clients, order='random', seed=None):
 
 
 def _harmonize(updates, weights, order, seed, include, validate):
-  order = _validation.check_choice(order, 'order', ORDERS)
+  order = hparams.FEDGH_ORDER.check(order)
   seed_tensor = None if order == 'index' else _validation.seed_pair(seed)
   r, _ = geometry.begin_round(updates, weights=weights, include=include, validate=validate)
   k = r.num_rows
@@ -84,7 +85,8 @@ def _harmonize(updates, weights, order, seed, include, validate):
   return r, coeffs, combo, aggregate, count
 
 
-def harmonize(updates, weights, *, order='random', seed=None, include=None, validate=True):
+def harmonize(updates, weights, *, order=hparams.FEDGH_ORDER.default, seed=None, include=None,
+              validate=True):
   """FedGH aggregate (fedgh paper, Algorithm 1; SPEC section 1): harmonize, then weighted mean.
 
   Args:
@@ -101,8 +103,8 @@ def harmonize(updates, weights, *, order='random', seed=None, include=None, vali
   return _harmonize(updates, weights, order, seed, include, validate)[3]
 
 
-def harmonize_with_diagnostics(updates, weights, *, order='random', seed=None, include=None,
-                               validate=True):
+def harmonize_with_diagnostics(updates, weights, *, order=hparams.FEDGH_ORDER.default, seed=None,
+                               include=None, validate=True):
   """`harmonize` and its SPEC diagnostics from the same Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics (see `geometry`) plus

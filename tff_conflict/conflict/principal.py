@@ -44,17 +44,17 @@ Decisions (recorded per SPEC's preamble):
 import numpy as np
 import tensorflow as tf
 
-from tff_conflict.conflict import _validation
+from tff_conflict import hparams
 from tff_conflict.conflict import geometry
 
-ORIENTATIONS = ('mean', 'majority')
+ORIENTATIONS = hparams.PRINCIPAL_ORIENTATION.choices
 _COUNT_SLACK = 1e-9
 _COS_ZERO = 64 * float(np.finfo(np.float64).eps)
 
 
 def _principal(updates, weights, component_ratio, orientation, include, validate):
-  ratio = _validation.check_ratio(component_ratio, 'component_ratio')
-  _validation.check_choice(orientation, 'orientation', ORIENTATIONS)
+  ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
+  hparams.PRINCIPAL_ORIENTATION.check(orientation)
   r, _ = geometry.begin_round(updates, weights=weights, include=include, validate=validate)
   eps = float(np.finfo(r.dtype.as_numpy_dtype).eps)
   k = r.num_rows
@@ -90,14 +90,17 @@ def _principal(updates, weights, component_ratio, orientation, include, validate
   return r, coeffs, aggregate, num_kept, explained
 
 
-def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='mean',
-                        include=None, validate=True):
+def principal_aggregate(updates, weights, *,
+                        component_ratio=hparams.PRINCIPAL_COMPONENT_RATIO.default,
+                        orientation=hparams.PRINCIPAL_ORIENTATION.default, include=None,
+                        validate=True):
   """FedLD principal-gradient aggregate (fedld paper, eqs. (4)-(7); SPEC section 4b).
 
   Args:
     updates: float32/float64 [K, d], one client update per row.
     weights: [K] non-negative, normalised over the clients taking part.
-    component_ratio: rho in (0, 1]; `L = max(1, floor(rho K))` principal directions are kept.
+    component_ratio: rho in (0, 1] (`hparams.PRINCIPAL_COMPONENT_RATIO`, default 0.8);
+      `L = max(1, floor(rho K))` principal directions are kept.
     orientation: "mean" (eq. (6)) or "majority"; provably no effect (module docstring).
     include: optional bool [K]; False rows take no part (as does a weight of 0).
     validate: value checks (package docstring, "Validation").
@@ -108,8 +111,9 @@ def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='m
   return _principal(updates, weights, component_ratio, orientation, include, validate)[2]
 
 
-def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.8,
-                                         orientation='mean', include=None, validate=True):
+def principal_aggregate_with_diagnostics(
+    updates, weights, *, component_ratio=hparams.PRINCIPAL_COMPONENT_RATIO.default,
+    orientation=hparams.PRINCIPAL_ORIENTATION.default, include=None, validate=True):
   """`principal_aggregate` and its SPEC diagnostics from the same Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics plus `num_components` (int32) and

@@ -6,7 +6,7 @@ a second.
 
 import numpy as np
 
-from tff_conflict.data import _checks
+from tff_conflict import _checks
 from tff_conflict.data import client_data as client_data_lib
 from tff_conflict.data import partition as partition_lib
 
@@ -61,8 +61,8 @@ def digits(*, num_clients=20, alpha=0.1, seed=0):
     `(train, test)`, two `ArrayClientData` (`tff.simulation.datasets.ClientData`).
   """
   num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
-  alpha = _checks.check_concentration('alpha', alpha)
-  seed = _checks.check_seed(seed)
+  alpha = _checks.check_positive('alpha', alpha)
+  seed = _checks.check_int('seed', seed, minimum=0)
   x, y = load_digits_arrays()
   train_idx, test_idx = holdout_split(y, TEST_FRACTION, seed)
   if num_clients > test_idx.size:

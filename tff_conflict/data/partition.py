@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tff_conflict.data import _checks
+from tff_conflict import _checks
 
 # Draws of all the class proportions tried before `dirichlet_partition` gives up on min_examples.
 MAX_DRAWS = 1000
@@ -67,8 +67,8 @@ def dirichlet_partition(labels, num_clients, alpha, *, seed, min_examples=1) -> 
   """
   labels = _check_labels(labels)
   num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
-  alpha = _checks.check_concentration('alpha', alpha)
-  seed = _checks.check_seed(seed)
+  alpha = _checks.check_positive('alpha', alpha)
+  seed = _checks.check_int('seed', seed, minimum=0)
   min_examples = _checks.check_int('min_examples', min_examples, minimum=0)
   if num_clients * min_examples > labels.size:
     raise ValueError(f'num_clients={num_clients} clients with min_examples={min_examples} each '
@@ -133,7 +133,7 @@ def partition_like(labels, reference_counts, *, seed, min_examples=1) -> list[np
                      f'{reference.shape}')
   if (reference < 0).any() or not np.isfinite(reference).all() or (reference.sum(1) <= 0).any():
     raise ValueError('reference_counts must be finite, >= 0, with a positive sum in every row')
-  seed = _checks.check_seed(seed)
+  seed = _checks.check_int('seed', seed, minimum=0)
   min_examples = _checks.check_int('min_examples', min_examples, minimum=0)
   num_clients, num_classes = reference.shape
   if num_clients * min_examples > labels.size:

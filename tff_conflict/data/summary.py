@@ -4,7 +4,7 @@ from typing import Optional
 
 import numpy as np
 
-from tff_conflict.data import _checks
+from tff_conflict import _checks
 
 
 class DataSummary(dict):

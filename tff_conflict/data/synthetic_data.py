@@ -23,7 +23,7 @@ import dataclasses
 
 import numpy as np
 
-from tff_conflict.data import _checks
+from tff_conflict import _checks
 from tff_conflict.data import client_data as client_data_lib
 
 NUM_FEATURES = 60
@@ -54,7 +54,7 @@ def synthetic_arrays(alpha, beta, *, num_clients=30, seed=0) -> SyntheticArrays:
   alpha = _checks.check_nonnegative('alpha', alpha)
   beta = _checks.check_nonnegative('beta', beta)
   num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
-  seed = _checks.check_seed(seed)
+  seed = _checks.check_int('seed', seed, minimum=0)
   rng = np.random.default_rng(seed)
   sizes = rng.lognormal(4.0, 2.0, num_clients).astype(np.int64) + 50
   u = alpha * rng.standard_normal(num_clients)

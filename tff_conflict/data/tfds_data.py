@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from tff_conflict.data import _checks
+from tff_conflict import _checks
 from tff_conflict.data import client_data as client_data_lib
 from tff_conflict.data import partition as partition_lib
 
@@ -97,8 +97,8 @@ def tfds_dirichlet(name, *, num_clients, alpha, seed=0, data_dir=None):
   if name not in DATASETS:
     raise ValueError(f'name must be one of {sorted(DATASETS)}, got {name!r}')
   num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
-  alpha = _checks.check_concentration('alpha', alpha)
-  seed = _checks.check_seed(seed)
+  alpha = _checks.check_positive('alpha', alpha)
+  seed = _checks.check_int('seed', seed, minimum=0)
   (x_train, y_train), (x_test, y_test) = load_arrays(name, data_dir)
   if num_clients > y_test.size:
     raise ValueError(f'num_clients must be at most {y_test.size} (one test example per client '

@@ -8,6 +8,12 @@ Public surface:
   build_loss_weighted_client_work     update_weight = the client's mean training loss (FedMGC)
   build_client_work, build_proximal_client_work, build_label_counting_client_work,
   build_corrective_client_work, build_update_field_finalizer, build_model_fn
+
+The builders take a model as TFF's own algorithm builders do (a function returning a
+`tff.learning.models.VariableModel`, or a `tff.learning.models.FunctionalModel`) or a function
+returning an uncompiled Keras model with `input_spec` (`OrderedDict(x=..., y=...)` or `(x, y)`);
+only a Keras model can have its loss replaced (FedMGC, FedGA, FedLD). Hyperparameter defaults and
+ranges: `tff_conflict.hparams`.
 """
 
 from tff_conflict.learning.algorithms import ALGORITHMS

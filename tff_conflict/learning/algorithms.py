@@ -2,21 +2,27 @@
 
 Every builder is a thin wrapper of `build_process` with the same core keywords,
 
-    build_X(keras_model_fn, *, input_spec, client_optimizer_fn, server_optimizer_fn=None,
+    build_X(model_fn, *, input_spec=None, client_optimizer_fn, server_optimizer_fn=None,
             client_weighting=None, metrics=None, <method hyperparameters>)
 
-so that a binary can call any entry of `ALGORITHMS` the same way. Defaults of the method
-hyperparameters are the papers' (cited per builder). The papers' local-training settings
-(optimizer, learning rate, batch size, epochs) are the caller's `client_optimizer_fn` and data
-pipeline; each docstring lists them for reference.
+so that a binary can call any entry of `ALGORITHMS` the same way. `model_fn` is what TFF's own
+builders take (a function returning a `tff.learning.models.VariableModel`, or a
+`tff.learning.models.FunctionalModel`) or a function returning an uncompiled Keras model, which
+then needs `input_spec` (`OrderedDict(x=..., y=...)` or `(x, y)`); see
+`tff_conflict.learning.models`. FedMGC, FedGA and FedLD change the client loss and so need a
+Keras model. The method hyperparameters' defaults and ranges are `tff_conflict.hparams`'s (the
+papers' values, with their sources). The papers' local-training settings (optimizer, learning
+rate, batch size, epochs) are the caller's `client_optimizer_fn` and data pipeline; each
+docstring lists them for reference.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import hparams
 from tff_conflict.learning import client_work as client_work_lib
 from tff_conflict.learning import models as models_lib
 from tff_conflict.learning import process as process_lib
@@ -25,70 +31,86 @@ KerasModelFn = Callable[[], tf.keras.Model]
 Process = tff.learning.templates.LearningProcess
 
 
-def build_fedavg(keras_model_fn: KerasModelFn, *, input_spec: Mapping[str, tf.TensorSpec],
+@models_lib.accepts_keras_model_fn_keyword
+def build_fedavg(model_fn: models_lib.ModelArg, *,
+                 input_spec: models_lib.InputSpecArg = None,
                  client_optimizer_fn: Any, server_optimizer_fn: Any = None,
                  client_weighting: client_work_lib.WeightingArg = None,
                  metrics: models_lib.MetricsArg = None) -> Process:
   """FedAvg (McMahan et al., "Communication-Efficient Learning of Deep Networks from
-  Decentralized Data", AISTATS 2017, Algorithm 1): local SGD on cross-entropy, weighted mean of
-  the deltas (weights `n_k / n`), applied with the server optimizer (default SGD, lr 1.0).
+  Decentralized Data", AISTATS 2017, Algorithm 1): local SGD on cross-entropy (a Keras model) or
+  the model's own loss, weighted mean of the deltas (weights `n_k / n`), applied with the server
+  optimizer (default SGD, lr 1.0). Any model (module docstring).
 
   Hyperparameters: none besides the optimizers; `client_weighting` 'num_examples' (default) or
   'uniform'.
   """
   return process_lib.build_process(
-      keras_model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss='ce', aggregator='mean',
+      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='mean',
       client_weighting=client_weighting, metrics=metrics)
 
 
-def build_fedprox(keras_model_fn: KerasModelFn, *, input_spec: Mapping[str, tf.TensorSpec],
+@models_lib.accepts_keras_model_fn_keyword
+def build_fedprox(model_fn: models_lib.ModelArg, *,
+                  input_spec: models_lib.InputSpecArg = None,
                   client_optimizer_fn: Any, server_optimizer_fn: Any = None,
                   client_weighting: client_work_lib.WeightingArg = None,
                   metrics: models_lib.MetricsArg = None,
-                  proximal_strength: float = 0.01) -> Process:
+                  proximal_strength: float = hparams.PROXIMAL_STRENGTH.default) -> Process:
   """FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, eq. 2,
   Algorithm 2): each client minimizes `F_k(w) + mu/2 |w - w0|^2`, each local step using the
   gradient `grad F_k(w) + mu (w - w0)`; FedAvg aggregation.
 
-  Hyperparameters: `proximal_strength` mu >= 0, default 0.01 (the paper tunes mu in
-  {0.001, 0.01, 0.1, 1}). Not TFF 0.87's `build_weighted_fed_prox`, whose proximal gradient has
+  Hyperparameters: `proximal_strength` mu, a finite number >= 0, default 0.01
+  (`hparams.PROXIMAL_STRENGTH`: the paper tunes mu in {0.001, 0.01, 0.1, 1}). Any model (module
+  docstring). Not TFF 0.87's `build_weighted_fed_prox`, whose proximal gradient has
   the wrong sign (`mu (w0 - w)`, it pushes clients away from the global model); see
   `tff_conflict.learning.client_work`.
   """
   return process_lib.build_process(
-      keras_model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss='ce', aggregator='mean',
+      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='mean',
       proximal_strength=proximal_strength, client_weighting=client_weighting, metrics=metrics)
 
 
-def build_fedgh(keras_model_fn: KerasModelFn, *, input_spec: Mapping[str, tf.TensorSpec],
+@models_lib.accepts_keras_model_fn_keyword
+def build_fedgh(model_fn: models_lib.ModelArg, *,
+                input_spec: models_lib.InputSpecArg = None,
                 client_optimizer_fn: Any, server_optimizer_fn: Any = None,
                 client_weighting: client_work_lib.WeightingArg = None,
                 metrics: models_lib.MetricsArg = None,
-                order: str = 'random', seed: Optional[int] = None) -> Process:
-  """FedGH (fedgh paper, "FedGH: ... Gradient Harmonization", Algorithm 1; SPEC 1): local SGD on
-  cross-entropy; at the server each client delta is projected off every other ORIGINAL delta it
-  conflicts with (negative inner product), then the weighted mean `sum_k n_k/n u_k`.
+                order: str = hparams.FEDGH_ORDER.default,
+                seed: Optional[int] = hparams.FEDGH_SEED.default) -> Process:
+  """FedGH ("Tackling the Non-IID Issue in Heterogeneous Federated Learning by Gradient
+  Harmonization", Algorithm 1; docs/methods.md, FedGH): local SGD on cross-entropy (a Keras
+  model) or the model's own loss; at the server each client delta is projected off every other
+  ORIGINAL delta it conflicts with (negative inner product), then the weighted mean
+  `sum_k n_k/n u_k`. Any model (module docstring).
 
   Hyperparameters: `order` of the other clients, 'random' (default, the paper's random order,
-  drawn per round from `seed`) or 'index'; `seed` (default None). The paper trains locally with
-  SGD, momentum 0.9, lr 0.01, batch 64, E = 5 (CIFAR) or 1 (LEAF) local epochs (Table I).
+  drawn per round from `seed`) or 'index' (`hparams.FEDGH_ORDER`); `seed`, None (default) or an
+  int64 integer (`hparams.FEDGH_SEED`). The paper trains locally with SGD, momentum 0.9, lr 0.01,
+  batch 64, E = 5 (CIFAR) or 1 (LEAF) local epochs (Table I).
   """
   return process_lib.build_process(
-      keras_model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss='ce', aggregator='fedgh',
+      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='fedgh',
       aggregator_kwargs=dict(order=order, seed=seed), client_weighting=client_weighting,
       metrics=metrics)
 
 
-def build_fedmgc(keras_model_fn: KerasModelFn, *, input_spec: Mapping[str, tf.TensorSpec],
+@models_lib.accepts_keras_model_fn_keyword
+def build_fedmgc(model_fn: models_lib.ModelArg, *,
+                 input_spec: models_lib.InputSpecArg = None,
                  client_optimizer_fn: Any, server_optimizer_fn: Any = None,
                  client_weighting: client_work_lib.WeightingArg = None,
                  metrics: models_lib.MetricsArg = None,
-                 gamma: float = 0.5, beta: float = 1.0,
-                 selection_ratio: float = 0.5) -> Process:
-  """FedMGC (fedmgc paper: focal loss + dominant gradient correction; SPEC 2).
+                 gamma: float = hparams.FOCAL_GAMMA.default,
+                 beta: float = hparams.FOCAL_BETA.default,
+                 selection_ratio: float = hparams.DGC_SELECTION_RATIO.default) -> Process:
+  """FedMGC ("Joint Focal Loss and Dominant Gradient Correction for Gradient Conflict in Federated
+  Learning"; docs/methods.md, FedMGC). Needs a Keras model (it replaces the loss).
 
   Clients train on the focal loss `-beta (1 - p_t)^gamma log p_t` (eq. 10) and send their delta
   with their mean training loss of this round as weight (`build_loss_weighted_client_work`); the
@@ -96,69 +118,85 @@ def build_fedmgc(keras_model_fn: KerasModelFn, *, input_spec: Mapping[str, tf.Te
   `DominantGradientCorrectionFactory(weights_are_losses=True)`) and takes the unweighted mean of
   the corrected deltas (Algorithm 2 line 9).
 
-  Hyperparameters: `gamma` >= 0 and `beta` >= 0 -- the paper tunes gamma in {0.1, 0.2, 0.5, 1.0}
-  and beta in {1.0, 1.2, 1.5, 2.0} per dataset (Sec. V-A 2) without a single default; defaults
-  0.5 and 1.0 are inside that grid. `selection_ratio` lambda in (0, 1], default 0.5, the
-  paper's best (Fig. 7). `client_weighting` must be 'loss' (the default). The paper trains
-  locally with SGD, lr 0.001, batch 128, 10 local epochs.
+  Hyperparameters (`tff_conflict.hparams`): `gamma`, a finite number >= 0, default 0.5, and
+  `beta`, a finite number > 0, default 1.0 -- the paper tunes gamma in {0.1, 0.2, 0.5, 1.0} and
+  beta in {1.0, 1.2, 1.5, 2.0} per dataset (Sec. V-A 2) without a single default;
+  `selection_ratio` lambda in (0, 1], default 0.5, the paper's best (Fig. 7). To run DGC with a
+  model that is not Keras (its own loss), use `build_process(model_fn, aggregator='dgc')`.
+  `client_weighting` must be 'loss' (the default). The paper trains locally with SGD, lr 0.001,
+  batch 128, 10 local epochs.
   """
   return process_lib.build_process(
-      keras_model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
+      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss='focal',
       loss_kwargs=dict(gamma=gamma, beta=beta), aggregator='dgc',
       aggregator_kwargs=dict(selection_ratio=selection_ratio, weights_are_losses=True),
       client_weighting=client_weighting, metrics=metrics)
 
 
-def build_fedga(keras_model_fn: KerasModelFn, *, input_spec: Mapping[str, tf.TensorSpec],
+@models_lib.accepts_keras_model_fn_keyword
+def build_fedga(model_fn: models_lib.ModelArg, *,
+                input_spec: models_lib.InputSpecArg = None,
                 client_optimizer_fn: Any, server_optimizer_fn: Any = None,
                 client_weighting: client_work_lib.WeightingArg = None,
-                metrics: models_lib.MetricsArg = None, counts: str = 'batch') -> Process:
-  """FedGA (fedga paper, gradient alignment by label calibration, eqs. 8-10, Algorithm 1;
-  SPEC 3): clients train on the calibrated-label loss, whose gradient with respect to the logits
-  is `p - q` with `q_j = 1`, `q_i = (N_j - N_i)/N_j p_i`; FedAvg aggregation.
+                metrics: models_lib.MetricsArg = None,
+                counts: str = hparams.CALIBRATION_COUNTS.default) -> Process:
+  """FedGA ("FedGA: Federated Learning with Gradient Alignment for Error Asymmetry Mitigation",
+  eqs. 8-10, Algorithm 1; docs/methods.md, FedGA): clients train on the calibrated-label loss,
+  whose gradient with respect to the logits is `p - q` with `q_j = 1`,
+  `q_i = (N_j - N_i)/N_j p_i`; FedAvg aggregation. Needs a Keras model (it replaces the loss).
 
-  Hyperparameters: `counts` -- 'batch' (default: class counts of the current mini-batch, as the
-  paper's Algorithm 1 line 5 and the authors' code) or 'dataset' (the client's whole local
-  dataset, counted in one extra pass before training).
+  Hyperparameters: `counts` (`hparams.CALIBRATION_COUNTS`) -- 'batch' (default: class counts of
+  the current mini-batch, as the paper's Algorithm 1 line 5 and the authors' code) or 'dataset'
+  (the client's whole local dataset, counted in one extra pass before training).
   """
   return process_lib.build_process(
-      keras_model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
+      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss='calibrated',
       loss_kwargs=dict(counts=counts), aggregator='mean', client_weighting=client_weighting,
       metrics=metrics)
 
 
-def build_fedld(keras_model_fn: KerasModelFn, *, input_spec: Mapping[str, tf.TensorSpec],
+@models_lib.accepts_keras_model_fn_keyword
+def build_fedld(model_fn: models_lib.ModelArg, *,
+                input_spec: models_lib.InputSpecArg = None,
                 client_optimizer_fn: Any, server_optimizer_fn: Any = None,
                 client_weighting: client_work_lib.WeightingArg = None,
-                metrics: models_lib.MetricsArg = None, margin_weight: float = 0.01,
-                component_ratio: float = 0.8) -> Process:
-  """FedLD (fedld paper: margin control + principal-gradient aggregation; SPEC 4).
+                metrics: models_lib.MetricsArg = None,
+                margin_weight: float = hparams.MARGIN_WEIGHT.default,
+                component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default) -> Process:
+  """FedLD ("Tackling Data Heterogeneity in Federated Learning via Loss Decomposition";
+  docs/methods.md, FedLD): margin control + principal-gradient aggregation. Needs a Keras model
+  (it replaces the loss); the principal-gradient server alone, with any model, is
+  `build_process(model_fn, aggregator='principal')`.
 
   Clients train on `CE + lambda log(1 + |z|^2)` (eq. 3, z the logits); the server revises each
   delta in the principal coordinate system of the top `max(1, floor(rho K))` eigen-directions
   of `U U^T / K` (eqs. 4-7) and takes the weighted mean `sum_i n_i/n u_i`.
 
-  Hyperparameters: `margin_weight` lambda >= 0, default 0.01 (the paper's value on COVID-FL;
-  0.1, 0.03, 0.03 on Retina splits 1-3, Sec. 3.1); `component_ratio` rho in (0, 1], default
-  0.8 (`L = 0.8 m`, Sec. 3.1). The paper trains with SGD, lr 0.01 (Retina) / 0.005 (COVID-FL),
+  Hyperparameters (`tff_conflict.hparams`): `margin_weight` lambda, a finite number >= 0,
+  default 0.01 (the paper's value on COVID-FL; 0.1, 0.03, 0.03 on Retina splits 1-3, Sec. 3.1);
+  `component_ratio` rho in (0, 1], default 0.8 (`L = 0.8 m`, Sec. 3.1). The paper trains with SGD, lr 0.01 (Retina) / 0.005 (COVID-FL),
   batch 50, 1 local epoch.
   """
   return process_lib.build_process(
-      keras_model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
+      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss='margin',
       loss_kwargs=dict(margin_weight=margin_weight), aggregator='principal',
       aggregator_kwargs=dict(component_ratio=component_ratio),
       client_weighting=client_weighting, metrics=metrics)
 
 
-def build_fed_corrective(keras_model_fn: KerasModelFn, *,
-                         input_spec: Mapping[str, tf.TensorSpec], client_optimizer_fn: Any,
+@models_lib.accepts_keras_model_fn_keyword
+def build_fed_corrective(model_fn: models_lib.ModelArg, *,
+                         input_spec: models_lib.InputSpecArg = None, client_optimizer_fn: Any,
                          server_optimizer_fn: Any = None,
                          client_weighting: client_work_lib.WeightingArg = None,
-                         metrics: models_lib.MetricsArg = None, alpha: float = 0.1) -> Process:
-  """Corrective gradient weights (corrective paper, eqs. 3-8, 13, 24-29; SPEC 5).
+                         metrics: models_lib.MetricsArg = None,
+                         alpha: float = hparams.CORRECTIVE_ALPHA.default) -> Process:
+  """Corrective gradient weights ("A Novel Approach for Improving Generalization in Federated
+  Learning Through Corrective Gradient Weights", eqs. 3-8, 13, 24-29; docs/methods.md,
+  corrective gradient weights). Any model (module docstring).
 
   Clients train as in FedAvg, then send their delta, the gradient `D_i` of their mean local
   loss at the trained model over the whole local dataset (an extra pass) and that loss `L_i`;
@@ -166,12 +204,13 @@ def build_fed_corrective(keras_model_fn: KerasModelFn, *,
   `m_i = D_i . sum_j D_j`, `c = min_i alpha L_i / |D_i|`, and the aggregate
   `sum_k n_k/n u_k + sum_i x_i D_i` (the new model is `W_FedAvg - sum_i x_i D_i`).
 
-  Hyperparameters: `alpha` in [0, 1], default 0.1; alpha = 0 is exactly FedAvg (paper Sec. 4).
+  Hyperparameters: `alpha` in [0, 1] (eq. 12), default 0.1 (`hparams.CORRECTIVE_ALPHA`);
+  alpha = 0 is exactly FedAvg (paper Sec. 4).
   `client_weighting` must be 'num_examples' (the default).
   """
   return process_lib.build_process(
-      keras_model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss='ce', aggregator='corrective',
+      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='corrective',
       aggregator_kwargs=dict(alpha=alpha), client_weighting=client_weighting, metrics=metrics)
 
 

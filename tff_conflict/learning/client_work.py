@@ -30,11 +30,13 @@ import enum
 from collections.abc import Callable
 from typing import Any, Optional, Union
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _checks
+from tff_conflict import hparams
 from tff_conflict.learning import _validation
+from tff_conflict.learning import models as models_lib
 
 WEIGHTINGS = ('num_examples', 'uniform', 'loss')
 
@@ -76,9 +78,10 @@ def _zeros_for(variables):
 
 
 def count_labels(dataset: tf.data.Dataset, num_classes: int) -> tf.Tensor:
-  """float32 `[num_classes]` counts of the labels `batch['y']` over a whole dataset (one pass)."""
+  """float32 `[num_classes]` counts of the labels over a whole dataset (one pass); batches are
+  mappings with key "y" or `(x, y)` tuples."""
   def add(counts, batch):
-    labels = tf.cast(tf.reshape(batch['y'], [-1]), tf.int32)
+    labels = tf.cast(tf.reshape(models_lib.batch_labels(batch), [-1]), tf.int32)
     return counts + tf.math.bincount(labels, minlength=num_classes, maxlength=num_classes,
                                      dtype=tf.float32)
   return dataset.reduce(tf.zeros([num_classes], tf.float32), add)
@@ -272,7 +275,7 @@ def build_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
       not a TFF optimizer or has a non-positive learning rate.
   """
   weighting = resolve_weighting(client_weighting)
-  mu = _validation.check_non_negative('proximal_strength', proximal_strength)
+  mu = hparams.PROXIMAL_STRENGTH.check(proximal_strength)
   optimizer = _validation.resolve_optimizer('optimizer', optimizer)
   return _build_client_work_process(
       model_fn, optimizer, update_kwargs=dict(weighting=weighting, proximal_strength=mu),
@@ -346,11 +349,9 @@ def build_label_counting_client_work(
     client_weighting, proximal_strength, metrics_aggregator: as in `build_client_work`.
   """
   weighting = resolve_weighting(client_weighting)
-  mu = _validation.check_non_negative('proximal_strength', proximal_strength)
+  mu = hparams.PROXIMAL_STRENGTH.check(proximal_strength)
   optimizer = _validation.resolve_optimizer('optimizer', optimizer)
-  if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or (
-      num_classes < 1):
-    raise ValueError(f'num_classes must be a positive integer, got {num_classes!r}')
+  num_classes = _checks.check_int('num_classes', num_classes, minimum=1)
   return _build_client_work_process(
       model_and_loss_fn, optimizer,
       update_kwargs=dict(weighting=weighting, proximal_strength=mu,

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_conflict import hparams
 from tff_conflict.learning import _validation
 from tff_conflict.learning import client_work as client_work_lib
 
@@ -50,7 +51,7 @@ def build_corrective_client_work(model_fn: Callable[[], tff.learning.models.Vari
     proximal_strength: optional FedProx mu >= 0 during local training (0 by default).
     metrics_aggregator: as in TFF.
   """
-  mu = _validation.check_non_negative('proximal_strength', proximal_strength)
+  mu = hparams.PROXIMAL_STRENGTH.check(proximal_strength)
   optimizer = _validation.resolve_optimizer('optimizer', optimizer)
   return client_work_lib._build_client_work_process(  # pylint: disable=protected-access
       model_fn, optimizer,

@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import hparams
 from tff_conflict.learning import _validation
 from tff_conflict.learning import client_work as client_work_lib
 from tff_conflict.learning import corrective as corrective_lib
@@ -105,11 +106,12 @@ def _set_dataset_counts(loss: tf.keras.losses.Loss, counts: tf.Tensor):
   return loss.assign_class_counts(counts)
 
 
-def build_process(keras_model_fn: Callable[[], tf.keras.Model], *,
-                  input_spec: Mapping[str, tf.TensorSpec],
+@models_lib.accepts_keras_model_fn_keyword
+def build_process(model_fn: models_lib.ModelArg, *,
+                  input_spec: models_lib.InputSpecArg = None,
                   client_optimizer_fn: Any,
                   server_optimizer_fn: Any = None,
-                  loss: LossArg = 'ce',
+                  loss: Optional[LossArg] = None,
                   loss_kwargs: Optional[Mapping[str, Any]] = None,
                   aggregator: AggregatorArg = 'mean',
                   aggregator_kwargs: Optional[Mapping[str, Any]] = None,
@@ -120,16 +122,21 @@ def build_process(keras_model_fn: Callable[[], tf.keras.Model], *,
   """Composes a client loss, optional FedProx term, and a server aggregator into one process.
 
   Args:
-    keras_model_fn: no-argument callable returning a new, uncompiled `tf.keras.Model` that maps
-      `input_spec['x']` to logits `[batch, num_classes]`.
+    model_fn: a no-argument function returning a new, uncompiled `tf.keras.Model` that maps
+      `x` to logits `[batch, num_classes]`; or, as TFF's algorithm builders take, a no-argument
+      function returning a new `tff.learning.models.VariableModel`, or a
+      `tff.learning.models.FunctionalModel` (these keep their own loss and metrics; see
+      `tff_conflict.learning.models`). (`keras_model_fn=` is accepted as its former name.)
     input_spec: element spec of a client batch, `OrderedDict(x=tf.TensorSpec, y=tf.TensorSpec)`
-      with integer labels.
+      or a tuple `(x_spec, y_spec)`, with integer labels; required with a Keras model, optional
+      (and then equal to the model's) otherwise.
     client_optimizer_fn: a `tff.learning.optimizers.Optimizer` (or a no-argument callable
       returning one) for local training; its learning rate must be > 0.
     server_optimizer_fn: same for the server; default `build_sgdm(learning_rate=1.0)` (plain
       FedAvg: the new model is the old one minus the aggregate delta).
-    loss: a name in `LOSSES` ('ce', 'focal', 'margin', 'calibrated') or a
-      `tf.keras.losses.Loss` on (sparse labels, logits).
+    loss: None (default: cross-entropy for a Keras model, the model's own loss otherwise), a name
+      in `LOSSES` ('ce', 'focal', 'margin', 'calibrated') or a `tf.keras.losses.Loss` on (sparse
+      labels, logits). Only a Keras model can be given a loss.
     loss_kwargs: keyword arguments of the named loss (e.g. `dict(gamma=0.5, beta=1.0)`).
     aggregator: a name in `AGGREGATORS` ('mean', 'fedgh', 'dgc', 'principal', 'corrective') or a
       `tff.aggregators` factory (weighted, or unweighted: then wrapped).
@@ -138,8 +145,9 @@ def build_process(keras_model_fn: Callable[[], tf.keras.Model], *,
     client_weighting: 'num_examples', 'uniform', 'loss' or a `tff.learning.ClientWeighting`.
       Default: 'loss' for an aggregator with `weights_are_losses=True` (DGC as published),
       else 'num_examples'. A corrective aggregator requires 'num_examples'.
-    metrics: None (sparse categorical accuracy), a no-argument callable returning a list of new
-      Keras metrics, or a list of Keras metric objects.
+    metrics: None (sparse categorical accuracy for a Keras model; a VariableModel's own metrics;
+      loss and number of examples for a FunctionalModel), a no-argument callable returning a
+      list of new Keras metrics, or a list of Keras metric objects (not with a VariableModel).
     metrics_aggregator: as in TFF (`tff.learning.metrics.sum_then_finalize` by default).
 
   Returns:
@@ -148,18 +156,21 @@ def build_process(keras_model_fn: Callable[[], tf.keras.Model], *,
   Raises:
     ValueError: before anything is built, on an unknown loss or aggregator name, bad
       hyperparameters, a non-positive learning rate, a negative `proximal_strength`, an
-      inconsistent weighting, or a `keras_model_fn` that returns a compiled model or a model
-      whose output is not `[batch, num_classes]`.
+      inconsistent weighting, a `model_fn` that is none of the above or returns a compiled Keras
+      model or one whose output is not `[batch, num_classes]`, a missing or malformed
+      `input_spec`, a loss given with a model that is not a Keras model, or metrics given with
+      a VariableModel.
   """
   # ---- validation, before anything is built --------------------------------------------------
-  input_spec = _validation.check_input_spec(input_spec)
+  if input_spec is not None:
+    input_spec = models_lib.check_input_spec(input_spec)
   client_optimizer = _validation.resolve_optimizer('client_optimizer_fn', client_optimizer_fn)
   if server_optimizer_fn is None:
     server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   else:
     server_optimizer = _validation.resolve_optimizer('server_optimizer_fn', server_optimizer_fn)
-  mu = _validation.check_non_negative('proximal_strength', proximal_strength)
-  loss_fn = resolve_loss(loss, loss_kwargs)
+  mu = hparams.PROXIMAL_STRENGTH.check(proximal_strength)
+  loss_fn = resolve_loss('ce' if loss is None else loss, loss_kwargs)
   factory = resolve_aggregator(aggregator, aggregator_kwargs)
   metrics_fn = models_lib.resolve_metrics(metrics)
   weights_are_losses = registry.weights_are_losses(factory)
@@ -177,15 +188,45 @@ def build_process(keras_model_fn: Callable[[], tf.keras.Model], *,
     raise ValueError('a loss with counts="dataset" cannot be combined with the corrective '
                      'aggregator (its gradient pass would need the counts too); use '
                      'counts="batch"')
-  num_classes = _validation.check_keras_model_fn(keras_model_fn, input_spec)
+  model = models_lib.resolve_model(model_fn, input_spec)
+  if model.kind != models_lib.KERAS:
+    if loss is not None or loss_kwargs:
+      name = loss if isinstance(loss, str) else type(loss).__name__
+      method = registry.LOSS_METHODS.get(name)
+      raise ValueError(
+          f'loss {name!r}{f" ({method})" if method else ""} replaces the model\'s loss and needs '
+          f'a Keras model (model_fn returning a tf.keras.Model), got {model.description}, '
+          'whose loss cannot be replaced. The server-side methods (FedAvg, FedProx, FedGH, DGC '
+          'with the model\'s loss, principal gradients, corrective weights) work with it; '
+          'leave loss unset.')
+    if metrics is not None and model.kind == models_lib.VARIABLE:
+      raise ValueError(f'metrics cannot be given with {model.description}, which reports its '
+                       f'own metrics; got metrics={metrics!r}')
 
-  # ---- composition -----------------------------------------------------------------------------
-  model_fn = models_lib.build_model_fn(keras_model_fn, input_spec=input_spec, loss_fn=loss_fn,
-                                       metrics_fn=metrics_fn)
+  return _compose(model, loss_fn=loss_fn, metrics_fn=metrics_fn,
+                  functional_metrics=metrics is not None, factory=factory, weighting=weighting,
+                  corrective=corrective, dataset_counts=dataset_counts,
+                  client_optimizer=client_optimizer, server_optimizer=server_optimizer, mu=mu,
+                  metrics_aggregator=metrics_aggregator)
+
+
+def _compose(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn, functional_metrics: bool,
+             factory, weighting: str, corrective: bool, dataset_counts: bool, client_optimizer,
+             server_optimizer, mu: float, metrics_aggregator
+             ) -> tff.learning.templates.LearningProcess:
+  """The composition of `build_process`, from checked arguments."""
+  if model.kind == models_lib.KERAS:
+    variable_model_fn = models_lib.build_model_fn(
+        model.keras_model_fn, input_spec=model.input_spec, loss_fn=loss_fn,
+        metrics_fn=metrics_fn)
+  elif model.kind == models_lib.FUNCTIONAL and functional_metrics:
+    variable_model_fn = models_lib.functional_model_fn(model.functional_model, metrics_fn)
+  else:
+    variable_model_fn = model.variable_model_fn
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
+    return tff.learning.models.ModelWeights.from_model(variable_model_fn())
 
   model_weights_type = initial_model_weights_fn.type_signature.result
   trainable_type = model_weights_type.trainable
@@ -194,26 +235,29 @@ def build_process(keras_model_fn: Callable[[], tf.keras.Model], *,
 
   if corrective:
     client_work = corrective_lib.build_corrective_client_work(
-        model_fn, client_optimizer, proximal_strength=mu, metrics_aggregator=metrics_aggregator)
+        variable_model_fn, client_optimizer, proximal_strength=mu,
+        metrics_aggregator=metrics_aggregator)
     aggregation = factory.create(corrective_lib.corrective_value_type(trainable_type),
                                  weight_type)
     finalizer = corrective_lib.build_update_field_finalizer(server_optimizer,
                                                             model_weights_type)
   else:
     if dataset_counts:
+      keras_model_fn = model.keras_model_fn
+
       def model_and_loss_fn():
         loss_obj = loss_fn()
         return tff.learning.models.from_keras_model(
-            keras_model_fn(), loss=loss_obj, input_spec=input_spec,
+            keras_model_fn(), loss=loss_obj, input_spec=model.input_spec,
             metrics=metrics_fn()), loss_obj
       client_work = client_work_lib.build_label_counting_client_work(
-          model_and_loss_fn, client_optimizer, num_classes=num_classes,
+          model_and_loss_fn, client_optimizer, num_classes=model.num_classes,
           set_counts=_set_dataset_counts, client_weighting=weighting, proximal_strength=mu,
           metrics_aggregator=metrics_aggregator)
     else:
       client_work = client_work_lib.build_client_work(
-          model_fn, client_optimizer, client_weighting=weighting, proximal_strength=mu,
-          metrics_aggregator=metrics_aggregator)
+          variable_model_fn, client_optimizer, client_weighting=weighting,
+          proximal_strength=mu, metrics_aggregator=metrics_aggregator)
     aggregation = factory.create(trainable_type, weight_type)
     finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
                                                                        model_weights_type)

@@ -1,20 +1,6 @@
-"""Shared helpers of the loss kernels: argument checks and label/logit normalization."""
-
-import math
-import numbers
+"""Shared helpers of the loss kernels: label/logit normalization."""
 
 import tensorflow as tf
-
-
-def check_nonnegative(name: str, value, *, positive: bool = False) -> float:
-  """Returns `value` as a float; `ValueError` naming `name` unless finite and >= 0 (> 0)."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Real):
-    raise ValueError(f'{name} must be a real number, got {value!r}')
-  value = float(value)
-  if not math.isfinite(value) or value < 0.0 or (positive and value == 0.0):
-    bound = '> 0' if positive else '>= 0'
-    raise ValueError(f'{name} must be finite and {bound}, got {value!r}')
-  return value
 
 
 def prepare(labels, logits):

@@ -37,9 +37,11 @@ fails the computation with `tf.errors.InvalidArgumentError` instead of dividing 
 
 import tensorflow as tf
 
+from tff_conflict import _checks
+from tff_conflict import hparams
 from tff_conflict.losses import _common
 
-COUNTS_OPTIONS = ('batch', 'dataset')
+COUNTS_OPTIONS = hparams.CALIBRATION_COUNTS.choices
 
 
 def calibrated_labels(labels, probabilities, class_counts) -> tf.Tensor:
@@ -105,22 +107,20 @@ class CalibratedLabelLoss(tf.keras.losses.Loss):
   """Keras loss of `calibrated_label_loss` (fedga paper, eqs. 8-10): sparse integer labels, logits.
 
   Args:
-    counts: `"batch"` counts classes in each mini-batch (the authors' code); `"dataset"` uses the
-      counts stored in the `class_counts` variable, which the client work sets before training
-      (module docstring).
+    counts: `"batch"` (default, `hparams.CALIBRATION_COUNTS`) counts classes in each
+      mini-batch (the paper's Algorithm 1 and the authors' code); `"dataset"` uses the counts
+      stored in the `class_counts` variable, which the client work sets before training (module
+      docstring).
     num_classes: with `counts="dataset"`, the length of `class_counts` (optional: without it the
       variable has shape `[None]` and takes counts of any length). Ignored for `"batch"`.
 
   The default reduction takes the mean over the batch.
   """
 
-  def __init__(self, counts: str = 'batch', *, num_classes=None,
+  def __init__(self, counts: str = hparams.CALIBRATION_COUNTS.default, *, num_classes=None,
                reduction=tf.keras.losses.Reduction.AUTO, name: str = 'calibrated_label_loss'):
-    if counts not in COUNTS_OPTIONS:
-      raise ValueError(f'counts must be one of {COUNTS_OPTIONS}, got {counts!r}')
-    if num_classes is not None and (isinstance(num_classes, bool) or
-                                    not isinstance(num_classes, int) or num_classes < 1):
-      raise ValueError(f'num_classes must be a positive integer or None, got {num_classes!r}')
+    counts = hparams.CALIBRATION_COUNTS.check(counts)
+    num_classes = _checks.check_optional_int('num_classes', num_classes, minimum=1)
     super().__init__(reduction=reduction, name=name)
     self.counts = counts
     self.num_classes = num_classes

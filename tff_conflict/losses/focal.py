@@ -21,6 +21,7 @@ gamma > 0), and that is what this gradient returns.
 
 import tensorflow as tf
 
+from tff_conflict import hparams
 from tff_conflict.losses import _common
 
 
@@ -46,14 +47,17 @@ def _focal_of_log_prob(log_p, gamma: float, beta: float):
   return focal(log_p)
 
 
-def focal_loss(labels, logits, *, gamma: float = 2.0, beta: float = 1.0) -> tf.Tensor:
+def focal_loss(labels, logits, *, gamma: float = hparams.FOCAL_GAMMA.default,
+               beta: float = hparams.FOCAL_BETA.default) -> tf.Tensor:
   """Per-example focal loss `-beta (1 - p_t)^gamma log p_t` (fedmgc paper, eq. 10).
 
   Args:
     labels: integer class indices, shape `[B]` or `[B, 1]`.
     logits: unnormalized scores, shape `[B, C]`, a floating dtype.
-    gamma: focusing parameter, >= 0 (the paper tunes it in {0.1, 0.2, 0.5, 1.0}).
-    beta: loss scale, > 0 (the paper tunes it in {1.0, 1.2, 1.5, 2.0}).
+    gamma: focusing parameter, a finite number >= 0 (`hparams.FOCAL_GAMMA`: default 0.5, from
+      the paper's grid {0.1, 0.2, 0.5, 1.0}).
+    beta: loss scale, a finite number > 0 (`hparams.FOCAL_BETA`: default 1.0, from the paper's
+      grid {1.0, 1.2, 1.5, 2.0}).
 
   Returns:
     A `[B]` tensor of per-example losses, in the dtype of `logits` (the mean over the batch is the
@@ -63,8 +67,8 @@ def focal_loss(labels, logits, *, gamma: float = 2.0, beta: float = 1.0) -> tf.T
     ValueError: for a negative or non-finite `gamma`, a non-positive or non-finite `beta`, or
       badly shaped inputs.
   """
-  gamma = _common.check_nonnegative('gamma', gamma)
-  beta = _common.check_nonnegative('beta', beta, positive=True)
+  gamma = hparams.FOCAL_GAMMA.check(gamma)
+  beta = hparams.FOCAL_BETA.check(beta)
   labels, logits = _common.prepare(labels, logits)
   log_p = _common.true_class_log_prob(labels, tf.nn.log_softmax(logits, axis=-1))
   return _focal_of_log_prob(log_p, gamma, beta)
@@ -73,15 +77,20 @@ def focal_loss(labels, logits, *, gamma: float = 2.0, beta: float = 1.0) -> tf.T
 class FocalLoss(tf.keras.losses.Loss):
   """Keras loss of `focal_loss` (fedmgc paper, eq. 10): sparse integer labels, logits.
 
+  Args:
+    gamma: focusing parameter, a finite number >= 0 (`hparams.FOCAL_GAMMA`, default 0.5).
+    beta: loss scale, a finite number > 0 (`hparams.FOCAL_BETA`, default 1.0).
+
   The default reduction takes the mean over the batch. `FocalLoss(gamma=0.0, beta=1.0)` equals
   `tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)`.
   """
 
-  def __init__(self, gamma: float = 2.0, beta: float = 1.0, *,
+  def __init__(self, gamma: float = hparams.FOCAL_GAMMA.default,
+               beta: float = hparams.FOCAL_BETA.default, *,
                reduction=tf.keras.losses.Reduction.AUTO, name: str = 'focal_loss'):
     super().__init__(reduction=reduction, name=name)
-    self.gamma = _common.check_nonnegative('gamma', gamma)
-    self.beta = _common.check_nonnegative('beta', beta, positive=True)
+    self.gamma = hparams.FOCAL_GAMMA.check(gamma)
+    self.beta = hparams.FOCAL_BETA.check(beta)
 
   def call(self, y_true, y_pred):
     return focal_loss(y_true, y_pred, gamma=self.gamma, beta=self.beta)

@@ -15,6 +15,7 @@ the same function, so the gradient `2 z / (1 + |z|^2)` is unchanged (`1/s^2` is 
 
 import tensorflow as tf
 
+from tff_conflict import hparams
 from tff_conflict.losses import _common
 
 
@@ -32,13 +33,14 @@ def log1p_squared_norm(logits) -> tf.Tensor:
   return tf.where(large, large_form, small_form)
 
 
-def margin_control_loss(labels, logits, *, margin_weight: float = 0.01) -> tf.Tensor:
+def margin_control_loss(labels, logits, *,
+                        margin_weight: float = hparams.MARGIN_WEIGHT.default) -> tf.Tensor:
   """Per-example `CE(y, z) + margin_weight * log(1 + |z|^2)` (fedld paper, eq. 3).
 
   Args:
     labels: integer class indices, shape `[B]` or `[B, 1]`.
     logits: unnormalized scores `z`, shape `[B, C]`, a floating dtype.
-    margin_weight: lambda >= 0 (the paper uses 0.1 on IID and 0.03 on non-IID splits).
+    margin_weight: lambda, a finite number >= 0 (`hparams.MARGIN_WEIGHT`, default 0.01).
 
   Returns:
     A `[B]` tensor of per-example losses (the mean over the batch is the paper's loss;
@@ -47,7 +49,7 @@ def margin_control_loss(labels, logits, *, margin_weight: float = 0.01) -> tf.Te
   Raises:
     ValueError: for a negative or non-finite `margin_weight`, or badly shaped inputs.
   """
-  margin_weight = _common.check_nonnegative('margin_weight', margin_weight)
+  margin_weight = hparams.MARGIN_WEIGHT.check(margin_weight)
   labels, logits = _common.prepare(labels, logits)
   ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
   if margin_weight == 0.0:
@@ -58,14 +60,17 @@ def margin_control_loss(labels, logits, *, margin_weight: float = 0.01) -> tf.Te
 class MarginControlLoss(tf.keras.losses.Loss):
   """Keras loss of `margin_control_loss` (fedld paper, eq. 3): sparse integer labels, logits.
 
+  Args:
+    margin_weight: lambda, a finite number >= 0 (`hparams.MARGIN_WEIGHT`, default 0.01).
+
   The default reduction takes the mean over the batch. `MarginControlLoss(margin_weight=0.0)`
   equals `tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)`.
   """
 
-  def __init__(self, margin_weight: float = 0.01, *,
+  def __init__(self, margin_weight: float = hparams.MARGIN_WEIGHT.default, *,
                reduction=tf.keras.losses.Reduction.AUTO, name: str = 'margin_control_loss'):
     super().__init__(reduction=reduction, name=name)
-    self.margin_weight = _common.check_nonnegative('margin_weight', margin_weight)
+    self.margin_weight = hparams.MARGIN_WEIGHT.check(margin_weight)
 
   def call(self, y_true, y_pred):
     return margin_control_loss(y_true, y_pred, margin_weight=self.margin_weight)

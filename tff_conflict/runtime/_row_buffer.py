@@ -1,6 +1,6 @@
 """Gathered stacks built in one preallocated buffer, for the in-process runner.
 
-A gathering `federated_aggregate` (e.g. `tff_conflict.aggregators.gather`) has accumulator leaves
+A gathering `federated_aggregate` (e.g. `tff_conflict.aggregators._gather`) has accumulator leaves
 of shape `[None, ...]` that `merge` concatenates along axis 0. Merging such leaves pairwise copies
 rows again and again, and the last merge holds its two inputs and its output at once: about two
 `K x d` stacks plus partial stacks. Here those leaves are instead written row by row into one

@@ -27,7 +27,7 @@ leaves of shape `[None, ...]` that a single client's `accumulate(zero, update)` 
 `merge` is checked to concatenate are written row by row into one preallocated buffer of K rows.
 The check runs when the runner is built, on three made-up single-client accumulators
 (`_row_buffer.concatenated_leaves`). The finished stack reaches `report` without a copy, so a
-gathering round holds about one K x d stack per gathered leaf (`tff_conflict.aggregators.gather`
+gathering round holds about one K x d stack per gathered leaf (`tff_conflict.aggregators._gather`
 puts a lone client's row in one such leaf and forwards it from `report`). When no leaf passes the
 check it is exactly 'tree'. The buffer is in host memory: on a GPU each row is copied to the host
 and the stack back to the device once per round ('tree' keeps everything on the device).

@@ -13,7 +13,7 @@ context with `compiler_fn=tff.backends.native.desugar_and_transform_to_native`.
   its share of the round's clients (client lists are split into contiguous, nearly equal parts),
   and the partial aggregates are merged in this process in the order the workers finish. So
   `tff_conflict.aggregators` stacks hold each worker's clients in order, but the workers' blocks in
-  any order (`tff_conflict.aggregators.gather`, "Order"): FedGH can differ between such runs.
+  any order (`tff_conflict.aggregators._gather`, "Order"): FedGH can differ between such runs.
 
 Failures are bounded: every RPC carries a deadline (`rpc_timeout_s`), and a gRPC error (a worker
 that died, refused or timed out) is raised as `WorkerError` naming the worker, instead of being

@@ -69,7 +69,8 @@ the runtime's own copies of the final accumulator: it materializes it to a proto
 again at the server, and `report` concatenates it. `estimated_gather_bytes` adds these up.
 `accumulate` refuses, before memory runs out, the first row that would push that estimate over a
 limit, with an `InvalidArgumentError` that names K, d and the limit. The limit is fixed when an
-aggregation process is built: `max_gather_bytes()` (default: half of this machine's physical
+aggregation process is built: the factory's `max_gather_bytes` argument when it is given (`0`: no
+check), else the process-wide `max_gather_bytes()` (default: half of this machine's physical
 memory), set with `set_max_gather_bytes(n)`, `gather_memory_limit(n)` or the environment variable
 `TFF_CONFLICT_MAX_GATHER_BYTES`; `None` (or `0` in the variable) builds processes without the check.
 """
@@ -83,6 +84,8 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from tff_conflict import _checks
 
 INCLUDED = 0
 ZERO_WEIGHT = 1
@@ -125,29 +128,38 @@ def max_gather_bytes() -> Optional[int]:
 
 
 def _check_limit(num_bytes):
-  if num_bytes is not None and (isinstance(num_bytes, bool) or not isinstance(num_bytes, int)
-                                or num_bytes <= 0):
-    raise ValueError(f'max_gather_bytes must be a positive int or None, got {num_bytes!r}')
+  return _checks.check_optional_int('max_gather_bytes', num_bytes, minimum=1)
 
 
 def set_max_gather_bytes(num_bytes: Optional[int]) -> None:
   """Sets the limit for processes built from now on (None: no check); see the module docstring."""
   global _limit_override
-  _check_limit(num_bytes)
-  _limit_override = num_bytes
+  _limit_override = _check_limit(num_bytes)
 
 
 @contextlib.contextmanager
 def gather_memory_limit(num_bytes: Optional[int]):
   """Context manager: processes built inside it use `num_bytes` (None: no check)."""
   global _limit_override
-  _check_limit(num_bytes)
+  num_bytes = _check_limit(num_bytes)
   previous = _limit_override
   _limit_override = num_bytes
   try:
     yield
   finally:
     _limit_override = previous
+
+
+def check_factory_limit(num_bytes) -> Optional[int]:
+  """A factory's `max_gather_bytes` argument: None, 0 or an integer >= 1; ValueError otherwise."""
+  return _checks.check_optional_int('max_gather_bytes', num_bytes, minimum=0)
+
+
+def resolve_factory_limit(num_bytes: Optional[int]) -> Optional[int]:
+  """The limit a factory builds with: None -> `max_gather_bytes()` (read now), 0 -> no check."""
+  if num_bytes is None:
+    return max_gather_bytes()
+  return num_bytes or None
 
 
 # The memory estimate.
@@ -503,8 +515,9 @@ def build_gather_computations(row_type: collections.OrderedDict, *,
               f'client); the runtime holds an estimated '
               f'gather.estimated_gather_bytes({layout.big_row_bytes}, K, small_row_bytes='
               f'{layout.small_row_bytes}) bytes, and the limit is {limit_bytes} bytes '
-              f'(tff_conflict.aggregators.gather.set_max_gather_bytes / '
-              f'{_ENV_LIMIT}). Use fewer clients per round or the in-process runner.')))
+              f'(the factory argument max_gather_bytes, '
+              f'tff_conflict.aggregators.set_max_gather_bytes or {_ENV_LIMIT}). Use fewer '
+              f'clients per round or the in-process runner.')))
     return layout.accumulate(acc, row, checks)
 
   @tff.tensorflow.computation(acc_type, acc_type)

@@ -1,0 +1,102 @@
+"""Argument checks of Python scalars, shared by every package of `tff_conflict`.
+
+Each check takes `(name, value, ...)`, returns the value normalized (a Python float, int, bool or
+the chosen string) and raises `ValueError` naming the argument and the value otherwise, e.g.
+`gamma must be a finite number >= 0, got nan`. Booleans are never accepted as numbers. NumPy
+scalars are accepted wherever Python numbers are.
+
+Checks of tensors (shapes, dtypes, per-client vectors) belong to the code that takes the tensors
+(`tff_conflict.conflict`'s kernels); checks of TFF types to `tff_conflict.aggregators`.
+"""
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+INT64_MIN = -2**63
+INT64_MAX = 2**63 - 1
+
+
+def _is_real(value: Any) -> bool:
+  return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_int(value: Any) -> bool:
+  return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def check_finite(name: str, value: Any) -> float:
+  """A finite real number."""
+  if not _is_real(value) or not math.isfinite(value):
+    raise ValueError(f'{name} must be a finite number, got {value!r}')
+  return float(value)
+
+
+def check_nonnegative(name: str, value: Any) -> float:
+  """A finite real number >= 0."""
+  if not _is_real(value) or not math.isfinite(value) or value < 0:
+    raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
+  return float(value)
+
+
+def check_positive(name: str, value: Any) -> float:
+  """A finite real number > 0."""
+  if not _is_real(value) or not math.isfinite(value) or value <= 0:
+    raise ValueError(f'{name} must be a finite number > 0, got {value!r}')
+  return float(value)
+
+
+def check_ratio(name: str, value: Any) -> float:
+  """A real number in (0, 1] (a fraction of the clients that must select at least one)."""
+  if not _is_real(value) or not 0.0 < value <= 1.0:  # NaN fails the comparison.
+    raise ValueError(f'{name} must be a number in (0, 1], got {value!r}')
+  return float(value)
+
+
+def check_unit_interval(name: str, value: Any) -> float:
+  """A real number in [0, 1]."""
+  if not _is_real(value) or not 0.0 <= value <= 1.0:
+    raise ValueError(f'{name} must be a number in [0, 1], got {value!r}')
+  return float(value)
+
+
+def check_int(name: str, value: Any, *, minimum: Optional[int] = None) -> int:
+  """An integer, >= `minimum` when one is given."""
+  if not _is_int(value) or (minimum is not None and value < minimum):
+    bound = '' if minimum is None else f' >= {minimum}'
+    raise ValueError(f'{name} must be an integer{bound}, got {value!r}')
+  return int(value)
+
+
+def check_optional_int(name: str, value: Any, *, minimum: Optional[int] = None) -> Optional[int]:
+  """None, or an integer >= `minimum` when one is given."""
+  if value is None:
+    return None
+  if not _is_int(value) or (minimum is not None and value < minimum):
+    bound = '' if minimum is None else f' >= {minimum}'
+    raise ValueError(f'{name} must be None or an integer{bound}, got {value!r}')
+  return int(value)
+
+
+def check_seed(name: str, value: Any) -> Optional[int]:
+  """None (draw one at random) or an integer that fits in int64 (a TensorFlow seed)."""
+  if value is not None and (not _is_int(value) or not INT64_MIN <= value <= INT64_MAX):
+    raise ValueError(f'{name} must be None or an integer in [-2**63, 2**63), got {value!r}')
+  return None if value is None else int(value)
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+  """One of the strings `choices`."""
+  if not isinstance(value, str) or value not in choices:
+    raise ValueError(f'{name} must be one of {", ".join(map(repr, choices))}, got {value!r}')
+  return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+  """A Python (or NumPy) bool; 0 and 1 are refused."""
+  if not isinstance(value, (bool, np.bool_)):
+    raise ValueError(f'{name} must be a Python bool, got {value!r}')
+  return bool(value)

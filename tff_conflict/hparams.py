@@ -1,0 +1,265 @@
+"""Every method hyperparameter of `tff_conflict`, declared once: default, valid range, meaning.
+
+Each `Hparam` below is the one source of its default and its check. The Keras losses
+(`tff_conflict.losses`), the conflict kernels (`tff_conflict.conflict`), the aggregator factories
+(`tff_conflict.aggregators`), the builders and registries of `tff_conflict.learning` and the
+experiment flags (`experiments/flags_lib.py`) take their defaults from here and check their
+arguments with `Hparam.check`, so that every layer accepts and refuses the same values with the
+same message (`gamma must be a finite number >= 0, got nan`).
+
+Defaults are the papers' (`Hparam.source` names the paper, section and table). Where a paper
+gives only a grid of values, the default is one value of the grid and the source says which and
+why. The papers, by title:
+
+  FedGH      "Tackling the Non-IID Issue in Heterogeneous Federated Learning by Gradient
+             Harmonization" (Zhang, Sun, Chen; arXiv:2309.06692).
+  FedMGC     "Joint Focal Loss and Dominant Gradient Correction for Gradient Conflict in Federated
+             Learning" (Wang, Mao, Wang, Wu, Wu).
+  FedGA      "FedGA: Federated Learning with Gradient Alignment for Error Asymmetry Mitigation"
+             (Xiao, Zuo, Wang; AAAI 2025).
+  FedLD      "Tackling Data Heterogeneity in Federated Learning via Loss Decomposition" (Zeng,
+             Guo, Wang, Wang, Zhou, Qu).
+  corrective "A Novel Approach for Improving Generalization in Federated Learning Through
+             Corrective Gradient Weights" (Mousazadeh, Khodadadi, Salehi, et al.).
+  FedProx    "Federated Optimization in Heterogeneous Networks" (Li, Sahu, Zaheer, Sanjabi,
+             Talwalkar, Smith; MLSys 2020; arXiv:1812.06127).
+
+The math each hyperparameter enters is in docs/methods.md, under the method's name.
+
+Tables: `HPARAMS` (all), `ALGORITHM_HPARAMS` (per builder of `tff_conflict.learning.ALGORITHMS`),
+`LOSS_HPARAMS` and `AGGREGATOR_HPARAMS` (per entry of `learning.LOSSES` / `learning.AGGREGATORS`).
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from tff_conflict import _checks
+
+# How an Hparam's values are checked (`Hparam.kind`).
+NONNEGATIVE = 'finite number >= 0'
+POSITIVE = 'finite number > 0'
+RATIO = 'number in (0, 1]'
+UNIT_INTERVAL = 'number in [0, 1]'
+CHOICE = 'choice'
+BOOL = 'bool'
+SEED = 'seed'
+
+_NUMERIC_CHECKS = {
+    NONNEGATIVE: _checks.check_nonnegative,
+    POSITIVE: _checks.check_positive,
+    RATIO: _checks.check_ratio,
+    UNIT_INTERVAL: _checks.check_unit_interval,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Hparam:
+  """One hyperparameter of one method component.
+
+  Attributes:
+    method: the method it belongs to ('FedMGC', ...).
+    component: the part of the method that reads it ('focal loss', ...).
+    keyword: the keyword argument that carries it in the library (losses, kernels, factories,
+      builders, registries).
+    flag: the experiment flag that carries it (`--<flag>`), or None when no flag sets it.
+    default: the default value, the same in every layer.
+    kind: how values are checked: one of NONNEGATIVE, POSITIVE, RATIO, UNIT_INTERVAL, CHOICE,
+      BOOL, SEED.
+    description: what it does, in one line.
+    source: where the default (and the range) come from.
+    choices: the accepted strings of a CHOICE.
+  """
+  method: str
+  component: str
+  keyword: str
+  flag: Optional[str]
+  default: Any
+  kind: str
+  description: str
+  source: str
+  choices: tuple[str, ...] = ()
+
+  @property
+  def valid_range(self) -> str:
+    """The accepted values in words, e.g. 'a finite number >= 0' or "one of 'batch', 'dataset'"."""
+    if self.kind == CHOICE:
+      return 'one of ' + ', '.join(map(repr, self.choices))
+    if self.kind == BOOL:
+      return 'a bool'
+    if self.kind == SEED:
+      return 'None or an integer in [-2**63, 2**63)'
+    return f'a {self.kind}'
+
+  def check(self, value: Any, name: Optional[str] = None) -> Any:
+    """`value`, normalized (float, bool, str or int); `ValueError` naming `name` otherwise.
+
+    Args:
+      value: the value to check.
+      name: the name the error gives the argument; default `keyword` (a flag validator passes
+        `--<flag>`).
+    """
+    name = self.keyword if name is None else name
+    if self.kind in _NUMERIC_CHECKS:
+      return _NUMERIC_CHECKS[self.kind](name, value)
+    if self.kind == CHOICE:
+      return _checks.check_choice(name, value, self.choices)
+    if self.kind == BOOL:
+      return _checks.check_bool(name, value)
+    return _checks.check_seed(name, value)
+
+
+# ---- FedProx -------------------------------------------------------------------------------------
+
+PROXIMAL_STRENGTH = Hparam(
+    method='FedProx', component='proximal term', keyword='proximal_strength',
+    flag='proximal_strength', default=0.01, kind=NONNEGATIVE,
+    description='mu of the proximal term mu/2 |w - w0|^2 added to each local objective; 0 is '
+    'FedAvg.',
+    source='FedProx, Sec. 5 (experiments): mu is tuned in {0.001, 0.01, 0.1, 1} per dataset; '
+    '0.01, a weak pull from that grid that leaves local training close to FedAvg\'s, is the '
+    'default.')
+
+# ---- FedGH ---------------------------------------------------------------------------------------
+
+FEDGH_ORDER = Hparam(
+    method='FedGH', component='gradient harmonization', keyword='order', flag='fedgh_order',
+    default='random', kind=CHOICE, choices=('random', 'index'),
+    description='order in which each update is projected off the others: random (drawn per '
+    'round from the seed) or index (ascending; order-free, for testing).',
+    source='FedGH, Algorithm 1 (line 78: "in random order").')
+
+FEDGH_SEED = Hparam(
+    method='FedGH', component='gradient harmonization', keyword='seed', flag='seed',
+    default=None, kind=SEED,
+    description='seed of the per-round random orders; None draws one when the process is '
+    'initialized.',
+    source='not in the paper (its experiments fix a random seed without stating it); None draws '
+    'one, so a run is reproducible from its initial state.')
+
+# ---- FedMGC --------------------------------------------------------------------------------------
+
+FOCAL_GAMMA = Hparam(
+    method='FedMGC', component='focal loss', keyword='gamma', flag='focal_gamma',
+    default=0.5, kind=NONNEGATIVE,
+    description='focusing exponent gamma of -beta (1 - p_t)^gamma log p_t; 0 is cross-entropy '
+    'times beta.',
+    source='FedMGC, Sec. V-A 2 ("Hyperparameter Settings"): gamma is tuned in '
+    '{0.1, 0.2, 0.5, 1.0} per dataset and no single value is given; 0.5, the middle of that '
+    'range, is the default (the focal-loss paper\'s gamma = 2 lies outside FedMGC\'s grid).')
+
+FOCAL_BETA = Hparam(
+    method='FedMGC', component='focal loss', keyword='beta', flag='focal_beta',
+    default=1.0, kind=POSITIVE,
+    description='scale beta of the focal loss (compensates the smaller loss values of '
+    'gamma > 0); beta = 0 would make the loss identically 0.',
+    source='FedMGC, eq. (10) and Sec. V-A 2: beta is tuned in {1.0, 1.2, 1.5, 2.0}; 1.0, the '
+    'grid\'s value that leaves the loss scale unchanged, is the default.')
+
+DGC_SELECTION_RATIO = Hparam(
+    method='FedMGC', component='dominant gradient correction', keyword='selection_ratio',
+    flag='selection_ratio', default=0.5, kind=RATIO,
+    description='fraction lambda of the round\'s clients chosen as dominant '
+    '(ceil(lambda K) clients).',
+    source='FedMGC, Algorithm 1 (lambda in (0, 1]) and Sec. V-B, Fig. 7: best of '
+    '{0.1, 0.3, 0.5, 0.7, 0.9} at lambda = 0.5.')
+
+DGC_WEIGHTS_ARE_LOSSES = Hparam(
+    method='FedMGC', component='dominant gradient correction', keyword='weights_are_losses',
+    flag=None, default=True, kind=BOOL,
+    description='whether the aggregator\'s weight channel carries each client\'s mean training '
+    'loss l_i (z_i = p_i / l_i); False treats every loss as equal (z_i = p_i), as needed when '
+    'the weight is a number of examples (tff.learning.algorithms.build_weighted_fed_avg).',
+    source='FedMGC, Algorithm 1 line 11 (z_i = p_i / l_i): True is the method as published.')
+
+# ---- FedGA ---------------------------------------------------------------------------------------
+
+CALIBRATION_COUNTS = Hparam(
+    method='FedGA', component='calibrated-label loss', keyword='counts',
+    flag='calibration_counts', default='batch', kind=CHOICE, choices=('batch', 'dataset'),
+    description='class counts N of the calibrated labels: of each mini-batch, or of the '
+    'client\'s whole local dataset (counted in one extra pass before training).',
+    source='FedGA, Algorithm 1 line 5 ("batch calibrated label"), as in the authors\' code.')
+
+# ---- FedLD ---------------------------------------------------------------------------------------
+
+MARGIN_WEIGHT = Hparam(
+    method='FedLD', component='margin-control loss', keyword='margin_weight',
+    flag='margin_weight', default=0.01, kind=NONNEGATIVE,
+    description='weight lambda of the margin control lambda log(1 + |z|^2) on each example\'s '
+    'logits z; 0 is cross-entropy.',
+    source='FedLD, Sec. 3.1: 0.01 on COVID-FL, the paper\'s real-world federated dataset (its '
+    'Dirichlet label-shift splits of Retina use 0.1 when IID, 0.03 and 0.03 when non-IID).')
+
+PRINCIPAL_COMPONENT_RATIO = Hparam(
+    method='FedLD', component='principal-gradient aggregation', keyword='component_ratio',
+    flag='component_ratio', default=0.8, kind=RATIO,
+    description='fraction rho of principal directions kept (L = max(1, floor(rho K))).',
+    source='FedLD, Sec. 3.1 ("L = 0.8m").')
+
+PRINCIPAL_ORIENTATION = Hparam(
+    method='FedLD', component='principal-gradient aggregation', keyword='orientation',
+    flag=None, default='mean', kind=CHOICE, choices=('mean', 'majority'),
+    description='sign rule of each principal direction: towards the mean update (mean) or the '
+    'majority of the updates (majority, the authors\' code); the aggregate is the same for both, '
+    'so no experiment flag sets it.',
+    source='FedLD, eq. (6).')
+
+# ---- Corrective gradient weights -----------------------------------------------------------------
+
+CORRECTIVE_ALPHA = Hparam(
+    method='corrective', component='corrective gradient weights', keyword='alpha',
+    flag='corrective_alpha', default=0.1, kind=UNIT_INTERVAL,
+    description='alpha of c = min_i alpha L_i / |D_i|: the predicted change of each client\'s '
+    'loss is bounded by the fraction alpha of that loss; 0 is FedAvg.',
+    source='corrective, eqs. (12)-(13): alpha in [0, 1]; Table 1 (non-IID) tries 0-0.4 and '
+    'Table 2 (IID) 0-0.1; 0.1 lies in both.')
+
+HPARAMS: tuple[Hparam, ...] = (
+    PROXIMAL_STRENGTH, FEDGH_ORDER, FEDGH_SEED, FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO,
+    DGC_WEIGHTS_ARE_LOSSES, CALIBRATION_COUNTS, MARGIN_WEIGHT, PRINCIPAL_COMPONENT_RATIO,
+    PRINCIPAL_ORIENTATION, CORRECTIVE_ALPHA)
+
+# The method hyperparameters of each builder of `tff_conflict.learning.ALGORITHMS`.
+ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
+    'fedavg': (),
+    'fedprox': (PROXIMAL_STRENGTH,),
+    'fedgh': (FEDGH_ORDER, FEDGH_SEED),
+    'fedmgc': (FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO),
+    'fedga': (CALIBRATION_COUNTS,),
+    'fedld': (MARGIN_WEIGHT, PRINCIPAL_COMPONENT_RATIO),
+    'fed_corrective': (CORRECTIVE_ALPHA,),
+}
+
+# The keyword arguments of each entry of `tff_conflict.learning.LOSSES`.
+LOSS_HPARAMS: dict[str, tuple[Hparam, ...]] = {
+    'ce': (),
+    'focal': (FOCAL_GAMMA, FOCAL_BETA),
+    'margin': (MARGIN_WEIGHT,),
+    'calibrated': (CALIBRATION_COUNTS,),
+}
+
+# The hyperparameter keyword arguments of each entry of `tff_conflict.learning.AGGREGATORS`.
+AGGREGATOR_HPARAMS: dict[str, tuple[Hparam, ...]] = {
+    'mean': (),
+    'fedgh': (FEDGH_ORDER, FEDGH_SEED),
+    'dgc': (DGC_SELECTION_RATIO, DGC_WEIGHTS_ARE_LOSSES),
+    'principal': (PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION),
+    'corrective': (CORRECTIVE_ALPHA,),
+}
+
+
+def flag_table(hparams: Sequence[Hparam]) -> dict[str, str]:
+  """keyword -> flag name for the hparams that a flag sets."""
+  return {h.keyword: h.flag for h in hparams if h.flag is not None}
+
+
+def markdown_table(hparams: Sequence[Hparam] = HPARAMS) -> str:
+  """A Markdown table of `hparams`: method, component, keyword, flag, default, range, source."""
+  rows = ['| method | component | keyword | flag | default | range | source |',
+          '|---|---|---|---|---|---|---|']
+  for h in hparams:
+    flag = f'`--{h.flag}`' if h.flag else ''
+    rows.append(f'| {h.method} | {h.component} | `{h.keyword}` | {flag} | `{h.default!r}` | '
+                f'{h.valid_range} | {h.source} |')
+  return '\n'.join(rows)
