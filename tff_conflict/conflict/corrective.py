@@ -75,8 +75,7 @@ def _begin(gradients, losses, weights, include, validate, alpha, updates=None):
   return r, alpha, u
 
 
-def corrective_weights(gradients, losses, *, alpha=hparams.CORRECTIVE_ALPHA.default, include=None,
-                       validate=True):
+def corrective_weights(gradients, losses, *, alpha=0.1, include=None, validate=True):
   """The corrective weights x (corrective paper, eq. (29); SPEC section 5).
 
   Args:
@@ -117,8 +116,8 @@ def _aggregate(updates, gradients, losses, weights, alpha, include, validate):
   return full, x, aggregate
 
 
-def corrective_aggregate(updates, gradients, losses, weights, *,
-                         alpha=hparams.CORRECTIVE_ALPHA.default, include=None, validate=True):
+def corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1, include=None,
+                         validate=True):
   """Corrective-weights aggregate `sum_k w_k u_k + sum_i x_i D_i` (corrective paper, eq. (8)).
 
   Args:
@@ -136,9 +135,8 @@ def corrective_aggregate(updates, gradients, losses, weights, *,
   return _aggregate(updates, gradients, losses, weights, alpha, include, validate)[2]
 
 
-def corrective_aggregate_with_diagnostics(updates, gradients, losses, weights, *,
-                                          alpha=hparams.CORRECTIVE_ALPHA.default, include=None,
-                                          validate=True):
+def corrective_aggregate_with_diagnostics(updates, gradients, losses, weights, *, alpha=0.1,
+                                          include=None, validate=True):
   """`corrective_aggregate` and its SPEC diagnostics from the same (gradients') Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics (pair statistics of the gradients,

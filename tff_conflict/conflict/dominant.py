@@ -78,8 +78,7 @@ def _dominant(updates, losses, selection_ratio, include, validate):
   return r, coeffs, aggregate, count, num_dominant
 
 
-def dominant_correction(updates, losses, *, selection_ratio=hparams.DGC_SELECTION_RATIO.default,
-                        include=None, validate=True):
+def dominant_correction(updates, losses, *, selection_ratio=0.5, include=None, validate=True):
   """FedMGC dominant gradient correction (fedmgc paper, Algorithms 1-2; SPEC section 2b).
 
   Args:
@@ -96,9 +95,8 @@ def dominant_correction(updates, losses, *, selection_ratio=hparams.DGC_SELECTIO
   return _dominant(updates, losses, selection_ratio, include, validate)[2]
 
 
-def dominant_correction_with_diagnostics(updates, losses, *,
-                                         selection_ratio=hparams.DGC_SELECTION_RATIO.default,
-                                         include=None, validate=True):
+def dominant_correction_with_diagnostics(updates, losses, *, selection_ratio=0.5, include=None,
+                                         validate=True):
   """`dominant_correction` and its SPEC diagnostics from the same Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics plus `num_dominant` and

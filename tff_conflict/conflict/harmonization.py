@@ -41,7 +41,7 @@ from tff_conflict.conflict import geometry
 ORDERS = hparams.FEDGH_ORDER.choices
 
 
-def projection_order(num_clients, order=hparams.FEDGH_ORDER.default, seed=None):
+def projection_order(num_clients, order='random', seed=None):
   """[K, K] int32: row k lists every client index in the order client k visits its partners
   (k itself appears in the row and is skipped by the kernel)."""
   order = hparams.FEDGH_ORDER.check(order)
@@ -85,8 +85,7 @@ def _harmonize(updates, weights, order, seed, include, validate):
   return r, coeffs, combo, aggregate, count
 
 
-def harmonize(updates, weights, *, order=hparams.FEDGH_ORDER.default, seed=None, include=None,
-              validate=True):
+def harmonize(updates, weights, *, order='random', seed=None, include=None, validate=True):
   """FedGH aggregate (fedgh paper, Algorithm 1; SPEC section 1): harmonize, then weighted mean.
 
   Args:
@@ -103,8 +102,8 @@ def harmonize(updates, weights, *, order=hparams.FEDGH_ORDER.default, seed=None,
   return _harmonize(updates, weights, order, seed, include, validate)[3]
 
 
-def harmonize_with_diagnostics(updates, weights, *, order=hparams.FEDGH_ORDER.default, seed=None,
-                               include=None, validate=True):
+def harmonize_with_diagnostics(updates, weights, *, order='random', seed=None, include=None,
+                               validate=True):
   """`harmonize` and its SPEC diagnostics from the same Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics (see `geometry`) plus

@@ -90,10 +90,8 @@ def _principal(updates, weights, component_ratio, orientation, include, validate
   return r, coeffs, aggregate, num_kept, explained
 
 
-def principal_aggregate(updates, weights, *,
-                        component_ratio=hparams.PRINCIPAL_COMPONENT_RATIO.default,
-                        orientation=hparams.PRINCIPAL_ORIENTATION.default, include=None,
-                        validate=True):
+def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='mean',
+                        include=None, validate=True):
   """FedLD principal-gradient aggregate (fedld paper, eqs. (4)-(7); SPEC section 4b).
 
   Args:
@@ -111,9 +109,8 @@ def principal_aggregate(updates, weights, *,
   return _principal(updates, weights, component_ratio, orientation, include, validate)[2]
 
 
-def principal_aggregate_with_diagnostics(
-    updates, weights, *, component_ratio=hparams.PRINCIPAL_COMPONENT_RATIO.default,
-    orientation=hparams.PRINCIPAL_ORIENTATION.default, include=None, validate=True):
+def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.8,
+                                         orientation='mean', include=None, validate=True):
   """`principal_aggregate` and its SPEC diagnostics from the same Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics plus `num_components` (int32) and
