@@ -1,11 +1,12 @@
 """Every method hyperparameter of `tff_conflict`, declared once: default, valid range, meaning.
 
 Each `Hparam` below is the one source of its default and its check. The Keras losses
-(`tff_conflict.losses`), the conflict kernels (`tff_conflict.conflict`), the aggregator factories
-(`tff_conflict.aggregators`), the builders and registries of `tff_conflict.learning` and the
-experiment flags (`experiments/flags_lib.py`) take their defaults from here and check their
-arguments with `Hparam.check`, so that every layer accepts and refuses the same values with the
-same message (`gamma must be a finite number >= 0, got nan`).
+(`tff_conflict.losses`), the aggregator factories (`tff_conflict.aggregators`), the builders and
+registries of `tff_conflict.learning` and the experiment flags (`experiments/flags_lib.py`) take
+their defaults from here; they and the conflict kernels (`tff_conflict.conflict`, whose
+signatures state the same defaults) check their arguments with `Hparam.check`, so that every
+layer accepts and refuses the same values with the same message (`gamma must be a finite number
+>= 0, got nan`); tests/test_hparams.py checks every layer against this table.
 
 Defaults are the papers' (`Hparam.source` names the paper, section and table). Where a paper
 gives only a grid of values, the default is one value of the grid and the source says which and
