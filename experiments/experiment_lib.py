@@ -66,7 +66,7 @@ def load_task(values: Mapping[str, Any], *, data: Optional[tuple[Any, Any]] = No
   options = data_options(values)
   spec = registry.DATASETS[options.dataset]
   train, test = spec.load(options) if data is None else data
-  model_name = values['model'] or spec.default_model
+  model_name = values['model'] or spec.default_model_for(options)
   if model_name not in models.MODELS:
     raise app.UsageError(f'--model must be one of {sorted(models.MODELS)}, got {model_name!r}')
   num_clients = len(train.client_ids)

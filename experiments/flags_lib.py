@@ -7,7 +7,7 @@ prefix: `--client_*` (local training), `--server_*` (server optimizer).
 
 Groups declared here (imported by `experiments.train` and `experiments.compare`):
   data       --dataset, --num_clients, --alpha, --data_seed, --cache_dir, --data_dir,
-             --emnist_only_digits, --synthetic_alpha, --synthetic_beta
+             --emnist_only_digits, --synthetic_alpha, --synthetic_beta, --leaf_dir, --leaf_name
   model      --model
   training   --rounds, --clients_per_round, --client_epochs, --client_batch_size,
              --client_shuffle_buffer, --eval_every, --checkpoint_every, --keep_checkpoints
@@ -53,7 +53,8 @@ def groups() -> dict[str, list[str]]:
   return {g: list(names) for g, names in _GROUPS.items()}
 
 
-DATASETS = ('digits', 'emnist', 'synthetic', 'mnist', 'fashion_mnist', 'cifar10', 'cifar100')
+DATASETS = ('digits', 'emnist', 'synthetic', 'mnist', 'fashion_mnist', 'cifar10', 'cifar100',
+            'leaf')
 OPTIMIZERS = ('sgd', 'adam', 'adagrad', 'rmsprop', 'yogi')
 
 with record_group('data'):
@@ -61,27 +62,37 @@ with record_group('data'):
                     'Federated dataset. digits: scikit-learn digits split by Dirichlet label skew '
                     '(offline); emnist: TFF federated EMNIST by writer; synthetic: LEAF '
                     'Synthetic(alpha, beta); mnist/fashion_mnist/cifar10/cifar100: Dirichlet '
-                    'label-skew splits of the tensorflow-datasets data.')
+                    'label-skew splits of the tensorflow-datasets data; leaf: LEAF\'s FEMNIST, '
+                    'Synthetic or CelebA from the JSON files of LEAF\'s preprocess.sh '
+                    '(--leaf_dir).')
   flags.DEFINE_integer('num_clients', None,
                        'Clients in the population. Default: the dataset\'s (digits 20, synthetic '
-                       '30, tfds datasets 100, emnist every writer). For emnist, the first N '
-                       'writers.', lower_bound=1)
+                       '30, tfds datasets 100, emnist and leaf every writer or user). For emnist '
+                       'and leaf, the first N writers or users (sorted ids).', lower_bound=1)
   flags.DEFINE_float('alpha', 0.1, 'Dirichlet concentration of the label-skew split (digits and '
                      'tfds datasets); smaller is more skewed.')
   flags.DEFINE_integer('data_seed', 0, 'Seed of the data partition (and of Synthetic\'s '
                        'generative process). Kept apart from --seed so that runs with several '
                        'seeds share the same data.')
-  flags.DEFINE_string('cache_dir', None, 'emnist: directory holding emnist_all.sqlite.')
+  flags.DEFINE_string('cache_dir', None, 'emnist: directory holding emnist_all.sqlite. leaf: '
+                      'where to keep the converted cache (default: next to the data).')
   flags.DEFINE_string('data_dir', None, 'tfds datasets: tensorflow-datasets data_dir.')
   flags.DEFINE_bool('emnist_only_digits', False, 'emnist: the 10-class digits-only version.')
   flags.DEFINE_float('synthetic_alpha', 1.0, 'synthetic: LEAF alpha (model heterogeneity).')
   flags.DEFINE_float('synthetic_beta', 1.0, 'synthetic: LEAF beta (data heterogeneity).')
+  flags.DEFINE_string('leaf_dir', None, 'leaf: LEAF\'s dataset folder data/<name> (holding '
+                      'data/train/*.json and data/test/*.json), or its data/ folder. Converted '
+                      'once into a cache; the splits are the files\' own.')
+  flags.DEFINE_enum('leaf_name', None, ['femnist', 'synthetic', 'celeba'], 'leaf: which LEAF '
+                    'dataset --leaf_dir holds. Default: the name of its folder.')
 
 with record_group('model'):
   flags.DEFINE_string('model', None,
                       'Model (experiments.models.MODELS). Default per dataset: digits_cnn for '
                       'digits, emnist_cnn for emnist, logistic_regression for synthetic, '
-                      'fedavg_cnn for mnist/fashion_mnist, cifar_cnn for cifar10/cifar100.')
+                      'fedavg_cnn for mnist/fashion_mnist, cifar_cnn for cifar10/cifar100; for '
+                      'leaf, LEAF\'s models: leaf_femnist_cnn, logistic_regression for '
+                      'Synthetic, leaf_celeba_cnn.')
 
 with record_group('training'):
   flags.DEFINE_integer('rounds', 50, 'Federated rounds.', lower_bound=1)
@@ -181,6 +192,7 @@ DATASET_FLAGS = {
     'fashion_mnist': ('alpha', 'data_dir'),
     'cifar10': ('alpha', 'data_dir'),
     'cifar100': ('alpha', 'data_dir'),
+    'leaf': ('leaf_dir', 'leaf_name', 'cache_dir'),
 }
 _ALL_DATASET_FLAGS = sorted({f for names in DATASET_FLAGS.values() for f in names})
 
@@ -203,6 +215,8 @@ def check_common_flags() -> None:
       users = sorted(d for d, names in DATASET_FLAGS.items() if name in names)
       raise app.UsageError(f'--{name} applies only to --dataset in {users}, not '
                            f'--dataset={dataset}')
+  if dataset == 'leaf' and not FLAGS.leaf_dir:
+    raise app.UsageError('--dataset=leaf needs --leaf_dir (LEAF\'s dataset folder data/<name>)')
   if FLAGS.alpha <= 0:
     raise app.UsageError(f'--alpha must be > 0, got {FLAGS.alpha}')
   if FLAGS.num_clients is not None and FLAGS.clients_per_round > FLAGS.num_clients:

@@ -12,6 +12,13 @@ initializer is seeded from `seed`, so the same seed gives the same initial weigh
 | `fedavg_cnn` | FedAvg's MNIST CNN: conv5x5(32) - pool - conv5x5(64) - pool - dense(512) (McMahan et al. 2017, Sec. 3) | mnist, fashion_mnist |
 | `emnist_cnn` | TFF's EMNIST CNN (`create_conv_dropout_model` of google-research/federated): conv3x3(32) - conv3x3(64) - pool - dropout(0.25) - dense(128) - dropout(0.5); about 1.2M parameters for 62 classes | emnist |
 | `cifar_cnn` | FedAvg's CIFAR CNN: conv5x5(64) - pool - conv5x5(64) - pool - dense(384) - dense(192) (McMahan et al. 2017, Sec. 3) | cifar10, cifar100 |
+| `leaf_femnist_cnn` | LEAF's FEMNIST CNN (`models/femnist/cnn.py`): conv5x5(32) - pool - conv5x5(64) - pool - dense(2048); about 6.6M parameters for 62 classes | leaf femnist |
+| `leaf_celeba_cnn` | LEAF's CelebA CNN (`models/celeba/cnn.py`): 4 x [conv3x3(32) - batch norm - pool - ReLU] - dense | leaf celeba |
+
+LEAF's models are from Caldas et al., "LEAF: A Benchmark for Federated Settings" (arXiv:1812.01097)
+and its repository (github.com/TalwalkarLab/leaf); LEAF Synthetic uses `logistic_regression`
+(LEAF's `models/synthetic/log_reg.py` squashes the logits with a sigmoid before the softmax; this
+is the plain multinomial logistic regression of the FedProx paper).
 
 Image models accept flat inputs whose length is a square (8x8 digits as 64 features, 28x28 as
 784), rank-2 images (H, W) or rank-3 images (H, W, C).
@@ -158,6 +165,49 @@ def cifar_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
   ], name='cifar_cnn')
 
 
+def leaf_femnist_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
+  """LEAF's FEMNIST CNN: two 5x5 'same' convolutions (32, 64 filters, ReLU), each followed by a
+  2x2 max-pool of stride 2, then dense(2048, ReLU) and the logits."""
+  input_shape, num_classes = _check(input_shape, num_classes)
+  seeds = _Seeds(seed)
+  return tf.keras.Sequential(_image_layers(input_shape) + [
+      tf.keras.layers.Conv2D(32, 5, padding='same', activation='relu',
+                             kernel_initializer=seeds.glorot()),
+      tf.keras.layers.MaxPooling2D(2, strides=2),
+      tf.keras.layers.Conv2D(64, 5, padding='same', activation='relu',
+                             kernel_initializer=seeds.glorot()),
+      tf.keras.layers.MaxPooling2D(2, strides=2),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(2048, activation='relu', kernel_initializer=seeds.glorot()),
+      tf.keras.layers.Dense(num_classes, kernel_initializer=seeds.glorot()),
+  ], name='leaf_femnist_cnn')
+
+
+def leaf_celeba_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
+  """LEAF's CelebA CNN: four blocks of [conv3x3(32, 'same') - batch norm - 2x2 max-pool of
+  stride 2 ('same') - ReLU], then the logits.
+
+  As in LEAF (`tf.layers.batch_normalization(out, training=True)`), batch normalization always
+  normalizes with the statistics of the batch at hand, in training and in evaluation alike; its
+  moving averages are never used (so TFF's federated averaging, which averages trainable
+  weights only, leaves nothing stale).
+  """
+  input_shape, num_classes = _check(input_shape, num_classes)
+  seeds = _Seeds(seed)
+  inputs = tf.keras.Input(shape=input_shape)
+  out = inputs
+  for layer in _image_layers(input_shape)[1:]:
+    out = layer(out)
+  for _ in range(4):
+    out = tf.keras.layers.Conv2D(32, 3, padding='same', kernel_initializer=seeds.glorot())(out)
+    out = tf.keras.layers.BatchNormalization()(out, training=True)
+    out = tf.keras.layers.MaxPooling2D(2, strides=2, padding='same')(out)
+    out = tf.keras.layers.ReLU()(out)
+  out = tf.keras.layers.Flatten()(out)
+  logits = tf.keras.layers.Dense(num_classes, kernel_initializer=seeds.glorot())(out)
+  return tf.keras.Model(inputs, logits, name='leaf_celeba_cnn')
+
+
 MODELS: dict[str, ModelFn] = {
     'logistic_regression': logistic_regression,
     'mlp': mlp,
@@ -165,6 +215,8 @@ MODELS: dict[str, ModelFn] = {
     'fedavg_cnn': fedavg_cnn,
     'emnist_cnn': emnist_cnn,
     'cifar_cnn': cifar_cnn,
+    'leaf_femnist_cnn': leaf_femnist_cnn,
+    'leaf_celeba_cnn': leaf_celeba_cnn,
 }
 
 

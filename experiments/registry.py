@@ -1,7 +1,7 @@
 """Name -> builder registries of the experiment binaries (no if/elif ladders).
 
 * `DATASETS`: dataset name -> `DatasetSpec` (loader over `tff_conflict.data`, classes, default
-  model).
+  model; for `leaf`, the classes and model follow the LEAF dataset found in `--leaf_dir`).
 * `OPTIMIZERS`: optimizer name -> builder of a `tff.learning.optimizers.Optimizer`.
 * `ALGORITHM_HPARAMS`: algorithm name -> {builder keyword: flag name}, the method
   hyperparameters each `tff_conflict.learning.ALGORITHMS` builder takes from the flags.
@@ -12,7 +12,8 @@ The algorithms themselves are the project's builders, `tff_conflict.learning.ALG
 """
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional
+import functools
+from typing import Any, Callable, Mapping, Optional, Union
 
 import tensorflow_federated as tff
 
@@ -33,14 +34,24 @@ class DataOptions:
   emnist_only_digits: bool = False
   synthetic_alpha: float = 1.0
   synthetic_beta: float = 1.0
+  leaf_dir: Optional[str] = None
+  leaf_name: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
-  """How to load a dataset: `load(options) -> (train, test)` ClientData, and its defaults."""
+  """How to load a dataset: `load(options) -> (train, test)` ClientData, and its defaults.
+
+  `default_model` is a model name, or a function of the options giving one.
+  """
   load: Callable[[DataOptions], tuple[Any, Any]]
   num_classes: Callable[[DataOptions], int]
-  default_model: str
+  default_model: Union[str, Callable[[DataOptions], str]]
+
+  def default_model_for(self, options: DataOptions) -> str:
+    if callable(self.default_model):
+      return self.default_model(options)
+    return self.default_model
 
 
 def _data():
@@ -101,6 +112,39 @@ def _tfds_num_clients_default(load):
   return wrapped
 
 
+@functools.lru_cache(maxsize=2)
+def _leaf_data(leaf_dir, leaf_name, cache_dir):
+  """`data.leaf(...)` once per source: the loader, the classes and the model all need it."""
+  if leaf_dir is None:
+    raise ValueError('--dataset=leaf needs --leaf_dir (the LEAF dataset folder data/<name>)')
+  return _data().leaf(leaf_dir, name=leaf_name, cache_dir=cache_dir)
+
+
+def _leaf_of(options):
+  return _leaf_data(options.leaf_dir, options.leaf_name, options.cache_dir)
+
+
+def _load_leaf(options):
+  """LEAF's own train/test files; with --num_clients, the first N users (sorted) of train, and
+  of test the same users for a sample-based split (all test users for a user-based one)."""
+  train, test = _leaf_of(options)
+  if options.num_clients is None:
+    return train, test
+  ids = train.client_ids
+  if options.num_clients > len(ids):
+    raise ValueError(f'num_clients={options.num_clients} is larger than the {len(ids)} users of '
+                     f'LEAF {train.name}')
+  keep = set(ids[:options.num_clients])
+  if train.split_kind == 'user':
+    return _select(train, keep), test
+  return _select(train, keep), _select(test, keep & set(test.client_ids))
+
+
+# Default model per LEAF dataset: LEAF's reference models.
+LEAF_MODELS = {'femnist': 'leaf_femnist_cnn', 'synthetic': 'logistic_regression',
+               'celeba': 'leaf_celeba_cnn'}
+
+
 def _num_classes(name):
   return lambda options: _data().dataset_info(name).num_classes
 
@@ -121,6 +165,8 @@ DATASETS: dict[str, DatasetSpec] = {
                            _num_classes('cifar10'), 'cifar_cnn'),
     'cifar100': DatasetSpec(_tfds_num_clients_default(_tfds_loader('cifar100')),
                             _num_classes('cifar100'), 'cifar_cnn'),
+    'leaf': DatasetSpec(_load_leaf, lambda o: _leaf_of(o)[0].num_classes,
+                        lambda o: LEAF_MODELS[_leaf_of(o)[0].name]),
 }
 
 

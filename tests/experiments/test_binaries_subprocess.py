@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from tests.data import leaf_fixtures
 from tests.experiments import conftest
 
 
@@ -48,3 +49,31 @@ def test_compare_finishes_and_leaves_no_worker(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   assert '| fedld |' in result.stdout
   assert conftest.workers_with_token(token) == []
+
+
+def _train_on_leaf(tmp_path, make, name):
+  make(str(tmp_path / 'leaf'))
+  token = uuid.uuid4().hex
+  result = conftest.run_binary(
+      'experiments.train', '--dataset=leaf', f'--leaf_dir={tmp_path / "leaf" / "data" / name}',
+      '--rounds=2', '--clients_per_round=2', '--noprogress', f'--output_dir={tmp_path / "out"}',
+      token=token)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert conftest.workers_with_token(token) == []
+  return result.stdout
+
+
+def test_train_on_leaf_synthetic_finishes_and_leaves_no_worker(tmp_path):
+  out = _train_on_leaf(tmp_path, leaf_fixtures.synthetic, 'synthetic')
+  assert 'fedavg on leaf (4 clients, 2 per round, model logistic_regression)' in out
+  assert 'round 2: test_accuracy' in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('make, name, model', [
+    (leaf_fixtures.femnist, 'femnist', 'leaf_femnist_cnn'),
+    (leaf_fixtures.celeba, 'celeba', 'leaf_celeba_cnn'),
+])
+def test_train_on_leaf_images_with_leafs_models(tmp_path, make, name, model):
+  out = _train_on_leaf(tmp_path, make, name)
+  assert f'model {model})' in out and 'round 2: test_accuracy' in out

@@ -7,7 +7,8 @@ import tensorflow as tf
 from experiments import models
 
 _SHAPES = {'logistic_regression': (60,), 'mlp': (64,), 'digits_cnn': (64,),
-           'fedavg_cnn': (28, 28), 'emnist_cnn': (28, 28, 1), 'cifar_cnn': (32, 32, 3)}
+           'fedavg_cnn': (28, 28), 'emnist_cnn': (28, 28, 1), 'cifar_cnn': (32, 32, 3),
+           'leaf_femnist_cnn': (28, 28, 1), 'leaf_celeba_cnn': (20, 20, 3)}
 
 
 @pytest.mark.parametrize('name', sorted(models.MODELS))
@@ -28,6 +29,37 @@ def test_model_outputs_logits_and_is_seeded(name):
 def test_emnist_cnn_has_tffs_size():
   model = models.emnist_cnn((28, 28, 1), 62)
   assert model.count_params() == 1_206_590  # google-research/federated's EMNIST CNN
+
+
+def test_leaf_femnist_cnn_has_leafs_size():
+  # LEAF's models/femnist/cnn.py: conv5x5 1->32, conv5x5 32->64, dense 7*7*64 -> 2048 -> 62.
+  expected = (5 * 5 * 1 * 32 + 32) + (5 * 5 * 32 * 64 + 64) + (7 * 7 * 64 * 2048 + 2048) + (
+      2048 * 62 + 62)
+  assert models.leaf_femnist_cnn((28, 28, 1), 62).count_params() == expected == 6_603_710
+
+
+def test_leaf_celeba_cnn_normalizes_with_batch_statistics_always():
+  """LEAF's CelebA CNN, recomputed in numpy: 4 x [conv, batch norm with the batch's own mean and
+  variance, 2x2 max-pool ('same'), ReLU], dense; the same in training and in evaluation."""
+  model = models.leaf_celeba_cnn((84, 84, 3), 2, seed=1)
+  # 84 -> 42 -> 21 -> 11 -> 6 after four 'same' pools; 4 x 32 x (9 C_in + 1) + BN + dense.
+  assert model.count_params() == (
+      (27 * 32 + 32) + 3 * (288 * 32 + 32) + 4 * 4 * 32 + (6 * 6 * 32 * 2 + 2))
+  x = np.random.default_rng(0).uniform(0, 255, (4, 84, 84, 3)).astype(np.float32)
+  convs = [l for l in model.layers if isinstance(l, tf.keras.layers.Conv2D)]
+  norms = [l for l in model.layers if isinstance(l, tf.keras.layers.BatchNormalization)]
+  out = x.astype(np.float64)
+  for conv, norm in zip(convs, norms):
+    out = conv(out.astype(np.float32)).numpy().astype(np.float64)
+    mean, var = out.mean(axis=(0, 1, 2)), out.var(axis=(0, 1, 2))
+    out = (out - mean) / np.sqrt(var + norm.epsilon) * norm.gamma.numpy() + norm.beta.numpy()
+    out = tf.nn.max_pool2d(out, 2, 2, 'SAME').numpy()
+    out = np.maximum(out, 0.0)
+  dense = model.layers[-1]
+  reference = out.reshape(4, -1) @ dense.kernel.numpy() + dense.bias.numpy()
+  for training in (False, True):
+    np.testing.assert_allclose(model(x, training=training).numpy(), reference, rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_bad_arguments():

@@ -14,7 +14,9 @@ from experiments import train
 @pytest.mark.parametrize('flag_values, message', [
     (dict(num_clients='5', clients_per_round='6'),
      'clients_per_round=6 is larger than the population --num_clients=5'),
-    (dict(cache_dir='/tmp'), "--cache_dir applies only to --dataset in \\['emnist'\\]"),
+    (dict(cache_dir='/tmp'), "--cache_dir applies only to --dataset in \\['emnist', 'leaf'\\]"),
+    (dict(leaf_dir='/tmp'), "--leaf_dir applies only to --dataset in \\['leaf'\\]"),
+    (dict(dataset='leaf'), '--dataset=leaf needs --leaf_dir'),
     (dict(dataset='synthetic', alpha='0.5'), '--alpha applies only to --dataset in'),
     (dict(client_loss='focal'), '--client_loss compose a method and need --algorithm=custom'),
     (dict(algorithm='custom', client_loss='focal'), '--algorithm=custom needs --aggregator'),

@@ -7,6 +7,8 @@ Every loader returns client data whose elements are single, UNBATCHED examples
   digits(*, num_clients=20, alpha=0.1, seed=0)    sklearn 8x8 digits, Dirichlet split, offline
   synthetic(alpha, beta, *, num_clients=30, seed=0)  FedProx / LEAF Synthetic(alpha, beta)
   emnist(*, only_digits=False, cache_dir=None)    federated EMNIST by writer (TFF's SQLite file)
+  leaf(root, *, name=None, cache_dir=None)        LEAF's FEMNIST, Synthetic or CelebA from the
+                                                  JSON files of LEAF's preprocess.sh (cached)
   tfds_dirichlet(name, *, num_clients, alpha, seed=0, data_dir=None)
                                                   mnist, fashion_mnist, cifar10, cifar100
   dirichlet_partition(labels, num_clients, alpha, *, seed, min_examples=1)
@@ -16,7 +18,8 @@ Every loader returns client data whose elements are single, UNBATCHED examples
 Test splits: Dirichlet splits (digits, tfds_dirichlet) partition the held-out split over the
 same client ids with each client's training label proportions, so
 `test.create_tf_dataset_from_all_clients()` is the whole centralized test set; synthetic holds
-each client's last 10%; emnist each writer's TFF test examples.
+each client's last 10%; emnist each writer's TFF test examples; leaf the files' own split
+(sample-based or user-based, reported by `describe`).
 """
 
 from tff_conflict.data.client_data import partition_to_client_data
@@ -25,6 +28,9 @@ from tff_conflict.data.digits_data import digits
 from tff_conflict.data.emnist_data import emnist
 from tff_conflict.data.info import dataset_info
 from tff_conflict.data.info import DatasetInfo
+from tff_conflict.data.leaf_data import leaf
+from tff_conflict.data.leaf_data import LeafClientData
+from tff_conflict.data.leaf_json import LeafFormatError
 from tff_conflict.data.partition import dirichlet_partition
 from tff_conflict.data.synthetic_data import synthetic
 from tff_conflict.data.tfds_data import tfds_dirichlet
@@ -36,6 +42,9 @@ __all__ = [
     'digits',
     'dirichlet_partition',
     'emnist',
+    'leaf',
+    'LeafClientData',
+    'LeafFormatError',
     'partition_to_client_data',
     'synthetic',
     'tfds_dirichlet',

@@ -91,7 +91,9 @@ def describe(client_data, *, max_clients=None) -> DataSummary:
     dominant_class_fraction: per client, the share of its most frequent label;
     label_tv_distance: per client, the total-variation distance `0.5 sum_c |p_k(c) - p(c)|`
       between its label distribution and the pooled one (0: IID; near 1: disjoint labels).
-  Empty clients are left out of the per-client label statistics.
+  Empty clients are left out of the per-client label statistics. Client data that describes
+  itself (`summary_header`, e.g. `leaf`'s: the source and whether the split is sample-based or
+  user-based) gets those keys first.
 
   Args:
     client_data: the client data; `ArrayClientData` is summarized from its stored counts,
@@ -100,4 +102,8 @@ def describe(client_data, *, max_clients=None) -> DataSummary:
   """
   if max_clients is not None:
     max_clients = _checks.check_int('max_clients', max_clients, minimum=1)
-  return summarize_counts(label_counts_of(client_data, max_clients))
+  summary = summarize_counts(label_counts_of(client_data, max_clients))
+  header = getattr(client_data, 'summary_header', None)
+  if header:
+    summary = DataSummary(list(header.items()) + list(summary.items()))
+  return summary

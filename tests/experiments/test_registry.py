@@ -1,0 +1,40 @@
+"""experiments.registry's `leaf` entry: LEAF's splits, --num_clients, classes and default models."""
+
+import pytest
+
+from experiments import registry
+from tests.data import leaf_fixtures
+
+
+def _spec_and_options(leaf_dir, **kwargs):
+  return registry.DATASETS['leaf'], registry.DataOptions(dataset='leaf', leaf_dir=leaf_dir,
+                                                         **kwargs)
+
+
+@pytest.mark.parametrize('make, name, model, num_classes', [
+    (leaf_fixtures.femnist, 'femnist', 'leaf_femnist_cnn', 62),
+    (leaf_fixtures.synthetic, 'synthetic', 'logistic_regression', None),
+    (leaf_fixtures.celeba, 'celeba', 'leaf_celeba_cnn', 2),
+])
+def test_leaf_datasets_get_leafs_models(tmp_path, make, name, model, num_classes):
+  _, expected = make(str(tmp_path))
+  spec, options = _spec_and_options(str(tmp_path / 'data' / name))
+  train, test = spec.load(options)
+  assert train.client_ids == sorted(expected['train'])
+  assert test.client_ids == sorted(expected['test'])
+  assert spec.default_model_for(options) == model
+  assert spec.num_classes(options) == (num_classes or train.num_classes)
+
+
+def test_num_clients_keeps_the_first_users(tmp_path):
+  leaf_fixtures.femnist(str(tmp_path / 'sample'), num_users=5)
+  spec, options = _spec_and_options(str(tmp_path / 'sample' / 'data' / 'femnist'), num_clients=2)
+  train, test = spec.load(options)
+  assert train.client_ids == test.client_ids == ['f0000_00', 'f0001_01']
+  leaf_fixtures.femnist(str(tmp_path / 'user'), num_users=6, split='user')
+  spec, options = _spec_and_options(str(tmp_path / 'user' / 'data' / 'femnist'), num_clients=2)
+  train, test = spec.load(options)
+  assert train.client_ids == ['f0000_00', 'f0002_02']
+  assert test.client_ids == ['f0001_01', 'f0003_03', 'f0005_05']  # every test user
+  with pytest.raises(ValueError, match='num_clients=4 is larger than the 3 users of LEAF femnist'):
+    spec.load(registry.DataOptions(dataset='leaf', leaf_dir=options.leaf_dir, num_clients=4))

@@ -1,0 +1,197 @@
+"""LEAF's FEMNIST, Synthetic and CelebA as TFF `ClientData`, read from LEAF's own JSON output.
+
+LEAF (Caldas et al., "LEAF: A Benchmark for Federated Settings", arXiv:1812.01097) publishes
+scripts, not data: each user runs `preprocess.sh`, which writes `data/<name>/data/train/*.json`
+and `data/<name>/data/test/*.json`. `leaf()` reads those files as they are: LEAF's users are the
+clients and its train/test files are the splits. The files are converted once into a compact
+cache (`leaf_cache`), which later calls open in well under a second; a client's dataset reads
+only that client's cache file.
+"""
+
+import collections
+import math
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_conflict.data import info as info_lib
+from tff_conflict.data import leaf_cache
+
+SPLIT_KINDS = {
+    'sample': "sample-based: every user's examples are divided between train and test (LEAF's "
+              '-t sample), so train and test have the same clients',
+    'user': "user-based: users are divided between train and test (LEAF's -t user), so the test "
+            'clients are users never seen in training',
+    'mixed': 'mixed: some users are in both train and test, others in one of them only',
+}
+
+
+class LeafClientData(tff.simulation.datasets.ClientData):
+  """One split of a converted LEAF dataset: a client per LEAF user, ids as in the files.
+
+  Elements are UNBATCHED `OrderedDict(x=float32 element_shape, y=int32 scalar)` (see `leaf`).
+  A client's dataset reads that client's cache file when it is created (eagerly) or iterated
+  (inside a graph); nothing else is read. Also exposes `label_counts`, `client_sizes`,
+  `num_classes`, `info`, `split_kind` and `cache_path`.
+  """
+
+  def __init__(self, cache: leaf_cache.LeafCache, split: str):
+    super().__init__()
+    index = cache.splits[split]
+    self._cache = cache
+    self._split = split
+    self._ids = list(index.ids)
+    self._paths = [index.path(k) for k in range(len(self._ids))]
+    self._counts = np.asarray(index.counts, np.int64)
+    self._encodings = np.asarray(index.encodings, np.int64)
+    self._label_counts = np.asarray(index.label_counts, np.int64)
+    self._shape = tuple(cache.element_shape)
+    self._info = info_lib.DatasetInfo(f'leaf_{cache.source.name}', self._shape, cache.num_classes,
+                                      f'leaf(root, name={cache.source.name!r})')
+    self._element_spec = collections.OrderedDict(
+        x=tf.TensorSpec(self._shape, tf.float32), y=tf.TensorSpec([], tf.int32))
+
+  def _decode_x(self, raw: tf.Tensor, encoding: tf.Tensor) -> tf.Tensor:
+    def unit8():
+      table = tf.constant((np.arange(256) / 255.0).astype(np.float32))
+      return tf.gather(table, tf.cast(tf.io.decode_raw(raw, tf.uint8), tf.int32))
+
+    def float32():
+      return tf.io.decode_raw(raw, tf.float32, little_endian=True)
+
+    def pixels():
+      return tf.cast(tf.io.decode_raw(raw, tf.uint8), tf.float32)
+
+    decoders = {leaf_cache.UNIT8: unit8, leaf_cache.FLOAT32: float32, leaf_cache.PIXELS: pixels}
+    present = sorted(set(self._encodings.tolist())) or [leaf_cache.FLOAT32]
+    if len(present) == 1:
+      return decoders[present[0]]()
+    branch = tf.gather(tf.constant([present.index(e) if e in present else 0
+                                    for e in range(len(decoders))], tf.int32), encoding)
+    return tf.switch_case(branch, [decoders[e] for e in present])
+
+  def _read_client(self, client_id) -> collections.OrderedDict:
+    """The client's examples as one block `OrderedDict(x=[n, ...], y=[n])` (TF ops only)."""
+    k = tf.reshape(tf.where(tf.equal(tf.constant(self._ids), client_id)), [])
+    n = tf.gather(tf.constant(self._counts), k)
+    encoding = tf.gather(tf.constant(self._encodings), k)
+    row_bytes = tf.gather(tf.constant(
+        [math.prod(self._shape) * leaf_cache.ENCODINGS[e].itemsize
+         for e in sorted(leaf_cache.ENCODINGS)], tf.int64), encoding)
+    raw = tf.io.read_file(tf.gather(tf.constant(self._paths), k))
+    x_bytes = n * row_bytes
+    x = self._decode_x(tf.strings.substr(raw, tf.constant(0, tf.int64), x_bytes), encoding)
+    y = tf.io.decode_raw(tf.strings.substr(raw, x_bytes, 4 * n), tf.int32, little_endian=True)
+    return collections.OrderedDict(x=tf.reshape(x, (-1,) + self._shape), y=tf.reshape(y, [-1]))
+
+  def _dataset_fn(self, client_id) -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices(self._read_client(client_id))
+
+  @property
+  def client_ids(self) -> list[str]:
+    return list(self._ids)
+
+  @property
+  def serializable_dataset_fn(self):
+    return self._dataset_fn
+
+  @property
+  def element_type_structure(self):
+    return self._element_spec
+
+  @property
+  def label_counts(self) -> np.ndarray:
+    """[num_clients, num_classes] int64: `label_counts[k, c]` examples of class c at client k."""
+    return self._label_counts.copy()
+
+  @property
+  def client_sizes(self) -> np.ndarray:
+    """Number of examples of each client, in `client_ids` order."""
+    return self._counts.copy()
+
+  @property
+  def num_classes(self) -> int:
+    return self._info.num_classes
+
+  @property
+  def info(self) -> info_lib.DatasetInfo:
+    """Element shape and number of classes, as `dataset_info` gives for the other loaders."""
+    return self._info
+
+  @property
+  def name(self) -> str:
+    """'femnist', 'synthetic' or 'celeba'."""
+    return self._cache.source.name
+
+  @property
+  def split_kind(self) -> str:
+    """'sample', 'user' or 'mixed' (`SPLIT_KINDS`), from the users the two splits hold."""
+    return self._cache.split_kind
+
+  @property
+  def cache_path(self) -> str:
+    return self._cache.path
+
+  @property
+  def summary_header(self) -> collections.OrderedDict:
+    """The lines `describe` prints before the sizes: source and kind of split."""
+    return collections.OrderedDict(
+        dataset=f'LEAF {self.name}, {self._split} split of {self._cache.source.data_dir}',
+        split=SPLIT_KINDS[self.split_kind])
+
+
+def leaf(root, *, name: Optional[str] = None, cache_dir=None, image_dir=None):
+  """LEAF's FEMNIST, Synthetic or CelebA as TFF `ClientData` `(train, test)`, from its JSON.
+
+  Reads the output of LEAF's `preprocess.sh` (github.com/TalwalkarLab/leaf): the JSON files
+  `train/*.json` and `test/*.json`, each `{"users": [...], "num_samples": [...],
+  "user_data": {user: {"x": [...], "y": [...]}}}`. Every user listed in a split's files is a
+  client, with id the LEAF user name (client ids are sorted) and its examples in file order;
+  the train/test split is exactly the files'. Which kind of split the files hold is detected
+  and reported by `train.split_kind` and `describe(train)`: 'sample' (the same users in train
+  and test: LEAF's `-t sample`, which LEAF's reference models require), 'user' (disjoint
+  users: `-t user`) or 'mixed'.
+
+  Elements are UNBATCHED examples `OrderedDict(x=float32 [...], y=int32 scalar)`, with LEAF's
+  own sizes and value conventions (what its reference models in `models/<name>/` receive):
+
+  * femnist: x `[28, 28, 1]`, the 784 values of a row in row-major order, in [0, 1] (LEAF's
+    pixel / 255: 1.0 is the white background, as in TFF's EMNIST); y in 0..61 (digits, upper
+    case, lower case).
+  * synthetic: x `[D]` as in the files (LEAF's `-num-dim`, 60 in its README); y in
+    0..C-1 where C is the largest label in either split + 1 (LEAF's `-num-classes`).
+  * celeba: x `[84, 84, 3]`, the image named in the file read from `image_dir` and resized as
+    LEAF's CNN does (Pillow's `Image.resize((84, 84))` with its default filter, then RGB), the
+    pixel values 0..255 unscaled; y the `Smiling` attribute, 0 or 1.
+
+  Conversion: the first call (or the first after the files changed) streams the JSON files
+  into a cache, holding only a few MB of the text at a time, and reads the CelebA images once;
+  later calls open the cache directly. The cache goes next to the data,
+  `<data dir>/tff_conflict_cache`, or under `cache_dir`.
+
+  Args:
+    root: LEAF's dataset folder `data/<name>` (or its `data/<name>/data` folder holding
+      `train/` and `test/`), or LEAF's checkout with `name` given.
+    name: 'femnist', 'synthetic' or 'celeba'; default: the dataset folder's name.
+    cache_dir: where to keep the converted cache (default: next to the data).
+    image_dir: celeba only: the folder of the aligned CelebA images (default: LEAF's
+      `data/celeba/data/raw/img_align_celeba`).
+
+  Returns:
+    `(train, test)`, two `LeafClientData` (`tff.simulation.datasets.ClientData`).
+
+  Raises:
+    FileNotFoundError: no `train/` and `test/` with JSON files under `root`, or a missing
+      CelebA image (named).
+    ValueError: an unknown or unsupported `name` (Shakespeare, Sent140 and Reddit are text
+      datasets and not supported); `leaf_json.LeafFormatError` (a `ValueError`) naming the file
+      for a truncated or malformed file, a user listed without data, x and y of different
+      lengths, `num_samples` disagreeing with the data, rows of the wrong length, labels out of
+      range or a user in two files of a split. Nothing is cached then.
+    OSError: the cache cannot be written there (pass `cache_dir`).
+  """
+  source = leaf_cache.resolve_source(root, name, image_dir)
+  cache = leaf_cache.open_or_build(source, leaf_cache.default_cache_path(source, cache_dir))
+  return LeafClientData(cache, 'train'), LeafClientData(cache, 'test')
