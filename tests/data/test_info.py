@@ -8,7 +8,8 @@ from tff_conflict import data
 def test_public_api():
   assert sorted(data.__all__) == sorted([
       'DatasetInfo', 'dataset_info', 'describe', 'digits', 'dirichlet_partition', 'emnist',
-      'partition_to_client_data', 'synthetic', 'tfds_dirichlet'])
+      'leaf', 'LeafClientData', 'LeafFormatError', 'partition_to_client_data', 'synthetic',
+      'tfds_dirichlet'])
   for name in data.__all__:
     assert callable(getattr(data, name))
 

@@ -43,8 +43,8 @@ def test_femnist_sample_split_is_read_exactly(tmp_path):
   assert train.split_kind == test.split_kind == 'sample'
   assert train.element_type_structure['x'] == tf.TensorSpec((28, 28, 1), tf.float32)
   assert train.element_type_structure['y'] == tf.TensorSpec([], tf.int32)
-  assert train.info == data.DatasetInfo('leaf_femnist', (28, 28, 1), 62,
-                                        "leaf(root, name='femnist')")
+  assert train.info == data.dataset_info('leaf_femnist') == data.DatasetInfo(
+      'leaf_femnist', (28, 28, 1), 62, "leaf(root, name='femnist')")
   counts = np.stack([np.bincount(expected['train'][c][1], minlength=62) for c in train.client_ids])
   np.testing.assert_array_equal(train.label_counts, counts)
   np.testing.assert_array_equal(train.client_sizes, counts.sum(axis=1))
@@ -111,6 +111,7 @@ def test_celeba_images_are_resized_as_leaf_does(tmp_path):
   train, test = data.leaf(str(tmp_path / 'data' / 'celeba'))
   _assert_split_equal(train, expected['train'])
   _assert_split_equal(test, expected['test'])
+  assert train.info == data.dataset_info('leaf_celeba')
   assert train.info.element_shape == (84, 84, 3) and train.num_classes == 2
   # An image changed in place: the cache is rebuilt from it.
   image_dir = os.path.join(data_dir, 'raw', 'img_align_celeba')
@@ -340,3 +341,31 @@ def test_wrong_row_length_for_femnist(tmp_path):
   os.rename(os.path.dirname(data_dir), tmp_path / 'data' / 'femnist')
   with pytest.raises(data.LeafFormatError, match='has a row of 60 numbers, expected 784'):
     data.leaf(str(tmp_path / 'data' / 'femnist'))
+
+
+def test_a_current_cache_opens_where_nothing_can_be_written(tmp_path):
+  data_dir, expected = leaf_fixtures.femnist(str(tmp_path), num_users=3)
+  root = str(tmp_path / 'data' / 'femnist')
+  train, _ = data.leaf(root)
+  lock = train.cache_path + '.lock'
+  os.remove(lock)
+  os.mkdir(lock)  # the lock cannot be opened, as in a read-only folder (even for root)
+  train, _ = data.leaf(root)
+  _assert_split_equal(train, expected['train'])
+  os.utime(_first_train_file(data_dir), ns=(0, 0))  # now the cache is stale
+  with pytest.raises(OSError, match='cannot write the LEAF cache .* pass cache_dir='):
+    data.leaf(root)
+
+
+def test_celeba_cache_follows_the_pillow_version(tmp_path, monkeypatch):
+  leaf_fixtures.celeba(str(tmp_path), num_users=2)
+  root = str(tmp_path / 'data' / 'celeba')
+  data.leaf(root)
+  built = []
+  original = leaf_cache._build  # pylint: disable=protected-access
+  monkeypatch.setattr(leaf_cache, '_build', lambda *a: built.append(1) or original(*a))
+  data.leaf(root)
+  assert not built
+  monkeypatch.setattr(leaf_cache, '_pillow_version', lambda: '0.0')
+  data.leaf(root)
+  assert built

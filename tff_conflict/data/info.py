@@ -25,6 +25,9 @@ _INFOS = {
                                  "tfds_dirichlet('fashion_mnist', ...)"),
     'cifar10': DatasetInfo('cifar10', (32, 32, 3), 10, "tfds_dirichlet('cifar10', ...)"),
     'cifar100': DatasetInfo('cifar100', (32, 32, 3), 100, "tfds_dirichlet('cifar100', ...)"),
+    # LEAF Synthetic's shape and classes are the files' (`leaf(...)[0].info`).
+    'leaf_femnist': DatasetInfo('leaf_femnist', (28, 28, 1), 62, "leaf(root, name='femnist')"),
+    'leaf_celeba': DatasetInfo('leaf_celeba', (84, 84, 3), 2, "leaf(root, name='celeba')"),
 }
 
 DATASET_NAMES = tuple(_INFOS)
@@ -32,7 +35,8 @@ DATASET_NAMES = tuple(_INFOS)
 
 def dataset_info(name: str) -> DatasetInfo:
   """The `DatasetInfo` of 'digits', 'synthetic', 'emnist', 'emnist_digits', 'mnist',
-  'fashion_mnist', 'cifar10' or 'cifar100'; `ValueError` for any other name."""
+  'fashion_mnist', 'cifar10', 'cifar100', 'leaf_femnist' or 'leaf_celeba'; `ValueError` for any
+  other name (LEAF Synthetic's is `data.leaf(...)[0].info`)."""
   if name not in _INFOS:
     raise ValueError(f'name must be one of {list(DATASET_NAMES)}, got {name!r}')
   return _INFOS[name]

@@ -252,14 +252,7 @@ def _open(path: str, source: Source, built: bool) -> LeafCache:
 
 
 @contextlib.contextmanager
-def _locked(path: str):
-  parent = os.path.dirname(path)
-  try:
-    os.makedirs(parent, exist_ok=True)
-    lock = open(path + '.lock', 'a+b')  # pylint: disable=consider-using-with
-  except OSError as e:
-    raise OSError(f'cannot write the LEAF cache {path!r} ({e}); pass cache_dir= a writable '
-                  'directory') from e
+def _locked(lock):
   with lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
@@ -269,11 +262,22 @@ def _locked(path: str):
 
 
 def open_or_build(source: Source, path: str) -> LeafCache:
-  """Opens the cache at `path`, converting the JSON files first when it is missing or stale."""
+  """Opens the cache at `path`, converting the JSON files first when it is missing or stale.
+
+  A complete, current cache in a read-only place is opened without the lock.
+  """
   for split in SPLITS:
     if not source.files(split):
       raise FileNotFoundError(f'{os.path.join(source.data_dir, split)} holds no .json file')
-  with _locked(path):
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    lock = open(path + '.lock', 'a+b')  # pylint: disable=consider-using-with
+  except OSError as e:
+    if _stale_reason(path, source) is None:
+      return _open(path, source, built=False)
+    raise OSError(f'cannot write the LEAF cache {path!r} ({e}); pass cache_dir= a writable '
+                  'directory') from e
+  with _locked(lock):
     reason = _stale_reason(path, source)
     if reason is None:
       return _open(path, source, built=False)

@@ -105,11 +105,13 @@ class _Stream:
     self.fill(1)
     return self.buf[self.pos:self.pos + 1]
 
+  def found(self, got: bytes) -> str:
+    return repr(got.decode('latin-1')) if got else 'the end of the file (truncated?)'
+
   def expect(self, char: bytes, where: str) -> None:
     got = self.peek()
     if got != char:
-      raise self.error(f'expected {char.decode()!r} {where}, found '
-                       + (repr(got.decode('latin-1')) if got else 'the end of the file (truncated?)'))
+      raise self.error(f'expected {char.decode()!r} {where}, found {self.found(got)}')
     self.pos += 1
 
   def comma_or_close(self, close: bytes, where: str) -> bool:
@@ -121,8 +123,7 @@ class _Stream:
     if got == close:
       self.pos += 1
       return False
-    raise self.error(f"expected ',' or {close.decode()!r} {where}, found "
-                     + (repr(got.decode('latin-1')) if got else 'the end of the file (truncated?)'))
+    raise self.error(f"expected ',' or {close.decode()!r} {where}, found {self.found(got)}")
 
   def value(self, where: str):
     """Parses one (small) JSON value with the standard library's decoder."""
@@ -155,10 +156,9 @@ class _Stream:
       return obj
 
   def key(self, where: str) -> str:
-    if self.peek() != b'"':
-      got = self.peek()
-      raise self.error(f'expected a quoted key {where}, found '
-                       + (repr(got.decode('latin-1')) if got else 'the end of the file (truncated?)'))
+    got = self.peek()
+    if got != b'"':
+      raise self.error(f'expected a quoted key {where}, found {self.found(got)}')
     name = self.value(where)
     self.expect(b':', f'after the key {name!r}')
     return name
