@@ -208,6 +208,10 @@ def test_root_layouts_and_names(tmp_path):
   with pytest.raises(ValueError, match="name='celeba' but .* is the folder of LEAF dataset "
                                        "'femnist'"):
     data.leaf(str(tmp_path / 'data' / 'femnist'), name='celeba')
+  for bad in ('FEMNIST', 3, ['femnist']):
+    with pytest.raises(ValueError, match=r"name must be one of \['celeba', 'femnist', "
+                                         r"'synthetic'\] or None, got"):
+      data.leaf(str(tmp_path), name=bad)
   with pytest.raises(ValueError, match="image_dir applies only to celeba"):
     data.leaf(str(tmp_path / 'data' / 'femnist'), image_dir=str(tmp_path))
   os.rename(tmp_path / 'data' / 'femnist', tmp_path / 'data' / 'mine')
@@ -369,3 +373,18 @@ def test_celeba_cache_follows_the_pillow_version(tmp_path, monkeypatch):
   monkeypatch.setattr(leaf_cache, '_pillow_version', lambda: '0.0')
   data.leaf(root)
   assert built
+
+
+def test_the_benchmark_fixture_is_leafs_format(tmp_path):
+  from benchmarks import leaf_fixture  # pylint: disable=g-import-not-at-top
+  stats = leaf_fixture.write_femnist(str(tmp_path), users=5, mean_samples=6, pool_rows=16)
+  files = sorted(glob.glob(str(tmp_path / 'data' / 'femnist' / 'data' / '*' / '*.json')))
+  assert len(files) == stats.num_files == 2
+  for path in files:
+    with open(path, 'rb') as f:
+      raw = f.read()
+    assert json.dumps(json.loads(raw)).encode() == raw  # exactly what json.dump writes
+  train, test = data.leaf(str(tmp_path / 'data' / 'femnist'))
+  assert data.describe(train)['num_examples'] == stats.train_examples
+  assert data.describe(test)['num_examples'] == stats.test_examples
+  assert len(train.client_ids) == len(test.client_ids) == stats.users

@@ -102,7 +102,7 @@ def resolve_source(root, name: Optional[str], image_dir=None) -> Source:
     FileNotFoundError: no `train/` and `test/` directories there.
     ValueError: unknown, unsupported or contradicting `name`.
   """
-  if name is not None and name not in SPECS:
+  if name is not None and (not isinstance(name, str) or name not in SPECS):
     raise ValueError(unsupported_message(name) if name in UNSUPPORTED else
                      f'name must be one of {sorted(SPECS)} or None, got {name!r}')
   root = os.path.abspath(os.path.expanduser(os.fspath(root)))
