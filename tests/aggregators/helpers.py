@@ -82,7 +82,7 @@ WEIGHT_TYPE = tff.TensorType(np.float32)
 
 COMMON_MEASUREMENTS = ('num_clients', 'num_excluded_nonfinite', 'num_excluded_zero_weight',
                        'num_participating', 'conflict_fraction_before', 'conflict_fraction_after',
-                       'min_cosine', 'mean_cosine', 'aggregate_norm')
+                       'min_cosine', 'mean_cosine', 'aggregate_norm', 'norm_ratio')
 
 
 def check_signatures(process, value_type, weight_type, state_type, extra_measurements):

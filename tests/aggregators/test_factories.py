@@ -177,6 +177,10 @@ def test_principal_excludes_zero_weight_and_non_finite():
   m = out.measurements
   assert (m['num_clients'], m['num_excluded_nonfinite'], m['num_excluded_zero_weight'],
           m['num_participating']) == (5, 1, 1, 3)
+  w = np.asarray(weights)[keep]
+  plain_mean = w / w.sum() @ stack[keep]   # of the clients that took part
+  np.testing.assert_allclose(m['norm_ratio'],
+                             np.linalg.norm(out.result) / np.linalg.norm(plain_mean), rtol=1e-6)
 
 
 @pytest.mark.parametrize('weights_are_losses', [False, True])
@@ -212,6 +216,9 @@ def test_dominant_losses_change_the_result_and_zero_means_no_loss():
   assert out.measurements['num_excluded_zero_weight'] == 1
   # The unweighted mean of Algorithm 2 line 9: K = 4 clients taking part.
   assert out.measurements['num_participating'] == 4
+  plain_mean = stack[keep].mean(axis=0)
+  np.testing.assert_allclose(out.measurements['norm_ratio'],
+                             np.linalg.norm(out.result) / np.linalg.norm(plain_mean), rtol=1e-6)
 
 
 def test_corrective_matches_kernel_and_fills_every_field():
@@ -239,6 +246,10 @@ def test_corrective_matches_kernel_and_fills_every_field():
   np.testing.assert_allclose(helpers.flat_np(out.result['gradient']), w @ g_stack, rtol=1e-5)
   np.testing.assert_allclose(out.result['loss'], w @ losses, rtol=1e-6)
   assert list(out.result.keys()) == ['update', 'gradient', 'loss']
+  np.testing.assert_allclose(
+      out.measurements['norm_ratio'],
+      np.linalg.norm(helpers.flat_np(out.result['update'])) / np.linalg.norm(w @ u_stack),
+      rtol=1e-4)
 
 
 @pytest.mark.slow

@@ -89,6 +89,9 @@ def test_execution_matches_reference_and_kernel_nested_structure():
   assert m['num_excluded_nonfinite'] == 0 and m['num_excluded_zero_weight'] == 0
   assert m['num_projections'] > 0 and m['conflict_fraction_before'] > 0
   np.testing.assert_allclose(m['aggregate_norm'], np.linalg.norm(expected), rtol=1e-4)
+  plain_mean = np.asarray(weights) / np.sum(weights) @ f32
+  np.testing.assert_allclose(m['norm_ratio'], np.linalg.norm(expected) / np.linalg.norm(plain_mean),
+                             rtol=1e-4)
   # The result keeps the value's containers.
   assert list(out.result.keys()) == ['zeta', 'alpha']
   assert list(out.result['alpha'].keys()) == ['w', 'b']

@@ -34,6 +34,7 @@ Decisions (recorded per SPEC's preamble):
 import tensorflow as tf
 
 from tff_conflict import hparams
+from tff_conflict.conflict import _eager
 from tff_conflict.conflict import _validation
 from tff_conflict.conflict import geometry
 
@@ -55,20 +56,26 @@ def _weights_from_round(r, alpha):
   return x
 
 
+def _check_pair(updates, gradients):
+  """(updates, gradients) as [K, d] stacks of one dtype and one shape (checked)."""
+  u, checks = _validation.stack(updates, 'updates')
+  grads, more = _validation.stack(gradients, 'gradients')
+  if u.dtype != grads.dtype:
+    raise ValueError('updates and gradients must have the same dtype, got '
+                     f'{u.dtype.name} and {grads.dtype.name}')
+  checks += more + _validation.same_shape(u, 'updates', grads, 'gradients')
+  if checks:
+    with tf.control_dependencies(checks):
+      u = tf.identity(u)
+  return u, grads
+
+
 def _begin(gradients, losses, weights, include, validate, alpha, updates=None):
   alpha = hparams.CORRECTIVE_ALPHA.check(alpha)
   u = None
   grads = gradients
   if updates is not None:
-    u, checks = _validation.stack(updates, 'updates')
-    grads, more = _validation.stack(gradients, 'gradients')
-    if u.dtype != grads.dtype:
-      raise ValueError('updates and gradients must have the same dtype, got '
-                       f'{u.dtype.name} and {grads.dtype.name}')
-    checks += more + _validation.same_shape(u, 'updates', grads, 'gradients')
-    if checks:
-      with tf.control_dependencies(checks):
-        u = tf.identity(u)
+    u, grads = _check_pair(updates, gradients)
   r, loss = geometry.begin_round(grads, weights=weights, losses=losses, include=include,
                                  validate=validate, updates_name='gradients')
   r.losses = loss
@@ -88,6 +95,16 @@ def corrective_weights(gradients, losses, *, alpha=0.1, include=None, validate=T
   Returns:
     [K] in the dtype of `gradients`.
   """
+  if _eager.executing_eagerly():
+    alpha = hparams.CORRECTIVE_ALPHA.check(alpha)
+    grads, _, loss, inc = geometry.check_round(gradients, losses=losses, include=include,
+                                               validate=validate, updates_name='gradients')
+    return _eager.call(_weights_only, dict(gradients=grads, losses=loss, include=inc),
+                       dict(alpha=alpha, validate=False))
+  return _weights_only(gradients, losses, alpha, include, validate)
+
+
+def _weights_only(gradients, losses, alpha, include, validate):
   r, alpha, _ = _begin(gradients, losses, None, include, validate, alpha)
   return tf.cast(_weights_from_round(r, alpha), r.dtype)
 
@@ -113,7 +130,33 @@ def _aggregate(updates, gradients, losses, weights, alpha, include, validate):
   x = _weights_from_round(full, alpha)
   correction = full.combine(x)
   aggregate = fedavg + correction
-  return full, x, aggregate
+  return full, x, aggregate, fedavg
+
+
+def _aggregate_only(updates, gradients, losses, weights, alpha, include, validate):
+  return _aggregate(updates, gradients, losses, weights, alpha, include, validate)[2]
+
+
+def _with_diagnostics(updates, gradients, losses, weights, alpha, include, validate):
+  full, x, aggregate, fedavg = _aggregate(updates, gradients, losses, weights, alpha, include,
+                                          validate)
+  gram_after = x[:, tf.newaxis] * full.gram * x[tf.newaxis, :]
+  return aggregate, full.diagnostics(
+      gram_after, aggregate, {'corrective_weights': tf.cast(x, geometry.REAL_DTYPE)},
+      mean_norm=tf.norm(tf.cast(fedavg, tf.float64)))
+
+
+def _run(impl, updates, gradients, losses, weights, alpha, include, validate):
+  """`impl` inline in a graph; eagerly, checks first, then a cached graph (`_eager`)."""
+  if not _eager.executing_eagerly():
+    return impl(updates, gradients, losses, weights, alpha, include, validate)
+  alpha = hparams.CORRECTIVE_ALPHA.check(alpha)
+  u, grads = _check_pair(updates, gradients)
+  grads, w, loss, inc = geometry.check_round(grads, weights=weights, losses=losses,
+                                             include=include, validate=validate,
+                                             updates_name='gradients')
+  return _eager.call(impl, dict(updates=u, gradients=grads, losses=loss, weights=w, include=inc),
+                     dict(alpha=alpha, validate=False))
 
 
 def corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1, include=None,
@@ -132,7 +175,7 @@ def corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1, incl
   Returns:
     [d] in the dtype of `updates`.
   """
-  return _aggregate(updates, gradients, losses, weights, alpha, include, validate)[2]
+  return _run(_aggregate_only, updates, gradients, losses, weights, alpha, include, validate)
 
 
 def corrective_aggregate_with_diagnostics(updates, gradients, losses, weights, *, alpha=0.1,
@@ -142,7 +185,4 @@ def corrective_aggregate_with_diagnostics(updates, gradients, losses, weights, *
   Returns (aggregate [d], OrderedDict): the common diagnostics (pair statistics of the gradients,
   see module docstring) plus `corrective_weights` (float32 [K]).
   """
-  full, x, aggregate = _aggregate(updates, gradients, losses, weights, alpha, include, validate)
-  gram_after = x[:, tf.newaxis] * full.gram * x[tf.newaxis, :]
-  return aggregate, full.diagnostics(gram_after, aggregate, {
-      'corrective_weights': tf.cast(x, geometry.REAL_DTYPE)})
+  return _run(_with_diagnostics, updates, gradients, losses, weights, alpha, include, validate)

@@ -34,6 +34,7 @@ Decisions (recorded per SPEC's preamble):
 import tensorflow as tf
 
 from tff_conflict import hparams
+from tff_conflict.conflict import _eager
 from tff_conflict.conflict import geometry
 
 LOSS_FLOOR = 1e-12
@@ -78,6 +79,30 @@ def _dominant(updates, losses, selection_ratio, include, validate):
   return r, coeffs, aggregate, count, num_dominant
 
 
+def _aggregate_only(updates, losses, selection_ratio, include, validate):
+  return _dominant(updates, losses, selection_ratio, include, validate)[2]
+
+
+def _with_diagnostics(updates, losses, selection_ratio, include, validate):
+  r, coeffs, aggregate, count, num_dominant = _dominant(updates, losses, selection_ratio, include,
+                                                        validate)
+  gram_after = tf.matmul(tf.matmul(coeffs, r.gram), coeffs, transpose_b=True)
+  return aggregate, r.diagnostics(gram_after, aggregate, {
+      'num_dominant': tf.cast(num_dominant, geometry.COUNT_DTYPE),
+      'num_projections': tf.cast(count, geometry.COUNT_DTYPE)})
+
+
+def _run(impl, updates, losses, selection_ratio, include, validate):
+  """`impl` inline in a graph; eagerly, checks first, then a cached graph (`_eager`)."""
+  if not _eager.executing_eagerly():
+    return impl(updates, losses, selection_ratio, include, validate)
+  ratio = hparams.DGC_SELECTION_RATIO.check(selection_ratio)
+  stack, _, loss, inc = geometry.check_round(updates, losses=losses, include=include,
+                                             validate=validate)
+  return _eager.call(impl, dict(updates=stack, losses=loss, include=inc),
+                     dict(selection_ratio=ratio, validate=False))
+
+
 def dominant_correction(updates, losses, *, selection_ratio=0.5, include=None, validate=True):
   """FedMGC dominant gradient correction (fedmgc paper, Algorithms 1-2; SPEC section 2b).
 
@@ -92,7 +117,7 @@ def dominant_correction(updates, losses, *, selection_ratio=0.5, include=None, v
   Returns:
     [d] in the dtype of `updates`: the mean of the corrected updates.
   """
-  return _dominant(updates, losses, selection_ratio, include, validate)[2]
+  return _run(_aggregate_only, updates, losses, selection_ratio, include, validate)
 
 
 def dominant_correction_with_diagnostics(updates, losses, *, selection_ratio=0.5, include=None,
@@ -102,9 +127,4 @@ def dominant_correction_with_diagnostics(updates, losses, *, selection_ratio=0.5
   Returns (aggregate [d], OrderedDict): the common diagnostics plus `num_dominant` and
   `num_projections` (int32).
   """
-  r, coeffs, aggregate, count, num_dominant = _dominant(updates, losses, selection_ratio, include,
-                                                        validate)
-  gram_after = tf.matmul(tf.matmul(coeffs, r.gram), coeffs, transpose_b=True)
-  return aggregate, r.diagnostics(gram_after, aggregate, {
-      'num_dominant': tf.cast(num_dominant, geometry.COUNT_DTYPE),
-      'num_projections': tf.cast(count, geometry.COUNT_DTYPE)})
+  return _run(_with_diagnostics, updates, losses, selection_ratio, include, validate)

@@ -38,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_conflict import _checks
+from tff_conflict.conflict import _eager
 from tff_conflict.conflict import _validation
 
 COUNT_DTYPE = tf.int32
@@ -159,10 +160,26 @@ class Round:
   def cosines(self):
     return cosine_from_gram(self.gram, self.part)
 
-  def diagnostics(self, gram_after, aggregate, extra):
-    """The SPEC "Diagnostics" common to every kernel, then `extra` (name -> tensor) in order.
+  def mean_weights(self):
+    """The weights of the plain mean: `weights` (normalised), or 1/K over the clients taking part
+    for a kernel without weights. float64 [K]."""
+    if self.weights is not None:
+      return self.weights
+    return tf.math.divide_no_nan(tf.cast(self.part, tf.float64), self.num_part)
+
+  def mean_norm(self):
+    """Norm of the plain mean `m = sum_k w_k u_k` of the clients taking part, from the Gram
+    matrix: `|m|^2 = w^T G w` (clamped at 0 against rounding), float64."""
+    w = self.mean_weights()
+    sq = tf.reduce_sum(w * tf.linalg.matvec(self.gram, w))
+    return tf.sqrt(tf.maximum(sq, tf.constant(0.0, tf.float64)))
+
+  def diagnostics(self, gram_after, aggregate, extra, *, mean_norm=None):
+    """The diagnostics common to every kernel, then `extra` (name -> tensor) in order.
 
     gram_after: [K, K] Gram matrix of the corrected client vectors (float64).
+    mean_norm: norm of the plain mean the aggregate is compared with (float64 scalar); None for
+      `self.mean_norm()`.
     """
     frac_before, min_cos, mean_cos = pair_statistics(self.cosines(), self.part, self.tol)
     frac_after, _, _ = pair_statistics(cosine_from_gram(gram_after, self.part), self.part,
@@ -174,18 +191,40 @@ class Round:
     out['conflict_fraction_after'] = tf.cast(frac_after, REAL_DTYPE)
     out['min_cosine'] = tf.cast(min_cos, REAL_DTYPE)
     out['mean_cosine'] = tf.cast(mean_cos, REAL_DTYPE)
-    out['aggregate_norm'] = tf.cast(tf.norm(tf.cast(aggregate, tf.float64)), REAL_DTYPE)
+    aggregate_norm = tf.norm(tf.cast(aggregate, tf.float64))
+    if mean_norm is None:
+      mean_norm = self.mean_norm()
+    out['aggregate_norm'] = tf.cast(aggregate_norm, REAL_DTYPE)
+    out['norm_ratio'] = norm_ratio(aggregate_norm, mean_norm)
     for key, value in extra.items():
       out[key] = value
     return out
 
 
-def begin_round(updates, *, weights=None, losses=None, include=None, validate=True,
-                updates_name='updates'):
-  """Checks the arguments, computes the Gram matrix once and decides who takes part.
+def norm_ratio(aggregate_norm, mean_norm):
+  """`aggregate_norm / mean_norm` as a float32 scalar, defined everywhere (never NaN).
 
-  Returns (Round, losses as float64 [K] or None). A client with a non-finite loss is treated as
-  non-finite (excluded and counted in `num_excluded_nonfinite`).
+  Below 1 the method shortens the server step relative to the plain mean, above 1 it lengthens
+  it. Where the plain mean is 0: 1 if the aggregate is 0 too (neither moves the model), else the
+  ratio is unbounded and reported as the largest float32; every ratio is capped there, so the
+  result is always finite.
+  """
+  aggregate_norm = tf.cast(aggregate_norm, tf.float64)
+  mean_norm = tf.cast(mean_norm, tf.float64)
+  positive = mean_norm > 0
+  ratio = aggregate_norm / tf.where(positive, mean_norm, tf.ones_like(mean_norm))
+  cap = tf.constant(float(np.finfo(np.float32).max), tf.float64)
+  degenerate = tf.where(aggregate_norm > 0, cap, tf.ones_like(cap))
+  return tf.cast(tf.minimum(tf.where(positive, ratio, degenerate), cap), REAL_DTYPE)
+
+
+def check_round(updates, *, weights=None, losses=None, include=None, validate=True,
+                updates_name='updates'):
+  """Converts and checks the arguments of a round (package docstring, "Validation").
+
+  Returns (stack, weights, losses, include) as tensors: the [K, d] stack in its dtype, weights and
+  losses as float64 [K] (or None), include as bool [K]. Called eagerly, every check has run (and
+  raised `ValueError`) when it returns; in a graph the returned tensors depend on the assertions.
   """
   validate = _checks.check_bool('validate', validate)
   stack, checks = _validation.stack(updates, updates_name)
@@ -210,6 +249,18 @@ def begin_round(updates, *, weights=None, losses=None, include=None, validate=Tr
   if value_checks:
     with tf.control_dependencies(value_checks):
       stack = tf.identity(stack)
+  return stack, w, l, inc
+
+
+def begin_round(updates, *, weights=None, losses=None, include=None, validate=True,
+                updates_name='updates'):
+  """Checks the arguments, computes the Gram matrix once and decides who takes part.
+
+  Returns (Round, losses as float64 [K] or None). A client with a non-finite loss is treated as
+  non-finite (excluded and counted in `num_excluded_nonfinite`).
+  """
+  stack, w, l, inc = check_round(updates, weights=weights, losses=losses, include=include,
+                                 validate=validate, updates_name=updates_name)
   g = tf.cast(gram(stack), tf.float64)
   finite = tf.math.is_finite(tf.linalg.diag_part(g))
   if l is not None:
@@ -228,6 +279,13 @@ def pairwise_cosine(updates):
   One Gram matrix. Returns [K, K] in the input dtype. Pairs involving a zero or non-finite row
   are 0 (so is that row's diagonal); the diagonal is 1 for the other rows.
   """
+  if _eager.executing_eagerly():
+    stack, _ = _validation.stack(updates, 'updates')
+    return _eager.call(_pairwise_cosine, dict(updates=stack))
+  return _pairwise_cosine(updates)
+
+
+def _pairwise_cosine(updates):
   stack, checks = _validation.stack(updates, 'updates')
   if checks:
     with tf.control_dependencies(checks):
@@ -245,6 +303,13 @@ def conflict_stats(updates, *, include=None):
   `mean_cosine` (float32) over pairs of finite included rows; with fewer than two such rows the
   fraction and mean are 0 and the minimum is 1. `include`: optional bool [K] mask.
   """
+  if _eager.executing_eagerly():
+    stack, _, _, inc = check_round(updates, include=include, validate=False)
+    return _eager.call(_conflict_stats, dict(updates=stack, include=inc))
+  return _conflict_stats(updates, include)
+
+
+def _conflict_stats(updates, include):
   r, _ = begin_round(updates, include=include, validate=False)
   frac, min_cos, mean_cos = pair_statistics(r.cosines(), r.part, r.tol)
   out = collections.OrderedDict()

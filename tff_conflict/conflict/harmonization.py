@@ -35,6 +35,7 @@ Decisions (recorded per SPEC's preamble):
 import tensorflow as tf
 
 from tff_conflict import hparams
+from tff_conflict.conflict import _eager
 from tff_conflict.conflict import _validation
 from tff_conflict.conflict import geometry
 
@@ -85,6 +86,29 @@ def _harmonize(updates, weights, order, seed, include, validate):
   return r, coeffs, combo, aggregate, count
 
 
+def _aggregate_only(updates, weights, order, seed, include, validate):
+  return _harmonize(updates, weights, order, seed, include, validate)[3]
+
+
+def _with_diagnostics(updates, weights, order, seed, include, validate):
+  r, coeffs, _, aggregate, count = _harmonize(updates, weights, order, seed, include, validate)
+  gram_after = tf.matmul(tf.matmul(coeffs, r.gram), coeffs, transpose_b=True)
+  return aggregate, r.diagnostics(gram_after, aggregate,
+                                  {'num_projections': tf.cast(count, geometry.COUNT_DTYPE)})
+
+
+def _run(impl, updates, weights, order, seed, include, validate):
+  """`impl` inline in a graph; eagerly, checks first, then a cached graph (`_eager`)."""
+  if not _eager.executing_eagerly():
+    return impl(updates, weights, order, seed, include, validate)
+  order = hparams.FEDGH_ORDER.check(order)
+  seed = None if order == 'index' else _validation.seed_pair(seed)
+  stack, w, _, inc = geometry.check_round(updates, weights=weights, include=include,
+                                          validate=validate)
+  return _eager.call(impl, dict(updates=stack, weights=w, seed=seed, include=inc),
+                     dict(order=order, validate=False), exact=('seed',))
+
+
 def harmonize(updates, weights, *, order='random', seed=None, include=None, validate=True):
   """FedGH aggregate (fedgh paper, Algorithm 1; SPEC section 1): harmonize, then weighted mean.
 
@@ -99,7 +123,7 @@ def harmonize(updates, weights, *, order='random', seed=None, include=None, vali
   Returns:
     [d] in the dtype of `updates`: `sum_k w_k u_k` over the harmonized `u_k`.
   """
-  return _harmonize(updates, weights, order, seed, include, validate)[3]
+  return _run(_aggregate_only, updates, weights, order, seed, include, validate)
 
 
 def harmonize_with_diagnostics(updates, weights, *, order='random', seed=None, include=None,
@@ -109,7 +133,4 @@ def harmonize_with_diagnostics(updates, weights, *, order='random', seed=None, i
   Returns (aggregate [d], OrderedDict): the common diagnostics (see `geometry`) plus
   `num_projections` (int32).
   """
-  r, coeffs, _, aggregate, count = _harmonize(updates, weights, order, seed, include, validate)
-  gram_after = tf.matmul(tf.matmul(coeffs, r.gram), coeffs, transpose_b=True)
-  return aggregate, r.diagnostics(gram_after, aggregate,
-                                  {'num_projections': tf.cast(count, geometry.COUNT_DTYPE)})
+  return _run(_with_diagnostics, updates, weights, order, seed, include, validate)

@@ -45,6 +45,8 @@ import numpy as np
 import tensorflow as tf
 
 from tff_conflict import hparams
+from tff_conflict.conflict import _eager
+from tff_conflict.conflict import _validation
 from tff_conflict.conflict import geometry
 
 ORIENTATIONS = hparams.PRINCIPAL_ORIENTATION.choices
@@ -90,6 +92,31 @@ def _principal(updates, weights, component_ratio, orientation, include, validate
   return r, coeffs, aggregate, num_kept, explained
 
 
+def _aggregate_only(updates, weights, component_ratio, orientation, include, validate):
+  return _principal(updates, weights, component_ratio, orientation, include, validate)[2]
+
+
+def _with_diagnostics(updates, weights, component_ratio, orientation, include, validate):
+  r, coeffs, aggregate, num_kept, explained = _principal(
+      updates, weights, component_ratio, orientation, include, validate)
+  gram_after = tf.matmul(tf.matmul(coeffs, r.gram), coeffs, transpose_b=True)
+  return aggregate, r.diagnostics(gram_after, aggregate, {
+      'num_components': tf.cast(num_kept, geometry.COUNT_DTYPE),
+      'explained_variance': tf.cast(explained, geometry.REAL_DTYPE)})
+
+
+def _run(impl, updates, weights, component_ratio, orientation, include, validate):
+  """`impl` inline in a graph; eagerly, checks first, then a cached graph (`_eager`)."""
+  if not _eager.executing_eagerly():
+    return impl(updates, weights, component_ratio, orientation, include, validate)
+  ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
+  orientation = hparams.PRINCIPAL_ORIENTATION.check(orientation)
+  stack, w, _, inc = geometry.check_round(updates, weights=weights, include=include,
+                                          validate=validate)
+  return _eager.call(impl, dict(updates=stack, weights=w, include=inc),
+                     dict(component_ratio=ratio, orientation=orientation, validate=False))
+
+
 def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='mean',
                         include=None, validate=True):
   """FedLD principal-gradient aggregate (fedld paper, eqs. (4)-(7); SPEC section 4b).
@@ -106,7 +133,7 @@ def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='m
   Returns:
     [d] in the dtype of `updates`.
   """
-  return _principal(updates, weights, component_ratio, orientation, include, validate)[2]
+  return _run(_aggregate_only, updates, weights, component_ratio, orientation, include, validate)
 
 
 def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.8,
@@ -116,9 +143,5 @@ def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.
   Returns (aggregate [d], OrderedDict): the common diagnostics plus `num_components` (int32) and
   `explained_variance` (float32).
   """
-  r, coeffs, aggregate, num_kept, explained = _principal(
-      updates, weights, component_ratio, orientation, include, validate)
-  gram_after = tf.matmul(tf.matmul(coeffs, r.gram), coeffs, transpose_b=True)
-  return aggregate, r.diagnostics(gram_after, aggregate, {
-      'num_components': tf.cast(num_kept, geometry.COUNT_DTYPE),
-      'explained_variance': tf.cast(explained, geometry.REAL_DTYPE)})
+  return _run(_with_diagnostics, updates, weights, component_ratio, orientation, include,
+              validate)

@@ -1,0 +1,101 @@
+"""Eager calls of the kernels, run as cached graphs.
+
+Executed op by op, a kernel pays Python and dispatch overhead for every small K x K op, and its
+sequential logic (FedGH's K steps, DGC's dominant clients) runs as a Python loop of eager ops.
+Inside a `tf.function` the same ops cost nothing beside the Gram matrix and the weighted sum
+(docs/design.md, "Kernels"). So a kernel called eagerly
+
+1. converts and checks its arguments eagerly, so that every error is the `ValueError` of the
+   package docstring ("Validation"), raised before any work;
+2. runs its implementation in a `tf.function` traced once per kernel, argument dtypes and ranks,
+   and hyperparameters, with every dimension of the tensor arguments left unknown (a new number
+   of clients or a new d reuses the trace), and with `validate=False` (the value checks already
+   ran in step 1, so the result is the same as with `validate=True`).
+
+Inside a graph (a `tf.function`, a TFF computation) a kernel is traced inline as before, and this
+module is not involved.
+"""
+
+import collections
+import threading
+
+import tensorflow as tf
+
+# Traced functions kept (least recently used dropped first): one per kernel, argument dtypes and
+# hyperparameter values in use.
+MAX_FUNCTIONS = 64
+
+_lock = threading.Lock()
+_functions = collections.OrderedDict()
+
+
+def executing_eagerly() -> bool:
+  return tf.executing_eagerly()
+
+
+def _spec(tensor, exact):
+  shape = tensor.shape if exact else [None] * tensor.shape.rank
+  return tf.TensorSpec(shape, tensor.dtype)
+
+
+class _Bound:
+  """`impl` with its tensors passed by position and everything else fixed.
+
+  A callable object rather than a closure: TensorFlow's warning about frequent retracing counts
+  traces per code object, and every cached function here is traced once.
+  """
+
+  def __init__(self, impl, names, nones, static):
+    self._impl = impl
+    self._names = names
+    self._fixed = dict(dict.fromkeys(nones), **dict(static))
+
+  def __call__(self, *args):
+    return self._impl(**dict(zip(self._names, args)), **self._fixed)
+
+
+def _function(impl, names, nones, specs, static):
+  key = (impl, names, nones, specs, static)
+  with _lock:
+    fn = _functions.get(key)
+    if fn is not None:
+      _functions.move_to_end(key)
+      return fn
+
+  fn = tf.function(_Bound(impl, names, nones, static), input_signature=list(specs),
+                   autograph=False)
+  with _lock:
+    fn = _functions.setdefault(key, fn)
+    _functions.move_to_end(key)
+    while len(_functions) > MAX_FUNCTIONS:
+      _functions.popitem(last=False)
+  return fn
+
+
+def call(impl, tensors, static=None, exact=()):
+  """`impl(**tensors, **static)` run as a cached `tf.function`.
+
+  Args:
+    impl: the kernel's implementation (a module-level function: it is part of the cache key).
+    tensors: name -> already converted and checked `tf.Tensor`, or None (passed as None).
+    static: name -> hashable Python value (hyperparameters), fixed in the trace.
+    exact: names of tensors whose shape is kept in the signature (e.g. a seed of shape [2]);
+      every other tensor has all its dimensions unknown.
+  """
+  static = tuple(sorted((static or {}).items()))
+  names = tuple(n for n, t in tensors.items() if t is not None)
+  nones = tuple(n for n, t in tensors.items() if t is None)
+  specs = tuple(_spec(tensors[n], n in exact) for n in names)
+  fn = _function(impl, names, nones, specs, static)
+  return fn(*[tensors[n] for n in names])
+
+
+def clear():
+  """Drops every cached function (for tests)."""
+  with _lock:
+    _functions.clear()
+
+
+def num_functions() -> int:
+  with _lock:
+    return len(_functions)
