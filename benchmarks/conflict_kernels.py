@@ -1,14 +1,17 @@
 """Times the conflict kernels (`tff_conflict.conflict`) side by side in one run.
 
 For each K x d it prints, per kernel, the median time of the Gram-matrix kernel (with and without
-its diagnostics), and its ratio to
+its diagnostics) inside a `tf.function`, called eagerly (the public function called with eager
+tensors, which runs a cached graph), and executed op by op (the same call with
+`tf.config.run_functions_eagerly(True)`: how eager calls ran before they were dispatched to
+graphs), and its ratio to
   (a) a loop reference (numpy, the input dtype, loops over clients and d-vectors: what the papers'
       pseudo-code does; FedLD takes an SVD of the d x K matrix),
   (b) the weighted mean `w^T U` (FedAvg's aggregation),
   (c) the floor of this family: the Gram matrix `U U^T` plus one weighted sum (for the corrective
       aggregate: the gradients' Gram matrix plus two weighted sums, `w^T U + x^T D`).
-All TF functions are `tf.function`s traced with input signature [None, d] (as TFF uses them) and
-warmed up; repeats are interleaved (every method once per repeat) so that load from other
+The graph variants are `tf.function`s traced with input signature [None, d] (as TFF uses them); every
+variant is warmed up before timing; repeats are interleaved (every method once per repeat) so that load from other
 processes on a shared machine hits all of them alike; medians are reported.
 
     .venv/bin/python -m benchmarks.conflict_kernels                    # the full grid
@@ -162,7 +165,35 @@ def _functions(dim, dtype):
           lambda u, d, l, w: conflict.corrective_aggregate_with_diagnostics(
               u, d, l, w, validate=False), input_signature=sig4), 'udlw'),
   }
+  eager = {
+      'harmonize': (lambda u, w: conflict.harmonize(u, w, seed=1), 'uw'),
+      'harmonize+diag': (lambda u, w: conflict.harmonize_with_diagnostics(u, w, seed=1), 'uw'),
+      'dominant': (lambda u, l: conflict.dominant_correction(u, l), 'ul'),
+      'dominant+diag': (lambda u, l: conflict.dominant_correction_with_diagnostics(u, l), 'ul'),
+      'principal': (lambda u, w: conflict.principal_aggregate(u, w), 'uw'),
+      'principal+diag': (lambda u, w: conflict.principal_aggregate_with_diagnostics(u, w), 'uw'),
+      'corrective': (lambda u, d, l, w: conflict.corrective_aggregate(u, d, l, w), 'udlw'),
+      'corrective+diag': (lambda u, d, l, w: conflict.corrective_aggregate_with_diagnostics(
+          u, d, l, w), 'udlw'),
+  }
+  for name, (fn, spec) in eager.items():
+    fns[name + ' eager'] = (fn, spec)
+    if not name.endswith('+diag'):
+      fns[name + ' op-by-op'] = (_op_by_op(fn), spec)
   return fns
+
+
+def _op_by_op(fn):
+  """`fn` with every `tf.function` executed op by op (the eager kernels before dispatch)."""
+
+  def run(*args):
+    tf.config.run_functions_eagerly(True)
+    try:
+      return fn(*args)
+    finally:
+      tf.config.run_functions_eagerly(False)
+
+  return run
 
 
 _FLOOR_OF = {'harmonize': 'floor (Gram + 1 sum)', 'dominant': 'floor (Gram + 1 sum)',
@@ -225,18 +256,27 @@ def bench(num_clients, dim, repeats, loop_limit, dtype=np.float32):
   print(f'  weighted mean {med["weighted mean"] * 1e3:8.1f} ms   floor (Gram + 1 sum) '
         f'{med["floor (Gram + 1 sum)"] * 1e3:8.1f} ms   floor2 (Gram D + 2 sums) '
         f'{med["floor2 (Gram D + 2 sums)"] * 1e3:8.1f} ms')
-  print(f'  {"kernel":16s} {"ms":>8s} {"x floor":>8s} {"x mean":>7s} {"+diag ms":>9s} '
-        f'{"x floor":>8s} {"loop ms":>9s} {"loop/kernel":>11s} {"rel err":>8s}')
+  print('  x floor: graph = inside tf.function, eager = called eagerly, +diag = the '
+        '*_with_diagnostics companion, op-by-op = eager execution without graphs')
+  print(f'  {"kernel":11s} {"ms":>7s} {"graph":>6s} {"+diag":>6s} {"eager":>6s} {"+diag":>6s} '
+        f'{"op-by-op":>8s} {"x mean":>7s} {"loop ms":>8s} {"loop/kernel":>11s} {"rel err":>8s}')
   rows = []
   for name in ('harmonize', 'dominant', 'principal', 'corrective'):
     floor_t = med[_FLOOR_OF[name]]
     t, td = med[name], med[name + '+diag']
+    te, ted, to = med[name + ' eager'], med[name + '+diag eager'], med[name + ' op-by-op']
+    for variant in (name + ' eager', name + '+diag eager', name + ' op-by-op'):
+      base = name + '+diag' if '+diag' in variant else name
+      err = np.max(np.abs(results[variant] - results[base]))
+      assert err == 0, f'{variant} differs from {base} by {err}'
     loop_t = loops.get(name)
-    loop_s = f'{loop_t * 1e3:9.0f} {loop_t / t:11.1f} {loops[name + " err"]:8.1e}' if loop_t \
-        else f'{"-":>9s} {"-":>11s} {"-":>8s}'
-    print(f'  {name:16s} {t * 1e3:8.1f} {t / floor_t:8.2f} {t / med["weighted mean"]:7.1f} '
-          f'{td * 1e3:9.1f} {td / floor_t:8.2f} {loop_s}')
-    rows.append((name, t, t / floor_t, td / floor_t, loop_t))
+    loop_s = f'{loop_t * 1e3:8.0f} {loop_t / t:11.1f} {loops[name + " err"]:8.1e}' if loop_t \
+        else f'{"-":>8s} {"-":>11s} {"-":>8s}'
+    print(f'  {name:11s} {t * 1e3:7.1f} {t / floor_t:6.2f} {td / floor_t:6.2f} '
+          f'{te / floor_t:6.2f} {ted / floor_t:6.2f} {to / floor_t:8.2f} '
+          f'{t / med["weighted mean"]:7.1f} {loop_s}')
+    rows.append((name, t, t / floor_t, td / floor_t, te / floor_t, ted / floor_t, to / floor_t,
+                 loop_t))
   sys.stdout.flush()
   return rows
 

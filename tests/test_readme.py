@@ -1,0 +1,65 @@
+"""README.md's "Using the library" example runs exactly as written, in its own Python process,
+and leaves no TFF worker behind."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SECTION = '## Using the library'
+
+
+def readme_example() -> str:
+  """The first ```python block of README.md's "Using the library" section."""
+  with open(os.path.join(REPO_ROOT, 'README.md'), encoding='utf-8') as f:
+    text = f.read()
+  assert SECTION in text, f'README.md has no "{SECTION}" section'
+  section = text[text.index(SECTION) + len(SECTION):]
+  section = section[:section.index('\n## ')] if '\n## ' in section else section
+  match = re.search(r'^```python\n(.*?)^```$', section, flags=re.DOTALL | re.MULTILINE)
+  assert match, f'README.md\'s "{SECTION}" section has no python code block'
+  return match.group(1)
+
+
+def _workers_with_token(token):
+  found = []
+  for proc in psutil.process_iter(['cmdline', 'status']):
+    try:
+      if ('worker_binary' in ' '.join(proc.info['cmdline'] or [])
+          and proc.info['status'] != psutil.STATUS_ZOMBIE
+          and proc.environ().get('TFF_CONFLICT_TEST_TOKEN') == token):
+        found.append(proc.pid)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+      pass
+  return found
+
+
+def test_example_is_complete():
+  code = readme_example()
+  compile(code, 'README.md', 'exec')
+  for part in ('runtime.set_local_context()', 'data.digits(', 'tf.keras.', 'learning.build_',
+               'tff.learning.algorithms.build_weighted_fed_avg', 'aggregators.',
+               'process.next(', 'evaluation.evaluate('):
+    assert part in code, part
+
+
+def test_example_runs_and_leaves_no_worker(tmp_path):
+  script = tmp_path / 'readme_example.py'
+  script.write_text(readme_example(), encoding='utf-8')
+  token = uuid.uuid4().hex
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', TFF_CONFLICT_TEST_TOKEN=token)
+  result = subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+  lines = result.stdout.splitlines()
+  assert sum('test accuracy' in line for line in lines) == 2, result.stdout
+  assert sum('conflicting pairs' in line for line in lines) == 6, result.stdout
+  deadline = time.monotonic() + 10   # the kernel's PR_SET_PDEATHSIG kill may take a moment
+  while _workers_with_token(token) and time.monotonic() < deadline:
+    time.sleep(0.5)
+  assert _workers_with_token(token) == []
