@@ -1,4 +1,4 @@
-"""Time and memory of building the federated data sets (issue 6).
+"""Time and memory of building the federated data sets (`tff_conflict.data`).
 
     .venv/bin/python -m benchmarks.data_loading [--emnist_clients=3400] [--emnist_examples=20]
 

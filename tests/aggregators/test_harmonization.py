@@ -1,5 +1,5 @@
 """GradientHarmonizationFactory: type signatures, execution against a float64 loop reference
-(SPEC 1, order="index") and the kernel, exclusion, per-round seeds."""
+(docs/methods.md, FedGH; order="index") and the kernel, exclusion, per-round seeds."""
 
 import collections
 
@@ -17,7 +17,7 @@ STATE_TYPE = tff.to_type(collections.OrderedDict(
 
 
 def fedgh_reference(updates, weights):
-  """SPEC 1 / fedgh Algorithm 1 with j ascending, float64 loops."""
+  """FedGH (fedgh paper, Algorithm 1) with j ascending, float64 loops."""
   updates = np.asarray(updates, np.float64)
   weights = np.asarray(weights, np.float64)
   k = len(updates)

@@ -62,7 +62,7 @@ def fedgh(updates, weights, orders):
 
 
 def dgc(updates, losses, ratio):
-  """fedmgc paper Definition 3 and Algorithms 1-2 as SPEC 2b states them."""
+  """fedmgc paper Definition 3 and Algorithms 1-2 as docs/methods.md, FedMGC states them."""
   u = [np.array(x, np.float64) for x in updates]
   k_num = len(u)
   norms = [math.sqrt(dot(x, x)) for x in u]

@@ -1,5 +1,6 @@
-"""SPEC "Notation" edge cases for every kernel: K = 1, zero, NaN and Inf updates, duplicated,
-identical and orthogonal updates, and rounds in which no client takes part."""
+"""Edge cases of every kernel (docs/methods.md, "Conventions"): K = 1, zero, NaN and Inf
+updates, duplicated, identical and orthogonal updates, and rounds in which no client takes
+part."""
 
 import numpy as np
 import pytest

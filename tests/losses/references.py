@@ -70,7 +70,7 @@ def calibrated_targets(labels, logits, counts=None):
 
 
 def calibrated(labels, logits, counts=None):
-  """SPEC 3: per example logsumexp(z) - q . z."""
+  """FedGA (docs/methods.md, FedGA): per example logsumexp(z) - q . z."""
   q = calibrated_targets(labels, logits, counts)
   out = []
   for qb, z in zip(q.tolist(), np.asarray(logits, np.float64).tolist()):

@@ -44,7 +44,7 @@ def test_stack_is_aligned_and_usable_in_tf_function():
 
 # A toy accumulator: [float sum, [None, 3] rows, [None] int ids, int64[2] counter]; a client's
 # update is (row [3], id).
-SPECS = [tf.TensorSpec([], tf.float32), tf.TensorSpec([None, 3], tf.float32),
+LEAF_SIGNATURES = [tf.TensorSpec([], tf.float32), tf.TensorSpec([None, 3], tf.float32),
          tf.TensorSpec([None], tf.int32), tf.TensorSpec([2], tf.int64)]
 ZERO = [tf.constant(0.0), tf.zeros([0, 3]), tf.zeros([0], tf.int32), tf.zeros([2], tf.int64)]
 
@@ -60,7 +60,7 @@ def _singles(n=3):
 
 def _check(merge_fn, singles=None):
   merge = lambda flat: merge_fn(flat[:4], flat[4:])
-  return _row_buffer.concatenated_leaves(SPECS, ZERO, merge, singles or _singles())
+  return _row_buffer.concatenated_leaves(LEAF_SIGNATURES, ZERO, merge, singles or _singles())
 
 
 def test_concatenating_merge_is_recognized():
@@ -106,7 +106,7 @@ def test_no_candidate_or_failing_merge_gives_no_leaves():
 
   assert _check(failing) == []
   with pytest.raises(ValueError, match='at least 3'):
-    _row_buffer.concatenated_leaves(SPECS, ZERO, lambda flat: flat[:4], _singles(2))
+    _row_buffer.concatenated_leaves(LEAF_SIGNATURES, ZERO, lambda flat: flat[:4], _singles(2))
 
 
 def test_sample_update_is_a_taking_part_client():
@@ -122,7 +122,7 @@ def test_sample_update_is_a_taking_part_client():
 
 
 def test_row_shape_unknown_in_the_spec_is_read_off_the_singles():
-  specs = list(SPECS)
+  specs = list(LEAF_SIGNATURES)
   specs[1] = tf.TensorSpec([None, None], tf.float32)   # as gather declares its pieces
   merge = lambda flat: [flat[0] + flat[4], tf.concat([flat[1], flat[5]], 0),
                         tf.concat([flat[2], flat[6]], 0), flat[3] + flat[7]]
