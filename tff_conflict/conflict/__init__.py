@@ -1,6 +1,6 @@
 """Server-side conflict math as plain TensorFlow: FedGH, FedMGC's dominant gradient correction,
-FedLD's principal-gradient aggregation and corrective gradient weights (`../shared/SPEC.md`
-sections 1, 2b, 4b, 5 and "Diagnostics").
+FedLD's principal-gradient aggregation and corrective gradient weights (docs/methods.md: FedGH,
+FedMGC, FedLD, "Corrective gradient weights" and "Diagnostics").
 
 Public API:
 
@@ -17,18 +17,20 @@ Public API:
 
 Every kernel also takes the keywords `include=None` (an optional bool [K] mask; a False row takes no
 part in the round) and `validate=True` (see "Validation"). `principal_aggregate*` also takes
-`orientation="mean"` (or "majority", SPEC 4b; provably without effect, see `principal`).
+`orientation="mean"` (or "majority", docs/methods.md, FedLD; provably without effect, see
+`principal`).
 
 Inputs. `updates` and `gradients` are float32 or float64 tensors (or arrays) of shape [K, d]; the
 result keeps their dtype. `weights` and `losses` are real [K]. All functions work eagerly and
 inside `tf.function`, including with an unknown number of clients (`input_signature` with
 `tf.TensorSpec([None, d])`), as TFF's `tff.tensorflow.computation` traces them.
 
-How (SPEC "Notation"): each kernel computes ONE Gram matrix (`U U^T`, or `D D^T` for the
-corrective weights), runs all per-pair and sequential logic on K x K numbers in float64, and forms
-the aggregate with one weighted sum of the original rows (two for the corrective aggregate:
-`w^T U + x^T D`). Extra memory is O(K^2 + d); nothing of size K x K x d, d x d or a second K x d is
-created, except that a round containing a non-finite row zeroes those rows in a copy (only then).
+How (docs/methods.md, "Conventions"): each kernel computes ONE Gram matrix (`U U^T`, or
+`D D^T` for the corrective weights), runs all per-pair and sequential logic on K x K numbers in
+float64, and forms the aggregate with one weighted sum of the original rows (two for the
+corrective aggregate: `w^T U + x^T D`). Extra memory is O(K^2 + d); nothing of size K x K x d,
+d x d or a second K x d is created, except that a round containing a non-finite row zeroes those
+rows in a copy (only then).
 
 Who takes part. A client (row) takes part in a round when it is finite (see `geometry`: a
 NaN/Inf row, or one whose squared norm overflows), `include[k]` is True, and, for the weighted
@@ -56,9 +58,11 @@ Randomness. `harmonize(order="random")` draws each client's partner order with
 stateless seed [s, 0]), or an integer tensor of shape [] or [2] (e.g. a per-round seed from TFF
 server state). The same seed and K give the same result.
 
-Diagnostics (SPEC "Diagnostics"): `num_clients` (int32; clients taking part),
+Diagnostics (docs/methods.md, "Diagnostics"): `num_clients` (int32; clients taking part),
 `num_excluded_nonfinite` (int32), `conflict_fraction_before`, `conflict_fraction_after`,
-`min_cosine`, `mean_cosine`, `aggregate_norm` (float32), then FedGH `num_projections` (int32);
+`min_cosine`, `mean_cosine`, `aggregate_norm`, `norm_ratio` (float32; the aggregate's norm over
+the norm of the plain mean of the clients taking part, `geometry.norm_ratio`: 1 where both are
+0, capped at the largest float32), then FedGH `num_projections` (int32);
 DGC `num_dominant`, `num_projections` (int32); FedLD `num_components` (int32),
 `explained_variance` (float32); corrective `corrective_weights` (float32 [K]). Dtypes do not
 depend on K or on the input dtype. Over fewer than two clients the fractions and `mean_cosine`
@@ -76,8 +80,14 @@ ignores the `tf.debugging` assertions (it logs "Ignoring Assert operator"), so t
 checks above do not fire inside an XLA-compiled function (static checks still raise at trace time); and XLA
 compiles one executable per distinct K, so a TFF round with a new number of clients pays a new
 compilation (seconds). Without `jit_compile` the kernels need no compilation and, at K = 50,
-d = 1e6, already run at about the floor (BENCHMARKS.md, "Conflict kernels"), so XLA is not needed
-for speed on CPU.
+d = 1e6, already run at about the floor (BENCHMARKS.md, "Kernels"), so XLA is not needed for
+speed on CPU.
+
+Eager calls. Called with eager tensors (or arrays), a kernel converts and checks its arguments
+eagerly, raising the `ValueError`s above before any work, then runs as a cached `tf.function`
+traced once per kernel, dtypes, ranks and hyperparameter values, with every dimension unknown,
+so that a new K or d reuses the trace (`_eager`). The result is the same as op-by-op execution,
+bit for bit, and costs what the kernel costs inside a graph (docs/design.md, "Kernels").
 """
 
 from tff_conflict.conflict.corrective import corrective_aggregate

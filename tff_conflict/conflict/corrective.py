@@ -1,4 +1,8 @@
-"""Corrective gradient weights (corrective paper, eqs. (3)-(8), (13), (24)-(29); SPEC section 5).
+"""Corrective gradient weights (docs/methods.md, "Corrective gradient weights").
+
+Paper: Mousazadeh, Khodadadi, Salehi, "A Novel Approach for Improving Generalization in Federated
+Learning Through Corrective Gradient Weights" (2023; "the corrective paper"): eqs. (3)-(8), (13),
+(24)-(29).
 
 Each client i sends, besides its update u_i, `D_i`, the gradient of its mean local loss at its
 trained local model, and that loss `L_i`. With `S = sum_j D_j` (eq. (6)):
@@ -15,8 +19,8 @@ Gram formulation: every quantity above follows from `G_D = D D^T` (`m = G_D 1`,
 aggregate needs TWO weighted sums (`w^T U` and `x^T D`, two different stacks): that, plus `G_D`,
 is this method's floor; there is no Gram matrix of the updates.
 
-Decisions (recorded per SPEC's preamble):
-* A client with `D_i = 0` gets `x_i = 0` and is left out of `c` (SPEC); if every `D_i` is 0, or
+Decisions (docs/methods.md, "Corrective gradient weights"):
+* A client with `D_i = 0` gets `x_i = 0` and is left out of `c`; if every `D_i` is 0, or
   `sum_j (m_j / |D_j|)^2 = 0` (e.g. gradients that cancel exactly), every `x_i` is 0.
 * Taking part: a client takes part when its gradient, loss and update are finite, `include` is
   True and (for the aggregate) its weight is > 0. `S`, `c` and the normalisation run over the
@@ -28,7 +32,9 @@ Decisions (recorded per SPEC's preamble):
 * Diagnostics: pair statistics are of the client GRADIENTS `D_i` (the Gram matrix this method has;
   an updates' Gram matrix would double its cost). `conflict_fraction_after` is measured on the
   correction terms `x_i D_i` (a client with a negative weight reverses its gradient; one with
-  `x_i = 0` adds nothing and conflicts with nobody). `corrective_weights` is x as float32 [K].
+  `x_i = 0` adds nothing and conflicts with nobody). `norm_ratio` compares the aggregate with its
+  FedAvg part `w^T U` (explicit here, not from a Gram matrix). `corrective_weights` is x as
+  float32 [K].
 """
 
 import tensorflow as tf
@@ -83,7 +89,7 @@ def _begin(gradients, losses, weights, include, validate, alpha, updates=None):
 
 
 def corrective_weights(gradients, losses, *, alpha=0.1, include=None, validate=True):
-  """The corrective weights x (corrective paper, eq. (29); SPEC section 5).
+  """The corrective weights x (corrective paper, eq. (29)).
 
   Args:
     gradients: float32/float64 [K, d], `D_i` per row.
@@ -180,7 +186,8 @@ def corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1, incl
 
 def corrective_aggregate_with_diagnostics(updates, gradients, losses, weights, *, alpha=0.1,
                                           include=None, validate=True):
-  """`corrective_aggregate` and its SPEC diagnostics from the same (gradients') Gram matrix.
+  """`corrective_aggregate` and its diagnostics (docs/methods.md, "Diagnostics") from the same
+  (gradients') Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics (pair statistics of the gradients,
   see module docstring) plus `corrective_weights` (float32 [K]).

@@ -1,9 +1,11 @@
-"""FedMGC dominant gradient correction, DGC (fedmgc paper, Definition 3, Algorithms 1 and 2;
-SPEC section 2b).
+"""FedMGC dominant gradient correction, DGC (docs/methods.md, FedMGC).
+
+Paper: Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient
+Conflict in Federated Learning" ("the fedmgc paper"): Definition 3, Algorithms 1 and 2.
 
 * Projection similarity (Definition 3): `p_ij = (u_i . u_j / |u_j| + u_j . u_i / |u_i|) / 2` for
-  i != j, and `p_i` the mean of `p_ij` over the other clients j (SPEC: Algorithm 1's sum including
-  j = i is a typo).
+  i != j, and `p_i` the mean of `p_ij` over the other clients j (Algorithm 1's sum including
+  j = i contradicts Definition 3; the definition is followed).
 * Dominance score `z_i = p_i / l_i`, `l_i` client i's mean training loss this round, clamped
   below at 1e-12.
 * Dominant set: the `ceil(lambda K)` clients with the largest z, ties broken by lower index.
@@ -15,7 +17,7 @@ Gram formulation: as in `harmonization`, `u_i = sum C_ij u_j`, `P = C G`; the do
 are visited one after another (a `tf.while_loop` of `ceil(lambda K)` steps, each an O(K^2) update
 of all clients at once), then one weighted sum `(1/K 1^T C) U`.
 
-Decisions (recorded per SPEC's preamble):
+Decisions (docs/methods.md, FedMGC):
 * Excluding clients. DGC has no weights, so the keyword `include` (bool [K]) excludes rows; an
   excluded or non-finite client takes no part: K above is the number of clients taking part, it is
   neither scored, nor dominant, nor projected, and the mean is over the clients taking part.
@@ -26,7 +28,7 @@ Decisions (recorded per SPEC's preamble):
   as 0.3 * 10 = 3.0000000000000004 give 3, not 4.
 * A client whose loss is NaN or Inf is treated like a non-finite update (excluded, counted in
   `num_excluded_nonfinite`). Loss values are otherwise not checked (a loss <= 1e-12, e.g. 0 or
-  negative, is clamped to 1e-12 as SPEC says).
+  negative, is clamped to 1e-12).
 * `num_dominant` is `ceil(lambda K)`; `num_projections` counts projections performed;
   `conflict_fraction_after` is measured on the corrected vectors (Gram `C G C^T`).
 """
@@ -104,7 +106,7 @@ def _run(impl, updates, losses, selection_ratio, include, validate):
 
 
 def dominant_correction(updates, losses, *, selection_ratio=0.5, include=None, validate=True):
-  """FedMGC dominant gradient correction (fedmgc paper, Algorithms 1-2; SPEC section 2b).
+  """FedMGC dominant gradient correction (fedmgc paper, Algorithms 1-2).
 
   Args:
     updates: float32/float64 [K, d], one client update per row.
@@ -122,7 +124,8 @@ def dominant_correction(updates, losses, *, selection_ratio=0.5, include=None, v
 
 def dominant_correction_with_diagnostics(updates, losses, *, selection_ratio=0.5, include=None,
                                          validate=True):
-  """`dominant_correction` and its SPEC diagnostics from the same Gram matrix.
+  """`dominant_correction` and its diagnostics (docs/methods.md, "Diagnostics") from the same
+  Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics plus `num_dominant` and
   `num_projections` (int32).

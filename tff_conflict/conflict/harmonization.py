@@ -1,4 +1,7 @@
-"""FedGH: gradient harmonization (fedgh paper, Sec. II-C, eq. (1), Algorithm 1; SPEC section 1).
+"""FedGH: gradient harmonization (docs/methods.md, FedGH).
+
+Paper: Zhang, Sun, Chen, "Tackling the Non-IID Issue in Heterogeneous Federated Learning by
+Gradient Harmonization", arXiv:2309.06692 ("the fedgh paper"): Sec. II-C, eq. (1), Algorithm 1.
 
 For each client k and each other client j in a random order (Algorithm 1, line 78):
 
@@ -13,20 +16,20 @@ identity), and `P_kj = u_k . ~u_j = (C G)_kj`. A projection onto ~u_j with coeff
 K x K numbers (K steps; at step t every client k processes its t-th partner at once, O(K^2) each),
 and the aggregate is the one weighted sum `(w^T C) U`.
 
-Decisions (recorded per SPEC's preamble):
+Decisions (docs/methods.md, FedGH):
 * Order. `order="random"` draws, per round, an independent random order of the partners for every
   client k (Algorithm 1 draws the order inside the loop over k): row k of
   `argsort(stateless_uniform([K, K], seed, alg="philox"), axis=1)`. The same `seed` (and K) always
   gives the same orders and so the same result. Under XLA (`jit_compile=True`) the stateless
   generator's XLA lowering yields other numbers for the same seed (seen in TF 2.14 even with the
   algorithm pinned), so an XLA-compiled FedGH is reproducible from its seed but draws other orders
-  than the non-XLA one. `order="index"` visits j = 0, 1, ..., K-1 (SPEC section 1).
+  than the non-XLA one. `order="index"` visits j = 0, 1, ..., K-1.
   `projection_order` returns the orders used, for tests and reproduction.
 * `seed`: None (a fresh random seed, not reproducible), a Python int s (the stateless seed
   [s, 0]), or an integer tensor of shape [] (s -> [s, 0]) or [2] (used as is), e.g. a per-round
   seed held in a TFF server state. Ignored for `order="index"`.
 * A zero update has `~u_j . u_k = 0`, so it is never projected onto and nothing divides by its
-  norm (SPEC "Notation"); the test `< 0` is strict, as in line 79.
+  norm; the test `< 0` is strict, as in line 79.
 * `num_projections` counts the projections performed (pairs (k, j) with the test true).
 * `conflict_fraction_after` is measured on the harmonized vectors `u_k`, whose Gram matrix is
   `C G C^T`.
@@ -110,7 +113,7 @@ def _run(impl, updates, weights, order, seed, include, validate):
 
 
 def harmonize(updates, weights, *, order='random', seed=None, include=None, validate=True):
-  """FedGH aggregate (fedgh paper, Algorithm 1; SPEC section 1): harmonize, then weighted mean.
+  """FedGH aggregate (fedgh paper, Algorithm 1): harmonize, then weighted mean.
 
   Args:
     updates: float32/float64 [K, d], one client update per row.
@@ -128,7 +131,7 @@ def harmonize(updates, weights, *, order='random', seed=None, include=None, vali
 
 def harmonize_with_diagnostics(updates, weights, *, order='random', seed=None, include=None,
                                validate=True):
-  """`harmonize` and its SPEC diagnostics from the same Gram matrix.
+  """`harmonize` and its diagnostics (docs/methods.md, "Diagnostics") from the same Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics (see `geometry`) plus
   `num_projections` (int32).

@@ -1,13 +1,16 @@
-"""FedLD principal-gradient aggregation (fedld paper, Sec. 2.4, eqs. (4)-(7); SPEC section 4b).
+"""FedLD principal-gradient aggregation (docs/methods.md, FedLD).
+
+Paper: Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via
+Loss Decomposition", MICCAI 2024, arXiv:2408.12300 ("the fedld paper"): Sec. 2.4, eqs. (4)-(7).
 
 * `Gamma = U U^T / K` with eigenpairs `(lambda_z, e_z)`, descending; principal directions
   `v_z = U^T e_z` (eqs. (4)-(5), the paper's bijection).
 * Orientation (eq. (6)): `v_z` or `-v_z`, whichever has a non-negative inner product with the mean
-  update (SPEC also names the authors' "majority" rule).
+  update (the authors' code uses a "majority" rule instead).
 * Keep the top `L = max(1, floor(rho K))` directions, `rho = component_ratio`.
 * `g'_il = (u_i . v_l) / |v_l|^2 v_l`; revised
   `u_i = sum over kept l with g'_il != 0 of |u_i| / |g'_il| * lambda_l / S * g'_il` (eq. (7)), with
-  `S` the sum of ALL K eigenvalues (SPEC decision).
+  `S` the sum of ALL K eigenvalues (as the authors' code; the paper's `|lambda_l|` is ambiguous).
 * Aggregate `sum_i w_i u_i`, `w_i = n_i / n`.
 
 Gram formulation: with `G = U U^T`, `|v_l|^2 = e_l^T G e_l` and `u_i . v_l = (G e_l)_i`, and
@@ -16,11 +19,11 @@ Gram formulation: with `G = U U^T`, `|v_l|^2 = e_l^T G e_l` and `u_i . v_l = (G 
 the aggregate is one weighted sum `(w^T B E^T) U`. The eigendecomposition is of a K x K matrix
 (`tf.linalg.eigh`, float64).
 
-Decisions (recorded per SPEC's preamble):
+Decisions (docs/methods.md, FedLD):
 * Orientation has no effect on the result. `g'_il` is the projection of `u_i` onto the line of
   `v_l`, which is the same for `v_l` and `-v_l` (eq. (7) uses only `g'_il` and norms), so eq. (6)
   and the "majority" rule give the same aggregate. `orientation` is accepted ("mean", "majority")
-  and validated for SPEC conformance; the tests check the invariance against a reference that
+  and validated; the tests check the invariance against a reference that
   orients explicitly.
 * K is the number of clients taking part (finite, included, weight > 0); the others' Gram rows
   and columns are zero, which only adds zero eigenvalues (they do not change `S` or the kept
@@ -32,9 +35,9 @@ Decisions (recorded per SPEC's preamble):
   float64 K x K eigen-solve) counts as `g'_il = 0`. Without these thresholds, rounding noise would
   add a full `|u_i| lambda_l / S` along an arbitrary direction. Eq. (7) is discontinuous where
   `u_i . v_l` crosses 0; rounding of the inputs' own Gram matrix (float32 inputs) is not
-  compensated, so for updates orthogonal only up to that rounding the result follows it. (A
-  coarser threshold such as sqrt(eps_float32) would wrongly drop genuine small components: a
-  test input with `cos = 4.9e-5` and weight `lambda_l / S = 1e-3` showed this.)
+  compensated, so for updates orthogonal only up to that rounding the result follows it. A
+  genuine component is kept however small its cosine (a coarser threshold such as
+  sqrt(eps_float32) would drop some).
 * With repeated eigenvalues the eigenvectors (and so eq. (7)) are not unique; the result then
   depends on the eigensolver's basis. The paper does not define this case.
 * `num_components` is L; `explained_variance` is `sum of the top L eigenvalues / S` (0 when S = 0).
@@ -119,7 +122,7 @@ def _run(impl, updates, weights, component_ratio, orientation, include, validate
 
 def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='mean',
                         include=None, validate=True):
-  """FedLD principal-gradient aggregate (fedld paper, eqs. (4)-(7); SPEC section 4b).
+  """FedLD principal-gradient aggregate (fedld paper, eqs. (4)-(7)).
 
   Args:
     updates: float32/float64 [K, d], one client update per row.
@@ -138,7 +141,8 @@ def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='m
 
 def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.8,
                                          orientation='mean', include=None, validate=True):
-  """`principal_aggregate` and its SPEC diagnostics from the same Gram matrix.
+  """`principal_aggregate` and its diagnostics (docs/methods.md, "Diagnostics") from the same
+  Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics plus `num_components` (int32) and
   `explained_variance` (float32).
