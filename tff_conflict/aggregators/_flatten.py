@@ -1,6 +1,6 @@
 """One flatten / reassemble of a nested structure of float tensors into a `[d]` vector and back.
 
-SPEC "Notation": a client's update `u_k` is its model update flattened to one vector of length d,
+A client's update `u_k` is its model update flattened to one vector of length d,
 concatenating every tensor in a fixed order. The order used here is TFF's type order (the order of
 the elements of `value_type`, `OrderedDict` insertion order included), the same order TFF itself
 uses for structures; `tf.nest` would sort `OrderedDict` keys instead, so it is not used.

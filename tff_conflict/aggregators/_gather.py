@@ -1,11 +1,11 @@
 """One mechanism that brings every client's row (vectors, weight, extras) to the server as stacks.
 
-The conflict aggregators need all K client updates at once (SPEC "Notation": a Gram matrix of the
-updates, then one weighted sum). `federated_gather` brings them to the server with one
-`tff.federated_aggregate` whose stacks have an unknown leading dimension (the pattern of TFF's
-`aggregators/sampling.py`, `[None, ...]` types declared on `accumulate`, `merge` and `report`;
-`../shared/TFF_NOTES.md`). Unlike `tff.aggregators.federated_sample`, which silently keeps at most
-100 values, nothing is capped: every client is either stacked or counted.
+The conflict aggregators need all K client updates at once (a Gram matrix of the updates, then
+one weighted sum; docs/methods.md, "Conventions"). `federated_gather` brings them to the server
+with one `tff.federated_aggregate` whose stacks have an unknown leading dimension (the pattern of
+TFF's `aggregators/sampling.py`, `[None, ...]` types declared on `accumulate`, `merge` and
+`report`; docs/design.md, "The gather"). Unlike `tff.aggregators.federated_sample`, which
+silently keeps at most 100 values, nothing is capped: every client is either stacked or counted.
 
 Each client sends a row: an `OrderedDict` of fixed-shape tensors plus an int32 `status`
 (`row_status`): `INCLUDED` rows are stacked; `ZERO_WEIGHT` rows (TFF's client work gives weight 0
@@ -19,9 +19,8 @@ Memory: why the accumulator is a counter of pieces
 TFF's C++ runtime (`worker_binary`) runs `federated_aggregate` as one chain
 `acc = accumulate(acc, row_k)` over the clients and keeps every intermediate accumulator alive
 until the chain ends (`merge` is never called). An accumulator that grows by concatenation (one
-`[None, d]` stack) therefore holds the stacks of every prefix, `r K (K + 1) / 2` bytes for rows of
-r bytes: with d = 1.2M float32 the worker held 20 GB after 80 clients, and 100 did not finish on a
-24 GB machine (BENCHMARKS.md, "## Aggregators").
+`[None, d]` stack) would therefore hold the stacks of every prefix, `r K (K + 1) / 2` bytes for
+rows of r bytes (docs/design.md, "The gather", with the measurements).
 
 So every large row field is held in *pieces*, each a `[None, ...]` tensor, arranged as a
 mixed-radix counter with `RADICES = (16, 16, 16)`. Level l has `RADICES[l] - 1` slots, each holding
@@ -33,17 +32,15 @@ lower levels are emptied. When every level is full, the whole counter and the ro
 is passed through unchanged, and TensorFlow forwards such a tensor without copying it. The
 intermediates kept by the runtime then share their pieces. A round copies each row once per
 level it climbs: not at all below 16 included clients, at most once below 256 and twice below
-4,096. Memory grows linearly in K instead of quadratically (d = 1.2M, 100 clients: 2.5-2.6 GB of
-worker memory above its idle level, rows included, where concatenation needed more than 24 GB;
-BENCHMARKS.md). The cost is the number of pieces passed to each `accumulate` call: 47 per large
-field, about 2 ms per client. Row fields of at most `SMALL_ROW_BYTES` (the weight, a loss) are
-concatenated into one `small` leaf; their quadratic copy is negligible (1,000 clients: 2 MB for a
-float32 scalar).
+4,096. Memory grows linearly in K instead of quadratically: about 5 K x d values in the worker
+(BENCHMARKS.md, "Aggregators"). The cost is the number of pieces passed to each `accumulate`
+call: 47 per large field. Row fields of at most `SMALL_ROW_BYTES` (the weight, a loss) are
+concatenated into one `small` leaf, whose quadratic copy is negligible at these sizes.
 
 Pieces are declared with every dimension unknown (`[None, None]` for a vector field) and `report`
 gives the stacks back their shape: TFF's compiler runs Grappler on each computation, which
-allocates a `[1, d]` feed for every `[None, d]` placeholder (0.5 GB of compile-time memory for 47
-pieces at d = 1.2M).
+allocates a `[1, d]` feed for every `[None, d]` placeholder (d values of compile-time memory per
+piece; docs/design.md, "The gather").
 
 The pieces' logical order is `head`, then the levels from the highest down (slots in order), then
 `tail`: the rows in client order. `merge(a, b)` (used by TFF's mergeable contexts, e.g.
@@ -166,9 +163,8 @@ def resolve_factory_limit(num_bytes: Optional[int]) -> Optional[int]:
 
 # Copies of the K gathered rows that TFF's C++ runtime holds besides the counter's own: the client
 # rows themselves, the final accumulator materialized to a proto and created again at the server,
-# and `report`'s concatenation. 4 by count; measured one-round worker peaks above the idle worker
-# were 4.7-5.6 K x d for K = 20-100, the counter's 0.8-1 K x d of copies included (BENCHMARKS.md),
-# so 5 plus the counter's copies bounds them.
+# and `report`'s concatenation: 4 by count, 5 with a margin, which bounds the measured one-round
+# peaks (BENCHMARKS.md, "Aggregators").
 _RUNTIME_COPIES = 5
 
 
@@ -294,8 +290,7 @@ def _unshaped(piece: tf.Tensor) -> tf.Tensor:
 
   TFF's compiler runs Grappler on each TensorFlow computation, and Grappler allocates a feed
   tensor for every placeholder, with unknown dimensions set to 1: a `[None, d]` piece would cost
-  d values of compile memory per piece and computation (0.5 GB for d = 1.2M). `[None, None]`
-  costs one value.
+  d values of compile memory per piece and computation. `[None, None]` costs one value.
   """
   return tf.compat.v1.placeholder_with_default(piece, [None] * piece.shape.rank)
 
@@ -343,7 +338,7 @@ class _Layout:
   def _empty_like(piece):
     """An empty piece sliced from `piece`. Not `tf.zeros`: TFF's compiler runs Grappler's
     aggressive constant folding, which costs about d floats of compile memory per folded empty
-    constant (0.5 GB in all for d = 1.2M)."""
+    constant."""
     return collections.OrderedDict((n, _unshaped(t[:0])) for n, t in piece.items())
 
   def zero(self):

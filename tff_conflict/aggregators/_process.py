@@ -45,7 +45,7 @@ def empty_safe(stacks, first_field: str):
 
 
 def round_measurements(counts, diagnostics: collections.OrderedDict) -> collections.OrderedDict:
-  """SPEC diagnostics with the round's client counts.
+  """The kernel's diagnostics (docs/methods.md, "Diagnostics") with the round's client counts.
 
   `num_clients`: every client of the round; `num_excluded_nonfinite`: clients whose row held NaN
   or Inf (left out by the gather) plus any the kernel excluded; `num_excluded_zero_weight`:

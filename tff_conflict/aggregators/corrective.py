@@ -1,5 +1,9 @@
-"""Corrective gradient weights as a WeightedAggregationFactory (corrective paper, eqs. 3-8, 13,
-24-29; SPEC 5)."""
+"""Corrective gradient weights as a WeightedAggregationFactory (docs/methods.md, "Corrective
+gradient weights").
+
+Paper: Mousazadeh, Khodadadi, Salehi, "A Novel Approach for Improving Generalization in Federated
+Learning Through Corrective Gradient Weights" (2023; the corrective paper), eqs. 3-8, 13, 24-29.
+"""
 
 import collections
 from collections.abc import Mapping
@@ -47,7 +51,7 @@ class CorrectiveGradientFactory(tff.aggregators.WeightedAggregationFactory):
   examples), e.g. from `tff_conflict.learning.build_corrective_client_work`. With
   `S = sum_j D_j`, `m_i = D_i . S`, `c = min_i alpha L_i / |D_i|` and
   `x_i = c / sqrt(sum_j (m_j / |D_j|)^2) * m_i / |D_i|^2` (corrective paper, eqs. 13, 24-29;
-  SPEC 5), the aggregate is `sum_k w_k u_k + sum_i x_i D_i`, `w_k = n_k / sum n` (the delta
+  docs/methods.md), the aggregate is `sum_k w_k u_k + sum_i x_i D_i`, `w_k = n_k / sum n` (the delta
   convention of `W_FedAvg - sum_i x_i D_i`). `alpha = 0` is exactly FedAvg. The math is
   `tff_conflict.conflict.corrective_aggregate_with_diagnostics`, called once per round at the
   server on the `[K, d]` stacks of flattened updates and gradients.
@@ -68,8 +72,9 @@ class CorrectiveGradientFactory(tff.aggregators.WeightedAggregationFactory):
   `num_clients` (all clients of the round), `num_excluded_nonfinite`, `num_excluded_zero_weight`,
   `num_participating`,
   `conflict_fraction_before`, `conflict_fraction_after`, `min_cosine`, `mean_cosine`,
-  `aggregate_norm`, `corrective_weights` (the weights `x`, float32 `[K]`, K the clients that
-  take part, in client order).
+  `aggregate_norm`, `norm_ratio` (against the FedAvg part `sum_k w_k u_k`),
+  `corrective_weights` (the weights `x`, float32 `[K]`, K the clients that take part, in client
+  order; docs/methods.md, "Diagnostics").
   """
 
   def __init__(self, *, alpha: float = hparams.CORRECTIVE_ALPHA.default,

@@ -1,5 +1,8 @@
-"""FedMGC dominant gradient correction as a WeightedAggregationFactory (fedmgc paper,
-Algorithms 1-2; SPEC 2b)."""
+"""FedMGC dominant gradient correction as a WeightedAggregationFactory (docs/methods.md, FedMGC).
+
+Paper: Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient
+Conflict in Federated Learning" (the fedmgc paper), Definition 3, Algorithms 1-2.
+"""
 
 from typing import Optional
 
@@ -18,7 +21,7 @@ class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFacto
   `p_i` = mean over j != i of `(u_i . u_j / |u_j| + u_j . u_i / |u_i|) / 2`; `z_i = p_i / l_i`;
   the `ceil(selection_ratio * K)` clients with the largest z are dominant; every update is
   projected off each dominant update it conflicts with (descending z); result
-  `(1/K) sum_i u_i` (fedmgc paper, Definition 3, Algorithm 1, Algorithm 2 line 9; SPEC 2b). The
+  `(1/K) sum_i u_i` (fedmgc paper, Definition 3, Algorithm 1, Algorithm 2 line 9). The
   math is `tff_conflict.conflict.dominant_correction_with_diagnostics`, called once per round at
   the server on the `[K, d]` stack of flattened updates; the result has exactly the value's type.
 
@@ -50,7 +53,8 @@ class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFacto
   `num_clients` (all clients of the round), `num_excluded_nonfinite`, `num_excluded_zero_weight`,
   `num_participating`,
   `conflict_fraction_before`, `conflict_fraction_after`, `min_cosine`, `mean_cosine`,
-  `aggregate_norm`, `num_dominant`, `num_projections`.
+  `aggregate_norm`, `norm_ratio` (against the unweighted mean), `num_dominant`,
+  `num_projections` (docs/methods.md, "Diagnostics").
   """
 
   def __init__(self, *, selection_ratio: float = hparams.DGC_SELECTION_RATIO.default,

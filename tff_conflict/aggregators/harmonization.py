@@ -1,4 +1,8 @@
-"""FedGH as a `tff.aggregators.WeightedAggregationFactory` (fedgh paper, Algorithm 1; SPEC 1)."""
+"""FedGH as a `tff.aggregators.WeightedAggregationFactory` (docs/methods.md, FedGH).
+
+Paper: Zhang, Sun, Chen, "Tackling the Non-IID Issue in Heterogeneous Federated Learning by
+Gradient Harmonization", arXiv:2309.06692 (the fedgh paper), Algorithm 1.
+"""
 
 import collections
 
@@ -45,8 +49,8 @@ class GradientHarmonizationFactory(tff.aggregators.WeightedAggregationFactory):
   metrics): `num_clients` (all clients of the round), `num_excluded_nonfinite`,
   `num_excluded_zero_weight`, `num_participating` (the clients that take part),
   `conflict_fraction_before`, `conflict_fraction_after`, `min_cosine`, `mean_cosine`,
-  `aggregate_norm`, `num_projections` (pair statistics cover the clients that take part; see
-  `tff_conflict.conflict`).
+  `aggregate_norm`, `norm_ratio`, `num_projections` (pair statistics cover the clients that take
+  part; docs/methods.md, "Diagnostics").
   """
 
   def __init__(self, *, order: str = hparams.FEDGH_ORDER.default,

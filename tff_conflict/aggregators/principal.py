@@ -1,5 +1,8 @@
-"""FedLD principal-gradient aggregation as a WeightedAggregationFactory (fedld paper, eqs. 4-7;
-SPEC 4b)."""
+"""FedLD principal-gradient aggregation as a WeightedAggregationFactory (docs/methods.md, FedLD).
+
+Paper: Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via
+Loss Decomposition", MICCAI 2024, arXiv:2408.12300 (the fedld paper), eqs. 4-7.
+"""
 
 from typing import Optional
 
@@ -18,7 +21,7 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
   directions `v_z = U^T e_z` oriented towards the mean update (eq. 6), the top
   `L = max(1, floor(component_ratio * K))` kept; each update is revised to
   `sum_l |u_i| / |g'_il| * lambda_l / S * g'_il` with `g'_il` its projection on `v_l` and `S` the
-  sum of all K eigenvalues (eqs. 4-7; SPEC 4b); result `sum_i w_i u_i`, `w_i = n_i / sum n` over
+  sum of all K eigenvalues (eqs. 4-7); result `sum_i w_i u_i`, `w_i = n_i / sum n` over
   the clients that take part. The math is
   `tff_conflict.conflict.principal_aggregate_with_diagnostics`, called once per round at the
   server on the `[K, d]` stack of flattened updates; the result has exactly the value's type.
@@ -32,7 +35,9 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
   `num_clients` (all clients of the round), `num_excluded_nonfinite`, `num_excluded_zero_weight`,
   `num_participating`,
   `conflict_fraction_before`, `conflict_fraction_after`, `min_cosine`, `mean_cosine`,
-  `aggregate_norm`, `num_components`, `explained_variance` (kept eigenvalues over all).
+  `aggregate_norm`, `norm_ratio` (below 1: the revised updates shorten the server step),
+  `num_components`, `explained_variance` (kept eigenvalues over all; docs/methods.md,
+  "Diagnostics").
   """
 
   def __init__(self, *, component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default,

@@ -21,7 +21,7 @@ Decisions (docs/methods.md, FedGH):
   client k (Algorithm 1 draws the order inside the loop over k): row k of
   `argsort(stateless_uniform([K, K], seed, alg="philox"), axis=1)`. The same `seed` (and K) always
   gives the same orders and so the same result. Under XLA (`jit_compile=True`) the stateless
-  generator's XLA lowering yields other numbers for the same seed (seen in TF 2.14 even with the
+  generator's XLA lowering yields other numbers for the same seed (TF 2.14, even with the
   algorithm pinned), so an XLA-compiled FedGH is reproducible from its seed but draws other orders
   than the non-XLA one. `order="index"` visits j = 0, 1, ..., K-1.
   `projection_order` returns the orders used, for tests and reproduction.

@@ -15,9 +15,8 @@ One training loop (`_make_client_update`) serves every method; options switch on
 Why not TFF's FedProx: TFF 0.87's `tff.learning.algorithms.build_weighted_fed_prox`
 (`learning/templates/proximal_client_work.py`, the `proximal_term` lines of both client updates)
 adds `mu * (w0 - w)` to the gradient, the gradient of `-mu/2 |w - w0|^2`: it pushes the client
-model *away* from the global model instead of pulling it back (one-dimensional regression, start 0,
-target 3, one round: FedAvg 2.30, TFF's FedProx mu = 0.5 3.49, mu = 2.0 24.6; see
-`../shared/TFF_NOTES.md`). Here the term is `mu * (w - w0)`.
+model *away* from the global model instead of pulling it back (docs/methods.md, FedProx). Here
+the term is `mu * (w - w0)`.
 
 Every client work here follows TFF's `build_model_delta_client_work` conventions: the delta is
 `initial - trained` (trainable weights), a non-finite delta is zeroed and gets weight 0 and its
@@ -41,7 +40,8 @@ from tff_conflict.learning import models as models_lib
 WEIGHTINGS = ('num_examples', 'uniform', 'loss')
 
 # A true mean loss of exactly 0 is sent as this value, so that it is not read as "no loss
-# reported" (weight 0) by a loss-weighted aggregator (SPEC 2b clamps losses below at 1e-12).
+# reported" (weight 0) by a loss-weighted aggregator (DGC clamps losses below at 1e-12;
+# docs/methods.md, FedMGC).
 MIN_REPORTED_LOSS = 1e-12
 
 WeightingArg = Optional[Union[str, tff.learning.ClientWeighting]]

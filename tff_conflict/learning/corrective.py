@@ -11,7 +11,8 @@ TRAINED local model `W_i` and sends, besides its delta `u_i = initial - trained`
 
 The value is `OrderedDict(update=u_i, gradient=D_i, loss=L_i)` with weight `n_i` (number of
 examples), as `tff_conflict.aggregators.CorrectiveGradientFactory` expects; its result has the
-same structure with `update` holding the aggregate `sum_k w_k u_k + sum_i x_i D_i` (SPEC 5).
+same structure with `update` holding the aggregate `sum_k w_k u_k + sum_i x_i D_i`
+(docs/methods.md, "Corrective gradient weights").
 `build_update_field_finalizer` applies that `update` field with the server optimizer, as TFF's
 `build_apply_optimizer_finalizer` applies a plain delta. A client with a non-finite delta,
 gradient or loss sends zeros and weight 0.

@@ -1,4 +1,4 @@
-"""Client losses of the gradient-conflict methods (SPEC sections 2a, 3, 4a).
+"""Client losses of the gradient-conflict methods (docs/methods.md: FedMGC, FedGA, FedLD).
 
 Each loss is a plain kernel `f(labels, logits, **hyperparameters) -> per-example losses [B]`
 and a `tf.keras.losses.Loss` class around it (sparse integer labels of shape `[B]` or `[B, 1]`,

@@ -1,4 +1,7 @@
-"""Calibrated-label loss, FedGA's client loss (fedga paper, eqs. 8-10; SPEC 3).
+"""Calibrated-label loss, FedGA's client loss (docs/methods.md, FedGA).
+
+Paper: Xiao, Zuo, Wang, "FedGA: Federated Learning with Gradient Alignment for Error Asymmetry
+Mitigation", AAAI 2025, arXiv:2412.16582 (the fedga paper), eqs. 8-10.
 
 For an example with label j and softmax output p (held constant: stop-gradient), the calibrated
 target is (eq. 10)
@@ -19,7 +22,7 @@ class's examples (the paper's "missing classes", not forgotten). On a class-bala
 negative); only its gradient matters.
 
 (The authors' code feeds q to a soft-target cross-entropy, whose gradient is `sum(q) p - q`;
-SPEC follows the paper.)
+this loss follows the paper.)
 
 Counts over the whole local dataset (`CalibratedLabelLoss(counts="dataset")`): the loss object
 owns a non-trainable `tf.Variable` `class_counts` (float32, shape `[num_classes]`, or `[None]` when

@@ -1,4 +1,8 @@
-"""Focal loss, FedMGC's client loss (fedmgc paper, eq. 10; SPEC 2a).
+"""Focal loss, FedMGC's client loss (docs/methods.md, FedMGC).
+
+Paper: Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient
+Conflict in Federated Learning" (the fedmgc paper), eq. 10; the focal loss itself is Lin et al.,
+"Focal Loss for Dense Object Detection", ICCV 2017.
 
 Per example, with `p_t` the softmax probability of the true class,
 

@@ -1,11 +1,15 @@
-"""Margin-control loss, FedLD's client loss (fedld paper, eq. 3; SPEC 4a).
+"""Margin-control loss, FedLD's client loss (docs/methods.md, FedLD).
+
+Paper: Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via
+Loss Decomposition", MICCAI 2024, arXiv:2408.12300 (the fedld paper), eq. 3.
 
 Per example, with `z` that example's logits (length C),
 
     L = CE(y, z) + lambda * log(1 + |z|_2^2),
 
 and the batch loss is the mean over examples. `lambda = 0` is exactly cross-entropy. (The authors'
-code penalizes softmax probabilities with one norm over the whole batch; SPEC follows the paper.)
+code penalizes softmax probabilities with one norm over the whole batch; this loss follows the
+paper.)
 
 Numerics. `log(1 + |z|^2)` is evaluated as `2 log s + log(1/s^2 + |z/s|^2)` with `s = max_i |z_i|`
 when `s > 1` (and as `log1p(|z|^2)` otherwise), so that `|z|^2` never overflows; both forms are

@@ -1,6 +1,6 @@
 """Runs a TFF learning process's rounds in this Python process with TensorFlow (GPU-capable).
 
-TFF 0.87's `worker_binary` is built without CUDA and costs ~10 s of warm-up per process. TFF's own
+TFF 0.87's `worker_binary` is built without CUDA (docs/design.md, "The TFF runtime"). TFF's own
 compiler turns a round (`process.next`) into `MapReduceForm`
 (`tff.backends.mapreduce.get_map_reduce_form_for_computation`): plain TensorFlow computations
 
@@ -75,7 +75,7 @@ class InProcessRunner:
         state = output.state
       weights = runner.get_model_weights(state)
 
-  Results equal TFF's C++ runtime's to float round-off (tests/test_inprocess.py).
+  Results equal TFF's C++ runtime's to float round-off (tests/runtime/test_inprocess.py).
   """
 
   def __init__(self, learning_process: Any, *, num_threads: int = 1,
