@@ -58,6 +58,7 @@ def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
   assert 'test_class_accuracy/9' in columns
   assert any(c.startswith('aggregator/') and c.endswith('conflict_fraction_before')
              for c in columns)
+  assert any(c.startswith('aggregator/') and c.endswith('norm_ratio') for c in columns)
   for row in rows:
     assert 0.0 <= row['test_accuracy'] <= 1.0 and row['train_loss'] > 0
   hparams = metrics_io.read_hparams(str(experiment_dir / 'hparams.csv'))
