@@ -239,7 +239,11 @@ def check_round(updates, *, weights=None, losses=None, include=None, validate=Tr
   if losses is not None:
     l, c = _validation.vector(losses, 'losses', stack, updates_name)
     checks += c
-  inc, c = _validation.include_mask(include, stack, updates_name)
+  eager = _eager.executing_eagerly()
+  if eager and include is None:   # every shape is known: no shape ops
+    inc, c = tf.ones([stack.shape[0]], tf.bool), []
+  else:
+    inc, c = _validation.include_mask(include, stack, updates_name)
   checks += c
   if checks:   # structural checks first: value checks and everything else depend on them
     with tf.control_dependencies(checks):
@@ -247,8 +251,8 @@ def check_round(updates, *, weights=None, losses=None, include=None, validate=Tr
       inc = tf.identity(inc)
       w = None if w is None else tf.identity(w)
       l = None if l is None else tf.identity(l)
-  value_checks = _validation.values(w, inc, tf.shape(stack)[0], validate=validate,
-                                    stack_name=updates_name)
+  num_rows = stack.shape[0] if eager else tf.shape(stack)[0]
+  value_checks = _validation.values(w, inc, num_rows, validate=validate, stack_name=updates_name)
   if value_checks:
     with tf.control_dependencies(value_checks):
       stack = tf.identity(stack)
