@@ -52,7 +52,7 @@ def test_same_result_as_op_by_op(name, dtype):
   u, d, w, l, include = _inputs(7, 33, dtype)
   kwargs = {} if name == 'pairwise_cosine' else {'include': include}
   graph = KERNELS[name](u, d, w, l, **kwargs)
-  tf.config.run_functions_eagerly(True)   # the cached function's body runs op by op
+  tf.config.run_functions_eagerly(True)   # the implementation runs op by op
   try:
     eager = KERNELS[name](u, d, w, l, **kwargs)
   finally:

@@ -7,10 +7,14 @@ Inside a `tf.function` the same ops cost nothing beside the Gram matrix and the 
 
 1. converts and checks its arguments eagerly, so that every error is the `ValueError` of the
    package docstring ("Validation"), raised before any work;
-2. runs its implementation in a `tf.function` traced once per kernel, argument dtypes and ranks,
-   and hyperparameters, with every dimension of the tensor arguments left unknown (a new number
-   of clients or a new d reuses the trace), and with `validate=False` (the value checks already
-   ran in step 1, so the result is the same as with `validate=True`).
+2. runs its implementation as a concrete function traced once per kernel, argument dtypes and
+   ranks, and hyperparameters, with every dimension of the tensor arguments left unknown (a new
+   number of clients or a new d reuses the trace), and with `validate=False` (the value checks
+   already ran in step 1, so the result is the same as with `validate=True`). Calling the
+   concrete function directly skips `tf.function`'s own argument handling.
+
+With `tf.config.run_functions_eagerly(True)` (TensorFlow's debugging switch) the implementation
+runs op by op instead; the results are the same, bit for bit.
 
 Inside a graph (a `tf.function`, a TFF computation) a kernel is traced inline as before, and this
 module is not involved.
@@ -34,6 +38,7 @@ def executing_eagerly() -> bool:
 
 
 def _spec(tensor, exact):
+  """The `tf.TensorSpec` of `tensor`: its shape if `exact`, else every dimension unknown."""
   shape = tensor.shape if exact else [None] * tensor.shape.rank
   return tf.TensorSpec(shape, tensor.dtype)
 
@@ -54,16 +59,16 @@ class _Bound:
     return self._impl(**dict(zip(self._names, args)), **self._fixed)
 
 
-def _function(impl, names, nones, specs, static):
-  key = (impl, names, nones, specs, static)
+def _function(key, impl, names, nones, static, tensors, exact):
+  """The traced function for `key`, created (and traced) on first use."""
   with _lock:
     fn = _functions.get(key)
     if fn is not None:
       _functions.move_to_end(key)
       return fn
-
-  fn = tf.function(_Bound(impl, names, nones, static), input_signature=list(specs),
-                   autograph=False)
+  specs = [_spec(tensors[n], n in exact) for n in names]
+  fn = tf.function(_Bound(impl, names, nones, static), input_signature=specs,
+                   autograph=False).get_concrete_function()
   with _lock:
     fn = _functions.setdefault(key, fn)
     _functions.move_to_end(key)
@@ -73,7 +78,7 @@ def _function(impl, names, nones, specs, static):
 
 
 def call(impl, tensors, static=None, exact=()):
-  """`impl(**tensors, **static)` run as a cached `tf.function`.
+  """`impl(**tensors, **static)` run as a cached, traced function.
 
   Args:
     impl: the kernel's implementation (a module-level function: it is part of the cache key).
@@ -82,11 +87,16 @@ def call(impl, tensors, static=None, exact=()):
     exact: names of tensors whose shape is kept in the signature (e.g. a seed of shape [2]);
       every other tensor has all its dimensions unknown.
   """
+  if tf.config.functions_run_eagerly():   # TensorFlow's debugging switch: op by op
+    return impl(**tensors, **(static or {}))
   static = tuple(sorted((static or {}).items()))
   names = tuple(n for n, t in tensors.items() if t is not None)
   nones = tuple(n for n, t in tensors.items() if t is None)
-  specs = tuple(_spec(tensors[n], n in exact) for n in names)
-  fn = _function(impl, names, nones, specs, static)
+  # The signature in cheap, hashable terms: dtype and rank (the whole shape for `exact` names).
+  signature = tuple((tensors[n].dtype, tuple(tensors[n].shape) if n in exact
+                     else tensors[n].shape.rank) for n in names)
+  key = (impl, names, nones, signature, static)
+  fn = _function(key, impl, names, nones, static, tensors, exact)
   return fn(*[tensors[n] for n in names])
 
 
