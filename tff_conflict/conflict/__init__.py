@@ -84,10 +84,11 @@ d = 1e6, already run at about the floor (BENCHMARKS.md, "Kernels"), so XLA is no
 speed on CPU.
 
 Eager calls. Called with eager tensors (or arrays), a kernel converts and checks its arguments
-eagerly, raising the `ValueError`s above before any work, then runs as a cached `tf.function`
-traced once per kernel, dtypes, ranks and hyperparameter values, with every dimension unknown,
-so that a new K or d reuses the trace (`_eager`). The result is the same as op-by-op execution,
-bit for bit, and costs what the kernel costs inside a graph (docs/design.md, "Kernels").
+eagerly, raising the `ValueError`s above before any work, then runs as a cached traced function
+(one trace per kernel, dtypes, ranks and hyperparameter values, with every dimension unknown, so
+that a new K or d reuses the trace; `_eager`). The result is the same as op-by-op execution, bit
+for bit, and costs what the kernel costs inside a graph (docs/design.md, "Kernels");
+`tf.config.run_functions_eagerly(True)` runs it op by op.
 """
 
 from tff_conflict.conflict.corrective import corrective_aggregate
