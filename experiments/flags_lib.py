@@ -111,7 +111,7 @@ with record_group('training'):
                        'the last round); 0: never.', lower_bound=0)
   flags.DEFINE_integer('keep_checkpoints', 3, 'Checkpoints to keep; 0 keeps all.', lower_bound=0)
 
-# The spelling of the client batch size.
+# `--batch_size` is another name of `--client_batch_size`.
 flags.DEFINE_alias('batch_size', 'client_batch_size')
 
 with record_group('client'):
