@@ -18,7 +18,6 @@ from typing import Any, Optional
 
 from absl import logging
 import tensorflow as tf
-import tensorflow_federated as tff
 
 _PREFIX = 'round_'
 
@@ -34,6 +33,7 @@ class CheckpointManager:
   def __init__(self, root_dir: str, keep_total: int = 3):
     self._root_dir = root_dir
     tf.io.gfile.makedirs(root_dir)
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
     self._manager = tff.program.FileProgramStateManager(
         root_dir=root_dir, prefix=_PREFIX, keep_total=int(keep_total), keep_first=False)
 

@@ -26,7 +26,7 @@ and the mean round time (rounds >= 2: round 1 includes TFF's tracing and start-u
 import dataclasses
 import os
 import sys
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -37,7 +37,8 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
 
-from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+from experiments import config  # pylint: disable=g-import-not-at-top
+from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import metrics_io
 from experiments import plotting
@@ -83,22 +84,55 @@ def apply_preset() -> None:
       FLAGS[name].value = value
 
 
-def check_flags() -> None:
-  flags_lib.check_common_flags()
-  unknown = [a for a in FLAGS.algorithms if a not in registry.ALGORITHM_HPARAMS]
-  if unknown or not FLAGS.algorithms:
-    raise app.UsageError(f'--algorithms must be a non-empty list of {_ALL_ALGORITHMS}, got '
-                         f'{FLAGS.algorithms}')
-  if len(set(FLAGS.algorithms)) != len(FLAGS.algorithms):
-    raise app.UsageError(f'--algorithms lists an algorithm twice: {FLAGS.algorithms}')
+flags_lib.register_validators()
+
+
+@dataclasses.dataclass(frozen=True)
+class ComparisonConfig:
+  """What a comparison runs besides one experiment's settings.
+
+  Attributes:
+    algorithms: named methods (`tff_conflict.learning.ALGORITHMS`), distinct, at least one.
+    seeds: distinct seeds >= 0, at least one; each (algorithm, seed) is one run.
+    target_accuracy: the test accuracy whose first round the table reports, in (0, 1].
+  """
+  algorithms: tuple[str, ...] = config.setting(tuple(_ALL_ALGORITHMS), flag='algorithms')
+  seeds: tuple[int, ...] = config.setting((0,), flag='seeds')
+  target_accuracy: float = config.setting(0.8, flag='target_accuracy')
+
+  def __post_init__(self):
+    object.__setattr__(self, 'algorithms', tuple(self.algorithms))
+    object.__setattr__(self, 'seeds', tuple(self.seeds))
+    if (not self.algorithms or len(set(self.algorithms)) != len(self.algorithms)
+        or any(a not in registry.ALGORITHM_HPARAMS for a in self.algorithms)):
+      raise config.ConfigError('algorithms', list(self.algorithms),
+                               f'a non-empty list of distinct algorithms of {_ALL_ALGORITHMS}',
+                               flag='algorithms')
+    if (not self.seeds or len(set(self.seeds)) != len(self.seeds)
+        or not all(config.at_least(0)(s) for s in self.seeds)):
+      raise config.ConfigError('seeds', list(self.seeds), 'distinct non-negative integers',
+                               flag='seeds')
+    if not (config.RATIO(self.target_accuracy)):
+      raise config.ConfigError('target_accuracy', self.target_accuracy, 'in (0, 1]',
+                               flag='target_accuracy')
+
+
+def check_flags() -> tuple[config.ExperimentConfig, ComparisonConfig]:
+  """Cross-flag checks; returns the typed settings of the flags.
+
+  Raises:
+    app.UsageError: naming the flag and its value.
+  """
+  experiment = flags_lib.check_common_flags()
   try:
-    seeds = [int(s) for s in FLAGS.seeds]
+    seeds = tuple(int(s) for s in FLAGS.seeds)
   except ValueError:
     raise app.UsageError(f'--seeds must be non-negative integers, got {FLAGS.seeds}') from None
-  if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
-    raise app.UsageError(f'--seeds must be distinct non-negative integers, got {FLAGS.seeds}')
-  if not 0 < FLAGS.target_accuracy <= 1:
-    raise app.UsageError(f'--target_accuracy must be in (0, 1], got {FLAGS.target_accuracy}')
+  try:
+    return experiment, ComparisonConfig(algorithms=tuple(FLAGS.algorithms), seeds=seeds,
+                                        target_accuracy=FLAGS.target_accuracy)
+  except config.ConfigError as e:
+    raise app.UsageError(e.flag_message()) from None
 
 
 @dataclasses.dataclass
@@ -192,51 +226,63 @@ def write_plots(runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], root:
   return written
 
 
-def run_comparison(values: Mapping[str, Any], *, stream=None) -> tuple[str, list[str], str]:
+def run_comparison(experiment: Union[config.ExperimentConfig, Mapping[str, Any]],
+                   comparison: Optional[ComparisonConfig] = None, *, stream=None,
+                   hparams: Optional[Mapping[str, Any]] = None) -> tuple[str, list[str], str]:
   """Runs every (algorithm, seed) and writes the table and plots.
+
+  Args:
+    experiment: the settings shared by every run (its algorithm and seed are replaced per run);
+      a flag-value mapping (with 'algorithms', 'seeds', 'target_accuracy') is accepted too.
+    comparison: the algorithms, seeds and target; required with a config.
+    stream: where progress goes (default stdout).
+    hparams: what the comparison's hparams.csv records (default: the settings and comparison).
 
   Returns:
     (the Markdown table, the plot files, the comparison directory).
   """
-  root = os.path.join(values['output_dir'],
-                      values['experiment_name'] or f'compare_{values["dataset"]}')
+  if not isinstance(experiment, config.ExperimentConfig):
+    values = experiment
+    experiment = experiment_lib.as_config(values)
+    comparison = ComparisonConfig(algorithms=tuple(values['algorithms']),
+                                  seeds=tuple(int(s) for s in values['seeds']),
+                                  target_accuracy=values['target_accuracy'])
+  if comparison is None:
+    raise ValueError('run_comparison needs a ComparisonConfig with an ExperimentConfig')
+  root = os.path.join(experiment.output.output_dir,
+                      experiment.output.experiment_name or f'compare_{experiment.data.dataset}')
   os.makedirs(root, exist_ok=True)
-  metrics_io.write_hparams(os.path.join(root, training_loop.HPARAMS_FILE),
-                           flags_lib.hparams(flags_lib.COMMON_GROUPS + ('compare',)))
-  options = experiment_lib.data_options(values)
-  data = registry.DATASETS[options.dataset].load(options)
-  seeds = [int(s) for s in values['seeds']]
-  config_base = experiment_lib.loop_config(dict(values, seed=seeds[0]))
-  runs: dict[str, list[list[dict[str, Any]]]] = {alg: [] for alg in values['algorithms']}
+  if hparams is None:
+    hparams = experiment_lib.hparams_record(
+        experiment, algorithms=list(comparison.algorithms), seeds=list(comparison.seeds),
+        target_accuracy=comparison.target_accuracy)
+    for name in ('algorithm', 'client_loss', 'aggregator', 'seed'):  # set per run
+      hparams.pop(name, None)
+  metrics_io.write_hparams(os.path.join(root, training_loop.HPARAMS_FILE), hparams)
+  data = experiment_lib.load_data(experiment.data)
+  seeds = comparison.seeds
+  runs: dict[str, list[list[dict[str, Any]]]] = {alg: [] for alg in comparison.algorithms}
   for seed in seeds:
-    seed_values = dict(values, seed=seed)
-    task = experiment_lib.load_task(seed_values, data=data)
+    seed_config = experiment.with_seed(seed)
+    task = experiment_lib.load_task(seed_config, data=data)
     if seed == seeds[0]:
-      print(f'{len(values["algorithms"])} algorithms x {len(seeds)} seed(s) on '
-            f'{values["dataset"]}: {len(task.train_data.client_ids)} clients, '
-            f'{values["clients_per_round"]} per round, {config_base.rounds} rounds, model '
-            f'{task.model_name} -> {root}', file=stream or sys.stdout, flush=True)
-    for algorithm in values['algorithms']:
-      run_values = dict(seed_values, algorithm=algorithm, client_loss=None, aggregator=None,
-                        proximal_strength_present=False)
-      process = experiment_lib.build_algorithm(run_values, task, algorithm)
-      runner = experiment_lib.make_runner(process, run_values)
-      # Created after the process is built (BUILD_NOTES.md, Keras pitfalls).
-      evaluate_fn, test_columns = experiment_lib.make_evaluate_fn(task)
-      hparams = flags_lib.hparams(algorithm=algorithm, seed=seed)
-      result = training_loop.run_training(
-          process, train_data=task.train_data, evaluate_fn=evaluate_fn,
-          config=experiment_lib.loop_config(run_values),
-          experiment_dir=os.path.join(root, algorithm, f'seed{seed}'), hparams=hparams,
-          runner=runner, label=f'{algorithm} seed {seed}', show_progress=values['progress'],
-          stream=stream, test_columns=test_columns)
+      print(f'{len(comparison.algorithms)} algorithms x {len(seeds)} seed(s) on '
+            f'{experiment.data.dataset}: {len(task.train_data.client_ids)} clients, '
+            f'{experiment.training.clients_per_round} per round, {experiment.training.rounds} '
+            f'rounds, model {task.model_name} -> {root}', file=stream or sys.stdout, flush=True)
+    for algorithm in comparison.algorithms:
+      run_config = seed_config.replace(algorithm=config.AlgorithmConfig(algorithm))
+      result = experiment_lib.run_experiment(
+          run_config, task=task, experiment_dir=os.path.join(root, algorithm, f'seed{seed}'),
+          label=f'{algorithm} seed {seed}', stream=stream)
       runs[algorithm].append(result.rows)
-  summaries = [summarize(alg, per_seed, values['target_accuracy'])
+  summaries = [summarize(alg, per_seed, comparison.target_accuracy)
                for alg, per_seed in runs.items()]
-  table = markdown_table(summaries, values['target_accuracy'])
+  table = markdown_table(summaries, comparison.target_accuracy)
   with open(os.path.join(root, 'summary.md'), 'w') as f:
-    f.write(f'# {values["dataset"]}: {config_base.rounds} rounds, '
-            f'{values["clients_per_round"]} clients per round, seeds {values["seeds"]}\n\n')
+    f.write(f'# {experiment.data.dataset}: {experiment.training.rounds} rounds, '
+            f'{experiment.training.clients_per_round} clients per round, seeds '
+            f'{[str(s) for s in seeds]}\n\n')
     f.write(table)
   plots = write_plots(runs, root)
   return table, plots, root
@@ -248,11 +294,10 @@ def main(argv):
   flags_lib.quiet_logs()
   runtime.set_local_context()
   apply_preset()
-  check_flags()
-  values = FLAGS.flag_values_dict()
-  experiment_lib.install_context(values)
+  experiment, comparison = check_flags()
+  experiment_lib.install_context(experiment)
   try:
-    table, plots, root = run_comparison(values)
+    table, plots, root = run_comparison(experiment, comparison)
   except training_loop.HparamsMismatchError as e:
     sys.exit(f'compare: {e}')
   print()

@@ -1,26 +1,45 @@
-"""From flag values to the parts of a run: data, model, learning process, evaluation, runner.
+"""From an `ExperimentConfig` to the parts of a run: data, model, learning process, evaluation,
+runner, and the whole run.
 
-Both binaries go through these functions with a dict of flag values (`FLAGS.flag_values_dict()`,
-which `experiments.compare` copies and changes per algorithm and seed):
+The binaries build the config from their flags (`flags_lib.experiment_config()`); other code
+builds one directly (`experiments.config`) and needs no flags:
 
-  task = load_task(values)                      # ClientData, input spec, Keras model fn
-  process = build_algorithm(values, task)       # tff_conflict.learning.ALGORITHMS / build_process
+  config = ExperimentConfig(algorithm=AlgorithmConfig('fedgh'),
+                            training=LoopConfig(rounds=5, clients_per_round=10))
+  task = load_task(config)                      # ClientData, input spec, Keras model fn
+  result = run_experiment(config, task=task)    # process, runner, evaluation, run loop
+
+or step by step:
+
+  process = build_process(config, task)         # tff_conflict.learning.ALGORITHMS / build_process
   evaluate_fn, columns = make_evaluate_fn(task) # tff_conflict.evaluation on the test split
-  runner = make_runner(process, values)         # --runtime / --workers
+  runner = make_runner(process, config)         # config.runtime
+  training_loop.run_training(process, ..., config=config.training, ...)
+
+Errors that a setting causes are raised as `config.ConfigError` naming the setting's flag (a
+model that cannot take the dataset's inputs, more clients per round than the population), or
+as the library's own `ValueError` / `FileNotFoundError` for the data; the binaries print either
+as one line naming the flag (`experiments.cli`).
+
+Every function also accepts the older flag-value mapping (`FLAGS.flag_values_dict()`) in place of
+the config; it is converted with `config.from_flag_values`.
 """
 
 import collections
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence, TextIO, Union
 
-from absl import app
 import numpy as np
 import tensorflow as tf
 
+from experiments import config as config_lib
+from experiments import metrics_io
 from experiments import models
 from experiments import registry
 from experiments import training_loop
+
+ConfigLike = Union[config_lib.ExperimentConfig, Mapping[str, Any]]
 
 
 @dataclasses.dataclass
@@ -43,80 +62,120 @@ class Task:
   keras_model_fn: Callable[[], tf.keras.Model]
 
 
-def data_options(values: Mapping[str, Any]) -> registry.DataOptions:
-  fields = [f.name for f in dataclasses.fields(registry.DataOptions)]
-  return registry.DataOptions(**{name: values[name] for name in fields})
+def as_config(config: ConfigLike) -> config_lib.ExperimentConfig:
+  """`config` itself, or the config of a flag-value mapping."""
+  if isinstance(config, config_lib.ExperimentConfig):
+    return config
+  return config_lib.from_flag_values(config)
 
 
-def loop_config(values: Mapping[str, Any]) -> training_loop.LoopConfig:
-  return training_loop.LoopConfig(
-      rounds=values['rounds'], clients_per_round=values['clients_per_round'],
-      client_epochs=values['client_epochs'], batch_size=values['client_batch_size'],
-      shuffle_buffer=values['client_shuffle_buffer'], seed=values['seed'],
-      eval_every=values['eval_every'], checkpoint_every=values['checkpoint_every'],
-      keep_checkpoints=values['keep_checkpoints'], resume=values['resume'])
+def data_options(config: ConfigLike) -> config_lib.DataConfig:
+  return as_config(config).data
 
 
-def load_task(values: Mapping[str, Any], *, data: Optional[tuple[Any, Any]] = None) -> Task:
+def loop_config(config: ConfigLike) -> config_lib.LoopConfig:
+  return as_config(config).training
+
+
+def load_data(data: config_lib.DataConfig) -> tuple[Any, Any]:
+  """(train, test) `ClientData` of the dataset (`registry.DATASETS`)."""
+  return registry.DATASETS[data.dataset].load(data)
+
+
+def load_task(config: ConfigLike, *, data: Optional[tuple[Any, Any]] = None) -> Task:
   """Loads the dataset (unless `data` = (train, test) is given) and picks the model.
 
+  The model is built once here (in a scratch graph) to check that it takes the dataset's inputs.
+
   Raises:
-    app.UsageError: on an unknown model, or clients_per_round larger than the population.
+    config.ConfigError: an unknown model, a model that cannot take the inputs, or
+      clients_per_round larger than the population.
+    ValueError, FileNotFoundError: from the data loaders (`tff_conflict.data`).
   """
-  options = data_options(values)
-  spec = registry.DATASETS[options.dataset]
-  train, test = spec.load(options) if data is None else data
-  model_name = values['model'] or spec.default_model_for(options)
+  config = as_config(config)
+  spec = registry.DATASETS[config.data.dataset]
+  train, test = load_data(config.data) if data is None else data
+  model_name = config.model.name or spec.default_model_for(config.data)
   if model_name not in models.MODELS:
-    raise app.UsageError(f'--model must be one of {sorted(models.MODELS)}, got {model_name!r}')
+    raise config_lib.ConfigError('name', model_name, f'one of {sorted(models.MODELS)}',
+                                 flag='model')
   num_clients = len(train.client_ids)
-  if values['clients_per_round'] > num_clients:
-    raise app.UsageError(f'--clients_per_round={values["clients_per_round"]} is larger than the '
-                         f'{num_clients} clients of --dataset={options.dataset}')
-  config = loop_config(values)
+  if config.training.clients_per_round > num_clients:
+    raise config_lib.ConfigError(
+        'clients_per_round', config.training.clients_per_round,
+        f'at most the {num_clients} clients of dataset {config.data.dataset!r}',
+        flag='clients_per_round')
   example = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
-                                     config)
+                                     config.training)
   input_spec = example.element_spec
-  num_classes = spec.num_classes(options)
-  keras_model_fn = functools.partial(models.get(model_name), tuple(input_spec['x'].shape[1:]),
-                                     num_classes, seed=values['seed'])
+  num_classes = spec.num_classes(config.data)
+  input_shape = tuple(input_spec['x'].shape[1:])
+  keras_model_fn = functools.partial(models.get(model_name), input_shape, num_classes,
+                                     seed=config.seed)
+  with tf.Graph().as_default():  # keep the eager context clean (BUILD_NOTES.md, Keras pitfalls)
+    try:
+      keras_model_fn()
+    except ValueError as e:
+      raise config_lib.ConfigError(
+          'name', model_name, f'a model that takes the inputs of dataset '
+          f'{config.data.dataset!r} (shape {input_shape}): {e}', flag='model') from None
   return Task(train_data=train, test_data=test, input_spec=input_spec, num_classes=num_classes,
               model_name=model_name, keras_model_fn=keras_model_fn)
 
 
-def _optimizer(values, prefix):
-  return registry.OPTIMIZERS[values[f'{prefix}_optimizer']](
-      values[f'{prefix}_learning_rate'], values[f'{prefix}_momentum'])
-
-
-def build_algorithm(values: Mapping[str, Any], task: Task, algorithm: Optional[str] = None):
-  """The learning process of `algorithm` (default `values['algorithm']`) with the flag values.
+def build_process(config: ConfigLike, task: Task):
+  """The learning process of `config.algorithm` with the config's optimizers and hyperparameters.
 
   A named algorithm is `tff_conflict.learning.ALGORITHMS[name]` with its hyperparameters
   (`registry.ALGORITHM_HPARAMS`); 'custom' is `tff_conflict.learning.build_process` with
-  `--client_loss`, `--aggregator` (their hyperparameters from the same flags) and the FedProx
-  term when `--proximal_strength` was given (`values['proximal_strength_present']`).
+  `client_loss`, `aggregator` (their hyperparameters from the same `MethodHparams`) and the FedProx
+  term when `algorithm.proximal_term` is set.
+
+  Raises:
+    config.ConfigError: an algorithm, loss or aggregator that is not registered.
+    ValueError: from the builders, naming their argument (`registry.BUILDER_FLAGS` maps it to
+      the flag).
   """
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-  name = values['algorithm'] if algorithm is None else algorithm
-  common = dict(input_spec=task.input_spec, client_optimizer_fn=_optimizer(values, 'client'),
-                server_optimizer_fn=_optimizer(values, 'server'))
-  if values.get('client_weighting'):
-    common['client_weighting'] = values['client_weighting']
-  if name == registry.CUSTOM_ALGORITHM:
-    loss, aggregator = values['client_loss'], values['aggregator']
-    proximal = values['proximal_strength'] if values.get('proximal_strength_present') else 0.0
+  config = as_config(config)
+  algorithm = config.algorithm
+  hparams = dict(dataclasses.asdict(config.hparams), seed=config.seed)
+  common = dict(input_spec=task.input_spec,
+                client_optimizer_fn=registry.build_optimizer(config.client),
+                server_optimizer_fn=registry.build_optimizer(config.server))
+  if config.client.weighting:
+    common['client_weighting'] = config.client.weighting
+  if algorithm.name == config_lib.CUSTOM_ALGORITHM:
+    loss, aggregator = algorithm.client_loss, algorithm.aggregator
+    if loss not in registry.LOSS_HPARAMS:
+      raise config_lib.ConfigError('client_loss', loss, f'one of {list(registry.LOSS_HPARAMS)}',
+                                   flag='client_loss')
+    if aggregator not in registry.AGGREGATOR_HPARAMS:
+      raise config_lib.ConfigError('aggregator', aggregator,
+                                   f'one of {list(registry.AGGREGATOR_HPARAMS)}',
+                                   flag='aggregator')
+    proximal = config.hparams.proximal_strength if algorithm.proximal_term else 0.0
     return learning.build_process(
         task.keras_model_fn, loss=loss,
-        loss_kwargs=registry.hparam_kwargs(registry.LOSS_HPARAMS[loss], values),
+        loss_kwargs=registry.hparam_kwargs(registry.LOSS_HPARAMS[loss], hparams),
         aggregator=aggregator,
-        aggregator_kwargs=registry.hparam_kwargs(registry.AGGREGATOR_HPARAMS[aggregator], values),
+        aggregator_kwargs=registry.hparam_kwargs(registry.AGGREGATOR_HPARAMS[aggregator],
+                                                 hparams),
         proximal_strength=proximal, **common)
-  if name not in learning.ALGORITHMS:
-    raise app.UsageError(f'--algorithm must be one of {list(learning.ALGORITHMS)} or '
-                         f'{registry.CUSTOM_ALGORITHM!r}, got {name!r}')
-  kwargs = registry.hparam_kwargs(registry.ALGORITHM_HPARAMS.get(name, {}), values)
-  return learning.ALGORITHMS[name](task.keras_model_fn, **common, **kwargs)
+  if algorithm.name not in learning.ALGORITHMS:
+    raise config_lib.ConfigError(
+        'name', algorithm.name,
+        f'one of {list(learning.ALGORITHMS)} or {config_lib.CUSTOM_ALGORITHM!r}', flag='algorithm')
+  kwargs = registry.hparam_kwargs(registry.ALGORITHM_HPARAMS.get(algorithm.name, {}), hparams)
+  return learning.ALGORITHMS[algorithm.name](task.keras_model_fn, **common, **kwargs)
+
+
+def build_algorithm(values: ConfigLike, task: Task, algorithm: Optional[str] = None):
+  """`build_process` of `values` with `algorithm` (a named method) in place of its own, if given."""
+  config = as_config(values)
+  if algorithm is not None:
+    config = config.replace(algorithm=config_lib.AlgorithmConfig(algorithm))
+  return build_process(config, task)
 
 
 def _test_arrays(test_data) -> tuple[np.ndarray, np.ndarray]:
@@ -154,16 +213,59 @@ def make_evaluate_fn(task: Task) -> tuple[Callable[[Any], Mapping[str, float]], 
   return evaluate, columns
 
 
-def make_runner(process, values: Mapping[str, Any]):
-  """The object that runs `process` for `--runtime` (the process itself for the default local
-  C++ runtime or `--workers`; an in-process runner for `--runtime=inprocess`)."""
+def make_runner(process, config: ConfigLike):
+  """The object that runs `process` for `config.runtime` (the process itself for the default
+  local C++ runtime or remote workers; an in-process runner for 'inprocess')."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
-  return runtime.make_runner(process, values.get('runtime', 'cpp'))
+  return runtime.make_runner(process, as_config(config).runtime.runtime)
 
 
-def install_context(values: Mapping[str, Any]) -> None:
-  """Installs TFF's execution context: remote workers for `--workers`, else the local one."""
+def install_context(config: ConfigLike) -> None:
+  """Installs TFF's execution context: remote workers for `config.runtime.workers`, else the
+  local one (`tff_conflict.runtime.set_local_context`, which the binaries call first)."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
-  workers = list(values.get('workers') or [])
+  workers = list(as_config(config).runtime.workers)
   if workers:
     runtime.set_remote_context(workers)
+
+
+def hparams_record(config: config_lib.ExperimentConfig, **extra: Any) -> dict[str, Any]:
+  """What hparams.csv records for a run of `config`: every setting under its flag's name, then
+  `extra`, package versions and the git commit (`metrics_io.provenance`)."""
+  values = config.flag_values()
+  values.update(extra)
+  values.update(metrics_io.provenance())
+  return values
+
+
+def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[Task] = None,
+                   experiment_dir: Optional[str] = None,
+                   hparams: Optional[Mapping[str, Any]] = None, label: Optional[str] = None,
+                   stream: Optional[TextIO] = None,
+                   test_columns: Optional[Sequence[str]] = None) -> training_loop.RunResult:
+  """Trains `config`'s method on its task, with evaluation, metrics and checkpoints.
+
+  Args:
+    config: the settings.
+    task: the loaded task (default: `load_task(config)`); share one between runs on the same
+      data and seed.
+    experiment_dir: where the outputs go (default `config.experiment_dir`).
+    hparams: what hparams.csv records (default `hparams_record(config)`).
+    label: shown in the progress output (default the method's label).
+    stream: where progress and notices go (default stdout).
+    test_columns: the evaluation's columns (default those of `make_evaluate_fn`).
+
+  Returns:
+    `training_loop.RunResult`.
+  """
+  task = load_task(config) if task is None else task
+  process = build_process(config, task)
+  runner = make_runner(process, config)
+  evaluate_fn, columns = make_evaluate_fn(task)  # after the process (Keras pitfalls)
+  return training_loop.run_training(
+      process, train_data=task.train_data, evaluate_fn=evaluate_fn, config=config.training,
+      experiment_dir=experiment_dir or config.experiment_dir,
+      hparams=hparams_record(config) if hparams is None else hparams, runner=runner,
+      label=config.algorithm.label if label is None else label,
+      show_progress=config.output.progress, stream=stream,
+      test_columns=columns if test_columns is None else test_columns)

@@ -18,18 +18,21 @@ Groups declared here (imported by `experiments.train` and `experiments.compare`)
   output     --output_dir, --experiment_name, --resume, --progress
   runtime    --runtime, --workers
 
-`check_common_flags()` holds the cross-flag checks both binaries run in `main`.
+Each flag's default is the default of the config field it sets (`experiments.config`), and each
+field's check is registered as the flag's validator (`register_validators`), so a bad value fails
+while the command line is parsed. `experiment_config()` is the one place flag values become the
+typed `ExperimentConfig` that `experiment_lib` takes; `check_common_flags()` holds the cross-flag
+checks both binaries run at the top of `main` and returns that config.
 """
 
 import contextlib
-import platform
-import subprocess
-import os
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from absl import app
 from absl import flags
 
+from experiments import config
+from experiments import metrics_io
 from tff_conflict import hparams as hparams_lib
 
 FLAGS = flags.FLAGS
@@ -53,81 +56,100 @@ def groups() -> dict[str, list[str]]:
   return {g: list(names) for g, names in _GROUPS.items()}
 
 
-DATASETS = ('digits', 'emnist', 'synthetic', 'mnist', 'fashion_mnist', 'cifar10', 'cifar100',
-            'leaf')
-OPTIMIZERS = ('sgd', 'adam', 'adagrad', 'rmsprop', 'yogi')
+DATASETS = config.DATASETS
+OPTIMIZERS = config.OPTIMIZERS
+
+_D = config.default  # each flag's default is the default of the config field it sets
 
 with record_group('data'):
-  flags.DEFINE_enum('dataset', 'digits', DATASETS,
+  flags.DEFINE_enum('dataset', _D(config.DataConfig, 'dataset'), DATASETS,
                     'Federated dataset. digits: scikit-learn digits split by Dirichlet label skew '
                     '(offline); emnist: TFF federated EMNIST by writer; synthetic: LEAF '
                     'Synthetic(alpha, beta); mnist/fashion_mnist/cifar10/cifar100: Dirichlet '
                     'label-skew splits of the tensorflow-datasets data; leaf: LEAF\'s FEMNIST, '
                     'Synthetic or CelebA from the JSON files of LEAF\'s preprocess.sh '
                     '(--leaf_dir).')
-  flags.DEFINE_integer('num_clients', None,
+  flags.DEFINE_integer('num_clients', _D(config.DataConfig, 'num_clients'),
                        'Clients in the population. Default: the dataset\'s (digits 20, synthetic '
                        '30, tfds datasets 100, emnist and leaf every writer or user). For emnist '
                        'and leaf, the first N writers or users (sorted ids).', lower_bound=1)
-  flags.DEFINE_float('alpha', 0.1, 'Dirichlet concentration of the label-skew split (digits and '
-                     'tfds datasets); smaller is more skewed.')
-  flags.DEFINE_integer('data_seed', 0, 'Seed of the data partition (and of Synthetic\'s '
-                       'generative process). Kept apart from --seed so that runs with several '
-                       'seeds share the same data.')
-  flags.DEFINE_string('cache_dir', None, 'emnist: directory holding emnist_all.sqlite. leaf: '
-                      'where to keep the converted cache (default: next to the data).')
-  flags.DEFINE_string('data_dir', None, 'tfds datasets: tensorflow-datasets data_dir.')
-  flags.DEFINE_bool('emnist_only_digits', False, 'emnist: the 10-class digits-only version.')
-  flags.DEFINE_float('synthetic_alpha', 1.0, 'synthetic: LEAF alpha (model heterogeneity).')
-  flags.DEFINE_float('synthetic_beta', 1.0, 'synthetic: LEAF beta (data heterogeneity).')
-  flags.DEFINE_string('leaf_dir', None, 'leaf: LEAF\'s dataset folder data/<name> (holding '
-                      'data/train/*.json and data/test/*.json), or its data/ folder. Converted '
-                      'once into a cache; the splits are the files\' own.')
-  flags.DEFINE_enum('leaf_name', None, ['femnist', 'synthetic', 'celeba'], 'leaf: which LEAF '
-                    'dataset --leaf_dir holds. Default: the name of its folder.')
+  flags.DEFINE_float('alpha', _D(config.DataConfig, 'alpha'),
+                     'Dirichlet concentration of the label-skew split (digits and tfds datasets); '
+                     'smaller is more skewed.')
+  flags.DEFINE_integer('data_seed', _D(config.DataConfig, 'data_seed'),
+                       'Seed of the data partition (and of Synthetic\'s generative process). Kept '
+                       'apart from --seed so that runs with several seeds share the same data.',
+                       lower_bound=0)
+  flags.DEFINE_string('cache_dir', _D(config.DataConfig, 'cache_dir'),
+                      'emnist: directory holding emnist_all.sqlite. leaf: where to keep the '
+                      'converted cache (default: next to the data).')
+  flags.DEFINE_string('data_dir', _D(config.DataConfig, 'data_dir'),
+                      'tfds datasets: tensorflow-datasets data_dir.')
+  flags.DEFINE_bool('emnist_only_digits', _D(config.DataConfig, 'emnist_only_digits'),
+                    'emnist: the 10-class digits-only version.')
+  flags.DEFINE_float('synthetic_alpha', _D(config.DataConfig, 'synthetic_alpha'),
+                     'synthetic: LEAF alpha (model heterogeneity).')
+  flags.DEFINE_float('synthetic_beta', _D(config.DataConfig, 'synthetic_beta'),
+                     'synthetic: LEAF beta (data heterogeneity).')
+  flags.DEFINE_string('leaf_dir', _D(config.DataConfig, 'leaf_dir'),
+                      'leaf: LEAF\'s dataset folder data/<name> (holding data/train/*.json and '
+                      'data/test/*.json), or its data/ folder. Converted once into a cache; the '
+                      'splits are the files\' own.')
+  flags.DEFINE_enum('leaf_name', _D(config.DataConfig, 'leaf_name'), list(config.LEAF_NAMES),
+                    'leaf: which LEAF dataset --leaf_dir holds. Default: the name of its folder.')
 
 with record_group('model'):
-  flags.DEFINE_string('model', None,
+  flags.DEFINE_string('model', _D(config.ModelConfig, 'name'),
                       'Model (experiments.models.MODELS). Default per dataset: digits_cnn for '
                       'digits, emnist_cnn for emnist, logistic_regression for synthetic, '
                       'fedavg_cnn for mnist/fashion_mnist, cifar_cnn for cifar10/cifar100; for '
                       'leaf, LEAF\'s models: leaf_femnist_cnn, logistic_regression for '
                       'Synthetic, leaf_celeba_cnn.')
 
+_LOOP = config.ExperimentConfig().training  # the loop's flag defaults
+
 with record_group('training'):
-  flags.DEFINE_integer('rounds', 50, 'Federated rounds.', lower_bound=1)
-  flags.DEFINE_integer('clients_per_round', 10, 'Clients sampled per round (without '
-                       'replacement; the sample of round r depends only on --seed and r).',
+  flags.DEFINE_integer('rounds', _LOOP.rounds, 'Federated rounds.', lower_bound=1)
+  flags.DEFINE_integer('clients_per_round', _LOOP.clients_per_round,
+                       'Clients sampled per round (without replacement; the sample of round r '
+                       'depends only on --seed and r).', lower_bound=1)
+  flags.DEFINE_integer('client_epochs', _LOOP.client_epochs, 'Local epochs per round.',
                        lower_bound=1)
-  flags.DEFINE_integer('client_epochs', 1, 'Local epochs per round.', lower_bound=1)
-  flags.DEFINE_integer('client_batch_size', 20, 'Local batch size.', lower_bound=1)
-  flags.DEFINE_integer('client_shuffle_buffer', 1000, 'Shuffle buffer of each client dataset '
-                       '(0: no shuffling). The shuffle seed is derived from --seed, the round '
-                       'and the client.', lower_bound=0)
-  flags.DEFINE_integer('eval_every', 1, 'Evaluate the global model on the test split every N '
-                       'rounds (and after the last round); 0: only after the last round.',
-                       lower_bound=0)
-  flags.DEFINE_integer('checkpoint_every', 10, 'Save the server state every N rounds (and after '
-                       'the last round); 0: never.', lower_bound=0)
-  flags.DEFINE_integer('keep_checkpoints', 3, 'Checkpoints to keep; 0 keeps all.', lower_bound=0)
+  flags.DEFINE_integer('client_batch_size', _LOOP.batch_size, 'Local batch size.', lower_bound=1)
+  flags.DEFINE_integer('client_shuffle_buffer', _LOOP.shuffle_buffer,
+                       'Shuffle buffer of each client dataset (0: no shuffling). The shuffle seed '
+                       'is derived from --seed, the round and the client.', lower_bound=0)
+  flags.DEFINE_integer('eval_every', _LOOP.eval_every,
+                       'Evaluate the global model on the test split every N rounds (and after the '
+                       'last round); 0: only after the last round.', lower_bound=0)
+  flags.DEFINE_integer('checkpoint_every', _LOOP.checkpoint_every,
+                       'Save the server state every N rounds (and after the last round); 0: '
+                       'never.', lower_bound=0)
+  flags.DEFINE_integer('keep_checkpoints', _LOOP.keep_checkpoints,
+                       'Checkpoints to keep; 0 keeps all.', lower_bound=0)
 
 # `--batch_size` is another name of `--client_batch_size`.
 flags.DEFINE_alias('batch_size', 'client_batch_size')
 
 with record_group('client'):
-  flags.DEFINE_enum('client_optimizer', 'sgd', OPTIMIZERS, 'Client optimizer '
-                    '(tff.learning.optimizers).')
-  flags.DEFINE_float('client_learning_rate', 0.05, 'Client learning rate.')
-  flags.DEFINE_float('client_momentum', 0.0, 'Client momentum (sgd only).')
-  flags.DEFINE_enum('client_weighting', None, ['num_examples', 'uniform', 'loss'],
+  flags.DEFINE_enum('client_optimizer', _D(config.ClientConfig, 'optimizer'), OPTIMIZERS,
+                    'Client optimizer (tff.learning.optimizers).')
+  flags.DEFINE_float('client_learning_rate', _D(config.ClientConfig, 'learning_rate'),
+                     'Client learning rate.')
+  flags.DEFINE_float('client_momentum', _D(config.ClientConfig, 'momentum'),
+                     'Client momentum in [0, 1) (sgd only).')
+  flags.DEFINE_enum('client_weighting', _D(config.ClientConfig, 'weighting'),
+                    list(config.CLIENT_WEIGHTINGS),
                     'Client weighting of the aggregate. Default: the method\'s own (FedMGC: '
                     'loss, others: num_examples).')
 
 with record_group('server'):
-  flags.DEFINE_enum('server_optimizer', 'sgd', OPTIMIZERS, 'Server optimizer; the aggregate '
-                    'delta is applied as its gradient.')
-  flags.DEFINE_float('server_learning_rate', 1.0, 'Server learning rate.')
-  flags.DEFINE_float('server_momentum', 0.0, 'Server momentum (sgd only).')
+  flags.DEFINE_enum('server_optimizer', _D(config.ServerConfig, 'optimizer'), OPTIMIZERS,
+                    'Server optimizer; the aggregate delta is applied as its gradient.')
+  flags.DEFINE_float('server_learning_rate', _D(config.ServerConfig, 'learning_rate'),
+                     'Server learning rate.')
+  flags.DEFINE_float('server_momentum', _D(config.ServerConfig, 'momentum'),
+                     'Server momentum in [0, 1) (sgd only).')
 
 
 def _method_flag_help(hparam, extra: str = '') -> str:
@@ -136,19 +158,8 @@ def _method_flag_help(hparam, extra: str = '') -> str:
           f'{hparam.valid_range}.')
 
 
-def _register_hparam_validator(hparam) -> None:
-  """A parse-time check of `--<flag>` by `hparam.check`, e.g. `--focal_gamma must be a finite
-  number >= 0, got nan`."""
-  def check(value):
-    try:
-      hparam.check(value, name=f'--{hparam.flag}')
-    except ValueError as e:
-      raise flags.ValidationError(str(e)) from e
-    return True
-  flags.register_validator(hparam.flag, check)
-
-
-# Each method hyperparameter's default, range and description come from tff_conflict.hparams.
+# Each method hyperparameter's default, range and description come from tff_conflict.hparams
+# (through config.MethodHparams, whose fields take the same defaults and checks).
 _METHOD_FLAG_EXTRA_HELP = {
     'proximal_strength': ' Used by fedprox; with --algorithm=custom the proximal term is added '
                          'only when this flag is given.',
@@ -164,24 +175,51 @@ with record_group('method'):
       flags.DEFINE_enum(_hparam.flag, _hparam.default, list(_hparam.choices), _help)
     else:
       flags.DEFINE_float(_hparam.flag, _hparam.default, _help)
-    _register_hparam_validator(_hparam)
 
 with record_group('output'):
-  flags.DEFINE_string('output_dir', 'results', 'Root of the outputs; each experiment writes '
-                      'under <output_dir>/<experiment_name>/.')
-  flags.DEFINE_string('experiment_name', None, 'Name of the experiment directory. Default: '
-                      'derived from the algorithm(s) and dataset.')
-  flags.DEFINE_bool('resume', True, 'Continue from the latest checkpoint of an earlier run of '
-                    'the same experiment; --noresume starts over (deleting its old outputs).')
-  flags.DEFINE_bool('progress', True, 'Show a progress bar (plain lines when stdout is not a '
-                    'terminal).')
+  flags.DEFINE_string('output_dir', _D(config.OutputConfig, 'output_dir'),
+                      'Root of the outputs; each experiment writes under '
+                      '<output_dir>/<experiment_name>/.')
+  flags.DEFINE_string('experiment_name', _D(config.OutputConfig, 'experiment_name'),
+                      'Name of the experiment directory. Default: derived from the algorithm(s) '
+                      'and dataset.')
+  flags.DEFINE_bool('resume', _LOOP.resume,
+                    'Continue from the latest checkpoint of an earlier run of the same '
+                    'experiment; --noresume starts over (deleting its old outputs).')
+  flags.DEFINE_bool('progress', _D(config.OutputConfig, 'progress'),
+                    'Show a progress bar (plain lines when stdout is not a terminal).')
 
 with record_group('runtime'):
-  flags.DEFINE_enum('runtime', 'cpp', ['cpp', 'inprocess'], 'Execution backend: cpp (TFF\'s '
-                    'local worker_binary) or inprocess (tff_conflict.runtime\'s in-process '
-                    'runner of the MapReduceForm graphs).')
-  flags.DEFINE_list('workers', [], 'host:port of remote TFF workers (worker_binary) to run on; '
-                    'empty: local.')
+  flags.DEFINE_enum('runtime', _D(config.RuntimeConfig, 'runtime'), list(config.RUNTIMES),
+                    'Execution backend: cpp (TFF\'s local worker_binary) or inprocess '
+                    '(tff_conflict.runtime\'s in-process runner of the MapReduceForm graphs).')
+  flags.DEFINE_list('workers', list(_D(config.RuntimeConfig, 'workers')),
+                    'host:port of remote TFF workers (worker_binary) to run on; empty: local.')
+
+
+def _validator(name: str, check: config.Check):
+  def validate(value) -> bool:
+    if not check(value):
+      raise flags.ValidationError(f'--{name} must be {check.requirement}, got '
+                                  f'{config.show(value)}')
+    return True
+  return validate
+
+
+def register_validators(names: Optional[Sequence[str]] = None) -> None:
+  """Registers, for each defined flag among `names` (default: all), the check of the config
+  field it sets (`config.field_checks()`; for the method flags, `tff_conflict.hparams`), so that a
+  bad value fails while flags are parsed: `--focal_gamma must be a finite number >= 0, got nan`.
+  Flags already registered are skipped, so a binary calls it again after defining its own flags.
+  """
+  for name, check in config.field_checks().items():
+    if (names is None or name in names) and name in FLAGS and name not in _VALIDATED:
+      flags.register_validator(name, _validator(name, check))
+      _VALIDATED.add(name)
+
+
+_VALIDATED: set[str] = set()
+register_validators()
 
 # The flags each dataset reads besides --num_clients and --data_seed.
 DATASET_FLAGS = {
@@ -197,18 +235,16 @@ DATASET_FLAGS = {
 _ALL_DATASET_FLAGS = sorted({f for names in DATASET_FLAGS.values() for f in names})
 
 
-def check_common_flags() -> None:
-  """Cross-flag checks shared by the binaries; raises `app.UsageError` with a clear message."""
-  for prefix in ('client', 'server'):
-    lr = FLAGS[f'{prefix}_learning_rate'].value
-    if not lr > 0:
-      raise app.UsageError(f'--{prefix}_learning_rate must be > 0, got {lr}')
-    momentum = FLAGS[f'{prefix}_momentum'].value
-    if not 0 <= momentum < 1:
-      raise app.UsageError(f'--{prefix}_momentum must be in [0, 1), got {momentum}')
-    if momentum and FLAGS[f'{prefix}_optimizer'].value != 'sgd':
-      raise app.UsageError(f'--{prefix}_momentum applies only to --{prefix}_optimizer=sgd, got '
-                           f'--{prefix}_optimizer={FLAGS[f"{prefix}_optimizer"].value}')
+def check_common_flags() -> config.ExperimentConfig:
+  """Cross-flag checks shared by the binaries, then the typed config of the flags.
+
+  Returns:
+    `experiment_config()`.
+
+  Raises:
+    app.UsageError: a flag given for a dataset that does not read it, or a value or combination
+      the config refuses (`config.ConfigError`), in one line naming the flag and the value.
+  """
   dataset = FLAGS.dataset
   for name in _ALL_DATASET_FLAGS:
     if FLAGS[name].present and name not in DATASET_FLAGS[dataset]:
@@ -217,50 +253,25 @@ def check_common_flags() -> None:
                            f'--dataset={dataset}')
   if dataset == 'leaf' and not FLAGS.leaf_dir:
     raise app.UsageError('--dataset=leaf needs --leaf_dir (LEAF\'s dataset folder data/<name>)')
-  if FLAGS.alpha <= 0:
-    raise app.UsageError(f'--alpha must be > 0, got {FLAGS.alpha}')
-  if FLAGS.num_clients is not None and FLAGS.clients_per_round > FLAGS.num_clients:
-    raise app.UsageError(f'--clients_per_round={FLAGS.clients_per_round} is larger than the '
-                         f'population --num_clients={FLAGS.num_clients}')
-  if FLAGS.eval_every > FLAGS.rounds:
-    raise app.UsageError(f'--eval_every={FLAGS.eval_every} is larger than --rounds='
-                         f'{FLAGS.rounds}: use 0 to evaluate only after the last round')
-  if FLAGS.workers and FLAGS.runtime != 'cpp':
-    raise app.UsageError(f'--workers runs on TFF\'s remote workers (the cpp runtime) and cannot '
-                         f'be combined with --runtime={FLAGS.runtime}')
-  for address in FLAGS.workers:
-    host, _, port = address.rpartition(':')
-    if not host or not port.isdigit():
-      raise app.UsageError(f'--workers entries must be host:port, got {address!r}')
-  if FLAGS.experiment_name is not None and (
-      not FLAGS.experiment_name or os.path.isabs(FLAGS.experiment_name)
-      or '..' in FLAGS.experiment_name.split(os.sep)):
-    raise app.UsageError(f'--experiment_name must be a relative name without "..", got '
-                         f'{FLAGS.experiment_name!r}')
-
-
-def _package_versions() -> dict[str, str]:
-  import importlib.metadata  # pylint: disable=g-import-not-at-top
-  versions = {'python': platform.python_version()}
-  for package in ('tensorflow', 'tensorflow-federated', 'numpy', 'absl-py', 'scikit-learn',
-                  'tensorflow-datasets'):
-    try:
-      versions[package] = importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-      versions[package] = 'not installed'
-  import tff_conflict  # pylint: disable=g-import-not-at-top
-  versions['tff_conflict'] = tff_conflict.__version__
-  return versions
-
-
-def _git_commit() -> str:
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   try:
-    out = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=root, capture_output=True, text=True,
-                         timeout=5, check=False)
-  except (OSError, subprocess.SubprocessError):
-    return ''
-  return out.stdout.strip() if out.returncode == 0 else ''
+    return experiment_config()
+  except config.ConfigError as e:
+    raise app.UsageError(e.flag_message()) from None
+
+
+def experiment_config(**overrides: Any) -> config.ExperimentConfig:
+  """The `ExperimentConfig` of the parsed flags: the one place flags become typed settings.
+
+  Flags a binary does not define keep the config's defaults (e.g. `--algorithm` in compare).
+  `overrides` (flag name -> value) replace flag values. `AlgorithmConfig.proximal_term` is
+  whether `--proximal_strength` was given.
+
+  Raises:
+    config.ConfigError: naming the flag and the value.
+  """
+  values = {name: FLAGS[name].value for name in FLAGS if FLAGS[name].name == name}
+  values.update(overrides)
+  return config.from_flag_values(values, proximal_term=FLAGS['proximal_strength'].present)
 
 
 COMMON_GROUPS = ('data', 'model', 'training', 'client', 'server', 'method', 'output', 'runtime')
@@ -274,9 +285,7 @@ def hparams(groups: Sequence[str] = COMMON_GROUPS, **extra: Any) -> dict[str, An
     for name in _GROUPS[group]:
       values[name] = FLAGS[name].value
   values.update(extra)
-  for package, version in _package_versions().items():
-    values[f'version/{package}'] = version
-  values['git_commit'] = _git_commit()
+  values.update(metrics_io.provenance())
   return values
 
 

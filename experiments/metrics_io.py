@@ -19,6 +19,8 @@ import collections
 import csv
 import math
 import os
+import platform
+import subprocess
 from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
@@ -182,3 +184,34 @@ def read_hparams(path: str) -> dict[str, str]:
   if len(rows) != 1:
     raise ValueError(f'{path} must hold exactly one row of values, found {len(rows)}')
   return dict(rows[0])
+
+
+def _package_versions() -> dict[str, str]:
+  import importlib.metadata  # pylint: disable=g-import-not-at-top
+  versions = {'python': platform.python_version()}
+  for package in ('tensorflow', 'tensorflow-federated', 'numpy', 'absl-py', 'scikit-learn',
+                  'tensorflow-datasets'):
+    try:
+      versions[package] = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+      versions[package] = 'not installed'
+  import tff_conflict  # pylint: disable=g-import-not-at-top
+  versions['tff_conflict'] = tff_conflict.__version__
+  return versions
+
+
+def _git_commit() -> str:
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  try:
+    out = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=root, capture_output=True, text=True,
+                         timeout=5, check=False)
+  except (OSError, subprocess.SubprocessError):
+    return ''
+  return out.stdout.strip() if out.returncode == 0 else ''
+
+
+def provenance() -> dict[str, str]:
+  """`version/<package>` for the packages results depend on, and `git_commit` (hparams.csv)."""
+  values = {f'version/{package}': version for package, version in _package_versions().items()}
+  values['git_commit'] = _git_commit()
+  return values

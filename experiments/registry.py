@@ -2,7 +2,8 @@
 
 * `DATASETS`: dataset name -> `DatasetSpec` (loader over `tff_conflict.data`, classes, default
   model; for `leaf`, the classes and model follow the LEAF dataset found in `--leaf_dir`).
-* `OPTIMIZERS`: optimizer name -> builder of a `tff.learning.optimizers.Optimizer`.
+* `OPTIMIZERS`: optimizer name -> builder of a `tff.learning.optimizers.Optimizer`
+  (`build_optimizer(config.client)`).
 * `ALGORITHM_HPARAMS`: algorithm name -> {builder keyword: flag name}, the method
   hyperparameters each `tff_conflict.learning.ALGORITHMS` builder takes from the flags.
 * `LOSS_HPARAMS`, `AGGREGATOR_HPARAMS`: the same for the free composition
@@ -13,29 +14,20 @@ The algorithms themselves are the project's builders, `tff_conflict.learning.ALG
 
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Union
 
-import tensorflow_federated as tff
-
+from experiments import config
 from tff_conflict import hparams
 
-CUSTOM_ALGORITHM = 'custom'
+CUSTOM_ALGORITHM = config.CUSTOM_ALGORITHM
+
+# The data settings (`config.DataConfig`), under the name the loaders below always used.
+DataOptions = config.DataConfig
 
 
-@dataclasses.dataclass(frozen=True)
-class DataOptions:
-  """The data flags, as one value (see `flags_lib`, group 'data')."""
-  dataset: str
-  num_clients: Optional[int] = None
-  alpha: float = 0.1
-  data_seed: int = 0
-  cache_dir: Optional[str] = None
-  data_dir: Optional[str] = None
-  emnist_only_digits: bool = False
-  synthetic_alpha: float = 1.0
-  synthetic_beta: float = 1.0
-  leaf_dir: Optional[str] = None
-  leaf_name: Optional[str] = None
+def _tff():
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  return tff
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +78,7 @@ def _load_emnist(options):
 def _select(client_data, keep):
   """`client_data` restricted to the clients in `keep`."""
   ids = [c for c in client_data.client_ids if c in keep]
-  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+  return _tff().simulation.datasets.ClientData.from_clients_and_tf_fn(
       ids, client_data.serializable_dataset_fn)
 
 
@@ -171,24 +163,30 @@ DATASETS: dict[str, DatasetSpec] = {
 
 
 def _sgd(learning_rate, momentum):
-  return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate,
-                                            momentum=momentum or None)
+  return _tff().learning.optimizers.build_sgdm(learning_rate=learning_rate,
+                                               momentum=momentum or None)
 
 
-def _without_momentum(build):
+def _without_momentum(name):
   def make(learning_rate, momentum):
-    del momentum  # checked in main: only sgd takes one
-    return build(learning_rate=learning_rate)
+    del momentum  # config.ClientConfig / ServerConfig: only sgd takes one
+    return getattr(_tff().learning.optimizers, name)(learning_rate=learning_rate)
   return make
 
 
 OPTIMIZERS: dict[str, Callable[[float, float], Any]] = {
     'sgd': _sgd,
-    'adam': _without_momentum(tff.learning.optimizers.build_adam),
-    'adagrad': _without_momentum(tff.learning.optimizers.build_adagrad),
-    'rmsprop': _without_momentum(tff.learning.optimizers.build_rmsprop),
-    'yogi': _without_momentum(tff.learning.optimizers.build_yogi),
+    'adam': _without_momentum('build_adam'),
+    'adagrad': _without_momentum('build_adagrad'),
+    'rmsprop': _without_momentum('build_rmsprop'),
+    'yogi': _without_momentum('build_yogi'),
 }
+
+
+def build_optimizer(settings: Union[config.ClientConfig, config.ServerConfig]):
+  """The `tff.learning.optimizers.Optimizer` of a client or server config."""
+  return OPTIMIZERS[settings.optimizer](settings.learning_rate, settings.momentum)
+
 
 # Builder keyword -> flag, per algorithm of tff_conflict.learning.ALGORITHMS (`seed` is --seed),
 # per loss and per aggregator, from tff_conflict.hparams (hyperparameters without a flag, such as

@@ -27,7 +27,8 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
-from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+from experiments import config  # pylint: disable=g-import-not-at-top
+from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import registry
 from experiments import training_loop
@@ -50,31 +51,29 @@ with flags_lib.record_group('algorithm'):
                        'shuffling and randomized aggregators.', lower_bound=0)
 
 
-def check_flags() -> None:
-  """Cross-flag checks of this binary (after `flags_lib.check_common_flags`)."""
-  flags_lib.check_common_flags()
-  if FLAGS.algorithm == registry.CUSTOM_ALGORITHM:
-    missing = [f'--{n}' for n in ('client_loss', 'aggregator') if FLAGS[n].value is None]
-    if missing:
-      raise app.UsageError(f'--algorithm=custom needs {" and ".join(missing)}')
-  else:
-    given = [f'--{n}' for n in ('client_loss', 'aggregator') if FLAGS[n].value is not None]
-    if given:
-      raise app.UsageError(f'{" and ".join(given)} compose a method and need '
-                           f'--algorithm=custom, got --algorithm={FLAGS.algorithm}')
+flags_lib.register_validators()
+
+
+def check_flags() -> config.ExperimentConfig:
+  """Cross-flag checks of this binary; returns the typed config of the flags.
+
+  Raises:
+    app.UsageError: naming the flag and its value.
+  """
+  return flags_lib.check_common_flags()
 
 
 def flag_values() -> dict:
+  """The flag values as a mapping (`experiment_lib` accepts it; the config is the typed form)."""
   values = FLAGS.flag_values_dict()
   values['proximal_strength_present'] = FLAGS['proximal_strength'].present
   return values
 
 
 def default_experiment_name(values) -> str:
-  algorithm = values['algorithm']
-  if algorithm == registry.CUSTOM_ALGORITHM:
-    algorithm = f'{values["client_loss"]}+{values["aggregator"]}'
-  return f'{values["dataset"]}_{algorithm}_seed{values["seed"]}'
+  """`<dataset>_<algorithm>_seed<seed>` of a config (or of a flag-value mapping)."""
+  experiment = experiment_lib.as_config(values)
+  return experiment.default_experiment_name
 
 
 def main(argv):
@@ -82,25 +81,17 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   flags_lib.quiet_logs()
   runtime.set_local_context()
-  check_flags()
-  values = flag_values()
-  experiment_lib.install_context(values)
-  task = experiment_lib.load_task(values)
-  process = experiment_lib.build_algorithm(values, task)
-  runner = experiment_lib.make_runner(process, values)
-  evaluate_fn, test_columns = experiment_lib.make_evaluate_fn(task)
-  name = values['experiment_name'] or default_experiment_name(values)
-  experiment_dir = os.path.join(values['output_dir'], name)
-  label = values['algorithm']
-  print(f'{label} on {values["dataset"]} ({len(task.train_data.client_ids)} clients, '
-        f'{values["clients_per_round"]} per round, model {task.model_name}) -> {experiment_dir}',
-        flush=True)
+  experiment = check_flags()
+  experiment_lib.install_context(experiment)
+  task = experiment_lib.load_task(experiment)
+  experiment_dir = experiment.experiment_dir
+  print(f'{experiment.algorithm.name} on {experiment.data.dataset} '
+        f'({len(task.train_data.client_ids)} clients, '
+        f'{experiment.training.clients_per_round} per round, model {task.model_name}) -> '
+        f'{experiment_dir}', flush=True)
   try:
-    result = training_loop.run_training(
-        process, train_data=task.train_data, evaluate_fn=evaluate_fn,
-        config=experiment_lib.loop_config(values), experiment_dir=experiment_dir,
-        hparams=flags_lib.hparams(flags_lib.COMMON_GROUPS + ('algorithm',)), runner=runner,
-        label=label, show_progress=values['progress'], test_columns=test_columns)
+    result = experiment_lib.run_experiment(experiment, task=task,
+                                           label=experiment.algorithm.name)
   except training_loop.HparamsMismatchError as e:
     sys.exit(f'train: {e}')
   if result.resumed_from:

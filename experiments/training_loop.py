@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from experiments import checkpoints as checkpoints_lib
+from experiments import config as config_lib
 from experiments import metrics_io
 from experiments import progress as progress_lib
 
@@ -61,48 +62,8 @@ class HparamsMismatchError(ValueError):
 EvaluateFn = Callable[[Any], Mapping[str, float]]
 
 
-@dataclasses.dataclass(frozen=True)
-class LoopConfig:
-  """Settings of the run loop (the 'training' flag group).
-
-  Attributes:
-    rounds: the last round to run.
-    clients_per_round: clients sampled per round, without replacement.
-    client_epochs: local epochs (the client dataset is repeated this many times).
-    batch_size: local batch size.
-    shuffle_buffer: shuffle buffer of each client dataset; 0 disables shuffling.
-    seed: seed of client sampling and shuffling (and of the model, through the model fn).
-    eval_every: evaluate every N rounds and after the last; 0 only after the last.
-    checkpoint_every: checkpoint every N rounds and after the last; 0 never.
-    keep_checkpoints: checkpoints kept; 0 keeps all.
-    resume: continue from the latest checkpoint under the experiment directory.
-  """
-  rounds: int
-  clients_per_round: int
-  client_epochs: int = 1
-  batch_size: int = 20
-  shuffle_buffer: int = 1000
-  seed: int = 0
-  eval_every: int = 1
-  checkpoint_every: int = 10
-  keep_checkpoints: int = 3
-  resume: bool = True
-
-  def __post_init__(self):
-    for name in ('rounds', 'clients_per_round', 'client_epochs', 'batch_size'):
-      if getattr(self, name) < 1:
-        raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
-    for name in ('shuffle_buffer', 'seed', 'eval_every', 'checkpoint_every',
-                 'keep_checkpoints'):
-      if getattr(self, name) < 0:
-        raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
-
-  def is_eval_round(self, round_num: int) -> bool:
-    return round_num == self.rounds or (self.eval_every > 0 and round_num % self.eval_every == 0)
-
-  def is_checkpoint_round(self, round_num: int) -> bool:
-    return self.checkpoint_every > 0 and (round_num == self.rounds
-                                          or round_num % self.checkpoint_every == 0)
+# The run loop's settings live with the other settings (experiments.config).
+LoopConfig = config_lib.LoopConfig
 
 
 @dataclasses.dataclass
@@ -161,8 +122,9 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
   stored = metrics_io.read_hparams(path)
   current = {k: metrics_io._hparam_str(v) for k, v in hparams.items()}  # pylint: disable=protected-access
   ignored = lambda k: k in RESUMABLE_CHANGES or k.startswith('version/')
+  # A setting one side does not record at all counts as empty (e.g. a setting added later).
   diffs = sorted(k for k in set(stored) | set(current)
-                 if not ignored(k) and stored.get(k) != current.get(k))
+                 if not ignored(k) and stored.get(k, '') != current.get(k, ''))
   if diffs:
     details = ', '.join(f'{k}: {stored.get(k)!r} -> {current.get(k)!r}' for k in diffs)
     raise HparamsMismatchError(

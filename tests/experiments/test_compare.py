@@ -46,7 +46,7 @@ def test_preset_fills_only_flags_not_given():
 
 @pytest.mark.parametrize('flag_values, message', [
     (dict(algorithms='fedavg,sgd'), '--algorithms must be a non-empty list'),
-    (dict(algorithms='fedavg,fedavg'), 'lists an algorithm twice'),
+    (dict(algorithms='fedavg,fedavg'), '--algorithms must be a non-empty list of distinct'),
     (dict(seeds='0,x'), '--seeds must be non-negative integers'),
     (dict(target_accuracy='1.5'), r'--target_accuracy must be in \(0, 1\]'),
 ])

@@ -3,6 +3,7 @@
 import os
 
 from absl import app
+from absl import flags
 from absl.testing import flagsaver
 import pytest
 
@@ -13,25 +14,44 @@ from experiments import train
 
 @pytest.mark.parametrize('flag_values, message', [
     (dict(num_clients='5', clients_per_round='6'),
-     'clients_per_round=6 is larger than the population --num_clients=5'),
+     '--clients_per_round must be at most num_clients=5, got 6'),
     (dict(cache_dir='/tmp'), "--cache_dir applies only to --dataset in \\['emnist', 'leaf'\\]"),
     (dict(leaf_dir='/tmp'), "--leaf_dir applies only to --dataset in \\['leaf'\\]"),
     (dict(dataset='leaf'), '--dataset=leaf needs --leaf_dir'),
     (dict(dataset='synthetic', alpha='0.5'), '--alpha applies only to --dataset in'),
-    (dict(client_loss='focal'), '--client_loss compose a method and need --algorithm=custom'),
-    (dict(algorithm='custom', client_loss='focal'), '--algorithm=custom needs --aggregator'),
+    (dict(client_loss='focal'),
+     "--client_loss must be left unset unless the algorithm is 'custom'.*got 'focal'"),
+    (dict(algorithm='custom', client_loss='focal'),
+     "--aggregator must be given when the algorithm is 'custom', got None"),
     (dict(client_optimizer='adam', client_momentum='0.9'),
-     '--client_momentum applies only to --client_optimizer=sgd'),
-    (dict(server_learning_rate='0'), '--server_learning_rate must be > 0'),
-    (dict(workers='localhost:1', runtime='inprocess'), 'cannot be combined with --runtime'),
-    (dict(workers='localhost'), 'host:port'),
-    (dict(rounds='3', eval_every='4'), '--eval_every=4 is larger than --rounds=3'),
-    (dict(experiment_name='../x'), '--experiment_name must be a relative name'),
+     "--client_momentum must be 0 with optimizer 'adam' \\(momentum applies to sgd only\\), "
+     'got 0.9'),
+    (dict(workers='localhost:1', runtime='inprocess'),
+     "--runtime must be 'cpp' with workers .*got 'inprocess'"),
+    (dict(rounds='3', eval_every='4'), '--eval_every must be at most rounds=3 .*got 4'),
 ])
 def test_cross_flag_checks(flag_values, message):
   with flagsaver.as_parsed(**flag_values):
     with pytest.raises(app.UsageError, match=message):
       train.check_flags()
+
+
+@pytest.mark.parametrize('flag_values, message', [
+    (dict(server_learning_rate='0'), 'flag --server_learning_rate=0.0: must be a finite number > 0'),
+    (dict(client_learning_rate='inf'), 'flag --client_learning_rate=inf: must be a finite number'),
+    (dict(alpha='nan'), 'flag --alpha=nan: must be a finite number > 0'),
+    (dict(focal_gamma='nan'), 'flag --focal_gamma=nan: must be a finite number >= 0'),
+    (dict(selection_ratio='2'), r'flag --selection_ratio=2.0: must be a number in \(0, 1\]'),
+    (dict(corrective_alpha='1.5'), r'flag --corrective_alpha=1.5: must be a number in \[0, 1\]'),
+    (dict(client_momentum='1'), r'flag --client_momentum=1.0: must be a number in \[0, 1\)'),
+    (dict(workers='localhost'),
+     r"flag --workers=\['localhost'\]: must be a list of distinct host:port"),
+    (dict(experiment_name='../x'), 'flag --experiment_name=../x: must be a relative name'),
+])
+def test_single_flag_values_are_refused_when_parsed(flag_values, message):
+  with pytest.raises(flags.IllegalFlagValueError, match=message):
+    with flagsaver.as_parsed(**flag_values):
+      pass
 
 
 def test_defaults_pass_the_checks():

@@ -1,0 +1,570 @@
+"""The settings of an experiment as typed values: one frozen dataclass per concern.
+
+    config = ExperimentConfig(
+        algorithm=AlgorithmConfig('fedgh'),
+        data=DataConfig('digits', num_clients=20, alpha=0.1),
+        training=LoopConfig(rounds=30, clients_per_round=10, seed=1))
+
+| class | concern | flag group (`experiments/flags_lib.py`) |
+|---|---|---|
+| `AlgorithmConfig` | which method: a named algorithm, or a client loss with an aggregator | algorithm |
+| `DataConfig` | the federated dataset and its split | data |
+| `ModelConfig` | the Keras model | model |
+| `LoopConfig` | the run loop: rounds, sampling, local epochs, evaluation, checkpoints, seed | training |
+| `ClientConfig`, `ServerConfig` | the client and server optimizers (and the client weighting) | client, server |
+| `MethodHparams` | every method's hyperparameters | method |
+| `OutputConfig` | where results go, progress display | output |
+| `RuntimeConfig` | the execution backend | runtime |
+| `ExperimentConfig` | all of the above | |
+
+Every field that a flag sets names that flag in its metadata (`flag_name(cls, field)`); the flag's
+default is the field's default. The binaries build an `ExperimentConfig` from their flags in one
+place (`flags_lib.experiment_config()`); code such as a benchmark builds one directly and passes it
+to `experiment_lib` (`load_task`, `build_process`, `run_experiment`).
+
+Each dataclass checks its fields when it is created and raises `ConfigError`, a `ValueError` that
+names the field, its flag and the value (`client_learning_rate must be a finite number > 0, got
+inf`). The binaries register the same checks as absl flag validators (`field_checks()`), so a bad
+flag value is refused while the command line is parsed, before any TFF work.
+"""
+
+import dataclasses
+import math
+import numbers
+import os
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+from tff_conflict import hparams as hparams_lib
+
+DATASETS = ('digits', 'emnist', 'synthetic', 'mnist', 'fashion_mnist', 'cifar10', 'cifar100',
+            'leaf')
+LEAF_NAMES = ('femnist', 'synthetic', 'celeba')
+OPTIMIZERS = ('sgd', 'adam', 'adagrad', 'rmsprop', 'yogi')
+CLIENT_WEIGHTINGS = ('num_examples', 'uniform', 'loss')
+RUNTIMES = ('cpp', 'inprocess')
+CUSTOM_ALGORITHM = 'custom'
+
+
+class ConfigError(ValueError):
+  """A setting with a bad value.
+
+  Attributes:
+    field: the dataclass field.
+    flag: the flag that sets it (None when no flag does).
+    value: the bad value.
+    requirement: what the value must be, e.g. 'a finite number > 0'.
+  """
+
+  def __init__(self, field: str, value: Any, requirement: str, *, flag: Optional[str] = None):
+    self.field = field
+    self.flag = flag
+    self.value = value
+    self.requirement = requirement
+    super().__init__(f'{field} must be {requirement}, got {show(value)}')
+
+  def flag_message(self) -> str:
+    """The message with the flag's command-line spelling: `--flag must be ..., got value`."""
+    return f'--{self.flag or self.field} must be {self.requirement}, got {show(self.value)}'
+
+
+def show(value: Any) -> str:
+  return repr(value) if isinstance(value, str) else str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+  """A requirement on one value: `test(value)` is True when it is met.
+
+  Attributes:
+    requirement: the phrase completing 'must be ...', e.g. 'a finite number > 0'.
+    test: the predicate.
+  """
+  requirement: str
+  test: Callable[[Any], bool]
+
+  def __call__(self, value: Any) -> bool:
+    try:
+      return bool(self.test(value))
+    except (TypeError, ValueError):
+      return False
+
+
+def _real(value) -> bool:
+  return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int(value) -> bool:
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+POSITIVE = Check('a finite number > 0', lambda v: _real(v) and v > 0)
+NON_NEGATIVE = Check('a finite number >= 0', lambda v: _real(v) and v >= 0)
+RATIO = Check('a number in (0, 1]', lambda v: _real(v) and 0 < v <= 1)
+UNIT_INTERVAL = Check('a number in [0, 1]', lambda v: _real(v) and 0 <= v <= 1)
+MOMENTUM = Check('a number in [0, 1)', lambda v: _real(v) and 0 <= v < 1)
+BOOL = Check('True or False', lambda v: isinstance(v, bool))
+
+
+def at_least(minimum: int) -> Check:
+  return Check(f'an integer >= {minimum}', lambda v: _int(v) and v >= minimum)
+
+
+def one_of(choices: Sequence[Any]) -> Check:
+  return Check(f'one of {list(choices)}', lambda v: v in choices)
+
+
+def optional(check: Check) -> Check:
+  """`check`, or None (the setting left unset)."""
+  return Check(check.requirement, lambda v: v is None or check(v))
+
+
+def _relative_name(value) -> bool:
+  return (isinstance(value, str) and bool(value) and not os.path.isabs(value)
+          and '..' not in value.replace('\\', '/').split('/'))
+
+
+def _host_port(value) -> bool:
+  host, _, port = value.rpartition(':')
+  return bool(host) and port.isdigit() and 1 <= int(port) <= 65535
+
+
+NON_EMPTY_STRING = Check('a non-empty string', lambda v: isinstance(v, str) and bool(v))
+RELATIVE_NAME = Check('a relative name without ".."', _relative_name)
+WORKER_ADDRESSES = Check('a list of distinct host:port entries (port 1-65535)',
+                         lambda v: all(isinstance(a, str) and _host_port(a) for a in v)
+                         and len(set(v)) == len(v))
+
+
+def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
+            check: Optional[Check] = None, **kwargs) -> Any:
+  """A dataclass field set by `flag` (if any), whose values must pass `check` (if any)."""
+  metadata = {}
+  if flag is not None:
+    metadata['flag'] = flag
+  if check is not None:
+    metadata['check'] = check
+  return dataclasses.field(default=default, metadata=metadata, **kwargs)
+
+
+def check_fields(instance: Any) -> None:
+  """Runs the `check` of every field of a dataclass instance; raises `ConfigError`."""
+  for field in dataclasses.fields(instance):
+    check = field.metadata.get('check')
+    value = getattr(instance, field.name)
+    if check is not None and not check(value):
+      raise ConfigError(field.name, value, check.requirement, flag=field.metadata.get('flag'))
+
+
+def _error(instance: Any, field: str, requirement: str) -> ConfigError:
+  return ConfigError(field, getattr(instance, field), requirement,
+                     flag=flag_name(type(instance), field))
+
+
+def flag_name(cls: type, field: str) -> Optional[str]:
+  """The flag that sets `cls.field`, or None."""
+  for f in dataclasses.fields(cls):
+    if f.name == field:
+      return f.metadata.get('flag')
+  raise KeyError(f'{cls.__name__} has no field {field!r}')
+
+
+def default(cls: type, field: str) -> Any:
+  """The default of `cls.field` (what its flag defaults to)."""
+  for f in dataclasses.fields(cls):
+    if f.name == field:
+      if f.default is not dataclasses.MISSING:
+        return f.default
+      if f.default_factory is not dataclasses.MISSING:  # pytype: disable=attribute-error
+        return f.default_factory()
+      raise KeyError(f'{cls.__name__}.{field} has no default')
+  raise KeyError(f'{cls.__name__} has no field {field!r}')
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmConfig:
+  """Which method runs.
+
+  Attributes:
+    name: a method of `tff_conflict.learning.ALGORITHMS` (fedavg, fedprox, fedgh, fedmgc, fedga,
+      fedld, fed_corrective), or 'custom': `client_loss` with `aggregator`.
+    client_loss: with 'custom', a loss of `tff_conflict.learning.LOSSES`.
+    aggregator: with 'custom', an aggregator of `tff_conflict.learning.AGGREGATORS`.
+    proximal_term: with 'custom', add FedProx's proximal term (strength
+      `MethodHparams.proximal_strength`); the binaries set it when `--proximal_strength` is given.
+  """
+  name: str = setting('fedavg', flag='algorithm', check=NON_EMPTY_STRING)
+  client_loss: Optional[str] = setting(None, flag='client_loss')
+  aggregator: Optional[str] = setting(None, flag='aggregator')
+  proximal_term: bool = setting(False, check=BOOL)
+
+  def __post_init__(self):
+    check_fields(self)
+    if self.name == CUSTOM_ALGORITHM:
+      for field in ('client_loss', 'aggregator'):
+        if getattr(self, field) is None:
+          raise _error(self, field, f'given when the algorithm is {CUSTOM_ALGORITHM!r}')
+    else:
+      for field in ('client_loss', 'aggregator'):
+        if getattr(self, field) is not None:
+          raise _error(self, field, f'left unset unless the algorithm is {CUSTOM_ALGORITHM!r} (it '
+                       f'composes a method; the algorithm is {self.name!r})')
+
+  @property
+  def label(self) -> str:
+    """'fedgh', or 'focal+fedgh' for a composition."""
+    if self.name == CUSTOM_ALGORITHM:
+      return f'{self.client_loss}+{self.aggregator}'
+    return self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """The federated dataset.
+
+  Attributes:
+    dataset: one of `DATASETS`.
+    num_clients: clients in the population; None: the dataset's default (emnist: every writer).
+    alpha: Dirichlet concentration of the label-skew split (digits and tfds datasets).
+    data_seed: seed of the partition (and of Synthetic's generative process).
+    cache_dir: emnist: the folder holding emnist_all.sqlite (None: TFF's ~/.tff).
+    data_dir: tfds datasets: tensorflow-datasets' data_dir.
+    emnist_only_digits: emnist: the 10-class digits-only version.
+    synthetic_alpha, synthetic_beta: synthetic: LEAF's alpha and beta.
+    leaf_dir: leaf: LEAF's dataset folder data/<name> (required with dataset 'leaf').
+    leaf_name: leaf: which LEAF dataset leaf_dir holds; None: the name of its folder.
+  """
+  dataset: str = setting('digits', flag='dataset', check=one_of(DATASETS))
+  num_clients: Optional[int] = setting(None, flag='num_clients', check=optional(at_least(1)))
+  alpha: float = setting(0.1, flag='alpha', check=POSITIVE)
+  data_seed: int = setting(0, flag='data_seed', check=at_least(0))
+  cache_dir: Optional[str] = setting(None, flag='cache_dir')
+  data_dir: Optional[str] = setting(None, flag='data_dir')
+  emnist_only_digits: bool = setting(False, flag='emnist_only_digits', check=BOOL)
+  synthetic_alpha: float = setting(1.0, flag='synthetic_alpha', check=NON_NEGATIVE)
+  synthetic_beta: float = setting(1.0, flag='synthetic_beta', check=NON_NEGATIVE)
+  leaf_dir: Optional[str] = setting(None, flag='leaf_dir')
+  leaf_name: Optional[str] = setting(None, flag='leaf_name', check=optional(one_of(LEAF_NAMES)))
+
+  def __post_init__(self):
+    check_fields(self)
+    if self.dataset == 'leaf' and not self.leaf_dir:
+      raise _error(self, 'leaf_dir', "given with dataset 'leaf' (LEAF's dataset folder "
+                   'data/<name>)')
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """The Keras model.
+
+  Attributes:
+    name: a model of `experiments.models.MODELS`; None: the dataset's default.
+  """
+  name: Optional[str] = setting(None, flag='model')
+
+  def __post_init__(self):
+    check_fields(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+  """Settings of the run loop (`experiments.training_loop`).
+
+  Attributes:
+    rounds: the last round to run.
+    clients_per_round: clients sampled per round, without replacement.
+    client_epochs: local epochs (the client dataset is repeated this many times).
+    batch_size: local batch size.
+    shuffle_buffer: shuffle buffer of each client dataset; 0 disables shuffling.
+    seed: seed of client sampling and shuffling (and of the model and randomized aggregators,
+      through the experiment).
+    eval_every: evaluate every N rounds and after the last; 0 only after the last.
+    checkpoint_every: save the server state every N rounds and after the last; 0 never. The
+      default, 1, keeps every finished round across a crash or a kill.
+    keep_checkpoints: checkpoints kept; 0 keeps all.
+    resume: continue from the latest checkpoint under the experiment directory.
+  """
+  rounds: int = setting(flag='rounds', check=at_least(1))
+  clients_per_round: int = setting(flag='clients_per_round', check=at_least(1))
+  client_epochs: int = setting(1, flag='client_epochs', check=at_least(1))
+  batch_size: int = setting(20, flag='client_batch_size', check=at_least(1))
+  shuffle_buffer: int = setting(1000, flag='client_shuffle_buffer', check=at_least(0))
+  seed: int = setting(0, flag='seed', check=at_least(0))
+  eval_every: int = setting(1, flag='eval_every', check=at_least(0))
+  checkpoint_every: int = setting(10, flag='checkpoint_every', check=at_least(0))
+  keep_checkpoints: int = setting(3, flag='keep_checkpoints', check=at_least(0))
+  resume: bool = setting(True, flag='resume', check=BOOL)
+
+  def __post_init__(self):
+    check_fields(self)
+
+  def is_eval_round(self, round_num: int) -> bool:
+    return round_num == self.rounds or (self.eval_every > 0 and round_num % self.eval_every == 0)
+
+  def is_checkpoint_round(self, round_num: int) -> bool:
+    return self.checkpoint_every > 0 and (round_num == self.rounds
+                                          or round_num % self.checkpoint_every == 0)
+
+
+def _default_loop_config() -> LoopConfig:
+  return LoopConfig(rounds=50, clients_per_round=10)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+  """Local training's optimizer, and how client updates are weighted.
+
+  Attributes:
+    optimizer: one of `OPTIMIZERS` (`tff.learning.optimizers`).
+    learning_rate: > 0, finite.
+    momentum: in [0, 1); sgd only.
+    weighting: 'num_examples', 'uniform' or 'loss'; None: the method's own.
+  """
+  optimizer: str = setting('sgd', flag='client_optimizer', check=one_of(OPTIMIZERS))
+  learning_rate: float = setting(0.05, flag='client_learning_rate', check=POSITIVE)
+  momentum: float = setting(0.0, flag='client_momentum', check=MOMENTUM)
+  weighting: Optional[str] = setting(None, flag='client_weighting',
+                                     check=optional(one_of(CLIENT_WEIGHTINGS)))
+
+  def __post_init__(self):
+    check_fields(self)
+    _check_momentum(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+  """The server optimizer; the aggregate delta is applied as its gradient.
+
+  Attributes:
+    optimizer: one of `OPTIMIZERS`.
+    learning_rate: > 0, finite.
+    momentum: in [0, 1); sgd only.
+  """
+  optimizer: str = setting('sgd', flag='server_optimizer', check=one_of(OPTIMIZERS))
+  learning_rate: float = setting(1.0, flag='server_learning_rate', check=POSITIVE)
+  momentum: float = setting(0.0, flag='server_momentum', check=MOMENTUM)
+
+  def __post_init__(self):
+    check_fields(self)
+    _check_momentum(self)
+
+
+def _check_momentum(optimizer_config) -> None:
+  if optimizer_config.momentum and optimizer_config.optimizer != 'sgd':
+    raise _error(optimizer_config, 'momentum',
+                 f'0 with optimizer {optimizer_config.optimizer!r} (momentum applies to sgd only)')
+
+
+def hparam_check(hparam: hparams_lib.Hparam) -> Check:
+  """The `Check` of a method hyperparameter: `hparam.check`, its range in words."""
+
+  def test(value) -> bool:
+    try:
+      hparam.check(value)
+    except ValueError:
+      return False
+    return True
+
+  return Check(hparam.valid_range, test)
+
+
+def _method_setting(hparam: hparams_lib.Hparam) -> Any:
+  """A field with the default, flag and check of `hparam` (tff_conflict.hparams)."""
+  return setting(hparam.default, flag=hparam.flag, check=hparam_check(hparam))
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodHparams:
+  """Every method's hyperparameters (each method reads its own; see `experiments.registry`).
+
+  Each field's default, flag and valid range are those of `tff_conflict.hparams`, where every
+  hyperparameter is declared once with its paper source.
+
+  Attributes:
+    proximal_strength: FedProx mu.
+    fedgh_order: FedGH: order of the other clients in the projections, 'random' or 'index'.
+    focal_gamma, focal_beta: FedMGC's focal loss gamma and beta.
+    selection_ratio: FedMGC DGC: fraction lambda of dominant clients, in (0, 1].
+    calibration_counts: FedGA: class counts per 'batch' or per client 'dataset'.
+    margin_weight: FedLD margin-control weight lambda.
+    component_ratio: FedLD: fraction rho of principal directions kept, in (0, 1].
+    corrective_alpha: corrective gradient weights alpha, in [0, 1].
+  """
+  proximal_strength: float = _method_setting(hparams_lib.PROXIMAL_STRENGTH)
+  fedgh_order: str = _method_setting(hparams_lib.FEDGH_ORDER)
+  focal_gamma: float = _method_setting(hparams_lib.FOCAL_GAMMA)
+  focal_beta: float = _method_setting(hparams_lib.FOCAL_BETA)
+  selection_ratio: float = _method_setting(hparams_lib.DGC_SELECTION_RATIO)
+  calibration_counts: str = _method_setting(hparams_lib.CALIBRATION_COUNTS)
+  margin_weight: float = _method_setting(hparams_lib.MARGIN_WEIGHT)
+  component_ratio: float = _method_setting(hparams_lib.PRINCIPAL_COMPONENT_RATIO)
+  corrective_alpha: float = _method_setting(hparams_lib.CORRECTIVE_ALPHA)
+
+  def __post_init__(self):
+    check_fields(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputConfig:
+  """Where results go.
+
+  Attributes:
+    output_dir: root of the outputs; an experiment writes under `<output_dir>/<experiment_name>/`.
+    experiment_name: the experiment's directory; None: derived from the method and dataset.
+    progress: show a progress bar (plain lines when stdout is not a terminal).
+  """
+  output_dir: str = setting('results', flag='output_dir', check=NON_EMPTY_STRING)
+  experiment_name: Optional[str] = setting(None, flag='experiment_name',
+                                           check=optional(RELATIVE_NAME))
+  progress: bool = setting(True, flag='progress', check=BOOL)
+
+  def __post_init__(self):
+    check_fields(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+  """The execution backend.
+
+  Attributes:
+    runtime: 'cpp' (TFF's local worker_binary) or 'inprocess' (tff_conflict.runtime's in-process
+      runner).
+    workers: host:port of remote TFF workers to run on (cpp only); empty: local.
+  """
+  runtime: str = setting('cpp', flag='runtime', check=one_of(RUNTIMES))
+  workers: tuple[str, ...] = setting((), flag='workers', check=WORKER_ADDRESSES)
+
+  def __post_init__(self):
+    object.__setattr__(self, 'workers', tuple(self.workers))
+    check_fields(self)
+    if self.workers and self.runtime != 'cpp':
+      raise _error(self, 'runtime', "'cpp' with workers (remote workers run TFF's C++ runtime)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+  """Everything one training run depends on (the seed is `training.seed`)."""
+  algorithm: AlgorithmConfig = dataclasses.field(default_factory=AlgorithmConfig)
+  data: DataConfig = dataclasses.field(default_factory=DataConfig)
+  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+  training: LoopConfig = dataclasses.field(default_factory=_default_loop_config)
+  client: ClientConfig = dataclasses.field(default_factory=ClientConfig)
+  server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
+  hparams: MethodHparams = dataclasses.field(default_factory=MethodHparams)
+  output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
+  runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
+
+  def __post_init__(self):
+    for field in dataclasses.fields(self):
+      expected = _SECTIONS[field.name]
+      if not isinstance(getattr(self, field.name), expected):
+        raise TypeError(f'ExperimentConfig.{field.name} must be a {expected.__name__}, got '
+                        f'{getattr(self, field.name)!r}')
+    training = self.training
+    if training.eval_every > training.rounds:
+      raise ConfigError('eval_every', training.eval_every,
+                        f'at most rounds={training.rounds} (0 evaluates only after the last '
+                        'round)', flag='eval_every')
+    if self.data.num_clients is not None and training.clients_per_round > self.data.num_clients:
+      raise ConfigError('clients_per_round', training.clients_per_round,
+                        f'at most num_clients={self.data.num_clients}', flag='clients_per_round')
+
+  @property
+  def seed(self) -> int:
+    return self.training.seed
+
+  def replace(self, **sections: Any) -> 'ExperimentConfig':
+    """A copy with whole sections replaced, e.g. `config.replace(algorithm=AlgorithmConfig('fedgh'))`."""
+    return dataclasses.replace(self, **sections)
+
+  def with_seed(self, seed: int) -> 'ExperimentConfig':
+    return self.replace(training=dataclasses.replace(self.training, seed=seed))
+
+  @property
+  def default_experiment_name(self) -> str:
+    """`<dataset>_<algorithm label>_seed<seed>`."""
+    return f'{self.data.dataset}_{self.algorithm.label}_seed{self.seed}'
+
+  @property
+  def experiment_name(self) -> str:
+    """`output.experiment_name`, or `default_experiment_name`."""
+    return self.output.experiment_name or self.default_experiment_name
+
+  @property
+  def experiment_dir(self) -> str:
+    return os.path.join(self.output.output_dir, self.experiment_name)
+
+  def flag_values(self) -> dict[str, Any]:
+    """flag name -> value of every field a flag sets, section by section (for hparams.csv).
+
+    A composed method (`algorithm='custom'`) also records `proximal_term`.
+    """
+    values: dict[str, Any] = {}
+    for section, obj in self.sections():
+      for field in dataclasses.fields(obj):
+        flag = field.metadata.get('flag')
+        if flag is not None:
+          value = getattr(obj, field.name)
+          values[flag] = list(value) if isinstance(value, tuple) else value
+    if self.algorithm.name == CUSTOM_ALGORITHM:
+      values['proximal_term'] = self.algorithm.proximal_term
+    return values
+
+  def sections(self) -> Iterator[tuple[str, Any]]:
+    for field in dataclasses.fields(self):
+      yield field.name, getattr(self, field.name)
+
+
+_SECTIONS = {
+    'algorithm': AlgorithmConfig, 'data': DataConfig, 'model': ModelConfig,
+    'training': LoopConfig, 'client': ClientConfig, 'server': ServerConfig,
+    'hparams': MethodHparams, 'output': OutputConfig, 'runtime': RuntimeConfig,
+}
+
+
+def section_classes() -> dict[str, type]:
+  """section name -> dataclass, in `ExperimentConfig`'s order."""
+  return dict(_SECTIONS)
+
+
+def field_checks() -> dict[str, Check]:
+  """flag name -> the check of the field it sets (for absl flag validators)."""
+  checks = {}
+  for cls in _SECTIONS.values():
+    for field in dataclasses.fields(cls):
+      flag, check = field.metadata.get('flag'), field.metadata.get('check')
+      if flag is not None and check is not None:
+        checks[flag] = check
+  return checks
+
+
+def from_flag_values(values: Mapping[str, Any], *, proximal_term: Optional[bool] = None
+                     ) -> ExperimentConfig:
+  """An `ExperimentConfig` from flag name -> value; flags absent from `values` keep defaults.
+
+  Args:
+    values: e.g. `FLAGS.flag_values_dict()`.
+    proximal_term: `AlgorithmConfig.proximal_term`; None reads `values['proximal_strength_present']`
+      (False when absent).
+
+  Raises:
+    ConfigError: a value fails its field's check (the error names the flag).
+  """
+  sections = {}
+  for name, cls in _SECTIONS.items():
+    kwargs = {}
+    for field in dataclasses.fields(cls):
+      flag = field.metadata.get('flag')
+      if flag is not None and flag in values:
+        kwargs[field.name] = values[flag]
+    if cls is LoopConfig:
+      for field in ('rounds', 'clients_per_round'):
+        kwargs.setdefault(field, getattr(_default_loop_config(), field))
+    if cls is AlgorithmConfig:
+      if proximal_term is None:
+        proximal_term = bool(values.get('proximal_strength_present', False))
+      kwargs['proximal_term'] = (bool(proximal_term)
+                                 and kwargs.get('name', 'fedavg') == CUSTOM_ALGORITHM)
+    if cls is RuntimeConfig and 'workers' in kwargs:
+      kwargs['workers'] = tuple(kwargs['workers'] or ())
+    sections[name] = cls(**kwargs)
+  return ExperimentConfig(**sections)

@@ -1,0 +1,145 @@
+"""experiments.config: typed settings, their checks, and the one mapping between flags and fields."""
+
+import dataclasses
+import math
+
+from absl import flags
+from absl.testing import flagsaver
+import pytest
+
+from experiments import config
+from experiments import experiment_lib
+from experiments import flags_lib
+from experiments import metrics_io
+from experiments import train  # pylint: disable=unused-import  (defines --algorithm, --seed)
+
+FLAGS = flags.FLAGS
+
+
+def _flag_fields():
+  for section, cls in config.section_classes().items():
+    for field in dataclasses.fields(cls):
+      if 'flag' in field.metadata:
+        yield section, cls, field
+
+
+def test_every_flag_defaults_to_its_fields_default():
+  defaults = config.ExperimentConfig()
+  for section, _, field in _flag_fields():
+    flag = field.metadata['flag']
+    expected = getattr(getattr(defaults, section), field.name)
+    value = FLAGS[flag].default
+    assert (list(expected) if isinstance(expected, tuple) else expected) == value, flag
+
+
+def test_every_checked_field_has_a_flag_validator_with_the_same_requirement():
+  checks = config.field_checks()
+  for flag, check in checks.items():
+    assert flag in FLAGS, flag
+  with pytest.raises(flags.IllegalFlagValueError,
+                     match=r'flag --component_ratio=0.0: must be a number in \(0, 1\]'):
+    with flagsaver.as_parsed(component_ratio='0'):
+      pass
+
+
+def test_flags_build_the_config_and_its_flag_values_round_trip():
+  with flagsaver.as_parsed(algorithm='custom', client_loss='focal', aggregator='fedgh',
+                           proximal_strength='0.2', dataset='synthetic', num_clients='8',
+                           rounds='7', clients_per_round='3', seed='4', client_optimizer='adam',
+                           server_momentum='0.5', workers='a:1,b:2', focal_gamma='1.5'):
+    experiment = flags_lib.experiment_config()
+  assert experiment.algorithm == config.AlgorithmConfig('custom', 'focal', 'fedgh',
+                                                        proximal_term=True)
+  assert experiment.data.dataset == 'synthetic' and experiment.data.num_clients == 8
+  assert experiment.training.rounds == 7 and experiment.seed == 4
+  assert experiment.client.optimizer == 'adam' and experiment.server.momentum == 0.5
+  assert experiment.runtime.workers == ('a:1', 'b:2')
+  assert experiment.hparams.focal_gamma == 1.5
+  assert experiment.experiment_name == 'synthetic_focal+fedgh_seed4'
+  values = experiment.flag_values()
+  assert values['client_batch_size'] == 20 and values['workers'] == ['a:1', 'b:2']
+  assert values['proximal_term'] is True
+  assert config.from_flag_values(values, proximal_term=True) == experiment
+
+
+def test_proximal_term_only_for_a_composed_method():
+  with flagsaver.as_parsed(algorithm='fedprox', proximal_strength='0.2'):
+    experiment = flags_lib.experiment_config()
+  assert not experiment.algorithm.proximal_term
+  assert 'proximal_term' not in experiment.flag_values()
+  assert experiment.hparams.proximal_strength == 0.2
+
+
+@pytest.mark.parametrize('build, field, flag, message', [
+    (lambda: config.ClientConfig(learning_rate=math.inf), 'learning_rate',
+     'client_learning_rate', '--client_learning_rate must be a finite number > 0, got inf'),
+    (lambda: config.MethodHparams(focal_gamma=math.nan), 'focal_gamma', 'focal_gamma',
+     '--focal_gamma must be a finite number >= 0, got nan'),
+    (lambda: config.LoopConfig(rounds=3, clients_per_round=1, batch_size=0), 'batch_size',
+     'client_batch_size', '--client_batch_size must be an integer >= 1, got 0'),
+    (lambda: config.DataConfig(dataset='imagenet'), 'dataset', 'dataset',
+     "--dataset must be one of ['digits',"),
+    (lambda: config.ServerConfig(optimizer='adam', momentum=0.9), 'momentum', 'server_momentum',
+     "--server_momentum must be 0 with optimizer 'adam'"),
+    (lambda: config.AlgorithmConfig('custom', client_loss='ce'), 'aggregator', 'aggregator',
+     "--aggregator must be given when the algorithm is 'custom', got None"),
+    (lambda: config.RuntimeConfig(workers=('h:1', 'h:1')), 'workers', 'workers',
+     '--workers must be a list of distinct host:port'),
+    (lambda: config.ExperimentConfig(training=config.LoopConfig(rounds=2, clients_per_round=1,
+                                                                eval_every=3)),
+     'eval_every', 'eval_every', '--eval_every must be at most rounds=2'),
+    (lambda: config.ExperimentConfig(data=config.DataConfig(num_clients=4),
+                                     training=config.LoopConfig(rounds=2, clients_per_round=5)),
+     'clients_per_round', 'clients_per_round', '--clients_per_round must be at most num_clients=4'),
+])
+def test_config_errors_name_the_field_and_the_flag(build, field, flag, message):
+  with pytest.raises(config.ConfigError) as info:
+    build()
+  error = info.value
+  assert isinstance(error, ValueError)
+  assert (error.field, error.flag) == (field, flag)
+  assert error.flag_message().startswith(message), error.flag_message()
+  assert str(error).startswith(f'{field} must be '), str(error)
+
+
+def test_booleans_are_not_numbers_and_sections_are_typed():
+  with pytest.raises(config.ConfigError, match='rounds must be an integer >= 1, got True'):
+    config.LoopConfig(rounds=True, clients_per_round=1)
+  with pytest.raises(TypeError, match='ExperimentConfig.training must be a LoopConfig'):
+    config.ExperimentConfig(training={'rounds': 3})
+
+
+def test_experiment_lib_accepts_the_older_flag_value_mapping():
+  with flagsaver.as_parsed(dataset='digits', alpha='0.3', rounds='4', clients_per_round='2'):
+    values = FLAGS.flag_values_dict()
+  assert experiment_lib.data_options(values) == config.DataConfig(alpha=0.3)
+  assert experiment_lib.loop_config(values) == config.LoopConfig(rounds=4, clients_per_round=2)
+
+
+def test_a_run_from_a_config_alone(tmp_path):
+  experiment = config.ExperimentConfig(
+      algorithm=config.AlgorithmConfig('fedprox'),
+      data=config.DataConfig(num_clients=6),
+      model=config.ModelConfig('logistic_regression'),
+      training=config.LoopConfig(rounds=1, clients_per_round=3, batch_size=32),
+      output=config.OutputConfig(output_dir=str(tmp_path), progress=False),
+      runtime=config.RuntimeConfig('inprocess'))
+  task = experiment_lib.load_task(experiment)
+  result = experiment_lib.run_experiment(experiment, task=task)
+  assert result.experiment_dir == str(tmp_path / 'digits_fedprox_seed0')
+  assert [r['round_num'] for r in result.rows] == [1]
+  hparams = metrics_io.read_hparams(str(tmp_path / 'digits_fedprox_seed0' / 'hparams.csv'))
+  assert hparams['algorithm'] == 'fedprox' and hparams['runtime'] == 'inprocess'
+  assert hparams['proximal_strength'] == '0.01' and 'version/tensorflow' in hparams
+
+
+def test_load_task_refuses_a_model_that_cannot_take_the_inputs():
+  experiment = config.ExperimentConfig(
+      data=config.DataConfig('synthetic', num_clients=4),
+      model=config.ModelConfig('digits_cnn'),
+      training=config.LoopConfig(rounds=1, clients_per_round=2))
+  with pytest.raises(config.ConfigError) as info:
+    experiment_lib.load_task(experiment)
+  assert info.value.flag == 'model'
+  assert info.value.flag_message().startswith(
+      "--model must be a model that takes the inputs of dataset 'synthetic'")
