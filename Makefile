@@ -1,7 +1,6 @@
 # Two entry points (README.md): `make run` and `make test`. Both set up .venv first.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV_PY := .venv/bin/python
-export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: setup run test test-all bench clean-venv
 
