@@ -8,15 +8,20 @@ and nothing is left behind. With `--die_with_parent` the kernel also ends it whe
 started it dies (Linux `PR_SET_PDEATHSIG`; tests use this). Point a driver at it with
 `tff_conflict.runtime.set_remote_context(['HOST:8000', ...])`. The worker serves gRPC without
 authentication or encryption: run it on a trusted network only.
+
+A bad flag ends the command with one line naming it (exit status 2); so do a port that cannot be
+served and a missing `worker_binary` (exit status 1).
 """
 
 import argparse
 import ctypes
 import os
 import signal
+import socket
 import sys
 
 _PR_SET_PDEATHSIG = 1
+_PROG = 'python -m tff_conflict.runtime.worker'
 
 
 def worker_binary_path() -> str:
@@ -37,23 +42,53 @@ def worker_command(port: int, max_concurrent_computation_calls: int = -1) -> lis
           f'--max_concurrent_computation_calls={max_concurrent_computation_calls}']
 
 
+class _Parser(argparse.ArgumentParser):
+  """Reports a bad command line in one line (`worker: <message>`), exit status 2."""
+
+  def error(self, message):
+    self.exit(2, f'{_PROG}: {message} (--help lists the flags)\n')
+
+
 def _parse(argv):
-  parser = argparse.ArgumentParser(prog='python -m tff_conflict.runtime.worker', description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = _Parser(prog=_PROG, description=__doc__,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--port', type=int, required=True, help='TCP port to serve on (1-65535)')
   parser.add_argument('--max_concurrent_computation_calls', type=int, default=-1,
-                      help='passed to worker_binary; -1 means no limit')
+                      help='passed to worker_binary; -1 means no limit, else a positive integer')
   parser.add_argument('--die_with_parent', action='store_true',
                       help='end the worker when the process that started this command dies')
   args = parser.parse_args(argv)
   if not 1 <= args.port <= 65535:
     parser.error(f'--port must be in 1..65535, got {args.port}')
+  calls = args.max_concurrent_computation_calls
+  if calls != -1 and calls < 1:
+    parser.error(f'--max_concurrent_computation_calls must be -1 (no limit) or a positive '
+                 f'integer, got {calls}')
   return args
+
+
+def _fail(message: str) -> None:
+  sys.stderr.write(f'{_PROG}: {message}\n')
+  sys.exit(1)
+
+
+def _check_port_free(port: int) -> None:
+  """Fails in one line when `port` cannot be bound here (in use, or not allowed)."""
+  with socket.socket(socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET) as probe:
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      probe.bind(('', port))
+    except OSError as e:
+      _fail(f'--port={port} cannot be served: {e.strerror or e}')
 
 
 def main(argv=None) -> None:
   args = _parse(sys.argv[1:] if argv is None else argv)
-  command = worker_command(args.port, args.max_concurrent_computation_calls)
+  try:
+    command = worker_command(args.port, args.max_concurrent_computation_calls)
+  except RuntimeError as e:
+    _fail(str(e))
+  _check_port_free(args.port)
   # A background shell starts us with SIGINT ignored; the worker would inherit that.
   signal.signal(signal.SIGINT, signal.SIG_DFL)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
