@@ -28,16 +28,16 @@ import os
 import sys
 from typing import Any, Mapping, Optional, Sequence, Union
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-
-# TensorFlow must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras
-# pitfalls).
+# tff_conflict first: it keeps TF's log noise off (TFF_CONFLICT_VERBOSE=1 turns it on). TensorFlow
+# must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
+import tff_conflict  # pylint: disable=unused-import
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
 
-from experiments import config  # pylint: disable=g-import-not-at-top
+from experiments import cli  # pylint: disable=g-import-not-at-top
+from experiments import config
 from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import metrics_io
@@ -69,7 +69,7 @@ with flags_lib.record_group('compare'):
 PRESETS: dict[str, dict[str, Any]] = {
     'readme': dict(dataset='digits', num_clients=20, alpha=0.1, clients_per_round=10,
                    rounds=20, client_epochs=2, client_batch_size=20, model='mlp',
-                   client_learning_rate=0.1, eval_every=1, checkpoint_every=10,
+                   client_learning_rate=0.1, eval_every=1,
                    runtime='cpp', algorithms=_ALL_ALGORITHMS, seeds=['0'],
                    target_accuracy=0.8, experiment_name='readme_digits'),
 }
@@ -226,6 +226,11 @@ def write_plots(runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], root:
   return written
 
 
+def comparison_name(experiment: config.ExperimentConfig) -> str:
+  """The comparison's directory name: `output.experiment_name` or `compare_<dataset>`."""
+  return experiment.output.experiment_name or f'compare_{experiment.data.dataset}'
+
+
 def run_comparison(experiment: Union[config.ExperimentConfig, Mapping[str, Any]],
                    comparison: Optional[ComparisonConfig] = None, *, stream=None,
                    hparams: Optional[Mapping[str, Any]] = None) -> tuple[str, list[str], str]:
@@ -249,8 +254,7 @@ def run_comparison(experiment: Union[config.ExperimentConfig, Mapping[str, Any]]
                                   target_accuracy=values['target_accuracy'])
   if comparison is None:
     raise ValueError('run_comparison needs a ComparisonConfig with an ExperimentConfig')
-  root = os.path.join(experiment.output.output_dir,
-                      experiment.output.experiment_name or f'compare_{experiment.data.dataset}')
+  root = os.path.join(experiment.output.output_dir, comparison_name(experiment))
   os.makedirs(root, exist_ok=True)
   if hparams is None:
     hparams = experiment_lib.hparams_record(
@@ -289,17 +293,17 @@ def run_comparison(experiment: Union[config.ExperimentConfig, Mapping[str, Any]]
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  cli.check_no_arguments(argv)
   flags_lib.quiet_logs()
-  runtime.set_local_context()
   apply_preset()
   experiment, comparison = check_flags()
-  experiment_lib.install_context(experiment)
+  cli.prepare_output_dir(os.path.join(experiment.output.output_dir, comparison_name(experiment)))
+  runtime.set_local_context()
+  cli.install_context(experiment)
   try:
     table, plots, root = run_comparison(experiment, comparison)
-  except training_loop.HparamsMismatchError as e:
-    sys.exit(f'compare: {e}')
+  except training_loop.ResumeError as e:
+    raise cli.Failure(str(e)) from None
   print()
   print(table)
   print(f'table: {os.path.join(root, "summary.md")}')
@@ -308,4 +312,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

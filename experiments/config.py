@@ -32,6 +32,7 @@ import dataclasses
 import math
 import numbers
 import os
+import re
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from tff_conflict import hparams as hparams_lib
@@ -52,19 +53,73 @@ class ConfigError(ValueError):
     field: the dataclass field.
     flag: the flag that sets it (None when no flag does).
     value: the bad value.
-    requirement: what the value must be, e.g. 'a finite number > 0'.
+    requirement: what the value must be, e.g. 'a finite number > 0' (None for a library error).
   """
 
-  def __init__(self, field: str, value: Any, requirement: str, *, flag: Optional[str] = None):
+  def __init__(self, field: str, value: Any, requirement: Optional[str] = None, *,
+               flag: Optional[str] = None, message: Optional[str] = None):
     self.field = field
     self.flag = flag
     self.value = value
     self.requirement = requirement
-    super().__init__(f'{field} must be {requirement}, got {show(value)}')
+    self._message = message
+    super().__init__(message if message is not None
+                     else f'{field} must be {requirement}, got {show(value)}')
 
   def flag_message(self) -> str:
     """The message with the flag's command-line spelling: `--flag must be ..., got value`."""
+    if self._message is not None:
+      return self._message
     return f'--{self.flag or self.field} must be {self.requirement}, got {show(self.value)}'
+
+
+def translate_message(message: str, flags_by_argument: Mapping[str, str], *,
+                      context: str = '') -> Optional[str]:
+  """A library error's message in the flags' words, or None when it names none of the arguments.
+
+  A message that starts with an argument's name (`num_clients must be at most 359, got 1000`,
+  `client_optimizer_fn: learning_rate must be ...`) gets the flag in its place (`--num_clients must
+  be ...`); otherwise every `argument=` outside parentheses becomes `--flag=` and `context` (e.g.
+  `--dataset=emnist`) is put in front.
+
+  Args:
+    message: the library's message.
+    flags_by_argument: library argument name (or message prefix) -> flag name.
+    context: what the message is about, for messages that do not start with an argument.
+  """
+  message = ' '.join(str(message).split())
+  for argument in sorted(flags_by_argument, key=len, reverse=True):
+    rest = message[len(argument):]
+    if message.startswith(argument) and (not rest or rest[0] in ' :=[('):
+      return f'--{flags_by_argument[argument]}{rest}'
+  names = '|'.join(re.escape(a) for a in sorted(flags_by_argument, key=len, reverse=True))
+  if not names:
+    return None
+  pieces, depth, last, found = [], 0, 0, False
+  for match in re.finditer(rf'[()]|(?<![\w-])({names})=', message):
+    if match.group(0) == '(':
+      depth += 1
+    elif match.group(0) == ')':
+      depth = max(0, depth - 1)
+    elif depth == 0:  # not inside parentheses, which quote code such as f(data_dir=DIR)
+      pieces.append(message[last:match.start()] + f'--{flags_by_argument[match.group(1)]}=')
+      last, found = match.end(), True
+  if not found:
+    return None
+  message = ''.join(pieces) + message[last:]
+  return f'{context}: {message}' if context else message
+
+
+def from_library_error(error: Exception, flags_by_argument: Mapping[str, str], *,
+                       field: str = '', value: Any = None, context: str = ''
+                       ) -> Optional[ConfigError]:
+  """A `ConfigError` carrying `error`'s message in the flags' words (`translate_message`), or
+  None when the message names none of the arguments."""
+  message = translate_message(str(error), flags_by_argument, context=context)
+  if message is None:
+    return None
+  flag = message[2:].split()[0].split('=')[0].rstrip(':,') if message.startswith('--') else None
+  return ConfigError(field or flag or '', value, flag=flag, message=message)
 
 
 def show(value: Any) -> str:
@@ -290,7 +345,7 @@ class LoopConfig:
   shuffle_buffer: int = setting(1000, flag='client_shuffle_buffer', check=at_least(0))
   seed: int = setting(0, flag='seed', check=at_least(0))
   eval_every: int = setting(1, flag='eval_every', check=at_least(0))
-  checkpoint_every: int = setting(10, flag='checkpoint_every', check=at_least(0))
+  checkpoint_every: int = setting(1, flag='checkpoint_every', check=at_least(0))
   keep_checkpoints: int = setting(3, flag='keep_checkpoints', check=at_least(0))
   resume: bool = setting(True, flag='resume', check=BOOL)
 
@@ -473,7 +528,7 @@ class ExperimentConfig:
     return self.training.seed
 
   def replace(self, **sections: Any) -> 'ExperimentConfig':
-    """A copy with whole sections replaced, e.g. `config.replace(algorithm=AlgorithmConfig('fedgh'))`."""
+    """A copy with whole sections replaced, e.g. `replace(algorithm=AlgorithmConfig('fedgh'))`."""
     return dataclasses.replace(self, **sections)
 
   def with_seed(self, seed: int) -> 'ExperimentConfig':

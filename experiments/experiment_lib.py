@@ -26,9 +26,10 @@ the config; it is converted with `config.from_flag_values`.
 """
 
 import collections
+import contextlib
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping, Optional, Sequence, TextIO, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO, Union
 
 import numpy as np
 import tensorflow as tf
@@ -78,8 +79,26 @@ def loop_config(config: ConfigLike) -> config_lib.LoopConfig:
 
 
 def load_data(data: config_lib.DataConfig) -> tuple[Any, Any]:
-  """(train, test) `ClientData` of the dataset (`registry.DATASETS`)."""
-  return registry.DATASETS[data.dataset].load(data)
+  """(train, test) `ClientData` of the dataset (`registry.DATASETS`).
+
+  Raises:
+    config.ConfigError: the loader refused a setting or what it points at (too many clients, a
+      missing or malformed data file: the loaders' ValueError and OSError); the message is the
+      loader's in the flags' words (`--num_clients must be at most 359 ...`), or after
+      `--dataset=<name>: `.
+  """
+  spec = registry.DATASETS[data.dataset]
+  try:
+    return spec.load(data)
+  except (ValueError, OSError) as e:
+    # The loaders raise these for what the settings point at (sizes, folders, files), naming it.
+    context = f'--dataset={data.dataset}'
+    error = config_lib.from_library_error(e, spec.arguments, field='dataset', value=data.dataset,
+                                          context=context)
+    if error is None:
+      error = config_lib.ConfigError('dataset', data.dataset, flag='dataset',
+                                     message=f'{context}: {" ".join(str(e).split())}')
+    raise error from e
 
 
 def load_task(config: ConfigLike, *, data: Optional[tuple[Any, Any]] = None) -> Task:
@@ -117,8 +136,9 @@ def load_task(config: ConfigLike, *, data: Optional[tuple[Any, Any]] = None) -> 
       keras_model_fn()
     except ValueError as e:
       raise config_lib.ConfigError(
-          'name', model_name, f'a model that takes the inputs of dataset '
-          f'{config.data.dataset!r} (shape {input_shape}): {e}', flag='model') from None
+          'name', model_name, flag='model',
+          message=f'--model={model_name} cannot take the inputs of --dataset='
+          f'{config.data.dataset} (shape {input_shape}): {e}') from None
   return Task(train_data=train, test_data=test, input_spec=input_spec, num_classes=num_classes,
               model_name=model_name, keras_model_fn=keras_model_fn)
 
@@ -132,9 +152,9 @@ def build_process(config: ConfigLike, task: Task):
   term when `algorithm.proximal_term` is set.
 
   Raises:
-    config.ConfigError: an algorithm, loss or aggregator that is not registered.
-    ValueError: from the builders, naming their argument (`registry.BUILDER_FLAGS` maps it to
-      the flag).
+    config.ConfigError: an algorithm, loss or aggregator that is not registered, or a builder's
+      error about one of its arguments, naming the argument's flag (`registry.builder_flags`).
+    ValueError: other builder errors.
   """
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   config = as_config(config)
@@ -155,19 +175,36 @@ def build_process(config: ConfigLike, task: Task):
                                    f'one of {list(registry.AGGREGATOR_HPARAMS)}',
                                    flag='aggregator')
     proximal = config.hparams.proximal_strength if algorithm.proximal_term else 0.0
-    return learning.build_process(
-        task.keras_model_fn, loss=loss,
-        loss_kwargs=registry.hparam_kwargs(registry.LOSS_HPARAMS[loss], hparams),
-        aggregator=aggregator,
-        aggregator_kwargs=registry.hparam_kwargs(registry.AGGREGATOR_HPARAMS[aggregator],
-                                                 hparams),
-        proximal_strength=proximal, **common)
+    with _builder_errors(algorithm):
+      return learning.build_process(
+          task.keras_model_fn, loss=loss,
+          loss_kwargs=registry.hparam_kwargs(registry.LOSS_HPARAMS[loss], hparams),
+          aggregator=aggregator,
+          aggregator_kwargs=registry.hparam_kwargs(registry.AGGREGATOR_HPARAMS[aggregator],
+                                                   hparams),
+          proximal_strength=proximal, **common)
   if algorithm.name not in learning.ALGORITHMS:
     raise config_lib.ConfigError(
         'name', algorithm.name,
         f'one of {list(learning.ALGORITHMS)} or {config_lib.CUSTOM_ALGORITHM!r}', flag='algorithm')
   kwargs = registry.hparam_kwargs(registry.ALGORITHM_HPARAMS.get(algorithm.name, {}), hparams)
-  return learning.ALGORITHMS[algorithm.name](task.keras_model_fn, **common, **kwargs)
+  with _builder_errors(algorithm):
+    return learning.ALGORITHMS[algorithm.name](task.keras_model_fn, **common, **kwargs)
+
+
+@contextlib.contextmanager
+def _builder_errors(algorithm: config_lib.AlgorithmConfig) -> Iterator[None]:
+  """Re-raises a builder's ValueError about one of its arguments as a ConfigError naming the
+  argument's flag."""
+  try:
+    yield
+  except config_lib.ConfigError:
+    raise
+  except ValueError as e:
+    error = config_lib.from_library_error(e, registry.builder_flags(algorithm))
+    if error is None:
+      raise
+    raise error from e
 
 
 def build_algorithm(values: ConfigLike, task: Task, algorithm: Optional[str] = None):

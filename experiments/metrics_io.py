@@ -12,11 +12,15 @@ between two runs with the same flags and seed; `non_timing(rows)` drops them for
 
 The file is rewritten whole after every round (write to a temporary file, then rename), so an
 interruption never leaves a half-written row, and resuming from a checkpoint at round r drops the
-rows after r before new ones are appended (`MetricsWriter(path, keep_through_round=r)`).
+rows after r before new ones are appended (`MetricsWriter(path, keep_through_round=r)`). A file
+damaged from outside (truncated, edited) is read up to its first damaged row
+(`read_metrics(path)`, which says what it found) and never makes a reader crash.
 """
 
 import collections
 import csv
+import dataclasses
+import io
 import math
 import os
 import platform
@@ -83,8 +87,8 @@ def _format(value) -> str:
   return str(value)
 
 
-def _parse(value: str):
-  if value == '':
+def _parse(value: Optional[str]):
+  if value is None or value == '':
     return None
   try:
     number = float(value)
@@ -94,14 +98,87 @@ def _parse(value: str):
 
 
 def read_csv(path: str) -> list[dict[str, Any]]:
-  """Rows of a CSV written here, with numbers parsed and empty cells as None."""
+  """Rows of a CSV written here, with numbers parsed and empty (or missing) cells as None."""
   with open(path, newline='') as f:
-    return [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    return [{k: _parse(v) for k, v in row.items() if k is not None}
+            for row in csv.DictReader(f)]
 
 
 def read_columns(path: str) -> list[str]:
   with open(path, newline='') as f:
     return next(csv.reader(f), [])
+
+
+@dataclasses.dataclass
+class MetricsFile:
+  """What `read_metrics` found in a metrics.csv.
+
+  Attributes:
+    columns: the header ([] when it is damaged).
+    rows: the intact rows, which hold rounds 1, 2, ..., len(rows) in order.
+    problem: why reading stopped before the end of the file (e.g. 'has a row cut short after
+      round 3'), or None when every row is intact.
+  """
+  columns: list[str]
+  rows: list[dict[str, Any]]
+  problem: Optional[str] = None
+
+
+def _is_number(cell: str) -> bool:
+  try:
+    float(cell)
+  except ValueError:
+    return False
+  return True
+
+
+def read_metrics(path: str) -> MetricsFile:
+  """Reads a `metrics.csv` written by `MetricsWriter`, keeping its intact rows.
+
+  Rows are intact from the first one up to the first that is damaged: a last line cut short
+  (no line end: the file was truncated), a row with another number of cells than the header, a
+  `round_num` other than the row's position (1, 2, ...), or a cell that is neither empty nor a
+  number. That row and everything after it are left out, and `problem` says what was found.
+
+  Raises:
+    OSError: the file cannot be read (missing, no permission).
+  """
+  with open(path, 'rb') as f:
+    data = f.read()
+  try:
+    text = data.decode('utf-8')
+  except UnicodeDecodeError:
+    return MetricsFile([], [], 'is not a CSV text file')
+  if not text:
+    return MetricsFile([], [], 'is empty')
+  problem = None
+  if not text.endswith('\n'):  # MetricsWriter ends every line; a truncated file does not
+    text = text[:text.rfind('\n') + 1]
+    problem = 'ends in a line cut short'
+  lines = list(csv.reader(io.StringIO(text)))
+  if not lines:
+    return MetricsFile([], [], problem or 'is empty')
+  columns = lines[0]
+  if not columns or columns[0] != ROUND_COLUMN or len(set(columns)) != len(columns):
+    return MetricsFile([], [], f'has no valid header (its first line must start with '
+                       f'{ROUND_COLUMN!r} and name each column once)')
+  rows: list[dict[str, Any]] = []
+  for expected_round, cells in enumerate(lines[1:], start=1):
+    where = f'row {expected_round}'
+    if len(cells) != len(columns):
+      return MetricsFile(columns, rows, f'has {len(cells)} cells in {where}, where the header '
+                         f'has {len(columns)}')
+    if cells[0] != str(expected_round):
+      return MetricsFile(columns, rows, f'holds round {cells[0]!r} in {where}, expected '
+                         f'{expected_round}')
+    bad = next((c for c, cell in zip(columns, cells) if cell and not _is_number(cell)), None)
+    if bad is not None:
+      return MetricsFile(columns, rows, f'holds a cell that is not a number in {where} '
+                         f'(column {bad!r})')
+    rows.append({c: _parse(cell) for c, cell in zip(columns, cells)})
+  if problem:
+    problem = f'{problem} after round {len(rows)}'
+  return MetricsFile(columns, rows, problem)
 
 
 def _write_atomically(path: str, columns: list[str], rows: Iterable[Mapping[str, Any]]) -> None:
@@ -120,22 +197,32 @@ class MetricsWriter:
   Args:
     path: the CSV file.
     keep_through_round: rows already in `path` with `round_num <= keep_through_round` are kept
-      (a resumed run); later rows are dropped. 0 starts a new file.
+      (a resumed run); later rows, and damaged ones (`read_metrics`), are dropped. 0 starts a new
+      file.
+    rows: the rows to start from (rounds 1..n, e.g. `read_metrics(path).rows[:n]`), in place of
+      `keep_through_round`; with `columns`, their header.
+    columns: the header of `rows`.
   """
 
-  def __init__(self, path: str, keep_through_round: int = 0):
+  def __init__(self, path: str, keep_through_round: int = 0, *,
+               rows: Optional[Iterable[Mapping[str, Any]]] = None,
+               columns: Optional[Iterable[str]] = None):
     if keep_through_round < 0:
       raise ValueError(f'keep_through_round must be >= 0, got {keep_through_round}')
     self._path = path
     self._rows: list[dict[str, Any]] = []
     self._columns: Optional[list[str]] = None
-    if keep_through_round > 0 and os.path.exists(path):
-      columns = read_columns(path)
-      rows = [r for r in read_csv(path) if r[ROUND_COLUMN] <= keep_through_round]
-      if rows:
-        self._columns = columns
-        self._rows = rows
-    if keep_through_round == 0 or os.path.exists(path):
+    if rows is not None:
+      self._rows = [dict(r) for r in rows]
+      if self._rows:
+        self._columns = list(columns) if columns is not None else list(self._rows[0])
+    elif keep_through_round > 0 and os.path.exists(path):
+      found = read_metrics(path)
+      kept = [r for r in found.rows if r[ROUND_COLUMN] <= keep_through_round]
+      if kept:
+        self._columns = found.columns
+        self._rows = kept
+    if rows is not None or keep_through_round == 0 or os.path.exists(path):
       _write_atomically(path, self._columns or [ROUND_COLUMN], self._rows)
 
   @property

@@ -1,12 +1,15 @@
 """A terminal progress bar for training rounds: round, elapsed time, ETA, latest accuracy.
 
-On a TTY the bar redraws one line in place (carriage return); when the stream is not a TTY (a
-pipe, a log file, CI) it prints one plain line per round instead, so logs stay readable.
+On a TTY the bar is `tqdm`'s, redrawn in place, with its ETA from the mean round time of this run
+(`smoothing=0`); when the stream is not a TTY (a pipe, a log file, CI) it prints one plain line per
+round instead, so logs stay readable.
 """
 
 import sys
 import time
 from typing import Optional, TextIO
+
+import tqdm
 
 
 def format_duration(seconds: Optional[float]) -> str:
@@ -28,7 +31,7 @@ class ProgressBar:
     label: printed before the bar (e.g. the algorithm's name).
     stream: where to write; `sys.stdout` by default.
     width: characters of the bar on a TTY.
-    clock: returns seconds (tests pass a fake clock).
+    clock: returns seconds (tests pass a fake clock); the plain lines' times and ETA.
   """
 
   def __init__(self, total_rounds: int, *, first_round: int = 0, label: str = '',
@@ -41,13 +44,18 @@ class ProgressBar:
     self._first = first_round
     self._label = f'{label} ' if label else ''
     self._stream = stream if stream is not None else sys.stdout
-    self._width = width
     self._clock = clock
     self._start = clock()
     self._accuracy: Optional[float] = None
     isatty = getattr(self._stream, 'isatty', None)
     self._tty = bool(isatty and isatty())
-    self._drawn = False
+    self._bar: Optional[tqdm.tqdm] = None
+    if self._tty:
+      self._bar = tqdm.tqdm(
+          total=total_rounds, initial=first_round, file=self._stream, desc=self._label or None,
+          smoothing=0, mininterval=0, leave=True, dynamic_ncols=True,
+          bar_format=('{desc}[{bar:%d}] round {n_fmt}/{total_fmt}  elapsed {elapsed}  '
+                      'ETA {remaining}{postfix}') % width)
 
   @property
   def is_tty(self) -> bool:
@@ -60,35 +68,33 @@ class ProgressBar:
       return None
     return (self._clock() - self._start) / done * (self._total - round_num)
 
+  def _accuracy_text(self) -> str:
+    return f'test_accuracy {"-" if self._accuracy is None else f"{self._accuracy:.4f}"}'
+
   def line(self, round_num: int, extra: str = '') -> str:
-    """The text shown after `round_num`."""
+    """The plain line printed after `round_num` when the stream is not a TTY."""
     elapsed = self._clock() - self._start
-    acc = '-' if self._accuracy is None else f'{self._accuracy:.4f}'
     text = (f'{self._label}round {round_num:>{len(str(self._total))}d}/{self._total}  '
             f'elapsed {format_duration(elapsed)}  ETA {format_duration(self.eta(round_num))}  '
-            f'test_accuracy {acc}')
+            f'{self._accuracy_text()}')
     if extra:
       text += f'  {extra}'
-    if self._tty:
-      filled = int(self._width * round_num / self._total)
-      text = f'[{"#" * filled}{"." * (self._width - filled)}] {text}'
     return text
 
   def update(self, round_num: int, *, accuracy: Optional[float] = None, extra: str = '') -> None:
     """Shows the state after `round_num`; `accuracy` (if given) becomes the latest accuracy."""
     if accuracy is not None:
       self._accuracy = accuracy
-    text = self.line(round_num, extra)
-    if self._tty:
-      self._stream.write('\r\x1b[2K' + text)
-      self._drawn = True
-    else:
-      self._stream.write(text + '\n')
+    if self._bar is not None:
+      postfix = self._accuracy_text() + (f'  {extra}' if extra else '')
+      self._bar.set_postfix_str(postfix, refresh=False)
+      self._bar.update(round_num - self._bar.n)
+      return
+    self._stream.write(self.line(round_num, extra) + '\n')
     self._stream.flush()
 
   def close(self) -> None:
-    """Ends the in-place line on a TTY."""
-    if self._tty and self._drawn:
-      self._stream.write('\n')
-      self._stream.flush()
-      self._drawn = False
+    """Ends the bar's line on a TTY."""
+    if self._bar is not None:
+      self._bar.close()
+      self._bar = None

@@ -34,11 +34,19 @@ def _tff():
 class DatasetSpec:
   """How to load a dataset: `load(options) -> (train, test)` ClientData, and its defaults.
 
-  `default_model` is a model name, or a function of the options giving one.
+  Attributes:
+    load: the loader.
+    num_classes: classes of the labels.
+    default_model: the model used when none is given: a model name, or a function of the
+      options giving one.
+    arguments: the loader's argument names (or the start of its messages) -> the flags that set
+      them, so that an error the loader raises for an argument names the flag
+      (`config.translate_message`).
   """
   load: Callable[[DataOptions], tuple[Any, Any]]
   num_classes: Callable[[DataOptions], int]
   default_model: Union[str, Callable[[DataOptions], str]]
+  arguments: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
   def default_model_for(self, options: DataOptions) -> str:
     if callable(self.default_model):
@@ -141,24 +149,35 @@ def _num_classes(name):
   return lambda options: _data().dataset_info(name).num_classes
 
 
+_SPLIT_ARGUMENTS = {'num_clients': 'num_clients', 'alpha': 'alpha', 'seed': 'data_seed'}
+_TFDS_ARGUMENTS = dict(_SPLIT_ARGUMENTS, data_dir='data_dir')
+
+
+def _tfds(name, model):
+  return DatasetSpec(_tfds_num_clients_default(_tfds_loader(name)), _num_classes(name), model,
+                     _TFDS_ARGUMENTS)
+
+
 DATASETS: dict[str, DatasetSpec] = {
-    'digits': DatasetSpec(_load_digits, _num_classes('digits'), 'digits_cnn'),
+    'digits': DatasetSpec(_load_digits, _num_classes('digits'), 'digits_cnn', _SPLIT_ARGUMENTS),
     'emnist': DatasetSpec(
         _load_emnist,
         lambda o: _data().dataset_info('emnist_digits' if o.emnist_only_digits else 'emnist'
                                        ).num_classes,
-        'emnist_cnn'),
-    'synthetic': DatasetSpec(_load_synthetic, _num_classes('synthetic'), 'logistic_regression'),
-    'mnist': DatasetSpec(_tfds_num_clients_default(_tfds_loader('mnist')), _num_classes('mnist'),
-                         'fedavg_cnn'),
-    'fashion_mnist': DatasetSpec(_tfds_num_clients_default(_tfds_loader('fashion_mnist')),
-                                 _num_classes('fashion_mnist'), 'fedavg_cnn'),
-    'cifar10': DatasetSpec(_tfds_num_clients_default(_tfds_loader('cifar10')),
-                           _num_classes('cifar10'), 'cifar_cnn'),
-    'cifar100': DatasetSpec(_tfds_num_clients_default(_tfds_loader('cifar100')),
-                            _num_classes('cifar100'), 'cifar_cnn'),
+        'emnist_cnn',
+        {'num_clients': 'num_clients', 'cache_dir': 'cache_dir',
+         'only_digits': 'emnist_only_digits'}),
+    'synthetic': DatasetSpec(_load_synthetic, _num_classes('synthetic'), 'logistic_regression',
+                             {'num_clients': 'num_clients', 'alpha': 'synthetic_alpha',
+                              'beta': 'synthetic_beta', 'seed': 'data_seed'}),
+    'mnist': _tfds('mnist', 'fedavg_cnn'),
+    'fashion_mnist': _tfds('fashion_mnist', 'fedavg_cnn'),
+    'cifar10': _tfds('cifar10', 'cifar_cnn'),
+    'cifar100': _tfds('cifar100', 'cifar_cnn'),
     'leaf': DatasetSpec(_load_leaf, lambda o: _leaf_of(o)[0].num_classes,
-                        lambda o: LEAF_MODELS[_leaf_of(o)[0].name]),
+                        lambda o: LEAF_MODELS[_leaf_of(o)[0].name],
+                        {'num_clients': 'num_clients', 'root': 'leaf_dir', 'LEAF root': 'leaf_dir',
+                         'name': 'leaf_name', 'cache_dir': 'cache_dir'}),
 }
 
 
@@ -203,6 +222,24 @@ def algorithm_names() -> list[str]:
   """The named methods of `tff_conflict.learning.ALGORITHMS`, in its order."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   return list(learning.ALGORITHMS)
+
+
+def builder_flags(algorithm: config.AlgorithmConfig) -> dict[str, str]:
+  """The arguments of `algorithm`'s builder -> the flags that set them, so that an error a builder
+  raises for an argument names the flag (`config.translate_message`)."""
+  if algorithm.name == CUSTOM_ALGORITHM:
+    table = dict(LOSS_HPARAMS.get(algorithm.client_loss, {}))
+    table.update(AGGREGATOR_HPARAMS.get(algorithm.aggregator, {}))
+    table['proximal_strength'] = 'proximal_strength'
+  else:
+    table = dict(ALGORITHM_HPARAMS.get(algorithm.name, {}))
+  table.update({
+      'client_optimizer_fn: learning_rate': 'client_learning_rate',
+      'server_optimizer_fn: learning_rate': 'server_learning_rate',
+      'client_weighting': 'client_weighting',
+      'keras_model_fn': 'model',
+  })
+  return table
 
 
 def hparam_kwargs(table: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:

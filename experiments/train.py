@@ -7,8 +7,13 @@
 Outputs under `<output_dir>/<experiment_name>/` (default experiment name
 `<dataset>_<algorithm>_seed<seed>`): `metrics.csv` (one row per round, see
 `experiments/metrics_io.py`), `hparams.csv` (every flag, the seed, package versions) and
-`checkpoints/`. Rerunning the same command after an interruption continues from the latest
-checkpoint, with the same results as an uninterrupted run; `--noresume` starts over.
+`checkpoints/` (the server state after every round by default, `--checkpoint_every`). Rerunning
+the same command after an interruption (Ctrl-C, SIGTERM, a kill, a crash) prints `resuming from
+round N` and continues after the last saved round, with the same results as an uninterrupted run;
+`--noresume` starts over.
+
+Every flag value is checked before any TFF work starts; a bad one ends the command with one line
+naming the flag and the value, exit status 2 (`experiments/cli.py`).
 
 Algorithms: the named methods of `tff_conflict.learning.ALGORITHMS` (fedavg, fedprox, fedgh,
 fedmgc, fedga, fedld, fed_corrective), or `custom`: any `--client_loss` with any `--aggregator`
@@ -17,17 +22,15 @@ FedProx+FedGH as in the papers' ablations.
 """
 
 import os
-import sys
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-
-# TensorFlow must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras
-# pitfalls).
+# tff_conflict first: it keeps TF's log noise off (TFF_CONFLICT_VERBOSE=1 turns it on). TensorFlow
+# must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
+import tff_conflict  # pylint: disable=unused-import
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
-from absl import app  # pylint: disable=g-import-not-at-top
-from absl import flags
+from absl import flags  # pylint: disable=g-import-not-at-top
 
-from experiments import config  # pylint: disable=g-import-not-at-top
+from experiments import cli  # pylint: disable=g-import-not-at-top
+from experiments import config
 from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import registry
@@ -39,16 +42,17 @@ FLAGS = flags.FLAGS
 _ALGORITHM_NAMES = list(registry.ALGORITHM_HPARAMS) + [registry.CUSTOM_ALGORITHM]
 
 with flags_lib.record_group('algorithm'):
-  flags.DEFINE_enum('algorithm', 'fedavg', _ALGORITHM_NAMES,
-                    'Method (tff_conflict.learning.ALGORITHMS), or custom: --client_loss with '
-                    '--aggregator.')
+  flags.DEFINE_enum('algorithm', config.default(config.AlgorithmConfig, 'name'),
+                    _ALGORITHM_NAMES, 'Method (tff_conflict.learning.ALGORITHMS), or custom: '
+                    '--client_loss with --aggregator.')
   flags.DEFINE_enum('client_loss', None, list(registry.LOSS_HPARAMS),
                     'With --algorithm=custom: the client loss (tff_conflict.learning.LOSSES).')
   flags.DEFINE_enum('aggregator', None, list(registry.AGGREGATOR_HPARAMS),
                     'With --algorithm=custom: the server aggregator '
                     '(tff_conflict.learning.AGGREGATORS).')
-  flags.DEFINE_integer('seed', 0, 'Seed of the model initialisation, client sampling, local '
-                       'shuffling and randomized aggregators.', lower_bound=0)
+  flags.DEFINE_integer('seed', config.default(config.LoopConfig, 'seed'),
+                       'Seed of the model initialisation, client sampling, local shuffling and '
+                       'randomized aggregators.', lower_bound=0)
 
 
 flags_lib.register_validators()
@@ -77,14 +81,13 @@ def default_experiment_name(values) -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  cli.check_no_arguments(argv)
   flags_lib.quiet_logs()
-  runtime.set_local_context()
   experiment = check_flags()
-  experiment_lib.install_context(experiment)
+  experiment_dir = cli.prepare_output_dir(experiment.experiment_dir)
+  runtime.set_local_context()
+  cli.install_context(experiment)
   task = experiment_lib.load_task(experiment)
-  experiment_dir = experiment.experiment_dir
   print(f'{experiment.algorithm.name} on {experiment.data.dataset} '
         f'({len(task.train_data.client_ids)} clients, '
         f'{experiment.training.clients_per_round} per round, model {task.model_name}) -> '
@@ -92,10 +95,8 @@ def main(argv):
   try:
     result = experiment_lib.run_experiment(experiment, task=task,
                                            label=experiment.algorithm.name)
-  except training_loop.HparamsMismatchError as e:
-    sys.exit(f'train: {e}')
-  if result.resumed_from:
-    print(f'resumed from the checkpoint of round {result.resumed_from}')
+  except training_loop.ResumeError as e:
+    raise cli.Failure(str(e)) from None
   last = result.rows[-1]
   print(f'round {last["round_num"]}: test_accuracy {last["test_accuracy"]:.4f}  '
         f'test_macro_f1 {last["test_macro_f1"]:.4f}  test_loss {last["test_loss"]:.4f}')
@@ -103,4 +104,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

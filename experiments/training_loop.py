@@ -8,8 +8,11 @@ with the same `initialize()` / `next(state, client_datasets)`) and writes, under
   metrics.csv    one row per round (`metrics_io`): training loss and accuracy, test accuracy,
                  loss and macro-F1 on evaluation rounds, round and evaluation time, and every
                  metric of the process flattened (`aggregator/conflict_fraction_before`, ...)
-  hparams.csv    every flag value, seed, package versions (written by the caller's `hparams`)
-  checkpoints/   the server state every `checkpoint_every` rounds and after the last round
+  hparams.csv    every setting under its flag's name, seed, package versions (the caller's
+                 `hparams`)
+  checkpoints/   the server state after every `checkpoint_every` rounds (default: every round),
+                 after the last round, and when Ctrl-C or SIGTERM stops the loop
+                 (`experiments.checkpoints`)
 
 Reproducibility. Everything random is a function of the seeds: the partition (`--data_seed`), the
 model initialisation (seeded initializers, `experiments.models`), the clients of round r
@@ -19,19 +22,33 @@ depends on earlier rounds except the server state, so a run resumed from the che
 r reproduces the uninterrupted run exactly, and two runs with the same flags give identical
 metrics except the timing columns (`metrics_io.TIMING_COLUMNS`).
 
-Resume. With `resume=True` the loop restores the newest readable checkpoint (round r), drops
-the rows after r from metrics.csv, removes checkpoints after r, and continues with round r + 1.
-An earlier run whose hyperparameters differ (other than `RESUMABLE_CHANGES`, e.g. more
-`--rounds`) is refused with a ValueError naming the differences.
+Resume. With `resume=True` the loop restores the newest readable checkpoint whose round has an
+intact row in metrics.csv (round r), keeps the rows up to r, removes checkpoints after r, prints
+`resuming from round r`, and continues with round r + 1. Where metrics.csv and the checkpoints
+disagree (a truncated or damaged file, rows or checkpoints missing) it says so in one line naming
+the file and rebuilds what it can: the rows and checkpoints after r are recomputed, identically;
+with no usable checkpoint the run starts over. An earlier run whose hyperparameters differ (other
+than `RESUMABLE_CHANGES`, e.g. more `--rounds`), or whose hparams.csv cannot be read, is refused
+with a `ResumeError` naming the file.
+
+Why not TFF's loops. `tff.simulation.run_training_process` and `tff.learning.programs.train_model`
+run rounds with a `tff.program` state manager and release managers, but a checkpoint that cannot
+be read stops them (`load_latest` raises), saving a version that exists raises, nothing compares
+the metrics file with the checkpoints, `train_model` draws clients from a data-source iterator
+whose position is part of the saved state, and TFF's `CSVFileReleaseManager` appends rows in place
+by default (a kill can leave a cut row, on which its reader fails). This loop keeps the guarantees
+above with the project's own small pieces (`metrics_io`, `checkpoints`; the latter says why it
+does not use `tff.program.FileProgramStateManager` either).
 """
 
+import csv
 import dataclasses
 import os
 import shutil
+import sys
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence, TextIO
 
-from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -55,7 +72,12 @@ _TRAIN_ACCURACY = 'client_work/train/sparse_categorical_accuracy'
 
 TEST_COLUMNS = ('test_accuracy', 'test_loss', 'test_macro_f1')
 
-class HparamsMismatchError(ValueError):
+class ResumeError(ValueError):
+  """An earlier run's outputs cannot be resumed as they are (damaged or other settings); the
+  message names the file and what to do."""
+
+
+class HparamsMismatchError(ResumeError):
   """An earlier run in the experiment directory used other hyperparameters."""
 
 
@@ -119,7 +141,13 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
   """Refuses to resume a run whose stored hyperparameters differ from `hparams`."""
   if not os.path.exists(path):
     return
-  stored = metrics_io.read_hparams(path)
+  try:
+    stored = metrics_io.read_hparams(path)
+  except (OSError, ValueError, csv.Error) as e:
+    raise ResumeError(
+        f'{path} cannot be read ({e}), so the settings of the earlier run in this directory are '
+        'unknown and resuming it is refused. Use --noresume to start over, or another '
+        '--experiment_name.') from None
   current = {k: metrics_io._hparam_str(v) for k, v in hparams.items()}  # pylint: disable=protected-access
   ignored = lambda k: k in RESUMABLE_CHANGES or k.startswith('version/')
   # A setting one side does not record at all counts as empty (e.g. a setting added later).
@@ -144,12 +172,94 @@ def _headline(metrics: Mapping[str, float]) -> dict[str, Optional[float]]:
   return {'train_loss': metrics.get(_TRAIN_LOSS), 'train_accuracy': metrics.get(_TRAIN_ACCURACY)}
 
 
+def _rounds(first: int, last: int) -> str:
+  return f'round {first}' if first == last else f'rounds {first}-{last}'
+
+
+def _short(error: Exception) -> str:
+  text = ' '.join(str(error).split())
+  text = f'{type(error).__name__}: {text}' if text else type(error).__name__
+  return text if len(text) <= 160 else text[:157] + '...'
+
+
+@dataclasses.dataclass
+class _Start:
+  """Where a run starts: the state after round `done`, and the metrics rows 1..done."""
+  state: Any
+  done: int
+  rows: list[dict[str, Any]]
+  columns: Optional[list[str]]
+
+
+def _restore(manager: checkpoints_lib.CheckpointManager, metrics_path: str, initial_state: Any,
+             rounds: int, notify: Callable[[str], None]) -> _Start:
+  """The newest checkpoint that metrics.csv's intact rows cover, and those rows.
+
+  metrics.csv and the checkpoints are written one after the other, so they can disagree after a
+  crash or a change made by hand. Each disagreement is reported in one line naming the file, and
+  what can be rebuilt is: the run resumes from the newest readable checkpoint whose round has an
+  intact row (rows and checkpoints after it are recomputed, identically), or starts over when
+  there is none.
+
+  Raises:
+    ResumeError: metrics.csv exists but cannot be read at all (permissions).
+  """
+  versions = [v for v in manager.versions() if v <= rounds]
+  newest = max(versions, default=0)
+  if os.path.exists(metrics_path):
+    try:
+      found = metrics_io.read_metrics(metrics_path)
+    except OSError as e:
+      raise ResumeError(f'{metrics_path} cannot be read ({e.strerror or e}); fix it, or use '
+                        '--noresume to start over') from None
+  elif newest:
+    notify(f'warning: {metrics_path} is missing but {manager.root_dir} holds the state after '
+           f'round {newest}; the metrics of those rounds exist nowhere else, so the run starts '
+           'over from round 1')
+    return _Start(initial_state, 0, [], None)
+  else:
+    return _Start(initial_state, 0, [], None)
+  intact = len(found.rows)
+  covered = [v for v in versions if v <= intact]
+  start = _Start(initial_state, 0, [], None)
+  for version in reversed(covered):
+    try:
+      state = manager.load(version, initial_state)
+    except Exception as e:  # pylint: disable=broad-except
+      notify(f'warning: the checkpoint {manager.path(version)} cannot be read ({_short(e)}); '
+             'trying an older one')
+      continue
+    start = _Start(state, version, found.rows[:version], found.columns)
+    break
+  outcome = (f'resuming from round {start.done}' if start.done
+             else 'starting over from round 1')
+  if found.problem:
+    kept = f'its intact rows are {_rounds(1, intact)}' if intact else 'no row is intact'
+    notify(f'warning: {metrics_path} {found.problem} ({kept}); {outcome}')
+  elif newest > intact:
+    notify(f'warning: {metrics_path} has rows for {_rounds(1, intact) if intact else "no round"} '
+           f'but {manager.root_dir} holds the state after round {newest}; {outcome} and '
+           'recomputing the rounds after it')
+  elif intact and not versions and not start.done:
+    notify(f'warning: {metrics_path} has rows for {_rounds(1, intact)} but {manager.root_dir} '
+           'holds no checkpoint to continue from; starting over from round 1')
+  return start
+
+
 def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, config: LoopConfig,
                  experiment_dir: str, hparams: Mapping[str, Any], runner: Any = None,
                  client_ids: Optional[Sequence[str]] = None, label: str = '',
                  show_progress: bool = True, stream: Optional[TextIO] = None,
                  test_columns: Sequence[str] = TEST_COLUMNS) -> RunResult:
   """Runs rounds 1..config.rounds (or the rest of them, when resuming).
+
+  Prints `resuming from round N` when it continues an earlier run, and one line for each
+  disagreement it finds between metrics.csv and the checkpoints (see `_restore`).
+
+  When Ctrl-C (KeyboardInterrupt) or a SIGTERM turned into one (`experiments.cli.Terminated`)
+  stops the loop, the state of the last finished round is saved first (unless
+  `checkpoint_every` is 0), and the exception is raised again with a message saying what was
+  saved and how to resume.
 
   Args:
     process: the learning process; used for `initialize()` (the structure of checkpoints) and
@@ -164,7 +274,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
     client_ids: the population to sample from; default `train_data.client_ids`.
     label: shown in the progress output (e.g. the algorithm).
     show_progress: print progress (a bar on a TTY, plain lines otherwise).
-    stream: where progress goes; default stdout.
+    stream: where progress and notices go; default stdout.
     test_columns: the columns `evaluate_fn` may fill (empty on rounds without evaluation), so
       that every row has the same columns.
 
@@ -173,16 +283,26 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
 
   Raises:
     ValueError: if clients_per_round exceeds the population.
-    HparamsMismatchError: (a ValueError) if an earlier run under `experiment_dir` has other
-      hyperparameters and `config.resume` is set.
+    ResumeError: (a ValueError) an earlier run under `experiment_dir` cannot be resumed: other
+      hyperparameters (`HparamsMismatchError`), or a hparams.csv or metrics.csv that cannot be
+      read; not raised with `config.resume` False, which starts over.
+    KeyboardInterrupt: the loop was interrupted (after saving the last finished round).
   """
   runner = process if runner is None else runner
   client_ids = list(train_data.client_ids if client_ids is None else client_ids)
   if config.clients_per_round > len(client_ids):
     raise ValueError(f'clients_per_round={config.clients_per_round} is larger than the '
                      f'population of {len(client_ids)} clients')
+  out = stream if stream is not None else sys.stdout
+  prefix = f'{label}: ' if label else ''
+
+  def notify(text: str) -> None:
+    out.write(f'{prefix}{text}\n')
+    out.flush()
+
   os.makedirs(experiment_dir, exist_ok=True)
   hparams_path = os.path.join(experiment_dir, HPARAMS_FILE)
+  metrics_path = os.path.join(experiment_dir, METRICS_FILE)
   if config.resume:
     _check_hparams(hparams_path, hparams)
   else:
@@ -192,27 +312,22 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
   manager = checkpoints_lib.CheckpointManager(os.path.join(experiment_dir, CHECKPOINT_DIR),
                                               keep_total=config.keep_checkpoints)
   initial_state = runner.initialize()
-  state, done = (manager.load_latest(initial_state) if config.resume else (None, 0))
-  if state is None:
-    state, done = initial_state, 0
-  else:
-    logging.info('Resuming %s from the checkpoint of round %d', experiment_dir, done)
-  done = min(done, config.rounds)
+  start = _Start(initial_state, 0, [], None)
+  if config.resume:
+    start = _restore(manager, metrics_path, initial_state, config.rounds, notify)
+  state, done = start.state, start.done
   manager.remove_after(done)
-  writer = metrics_io.MetricsWriter(os.path.join(experiment_dir, METRICS_FILE),
-                                    keep_through_round=done)
-  if done and len(writer.rows) != done:
-    # metrics.csv lost rows the checkpoint covers (deleted by hand?): their metrics cannot be
-    # recomputed without rerunning those rounds, so start over rather than write a gap.
-    logging.warning('%s has %d rows for a checkpoint at round %d; starting over.',
-                    experiment_dir, len(writer.rows), done)
-    state, done = initial_state, 0
-    manager.remove_after(0)
-    writer = metrics_io.MetricsWriter(os.path.join(experiment_dir, METRICS_FILE))
+  writer = metrics_io.MetricsWriter(metrics_path, rows=start.rows, columns=start.columns)
+  if done == config.rounds:
+    notify(f'all {config.rounds} rounds are already done ({metrics_path})')
+  elif done:
+    notify(f'resuming from round {done}: running {_rounds(done + 1, config.rounds)} of '
+           f'{config.rounds}')
 
   bar = None
   if show_progress and done < config.rounds:
     bar = progress_lib.ProgressBar(config.rounds, first_round=done, label=label, stream=stream)
+  finished_state, finished_round, saved_round = state, done, done
   try:
     for round_num in range(done + 1, config.rounds + 1):
       sampled = sample_clients(client_ids, config.clients_per_round, seed=config.seed,
@@ -220,9 +335,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
       datasets = [preprocess(train_data.create_tf_dataset_for_client(cid), config,
                              round_num=round_num, client_index=i)
                   for i, cid in enumerate(sampled)]
-      start = time.monotonic()
+      start_time = time.monotonic()
       output = runner.next(state, datasets)
-      round_time = time.monotonic() - start
+      round_time = time.monotonic() - start_time
       state = output.state
       metrics = metrics_io.flatten_metrics(output.metrics)
       row: dict[str, Any] = _headline(metrics)
@@ -230,24 +345,47 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
       row.update({'round_time_s': round_time, 'eval_time_s': None})
       accuracy = None
       if config.is_eval_round(round_num):
-        start = time.monotonic()
+        start_time = time.monotonic()
         test_metrics = dict(evaluate_fn(process.get_model_weights(state)))
         unknown = sorted(set(test_metrics) - set(test_columns))
         if unknown:
           raise ValueError(f'evaluate_fn returned {unknown}, which are not in test_columns')
-        row['eval_time_s'] = time.monotonic() - start
+        row['eval_time_s'] = time.monotonic() - start_time
         row.update(test_metrics)
         accuracy = test_metrics.get('test_accuracy')
       row.update(metrics)
       writer.append(round_num, row)
+      finished_state, finished_round = state, round_num
       if config.is_checkpoint_round(round_num):
         manager.save(state, round_num)
+        saved_round = round_num
       if bar is not None:
         loss = row.get('train_loss')
         bar.update(round_num, accuracy=accuracy,
                    extra='' if loss is None else f'train_loss {loss:.4f}')
+  except KeyboardInterrupt as e:
+    if bar is not None:
+      bar.close()
+      bar = None
+    if config.checkpoint_every > 0 and finished_round > saved_round:
+      manager.save(finished_state, finished_round)
+      saved_round = finished_round
+    e.args = (_interrupted_message(prefix, finished_round, saved_round, config.rounds,
+                                   manager.root_dir),)
+    raise
   finally:
     if bar is not None:
       bar.close()
   return RunResult(experiment_dir=experiment_dir, rows=writer.rows, resumed_from=done,
                    final_state=state)
+
+
+def _interrupted_message(prefix: str, finished: int, saved: int, rounds: int,
+                         checkpoint_dir: str) -> str:
+  if not finished:
+    return f'{prefix}interrupted before round 1 finished; nothing to resume from'
+  if not saved:
+    return (f'{prefix}interrupted after round {finished} of {rounds}; no checkpoint is kept '
+            '(checkpoint_every is 0), so a rerun starts over')
+  return (f'{prefix}interrupted after round {finished} of {rounds}; the state after round '
+          f'{saved} is saved in {checkpoint_dir}: rerun the same command to resume from it')

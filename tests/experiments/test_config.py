@@ -1,4 +1,4 @@
-"""experiments.config: typed settings, their checks, and the one mapping between flags and fields."""
+"""experiments.config: typed settings, their checks, the one mapping between flags and fields."""
 
 import dataclasses
 import math
@@ -142,4 +142,24 @@ def test_load_task_refuses_a_model_that_cannot_take_the_inputs():
     experiment_lib.load_task(experiment)
   assert info.value.flag == 'model'
   assert info.value.flag_message().startswith(
-      "--model must be a model that takes the inputs of dataset 'synthetic'")
+      '--model=digits_cnn cannot take the inputs of --dataset=synthetic (shape (60,)): an image '
+      'model needs inputs')
+
+
+@pytest.mark.parametrize('message, expected', [
+    ('num_clients must be at most 359 (one per client), got 1000',
+     '--num_clients must be at most 359 (one per client), got 1000'),
+    ('num_clients=5000 is larger than the 3400 writers', '--num_clients=5000 is larger than the '
+     '3400 writers'),
+    ('client_optimizer_fn: learning_rate must be > 0, got inf',
+     '--client_learning_rate must be > 0, got inf'),
+    ("not in data_dir='/x'. Run tfds.builder('m', data_dir=DIR).prepare(), pass data_dir=DIR",
+     "--dataset=m: not in --data_dir='/x'. Run tfds.builder('m', data_dir=DIR).prepare(), pass "
+     '--data_dir=DIR'),
+    ('the metadata_dir=3 is odd', None),  # a longer word that ends in an argument's name
+    ('nothing about arguments', None),
+])
+def test_library_messages_are_put_in_the_flags_words(message, expected):
+  arguments = {'num_clients': 'num_clients', 'data_dir': 'data_dir',
+               'client_optimizer_fn: learning_rate': 'client_learning_rate'}
+  assert config.translate_message(message, arguments, context='--dataset=m') == expected

@@ -90,3 +90,60 @@ def test_hparams_round_trip(tmp_path):
 def test_writer_rejects_negative_keep_through_round(tmp_path):
   with pytest.raises(ValueError, match='keep_through_round'):
     metrics_io.MetricsWriter(str(tmp_path / 'm.csv'), keep_through_round=-1)
+
+
+def _written(tmp_path, rounds=4):
+  path = str(tmp_path / 'metrics.csv')
+  writer = metrics_io.MetricsWriter(path)
+  for r in range(1, rounds + 1):
+    writer.append(r, {'train_loss': 1.0 / r, 'test_accuracy': None if r % 2 else 0.5})
+  return path
+
+
+def test_read_metrics_of_an_intact_file(tmp_path):
+  found = metrics_io.read_metrics(_written(tmp_path))
+  assert found.problem is None
+  assert found.columns == ['round_num', 'train_loss', 'test_accuracy']
+  assert [r['round_num'] for r in found.rows] == [1, 2, 3, 4]
+  assert found.rows[1] == {'round_num': 2, 'train_loss': 0.5, 'test_accuracy': 0.5}
+
+
+@pytest.mark.parametrize('damage, intact, problem', [
+    (lambda text: text[:-7], 3, 'ends in a line cut short after round 3'),
+    (lambda text: text.replace('\r\n3,', '\r\n3,9,'), 2, 'has 4 cells in row 3, where the header'),
+    (lambda text: text.replace('\r\n3,', '\r\n5,'), 2, "holds round '5' in row 3, expected 3"),
+    (lambda text: text.replace('\r\n2,0.5,', '\r\n2,abc,'), 1,
+     "holds a cell that is not a number in row 2 (column 'train_loss')"),
+    (lambda text: text.replace('round_num', 'round', 1), 0, 'has no valid header'),
+    (lambda text: text[:10], 0, 'ends in a line cut short'),
+    (lambda text: '', 0, 'is empty'),
+])
+def test_read_metrics_keeps_the_intact_rows_of_a_damaged_file(tmp_path, damage, intact, problem):
+  path = _written(tmp_path)
+  with open(path, newline='') as f:
+    text = f.read()
+  with open(path, 'w', newline='') as f:
+    f.write(damage(text))
+  found = metrics_io.read_metrics(path)
+  assert [r['round_num'] for r in found.rows] == list(range(1, intact + 1))
+  assert found.problem is not None and found.problem.startswith(problem), found.problem
+  # The writer's resume path reads the same intact rows instead of crashing.
+  kept = metrics_io.MetricsWriter(path, keep_through_round=4)
+  assert [r['round_num'] for r in kept.rows] == list(range(1, intact + 1))
+
+
+def test_read_metrics_of_a_binary_file(tmp_path):
+  path = tmp_path / 'metrics.csv'
+  path.write_bytes(b'\xff\xfe\x00garbage')
+  found = metrics_io.read_metrics(str(path))
+  assert found.rows == [] and found.problem == 'is not a CSV text file'
+
+
+def test_read_csv_reads_missing_cells_as_none(tmp_path):
+  path = _written(tmp_path)
+  with open(path, newline='') as f:
+    text = f.read()
+  with open(path, 'w', newline='') as f:
+    f.write(text[:-9])  # the last row loses its last cells
+  rows = metrics_io.read_csv(path)
+  assert rows[-1]['round_num'] == 4 and rows[-1]['test_accuracy'] is None

@@ -38,13 +38,17 @@ def test_plain_lines_when_not_a_tty():
 
 
 def test_bar_redraws_in_place_on_a_tty_and_ends_the_line():
-  clock, out = _FakeClock(), _Tty()
-  bar = progress.ProgressBar(2, stream=out, clock=clock, width=4)
-  clock.now += 5
-  bar.update(1, accuracy=0.25)
+  out = _Tty()
+  bar = progress.ProgressBar(4, first_round=1, stream=out, width=4, label='fedgh')
+  assert bar.is_tty
+  bar.update(2, accuracy=0.25, extra='train_loss 1.0000')
+  bar.update(4)
   bar.close()
   text = out.getvalue()
-  assert text.startswith('\r\x1b[2K[##..] round 1/2  elapsed 0:05  ETA 0:05')
+  draws = text.split('\r')[1:]
+  assert draws[0].startswith('fedgh [#') and 'round 1/4' in draws[0]  # resumed after round 1
+  assert 'round 2/4' in draws[1] and 'test_accuracy 0.2500  train_loss 1.0000' in draws[1]
+  assert draws[-1].startswith('fedgh [####] round 4/4') and 'test_accuracy 0.2500' in draws[-1]
   assert text.endswith('\n') and text.count('\n') == 1
 
 

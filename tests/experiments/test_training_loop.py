@@ -3,6 +3,7 @@ hyperparameter checks on resume; and the checkpoint manager."""
 
 import collections
 import functools
+import io
 import math
 import os
 
@@ -96,14 +97,14 @@ def _tiny_setup(seed=0):
 
 
 def _run(process, train, evaluate_fn, experiment_dir, rounds, *, resume=True, hparams=None,
-         checkpoint_every=2, seed=0):
+         checkpoint_every=2, seed=0, runner=None, stream=None):
   config = training_loop.LoopConfig(rounds=rounds, clients_per_round=2, batch_size=4,
                                     client_epochs=2, seed=seed, eval_every=2,
                                     checkpoint_every=checkpoint_every, resume=resume)
   return training_loop.run_training(
       process, train_data=train, evaluate_fn=evaluate_fn, config=config,
       experiment_dir=str(experiment_dir), hparams=hparams or {'lr': 0.1, 'rounds': rounds},
-      show_progress=False)
+      show_progress=False, runner=runner, stream=stream or io.StringIO())
 
 
 def _assert_same_rows(a, b):
@@ -126,7 +127,8 @@ def test_resume_after_round_2_equals_an_uninterrupted_run_and_runs_are_determini
   # "Interrupted" after round 3 with a checkpoint at round 2: row 3 exists without checkpoint.
   first = _run(process, train, evaluate_fn, tmp_path / 'resumed', 3, checkpoint_every=2,
                hparams={'lr': 0.1, 'rounds': 4})
-  os.remove(tmp_path / 'resumed' / 'checkpoints' / 'round_3' / 'saved_model.pb')  # cut short
+  with open(tmp_path / 'resumed' / 'checkpoints' / 'round_3.npz', 'r+b') as f:
+    f.truncate(100)  # damaged: the loop falls back to round 2
   assert first.resumed_from == 0 and len(first.rows) == 3
   resumed = _run(process, train, evaluate_fn, tmp_path / 'resumed', 4)
   assert resumed.resumed_from == 2
@@ -183,3 +185,122 @@ def test_checkpoint_manager_round_trip_keep_and_remove_after(tmp_path, tiny):
     np.testing.assert_array_equal(a, b)
   manager.remove_after(2)
   assert manager.versions() == [2]
+
+
+@pytest.fixture(scope='module')
+def full_run(tmp_path_factory, tiny):
+  """The rows of an uninterrupted 4-round run of the `tiny` process."""
+  process, train, evaluate_fn = tiny
+  return _run(process, train, evaluate_fn, tmp_path_factory.mktemp('full'), 4).rows
+
+
+def _three_rounds_saved_every_round(tiny, experiment_dir):
+  process, train, evaluate_fn = tiny
+  _run(process, train, evaluate_fn, experiment_dir, 3, checkpoint_every=1,
+       hparams={'lr': 0.1, 'rounds': 4})
+  return experiment_dir / 'metrics.csv'
+
+
+def test_a_truncated_metrics_file_resumes_from_the_checkpoint_its_intact_rows_cover(
+    tmp_path, tiny, full_run):
+  process, train, evaluate_fn = tiny
+  metrics = _three_rounds_saved_every_round(tiny, tmp_path)
+  metrics.write_bytes(metrics.read_bytes()[:-5])  # round 3's row cut short
+  out = io.StringIO()
+  resumed = _run(process, train, evaluate_fn, tmp_path, 4, stream=out)
+  lines = out.getvalue().splitlines()
+  assert lines == [
+      f'warning: {metrics} ends in a line cut short after round 2 (its intact rows are rounds '
+      '1-2); resuming from round 2',
+      'resuming from round 2: running rounds 3-4 of 4'], lines
+  assert resumed.resumed_from == 2
+  _assert_same_rows(full_run, resumed.rows)
+  _assert_same_rows(full_run, metrics_io.read_csv(str(metrics)))
+
+
+def test_a_missing_metrics_file_starts_over(tmp_path, tiny, full_run):
+  process, train, evaluate_fn = tiny
+  metrics = _three_rounds_saved_every_round(tiny, tmp_path)
+  metrics.unlink()
+  out = io.StringIO()
+  resumed = _run(process, train, evaluate_fn, tmp_path, 4, stream=out)
+  assert out.getvalue() == (
+      f'warning: {metrics} is missing but {tmp_path / "checkpoints"} holds the state after round '
+      '3; the metrics of those rounds exist nowhere else, so the run starts over from round 1\n')
+  assert resumed.resumed_from == 0
+  _assert_same_rows(full_run, metrics_io.read_csv(str(metrics)))
+
+
+def test_rows_missing_for_saved_rounds_are_recomputed(tmp_path, tiny, full_run):
+  process, train, evaluate_fn = tiny
+  metrics = _three_rounds_saved_every_round(tiny, tmp_path)
+  metrics_io.MetricsWriter(str(metrics), keep_through_round=1)  # rows 2-3 removed by hand
+  out = io.StringIO()
+  resumed = _run(process, train, evaluate_fn, tmp_path, 4, stream=out)
+  assert out.getvalue().splitlines()[0] == (
+      f'warning: {metrics} has rows for round 1 but {tmp_path / "checkpoints"} holds the state '
+      'after round 3; resuming from round 1 and recomputing the rounds after it')
+  assert resumed.resumed_from == 1
+  _assert_same_rows(full_run, resumed.rows)
+
+
+def test_an_unreadable_checkpoint_is_named_and_an_older_one_used(tmp_path, tiny):
+  process, train, evaluate_fn = tiny
+  _three_rounds_saved_every_round(tiny, tmp_path)
+  damaged = tmp_path / 'checkpoints' / 'round_3.npz'
+  damaged.write_bytes(b'not a checkpoint')
+  out = io.StringIO()
+  resumed = _run(process, train, evaluate_fn, tmp_path, 3, stream=out)
+  assert out.getvalue().startswith(f'warning: the checkpoint {damaged} cannot be read (')
+  assert resumed.resumed_from == 2 and len(resumed.rows) == 3
+
+
+def test_a_damaged_hparams_file_refuses_to_resume(tmp_path, tiny):
+  process, train, evaluate_fn = tiny
+  _three_rounds_saved_every_round(tiny, tmp_path)
+  (tmp_path / 'hparams.csv').write_text('lr,rounds\n0.1,4\n0.2,4\n')
+  with pytest.raises(training_loop.ResumeError,
+                     match=f'{tmp_path / "hparams.csv"} cannot be read .*--noresume'):
+    _run(process, train, evaluate_fn, tmp_path, 4)
+
+
+def test_a_finished_run_says_so(tmp_path, tiny):
+  process, train, evaluate_fn = tiny
+  _run(process, train, evaluate_fn, tmp_path, 2)
+  out = io.StringIO()
+  again = _run(process, train, evaluate_fn, tmp_path, 2, stream=out)
+  assert out.getvalue() == f'all 2 rounds are already done ({tmp_path / "metrics.csv"})\n'
+  assert again.resumed_from == 2
+
+
+class _InterruptedRunner:
+  """Runs `process`, but raises KeyboardInterrupt (Ctrl-C) in its `at_round`-th round."""
+
+  def __init__(self, process, at_round):
+    self._process = process
+    self._at_round = at_round
+    self._rounds = 0
+
+  def initialize(self):
+    return self._process.initialize()
+
+  def next(self, state, data):
+    self._rounds += 1
+    if self._rounds == self._at_round:
+      raise KeyboardInterrupt()
+    return self._process.next(state, data)
+
+
+def test_ctrl_c_saves_the_last_finished_round_and_the_rerun_resumes_from_it(
+    tmp_path, tiny, full_run):
+  process, train, evaluate_fn = tiny
+  with pytest.raises(KeyboardInterrupt) as info:
+    _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=2,
+         runner=_InterruptedRunner(process, at_round=4))
+  assert str(info.value) == (
+      f'interrupted after round 3 of 4; the state after round 3 is saved in '
+      f'{tmp_path / "checkpoints"}: rerun the same command to resume from it')
+  assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [2, 3]
+  resumed = _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=2)
+  assert resumed.resumed_from == 3
+  _assert_same_rows(full_run, resumed.rows)

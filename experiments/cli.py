@@ -1,0 +1,149 @@
+"""Runs an absl binary so that every error a user can cause ends in one line naming the flag.
+
+    from experiments import cli
+
+    def main(argv):
+      cli.check_no_arguments(argv)
+      experiment = flags_lib.check_common_flags()      # flag values -> typed config
+      cli.prepare_output_dir(experiment.experiment_dir)  # before any TFF work
+      ...
+
+    if __name__ == '__main__':
+      cli.run(main)
+
+`run(main)` parses the flags like `absl.app.run` and then calls `main`; what the user can cause
+ends in one line on stderr, `<binary>: <message>`, with no traceback:
+
+| cause | message | exit status |
+|---|---|---|
+| a flag that does not parse or fails its validator | `flag --rounds=0: 0 is not a positive integer` | 2 |
+| `app.UsageError` from `main` (cross-flag checks) | its message | 2 |
+| `config.ConfigError` (a setting, or a library error for a flag's value) | `--focal_gamma must be a finite number >= 0, got nan` | 2 |
+| `Failure` (the user's files or machines: a resume refused, a worker unreachable) | its message | 1 |
+| Ctrl-C or SIGTERM | `interrupted after round N ...` | 130, 143 |
+
+Anything else is a bug and keeps its traceback. `--help` and `--helpfull` print the help and exit
+as absl does. The TFF workers of the run end with the process (`tff_conflict.runtime`), and TFF's
+teardown prints nothing (`tff_conflict`).
+"""
+
+import os
+import signal
+import sys
+import tempfile
+from typing import Any, Callable, NoReturn, Optional, Sequence
+
+from absl import app
+from absl import flags
+
+from experiments import config
+
+FLAGS = flags.FLAGS
+
+USAGE_EXIT = 2
+FAILURE_EXIT = 1
+
+
+class Failure(Exception):
+  """An error the user can fix that is not a flag's value (a damaged results file, an unreachable
+  worker); printed as one line, exit status 1."""
+
+
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so that a run can save
+  its last finished round and end cleanly."""
+
+
+def _program() -> str:
+  main = sys.modules.get('__main__')
+  spec = getattr(main, '__spec__', None)
+  if spec is not None and spec.name:
+    return spec.name.rpartition('.')[2]
+  return os.path.basename(sys.argv[0]) or 'experiment'
+
+
+def fail(message: str, exit_status: int) -> NoReturn:
+  """Prints `<binary>: <message>` on one line to stderr and exits with `exit_status`."""
+  sys.stdout.flush()
+  text = ' '.join(str(message).split())  # one line
+  sys.stderr.write(f'{_program()}: {text}\n')
+  sys.stderr.flush()
+  sys.exit(exit_status)
+
+
+def _parse_flags(argv: Sequence[str]) -> list[str]:
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    fail(f'{e} (--helpfull lists every flag)', USAGE_EXIT)
+
+
+def check_no_arguments(argv: Sequence[str]) -> None:
+  """Refuses positional arguments (a flag without its `--`, a stray word)."""
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments {list(argv[1:])}: every setting is a --flag '
+                         '(--helpfull lists them)')
+
+
+def _raise_terminated(signum, frame) -> None:
+  del signum, frame
+  raise Terminated()
+
+
+def _interrupt_status(error: KeyboardInterrupt) -> int:
+  return 128 + (signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT)
+
+
+def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) -> None:
+  """`absl.app.run(main)` with the one-line errors of the module docstring."""
+
+  def wrapped(args):
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+      signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+      return main(args)
+    except app.UsageError as e:
+      fail(str(e), USAGE_EXIT)
+    except config.ConfigError as e:
+      fail(e.flag_message(), USAGE_EXIT)
+    except Failure as e:
+      fail(str(e), FAILURE_EXIT)
+    except KeyboardInterrupt as e:
+      reason = 'terminated (SIGTERM)' if isinstance(e, Terminated) else 'interrupted (Ctrl-C)'
+      fail(str(e) or reason, _interrupt_status(e))
+
+  app.run(wrapped, argv=list(argv) if argv is not None else None, flags_parser=_parse_flags)
+
+
+def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
+  """Creates `path` (and its parents) and checks that files can be written there.
+
+  Returns:
+    `path`.
+
+  Raises:
+    app.UsageError: naming `--flag` and its value, when the directory cannot be created or
+      written (a file in the way, no permission, a read-only file system).
+  """
+  value = FLAGS[flag].value if flag in FLAGS else path
+  try:
+    os.makedirs(path, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path, prefix='.write_check_'):
+      pass
+  except OSError as e:
+    reason = e.strerror or type(e).__name__
+    where = e.filename if getattr(e, 'filename', None) else path
+    raise app.UsageError(f'--{flag}={value}: cannot write the results directory {path} '
+                         f'({reason}: {where})') from None
+  return path
+
+
+def install_context(experiment: config.ExperimentConfig) -> None:
+  """`experiment_lib.install_context`, with an unreachable worker reported as a `Failure` naming
+  `--workers`."""
+  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  try:
+    experiment_lib.install_context(experiment)
+  except (runtime.WorkerError, ValueError) as e:
+    raise Failure(f'--workers={",".join(experiment.runtime.workers)}: {e}') from None
