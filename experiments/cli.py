@@ -16,7 +16,8 @@ ends in one line on stderr, `<binary>: <message>`, with no traceback:
 
 | cause | message | exit status |
 |---|---|---|
-| a flag that does not parse or fails its validator | `flag --rounds=0: 0 is not a positive integer` | 2 |
+| a flag that does not parse | `flag --rounds=0: 0 is not a positive integer` | 2 |
+| a flag that fails its validator (`flags_lib.register_validators`) | `--focal_gamma must be a finite number >= 0, got nan` | 2 |
 | `app.UsageError` from `main` (cross-flag checks) | its message | 2 |
 | `config.ConfigError` (a setting, or a library error for a flag's value) | `--focal_gamma must be a finite number >= 0, got nan` | 2 |
 | `Failure` (the user's files or machines: a resume refused, a worker unreachable) | its message | 1 |
@@ -28,6 +29,7 @@ teardown prints nothing (`tff_conflict`).
 """
 
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -71,11 +73,19 @@ def fail(message: str, exit_status: int) -> NoReturn:
   sys.exit(exit_status)
 
 
+def _flag_error_message(error: flags.Error) -> str:
+  """absl's message, without its `flag --x=v: ` prefix when the rest names the flag itself
+  (the validators' `--x must be ..., got v`)."""
+  message = str(error)
+  match = re.match(r'flag (--[\w-]+)=.*?: (\1 .*)$', message, re.S)
+  return match.group(2) if match else message
+
+
 def _parse_flags(argv: Sequence[str]) -> list[str]:
   try:
     return FLAGS(argv)
   except flags.Error as e:
-    fail(f'{e} (--helpfull lists every flag)', USAGE_EXIT)
+    fail(f'{_flag_error_message(e)} (--helpfull lists every flag)', USAGE_EXIT)
 
 
 def check_no_arguments(argv: Sequence[str]) -> None:

@@ -37,7 +37,7 @@ def test_every_checked_field_has_a_flag_validator_with_the_same_requirement():
   for flag, check in checks.items():
     assert flag in FLAGS, flag
   with pytest.raises(flags.IllegalFlagValueError,
-                     match=r'flag --component_ratio=0.0: must be a number in \(0, 1\]'):
+                     match=r'--component_ratio must be a number in \(0, 1\], got 0.0'):
     with flagsaver.as_parsed(component_ratio='0'):
       pass
 
@@ -60,6 +60,16 @@ def test_flags_build_the_config_and_its_flag_values_round_trip():
   assert values['client_batch_size'] == 20 and values['workers'] == ['a:1', 'b:2']
   assert values['proximal_term'] is True
   assert config.from_flag_values(values, proximal_term=True) == experiment
+
+
+def test_method_hparams_are_tff_conflicts_table():
+  fields = dataclasses.fields(config.MethodHparams)
+  assert [f.metadata['flag'] for f in fields] == [h.flag for h in flags_lib.METHOD_HPARAMS]
+  for field, hparam in zip(fields, flags_lib.METHOD_HPARAMS):
+    assert field.default == hparam.default
+    assert field.metadata['check'].requirement == hparam.valid_range
+  with pytest.raises(config.ConfigError, match='focal_beta must be a finite number > 0, got 0'):
+    config.MethodHparams(focal_beta=0)
 
 
 def test_proximal_term_only_for_a_composed_method():
