@@ -284,8 +284,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
   Raises:
     ValueError: if clients_per_round exceeds the population.
     ResumeError: (a ValueError) an earlier run under `experiment_dir` cannot be resumed: other
-      hyperparameters (`HparamsMismatchError`), or a hparams.csv or metrics.csv that cannot be
-      read; not raised with `config.resume` False, which starts over.
+      hyperparameters (`HparamsMismatchError`), a hparams.csv or metrics.csv that cannot be read,
+      or a metrics.csv whose columns are not this run's; not raised with `config.resume` False,
+      which starts over.
     KeyboardInterrupt: the loop was interrupted (after saving the last finished round).
   """
   runner = process if runner is None else runner
@@ -354,7 +355,14 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
         row.update(test_metrics)
         accuracy = test_metrics.get('test_accuracy')
       row.update(metrics)
-      writer.append(round_num, row)
+      try:
+        writer.append(round_num, row)
+      except ValueError as e:
+        if round_num != done + 1 or not done:
+          raise
+        raise ResumeError(f'{metrics_path} has other columns than the metrics of this run '
+                          f'({e}); it was edited, or written by another version: use '
+                          '--noresume to start over') from None
       finished_state, finished_round = state, round_num
       if config.is_checkpoint_round(round_num):
         manager.save(state, round_num)

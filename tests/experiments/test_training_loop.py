@@ -264,6 +264,15 @@ def test_a_damaged_hparams_file_refuses_to_resume(tmp_path, tiny):
     _run(process, train, evaluate_fn, tmp_path, 4)
 
 
+def test_a_metrics_file_with_other_columns_refuses_to_resume(tmp_path, tiny):
+  process, train, evaluate_fn = tiny
+  metrics = _three_rounds_saved_every_round(tiny, tmp_path)
+  metrics.write_text(metrics.read_text().replace('train_loss', 'my_loss', 1))
+  with pytest.raises(training_loop.ResumeError,
+                     match=f"{metrics} has other columns .*'my_loss'.*--noresume"):
+    _run(process, train, evaluate_fn, tmp_path, 4)
+
+
 def test_a_finished_run_says_so(tmp_path, tiny):
   process, train, evaluate_fn = tiny
   _run(process, train, evaluate_fn, tmp_path, 2)
