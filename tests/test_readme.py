@@ -1,5 +1,6 @@
 """README.md's "Using the library" example runs exactly as written, in its own Python process,
-and leaves no TFF worker behind."""
+prints nothing on stderr (TF's and TFF's logs are off by default) and leaves no TFF worker
+behind."""
 
 import os
 import re
@@ -52,10 +53,14 @@ def test_example_runs_and_leaves_no_worker(tmp_path):
   script = tmp_path / 'readme_example.py'
   script.write_text(readme_example(), encoding='utf-8')
   token = uuid.uuid4().hex
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', TFF_CONFLICT_TEST_TOKEN=token)
+  # No TF_CPP_MIN_LOG_LEVEL and no TFF_CONFLICT_VERBOSE: the library's own quiet default.
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('TF_CPP_MIN_LOG_LEVEL', 'TFF_CONFLICT_VERBOSE')}
+  env['TFF_CONFLICT_TEST_TOKEN'] = token
   result = subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+  assert result.stderr == '', result.stderr[-4000:]   # no TF/TFF log noise, no teardown traceback
   lines = result.stdout.splitlines()
   assert sum('test accuracy' in line for line in lines) == 2, result.stdout
   assert sum('conflicting pairs' in line for line in lines) == 6, result.stdout
