@@ -1,118 +1,197 @@
-"""Execution backends: round time of the in-process runner vs TFF's C++ runtime, side by side.
+"""Execution backends: the in-process runner vs TFF's C++ runtime, side by side in one run.
 
-    .venv/bin/python -m benchmarks.runtime                       # defaults below
-    .venv/bin/python -m benchmarks.runtime --clients=10 --rounds=3 --small
+    .venv/bin/python -m benchmarks.runtime                     # the grid below (a few minutes)
+    .venv/bin/python -m benchmarks.runtime --presets=digits --algorithms=fedavg --clients=10
+    .venv/bin/python -m benchmarks.runtime --threads=2         # adds a 2-thread in-process row
 
-Same process (FedAvg, TFF's `build_weighted_fed_avg`, on an EMNIST-sized CNN: conv32-conv64-
-maxpool-dense128-dense62, about 1.2M parameters; `--small` uses a 784-10 softmax model), same
-synthetic client data. For each cohort size it reports the first round (for the in-process runner
-including its MapReduceForm compilation and stamping, reported apart as `build`) and the mean of
-the later rounds, for the C++ runtime and the in-process runner with 1 and `--threads` threads.
+Grid: `--presets` x `--algorithms` x `--clients`.
+  digits  the README's task: scikit-learn's 8x8 digits split over max(20, K) clients (Dirichlet
+          alpha 0.1), FedAvg's 2NN (`experiments.models.mlp`), 2 local epochs, batch 20, client
+          SGD lr 0.1, each client's data shuffled per round as the training loop does.
+  cnn     an EMNIST-sized CNN (conv32-conv64-maxpool-dense128-dense62, 1,206,590 parameters) on
+          synthetic 28x28 clients of `--examples` examples, one epoch, batch 20, client SGD lr 0.05.
+  fedavg and fedgh are `tff_conflict.learning.ALGORITHMS[...]` with those models and optimizers.
 
-The conflict aggregators' round time and peak memory in either backend (one process per case)
-are measured by `benchmarks.aggregators` (`--runner=inprocess --clients=100`).
+Per case both backends run the same process on the same data, one after the other, each from the
+same initial state (the C++ runtime's `initialize()`; FedGH draws a seed there):
+  cold   from the built learning process to the first round's result: the C++ runtime's
+         `initialize()` (which starts a fresh `worker_binary`) and first `next` (which compiles
+         the round); the in-process runner's construction (MapReduceForm compilation and
+         stamping), `initialize()` and first `next`.
+  later  the mean of rounds 2..`--rounds`.
+Wall-clock seconds, and CPU seconds (this process, plus `worker_binary` for the C++ runtime),
+whose ratios are less disturbed by other jobs on a shared machine. `ratio` columns are
+in-process / C++ (below 1: the in-process runner is faster). `max |dw|` is the largest
+difference between the two backends' model weights after the last round. The load average is
+printed with every case.
 
-Prints a Markdown table; numbers are wall-clock seconds on whatever machine runs it.
+`benchmarks.runtime_profile` breaks an in-process round down by stage. The conflict aggregators'
+memory in either backend is measured by `benchmarks.aggregators`.
 """
 
 import argparse
+import collections
+import functools
 import os
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
+import psutil  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from benchmarks import models  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
+PRESETS = ('digits', 'cnn')
+ALGORITHMS = ('fedavg', 'fedgh')
 
-def _build(keras_fn, spec):
+Case = collections.namedtuple('Case', 'process datasets')
+
+
+def cpu_seconds() -> float:
+  """CPU time of this process and its children (TFF's worker) so far."""
+  process = psutil.Process()
+  times = process.cpu_times()
+  total = times.user + times.system
+  for child in process.children(recursive=True):
+    try:
+      child_times = child.cpu_times()
+    except psutil.Error:
+      continue
+    total += child_times.user + child_times.system
+  return total
+
+
+def digits_case(algorithm: str, num_clients: int) -> Case:
+  """The README's digits task (module docstring) for `num_clients` clients per round."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from experiments import models as experiment_models  # pylint: disable=g-import-not-at-top
+  from experiments import training_loop  # pylint: disable=g-import-not-at-top
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  train, _ = data.digits(num_clients=max(20, num_clients), alpha=0.1, seed=0)
+  config = training_loop.LoopConfig(rounds=1, clients_per_round=num_clients, client_epochs=2,
+                                    batch_size=20)
+  ids = train.client_ids[:num_clients]
 
-  def model_fn():
-    return tff.learning.models.from_keras_model(
-        keras_fn(), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=spec)
+  def datasets(round_num):
+    return [training_loop.preprocess(train.create_tf_dataset_for_client(cid), config,
+                                     round_num=round_num, client_index=i)
+            for i, cid in enumerate(ids)]
 
-  return tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn, tff.learning.optimizers.build_sgdm(0.01))
+  spec = datasets(0)[0].element_spec
+  keras_fn = functools.partial(experiment_models.mlp, tuple(spec['x'].shape[1:]), 10, seed=0)
+  process = learning.ALGORITHMS[algorithm](
+      keras_fn, input_spec=spec, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+  return Case(process, datasets)
 
 
-def _rounds(runner, data, rounds):
-  state = runner.initialize()
-  times = []
-  for _ in range(rounds):
-    start = time.perf_counter()
+def cnn_case(algorithm: str, num_clients: int, examples: int) -> Case:
+  """The EMNIST-sized CNN on synthetic clients (module docstring)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  clients = models.random_emnist_clients(num_clients, examples, 20)
+  process = learning.ALGORITHMS[algorithm](
+      models.emnist_sized_cnn, input_spec=clients[0].element_spec,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.05))
+  return Case(process, lambda round_num: clients)
+
+
+def run_backend(make_runner, initial_state, datasets, rounds):
+  """(cold wall, cold CPU, later walls, later CPUs, final state); see the module docstring."""
+  cpu_start, start = cpu_seconds(), time.perf_counter()
+  runner = make_runner()
+  runner.initialize()  # timed for both backends; the rounds start from `initial_state`
+  state = runner.next(initial_state, datasets(1)).state
+  cold, cold_cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
+  walls, cpus = [], []
+  for round_num in range(2, rounds + 1):
+    data = datasets(round_num)
+    cpu_start, start = cpu_seconds(), time.perf_counter()
     state = runner.next(state, data).state
-    times.append(time.perf_counter() - start)
-  return state, times
+    walls.append(time.perf_counter() - start)
+    cpus.append(cpu_seconds() - cpu_start)
+  return cold, cold_cpu, walls, cpus, state
 
 
-def _max_diff(a, b):
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  del tff
+def max_weight_difference(a, b) -> float:
   return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
              for x, y in zip(tf.nest.flatten(a.global_model_weights),
                              tf.nest.flatten(b.global_model_weights)))
 
 
+def _load() -> str:
+  return '/'.join(f'{x:.1f}' for x in os.getloadavg())
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--clients', default='10,50', help='cohort sizes, comma-separated')
-  parser.add_argument('--rounds', type=int, default=3, help='rounds per backend (>= 2)')
-  parser.add_argument('--examples', type=int, default=32, help='examples per client')
-  parser.add_argument('--batch_size', type=int, default=16)
-  parser.add_argument('--threads', type=int, default=2, help='threads of the parallel runner')
-  parser.add_argument('--small', action='store_true', help='softmax model instead of the CNN')
-  parser.add_argument('--skip_cpp', action='store_true', help='in-process runner only')
+  parser.add_argument('--presets', default=','.join(PRESETS), help='digits and/or cnn')
+  parser.add_argument('--algorithms', default=','.join(ALGORITHMS), help='fedavg and/or fedgh')
+  parser.add_argument('--clients', default='10,50', help='clients per round, comma-separated')
+  parser.add_argument('--rounds', type=int, default=4, help='rounds per backend (>= 2)')
+  parser.add_argument('--examples', type=int, default=20, help='examples per client (cnn)')
+  parser.add_argument('--threads', type=int, default=1,
+                      help='num_threads of the in-process runner; > 1 adds a second row')
   args = parser.parse_args()
+  presets = [p for p in args.presets.split(',') if p]
+  algorithms = [a for a in args.algorithms.split(',') if a]
   cohorts = [int(c) for c in args.clients.split(',') if c]
-  if args.rounds < 2 or any(c < 1 for c in cohorts) or args.threads < 1:
-    parser.error('--rounds must be >= 2, cohorts and --threads >= 1')
+  if (args.rounds < 2 or not cohorts or any(c < 1 for c in cohorts) or args.threads < 1
+      or not set(presets) <= set(PRESETS) or not set(algorithms) <= set(ALGORITHMS)):
+    parser.error(f'--presets in {PRESETS}, --algorithms in {ALGORITHMS}, --rounds >= 2, '
+                 '--clients and --threads >= 1')
 
   runtime.set_local_context()
   from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
-  keras_fn = models.softmax_regression if args.small else models.emnist_sized_cnn
-  num_params = keras_fn().count_params()
-  print(f'model: {"softmax" if args.small else "CNN"}, {num_params} parameters; '
-        f'{args.examples} examples/client, batch {args.batch_size}, {args.rounds} rounds; '
-        f'GPUs visible: {len(tf.config.list_physical_devices("GPU"))}; '
-        f'CPU cores: {os.cpu_count()}')
+  print(f'{args.rounds} rounds per backend; GPUs visible: '
+        f'{len(tf.config.list_physical_devices("GPU"))}; CPU cores: {os.cpu_count()}; '
+        f'load average (1/5/15 min) at start: {_load()}', flush=True)
   rows = []
-  for k in cohorts:
-    data = models.random_emnist_clients(k, args.examples, args.batch_size)
-    spec = data[0].element_spec
-    process = _build(keras_fn, spec)
-    cpp_state = None
-    if not args.skip_cpp:
-      cpp_state, times = _rounds(process, data, args.rounds)
-      rows.append((k, 'C++ runtime (worker_binary)', 0.0, times))
-      cpp_steady = np.mean(times[1:])
-    for threads in sorted({1, args.threads}):
-      start = time.perf_counter()
-      runner = inprocess.InProcessRunner(process, num_threads=threads)
-      build = time.perf_counter() - start
-      state, times = _rounds(runner, data, args.rounds)
-      times[0] += build
-      rows.append((k, f'in-process, {threads} thread(s)', build, times))
-      if cpp_state is not None:
-        print(f'K={k}, {threads} thread(s): max |w_inprocess - w_cpp| after {args.rounds} '
-              f'rounds = {_max_diff(state, cpp_state):.2e}')
-    runtime.set_local_context()  # a fresh context per cohort; ends the previous worker
+  for preset in presets:
+    for num_clients in cohorts:
+      for algorithm in algorithms:
+        if preset == 'digits':
+          case = digits_case(algorithm, num_clients)
+        else:
+          case = cnn_case(algorithm, num_clients, args.examples)
+        runtime.set_local_context()  # a fresh worker for this case's C++ cold start
+        initial = case.process.initialize()
+        runtime.set_local_context()
+        label = (preset, algorithm, num_clients)
+        load_before = _load()
+        cpp = run_backend(lambda: case.process, initial, case.datasets, args.rounds)
+        rows.append(label + ('C++ runtime',) + cpp[:4] + (None,))
+        for threads in sorted({1, args.threads}):
+          make = functools.partial(inprocess.InProcessRunner, case.process, num_threads=threads)
+          result = run_backend(make, initial, case.datasets, args.rounds)
+          difference = max_weight_difference(result[4], cpp[4])
+          rows.append(label + (f'in-process, {threads} thread(s)',) + result[:4] + (difference,))
+        print(f'{preset} {algorithm} K={num_clients}: done; load average before/after: '
+              f'{load_before} / {_load()}', flush=True)
+
   print()
-  print('| clients | backend | build (s) | first round (s) | later rounds, mean (s) | '
-        'later rounds vs C++ |')
-  print('|---|---|---|---|---|---|')
-  steady_cpp = {}
-  for k, name, build, times in rows:
-    steady = float(np.mean(times[1:]))
-    if name.startswith('C++'):
-      steady_cpp[k] = steady
-    ratio = f'{steady / steady_cpp[k]:.2f}x' if k in steady_cpp else 'n/a'
-    print(f'| {k} | {name} | {build:.1f} | {times[0]:.1f} | {steady:.2f} | {ratio} |')
+  print('| preset | algorithm | clients | backend | cold (s) | later (s) | cold CPU (s) | '
+        'later CPU (s) | cold ratio | later ratio | CPU ratios cold / later | max abs dw |')
+  print('|---|---|---|---|---|---|---|---|---|---|---|---|')
+  cpp_rows = {}
+  for preset, algorithm, k, name, cold, cold_cpu, walls, cpus, difference in rows:
+    later, later_cpu = float(np.mean(walls)), float(np.mean(cpus))
+    cells = ['-'] * 4
+    if difference is None:
+      cpp_rows[(preset, algorithm, k)] = (cold, later, cold_cpu, later_cpu)
+    else:
+      c_cold, c_later, c_cold_cpu, c_later_cpu = cpp_rows[(preset, algorithm, k)]
+      cells = [f'{cold / c_cold:.2f}x', f'{later / c_later:.2f}x',
+               f'{cold_cpu / c_cold_cpu:.2f}x / {later_cpu / c_later_cpu:.2f}x',
+               f'{difference:.1e}']
+    print(f'| {preset} | {algorithm} | {k} | {name} | {cold:.2f} | {later:.3f} | {cold_cpu:.2f} '
+          f'| {later_cpu:.3f} | ' + ' | '.join(cells) + ' |')
+  print(f'\nload average at end: {_load()}')
+  runtime.shutdown_workers()
 
 
 if __name__ == '__main__':

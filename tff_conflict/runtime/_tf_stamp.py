@@ -2,19 +2,22 @@
 
 A TFF `tff.tensorflow.computation` is a serialized `GraphDef` with bindings that name its input and
 output tensors (`pb.TensorFlow.parameter` / `.result`), plus an optional initialize op (variables
-created inside the computation) and session-token tensor. `StampedComputation` imports that graph
-into a `tf.compat.v1.wrap_function` graph, mapping the parameter tensors onto the function's inputs
-(as `tensorflow_utils.deserialize_and_call_tf_computation` does), and prunes it into two concrete
-functions: `init` (the initialize op) and `run` (the results). Each call runs `init` then `run`, so
-every call starts from freshly initialized variables, like one call of the computation in TFF's
-runtime. TF places the ops itself: on a GPU when one is visible, else on the CPU (no device is
-pinned here).
+created inside the computation) and session-token tensor. `StampedComputation` rewrites the graph's
+`ReduceDataset` ops into in-graph loops (`_reduce_loop`), makes every node that the results need
+run after the initialize op (`order_after_initializer`), keeps only the nodes the results need, and
+imports that into a `tf.compat.v1.wrap_function` graph, mapping the parameter tensors onto the
+function's inputs (as `tensorflow_utils.deserialize_and_call_tf_computation` does). Each call is one
+TensorFlow call that initializes the variables and then computes the results, so every call starts
+from freshly initialized variables, like one call of the computation in TFF's runtime (where the
+initializer cannot be ordered inside the graph exactly, it is a second function, called first). TF
+places the ops itself: on a GPU when one is visible, else on the CPU (no device is pinned here).
 
 Values cross the boundary as *flat lists* in TFF's type order (`structure.flatten` order, i.e. the
 declared order of named fields; `tf.nest` would sort dict keys instead): tensors as `tf.Tensor`,
 sequences as `tf.data.Dataset` variant tensors.
 """
 
+import contextlib
 import itertools
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +25,10 @@ from typing import Any
 import attrs
 import numpy as np
 import tensorflow as tf
+
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.python.eager import context
+from tensorflow.python.framework import op_def_registry
 
 from tensorflow_federated.proto.v0 import computation_pb2 as pb
 from tensorflow_federated.python.common_libs import structure
@@ -32,6 +39,8 @@ from tensorflow_federated.python.core.impl.types import type_serialization
 from tensorflow_federated.python.core.impl.utils import tensorflow_utils
 from tensorflow_federated.python.tensorflow_libs import graph_utils
 from tensorflow_federated.python.tensorflow_libs import serialization_utils
+
+from tff_conflict.runtime import _reduce_loop
 
 _suffix_counter = itertools.count()
 
@@ -181,22 +190,102 @@ def uniquify_function_names(graph_def, suffix: str):
   return graph_def
 
 
+def _node_name(tensor_or_node: str) -> str:
+  """`'^a'`, `'a:1'`, `'a'` -> `'a'` (a top-level GraphDef input reference)."""
+  return tensor_or_node.lstrip('^').split(':')[0]
+
+
+def _fan_in(nodes: Mapping[str, Any], roots: list[str]) -> set[str]:
+  """Names of `roots` and of every node they depend on (data and control inputs)."""
+  seen: set[str] = set()
+  stack = [_node_name(r) for r in roots]
+  while stack:
+    name = stack.pop()
+    if name in seen or name not in nodes:
+      continue
+    seen.add(name)
+    stack.extend(_node_name(i) for i in nodes[name].input)
+  return seen
+
+
+def _is_stateful(op_type: str) -> bool:
+  op_def = op_def_registry.get(op_type)
+  return op_def is None or op_def.is_stateful  # a function call counts as stateful
+
+
+# Stateful ops of an initializer whose outputs the rest of the graph may use before the
+# initializer has run: they create a handle and read nothing.
+_HANDLE_OPS = frozenset({'VarHandleOp'})
+
+
+def order_after_initializer(graph_def: Any, init_name: str, fetches: list[str]) -> bool:
+  """Makes everything `fetches` need run after the initializer `init_name`, in one graph.
+
+  TFF runs a computation with variables as two steps: its initialize op, then its results. Here
+  every node that the results need and that is not itself part of the initializer, and that has
+  no inputs or takes an input from the initializer's subgraph, gets a control input from
+  `init_name`; so every node outside the initializer runs after it, as in the second step. This
+  is exact unless the rest of the graph uses a value the initializer's subgraph computes with a
+  stateful op other than a handle (e.g. a variable read), which the second step would compute
+  again: then nothing is changed and False is returned.
+  """
+  nodes = {n.name: n for n in graph_def.node}
+  init = _node_name(init_name)
+  if init not in nodes:
+    return False
+  initializer = _fan_in(nodes, [init])
+  needed = _fan_in(nodes, fetches) - initializer
+  for name in needed:
+    for source in map(_node_name, nodes[name].input):
+      if (source in initializer and nodes[source].op not in _HANDLE_OPS
+          and _is_stateful(nodes[source].op)):
+        return False
+  control = f'^{init}'
+  for name in needed:
+    node = nodes[name]
+    if not node.input or any(_node_name(i) in initializer for i in node.input):
+      node.input.append(control)
+  return True
+
+
+def extract_subgraph(graph_def: Any, fetches: list[str]) -> Any:
+  """A copy of `graph_def` with only the nodes `fetches` need (and the whole library)."""
+  nodes = {n.name: n for n in graph_def.node}
+  keep = _fan_in(nodes, fetches)
+  out = type(graph_def)()
+  out.versions.CopyFrom(graph_def.versions)
+  out.library.CopyFrom(graph_def.library)
+  out.node.extend(n for n in graph_def.node if n.name in keep)
+  return out
+
+
 class StampedComputation:
-  """A TFF TensorFlow computation as TF concrete functions: `flat tensors -> flat tensors`.
+  """A TFF TensorFlow computation as one TF concrete function: `flat tensors -> flat tensors`.
 
   Attributes:
     name: label used in error messages.
     parameter_type: the TFF parameter type (None for a no-argument computation).
     result_type: the TFF result type.
     input_specs: one `tf.TensorSpec` per flat input leaf.
+    num_outputs: how many flat tensors a call returns.
   """
 
-  def __init__(self, comp: Any, name: str):
+  def __init__(self, comp: Any, name: str, *, optimize: bool = True):
+    """Stamps `comp`.
+
+    Args:
+      comp: a TFF TensorFlow computation (or its `pb.Computation`).
+      name: label used in error messages.
+      optimize: whether TensorFlow runs Grappler over the function when it first runs it (its
+        default). Grappler's rewrites speed up model training but cost a fraction of a second per
+        function; small server-side computations are left as TFF built them.
+    """
     proto = computation_proto(comp)
     if proto.WhichOneof('computation') != 'tensorflow':
       raise ValueError(f'{name} is not a TensorFlow computation '
                        f'(found {proto.WhichOneof("computation")!r}).')
     self.name = name
+    self._optimize = optimize
     type_spec = type_serialization.deserialize_type(proto.type)
     self.parameter_type = type_spec.parameter
     self.result_type = type_spec.result
@@ -209,31 +298,23 @@ class StampedComputation:
     init_name = tf_proto.initialize_op or None
     token_name = tf_proto.session_token_tensor_name or None
     graph_def = serialization_utils.unpack_graph_def(tf_proto.graph_def)
+    _reduce_loop.replace_reduce_datasets(graph_def)
     # Shared names (variables, tables) are made unique per stamped copy, so that copies used
     # from several threads at once never share state.
     suffix = f'tffc_inprocess_{next(_suffix_counter)}'
     graph_def = tensorflow_utils._uniquify_shared_names_with_suffix(  # pylint: disable=protected-access
         graph_def, suffix)
     graph_def = uniquify_function_names(graph_def, suffix)
-    fetched = {}
-
-    def import_graph(*inputs):
-      input_map = dict(zip(input_names, inputs))
-      if input_map:
-        input_map = graph_utils.add_control_dep_mappings(input_map)
-      if token_name:
-        input_map[token_name] = tf.constant(f'tff_conflict_inprocess_{name}')
-      returns = output_names + ([init_name] if init_name else [])
-      elements = tf.graph_util.import_graph_def(
-          graph_def, input_map=input_map, return_elements=returns, name='stamped')
-      fetched['outputs'] = elements[:len(output_names)]
-      fetched['init'] = elements[len(output_names)] if init_name else None
-      return fetched['outputs']
-
-    wrapped = tf.compat.v1.wrap_function(import_graph, self.input_specs)
-    feeds = list(wrapped.inputs[:len(self.input_specs)])
-    self._run = wrapped.prune(feeds, list(fetched['outputs']))
-    self._init = wrapped.prune(feeds, [fetched['init']]) if fetched['init'] is not None else None
+    # One function that runs the initializer and then the results, or (when that cannot be done
+    # exactly in one graph) two, called in that order.
+    self._init = None
+    if init_name and not order_after_initializer(graph_def, init_name, output_names):
+      self._init = _import_as_function(
+          extract_subgraph(graph_def, [init_name] + input_names), name, self.input_specs,
+          input_names, [], token_name, init_name)
+    self._run = _import_as_function(
+        extract_subgraph(graph_def, output_names + input_names), name, self.input_specs,
+        input_names, output_names, token_name)
     self.num_outputs = len(output_names)
 
   def __call__(self, flat_inputs: list[Any]) -> list[tf.Tensor]:
@@ -242,7 +323,87 @@ class StampedComputation:
       raise ValueError(f'{self.name}: expected {len(self.input_specs)} flat inputs, '
                        f'got {len(flat_inputs)}.')
     tensors = [to_tensor(v, s) for v, s in zip(flat_inputs, self.input_specs)]
-    if self._init is not None:
-      self._init(*tensors)
-    outputs = self._run(*tensors)
-    return list(outputs)
+    return self.call_tensors(tensors)
+
+  def call_tensors(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
+    """Runs the computation on tensors of `input_specs`' dtypes (not checked), eagerly or while
+    tracing a `tf.function` (then it adds the calls to that function)."""
+    if tf.executing_eagerly():
+      with without_grappler(not self._optimize):
+        if self._init is not None:
+          _call_flat(self._init, tensors)
+        outputs = _call_flat(self._run, tensors)
+    elif self._init is None:
+      outputs = _call_flat(self._run, tensors)
+    else:
+      done = _call_flat(self._init, tensors)
+      with tf.control_dependencies(done):
+        outputs = _call_flat(self._run, tensors)
+    return list(outputs) if outputs is not None else []
+
+
+def _import_as_function(graph_def: Any, name: str, input_specs: list[tf.TensorSpec],
+                        input_names: list[str], output_names: list[str], token_name: str | None,
+                        target_name: str | None = None) -> Any:
+  """`graph_def` imported into a concrete function of `input_specs` returning `output_names`
+  (with `target_name`, an op, run for its effect)."""
+
+  def import_graph(*inputs):
+    input_map = dict(zip(input_names, inputs))
+    if input_map:
+      input_map = graph_utils.add_control_dep_mappings(input_map)
+    if token_name and _node_name(token_name) in {n.name for n in graph_def.node}:
+      input_map[token_name] = tf.constant(f'tff_conflict_inprocess_{name}')
+    returns = output_names + ([target_name] if target_name else [])
+    elements = tf.graph_util.import_graph_def(
+        graph_def, input_map=input_map, return_elements=returns, name='stamped')
+    if target_name:
+      with tf.control_dependencies([elements[-1]]):
+        return [tf.constant(True)]
+    return elements
+
+  return tf.compat.v1.wrap_function(import_graph, input_specs)
+
+
+_no_grappler_options: dict[tuple[bytes, str], Any] = {}
+
+
+@contextlib.contextmanager
+def without_grappler(active: bool = True):
+  """While active, eager function calls of this thread are instantiated without Grappler.
+
+  (The option is part of each call's attributes, so a function instantiated once with Grappler
+  and once without is two cached kernels; each stamped computation always uses one.)
+  """
+  if not active:
+    yield
+    return
+  ctx = context.context()
+  previous = ctx.function_call_options
+  key = (previous.config_proto_serialized, previous.executor_type)
+  options = _no_grappler_options.get(key)
+  if options is None:
+    config = config_pb2.ConfigProto.FromString(previous.config_proto_serialized)
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    options = context.FunctionCallOptions(executor_type=previous.executor_type,
+                                          config_proto=config)
+    _no_grappler_options[key] = options
+  ctx.function_call_options = options
+  try:
+    yield
+  finally:
+    ctx.function_call_options = previous
+
+
+def call_concrete(function: Any, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
+  """Calls a concrete function on flat tensors of its input signature; returns a flat list."""
+  outputs = _call_flat(function, tensors)
+  if outputs is None:
+    return []
+  return [outputs] if isinstance(outputs, tf.Tensor) else list(outputs)
+
+
+def _call_flat(function: Any, tensors: list[tf.Tensor]) -> Any:
+  # The flat call skips ConcreteFunction.__call__'s attempt at binding a structured signature
+  # (whose failure message formats every argument: a third of a small round's time).
+  return function._call_flat(tensors, function.captured_inputs)  # pylint: disable=protected-access

@@ -13,41 +13,52 @@ compiler turns a round (`process.next`) into `MapReduceForm`
 component is stamped once into a TF concrete function (`_tf_stamp.StampedComputation`) and the
 round is driven from Python, so TF places the graphs on a GPU when one is visible (nothing here pins
 the CPU). `initialize` is compiled the same way (`get_state_initialization_computation`); no
-`worker_binary` is started by the runner.
+`worker_binary` is started by the runner. TFF's compiler is run with Grappler bypassed: TensorFlow
+optimizes `work` (where the model trains) with Grappler when it first runs it, and runs the
+server-side components as TFF built them.
 
-Aggregation: `federated_aggregate` allows any tree of `accumulate` chains joined by `merge`. The
+Per call, a stamped computation is one TensorFlow call (its variables' initializer ordered before
+its results inside the graph), and a client's `tf.data.Dataset.reduce` is an in-graph loop whose
+reduce function is instantiated once, not on every call (`_reduce_loop`). The functions stay warm
+across rounds: client datasets enter as variant tensors, so nothing is traced again when their
+sizes or shapes change.
+
+Aggregation: `federated_aggregate` allows any tree of `accumulate` chains joined by `merge`.
+`accumulation='sequential'` follows TFF's C++ runtime's order exactly
+(`acc = accumulate(acc, update_k)` for k = 1..K); with one thread each client is then a single
+call of `work` fused with `accumulate`, so the update never leaves the graph. The
 `accumulation='tree'` order accumulates each client update into its own accumulator and merges
 neighbours as soon as two of equal size exist (a binary counter), keeping client order. A
 concatenating accumulator (all client updates gathered, as the conflict aggregators do) then copies
 O(K d log K) values instead of O(K^2 d), and at most O(log K) partial accumulators plus the
 in-flight client updates are alive at once; each client update is dropped right after it has been
 accumulated. Its last merge still holds two halves and their concatenation: about two K x d
-stacks. The default `accumulation='buffered'` is 'tree' except for gathered stacks: accumulator
-leaves of shape `[None, ...]` that a single client's `accumulate(zero, update)` fills and that
-`merge` is checked to concatenate are written row by row into one preallocated buffer of K rows.
-The check runs when the runner is built, on three made-up single-client accumulators
-(`_row_buffer.concatenated_leaves`). The finished stack reaches `report` without a copy, so a
-gathering round holds about one K x d stack per gathered leaf (`tff_conflict.aggregators._gather`
-puts a lone client's row in one such leaf and forwards it from `report`). When no leaf passes the
-check it is exactly 'tree'. The buffer is in host memory: on a GPU each row is copied to the host
-and the stack back to the device once per round ('tree' keeps everything on the device).
-`accumulation='sequential'` follows TFF's C++ runtime's order exactly
-(`acc = accumulate(acc, update_k)` for k = 1..K). For floating-point sums the orders agree to
-round-off; gathered stacks are identical in all three.
+stacks. The default `accumulation='buffered'` is 'sequential' when every accumulator leaf has a
+fully defined shape (nothing can grow with K, e.g. FedAvg's weighted sums), and otherwise 'tree'
+except for gathered stacks: accumulator leaves of shape `[None, ...]` that a single client's
+`accumulate(zero, update)` fills and that `merge` is checked to concatenate are written row by row
+into one preallocated buffer of K rows. The check runs when the runner is built, on three made-up
+single-client accumulators (`_row_buffer.concatenated_leaves`). The finished stack reaches
+`report` without a copy, so a gathering round holds about one K x d stack per gathered leaf
+(`tff_conflict.aggregators._gather` puts a lone client's row in one such leaf and forwards it from
+`report`). When no leaf passes the check it is exactly 'tree'. The buffer is in host memory: on a
+GPU each row is copied to the host and the stack back to the device once per round ('tree' keeps
+everything on the device). For floating-point sums the orders agree to round-off; gathered stacks
+are identical in all three.
 
 Parallel clients: with `num_threads > 1` up to `num_threads` clients' `work` run at once (TF
-releases the GIL), each thread on its own stamped copy of `work` (distinct variable resources).
+releases the GIL), each thread on its own stamped copy of `work` (distinct variable resources);
+`accumulate` and `merge` then run in the calling thread.
 
 Server state stays on the device between rounds: `next` returns numpy values (read-only arrays, the
 same structures and types as TFF's runtime returns) and remembers the device tensors behind the
 state it returned; when that same state object is passed back, its tensors are reused instead of
 being copied in again.
 """
-
 import collections
 import concurrent.futures
+import functools
 import queue
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,6 +72,55 @@ from tff_conflict.runtime import _row_buffer
 from tff_conflict.runtime import _tf_stamp
 
 _ACCUMULATIONS = ('buffered', 'tree', 'sequential')
+
+
+def _compile_options() -> tf.compat.v1.ConfigProto:
+  """TFF's MapReduceForm compiler with Grappler bypassed: TensorFlow optimizes each stamped
+  function when it first runs, so TFF's pass would only add build time."""
+  config = tf.compat.v1.ConfigProto()
+  config.graph_options.rewrite_options.disable_meta_optimizer = True
+  return config
+
+
+class _ClientStep:
+  """`work` for one client, or `work` followed by `accumulate`, as one TensorFlow call.
+
+  `work_only(data + client_input)` gives `work`'s flat outputs (update, then the secure parts);
+  `accumulated(data + client_input + accumulator)` gives `accumulate(accumulator, update)` followed
+  by the secure parts, without the update leaving the graph. Each step holds its own stamped copy
+  of `work` (its own variables), so that steps can run in parallel threads.
+  """
+
+  def __init__(self, work_comp: Any, accumulate: _tf_stamp.StampedComputation, num_update: int):
+    self._work = _tf_stamp.StampedComputation(work_comp, 'work')
+    self._accumulate = accumulate
+    self._num_update = num_update
+    self._fused = None
+
+  @property
+  def input_specs(self) -> list[tf.TensorSpec]:
+    return self._work.input_specs
+
+  def work_only(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
+    return self._work.call_tensors(tensors)
+
+  def accumulated(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
+    if self._fused is None:
+      self._fused = self._trace_fused()
+    return _tf_stamp.call_concrete(self._fused, tensors)
+
+  def _trace_fused(self) -> Any:
+    num_work = len(self._work.input_specs)
+    num_acc = len(self._accumulate.input_specs) - self._num_update
+
+    def step(*tensors):
+      outputs = self._work.call_tensors(list(tensors[:num_work]))
+      update, secure = outputs[:self._num_update], outputs[self._num_update:]
+      accumulator = self._accumulate.call_tensors(list(tensors[num_work:]) + update)
+      return accumulator + secure
+
+    specs = self._work.input_specs + self._accumulate.input_specs[:num_acc]
+    return tf.function(step, input_signature=specs, autograph=False).get_concrete_function()
 
 
 class InProcessRunner:
@@ -106,13 +166,14 @@ class InProcessRunner:
     self._num_threads = num_threads
     self._accumulation = accumulation
     try:
-      mrf = tff.backends.mapreduce.get_map_reduce_form_for_computation(learning_process.next)
+      mrf = tff.backends.mapreduce.get_map_reduce_form_for_computation(
+          learning_process.next, _compile_options())
     except Exception as e:  # pylint: disable=broad-except
       raise ValueError('InProcessRunner: learning_process.next cannot be compiled to '
                        f'MapReduceForm ({type(e).__name__}: {e})') from e
     try:
       init_comp = tff.backends.mapreduce.get_state_initialization_computation(
-          learning_process.initialize)
+          learning_process.initialize, _compile_options())
     except Exception as e:  # pylint: disable=broad-except
       raise ValueError('InProcessRunner: learning_process.initialize cannot be compiled to a '
                        f'TensorFlow computation ({type(e).__name__}: {e})') from e
@@ -127,21 +188,20 @@ class InProcessRunner:
     self._initialize_type = learning_process.initialize.type_signature.result
     self._result_type = learning_process.next.type_signature.result
 
-    stamp = _tf_stamp.StampedComputation
+    # Grappler (when a function first runs) only for `work`, where the model trains.
+    stamp = functools.partial(_tf_stamp.StampedComputation, optimize=False)
     self._init = stamp(init_comp, 'initialize')
     self._prepare = stamp(mrf.prepare, 'prepare')
     self._zero = stamp(mrf.zero, 'zero')
     self._accumulate = stamp(mrf.accumulate, 'accumulate')
-    self._merge = stamp(mrf.merge, 'merge')
+    self._merge_stamped: _tf_stamp.StampedComputation | None = None
     self._report = stamp(mrf.report, 'report')
     self._update = stamp(mrf.update, 'update')
-    self._work_type = mrf.work
-    self._works: 'queue.SimpleQueue[_tf_stamp.StampedComputation]' = queue.SimpleQueue()
-    self._works.put(stamp(mrf.work, 'work'))
-    self._num_works = 1
-    self._works_lock = threading.Lock()
+    self._data_specs = _tf_stamp.flat_specs(mrf.work.type_signature.parameter[0])
     work_result = mrf.work.type_signature.result
     self._work_sizes = [len(_tf_stamp.flat_specs(work_result[i])) for i in range(4)]
+    self._steps: 'queue.SimpleQueue[_ClientStep]' = queue.SimpleQueue()
+    self._steps.put(self._new_step())
     self._secure = mrf.securely_aggregates_tensors
     if self._secure:
       self._modulus = [np.asarray(t) for t in
@@ -150,11 +210,25 @@ class InProcessRunner:
     self._accumulator_specs = _tf_stamp.flat_specs(mrf.merge.type_signature.parameter[0])
     self._buffered_leaves: list[int] = []
     self._buffer_row_shapes: dict[int, tuple[int, ...]] = {}
-    if accumulation == 'buffered':
+    growing = any(not s.shape.is_fully_defined() for s in self._accumulator_specs)
+    if accumulation == 'buffered' and growing:
       self._buffered_leaves, self._buffer_row_shapes = self._find_buffered_leaves()
+    # A chain accumulate(acc, update_k) over the clients (TFF's order) where nothing can grow with
+    # the number of clients; else single-client accumulators combined by `merge` (module
+    # docstring).
+    self._chain = accumulation == 'sequential' or (accumulation == 'buffered' and not growing)
     self._model_weight_fns: dict[str, _tf_stamp.StampedComputation] = {}
     self._cached_state: tuple[list[Any], list[tf.Tensor]] | None = None
     self._num_state_leaves = len(_tf_stamp.flat_specs(self._state_type.member))
+
+  def _new_step(self) -> _ClientStep:
+    return _ClientStep(self._mrf.work, self._accumulate, self._work_sizes[0])
+
+  @property
+  def _merge(self) -> _tf_stamp.StampedComputation:
+    if self._merge_stamped is None:  # only 'tree' and 'buffered' merge
+      self._merge_stamped = _tf_stamp.StampedComputation(self._mrf.merge, 'merge', optimize=False)
+    return self._merge_stamped
 
   def _find_buffered_leaves(self) -> tuple[list[int], dict[int, tuple[int, ...]]]:
     """`_row_buffer.concatenated_leaves` on three made-up single-client accumulators, and the
@@ -202,6 +276,7 @@ class InProcessRunner:
       raise ValueError('client_data must be a list of tf.data.Dataset (one per client), got '
                        f'{type(client_data).__name__}')
     member_type = self._data_type.member
+    data_specs = self._data_specs
     flat_clients = []
     for k, data in enumerate(client_data):
       leaves = _tf_stamp.flatten_value(data, member_type)
@@ -210,12 +285,12 @@ class InProcessRunner:
             member_type, computation_types.SequenceType):
           raise ValueError(f'client_data[{k}] must be a tf.data.Dataset, got '
                            f'{type(leaf).__name__}')
-      flat_clients.append(leaves)
+      flat_clients.append([_tf_stamp.to_tensor(v, s) for v, s in zip(leaves, data_specs)])
     state_tensors = self._state_tensors(state)
-    client_input = self._prepare(state_tensors)
+    client_input = self._prepare.call_tensors(state_tensors)
     aggregate, secure_sums = self._aggregate(flat_clients, client_input)
-    report = self._report(aggregate)
-    outputs = self._update(state_tensors + report + secure_sums)
+    report = self._report.call_tensors(aggregate)
+    outputs = self._update.call_tensors(state_tensors + report + secure_sums)
     return self._to_python(outputs, self._result_type, remember_state=True)
 
   def get_model_weights(self, state: Any) -> Any:
@@ -256,80 +331,108 @@ class InProcessRunner:
       self._cached_state = (leaves[:n], list(flat[:n]))
     return _tf_stamp.pack_value(leaves, type_spec)
 
-  def _run_work(self, flat_data: list[Any], client_input: list[tf.Tensor]) -> list[tf.Tensor]:
+  def _with_step(self, method: str, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
     try:
-      work = self._works.get_nowait()
-    except queue.Empty:
-      work = _tf_stamp.StampedComputation(self._work_type, 'work')
+      step = self._steps.get_nowait()
+    except queue.Empty:  # another thread holds every step: stamp one more copy of `work`
+      step = self._new_step()
     try:
-      return work(flat_data + client_input)
+      return getattr(step, method)(tensors)
     finally:
-      self._works.put(work)
+      self._steps.put(step)
 
   def _client_results(self, flat_clients, client_input):
     """Yields each client's `work` outputs in client order (in parallel if num_threads > 1)."""
+    run = lambda data: self._with_step('work_only', data + client_input)
     if self._num_threads == 1 or len(flat_clients) <= 1:
       for flat_data in flat_clients:
-        yield self._run_work(flat_data, client_input)
+        yield run(flat_data)
       return
     window = 2 * self._num_threads  # bounds how many client updates are alive at once
     with concurrent.futures.ThreadPoolExecutor(self._num_threads) as pool:
       pending = collections.deque()
       clients = iter(flat_clients)
       for flat_data in clients:
-        pending.append(pool.submit(self._run_work, flat_data, client_input))
+        pending.append(pool.submit(run, flat_data))
         if len(pending) >= window:
           break
       while pending:
         result = pending.popleft().result()
         next_data = next(clients, None)
         if next_data is not None:
-          pending.append(pool.submit(self._run_work, next_data, client_input))
+          pending.append(pool.submit(run, next_data))
         yield result
         del result
+
+  def _chain_results(self, flat_clients, client_input, zero):
+    """The chain `acc = accumulate(acc, update_k)` (TFF's order); yields each client's secure
+    parts and finally returns the accumulator. One TensorFlow call per client (fused `work` and
+    `accumulate`) with one thread; with more, `work` runs in parallel and `accumulate` here."""
+    acc = zero
+    n_update = self._work_sizes[0]
+    n_acc = len(self._accumulator_specs)
+    if self._num_threads == 1:
+      for flat_data in flat_clients:
+        outputs = self._with_step('accumulated', flat_data + client_input + acc)
+        acc = outputs[:n_acc]
+        yield outputs[n_acc:]
+      return acc
+    for outputs in self._client_results(flat_clients, client_input):
+      acc = self._accumulate.call_tensors(acc + outputs[:n_update])
+      yield outputs[n_update:]
+    return acc
 
   def _aggregate(self, flat_clients, client_input):
     """federated_aggregate (and the secure sums) over the clients' `work` outputs."""
     n_update, n_bits, n_max, n_mod = self._work_sizes
-    zero = self._zero([])
+    zero = self._zero.call_tensors([])
     secure_totals = None
-    buffers = {}
-    if self._buffered_leaves:
-      specs = self._accumulator_specs
-      buffers = {i: _row_buffer.RowBuffer(self._buffer_row_shapes[i], specs[i].dtype,
-                                          len(flat_clients))
-                 for i in self._buffered_leaves}
-    stack: list[tuple[int, list[tf.Tensor]]] = []  # (number of clients, accumulator)
-    acc = zero
-    for outputs in self._client_results(flat_clients, client_input):
-      update, secure = outputs[:n_update], outputs[n_update:]
-      del outputs
-      if self._secure:
-        secure_totals = self._add_secure(secure_totals, secure)
-      if self._accumulation == 'sequential':
-        acc = self._accumulate(acc + update)
-        continue
-      single = self._accumulate(zero + update)
-      del update
-      for i, buffer in buffers.items():  # rows go to the buffer; the merges see no rows
-        buffer.append(single[i])
-        single[i] = zero[i]
-      count = 1
-      while stack and stack[-1][0] == count:
-        prev_count, prev = stack.pop()
-        single = self._merge(prev + single)
-        count += prev_count
-      stack.append((count, single))
-      del single
-    if self._accumulation != 'sequential' and stack:
-      _, acc = stack.pop()
-      while stack:
-        _, prev = stack.pop()
-        acc = self._merge(prev + acc)
-    if buffers:
-      acc = list(acc)
-      for i, buffer in buffers.items():
-        acc[i] = buffer.to_tensor() if buffer.size else zero[i]
+
+    if self._chain:
+      chain = self._chain_results(flat_clients, client_input, zero)
+      while True:
+        try:
+          secure = next(chain)
+        except StopIteration as done:
+          acc = done.value
+          break
+        if self._secure:
+          secure_totals = self._add_secure(secure_totals, secure)
+    else:
+      buffers = {}
+      if self._buffered_leaves:
+        specs = self._accumulator_specs
+        buffers = {i: _row_buffer.RowBuffer(self._buffer_row_shapes[i], specs[i].dtype,
+                                            len(flat_clients))
+                   for i in self._buffered_leaves}
+      stack: list[tuple[int, list[tf.Tensor]]] = []  # (number of clients, accumulator)
+      for outputs in self._client_results(flat_clients, client_input):
+        update, secure = outputs[:n_update], outputs[n_update:]
+        del outputs
+        if self._secure:
+          secure_totals = self._add_secure(secure_totals, secure)
+        single = self._accumulate.call_tensors(zero + update)
+        del update
+        for i, buffer in buffers.items():  # rows go to the buffer; the merges see no rows
+          buffer.append(single[i])
+          single[i] = zero[i]
+        count = 1
+        while stack and stack[-1][0] == count:
+          prev_count, prev = stack.pop()
+          single = self._merge.call_tensors(prev + single)
+          count += prev_count
+        stack.append((count, single))
+        del single
+      acc = zero
+      if stack:
+        _, acc = stack.pop()
+        while stack:
+          _, prev = stack.pop()
+          acc = self._merge.call_tensors(prev + acc)
+      if buffers:
+        acc = list(acc)
+        for i, buffer in buffers.items():
+          acc[i] = buffer.to_tensor() if buffer.size else zero[i]
     secure_sums = self._finish_secure(secure_totals, (n_bits, n_max, n_mod))
     return acc, secure_sums
 

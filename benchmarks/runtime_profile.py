@@ -1,0 +1,151 @@
+"""Where an in-process round's time goes, stage by stage (`InProcessRunner`).
+
+    .venv/bin/python -m benchmarks.runtime_profile                       # digits, fedavg, K=10
+    .venv/bin/python -m benchmarks.runtime_profile --preset=cnn --algorithm=fedgh --clients=50
+
+Same cases as `benchmarks.runtime`. The runner's internals are wrapped with timers (wall and CPU
+seconds of this process) and one cold start (construction, `initialize`, round 1) and
+`--rounds` - 1 later rounds are run. Stages:
+  compile next / compile initialize   TFF's MapReduceForm compiler (Python)
+  stamp <component>                   the component's graph rewritten and imported as a function
+  check buffered leaves               the gathered-stack check ('buffered' accumulation)
+  call <component>                    its calls; the first includes TensorFlow's instantiation
+                                      (placement, Grappler for `work`, kernels)
+  client step                         per client: `work` (and `accumulate` fused into it on the
+                                      chain path)
+  client data                         datasets flattened to variant tensors
+  results to numpy                    the round's outputs converted and packed
+The table gives each stage's time in round 1 (with construction) and per later round, and how
+many calls that was.
+"""
+
+import argparse
+import collections
+import contextlib
+import os
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from benchmarks import runtime as runtime_benchmark  # pylint: disable=g-import-not-at-top
+from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+
+
+class Timers:
+  """Wall and CPU seconds and call counts per stage, in the current phase."""
+
+  def __init__(self):
+    self.phase = 'cold'
+    self.table = collections.defaultdict(lambda: [0.0, 0.0, 0])
+    self._depth = 0
+
+  @contextlib.contextmanager
+  def stage(self, name):
+    if self._depth:  # only the outermost stage counts (a fused step calls stamped functions)
+      yield
+      return
+    self._depth += 1
+    wall, cpu = time.perf_counter(), time.process_time()
+    try:
+      yield
+    finally:
+      self._depth -= 1
+      entry = self.table[(self.phase, name)]
+      entry[0] += time.perf_counter() - wall
+      entry[1] += time.process_time() - cpu
+      entry[2] += 1
+
+
+def instrument(timers):
+  """Wraps the runner's stages with `timers` (monkeypatching; for this script only)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_conflict.runtime import _tf_stamp  # pylint: disable=g-import-not-at-top
+  from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
+
+  def wrap(owner, attr, name_fn):
+    original = getattr(owner, attr)
+
+    def wrapped(*args, **kwargs):
+      if not tf.executing_eagerly():
+        return original(*args, **kwargs)
+      with timers.stage(name_fn(*args, **kwargs)):
+        return original(*args, **kwargs)
+
+    setattr(owner, attr, wrapped)
+
+  mapreduce = tff.backends.mapreduce
+  wrap(mapreduce, 'get_map_reduce_form_for_computation', lambda *a, **k: 'compile next')
+  wrap(mapreduce, 'get_state_initialization_computation', lambda *a, **k: 'compile initialize')
+  original_init = _tf_stamp.StampedComputation.__init__
+
+  def stamp_init(self, comp, name, **kwargs):
+    with timers.stage(f'stamp {name}'):
+      original_init(self, comp, name, **kwargs)
+
+  _tf_stamp.StampedComputation.__init__ = stamp_init
+  wrap(_tf_stamp.StampedComputation, 'call_tensors', lambda self, *a: f'call {self.name}')
+  wrap(inprocess._ClientStep, 'work_only', lambda *a: 'client step')  # pylint: disable=protected-access
+  wrap(inprocess._ClientStep, 'accumulated', lambda *a: 'client step')  # pylint: disable=protected-access
+  wrap(inprocess.InProcessRunner, '_find_buffered_leaves',
+       lambda *a: 'check buffered leaves')
+  wrap(inprocess.InProcessRunner, '_to_python', lambda *a, **k: 'results to numpy')
+  wrap(_tf_stamp, 'to_tensor', lambda value, spec: 'client data'
+       if spec.dtype == tf.variant else 'state to tensors')
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--preset', default='digits', choices=runtime_benchmark.PRESETS)
+  parser.add_argument('--algorithm', default='fedavg', choices=runtime_benchmark.ALGORITHMS)
+  parser.add_argument('--clients', type=int, default=10)
+  parser.add_argument('--rounds', type=int, default=4)
+  parser.add_argument('--examples', type=int, default=20, help='examples per client (cnn)')
+  parser.add_argument('--threads', type=int, default=1)
+  args = parser.parse_args()
+  if args.rounds < 2 or args.clients < 1 or args.threads < 1:
+    parser.error('--rounds >= 2, --clients and --threads >= 1')
+  runtime.set_local_context()
+  if args.preset == 'digits':
+    case = runtime_benchmark.digits_case(args.algorithm, args.clients)
+  else:
+    case = runtime_benchmark.cnn_case(args.algorithm, args.clients, args.examples)
+  timers = Timers()
+  instrument(timers)
+  from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
+  totals = {}
+  start, cpu = time.perf_counter(), time.process_time()
+  runner = inprocess.InProcessRunner(case.process, num_threads=args.threads)
+  state = runner.initialize()
+  data = case.datasets(1)
+  state = runner.next(state, data).state
+  totals['cold'] = (time.perf_counter() - start, time.process_time() - cpu)
+  timers.phase = 'later'
+  start, cpu = time.perf_counter(), time.process_time()
+  for round_num in range(2, args.rounds + 1):
+    data = case.datasets(round_num)
+    state = runner.next(state, data).state
+  later_rounds = args.rounds - 1
+  totals['later'] = ((time.perf_counter() - start) / later_rounds,
+                     (time.process_time() - cpu) / later_rounds)
+  runtime.shutdown_workers()
+
+  print(f'{args.preset}, {args.algorithm}, {args.clients} clients, {args.threads} thread(s); '
+        f'load average {"/".join(f"{x:.1f}" for x in os.getloadavg())}')
+  print()
+  print('| stage | cold: wall s | cold: CPU s | calls | later round: wall s | CPU s | calls |')
+  print('|---|---|---|---|---|---|---|')
+  names = sorted({name for _, name in timers.table},
+                 key=lambda n: -timers.table[('cold', n)][1])
+  for name in names:
+    cold = timers.table.get(('cold', name), [0.0, 0.0, 0])
+    later = timers.table.get(('later', name), [0.0, 0.0, 0])
+    print(f'| {name} | {cold[0]:.3f} | {cold[1]:.3f} | {cold[2]} | {later[0] / later_rounds:.4f} '
+          f'| {later[1] / later_rounds:.4f} | {later[2] / later_rounds:g} |')
+  print(f'| **total** | {totals["cold"][0]:.3f} | {totals["cold"][1]:.3f} | | '
+        f'{totals["later"][0]:.4f} | {totals["later"][1]:.4f} | |')
+
+
+if __name__ == '__main__':
+  main()
