@@ -70,3 +70,23 @@ def test_stamped_computation_with_variables_restarts_from_initial_values():
   for x in (1.0, 5.0, 1.0):
     (result,) = stamped([np.float32(x)])
     assert result.numpy() == 2.0 * (1.0 + x)
+
+
+def test_graph_functions_run_initializer_then_results_eagerly_and_traced():
+  """The fallback: the initializer as a function of its own, called before the results."""
+  graph_def = _graph(initial_value_reads_other_variable=True)
+  init = _tf_stamp.GraphFunction(_tf_stamp.extract_subgraph(graph_def, ['init', 'x']),
+                                 'test_graph_function_init', ['x:0'], [], effect_name='init')
+  run = _tf_stamp.GraphFunction(_tf_stamp.extract_subgraph(graph_def, ['out:0', 'x']),
+                                'test_graph_function_run', ['x:0'], ['out:0'])
+  x = tf.constant(10.0)
+  assert init([x]) == []
+  (out,) = run([x])
+  assert out.dtype == tf.float32 and out.numpy() == 13.0
+
+  @tf.function
+  def both(x):
+    with tf.control_dependencies(init([x])):
+      return run([x])[0]
+
+  assert both(tf.constant(20.0)).numpy() == 23.0

@@ -5,8 +5,8 @@ output tensors (`pb.TensorFlow.parameter` / `.result`), plus an optional initial
 created inside the computation) and session-token tensor. `StampedComputation` rewrites the graph's
 `ReduceDataset` ops into in-graph loops (`_reduce_loop`), makes every node that the results need
 run after the initialize op (`order_after_initializer`), keeps only the nodes the results need, and
-imports that into a `tf.compat.v1.wrap_function` graph, mapping the parameter tensors onto the
-function's inputs (as `tensorflow_utils.deserialize_and_call_tf_computation` does). Each call is one
+registers that as one function of the eager context (`GraphFunction`), whose inputs are the
+parameter tensors and whose outputs are the result tensors of the bindings. Each call is one
 TensorFlow call that initializes the variables and then computes the results, so every call starts
 from freshly initialized variables, like one call of the computation in TFF's runtime (where the
 initializer cannot be ordered inside the graph exactly, it is a second function, called first). TF
@@ -19,6 +19,7 @@ sequences as `tf.data.Dataset` variant tensors.
 
 import contextlib
 import itertools
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,8 +28,12 @@ import numpy as np
 import tensorflow as tf
 
 from tensorflow.core.protobuf import config_pb2
+from tensorflow.python.client import pywrap_tf_session as c_api
 from tensorflow.python.eager import context
+from tensorflow.python.eager import execute
+from tensorflow.python.framework import c_api_util
 from tensorflow.python.framework import op_def_registry
+from tensorflow.python.ops import gen_functional_ops
 
 from tensorflow_federated.proto.v0 import computation_pb2 as pb
 from tensorflow_federated.python.common_libs import structure
@@ -37,7 +42,6 @@ from tensorflow_federated.python.core.impl.types import computation_types
 from tensorflow_federated.python.core.impl.types import type_conversions
 from tensorflow_federated.python.core.impl.types import type_serialization
 from tensorflow_federated.python.core.impl.utils import tensorflow_utils
-from tensorflow_federated.python.tensorflow_libs import graph_utils
 from tensorflow_federated.python.tensorflow_libs import serialization_utils
 
 from tff_conflict.runtime import _reduce_loop
@@ -307,14 +311,16 @@ class StampedComputation:
     graph_def = uniquify_function_names(graph_def, suffix)
     # One function that runs the initializer and then the results, or (when that cannot be done
     # exactly in one graph) two, called in that order.
+    if token_name:
+      _replace_with_constant(graph_def, token_name, f'tff_conflict_inprocess_{name}')
+    _drop_control_inputs_from(graph_def, input_names)
     self._init = None
     if init_name and not order_after_initializer(graph_def, init_name, output_names):
-      self._init = _import_as_function(
-          extract_subgraph(graph_def, [init_name] + input_names), name, self.input_specs,
-          input_names, [], token_name, init_name)
-    self._run = _import_as_function(
-        extract_subgraph(graph_def, output_names + input_names), name, self.input_specs,
-        input_names, output_names, token_name)
+      self._init = GraphFunction(
+          extract_subgraph(graph_def, [init_name] + input_names), f'{name}_init_{suffix}',
+          input_names, [], effect_name=init_name)
+    self._run = GraphFunction(extract_subgraph(graph_def, output_names + input_names),
+                              f'{name}_{suffix}', input_names, output_names)
     self.num_outputs = len(output_names)
 
   def __call__(self, flat_inputs: list[Any]) -> list[tf.Tensor]:
@@ -331,38 +337,144 @@ class StampedComputation:
     if tf.executing_eagerly():
       with without_grappler(not self._optimize):
         if self._init is not None:
-          _call_flat(self._init, tensors)
-        outputs = _call_flat(self._run, tensors)
-    elif self._init is None:
-      outputs = _call_flat(self._run, tensors)
+          self._init(tensors)
+        return self._run(tensors)
+    if self._init is None:
+      return self._run(tensors)
+    done = self._init(tensors)
+    with tf.control_dependencies(done):
+      return self._run(tensors)
+
+
+def _replace_with_constant(graph_def: Any, tensor_name: str, value: str) -> None:
+  """The node of `tensor_name` (TFF's session-token placeholder), if kept, becomes a constant."""
+  for node in graph_def.node:
+    if node.name == _node_name(tensor_name):
+      node.op = 'Const'
+      node.ClearField('attr')
+      node.attr['dtype'].type = tf.string.as_datatype_enum
+      node.attr['value'].tensor.CopyFrom(tf.make_tensor_proto(value))
+      del node.input[:]
+
+
+def _drop_control_inputs_from(graph_def: Any, names: list[str]) -> None:
+  """Removes control inputs `^n` for the nodes `names` (a function's inputs: they are available
+  before anything in the function runs, so such an edge orders nothing)."""
+  controls = {f'^{_node_name(n)}' for n in names}
+  if not controls:
+    return
+  for node in graph_def.node:
+    kept = [i for i in node.input if i not in controls]
+    if len(kept) != len(node.input):
+      del node.input[:]
+      node.input.extend(kept)
+
+
+def _remove_functions(names: list[str]) -> None:
+  try:
+    ctx = context.context()
+    for name in names:
+      if ctx.has_function(name):
+        ctx.remove_function(name)
+  except Exception:  # pylint: disable=broad-except
+    pass  # e.g. at interpreter shutdown
+
+
+class GraphFunction:
+  """A `GraphDef`'s nodes as one TensorFlow function of this process's eager context.
+
+  TensorFlow's C API imports the graph and turns it into a function (no Python object per op);
+  inputs and outputs are tensor names of the graph, and the graph's library functions are
+  registered with it. Calling it runs the function eagerly, or adds a `StatefulPartitionedCall` of
+  it to the `tf.function` being traced. `effect_name` names an op run for its effect only: the
+  function then has no outputs, and its call can be depended on. The functions are removed from
+  the context when this object is collected.
+  """
+
+  def __init__(self, graph_def: Any, name: str, input_names: list[str],
+               output_names: list[str], effect_name: str | None = None):
+    nodes = {n.name: n for n in graph_def.node}
+    functions = {f.signature.name: f for f in graph_def.library.function}
+    self.name = name
+    self._output_types = [_output_dtype(nodes[_split_tensor_name(t)[0]],
+                                        _split_tensor_name(t)[1], functions)
+                          for t in output_names]
+    graph = tf.Graph()
+    options = c_api.TF_NewImportGraphDefOptions()
+    try:
+      c_api.TF_ImportGraphDefOptionsSetPrefix(options, '')
+      for tensor_name in input_names + output_names:
+        c_api.TF_ImportGraphDefOptionsAddReturnOutput(options, *_split_tensor_name(tensor_name))
+      if effect_name:
+        c_api.TF_ImportGraphDefOptionsAddReturnOperation(options, _node_name(effect_name))
+      with c_api_util.tf_buffer(graph_def.SerializeToString()) as serialized:
+        with graph._c_graph.get() as c_graph:  # pylint: disable=protected-access
+          results = c_api.TF_GraphImportGraphDefWithResults(c_graph, serialized, options)
+      try:
+        tensors = c_api.TF_ImportGraphDefResultsReturnOutputs(results)
+        effects = c_api.TF_ImportGraphDefResultsReturnOperations(results)
+      finally:
+        c_api.TF_DeleteImportGraphDefResults(results)
+    finally:
+      c_api.TF_DeleteImportGraphDefOptions(options)
+    inputs, outputs = tensors[:len(input_names)], tensors[len(input_names):]
+    ctx = context.context()
+    for function_def in graph_def.library.function:
+      if not ctx.has_function(function_def.signature.name):
+        ctx.add_function_def(function_def)
+    with graph._c_graph.get() as c_graph:  # pylint: disable=protected-access
+      function = c_api.TF_GraphToFunction_wrapper(
+          c_graph, name, False, None, inputs, outputs, [], list(effects),
+          [f'effect_{i}'.encode() for i in range(len(effects))], None, '')
+    try:
+      ctx.add_c_function(function)
+    finally:
+      c_api.TF_DeleteFunction(function)
+    self._effect_only = bool(effect_name)
+    weakref.finalize(self, _remove_functions, [name] + list(functions))
+
+  def __call__(self, tensors: list[tf.Tensor]) -> list[Any]:
+    """The outputs (eagerly, or while tracing a `tf.function`); an `effect_name` function gives
+    [] eagerly and [its call op] while tracing."""
+    if tf.executing_eagerly():
+      ctx = context.context()
+      options = ctx.function_call_options
+      outputs = execute.execute(
+          self.name, num_outputs=len(self._output_types), inputs=list(tensors),
+          attrs=('executor_type', options.executor_type or '',
+                 'config_proto', options.config_proto_serialized),
+          ctx=ctx)
+      return list(outputs) if outputs else []
+    call = gen_functional_ops.stateful_partitioned_call(
+        args=list(tensors), Tout=self._output_types, f=self.name)
+    if not self._output_types:  # the call op itself (tf.function runs it: it is stateful)
+      return [call] if self._effect_only else []
+    return list(call)
+
+
+def _split_tensor_name(tensor_name: str) -> tuple[str, int]:
+  op_name, _, index = tensor_name.partition(':')
+  return op_name, int(index or 0)
+
+
+def _output_dtype(node: Any, index: int, functions: Mapping[str, Any]) -> tf.DType:
+  """The dtype of output `index` of `node` (a registered op or a call of a library function)."""
+  if node.op in functions:
+    args = functions[node.op].signature.output_arg
+  else:
+    args = op_def_registry.get(node.op).output_arg
+  position = 0
+  for arg in args:
+    if arg.number_attr:
+      types = [arg.type or node.attr[arg.type_attr].type] * node.attr[arg.number_attr].i
+    elif arg.type_list_attr:
+      types = list(node.attr[arg.type_list_attr].list.type)
     else:
-      done = _call_flat(self._init, tensors)
-      with tf.control_dependencies(done):
-        outputs = _call_flat(self._run, tensors)
-    return list(outputs) if outputs is not None else []
-
-
-def _import_as_function(graph_def: Any, name: str, input_specs: list[tf.TensorSpec],
-                        input_names: list[str], output_names: list[str], token_name: str | None,
-                        target_name: str | None = None) -> Any:
-  """`graph_def` imported into a concrete function of `input_specs` returning `output_names`
-  (with `target_name`, an op, run for its effect)."""
-
-  def import_graph(*inputs):
-    input_map = dict(zip(input_names, inputs))
-    if input_map:
-      input_map = graph_utils.add_control_dep_mappings(input_map)
-    if token_name and _node_name(token_name) in {n.name for n in graph_def.node}:
-      input_map[token_name] = tf.constant(f'tff_conflict_inprocess_{name}')
-    returns = output_names + ([target_name] if target_name else [])
-    elements = tf.graph_util.import_graph_def(
-        graph_def, input_map=input_map, return_elements=returns, name='stamped')
-    if target_name:
-      with tf.control_dependencies([elements[-1]]):
-        return [tf.constant(True)]
-    return elements
-
-  return tf.compat.v1.wrap_function(import_graph, input_specs)
+      types = [arg.type or node.attr[arg.type_attr].type]
+    if index < position + len(types):
+      return tf.dtypes.as_dtype(types[index - position])
+    position += len(types)
+  raise ValueError(f'{node.name!r} has no output {index}')
 
 
 _no_grappler_options: dict[tuple[bytes, str], Any] = {}

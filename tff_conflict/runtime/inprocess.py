@@ -211,12 +211,12 @@ class InProcessRunner:
     self._buffered_leaves: list[int] = []
     self._buffer_row_shapes: dict[int, tuple[int, ...]] = {}
     growing = any(not s.shape.is_fully_defined() for s in self._accumulator_specs)
-    if accumulation == 'buffered' and growing:
-      self._buffered_leaves, self._buffer_row_shapes = self._find_buffered_leaves()
     # A chain accumulate(acc, update_k) over the clients (TFF's order) where nothing can grow with
     # the number of clients; else single-client accumulators combined by `merge` (module
     # docstring).
     self._chain = accumulation == 'sequential' or (accumulation == 'buffered' and not growing)
+    if accumulation == 'buffered' and growing:
+      self._buffered_leaves, self._buffer_row_shapes = self._find_buffered_leaves()
     self._model_weight_fns: dict[str, _tf_stamp.StampedComputation] = {}
     self._cached_state: tuple[list[Any], list[tf.Tensor]] | None = None
     self._num_state_leaves = len(_tf_stamp.flat_specs(self._state_type.member))
