@@ -85,8 +85,9 @@ def instrument(timers):
 
   _tf_stamp.StampedComputation.__init__ = stamp_init
   wrap(_tf_stamp.StampedComputation, 'call_tensors', lambda self, *a: f'call {self.name}')
-  wrap(inprocess._ClientStep, 'work_only', lambda *a: 'client step')  # pylint: disable=protected-access
-  wrap(inprocess._ClientStep, 'accumulated', lambda *a: 'client step')  # pylint: disable=protected-access
+  step_class = inprocess._ClientStep  # pylint: disable=protected-access
+  wrap(step_class, 'work_only', lambda *a: 'client step')
+  wrap(step_class, 'accumulated', lambda *a: 'client step')
   wrap(inprocess.InProcessRunner, '_find_buffered_leaves',
        lambda *a: 'check buffered leaves')
   wrap(inprocess.InProcessRunner, '_to_python', lambda *a, **k: 'results to numpy')
