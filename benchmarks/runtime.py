@@ -67,13 +67,14 @@ def cpu_seconds() -> float:
 def digits_case(algorithm: str, num_clients: int) -> Case:
   """The README's digits task (module docstring) for `num_clients` clients per round."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from experiments import config as experiment_config  # pylint: disable=g-import-not-at-top
   from experiments import models as experiment_models  # pylint: disable=g-import-not-at-top
   from experiments import training_loop  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   train, _ = data.digits(num_clients=max(20, num_clients), alpha=0.1, seed=0)
-  config = training_loop.LoopConfig(rounds=1, clients_per_round=num_clients, client_epochs=2,
-                                    batch_size=20)
+  config = experiment_config.LoopConfig(rounds=1, clients_per_round=num_clients,
+                                        client_epochs=2, batch_size=20)
   ids = train.client_ids[:num_clients]
 
   def datasets(round_num):
