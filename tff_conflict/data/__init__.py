@@ -12,6 +12,11 @@ Every loader returns client data whose elements are single, UNBATCHED examples
   tfds_dirichlet(name, *, num_clients, alpha, seed=0, data_dir=None)
                                                   mnist, fashion_mnist, cifar10, cifar100
   dirichlet_partition(labels, num_clients, alpha, *, seed, min_examples=1)
+  iid_partition, label_quantity_partition (#C=k), quantity_skew_partition
+                                                  NIID-Bench's other splits (`partition`)
+  parse_regime('digits:dir(0.1)'), load_regime(regime, *, seed)
+                                                  a dataset and its split, by name (`regimes`)
+  split_validation(client_data, fraction, *, seed)  a validation split of the training clients
   partition_to_client_data(x, y, partition)
   describe(client_data)                           sizes and label-skew summary (a dict)
 
@@ -32,11 +37,19 @@ from tff_conflict.data.leaf_data import leaf
 from tff_conflict.data.leaf_data import LeafClientData
 from tff_conflict.data.leaf_json import LeafFormatError
 from tff_conflict.data.partition import dirichlet_partition
+from tff_conflict.data.partition import iid_partition
+from tff_conflict.data.partition import label_quantity_partition
+from tff_conflict.data.partition import quantity_skew_partition
+from tff_conflict.data.regimes import load_regime
+from tff_conflict.data.regimes import parse_regime
+from tff_conflict.data.regimes import Regime
 from tff_conflict.data.synthetic_data import synthetic
 from tff_conflict.data.tfds_data import tfds_dirichlet
+from tff_conflict.data.validation import split_validation
 
 __all__ = [
     'DatasetInfo',
+    'Regime',
     'dataset_info',
     'describe',
     'digits',
@@ -45,7 +58,13 @@ __all__ = [
     'leaf',
     'LeafClientData',
     'LeafFormatError',
+    'iid_partition',
+    'label_quantity_partition',
+    'load_regime',
+    'parse_regime',
     'partition_to_client_data',
+    'quantity_skew_partition',
+    'split_validation',
     'synthetic',
     'tfds_dirichlet',
 ]

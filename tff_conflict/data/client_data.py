@@ -107,6 +107,17 @@ class ArrayClientData(tff.simulation.datasets.ClientData):
     """Number of examples of each client, in `client_ids` order."""
     return np.diff(self._offsets)
 
+  @property
+  def partition(self) -> list[np.ndarray]:
+    """The example indices (into the stored arrays) of each client, in `client_ids` order."""
+    return [self._order[a:b].copy() for a, b in zip(self._offsets[:-1], self._offsets[1:])]
+
+  def with_partition(self, partition: Sequence) -> 'ArrayClientData':
+    """A new `ArrayClientData` over the same arrays, transform and classes, split by `partition`
+    (a list of index arrays into the stored arrays)."""
+    return ArrayClientData(self._x, self._y, partition, transform=self._transform,
+                           num_classes=self._label_counts.shape[1])
+
 
 def partition_to_client_data(x, y, partition) -> ArrayClientData:
   """A TFF `ClientData` whose client k holds the examples `partition[k]` of `(x, y)`.

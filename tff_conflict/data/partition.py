@@ -1,4 +1,15 @@
-"""Dirichlet label-skew partitions of a labelled dataset over clients (pure numpy).
+"""Partitions of a labelled dataset over clients (pure numpy), as NIID-Bench names them.
+
+The four partitions of Li, Diao, Chen and He, "Federated Learning on Non-IID Data Silos: An
+Experimental Study" (ICDE 2022, arXiv:2102.02079), Sec. III-A and their code
+(`Xtra-Computing/NIID-Bench`, `utils.partition_data`):
+
+| function | NIID-Bench name | what varies between clients |
+|---|---|---|
+| `iid_partition` | homogeneous (`homo`) | nothing: equal shares of a random permutation |
+| `dirichlet_partition` | distribution-based label imbalance, `p_k ~ Dir(beta)` (`noniid-labeldir`) | label proportions |
+| `label_quantity_partition` | quantity-based label imbalance, `#C=k` (`noniid-#label<k>`) | which k classes a client holds |
+| `quantity_skew_partition` | quantity skew, `q ~ Dir(beta)` (`iid-diff-quantity`) | client sizes (labels IID) |
 
 `dirichlet_partition` is the split the FedGH paper describes (Sec. II-B, after Yurochkin et al.
 2019 and Wang et al. 2020; also FedMGC Sec. V-A and the FedGA and FedLD experiments): for every
@@ -19,6 +30,11 @@ from tff_conflict import _checks
 
 # Draws of all the class proportions tried before `dirichlet_partition` gives up on min_examples.
 MAX_DRAWS = 1000
+# NIID-Bench's least client size under quantity skew (`while min_size < 10: redraw`).
+QUANTITY_SKEW_MIN_EXAMPLES = 10
+# Draws of the client shares tried before `quantity_skew_partition` gives up on min_examples (one
+# draw is a few microseconds; Dir(0.5) over 20 clients of 1,438 examples needs about 1,000).
+QUANTITY_SKEW_MAX_DRAWS = 100_000
 
 
 def _check_labels(labels, name: str = 'labels') -> np.ndarray:
@@ -104,6 +120,148 @@ def _assign(labels: np.ndarray, classes: np.ndarray, counts: np.ndarray,
       parts[k].append(chunk)
   return [rng.permutation(np.concatenate(p).astype(np.int64)) if p else np.zeros(0, np.int64)
           for p in parts]
+
+
+def iid_partition(num_examples, num_clients, *, seed) -> list[np.ndarray]:
+  """Splits examples over clients uniformly at random (NIID-Bench's homogeneous partition).
+
+  A random permutation of the `num_examples` indices is cut into `num_clients` contiguous pieces
+  whose sizes differ by at most one (`numpy.array_split`): the first `num_examples % num_clients`
+  clients get one more example.
+
+  Args:
+    num_examples: number of examples N >= 1.
+    num_clients: number of clients K, 1..N.
+    seed: integer >= 0 seeding `np.random.default_rng`.
+
+  Returns:
+    A list of K int64 arrays of example indices, each in random order.
+
+  Raises:
+    ValueError: on a bad argument (named in the message).
+  """
+  num_examples = _checks.check_int('num_examples', num_examples, minimum=1)
+  num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
+  seed = _checks.check_int('seed', seed, minimum=0)
+  if num_clients > num_examples:
+    raise ValueError(f'num_clients={num_clients} is larger than the {num_examples} examples: '
+                     'every client needs at least one')
+  rng = np.random.default_rng(seed)
+  return [p.astype(np.int64) for p in np.array_split(rng.permutation(num_examples), num_clients)]
+
+
+def label_quantity_partition(labels, num_clients, classes_per_client, *, seed,
+                             num_classes=None) -> list[np.ndarray]:
+  """Each client holds exactly `classes_per_client` classes (NIID-Bench's `#C=k`).
+
+  NIID-Bench's quantity-based label imbalance, the FedAvg paper's pathological non-IID split
+  generalised (McMahan et al. 2017 give each client shards of 2 classes): client k first takes
+  class `k mod C`, then `classes_per_client - 1` further distinct classes drawn uniformly at
+  random; then the examples of each class are shuffled and split as equally as possible
+  (`numpy.array_split`) among the clients that hold it. With `num_clients >= C` every class is
+  held by some client; otherwise the classes nobody drew are left out (their examples are in no
+  client).
+
+  Args:
+    labels: 1-D integer array of class labels (>= 0), one per example.
+    num_clients: number of clients K >= 1.
+    classes_per_client: k, 1..C.
+    seed: integer >= 0 seeding `np.random.default_rng`.
+    num_classes: C; default: the largest label + 1.
+
+  Returns:
+    A list of K int64 arrays of example indices, each in random order; client k's examples cover
+    exactly k classes.
+
+  Raises:
+    ValueError: on a bad argument (named in the message), or if a class has fewer examples than
+      clients holding it (some client would hold fewer than k classes).
+  """
+  labels = _check_labels(labels)
+  num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
+  seed = _checks.check_int('seed', seed, minimum=0)
+  if num_classes is None:
+    num_classes = int(labels.max()) + 1
+  num_classes = _checks.check_int('num_classes', num_classes, minimum=1)
+  if labels.max() >= num_classes:
+    raise ValueError(f'num_classes={num_classes} is not above the largest label '
+                     f'{int(labels.max())}')
+  classes_per_client = _checks.check_int('classes_per_client', classes_per_client, minimum=1)
+  if classes_per_client > num_classes:
+    raise ValueError(f'classes_per_client must be at most num_classes={num_classes}, got '
+                     f'{classes_per_client}')
+  rng = np.random.default_rng(seed)
+  held = []
+  for k in range(num_clients):
+    classes = [k % num_classes]
+    while len(classes) < classes_per_client:
+      c = int(rng.integers(num_classes))
+      if c not in classes:
+        classes.append(c)
+    held.append(classes)
+  parts = [[] for _ in range(num_clients)]
+  for c in range(num_classes):
+    holders = [k for k in range(num_clients) if c in held[k]]
+    if not holders:
+      continue
+    members = rng.permutation(np.flatnonzero(labels == c))
+    if members.size < len(holders):
+      raise ValueError(f'class {c} has {members.size} examples for {len(holders)} clients holding '
+                       f'it: lower num_clients={num_clients} or '
+                       f'classes_per_client={classes_per_client}')
+    for k, chunk in zip(holders, np.array_split(members, len(holders))):
+      parts[k].append(chunk)
+  return [rng.permutation(np.concatenate(p).astype(np.int64)) for p in parts]
+
+
+def quantity_skew_partition(num_examples, num_clients, beta, *, seed,
+                            min_examples=QUANTITY_SKEW_MIN_EXAMPLES) -> list[np.ndarray]:
+  """Client sizes drawn from a Dirichlet, labels IID (NIID-Bench's quantity skew `q ~ Dir(beta)`).
+
+  Draws `q ~ Dir_K(beta)` and gives client k the next
+  `floor(N sum_{j<=k} q_j) - floor(N sum_{j<k} q_j)` indices of a random permutation of the N
+  examples (the last client takes the rest). As in NIID-Bench, `q` is drawn again while some
+  client would get fewer than `min_examples` examples (default 10, NIID-Bench's), at most
+  `QUANTITY_SKEW_MAX_DRAWS` times. Smaller beta: more unequal sizes; beta -> infinity: equal sizes.
+
+  Args:
+    num_examples: number of examples N >= 1.
+    num_clients: number of clients K >= 1.
+    beta: Dirichlet concentration > 0.
+    seed: integer >= 0 seeding `np.random.default_rng`.
+    min_examples: least number of examples per client (>= 0).
+
+  Returns:
+    A list of K int64 arrays of example indices, each in random order.
+
+  Raises:
+    ValueError: on a bad argument (named in the message), if `num_clients * min_examples`
+      exceeds N, or if no draw within `QUANTITY_SKEW_MAX_DRAWS` satisfies `min_examples`.
+  """
+  num_examples = _checks.check_int('num_examples', num_examples, minimum=1)
+  num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
+  beta = _checks.check_positive('beta', beta)
+  seed = _checks.check_int('seed', seed, minimum=0)
+  min_examples = _checks.check_int('min_examples', min_examples, minimum=0)
+  if num_clients * min_examples > num_examples:
+    raise ValueError(f'num_clients={num_clients} clients with min_examples={min_examples} each '
+                     f'need more than the {num_examples} examples given')
+  rng = np.random.default_rng(seed)
+  order = rng.permutation(num_examples)
+  for _ in range(QUANTITY_SKEW_MAX_DRAWS):
+    proportions = rng.dirichlet(np.full(num_clients, beta))
+    if not np.isfinite(proportions).all() or proportions.sum() <= 0:
+      continue
+    sizes = _split_counts(proportions / proportions.sum(), num_examples)
+    if sizes.min() >= min_examples:
+      break
+  else:
+    raise ValueError(
+        f'quantity_skew_partition found no split giving each of num_clients={num_clients} '
+        f'clients min_examples={min_examples} examples in {QUANTITY_SKEW_MAX_DRAWS} draws '
+        f'(beta={beta}, '
+        f'{num_examples} examples); lower min_examples or num_clients, or raise beta')
+  return [rng.permutation(p).astype(np.int64) for p in np.split(order, np.cumsum(sizes)[:-1])]
 
 
 def partition_like(labels, reference_counts, *, seed, min_examples=1) -> list[np.ndarray]:

@@ -1,0 +1,119 @@
+"""Regime names (NIID-Bench's splits, Synthetic, EMNIST's writers) and what they load."""
+
+import numpy as np
+import pytest
+
+from tff_conflict import data
+from tff_conflict.data import regimes
+from tests.data import test_emnist_data
+
+
+def _pooled(client_data):
+  xs, ys = [], []
+  for batch in client_data.create_tf_dataset_from_all_clients().batch(4096):
+    xs.append(batch['x'].numpy())
+    ys.append(batch['y'].numpy())
+  return np.concatenate(xs), np.concatenate(ys)
+
+
+@pytest.mark.parametrize('text,name,slug', [
+    ('digits:iid', 'digits:iid', 'digits_iid'),
+    ('digits:dir(0.10)', 'digits:dir(0.1)', 'digits_dir_0.1'),
+    ('digits: dir( 1 )', 'digits:dir(1)', 'digits_dir_1'),
+    ('digits:#C=2', 'digits:#C=2', 'digits_C2'),
+    ('digits:qty(0.5)@100', 'digits:qty(0.5)@100', 'digits_qty_0.5_100'),
+    ('synthetic(1,1)', 'synthetic(1,1)', 'synthetic_1_1'),
+    ('synthetic( 0.5 , 0.5 )', 'synthetic(0.5,0.5)', 'synthetic_0.5_0.5'),
+    ('synthetic(0,0)@10', 'synthetic(0,0)@10', 'synthetic_0_0_10'),
+    ('emnist:natural', 'emnist:natural', 'emnist_natural'),
+    ('mnist:dir(0.5)', 'mnist:dir(0.5)', 'mnist_dir_0.5'),
+])
+def test_names_round_trip(text, name, slug):
+  regime = data.parse_regime(text)
+  assert regime.name == name and str(regime) == name
+  assert regime.slug == slug
+  assert data.parse_regime(name) == regime
+
+
+@pytest.mark.parametrize('text,match', [
+    ('digits', 'must be DATASET:SPLIT'),
+    ('cats:iid', 'must be DATASET:SPLIT'),
+    ('digits:dirichlet(0.1)', 'the split must be'),
+    ('digits:dir(0)', 'concentration must be > 0'),
+    ('digits:#C=11', r'#C=K needs K in 1..10'),
+    ('digits:#C=0', r'#C=K needs K in 1..10'),
+    ('digits:natural', 'no natural clients'),
+    ('emnist:dir(0.1)', 'keeps its writers'),
+    ('digits:iid@0', 'population after "@"'),
+    ('synthetic(1)', 'must be DATASET:SPLIT'),
+])
+def test_bad_names_are_clear_errors(text, match):
+  with pytest.raises(ValueError, match=match):
+    data.parse_regime(text)
+
+
+def test_digits_dirichlet_regime_is_data_digits():
+  for alpha, seed in ((0.1, 0), (0.5, 3)):
+    got = data.load_regime(data.parse_regime(f'digits:dir({alpha})'), seed=seed)
+    expected = data.digits(alpha=alpha, seed=seed)
+    for a, b in zip(got, expected):
+      np.testing.assert_array_equal(a.label_counts, b.label_counts)
+      for pa, pb in zip(a.partition, b.partition):
+        np.testing.assert_array_equal(pa, pb)
+
+
+@pytest.mark.parametrize('name', ['digits:iid', 'digits:#C=2', 'digits:qty(0.5)',
+                                  'digits:dir(1)@40'])
+def test_array_regimes_keep_the_whole_test_split(name):
+  regime = data.parse_regime(name)
+  train, test = data.load_regime(regime, seed=1)
+  num_clients = regime.num_clients or 20
+  assert len(train.client_ids) == len(test.client_ids) == num_clients
+  assert train.client_ids == test.client_ids
+  reference_train, reference_test = data.digits(seed=1)
+  _, y = _pooled(test)
+  _, y_reference = _pooled(reference_test)
+  np.testing.assert_array_equal(np.sort(y), np.sort(y_reference))  # the same 359 examples
+  assert train.client_sizes.sum() == reference_train.client_sizes.sum()
+  assert (train.client_sizes > 0).all()
+
+
+def test_each_split_has_its_defining_property():
+  iid, _ = data.load_regime('digits:iid', seed=0)
+  assert iid.client_sizes.max() - iid.client_sizes.min() <= 1
+  pathological, _ = data.load_regime('digits:#C=2', seed=0)
+  assert ((pathological.label_counts > 0).sum(axis=1) == 2).all()
+  quantity, _ = data.load_regime('digits:qty(0.5)', seed=0)
+  assert quantity.client_sizes.min() >= 10
+  assert quantity.client_sizes.std() > 5 * iid.client_sizes.std()
+  summary = data.describe(quantity)
+  assert summary['label_tv_distance']['median'] < 0.35  # labels about IID
+
+
+def test_synthetic_regime_is_data_synthetic():
+  got_train, _ = data.load_regime('synthetic(0.5,0.5)@12', seed=2)
+  expected_train, _ = data.synthetic(0.5, 0.5, num_clients=12, seed=2)
+  np.testing.assert_array_equal(got_train.label_counts, expected_train.label_counts)
+  for cid in expected_train.client_ids:
+    got = next(iter(got_train.create_tf_dataset_for_client(cid).batch(10000)))
+    expected = next(iter(expected_train.create_tf_dataset_for_client(cid).batch(10000)))
+    np.testing.assert_array_equal(got['x'].numpy(), expected['x'].numpy())
+
+
+def test_emnist_natural_keeps_writers_and_first_k(tmp_path):
+  test_emnist_data._write_db(str(tmp_path / 'emnist_all.sqlite'))  # pylint: disable=protected-access
+  train, test = data.load_regime('emnist:natural', cache_dir=str(tmp_path))
+  assert sorted(train.client_ids) == ['w0', 'w1', 'w2']
+  train, test = data.load_regime('emnist:natural@2', cache_dir=str(tmp_path))
+  assert train.client_ids == ['w0', 'w1']
+  assert sorted(test.client_ids) == ['w0', 'w1', 'w2']
+
+
+def test_population_larger_than_the_test_split_is_refused():
+  with pytest.raises(ValueError, match='num_clients must be at most 359'):
+    data.load_regime('digits:iid@400')
+
+
+def test_metadata():
+  regime = data.parse_regime('digits:#C=3')
+  assert regimes.num_classes(regime) == 10 and regimes.element_shape(regime) == (8, 8, 1)

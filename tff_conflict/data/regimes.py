@@ -1,0 +1,236 @@
+"""Data regimes: a dataset and the way it is split over clients, by name.
+
+A regime name is `DATASET:SPLIT` (optionally `@K` for a population of K clients), or
+`synthetic(ALPHA,BETA)`. The splits are NIID-Bench's (Li, Diao, Chen and He, "Federated Learning
+on Non-IID Data Silos: An Experimental Study", ICDE 2022, arXiv:2102.02079), see
+`tff_conflict.data.partition`:
+
+| name | split | NIID-Bench |
+|---|---|---|
+| `digits:iid` | `iid_partition` | homogeneous |
+| `digits:dir(0.1)` | `dirichlet_partition(alpha=0.1)` | `p_k ~ Dir(0.1)` |
+| `digits:#C=2` | `label_quantity_partition(classes_per_client=2)` | `#C=2` |
+| `digits:qty(0.5)` | `quantity_skew_partition(beta=0.5)` | `q ~ Dir(0.5)` |
+| `synthetic(1,1)` | FedProx / LEAF Synthetic(alpha, beta), `data.synthetic` | - |
+| `emnist:natural` | federated EMNIST by writer, `data.emnist` | - |
+
+Array datasets accept all four splits: `digits` (offline) and the prepared tensorflow-datasets
+`mnist`, `fashion_mnist`, `cifar10`, `cifar100`. `emnist` and `emnist_digits` keep their writers
+(`natural`; `@K` keeps the first K writers in id order). `@K` sets the number of clients
+(default: digits 20, synthetic 30, tfds datasets 100).
+
+For array datasets the test split (digits: the stratified 20% holdout of `data.digits`; tfds: the
+dataset's test split) is partitioned over the same client ids with each client's training label
+proportions (`partition.partition_like`), so `test.create_tf_dataset_from_all_clients()` is the
+whole centralized test set. `load_regime(parse_regime('digits:dir(A)'), seed=S)` is exactly
+`data.digits(alpha=A, seed=S)`.
+"""
+
+import dataclasses
+import re
+from typing import Any, Optional
+
+import numpy as np
+
+from tff_conflict import _checks
+from tff_conflict.data import client_data as client_data_lib
+from tff_conflict.data import info as info_lib
+from tff_conflict.data import partition as partition_lib
+
+ARRAY_DATASETS = ('digits', 'mnist', 'fashion_mnist', 'cifar10', 'cifar100')
+WRITER_DATASETS = ('emnist', 'emnist_digits')
+DATASETS = ARRAY_DATASETS + WRITER_DATASETS + ('synthetic',)
+ARRAY_SPLITS = ('iid', 'dir', '#C', 'qty')
+DEFAULT_NUM_CLIENTS = {'digits': 20, 'synthetic': 30, 'mnist': 100, 'fashion_mnist': 100,
+                       'cifar10': 100, 'cifar100': 100}
+
+_NUMBER = r'([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)'
+_SYNTHETIC = re.compile(rf'^synthetic\(\s*{_NUMBER}\s*,\s*{_NUMBER}\s*\)$')
+_SPLITS = {
+    'iid': re.compile(r'^iid$'),
+    'natural': re.compile(r'^natural$'),
+    'dir': re.compile(rf'^dir\(\s*{_NUMBER}\s*\)$'),
+    '#C': re.compile(r'^#C=([0-9]+)$'),
+    'qty': re.compile(rf'^qty\(\s*{_NUMBER}\s*\)$'),
+}
+
+
+def _fmt(value: float) -> str:
+  return f'{float(value):g}'
+
+
+@dataclasses.dataclass(frozen=True)
+class Regime:
+  """A dataset split over clients.
+
+  Attributes:
+    dataset: one of `DATASETS`.
+    split: 'iid', 'dir' (Dirichlet label skew, `param` = (alpha,)), '#C' (`param` = (k,)),
+      'qty' (quantity skew, `param` = (beta,)), 'synthetic' (`param` = (alpha, beta)) or
+      'natural' (the dataset's own clients).
+    param: the split's parameters.
+    num_clients: the population size; None for the dataset's default.
+  """
+  dataset: str
+  split: str
+  param: tuple = ()
+  num_clients: Optional[int] = None
+
+  @property
+  def name(self) -> str:
+    """The canonical name, e.g. 'digits:dir(0.1)', 'digits:#C=2@100', 'synthetic(1,1)'."""
+    if self.split == 'synthetic':
+      text = f'synthetic({_fmt(self.param[0])},{_fmt(self.param[1])})'
+    elif self.split == 'dir' or self.split == 'qty':
+      text = f'{self.dataset}:{self.split}({_fmt(self.param[0])})'
+    elif self.split == '#C':
+      text = f'{self.dataset}:#C={self.param[0]}'
+    else:
+      text = f'{self.dataset}:{self.split}'
+    return text if self.num_clients is None else f'{text}@{self.num_clients}'
+
+  @property
+  def slug(self) -> str:
+    """`name` as a file name: letters, digits, '.', '-' and '_' only."""
+    return re.sub(r'[^A-Za-z0-9.=-]+', '_', self.name.replace('#C=', 'C')).strip('_')
+
+  def __str__(self) -> str:
+    return self.name
+
+
+def parse_regime(text: str) -> Regime:
+  """Parses a regime name (see the module docstring); `ValueError` naming the text otherwise."""
+  if not isinstance(text, str):
+    raise ValueError(f'regime must be a string such as "digits:dir(0.1)", got {text!r}')
+  body = text.strip()
+  num_clients = None
+  if '@' in body:
+    body, _, population = body.rpartition('@')
+    if not population.isdigit() or int(population) < 1:
+      raise ValueError(f'regime {text!r}: the population after "@" must be an integer >= 1')
+    num_clients = int(population)
+  match = _SYNTHETIC.match(body)
+  if match:
+    return Regime('synthetic', 'synthetic', (float(match[1]), float(match[2])), num_clients)
+  dataset, sep, split = body.partition(':')
+  if not sep or dataset not in DATASETS or dataset == 'synthetic':
+    raise ValueError(f'regime {text!r} must be DATASET:SPLIT with DATASET in '
+                     f'{[d for d in DATASETS if d != "synthetic"]}, or synthetic(ALPHA,BETA)')
+  for kind, pattern in _SPLITS.items():
+    match = pattern.match(split.strip())
+    if match:
+      break
+  else:
+    raise ValueError(f'regime {text!r}: the split must be iid, dir(ALPHA), #C=K, qty(BETA) or '
+                     f'natural, got {split!r}')
+  if dataset in WRITER_DATASETS and kind != 'natural':
+    raise ValueError(f'regime {text!r}: {dataset} keeps its writers; use {dataset}:natural')
+  if dataset in ARRAY_DATASETS and kind == 'natural':
+    raise ValueError(f'regime {text!r}: {dataset} has no natural clients; use iid, dir(ALPHA), '
+                     '#C=K or qty(BETA)')
+  if kind in ('dir', 'qty'):
+    value = float(match[1])
+    if not value > 0:
+      raise ValueError(f'regime {text!r}: the concentration must be > 0, got {value:g}')
+    return Regime(dataset, kind, (value,), num_clients)
+  if kind == '#C':
+    k = int(match[1])
+    classes = info_lib.dataset_info(dataset).num_classes
+    if not 1 <= k <= classes:
+      raise ValueError(f'regime {text!r}: #C=K needs K in 1..{classes} for {dataset}, got {k}')
+    return Regime(dataset, kind, (k,), num_clients)
+  return Regime(dataset, kind, (), num_clients)
+
+
+def num_classes(regime: Regime) -> int:
+  return info_lib.dataset_info(regime.dataset).num_classes
+
+
+def element_shape(regime: Regime) -> tuple:
+  return info_lib.dataset_info(regime.dataset).element_shape
+
+
+def partition_for(regime: Regime, labels: np.ndarray, num_clients: int, *,
+                  seed: int) -> list[np.ndarray]:
+  """The partition of training `labels` over `num_clients` clients by an array split."""
+  if regime.split == 'iid':
+    return partition_lib.iid_partition(len(labels), num_clients, seed=seed)
+  if regime.split == 'dir':
+    return partition_lib.dirichlet_partition(labels, num_clients, regime.param[0], seed=seed)
+  if regime.split == '#C':
+    return partition_lib.label_quantity_partition(labels, num_clients, regime.param[0], seed=seed,
+                                                  num_classes=num_classes(regime))
+  if regime.split == 'qty':
+    return partition_lib.quantity_skew_partition(len(labels), num_clients, regime.param[0],
+                                                 seed=seed)
+  raise ValueError(f'regime {regime.name!r} is not an array split')
+
+
+def _split_arrays(regime, x_train, y_train, x_test, y_test, num_clients, seed, transform=None):
+  if num_clients > y_test.size:
+    raise ValueError(f'regime {regime.name!r}: num_clients must be at most {y_test.size} (one '
+                     f'held-out example per client), got {num_clients}')
+  classes = num_classes(regime)
+  parts = partition_for(regime, y_train, num_clients, seed=seed)
+  train = client_data_lib.ArrayClientData(x_train, y_train, parts, transform=transform,
+                                          num_classes=classes)
+  if (train.client_sizes == 0).any():
+    raise ValueError(f'regime {regime.name!r} left a client without examples')
+  test_parts = partition_lib.partition_like(y_test, train.label_counts, seed=seed)
+  test = client_data_lib.ArrayClientData(x_test, y_test, test_parts, transform=transform,
+                                         num_classes=classes)
+  return train, test
+
+
+def _first_writers(client_data, num_writers):
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  ids = sorted(client_data.client_ids)
+  if num_writers > len(ids):
+    raise ValueError(f'num_clients={num_writers} is larger than the {len(ids)} writers')
+  keep = ids[:num_writers]
+  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+      keep, client_data.serializable_dataset_fn)
+
+
+def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = None,
+                data_dir: Optional[str] = None) -> tuple[Any, Any]:
+  """Loads the `(train, test)` client data of `regime`.
+
+  Args:
+    regime: a `Regime` (`parse_regime`).
+    seed: integer >= 0: the partition's seed, digits' holdout's, and Synthetic's generative
+      process'.
+    cache_dir: emnist: the directory holding `emnist_all.sqlite`.
+    data_dir: tfds datasets: the tensorflow-datasets data directory.
+
+  Returns:
+    `(train, test)` `tff.simulation.datasets.ClientData` of unbatched `OrderedDict(x, y)`.
+
+  Raises:
+    ValueError: a bad argument or a split the data cannot satisfy (named in the message).
+    FileNotFoundError: emnist or a tfds dataset that is not on disk.
+  """
+  if not isinstance(regime, Regime):
+    regime = parse_regime(regime)
+  seed = _checks.check_int('seed', seed, minimum=0)
+  num_clients = regime.num_clients or DEFAULT_NUM_CLIENTS.get(regime.dataset)
+  if regime.dataset == 'synthetic':
+    from tff_conflict.data import synthetic_data  # pylint: disable=g-import-not-at-top
+    return synthetic_data.synthetic(*regime.param, num_clients=num_clients, seed=seed)
+  if regime.dataset in WRITER_DATASETS:
+    from tff_conflict.data import emnist_data  # pylint: disable=g-import-not-at-top
+    train, test = emnist_data.emnist(only_digits=regime.dataset == 'emnist_digits',
+                                     cache_dir=cache_dir)
+    if regime.num_clients is not None:
+      train = _first_writers(train, regime.num_clients)
+    return train, test
+  if regime.dataset == 'digits':
+    from tff_conflict.data import digits_data  # pylint: disable=g-import-not-at-top
+    x, y = digits_data.load_digits_arrays()
+    train_idx, test_idx = digits_data.holdout_split(y, digits_data.TEST_FRACTION, seed)
+    return _split_arrays(regime, x[train_idx], y[train_idx], x[test_idx], y[test_idx],
+                         num_clients, seed)
+  from tff_conflict.data import tfds_data  # pylint: disable=g-import-not-at-top
+  (x_train, y_train), (x_test, y_test) = tfds_data.load_arrays(regime.dataset, data_dir)
+  return _split_arrays(regime, x_train, y_train, x_test, y_test, num_clients, seed,
+                       transform=tfds_data._scale_to_unit)  # pylint: disable=protected-access
