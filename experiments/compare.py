@@ -57,8 +57,7 @@ with flags_lib.record_group('compare'):
   flags.DEFINE_list('seeds', ['0'], 'Seeds (model initialisation, client sampling, shuffling); '
                     'the data partition is --data_seed for all.')
   flags.DEFINE_float('target_accuracy', 0.8, 'Test accuracy whose first round is reported.')
-  flags.DEFINE_enum('preset', None, list(('readme',)), 'A named set of flag values (flags given '
-                    'explicitly win). readme: the README\'s main command, see PRESETS.')
+# --preset (flags_lib, shared by the binaries): readme, the README's main command (PRESETS).
 
 # The README's main command: offline digits, Dirichlet alpha = 0.1 over 20 clients, 10 per
 # round, FedAvg and every method, seed 0, FedAvg's 2NN (mlp) trained 2 local epochs per round,
@@ -76,9 +75,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def apply_preset() -> None:
-  """Sets the preset's values on every flag that was not given on the command line."""
+  """Sets the preset's values on every flag that was not given on the command line.
+
+  Raises:
+    app.UsageError: an unknown --preset.
+  """
   if FLAGS.preset is None:
     return
+  if FLAGS.preset not in PRESETS:
+    raise app.UsageError(f'--preset must be one of {sorted(PRESETS)}, got {FLAGS.preset!r}')
   for name, value in PRESETS[FLAGS.preset].items():
     if not FLAGS[name].present:
       FLAGS[name].value = value

@@ -16,6 +16,7 @@ Groups declared here (imported by `experiments.train` and `experiments.compare`)
   method     each method's hyperparameters: defaults, ranges and help from
              `tff_conflict.hparams`, checked when the flags are parsed
   output     --output_dir, --experiment_name, --resume, --progress
+  preset     --preset (each binary checks the name against its own presets)
   runtime    --runtime, --workers
 
 Each flag's default is the default of the config field it sets (`experiments.config`), and each
@@ -190,6 +191,10 @@ with record_group('output'):
                     'experiment; --noresume starts over (deleting its old outputs).')
   flags.DEFINE_bool('progress', _D(config.OutputConfig, 'progress'),
                     'Show a progress bar (plain lines when stdout is not a terminal).')
+
+with record_group('preset'):
+  flags.DEFINE_string('preset', None, 'A named set of flag values; flags given explicitly win. '
+                      'Each binary has its own: compare: readme; benchmark: smoke, results.')
 
 with record_group('runtime'):
   flags.DEFINE_enum('runtime', _D(config.RuntimeConfig, 'runtime'), list(config.RUNTIMES),

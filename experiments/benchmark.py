@@ -1,0 +1,291 @@
+"""Benchmarks every method against FedAvg over data regimes, local epochs and seeds, tuned on a
+validation split, with paired confidence intervals.
+
+    python -m experiments.benchmark --preset=smoke --output_dir=/tmp/bench   # seconds, no tuning
+    python -m experiments.benchmark --preset=results --results_md=RESULTS.md   # RESULTS.md
+    python -m experiments.benchmark --regimes='digits:dir(0.1),synthetic(1,1)' \\
+        --methods=fedavg,fedprox,'fedga[counts=dataset]' --epochs=1,5 --report_seeds=0,1,2
+
+The grid is regimes x methods x local epochs E x reporting seeds (`--regimes`, `--methods`,
+`--epochs`, `--report_seeds`). Regimes are named as NIID-Bench names its splits
+(`tff_conflict.data.regimes`): `digits:iid`, `digits:dir(ALPHA)`, `digits:#C=K`,
+`digits:qty(BETA)`, `synthetic(ALPHA,BETA)`, `emnist:natural`, `mnist:dir(0.5)`, ... with `@K`
+for a population of K clients. Methods are `tff_conflict.learning.ALGORITHMS` names, registered
+variants, or ad-hoc variants `ALGORITHM[key=value,...]` (`experiments.benchmarking.methods`).
+
+For a given seed every method sees the same partition, initial model and clients per round.
+Unless `--tune=false`, each method's own hyperparameters and the client learning rate (and the
+server learning rate for FedLD) are first chosen on a validation split carved from the clients'
+training data, on `--tuning_seeds`, per dataset on one regime (`--tuning_regimes`; default
+digits:dir(0.1) and synthetic(1,1)) and per E (`--tune_epochs`); see
+`experiments.benchmarking.tuning`. Each learning process is built once per (method,
+hyperparameters, model) and reused across regimes, E and seeds.
+
+Outputs under `<output_dir>/<experiment_name>/` (`experiments.benchmarking.grid`): report.md,
+runs.csv (one row per reporting run), tuning.csv, plots/, and each run's directory. Finished
+runs are skipped when the same command runs again, so a killed benchmark continues where it
+stopped. `--report_only` rewrites the report from what is on disk; `--results_md=PATH` also
+writes PATH (the machine, date, command and wall time, then the report) and copies runs.csv and
+the plots to `docs/results/` beside it.
+
+Flags shared with `train` / `compare` that the benchmark uses: --rounds, --clients_per_round,
+--client_batch_size, --client_shuffle_buffer, --client_learning_rate, --client_momentum and
+--server_learning_rate (the learning rates only with --tune=false), the method hyperparameter
+flags (the given values: used where nothing is tuned), --data_seed (with --novary_partition),
+--cache_dir, --data_dir, --output_dir, --experiment_name, --resume, --progress, --runtime.
+"""
+
+import datetime
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+# TensorFlow must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras
+# pitfalls).
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+
+from experiments import flags_lib  # pylint: disable=g-import-not-at-top
+from experiments import registry
+from experiments.benchmarking import config as config_lib
+from experiments.benchmarking import methods as methods_lib
+
+FLAGS = flags.FLAGS
+
+ALL_REGIMES = ('digits:iid', 'digits:dir(0.1)', 'digits:dir(0.5)', 'digits:dir(1)',
+               'digits:#C=2', 'digits:qty(0.5)', 'synthetic(0,0)', 'synthetic(0.5,0.5)',
+               'synthetic(1,1)')
+
+with flags_lib.record_group('benchmark'):
+  flags.DEFINE_string('regimes', ','.join(ALL_REGIMES),
+                      'Comma-separated regimes (tff_conflict.data.regimes): DATASET:iid, '
+                      'DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), '
+                      'synthetic(ALPHA,BETA), emnist:natural; @K sets the population.')
+  flags.DEFINE_string('methods', ','.join(methods_lib.METHODS),
+                      'Comma-separated methods: names of experiments.benchmarking.methods.METHODS '
+                      'or ALGORITHM[key=value,...] variants.')
+  flags.DEFINE_list('epochs', ['1', '5'], 'Local epochs E of the grid.')
+  flags.DEFINE_list('report_seeds', ['0', '1', '2', '3', '4'], 'Reporting seeds.')
+  flags.DEFINE_string('models', '', 'DATASET:MODEL,... (experiments.models.MODELS); default '
+                      'each dataset\'s model (digits: digits_cnn, synthetic: '
+                      'logistic_regression).')
+  flags.DEFINE_string('baseline', 'fedavg', 'The method every other is compared with.')
+  flags.DEFINE_string('targets', '', 'DATASET:ACCURACY,...: the test accuracy whose first '
+                      'round is reported; a dataset left out uses --target_fraction.')
+  flags.DEFINE_float('target_fraction', 0.9, 'Target accuracy of datasets without --targets: '
+                     'this fraction of the baseline\'s mean final accuracy (per regime and E).')
+  flags.DEFINE_bool('vary_partition', True, 'Draw each seed\'s partition (and Synthetic data) '
+                    'with that seed; --novary_partition uses --data_seed for all.')
+  flags.DEFINE_bool('tune', True, 'Tune on a validation split first; --tune=false uses the '
+                    'given values (the learning-rate and method flags).')
+  flags.DEFINE_list('tuning_seeds', ['100', '101'], 'Seeds of the tuning runs (disjoint from '
+                    '--report_seeds).')
+  flags.DEFINE_string('tuning_regimes', '', 'DATASET:REGIME,... tuned on (e.g. '
+                      'digits:digits:dir(0.1)); default digits:dir(0.1) for digits, '
+                      'synthetic(1,1) for synthetic, else the dataset\'s first regime.')
+  flags.DEFINE_list('tune_epochs', [], 'Local epochs tuned at (default: every --epochs); an '
+                    'untuned E uses the nearest tuned E\'s values.')
+  flags.DEFINE_list('client_lr_grid', ['0.03', '0.1', '0.3'], 'Client learning rates tried by '
+                    'every method.')
+  flags.DEFINE_list('server_lr_grid', ['1', '2', '3'], 'Server learning rates tried by the '
+                    'methods that tune it (fedld).')
+  flags.DEFINE_string('grids', '', 'METHOD.ARGUMENT=V1/V2/...,...: replaces a method\'s '
+                      'default grid of that builder argument.')
+  flags.DEFINE_enum('tuning_strategy', 'staged', ['staged', 'product'],
+                    'staged: client lr first, then the method\'s grid; product: every '
+                    'combination.')
+  flags.DEFINE_integer('tuning_last_k', 5, 'A tuning run\'s score: mean validation accuracy of '
+                       'its last K rounds.')
+  flags.DEFINE_float('validation_fraction', 0.2, 'Share of each client\'s training examples '
+                     'held out for tuning.')
+  flags.DEFINE_string('results_md', None, 'Also write this RESULTS.md (machine, date, command, '
+                      'wall time, report) and copy its data to docs/results/ beside it.')
+  flags.DEFINE_bool('report_only', False, 'Only rewrite the report from the runs on disk.')
+
+# Flags of train/compare that mean nothing here, and what to use instead.
+_NOT_HERE = {
+    'dataset': '--regimes', 'num_clients': '@K in --regimes', 'alpha': '--regimes',
+    'synthetic_alpha': '--regimes', 'synthetic_beta': '--regimes',
+    'emnist_only_digits': '--regimes=emnist_digits:natural', 'model': '--models',
+    'client_epochs': '--epochs', 'eval_every': 'nothing (every round is evaluated)',
+    'checkpoint_every': 'nothing (finished runs are kept)', 'keep_checkpoints': 'nothing',
+    'client_optimizer': 'nothing (client SGD)', 'server_optimizer': 'nothing (server SGD)',
+    'server_momentum': 'nothing', 'client_weighting': 'a method variant, METHOD[...]',
+    'workers': 'nothing (local runtimes only)', 'seed': '--report_seeds',
+}
+
+# The results preset: RESULTS.md on the offline regimes, sized to finish in about 3 hours on a
+# 2-core CPU (measurements in the report's Time section and BENCHMARKS.md).
+PRESETS: dict[str, dict[str, Any]] = {
+    'smoke': dict(regimes='digits:iid@8,digits:#C=2@8', methods='fedavg,fedgh', epochs=['1'],
+                  report_seeds=['0', '1'], rounds=3, clients_per_round=4, client_batch_size=32,
+                  models='digits:logistic_regression', tune=False, experiment_name='smoke'),
+    'results': dict(regimes=','.join(ALL_REGIMES), methods=','.join(methods_lib.METHODS),
+                    epochs=['1', '5'], report_seeds=['0', '1', '2', '3', '4'], rounds=20,
+                    clients_per_round=10, client_batch_size=20, models='digits:mlp',
+                    tune=True, tune_epochs=['1'], tuning_seeds=['100', '101'],
+                    experiment_name='results'),
+}
+
+
+def apply_preset() -> None:
+  """Sets the preset's values on every flag not given on the command line."""
+  if FLAGS.preset is None:
+    return
+  if FLAGS.preset not in PRESETS:
+    raise app.UsageError(f'--preset must be one of {sorted(PRESETS)}, got {FLAGS.preset!r}')
+  for name, value in PRESETS[FLAGS.preset].items():
+    if not FLAGS[name].present:
+      FLAGS[name].value = value
+
+
+def _ints(flag: str) -> tuple:
+  try:
+    return tuple(int(v) for v in FLAGS[flag].value)
+  except ValueError:
+    raise app.UsageError(f'--{flag} must be integers, got {FLAGS[flag].value}') from None
+
+
+def _floats(flag: str) -> tuple:
+  try:
+    return tuple(float(v) for v in FLAGS[flag].value)
+  except ValueError:
+    raise app.UsageError(f'--{flag} must be numbers, got {FLAGS[flag].value}') from None
+
+
+def given_values() -> dict[str, dict[str, Any]]:
+  """Each algorithm's builder arguments from the method flags (the order seed aside)."""
+  return {algorithm: {keyword: FLAGS[flag].value for keyword, flag in table.items()
+                      if keyword != 'seed'}
+          for algorithm, table in registry.ALGORITHM_HPARAMS.items()}
+
+
+def config_from_flags() -> config_lib.BenchmarkConfig:
+  """The benchmark's config from the flags (after the preset).
+
+  Raises:
+    app.UsageError: a flag that does not apply, or a bad value (one line naming the flag).
+  """
+  for name, instead in _NOT_HERE.items():
+    if name in FLAGS and FLAGS[name].present:
+      raise app.UsageError(f'--{name} does not apply to experiments.benchmark; use {instead}')
+  try:
+    tuning = config_lib.TuningConfig(
+        tune=FLAGS.tune, tuning_seeds=_ints('tuning_seeds'),
+        tuning_regimes=config_lib.parse_mapping('tuning_regimes', FLAGS.tuning_regimes),
+        tune_epochs=_ints('tune_epochs'), client_lr_grid=_floats('client_lr_grid'),
+        server_lr_grid=_floats('server_lr_grid'), grids=config_lib.parse_grids(FLAGS.grids),
+        strategy=FLAGS.tuning_strategy, last_k=FLAGS.tuning_last_k,
+        validation_fraction=FLAGS.validation_fraction)
+    return config_lib.BenchmarkConfig(
+        regimes=tuple(config_lib.split_top_level(FLAGS.regimes)),
+        methods=tuple(config_lib.split_top_level(FLAGS.methods)), epochs=_ints('epochs'),
+        report_seeds=_ints('report_seeds'), rounds=FLAGS.rounds,
+        clients_per_round=FLAGS.clients_per_round, batch_size=FLAGS.client_batch_size,
+        shuffle_buffer=FLAGS.client_shuffle_buffer,
+        models=config_lib.parse_mapping('models', FLAGS.models),
+        client_learning_rate=FLAGS.client_learning_rate, client_momentum=FLAGS.client_momentum,
+        server_learning_rate=FLAGS.server_learning_rate, given=given_values(),
+        vary_partition=FLAGS.vary_partition, data_seed=FLAGS.data_seed,
+        baseline=FLAGS.baseline,
+        targets=config_lib.parse_mapping('targets', FLAGS.targets, float),
+        target_fraction=FLAGS.target_fraction, tuning=tuning, output_dir=FLAGS.output_dir,
+        experiment_name=FLAGS.experiment_name or 'benchmark', resume=FLAGS.resume,
+        progress=FLAGS.progress, runtime=FLAGS.runtime, cache_dir=FLAGS.cache_dir,
+        data_dir=FLAGS.data_dir)
+  except config_lib.ConfigError as e:
+    raise app.UsageError(e.flag_message()) from None
+
+
+def _cpu_model() -> str:
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or 'unknown CPU'
+
+
+def _memory_gib() -> str:
+  try:
+    with open('/proc/meminfo') as f:
+      for line in f:
+        if line.startswith('MemTotal:'):
+          return f'{int(line.split()[1]) / 2**20:.0f} GiB'
+  except OSError:
+    pass
+  return 'unknown'
+
+
+def machine_description() -> str:
+  return (f'{_cpu_model()}, {os.cpu_count()} CPU cores, {_memory_gib()} RAM, '
+          f'{platform.system()} {platform.release()}, Python {platform.python_version()}, '
+          f'TensorFlow {tf.__version__}')
+
+
+def _load() -> str:
+  try:
+    return ', '.join(f'{v:.2f}' for v in os.getloadavg())
+  except OSError:
+    return 'unknown'
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  flags_lib.quiet_logs()
+  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  runtime.set_local_context()
+  apply_preset()
+  config = config_from_flags()
+  command = 'python -m experiments.benchmark ' + ' '.join(sys.argv[1:])
+  from experiments.benchmarking import engine as engine_lib  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import report as report_lib  # pylint: disable=g-import-not-at-top
+  started = datetime.datetime.now()
+  load_before = _load()
+  start = time.monotonic()
+  if FLAGS.report_only:
+    if not os.path.isdir(config.root):
+      sys.exit(f'benchmark: --report_only needs an existing benchmark directory, {config.root} '
+               'is missing')
+    report_path = report_lib.write_report(config.root)
+    failures = []
+  else:
+    try:
+      outcome = grid.run_benchmark(config, command=command)
+    except engine_lib.SettingsChangedError as e:
+      sys.exit(f'benchmark: {e}')
+    report_path, failures = outcome.report, outcome.failures
+    print(f'\n{outcome.runs_done} runs run, {outcome.runs_skipped} found finished, '
+          f'{len(failures)} failed; {outcome.num_processes} learning processes built in '
+          f'{outcome.build_seconds:.0f} s of {outcome.wall_seconds:.0f} s')
+  wall = time.monotonic() - start
+  print(f'report: {report_path}')
+  print(f'runs: {os.path.join(config.root, "runs.csv")}')
+  if FLAGS.results_md:
+    header = {
+        'Command': f'`{command}`',
+        'Date': started.isoformat(timespec='seconds'),
+        'Machine': machine_description(),
+        'Load average (1, 5, 15 min) at start / end': f'{load_before} / {_load()}',
+        'Wall time of this command': report_lib._duration(wall),  # pylint: disable=protected-access
+        'Git commit': flags_lib.hparams(()).get('git_commit') or 'unknown',
+    }
+    target = report_lib.write_results_md(FLAGS.results_md, config.root, header=header)
+    print(f'results: {FLAGS.results_md} (data and plots in {target})')
+  if failures:
+    for label, message in failures:
+      print(f'failed: {label}: {message}', file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,340 @@
+"""Runs benchmark runs on TFF: each learning process built once, data loaded once.
+
+`Engine.run(spec)` trains one `RunSpec` through the project's run loop
+(`experiments.training_loop.run_training`) and writes its `result.json`. What is shared:
+
+* Processes: one per (algorithm, builder arguments, model, dataset, batch size, client
+  momentum), built on first use and reused by every run with that key, whatever its regime,
+  local epochs, seed and learning rates. A run's initial state is the process's initial state
+  with, set through the process itself: the run's initial model (`set_model_weights`, the model
+  of seed s built with seed s), the run's client and server learning rates (`set_hparams`), and,
+  for an aggregator whose state holds an order seed (FedGH's partner order), the run's seed. The
+  models are built with seed 0, so a model with dropout (emnist_cnn) draws the same dropout masks
+  in every run; the models the benchmark uses by default (mlp, digits_cnn,
+  logistic_regression) have none.
+* Data: one `(train, test)` per (regime, data seed); tuning runs train on the fit part of
+  `tff_conflict.data.split_validation(train)` and are evaluated on its validation part, so they
+  never read the test split.
+* Evaluation: the pooled evaluation split as arrays, read on the run's first evaluation.
+
+Time spent building processes (`build_seconds`) is counted apart from the runs' time.
+"""
+
+import collections
+import dataclasses
+import datetime
+import functools
+import os
+import time
+import traceback
+from typing import Any, Callable, Optional, TextIO
+
+import numpy as np
+import tensorflow as tf
+
+from experiments import metrics_io
+from experiments import models as models_lib
+from experiments import training_loop
+from experiments.benchmarking import config as config_lib
+from experiments.benchmarking import runs as runs_lib
+
+Loader = Callable[[Any, int], tuple[Any, Any]]
+
+
+class SettingsChangedError(ValueError):
+  """A finished run on disk was made with other settings than the run asked for now."""
+
+
+def default_loader(config: config_lib.BenchmarkConfig) -> Loader:
+  """`(regime, seed) -> (train, test)` through `tff_conflict.data.load_regime`."""
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
+
+  def load(regime, seed):
+    return data.load_regime(regime, seed=seed, cache_dir=config.cache_dir,
+                            data_dir=config.data_dir)
+  return load
+
+
+@dataclasses.dataclass
+class _Built:
+  process: Any
+  runner: Any
+  initial_state: Any
+  seconds: float
+
+
+class _RunRunner:
+  """The process's runner, starting from a run's own initial state and reporting each round."""
+
+  def __init__(self, runner, initial_state, on_round: Callable[[], None]):
+    self._runner = runner
+    self._initial_state = initial_state
+    self._on_round = on_round
+
+  def initialize(self):
+    return self._initial_state
+
+  def next(self, state, client_datasets):
+    output = self._runner.next(state, client_datasets)
+    self._on_round()
+    return output
+
+
+def _pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
+  xs, ys = [], []
+  for batch in client_data.create_tf_dataset_from_all_clients().batch(4096).as_numpy_iterator():
+    xs.append(batch['x'])
+    ys.append(batch['y'])
+  if not xs:
+    raise ValueError('the evaluation split holds no examples')
+  return np.concatenate(xs), np.concatenate(ys)
+
+
+class Engine:
+  """Builds, caches and runs (see the module docstring).
+
+  Args:
+    config: the benchmark.
+    loader: `(regime, seed) -> (train, test)` client data; default `default_loader(config)`.
+    on_round: called after every round of every run (progress).
+    stream: where failures are reported.
+  """
+
+  def __init__(self, config: config_lib.BenchmarkConfig, *, loader: Optional[Loader] = None,
+               on_round: Callable[[], None] = lambda: None, stream: Optional[TextIO] = None):
+    self._config = config
+    self._loader = loader or default_loader(config)
+    self._on_round = on_round
+    self._stream = stream
+    self._built: dict[tuple, _Built] = {}
+    self._data: dict[tuple, tuple[Any, Any]] = {}
+    self._splits: dict[tuple, tuple[Any, Any]] = {}
+    self._arrays: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    self._weights: dict[tuple, Any] = {}
+    self._eval_models: dict[tuple, tf.keras.Model] = {}
+    self.build_seconds = 0.0
+    self.builds: list[tuple[str, float]] = []
+    self.runs_done = 0
+    self.runs_skipped = 0
+    self.rounds_done = 0
+    self.failures: list[tuple[runs_lib.RunSpec, str]] = []
+
+  # --- data -------------------------------------------------------------------------------
+
+  def _regime(self, name):
+    from tff_conflict import data  # pylint: disable=g-import-not-at-top
+    return data.parse_regime(name)
+
+  def data(self, regime: str, seed: int) -> tuple[Any, Any]:
+    """`(train, test)` of a regime and data seed (loaded once)."""
+    key = (regime, seed)
+    if key not in self._data:
+      self._data[key] = self._loader(self._regime(regime), seed)
+    return self._data[key]
+
+  def _train_and_eval(self, spec: runs_lib.RunSpec):
+    train, test = self.data(spec.regime, spec.data_seed)
+    if spec.phase == runs_lib.REPORT_PHASE:
+      return train, test
+    key = (spec.regime, spec.data_seed)
+    if key not in self._splits:
+      from tff_conflict import data  # pylint: disable=g-import-not-at-top
+      self._splits[key] = data.split_validation(
+          train, self._config.tuning.validation_fraction, seed=spec.data_seed)
+    return self._splits[key]
+
+  def _shape_and_classes(self, spec):
+    from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
+    regime = self._regime(spec.regime)
+    return tuple(regimes.element_shape(regime)), regimes.num_classes(regime)
+
+  # --- processes ----------------------------------------------------------------------------
+
+  def _process_key(self, spec: runs_lib.RunSpec) -> tuple:
+    return (spec.algorithm, spec.kwargs, spec.model, spec.dataset, spec.batch_size,
+            spec.client_momentum)
+
+  def _build(self, spec: runs_lib.RunSpec, train) -> _Built:
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+    from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+    start = time.monotonic()
+    shape, classes = self._shape_and_classes(spec)
+    loop = training_loop.LoopConfig(rounds=1, clients_per_round=1, batch_size=spec.batch_size)
+    example = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
+                                       loop)
+    keras_model_fn = functools.partial(models_lib.get(spec.model), shape, classes, seed=0)
+    process = learning.ALGORITHMS[spec.algorithm](
+        keras_model_fn, input_spec=example.element_spec,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(
+            learning_rate=spec.client_lr, momentum=spec.client_momentum or None),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=spec.server_lr),
+        **dict(spec.kwargs))
+    runner = runtime.make_runner(process, self._config.runtime)
+    initial_state = runner.initialize()
+    seconds = time.monotonic() - start
+    # A Keras model created eagerly before TFF traces a model function is invalidated: drop the
+    # evaluation models, they are rebuilt on next use.
+    self._eval_models.clear()
+    self.build_seconds += seconds
+    self.builds.append((f'{spec.algorithm} {dict(spec.kwargs)} {spec.model}', seconds))
+    return _Built(process, runner, initial_state, seconds)
+
+  def _process(self, spec, train) -> _Built:
+    key = self._process_key(spec)
+    if key not in self._built:
+      self._built[key] = self._build(spec, train)
+    return self._built[key]
+
+  @property
+  def num_processes(self) -> int:
+    return len(self._built)
+
+  def _initial_weights(self, spec):
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    key = (spec.model, spec.dataset, spec.seed)
+    if key not in self._weights:
+      shape, classes = self._shape_and_classes(spec)
+      model = models_lib.get(spec.model)(shape, classes, seed=spec.seed)
+      self._weights[key] = tff.learning.models.ModelWeights(
+          trainable=[v.numpy() for v in model.trainable_variables],
+          non_trainable=[v.numpy() for v in model.non_trainable_variables])
+    return self._weights[key]
+
+  def initial_state(self, built: _Built, spec: runs_lib.RunSpec):
+    """The process's initial state with the run's model, learning rates and order seed."""
+    process = built.process
+    state = process.set_model_weights(built.initial_state, self._initial_weights(spec))
+    hparams = process.get_hparams(state)
+    for part, value in (('client_work', spec.client_lr), ('finalizer', spec.server_lr)):
+      if 'learning_rate' not in hparams.get(part, {}):
+        raise ValueError(f'{spec.algorithm}: the process does not expose {part} learning_rate '
+                         'in its hparams, so the benchmark cannot set it per run')
+      hparams[part]['learning_rate'] = np.float32(value)
+    state = process.set_hparams(state, hparams)
+    aggregator = getattr(state, 'aggregator', None)
+    if isinstance(aggregator, collections.abc.Mapping) and 'seed' in aggregator:
+      aggregator = collections.OrderedDict(aggregator)
+      aggregator['seed'] = np.int64(spec.seed)
+      state = state._replace(aggregator=aggregator)
+    return state
+
+  # --- evaluation ---------------------------------------------------------------------------
+
+  def _evaluator(self, spec, eval_data):
+    from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
+    prefix = spec.eval_prefix
+    shape, classes = self._shape_and_classes(spec)
+    arrays_key = (spec.phase, spec.regime, spec.data_seed)
+    per_class = spec.phase == runs_lib.REPORT_PHASE
+    columns = [f'{prefix}_accuracy', f'{prefix}_loss', f'{prefix}_macro_f1']
+    if per_class:
+      columns += [f'{prefix}_class_accuracy/{k}' for k in range(classes)]
+    last = {}
+
+    def evaluate(model_weights):
+      if arrays_key not in self._arrays:
+        self._arrays[arrays_key] = _pooled_arrays(eval_data)
+      x, y = self._arrays[arrays_key]
+      model_key = (spec.model, spec.dataset)
+      if model_key not in self._eval_models:
+        self._eval_models[model_key] = models_lib.get(spec.model)(shape, classes, seed=0)
+      model = self._eval_models[model_key]
+      model_weights.assign_weights_to(model)
+      result = evaluation.evaluate_arrays(model, x, y, num_classes=classes)
+      last['confusion_matrix'] = np.asarray(result['confusion_matrix']).tolist()
+      out = collections.OrderedDict()
+      out[f'{prefix}_accuracy'] = float(result['accuracy'])
+      out[f'{prefix}_loss'] = float(result['loss'])
+      out[f'{prefix}_macro_f1'] = float(result['macro_f1'])
+      if per_class:
+        for k, value in enumerate(np.asarray(result['per_class_accuracy']).reshape(-1)):
+          out[f'{prefix}_class_accuracy/{k}'] = float(value)
+      return out
+
+    return evaluate, tuple(columns), last
+
+  # --- runs ---------------------------------------------------------------------------------
+
+  def finished(self, spec: runs_lib.RunSpec) -> Optional[dict[str, Any]]:
+    """The summary of `spec` if it is finished on disk with the same settings, else None.
+
+    Raises:
+      SettingsChangedError: its `result.json` records other settings.
+    """
+    if not self._config.resume:
+      return None
+    run_dir = spec.directory(self._config.root)
+    result = runs_lib.read_result(run_dir)
+    if result is None:
+      return None
+    if not runs_lib.same_spec(result['spec'], spec):
+      differences = '; '.join(runs_lib.spec_differences(result['spec'], spec))
+      raise SettingsChangedError(
+          f'{run_dir} holds a finished run with other settings ({differences}); use another '
+          '--experiment_name or --output_dir, or --noresume to run everything again')
+    return result['summary']
+
+  def run(self, spec: runs_lib.RunSpec) -> Optional[dict[str, Any]]:
+    """Runs `spec` unless it is finished; returns its summary (None if the run failed: the
+    failure is recorded in `failures`, written to `error.txt` in the run directory, and the run
+    is tried again by the next invocation)."""
+    done = self.finished(spec)
+    if done is not None:
+      self.runs_skipped += 1
+      return done
+    run_dir = spec.directory(self._config.root)
+    os.makedirs(run_dir, exist_ok=True)
+    error_path = os.path.join(run_dir, 'error.txt')
+    try:
+      summary, confusion = self._train(spec, run_dir)
+    except Exception as e:  # pylint: disable=broad-except
+      message = f'{type(e).__name__}: {e}'
+      self.failures.append((spec, message))
+      with open(error_path, 'w') as f:
+        f.write(traceback.format_exc())
+      if self._stream is not None:
+        print(f'\nrun failed: {spec.label()}: {message} (details: {error_path})',
+              file=self._stream, flush=True)
+      return None
+    if os.path.exists(error_path):
+      os.remove(error_path)
+    runs_lib.write_result(run_dir, {
+        'spec': spec.to_dict(), 'summary': summary, 'confusion_matrix': confusion,
+        'finished': datetime.datetime.now().isoformat(timespec='seconds')})
+    self.runs_done += 1
+    return summary
+
+  def _train(self, spec, run_dir):
+    train, eval_data = self._train_and_eval(spec)
+    built = self._process(spec, train)
+    initial = self.initial_state(built, spec)
+    evaluate, columns, last = self._evaluator(spec, eval_data)
+    loop = training_loop.LoopConfig(
+        rounds=spec.rounds, clients_per_round=spec.clients_per_round, client_epochs=spec.epochs,
+        batch_size=spec.batch_size, shuffle_buffer=spec.shuffle_buffer, seed=spec.seed,
+        eval_every=1, checkpoint_every=0, keep_checkpoints=0, resume=False)
+    hparams = {k: v for k, v in spec.to_dict().items() if k != 'kwargs'}
+    hparams.update({f'kwargs/{k}': v for k, v in spec.kwargs})
+
+    def on_round():
+      self.rounds_done += 1
+      self._on_round()
+
+    start = time.monotonic()
+    result = training_loop.run_training(
+        built.process, train_data=train, evaluate_fn=evaluate, config=loop,
+        experiment_dir=run_dir, hparams=hparams,
+        runner=_RunRunner(built.runner, initial, on_round), label=spec.label(),
+        show_progress=False, test_columns=columns)
+    seconds = time.monotonic() - start
+    summary = runs_lib.summarize(result.rows, prefix=spec.eval_prefix,
+                                 last_k=self._config.tuning.last_k)
+    summary['run_seconds'] = seconds
+    return summary, last.get('confusion_matrix')
+
+
+def read_metrics(config: config_lib.BenchmarkConfig, spec: runs_lib.RunSpec):
+  """The per-round rows of a finished run (`metrics.csv`)."""
+  return metrics_io.read_csv(os.path.join(spec.directory(config.root),
+                                          training_loop.METRICS_FILE))

@@ -1,0 +1,612 @@
+"""The benchmark's report: `report.md` and `plots/` from the files a benchmark leaves on disk.
+
+`write_report(root)` reads `config.json`, `runs.csv`, `tuning_choices.json` and `timing.json`
+under `root` (see `grid`) and writes `root/report.md` and `root/plots/*.png`; it needs no TFF,
+so `--report_only` regenerates a report. Every number of the result tables comes from runs.csv
+alone (`result_tables`), which is what `RESULTS.md`'s test checks.
+
+Per regime and local epochs E, one table row per method:
+* final and best test accuracy: mean ± sample standard deviation over the reporting seeds;
+* Δ final vs the baseline: the mean paired difference over the seeds both ran (same partition,
+  initial model and clients), with its 95% Student-t confidence interval; **bold** with a dagger
+  where the interval excludes 0;
+* rounds to target: the first round whose test accuracy reaches the target (mean over the seeds
+  that reach it, and how many do), the target being the dataset's `targets` entry or
+  `target_fraction` x the baseline's mean final accuracy in that regime and E;
+* conflict before -> after: the aggregator's fraction of client pairs with a negative cosine,
+  before and after its correction, averaged over rounds and seeds (methods with a plain mean
+  report none unless their aggregator measures it);
+* norm ratio: the aggregate's norm over the plain weighted mean's, averaged likewise (where the
+  aggregator reports `norm_ratio`);
+* seconds per round: the mean round time from round 2 on (round 1 includes TFF's warm-up).
+"""
+
+import csv
+import json
+import math
+import os
+import shutil
+from typing import Any, Mapping, Optional, Sequence
+
+from experiments import metrics_io
+from experiments.benchmarking import diagnosis as diagnosis_lib
+from experiments.benchmarking import runs as runs_lib
+from experiments.benchmarking import stats
+
+REPORT_FILE = 'report.md'
+PLOTS_DIR = 'plots'
+DAGGER = '†'
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def _format(value) -> str:
+  if value is None:
+    return ''
+  if isinstance(value, float):
+    return 'nan' if math.isnan(value) else repr(value)
+  return str(value)
+
+
+def write_csv(path: str, rows: Sequence[Mapping[str, Any]],
+              columns: Sequence[str] = ()) -> None:
+  """Writes `rows` atomically: `columns` first, then every other key in first-seen order."""
+  names = list(columns)
+  for row in rows:
+    names += [k for k in row if k not in names]
+  tmp = f'{path}.tmp'
+  with open(tmp, 'w', newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=names)
+    writer.writeheader()
+    for row in rows:
+      writer.writerow({k: _format(row.get(k)) for k in names})
+  os.replace(tmp, path)
+
+
+def read_runs(path: str) -> list[dict[str, Any]]:
+  """runs.csv's rows with numbers parsed (curves stay text)."""
+  rows = metrics_io.read_csv(path)
+  for row in rows:
+    for key in ('accuracy_curve', 'train_loss_curve', 'conflict_curve', 'hparams', 'regime',
+                'method'):
+      if key in row and row[key] is not None and not isinstance(row[key], str):
+        row[key] = _format(row[key])
+  return rows
+
+
+def _read_json(path, default):
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return default
+
+
+# --- numbers -------------------------------------------------------------------------------
+
+
+def _num(value) -> Optional[float]:
+  if value is None or value == '':
+    return None
+  try:
+    return float(value)
+  except (TypeError, ValueError):
+    return None
+
+
+def _is_true(value) -> bool:
+  return value is True or str(value).lower() == 'true'
+
+
+def group(rows) -> dict[tuple[str, int], dict[str, dict[int, Mapping[str, Any]]]]:
+  """(regime, E) -> method -> seed -> row."""
+  out: dict = {}
+  for row in rows:
+    cell = out.setdefault((row['regime'], int(row['epochs'])), {})
+    cell.setdefault(row['method'], {})[int(row['seed'])] = row
+  return out
+
+
+def _by_seed(per_seed, key) -> dict[int, float]:
+  out = {}
+  for seed, row in per_seed.items():
+    value = _num(row.get(key))
+    if value is not None:
+      out[seed] = value
+  return out
+
+
+def target_accuracy(cell, dataset: str, config: Mapping[str, Any]) -> tuple[Optional[float], str]:
+  """The cell's target accuracy and how it was set."""
+  targets = config.get('targets') or {}
+  if dataset in targets:
+    return float(targets[dataset]), 'given'
+  baseline = config.get('baseline', 'fedavg')
+  fraction = float(config.get('target_fraction', 0.9))
+  finals = list(_by_seed(cell.get(baseline, {}), 'final_accuracy').values())
+  if not finals:
+    return None, 'no baseline runs'
+  return round(fraction * sum(finals) / len(finals), 3), f'{fraction:g} x {baseline} final'
+
+
+def rounds_to(curve_text, target: float) -> Optional[int]:
+  for i, value in enumerate(runs_lib.decode_curve(curve_text), start=1):
+    if value is not None and math.isfinite(value) and value >= target:
+      return i
+  return None
+
+
+def regime_conflict(cell, baseline: str) -> tuple[Optional[float], str]:
+  """The regime's measured conflict fraction: the baseline's, else the mean of the methods that
+  report one (before their correction)."""
+  own = list(_by_seed(cell.get(baseline, {}), 'conflict_before').values())
+  if own:
+    return sum(own) / len(own), baseline
+  values = [v for per_seed in cell.values() for v in _by_seed(per_seed, 'conflict_before').values()]
+  if not values:
+    return None, ''
+  return sum(values) / len(values), 'mean over conflict-aware methods'
+
+
+def _fmt_mean_std(values, digits=4) -> str:
+  mean, std = stats.mean_std(values)
+  if math.isnan(mean):
+    return '-'
+  return f'{mean:.{digits}f} ± {std:.{digits}f}' if len(values) > 1 else f'{mean:.{digits}f}'
+
+
+def _fmt_difference(difference: Optional[stats.PairedDifference]) -> str:
+  if difference is None:
+    return '-'
+  if difference.n < 2:
+    return f'{difference.mean:+.4f} (n=1)'
+  text = f'{difference.mean:+.4f} [{difference.low:+.4f}, {difference.high:+.4f}]'
+  return f'**{text}** {DAGGER}' if difference.excludes_zero else text
+
+
+def _fmt(value: Optional[float], digits=2) -> str:
+  return '-' if value is None or not math.isfinite(value) else f'{value:.{digits}f}'
+
+
+def _mean(values) -> Optional[float]:
+  finite = [v for v in values if v is not None and math.isfinite(v)]
+  return sum(finite) / len(finite) if finite else None
+
+
+def difference(cell, method: str, baseline: str, key: str = 'final_accuracy'
+               ) -> Optional[stats.PairedDifference]:
+  if method == baseline or baseline not in cell or method not in cell:
+    return None
+  return stats.paired_difference(_by_seed(cell[method], key), _by_seed(cell[baseline], key))
+
+
+def regime_table(cell, methods: Sequence[str], *, baseline: str,
+                 target: Optional[float]) -> str:
+  """The Markdown table of one (regime, E) cell (see the module docstring)."""
+  lines = [f'| method | seeds | final accuracy | best accuracy | Δ final vs {baseline} [95% CI] '
+           '| rounds to target | conflict before → after | norm ratio | s / round |',
+           '|---|---|---|---|---|---|---|---|---|']
+  for method in methods:
+    per_seed = cell.get(method)
+    if not per_seed:
+      continue
+    finals = list(_by_seed(per_seed, 'final_accuracy').values())
+    bests = list(_by_seed(per_seed, 'best_accuracy').values())
+    if method == baseline:
+      delta = '—'
+    else:
+      delta = _fmt_difference(difference(cell, method, baseline))
+    if target is None:
+      reach = '-'
+    else:
+      reached = [r for r in (rounds_to(row.get('accuracy_curve'), target)
+                             for row in per_seed.values()) if r is not None]
+      reach = 'not reached' if not reached else f'{sum(reached) / len(reached):.1f}'
+      if reached and len(reached) < len(per_seed):
+        reach += f' ({len(reached)}/{len(per_seed)})'
+    before = _mean(_by_seed(per_seed, 'conflict_before').values())
+    after = _mean(_by_seed(per_seed, 'conflict_after').values())
+    conflict = '-' if before is None else f'{before:.3f} → {_fmt(after, 3)}'
+    ratio = _fmt(_mean(_by_seed(per_seed, 'norm_ratio').values()), 3)
+    seconds = _fmt(_mean(_by_seed(per_seed, 'seconds_per_round').values()), 2)
+    diverged = sum(_is_true(r.get('diverged')) for r in per_seed.values())
+    name = method if not diverged else f'{method} ({diverged} diverged)'
+    lines.append(f'| {name} | {len(per_seed)} | {_fmt_mean_std(finals)} | {_fmt_mean_std(bests)} '
+                 f'| {delta} | {reach} | {conflict} | {ratio} | {seconds} |')
+  return '\n'.join(lines) + '\n'
+
+
+def _orders(rows, config):
+  regimes = [r for r in config.get('regimes', []) if any(x['regime'] == r for x in rows)]
+  regimes += sorted({r['regime'] for r in rows} - set(regimes))
+  methods = [m for m in config.get('methods', []) if any(x['method'] == m for x in rows)]
+  methods += sorted({r['method'] for r in rows} - set(methods))
+  epochs = sorted({int(r['epochs']) for r in rows})
+  return regimes, methods, epochs
+
+
+def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
+  """(regime, E, heading line, table) for every cell, from runs.csv's rows and config.json."""
+  baseline = config.get('baseline', 'fedavg')
+  regimes, methods, epochs = _orders(rows, config)
+  cells = group(rows)
+  out = []
+  for regime in regimes:
+    for e in epochs:
+      cell = cells.get((regime, e))
+      if not cell:
+        continue
+      dataset = next(iter(next(iter(cell.values())).values()))['dataset']
+      target, how = target_accuracy(cell, dataset, config)
+      conflict, source = regime_conflict(cell, baseline)
+      heading = (f'Target accuracy {target:.3f} ({how}).' if target is not None
+                 else 'No target accuracy.')
+      if conflict is not None:
+        heading += f' Measured conflict fraction {conflict:.3f} ({source}).'
+      out.append((regime, e, heading,
+                  regime_table(cell, methods, baseline=baseline, target=target)))
+  return out
+
+
+def epoch_effect_table(rows, config) -> str:
+  """Per method: the mean over regimes of its gain over the baseline at each E, and how many
+  regimes' intervals exclude 0 upwards / downwards."""
+  baseline = config.get('baseline', 'fedavg')
+  regimes, methods, epochs = _orders(rows, config)
+  cells = group(rows)
+  header = '| method | ' + ' | '.join(f'E={e}: mean Δ (CI > 0 / CI < 0)' for e in epochs)
+  lines = [header + ' |', '|---|' + '---|' * len(epochs)]
+  for method in methods:
+    if method == baseline:
+      continue
+    parts = []
+    for e in epochs:
+      ds = [difference(cells[(r, e)], method, baseline) for r in regimes if (r, e) in cells]
+      ds = [d for d in ds if d is not None]
+      if not ds:
+        parts.append('-')
+        continue
+      up = sum(d.excludes_zero and d.mean > 0 for d in ds)
+      down = sum(d.excludes_zero and d.mean < 0 for d in ds)
+      parts.append(f'{sum(d.mean for d in ds) / len(ds):+.4f} ({up} / {down} of {len(ds)})')
+    lines.append(f'| {method} | ' + ' | '.join(parts) + ' |')
+  return '\n'.join(lines) + '\n'
+
+
+def losses_list(rows, config) -> str:
+  """The cells where a method's interval lies below 0, with what was measured there."""
+  baseline = config.get('baseline', 'fedavg')
+  regimes, methods, epochs = _orders(rows, config)
+  cells = group(rows)
+  lines = []
+  for method in methods:
+    for regime in regimes:
+      for e in epochs:
+        cell = cells.get((regime, e))
+        d = difference(cell, method, baseline) if cell else None
+        if d is None or not (d.excludes_zero and d.mean < 0):
+          continue
+        per_seed = cell[method]
+        row = next(iter(per_seed.values()))
+        bits = [f'Δ final {d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]']
+        best = difference(cell, method, baseline, 'best_accuracy')
+        if best is not None:
+          bits.append(f'Δ best {best.mean:+.4f}')
+        ratio = _mean(_by_seed(per_seed, 'norm_ratio').values())
+        if ratio is not None:
+          bits.append(f'norm ratio {ratio:.3f}')
+        diverged = sum(_is_true(r.get('diverged')) for r in per_seed.values())
+        if diverged:
+          bits.append(f'{diverged} seeds diverged')
+        bits.append(f'client lr {row.get("client_lr")}, server lr {row.get("server_lr")}, '
+                    f'{row.get("hparams")}')
+        lines.append(f'- {method}, {regime}, E={e}: ' + '; '.join(bits))
+  return '\n'.join(lines) + '\n' if lines else 'No method\'s interval lies below 0.\n'
+
+
+# --- plots ---------------------------------------------------------------------------------
+
+
+def _curves(per_method, key):
+  out = {}
+  for method, per_seed in per_method.items():
+    out[method] = [{i: v for i, v in enumerate(runs_lib.decode_curve(row.get(key)), start=1)
+                    if v is not None} for row in per_seed.values()]
+  return out
+
+
+def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
+  """Writes the plots; returns name -> file name (inside `plots_dir`)."""
+  from experiments import plotting  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  os.makedirs(plots_dir, exist_ok=True)
+  baseline = config.get('baseline', 'fedavg')
+  regimes, methods, epochs = _orders(rows, config)
+  cells = group(rows)
+  written = {}
+  for regime in regimes:
+    for e in epochs:
+      cell = cells.get((regime, e))
+      if not cell:
+        continue
+      ordered = {m: cell[m] for m in methods if m in cell}
+      stem = f'{runs_lib.slug(regime.replace("#C=", "C"))}_E{e}'
+      for key, what, ylabel in (('accuracy_curve', 'accuracy', 'test accuracy'),
+                                ('train_loss_curve', 'train_loss', 'training loss')):
+        name = f'{what}_{stem}.png'
+        if plotting.plot_curves(_curves(ordered, key), os.path.join(plots_dir, name),
+                                ylabel=ylabel, title=f'{regime}, E={e} (mean ± std over seeds)'):
+          written[f'{what}:{regime}:{e}'] = name
+  # Gain against conflict.
+  markers = ['o', 's', '^', 'D', 'v', 'P']
+  fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+  drawn = False
+  for i, method in enumerate(m for m in methods if m != baseline):
+    for j, e in enumerate(epochs):
+      xs, ys, lows, highs = [], [], [], []
+      for regime in regimes:
+        cell = cells.get((regime, e))
+        if not cell:
+          continue
+        conflict, _ = regime_conflict(cell, baseline)
+        d = difference(cell, method, baseline)
+        if conflict is None or d is None:
+          continue
+        xs.append(conflict)
+        ys.append(d.mean)
+        lows.append(d.mean - d.low if d.n >= 2 else 0.0)
+        highs.append(d.high - d.mean if d.n >= 2 else 0.0)
+      if xs:
+        ax.errorbar(xs, ys, yerr=[lows, highs], fmt=markers[j % len(markers)],
+                    color=f'C{i % 10}', capsize=2, alpha=0.85,
+                    label=f'{method} E={e}')
+        drawn = True
+  if drawn:
+    ax.axhline(0.0, color='black', linewidth=0.8)
+    ax.set_xlabel(f'measured conflict fraction of the regime ({baseline} or mean of methods)')
+    ax.set_ylabel(f'final accuracy − {baseline} (95% CI)')
+    ax.set_title('Gain over the baseline against gradient conflict')
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize='x-small', ncol=2)
+    fig.tight_layout()
+    fig.savefig(os.path.join(plots_dir, 'gain_vs_conflict.png'))
+    written['gain_vs_conflict'] = 'gain_vs_conflict.png'
+  plt.close(fig)
+  # Effect of E.
+  others = [m for m in methods if m != baseline]
+  if others and len(epochs) > 1:
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+    width = 0.8 / len(epochs)
+    for j, e in enumerate(epochs):
+      means, spreads = [], []
+      for method in others:
+        ds = [difference(cells[(r, e)], method, baseline) for r in regimes if (r, e) in cells]
+        values = [d.mean for d in ds if d is not None]
+        mean, std = stats.mean_std(values)
+        means.append(0.0 if math.isnan(mean) else mean)
+        spreads.append(0.0 if math.isnan(std) else std)
+      ax.bar([k + j * width for k in range(len(others))], means, width, yerr=spreads,
+             capsize=2, label=f'E={e}')
+    ax.axhline(0.0, color='black', linewidth=0.8)
+    ax.set_xticks([k + width * (len(epochs) - 1) / 2 for k in range(len(others))])
+    ax.set_xticklabels(others, rotation=20, fontsize='small')
+    ax.set_ylabel(f'mean final accuracy − {baseline}\nover regimes (± std over regimes)')
+    ax.set_title('Effect of local epochs on each method\'s gain')
+    ax.grid(True, axis='y', alpha=0.3)
+    ax.legend(fontsize='small')
+    fig.tight_layout()
+    fig.savefig(os.path.join(plots_dir, 'epochs_effect.png'))
+    plt.close(fig)
+    written['epochs_effect'] = 'epochs_effect.png'
+  return written
+
+
+# --- the report ----------------------------------------------------------------------------
+
+
+def _duration(seconds: float) -> str:
+  seconds = int(round(seconds))
+  hours, rest = divmod(seconds, 3600)
+  minutes, secs = divmod(rest, 60)
+  return f'{hours} h {minutes:02d} min {secs:02d} s' if hours else f'{minutes} min {secs:02d} s'
+
+
+def _setup_section(config) -> str:
+  tuning = config.get('tuning', {})
+  models = config.get('models') or {}
+  lines = [
+      f'- Regimes: {", ".join(f"`{r}`" for r in config.get("regimes", []))}.',
+      f'- Methods: {", ".join(config.get("methods", []))}; baseline '
+      f'{config.get("baseline", "fedavg")}.',
+      f'- Local epochs E: {config.get("epochs")}; reporting seeds: {config.get("report_seeds")};'
+      f' {config.get("rounds")} rounds, {config.get("clients_per_round")} clients per round, '
+      f'batch {config.get("batch_size")}, client SGD (momentum '
+      f'{config.get("client_momentum", 0)}), server SGD.',
+      f'- Models: {", ".join(f"{d}: {m}" for d, m in models.items()) or "each dataset default"}'
+      '.',
+      '- For a given seed every method starts from the same initial model and samples the same '
+      'clients in every round; ' + (
+          'the partition (and Synthetic\'s data) is drawn with the seed too, so seeds differ in '
+          'their partitions.' if config.get('vary_partition', True) else
+          f'every seed uses the partition of data seed {config.get("data_seed")}.'),
+  ]
+  if tuning.get('tune', True):
+    regimes = tuning.get('tuning_regimes') or {}
+    lines.append(
+        f'- Tuning: {tuning.get("strategy")} search on a validation split '
+        f'({tuning.get("validation_fraction")} of each client\'s training examples, seeded), '
+        f'tuning seeds {tuning.get("tuning_seeds")} (disjoint from the reporting seeds), score '
+        f'= mean validation accuracy over the last {tuning.get("last_k")} rounds; client lr '
+        f'grid {tuning.get("client_lr_grid")}, server lr grid {tuning.get("server_lr_grid")} '
+        f'(methods that tune it). Tuned regimes: '
+        f'{", ".join(f"{d}: `{r}`" for d, r in regimes.items()) or "see Tuning"}. Reporting '
+        'runs train on all of each client\'s training data and are evaluated on the test split.')
+  else:
+    lines.append(f'- No tuning: client lr {config.get("client_learning_rate")}, server lr '
+                 f'{config.get("server_learning_rate")}, and the given method values '
+                 '(`hparams` column of runs.csv).')
+  return '\n'.join(lines) + '\n'
+
+
+def _time_section(timing, rows) -> str:
+  if not timing:
+    return 'No timing recorded.\n'
+  wall = sum(t.get('wall_seconds', 0.0) for t in timing)
+  build = sum(t.get('build_seconds', 0.0) for t in timing)
+  lines = ['| invocation | finished | wall time | building processes | processes built | runs '
+           'run | runs skipped | runs failed |', '|---|---|---|---|---|---|---|---|']
+  for i, t in enumerate(timing, start=1):
+    lines.append(f'| {i} | {t.get("finished", "")} | {_duration(t.get("wall_seconds", 0))} | '
+                 f'{t.get("build_seconds", 0):.0f} s | {t.get("processes_built", "")} | '
+                 f'{t.get("runs_done", "")} | {t.get("runs_skipped", "")} | '
+                 f'{t.get("runs_failed", "")} |')
+  share = 100.0 * build / wall if wall else 0.0
+  lines.append('')
+  lines.append(f'Total over invocations: {_duration(wall)} of which {_duration(build)} '
+               f'({share:.1f}%) building learning processes (each built once per method, '
+               'hyperparameters and model, then reused across regimes, local epochs and seeds).')
+  run_seconds = sum(_num(r.get('run_seconds')) or 0.0 for r in rows)
+  lines.append(f'Reporting runs: {len(rows)}, {_duration(run_seconds)} of training and '
+               'evaluation in all.')
+  return '\n'.join(lines) + '\n'
+
+
+def _fmt_value(value) -> str:
+  return f'{value:g}' if isinstance(value, float) else str(value)
+
+
+def _tuning_section(choices, config) -> str:
+  if not config.get('tuning', {}).get('tune', True):
+    return 'Not tuned (`--tune=false`): every run uses the given values (see Setup).\n'
+  if not choices:
+    return 'No tuning results.\n'
+  out = []
+  keys = []
+  for c in choices:
+    key = (c['dataset'], c['regime'], c['epochs'])
+    if key not in keys:
+      keys.append(key)
+  for dataset, regime, epochs in keys:
+    out.append(f'**{dataset}**, E={epochs}: tuned on `{regime}`; used for every {dataset} '
+               'regime at this E (and at any E of the grid not tuned, nearest first).\n')
+    out.append('| method | client lr | server lr | own values | validation score | runner-up '
+               '| candidates |')
+    out.append('|---|---|---|---|---|---|---|')
+    for c in choices:
+      if (c['dataset'], c['regime'], c['epochs']) != (dataset, regime, epochs):
+        continue
+      scores = sorted((s for s in c['scores'] if s['score'] is not None
+                       and math.isfinite(s['score'])), key=lambda s: -s['score'])
+      runner_up = (f'{scores[1]["candidate"]}: {scores[1]["score"]:.4f}' if len(scores) > 1
+                   else '-')
+      values = ', '.join(f'{k}={_fmt_value(v)}' for k, v in sorted(c['tuned'].items())) or '-'
+      score = c['score']
+      score_text = f'{score:.4f}' if score is not None and math.isfinite(score) else 'nan'
+      out.append(f'| {c["method"]} | {c["client_lr"]:g} | {c["server_lr"]:g} | {values} | '
+                 f'{score_text} | {runner_up} | {len(c["scores"])} |')
+    out.append('')
+  return '\n'.join(out)
+
+
+def render(root: str, *, plot_prefix: str = PLOTS_DIR, runs_root: Optional[str] = None) -> str:
+  """The report's Markdown body from the files under `root`; writes the plots under
+  `root/plots`. `runs_root` is the benchmark directory holding the runs' own files, for the
+  diagnoses (default `root`)."""
+  config = _read_json(os.path.join(root, 'config.json'), {})
+  runs_path = os.path.join(root, 'runs.csv')
+  rows = read_runs(runs_path) if os.path.exists(runs_path) else []
+  choices = _read_json(os.path.join(root, 'tuning_choices.json'), [])
+  timing = _read_json(os.path.join(root, 'timing.json'), [])
+  baseline = config.get('baseline', 'fedavg')
+  plots = write_plots(rows, config, os.path.join(root, PLOTS_DIR)) if rows else {}
+
+  def image(key, alt):
+    return f'![{alt}]({plot_prefix}/{plots[key]})' if key in plots else ''
+
+  parts = [f'# Benchmark `{config.get("experiment_name", os.path.basename(root))}`\n',
+           f'{len(rows)} reporting runs. Paired differences are over seeds; {DAGGER} and bold '
+           'mark 95% confidence intervals (Student t) that exclude 0.\n',
+           '## Setup\n', _setup_section(config),
+           '## Time\n', _time_section(timing, rows),
+           '## Tuning\n', _tuning_section(choices, config),
+           '## Results\n']
+  for regime, e, heading, table in result_tables(rows, config):
+    parts.append(f'### `{regime}`, E={e}\n')
+    parts.append(heading + '\n')
+    parts.append(table)
+    images = ' '.join(filter(None, (image(f'accuracy:{regime}:{e}', 'test accuracy'),
+                                    image(f'train_loss:{regime}:{e}', 'training loss'))))
+    if images:
+      parts.append(images + '\n')
+  parts.append(f'## Gain over {baseline} against gradient conflict\n')
+  parts.append('Does a method help more where clients conflict more? x: the regime\'s measured '
+               'conflict fraction; y: the method\'s mean paired gain in final accuracy with its '
+               '95% interval.\n')
+  parts.append((image('gain_vs_conflict', 'gain against conflict') or 'No plot (no conflict '
+                'measured).') + '\n')
+  parts.append('## Effect of local epochs\n')
+  parts.append(epoch_effect_table(rows, config))
+  if 'epochs_effect' in plots:
+    parts.append(image('epochs_effect', 'effect of local epochs') + '\n')
+  parts.append(f'## Where a method loses to {baseline}\n')
+  parts.append(losses_list(rows, config))
+  methods = [(m, next((r['algorithm'] for r in rows if r['method'] == m), m))
+             for m in _orders(rows, config)[1]]
+  sections = diagnosis_lib.sections(rows, methods, baseline=baseline,
+                                    root=root if runs_root is None else runs_root)
+  if sections:
+    parts.append('## Diagnosis\n')
+    for method, text in sections:
+      parts.append(f'### {method}\n')
+      parts.append(text + '\n')
+  parts.append('## Files\n')
+  parts.append('`runs.csv` (one row per reporting run, with its curves), `tuning.csv` (every '
+               'tuning candidate\'s validation score), `tuning_choices.json`, `config.json`, '
+               '`timing.json`, `plots/`; each run\'s `metrics.csv` (every round\'s metrics) and '
+               '`result.json` under `runs/<regime>/E<e>/<method>/seed<s>/`.\n')
+  return '\n'.join(parts)
+
+
+def write_report(root: str) -> str:
+  """Writes `root/report.md` (and the plots); returns its path."""
+  body = render(root)
+  path = os.path.join(root, REPORT_FILE)
+  with open(path, 'w') as f:
+    f.write(body)
+  return path
+
+
+RESULTS_FILES = ('runs.csv', 'tuning.csv', 'tuning_choices.json', 'config.json', 'timing.json')
+
+
+def results_dir_for(results_md: str) -> str:
+  """Where RESULTS.md's data and plots go: `docs/results/` next to it."""
+  return os.path.join(os.path.dirname(os.path.abspath(results_md)), 'docs', 'results')
+
+
+def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -> str:
+  """Writes RESULTS.md: `header` (machine, date, command, wall time, ...) then the report,
+  and copies runs.csv, the other result files and the plots to `docs/results/` beside it.
+
+  Returns:
+    The results directory.
+  """
+  target = results_dir_for(results_md)
+  os.makedirs(os.path.join(target, PLOTS_DIR), exist_ok=True)
+  for name in RESULTS_FILES:
+    source = os.path.join(root, name)
+    if os.path.exists(source):
+      shutil.copyfile(source, os.path.join(target, name))
+  here = os.path.dirname(os.path.abspath(results_md))
+  body = render(target, plot_prefix=os.path.relpath(os.path.join(target, PLOTS_DIR), here),
+                runs_root=root)
+  lines = ['# Results', '']
+  lines += [f'- {key}: {value}' for key, value in header.items()]
+  lines += ['', f'The data behind every number: `{os.path.relpath(target, here)}/runs.csv` (one '
+            'row per reporting run, with its curves); the tables below are generated from it.',
+            '']
+  body = '\n'.join('#' + line if line.startswith('#') else line for line in body.splitlines())
+  with open(results_md, 'w') as f:
+    f.write('\n'.join(lines) + '\n' + body + '\n')
+  return target

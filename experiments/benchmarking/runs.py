@@ -1,0 +1,265 @@
+"""One benchmark run: its settings (`RunSpec`), its directory, its summary, its result file.
+
+A run is finished when its `result.json` exists: written last, atomically (temporary file, then
+rename), holding the run's settings and summary. A rerun of the benchmark skips a run whose
+`result.json` records the same settings; a run killed before writing it is run again from its
+first round. Each run directory also holds the run loop's `metrics.csv` (one row per round) and
+`hparams.csv`.
+
+Summaries hold the curves as text (`encode_curve`: values joined by ';'), so that `runs.csv`
+alone (one summary per reporting run) reproduces every number and plot of the report.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+RESULT_FILE = 'result.json'
+REPORT_PHASE = 'report'
+TUNE_PHASE = 'tune'
+
+CONFLICT_BEFORE = 'aggregator/conflict_fraction_before'
+CONFLICT_AFTER = 'aggregator/conflict_fraction_after'
+NORM_RATIO = 'aggregator/norm_ratio'
+TRAIN_LOSS = 'train_loss'
+
+
+def slug(text: str) -> str:
+  """`text` as a file name: letters, digits, '.', '=' and '-'; other runs become '_'."""
+  return re.sub(r'[^A-Za-z0-9.=-]+', '_', str(text)).strip('_') or '_'
+
+
+def _fmt(value: Any) -> str:
+  if isinstance(value, float):
+    return f'{value:g}'
+  return str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """Everything that determines one run.
+
+  Attributes:
+    phase: REPORT_PHASE (trained on the clients' training data, evaluated on the test split) or
+      TUNE_PHASE (trained on the fit part, evaluated on the validation part).
+    regime: the regime's canonical name.
+    dataset: the regime's dataset.
+    method: the method's name; `algorithm` its builder.
+    kwargs: the builder's keyword arguments, sorted (name, value) pairs.
+    client_lr, server_lr: the learning rates set in the initial state.
+    epochs: local epochs E.
+    seed: model initialisation, client sampling and shuffling.
+    data_seed: the partition's (and Synthetic's) seed.
+    model: the model's name.
+    rounds, clients_per_round, batch_size, shuffle_buffer, client_momentum: the loop and the
+      client optimizer.
+    candidate: the tuning candidate's name ('' for reporting runs).
+  """
+  phase: str
+  regime: str
+  dataset: str
+  method: str
+  algorithm: str
+  kwargs: tuple
+  client_lr: float
+  server_lr: float
+  epochs: int
+  seed: int
+  data_seed: int
+  model: str
+  rounds: int
+  clients_per_round: int
+  batch_size: int
+  shuffle_buffer: int
+  client_momentum: float = 0.0
+  candidate: str = ''
+
+  def to_dict(self) -> dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out['kwargs'] = {k: v for k, v in self.kwargs}
+    return out
+
+  @property
+  def eval_prefix(self) -> str:
+    return 'test' if self.phase == REPORT_PHASE else 'val'
+
+  def directory(self, root: str) -> str:
+    if self.phase == REPORT_PHASE:
+      return report_run_dir(root, self.regime, self.epochs, self.method, self.seed)
+    return os.path.join(root, 'tuning', _regime_slug(self.regime), f'E{self.epochs}',
+                        slug(self.method), slug(self.candidate), f'seed{self.seed}')
+
+  def label(self) -> str:
+    what = f'{self.method} {self.candidate}' if self.candidate else self.method
+    return f'{self.phase} {self.regime} E={self.epochs} {what} seed {self.seed}'
+
+
+def _regime_slug(regime: str) -> str:
+  return slug(regime.replace('#C=', 'C'))
+
+
+def report_run_dir(root: str, regime: str, epochs: int, method: str, seed: int) -> str:
+  """The directory of a reporting run (`metrics.csv`, `hparams.csv`, `result.json`)."""
+  return os.path.join(root, 'runs', _regime_slug(regime), f'E{epochs}', slug(method),
+                      f'seed{seed}')
+
+
+# runs.csv: one row per reporting run, these columns first (then any other summary key).
+RUN_COLUMNS = (
+    'regime', 'dataset', 'method', 'algorithm', 'epochs', 'seed', 'data_seed', 'model', 'rounds',
+    'clients_per_round', 'batch_size', 'client_lr', 'server_lr', 'hparams', 'final_accuracy',
+    'best_accuracy', 'best_round', 'last_k_accuracy', 'final_loss', 'final_macro_f1',
+    'final_train_loss', 'diverged', 'conflict_before', 'conflict_after', 'norm_ratio',
+    'seconds_per_round', 'first_round_s', 'run_seconds', 'accuracy_curve', 'train_loss_curve',
+    'conflict_curve')
+
+
+def run_row(spec: RunSpec, summary: Mapping[str, Any]) -> dict[str, Any]:
+  """The runs.csv row of a finished reporting run."""
+  row = {k: getattr(spec, k) for k in ('regime', 'dataset', 'method', 'algorithm', 'epochs',
+                                       'seed', 'data_seed', 'model', 'rounds',
+                                       'clients_per_round', 'batch_size', 'client_lr',
+                                       'server_lr')}
+  row['hparams'] = json.dumps({k: v for k, v in spec.kwargs}, sort_keys=True,
+                              default=_json_default)
+  row.update(summary)
+  return row
+
+
+def candidate_name(client_lr: float, server_lr: float, tuned: Mapping[str, Any]) -> str:
+  """A tuning candidate's name, e.g. 'clr=0.1,slr=1,proximal_strength=0.01'."""
+  parts = [f'clr={_fmt(client_lr)}', f'slr={_fmt(server_lr)}']
+  parts += [f'{k}={_fmt(v)}' for k, v in sorted(tuned.items())]
+  return ','.join(parts)
+
+
+def encode_curve(values: Sequence[Optional[float]]) -> str:
+  """Values joined by ';' (4 significant decimals; '' for a missing value, 'nan', 'inf')."""
+  out = []
+  for v in values:
+    if v is None:
+      out.append('')
+    elif not math.isfinite(v):
+      out.append('nan' if math.isnan(v) else ('inf' if v > 0 else '-inf'))
+    else:
+      out.append(f'{v:.6g}')
+  return ';'.join(out)
+
+
+def decode_curve(text: Any) -> list[Optional[float]]:
+  """The inverse of `encode_curve`."""
+  if text is None or text == '':
+    return []
+  return [None if v == '' else float(v) for v in str(text).split(';')]
+
+
+def _column(rows: Sequence[Mapping[str, Any]], exact: str) -> Optional[str]:
+  """`exact` if the rows have it, else the first column ending in its last component."""
+  if not rows:
+    return None
+  if exact in rows[0]:
+    return exact
+  suffix = exact.rsplit('/', 1)[-1]
+  return next((c for c in rows[0] if c.endswith(suffix)), None)
+
+
+def _finite_mean(values) -> Optional[float]:
+  finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+  return float(np.mean(finite)) if finite else None
+
+
+def _tail_mean(values: Sequence[float], k: int) -> Optional[float]:
+  """Mean of the last k values; NaN if one of them is not finite; None for no values."""
+  if not values:
+    return None
+  tail = values[-k:]
+  return float(np.mean(tail)) if all(math.isfinite(v) for v in tail) else float('nan')
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
+              ) -> dict[str, Any]:
+  """The summary of a run from its metrics rows (one per round, `training_loop`'s columns).
+
+  Keys: `final_accuracy` (the last evaluated round's), `best_accuracy`, `best_round`,
+  `last_k_accuracy` (mean over the last `last_k` evaluated rounds), `final_loss`,
+  `final_macro_f1`, `final_train_loss`, `diverged` (a non-finite training loss in some round),
+  `conflict_before`, `conflict_after`, `norm_ratio` (means over rounds of the aggregator's
+  diagnostics; None when it does not report them), `seconds_per_round` (mean of rounds >= 2),
+  `first_round_s`, and the curves `accuracy_curve`, `train_loss_curve`, `conflict_curve`.
+  """
+  accuracy_column = f'{prefix}_accuracy'
+  evaluated = [(r['round_num'], r[accuracy_column]) for r in rows
+               if r.get(accuracy_column) is not None]
+  accuracies = [a for _, a in evaluated]
+  finite = [(n, a) for n, a in evaluated if math.isfinite(a)]
+  best_round, best = max(finite, key=lambda p: (p[1], -p[0])) if finite else (None, None)
+  last = [r for r in rows if r.get(accuracy_column) is not None]
+  train_losses = [r.get(TRAIN_LOSS) for r in rows]
+  before, after, ratio = (_column(rows, c) for c in (CONFLICT_BEFORE, CONFLICT_AFTER, NORM_RATIO))
+  times = [r['round_time_s'] for r in rows if r.get('round_time_s') is not None]
+  later = [r['round_time_s'] for r in rows
+           if r['round_num'] >= 2 and r.get('round_time_s') is not None]
+  return {
+      'final_accuracy': accuracies[-1] if accuracies else None,
+      'best_accuracy': best,
+      'best_round': best_round,
+      'last_k_accuracy': _tail_mean(accuracies, last_k),
+      'final_loss': last[-1].get(f'{prefix}_loss') if last else None,
+      'final_macro_f1': last[-1].get(f'{prefix}_macro_f1') if last else None,
+      'final_train_loss': train_losses[-1] if train_losses else None,
+      'diverged': any(v is not None and not math.isfinite(v) for v in train_losses),
+      'conflict_before': _finite_mean(r.get(before) for r in rows) if before else None,
+      'conflict_after': _finite_mean(r.get(after) for r in rows) if after else None,
+      'norm_ratio': _finite_mean(r.get(ratio) for r in rows) if ratio else None,
+      'seconds_per_round': float(np.mean(later or times)) if times else None,
+      'first_round_s': times[0] if times else None,
+      'accuracy_curve': encode_curve([r.get(accuracy_column) for r in rows]),
+      'train_loss_curve': encode_curve(train_losses),
+      'conflict_curve': encode_curve([r.get(before) for r in rows]) if before else '',
+  }
+
+
+def read_result(run_dir: str) -> Optional[dict[str, Any]]:
+  """The run's `result.json`, or None when it is missing or unreadable (an interrupted write)."""
+  path = os.path.join(run_dir, RESULT_FILE)
+  try:
+    with open(path) as f:
+      result = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return result if isinstance(result, dict) and 'spec' in result else None
+
+
+def write_result(run_dir: str, result: Mapping[str, Any]) -> None:
+  """Writes `result.json` atomically."""
+  path = os.path.join(run_dir, RESULT_FILE)
+  tmp = f'{path}.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(result, f, indent=1, sort_keys=True, default=_json_default)
+  os.replace(tmp, path)
+
+
+def _json_default(value):
+  if isinstance(value, np.generic):
+    return value.item()
+  if isinstance(value, np.ndarray):
+    return value.tolist()
+  raise TypeError(f'not JSON-serializable: {type(value)}')
+
+
+def same_spec(recorded: Mapping[str, Any], spec: RunSpec) -> bool:
+  """Whether a `result.json`'s settings are `spec`'s (compared as JSON values)."""
+  current = json.loads(json.dumps(spec.to_dict(), default=_json_default))
+  return recorded == current
+
+
+def spec_differences(recorded: Mapping[str, Any], spec: RunSpec) -> list[str]:
+  current = json.loads(json.dumps(spec.to_dict(), default=_json_default))
+  keys = sorted(set(recorded) | set(current))
+  return [f'{k}: {recorded.get(k)!r} -> {current.get(k)!r}' for k in keys
+          if recorded.get(k) != current.get(k)]

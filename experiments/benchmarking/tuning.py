@@ -1,0 +1,163 @@
+"""Choosing hyperparameters on a validation split, never on the test split.
+
+For each dataset, tuning runs on one regime (`BenchmarkConfig.tuning_regime_for`) at each tuned
+local-epoch count, on the tuning seeds (disjoint from the reporting seeds). A tuning run trains on
+the fit part of every client's training data and is scored by its mean accuracy on the pooled
+validation part over its last `last_k` rounds; a candidate's score is the mean of its runs'
+scores over the tuning seeds (a run that diverges scores NaN, which never wins). The best score
+wins; ties go to the candidate listed first.
+
+Candidates of a method (`TuningConfig.strategy`):
+* 'staged' (default): stage 1 tries every client learning rate of `client_lr_grid` with the
+  method's given values; stage 2 tries every combination of the method's own grid (and, for
+  methods that tune it, every server learning rate of `server_lr_grid`) at the learning rate
+  stage 1 chose. Candidates of stage 2 that stage 1 already ran are not run again.
+* 'product': every combination of the learning rates and the method's grid at once.
+
+A method without a grid of its own (FedAvg, FedGH) has stage 1 only.
+"""
+
+import dataclasses
+import itertools
+import math
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from experiments.benchmarking import config as config_lib
+from experiments.benchmarking import methods as methods_lib
+from experiments.benchmarking import runs as runs_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  """Hyperparameters to try: the learning rates and the method's tuned builder arguments."""
+  client_lr: float
+  server_lr: float
+  tuned: tuple = ()
+
+  def __post_init__(self):
+    object.__setattr__(self, 'tuned', tuple(sorted(self.tuned)))
+
+  @property
+  def name(self) -> str:
+    return runs_lib.candidate_name(self.client_lr, self.server_lr, dict(self.tuned))
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+  """What tuning chose for one (dataset, E, method).
+
+  Attributes:
+    dataset, regime, epochs, method: where it was tuned.
+    client_lr, server_lr: the chosen learning rates.
+    tuned: the chosen values of the method's own grid, (name, value) pairs.
+    score: the winner's mean validation accuracy (over the last k rounds and the tuning seeds).
+    scores: every candidate's (name, score, number of finished seeds), in the order tried.
+  """
+  dataset: str
+  regime: str
+  epochs: int
+  method: str
+  client_lr: float
+  server_lr: float
+  tuned: tuple
+  score: float
+  scores: tuple
+
+  @property
+  def values(self) -> dict[str, Any]:
+    return dict(self.tuned)
+
+
+def _grid_product(method: methods_lib.Method, server_lrs: Sequence[float]):
+  names = [k for k, _ in method.grid]
+  for values in itertools.product(*[v for _, v in method.grid]):
+    for server_lr in server_lrs:
+      yield tuple(zip(names, values)), server_lr
+
+
+def stage_one(method, config: config_lib.BenchmarkConfig) -> list[Candidate]:
+  """Client learning rates at the method's given values (server lr: the configured one).
+
+  The given values of the method's grid arguments are named in the candidates, so that stage 2
+  recognises the same point."""
+  given = config.given_kwargs(method)
+  at_given = tuple((k, given[k]) for k, _ in method.grid if k in given)
+  return [Candidate(lr, config.server_learning_rate, at_given)
+          for lr in config.tuning.client_lr_grid]
+
+
+def stage_two(method, config: config_lib.BenchmarkConfig, client_lr: float) -> list[Candidate]:
+  """The method's own grid (and server lrs, if it tunes them) at `client_lr`; empty if the method
+  has nothing more to tune."""
+  if not method.grid and not method.tune_server_lr:
+    return []
+  server_lrs = (config.tuning.server_lr_grid if method.tune_server_lr
+                else (config.server_learning_rate,))
+  return [Candidate(client_lr, slr, tuned) for tuned, slr in _grid_product(method, server_lrs)]
+
+
+def product(method, config: config_lib.BenchmarkConfig) -> list[Candidate]:
+  """Every combination of client lr, the method's grid and (if tuned) server lr."""
+  server_lrs = (config.tuning.server_lr_grid if method.tune_server_lr
+                else (config.server_learning_rate,))
+  return [Candidate(lr, slr, tuned) for lr in config.tuning.client_lr_grid
+          for tuned, slr in _grid_product(method, server_lrs)]
+
+
+def score(summaries: Sequence[Optional[dict[str, Any]]]) -> tuple[float, int]:
+  """(mean of the runs' `last_k_accuracy`, number of finished runs); NaN when any run is missing
+  or not finite."""
+  values = [s.get('last_k_accuracy') if s else None for s in summaries]
+  finished = sum(v is not None for v in values)
+  if finished < len(values) or not values:
+    return float('nan'), finished
+  if any(not math.isfinite(v) for v in values):
+    return float('nan'), finished
+  return float(np.mean(values)), finished
+
+
+def best(scored: Sequence[tuple[Candidate, float, int]]) -> tuple[Candidate, float]:
+  """The highest finite score (ties: the first); the first candidate if none is finite."""
+  finite = [(c, s) for c, s, _ in scored if math.isfinite(s)]
+  if not finite:
+    return scored[0][0], float('nan')
+  top = max(s for _, s in finite)
+  return next((c, s) for c, s in finite if s == top), top
+
+
+RunFn = Callable[[Candidate], tuple[float, int]]
+
+
+def tune_method(method: methods_lib.Method, config: config_lib.BenchmarkConfig, *,
+                dataset: str, regime: str, epochs: int, evaluate: RunFn) -> Choice:
+  """Tunes one method; `evaluate(candidate)` runs it on every tuning seed and returns
+  (score, finished seeds)."""
+  scored: list[tuple[Candidate, float, int]] = []
+  seen: dict[str, tuple[float, int]] = {}
+
+  def try_all(candidates):
+    for candidate in candidates:
+      if candidate.name not in seen:
+        seen[candidate.name] = evaluate(candidate)
+        scored.append((candidate, *seen[candidate.name]))
+
+  if config.tuning.strategy == 'product':
+    try_all(product(method, config))
+  else:
+    try_all(stage_one(method, config))
+    chosen, _ = best(scored)
+    try_all(stage_two(method, config, chosen.client_lr))
+  winner, top = best(scored)
+  return Choice(dataset=dataset, regime=regime, epochs=epochs, method=method.name,
+                client_lr=winner.client_lr, server_lr=winner.server_lr, tuned=winner.tuned,
+                score=top, scores=tuple((c.name, s, n) for c, s, n in scored))
+
+
+def num_candidates(method: methods_lib.Method, config: config_lib.BenchmarkConfig) -> int:
+  """How many candidates `tune_method` tries at most (stage 2's repeats of stage 1 included)."""
+  if config.tuning.strategy == 'product':
+    return len(product(method, config))
+  return len(stage_one(method, config)) + len(
+      stage_two(method, config, config.tuning.client_lr_grid[0]))
