@@ -109,7 +109,8 @@ class TuningConfig:
     tune: False: every run uses the given values (`BenchmarkConfig.given`).
     tuning_seeds: seeds of the tuning runs, disjoint from the reporting seeds.
     tuning_regimes: dataset -> the regime tuned on (its choice is reused for every regime of the
-      dataset); a dataset left out uses `DEFAULT_TUNING_REGIMES`, else its first regime.
+      dataset); a dataset left out uses its `DEFAULT_TUNING_REGIMES` split (the grid's regime
+      with that split if there is one, e.g. with the grid's population), else its first regime.
     tune_epochs: the local epochs tuned at; empty: every E of the grid. A grid E not tuned uses
       the values of the nearest tuned E.
     client_lr_grid: the client learning rates tried by every method (FedAvg included).
@@ -325,9 +326,15 @@ class BenchmarkConfig:
     """The regime whose tuning is used for `dataset`'s regimes."""
     if dataset in self.tuning.tuning_regimes:
       return self.tuning.tuning_regimes[dataset]
+    ours = [r for r in self.parsed_regimes() if r.dataset == dataset]
     default = DEFAULT_TUNING_REGIMES.get(dataset)
-    ours = [r.name for r in self.parsed_regimes() if r.dataset == dataset]
-    return default if default is not None else ours[0]
+    if default is None:
+      return ours[0].name
+    from tff_conflict import data  # pylint: disable=g-import-not-at-top
+    wanted = data.parse_regime(default)
+    # The grid's own version of the default split (e.g. with its population), if it has one.
+    same = [r for r in ours if (r.split, r.param) == (wanted.split, wanted.param)]
+    return same[0].name if same else default
 
   def tuned_epochs_for(self, epochs: int) -> int:
     """The tuned E whose values a grid E uses: itself if tuned, else the nearest tuned one."""

@@ -610,3 +610,25 @@ def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -
   with open(results_md, 'w') as f:
     f.write('\n'.join(lines) + '\n' + body + '\n')
   return target
+
+
+def check_results_md(results_md: str) -> list[str]:
+  """The lines of the result tables, regenerated from the runs.csv behind `results_md`
+  (`docs/results/runs.csv` beside it), that `results_md` does not contain; empty when every
+  number matches.
+
+  Raises:
+    FileNotFoundError: `results_md` or its runs.csv is missing.
+  """
+  source = results_dir_for(results_md)
+  rows = read_runs(os.path.join(source, 'runs.csv'))
+  config = _read_json(os.path.join(source, 'config.json'), {})
+  with open(results_md) as f:
+    text = f.read()
+  present = set(text.splitlines())
+  missing = []
+  for _, _, heading, table in result_tables(rows, config):
+    for line in [heading] + table.splitlines():
+      if line not in present:
+        missing.append(line)
+  return missing

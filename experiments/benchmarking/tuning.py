@@ -124,7 +124,7 @@ def best(scored: Sequence[tuple[Candidate, float, int]]) -> tuple[Candidate, flo
   if not finite:
     return scored[0][0], float('nan')
   top = max(s for _, s in finite)
-  return next((c, s) for c, s in finite if s == top), top
+  return next(c for c, s in finite if s == top), top
 
 
 RunFn = Callable[[Candidate], tuple[float, int]]

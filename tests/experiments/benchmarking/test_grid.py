@@ -1,0 +1,190 @@
+"""A tiny tuned benchmark end to end on TFF: the test split is never read while tuning, each
+process is built once and reused, finished runs are skipped, and a reused process gives the
+same run as a freshly built one."""
+
+import functools
+import os
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from experiments import metrics_io
+from experiments import models
+from experiments import training_loop
+from experiments.benchmarking import config as config_lib
+from experiments.benchmarking import engine as engine_lib
+from experiments.benchmarking import grid
+from experiments.benchmarking import runs
+
+
+class GuardedClientData(tff.simulation.datasets.ClientData):
+  """A test split that raises when read before `allow()`; counts the reads after."""
+
+  def __init__(self, inner):
+    super().__init__()
+    self._inner = inner
+    self.allowed = False
+    self.reads = 0
+
+  def allow(self):
+    self.allowed = True
+
+  def _read(self):
+    if not self.allowed:
+      raise AssertionError('the test split was read during tuning')
+    self.reads += 1
+
+  @property
+  def client_ids(self):
+    return self._inner.client_ids
+
+  @property
+  def serializable_dataset_fn(self):
+    self._read()
+    return self._inner.serializable_dataset_fn
+
+  @property
+  def element_type_structure(self):
+    return self._inner.element_type_structure
+
+  def create_tf_dataset_for_client(self, client_id):
+    self._read()
+    return self._inner.create_tf_dataset_for_client(client_id)
+
+  def create_tf_dataset_from_all_clients(self, seed=None):
+    self._read()
+    return self._inner.create_tf_dataset_from_all_clients(seed)
+
+
+def _config(root, **changes):
+  args = dict(regimes=('digits:iid@6', 'digits:#C=2@6'), methods=('fedavg', 'fedgh'),
+              epochs=(1,), report_seeds=(0, 1), rounds=2, clients_per_round=3, batch_size=32,
+              models={'digits': 'logistic_regression'}, output_dir=str(root),
+              experiment_name='tiny', progress=False,
+              tuning=config_lib.TuningConfig(tuning_seeds=(7,), client_lr_grid=(0.05, 0.2),
+                                             tuning_regimes={'digits': 'digits:#C=2@6'},
+                                             last_k=2))
+  args.update(changes)
+  return config_lib.BenchmarkConfig(**args)
+
+
+class _GuardedLoader:
+  def __init__(self, config):
+    self._load = engine_lib.default_loader(config)
+    self.guards = []
+    self.tuning_over = False
+
+  def __call__(self, regime, seed):
+    train, test = self._load(regime, seed)
+    guard = GuardedClientData(test)
+    guard.seed = seed
+    if self.tuning_over:
+      guard.allow()
+    self.guards.append(guard)
+    return train, guard
+
+  def allow(self):
+    self.tuning_over = True
+    for guard in self.guards:
+      guard.allow()
+
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+  root = tmp_path_factory.mktemp('bench')
+  config = _config(root)
+  loader = _GuardedLoader(config)
+  outcome = grid.run_benchmark(config, loader=loader, after_tuning=loader.allow,
+                               stream=open(os.devnull, 'w'))
+  return config, loader, outcome
+
+
+def test_tuning_never_reads_the_test_split(tiny):
+  config, loader, outcome = tiny
+  assert outcome.failures == []
+  # Tuning loaded the tuning regime's data (guarded) and ran 2 methods x 2 lrs x 1 seed.
+  assert outcome.runs_done == 4 + 8
+  # The tuning data (seed 7) had a guarded test split that raises if read during tuning; the
+  # test splits of the reporting seeds were read, after tuning.
+  assert [g.reads for g in loader.guards if g.seed == 7] == [0]
+  assert all(g.reads > 0 for g in loader.guards if g.seed != 7)
+  assert [c.method for c in outcome.choices] == ['fedavg', 'fedgh']
+  assert all(c.client_lr in (0.05, 0.2) for c in outcome.choices)
+  spec = grid.report_specs(config, outcome.choices)[0]
+  tuned_dir = os.path.join(config.root, 'tuning', 'digits_C2_6', 'E1', 'fedavg')
+  candidate = sorted(os.listdir(tuned_dir))[0]
+  rows = metrics_io.read_csv(os.path.join(tuned_dir, candidate, 'seed7', 'metrics.csv'))
+  assert 'val_accuracy' in rows[0] and not any(k.startswith('test') for k in rows[0])
+  assert spec.client_lr == outcome.choices[0].client_lr
+
+
+def test_one_process_per_method_and_the_same_start_per_seed(tiny):
+  config, _, outcome = tiny
+  assert outcome.num_processes == 2  # reused across regimes, seeds and learning rates
+  rows = outcome.rows
+  assert len(rows) == 2 * 2 * 2
+  assert {(r['regime'], r['method'], r['seed']) for r in rows} == {
+      (g, m, s) for g in config.regimes for m in config.methods for s in (0, 1)}
+  first_loss = {}
+  for r in rows:
+    metrics = metrics_io.read_csv(os.path.join(
+        runs.report_run_dir(config.root, r['regime'], 1, r['method'], r['seed']), 'metrics.csv'))
+    first_loss[(r['regime'], r['method'], r['seed'])] = metrics[0]['train_loss']
+  for regime in config.regimes:
+    for seed in (0, 1):  # same model, partition and clients: the same round-1 training loss
+      assert first_loss[(regime, 'fedavg', seed)] == first_loss[(regime, 'fedgh', seed)]
+    assert first_loss[(regime, 'fedavg', 0)] != first_loss[(regime, 'fedavg', 1)]
+  text = open(outcome.report).read()
+  assert 'Δ final vs fedavg [95% CI]' in text and '## Tuning' in text
+
+
+def test_finished_runs_are_skipped_and_settings_changes_refused(tiny):
+  config, loader, outcome = tiny
+  again = grid.run_benchmark(config, loader=loader, stream=open(os.devnull, 'w'))
+  assert again.runs_done == 0 and again.runs_skipped == 12 and again.num_processes == 0
+  assert [r['final_accuracy'] for r in again.rows] == [r['final_accuracy'] for r in outcome.rows]
+  victim = runs.report_run_dir(config.root, 'digits:iid@6', 1, 'fedgh', 1)
+  os.remove(os.path.join(victim, runs.RESULT_FILE))  # as if killed before it finished
+  third = grid.run_benchmark(config, loader=loader, stream=open(os.devnull, 'w'))
+  assert third.runs_done == 1 and third.runs_skipped == 11
+  assert [r['final_accuracy'] for r in third.rows] == [r['final_accuracy'] for r in outcome.rows]
+  with pytest.raises(engine_lib.SettingsChangedError, match='rounds: 2 -> 3'):
+    grid.run_benchmark(_config(config.output_dir, rounds=3), loader=loader,
+                       stream=open(os.devnull, 'w'))
+
+
+def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
+  from tff_conflict import learning
+  config = _config(tmp_path, tuning=config_lib.TuningConfig(tune=False))
+  engine = engine_lib.Engine(config)
+  fedgh = grid.report_specs(config, [])
+  first = next(s for s in fedgh if s.method == 'fedgh')
+  target = runs.RunSpec(**dict(first.to_dict(), kwargs=first.kwargs, regime='digits:#C=2@6',
+                               seed=1, data_seed=1, client_lr=0.2, server_lr=1.5))
+  engine.run(first)  # builds the process with the first run's seed and learning rates
+  engine.run(target)
+  assert engine.num_processes == 1
+  reused = metrics_io.read_csv(os.path.join(target.directory(config.root), 'metrics.csv'))
+
+  train, test = engine.data('digits:#C=2@6', 1)
+  loop = training_loop.LoopConfig(rounds=2, clients_per_round=3, batch_size=32, seed=1,
+                                  checkpoint_every=0)
+  spec = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
+                                  loop).element_spec
+  process = learning.build_fedgh(
+      functools.partial(models.logistic_regression, (8, 8, 1), 10, seed=1), input_spec=spec,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.2),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.5), seed=1)
+  # Building a process invalidates earlier eager Keras models: the engine's evaluation model too.
+  engine._eval_models.clear()  # pylint: disable=protected-access
+  evaluate, columns, _ = engine._evaluator(target, test)  # pylint: disable=protected-access
+  fresh = training_loop.run_training(
+      process, train_data=train, evaluate_fn=evaluate, config=loop,
+      experiment_dir=str(tmp_path / 'fresh'), hparams={}, show_progress=False,
+      test_columns=columns).rows
+  assert reused[-1]['aggregator/num_projections'] > 0  # FedGH did project
+  for a, b in zip(metrics_io.non_timing(reused), metrics_io.non_timing(fresh)):
+    assert a.keys() == b.keys()
+    for key in a:
+      np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)

@@ -1,0 +1,65 @@
+"""Methods, variants with fixed arguments, and the builder arguments they give."""
+
+import pytest
+
+from experiments.benchmarking import methods
+
+
+def test_every_algorithm_has_a_method_with_a_grid_where_the_issue_asks_for_one():
+  from tff_conflict import learning
+  assert set(methods.METHODS) >= set(learning.ALGORITHMS)
+  grid = {name: dict(m.grid) for name, m in methods.METHODS.items()}
+  assert grid['fedprox']['proximal_strength'] == (0.001, 0.01, 0.1, 1.0)
+  assert grid['fedmgc']['gamma'] == (0.5, 1.0, 2.0) and 'selection_ratio' in grid['fedmgc']
+  assert grid['fedga']['counts'] == ('batch', 'dataset')
+  assert set(grid['fedld']) == {'margin_weight', 'component_ratio'}
+  assert methods.METHODS['fedld'].tune_server_lr
+  assert grid['fed_corrective']['alpha'] == (0.1, 0.3, 0.5)
+  assert grid['fedavg'] == {} and grid['fedgh'] == {}
+
+
+def test_ad_hoc_variant_fixes_arguments_and_drops_them_from_the_grid():
+  m = methods.parse_method('fedga[counts=dataset, clip_norm=5]')
+  assert m.name == 'fedga[counts=dataset,clip_norm=5]' and m.algorithm == 'fedga'
+  assert m.fixed_kwargs == {'counts': 'dataset', 'clip_norm': 5}
+  assert m.grid == ()
+  fedld = methods.parse_method('fedld[component_ratio=0.5]')
+  assert dict(fedld.grid) == {'margin_weight': (0.01, 0.1)} and fedld.tune_server_lr
+  assert methods.parse_method('fedavg') is methods.METHODS['fedavg']
+
+
+@pytest.mark.parametrize('text,match', [
+    ('sgd', 'unknown method'), ('bogus[x=1]', 'unknown algorithm'),
+    ('fedga[counts]', 'expected key=value'), ('fedga[1x=2]', 'expected key=value'),
+])
+def test_bad_methods(text, match):
+  with pytest.raises(ValueError, match=match):
+    methods.parse_method(text)
+
+
+def test_register_a_named_variant():
+  variant = methods.Method('fedga_test_variant', 'fedga', fixed=(('counts', 'dataset'),))
+  try:
+    assert methods.register(variant) is variant
+    assert methods.parse_method('fedga_test_variant') is variant
+    methods.register(variant)  # the same definition again is fine
+    with pytest.raises(ValueError, match='already registered'):
+      methods.register(methods.Method('fedga_test_variant', 'fedga'))
+    with pytest.raises(ValueError, match='unknown algorithm'):
+      methods.register(methods.Method('x', 'nope'))
+    with pytest.raises(ValueError, match='both fixes and tunes'):
+      methods.Method('y', 'fedga', fixed=(('counts', 'batch'),), grid=(('counts', ('batch',)),))
+  finally:
+    methods.METHODS.pop('fedga_test_variant', None)
+
+
+def test_builder_kwargs_fix_fedghs_order_seed_in_the_process():
+  fedgh = methods.METHODS['fedgh']
+  assert methods.builder_kwargs(fedgh) == {'seed': 0}
+  prox = methods.parse_method('fedprox[proximal_strength=1]')
+  assert methods.builder_kwargs(prox, {'x': 2}) == {'proximal_strength': 1, 'x': 2}
+
+
+def test_parse_value():
+  assert [methods.parse_value(v) for v in ('5', '0.5', 'True', 'none', 'soft_target')] == [
+      5, 0.5, True, None, 'soft_target']

@@ -1,0 +1,164 @@
+"""The report from runs.csv rows made by hand (no TFF): tables, targets, plots, the diagnosis
+hook, and RESULTS.md's check."""
+
+import json
+import os
+
+import pytest
+
+from experiments.benchmarking import diagnosis
+from experiments.benchmarking import report
+from experiments.benchmarking import runs
+
+# final accuracy per (regime, E, method, seed)
+_FINALS = {
+    ('digits:iid', 1): {'fedavg': [0.80, 0.82, 0.84], 'fedgh': [0.82, 0.84, 0.86],
+                        'fedld': [0.70, 0.80, 0.90]},
+    ('digits:#C=2', 1): {'fedavg': [0.60, 0.62, 0.64], 'fedgh': [0.63, 0.64, 0.68],
+                         'fedld': [0.50, 0.51, 0.55]},
+    ('digits:iid', 5): {'fedavg': [0.85, 0.86, 0.87], 'fedgh': [0.85, 0.86, 0.87],
+                        'fedld': [0.80, 0.81, 0.83]},
+}
+_CONFIG = {'regimes': ['digits:iid', 'digits:#C=2'], 'methods': ['fedavg', 'fedgh', 'fedld'],
+           'baseline': 'fedavg', 'epochs': [1, 5], 'report_seeds': [0, 1, 2],
+           'target_fraction': 0.9, 'experiment_name': 'unit',
+           'tuning': {'tune': True, 'strategy': 'staged'}}
+
+
+def _rows():
+  rows = []
+  for (regime, e), per_method in _FINALS.items():
+    for method, finals in per_method.items():
+      for seed, final in enumerate(finals):
+        curve = [final * r / 4 for r in range(1, 5)]
+        rows.append({
+            'regime': regime, 'dataset': 'digits', 'method': method,
+            'algorithm': method, 'epochs': e, 'seed': seed, 'data_seed': seed, 'model': 'mlp',
+            'client_lr': 0.1, 'server_lr': 1.0, 'hparams': '{}', 'final_accuracy': final,
+            'best_accuracy': final, 'diverged': False,
+            'conflict_before': None if method == 'fedavg' else 0.4,
+            'conflict_after': None if method == 'fedavg' else 0.1,
+            'norm_ratio': 0.8 if method == 'fedld' else None, 'seconds_per_round': 0.5,
+            'run_seconds': 2.0, 'accuracy_curve': runs.encode_curve(curve),
+            'train_loss_curve': runs.encode_curve([1.0, 0.8, 0.6, 0.5]),
+            'conflict_curve': ''})
+  return rows
+
+
+def test_regime_table_numbers():
+  cell = report.group(_rows())[('digits:#C=2', 1)]
+  target, how = report.target_accuracy(cell, 'digits', _CONFIG)
+  assert target == pytest.approx(0.558) and how == '0.9 x fedavg final'
+  table = report.regime_table(cell, ['fedavg', 'fedgh', 'fedld'], baseline='fedavg',
+                              target=target).splitlines()
+  assert 'Δ final vs fedavg [95% CI]' in table[0]
+  assert table[2] == ('| fedavg | 3 | 0.6200 ± 0.0200 | 0.6200 ± 0.0200 | — | 4.0 | - | - | '
+                      '0.50 |')
+  # fedgh - fedavg = (0.03, 0.02, 0.04): mean 0.03, sd 0.01, half 4.302653 * 0.01 / sqrt 3.
+  assert table[3] == ('| fedgh | 3 | 0.6500 ± 0.0265 | 0.6500 ± 0.0265 | '
+                      '**+0.0300 [+0.0052, +0.0548]** † | 4.0 | 0.400 → 0.100 | - | 0.50 |')
+  # fedld's finals (0.50, 0.51, 0.55) stay below the target 0.558.
+  assert table[4].startswith('| fedld | 3 | 0.5200 ± 0.0265 |')
+  assert '**-0.1000 [-0.1248, -0.0752]** †' in table[4]
+  assert '| not reached |' in table[4] and '| 0.800 |' in table[4]
+  partly = report.regime_table(cell, ['fedld'], baseline='fedavg', target=0.51)
+  assert '| 4.0 (2/3) |' in partly
+
+
+def test_given_target_and_rounds_to():
+  cell = report.group(_rows())[('digits:iid', 1)]
+  assert report.target_accuracy(cell, 'digits', dict(_CONFIG, targets={'digits': 0.5})) == (
+      0.5, 'given')
+  assert report.rounds_to('0.1;0.6;0.7', 0.6) == 2
+  assert report.rounds_to('0.1;nan;0.2', 0.6) is None
+  conflict, source = report.regime_conflict(cell, 'fedavg')
+  assert conflict == pytest.approx(0.4) and source == 'mean over conflict-aware methods'
+
+
+def test_epoch_effect_and_losses():
+  rows = _rows()
+  effect = report.epoch_effect_table(rows, _CONFIG).splitlines()
+  assert effect[0] == ('| method | E=1: mean Δ (CI > 0 / CI < 0) | E=5: mean Δ (CI > 0 / CI < '
+                       '0) |')
+  # fedgh gains exactly 0.02 on every seed of digits:iid (a zero-width interval).
+  assert effect[2].startswith('| fedgh | +0.0250 (2 / 0 of 2) | +0.0000 (0 / 0 of 1) |')
+  losses = report.losses_list(rows, _CONFIG)
+  assert '- fedld, digits:#C=2, E=1: Δ final -0.1000 [-0.1248, -0.0752]' in losses
+  assert 'norm ratio 0.800' in losses
+  assert 'fedld, digits:iid, E=1' not in losses  # its interval straddles 0
+
+
+def _write_benchmark(root, rows=None):
+  os.makedirs(root, exist_ok=True)
+  with open(os.path.join(root, 'config.json'), 'w') as f:
+    json.dump(_CONFIG, f)
+  report.write_csv(os.path.join(root, 'runs.csv'), rows or _rows(), runs.RUN_COLUMNS)
+  choices = [{'dataset': 'digits', 'regime': 'digits:dir(0.1)', 'epochs': 1, 'method': 'fedld',
+              'client_lr': 0.1, 'server_lr': 2.0, 'tuned': {'margin_weight': 0.01},
+              'score': 0.8, 'scores': [{'candidate': 'a', 'score': 0.8, 'seeds': 2},
+                                       {'candidate': 'b', 'score': 0.7, 'seeds': 2}]}]
+  with open(os.path.join(root, 'tuning_choices.json'), 'w') as f:
+    json.dump(choices, f)
+  with open(os.path.join(root, 'timing.json'), 'w') as f:
+    json.dump([{'finished': 'x', 'wall_seconds': 100.0, 'build_seconds': 25.0,
+                'processes_built': 3, 'runs_done': 27, 'runs_skipped': 0, 'runs_failed': 0}], f)
+
+
+def test_write_report_from_files(tmp_path):
+  root = str(tmp_path / 'bench')
+  _write_benchmark(root)
+  text = open(report.write_report(root)).read()
+  assert '| fedld | 0.1 | 2 | margin_weight=0.01 | 0.8000 | b: 0.7000 | 2 |' in text
+  assert '0 min 25 s (25.0%) building learning processes' in text
+  assert '### `digits:#C=2`, E=1' in text and '### `digits:#C=2`, E=5' not in text
+  for name in ('accuracy_digits_C2_E1.png', 'train_loss_digits_iid_E5.png',
+               'gain_vs_conflict.png', 'epochs_effect.png'):
+    assert os.path.getsize(os.path.join(root, 'plots', name)) > 0
+    assert f'plots/{name}' in text
+  assert '## Diagnosis' not in text
+
+
+def test_diagnosis_hook(tmp_path):
+  root = str(tmp_path / 'bench')
+  _write_benchmark(root)
+  seen = {}
+
+  def fedld_diagnosis(inputs):
+    seen['rows'] = len(inputs.method_rows())
+    seen['dir'] = inputs.run_dir(inputs.method_rows()[0])
+    return 'The server step is short: **measured**.'
+
+  def broken(inputs):
+    raise RuntimeError('no data')
+
+  diagnosis.register('fedld', fedld_diagnosis)
+  diagnosis.register('fedgh', broken)
+  try:
+    text = open(report.write_report(root)).read()
+  finally:
+    diagnosis.DIAGNOSES.pop('fedld')
+    diagnosis.DIAGNOSES.pop('fedgh')
+  assert '## Diagnosis' in text
+  assert '### fedld\n\nThe server step is short: **measured**.' in text
+  assert '### fedgh\n\nThe diagnosis failed' in text and 'RuntimeError: no data' in text
+  assert seen['rows'] == 9
+  assert seen['dir'] == runs.report_run_dir(root, 'digits:iid', 1, 'fedld', 0)
+
+
+def test_results_md_and_its_check(tmp_path):
+  root = str(tmp_path / 'bench')
+  _write_benchmark(root)
+  results_md = str(tmp_path / 'RESULTS.md')
+  target = report.write_results_md(results_md, root, header={'Machine': 'test', 'Command': 'c'})
+  assert target == str(tmp_path / 'docs' / 'results')
+  text = open(results_md).read()
+  assert text.startswith('# Results\n\n- Machine: test\n- Command: c\n')
+  assert '## Benchmark `unit`' in text and '### Results' in text
+  assert '(docs/results/plots/gain_vs_conflict.png)' in text
+  assert os.path.exists(os.path.join(target, 'runs.csv'))
+  assert report.check_results_md(results_md) == []
+  tampered = text.replace('0.6500 ± 0.0265', '0.6600 ± 0.0265')
+  with open(results_md, 'w') as f:
+    f.write(tampered)
+  missing = report.check_results_md(results_md)
+  assert len(missing) == 1 and '| fedgh | 3 | 0.6500 ± 0.0265' in missing[0]

@@ -1,0 +1,88 @@
+"""A run's summary from its metrics rows, curves as text, result files and directories."""
+
+import math
+import os
+
+import pytest
+
+from experiments.benchmarking import runs
+
+
+def _rows():
+  rows = []
+  accuracies = [0.2, None, 0.6, 0.5, 0.55]
+  for r, a in enumerate(accuracies, start=1):
+    rows.append({'round_num': r, 'train_loss': 2.0 / r, 'test_accuracy': a,
+                 'test_loss': None if a is None else 1.0 - a,
+                 'test_macro_f1': None if a is None else a / 2, 'round_time_s': 10.0 if r == 1
+                 else 1.0 + r, 'aggregator/conflict_fraction_before': 0.5,
+                 'aggregator/conflict_fraction_after': 0.1 * r, 'aggregator/norm_ratio': 0.8})
+  return rows
+
+
+def test_summary_of_hand_made_rows():
+  s = runs.summarize(_rows(), prefix='test', last_k=2)
+  assert s['final_accuracy'] == 0.55 and s['best_accuracy'] == 0.6 and s['best_round'] == 3
+  assert s['last_k_accuracy'] == pytest.approx(0.525)
+  assert s['final_loss'] == pytest.approx(0.45) and s['final_macro_f1'] == pytest.approx(0.275)
+  assert s['final_train_loss'] == pytest.approx(0.4) and s['diverged'] is False
+  assert s['conflict_before'] == 0.5 and s['conflict_after'] == pytest.approx(0.3)
+  assert s['norm_ratio'] == 0.8
+  assert s['seconds_per_round'] == pytest.approx((3 + 4 + 5 + 6) / 4) and s['first_round_s'] == 10
+  assert runs.decode_curve(s['accuracy_curve']) == [0.2, None, 0.6, 0.5, 0.55]
+  assert runs.decode_curve(s['conflict_curve']) == [0.5] * 5
+
+
+def test_summary_without_aggregator_diagnostics_and_with_divergence():
+  rows = [{'round_num': 1, 'train_loss': float('nan'), 'val_accuracy': 0.1,
+           'round_time_s': 1.0}]
+  s = runs.summarize(rows, prefix='val', last_k=5)
+  assert s['diverged'] is True and s['conflict_before'] is None and s['norm_ratio'] is None
+  assert s['last_k_accuracy'] == 0.1 and s['conflict_curve'] == ''
+  rows[0]['val_accuracy'] = float('nan')
+  assert math.isnan(runs.summarize(rows, prefix='val')['last_k_accuracy'])
+
+
+def test_norm_ratio_found_by_its_last_name():
+  rows = [{'round_num': 1, 'test_accuracy': 0.5, 'aggregator/mean_norm_ratio': 0.7}]
+  assert runs.summarize(rows, prefix='test')['norm_ratio'] == 0.7
+
+
+def test_curve_round_trip():
+  values = [0.123456789, None, float('nan'), float('inf'), -1.0]
+  decoded = runs.decode_curve(runs.encode_curve(values))
+  assert decoded[0] == pytest.approx(0.123457) and decoded[1] is None
+  assert math.isnan(decoded[2]) and decoded[3] == math.inf and decoded[4] == -1.0
+  assert runs.decode_curve('') == []
+
+
+def _spec(**changes):
+  args = dict(phase=runs.REPORT_PHASE, regime='digits:#C=2', dataset='digits',
+              method='fedga[counts=dataset]', algorithm='fedga', kwargs=(('counts', 'dataset'),),
+              client_lr=0.1, server_lr=1.0, epochs=5, seed=3, data_seed=3, model='mlp',
+              rounds=20, clients_per_round=10, batch_size=20, shuffle_buffer=1000)
+  args.update(changes)
+  return runs.RunSpec(**args)
+
+
+def test_directories_and_result_files(tmp_path):
+  spec = _spec()
+  assert spec.directory('R') == os.path.join('R', 'runs', 'digits_C2', 'E5',
+                                             'fedga_counts=dataset', 'seed3')
+  tune = _spec(phase=runs.TUNE_PHASE, candidate='clr=0.1,slr=1')
+  assert tune.directory('R') == os.path.join('R', 'tuning', 'digits_C2', 'E5',
+                                             'fedga_counts=dataset', 'clr=0.1_slr=1', 'seed3')
+  assert runs.read_result(str(tmp_path)) is None
+  runs.write_result(str(tmp_path), {'spec': spec.to_dict(), 'summary': {'x': 1}})
+  result = runs.read_result(str(tmp_path))
+  assert result['summary'] == {'x': 1} and runs.same_spec(result['spec'], spec)
+  assert not runs.same_spec(result['spec'], _spec(rounds=30))
+  assert runs.spec_differences(result['spec'], _spec(rounds=30)) == ['rounds: 20 -> 30']
+  (tmp_path / runs.RESULT_FILE).write_text('{"spec": ')  # cut short
+  assert runs.read_result(str(tmp_path)) is None
+
+
+def test_run_row_puts_the_spec_first():
+  row = runs.run_row(_spec(), {'final_accuracy': 0.9})
+  assert list(row)[:3] == ['regime', 'dataset', 'method']
+  assert row['hparams'] == '{"counts": "dataset"}' and row['final_accuracy'] == 0.9

@@ -1,0 +1,73 @@
+"""Tuning candidates (staged and product) and the choice, with a made-up scorer (no TFF)."""
+
+import math
+
+import pytest
+
+from experiments.benchmarking import config as config_lib
+from experiments.benchmarking import methods
+from experiments.benchmarking import tuning
+
+
+def _config(**tuning_args):
+  return config_lib.BenchmarkConfig(
+      regimes=('digits:iid',), methods=('fedavg', 'fedprox', 'fedld'),
+      given={'fedprox': {'proximal_strength': 0.01}},
+      tuning=config_lib.TuningConfig(client_lr_grid=(0.03, 0.1, 0.3),
+                                     server_lr_grid=(1.0, 3.0), **tuning_args))
+
+
+def test_candidates():
+  config = _config()
+  prox, fedld, fedavg = (methods.METHODS[n] for n in ('fedprox', 'fedld', 'fedavg'))
+  one = tuning.stage_one(prox, config)
+  assert [c.client_lr for c in one] == [0.03, 0.1, 0.3]
+  assert all(c.tuned == (('proximal_strength', 0.01),) and c.server_lr == 1.0 for c in one)
+  two = tuning.stage_two(prox, config, 0.1)
+  assert [dict(c.tuned)['proximal_strength'] for c in two] == [0.001, 0.01, 0.1, 1.0]
+  assert two[1].name == one[1].name == 'clr=0.1,slr=1,proximal_strength=0.01'
+  assert tuning.stage_two(fedavg, config, 0.1) == []
+  ld = tuning.stage_two(fedld, config, 0.3)
+  assert len(ld) == 2 * 2 * 2 and {c.server_lr for c in ld} == {1.0, 3.0}
+  assert len(tuning.product(fedld, config)) == 3 * 8
+  assert tuning.num_candidates(prox, config) == 3 + 4
+  assert tuning.num_candidates(prox, _config(strategy='product')) == 12
+
+
+def _scorer(table, calls):
+  def evaluate(candidate):
+    calls.append(candidate.name)
+    return table(candidate), 2
+  return evaluate
+
+
+def test_staged_choice_reuses_stage_one_and_picks_the_best():
+  config = _config()
+  calls = []
+  def table(c):  # best lr 0.1; best mu 0.1; NaN for mu = 1 (diverged)
+    mu = dict(c.tuned)['proximal_strength']
+    if mu == 1.0:
+      return float('nan')
+    return 0.5 + (0.2 if c.client_lr == 0.1 else 0.0) + (0.05 if mu == 0.1 else 0.0)
+  choice = tuning.tune_method(methods.METHODS['fedprox'], config, dataset='digits',
+                              regime='digits:iid', epochs=1, evaluate=_scorer(table, calls))
+  assert len(calls) == len(set(calls)) == 6  # stage 2's mu = 0.01 at lr 0.1 is not run again
+  assert (choice.client_lr, choice.server_lr, choice.values) == (0.1, 1.0,
+                                                                 {'proximal_strength': 0.1})
+  assert choice.score == pytest.approx(0.75)
+  assert [n for n, _, _ in choice.scores] == calls
+
+
+def test_ties_go_to_the_first_and_nan_never_wins():
+  a, b, c = (tuning.Candidate(lr, 1.0) for lr in (0.1, 0.2, 0.3))
+  assert tuning.best([(a, 0.5, 1), (b, 0.5, 1), (c, 0.4, 1)]) == (a, 0.5)
+  assert tuning.best([(a, float('nan'), 1), (b, 0.1, 1)]) == (b, 0.1)
+  winner, score = tuning.best([(a, float('nan'), 1), (b, float('nan'), 1)])
+  assert winner == a and math.isnan(score)
+
+
+def test_score_needs_every_seed_finished_and_finite():
+  assert tuning.score([{'last_k_accuracy': 0.5}, {'last_k_accuracy': 0.7}]) == (
+      pytest.approx(0.6), 2)
+  assert math.isnan(tuning.score([{'last_k_accuracy': 0.5}, None])[0])
+  assert math.isnan(tuning.score([{'last_k_accuracy': float('nan')}])[0])
