@@ -18,7 +18,14 @@ runs.csv: regime, method, E, seed, accuracies, curves, conflict and norm diagnos
 values in `hparams`) and can open a run's own files (`inputs.run_dir(row)`: `metrics.csv` with
 one row per round and every metric the process reports, `result.json` with the final test
 confusion matrix). An exception in a diagnosis is shown in its section instead of stopping the
-report. Modules that register diagnoses are imported by `report` (see `DIAGNOSIS_MODULES`).
+report.
+
+Measurements a diagnosis needs in runs.csv can be added to every reporting run's row with
+`runs.register_summary(fn)` (`fn(metrics rows) -> {column: value}`), computed when the run
+finishes. Modules that register diagnoses or summaries are listed in `DIAGNOSIS_MODULES`; the
+engine and the report import them first. Method variants that isolate a cause are registered
+with `methods.register` (e.g. from the binaries' flag values, `methods.method_from_flags`) and
+then named in `--methods`.
 """
 
 import dataclasses
@@ -78,7 +85,8 @@ def register(name: str, fn: DiagnosisFn) -> DiagnosisFn:
   return fn
 
 
-def _load_modules() -> None:
+def load_modules() -> None:
+  """Imports `DIAGNOSIS_MODULES` (their `register` / `runs.register_summary` calls run)."""
   for module in DIAGNOSIS_MODULES:
     importlib.import_module(module)
 
@@ -87,7 +95,7 @@ def sections(rows: Sequence[Mapping[str, Any]], methods: Sequence[tuple[str, str
              baseline: str, root: Optional[str]) -> list[tuple[str, str]]:
   """(method, Markdown) for every method (given as (name, algorithm) pairs) with a registered
   diagnosis that returned something."""
-  _load_modules()
+  load_modules()
   out = []
   for name, algorithm in methods:
     functions = DIAGNOSES.get(name, []) + [

@@ -24,6 +24,7 @@ import collections
 import dataclasses
 import datetime
 import functools
+import json
 import os
 import time
 import traceback
@@ -36,6 +37,8 @@ from experiments import metrics_io
 from experiments import models as models_lib
 from experiments import training_loop
 from experiments.benchmarking import config as config_lib
+from experiments.benchmarking import diagnosis as diagnosis_lib
+from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import runs as runs_lib
 
 Loader = Callable[[Any, int], tuple[Any, Any]]
@@ -102,6 +105,7 @@ class Engine:
 
   def __init__(self, config: config_lib.BenchmarkConfig, *, loader: Optional[Loader] = None,
                on_round: Callable[[], None] = lambda: None, stream: Optional[TextIO] = None):
+    diagnosis_lib.load_modules()  # their summaries add columns to every reporting run
     self._config = config
     self._loader = loader or default_loader(config)
     self._on_round = on_round
@@ -151,7 +155,8 @@ class Engine:
   # --- processes ----------------------------------------------------------------------------
 
   def _process_key(self, spec: runs_lib.RunSpec) -> tuple:
-    return (spec.algorithm, spec.kwargs, spec.model, spec.dataset, spec.batch_size,
+    kwargs = json.dumps(dict(spec.kwargs), sort_keys=True, default=str)
+    return (spec.algorithm, kwargs, spec.model, spec.dataset, spec.batch_size,
             spec.client_momentum)
 
   def _build(self, spec: runs_lib.RunSpec, train) -> _Built:
@@ -164,7 +169,9 @@ class Engine:
     example = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
                                        loop)
     keras_model_fn = functools.partial(models_lib.get(spec.model), shape, classes, seed=0)
-    process = learning.ALGORITHMS[spec.algorithm](
+    build = (learning.build_process if spec.algorithm == methods_lib.CUSTOM
+             else learning.ALGORITHMS[spec.algorithm])
+    process = build(
         keras_model_fn, input_spec=example.element_spec,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(
             learning_rate=spec.client_lr, momentum=spec.client_momentum or None),
@@ -330,6 +337,9 @@ class Engine:
     seconds = time.monotonic() - start
     summary = runs_lib.summarize(result.rows, prefix=spec.eval_prefix,
                                  last_k=self._config.tuning.last_k)
+    if spec.phase == runs_lib.REPORT_PHASE:
+      for key, value in runs_lib.extra_summary(result.rows).items():
+        summary.setdefault(key, value)
     summary['run_seconds'] = seconds
     return summary, last.get('confusion_matrix')
 

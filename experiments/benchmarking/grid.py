@@ -113,6 +113,42 @@ def planned_report_runs(config: config_lib.BenchmarkConfig) -> int:
           * len(config.report_seeds))
 
 
+def planned_runs(config: config_lib.BenchmarkConfig) -> dict[tuple[str, str, str, int], int]:
+  """Runs planned per (phase, method, dataset, E): exact for reporting, an upper bound for
+  tuning (stage 2's repeats of stage 1 included)."""
+  counts: dict[tuple[str, str, str, int], int] = {}
+  methods = config.parsed_methods()
+  for dataset in datasets_of(config):
+    if config.tuning.tune:
+      for epochs in tune_epochs(config):
+        for method in methods:
+          key = (runs_lib.TUNE_PHASE, method.name, dataset, epochs)
+          counts[key] = (tuning_lib.num_candidates(method, config)
+                         * len(config.tuning.tuning_seeds))
+    regimes = [r for r in config.parsed_regimes() if r.dataset == dataset]
+    for method in methods:
+      for epochs in config.epochs:
+        key = (runs_lib.REPORT_PHASE, method.name, dataset, epochs)
+        counts[key] = len(regimes) * len(config.report_seeds)
+  return counts
+
+
+def planned_processes(config: config_lib.BenchmarkConfig) -> dict[tuple[str, str], int]:
+  """Learning processes built at most per (method, dataset): one per distinct set of builder
+  arguments among the method's candidates (1 without tuning)."""
+  out = {}
+  for dataset in datasets_of(config):
+    for method in config.parsed_methods():
+      if not config.tuning.tune:
+        out[(method.name, dataset)] = 1
+        continue
+      candidates = (tuning_lib.product(method, config) if config.tuning.strategy == 'product'
+                    else tuning_lib.stage_one(method, config) + tuning_lib.stage_two(
+                        method, config, config.tuning.client_lr_grid[0]))
+      out[(method.name, dataset)] = len({c.tuned for c in candidates})
+  return out
+
+
 def _tune(config, engine, progress) -> list[tuning_lib.Choice]:
   choices = []
   seeds = config.tuning.tuning_seeds
@@ -152,7 +188,10 @@ def report_specs(config: config_lib.BenchmarkConfig, choices) -> list[runs_lib.R
       for regime in [r for r in regimes if r.dataset == dataset]:
         for epochs in config.epochs:
           kwargs = config.given_kwargs(method)
-          client_lr, server_lr = config.client_learning_rate, config.server_learning_rate
+          client_lr = (config.client_learning_rate if method.client_lr is None
+                       else method.client_lr)
+          server_lr = (config.server_learning_rate if method.server_lr is None
+                       else method.server_lr)
           if config.tuning.tune:
             choice = by_key[(dataset, config.tuned_epochs_for(epochs), method.name)]
             kwargs.update(choice.values)

@@ -1,11 +1,14 @@
 """The methods a benchmark compares: named algorithms, variants with fixed extra hyperparameters,
 and the small grids their own hyperparameters are tuned on.
 
-A method is a `tff_conflict.learning.ALGORITHMS` builder plus keyword arguments fixed for it:
+A method is a `tff_conflict.learning.ALGORITHMS` builder (or 'custom':
+`tff_conflict.learning.build_process`, any client loss with any aggregator) plus keyword
+arguments fixed for it, and optionally fixed learning rates:
 
     METHODS['fedga']                      # build_fedga, tuned over counts in {batch, dataset}
     register(Method('fedga_soft', 'fedga', fixed=(('form', 'soft_target'),)))
     parse_method('fedga[form=soft_target,clip_norm=5]')   # an ad-hoc variant, named as written
+    register(method_from_flags('fedld_server_lr', 'fedld', {'server_learning_rate': 2.0}))
 
 The client learning rate (every method, from one shared grid) and the server learning rate (the
 methods whose `tune_server_lr` is set) are not builder arguments: the benchmark sets them in each
@@ -27,6 +30,8 @@ import dataclasses
 import re
 from typing import Any, Mapping, Optional, Sequence
 
+CUSTOM = 'custom'
+
 # Builder keyword arguments of each algorithm that a run's seed must not be baked into: FedGH's
 # aggregator draws its partner order from a seed held in the server state, which the benchmark
 # sets to each run's seed (see `engine`); the process is built with seed 0.
@@ -39,16 +44,21 @@ class Method:
 
   Attributes:
     name: its name in the report and on the command line.
-    algorithm: the `tff_conflict.learning.ALGORITHMS` builder.
+    algorithm: the `tff_conflict.learning.ALGORITHMS` builder, or `CUSTOM`
+      (`tff_conflict.learning.build_process`: `fixed` holds its `loss`, `loss_kwargs`,
+      `aggregator`, `aggregator_kwargs`, ...).
     fixed: builder keyword arguments fixed for this method, as sorted (name, value) pairs.
     grid: builder keyword arguments tuned, as (name, candidate values) pairs.
     tune_server_lr: whether the server learning rate is tuned too (`--server_lr_grid`).
+    client_lr, server_lr: learning rates fixed for this method (None: tuned, or the given one).
   """
   name: str
   algorithm: str
   fixed: tuple = ()
   grid: tuple = ()
   tune_server_lr: bool = False
+  client_lr: Optional[float] = None
+  server_lr: Optional[float] = None
 
   def __post_init__(self):
     object.__setattr__(self, 'fixed', tuple(sorted(dict(self.fixed).items())))
@@ -56,6 +66,8 @@ class Method:
     overlap = set(dict(self.fixed)) & set(dict(self.grid))
     if overlap:
       raise ValueError(f'method {self.name!r} both fixes and tunes {sorted(overlap)}')
+    if self.server_lr is not None and self.tune_server_lr:
+      raise ValueError(f'method {self.name!r} both fixes and tunes the server learning rate')
 
   @property
   def fixed_kwargs(self) -> dict[str, Any]:
@@ -100,8 +112,9 @@ def _algorithms() -> list[str]:
 
 
 def _check_algorithm(algorithm: str, name: str) -> None:
-  if algorithm not in _algorithms():
-    raise ValueError(f'method {name!r}: unknown algorithm {algorithm!r}; one of {_algorithms()}')
+  if algorithm != CUSTOM and algorithm not in _algorithms():
+    raise ValueError(f'method {name!r}: unknown algorithm {algorithm!r}; one of '
+                     f'{_algorithms() + [CUSTOM]}')
 
 
 def parse_value(text: str) -> Any:
@@ -150,7 +163,67 @@ def parse_method(text: str) -> Method:
     fixed[key] = parse_value(value)
   grid = tuple((k, v) for k, v in base.grid if k not in fixed)
   return Method(text.replace(' ', ''), base.algorithm, fixed=tuple(fixed.items()), grid=grid,
-                tune_server_lr=base.tune_server_lr)
+                tune_server_lr=base.tune_server_lr, client_lr=base.client_lr,
+                server_lr=base.server_lr)
+
+
+# Flags of the binaries that are not a builder argument of the algorithm's flag table.
+_LR_FLAGS = {'client_learning_rate': 'client_lr', 'server_learning_rate': 'server_lr'}
+_COMMON_FLAGS = {'client_weighting': 'client_weighting', 'client_clip_norm': 'clip_norm',
+                 'proximal_strength': 'proximal_strength'}
+
+
+def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
+                      base: Optional[Method] = None) -> Method:
+  """A method given as the binaries' flag values, e.g. ('fedld_server_lr', 'fedld',
+  {'server_learning_rate': 2.0}) or ('fedld_margin_only', 'custom', {'client_loss': 'margin',
+  'aggregator': 'mean', 'margin_weight': 0.1}).
+
+  Flags map to builder arguments through `experiments.registry` (`ALGORITHM_HPARAMS`, and for
+  'custom' `--client_loss` / `--aggregator` with `LOSS_HPARAMS` / `AGGREGATOR_HPARAMS`);
+  `--client_learning_rate` / `--server_learning_rate` fix the method's learning rates,
+  `--client_weighting`, `--client_clip_norm` and `--proximal_strength` pass through. The grid
+  of `base` (default: the algorithm's registered method) is kept for the arguments not fixed.
+
+  Raises:
+    ValueError: a flag with no builder argument for `algorithm`.
+  """
+  from experiments import registry  # pylint: disable=g-import-not-at-top
+  _check_algorithm(algorithm, name)
+  values = dict(flag_values)
+  kwargs: dict[str, Any] = {}
+  rates: dict[str, float] = {}
+  if algorithm == CUSTOM:
+    loss = values.pop('client_loss', 'ce') or 'ce'
+    aggregator = values.pop('aggregator', 'mean') or 'mean'
+    kwargs.update(loss=loss, aggregator=aggregator)
+    loss_flags = {f: k for k, f in registry.LOSS_HPARAMS.get(loss, {}).items()}
+    aggregator_flags = {f: k for k, f in registry.AGGREGATOR_HPARAMS.get(aggregator, {}).items()
+                        if k != 'seed'}
+  else:
+    table = {f: k for k, f in registry.ALGORITHM_HPARAMS.get(algorithm, {}).items()
+             if k != 'seed'}
+  for flag, value in values.items():
+    if flag in _LR_FLAGS:
+      rates[_LR_FLAGS[flag]] = float(value)
+    elif algorithm == CUSTOM and flag in loss_flags:
+      kwargs.setdefault('loss_kwargs', {})[loss_flags[flag]] = value
+    elif algorithm == CUSTOM and flag in aggregator_flags:
+      kwargs.setdefault('aggregator_kwargs', {})[aggregator_flags[flag]] = value
+    elif algorithm != CUSTOM and flag in table:
+      kwargs[table[flag]] = value
+    elif flag in _COMMON_FLAGS:
+      kwargs[_COMMON_FLAGS[flag]] = value
+    else:
+      raise ValueError(f'method {name!r}: flag --{flag} is no builder argument of {algorithm}')
+  if base is None:
+    base = METHODS.get(algorithm) or Method(algorithm, algorithm)
+  if algorithm == CUSTOM:
+    base = Method(name, CUSTOM)
+  grid = tuple((k, v) for k, v in base.grid if k not in kwargs)
+  return Method(name, algorithm, fixed=tuple(kwargs.items()), grid=grid,
+                tune_server_lr=base.tune_server_lr and 'server_lr' not in rates,
+                client_lr=rates.get('client_lr'), server_lr=rates.get('server_lr'))
 
 
 def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -222,6 +222,32 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
       'train_loss_curve': encode_curve(train_losses),
       'conflict_curve': encode_curve([r.get(before) for r in rows]) if before else '',
   }
+
+
+# Extra summaries of a reporting run: functions from its metrics rows to more runs.csv columns
+# (e.g. a diagnosis' measurements). Keys `summarize` already fills are kept from `summarize`.
+SUMMARIES: list[Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any]]] = []
+
+
+def register_summary(fn: Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any]]):
+  """Adds `fn(metrics rows) -> {column: value}` to every reporting run's summary; returns it."""
+  if not callable(fn):
+    raise ValueError(f'fn must be callable, got {fn!r}')
+  if fn not in SUMMARIES:
+    SUMMARIES.append(fn)
+  return fn
+
+
+def extra_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+  """The registered summaries' columns for one run; a summary that raises adds
+  `summary_error` instead."""
+  out: dict[str, Any] = {}
+  for fn in SUMMARIES:
+    try:
+      out.update(fn(rows))
+    except Exception as e:  # pylint: disable=broad-except
+      out['summary_error'] = f'{getattr(fn, "__name__", fn)}: {type(e).__name__}: {e}'
+  return out
 
 
 def read_result(run_dir: str) -> Optional[dict[str, Any]]:

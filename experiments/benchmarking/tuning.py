@@ -84,8 +84,18 @@ def stage_one(method, config: config_lib.BenchmarkConfig) -> list[Candidate]:
   recognises the same point."""
   given = config.given_kwargs(method)
   at_given = tuple((k, given[k]) for k, _ in method.grid if k in given)
-  return [Candidate(lr, config.server_learning_rate, at_given)
-          for lr in config.tuning.client_lr_grid]
+  client_lrs = ((method.client_lr,) if method.client_lr is not None
+                else config.tuning.client_lr_grid)
+  return [Candidate(lr, _server_lrs(method, config, tuned=False)[0], at_given)
+          for lr in client_lrs]
+
+
+def _server_lrs(method, config, *, tuned: bool) -> tuple:
+  if method.server_lr is not None:
+    return (method.server_lr,)
+  if tuned and method.tune_server_lr:
+    return tuple(config.tuning.server_lr_grid)
+  return (config.server_learning_rate,)
 
 
 def stage_two(method, config: config_lib.BenchmarkConfig, client_lr: float) -> list[Candidate]:
@@ -93,16 +103,16 @@ def stage_two(method, config: config_lib.BenchmarkConfig, client_lr: float) -> l
   has nothing more to tune."""
   if not method.grid and not method.tune_server_lr:
     return []
-  server_lrs = (config.tuning.server_lr_grid if method.tune_server_lr
-                else (config.server_learning_rate,))
+  server_lrs = _server_lrs(method, config, tuned=True)
   return [Candidate(client_lr, slr, tuned) for tuned, slr in _grid_product(method, server_lrs)]
 
 
 def product(method, config: config_lib.BenchmarkConfig) -> list[Candidate]:
   """Every combination of client lr, the method's grid and (if tuned) server lr."""
-  server_lrs = (config.tuning.server_lr_grid if method.tune_server_lr
-                else (config.server_learning_rate,))
-  return [Candidate(lr, slr, tuned) for lr in config.tuning.client_lr_grid
+  server_lrs = _server_lrs(method, config, tuned=True)
+  client_lrs = ((method.client_lr,) if method.client_lr is not None
+                else config.tuning.client_lr_grid)
+  return [Candidate(lr, slr, tuned) for lr in client_lrs
           for tuned, slr in _grid_product(method, server_lrs)]
 
 

@@ -44,6 +44,13 @@ def test_preset_fills_only_flags_not_given():
                                 'fed_corrective']
 
 
+def test_unknown_preset_is_refused():
+  from absl import app  # pylint: disable=g-import-not-at-top
+  with flagsaver.as_parsed(preset='smoke'):
+    with pytest.raises(app.UsageError, match=r"--preset must be one of \['readme'\], got 'smoke'"):
+      compare.apply_preset()
+
+
 @pytest.mark.parametrize('flag_values, message', [
     (dict(algorithms='fedavg,sgd'), '--algorithms must be a non-empty list'),
     (dict(algorithms='fedavg,fedavg'), '--algorithms must be a non-empty list of distinct'),

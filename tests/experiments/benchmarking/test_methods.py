@@ -63,3 +63,34 @@ def test_builder_kwargs_fix_fedghs_order_seed_in_the_process():
 def test_parse_value():
   assert [methods.parse_value(v) for v in ('5', '0.5', 'True', 'none', 'soft_target')] == [
       5, 0.5, True, None, 'soft_target']
+
+
+def test_methods_from_the_binaries_flag_values():
+  ld = methods.method_from_flags('fedld_server_lr', 'fedld', {'server_learning_rate': 2.0,
+                                                              'margin_weight': 0.1})
+  assert ld.server_lr == 2.0 and ld.client_lr is None and not ld.tune_server_lr
+  assert ld.fixed_kwargs == {'margin_weight': 0.1}
+  assert dict(ld.grid) == {'component_ratio': (0.5, 0.8)}
+  custom = methods.method_from_flags('fedld_margin_only', 'custom', {
+      'client_loss': 'margin', 'aggregator': 'mean', 'margin_weight': 0.1,
+      'client_weighting': 'uniform'})
+  assert custom.algorithm == 'custom' and custom.grid == ()
+  assert custom.fixed_kwargs == {'loss': 'margin', 'aggregator': 'mean',
+                                 'loss_kwargs': {'margin_weight': 0.1},
+                                 'client_weighting': 'uniform'}
+  dgc = methods.method_from_flags('dgc_only', 'custom', {'aggregator': 'dgc',
+                                                         'selection_ratio': 0.3})
+  assert dgc.fixed_kwargs == {'loss': 'ce', 'aggregator': 'dgc',
+                              'aggregator_kwargs': {'selection_ratio': 0.3}}
+  with pytest.raises(ValueError, match='flag --focal_gamma is no builder argument of fedga'):
+    methods.method_from_flags('x', 'fedga', {'focal_gamma': 1.0})
+
+
+def test_fixed_learning_rates_are_not_tuned():
+  from experiments.benchmarking import config as config_lib
+  from experiments.benchmarking import tuning
+  method = methods.method_from_flags('fedld_slr', 'fedld', {'server_learning_rate': 2.0,
+                                                            'client_learning_rate': 0.05})
+  config = config_lib.BenchmarkConfig(regimes=('digits:iid',), methods=('fedavg',))
+  assert [(c.client_lr, c.server_lr) for c in tuning.stage_one(method, config)] == [(0.05, 2.0)]
+  assert {c.server_lr for c in tuning.stage_two(method, config, 0.05)} == {2.0}

@@ -1,0 +1,133 @@
+"""Estimates how long a benchmark grid takes (e.g. `--preset=results`) from a sample of its runs.
+
+    .venv/bin/python -m benchmarks.benchmark_grid --preset=results --sample_rounds=6
+
+Takes every flag of `python -m experiments.benchmark`. It runs, for every (method, dataset) of the
+grid and every local-epoch count E, one untuned run of `--sample_rounds` rounds on the dataset's
+tuning regime (seed 0), in a temporary directory, and measures:
+
+* steady seconds per round: `(run time - first round) / (rounds - 1)`, i.e. training, evaluation
+  and the run loop's own work per round;
+* per-run extra: the first round's excess over a steady one in a run whose process was already
+  warm (the E > min E runs);
+* per-process cost: building the process (mean over the sample's builds) plus the first round's
+  warm-up in its first run.
+
+The estimate of the grid is then
+`sum over (phase, method, dataset, E) of runs x (rounds x steady + per-run extra)
+ + sum over (method, dataset) of processes x per-process cost`,
+with the counts of `experiments.benchmarking.grid.planned_runs` / `planned_processes` (tuning
+counted at its upper bound). It prints the table, the estimate, the CPU time the sample used
+(this process and its TFF workers) against its wall time, and the load average: a figure taken
+on a loaded machine should be re-taken on a quiet one; `CPU-time estimate` scales the estimate by
+the sample's CPU/wall ratio (about the wall time on an idle machine running one core at a time).
+"""
+
+import collections
+import dataclasses
+import os
+import tempfile
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+
+from experiments import benchmark  # pylint: disable=g-import-not-at-top
+from experiments import flags_lib
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer('sample_rounds', 6, 'Rounds of each sample run.', lower_bound=2)
+
+
+def _cpu_seconds() -> float:
+  import psutil  # pylint: disable=g-import-not-at-top
+  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  total = sum(psutil.Process().cpu_times()[:2])
+  for pid in runtime.worker_pids():
+    try:
+      total += sum(psutil.Process(pid).cpu_times()[:2])
+    except psutil.Error:
+      pass
+  return total
+
+
+def _duration(seconds: float) -> str:
+  hours, rest = divmod(int(round(seconds)), 3600)
+  return f'{hours} h {rest // 60:02d} min'
+
+
+def main(argv):
+  del argv
+  flags_lib.quiet_logs()
+  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  runtime.set_local_context()
+  benchmark.apply_preset()
+  config = benchmark.config_from_flags()
+  from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
+  datasets = grid.datasets_of(config)
+  sample = dataclasses.replace(
+      config, regimes=tuple(config.tuning_regime_for(d) for d in datasets), report_seeds=(0,),
+      rounds=FLAGS.sample_rounds, tuning=dataclasses.replace(config.tuning, tune=False),
+      output_dir=tempfile.mkdtemp(prefix='benchmark_grid_'), experiment_name='sample',
+      progress=False, resume=False, targets={})
+  load_before = os.getloadavg()
+  cpu_before, start = _cpu_seconds(), time.monotonic()
+  outcome = grid.run_benchmark(sample, stream=open(os.devnull, 'w'))
+  wall, cpu = time.monotonic() - start, _cpu_seconds() - cpu_before
+  load_after = os.getloadavg()
+  if outcome.failures:
+    raise SystemExit(f'sample runs failed: {outcome.failures}')
+  build = outcome.build_seconds / max(outcome.num_processes, 1)
+  first_e = min(config.epochs)
+  steady, first = {}, {}
+  for row in outcome.rows:
+    key = (row['method'], row['dataset'], int(row['epochs']))
+    steady[key] = (row['run_seconds'] - row['first_round_s']) / (sample.rounds - 1)
+    first[key] = row['first_round_s']
+  extra, warmup = {}, {}
+  for (method, dataset, e), s in steady.items():
+    if e != first_e:
+      extra.setdefault((method, dataset), []).append(max(0.0, first[(method, dataset, e)] - s))
+  for (method, dataset), values in list(extra.items()):
+    extra[(method, dataset)] = sum(values) / len(values)
+  for (method, dataset, e), s in steady.items():
+    if e == first_e:
+      warmup[(method, dataset)] = max(0.0, first[(method, dataset, e)] - s
+                                      - extra.get((method, dataset), 0.0))
+  planned = grid.planned_runs(config)
+  processes = grid.planned_processes(config)
+  print(f'Sample: {len(outcome.rows)} runs of {sample.rounds} rounds on '
+        f'{list(sample.regimes)}, {outcome.num_processes} processes built '
+        f'({build:.1f} s each on average); wall {wall:.0f} s, CPU {cpu:.0f} s '
+        f'(ratio {cpu / wall:.2f}); load average before {load_before[0]:.1f}, after '
+        f'{load_after[0]:.1f}.\n')
+  print(f'Grid: {config.rounds} rounds per run.\n')
+  print('| method | dataset | E | steady s / round | per-run extra s | tuning runs | reporting '
+        'runs | estimated s |')
+  print('|---|---|---|---|---|---|---|---|')
+  total = 0.0
+  by_phase = collections.Counter()
+  for (method, dataset, e), s in sorted(steady.items()):
+    runs_seconds = config.rounds * s + extra.get((method, dataset), 0.0)
+    tune_e = config.tuned_epochs_for(e)
+    n_tune = planned.get(('tune', method, dataset, e), 0) if tune_e == e else 0
+    n_report = planned.get(('report', method, dataset, e), 0)
+    seconds = (n_tune + n_report) * runs_seconds
+    by_phase['tune'] += n_tune * runs_seconds
+    by_phase['report'] += n_report * runs_seconds
+    total += seconds
+    print(f'| {method} | {dataset} | {e} | {s:.3f} | {extra.get((method, dataset), 0.0):.2f} | '
+          f'{n_tune} | {n_report} | {seconds:.0f} |')
+  building = sum(n * (build + warmup.get(key, 0.0)) for key, n in processes.items())
+  total += building
+  print(f'\nProcesses: {sum(processes.values())}, {building:.0f} s to build and warm up.')
+  print(f'Estimate on this machine now: {_duration(total)} (tuning {_duration(by_phase["tune"])}'
+        f', reporting {_duration(by_phase["report"])}, building {_duration(building)}).')
+  print(f'CPU-time estimate: {_duration(total * cpu / wall)}.')
+
+
+if __name__ == '__main__':
+  app.run(main)

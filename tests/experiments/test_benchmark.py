@@ -1,0 +1,84 @@
+"""experiments.benchmark: flags to config (one-line errors naming the flag), presets, and the
+smoke preset end to end as a process (report with the interval column, runs.csv, no worker
+left)."""
+
+import csv
+import os
+import uuid
+
+from absl import app
+from absl import flags
+from absl.testing import flagsaver
+import pytest
+
+from experiments import benchmark
+from tests.experiments import conftest
+
+FLAGS = flags.FLAGS
+
+
+def test_smoke_preset_values_and_explicit_flags_win():
+  with flagsaver.as_parsed(preset='smoke', rounds='2'):
+    benchmark.apply_preset()
+    config = benchmark.config_from_flags()
+  assert config.rounds == 2 and config.methods == ('fedavg', 'fedgh')
+  assert config.report_seeds == (0, 1) and config.epochs == (1,) and not config.tuning.tune
+  assert config.root.endswith(os.path.join('results', 'smoke'))
+
+
+def test_results_preset_is_the_offline_grid():
+  with flagsaver.as_parsed(preset='results'):
+    benchmark.apply_preset()
+    config = benchmark.config_from_flags()
+  assert {r.split('(')[0].split(':')[0] for r in config.regimes} == {'digits', 'synthetic'}
+  assert len(config.report_seeds) >= 5 and config.epochs == (1, 5) and config.tuning.tune
+  assert set(config.methods) >= {'fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
+                                 'fed_corrective'}
+
+
+def test_given_values_come_from_the_method_flags():
+  with flagsaver.as_parsed(proximal_strength='0.5', tune='false'):
+    config = benchmark.config_from_flags()
+  assert config.given['fedprox'] == {'proximal_strength': 0.5}
+  assert 'seed' not in config.given['fedgh']
+
+
+@pytest.mark.parametrize('flag_values,message', [
+    (dict(preset='fast'), "--preset must be one of ['results', 'smoke'], got 'fast'"),
+    (dict(regimes='digits:dir(0)'), '--regimes has a bad entry'),
+    (dict(methods='fedavg,sgd'), '--methods has a bad entry'),
+    (dict(epochs='1,x'), '--epochs must be integers'),
+    (dict(report_seeds='100'), '--tuning_seeds must be disjoint from --report_seeds'),
+    (dict(client_lr_grid='0.1,-1'), '--client_lr_grid must be a non-empty list of finite'),
+    (dict(grids='fedprox=1'), '--grids entries must be METHOD.ARGUMENT=V1/V2'),
+    (dict(models='digits:resnet'), '--models must name models of'),
+    (dict(alpha='0.5'), '--alpha does not apply to experiments.benchmark; use --regimes'),
+    (dict(client_epochs='2'), '--client_epochs does not apply to experiments.benchmark; use '
+     '--epochs'),
+    (dict(client_learning_rate='inf', tune='false'), '--client_learning_rate must be a finite'),
+])
+def test_bad_flags_are_one_line_errors_naming_the_flag(flag_values, message):
+  with flagsaver.as_parsed(**flag_values):
+    with pytest.raises(app.UsageError) as info:
+      benchmark.apply_preset()
+      benchmark.config_from_flags()
+  assert message in str(info.value) and '\n' not in str(info.value)
+
+
+def test_smoke_preset_end_to_end_leaves_no_worker(tmp_path):
+  token = uuid.uuid4().hex
+  result = conftest.run_binary('experiments.benchmark', '--preset=smoke',
+                               f'--output_dir={tmp_path}', '--noprogress', token=token)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  root = tmp_path / 'smoke'
+  report = (root / 'report.md').read_text()
+  assert 'Δ final vs fedavg [95% CI]' in report
+  assert '### `digits:iid@8`, E=1' in report and '### `digits:#C=2@8`, E=1' in report
+  with open(root / 'runs.csv') as f:
+    rows = list(csv.DictReader(f))
+  keys = [(r['regime'], r['method'], r['seed']) for r in rows]
+  assert sorted(keys) == sorted((g, m, s) for g in ('digits:iid@8', 'digits:#C=2@8')
+                                for m in ('fedavg', 'fedgh') for s in ('0', '1'))
+  assert all(r['epochs'] == '1' and r['final_accuracy'] for r in rows)
+  assert f'report: {root / "report.md"}' in result.stdout
+  assert conftest.workers_with_token(token) == []
