@@ -243,8 +243,11 @@ def main(argv):
   flags_lib.quiet_logs()
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   runtime.set_local_context()
-  apply_preset()
-  config = config_from_flags()
+  try:
+    apply_preset()
+    config = config_from_flags()
+  except app.UsageError as e:
+    sys.exit(f'benchmark: {e}')  # one line naming the flag, exit status 1
   command = 'python -m experiments.benchmark ' + ' '.join(sys.argv[1:])
   from experiments.benchmarking import engine as engine_lib  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top

@@ -82,3 +82,15 @@ def test_smoke_preset_end_to_end_leaves_no_worker(tmp_path):
   assert all(r['epochs'] == '1' and r['final_accuracy'] for r in rows)
   assert f'report: {root / "report.md"}' in result.stdout
   assert conftest.workers_with_token(token) == []
+
+
+def test_a_bad_flag_ends_in_one_line_without_traceback(tmp_path):
+  token = uuid.uuid4().hex
+  result = conftest.run_binary('experiments.benchmark', '--methods=fedavg,sgd',
+                               f'--output_dir={tmp_path}', token=token, timeout=300)
+  assert result.returncode == 1
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert lines[-1].startswith("benchmark: --methods has a bad entry: unknown method 'sgd'")
+  assert 'Traceback' not in result.stderr + result.stdout
+  assert not os.listdir(tmp_path)
+  assert conftest.workers_with_token(token) == []
