@@ -106,6 +106,7 @@ with flags_lib.record_group('benchmark'):
   flags.DEFINE_string('results_md', None, 'Also write this RESULTS.md (machine, date, command, '
                       'wall time, report) and copy its data to docs/results/ beside it.')
   flags.DEFINE_bool('report_only', False, 'Only rewrite the report from the runs on disk.')
+  flags.DEFINE_string('description', '', 'A sentence for the report\'s Setup section.')
 
 # Flags of train/compare that mean nothing here, and what to use instead.
 _NOT_HERE = {
@@ -119,8 +120,14 @@ _NOT_HERE = {
     'workers': 'nothing (local runtimes only)', 'seed': '--report_seeds',
 }
 
-# The results preset: RESULTS.md on the offline regimes, sized to finish in about 3 hours on a
-# 2-core CPU (measurements in the report's Time section and BENCHMARKS.md).
+# The results preset: RESULTS.md on the offline regimes (every regime of the issue's list on
+# digits and Synthetic, every method, E in {1, 5}, 5 seeds), sized to finish in about 3 hours on
+# a 2-core CPU: 20 rounds, tuning at E = 1 only (reused at E = 5), 2 tuning seeds
+# (`python -m benchmarks.benchmark_grid --preset=results`; BENCHMARKS.md, "Benchmark grid").
+RESULTS_DESCRIPTION = (
+    'The results preset (`--preset=results`), sized to finish in about 3 hours on a 2-core CPU: '
+    '20 rounds per run, tuning at E=1 only (its choices reused at E=5), 2 tuning seeds '
+    '(BENCHMARKS.md, "Benchmark grid").')
 PRESETS: dict[str, dict[str, Any]] = {
     'smoke': dict(regimes='digits:iid@8,digits:#C=2@8', methods='fedavg,fedgh', epochs=['1'],
                   report_seeds=['0', '1'], rounds=3, clients_per_round=4, client_batch_size=32,
@@ -129,7 +136,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                     epochs=['1', '5'], report_seeds=['0', '1', '2', '3', '4'], rounds=20,
                     clients_per_round=10, client_batch_size=20, models='digits:mlp',
                     tune=True, tune_epochs=['1'], tuning_seeds=['100', '101'],
-                    experiment_name='results'),
+                    experiment_name='results', description=RESULTS_DESCRIPTION),
 }
 
 
@@ -197,7 +204,7 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         target_fraction=FLAGS.target_fraction, tuning=tuning, output_dir=FLAGS.output_dir,
         experiment_name=FLAGS.experiment_name or 'benchmark', resume=FLAGS.resume,
         progress=FLAGS.progress, runtime=FLAGS.runtime, cache_dir=FLAGS.cache_dir,
-        data_dir=FLAGS.data_dir)
+        data_dir=FLAGS.data_dir, description=FLAGS.description)
   except config_lib.ConfigError as e:
     raise app.UsageError(e.flag_message()) from None
 

@@ -10,7 +10,7 @@ import dataclasses
 import math
 import numbers
 import os
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 
 from experiments.benchmarking import methods as methods_lib
 
@@ -183,6 +183,7 @@ class BenchmarkConfig:
     progress: show the grid's progress bar.
     runtime: 'cpp' (TFF's local C++ runtime) or 'inprocess'.
     cache_dir, data_dir: where EMNIST / tfds datasets are on disk.
+    description: a sentence for the report's Setup (e.g. how a preset was sized).
   """
   regimes: tuple
   methods: tuple
@@ -210,6 +211,7 @@ class BenchmarkConfig:
   runtime: str = 'cpp'
   cache_dir: Optional[str] = None
   data_dir: Optional[str] = None
+  description: str = ''
 
   def __post_init__(self):
     from tff_conflict import data  # pylint: disable=g-import-not-at-top
@@ -362,10 +364,3 @@ def as_dict(config: BenchmarkConfig) -> dict[str, Any]:
     return value
   return plain(config)
 
-
-def replace(config: BenchmarkConfig, **changes) -> BenchmarkConfig:
-  return dataclasses.replace(config, **changes)
-
-
-def ensure_tuple(values: Sequence[Any]) -> tuple:
-  return tuple(values)

@@ -14,6 +14,7 @@ Files under `config.root` besides the runs' directories (`runs/`, `tuning/`):
   tuning.csv             one row per tuning candidate: its validation score and whether it won
   tuning_choices.json    the chosen values per (dataset, E, method)
   timing.json            one entry per invocation: wall time, building time, runs run/skipped
+  regimes.json           each regime's client sizes and label skew (`describe_regimes`)
   report.md, plots/      the report (`report`)
 """
 
@@ -38,6 +39,7 @@ RUNS_FILE = 'runs.csv'
 TUNING_FILE = 'tuning.csv'
 CHOICES_FILE = 'tuning_choices.json'
 TIMING_FILE = 'timing.json'
+REGIMES_FILE = 'regimes.json'
 
 
 @dataclasses.dataclass
@@ -241,6 +243,26 @@ def _append_timing(root, entry):
   _write_json(path, entries)
 
 
+def describe_regimes(config: config_lib.BenchmarkConfig, engine) -> list[dict[str, Any]]:
+  """Size and label skew of each regime's training data (`tff_conflict.data.describe`) for the
+  first reporting seed's partition; regimes whose client data cannot count labels cheaply
+  (no `label_counts`, e.g. EMNIST's writers) are left out."""
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
+  out = []
+  seed = _data_seed(config, config.report_seeds[0])
+  for regime in config.regimes:
+    train, _ = engine.data(regime, seed)
+    if getattr(train, 'label_counts', None) is None:
+      continue
+    summary = data.describe(train)
+    out.append({'regime': regime, 'data_seed': seed, 'num_clients': summary['num_clients'],
+                'num_examples': summary['num_examples'],
+                'examples_per_client': summary['examples_per_client'],
+                'classes_per_client': summary['classes_per_client'],
+                'label_tv_distance': summary['label_tv_distance']})
+  return out
+
+
 def run_benchmark(config: config_lib.BenchmarkConfig, *,
                   loader: Optional[engine_lib.Loader] = None, stream: Optional[TextIO] = None,
                   after_tuning: Callable[[], None] = lambda: None,
@@ -273,6 +295,7 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
         f'tuning runs, {config.rounds} rounds each -> {root}', file=stream, flush=True)
   rows = []
   try:
+    _write_json(os.path.join(root, REGIMES_FILE), describe_regimes(config, engine))
     choices = _tune(config, engine, progress) if config.tuning.tune else []
     _write_json(os.path.join(root, CHOICES_FILE), [choice_to_dict(c) for c in choices])
     report_lib.write_csv(os.path.join(root, TUNING_FILE), _tuning_rows(choices))

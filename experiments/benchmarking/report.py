@@ -415,7 +415,8 @@ def _duration(seconds: float) -> str:
 def _setup_section(config) -> str:
   tuning = config.get('tuning', {})
   models = config.get('models') or {}
-  lines = [
+  lines = [f'- {config["description"]}'] if config.get('description') else []
+  lines += [
       f'- Regimes: {", ".join(f"`{r}`" for r in config.get("regimes", []))}.',
       f'- Methods: {", ".join(config.get("methods", []))}; baseline '
       f'{config.get("baseline", "fedavg")}.',
@@ -470,6 +471,22 @@ def _time_section(timing, rows) -> str:
   lines.append(f'Reporting runs: {len(rows)}, {_duration(run_seconds)} of training and '
                'evaluation in all.')
   return '\n'.join(lines) + '\n'
+
+
+def _regimes_section(regimes) -> str:
+  if not regimes:
+    return 'Not recorded.\n'
+  lines = ['| regime | clients | examples | examples per client (min / median / max) | classes '
+           'per client (mean) | label TV distance to the pooled labels (mean) |',
+           '|---|---|---|---|---|---|']
+  for r in regimes:
+    sizes = r['examples_per_client']
+    lines.append(f'| `{r["regime"]}` | {r["num_clients"]} | {r["num_examples"]} | '
+                 f'{sizes["min"]} / {sizes["median"]:g} / {sizes["max"]} | '
+                 f'{r["classes_per_client"]["mean"]:.2f} | '
+                 f'{r["label_tv_distance"]["mean"]:.3f} |')
+  return '\n'.join(lines) + ('\n\nTraining data of the first reporting seed\'s partition; the '
+                             'TV distance is 0 for IID labels and near 1 for disjoint ones.\n')
 
 
 def _fmt_value(value) -> str:
@@ -528,6 +545,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR, runs_root: Optional[str] 
            f'{len(rows)} reporting runs. Paired differences are over seeds; {DAGGER} and bold '
            'mark 95% confidence intervals (Student t) that exclude 0.\n',
            '## Setup\n', _setup_section(config),
+           '## Regimes\n', _regimes_section(_read_json(os.path.join(root, 'regimes.json'), [])),
            '## Time\n', _time_section(timing, rows),
            '## Tuning\n', _tuning_section(choices, config),
            '## Results\n']
@@ -577,7 +595,8 @@ def write_report(root: str) -> str:
   return path
 
 
-RESULTS_FILES = ('runs.csv', 'tuning.csv', 'tuning_choices.json', 'config.json', 'timing.json')
+RESULTS_FILES = ('runs.csv', 'tuning.csv', 'tuning_choices.json', 'config.json', 'timing.json',
+                 'regimes.json')
 
 
 def results_dir_for(results_md: str) -> str:

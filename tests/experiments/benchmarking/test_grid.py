@@ -137,6 +137,9 @@ def test_one_process_per_method_and_the_same_start_per_seed(tiny):
     assert first_loss[(regime, 'fedavg', 0)] != first_loss[(regime, 'fedavg', 1)]
   text = open(outcome.report).read()
   assert 'Δ final vs fedavg [95% CI]' in text and '## Tuning' in text
+  # #C=2: every client holds exactly 2 classes (with 6 clients, the classes none drew are out).
+  assert '| `digits:iid@6` | 6 | 1438 | 239 / 240 / 240 | 10.00 |' in text
+  assert '| `digits:#C=2@6` | 6 |' in text and '| 2.00 |' in text
 
 
 def test_finished_runs_are_skipped_and_settings_changes_refused(tiny):
