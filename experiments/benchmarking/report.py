@@ -342,6 +342,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
   markers = ['o', 's', '^', 'D', 'v', 'P']
   fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
   drawn = False
+  all_means = []
   for i, method in enumerate(m for m in methods if m != baseline):
     for j, e in enumerate(epochs):
       xs, ys, lows, highs = [], [], [], []
@@ -355,6 +356,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
           continue
         xs.append(conflict)
         ys.append(d.mean)
+        all_means.append(d.mean)
         lows.append(d.mean - d.low if d.n >= 2 else 0.0)
         highs.append(d.high - d.mean if d.n >= 2 else 0.0)
       if xs:
@@ -363,6 +365,10 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
                     label=f'{method} E={e}')
         drawn = True
   if drawn:
+    # The means decide the range; intervals wider than it (few seeds) run off the axes.
+    low, high = min(all_means + [0.0]), max(all_means + [0.0])
+    pad = max(0.01, 0.5 * (high - low))
+    ax.set_ylim(low - pad, high + pad)
     ax.axhline(0.0, color='black', linewidth=0.8)
     ax.set_xlabel(f'measured conflict fraction of the regime ({baseline} or mean of methods)')
     ax.set_ylabel(f'final accuracy − {baseline} (95% CI)')
