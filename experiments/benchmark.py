@@ -32,7 +32,8 @@ Flags shared with `train` / `compare` that the benchmark uses: --rounds, --clien
 --client_batch_size, --client_shuffle_buffer, --client_learning_rate, --client_momentum and
 --server_learning_rate (the learning rates only with --tune=false), the method hyperparameter
 flags (the given values: used where nothing is tuned), --data_seed (with --novary_partition),
---cache_dir, --data_dir, --output_dir, --experiment_name, --resume, --progress, --runtime.
+--cache_dir, --data_dir, --leaf_dir, --output_dir, --experiment_name, --resume, --progress,
+--runtime.
 """
 
 import datetime
@@ -118,6 +119,7 @@ _NOT_HERE = {
     'client_optimizer': 'nothing (client SGD)', 'server_optimizer': 'nothing (server SGD)',
     'server_momentum': 'nothing', 'client_weighting': 'a method variant, METHOD[...]',
     'workers': 'nothing (local runtimes only)', 'seed': '--report_seeds',
+    'leaf_name': '--regimes=leaf_femnist:natural (or leaf_synthetic, leaf_celeba)',
 }
 
 # The results preset: RESULTS.md on the offline regimes (every regime of the issue's list on
@@ -204,7 +206,7 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         target_fraction=FLAGS.target_fraction, tuning=tuning, output_dir=FLAGS.output_dir,
         experiment_name=FLAGS.experiment_name or 'benchmark', resume=FLAGS.resume,
         progress=FLAGS.progress, runtime=FLAGS.runtime, cache_dir=FLAGS.cache_dir,
-        data_dir=FLAGS.data_dir, description=FLAGS.description)
+        data_dir=FLAGS.data_dir, leaf_dir=FLAGS.leaf_dir, description=FLAGS.description)
   except config_lib.ConfigError as e:
     raise app.UsageError(e.flag_message()) from None
 

@@ -182,7 +182,7 @@ class BenchmarkConfig:
     resume: skip runs whose results are already on disk with the same settings.
     progress: show the grid's progress bar.
     runtime: 'cpp' (TFF's local C++ runtime) or 'inprocess'.
-    cache_dir, data_dir: where EMNIST / tfds datasets are on disk.
+    cache_dir, data_dir, leaf_dir: where EMNIST / tfds / LEAF datasets are on disk.
     description: a sentence for the report's Setup (e.g. how a preset was sized).
   """
   regimes: tuple
@@ -211,6 +211,7 @@ class BenchmarkConfig:
   runtime: str = 'cpp'
   cache_dir: Optional[str] = None
   data_dir: Optional[str] = None
+  leaf_dir: Optional[str] = None
   description: str = ''
 
   def __post_init__(self):
@@ -258,6 +259,12 @@ class BenchmarkConfig:
     _check_int('shuffle_buffer', self.shuffle_buffer, 0)
     _check_int('data_seed', self.data_seed, 0)
     datasets = {r.dataset for r in parsed}
+    leaf = sorted(d for d in datasets if d.startswith('leaf_'))
+    if leaf and not self.leaf_dir:
+      raise ConfigError('leaf_dir', f'must name LEAF\'s data/<name> folder for the regimes of '
+                        f'{leaf}')
+    if len(leaf) > 1:
+      raise ConfigError('regimes', f'can use one LEAF dataset (one --leaf_dir), got {leaf}')
     for dataset, model in self.models.items():
       if dataset not in datasets:
         raise ConfigError('models', f'names dataset {dataset!r}, which no regime uses '
@@ -320,6 +327,8 @@ class BenchmarkConfig:
     from experiments import registry  # pylint: disable=g-import-not-at-top
     if dataset in self.models:
       return self.models[dataset]
+    if dataset.startswith('leaf_'):
+      return registry.LEAF_MODELS[dataset[len('leaf_'):]]
     if dataset in registry.DATASETS:
       return registry.DATASETS[dataset].default_model
     return 'emnist_cnn' if dataset.startswith('emnist') else 'logistic_regression'

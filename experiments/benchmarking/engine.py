@@ -54,7 +54,7 @@ def default_loader(config: config_lib.BenchmarkConfig) -> Loader:
 
   def load(regime, seed):
     return data.load_regime(regime, seed=seed, cache_dir=config.cache_dir,
-                            data_dir=config.data_dir)
+                            data_dir=config.data_dir, leaf_dir=config.leaf_dir)
   return load
 
 
@@ -148,9 +148,18 @@ class Engine:
     return self._splits[key]
 
   def _shape_and_classes(self, spec):
+    """The example shape and number of classes: the dataset's, else (LEAF Synthetic) the
+    loaded data's `info`."""
     from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
     regime = self._regime(spec.regime)
-    return tuple(regimes.element_shape(regime)), regimes.num_classes(regime)
+    try:
+      return tuple(regimes.element_shape(regime)), regimes.num_classes(regime)
+    except ValueError:
+      train, test = self.data(spec.regime, spec.data_seed)
+      info = getattr(train, 'info', None) or getattr(test, 'info', None)
+      if info is None:
+        raise
+      return tuple(info.element_shape), info.num_classes
 
   # --- processes ----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ import pytest
 
 from tff_conflict import data
 from tff_conflict.data import regimes
+from tests.data import leaf_fixtures
 from tests.data import test_emnist_data
 
 
@@ -27,6 +28,7 @@ def _pooled(client_data):
     ('synthetic(0,0)@10', 'synthetic(0,0)@10', 'synthetic_0_0_10'),
     ('emnist:natural', 'emnist:natural', 'emnist_natural'),
     ('mnist:dir(0.5)', 'mnist:dir(0.5)', 'mnist_dir_0.5'),
+    ('leaf_femnist:natural@100', 'leaf_femnist:natural@100', 'leaf_femnist_natural_100'),
 ])
 def test_names_round_trip(text, name, slug):
   regime = data.parse_regime(text)
@@ -43,7 +45,8 @@ def test_names_round_trip(text, name, slug):
     ('digits:#C=11', r'#C=K needs K in 1..10'),
     ('digits:#C=0', r'#C=K needs K in 1..10'),
     ('digits:natural', 'no natural clients'),
-    ('emnist:dir(0.1)', 'keeps its writers'),
+    ('emnist:dir(0.1)', 'keeps its own clients'),
+    ('leaf_celeba:iid', 'keeps its own clients'),
     ('digits:iid@0', 'population after "@"'),
     ('synthetic(1)', 'must be DATASET:SPLIT'),
 ])
@@ -117,3 +120,18 @@ def test_population_larger_than_the_test_split_is_refused():
 def test_metadata():
   regime = data.parse_regime('digits:#C=3')
   assert regimes.num_classes(regime) == 10 and regimes.element_shape(regime) == (8, 8, 1)
+
+
+def test_leaf_natural_keeps_the_files_users(tmp_path):
+  leaf_fixtures.synthetic(str(tmp_path), num_users=4, dim=60, num_classes=5)
+  leaf_dir = str(tmp_path / 'data' / 'synthetic')
+  train, test = data.load_regime('leaf_synthetic:natural', leaf_dir=leaf_dir)
+  expected_train, _ = data.leaf(leaf_dir)
+  assert train.client_ids == expected_train.client_ids and len(train.client_ids) == 4
+  assert train.info.element_shape == (60,)
+  first, _ = data.load_regime('leaf_synthetic:natural@2', leaf_dir=leaf_dir)
+  assert first.client_ids == expected_train.client_ids[:2]
+  with pytest.raises(ValueError, match='needs leaf_dir'):
+    data.load_regime('leaf_synthetic:natural')
+  with pytest.raises(ValueError):
+    regimes.num_classes(data.parse_regime('leaf_synthetic:natural'))  # the files tell

@@ -13,11 +13,13 @@ on Non-IID Data Silos: An Experimental Study", ICDE 2022, arXiv:2102.02079), see
 | `digits:qty(0.5)` | `quantity_skew_partition(beta=0.5)` | `q ~ Dir(0.5)` |
 | `synthetic(1,1)` | FedProx / LEAF Synthetic(alpha, beta), `data.synthetic` | - |
 | `emnist:natural` | federated EMNIST by writer, `data.emnist` | - |
+| `leaf_femnist:natural` | LEAF's FEMNIST users and split, `data.leaf` | - |
 
 Array datasets accept all four splits: `digits` (offline) and the prepared tensorflow-datasets
-`mnist`, `fashion_mnist`, `cifar10`, `cifar100`. `emnist` and `emnist_digits` keep their writers
-(`natural`; `@K` keeps the first K writers in id order). `@K` sets the number of clients
-(default: digits 20, synthetic 30, tfds datasets 100).
+`mnist`, `fashion_mnist`, `cifar10`, `cifar100`. `emnist`, `emnist_digits` and LEAF's
+`leaf_femnist`, `leaf_synthetic`, `leaf_celeba` keep their own clients (`natural`; `@K` keeps
+the first K in id order; LEAF needs `leaf_dir`, LEAF's `data/<name>` folder). `@K` sets the
+number of clients (default: digits 20, synthetic 30, tfds datasets 100).
 
 For array datasets the test split (digits: the stratified 20% holdout of `data.digits`; tfds: the
 dataset's test split) is partitioned over the same client ids with each client's training label
@@ -39,7 +41,9 @@ from tff_conflict.data import partition as partition_lib
 
 ARRAY_DATASETS = ('digits', 'mnist', 'fashion_mnist', 'cifar10', 'cifar100')
 WRITER_DATASETS = ('emnist', 'emnist_digits')
-DATASETS = ARRAY_DATASETS + WRITER_DATASETS + ('synthetic',)
+LEAF_DATASETS = ('leaf_femnist', 'leaf_synthetic', 'leaf_celeba')
+NATURAL_DATASETS = WRITER_DATASETS + LEAF_DATASETS
+DATASETS = ARRAY_DATASETS + NATURAL_DATASETS + ('synthetic',)
 ARRAY_SPLITS = ('iid', 'dir', '#C', 'qty')
 DEFAULT_NUM_CLIENTS = {'digits': 20, 'synthetic': 30, 'mnist': 100, 'fashion_mnist': 100,
                        'cifar10': 100, 'cifar100': 100}
@@ -123,8 +127,8 @@ def parse_regime(text: str) -> Regime:
   else:
     raise ValueError(f'regime {text!r}: the split must be iid, dir(ALPHA), #C=K, qty(BETA) or '
                      f'natural, got {split!r}')
-  if dataset in WRITER_DATASETS and kind != 'natural':
-    raise ValueError(f'regime {text!r}: {dataset} keeps its writers; use {dataset}:natural')
+  if dataset in NATURAL_DATASETS and kind != 'natural':
+    raise ValueError(f'regime {text!r}: {dataset} keeps its own clients; use {dataset}:natural')
   if dataset in ARRAY_DATASETS and kind == 'natural':
     raise ValueError(f'regime {text!r}: {dataset} has no natural clients; use iid, dir(ALPHA), '
                      '#C=K or qty(BETA)')
@@ -135,7 +139,7 @@ def parse_regime(text: str) -> Regime:
     return Regime(dataset, kind, (value,), num_clients)
   if kind == '#C':
     k = int(match[1])
-    classes = info_lib.dataset_info(dataset).num_classes
+    classes = info_lib.dataset_info(dataset).num_classes  # array datasets: known
     if not 1 <= k <= classes:
       raise ValueError(f'regime {text!r}: #C=K needs K in 1..{classes} for {dataset}, got {k}')
     return Regime(dataset, kind, (k,), num_clients)
@@ -143,10 +147,13 @@ def parse_regime(text: str) -> Regime:
 
 
 def num_classes(regime: Regime) -> int:
+  """The regime's number of classes; `ValueError` where only its files tell (LEAF Synthetic:
+  `train.info.num_classes` of the loaded data)."""
   return info_lib.dataset_info(regime.dataset).num_classes
 
 
 def element_shape(regime: Regime) -> tuple:
+  """The shape of an example's x (`ValueError` for LEAF Synthetic, as `num_classes`)."""
   return info_lib.dataset_info(regime.dataset).element_shape
 
 
@@ -193,15 +200,18 @@ def _first_writers(client_data, num_writers):
 
 
 def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = None,
-                data_dir: Optional[str] = None) -> tuple[Any, Any]:
+                data_dir: Optional[str] = None, leaf_dir: Optional[str] = None
+                ) -> tuple[Any, Any]:
   """Loads the `(train, test)` client data of `regime`.
 
   Args:
     regime: a `Regime` (`parse_regime`).
     seed: integer >= 0: the partition's seed, digits' holdout's, and Synthetic's generative
       process'.
-    cache_dir: emnist: the directory holding `emnist_all.sqlite`.
+    cache_dir: emnist: the directory holding `emnist_all.sqlite`; LEAF: where its converted
+      cache goes (default: next to the data).
     data_dir: tfds datasets: the tensorflow-datasets data directory.
+    leaf_dir: LEAF datasets: LEAF's `data/<name>` folder.
 
   Returns:
     `(train, test)` `tff.simulation.datasets.ClientData` of unbatched `OrderedDict(x, y)`.
@@ -217,6 +227,15 @@ def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = Non
   if regime.dataset == 'synthetic':
     from tff_conflict.data import synthetic_data  # pylint: disable=g-import-not-at-top
     return synthetic_data.synthetic(*regime.param, num_clients=num_clients, seed=seed)
+  if regime.dataset in LEAF_DATASETS:
+    if leaf_dir is None:
+      raise ValueError(f'regime {regime.name!r} needs leaf_dir, LEAF\'s data/<name> folder')
+    from tff_conflict.data import leaf_data  # pylint: disable=g-import-not-at-top
+    train, test = leaf_data.leaf(leaf_dir, name=regime.dataset[len('leaf_'):],
+                                 cache_dir=cache_dir)
+    if regime.num_clients is not None:
+      train = _first_writers(train, regime.num_clients)
+    return train, test
   if regime.dataset in WRITER_DATASETS:
     from tff_conflict.data import emnist_data  # pylint: disable=g-import-not-at-top
     train, test = emnist_data.emnist(only_digits=regime.dataset == 'emnist_digits',

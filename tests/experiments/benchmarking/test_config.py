@@ -80,6 +80,7 @@ def test_tuned_epochs_and_given_values():
     (dict(tuning=dict(last_k=0)), 'tuning_last_k must be an integer >= 1'),
     (dict(tuning=dict(validation_fraction=1.0)), r'validation_fraction must be a number in'),
     (dict(runtime='gpu'), 'runtime must be one of'),
+    (dict(regimes=('leaf_femnist:natural',)), 'leaf_dir must name LEAF'),
     (dict(experiment_name='../x'), 'experiment_name must be a relative name'),
 ])
 def test_bad_settings_name_the_flag(changes, message):

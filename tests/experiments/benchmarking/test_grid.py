@@ -191,3 +191,18 @@ def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
     assert a.keys() == b.keys()
     for key in a:
       np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_a_leaf_regime_takes_its_shape_and_classes_from_the_files(tmp_path):
+  from tests.data import leaf_fixtures  # pylint: disable=g-import-not-at-top
+  leaf_fixtures.synthetic(str(tmp_path / 'leaf'), num_users=4, dim=60, num_classes=5)
+  config = _config(tmp_path / 'out', regimes=('leaf_synthetic:natural',), methods=('fedavg',),
+                   report_seeds=(0,), rounds=1, clients_per_round=2, models={},
+                   leaf_dir=str(tmp_path / 'leaf' / 'data' / 'synthetic'),
+                   tuning=config_lib.TuningConfig(tune=False))
+  outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
+  assert outcome.failures == [] and len(outcome.rows) == 1
+  assert outcome.rows[0]['model'] == 'logistic_regression'
+  result = runs.read_result(runs.report_run_dir(config.root, 'leaf_synthetic:natural', 1,
+                                                'fedavg', 0))
+  assert np.asarray(result['confusion_matrix']).shape == (5, 5)
