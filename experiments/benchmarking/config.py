@@ -151,6 +151,32 @@ class TuningConfig:
                         f'{self.validation_fraction!r}')
 
 
+def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any]) -> None:
+  """Every fixed or tuned builder argument of `method` is one its builder takes, with a value in
+  its range (`tff_conflict.hparams`), so that a typo fails before any run."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  build = (learning.build_process if method.algorithm == methods_lib.CUSTOM
+           else learning.ALGORITHMS[method.algorithm])
+  parameters = inspect.signature(build).parameters
+  open_ended = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+  ranges = {h.keyword: h for h in hparams.ALGORITHM_HPARAMS.get(method.algorithm, ())}
+  fixed = dict(method.fixed)
+  checks = [('methods', k, v) for k, v in fixed.items()]
+  checks += [('grids', k, v) for k, values in method.grid for v in values]
+  checks += [('methods', k, v) for k, v in given.items() if k not in fixed]
+  for field, keyword, value in checks:
+    if not open_ended and keyword not in parameters:
+      raise ConfigError(field, f'has {keyword}={value!r} for method {method.name!r}, but its '
+                        f'builder ({method.algorithm}) takes no argument {keyword!r}')
+    if keyword in ranges:
+      try:
+        ranges[keyword].check(value, name=f'{keyword} of method {method.name!r}')
+      except ValueError as e:
+        raise ConfigError(field, f'has a bad value: {e}') from None
+
+
 DEFAULT_TUNING_REGIMES = {'digits': 'digits:dir(0.1)', 'synthetic': 'synthetic(1,1)'}
 RUNTIMES = ('cpp', 'inprocess')
 
@@ -295,6 +321,8 @@ class BenchmarkConfig:
       if method not in method_names:
         raise ConfigError('grids', f'names method {method!r}, which is not in --methods '
                           f'{method_names}')
+    for method in self.parsed_methods():
+      _check_builder_arguments(method, self.given_kwargs(method))
     if self.runtime not in RUNTIMES:
       raise ConfigError('runtime', f'must be one of {list(RUNTIMES)}, got {self.runtime!r}')
     name = self.experiment_name

@@ -81,6 +81,12 @@ def test_tuned_epochs_and_given_values():
     (dict(tuning=dict(validation_fraction=1.0)), r'validation_fraction must be a number in'),
     (dict(runtime='gpu'), 'runtime must be one of'),
     (dict(regimes=('leaf_femnist:natural',)), 'leaf_dir must name LEAF'),
+    (dict(methods=('fedavg', 'fedga[count=dataset]')),
+     "methods has count='dataset' for method 'fedga.count=dataset.', but its builder"),
+    (dict(methods=('fedavg', 'fedprox[proximal_strength=-1]')),
+     'methods has a bad value: proximal_strength of method .* must be a finite number >= 0'),
+    (dict(tuning=dict(grids={'fedprox': {'proximal_strength': (0.1, float('nan'))}})),
+     'grids has a bad value: proximal_strength'),
     (dict(experiment_name='../x'), 'experiment_name must be a relative name'),
 ])
 def test_bad_settings_name_the_flag(changes, message):
