@@ -289,6 +289,8 @@ def main(argv):
         'Machine': machine_description(),
         'Load average (1, 5, 15 min) at start / end': f'{load_before} / {_load()}',
         'Wall time of this command': report_lib._duration(wall),  # pylint: disable=protected-access
+        'Wall time of the benchmark (every invocation, see Time)': report_lib._duration(  # pylint: disable=protected-access
+            report_lib.total_wall_seconds(config.root)),
         'Git commit': flags_lib.hparams(()).get('git_commit') or 'unknown',
     }
     target = report_lib.write_results_md(FLAGS.results_md, config.root, header=header)

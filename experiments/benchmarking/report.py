@@ -418,6 +418,12 @@ def _duration(seconds: float) -> str:
   return f'{hours} h {minutes:02d} min {secs:02d} s' if hours else f'{minutes} min {secs:02d} s'
 
 
+def total_wall_seconds(root: str) -> float:
+  """The wall time of every invocation recorded in `root/timing.json`."""
+  return sum(t.get('wall_seconds', 0.0) for t in _read_json(os.path.join(root, 'timing.json'),
+                                                             []))
+
+
 def _setup_section(config) -> str:
   tuning = config.get('tuning', {})
   models = config.get('models') or {}

@@ -94,3 +94,24 @@ def test_a_bad_flag_ends_in_one_line_without_traceback(tmp_path):
   assert 'Traceback' not in result.stderr + result.stdout
   assert not os.listdir(tmp_path)
   assert conftest.workers_with_token(token) == []
+
+
+def test_report_only_and_results_md_from_the_files_on_disk(tmp_path, capsys):
+  from experiments.benchmarking import report  # pylint: disable=g-import-not-at-top
+  from tests.experiments.benchmarking import test_report  # pylint: disable=g-import-not-at-top
+  test_report._write_benchmark(str(tmp_path / 'unit'))  # pylint: disable=protected-access
+  results_md = tmp_path / 'RESULTS.md'
+  with flagsaver.as_parsed(report_only='true', output_dir=str(tmp_path), experiment_name='unit',
+                           results_md=str(results_md), methods='fedavg,fedgh,fedld',
+                           regimes='digits:iid,digits:#C=2'):
+    benchmark.main(['benchmark'])
+  out = capsys.readouterr().out
+  assert f'report: {tmp_path / "unit" / "report.md"}' in out
+  assert (tmp_path / 'unit' / 'report.md').stat().st_size > 0
+  text = results_md.read_text()
+  assert '- Command: `python -m experiments.benchmark ' in text and '- Machine: ' in text
+  assert report.check_results_md(str(results_md)) == []
+  assert (tmp_path / 'docs' / 'results' / 'runs.csv').exists()
+  with flagsaver.as_parsed(report_only='true', output_dir=str(tmp_path / 'none')):
+    with pytest.raises(SystemExit, match='--report_only needs an existing benchmark directory'):
+      benchmark.main(['benchmark'])
