@@ -135,3 +135,16 @@ def test_leaf_natural_keeps_the_files_users(tmp_path):
     data.load_regime('leaf_synthetic:natural')
   with pytest.raises(ValueError):
     regimes.num_classes(data.parse_regime('leaf_synthetic:natural'))  # the files tell
+
+
+def test_a_tfds_dataset_with_every_array_split(tmp_path):
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  regimes._tfds_arrays.cache_clear()  # pylint: disable=protected-access
+  with tfds.testing.mock_data(num_examples=200):
+    for name in ('mnist:iid@4', 'mnist:#C=2@4', 'mnist:qty(1)@4', 'mnist:dir(0.5)@4'):
+      train, test = data.load_regime(name, seed=1, data_dir=str(tmp_path))
+      assert train.client_ids == test.client_ids and len(train.client_ids) == 4
+      assert train.client_sizes.sum() <= 200 and test.client_sizes.sum() == 200
+      if '#C=2' in name:
+        assert ((train.label_counts > 0).sum(axis=1) == 2).all()
+  regimes._tfds_arrays.cache_clear()  # pylint: disable=protected-access

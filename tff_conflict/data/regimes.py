@@ -29,6 +29,7 @@ whole centralized test set. `load_regime(parse_regime('digits:dir(A)'), seed=S)`
 """
 
 import dataclasses
+import functools
 import re
 from typing import Any, Optional
 
@@ -199,6 +200,13 @@ def _first_writers(client_data, num_writers):
       keep, client_data.serializable_dataset_fn)
 
 
+@functools.lru_cache(maxsize=2)
+def _tfds_arrays(name: str, data_dir: Optional[str]):
+  """A tfds dataset's arrays, read once for every regime and seed that splits it."""
+  from tff_conflict.data import tfds_data  # pylint: disable=g-import-not-at-top
+  return tfds_data.load_arrays(name, data_dir)
+
+
 def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = None,
                 data_dir: Optional[str] = None, leaf_dir: Optional[str] = None
                 ) -> tuple[Any, Any]:
@@ -250,6 +258,6 @@ def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = Non
     return _split_arrays(regime, x[train_idx], y[train_idx], x[test_idx], y[test_idx],
                          num_clients, seed)
   from tff_conflict.data import tfds_data  # pylint: disable=g-import-not-at-top
-  (x_train, y_train), (x_test, y_test) = tfds_data.load_arrays(regime.dataset, data_dir)
+  (x_train, y_train), (x_test, y_test) = _tfds_arrays(regime.dataset, data_dir)
   return _split_arrays(regime, x_train, y_train, x_test, y_test, num_clients, seed,
                        transform=tfds_data._scale_to_unit)  # pylint: disable=protected-access
