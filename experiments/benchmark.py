@@ -33,7 +33,8 @@ Flags shared with `train` / `compare` that the benchmark uses: --rounds, --clien
 --server_learning_rate (the learning rates only with --tune=false), the method hyperparameter
 flags (the given values: used where nothing is tuned), --data_seed (with --novary_partition),
 --cache_dir, --data_dir, --leaf_dir, --output_dir, --experiment_name, --resume, --progress,
---runtime.
+--runtime, and --eval_train_loss where the binaries define it (the global model's loss on the
+clients' training data every round, the FedProx paper's training loss, plotted in the report).
 """
 
 import datetime
@@ -206,7 +207,8 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         target_fraction=FLAGS.target_fraction, tuning=tuning, output_dir=FLAGS.output_dir,
         experiment_name=FLAGS.experiment_name or 'benchmark', resume=FLAGS.resume,
         progress=FLAGS.progress, runtime=FLAGS.runtime, cache_dir=FLAGS.cache_dir,
-        data_dir=FLAGS.data_dir, leaf_dir=FLAGS.leaf_dir, description=FLAGS.description)
+        data_dir=FLAGS.data_dir, leaf_dir=FLAGS.leaf_dir, description=FLAGS.description,
+        eval_train_loss=bool('eval_train_loss' in FLAGS and FLAGS.eval_train_loss))
   except config_lib.ConfigError as e:
     raise app.UsageError(e.flag_message()) from None
 

@@ -210,6 +210,9 @@ class BenchmarkConfig:
     runtime: 'cpp' (TFF's local C++ runtime) or 'inprocess'.
     cache_dir, data_dir, leaf_dir: where EMNIST / tfds / LEAF datasets are on disk.
     description: a sentence for the report's Setup (e.g. how a preset was sized).
+    eval_train_loss: also evaluate the global model on the union of the clients' training
+      data every round of the reporting runs (`global_train_loss`: the FedProx paper's
+      training loss, whose curves the report then plots).
   """
   regimes: tuple
   methods: tuple
@@ -239,6 +242,7 @@ class BenchmarkConfig:
   data_dir: Optional[str] = None
   leaf_dir: Optional[str] = None
   description: str = ''
+  eval_train_loss: bool = False
 
   def __post_init__(self):
     from tff_conflict import data  # pylint: disable=g-import-not-at-top

@@ -243,15 +243,21 @@ class Engine:
     shape, classes = self._shape_and_classes(spec)
     arrays_key = (spec.phase, spec.regime, spec.data_seed)
     per_class = spec.phase == runs_lib.REPORT_PHASE
+    train_loss = per_class and self._config.eval_train_loss
     columns = [f'{prefix}_accuracy', f'{prefix}_loss', f'{prefix}_macro_f1']
     if per_class:
       columns += [f'{prefix}_class_accuracy/{k}' for k in range(classes)]
+    if train_loss:
+      columns += [runs_lib.GLOBAL_TRAIN_LOSS, 'global_train_accuracy']
     last = {}
 
+    def arrays(key, client_data):
+      if key not in self._arrays:
+        self._arrays[key] = _pooled_arrays(client_data)
+      return self._arrays[key]
+
     def evaluate(model_weights):
-      if arrays_key not in self._arrays:
-        self._arrays[arrays_key] = _pooled_arrays(eval_data)
-      x, y = self._arrays[arrays_key]
+      x, y = arrays(arrays_key, eval_data)
       model_key = (spec.model, spec.dataset)
       if model_key not in self._eval_models:
         self._eval_models[model_key] = models_lib.get(spec.model)(shape, classes, seed=0)
@@ -266,6 +272,12 @@ class Engine:
       if per_class:
         for k, value in enumerate(np.asarray(result['per_class_accuracy']).reshape(-1)):
           out[f'{prefix}_class_accuracy/{k}'] = float(value)
+      if train_loss:
+        train, _ = self.data(spec.regime, spec.data_seed)
+        x, y = arrays(('train', spec.regime, spec.data_seed), train)
+        on_train = evaluation.evaluate_arrays(model, x, y, num_classes=classes)
+        out[runs_lib.GLOBAL_TRAIN_LOSS] = float(on_train['loss'])
+        out['global_train_accuracy'] = float(on_train['accuracy'])
       return out
 
     return evaluate, tuple(columns), last

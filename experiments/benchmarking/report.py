@@ -332,8 +332,13 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
         continue
       ordered = {m: cell[m] for m in methods if m in cell}
       stem = f'{runs_lib.slug(regime.replace("#C=", "C"))}_E{e}'
+      global_loss = any(row.get('global_train_loss_curve') for per_seed in ordered.values()
+                        for row in per_seed.values())
+      loss_curve, loss_label = (
+          ('global_train_loss_curve', 'global model\'s loss on the training data') if global_loss
+          else ('train_loss_curve', 'clients\' mean loss while training'))
       for key, what, ylabel in (('accuracy_curve', 'accuracy', 'test accuracy'),
-                                ('train_loss_curve', 'train_loss', 'training loss')):
+                                (loss_curve, 'train_loss', loss_label)):
         name = f'{what}_{stem}.png'
         if plotting.plot_curves(_curves(ordered, key), os.path.join(plots_dir, name),
                                 ylabel=ylabel, title=f'{regime}, E={e} (mean ± std over seeds)'):

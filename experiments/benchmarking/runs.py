@@ -27,6 +27,8 @@ CONFLICT_BEFORE = 'aggregator/conflict_fraction_before'
 CONFLICT_AFTER = 'aggregator/conflict_fraction_after'
 NORM_RATIO = 'aggregator/norm_ratio'
 TRAIN_LOSS = 'train_loss'
+# The global model's loss on the union of the clients' training data (`eval_train_loss`).
+GLOBAL_TRAIN_LOSS = 'global_train_loss'
 
 
 def slug(text: str) -> str:
@@ -115,8 +117,8 @@ RUN_COLUMNS = (
     'clients_per_round', 'batch_size', 'client_lr', 'server_lr', 'hparams', 'final_accuracy',
     'best_accuracy', 'best_round', 'last_k_accuracy', 'final_loss', 'final_macro_f1',
     'final_train_loss', 'diverged', 'conflict_before', 'conflict_after', 'norm_ratio',
-    'seconds_per_round', 'first_round_s', 'run_seconds', 'accuracy_curve', 'train_loss_curve',
-    'conflict_curve')
+    'seconds_per_round', 'first_round_s', 'run_seconds', 'final_global_train_loss',
+    'accuracy_curve', 'train_loss_curve', 'conflict_curve', 'global_train_loss_curve')
 
 
 def run_row(spec: RunSpec, summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,7 +192,9 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
   `final_macro_f1`, `final_train_loss`, `diverged` (a non-finite training loss in some round),
   `conflict_before`, `conflict_after`, `norm_ratio` (means over rounds of the aggregator's
   diagnostics; None when it does not report them), `seconds_per_round` (mean of rounds >= 2),
-  `first_round_s`, and the curves `accuracy_curve`, `train_loss_curve`, `conflict_curve`.
+  `first_round_s`, `final_global_train_loss` (None unless the global model's training loss
+  was evaluated), and the curves `accuracy_curve`, `train_loss_curve` (the clients' mean loss
+  while training), `conflict_curve`, `global_train_loss_curve`.
   """
   accuracy_column = f'{prefix}_accuracy'
   evaluated = [(r['round_num'], r[accuracy_column]) for r in rows
@@ -221,6 +225,10 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
       'accuracy_curve': encode_curve([r.get(accuracy_column) for r in rows]),
       'train_loss_curve': encode_curve(train_losses),
       'conflict_curve': encode_curve([r.get(before) for r in rows]) if before else '',
+      'final_global_train_loss': next((r[GLOBAL_TRAIN_LOSS] for r in reversed(rows)
+                                       if r.get(GLOBAL_TRAIN_LOSS) is not None), None),
+      'global_train_loss_curve': encode_curve([r.get(GLOBAL_TRAIN_LOSS) for r in rows])
+                                 if rows and GLOBAL_TRAIN_LOSS in rows[0] else '',
   }
 
 

@@ -199,10 +199,14 @@ def test_a_leaf_regime_takes_its_shape_and_classes_from_the_files(tmp_path):
   config = _config(tmp_path / 'out', regimes=('leaf_synthetic:natural',), methods=('fedavg',),
                    report_seeds=(0,), rounds=1, clients_per_round=2, models={},
                    leaf_dir=str(tmp_path / 'leaf' / 'data' / 'synthetic'),
-                   tuning=config_lib.TuningConfig(tune=False))
+                   tuning=config_lib.TuningConfig(tune=False), eval_train_loss=True)
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert outcome.failures == [] and len(outcome.rows) == 1
   assert outcome.rows[0]['model'] == 'logistic_regression'
   result = runs.read_result(runs.report_run_dir(config.root, 'leaf_synthetic:natural', 1,
                                                 'fedavg', 0))
   assert np.asarray(result['confusion_matrix']).shape == (5, 5)
+  # The global model's loss on the pooled training data, evaluated every round.
+  row = outcome.rows[0]
+  assert len(runs.decode_curve(row['global_train_loss_curve'])) == 1
+  assert row['final_global_train_loss'] > 0

@@ -31,6 +31,11 @@ def test_summary_of_hand_made_rows():
   assert s['seconds_per_round'] == pytest.approx((3 + 4 + 5 + 6) / 4) and s['first_round_s'] == 10
   assert runs.decode_curve(s['accuracy_curve']) == [0.2, None, 0.6, 0.5, 0.55]
   assert runs.decode_curve(s['conflict_curve']) == [0.5] * 5
+  assert s['final_global_train_loss'] is None and s['global_train_loss_curve'] == ''
+  with_global = [dict(r, global_train_loss=1.0 / r['round_num']) for r in _rows()]
+  s = runs.summarize(with_global, prefix='test')
+  assert s['final_global_train_loss'] == 0.2
+  assert runs.decode_curve(s['global_train_loss_curve']) == [1.0, 0.5, 0.333333, 0.25, 0.2]
 
 
 def test_summary_without_aggregator_diagnostics_and_with_divergence():
