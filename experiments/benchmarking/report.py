@@ -448,6 +448,9 @@ def _setup_section(config) -> str:
           'the partition (and Synthetic\'s data) is drawn with the seed too, so seeds differ in '
           'their partitions.' if config.get('vary_partition', True) else
           f'every seed uses the partition of data seed {config.get("data_seed")}.'),
+      '- Each learning process is built once per (method, builder arguments, model) and reused: '
+      'a run sets its initial model, its learning rates and (FedGH) its partner-order seed, the '
+      'run\'s seed, in the process\'s initial state.',
   ]
   if tuning.get('tune', True):
     regimes = tuning.get('tuning_regimes') or {}
