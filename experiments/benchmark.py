@@ -44,15 +44,15 @@ import sys
 import time
 from typing import Any
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-
-# TensorFlow must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras
-# pitfalls).
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
+# tff_conflict first: it keeps TF's log noise off (TFF_CONFLICT_VERBOSE=1 turns it on). TensorFlow
+# must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
+import tff_conflict  # pylint: disable=unused-import
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
-from experiments import flags_lib  # pylint: disable=g-import-not-at-top
+from experiments import cli  # pylint: disable=g-import-not-at-top
+from experiments import flags_lib
 from experiments import registry
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods as methods_lib
@@ -109,6 +109,8 @@ with flags_lib.record_group('benchmark'):
                       'wall time, report) and copy its data to docs/results/ beside it.')
   flags.DEFINE_bool('report_only', False, 'Only rewrite the report from the runs on disk.')
   flags.DEFINE_string('description', '', 'A sentence for the report\'s Setup section.')
+
+flags_lib.register_validators()
 
 # Flags of train/compare that mean nothing here, and what to use instead.
 _NOT_HERE = {
@@ -249,16 +251,14 @@ def _load() -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  cli.check_no_arguments(argv)
   flags_lib.quiet_logs()
+  apply_preset()
+  config = config_from_flags()
+  if not FLAGS.report_only:
+    cli.prepare_output_dir(config.root)
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   runtime.set_local_context()
-  try:
-    apply_preset()
-    config = config_from_flags()
-  except app.UsageError as e:
-    sys.exit(f'benchmark: {e}')  # one line naming the flag, exit status 1
   command = 'python -m experiments.benchmark ' + ' '.join(sys.argv[1:])
   from experiments.benchmarking import engine as engine_lib  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
@@ -268,15 +268,15 @@ def main(argv):
   start = time.monotonic()
   if FLAGS.report_only:
     if not os.path.isdir(config.root):
-      sys.exit(f'benchmark: --report_only needs an existing benchmark directory, {config.root} '
-               'is missing')
+      raise app.UsageError(f'--report_only needs an existing benchmark directory, {config.root} '
+                           'is missing')
     report_path = report_lib.write_report(config.root)
     failures = []
   else:
     try:
       outcome = grid.run_benchmark(config, command=command)
     except engine_lib.SettingsChangedError as e:
-      sys.exit(f'benchmark: {e}')
+      raise cli.Failure(str(e)) from None
     report_path, failures = outcome.report, outcome.failures
     print(f'\n{outcome.runs_done} runs run, {outcome.runs_skipped} found finished, '
           f'{len(failures)} failed; {outcome.num_processes} learning processes built in '
@@ -300,8 +300,9 @@ def main(argv):
   if failures:
     for label, message in failures:
       print(f'failed: {label}: {message}', file=sys.stderr)
-    sys.exit(1)
+    raise cli.Failure(f'{len(failures)} runs failed (each run directory holds its error.txt); '
+                      'run the same command again to retry them')
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

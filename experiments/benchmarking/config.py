@@ -1,9 +1,10 @@
 """The settings of a benchmark as typed values, checked when created.
 
 `BenchmarkConfig` holds the grid (regimes x methods x local epochs x seeds), the run settings
-shared by every run, the tuning settings (`TuningConfig`) and where the outputs go. Every field
-that a flag of `python -m experiments.benchmark` sets has that flag's name, so a `ConfigError`
-("rounds must be an integer >= 1, got 0") reads as the flag ("--rounds ...").
+shared by every run, the tuning settings (`TuningConfig`) and where the outputs go; each run's
+loop is an `experiments.config.LoopConfig`. Every field that a flag of
+`python -m experiments.benchmark` sets has that flag's name, so a `ConfigError` ("rounds must be
+an integer >= 1, got 0", an `experiments.config.ConfigError`) reads as the flag ("--rounds ...").
 """
 
 import dataclasses
@@ -12,18 +13,23 @@ import numbers
 import os
 from typing import Any, Mapping, Optional
 
+from experiments import config as experiment_config
 from experiments.benchmarking import methods as methods_lib
 
 
-class ConfigError(ValueError):
-  """A benchmark setting with a bad value; `field` is the setting's (and its flag's) name."""
+class ConfigError(experiment_config.ConfigError):
+  """A benchmark setting with a bad value; `field` is the setting's (and its flag's) name.
+
+  An `experiments.config.ConfigError`, so `experiments.cli` prints `flag_message()` as the
+  binaries' one-line error.
+  """
 
   def __init__(self, field: str, message: str):
-    self.field = field
-    super().__init__(f'{field} {message}')
+    super().__init__(field, None, flag=field, message=f'--{field} {message}')
+    self.args = (f'{field} {message}',)
 
-  def flag_message(self) -> str:
-    return f'--{self}'
+  def __str__(self) -> str:
+    return self.args[0]
 
 
 def split_top_level(text: str, separator: str = ',') -> list[str]:
