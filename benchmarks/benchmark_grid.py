@@ -19,8 +19,10 @@ The estimate of the grid is then
 with the counts of `experiments.benchmarking.grid.planned_runs` / `planned_processes` (tuning
 counted at its upper bound). It prints the table, the estimate, the CPU time the sample used
 (this process and its TFF workers) against its wall time, and the load average: a figure taken
-on a loaded machine should be re-taken on a quiet one; `CPU-time estimate` scales the estimate by
-the sample's CPU/wall ratio (about the wall time on an idle machine running one core at a time).
+on a loaded machine should be re-taken on a quiet one. `CPU-time estimate` scales the estimate by
+the sample's CPU/wall ratio: under heavy load (ratio well below 1) it approaches the wall time on
+an idle machine for a run using one core at a time; a ratio above 1 means the run used both cores
+and the wall-time estimate is the one to read.
 """
 
 import collections

@@ -32,6 +32,7 @@ def test_results_preset_is_the_offline_grid():
     config = benchmark.config_from_flags()
   assert {r.split('(')[0].split(':')[0] for r in config.regimes} == {'digits', 'synthetic'}
   assert len(config.report_seeds) >= 5 and config.epochs == (1, 5) and config.tuning.tune
+  assert set(config.tuning.tuning_seeds).isdisjoint(config.report_seeds)
   assert set(config.methods) >= {'fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
                                  'fed_corrective'}
 
