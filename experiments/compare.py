@@ -129,6 +129,11 @@ def check_flags() -> tuple[config.ExperimentConfig, ComparisonConfig]:
     app.UsageError: naming the flag and its value.
   """
   experiment = flags_lib.check_common_flags()
+  if FLAGS.client_clip_norm is not None and not any(
+      registry.takes_clip_norm(a) for a in FLAGS.algorithms):
+    raise app.UsageError(f'--client_clip_norm applies only to '
+                         f'{[a for a in _ALL_ALGORITHMS if registry.takes_clip_norm(a)]}, none of '
+                         f'which is in --algorithms={FLAGS.algorithms}')
   try:
     seeds = tuple(int(s) for s in FLAGS.seeds)
   except ValueError:

@@ -440,6 +440,10 @@ class MethodHparams:
     focal_gamma, focal_beta: FedMGC's focal loss gamma and beta.
     selection_ratio: FedMGC DGC: fraction lambda of dominant clients, in (0, 1].
     calibration_counts: FedGA: class counts per 'batch' or per client 'dataset'.
+    calibration_form: FedGA: the calibrated loss as in the paper ('paper') or the authors' code
+      ('soft_target').
+    client_clip_norm: the global L2 norm each local step's gradient is clipped to (FedGA and
+      custom compositions); None: no clipping.
     margin_weight: FedLD margin-control weight lambda.
     component_ratio: FedLD: fraction rho of principal directions kept, in (0, 1].
     corrective_alpha: corrective gradient weights alpha, in [0, 1].
@@ -450,6 +454,8 @@ class MethodHparams:
   focal_beta: float = _method_setting(hparams_lib.FOCAL_BETA)
   selection_ratio: float = _method_setting(hparams_lib.DGC_SELECTION_RATIO)
   calibration_counts: str = _method_setting(hparams_lib.CALIBRATION_COUNTS)
+  calibration_form: str = _method_setting(hparams_lib.CALIBRATION_FORM)
+  client_clip_norm: Optional[float] = _method_setting(hparams_lib.CLIENT_CLIP_NORM)
   margin_weight: float = _method_setting(hparams_lib.MARGIN_WEIGHT)
   component_ratio: float = _method_setting(hparams_lib.PRINCIPAL_COMPONENT_RATIO)
   corrective_alpha: float = _method_setting(hparams_lib.CORRECTIVE_ALPHA)

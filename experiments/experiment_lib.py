@@ -182,7 +182,7 @@ def build_process(config: ConfigLike, task: Task):
           aggregator=aggregator,
           aggregator_kwargs=registry.hparam_kwargs(registry.AGGREGATOR_HPARAMS[aggregator],
                                                    hparams),
-          proximal_strength=proximal, **common)
+          proximal_strength=proximal, clip_norm=config.hparams.client_clip_norm, **common)
   if algorithm.name not in learning.ALGORITHMS:
     raise config_lib.ConfigError(
         'name', algorithm.name,
@@ -224,18 +224,30 @@ def _test_arrays(test_data) -> tuple[np.ndarray, np.ndarray]:
   return np.concatenate(xs), np.concatenate(ys)
 
 
+PAIR_ERROR_COLUMNS = ('test_rare_pair_error', 'test_common_pair_error', 'test_rare_error_share')
+
+
 def make_evaluate_fn(task: Task) -> tuple[Callable[[Any], Mapping[str, float]], tuple[str, ...]]:
   """An evaluation of model weights on the whole test split, and the columns it fills.
 
   Call it after the learning process was built (it creates a Keras model eagerly; see
-  BUILD_NOTES.md, Keras pitfalls). Columns: `test_accuracy`, `test_loss`, `test_macro_f1` and
-  `test_class_accuracy/<k>` per class.
+  BUILD_NOTES.md, Keras pitfalls). Columns: `test_accuracy`, `test_loss`, `test_macro_f1`,
+  `test_class_accuracy/<k>` per class and, when the training ClientData stores its label counts
+  (the partitioned datasets: digits, synthetic, tfds), the errors split by how much the true and
+  predicted classes share clients in the training partition
+  (`tff_conflict.evaluation.confusion_by_cooccurrence`): `test_rare_pair_error`,
+  `test_common_pair_error`, `test_rare_error_share`.
   """
   from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
   x, y = _test_arrays(task.test_data)
   model = task.keras_model_fn()
   columns = training_loop.TEST_COLUMNS + tuple(
       f'test_class_accuracy/{k}' for k in range(task.num_classes))
+  label_counts = getattr(task.train_data, 'label_counts', None)
+  cooccurrence = None
+  if label_counts is not None and np.shape(label_counts)[-1] == task.num_classes:
+    cooccurrence = evaluation.class_cooccurrence(label_counts)
+    columns += PAIR_ERROR_COLUMNS
 
   def evaluate(model_weights) -> Mapping[str, float]:
     model_weights.assign_weights_to(model)
@@ -245,6 +257,10 @@ def make_evaluate_fn(task: Task) -> tuple[Callable[[Any], Mapping[str, float]], 
                                   test_macro_f1=float(result['macro_f1']))
     for k, value in enumerate(np.asarray(result['per_class_accuracy']).reshape(-1)):
       out[f'test_class_accuracy/{k}'] = float(value)
+    if cooccurrence is not None:
+      pairs = evaluation.confusion_by_cooccurrence(result['confusion_matrix'], cooccurrence)
+      for column in PAIR_ERROR_COLUMNS:
+        out[column] = pairs[column[len('test_'):]]
     return out
 
   return evaluate, columns

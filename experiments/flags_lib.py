@@ -167,6 +167,7 @@ _METHOD_FLAG_EXTRA_HELP = {
     'proximal_strength': ' Used by fedprox; with --algorithm=custom the proximal term is added '
                          'only when this flag is given.',
     'fedgh_order': ' The seed is --seed.',
+    'client_clip_norm': ' Used by fedga and --algorithm=custom; other algorithms refuse it.',
 }
 METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS
                        if h.flag is not None and h.flag != 'seed')

@@ -218,6 +218,12 @@ AGGREGATOR_HPARAMS: dict[str, dict[str, str]] = {
     name: hparams.flag_table(table) for name, table in hparams.AGGREGATOR_HPARAMS.items()}
 
 
+def takes_clip_norm(algorithm: str) -> bool:
+  """Whether `algorithm` (a named method or 'custom') uses `--client_clip_norm`."""
+  return (algorithm == CUSTOM_ALGORITHM
+          or 'client_clip_norm' in ALGORITHM_HPARAMS.get(algorithm, {}).values())
+
+
 def algorithm_names() -> list[str]:
   """The named methods of `tff_conflict.learning.ALGORITHMS`, in its order."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top

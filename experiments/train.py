@@ -27,7 +27,8 @@ import os
 # must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
 import tff_conflict  # pylint: disable=unused-import
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
-from absl import flags  # pylint: disable=g-import-not-at-top
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
 
 from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config
@@ -64,7 +65,12 @@ def check_flags() -> config.ExperimentConfig:
   Raises:
     app.UsageError: naming the flag and its value.
   """
-  return flags_lib.check_common_flags()
+  experiment = flags_lib.check_common_flags()
+  if FLAGS.client_clip_norm is not None and not registry.takes_clip_norm(FLAGS.algorithm):
+    raise app.UsageError(f'--client_clip_norm applies only to --algorithm in '
+                         f'{[a for a in _ALGORITHM_NAMES if registry.takes_clip_norm(a)]}, got '
+                         f'--algorithm={FLAGS.algorithm}')
+  return experiment
 
 
 def flag_values() -> dict:

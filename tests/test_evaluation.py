@@ -308,3 +308,73 @@ def test_non_trainable_weights_are_assigned_in_keras_order():
                                              non_trainable=weights.non_trainable[:1])
   with pytest.raises(ValueError, match='non_trainable has 1 tensors'):
     evaluation.evaluate(bn_model_fn, swapped, _dataset(x, y))
+
+
+# ---- class co-occurrence in a partition and errors split by it ----------------------------------
+
+
+def _cooccurrence_reference(counts):
+  """Loops: s[a][c] = sum_k min(n_ka, n_kc) / min(n_a, n_c); NaN for a class without examples."""
+  counts = np.asarray(counts, np.float64)
+  num_clients, num_classes = counts.shape
+  totals = [sum(counts[k][a] for k in range(num_clients)) for a in range(num_classes)]
+  out = np.zeros((num_classes, num_classes))
+  for a in range(num_classes):
+    for c in range(num_classes):
+      rarer = min(totals[a], totals[c])
+      shared = sum(min(counts[k][a], counts[k][c]) for k in range(num_clients))
+      out[a, c] = shared / rarer if rarer > 0 else np.nan
+  return out
+
+
+def test_class_cooccurrence_hand_worked():
+  # Client 0 holds classes 0 and 1, client 1 holds 1 and 2; class 3 has no example.
+  counts = [[4, 2, 0, 0],
+            [0, 3, 5, 0]]
+  s = evaluation.class_cooccurrence(counts)
+  assert s[0, 1] == pytest.approx(2 / 4)   # min(4, 2) / min(4, 5)
+  assert s[1, 2] == pytest.approx(3 / 5)   # min(3, 5) / min(5, 5)
+  assert s[0, 2] == 0.0                    # never on the same client
+  np.testing.assert_allclose(np.diag(s)[:3], 1.0)
+  assert np.all(np.isnan(s[3])) and np.all(np.isnan(s[:, 3]))
+  np.testing.assert_array_equal(s, s.T)
+
+
+def test_class_cooccurrence_matches_loop_reference():
+  rng = np.random.default_rng(5)
+  counts = rng.integers(0, 6, size=(7, 5)) * (rng.random((7, 5)) < 0.5)
+  np.testing.assert_allclose(evaluation.class_cooccurrence(counts),
+                             _cooccurrence_reference(counts), rtol=1e-15, equal_nan=True)
+
+
+def test_confusion_by_cooccurrence_hand_worked():
+  cooccurrence = np.array([[1.0, 0.0, 0.5],
+                           [0.0, 1.0, 0.05],
+                           [0.5, 0.05, 1.0]])
+  confusion = np.array([[6, 3, 1],     # class 0: 10 examples, 3 to the rare partner 1
+                        [2, 8, 0],     # class 1: 10 examples
+                        [0, 4, 16]])   # class 2: 20 examples, 4 to the rare partner 1
+  got = evaluation.confusion_by_cooccurrence(confusion, cooccurrence, threshold=0.1)
+  # Rare ordered pairs: (0,1), (1,0), (1,2), (2,1): rates 0.3, 0.2, 0.0, 0.2.
+  assert got['num_rare_pairs'] == 4 and got['num_common_pairs'] == 2
+  assert got['rare_pair_error'] == pytest.approx((0.3 + 0.2 + 0.0 + 0.2) / 4)
+  # Common pairs: (0,2), (2,0): rates 0.1, 0.0.
+  assert got['common_pair_error'] == pytest.approx(0.05)
+  assert got['rare_error_share'] == pytest.approx((3 + 2 + 0 + 4) / 10)
+
+
+def test_confusion_by_cooccurrence_edge_cases():
+  # A class without test examples takes part in no pair; no rare pair gives NaN; no error too.
+  confusion = np.array([[5, 0], [0, 0]])
+  got = evaluation.confusion_by_cooccurrence(confusion, np.array([[1.0, 0.0], [0.0, 1.0]]))
+  assert got['num_rare_pairs'] == 1 and got['num_common_pairs'] == 0
+  assert got['rare_pair_error'] == 0.0 and np.isnan(got['common_pair_error'])
+  assert np.isnan(got['rare_error_share'])
+  with pytest.raises(ValueError, match='cooccurrence must have the shape'):
+    evaluation.confusion_by_cooccurrence(np.eye(3), np.eye(2))
+  with pytest.raises(ValueError, match='threshold must be a finite number'):
+    evaluation.confusion_by_cooccurrence(np.eye(2), np.eye(2), threshold=float('nan'))
+  with pytest.raises(ValueError, match='label_counts must have shape'):
+    evaluation.class_cooccurrence([1, 2, 3])
+  with pytest.raises(ValueError, match='label_counts must be finite and >= 0'):
+    evaluation.class_cooccurrence([[1, -2]])

@@ -143,6 +143,16 @@ LAYERS = {
         _registry(learning.LOSSES, 'calibrated', 'counts'),
         _build(learning.build_fedga, 'counts'),
         _flag('calibration_counts')],
+    hparams.CALIBRATION_FORM: [
+        _loss_kernel(losses.calibrated_label_loss, 'form'),
+        _object(losses.CalibratedLabelLoss, 'form', 'losses'),
+        _registry(learning.LOSSES, 'calibrated', 'form'),
+        _build(learning.build_fedga, 'form'),
+        _flag('calibration_form')],
+    hparams.CLIENT_CLIP_NORM: [
+        _build(learning.build_fedga, 'clip_norm'),
+        _build(learning.build_process, 'clip_norm'),
+        _flag('client_clip_norm')],
     hparams.MARGIN_WEIGHT: [
         _loss_kernel(losses.margin_control_loss, 'margin_weight'),
         _object(losses.MarginControlLoss, 'margin_weight', 'losses'),
@@ -173,6 +183,7 @@ LAYERS = {
 BAD = {
     hparams.NONNEGATIVE: [math.nan, math.inf, -math.inf, -0.1, True, '0.5', None],
     hparams.POSITIVE: [0.0, math.nan, math.inf, -1.0, True, '1', None],
+    hparams.OPTIONAL_POSITIVE: [0.0, math.nan, math.inf, -1.0, True, '1'],
     hparams.RATIO: [0.0, -0.1, 1.5, math.nan, math.inf, True, '0.5', None],
     hparams.UNIT_INTERVAL: [-0.1, 1.5, math.nan, math.inf, True, '0.5', None],
     hparams.CHOICE: ['nope', '', None, 1],
@@ -183,6 +194,7 @@ BAD = {
 GOOD = {
     hparams.NONNEGATIVE: [0.0, 0, 3.5, np.float32(0.25)],
     hparams.POSITIVE: [1e-6, 2, np.float64(1.2)],
+    hparams.OPTIONAL_POSITIVE: [None, 5.0, 1e-3, np.float32(0.5)],
     hparams.RATIO: [1.0, 1e-3, 0.5, np.float32(0.8)],
     hparams.UNIT_INTERVAL: [0.0, 1.0, 0.3, np.float64(0.1)],
     hparams.BOOL: [True, False, np.bool_(True)],

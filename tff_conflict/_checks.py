@@ -63,6 +63,15 @@ def check_unit_interval(name: str, value: Any) -> float:
   return float(value)
 
 
+def check_optional_positive(name: str, value: Any) -> Optional[float]:
+  """None, or a finite real number > 0."""
+  if value is None:
+    return None
+  if not _is_real(value) or not math.isfinite(value) or value <= 0:
+    raise ValueError(f'{name} must be None or a finite number > 0, got {value!r}')
+  return float(value)
+
+
 def check_int(name: str, value: Any, *, minimum: Optional[int] = None) -> int:
   """An integer, >= `minimum` when one is given."""
   if not _is_int(value) or (minimum is not None and value < minimum):

@@ -4,7 +4,8 @@ Reports what the papers report: accuracy (all five papers), macro-F1 (the fedga 
 F1 score", Table 1), the mean test loss and per-class accuracy; per client (federated evaluation),
 each client's accuracy, loss and size, with a summary of the accuracy distribution.
 
-Three layers, each usable alone:
+Three layers, each usable alone (plus, for diagnosing label skew, `class_cooccurrence` and
+`confusion_by_cooccurrence` below):
 
   classification_metrics(labels, predictions, num_classes)   pure NumPy, from predicted classes
   evaluate_arrays(keras_model, x, y, ...)                      a built Keras model on arrays
@@ -42,10 +43,12 @@ import tensorflow_federated as tff
 
 from tff_conflict import _checks
 
-__all__ = ['classification_metrics', 'confusion_matrix', 'evaluate', 'evaluate_arrays']
+__all__ = ['class_cooccurrence', 'classification_metrics', 'confusion_by_cooccurrence',
+           'confusion_matrix', 'evaluate', 'evaluate_arrays']
 
 DEFAULT_BATCH_SIZE = 1024
 SUMMARY_PERCENTILES = (10, 25, 50, 75, 90)
+DEFAULT_RARE_PAIR_THRESHOLD = 0.1
 
 
 def _check_num_classes(num_classes) -> int:
@@ -82,6 +85,99 @@ def confusion_matrix(labels, predictions, num_classes: int) -> np.ndarray:
   matrix = np.zeros((num_classes, num_classes), np.int64)
   np.add.at(matrix, (labels, predictions), 1)
   return matrix
+
+
+def class_cooccurrence(label_counts) -> np.ndarray:
+  """How much two classes share clients, from a partition's `[clients, C]` label counts.
+
+  `s[a, c] = sum_k min(n_ka, n_kc) / min(n_a, n_c)` for classes a != c, `n_ka` the examples of
+  class a on client k and `n_a = sum_k n_ka`: the share of the rarer class's examples that sit
+  on clients holding at least as many examples of the other class. 0 when no client holds
+  both classes, 1 when they always appear together in equal or larger numbers. The diagonal is
+  1; rows and columns of a class without examples are NaN.
+
+  Why it matters: with cross-entropy, every example of class a pushes the logit of every other
+  class c down, whatever else its client holds. With the fedga paper's calibrated labels
+  (eq. 10) the push-down of logit c summed over a client's examples of class a is `N_c` times
+  their mean `p_c`: it needs examples of c beside them (in the same mini-batch, with batch
+  counts), so pairs with small `s` are almost never contrasted. `confusion_by_cooccurrence`
+  splits test errors by `s`.
+
+  Args:
+    label_counts: `[K, C]` non-negative counts (e.g.
+      `tff_conflict.data.summary.label_counts_of(train_data)`).
+
+  Returns:
+    float64 `[C, C]`, symmetric.
+
+  Raises:
+    ValueError: for a shape other than `[K, C]` or negative or non-finite counts.
+  """
+  counts = np.asarray(label_counts, dtype=np.float64)
+  if counts.ndim != 2 or counts.shape[0] < 1 or counts.shape[1] < 1:
+    raise ValueError(f'label_counts must have shape [clients, classes], got shape '
+                     f'{counts.shape}')
+  if not np.all(np.isfinite(counts)) or np.any(counts < 0):
+    raise ValueError('label_counts must be finite and >= 0')
+  shared = np.minimum(counts[:, :, np.newaxis], counts[:, np.newaxis, :]).sum(axis=0)
+  totals = counts.sum(axis=0)
+  rarer = np.minimum(totals[:, np.newaxis], totals[np.newaxis, :])
+  with np.errstate(invalid='ignore', divide='ignore'):
+    result = np.where(rarer > 0, shared / rarer, np.nan)
+  return result
+
+
+def confusion_by_cooccurrence(confusion, cooccurrence, *,
+                              threshold: float = DEFAULT_RARE_PAIR_THRESHOLD
+                              ) -> collections.OrderedDict:
+  """Test errors split by whether the true and the predicted class share clients.
+
+  Over the ordered pairs (a, c), a != c, whose true class a has test examples and whose
+  `cooccurrence[a, c]` is defined, a pair is *rare* when `cooccurrence[a, c] < threshold` and
+  *common* otherwise. The error rate of a pair is `confusion[a, c] / n_a` (the share of class a
+  predicted as c).
+
+  Args:
+    confusion: `[C, C]` counts, rows true, columns predicted (`confusion_matrix`).
+    cooccurrence: `[C, C]` from `class_cooccurrence` on the training partition.
+    threshold: pairs below it are rare (default 0.1: less than a tenth of the rarer class's
+      examples share a client with the other class).
+
+  Returns:
+    OrderedDict of floats: `rare_pair_error` and `common_pair_error` (mean pair error rate over
+    rare / common pairs; NaN when there is no such pair), `rare_error_share` (the share of all
+    misclassified test examples that fall on rare pairs; NaN without errors),
+    `num_rare_pairs`, `num_common_pairs` (ints). If errors ignored the partition, the two rates
+    would be about equal; a rare-pair rate far above the common-pair rate means the model
+    confuses classes that no client contrasts.
+
+  Raises:
+    ValueError: for shapes that differ or are not square, or a threshold that is not finite.
+  """
+  confusion = np.asarray(confusion, dtype=np.float64)
+  cooccurrence = np.asarray(cooccurrence, dtype=np.float64)
+  if confusion.ndim != 2 or confusion.shape[0] != confusion.shape[1]:
+    raise ValueError(f'confusion must be a square [C, C] matrix, got shape {confusion.shape}')
+  if cooccurrence.shape != confusion.shape:
+    raise ValueError(f'cooccurrence must have the shape of confusion {confusion.shape}, got '
+                     f'{cooccurrence.shape}')
+  if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) or \
+      not np.isfinite(threshold):
+    raise ValueError(f'threshold must be a finite number, got {threshold!r}')
+  support = confusion.sum(axis=1)
+  off_diagonal = ~np.eye(confusion.shape[0], dtype=bool)
+  valid = off_diagonal & (support[:, np.newaxis] > 0) & np.isfinite(cooccurrence)
+  rare = valid & (cooccurrence < threshold)
+  common = valid & ~rare
+  with np.errstate(invalid='ignore', divide='ignore'):
+    rates = confusion / support[:, np.newaxis]
+  errors = float(confusion[off_diagonal].sum())
+  return collections.OrderedDict(
+      rare_pair_error=float(rates[rare].mean()) if rare.any() else float('nan'),
+      common_pair_error=float(rates[common].mean()) if common.any() else float('nan'),
+      rare_error_share=float(confusion[rare].sum() / errors) if errors > 0 else float('nan'),
+      num_rare_pairs=int(rare.sum()),
+      num_common_pairs=int(common.sum()))
 
 
 def classification_metrics(labels, predictions, num_classes: int) -> collections.OrderedDict:

@@ -40,6 +40,7 @@ from tff_conflict import _checks
 # How an Hparam's values are checked (`Hparam.kind`).
 NONNEGATIVE = 'finite number >= 0'
 POSITIVE = 'finite number > 0'
+OPTIONAL_POSITIVE = 'None or finite number > 0'
 RATIO = 'number in (0, 1]'
 UNIT_INTERVAL = 'number in [0, 1]'
 CHOICE = 'choice'
@@ -49,6 +50,7 @@ SEED = 'seed'
 _NUMERIC_CHECKS = {
     NONNEGATIVE: _checks.check_nonnegative,
     POSITIVE: _checks.check_positive,
+    OPTIONAL_POSITIVE: _checks.check_optional_positive,
     RATIO: _checks.check_ratio,
     UNIT_INTERVAL: _checks.check_unit_interval,
 }
@@ -65,8 +67,8 @@ class Hparam:
       builders, registries).
     flag: the experiment flag that carries it (`--<flag>`), or None when no flag sets it.
     default: the default value, the same in every layer.
-    kind: how values are checked: one of NONNEGATIVE, POSITIVE, RATIO, UNIT_INTERVAL, CHOICE,
-      BOOL, SEED.
+    kind: how values are checked: one of NONNEGATIVE, POSITIVE, OPTIONAL_POSITIVE, RATIO,
+      UNIT_INTERVAL, CHOICE, BOOL, SEED.
     description: what it does, in one line.
     source: where the default (and the range) come from.
     choices: the accepted strings of a CHOICE.
@@ -90,6 +92,8 @@ class Hparam:
       return 'a bool'
     if self.kind == SEED:
       return 'None or an integer in [-2**63, 2**63)'
+    if self.kind == OPTIONAL_POSITIVE:
+      return 'None or a finite number > 0'
     return f'a {self.kind}'
 
   def check(self, value: Any, name: Optional[str] = None) -> Any:
@@ -182,6 +186,22 @@ CALIBRATION_COUNTS = Hparam(
     'client\'s whole local dataset (counted in one extra pass before training).',
     source='FedGA, Algorithm 1 line 5 ("batch calibrated label"), as in the authors\' code.')
 
+CALIBRATION_FORM = Hparam(
+    method='FedGA', component='calibrated-label loss', keyword='form',
+    flag='calibration_form', default='paper', kind=CHOICE, choices=('paper', 'soft_target'),
+    description='the loss the calibrated labels q enter: logsumexp(z) - q . z, gradient p - q '
+    '(paper), or the soft-target cross-entropy -sum_i q_i log p_i, gradient (sum q) p - q '
+    '(soft_target, the authors\' code; invariant to a common shift of the logits).',
+    source='FedGA, eq. (8) (the gradient p - q) for the default; soft_target is the authors\' '
+    'public code.')
+
+CLIENT_CLIP_NORM = Hparam(
+    method='FedGA', component='client training', keyword='clip_norm',
+    flag='client_clip_norm', default=None, kind=OPTIONAL_POSITIVE,
+    description='global L2 norm each local step\'s gradient is clipped to (None: no '
+    'clipping); any method built with build_process takes it.',
+    source='not in the paper (None); the authors\' public code clips at 5.0.')
+
 # ---- FedLD ---------------------------------------------------------------------------------------
 
 MARGIN_WEIGHT = Hparam(
@@ -218,8 +238,8 @@ CORRECTIVE_ALPHA = Hparam(
 
 HPARAMS: tuple[Hparam, ...] = (
     PROXIMAL_STRENGTH, FEDGH_ORDER, FEDGH_SEED, FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO,
-    DGC_WEIGHTS_ARE_LOSSES, CALIBRATION_COUNTS, MARGIN_WEIGHT, PRINCIPAL_COMPONENT_RATIO,
-    PRINCIPAL_ORIENTATION, CORRECTIVE_ALPHA)
+    DGC_WEIGHTS_ARE_LOSSES, CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM,
+    MARGIN_WEIGHT, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION, CORRECTIVE_ALPHA)
 
 # The method hyperparameters of each builder of `tff_conflict.learning.ALGORITHMS`.
 ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
@@ -227,7 +247,7 @@ ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'fedprox': (PROXIMAL_STRENGTH,),
     'fedgh': (FEDGH_ORDER, FEDGH_SEED),
     'fedmgc': (FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO),
-    'fedga': (CALIBRATION_COUNTS,),
+    'fedga': (CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM),
     'fedld': (MARGIN_WEIGHT, PRINCIPAL_COMPONENT_RATIO),
     'fed_corrective': (CORRECTIVE_ALPHA,),
 }
@@ -237,7 +257,7 @@ LOSS_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'ce': (),
     'focal': (FOCAL_GAMMA, FOCAL_BETA),
     'margin': (MARGIN_WEIGHT,),
-    'calibrated': (CALIBRATION_COUNTS,),
+    'calibrated': (CALIBRATION_COUNTS, CALIBRATION_FORM),
 }
 
 # The hyperparameter keyword arguments of each entry of `tff_conflict.learning.AGGREGATORS`.

@@ -153,3 +153,30 @@ def test_free_composition_with_objects():
   _, losses, metrics = _run(process)
   assert losses[-1] < 0.7 * losses[0], losses
   assert 'sparse_categorical_accuracy' in metrics[-1]['client_work']['train']
+
+
+def test_clipped_client_work_in_tff_runtime_matches_reference():
+  """`clip_norm` reaches the TFF client work: its deltas equal a float64 clipped-SGD loop."""
+  clip, lr = 0.05, 0.1
+  client_work = learning.build_client_work(h.ce_model_fn(), _sgd(lr), clip_norm=clip)
+  weights = h.initial_weights()
+  model_weights = tff.learning.models.ModelWeights(trainable=list(weights), non_trainable=[])
+  data = _data()
+  output = client_work.next(client_work.initialize(), [model_weights] * len(data), data)
+  for result, dataset in zip(output.result, data):
+    kernel, bias = (w.astype(np.float64) for w in weights)
+    for x, y in h.batches_of(dataset):
+      _, gk, gb = h.ce_loss_and_grads(kernel, bias, x, y)
+      scale = min(1.0, clip / float(np.sqrt(np.sum(gk * gk) + np.sum(gb * gb))))
+      assert scale < 1.0
+      kernel, bias = kernel - lr * scale * gk, bias - lr * scale * gb
+    np.testing.assert_allclose(weights[0] - np.asarray(result.update[0]), kernel, atol=2e-6)
+    np.testing.assert_allclose(weights[1] - np.asarray(result.update[1]), bias, atol=2e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('kwargs', [dict(form='soft_target'), dict(clip_norm=5.0),
+                                    dict(form='soft_target', clip_norm=5.0, counts='dataset')])
+def test_fedga_author_code_options_run(kwargs):
+  _, losses, _ = _run(_build('fedga', **kwargs))
+  assert losses[-1] < 0.7 * losses[0], losses

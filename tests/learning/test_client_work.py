@@ -225,3 +225,76 @@ def test_resolve_weighting(value, expected):
 def test_resolve_weighting_rejects(value):
   with pytest.raises(ValueError, match='client_weighting'):
     client_work.resolve_weighting(value)
+
+
+def _clipped_softmax_sgd_reference(weights, batches, lr, clip, mu=0.0):
+  """Local SGD on softmax regression, float64, each step's gradient (proximal term included)
+  scaled by min(1, clip / |g|) with |g| the global norm over kernel and bias."""
+  k0, b0 = (w.astype(np.float64) for w in weights)
+  kernel, bias = k0.copy(), b0.copy()
+  num_clipped = 0
+  for x, y in batches:
+    _, gk, gb = h.ce_loss_and_grads(kernel, bias, x, y)
+    gk = gk + mu * (kernel - k0)
+    gb = gb + mu * (bias - b0)
+    norm = float(np.sqrt(np.sum(gk * gk) + np.sum(gb * gb)))
+    scale = 1.0
+    if norm > clip:
+      scale = clip / norm
+      num_clipped += 1
+    kernel = kernel - lr * scale * gk
+    bias = bias - lr * scale * gb
+  return kernel, bias, num_clipped
+
+
+@pytest.mark.parametrize('clip,mu', [(0.05, 0.0), (0.3, 0.0), (0.05, 0.7)])
+def test_clipped_step_matches_float64_reference(client_dataset, clip, mu):
+  weights = h.initial_weights()
+  data = client_dataset.repeat(2)
+  result, _ = h.run_client_update(h.ce_model_fn(), data, _sgd(), weights,
+                                  weighting='num_examples', proximal_strength=mu, clip_norm=clip)
+  kernel, bias, num_clipped = _clipped_softmax_sgd_reference(weights, h.batches_of(data), LR,
+                                                             clip, mu=mu)
+  assert num_clipped > 0  # the case exercises clipping
+  trained = _trained(weights, result.update)
+  np.testing.assert_allclose(trained[0], kernel, atol=2e-6)
+  np.testing.assert_allclose(trained[1], bias, atol=2e-6)
+  if clip == 0.05 and mu == 0.0:  # every step clipped: the delta is at most steps * lr * clip
+    assert num_clipped == len(h.batches_of(data))
+    norm = np.sqrt(sum(np.sum(np.square(d.numpy())) for d in result.update))
+    assert norm <= len(h.batches_of(data)) * LR * clip * (1 + 1e-6)
+
+
+def test_large_clip_norm_changes_nothing(client_dataset):
+  weights = h.initial_weights()
+  plain, _ = h.run_client_update(h.ce_model_fn(), client_dataset, _sgd(), weights,
+                                 weighting='num_examples')
+  clipped, _ = h.run_client_update(h.ce_model_fn(), client_dataset, _sgd(), weights,
+                                   weighting='num_examples', clip_norm=1e6)
+  for a, b in zip(plain.update, clipped.update):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_clipped_calibrated_loss_step_matches_reference(client_dataset):
+  # FedGA as the authors' code trains: soft-target calibrated loss, gradient clipped at c.
+  from tests.losses import references  # pylint: disable=g-import-not-at-top
+  weights = h.initial_weights()
+  clip = 0.1
+  model_fn = h.ce_model_fn(lambda: losses.CalibratedLabelLoss(form='soft_target'))
+  result, _ = h.run_client_update(model_fn, client_dataset, _sgd(), weights,
+                                  weighting='num_examples', clip_norm=clip)
+  kernel, bias = (w.astype(np.float64) for w in weights)
+  for x, y in h.batches_of(client_dataset):
+    g = references.calibrated_soft_target_gradient(y, x @ kernel + bias) / len(y)
+    gk, gb = x.T @ g, g.sum(axis=0)
+    scale = min(1.0, clip / float(np.sqrt(np.sum(gk * gk) + np.sum(gb * gb))))
+    kernel, bias = kernel - LR * scale * gk, bias - LR * scale * gb
+  trained = _trained(weights, result.update)
+  np.testing.assert_allclose(trained[0], kernel, atol=2e-6)
+  np.testing.assert_allclose(trained[1], bias, atol=2e-6)
+
+
+@pytest.mark.parametrize('value', [0, -1.0, float('nan'), float('inf'), True, '5'])
+def test_bad_clip_norm(value):
+  with pytest.raises(ValueError, match='clip_norm must be None or a finite number > 0'):
+    client_work.build_client_work(h.ce_model_fn(), _sgd(), clip_norm=value)

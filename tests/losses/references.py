@@ -79,6 +79,27 @@ def calibrated(labels, logits, counts=None):
   return np.array(out)
 
 
+def calibrated_soft_target(labels, logits, counts=None):
+  """The fedga authors' code: per example the soft-target cross-entropy -sum_i q_i log p_i."""
+  q = calibrated_targets(labels, logits, counts)
+  out = []
+  for qb, z in zip(q.tolist(), np.asarray(logits, np.float64).tolist()):
+    logp, _ = log_softmax_row(z)
+    out.append(-sum(a * b for a, b in zip(qb, logp)))
+  return np.array(out)
+
+
+def calibrated_soft_target_gradient(labels, logits, counts=None):
+  """d/dz of -sum_i q_i log p_i with q held constant: (sum_i q_i) p - q, per example."""
+  q = calibrated_targets(labels, logits, counts)
+  grad = []
+  for qb, z in zip(q.tolist(), np.asarray(logits, np.float64).tolist()):
+    p = softmax_row(z)
+    total = sum(qb)
+    grad.append([total * pi - qi for pi, qi in zip(p, qb)])
+  return np.array(grad)
+
+
 def softmax(logits):
   return np.array([softmax_row(z) for z in np.asarray(logits, np.float64).tolist()])
 

@@ -182,3 +182,112 @@ def test_bad_arguments():
     losses.CalibratedLabelLoss(counts='dataset', num_classes=0)
   with pytest.raises(ValueError, match='counts="dataset"'):
     losses.CalibratedLabelLoss().assign_class_counts([1.0, 2.0])
+
+
+# ---- form="soft_target": the authors' code, -sum_i q_i log p_i, gradient (sum q) p - q ----------
+
+
+def _batch_with_absent_class():
+  """Labels over classes {0, 1, 3} of 5 (2 and 4 absent), unbalanced; random logits."""
+  rng = np.random.default_rng(99)
+  labels = np.array([0, 0, 0, 0, 1, 3, 3, 0, 1, 0])
+  logits = rng.normal(scale=2.0, size=(10, 5))
+  return labels, logits
+
+
+def test_soft_target_matches_float64_reference(random_batch):
+  for labels, logits in (random_batch, _batch_with_absent_class()):
+    got = losses.calibrated_label_loss(labels, logits, form='soft_target').numpy()
+    np.testing.assert_allclose(got, references.calibrated_soft_target(labels, logits),
+                               rtol=1e-12, atol=1e-12)
+    got32 = losses.calibrated_label_loss(labels, tf.constant(logits, tf.float32),
+                                         form='soft_target').numpy()
+    np.testing.assert_allclose(got32, references.calibrated_soft_target(labels, logits),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_soft_target_reference_gradient_is_the_derivative_with_q_fixed():
+  # The reference formula (sum q) p - q checked by central differences of -sum q log p(z).
+  labels, logits = _batch_with_absent_class()
+  q = references.calibrated_targets(labels, logits)
+
+  def fixed_q_loss(z):
+    return np.array([-sum(a * b for a, b in zip(qb, references.log_softmax_row(zb)[0]))
+                     for qb, zb in zip(q.tolist(), z.tolist())])
+
+  np.testing.assert_allclose(references.numeric_gradient(fixed_q_loss, logits),
+                             references.calibrated_soft_target_gradient(labels, logits),
+                             atol=1e-8)
+
+
+@pytest.mark.parametrize('dtype,atol', [(tf.float64, 1e-14), (tf.float32, 1e-6)])
+def test_soft_target_gradient_is_sum_q_p_minus_q(random_batch, dtype, atol):
+  for labels, logits in (random_batch, _batch_with_absent_class()):
+    z = logits.astype(dtype.as_numpy_dtype)
+    _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='soft_target'), z)
+    np.testing.assert_allclose(
+        grad, references.calibrated_soft_target_gradient(labels, logits), rtol=0, atol=atol)
+
+
+def test_soft_target_absent_class_gradient_is_small_but_not_muted():
+  labels, logits = _batch_with_absent_class()
+  _, paper = _grad(lambda t: losses.calibrated_label_loss(labels, t), logits)
+  _, soft = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='soft_target'), logits)
+  p = references.softmax(logits)
+  q = references.calibrated_targets(labels, logits)
+  for absent in (2, 4):
+    np.testing.assert_array_equal(paper[:, absent], np.zeros(10))   # the paper mutes it
+    # soft target: (sum q - 1) p_i, with 0 <= sum q - 1 <= 1 - p_j here (every N_k <= N_j
+    # for the majority class 0; bounded by cross-entropy's p_i).
+    expected = (q.sum(axis=1) - 1.0) * p[:, absent]
+    np.testing.assert_allclose(soft[:, absent], expected, atol=1e-15)
+    assert np.all(np.abs(soft[:, absent]) > 0)
+    majority = labels == 0
+    assert np.all(soft[majority, absent] <= p[majority, absent])
+    assert np.all(soft[majority, absent] <= (1 - p[majority, 0]) * p[majority, absent] + 1e-15)
+
+
+def test_soft_target_on_balanced_batch_is_cross_entropy():
+  rng = np.random.default_rng(7)
+  labels = np.repeat(np.arange(4), 3)
+  logits = rng.normal(scale=2.0, size=(12, 4))
+  np.testing.assert_allclose(
+      losses.calibrated_label_loss(labels, logits, form='soft_target').numpy(),
+      references.cross_entropy(labels, logits), rtol=1e-13)
+  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='soft_target'), logits)
+  np.testing.assert_allclose(grad, references.softmax(logits) - np.eye(4)[labels], atol=1e-15)
+
+
+def test_soft_target_keras_loss_with_dataset_counts(random_batch):
+  labels, logits = random_batch
+  counts = [7.0, 1.0, 3.0, 30.0, 2.0]
+  loss = losses.CalibratedLabelLoss(counts='dataset', num_classes=5, form='soft_target')
+  loss.assign_class_counts(counts)
+  np.testing.assert_allclose(
+      loss(labels, logits).numpy(),
+      np.mean(references.calibrated_soft_target(labels, logits, counts)), rtol=1e-12)
+  _, grad = _grad(lambda t: loss(labels, t), logits)
+  np.testing.assert_allclose(
+      grad, references.calibrated_soft_target_gradient(labels, logits, counts) / 12, atol=1e-15)
+
+
+def test_form_config_round_trip_and_bad_form():
+  loss = losses.CalibratedLabelLoss(form='soft_target')
+  clone = losses.CalibratedLabelLoss.from_config(loss.get_config())
+  assert clone.form == 'soft_target' and clone.get_config() == loss.get_config()
+  assert losses.CalibratedLabelLoss().form == 'paper'
+  for bad in ('soft', None, 1):
+    with pytest.raises(ValueError, match=f'form must be one of .*got {bad!r}'):
+      losses.CalibratedLabelLoss(form=bad)
+    with pytest.raises(ValueError, match='form must be one of'):
+      losses.calibrated_label_loss([0], [[0.0, 1.0]], form=bad)
+
+
+@pytest.mark.parametrize('dtype', [tf.float32, tf.float64])
+def test_soft_target_finite_on_extreme_logits(extreme_batch, dtype):
+  labels, logits = extreme_batch
+  z = logits.astype(dtype.as_numpy_dtype)
+  value, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='soft_target'), z)
+  assert np.isfinite(value) and np.all(np.isfinite(grad))
+  np.testing.assert_allclose(grad, references.calibrated_soft_target_gradient(labels, logits),
+                             atol=1e-6)

@@ -140,7 +140,9 @@ def build_fedga(model_fn: models_lib.ModelArg, *,
                 client_optimizer_fn: Any, server_optimizer_fn: Any = None,
                 client_weighting: client_work_lib.WeightingArg = None,
                 metrics: models_lib.MetricsArg = None,
-                counts: str = hparams.CALIBRATION_COUNTS.default) -> Process:
+                counts: str = hparams.CALIBRATION_COUNTS.default,
+                form: str = hparams.CALIBRATION_FORM.default,
+                clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedGA ("FedGA: Federated Learning with Gradient Alignment for Error Asymmetry Mitigation",
   eqs. 8-10, Algorithm 1; docs/methods.md, FedGA): clients train on the calibrated-label loss,
   whose gradient with respect to the logits is `p - q` with `q_j = 1`,
@@ -148,13 +150,19 @@ def build_fedga(model_fn: models_lib.ModelArg, *,
 
   Hyperparameters: `counts` (`hparams.CALIBRATION_COUNTS`) -- 'batch' (default: class counts of
   the current mini-batch, as the paper's Algorithm 1 line 5 and the authors' code) or 'dataset'
-  (the client's whole local dataset, counted in one extra pass before training).
+  (the client's whole local dataset, counted in one extra pass before training). The authors'
+  public code deviates from the paper in two ways, offered as options: `form`
+  (`hparams.CALIBRATION_FORM`) -- 'paper' (default: gradient `p - q`, eq. 8) or 'soft_target'
+  (q fed to a soft-target cross-entropy, gradient `(sum q) p - q`, invariant to a common shift
+  of the logits; see `tff_conflict.losses.CalibratedLabelLoss`); `clip_norm`
+  (`hparams.CLIENT_CLIP_NORM`) -- None (default) or c > 0, each local step's gradient clipped to
+  global L2 norm c (the code clips at 5.0).
   """
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss='calibrated',
-      loss_kwargs=dict(counts=counts), aggregator='mean', client_weighting=client_weighting,
-      metrics=metrics)
+      loss_kwargs=dict(counts=counts, form=form), aggregator='mean',
+      client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
 
 
 @models_lib.accepts_keras_model_fn_keyword

@@ -10,7 +10,11 @@ One training loop (`_make_client_update`) serves every method; options switch on
   whose gradient `mu (w - w0)` is added to every local gradient (Li et al., "Federated
   Optimization in Heterogeneous Networks", MLSys 2020, eq. 2 and Algorithm 2);
 * `count_labels`: one pass over the client's whole local dataset before training that counts the
-  examples of each class and hands the counts to the loss (FedGA with `counts="dataset"`).
+  examples of each class and hands the counts to the loss (FedGA with `counts="dataset"`);
+* `clip_norm` c: every local step's gradient (of the whole local objective, proximal term
+  included) is rescaled to global L2 norm at most c before the optimizer sees it,
+  `g <- g * c / max(|g|, c)` (`tf.clip_by_global_norm`), as the fedga authors' code does with
+  `clip_grad_norm_(..., 5.0)`.
 
 Why not TFF's FedProx: TFF 0.87's `tff.learning.algorithms.build_weighted_fed_prox`
 (`learning/templates/proximal_client_work.py`, the `proximal_term` lines of both client updates)
@@ -90,7 +94,8 @@ def count_labels(dataset: tf.data.Dataset, num_classes: int) -> tf.Tensor:
 def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
                         proximal_strength: float = 0.0, corrective: bool = False,
                         num_classes_to_count: Optional[int] = None,
-                        set_counts: Optional[Callable[[Any, tf.Tensor], Any]] = None):
+                        set_counts: Optional[Callable[[Any, tf.Tensor], Any]] = None,
+                        clip_norm: Optional[float] = None):
   """The `tf.function` run on each client.
 
   Args:
@@ -103,6 +108,8 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
     num_classes_to_count: when set, count labels over the whole dataset before training and call
       `set_counts(loss, counts)`.
     set_counts: see `num_classes_to_count`.
+    clip_norm: None (no clipping) or c > 0: each local step's gradient is clipped to global L2
+      norm c (after the proximal term is added).
   """
   if num_classes_to_count is not None:
     model, loss_obj = model_fn()
@@ -114,6 +121,7 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
   if isinstance(grad_model, tuple):
     grad_model = grad_model[0]
   mu = float(proximal_strength)
+  clip = None if clip_norm is None else float(clip_norm)
 
   @tf.function
   def client_update(optimizer, optimizer_hparams, initial_weights, data):
@@ -131,6 +139,10 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
         # d/dw mu/2 |w - w0|^2 = mu (w - w0)  (FedProx; TFF 0.87 has the opposite sign).
         gradients = tf.nest.map_structure(lambda g, w, w0: g + mu * (w - w0), gradients,
                                           model_weights.trainable, initial_weights.trainable)
+      if clip is not None:
+        # g * c / max(|g|, c) over all trainable tensors together (one global norm).
+        gradients = tf.nest.pack_sequence_as(
+            gradients, tf.clip_by_global_norm(tf.nest.flatten(gradients), clip)[0])
       optimizer_state, updated = optimizer.next(
           optimizer_state, tuple(tf.nest.flatten(model_weights.trainable)),
           tuple(tf.nest.flatten(gradients)))
@@ -255,8 +267,10 @@ def _build_client_work_process(model_fn: Callable[[], Any], optimizer, *, update
 def build_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
                       optimizer: tff.learning.optimizers.Optimizer, *,
                       client_weighting: WeightingArg = None, proximal_strength: float = 0.0,
-                      metrics_aggregator=None) -> tff.learning.templates.ClientWorkProcess:
-  """Model-delta client work with a choice of update weight and an optional proximal term.
+                      metrics_aggregator=None, clip_norm: Optional[float] = None
+                      ) -> tff.learning.templates.ClientWorkProcess:
+  """Model-delta client work with a choice of update weight, an optional proximal term and
+  optional gradient clipping.
 
   With `client_weighting` 'num_examples' or 'uniform' and `proximal_strength=0` it computes
   exactly what `tff.learning.templates.build_model_delta_client_work` computes.
@@ -269,16 +283,21 @@ def build_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
     proximal_strength: FedProx's mu >= 0 (0: plain local SGD). The local objective is
       `F_k(w) + mu/2 |w - w0|^2`, w0 the global model received this round.
     metrics_aggregator: as in TFF (`tff.learning.metrics.sum_then_finalize` by default).
+    clip_norm: None (default: no clipping) or a finite c > 0: every local step's gradient
+      (proximal term included) is clipped to global L2 norm c, `g * c / max(|g|, c)`.
 
   Raises:
-    ValueError: on an unknown weighting, a negative `proximal_strength`, or an optimizer that is
-      not a TFF optimizer or has a non-positive learning rate.
+    ValueError: on an unknown weighting, a negative `proximal_strength`, a `clip_norm` that is
+      not None or finite > 0, or an optimizer that is not a TFF optimizer or has a
+      non-positive learning rate.
   """
   weighting = resolve_weighting(client_weighting)
   mu = hparams.PROXIMAL_STRENGTH.check(proximal_strength)
+  clip = hparams.CLIENT_CLIP_NORM.check(clip_norm)
   optimizer = _validation.resolve_optimizer('optimizer', optimizer)
   return _build_client_work_process(
-      model_fn, optimizer, update_kwargs=dict(weighting=weighting, proximal_strength=mu),
+      model_fn, optimizer,
+      update_kwargs=dict(weighting=weighting, proximal_strength=mu, clip_norm=clip),
       metrics_aggregator=metrics_aggregator)
 
 
@@ -318,7 +337,8 @@ def build_loss_weighted_client_work(model_fn: Callable[[], tff.learning.models.V
 def build_proximal_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
                                optimizer: tff.learning.optimizers.Optimizer, *,
                                proximal_strength: float, client_weighting: WeightingArg = None,
-                               metrics_aggregator=None) -> tff.learning.templates.ClientWorkProcess:
+                               metrics_aggregator=None, clip_norm: Optional[float] = None
+                               ) -> tff.learning.templates.ClientWorkProcess:
   """FedProx client work with the correct proximal gradient `mu (w - w0)`.
 
   Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020), eq. 2: each client
@@ -328,14 +348,14 @@ def build_proximal_client_work(model_fn: Callable[[], tff.learning.models.Variab
   """
   return build_client_work(model_fn, optimizer, client_weighting=client_weighting,
                            proximal_strength=proximal_strength,
-                           metrics_aggregator=metrics_aggregator)
+                           metrics_aggregator=metrics_aggregator, clip_norm=clip_norm)
 
 
 def build_label_counting_client_work(
     model_and_loss_fn: Callable[[], tuple[tff.learning.models.VariableModel, Any]],
     optimizer: tff.learning.optimizers.Optimizer, *, num_classes: int,
     set_counts: Callable[[Any, tf.Tensor], Any], client_weighting: WeightingArg = None,
-    proximal_strength: float = 0.0, metrics_aggregator=None
+    proximal_strength: float = 0.0, metrics_aggregator=None, clip_norm: Optional[float] = None
 ) -> tff.learning.templates.ClientWorkProcess:
   """Client work that counts the labels of its whole local dataset (one extra pass) and hands the
   counts to the loss before training (FedGA with whole-dataset counts, fedga paper eqs. 8-10).
@@ -346,14 +366,17 @@ def build_label_counting_client_work(
     optimizer: the client optimizer.
     num_classes: number of classes (length of the counts vector).
     set_counts: `set_counts(loss, counts)` installs float32 `[num_classes]` counts in the loss.
-    client_weighting, proximal_strength, metrics_aggregator: as in `build_client_work`.
+    client_weighting, proximal_strength, metrics_aggregator, clip_norm: as in
+      `build_client_work`.
   """
   weighting = resolve_weighting(client_weighting)
   mu = hparams.PROXIMAL_STRENGTH.check(proximal_strength)
+  clip = hparams.CLIENT_CLIP_NORM.check(clip_norm)
   optimizer = _validation.resolve_optimizer('optimizer', optimizer)
   num_classes = _checks.check_int('num_classes', num_classes, minimum=1)
   return _build_client_work_process(
       model_and_loss_fn, optimizer,
       update_kwargs=dict(weighting=weighting, proximal_strength=mu,
-                         num_classes_to_count=int(num_classes), set_counts=set_counts),
+                         num_classes_to_count=int(num_classes), set_counts=set_counts,
+                         clip_norm=clip),
       metrics_aggregator=metrics_aggregator)

@@ -38,8 +38,8 @@ def corrective_value_type(trainable_type: tff.Type) -> tff.StructWithPythonType:
 
 def build_corrective_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
                                  optimizer: tff.learning.optimizers.Optimizer, *,
-                                 proximal_strength: float = 0.0, metrics_aggregator=None
-                                 ) -> tff.learning.templates.ClientWorkProcess:
+                                 proximal_strength: float = 0.0, metrics_aggregator=None,
+                                 clip_norm=None) -> tff.learning.templates.ClientWorkProcess:
   """Client work sending `OrderedDict(update, gradient, loss)` with weight = number of examples.
 
   See the module docstring. The local training is exactly that of
@@ -51,12 +51,16 @@ def build_corrective_client_work(model_fn: Callable[[], tff.learning.models.Vari
     optimizer: the client optimizer, a `tff.learning.optimizers.Optimizer`.
     proximal_strength: optional FedProx mu >= 0 during local training (0 by default).
     metrics_aggregator: as in TFF.
+    clip_norm: None or c > 0: clip each local training step's gradient to global L2 norm c (as
+      `client_work.build_client_work`; the gradient pass at the trained model is not clipped).
   """
   mu = hparams.PROXIMAL_STRENGTH.check(proximal_strength)
+  clip = hparams.CLIENT_CLIP_NORM.check(clip_norm)
   optimizer = _validation.resolve_optimizer('optimizer', optimizer)
   return client_work_lib._build_client_work_process(  # pylint: disable=protected-access
       model_fn, optimizer,
-      update_kwargs=dict(weighting='num_examples', proximal_strength=mu, corrective=True),
+      update_kwargs=dict(weighting='num_examples', proximal_strength=mu, corrective=True,
+                         clip_norm=clip),
       metrics_aggregator=metrics_aggregator)
 
 

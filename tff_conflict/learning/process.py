@@ -118,8 +118,10 @@ def build_process(model_fn: models_lib.ModelArg, *,
                   proximal_strength: float = 0.0,
                   client_weighting: client_work_lib.WeightingArg = None,
                   metrics: models_lib.MetricsArg = None,
-                  metrics_aggregator=None) -> tff.learning.templates.LearningProcess:
-  """Composes a client loss, optional FedProx term, and a server aggregator into one process.
+                  metrics_aggregator=None,
+                  clip_norm: Optional[float] = None) -> tff.learning.templates.LearningProcess:
+  """Composes a client loss, optional FedProx term and gradient clipping, and a server
+  aggregator into one process.
 
   Args:
     model_fn: a no-argument function returning a new, uncompiled `tf.keras.Model` that maps
@@ -149,17 +151,19 @@ def build_process(model_fn: models_lib.ModelArg, *,
       loss and number of examples for a FunctionalModel), a no-argument callable returning a
       list of new Keras metrics, or a list of Keras metric objects (not with a VariableModel).
     metrics_aggregator: as in TFF (`tff.learning.metrics.sum_then_finalize` by default).
+    clip_norm: None (default) or a finite c > 0: every local step's gradient is clipped to
+      global L2 norm c (see `client_work`; the fedga authors' code clips at 5.0).
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
 
   Raises:
     ValueError: before anything is built, on an unknown loss or aggregator name, bad
-      hyperparameters, a non-positive learning rate, a negative `proximal_strength`, an
-      inconsistent weighting, a `model_fn` that is none of the above or returns a compiled Keras
-      model or one whose output is not `[batch, num_classes]`, a missing or malformed
-      `input_spec`, a loss given with a model that is not a Keras model, or metrics given with
-      a VariableModel.
+      hyperparameters, a non-positive learning rate, a negative `proximal_strength`, a
+      `clip_norm` that is not None or finite > 0, an inconsistent weighting, a `model_fn` that is
+      none of the above or returns a compiled Keras model or one whose output is not
+      `[batch, num_classes]`, a missing or malformed `input_spec`, a loss given with a model
+      that is not a Keras model, or metrics given with a VariableModel.
   """
   # ---- validation, before anything is built --------------------------------------------------
   if input_spec is not None:
@@ -170,6 +174,7 @@ def build_process(model_fn: models_lib.ModelArg, *,
   else:
     server_optimizer = _validation.resolve_optimizer('server_optimizer_fn', server_optimizer_fn)
   mu = hparams.PROXIMAL_STRENGTH.check(proximal_strength)
+  clip = hparams.CLIENT_CLIP_NORM.check(clip_norm)
   loss_fn = resolve_loss('ce' if loss is None else loss, loss_kwargs)
   factory = resolve_aggregator(aggregator, aggregator_kwargs)
   metrics_fn = models_lib.resolve_metrics(metrics)
@@ -207,12 +212,12 @@ def build_process(model_fn: models_lib.ModelArg, *,
                   functional_metrics=metrics is not None, factory=factory, weighting=weighting,
                   corrective=corrective, dataset_counts=dataset_counts,
                   client_optimizer=client_optimizer, server_optimizer=server_optimizer, mu=mu,
-                  metrics_aggregator=metrics_aggregator)
+                  clip=clip, metrics_aggregator=metrics_aggregator)
 
 
 def _compose(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn, functional_metrics: bool,
              factory, weighting: str, corrective: bool, dataset_counts: bool, client_optimizer,
-             server_optimizer, mu: float, metrics_aggregator
+             server_optimizer, mu: float, clip, metrics_aggregator
              ) -> tff.learning.templates.LearningProcess:
   """The composition of `build_process`, from checked arguments."""
   if model.kind == models_lib.KERAS:
@@ -236,7 +241,7 @@ def _compose(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn, functional
   if corrective:
     client_work = corrective_lib.build_corrective_client_work(
         variable_model_fn, client_optimizer, proximal_strength=mu,
-        metrics_aggregator=metrics_aggregator)
+        metrics_aggregator=metrics_aggregator, clip_norm=clip)
     aggregation = factory.create(corrective_lib.corrective_value_type(trainable_type),
                                  weight_type)
     finalizer = corrective_lib.build_update_field_finalizer(server_optimizer,
@@ -253,11 +258,11 @@ def _compose(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn, functional
       client_work = client_work_lib.build_label_counting_client_work(
           model_and_loss_fn, client_optimizer, num_classes=model.num_classes,
           set_counts=_set_dataset_counts, client_weighting=weighting, proximal_strength=mu,
-          metrics_aggregator=metrics_aggregator)
+          metrics_aggregator=metrics_aggregator, clip_norm=clip)
     else:
       client_work = client_work_lib.build_client_work(
           variable_model_fn, client_optimizer, client_weighting=weighting,
-          proximal_strength=mu, metrics_aggregator=metrics_aggregator)
+          proximal_strength=mu, metrics_aggregator=metrics_aggregator, clip_norm=clip)
     aggregation = factory.create(trainable_type, weight_type)
     finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
                                                                        model_weights_type)

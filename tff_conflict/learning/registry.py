@@ -40,14 +40,16 @@ def margin_loss(margin_weight: float = hparams.MARGIN_WEIGHT.default) -> tf.kera
   return losses.MarginControlLoss(margin_weight=margin_weight)
 
 
-def calibrated_loss(counts: str = hparams.CALIBRATION_COUNTS.default) -> tf.keras.losses.Loss:
+def calibrated_loss(counts: str = hparams.CALIBRATION_COUNTS.default,
+                    form: str = hparams.CALIBRATION_FORM.default) -> tf.keras.losses.Loss:
   """FedGA's calibrated-label loss: `tff_conflict.losses.CalibratedLabelLoss`.
 
   `hparams.CALIBRATION_COUNTS`: "batch" (default) counts the classes of each mini-batch;
   "dataset" those of the client's whole local dataset, counted by the client work in one extra
-  pass before training.
+  pass before training. `hparams.CALIBRATION_FORM`: "paper" (default, gradient `p - q`) or
+  "soft_target" (the authors' code, gradient `(sum q) p - q`).
   """
-  return losses.CalibratedLabelLoss(counts=counts)
+  return losses.CalibratedLabelLoss(counts=counts, form=form)
 
 
 LOSSES = {

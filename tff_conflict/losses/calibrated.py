@@ -21,8 +21,16 @@ class's examples (the paper's "missing classes", not forgotten). On a class-bala
 `q = onehot(y)` and the loss is cross-entropy. The value itself is not a cross-entropy (it can be
 negative); only its gradient matters.
 
-(The authors' code feeds q to a soft-target cross-entropy, whose gradient is `sum(q) p - q`;
-this loss follows the paper.)
+Two forms (`form=`):
+
+* `"paper"` (default): `L = logsumexp(z) - q . z`, gradient `p - q` (eq. 8), as above.
+* `"soft_target"`: the authors' public code, which feeds q to a soft-target cross-entropy,
+  `L = -sum_i q_i log p_i`, whose gradient with respect to z is `(sum_i q_i) p - q`. On a
+  class-balanced batch `sum q = 1` and both forms are cross-entropy. Otherwise, for a class i
+  absent from the counts, the gradient on logit i is `(sum q - 1) p_i` with
+  `sum q - 1 = sum_{k != j} (N_j - N_k) / N_j p_k <= 1 - p_j`: a push-down of the absent
+  class's logit that cross-entropy's `p_i` bounds from above and that fades as the model grows
+  confident in class j, where the paper's form mutes it exactly.
 
 Counts over the whole local dataset (`CalibratedLabelLoss(counts="dataset")`): the loss object
 owns a non-trainable `tf.Variable` `class_counts` (float32, shape `[num_classes]`, or `[None]` when
@@ -45,6 +53,7 @@ from tff_conflict import hparams
 from tff_conflict.losses import _common
 
 COUNTS_OPTIONS = hparams.CALIBRATION_COUNTS.choices
+FORMS = hparams.CALIBRATION_FORM.choices
 
 
 def calibrated_labels(labels, probabilities, class_counts) -> tf.Tensor:
@@ -77,28 +86,36 @@ def batch_class_counts(labels, num_classes) -> tf.Tensor:
   return tf.reduce_sum(tf.one_hot(labels, num_classes, dtype=tf.float32), axis=0)
 
 
-def calibrated_label_loss(labels, logits, *, class_counts=None) -> tf.Tensor:
-  """Per-example `logsumexp(z) - q . z` with q the calibrated labels (fedga paper, eqs. 8-10).
+def calibrated_label_loss(labels, logits, *, class_counts=None,
+                          form: str = hparams.CALIBRATION_FORM.default) -> tf.Tensor:
+  """Per-example calibrated-label loss with q the calibrated labels (fedga paper, eqs. 8-10).
 
   Args:
     labels: integer class indices, shape `[B]` or `[B, 1]`.
     logits: unnormalized scores z, shape `[B, C]`, a floating dtype.
     class_counts: `None` to count the classes of this mini-batch (the authors' code), or a `[C]`
       tensor/variable of counts N (e.g. over the client's whole local dataset).
+    form: `"paper"` (default): `logsumexp(z) - q . z`, gradient `p - q` (eq. 8);
+      `"soft_target"`: `-sum_i q_i log p_i` (the authors' code), gradient `(sum q) p - q`.
 
   Returns:
     A `[B]` tensor of per-example losses whose gradient with respect to `logits[b]` is exactly
-    `p[b] - q[b]` (the mean over the batch is the paper's loss; `CalibratedLabelLoss` takes it).
+    `p[b] - q[b]` (`"paper"`) or `sum(q[b]) p[b] - q[b]` (`"soft_target"`); the mean over the
+    batch is the loss (`CalibratedLabelLoss` takes it).
 
   Raises:
-    ValueError: for badly shaped inputs.
+    ValueError: for badly shaped inputs or an unknown `form`.
     tf.errors.InvalidArgumentError: (when run) if an example's own class has count 0.
   """
+  form = hparams.CALIBRATION_FORM.check(form)
   labels, logits = _common.prepare(labels, logits)
   if class_counts is None:
     class_counts = batch_class_counts(labels, tf.shape(logits)[-1])
   log_probs = tf.nn.log_softmax(logits, axis=-1)
   q = tf.stop_gradient(calibrated_labels(labels, tf.exp(log_probs), class_counts))
+  if form == 'soft_target':
+    # -q . log_softmax(z): a soft-target cross-entropy; d/dz = (sum q) p - q.
+    return -tf.reduce_sum(q * log_probs, axis=-1)
   # logsumexp(z) - q.z == -log p_j - sum_{i != j} q_i z_i (q_j = 1): the same function, computed
   # without cancelling two large numbers for large logits.
   onehot = tf.one_hot(labels, tf.shape(logits)[-1], dtype=logits.dtype)
@@ -116,17 +133,22 @@ class CalibratedLabelLoss(tf.keras.losses.Loss):
       docstring).
     num_classes: with `counts="dataset"`, the length of `class_counts` (optional: without it the
       variable has shape `[None]` and takes counts of any length). Ignored for `"batch"`.
+    form: `"paper"` (default, gradient `p - q`) or `"soft_target"` (the authors' code, gradient
+      `(sum q) p - q`); see the module docstring.
 
   The default reduction takes the mean over the batch.
   """
 
   def __init__(self, counts: str = hparams.CALIBRATION_COUNTS.default, *, num_classes=None,
+               form: str = hparams.CALIBRATION_FORM.default,
                reduction=tf.keras.losses.Reduction.AUTO, name: str = 'calibrated_label_loss'):
     counts = hparams.CALIBRATION_COUNTS.check(counts)
+    form = hparams.CALIBRATION_FORM.check(form)
     num_classes = _checks.check_optional_int('num_classes', num_classes, minimum=1)
     super().__init__(reduction=reduction, name=name)
     self.counts = counts
     self.num_classes = num_classes
+    self.form = form
     self.class_counts = None
     if counts == 'dataset':
       shape = [num_classes] if num_classes is not None else [None]
@@ -143,9 +165,9 @@ class CalibratedLabelLoss(tf.keras.losses.Loss):
 
   def call(self, y_true, y_pred):
     counts = None if self.class_counts is None else self.class_counts.read_value()
-    return calibrated_label_loss(y_true, y_pred, class_counts=counts)
+    return calibrated_label_loss(y_true, y_pred, class_counts=counts, form=self.form)
 
   def get_config(self):
     config = super().get_config()
-    config.update(counts=self.counts, num_classes=self.num_classes)
+    config.update(counts=self.counts, num_classes=self.num_classes, form=self.form)
     return config
