@@ -263,6 +263,7 @@ LOSS_HPARAMS: dict[str, tuple[Hparam, ...]] = {
 # The hyperparameter keyword arguments of each entry of `tff_conflict.learning.AGGREGATORS`.
 AGGREGATOR_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'mean': (),
+    'measured_mean': (),
     'fedgh': (FEDGH_ORDER, FEDGH_SEED),
     'dgc': (DGC_SELECTION_RATIO, DGC_WEIGHTS_ARE_LOSSES),
     'principal': (PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION),

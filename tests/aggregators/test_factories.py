@@ -282,3 +282,29 @@ def test_all_excluded_gives_zeros(factory):
                      [0.0, 1.0])
   np.testing.assert_array_equal(out.result, np.zeros(3))
   assert out.measurements['num_participating'] == 0
+
+
+# ---------------------------------------------------------------- the measured mean (FedAvg)
+
+def test_measured_mean_type_signature():
+  _, value_type = helpers.value_types(np.float32)[3]
+  process = aggregators.MeasuredMeanFactory().create(value_type, helpers.WEIGHT_TYPE)
+  helpers.check_signatures(process, value_type, helpers.WEIGHT_TYPE, EMPTY,
+                           ['mean_update_norm', 'mean_norm_ratio'])
+
+
+def test_measured_mean_equals_tff_mean_and_the_kernel():
+  _, value_type = helpers.value_types(np.float32)[1]
+  values, stack = _values(value_type, 5, d_seed=6)
+  weights = [3.0, 1.0, 0.0, 2.0, 4.0]
+  process = aggregators.MeasuredMeanFactory().create(value_type, helpers.WEIGHT_TYPE)
+  out = process.next(process.initialize(), values, weights)
+  mean = tff.aggregators.MeanFactory().create(value_type, helpers.WEIGHT_TYPE)
+  expected = mean.next(mean.initialize(), values, weights).result
+  np.testing.assert_allclose(helpers.flat_np(out.result), helpers.flat_np(expected), rtol=1e-5,
+                             atol=1e-6)
+  _, diag = conflict.weighted_mean_with_diagnostics(tf.constant(stack, tf.float32),
+                                                    tf.constant(weights))
+  for key in ('conflict_fraction_before', 'mean_update_norm', 'mean_norm_ratio'):
+    np.testing.assert_allclose(out.measurements[key], diag[key], rtol=1e-5)
+  assert out.measurements['num_participating'] == 4

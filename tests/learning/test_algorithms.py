@@ -53,7 +53,8 @@ def test_registry_lists_every_method():
   assert set(learning.ALGORITHMS) == {'fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
                                       'fed_corrective'}
   assert set(learning.LOSSES) == {'ce', 'focal', 'margin', 'calibrated'}
-  assert set(learning.AGGREGATORS) == {'mean', 'fedgh', 'dgc', 'principal', 'corrective'}
+  assert set(learning.AGGREGATORS) == {'mean', 'measured_mean', 'fedgh', 'dgc', 'principal',
+                                       'corrective'}
 
 
 @pytest.mark.parametrize('name', sorted(learning.ALGORITHMS))

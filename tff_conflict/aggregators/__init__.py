@@ -10,13 +10,15 @@ model_aggregator=tff_conflict.aggregators.GradientHarmonizationFactory())`:
   PrincipalGradientFactory(*, component_ratio=0.8, orientation="mean")  FedLD
   CorrectiveGradientFactory(*, alpha=0.1)                               corrective weights;
       value OrderedDict(update=..., gradient=..., loss=...), weight = number of examples
+  MeasuredMeanFactory()                                                 FedAvg's mean, with the
+                                                                        same diagnostics
 
 The defaults are the papers' (`tff_conflict.hparams`, which states each source and range); the
 math is in docs/methods.md under each method's name. `DominantGradientCorrectionFactory` reads its
 weight as each client's mean training loss by default (the method as published); inside
 `build_weighted_fed_avg`, whose weights are numbers of examples, pass `weights_are_losses=False`.
 
-All four are weighted factories. `tff.learning.algorithms.build_unweighted_fed_avg` accepts only
+All five are weighted factories. `tff.learning.algorithms.build_unweighted_fed_avg` accepts only
 `UnweightedAggregationFactory`; the same algorithm with these factories is
 `build_weighted_fed_avg(..., client_weighting=tff.learning.ClientWeighting.UNIFORM)` (weight 1 per
 client, 0 for a client whose delta was non-finite). TFF's per-client wrappers compose with FedGH,
@@ -41,12 +43,14 @@ from tff_conflict.aggregators._gather import set_max_gather_bytes
 from tff_conflict.aggregators.corrective import CorrectiveGradientFactory
 from tff_conflict.aggregators.dominant import DominantGradientCorrectionFactory
 from tff_conflict.aggregators.harmonization import GradientHarmonizationFactory
+from tff_conflict.aggregators.mean import MeasuredMeanFactory
 from tff_conflict.aggregators.principal import PrincipalGradientFactory
 
 __all__ = [
     'CorrectiveGradientFactory',
     'DominantGradientCorrectionFactory',
     'GradientHarmonizationFactory',
+    'MeasuredMeanFactory',
     'PrincipalGradientFactory',
     'gather_memory_limit',
     'max_gather_bytes',

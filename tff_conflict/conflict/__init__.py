@@ -9,6 +9,7 @@ Public API:
     principal_aggregate(updates, weights, *, component_ratio=0.8)         -> [d]  FedLD
     corrective_weights(gradients, losses, *, alpha=0.1)                   -> [K]
     corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1) -> [d]
+    weighted_mean_with_diagnostics(updates, weights) -> ([d], OrderedDict)  FedAvg, measured
     pairwise_cosine(updates)                                              -> [K, K]
     conflict_stats(updates)                                               -> OrderedDict
     harmonize_with_diagnostics, dominant_correction_with_diagnostics,
@@ -101,6 +102,7 @@ from tff_conflict.conflict.geometry import pairwise_cosine
 from tff_conflict.conflict.harmonization import harmonize
 from tff_conflict.conflict.harmonization import harmonize_with_diagnostics
 from tff_conflict.conflict.harmonization import projection_order
+from tff_conflict.conflict.mean import weighted_mean_with_diagnostics
 from tff_conflict.conflict.principal import principal_aggregate
 from tff_conflict.conflict.principal import principal_aggregate_with_diagnostics
 
@@ -117,4 +119,5 @@ __all__ = [
     'principal_aggregate',
     'principal_aggregate_with_diagnostics',
     'projection_order',
+    'weighted_mean_with_diagnostics',
 ]

@@ -140,7 +140,8 @@ def build_process(model_fn: models_lib.ModelArg, *,
       in `LOSSES` ('ce', 'focal', 'margin', 'calibrated') or a `tf.keras.losses.Loss` on (sparse
       labels, logits). Only a Keras model can be given a loss.
     loss_kwargs: keyword arguments of the named loss (e.g. `dict(gamma=0.5, beta=1.0)`).
-    aggregator: a name in `AGGREGATORS` ('mean', 'fedgh', 'dgc', 'principal', 'corrective') or a
+    aggregator: a name in `AGGREGATORS` ('mean', 'measured_mean', 'fedgh', 'dgc', 'principal',
+      'corrective') or a
       `tff.aggregators` factory (weighted, or unweighted: then wrapped).
     aggregator_kwargs: keyword arguments of the named aggregator.
     proximal_strength: FedProx's mu >= 0 (0: none); see `client_work`.

@@ -68,6 +68,13 @@ def mean_aggregator() -> tff.aggregators.WeightedAggregationFactory:
   return tff.aggregators.MeanFactory()
 
 
+def measured_mean_aggregator(max_gather_bytes: Optional[int] = None
+                             ) -> tff.aggregators.WeightedAggregationFactory:
+  """FedAvg's weighted mean with the conflict diagnostics: `aggregators.MeasuredMeanFactory`
+  (the same aggregate as 'mean', gathered at the server to measure it)."""
+  return aggregators.MeasuredMeanFactory(max_gather_bytes=max_gather_bytes)
+
+
 def fedgh_aggregator(order: str = hparams.FEDGH_ORDER.default,
                      seed: Optional[int] = hparams.FEDGH_SEED.default,
                      max_gather_bytes: Optional[int] = None
@@ -110,6 +117,7 @@ def corrective_aggregator(alpha: float = hparams.CORRECTIVE_ALPHA.default,
 
 AGGREGATORS = {
     'mean': mean_aggregator,
+    'measured_mean': measured_mean_aggregator,
     'fedgh': fedgh_aggregator,
     'dgc': dgc_aggregator,
     'principal': principal_aggregator,
