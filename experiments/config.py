@@ -333,6 +333,8 @@ class LoopConfig:
     seed: seed of client sampling and shuffling (and of the model and randomized aggregators,
       through the experiment).
     eval_every: evaluate every N rounds and after the last; 0 only after the last.
+    eval_train_loss: on evaluation rounds, also evaluate the global model on the union of the
+      clients' training data (`global_train_loss`, `global_train_accuracy`).
     checkpoint_every: save the server state every N rounds and after the last; 0 never. The
       default, 1, keeps every finished round across a crash or a kill.
     keep_checkpoints: checkpoints kept; 0 keeps all.
@@ -345,6 +347,7 @@ class LoopConfig:
   shuffle_buffer: int = setting(1000, flag='client_shuffle_buffer', check=at_least(0))
   seed: int = setting(0, flag='seed', check=at_least(0))
   eval_every: int = setting(1, flag='eval_every', check=at_least(0))
+  eval_train_loss: bool = setting(False, flag='eval_train_loss', check=BOOL)
   checkpoint_every: int = setting(1, flag='checkpoint_every', check=at_least(0))
   keep_checkpoints: int = setting(3, flag='keep_checkpoints', check=at_least(0))
   resume: bool = setting(True, flag='resume', check=BOOL)

@@ -225,9 +225,11 @@ def _test_arrays(test_data) -> tuple[np.ndarray, np.ndarray]:
 
 
 PAIR_ERROR_COLUMNS = ('test_rare_pair_error', 'test_common_pair_error', 'test_rare_error_share')
+GLOBAL_TRAIN_COLUMNS = ('global_train_loss', 'global_train_accuracy')
 
 
-def make_evaluate_fn(task: Task) -> tuple[Callable[[Any], Mapping[str, float]], tuple[str, ...]]:
+def make_evaluate_fn(task: Task, *, train_loss: bool = False
+                     ) -> tuple[Callable[[Any], Mapping[str, float]], tuple[str, ...]]:
   """An evaluation of model weights on the whole test split, and the columns it fills.
 
   Call it after the learning process was built (it creates a Keras model eagerly; see
@@ -237,9 +239,16 @@ def make_evaluate_fn(task: Task) -> tuple[Callable[[Any], Mapping[str, float]], 
   predicted classes share clients in the training partition
   (`tff_conflict.evaluation.confusion_by_cooccurrence`): `test_rare_pair_error`,
   `test_common_pair_error`, `test_rare_error_share`.
+
+  With `train_loss=True` it also evaluates the model on the union of the clients' training data
+  (one more pass over it per evaluation): `global_train_loss` and `global_train_accuracy`, the
+  global objective `sum_k n_k/n F_k(w)` that the FedProx paper plots as "training loss" (Li et
+  al., MLSys 2020, Fig. 1-2). The clients' own `train_loss` is not that: it is measured during
+  local training, on the local models.
   """
   from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
   x, y = _test_arrays(task.test_data)
+  train_x, train_y = _test_arrays(task.train_data) if train_loss else (None, None)
   model = task.keras_model_fn()
   columns = training_loop.TEST_COLUMNS + tuple(
       f'test_class_accuracy/{k}' for k in range(task.num_classes))
@@ -248,6 +257,8 @@ def make_evaluate_fn(task: Task) -> tuple[Callable[[Any], Mapping[str, float]], 
   if label_counts is not None and np.shape(label_counts)[-1] == task.num_classes:
     cooccurrence = evaluation.class_cooccurrence(label_counts)
     columns += PAIR_ERROR_COLUMNS
+  if train_loss:
+    columns += GLOBAL_TRAIN_COLUMNS
 
   def evaluate(model_weights) -> Mapping[str, float]:
     model_weights.assign_weights_to(model)
@@ -261,6 +272,10 @@ def make_evaluate_fn(task: Task) -> tuple[Callable[[Any], Mapping[str, float]], 
       pairs = evaluation.confusion_by_cooccurrence(result['confusion_matrix'], cooccurrence)
       for column in PAIR_ERROR_COLUMNS:
         out[column] = pairs[column[len('test_'):]]
+    if train_loss:
+      on_train = evaluation.evaluate_arrays(model, train_x, train_y, num_classes=task.num_classes)
+      out['global_train_loss'] = float(on_train['loss'])
+      out['global_train_accuracy'] = float(on_train['accuracy'])
     return out
 
   return evaluate, columns
@@ -314,7 +329,8 @@ def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[Task] 
   task = load_task(config) if task is None else task
   process = build_process(config, task)
   runner = make_runner(process, config)
-  evaluate_fn, columns = make_evaluate_fn(task)  # after the process (Keras pitfalls)
+  # After the process (Keras pitfalls).
+  evaluate_fn, columns = make_evaluate_fn(task, train_loss=config.training.eval_train_loss)
   return training_loop.run_training(
       process, train_data=task.train_data, evaluate_fn=evaluate_fn, config=config.training,
       experiment_dir=experiment_dir or config.experiment_dir,

@@ -10,7 +10,8 @@ Groups declared here (imported by `experiments.train` and `experiments.compare`)
              --emnist_only_digits, --synthetic_alpha, --synthetic_beta, --leaf_dir, --leaf_name
   model      --model
   training   --rounds, --clients_per_round, --client_epochs, --client_batch_size,
-             --client_shuffle_buffer, --eval_every, --checkpoint_every, --keep_checkpoints
+             --client_shuffle_buffer, --eval_every, --eval_train_loss, --checkpoint_every,
+             --keep_checkpoints
   client     --client_optimizer, --client_learning_rate, --client_momentum, --client_weighting
   server     --server_optimizer, --server_learning_rate, --server_momentum
   method     each method's hyperparameters: defaults, ranges and help from
@@ -123,6 +124,10 @@ with record_group('training'):
   flags.DEFINE_integer('eval_every', _LOOP.eval_every,
                        'Evaluate the global model on the test split every N rounds (and after the '
                        'last round); 0: only after the last round.', lower_bound=0)
+  flags.DEFINE_bool('eval_train_loss', _LOOP.eval_train_loss,
+                    'Also evaluate the global model on the union of the clients\' training data '
+                    'on evaluation rounds (columns global_train_loss, global_train_accuracy: the '
+                    'FedProx paper\'s training loss).')
   flags.DEFINE_integer('checkpoint_every', _LOOP.checkpoint_every,
                        'Save the server state every N rounds, after the last round, and when '
                        'Ctrl-C or SIGTERM stops the run; 0: never. The default, 1, keeps every '

@@ -1,0 +1,492 @@
+"""Why a method ties with or loses to FedAvg: per-run measurements, method variants that isolate
+a cause, and one Markdown report section per method.
+
+For the benchmark harness (and for `python -m experiments.diagnosis` on `experiments.compare`
+outputs):
+
+  summarize_run(rows) -> OrderedDict    diagnostic columns of one run, from its metrics.csv rows
+                                        (`RUN_COLUMNS`; add them to the run's row of runs.csv)
+  diagnose(method, runs) -> str         a Markdown section for `method` from a runs table: its
+                                        paired gap to FedAvg per regime, the measurement that
+                                        explains it, and how the variants in the table fare
+  VARIANTS                              name -> `Variant`: a method with one cause changed
+                                        (e.g. `fedga_soft`, `fedld_server_lr`), as flag values
+
+A runs table is a sequence of mappings, one per (regime, method, seed), with the keys `regime`,
+`method`, `seed` and the `RUN_COLUMNS` of `summarize_run` (missing or None where a run does not
+measure them). Methods are compared with FedAvg pairwise over the seeds they share in a regime
+(the harness gives every method the same partition, initial model and client sample per seed).
+
+What each section measures (the causes are explained in docs/methods.md, under each method):
+
+* FedGA: test errors between classes that rarely share a client in the training partition
+  (`tff_conflict.evaluation.confusion_by_cooccurrence`) against the other class pairs, beside
+  FedAvg's; the drop from the best round to the last; the authors' two deviations (soft-target
+  loss, gradient clipping) and whole-dataset counts as variants.
+* FedLD: the server-step shrinkage `aggregator/norm_ratio` (the revised updates are shorter than
+  the originals, `|u_i| sqrt(sum_l (lambda_l / S)^2)`), the server learning rate that would
+  compensate it on average, and the variant that uses it; margin control and principal
+  aggregation alone.
+* FedMGC: focal loss and dominant gradient correction each alone (ablations).
+* FedProx and the corrective weights: the gap as a function of mu / alpha (is the default too
+  weak to matter?) and, for the corrective weights, how much the correction changes the step
+  (`norm_ratio`).
+* FedGH and every other method: the conflict fraction and `norm_ratio`.
+"""
+
+import collections
+import dataclasses
+import math
+import os
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+BASELINE = 'fedavg'
+
+# Columns of `summarize_run`, in order.
+RUN_COLUMNS = (
+    'final_accuracy', 'best_accuracy', 'accuracy_drop', 'final_train_loss', 'train_loss_rise',
+    'final_global_train_loss', 'global_train_loss_rise',
+    'final_rare_pair_error', 'final_common_pair_error', 'final_rare_error_share',
+    'mean_conflict_fraction', 'mean_norm_ratio', 'mean_update_norm')
+
+
+def _float(value) -> Optional[float]:
+  if value is None or value == '':
+    return None
+  value = float(value)
+  return None if math.isnan(value) else value
+
+
+def _column(rows: Sequence[Mapping[str, Any]], name: str) -> list[float]:
+  values = (_float(r.get(name)) for r in rows)
+  return [v for v in values if v is not None]
+
+
+def _suffix_column(rows: Sequence[Mapping[str, Any]], suffix: str) -> list[float]:
+  """The values of the first column whose last path component is `suffix` (e.g. the
+  aggregator's `.../norm_ratio`, not `.../mean_norm_ratio`)."""
+  if not rows:
+    return []
+  name = next((c for c in rows[0] if c.rsplit('/', 1)[-1] == suffix and '/' in c), None)
+  return [] if name is None else _column(rows, name)
+
+
+def _mean(values: Sequence[float]) -> Optional[float]:
+  return float(np.mean(values)) if values else None
+
+
+def train_loss_rise(losses: Sequence[float]) -> float:
+  """The largest rise of the training loss above its running minimum, `max_r (l_r - min_{s<r}
+  l_s)` (0 for a loss that never rises): how far training went back up, the instability the
+  FedProx paper shows for FedAvg with many local epochs (Fig. 1-2)."""
+  rise, low = 0.0, math.inf
+  for loss in losses:
+    if loss > low:
+      rise = max(rise, loss - low)
+    low = min(low, loss)
+  return rise
+
+
+def summarize_run(rows: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
+  """The `RUN_COLUMNS` of one run from its metrics.csv rows (`experiments.metrics_io`).
+
+  final/best accuracy and `accuracy_drop` (best - final) from `test_accuracy`; the final
+  clients' training loss and `train_loss_rise` from `train_loss`; the same of the global model's
+  loss on the training data from `global_train_loss` (`--eval_train_loss`); the last evaluation's
+  `test_rare_pair_error`, `test_common_pair_error`, `test_rare_error_share`; and the means over
+  rounds of the aggregator's `conflict_fraction_before`, `norm_ratio` and `mean_update_norm`.
+  A column the run does not have is None.
+
+  Raises:
+    ValueError: if `rows` is empty or no row has a test accuracy.
+  """
+  if not rows:
+    raise ValueError('rows must hold at least one metrics row, got none')
+  accuracies = _column(rows, 'test_accuracy')
+  if not accuracies:
+    raise ValueError('rows hold no test_accuracy: was the run evaluated?')
+  evaluated = [r for r in rows if _float(r.get('test_accuracy')) is not None]
+  last = evaluated[-1]
+  losses = _column(rows, 'train_loss')
+  out = collections.OrderedDict()
+  out['final_accuracy'] = accuracies[-1]
+  out['best_accuracy'] = max(accuracies)
+  out['accuracy_drop'] = max(accuracies) - accuracies[-1]
+  out['final_train_loss'] = losses[-1] if losses else None
+  out['train_loss_rise'] = train_loss_rise(losses) if losses else None
+  global_losses = _column(rows, 'global_train_loss')
+  out['final_global_train_loss'] = global_losses[-1] if global_losses else None
+  out['global_train_loss_rise'] = train_loss_rise(global_losses) if global_losses else None
+  for name in ('rare_pair_error', 'common_pair_error', 'rare_error_share'):
+    out[f'final_{name}'] = _float(last.get(f'test_{name}'))
+  out['mean_conflict_fraction'] = _mean(_suffix_column(rows, 'conflict_fraction_before'))
+  out['mean_norm_ratio'] = _mean(_suffix_column(rows, 'norm_ratio'))
+  out['mean_update_norm'] = _mean(_suffix_column(rows, 'mean_update_norm'))
+  return out
+
+
+# ---- statistics -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Paired:
+  """A paired difference over seeds: mean, 95% t-interval half-width (NaN for n < 2), n."""
+  mean: float
+  half_width: float
+  n: int
+
+  @property
+  def excludes_zero(self) -> bool:
+    return self.n >= 2 and abs(self.mean) > self.half_width
+
+  def __str__(self) -> str:
+    if self.n < 2:
+      return f'{self.mean:+.3f} (n=1)'
+    mark = ' *' if self.excludes_zero else ''
+    return f'{self.mean:+.3f} ± {self.half_width:.3f}{mark}'
+
+
+def paired_difference(differences: Sequence[float]) -> Paired:
+  """Mean and 95% Student-t confidence half-width of per-seed differences."""
+  values = np.asarray(list(differences), np.float64)
+  if values.size == 0:
+    raise ValueError('differences must hold at least one value, got none')
+  if values.size < 2:
+    return Paired(float(values[0]), float('nan'), 1)
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  sem = float(np.std(values, ddof=1) / math.sqrt(values.size))
+  return Paired(float(values.mean()), float(stats.t.ppf(0.975, values.size - 1) * sem),
+                int(values.size))
+
+
+def _by_seed(runs, regime, method, column) -> dict[Any, float]:
+  out = {}
+  for r in runs:
+    if r['regime'] == regime and r['method'] == method:
+      value = _float(r.get(column))
+      if value is not None:
+        out[r['seed']] = value
+  return out
+
+
+def gap(runs, regime, method, column='final_accuracy', baseline=BASELINE) -> Optional[Paired]:
+  """`method - baseline` on `column`, paired over the seeds both ran in `regime` (None if none)."""
+  ours = _by_seed(runs, regime, method, column)
+  theirs = _by_seed(runs, regime, baseline, column)
+  seeds = sorted(set(ours) & set(theirs), key=str)
+  if not seeds:
+    return None
+  return paired_difference([ours[s] - theirs[s] for s in seeds])
+
+
+def _mean_std(runs, regime, method, column) -> Optional[tuple[float, float, int]]:
+  values = list(_by_seed(runs, regime, method, column).values())
+  if not values:
+    return None
+  return float(np.mean(values)), float(np.std(values)), len(values)
+
+
+def _fmt(stat: Optional[tuple[float, float, int]], digits: int = 3) -> str:
+  if stat is None:
+    return '-'
+  mean, std, n = stat
+  return f'{mean:.{digits}f}' if n == 1 else f'{mean:.{digits}f} ± {std:.{digits}f}'
+
+
+# ---- variants ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """A method with one cause changed, to test a diagnosis.
+
+  Attributes:
+    name: the method name it runs under in a runs table (e.g. 'fedga_soft').
+    diagnoses: the method whose loss it explains (e.g. 'fedga').
+    algorithm: a name of `tff_conflict.learning.ALGORITHMS`, or 'custom' (`--client_loss`,
+      `--aggregator`).
+    flags: the flag values that differ from the method's run (binaries' flag names), e.g.
+      `{'calibration_form': 'soft_target'}` or `{'server_learning_rate': 2.0}`.
+    question: what its result answers.
+  """
+  name: str
+  diagnoses: str
+  algorithm: str
+  flags: Mapping[str, Any]
+  question: str
+
+  def command_flags(self) -> list[str]:
+    """The variant as command-line flags of `experiments.train`."""
+    return [f'--algorithm={self.algorithm}'] + [f'--{k}={v}' for k, v in self.flags.items()]
+
+
+def _variants(*variants: Variant) -> dict[str, Variant]:
+  return {v.name: v for v in variants}
+
+
+VARIANTS: dict[str, Variant] = _variants(
+    Variant('fedga_soft', 'fedga', 'fedga', {'calibration_form': 'soft_target'},
+            'Does the authors\' soft-target form, which does not mute absent classes exactly, '
+            'recover what the paper\'s form loses?'),
+    Variant('fedga_clip', 'fedga', 'fedga', {'client_clip_norm': 5.0},
+            'Does the authors\' gradient clipping at 5.0 remove the instability?'),
+    Variant('fedga_soft_clip', 'fedga', 'fedga',
+            {'calibration_form': 'soft_target', 'client_clip_norm': 5.0},
+            'FedGA as the authors\' code trains it (both deviations).'),
+    Variant('fedga_dataset', 'fedga', 'fedga', {'calibration_counts': 'dataset'},
+            'Do counts over the client\'s whole dataset (fewer absent classes than a '
+            'mini-batch) help?'),
+    Variant('fedld_server_lr', 'fedld', 'fedld', {'server_learning_rate': 2.0},
+            'Does a server learning rate that compensates the shorter server step close the '
+            'gap?'),
+    Variant('fedld_margin_only', 'fedld', 'custom',
+            {'client_loss': 'margin', 'aggregator': 'measured_mean'},
+            'What does margin control alone (FedAvg aggregation) cost or gain?'),
+    Variant('fedld_principal_only', 'fedld', 'custom',
+            {'client_loss': 'ce', 'aggregator': 'principal'},
+            'What does principal-gradient aggregation alone (cross-entropy) cost or gain?'),
+    Variant('fedmgc_focal_only', 'fedmgc', 'custom',
+            {'client_loss': 'focal', 'aggregator': 'measured_mean'},
+            'What does the focal loss alone (FedAvg aggregation) cost or gain?'),
+    Variant('fedmgc_dgc_only', 'fedmgc', 'custom', {'client_loss': 'ce', 'aggregator': 'dgc'},
+            'What does dominant gradient correction alone (cross-entropy) cost or gain?'),
+    Variant('fedavg_measured', BASELINE, 'custom',
+            {'client_loss': 'ce', 'aggregator': 'measured_mean'},
+            'FedAvg with the conflict diagnostics: the regime\'s conflict fraction and client '
+            'step length.'),
+)
+VARIANTS.update(_variants(
+    Variant('fedprox_mu1', 'fedprox', 'fedprox', {'proximal_strength': 1.0},
+            'Does the strongest proximal pull of the paper\'s grid change anything?'),
+    Variant('fed_corrective_alpha1', 'fed_corrective', 'fed_corrective',
+            {'corrective_alpha': 1.0},
+            'Does the largest alpha change anything?'),
+))
+
+METHOD_NAMES = {
+    'fedavg': 'FedAvg', 'fedprox': 'FedProx', 'fedgh': 'FedGH', 'fedmgc': 'FedMGC',
+    'fedga': 'FedGA', 'fedld': 'FedLD', 'fed_corrective': 'corrective gradient weights'}
+
+
+def variants_of(method: str) -> list[Variant]:
+  """The `VARIANTS` that diagnose `method`, in declaration order."""
+  return [v for v in VARIANTS.values() if v.diagnoses == method]
+
+
+# ---- report sections --------------------------------------------------------------------------
+
+
+def _regimes(runs, method) -> list[str]:
+  seen = []
+  for r in runs:
+    if r['method'] == method and r['regime'] not in seen:
+      seen.append(r['regime'])
+  return seen
+
+
+def _has(runs, regime, method, column) -> bool:
+  return bool(_by_seed(runs, regime, method, column))
+
+
+def _gap_table(runs, method, regimes, baseline) -> list[str]:
+  lines = [f'| regime | {baseline} final accuracy | {method} final accuracy | gap (paired, 95% CI) '
+           f'| best - final: {method} / {baseline} |', '|---|---|---|---|---|']
+  for regime in regimes:
+    g = gap(runs, regime, method, baseline=baseline)
+    lines.append(
+        f'| {regime} | {_fmt(_mean_std(runs, regime, baseline, "final_accuracy"))} | '
+        f'{_fmt(_mean_std(runs, regime, method, "final_accuracy"))} | '
+        f'{"-" if g is None else g} | '
+        f'{_fmt(_mean_std(runs, regime, method, "accuracy_drop"))} / '
+        f'{_fmt(_mean_std(runs, regime, baseline, "accuracy_drop"))} |')
+  return lines
+
+
+def _verdict(base: Optional[Paired], variant: Optional[Paired]) -> str:
+  """How a variant's gap to FedAvg compares with the method's own."""
+  if variant is None:
+    return 'not run'
+  if base is None:
+    return ''
+  if variant.excludes_zero and variant.mean > 0:
+    return 'beats FedAvg'
+  if not variant.excludes_zero and base.excludes_zero and base.mean < 0:
+    return 'closes the gap'
+  change = variant.mean - base.mean
+  if abs(change) < 0.005:
+    return 'no change'
+  return f'{"narrows" if change > 0 else "widens"} the gap by {abs(change):.3f}'
+
+
+def _variant_table(runs, method, regimes, baseline) -> list[str]:
+  present = [v for v in variants_of(method)
+             if any(r['method'] == v.name for r in runs)]
+  if not present:
+    return [f'No variant of {method} was run (see `experiments.diagnosis.VARIANTS`: '
+            f'{", ".join(v.name for v in variants_of(method)) or "none"}).']
+  lines = ['| variant | changes | question | ' + ' | '.join(
+      f'{regime}: gap to {baseline}' for regime in regimes) + ' |',
+           '|---|---|---|' + '---|' * len(regimes)]
+  for v in present:
+    cells = []
+    for regime in regimes:
+      base, ours = gap(runs, regime, method, baseline=baseline), gap(runs, regime, v.name,
+                                                                     baseline=baseline)
+      cells.append('-' if ours is None else f'{ours} ({_verdict(base, ours)})')
+    changes = ', '.join(f'{k}={val}' for k, val in v.flags.items())
+    lines.append(f'| {v.name} | {changes} | {v.question} | ' + ' | '.join(cells) + ' |')
+  return lines
+
+
+def _pair_error_lines(runs, method, regimes, baseline) -> list[str]:
+  rows = [r for r in regimes if _has(runs, r, method, 'final_rare_pair_error')]
+  if not rows:
+    return ['The runs carry no class-pair errors (`test_rare_pair_error`: the training data did '
+            'not provide label counts).']
+  lines = ['Test errors between classes that rarely share a client in the training partition '
+           '(co-occurrence < 0.1, `tff_conflict.evaluation.confusion_by_cooccurrence`) and between '
+           'the other pairs; mean error rate per ordered class pair, final round:', '',
+           f'| regime | rare pairs: {method} / {baseline} | common pairs: {method} / {baseline} '
+           f'| excess on rare pairs (paired) | excess on common pairs (paired) |',
+           '|---|---|---|---|---|']
+  findings = []
+  for regime in rows:
+    rare = gap(runs, regime, method, 'final_rare_pair_error', baseline)
+    common = gap(runs, regime, method, 'final_common_pair_error', baseline)
+    lines.append(
+        f'| {regime} | {_fmt(_mean_std(runs, regime, method, "final_rare_pair_error"))} / '
+        f'{_fmt(_mean_std(runs, regime, baseline, "final_rare_pair_error"))} | '
+        f'{_fmt(_mean_std(runs, regime, method, "final_common_pair_error"))} / '
+        f'{_fmt(_mean_std(runs, regime, baseline, "final_common_pair_error"))} | '
+        f'{"-" if rare is None else rare} | {"-" if common is None else common} |')
+    if rare is not None and common is not None:
+      if rare.mean > 0 and rare.mean > 2 * max(common.mean, 0.0):
+        findings.append(f'{regime}: the extra errors concentrate on rarely co-located pairs '
+                        f'({rare.mean:+.3f} per pair against {common.mean:+.3f})')
+      else:
+        findings.append(f'{regime}: the extra errors do not concentrate on rarely co-located '
+                        f'pairs ({rare.mean:+.3f} per pair against {common.mean:+.3f})')
+  if findings:
+    lines += ['', 'Reading: ' + '; '.join(findings) + '.']
+  return lines
+
+
+def _norm_ratio_lines(runs, method, regimes) -> list[str]:
+  rows = [r for r in regimes if _has(runs, r, method, 'mean_norm_ratio')]
+  if not rows:
+    return [f'The runs of {method} carry no `aggregator/norm_ratio`.']
+  lines = ['Server-step length against the plain weighted mean of the same updates '
+           '(`aggregator/norm_ratio`, mean over rounds; below 1 the server step is shorter):', '',
+           '| regime | norm ratio | server learning rate that compensates it (1 / ratio) | '
+           'conflict fraction before |', '|---|---|---|---|']
+  for regime in rows:
+    ratio = _mean_std(runs, regime, method, 'mean_norm_ratio')
+    conflict = _mean_std(runs, regime, method, 'mean_conflict_fraction')
+    lines.append(f'| {regime} | {_fmt(ratio)} | {1.0 / ratio[0]:.2f} | {_fmt(conflict)} |')
+  return lines
+
+
+def _conflict_lines(runs, method, regimes) -> list[str]:
+  rows = [r for r in regimes if _has(runs, r, method, 'mean_conflict_fraction')]
+  if not rows:
+    return []
+  lines = ['Aggregator diagnostics (means over rounds):', '',
+           '| regime | conflict fraction before | norm ratio |', '|---|---|---|']
+  for regime in rows:
+    lines.append(f'| {regime} | {_fmt(_mean_std(runs, regime, method, "mean_conflict_fraction"))}'
+                 f' | {_fmt(_mean_std(runs, regime, method, "mean_norm_ratio"))} |')
+  return lines
+
+
+_EXPLANATIONS = {
+    'fedga': 'The calibrated labels (eq. 10) give every class absent from a mini-batch zero '
+             'gradient from the other classes\' examples, so a client never pushes down the '
+             'logits of classes it does not hold: pairs of classes that rarely share a client '
+             'are contrasted by no client. The measurement below checks whether the errors '
+             'FedGA adds fall on those pairs.',
+    'fedld': 'The revised update of client i has norm |u_i| sqrt(sum_l (lambda_l / S)^2), below '
+             '|u_i| whenever more than one eigenvalue is positive, so the server step is shorter '
+             'than FedAvg\'s although the paper states that the length correction keeps each '
+             'update\'s magnitude. The measurement below is that shrinkage; the server-learning-'
+             'rate variant tests whether it is the cause.',
+    'fedmgc': 'Two parts can cost accuracy: the focal loss down-weights well-classified examples '
+              '(smaller local steps), and dominant gradient correction takes the unweighted mean '
+              'of the corrected updates. The ablations below run each part alone.',
+    'fedprox': 'The proximal pull mu (w - w0) only matters when it is comparable to the loss '
+               'gradient; the variants below show the gap across mu.',
+    'fed_corrective': 'The correction sum_i x_i D_i is bounded by alpha through c = min_i alpha '
+                      'L_i / |D_i|; the norm ratio shows how much it changes the server step.',
+    'fedgh': 'FedGH only changes updates whose pairs conflict; the conflict fraction and the '
+             'norm ratio show how much it changes.',
+}
+
+
+def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: str = BASELINE,
+             regimes: Optional[Sequence[str]] = None) -> str:
+  """A Markdown section explaining `method`'s result against `baseline` from a runs table.
+
+  Args:
+    method: a method name of the table (e.g. 'fedga').
+    runs: the runs table (module docstring): mappings with `regime`, `method`, `seed` and the
+      `RUN_COLUMNS`; rows of `VARIANTS` of `method` are used when present.
+    baseline: the reference method (default FedAvg).
+    regimes: the regimes to report, in order (default: those `method` ran in, in table order).
+
+  Returns:
+    Markdown: a `###` heading, the paired gap per regime, the method's measurement, and a table
+    of its variants. Columns a run lacks show as '-'.
+
+  Raises:
+    ValueError: if `method` has no run in `runs`.
+  """
+  runs = list(runs)
+  if not any(r['method'] == method for r in runs):
+    raise ValueError(f'method {method!r} has no run in the runs table')
+  regimes = list(regimes) if regimes is not None else _regimes(runs, method)
+  name = METHOD_NAMES.get(method, method)
+  lines = [f'### {name} (`{method}`) against {METHOD_NAMES.get(baseline, baseline)}', '']
+  if method in _EXPLANATIONS:
+    lines += [_EXPLANATIONS[method], '']
+  lines += _gap_table(runs, method, regimes, baseline)
+  lines += ['', '(gap: mean over seeds of the paired difference, ± the 95% t-interval; * where '
+            'the interval excludes 0.)', '']
+  if method == 'fedga':
+    lines += _pair_error_lines(runs, method, regimes, baseline) + ['']
+  elif method in ('fedld', 'fed_corrective'):
+    lines += _norm_ratio_lines(runs, method, regimes) + ['']
+  else:
+    extra = _conflict_lines(runs, method, regimes)
+    if extra:
+      lines += extra + ['']
+  lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '']
+  lines += _variant_table(runs, method, regimes, baseline)
+  return '\n'.join(lines) + '\n'
+
+
+# ---- runs tables from experiment directories --------------------------------------------------
+
+
+def load_runs(regime: str, directory: str, *, method: Optional[str] = None) -> list[dict]:
+  """Runs-table rows from an `experiments.compare` directory (`<dir>/<method>/seed<s>/`) or, with
+  `method`, from a directory of `experiments.train` runs (`<dir>/.../metrics.csv` whose parent
+  folder names the seed as `seed<s>` or `..._seed<s>`)."""
+  from experiments import metrics_io  # pylint: disable=g-import-not-at-top
+  rows = []
+  for root, _, files in sorted(os.walk(directory)):
+    if 'metrics.csv' not in files:
+      continue
+    rel = os.path.relpath(root, directory).split(os.sep)
+    seed_part = rel[-1]
+    if 'seed' not in seed_part:
+      continue
+    seed = int(seed_part.rsplit('seed', 1)[1])
+    name = method if method is not None else rel[-2] if len(rel) >= 2 else None
+    if name is None:
+      continue
+    metrics = metrics_io.read_csv(os.path.join(root, 'metrics.csv'))
+    if not metrics:
+      continue
+    rows.append(dict(regime=regime, method=name, seed=seed, **summarize_run(metrics)))
+  return rows
