@@ -29,6 +29,7 @@ from experiments import train
     (dict(workers='localhost:1', runtime='inprocess'),
      "--runtime must be 'cpp' with workers .*got 'inprocess'"),
     (dict(rounds='3', eval_every='4'), '--eval_every must be at most rounds=3 .*got 4'),
+    (dict(client_clip_norm='5'), '--client_clip_norm applies only to --algorithm in'),
 ])
 def test_cross_flag_checks(flag_values, message):
   with flagsaver.as_parsed(**flag_values):
@@ -58,6 +59,8 @@ def test_single_flag_values_are_refused_when_parsed(flag_values, message):
 def test_defaults_pass_the_checks():
   with flagsaver.flagsaver():
     train.check_flags()
+  with flagsaver.as_parsed(algorithm='fedga', client_clip_norm='5', calibration_form='soft_target'):
+    train.check_flags()
 
 
 def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
@@ -77,6 +80,8 @@ def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
   assert columns[:8] == ['round_num', 'train_loss', 'train_accuracy', 'test_accuracy',
                          'test_loss', 'test_macro_f1', 'round_time_s', 'eval_time_s']
   assert 'test_class_accuracy/9' in columns
+  # digits stores its partition's label counts: errors split by class co-occurrence.
+  assert {'test_rare_pair_error', 'test_common_pair_error', 'test_rare_error_share'} <= set(columns)
   assert any(c.startswith('aggregator/') and c.endswith('conflict_fraction_before')
              for c in columns)
   assert any(c.startswith('aggregator/') and c.endswith('norm_ratio') for c in columns)
