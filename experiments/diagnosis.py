@@ -47,7 +47,7 @@ BASELINE = 'fedavg'
 # Columns of `summarize_run`, in order.
 RUN_COLUMNS = (
     'final_accuracy', 'best_accuracy', 'accuracy_drop', 'final_train_loss', 'train_loss_rise',
-    'final_global_train_loss', 'global_train_loss_rise',
+    'final_global_train_loss', 'global_train_loss_rise', 'final_mean_logit',
     'final_rare_pair_error', 'final_common_pair_error', 'final_rare_error_share',
     'mean_conflict_fraction', 'mean_norm_ratio', 'mean_update_norm')
 
@@ -95,6 +95,8 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
   final/best accuracy and `accuracy_drop` (best - final) from `test_accuracy`; the final
   clients' training loss and `train_loss_rise` from `train_loss`; the same of the global model's
   loss on the training data from `global_train_loss` (`--eval_train_loss`); the last evaluation's
+  `test_mean_logit` (the drift of the logits along the direction softmax ignores); the last
+  evaluation's
   `test_rare_pair_error`, `test_common_pair_error`, `test_rare_error_share`; and the means over
   rounds of the aggregator's `conflict_fraction_before`, `norm_ratio` and `mean_update_norm`.
   A column the run does not have is None.
@@ -119,6 +121,7 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
   global_losses = _column(rows, 'global_train_loss')
   out['final_global_train_loss'] = global_losses[-1] if global_losses else None
   out['global_train_loss_rise'] = train_loss_rise(global_losses) if global_losses else None
+  out['final_mean_logit'] = _float(last.get('test_mean_logit'))
   for name in ('rare_pair_error', 'common_pair_error', 'rare_error_share'):
     out[f'final_{name}'] = _float(last.get(f'test_{name}'))
   out['mean_conflict_fraction'] = _mean(_suffix_column(rows, 'conflict_fraction_before'))
@@ -252,6 +255,9 @@ VARIANTS: dict[str, Variant] = _variants(
             'What does the focal loss alone (FedAvg aggregation) cost or gain?'),
     Variant('fedmgc_dgc_only', 'fedmgc', 'custom', {'client_loss': 'ce', 'aggregator': 'dgc'},
             'What does dominant gradient correction alone (cross-entropy) cost or gain?'),
+    Variant('fedavg_uniform', 'fedmgc', 'fedavg', {'client_weighting': 'uniform'},
+            'Is the cost of dominant gradient correction its unweighted mean of the clients '
+            '(Algorithm 2, line 9) rather than the correction?'),
     Variant('fedavg_measured', BASELINE, 'custom',
             {'client_loss': 'ce', 'aggregator': 'measured_mean'},
             'FedAvg with the conflict diagnostics: the regime\'s conflict fraction and client '

@@ -234,7 +234,8 @@ def make_evaluate_fn(task: Task, *, train_loss: bool = False
 
   Call it after the learning process was built (it creates a Keras model eagerly; see
   BUILD_NOTES.md, Keras pitfalls). Columns: `test_accuracy`, `test_loss`, `test_macro_f1`,
-  `test_class_accuracy/<k>` per class and, when the training ClientData stores its label counts
+  `test_mean_logit` (`tff_conflict.evaluation`: the mean logit, whose drift shows a loss that is
+  not invariant to shifting all logits), `test_class_accuracy/<k>` per class and, when the training ClientData stores its label counts
   (the partitioned datasets: digits, synthetic, tfds), the errors split by how much the true and
   predicted classes share clients in the training partition
   (`tff_conflict.evaluation.confusion_by_cooccurrence`): `test_rare_pair_error`,
@@ -250,7 +251,7 @@ def make_evaluate_fn(task: Task, *, train_loss: bool = False
   x, y = _test_arrays(task.test_data)
   train_x, train_y = _test_arrays(task.train_data) if train_loss else (None, None)
   model = task.keras_model_fn()
-  columns = training_loop.TEST_COLUMNS + tuple(
+  columns = training_loop.TEST_COLUMNS + ('test_mean_logit',) + tuple(
       f'test_class_accuracy/{k}' for k in range(task.num_classes))
   label_counts = getattr(task.train_data, 'label_counts', None)
   cooccurrence = None
@@ -265,7 +266,8 @@ def make_evaluate_fn(task: Task, *, train_loss: bool = False
     result = evaluation.evaluate_arrays(model, x, y, num_classes=task.num_classes)
     out = collections.OrderedDict(test_accuracy=float(result['accuracy']),
                                   test_loss=float(result['loss']),
-                                  test_macro_f1=float(result['macro_f1']))
+                                  test_macro_f1=float(result['macro_f1']),
+                                  test_mean_logit=float(result['mean_logit']))
     for k, value in enumerate(np.asarray(result['per_class_accuracy']).reshape(-1)):
       out[f'test_class_accuracy/{k}'] = float(value)
     if cooccurrence is not None:

@@ -378,3 +378,16 @@ def test_confusion_by_cooccurrence_edge_cases():
     evaluation.class_cooccurrence([1, 2, 3])
   with pytest.raises(ValueError, match='label_counts must be finite and >= 0'):
     evaluation.class_cooccurrence([[1, -2]])
+
+
+def test_mean_logit_is_the_mean_of_every_logit():
+  model = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(3,)),
+                               tf.keras.layers.Dense(4)])
+  x = np.random.default_rng(0).normal(size=(7, 3)).astype(np.float32)
+  y = np.array([0, 1, 2, 3, 0, 1, 2])
+  got = evaluation.evaluate_arrays(model, x, y, batch_size=3)
+  assert got['mean_logit'] == pytest.approx(float(np.mean(model(x).numpy())), rel=1e-6)
+  model.layers[-1].bias.assign(model.layers[-1].bias + 2.5)   # a shift of every logit
+  shifted = evaluation.evaluate_arrays(model, x, y, batch_size=3)
+  assert shifted['mean_logit'] == pytest.approx(got['mean_logit'] + 2.5, rel=1e-5)
+  assert shifted['accuracy'] == got['accuracy']

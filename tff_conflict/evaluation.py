@@ -18,6 +18,11 @@ predictions):
 
 * `accuracy = sum_c TP_c / n`; `loss` = the mean over all n examples of the per-example loss
   (sparse softmax cross-entropy on the model's logits unless `loss` is given);
+* `mean_logit` = the mean of every logit over all n examples and C classes. Softmax ignores a
+  shift of all of an example's logits by the same amount, and cross-entropy's gradient has no
+  component along it (its gradient with respect to the logits sums to 0), so under
+  cross-entropy this mean moves only with the features; a client loss whose gradient has such a
+  component (the fedga paper's calibrated loss, `form="paper"`) makes it drift;
 * `per_class_accuracy[c] = TP_c / n_c` (the recall of class c), NaN for a class without test
   examples;
 * `per_class_f1[c] = 2 TP_c / (2 TP_c + FP_c + FN_c)`; a class with no true and no predicted example
@@ -254,6 +259,7 @@ def _evaluate_model(keras_model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
   predictions = np.argmax(logits, axis=1)
   result = classification_metrics(labels, predictions, num_classes)
   result['loss'] = float(np.mean(per_example))
+  result['mean_logit'] = float(np.mean(logits, dtype=np.float64))
   result.move_to_end('loss', last=False)
   result.move_to_end('accuracy', last=False)
   return result, labels, predictions, per_example
@@ -275,7 +281,7 @@ def evaluate_arrays(keras_model: tf.keras.Model, x, y, *, num_classes: Optional[
     batch_size: examples per forward pass.
 
   Returns:
-    `classification_metrics(...)` plus `loss` (float).
+    `classification_metrics(...)` plus `loss` and `mean_logit` (floats; see `evaluate`).
 
   Raises:
     ValueError: for bad arguments, no examples, or labels/outputs of the wrong shape.
@@ -419,8 +425,9 @@ def evaluate(keras_model_fn: Callable[[], tf.keras.Model], model_weights: Any,
     client_ids: with a ClientData, the clients to evaluate (default: all, in ClientData order).
 
   Returns:
-    OrderedDict with `accuracy`, `loss`, `macro_f1`, `per_class_accuracy`, `per_class_f1`,
-    `per_class_num_examples`, `confusion_matrix`, `num_examples` (see `classification_metrics`),
+    OrderedDict with `accuracy`, `loss`, `macro_f1`, `mean_logit`, `per_class_accuracy`,
+    `per_class_f1`, `per_class_num_examples`, `confusion_matrix`, `num_examples` (see
+    `classification_metrics` and the module docstring),
     and, when `per_client=True`:
       `per_client`: OrderedDict(`client_ids` list, `accuracy`, `loss` float64 `[K]`,
         `num_examples` int64 `[K]`) over the clients with at least one example;

@@ -49,6 +49,7 @@ def test_summarize_run():
   assert out['mean_norm_ratio'] == pytest.approx(0.65)  # not the mean_norm_ratio column
   assert out['mean_conflict_fraction'] == pytest.approx(0.4)
   assert out['mean_update_norm'] is None and out['final_global_train_loss'] is None
+  assert out['final_mean_logit'] is None
   with pytest.raises(ValueError, match='no test_accuracy'):
     diagnosis.summarize_run(_rows([None]))
   with pytest.raises(ValueError, match='at least one'):
