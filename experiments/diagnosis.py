@@ -373,9 +373,25 @@ def _pair_error_lines(runs, method, regimes, baseline) -> list[str]:
                         f'({rare.mean:+.3f} per pair against {common.mean:+.3f})')
       else:
         findings.append(f'{regime}: the extra errors do not concentrate on rarely co-located '
-                        f'pairs ({rare.mean:+.3f} per pair against {common.mean:+.3f})')
+                        f'pairs ({rare.mean:+.3f} per pair against {common.mean:+.3f} on the '
+                        f'others)')
   if findings:
     lines += ['', 'Reading: ' + '; '.join(findings) + '.']
+  return lines
+
+
+def _logit_lines(runs, method, regimes, baseline) -> list[str]:
+  rows = [r for r in regimes if _has(runs, r, method, 'final_mean_logit')]
+  if not rows:
+    return []
+  lines = ['Mean logit of the final global model on the test split (`test_mean_logit`; softmax '
+           'ignores it, cross-entropy does not move it directly):', '',
+           f'| regime | {method} | {baseline} | difference (paired) |', '|---|---|---|---|']
+  for regime in rows:
+    g = gap(runs, regime, method, 'final_mean_logit', baseline)
+    lines.append(f'| {regime} | {_fmt(_mean_std(runs, regime, method, "final_mean_logit"), 2)} | '
+                 f'{_fmt(_mean_std(runs, regime, baseline, "final_mean_logit"), 2)} | '
+                 f'{"-" if g is None else g} |')
   return lines
 
 
@@ -407,11 +423,16 @@ def _conflict_lines(runs, method, regimes) -> list[str]:
 
 
 _EXPLANATIONS = {
-    'fedga': 'The calibrated labels (eq. 10) give every class absent from a mini-batch zero '
-             'gradient from the other classes\' examples, so a client never pushes down the '
-             'logits of classes it does not hold: pairs of classes that rarely share a client '
-             'are contrasted by no client. The measurement below checks whether the errors '
-             'FedGA adds fall on those pairs.',
+    'fedga': 'Two properties of the paper\'s calibrated loss (gradient p - q, eqs. 8-10) can '
+             'cost accuracy. (1) Muting: every class absent from a mini-batch gets zero gradient '
+             'from the other classes\' examples, so pairs of classes that rarely share a client '
+             'are contrasted by no client; the class-pair errors below test it. (2) Drift: the '
+             'gradient\'s components sum to 1 - sum(q), not 0, so the loss is not invariant to '
+             'shifting all logits by the same amount and, where sum(q) > 1 (an unbalanced batch), '
+             'it falls without bound along that shift (its value goes negative); the mean logit '
+             'below shows the drift. The authors\' soft-target form has gradient (sum q) p - q, '
+             'whose components sum to 0: the `fedga_soft` variant removes the drift and keeps '
+             'most of the muting.',
     'fedld': 'The revised update of client i has norm |u_i| sqrt(sum_l (lambda_l / S)^2), below '
              '|u_i| whenever more than one eigenvalue is positive, so the server step is shorter '
              'than FedAvg\'s although the paper states that the length correction keeps each '
@@ -460,6 +481,9 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: str = 
             'the interval excludes 0.)', '']
   if method == 'fedga':
     lines += _pair_error_lines(runs, method, regimes, baseline) + ['']
+    logits = _logit_lines(runs, method, regimes, baseline)
+    if logits:
+      lines += logits + ['']
   elif method in ('fedld', 'fed_corrective'):
     lines += _norm_ratio_lines(runs, method, regimes) + ['']
   else:

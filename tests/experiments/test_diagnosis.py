@@ -75,10 +75,10 @@ def _table():
       base = 0.9 + 0.01 * s
       runs.append(dict(regime=regime, method='fedavg', seed=s, final_accuracy=base,
                        accuracy_drop=0.01, final_rare_pair_error=0.01,
-                       final_common_pair_error=0.01))
+                       final_common_pair_error=0.01, final_mean_logit=0.1))
       runs.append(dict(regime=regime, method='fedga', seed=s, final_accuracy=base - 0.1 - 0.01 * s,
                        accuracy_drop=0.1, final_rare_pair_error=0.05 + 0.01 * s,
-                       final_common_pair_error=0.012))
+                       final_common_pair_error=0.012, final_mean_logit=3.1))
       runs.append(dict(regime=regime, method='fedga_soft', seed=s,
                        final_accuracy=base + (0.002 if s == 1 else -0.002),
                        accuracy_drop=0.02))
@@ -102,6 +102,7 @@ def test_diagnose_fedga_section():
   assert 'r1: the extra errors concentrate on rarely co-located pairs (+0.050' in text
   assert '| fedga_soft | calibration_form=soft_target |' in text
   assert 'closes the gap' in text
+  assert '| r1 | 3.10 ± 0.00 | 0.10 ± 0.00 | +3.000 ± 0.000 * |' in text
   assert 'fedga_clip' not in text.split('Variants')[1].split('\n| fedga_soft')[0]
 
 
