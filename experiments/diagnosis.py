@@ -13,8 +13,9 @@ outputs):
                                         (e.g. `fedga_soft`, `fedld_server_lr`), as flag values
 
 A runs table is a sequence of mappings, one per (regime, method, seed), with the keys `regime`,
-`method`, `seed` and the `RUN_COLUMNS` of `summarize_run` (missing or None where a run does not
-measure them). Methods are compared with FedAvg pairwise over the seeds they share in a regime
+`method`, `seed` (optionally `epochs`, the local epochs: regimes are then reported per E) and the
+`RUN_COLUMNS` of `summarize_run` (missing or None where a run does not measure them); the
+benchmark's runs.csv rows are such mappings. Methods are compared with FedAvg pairwise over the seeds they share in a regime
 (the harness gives every method the same partition, initial model and client sample per seed).
 
 What each section measures (the causes are explained in docs/methods.md, under each method):
@@ -49,7 +50,7 @@ RUN_COLUMNS = (
     'final_accuracy', 'best_accuracy', 'accuracy_drop', 'final_train_loss', 'train_loss_rise',
     'final_global_train_loss', 'global_train_loss_rise', 'final_mean_logit',
     'final_rare_pair_error', 'final_common_pair_error', 'final_rare_error_share',
-    'mean_conflict_fraction', 'mean_norm_ratio', 'mean_update_norm')
+    'conflict_before', 'norm_ratio', 'mean_update_norm')
 
 
 def _float(value) -> Optional[float]:
@@ -124,8 +125,8 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
   out['final_mean_logit'] = _float(last.get('test_mean_logit'))
   for name in ('rare_pair_error', 'common_pair_error', 'rare_error_share'):
     out[f'final_{name}'] = _float(last.get(f'test_{name}'))
-  out['mean_conflict_fraction'] = _mean(_suffix_column(rows, 'conflict_fraction_before'))
-  out['mean_norm_ratio'] = _mean(_suffix_column(rows, 'norm_ratio'))
+  out['conflict_before'] = _mean(_suffix_column(rows, 'conflict_fraction_before'))
+  out['norm_ratio'] = _mean(_suffix_column(rows, 'norm_ratio'))
   out['mean_update_norm'] = _mean(_suffix_column(rows, 'mean_update_norm'))
   return out
 
@@ -396,7 +397,7 @@ def _logit_lines(runs, method, regimes, baseline) -> list[str]:
 
 
 def _norm_ratio_lines(runs, method, regimes) -> list[str]:
-  rows = [r for r in regimes if _has(runs, r, method, 'mean_norm_ratio')]
+  rows = [r for r in regimes if _has(runs, r, method, 'norm_ratio')]
   if not rows:
     return [f'The runs of {method} carry no `aggregator/norm_ratio`.']
   lines = ['Server-step length against the plain weighted mean of the same updates '
@@ -404,21 +405,21 @@ def _norm_ratio_lines(runs, method, regimes) -> list[str]:
            '| regime | norm ratio | server learning rate that compensates it (1 / ratio) | '
            'conflict fraction before |', '|---|---|---|---|']
   for regime in rows:
-    ratio = _mean_std(runs, regime, method, 'mean_norm_ratio')
-    conflict = _mean_std(runs, regime, method, 'mean_conflict_fraction')
+    ratio = _mean_std(runs, regime, method, 'norm_ratio')
+    conflict = _mean_std(runs, regime, method, 'conflict_before')
     lines.append(f'| {regime} | {_fmt(ratio)} | {1.0 / ratio[0]:.2f} | {_fmt(conflict)} |')
   return lines
 
 
 def _conflict_lines(runs, method, regimes) -> list[str]:
-  rows = [r for r in regimes if _has(runs, r, method, 'mean_conflict_fraction')]
+  rows = [r for r in regimes if _has(runs, r, method, 'conflict_before')]
   if not rows:
     return []
   lines = ['Aggregator diagnostics (means over rounds):', '',
            '| regime | conflict fraction before | norm ratio |', '|---|---|---|']
   for regime in rows:
-    lines.append(f'| {regime} | {_fmt(_mean_std(runs, regime, method, "mean_conflict_fraction"))}'
-                 f' | {_fmt(_mean_std(runs, regime, method, "mean_norm_ratio"))} |')
+    lines.append(f'| {regime} | {_fmt(_mean_std(runs, regime, method, "conflict_before"))}'
+                 f' | {_fmt(_mean_std(runs, regime, method, "norm_ratio"))} |')
   return lines
 
 
@@ -450,16 +451,26 @@ _EXPLANATIONS = {
 }
 
 
+def _regime_label(row: Mapping[str, Any]) -> str:
+  """The row's regime, with its local epochs when the table has them (`epochs`)."""
+  epochs = row.get('epochs')
+  return row['regime'] if epochs in (None, '') else f'{row["regime"]}, E={int(epochs)}'
+
+
 def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: str = BASELINE,
-             regimes: Optional[Sequence[str]] = None) -> str:
+             algorithm: Optional[str] = None, regimes: Optional[Sequence[str]] = None) -> str:
   """A Markdown section explaining `method`'s result against `baseline` from a runs table.
 
   Args:
-    method: a method name of the table (e.g. 'fedga').
-    runs: the runs table (module docstring): mappings with `regime`, `method`, `seed` and the
-      `RUN_COLUMNS`; rows of `VARIANTS` of `method` are used when present.
+    method: a method name of the table (e.g. 'fedga', or a variant such as 'fedga_soft').
+    runs: the runs table (module docstring): mappings with `regime`, `method`, `seed` (and
+      optionally `epochs`: regimes are then reported per number of local epochs) and the
+      `RUN_COLUMNS`; rows of the `VARIANTS` of `method` are used when present.
     baseline: the reference method (default FedAvg).
-    regimes: the regimes to report, in order (default: those `method` ran in, in table order).
+    algorithm: the algorithm whose explanation and measurement the section shows (default: the
+      method a variant diagnoses, else `method`).
+    regimes: the regime labels to report, in order (default: those `method` ran in, in table
+      order; with `epochs`, labels read 'regime, E=k').
 
   Returns:
     Markdown: a `###` heading, the paired gap per regime, the method's measurement, and a table
@@ -468,30 +479,35 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: str = 
   Raises:
     ValueError: if `method` has no run in `runs`.
   """
-  runs = list(runs)
+  runs = [dict(r, regime=_regime_label(r)) for r in runs]
   if not any(r['method'] == method for r in runs):
     raise ValueError(f'method {method!r} has no run in the runs table')
+  if algorithm is None:
+    algorithm = VARIANTS[method].diagnoses if method in VARIANTS else method
   regimes = list(regimes) if regimes is not None else _regimes(runs, method)
   name = METHOD_NAMES.get(method, method)
   lines = [f'### {name} (`{method}`) against {METHOD_NAMES.get(baseline, baseline)}', '']
-  if method in _EXPLANATIONS:
-    lines += [_EXPLANATIONS[method], '']
+  if method in VARIANTS:
+    lines += [f'A variant of {algorithm}: {VARIANTS[method].question}', '']
+  elif algorithm in _EXPLANATIONS:
+    lines += [_EXPLANATIONS[algorithm], '']
   lines += _gap_table(runs, method, regimes, baseline)
   lines += ['', '(gap: mean over seeds of the paired difference, ± the 95% t-interval; * where '
             'the interval excludes 0.)', '']
-  if method == 'fedga':
+  if algorithm == 'fedga':
     lines += _pair_error_lines(runs, method, regimes, baseline) + ['']
     logits = _logit_lines(runs, method, regimes, baseline)
     if logits:
       lines += logits + ['']
-  elif method in ('fedld', 'fed_corrective'):
+  elif algorithm in ('fedld', 'fed_corrective'):
     lines += _norm_ratio_lines(runs, method, regimes) + ['']
   else:
     extra = _conflict_lines(runs, method, regimes)
     if extra:
       lines += extra + ['']
-  lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '']
-  lines += _variant_table(runs, method, regimes, baseline)
+  if method not in VARIANTS:
+    lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '']
+    lines += _variant_table(runs, method, regimes, baseline)
   return '\n'.join(lines) + '\n'
 
 

@@ -46,8 +46,8 @@ def test_summarize_run():
   assert out['final_train_loss'] == 1.2 and out['train_loss_rise'] == pytest.approx(0.4)
   assert out['final_rare_pair_error'] == 0.3           # the last evaluated round's
   assert out['final_common_pair_error'] is None         # not measured
-  assert out['mean_norm_ratio'] == pytest.approx(0.65)  # not the mean_norm_ratio column
-  assert out['mean_conflict_fraction'] == pytest.approx(0.4)
+  assert out['norm_ratio'] == pytest.approx(0.65)  # not the mean_norm_ratio column
+  assert out['conflict_before'] == pytest.approx(0.4)
   assert out['mean_update_norm'] is None and out['final_global_train_loss'] is None
   assert out['final_mean_logit'] is None
   with pytest.raises(ValueError, match='no test_accuracy'):
@@ -83,7 +83,7 @@ def _table():
                        final_accuracy=base + (0.002 if s == 1 else -0.002),
                        accuracy_drop=0.02))
   runs.append(dict(regime='r1', method='fedld', seed=0, final_accuracy=0.8,
-                   mean_norm_ratio=0.5, mean_conflict_fraction=0.4))
+                   norm_ratio=0.5, conflict_before=0.4))
   return runs
 
 
@@ -163,3 +163,14 @@ def test_evaluate_fn_columns_pair_errors_and_global_train_loss():
   assert out['global_train_accuracy'] == pytest.approx(expected['accuracy'])
   _, plain = experiment_lib.make_evaluate_fn(task)
   assert not set(experiment_lib.GLOBAL_TRAIN_COLUMNS) & set(plain)
+
+
+def test_diagnose_with_local_epochs_and_a_variant_method():
+  runs = [dict(r, epochs=2) for r in _table()] + [
+      dict(regime='r1', epochs=5, method=m, seed=s, final_accuracy=a)
+      for s in range(2) for m, a in (('fedavg', 0.9), ('fedga', 0.6))]
+  text = diagnosis.diagnose('fedga', runs)
+  assert '| r1, E=2 |' in text and '| r1, E=5 | 0.900 ± 0.000 | 0.600 ± 0.000 | -0.300 ' in text
+  soft = diagnosis.diagnose('fedga_soft', runs)
+  assert soft.startswith('### fedga_soft (`fedga_soft`) against FedAvg')
+  assert 'A variant of fedga' in soft and 'Variants (' not in soft
