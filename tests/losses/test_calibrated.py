@@ -291,3 +291,20 @@ def test_soft_target_finite_on_extreme_logits(extreme_batch, dtype):
   assert np.isfinite(value) and np.all(np.isfinite(grad))
   np.testing.assert_allclose(grad, references.calibrated_soft_target_gradient(labels, logits),
                              atol=1e-6)
+
+
+def test_paper_form_is_not_shift_invariant_and_soft_target_is(random_batch):
+  # Shifting every logit of every example by c changes the paper's loss by c (1 - sum q) per
+  # example; the soft-target form (a cross-entropy) does not change.
+  labels, logits = _batch_with_absent_class()
+  q = references.calibrated_targets(labels, logits)
+  c = 3.0
+  paper = losses.calibrated_label_loss(labels, logits).numpy()
+  paper_shifted = losses.calibrated_label_loss(labels, logits + c).numpy()
+  np.testing.assert_allclose(paper_shifted - paper, c * (1.0 - q.sum(axis=1)), atol=1e-12)
+  assert np.any(q.sum(axis=1) > 1.0)   # the loss falls along the shift for these examples
+  soft = losses.calibrated_label_loss(labels, logits, form='soft_target').numpy()
+  soft_shifted = losses.calibrated_label_loss(labels, logits + c, form='soft_target').numpy()
+  np.testing.assert_allclose(soft_shifted, soft, atol=1e-12)
+  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='soft_target'), logits)
+  np.testing.assert_allclose(grad.sum(axis=1), 0.0, atol=1e-14)

@@ -23,9 +23,15 @@ negative); only its gradient matters.
 
 Two forms (`form=`):
 
-* `"paper"` (default): `L = logsumexp(z) - q . z`, gradient `p - q` (eq. 8), as above.
+* `"paper"` (default): `L = logsumexp(z) - q . z`, gradient `p - q` (eq. 8), as above. Its
+  components sum to `1 - sum(q)`, not 0, so unlike cross-entropy the loss changes when every
+  logit of an example moves by the same amount c (by `c (1 - sum q)`), a shift softmax ignores:
+  where `sum q > 1` (an example of a class more frequent than the others in the counts, or with
+  absent classes) the loss decreases without bound as all logits grow, and training drifts the
+  logits along that shift (`tff_conflict.evaluation`'s `mean_logit` shows it).
 * `"soft_target"`: the authors' public code, which feeds q to a soft-target cross-entropy,
-  `L = -sum_i q_i log p_i`, whose gradient with respect to z is `(sum_i q_i) p - q`. On a
+  `L = -sum_i q_i log p_i`, whose gradient with respect to z is `(sum_i q_i) p - q`; its
+  components sum to 0, so it is invariant to that shift. On a
   class-balanced batch `sum q = 1` and both forms are cross-entropy. Otherwise, for a class i
   absent from the counts, the gradient on logit i is `(sum q - 1) p_i` with
   `sum q - 1 = sum_{k != j} (N_j - N_k) / N_j p_k <= 1 - p_j`: a push-down of the absent
