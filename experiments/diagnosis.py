@@ -9,6 +9,8 @@ outputs):
   diagnose(method, runs) -> str         a Markdown section for `method` from a runs table: its
                                         paired gap to FedAvg per regime, the measurement that
                                         explains it, and how the variants in the table fare
+  positive_control(runs, regime=...)    FedProx's published effect (mu = 1 against FedAvg,
+                                        many local epochs): reproduced or not, with the figures
   VARIANTS                              name -> `Variant`: a method with one cause changed
                                         (e.g. `fedga_soft`, `fedld_server_lr`), as flag values
 
@@ -508,6 +510,47 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: str = 
   if method not in VARIANTS:
     lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '']
     lines += _variant_table(runs, method, regimes, baseline)
+  return '\n'.join(lines) + '\n'
+
+
+def positive_control(runs: Iterable[Mapping[str, Any]], *, regime: str,
+                     method: str = 'fedprox_mu1', baseline: str = BASELINE) -> str:
+  """A Markdown section on FedProx's published effect (Li et al., "Federated Optimization in
+  Heterogeneous Networks", MLSys 2020, Fig. 1-2): with many local epochs on Synthetic(1, 1),
+  FedProx with mu = 1 trains stably where FedAvg's training loss oscillates or rises.
+
+  Reads `final_global_train_loss` and `global_train_loss_rise` (runs with `--eval_train_loss`:
+  the global model's loss on the clients' training data, the paper's training loss) and
+  `final_accuracy` of `method` and `baseline` in `regime`, paired over seeds. The effect is
+  reproduced when `method` ends at a lower training loss and its largest rise above the running
+  minimum is smaller, both with 95% intervals excluding 0.
+
+  Raises:
+    ValueError: if either method has no run in `regime` carrying the global training loss.
+  """
+  runs = [dict(r, regime=_regime_label(r)) for r in runs]
+  for name in (method, baseline):
+    if not _has(runs, regime, name, 'final_global_train_loss'):
+      raise ValueError(f'{name!r} has no run in regime {regime!r} with the global training '
+                       'loss (run with --eval_train_loss)')
+  lines = [f'### Positive control: {method} against {baseline} on {regime}', '',
+           f'| measure | {baseline} | {method} | difference (paired, 95% CI) |',
+           '|---|---|---|---|']
+  verdicts = {}
+  for column, label in (('final_global_train_loss', 'final training loss (global model)'),
+                        ('global_train_loss_rise', 'largest rise of the training loss'),
+                        ('final_accuracy', 'final test accuracy')):
+    g = gap(runs, regime, method, column, baseline)
+    verdicts[column] = g
+    lines.append(f'| {label} | {_fmt(_mean_std(runs, regime, baseline, column))} | '
+                 f'{_fmt(_mean_std(runs, regime, method, column))} | '
+                 f'{"-" if g is None else g} |')
+  loss, rise = verdicts['final_global_train_loss'], verdicts['global_train_loss_rise']
+  reproduced = (loss is not None and rise is not None and loss.excludes_zero and loss.mean < 0
+                and rise.excludes_zero and rise.mean < 0)
+  lines += ['', 'Reading: the published effect is ' + (
+      'reproduced: lower and steadier training loss.' if reproduced else
+      'not reproduced at 95% confidence by these runs.')]
   return '\n'.join(lines) + '\n'
 
 

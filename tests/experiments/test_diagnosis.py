@@ -174,3 +174,21 @@ def test_diagnose_with_local_epochs_and_a_variant_method():
   soft = diagnosis.diagnose('fedga_soft', runs)
   assert soft.startswith('### fedga_soft (`fedga_soft`) against FedAvg')
   assert 'A variant of fedga' in soft and 'Variants (' not in soft
+
+
+def test_positive_control_section():
+  runs = []
+  for s in range(3):
+    runs.append(dict(regime='syn', method='fedavg', seed=s, final_global_train_loss=1.4 + 0.01 * s,
+                     global_train_loss_rise=0.6 + 0.02 * s, final_accuracy=0.5))
+    runs.append(dict(regime='syn', method='fedprox_mu1', seed=s,
+                     final_global_train_loss=1.0 + 0.02 * s, global_train_loss_rise=0.1,
+                     final_accuracy=0.6 + 0.01 * s))
+  text = diagnosis.positive_control(runs, regime='syn')
+  assert '| final training loss (global model) | 1.410 ± 0.008 | 1.020 ± 0.016 | -0.390 ' in text
+  assert 'reproduced: lower and steadier training loss' in text
+  flat = [dict(r, global_train_loss_rise=0.6) for r in runs]
+  flat[1]['global_train_loss_rise'] = 0.7   # one seed of the treated method rises more
+  assert 'not reproduced' in diagnosis.positive_control(flat, regime='syn')
+  with pytest.raises(ValueError, match='--eval_train_loss'):
+    diagnosis.positive_control(runs, regime='other')
