@@ -244,9 +244,9 @@ VARIANTS: dict[str, Variant] = _variants(
     Variant('fedga_dataset', 'fedga', 'fedga', {'calibration_counts': 'dataset'},
             'Do counts over the client\'s whole dataset (fewer absent classes than a '
             'mini-batch) help?'),
-    Variant('fedld_server_lr', 'fedld', 'fedld', {'server_learning_rate': 2.0},
+    Variant('fedld_server_lr', 'fedld', 'fedld', {'server_learning_rate': 4.0},
             'Does a server learning rate that compensates the shorter server step close the '
-            'gap?'),
+            'gap? (4.0: the lowest final training loss of {1, 2, 4} on digits, Dirichlet 0.1)'),
     Variant('fedld_margin_only', 'fedld', 'custom',
             {'client_loss': 'margin', 'aggregator': 'measured_mean'},
             'What does margin control alone (FedAvg aggregation) cost or gain?'),
