@@ -49,6 +49,7 @@ def test_summarize_run():
   assert out['norm_ratio'] == pytest.approx(0.65)  # not the mean_norm_ratio column
   assert out['conflict_before'] == pytest.approx(0.4)
   assert out['mean_update_norm'] is None and out['final_global_train_loss'] is None
+  assert out['tail_global_train_loss'] is None
   assert out['final_mean_logit'] is None
   with pytest.raises(ValueError, match='no test_accuracy'):
     diagnosis.summarize_run(_rows([None]))
@@ -179,16 +180,29 @@ def test_diagnose_with_local_epochs_and_a_variant_method():
 def test_positive_control_section():
   runs = []
   for s in range(3):
-    runs.append(dict(regime='syn', method='fedavg', seed=s, final_global_train_loss=1.4 + 0.01 * s,
+    runs.append(dict(regime='syn', method='fedavg', seed=s, tail_global_train_loss=1.4 + 0.01 * s,
                      global_train_loss_rise=0.6 + 0.02 * s, final_accuracy=0.5))
     runs.append(dict(regime='syn', method='fedprox_mu1', seed=s,
-                     final_global_train_loss=1.0 + 0.02 * s, global_train_loss_rise=0.1,
+                     tail_global_train_loss=1.0 + 0.02 * s, global_train_loss_rise=0.1,
                      final_accuracy=0.6 + 0.01 * s))
   text = diagnosis.positive_control(runs, regime='syn')
-  assert '| final training loss (global model) | 1.410 ± 0.008 | 1.020 ± 0.016 | -0.390 ' in text
+  assert ('| training loss (global model), mean of the last quarter of rounds | 1.410 ± 0.008 '
+          '| 1.020 ± 0.016 | -0.390 ') in text
   assert 'reproduced: lower and steadier training loss' in text
   flat = [dict(r, global_train_loss_rise=0.6) for r in runs]
   flat[1]['global_train_loss_rise'] = 0.7   # one seed of the treated method rises more
   assert 'not reproduced' in diagnosis.positive_control(flat, regime='syn')
+  # Significantly but only marginally smoother: not the published effect.
+  marginal = [dict(r, global_train_loss_rise=0.55 + 0.001 * r['seed'])
+              if r['method'] == 'fedprox_mu1' else r for r in runs]
+  assert 'not reproduced' in diagnosis.positive_control(marginal, regime='syn')
   with pytest.raises(ValueError, match='--eval_train_loss'):
     diagnosis.positive_control(runs, regime='other')
+
+
+def test_summarize_run_global_training_loss():
+  losses = [3.0, 2.0, 2.5, 1.0, 1.5, 1.2, 1.1, 0.9]
+  out = diagnosis.summarize_run(_rows([0.5] * 8, global_train_loss=losses))
+  assert out['final_global_train_loss'] == 0.9
+  assert out['tail_global_train_loss'] == pytest.approx((1.1 + 0.9) / 2)  # last 8 // 4 rounds
+  assert out['global_train_loss_rise'] == pytest.approx(0.5)
