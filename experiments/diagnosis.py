@@ -559,7 +559,8 @@ def positive_control(runs: Iterable[Mapping[str, Any]], *, regime: str,
                 and rise.mean <= -0.5 * baseline_rise[0])
   lines += ['', 'Reading: the published effect is ' + (
       'reproduced: lower and steadier training loss.' if reproduced else
-      'not reproduced at 95% confidence by these runs.')]
+      'not reproduced by these runs (it needs a lower late training loss and a largest rise at '
+      'most half the baseline\'s, both at 95% confidence).')]
   return '\n'.join(lines) + '\n'
 
 
