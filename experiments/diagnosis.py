@@ -326,7 +326,8 @@ def _verdict(base: Optional[Paired], variant: Optional[Paired]) -> str:
     return ''
   if variant.excludes_zero and variant.mean > 0:
     return 'beats FedAvg'
-  if not variant.excludes_zero and base.excludes_zero and base.mean < 0:
+  if (not variant.excludes_zero and base.excludes_zero and base.mean < 0
+      and variant.mean > base.mean):
     return 'closes the gap'
   change = variant.mean - base.mean
   if abs(change) < 0.005:

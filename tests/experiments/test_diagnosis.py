@@ -206,3 +206,13 @@ def test_summarize_run_global_training_loss():
   assert out['final_global_train_loss'] == 0.9
   assert out['tail_global_train_loss'] == pytest.approx((1.1 + 0.9) / 2)  # last 8 // 4 rounds
   assert out['global_train_loss_rise'] == pytest.approx(0.5)
+
+
+def test_verdicts():
+  lose = diagnosis.Paired(-0.1, 0.02, 3)
+  assert diagnosis._verdict(lose, diagnosis.Paired(0.001, 0.01, 3)) == 'closes the gap'
+  assert diagnosis._verdict(lose, diagnosis.Paired(0.05, 0.01, 3)) == 'beats FedAvg'
+  # An interval that includes 0 only because it is wide is not a closed gap.
+  assert diagnosis._verdict(lose, diagnosis.Paired(-0.3, 0.5, 3)) == 'widens the gap by 0.200'
+  assert diagnosis._verdict(lose, diagnosis.Paired(-0.05, 0.01, 3)) == 'narrows the gap by 0.050'
+  assert diagnosis._verdict(lose, None) == 'not run'
