@@ -1,8 +1,8 @@
 """Why a method ties with or loses to FedAvg: per-run measurements, method variants that isolate
 a cause, and one Markdown report section per method.
 
-For the benchmark harness (and for `python -m experiments.diagnosis` on `experiments.compare`
-outputs):
+For the benchmark harness, and for the output directories of `experiments.compare` and
+`experiments.train` through `load_runs(regime, directory)`:
 
   summarize_run(rows) -> OrderedDict    diagnostic columns of one run, from its metrics.csv rows
                                         (`RUN_COLUMNS`; add them to the run's row of runs.csv)
@@ -17,15 +17,18 @@ outputs):
 A runs table is a sequence of mappings, one per (regime, method, seed), with the keys `regime`,
 `method`, `seed` (optionally `epochs`, the local epochs: regimes are then reported per E) and the
 `RUN_COLUMNS` of `summarize_run` (missing or None where a run does not measure them); the
-benchmark's runs.csv rows are such mappings. Methods are compared with FedAvg pairwise over the seeds they share in a regime
-(the harness gives every method the same partition, initial model and client sample per seed).
+benchmark's runs.csv rows are such mappings. Methods are compared with FedAvg pairwise over the
+seeds they share in a regime (the harness gives every method the same partition, initial model
+and client sample per seed).
 
 What each section measures (the causes are explained in docs/methods.md, under each method):
 
 * FedGA: test errors between classes that rarely share a client in the training partition
   (`tff_conflict.evaluation.confusion_by_cooccurrence`) against the other class pairs, beside
-  FedAvg's; the drop from the best round to the last; the authors' two deviations (soft-target
-  loss, gradient clipping) and whole-dataset counts as variants.
+  FedAvg's (the muting of absent classes); the mean logit of the global model (the drift of the
+  paper's loss along the logit shift softmax ignores); the drop from the best round to the
+  last; the authors' two deviations (soft-target loss, gradient clipping) and whole-dataset
+  counts as variants.
 * FedLD: the server-step shrinkage `aggregator/norm_ratio` (the revised updates are shorter than
   the originals, `|u_i| sqrt(sum_l (lambda_l / S)^2)`), the server learning rate that would
   compensate it on average, and the variant that uses it; margin control and principal
