@@ -449,6 +449,7 @@ class MethodHparams:
       custom compositions); None: no clipping.
     margin_weight: FedLD margin-control weight lambda.
     component_ratio: FedLD: fraction rho of principal directions kept, in (0, 1].
+    principal_preserve_norms: FedLD: rescale each revised update to the original's length.
     corrective_alpha: corrective gradient weights alpha, in [0, 1].
   """
   proximal_strength: float = _method_setting(hparams_lib.PROXIMAL_STRENGTH)
@@ -461,6 +462,7 @@ class MethodHparams:
   client_clip_norm: Optional[float] = _method_setting(hparams_lib.CLIENT_CLIP_NORM)
   margin_weight: float = _method_setting(hparams_lib.MARGIN_WEIGHT)
   component_ratio: float = _method_setting(hparams_lib.PRINCIPAL_COMPONENT_RATIO)
+  principal_preserve_norms: bool = _method_setting(hparams_lib.PRINCIPAL_PRESERVE_NORMS)
   corrective_alpha: float = _method_setting(hparams_lib.CORRECTIVE_ALPHA)
 
   def __post_init__(self):

@@ -255,6 +255,9 @@ VARIANTS: dict[str, Variant] = _variants(
     Variant('fedld_server_lr', 'fedld', 'fedld', {'server_learning_rate': 4.0},
             'Does a server learning rate that compensates the shorter server step close the '
             'gap? (4.0: the lowest final training loss of {1, 2, 4} on digits, Dirichlet 0.1)'),
+    Variant('fedld_preserve_norms', 'fedld', 'fedld', {'principal_preserve_norms': True},
+            'Does keeping each revised update at its original length (the paper\'s stated '
+            'intent for eq. (7)) close the gap without tuning a server learning rate?'),
     Variant('fedld_margin_only', 'fedld', 'custom',
             {'client_loss': 'margin', 'aggregator': 'measured_mean'},
             'What does margin control alone (FedAvg aggregation) cost or gain?'),

@@ -182,6 +182,8 @@ with record_group('method'):
     _help = _method_flag_help(_hparam, _METHOD_FLAG_EXTRA_HELP.get(_hparam.flag, ''))
     if _hparam.kind == hparams_lib.CHOICE:
       flags.DEFINE_enum(_hparam.flag, _hparam.default, list(_hparam.choices), _help)
+    elif _hparam.kind == hparams_lib.BOOL:
+      flags.DEFINE_bool(_hparam.flag, _hparam.default, _help)
     else:
       flags.DEFINE_float(_hparam.flag, _hparam.default, _help)
 

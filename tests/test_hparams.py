@@ -170,6 +170,13 @@ LAYERS = {
         _kernel(conflict.principal_aggregate, 'orientation', U, W),
         _object(aggregators.PrincipalGradientFactory, 'orientation', 'aggregators'),
         _registry(learning.AGGREGATORS, 'principal', 'orientation')],
+    hparams.PRINCIPAL_PRESERVE_NORMS: [
+        _kernel(conflict.principal_aggregate, 'preserve_norms', U, W),
+        _kernel(conflict.principal_aggregate_with_diagnostics, 'preserve_norms', U, W),
+        _object(aggregators.PrincipalGradientFactory, 'preserve_norms', 'aggregators'),
+        _registry(learning.AGGREGATORS, 'principal', 'preserve_norms'),
+        _build(learning.build_fedld, 'preserve_norms'),
+        _flag('principal_preserve_norms')],
     hparams.CORRECTIVE_ALPHA: [
         _kernel(conflict.corrective_weights, 'alpha', U, L),
         _kernel(conflict.corrective_aggregate, 'alpha', U, U, L, W),
@@ -277,6 +284,11 @@ def test_method_flags_are_exactly_the_hparams_with_a_flag():
 def test_flags_validate_at_parse_time(hparam):
   if hparam.kind == hparams.CHOICE:
     bad, good = ['nope'], list(hparam.choices)
+  elif hparam.kind == hparams.BOOL:   # absl's bool parser: true/false, 1/0, yes/no ...
+    bad, good = ['maybe'], []
+    for text, value in (('true', True), ('false', False)):
+      with flagsaver.as_parsed(**{hparam.flag: text}):
+        assert flags.FLAGS[hparam.flag].value is value
   else:
     bad = [v for v in BAD[hparam.kind] if isinstance(v, float)]
     good = [v for v in GOOD[hparam.kind] if isinstance(v, (float, int))]
@@ -286,7 +298,7 @@ def test_flags_validate_at_parse_time(hparam):
         pass
     message = str(info.value)
     assert f'--{hparam.flag}' in message and str(value) in message, message
-    if hparam.kind != hparams.CHOICE:
+    if hparam.kind not in (hparams.CHOICE, hparams.BOOL):
       assert f'--{hparam.flag} must be {hparam.valid_range}' in message, message
   for value in good:
     with flagsaver.as_parsed(**{hparam.flag: str(value)}):

@@ -226,6 +226,15 @@ PRINCIPAL_ORIENTATION = Hparam(
     'so no experiment flag sets it.',
     source='FedLD, eq. (6).')
 
+PRINCIPAL_PRESERVE_NORMS = Hparam(
+    method='FedLD', component='principal-gradient aggregation', keyword='preserve_norms',
+    flag='principal_preserve_norms', default=False, kind=BOOL,
+    description='rescale each revised update to the length of the original, |u_i| (True), '
+    'instead of eq. (7)\'s |u_i| sqrt(sum_l (lambda_l / S)^2) (False).',
+    source='FedLD, eq. (7) as the authors\' code computes it (False); True is the paper\'s '
+    'stated purpose of the length correction (Sec. 2.4: the revised gradient keeps the '
+    'magnitude of the original).')
+
 # ---- Corrective gradient weights -----------------------------------------------------------------
 
 CORRECTIVE_ALPHA = Hparam(
@@ -239,7 +248,8 @@ CORRECTIVE_ALPHA = Hparam(
 HPARAMS: tuple[Hparam, ...] = (
     PROXIMAL_STRENGTH, FEDGH_ORDER, FEDGH_SEED, FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO,
     DGC_WEIGHTS_ARE_LOSSES, CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM,
-    MARGIN_WEIGHT, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION, CORRECTIVE_ALPHA)
+    MARGIN_WEIGHT, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION, PRINCIPAL_PRESERVE_NORMS,
+    CORRECTIVE_ALPHA)
 
 # The method hyperparameters of each builder of `tff_conflict.learning.ALGORITHMS`.
 ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
@@ -248,7 +258,7 @@ ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'fedgh': (FEDGH_ORDER, FEDGH_SEED),
     'fedmgc': (FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO),
     'fedga': (CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM),
-    'fedld': (MARGIN_WEIGHT, PRINCIPAL_COMPONENT_RATIO),
+    'fedld': (MARGIN_WEIGHT, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_PRESERVE_NORMS),
     'fed_corrective': (CORRECTIVE_ALPHA,),
 }
 
@@ -266,7 +276,7 @@ AGGREGATOR_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'measured_mean': (),
     'fedgh': (FEDGH_ORDER, FEDGH_SEED),
     'dgc': (DGC_SELECTION_RATIO, DGC_WEIGHTS_ARE_LOSSES),
-    'principal': (PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION),
+    'principal': (PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION, PRINCIPAL_PRESERVE_NORMS),
     'corrective': (CORRECTIVE_ALPHA,),
 }
 

@@ -308,3 +308,16 @@ def test_measured_mean_equals_tff_mean_and_the_kernel():
   for key in ('conflict_fraction_before', 'mean_update_norm', 'mean_norm_ratio'):
     np.testing.assert_allclose(out.measurements[key], diag[key], rtol=1e-5)
   assert out.measurements['num_participating'] == 4
+
+
+def test_principal_preserve_norms_matches_kernel():
+  _, value_type = helpers.value_types(np.float32)[3]
+  values, stack = _values(value_type, 6, d_seed=8)
+  weights = [1.0, 2.0, 3.0, 1.0, 2.0, 5.0]
+  factory = aggregators.PrincipalGradientFactory(preserve_norms=True)
+  assert factory.preserve_norms
+  process = factory.create(value_type, helpers.WEIGHT_TYPE)
+  out = process.next(process.initialize(), values, weights)
+  kernel = conflict.principal_aggregate(tf.constant(stack, tf.float32), tf.constant(weights),
+                                        preserve_norms=True)
+  np.testing.assert_allclose(helpers.flat_np(out.result), kernel.numpy(), rtol=1e-4, atol=1e-5)

@@ -95,9 +95,10 @@ def dgc(updates, losses, ratio):
   return agg, out, count, m, z
 
 
-def fedld(updates, weights, ratio, orientation='mean', rel_tol=1e-12):
+def fedld(updates, weights, ratio, orientation='mean', rel_tol=1e-12, preserve_norms=False):
   """fedld paper eqs. (4)-(7) via an SVD of the d x K matrix [u_1 ... u_K] (its left singular
-  vectors are the principal directions v_z; eigenvalues of U U^T / K are s^2 / K)."""
+  vectors are the principal directions v_z; eigenvalues of U U^T / K are s^2 / K). With
+  `preserve_norms`, each nonzero revised update is rescaled to |u_i|."""
   u = [np.array(x, np.float64) for x in updates]
   k_num = len(u)
   mat = np.stack(u, axis=1)                      # d x K, the paper's G
@@ -131,6 +132,9 @@ def fedld(updates, weights, ratio, orientation='mean', rel_tol=1e-12):
       if norm_p <= rel_tol * norm_i or norm_p == 0:
         continue
       g = g + norm_i / norm_p * eig[l] / total * proj
+    norm_g = math.sqrt(dot(g, g))
+    if preserve_norms and norm_g > 0:
+      g = g * (norm_i / norm_g)
     out.append(g)
   w = np.asarray(weights, np.float64)
   w = w / w.sum()

@@ -98,3 +98,39 @@ def test_weight_zero_and_excluded_clients_take_no_part():
   agg, diag = conflict.principal_aggregate_with_diagnostics(updates, weights, include=include)
   ref.assert_close(agg, expected, 1e-10)
   assert diag['num_clients'].numpy() == 5 and diag['num_components'].numpy() == num_kept == 4
+
+
+@pytest.mark.parametrize('num_clients,dtype,rtol', [(3, np.float64, 1e-10), (10, np.float64, 1e-10),
+                                                    (10, np.float32, 1e-4), (50, np.float64, 1e-10)])
+def test_preserve_norms_matches_reference(num_clients, dtype, rtol):
+  updates = ref.conflicting_updates(num_clients, 64, seed=70 + num_clients).astype(dtype)
+  weights = np.random.default_rng(num_clients).integers(1, 50, size=num_clients).astype(float)
+  expected, out, _, _ = ref.fedld(updates.astype(np.float64), weights, 0.8, preserve_norms=True)
+  agg, diag = conflict.principal_aggregate_with_diagnostics(updates, weights,
+                                                            preserve_norms=True)
+  ref.assert_close(agg, expected, rtol)
+  ref.assert_close(conflict.principal_aggregate(updates, weights, preserve_norms=True), expected,
+                   rtol)
+  # Every revised update has its original length (the reference checks it loop by loop).
+  for u, revised in zip(updates.astype(np.float64), out):
+    if np.linalg.norm(revised) > 0:
+      np.testing.assert_allclose(np.linalg.norm(revised), np.linalg.norm(u), rtol=1e-12)
+  # ... so the server step is longer than eq. (7)'s.
+  _, plain = conflict.principal_aggregate_with_diagnostics(updates, weights)
+  assert diag['norm_ratio'].numpy() > plain['norm_ratio'].numpy()
+
+
+def test_preserve_norms_hand_worked():
+  # u1 = (3, 0), u2 = (0, 1), L = 2: eq. (7) gives (2.7, 0) and (0, 0.1); rescaled to |u_i|:
+  # (3, 0) and (0, 1), whose equal-weight mean is the plain mean (1.5, 0.5).
+  u = np.array([[3.0, 0.0], [0.0, 1.0]])
+  agg = conflict.principal_aggregate(u, [1.0, 1.0], component_ratio=1.0, preserve_norms=True)
+  np.testing.assert_allclose(agg.numpy(), [1.5, 0.5], atol=1e-12)
+  # The 2-d conflict of test_hand_worked_2d_conflict, L = 1: u1' = |u1| vhat, u2' = -|u2| vhat.
+  phi = (1 + math.sqrt(5)) / 2
+  vhat = np.array([phi, -1.0]) / math.sqrt(phi ** 2 + 1)
+  agg = conflict.principal_aggregate(np.array([[1.0, 0.0], [-1.0, 1.0]]), [1.0, 1.0],
+                                     preserve_norms=True)
+  np.testing.assert_allclose(agg.numpy(), (1 - math.sqrt(2)) / 2 * vhat, atol=1e-12)
+  with pytest.raises(ValueError, match='preserve_norms must be a Python bool, got 1'):
+    conflict.principal_aggregate(u, [1.0, 1.0], preserve_norms=1)

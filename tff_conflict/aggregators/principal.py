@@ -42,7 +42,8 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
 
   def __init__(self, *, component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default,
                orientation: str = hparams.PRINCIPAL_ORIENTATION.default,
-               max_gather_bytes: Optional[int] = None):
+               max_gather_bytes: Optional[int] = None,
+               preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default):
     """Args:
       component_ratio: rho in (0, 1], default 0.8 (`hparams.PRINCIPAL_COMPONENT_RATIO`).
       orientation: "mean" (default, eq. (6)) or "majority" (the authors' code); both give the
@@ -51,12 +52,15 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
     max_gather_bytes: the memory limit of this factory's gather in TFF's C++ runtime (bytes):
       None (default) uses the process-wide `tff_conflict.aggregators.max_gather_bytes()` when
       `create` runs, 0 builds without the check, a positive int is the limit.
+    preserve_norms: rescale each revised update to the original's length (default False, eq. 7
+      as the authors' code computes it; `hparams.PRINCIPAL_PRESERVE_NORMS`).
 
     Raises:
       ValueError: on a bad argument, naming it and the value.
     """
     self._component_ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
     self._orientation = hparams.PRINCIPAL_ORIENTATION.check(orientation)
+    self._preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
     self._max_gather_bytes = _gather.check_factory_limit(max_gather_bytes)
 
   @property
@@ -68,19 +72,24 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
     return self._orientation
 
   @property
+  def preserve_norms(self) -> bool:
+    return self._preserve_norms
+
+  @property
   def max_gather_bytes(self) -> Optional[int]:
     return self._max_gather_bytes
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     _common.check_types(value_type, weight_type)
-    ratio, orientation = self._component_ratio, self._orientation
+    ratio, orientation, preserve = (self._component_ratio, self._orientation,
+                                    self._preserve_norms)
 
     def combine(state, stacks):
       from tff_conflict import conflict  # pylint: disable=g-import-not-at-top
       padded, include = _process.empty_safe(stacks, 'update')
       aggregate, diagnostics = conflict.principal_aggregate_with_diagnostics(
           padded['update'], padded['weight'], component_ratio=ratio, orientation=orientation,
-          include=include, validate=False)
+          include=include, validate=False, preserve_norms=preserve)
       return state, aggregate, diagnostics
 
     return _process.build_process(

@@ -11,6 +11,10 @@ Loss Decomposition", MICCAI 2024, arXiv:2408.12300 ("the fedld paper"): Sec. 2.4
 * `g'_il = (u_i . v_l) / |v_l|^2 v_l`; revised
   `u_i = sum over kept l with g'_il != 0 of |u_i| / |g'_il| * lambda_l / S * g'_il` (eq. (7)), with
   `S` the sum of ALL K eigenvalues (as the authors' code; the paper's `|lambda_l|` is ambiguous).
+* Optionally (`preserve_norms=True`), each revised update is rescaled to `|u_i|`: eq. (7) gives it
+  the norm `|u_i| sqrt(sum over its kept l with g'_il != 0 of (lambda_l / S)^2)` (the kept
+  `v_l` are orthogonal), below `|u_i|` whenever two eigenvalues are positive, although the paper
+  states that the length correction keeps the original magnitude.
 * Aggregate `sum_i w_i u_i`, `w_i = n_i / n`.
 
 Gram formulation: with `G = U U^T`, `|v_l|^2 = e_l^T G e_l` and `u_i . v_l = (G e_l)_i`, and
@@ -57,9 +61,11 @@ _COUNT_SLACK = 1e-9
 _COS_ZERO = 64 * float(np.finfo(np.float64).eps)
 
 
-def _principal(updates, weights, component_ratio, orientation, include, validate):
+def _principal(updates, weights, component_ratio, orientation, include, validate,
+               preserve_norms=False):
   ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
   hparams.PRINCIPAL_ORIENTATION.check(orientation)
+  preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
   r, _ = geometry.begin_round(updates, weights=weights, include=include, validate=validate)
   eps = float(np.finfo(r.dtype.as_numpy_dtype).eps)
   k = r.num_rows
@@ -86,6 +92,11 @@ def _principal(updates, weights, component_ratio, orientation, include, validate
   b = tf.where(nonzero,
                u_norm[:, tf.newaxis] * share[tf.newaxis, :] * tf.sign(gv) / v_norm[tf.newaxis, :],
                tf.zeros_like(gv))
+  if preserve_norms:
+    # |revised u_i| = |u_i| sqrt(sum_l share_l^2) over its nonzero terms (orthogonal v_l).
+    length = tf.sqrt(tf.reduce_sum(
+        tf.where(nonzero, tf.square(share)[tf.newaxis, :], tf.zeros_like(gv)), axis=1))
+    b = b / tf.where(length > 0, length, tf.ones_like(length))[:, tf.newaxis]
   coeffs = tf.matmul(b, eigvecs, transpose_b=True)           # revised u_i = (B E^T)_i U
   combo = tf.linalg.matvec(coeffs, r.weights, transpose_a=True)
   aggregate = r.combine(combo)
@@ -95,33 +106,40 @@ def _principal(updates, weights, component_ratio, orientation, include, validate
   return r, coeffs, aggregate, num_kept, explained
 
 
-def _aggregate_only(updates, weights, component_ratio, orientation, include, validate):
-  return _principal(updates, weights, component_ratio, orientation, include, validate)[2]
+def _aggregate_only(updates, weights, component_ratio, orientation, include, validate,
+                    preserve_norms=False):
+  return _principal(updates, weights, component_ratio, orientation, include, validate,
+                    preserve_norms)[2]
 
 
-def _with_diagnostics(updates, weights, component_ratio, orientation, include, validate):
+def _with_diagnostics(updates, weights, component_ratio, orientation, include, validate,
+                      preserve_norms=False):
   r, coeffs, aggregate, num_kept, explained = _principal(
-      updates, weights, component_ratio, orientation, include, validate)
+      updates, weights, component_ratio, orientation, include, validate, preserve_norms)
   gram_after = tf.matmul(tf.matmul(coeffs, r.gram), coeffs, transpose_b=True)
   return aggregate, r.diagnostics(gram_after, aggregate, {
       'num_components': tf.cast(num_kept, geometry.COUNT_DTYPE),
       'explained_variance': tf.cast(explained, geometry.REAL_DTYPE)})
 
 
-def _run(impl, updates, weights, component_ratio, orientation, include, validate):
+def _run(impl, updates, weights, component_ratio, orientation, include, validate,
+         preserve_norms):
   """`impl` inline in a graph; eagerly, checks first, then a cached graph (`_eager`)."""
   if not _eager.executing_eagerly():
-    return impl(updates, weights, component_ratio, orientation, include, validate)
+    return impl(updates, weights, component_ratio, orientation, include, validate,
+                preserve_norms)
   ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
   orientation = hparams.PRINCIPAL_ORIENTATION.check(orientation)
+  preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
   stack, w, _, inc = geometry.check_round(updates, weights=weights, include=include,
                                           validate=validate)
   return _eager.call(impl, dict(updates=stack, weights=w, include=inc),
-                     dict(component_ratio=ratio, orientation=orientation, validate=False))
+                     dict(component_ratio=ratio, orientation=orientation, validate=False,
+                          preserve_norms=preserve_norms))
 
 
 def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='mean',
-                        include=None, validate=True):
+                        include=None, validate=True, preserve_norms=False):
   """FedLD principal-gradient aggregate (fedld paper, eqs. (4)-(7)).
 
   Args:
@@ -132,15 +150,19 @@ def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='m
     orientation: "mean" (eq. (6)) or "majority"; provably no effect (module docstring).
     include: optional bool [K]; False rows take no part (as does a weight of 0).
     validate: value checks (package docstring, "Validation").
+    preserve_norms: rescale each revised update to `|u_i|` (`hparams.PRINCIPAL_PRESERVE_NORMS`,
+      default False: eq. (7) as the authors' code computes it; module docstring).
 
   Returns:
     [d] in the dtype of `updates`.
   """
-  return _run(_aggregate_only, updates, weights, component_ratio, orientation, include, validate)
+  return _run(_aggregate_only, updates, weights, component_ratio, orientation, include, validate,
+              preserve_norms)
 
 
 def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.8,
-                                         orientation='mean', include=None, validate=True):
+                                         orientation='mean', include=None, validate=True,
+                                         preserve_norms=False):
   """`principal_aggregate` and its diagnostics (docs/methods.md, "Diagnostics") from the same
   Gram matrix.
 
@@ -148,4 +170,4 @@ def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.
   `explained_variance` (float32).
   """
   return _run(_with_diagnostics, updates, weights, component_ratio, orientation, include,
-              validate)
+              validate, preserve_norms)

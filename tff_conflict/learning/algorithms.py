@@ -172,7 +172,8 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
                 client_weighting: client_work_lib.WeightingArg = None,
                 metrics: models_lib.MetricsArg = None,
                 margin_weight: float = hparams.MARGIN_WEIGHT.default,
-                component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default) -> Process:
+                component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default,
+                preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default) -> Process:
   """FedLD ("Tackling Data Heterogeneity in Federated Learning via Loss Decomposition";
   docs/methods.md, FedLD): margin control + principal-gradient aggregation. Needs a Keras model
   (it replaces the loss); the principal-gradient server alone, with any model, is
@@ -184,14 +185,17 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
 
   Hyperparameters (`tff_conflict.hparams`): `margin_weight` lambda, a finite number >= 0,
   default 0.01 (the paper's value on COVID-FL; 0.1, 0.03, 0.03 on Retina splits 1-3, Sec. 3.1);
-  `component_ratio` rho in (0, 1], default 0.8 (`L = 0.8 m`, Sec. 3.1). The paper trains with SGD, lr 0.01 (Retina) / 0.005 (COVID-FL),
-  batch 50, 1 local epoch.
+  `component_ratio` rho in (0, 1], default 0.8 (`L = 0.8 m`, Sec. 3.1); `preserve_norms`,
+  default False (eq. 7 as the authors' code: each revised update is shorter than the original),
+  True rescales each revised update to the original's length, as the paper says eq. 7's length
+  correction intends (`tff_conflict.conflict.principal_aggregate`). The paper trains with SGD,
+  lr 0.01 (Retina) / 0.005 (COVID-FL), batch 50, 1 local epoch.
   """
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss='margin',
       loss_kwargs=dict(margin_weight=margin_weight), aggregator='principal',
-      aggregator_kwargs=dict(component_ratio=component_ratio),
+      aggregator_kwargs=dict(component_ratio=component_ratio, preserve_norms=preserve_norms),
       client_weighting=client_weighting, metrics=metrics)
 
 

@@ -100,12 +100,14 @@ def dgc_aggregator(selection_ratio: float = hparams.DGC_SELECTION_RATIO.default,
 
 def principal_aggregator(component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default,
                          orientation: str = hparams.PRINCIPAL_ORIENTATION.default,
-                         max_gather_bytes: Optional[int] = None
+                         max_gather_bytes: Optional[int] = None,
+                         preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default
                          ) -> tff.aggregators.WeightedAggregationFactory:
   """FedLD principal-gradient aggregation: `aggregators.PrincipalGradientFactory`."""
   return aggregators.PrincipalGradientFactory(component_ratio=component_ratio,
                                               orientation=orientation,
-                                              max_gather_bytes=max_gather_bytes)
+                                              max_gather_bytes=max_gather_bytes,
+                                              preserve_norms=preserve_norms)
 
 
 def corrective_aggregator(alpha: float = hparams.CORRECTIVE_ALPHA.default,
