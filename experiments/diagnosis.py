@@ -472,7 +472,8 @@ def _regime_label(row: Mapping[str, Any]) -> str:
 
 
 def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: str = BASELINE,
-             algorithm: Optional[str] = None, regimes: Optional[Sequence[str]] = None) -> str:
+             algorithm: Optional[str] = None, regimes: Optional[Sequence[str]] = None,
+             heading: bool = True) -> str:
   """A Markdown section explaining `method`'s result against `baseline` from a runs table.
 
   Args:
@@ -485,6 +486,7 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: str = 
       method a variant diagnoses, else `method`).
     regimes: the regime labels to report, in order (default: those `method` ran in, in table
       order; with `epochs`, labels read 'regime, E=k').
+    heading: start with a `###` heading naming the method (False where the caller titles it).
 
   Returns:
     Markdown: a `###` heading, the paired gap per regime, the method's measurement, and a table
@@ -500,7 +502,8 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: str = 
     algorithm = VARIANTS[method].diagnoses if method in VARIANTS else method
   regimes = list(regimes) if regimes is not None else _regimes(runs, method)
   name = METHOD_NAMES.get(method, method)
-  lines = [f'### {name} (`{method}`) against {METHOD_NAMES.get(baseline, baseline)}', '']
+  lines = ([f'### {name} (`{method}`) against {METHOD_NAMES.get(baseline, baseline)}', '']
+           if heading else [])
   if method in VARIANTS:
     lines += [f'A variant of {algorithm}: {VARIANTS[method].question}', '']
   elif algorithm in _EXPLANATIONS:
@@ -596,3 +599,46 @@ def load_runs(regime: str, directory: str, *, method: Optional[str] = None) -> l
       continue
     rows.append(dict(regime=regime, method=name, seed=seed, **summarize_run(metrics)))
   return rows
+
+
+# ---- the benchmark harness's hooks ------------------------------------------------------------
+
+# Columns `summarize_run` adds to the benchmark's runs.csv (the others it fills itself).
+BENCHMARK_SUMMARY_COLUMNS = (
+    'accuracy_drop', 'train_loss_rise', 'final_global_train_loss', 'tail_global_train_loss',
+    'global_train_loss_rise', 'final_mean_logit', 'final_rare_pair_error',
+    'final_common_pair_error', 'final_rare_error_share', 'mean_update_norm')
+
+
+def benchmark_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+  """`summarize_run`'s `BENCHMARK_SUMMARY_COLUMNS` of one run (a runs.csv summary function)."""
+  summary = summarize_run(rows)
+  return {column: summary[column] for column in BENCHMARK_SUMMARY_COLUMNS}
+
+
+def benchmark_section(inputs) -> Optional[str]:
+  """A diagnosis function of the benchmark report (`experiments.benchmarking.diagnosis`):
+  `diagnose` for `inputs.method` against `inputs.baseline` on the runs.csv rows; None for the
+  baseline itself."""
+  if inputs.method == inputs.baseline:
+    return None
+  algorithm = VARIANTS[inputs.method].diagnoses if inputs.method in VARIANTS else inputs.algorithm
+  return diagnose(inputs.method, inputs.rows, baseline=inputs.baseline, algorithm=algorithm,
+                  heading=False)
+
+
+def register_with_benchmark() -> None:
+  """Registers this module with the benchmark harness (`experiments.benchmarking`): every
+  `Variant` as a method (`methods.method_from_flags`), `benchmark_summary` as a runs.csv summary,
+  and `benchmark_section` as the diagnosis of every algorithm. Idempotent."""
+  from experiments.benchmarking import diagnosis as hook  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import methods  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import runs as runs_lib  # pylint: disable=g-import-not-at-top
+  for variant in VARIANTS.values():
+    if variant.name not in methods.METHODS:
+      methods.register(methods.method_from_flags(variant.name, variant.algorithm,
+                                                 dict(variant.flags)))
+  runs_lib.register_summary(benchmark_summary)
+  for algorithm in list(METHOD_NAMES) + [methods.CUSTOM]:
+    if algorithm != BASELINE:
+      hook.register(algorithm, benchmark_section)

@@ -216,3 +216,17 @@ def test_verdicts():
   assert diagnosis._verdict(lose, diagnosis.Paired(-0.3, 0.5, 3)) == 'widens the gap by 0.200'
   assert diagnosis._verdict(lose, diagnosis.Paired(-0.05, 0.01, 3)) == 'narrows the gap by 0.050'
   assert diagnosis._verdict(lose, None) == 'not run'
+
+
+def test_benchmark_hooks_without_the_harness():
+  import types  # pylint: disable=g-import-not-at-top
+  rows = _table()
+  inputs = types.SimpleNamespace(method='fedga_soft', algorithm='fedga', baseline='fedavg',
+                                 rows=rows)
+  text = diagnosis.benchmark_section(inputs)
+  assert not text.startswith('###') and 'A variant of fedga' in text
+  assert diagnosis.benchmark_section(types.SimpleNamespace(
+      method='fedavg', algorithm='fedavg', baseline='fedavg', rows=rows)) is None
+  summary = diagnosis.benchmark_summary(_rows([0.5, 0.7], [1.0, 1.2], test_mean_logit=[0.1, 2.0]))
+  assert list(summary) == list(diagnosis.BENCHMARK_SUMMARY_COLUMNS)
+  assert summary['final_mean_logit'] == 2.0 and summary['train_loss_rise'] == pytest.approx(0.2)
