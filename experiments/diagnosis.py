@@ -451,8 +451,9 @@ _EXPLANATIONS = {
     'fedld': 'The revised update of client i has norm |u_i| sqrt(sum_l (lambda_l / S)^2), below '
              '|u_i| whenever more than one eigenvalue is positive, so the server step is shorter '
              'than FedAvg\'s although the paper states that the length correction keeps each '
-             'update\'s magnitude. The measurement below is that shrinkage; the server-learning-'
-             'rate variant tests whether it is the cause.',
+             'update\'s magnitude. The measurement below is that shrinkage; the variants with a '
+             'larger server learning rate and with preserve_norms (each revised update kept at '
+             'its original length) test whether it is the cause.',
     'fedmgc': 'Two parts can cost accuracy: the focal loss down-weights well-classified examples '
               '(smaller local steps), and dominant gradient correction takes the unweighted mean '
               'of the corrected updates. The ablations below run each part alone.',

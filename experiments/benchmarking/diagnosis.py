@@ -71,7 +71,7 @@ DiagnosisFn = Callable[[DiagnosisInput], Optional[str]]
 DIAGNOSES: dict[str, list[DiagnosisFn]] = {}
 
 # Modules imported before the report is written, so that their `register` calls run.
-DIAGNOSIS_MODULES: list[str] = []
+DIAGNOSIS_MODULES: list[str] = ['experiments.benchmarking.method_diagnoses']
 
 
 def register(name: str, fn: DiagnosisFn) -> DiagnosisFn:

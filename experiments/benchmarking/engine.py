@@ -16,6 +16,9 @@
   `tff_conflict.data.split_validation(train)` and are evaluated on its validation part, so they
   never read the test split.
 * Evaluation: the pooled evaluation split as arrays, read on the run's first evaluation.
+  Reporting runs also record the mean logit and the test errors split by how much classes share
+  clients in the training partition (`test_mean_logit`, `test_rare_pair_error`, ...; read by
+  `experiments.diagnosis`).
 
 Time spent building processes (`build_seconds`) is counted apart from the runs' time.
 """
@@ -40,6 +43,10 @@ from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import diagnosis as diagnosis_lib
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import runs as runs_lib
+
+# Reporting runs' test errors split by class co-occurrence in the training partition
+# (`tff_conflict.evaluation.confusion_by_cooccurrence`), columns `test_<name>`.
+PAIR_ERROR_COLUMNS = ('rare_pair_error', 'common_pair_error', 'rare_error_share')
 
 Loader = Callable[[Any, int], tuple[Any, Any]]
 
@@ -245,8 +252,15 @@ class Engine:
     per_class = spec.phase == runs_lib.REPORT_PHASE
     train_loss = per_class and self._config.eval_train_loss
     columns = [f'{prefix}_accuracy', f'{prefix}_loss', f'{prefix}_macro_f1']
+    cooccurrence = None
     if per_class:
+      columns += [f'{prefix}_mean_logit']
       columns += [f'{prefix}_class_accuracy/{k}' for k in range(classes)]
+      # Errors between classes that rarely share a client (the diagnosis of FedGA).
+      counts = getattr(self.data(spec.regime, spec.data_seed)[0], 'label_counts', None)
+      if counts is not None and np.shape(counts)[-1] == classes:
+        cooccurrence = evaluation.class_cooccurrence(counts)
+        columns += [f'{prefix}_{c}' for c in PAIR_ERROR_COLUMNS]
     if train_loss:
       columns += [runs_lib.GLOBAL_TRAIN_LOSS, 'global_train_accuracy']
     last = {}
@@ -270,8 +284,13 @@ class Engine:
       out[f'{prefix}_loss'] = float(result['loss'])
       out[f'{prefix}_macro_f1'] = float(result['macro_f1'])
       if per_class:
+        out[f'{prefix}_mean_logit'] = float(result['mean_logit'])
         for k, value in enumerate(np.asarray(result['per_class_accuracy']).reshape(-1)):
           out[f'{prefix}_class_accuracy/{k}'] = float(value)
+      if cooccurrence is not None:
+        pairs = evaluation.confusion_by_cooccurrence(result['confusion_matrix'], cooccurrence)
+        for column in PAIR_ERROR_COLUMNS:
+          out[f'{prefix}_{column}'] = float(pairs[column])
       if train_loss:
         train, _ = self.data(spec.regime, spec.data_seed)
         x, y = arrays(('train', spec.regime, spec.data_seed), train)

@@ -146,6 +146,10 @@ def parse_method(text: str) -> Method:
     ValueError: an unknown name or a malformed variant.
   """
   text = text.strip()
+  if text not in METHODS:
+    # Variants registered by the diagnosis modules (`diagnosis.DIAGNOSIS_MODULES`).
+    from experiments.benchmarking import diagnosis  # pylint: disable=g-import-not-at-top
+    diagnosis.load_modules()
   if text in METHODS:
     return METHODS[text]
   match = _VARIANT.match(text.replace(' ', ''))

@@ -80,6 +80,11 @@ def test_smoke_preset_end_to_end_leaves_no_worker(tmp_path):
   assert sorted(keys) == sorted((g, m, s) for g in ('digits:iid@8', 'digits:#C=2@8')
                                 for m in ('fedavg', 'fedgh') for s in ('0', '1'))
   assert all(r['epochs'] == '1' and r['final_accuracy'] for r in rows)
+  # The diagnosis columns (experiments.diagnosis) of every reporting run: the mean logit, and
+  # the errors between classes that rarely share a client (#C=2 has pairs sharing none).
+  assert all(r['final_mean_logit'] and r['final_common_pair_error'] for r in rows)
+  assert all(r['final_rare_pair_error'] for r in rows if r['regime'] == 'digits:#C=2@8')
+  assert '## Diagnosis' in report and '### fedgh' in report
   assert f'report: {root / "report.md"}' in result.stdout
   assert conftest.workers_with_token(token) == []
 

@@ -115,13 +115,19 @@ def test_write_report_from_files(tmp_path):
                'gain_vs_conflict.png', 'epochs_effect.png'):
     assert os.path.getsize(os.path.join(root, 'plots', name)) > 0
     assert f'plots/{name}' in text
-  assert '## Diagnosis' not in text
+  # experiments.diagnosis (registered through diagnosis.DIAGNOSIS_MODULES) explains each method
+  # against FedAvg from the runs.csv columns.
+  diagnoses = text[text.index('## Diagnosis'):]
+  assert '### fedld\n\nThe revised update of client i has norm' in diagnoses
+  assert '| digits:#C=2, E=1 | 0.800 ± 0.000 | 1.25 | 0.400 ± 0.000 |' in diagnoses
+  assert '### fedavg' not in diagnoses
 
 
-def test_diagnosis_hook(tmp_path):
+def test_diagnosis_hook(tmp_path, monkeypatch):
   root = str(tmp_path / 'bench')
   _write_benchmark(root)
   seen = {}
+  monkeypatch.setattr(diagnosis, 'DIAGNOSES', {})   # only this test's functions
 
   def fedld_diagnosis(inputs):
     seen['rows'] = len(inputs.method_rows())
@@ -131,13 +137,10 @@ def test_diagnosis_hook(tmp_path):
   def broken(inputs):
     raise RuntimeError('no data')
 
+  diagnosis.load_modules()
   diagnosis.register('fedld', fedld_diagnosis)
   diagnosis.register('fedgh', broken)
-  try:
-    text = open(report.write_report(root)).read()
-  finally:
-    diagnosis.DIAGNOSES.pop('fedld')
-    diagnosis.DIAGNOSES.pop('fedgh')
+  text = open(report.write_report(root)).read()
   assert '## Diagnosis' in text
   assert '### fedld\n\nThe server step is short: **measured**.' in text
   assert '### fedgh\n\nThe diagnosis failed' in text and 'RuntimeError: no data' in text
