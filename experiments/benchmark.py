@@ -107,6 +107,10 @@ with flags_lib.record_group('benchmark'):
                      'held out for tuning.')
   flags.DEFINE_string('results_md', None, 'Also write this RESULTS.md (machine, date, command, '
                       'wall time, report) and copy its data to docs/results/ beside it.')
+  flags.DEFINE_bool('positive_control', False, 'Also run the positive control first (FedProx '
+                    'mu = 1 against FedAvg on Synthetic(1, 1), E = 20, the FedProx paper\'s '
+                    'effect; experiments.benchmarking.control) under OUTPUT/positive_control '
+                    'and report it.')
   flags.DEFINE_bool('report_only', False, 'Only rewrite the report from the runs on disk.')
   flags.DEFINE_string('description', '', 'A sentence for the report\'s Setup section.')
 
@@ -125,7 +129,7 @@ _NOT_HERE = {
     'leaf_name': '--regimes=leaf_femnist:natural (or leaf_synthetic, leaf_celeba)',
 }
 
-# The results preset: RESULTS.md on the offline regimes (every regime of the issue's list on
+# The results preset: RESULTS.md on the offline regimes (the NIID-Bench regimes on
 # digits and Synthetic, every method, E in {1, 5}, 5 seeds), sized to finish in about 3 hours or
 # less on a 2-core CPU: 20 rounds, tuning at each E with 2 tuning seeds, on the in-process runner
 # (the faster backend on a CPU; equal to the C++ runtime to float round-off)
@@ -133,16 +137,21 @@ _NOT_HERE = {
 RESULTS_DESCRIPTION = (
     'The results preset (`--preset=results`), sized to finish in about 3 hours or less on a '
     '2-core CPU: 20 rounds per run, tuning at each E with 2 tuning seeds, the in-process runner '
-    '(BENCHMARKS.md, "Benchmark grid").')
+    '(BENCHMARKS.md, "Benchmark grid"); every method and FedGA\'s soft-target variant '
+    '(`fedga_soft`), and the positive control (below) run first.')
+# Every method, plus the variant that isolates FedGA's loss on these regimes (its authors'
+# soft-target form; `experiments.diagnosis.VARIANTS` lists the others, usable in --methods).
+RESULTS_METHODS = ('fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective',
+                   'fedga_soft')
 PRESETS: dict[str, dict[str, Any]] = {
     'smoke': dict(regimes='digits:iid@8,digits:#C=2@8', methods='fedavg,fedgh', epochs=['1'],
                   report_seeds=['0', '1'], rounds=3, clients_per_round=4, client_batch_size=32,
                   models='digits:logistic_regression', tune=False, experiment_name='smoke'),
-    'results': dict(regimes=','.join(ALL_REGIMES), methods=','.join(methods_lib.METHODS),
+    'results': dict(regimes=','.join(ALL_REGIMES), methods=','.join(RESULTS_METHODS),
                     epochs=['1', '5'], report_seeds=['0', '1', '2', '3', '4'], rounds=20,
                     clients_per_round=10, client_batch_size=20, models='digits:mlp',
                     tune=True, tune_epochs=['1', '5'], tuning_seeds=['100', '101'],
-                    runtime='inprocess', experiment_name='results',
+                    runtime='inprocess', experiment_name='results', positive_control=True,
                     description=RESULTS_DESCRIPTION),
 }
 
@@ -276,6 +285,11 @@ def main(argv):
     failures = []
   else:
     try:
+      if FLAGS.positive_control:
+        from experiments.benchmarking import control  # pylint: disable=g-import-not-at-top
+        control_outcome = grid.run_benchmark(control.control_config(config), command=command)
+        if control_outcome.failures:
+          print(f'positive control: {len(control_outcome.failures)} runs failed', flush=True)
       outcome = grid.run_benchmark(config, command=command)
     except engine_lib.SettingsChangedError as e:
       raise cli.Failure(str(e)) from None

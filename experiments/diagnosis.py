@@ -628,10 +628,22 @@ def benchmark_section(inputs) -> Optional[str]:
                   heading=False)
 
 
+def benchmark_control(rows: Sequence[Mapping[str, Any]], control) -> str:
+  """`positive_control` on the positive control's runs.csv rows (`control`: its
+  `experiments.benchmarking.control.PositiveControl`), without its own heading."""
+  regimes = sorted({_regime_label(r) for r in rows if r['method'] == control.method})
+  if not regimes:
+    raise ValueError(f'the positive control has no run of {control.method!r}')
+  text = positive_control(rows, regime=regimes[0], method=control.method,
+                          baseline=control.baseline)
+  return text.split('\n', 2)[2] if text.startswith('### ') else text
+
+
 def register_with_benchmark() -> None:
   """Registers this module with the benchmark harness (`experiments.benchmarking`): every
   `Variant` as a method (`methods.method_from_flags`), `benchmark_summary` as a runs.csv summary,
-  and `benchmark_section` as the diagnosis of every algorithm. Idempotent."""
+  `benchmark_section` as the diagnosis of every algorithm and `benchmark_control` as the
+  positive control's reading. Idempotent."""
   from experiments.benchmarking import diagnosis as hook  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import methods  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import runs as runs_lib  # pylint: disable=g-import-not-at-top
@@ -640,6 +652,7 @@ def register_with_benchmark() -> None:
       methods.register(methods.method_from_flags(variant.name, variant.algorithm,
                                                  dict(variant.flags)))
   runs_lib.register_summary(benchmark_summary)
+  hook.register_control(benchmark_control)
   for algorithm in list(METHOD_NAMES) + [methods.CUSTOM]:
     if algorithm != BASELINE:
       hook.register(algorithm, benchmark_section)

@@ -70,6 +70,10 @@ class DiagnosisInput:
 DiagnosisFn = Callable[[DiagnosisInput], Optional[str]]
 DIAGNOSES: dict[str, list[DiagnosisFn]] = {}
 
+# The positive control's reading (`control`): rows of its runs.csv and its settings -> Markdown.
+ControlFn = Callable[[Sequence[Mapping[str, Any]], Any], str]
+CONTROL_READERS: list[ControlFn] = []
+
 # Modules imported before the report is written, so that their `register` calls run.
 DIAGNOSIS_MODULES: list[str] = ['experiments.benchmarking.method_diagnoses']
 
@@ -83,6 +87,30 @@ def register(name: str, fn: DiagnosisFn) -> DiagnosisFn:
   if fn not in entries:
     entries.append(fn)
   return fn
+
+
+def register_control(fn: ControlFn) -> ControlFn:
+  """Registers `fn(rows, control)` as a reading of the positive control's runs (`control`:
+  its `control.PositiveControl`); returns `fn`."""
+  if not callable(fn):
+    raise ValueError(f'fn must be callable, got {fn!r}')
+  if fn not in CONTROL_READERS:
+    CONTROL_READERS.append(fn)
+  return fn
+
+
+def control_sections(rows: Sequence[Mapping[str, Any]], control) -> list[str]:
+  """The Markdown of every registered control reading (a failure is shown, not raised)."""
+  load_modules()
+  out = []
+  for fn in CONTROL_READERS:
+    try:
+      text = fn(list(rows), control)
+    except Exception:  # pylint: disable=broad-except
+      text = 'The reading failed:\n\n```\n' + traceback.format_exc(limit=5) + '```'
+    if text:
+      out.append(text.strip())
+  return out
 
 
 def load_modules() -> None:

@@ -25,10 +25,12 @@ import csv
 import json
 import math
 import os
+import posixpath
 import shutil
 from typing import Any, Mapping, Optional, Sequence
 
 from experiments import metrics_io
+from experiments.benchmarking import control as control_lib
 from experiments.benchmarking import diagnosis as diagnosis_lib
 from experiments.benchmarking import runs as runs_lib
 from experiments.benchmarking import stats
@@ -598,11 +600,42 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR, runs_root: Optional[str] 
     for method, text in sections:
       parts.append(f'### {method}\n')
       parts.append(text + '\n')
+  control_text = _control_section(root, plot_prefix)
+  if control_text:
+    parts.append('## Positive control\n')
+    parts.append(control_text)
   parts.append('## Files\n')
   parts.append('`runs.csv` (one row per reporting run, with its curves), `tuning.csv` (every '
                'tuning candidate\'s validation score), `tuning_choices.json`, `config.json`, '
                '`timing.json`, `plots/`; each run\'s `metrics.csv` (every round\'s metrics) and '
                '`result.json` under `runs/<regime>/E<e>/<method>/seed<s>/`.\n')
+  return '\n'.join(parts)
+
+
+def _control_section(root: str, plot_prefix: str) -> Optional[str]:
+  """The positive control's section (`control`), from `root/positive_control/` if it ran."""
+  sub = control_lib.control_root(root)
+  if sub is None:
+    return None
+  rows = read_runs(os.path.join(sub, 'runs.csv'))
+  config = _read_json(os.path.join(sub, 'config.json'), {})
+  settings = control_lib.PositiveControl()
+  seconds = total_wall_seconds(sub)
+  seeds = sorted({int(r['seed']) for r in rows})
+  parts = [f'Can the harness reproduce a published effect? FedProx (Li et al., "Federated '
+           'Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127, Fig. 1-2): '
+           'with many local epochs on Synthetic(1, 1), FedProx with mu = 1 trains stably where '
+           'FedAvg\'s training loss oscillates or rises. Runs: ' + settings.describe() +
+           f'; seeds {seeds}' + (f'; {_duration(seconds)} wall' if seconds else '') +
+           f' (`{control_lib.CONTROL_DIR}/runs.csv`).\n']
+  parts += [text + '\n' for text in diagnosis_lib.control_sections(rows, settings)]
+  plots = write_plots(rows, config, os.path.join(sub, PLOTS_DIR)) if rows else {}
+  prefix = posixpath.join(posixpath.dirname(plot_prefix), control_lib.CONTROL_DIR, PLOTS_DIR)
+  images = [f'![{alt}]({prefix}/{name})' for key, name in sorted(plots.items())
+            for kind, alt in (('train_loss:', 'training loss'), ('accuracy:', 'test accuracy'))
+            if key.startswith(kind)]
+  if images:
+    parts.append(' '.join(images) + '\n')
   return '\n'.join(parts)
 
 
@@ -637,6 +670,14 @@ def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -
     source = os.path.join(root, name)
     if os.path.exists(source):
       shutil.copyfile(source, os.path.join(target, name))
+  control_source = control_lib.control_root(root)
+  if control_source is not None:
+    control_target = os.path.join(target, control_lib.CONTROL_DIR)
+    os.makedirs(control_target, exist_ok=True)
+    for name in RESULTS_FILES:
+      source = os.path.join(control_source, name)
+      if os.path.exists(source):
+        shutil.copyfile(source, os.path.join(control_target, name))
   here = os.path.dirname(os.path.abspath(results_md))
   body = render(target, plot_prefix=os.path.relpath(os.path.join(target, PLOTS_DIR), here),
                 runs_root=root)

@@ -30,11 +30,13 @@ def test_results_preset_is_the_offline_grid():
   with flagsaver.as_parsed(preset='results'):
     benchmark.apply_preset()
     config = benchmark.config_from_flags()
+    positive_control = benchmark.FLAGS.positive_control
   assert {r.split('(')[0].split(':')[0] for r in config.regimes} == {'digits', 'synthetic'}
   assert len(config.report_seeds) >= 5 and config.epochs == (1, 5) and config.tuning.tune
   assert set(config.tuning.tuning_seeds).isdisjoint(config.report_seeds)
   assert set(config.methods) >= {'fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
-                                 'fed_corrective'}
+                                 'fed_corrective', 'fedga_soft'}
+  assert positive_control
 
 
 def test_given_values_come_from_the_method_flags():

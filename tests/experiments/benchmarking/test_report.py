@@ -165,3 +165,71 @@ def test_results_md_and_its_check(tmp_path):
     f.write(tampered)
   missing = report.check_results_md(results_md)
   assert len(missing) == 1 and '| fedgh | 3 | 0.6500 ± 0.0265' in missing[0]
+
+
+def _control_rows(fedavg_losses, fedprox_losses):
+  """Positive-control rows: per seed, the global model's training-loss curve of each method."""
+  rows = []
+  for method, per_seed in (('fedavg', fedavg_losses), ('fedprox_mu1', fedprox_losses)):
+    for seed, curve in enumerate(per_seed):
+      quarter = curve[-max(1, len(curve) // 4):]
+      rise = max(v - min(curve[:i + 1]) for i, v in enumerate(curve))
+      rows.append({
+          'regime': 'synthetic(1,1)', 'dataset': 'synthetic', 'method': method,
+          'algorithm': 'fedprox' if method != 'fedavg' else 'fedavg', 'epochs': 20, 'seed': seed,
+          'data_seed': seed, 'model': 'logistic_regression', 'client_lr': 0.01,
+          'server_lr': 1.0, 'hparams': '{}', 'final_accuracy': 0.5 + 0.1 * (method != 'fedavg'),
+          'best_accuracy': 0.7, 'diverged': False, 'seconds_per_round': 1.0,
+          'run_seconds': 4.0, 'accuracy_curve': runs.encode_curve([0.4, 0.5, 0.5, 0.6]),
+          'train_loss_curve': runs.encode_curve(curve),
+          'global_train_loss_curve': runs.encode_curve(curve),
+          'tail_global_train_loss': sum(quarter) / len(quarter),
+          'global_train_loss_rise': rise})
+  return rows
+
+
+def _write_control(root, rows):
+  sub = os.path.join(root, 'positive_control')
+  os.makedirs(sub)
+  columns = list(runs.RUN_COLUMNS) + [c for c in rows[0] if c not in runs.RUN_COLUMNS]
+  report.write_csv(os.path.join(sub, 'runs.csv'), rows, columns)
+  with open(os.path.join(sub, 'config.json'), 'w') as f:
+    json.dump({'baseline': 'fedavg', 'regimes': ['synthetic(1,1)'],
+               'methods': ['fedavg', 'fedprox_mu1'], 'epochs': [20]}, f)
+  with open(os.path.join(sub, 'timing.json'), 'w') as f:
+    json.dump([{'wall_seconds': 61.0}], f)
+
+
+def test_positive_control_section(tmp_path):
+  # FedAvg's loss rises by 1.0 late in every run; FedProx's keeps falling: reproduced.
+  oscillating = [[2.0, 1.5, 1.2, 1.0, 2.0 + 0.1 * s, 1.9, 2.0, 2.1] for s in range(4)]
+  steady = [[2.0, 1.6, 1.3, 1.1, 1.0, 0.95 - 0.01 * s, 0.9, 0.85] for s in range(4)]
+  root = str(tmp_path / 'bench')
+  _write_benchmark(root)
+  _write_control(root, _control_rows(oscillating, steady))
+  text = open(report.write_report(root)).read()
+  section = text[text.index('## Positive control'):text.index('## Files')]
+  assert 'E = 20, batch 10, client learning rate 0.01' in section
+  assert 'seeds [0, 1, 2, 3]; 1 min 01 s wall' in section
+  assert '| training loss (global model), mean of the last quarter of rounds |' in section
+  assert 'the published effect is reproduced' in section
+  assert '(positive_control/plots/train_loss_synthetic_1_1_E20.png)' in section
+  assert os.path.getsize(os.path.join(root, 'positive_control', 'plots',
+                                      'train_loss_synthetic_1_1_E20.png')) > 0
+  # RESULTS.md carries the control's files and section, with its plots beside them.
+  results_md = str(tmp_path / 'RESULTS.md')
+  target = report.write_results_md(results_md, root, header={'Command': 'c'})
+  results = open(results_md).read()
+  assert '## Positive control' in results and 'effect is reproduced' in results
+  assert '(docs/results/positive_control/plots/train_loss_synthetic_1_1_E20.png)' in results
+  assert os.path.exists(os.path.join(target, 'positive_control', 'runs.csv'))
+
+
+def test_positive_control_not_reproduced_and_absent(tmp_path):
+  same = [[2.0, 1.5, 1.2, 1.0, 1.4 + 0.1 * s, 1.3, 1.2, 1.1] for s in range(4)]
+  root = str(tmp_path / 'bench')
+  _write_benchmark(root)
+  assert '## Positive control' not in open(report.write_report(root)).read()
+  _write_control(root, _control_rows(same, same))
+  text = open(report.write_report(root)).read()
+  assert 'the published effect is not reproduced' in text

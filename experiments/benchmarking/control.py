@@ -1,0 +1,60 @@
+"""The positive control: a published effect the harness must reproduce before its other
+numbers are trusted.
+
+FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020,
+arXiv:1812.06127, Fig. 1-2): on Synthetic(1, 1) with many local epochs, FedAvg's training loss
+oscillates or rises while FedProx with mu = 1 trains stably. The control runs FedAvg and
+FedProx (mu = 1) there with the paper's local work (E = 20, batch 10, client learning rate
+0.01), untuned, evaluating the global model's loss on the clients' training data every round
+(`BenchmarkConfig.eval_train_loss`), as a small benchmark of its own in `<root>/positive_control/`.
+The report reads it with the function registered by `diagnosis.register_control` (the
+diagnosis modules register `experiments.diagnosis.positive_control`).
+"""
+
+import dataclasses
+import os
+from typing import Optional
+
+from experiments.benchmarking import config as config_lib
+
+CONTROL_DIR = 'positive_control'
+
+
+@dataclasses.dataclass(frozen=True)
+class PositiveControl:
+  """The control's settings (defaults: the FedProx paper's Synthetic(1, 1) experiment)."""
+  regime: str = 'synthetic(1,1)'
+  baseline: str = 'fedavg'
+  method: str = 'fedprox_mu1'
+  epochs: int = 20
+  rounds: int = 40
+  clients_per_round: int = 10
+  batch_size: int = 10
+  client_learning_rate: float = 0.01
+
+  def describe(self) -> str:
+    return (f'{self.method} against {self.baseline} on `{self.regime}`: E = {self.epochs}, '
+            f'batch {self.batch_size}, client learning rate {self.client_learning_rate}, '
+            f'{self.clients_per_round} clients per round, {self.rounds} rounds, untuned, the '
+            'global model\'s training loss evaluated every round')
+
+
+def control_config(config: config_lib.BenchmarkConfig,
+                   control: PositiveControl = PositiveControl()) -> config_lib.BenchmarkConfig:
+  """The control as a benchmark under `config.root/positive_control`, with `config`'s seeds,
+  runtime, outputs and data directories."""
+  return dataclasses.replace(
+      config, regimes=(control.regime,), methods=(control.baseline, control.method),
+      epochs=(control.epochs,), rounds=control.rounds,
+      clients_per_round=control.clients_per_round, batch_size=control.batch_size,
+      client_learning_rate=control.client_learning_rate, client_momentum=0.0,
+      server_learning_rate=1.0, models={}, baseline=control.baseline, targets={},
+      tuning=dataclasses.replace(config.tuning, tune=False, tune_epochs=()),
+      output_dir=config.root, experiment_name=CONTROL_DIR,
+      description='Positive control: ' + control.describe() + '.', eval_train_loss=True)
+
+
+def control_root(root: str) -> Optional[str]:
+  """The control's directory under the benchmark `root`, if it has runs."""
+  path = os.path.join(root, CONTROL_DIR)
+  return path if os.path.exists(os.path.join(path, 'runs.csv')) else None
