@@ -546,9 +546,20 @@ class ExperimentConfig:
     return self.replace(training=dataclasses.replace(self.training, seed=seed))
 
   @property
+  def dataset_label(self) -> str:
+    """The dataset as default experiment names give it; a LEAF dataset by its own name
+    (`leaf_femnist`: `data.leaf_name`, else the name of `data.leaf_dir`'s folder)."""
+    if self.data.dataset != 'leaf':
+      return self.data.dataset
+    name = self.data.leaf_name or (
+        os.path.basename(os.path.normpath(self.data.leaf_dir)) if self.data.leaf_dir else '')
+    name = re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('._')
+    return f'leaf_{name}' if name else 'leaf'
+
+  @property
   def default_experiment_name(self) -> str:
-    """`<dataset>_<algorithm label>_seed<seed>`."""
-    return f'{self.data.dataset}_{self.algorithm.label}_seed{self.seed}'
+    """`<dataset label>_<algorithm label>_seed<seed>` (`dataset_label`)."""
+    return f'{self.dataset_label}_{self.algorithm.label}_seed{self.seed}'
 
   @property
   def experiment_name(self) -> str:

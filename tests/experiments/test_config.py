@@ -173,3 +173,14 @@ def test_library_messages_are_put_in_the_flags_words(message, expected):
   arguments = {'num_clients': 'num_clients', 'data_dir': 'data_dir',
                'client_optimizer_fn: learning_rate': 'client_learning_rate'}
   assert config.translate_message(message, arguments, context='--dataset=m') == expected
+
+
+def test_default_experiment_names_tell_leaf_datasets_apart():
+  def name(**data):
+    return config.ExperimentConfig(algorithm=config.AlgorithmConfig('fedgh'),
+                                   data=config.DataConfig(**data)).default_experiment_name
+  assert name() == 'digits_fedgh_seed0'
+  assert name(dataset='leaf', leaf_dir='/data/leaf/data/femnist/') == 'leaf_femnist_fedgh_seed0'
+  assert name(dataset='leaf', leaf_dir='/x/celeb a', leaf_name='celeba') == (
+      'leaf_celeba_fedgh_seed0')
+  assert name(dataset='leaf', leaf_dir='/x/celeb a') == 'leaf_celeb_a_fedgh_seed0'
