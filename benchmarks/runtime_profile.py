@@ -7,6 +7,8 @@ Same cases as `benchmarks.runtime`. The runner's internals are wrapped with time
 seconds of this process) and one cold start (construction, `initialize`, round 1) and
 `--rounds` - 1 later rounds are run. Stages:
   compile next / compile initialize   TFF's MapReduceForm compiler (Python)
+  compile cache: ...                  the computation's fingerprint, reading or writing the form
+                                      (`--cache_dir`; `tff_conflict.runtime._form_cache`)
   stamp <component>                   the component's graph rewritten and imported as a function
   check buffered leaves               the gathered-stack check ('buffered' accumulation)
   call <component>                    its calls; the first includes TensorFlow's instantiation
@@ -23,6 +25,8 @@ import argparse
 import collections
 import contextlib
 import os
+import shutil
+import tempfile
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -74,9 +78,14 @@ def instrument(timers):
 
     setattr(owner, attr, wrapped)
 
+  from tff_conflict.runtime import _fingerprint  # pylint: disable=g-import-not-at-top
+  from tff_conflict.runtime import _form_cache  # pylint: disable=g-import-not-at-top
   mapreduce = tff.backends.mapreduce
   wrap(mapreduce, 'get_map_reduce_form_for_computation', lambda *a, **k: 'compile next')
   wrap(mapreduce, 'get_state_initialization_computation', lambda *a, **k: 'compile initialize')
+  wrap(_fingerprint, 'fingerprint', lambda *a, **k: 'compile cache: fingerprint')
+  wrap(_form_cache, '_read', lambda *a, **k: 'compile cache: read form')
+  wrap(_form_cache, '_write', lambda *a, **k: 'compile cache: write form')
   original_init = _tf_stamp.StampedComputation.__init__
 
   def stamp_init(self, comp, name, **kwargs):
@@ -104,6 +113,9 @@ def main():
   parser.add_argument('--rounds', type=int, default=4)
   parser.add_argument('--examples', type=int, default=20, help='examples per client (cnn)')
   parser.add_argument('--threads', type=int, default=1)
+  parser.add_argument('--cache_dir', default=None,
+                      help='the compile cache; default: a new empty directory (the form is '
+                      'compiled). A directory that an earlier run filled profiles the cached path.')
   args = parser.parse_args()
   if args.rounds < 2 or args.clients < 1 or args.threads < 1:
     parser.error('--rounds >= 2, --clients and --threads >= 1')
@@ -117,7 +129,9 @@ def main():
   from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
   totals = {}
   start, cpu = time.perf_counter(), time.process_time()
-  runner = inprocess.InProcessRunner(case.process, num_threads=args.threads)
+  cache_dir = args.cache_dir or tempfile.mkdtemp(prefix='tff_conflict_profile_')
+  runner = inprocess.InProcessRunner(case.process, num_threads=args.threads,
+                                     compile_cache=cache_dir)
   state = runner.initialize()
   data = case.datasets(1)
   state = runner.next(state, data).state
@@ -131,8 +145,11 @@ def main():
   totals['later'] = ((time.perf_counter() - start) / later_rounds,
                      (time.process_time() - cpu) / later_rounds)
   runtime.shutdown_workers()
+  if args.cache_dir is None:
+    shutil.rmtree(cache_dir, ignore_errors=True)
 
-  print(f'{args.preset}, {args.algorithm}, {args.clients} clients, {args.threads} thread(s); '
+  print(f'{args.preset}, {args.algorithm}, {args.clients} clients, {args.threads} thread(s), '
+        f'MapReduceForm {runner.form_source}; '
         f'load average {"/".join(f"{x:.1f}" for x in os.getloadavg())}')
   print()
   print('| stage | cold: wall s | cold: CPU s | calls | later round: wall s | CPU s | calls |')

@@ -262,15 +262,16 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
   saved and how to resume.
 
   Args:
-    process: the learning process; used for `initialize()` (the structure of checkpoints) and
-      `get_model_weights(state)`.
+    process: the learning process; its `get_model_weights(state)` gives the evaluated weights
+      when `runner` has none.
     train_data: a `tff.simulation.datasets.ClientData` of unbatched examples.
     evaluate_fn: model weights (`tff.learning.models.ModelWeights`) -> test metrics, a mapping
       whose keys are among `test_columns`.
     config: the loop settings.
     experiment_dir: outputs go here (created if missing).
     hparams: written to hparams.csv; compared with an earlier run's before resuming.
-    runner: what runs `initialize` / `next` (an execution backend); default `process`.
+    runner: what runs `initialize` / `next`, and `get_model_weights` when it has one (an
+      execution backend, e.g. `tff_conflict.runtime.InProcessRunner`); default `process`.
     client_ids: the population to sample from; default `train_data.client_ids`.
     label: shown in the progress output (e.g. the algorithm).
     show_progress: print progress (a bar on a TTY, plain lines otherwise).
@@ -290,6 +291,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
     KeyboardInterrupt: the loop was interrupted (after saving the last finished round).
   """
   runner = process if runner is None else runner
+  # The runner's own `get_model_weights` where it has one: the in-process runner's runs in this
+  # process, while the process's goes through TFF's runtime (and would start a worker_binary).
+  model_weights = getattr(runner, 'get_model_weights', None) or process.get_model_weights
   client_ids = list(train_data.client_ids if client_ids is None else client_ids)
   if config.clients_per_round > len(client_ids):
     raise ValueError(f'clients_per_round={config.clients_per_round} is larger than the '
@@ -347,7 +351,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
       accuracy = None
       if config.is_eval_round(round_num):
         start_time = time.monotonic()
-        test_metrics = dict(evaluate_fn(process.get_model_weights(state)))
+        test_metrics = dict(evaluate_fn(model_weights(state)))
         unknown = sorted(set(test_metrics) - set(test_columns))
         if unknown:
           raise ValueError(f'evaluate_fn returned {unknown}, which are not in test_columns')

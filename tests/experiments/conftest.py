@@ -40,6 +40,39 @@ def make_tiny_client_data(num_clients=4, examples_per_client=12, num_features=4,
           tff.simulation.datasets.TestClientData(test))
 
 
+def _refusing_context():
+  """A TFF execution context that fails every call."""
+  from tensorflow_federated.python.core.impl.context_stack import context_base  # pylint: disable=g-import-not-at-top
+
+  class RefusingContext(context_base.SyncContext):
+
+    def invoke(self, comp, arg):
+      del arg
+      raise AssertionError('a TFF computation ran through TFF\'s execution context, which '
+                           f'would start a worker_binary: {comp.type_signature}')
+
+  return RefusingContext()
+
+
+@pytest.fixture
+def no_tff_runtime(monkeypatch):
+  """TFF's execution context replaced by one that fails any call, also where a binary installs
+  its context (`runtime.set_local_context`): for runs that must not use TFF's runtime, such as
+  `--runtime=inprocess`, which starts no worker_binary. The session's local context is
+  installed again afterwards."""
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+
+  def refuse():
+    context_stack_impl.context_stack.set_default_context(_refusing_context())
+
+  refuse()
+  monkeypatch.setattr(runtime, 'set_local_context', refuse)
+  yield
+  monkeypatch.undo()
+  runtime.set_local_context()
+
+
 def workers_with_token(token):
   """Running worker_binary processes whose environment holds TFF_CONFLICT_TEST_TOKEN=token."""
   found = []

@@ -64,7 +64,8 @@ def test_cross_flag_checks(flag_values, message):
       compare.check_flags()
 
 
-def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd):
+def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd, no_tff_runtime):
+  # In-process: no round, evaluation or checkpoint goes through TFF's runtime (no worker_binary).
   with flagsaver.as_parsed(
       algorithms='fedavg,fedgh', dataset='digits', num_clients='6', clients_per_round='3',
       model='logistic_regression', rounds='2', client_batch_size='32',

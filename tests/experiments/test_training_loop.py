@@ -313,3 +313,23 @@ def test_ctrl_c_saves_the_last_finished_round_and_the_rerun_resumes_from_it(
   resumed = _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=2)
   assert resumed.resumed_from == 3
   _assert_same_rows(full_run, resumed.rows)
+
+
+def test_an_in_process_run_uses_no_tff_runtime_and_matches_the_cpp_run(
+    tmp_path, tiny, full_run, no_tff_runtime):
+  # Rounds, evaluation (the runner's get_model_weights) and checkpoints all stay in this process:
+  # TFF's execution context, which would start a worker_binary, refuses every call here.
+  from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
+  process, train, evaluate_fn = tiny
+  result = _run(process, train, evaluate_fn, tmp_path, 4,
+                runner=inprocess.InProcessRunner(process))
+  expected, actual = metrics_io.non_timing(full_run), metrics_io.non_timing(result.rows)
+  assert [sorted(r) for r in actual] == [sorted(r) for r in expected]
+  assert [r['test_accuracy'] is None for r in actual] == [True, False, True, False]
+  for got, want in zip(actual, expected):
+    for key, value in want.items():
+      if isinstance(value, float):
+        assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-6, nan_ok=True), key
+      else:
+        assert got[key] == value, key
+  assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [2, 4]

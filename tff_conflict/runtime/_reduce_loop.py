@@ -34,7 +34,10 @@ from tensorflow.python.ops import gen_dataset_ops
 from tensorflow.python.ops import gen_functional_ops
 from tensorflow.python.ops import gen_optional_ops
 
+from tff_conflict.runtime import _function_names
+
 _REDUCE_OP = 'ReduceDataset'
+_LOOP_SUFFIX = '_tffc_reduce_loop'
 _CALL_OP = 'StatefulPartitionedCall'
 
 # (reduce function name, state specs, element specs, argument dtypes) -> (loop name, FunctionDefs)
@@ -109,7 +112,16 @@ def _loop_function_defs(reduce_fn_name: str, state_specs: list[tf.TensorSpec],
                         argument_types: list[tf.DType]) -> tuple[str, list[Any]]:
   key = (reduce_fn_name, tuple(state_specs), tuple(element_specs), tuple(argument_types))
   if key not in _traced:
-    _traced[key] = _trace_loop(reduce_fn_name, state_specs, element_specs, argument_types)
+    name, function_defs = _trace_loop(reduce_fn_name, state_specs, element_specs,
+                                      argument_types)
+    # The generated functions are named by this process's counter; the graph they join may
+    # come from another process (a cached MapReduceForm) whose functions used the same
+    # counter: the suffix keeps the two sets of names apart.
+    renames = {f.signature.name: f.signature.name + _LOOP_SUFFIX for f in function_defs}
+    for function_def in function_defs:
+      function_def.signature.name = renames[function_def.signature.name]
+      _function_names.rename_nodes(function_def.node_def, renames)
+    _traced[key] = renames[name], function_defs
   name, function_defs = _traced[key]
   return name, [copy.deepcopy(f) for f in function_defs]
 
@@ -155,6 +167,8 @@ def replace_reduce_datasets(graph_def: Any) -> int:
       loop_name, loop_defs = _loop_function_defs(reduce_fn_name, state_specs, element_specs,
                                                  argument_types)
       for loop_def in loop_defs:
+        if loop_def.signature.name in functions:
+          raise ValueError(f'the graph already has a function named {loop_def.signature.name!r}')
         generated[loop_def.signature.name] = loop_def
       input_types = [tf.variant] + state_types + argument_types
       node.op = _CALL_OP

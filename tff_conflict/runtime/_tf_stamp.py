@@ -44,6 +44,7 @@ from tensorflow_federated.python.core.impl.types import type_serialization
 from tensorflow_federated.python.core.impl.utils import tensorflow_utils
 from tensorflow_federated.python.tensorflow_libs import serialization_utils
 
+from tff_conflict.runtime import _function_names
 from tff_conflict.runtime import _reduce_loop
 
 _suffix_counter = itertools.count()
@@ -150,27 +151,6 @@ def computation_proto(comp: Any) -> pb.Computation:
   return computation_impl.ConcreteComputation.get_proto(comp)
 
 
-def _rename_func_attr(attr, renames):
-  kind = attr.WhichOneof('value')
-  if kind == 'func':
-    if attr.func.name in renames:
-      attr.func.name = renames[attr.func.name]
-    for inner in attr.func.attr.values():
-      _rename_func_attr(inner, renames)
-  elif kind == 'list':
-    for func in attr.list.func:
-      if func.name in renames:
-        func.name = renames[func.name]
-
-
-def _rename_nodes(nodes, renames):
-  for node in nodes:
-    if node.op in renames:
-      node.op = renames[node.op]
-    for attr in node.attr.values():
-      _rename_func_attr(attr, renames)
-
-
 def uniquify_function_names(graph_def, suffix: str):
   """Renames every function of `graph_def`'s library (and each reference to it) with `suffix`.
 
@@ -184,13 +164,13 @@ def uniquify_function_names(graph_def, suffix: str):
     return graph_def
   for function in library.function:
     function.signature.name = renames[function.signature.name]
-    _rename_nodes(function.node_def, renames)
+    _function_names.rename_nodes(function.node_def, renames)
     for attr in function.attr.values():
-      _rename_func_attr(attr, renames)
+      _function_names.rename_attr(attr, renames)
   for gradient in library.gradient:
     gradient.function_name = renames.get(gradient.function_name, gradient.function_name)
     gradient.gradient_func = renames.get(gradient.gradient_func, gradient.gradient_func)
-  _rename_nodes(graph_def.node, renames)
+  _function_names.rename_nodes(graph_def.node, renames)
   return graph_def
 
 
@@ -280,9 +260,10 @@ class StampedComputation:
     Args:
       comp: a TFF TensorFlow computation (or its `pb.Computation`).
       name: label used in error messages.
-      optimize: whether TensorFlow runs Grappler over the function when it first runs it (its
-        default). Grappler's rewrites speed up model training but cost a fraction of a second per
-        function; small server-side computations are left as TFF built them.
+      optimize: whether TensorFlow runs Grappler over the function when it first runs it, and
+        lowers its functional control flow (its defaults). Grappler's rewrites speed up model
+        training but cost a fraction of a second per function; small server-side computations
+        are left as TFF built them (`without_grappler`).
     """
     proto = computation_proto(comp)
     if proto.WhichOneof('computation') != 'tensorflow':
@@ -482,9 +463,14 @@ _no_grappler_options: dict[tuple[bytes, str], Any] = {}
 
 @contextlib.contextmanager
 def without_grappler(active: bool = True):
-  """While active, eager function calls of this thread are instantiated without Grappler.
+  """While active, eager function calls of this thread are instantiated as built: without
+  Grappler, and with their functional control flow (`If`, `Case`, `While`) kept as ops instead
+  of lowered into the caller's graph. Both only save instantiation time: Grappler's rewrites,
+  and lowering a `Case` (every branch inlined into the caller), cost more at a function's first
+  call than they save in the server-side computations' few later calls; a kept functional op
+  instantiates a branch when it first runs it.
 
-  (The option is part of each call's attributes, so a function instantiated once with Grappler
+  (The options are part of each call's attributes, so a function instantiated once with them
   and once without is two cached kernels; each stamped computation always uses one.)
   """
   if not active:
@@ -497,6 +483,7 @@ def without_grappler(active: bool = True):
   if options is None:
     config = config_pb2.ConfigProto.FromString(previous.config_proto_serialized)
     config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config.experimental.disable_functional_ops_lowering = True
     options = context.FunctionCallOptions(executor_type=previous.executor_type,
                                           config_proto=config)
     _no_grappler_options[key] = options

@@ -58,6 +58,7 @@ being copied in again.
 import collections
 import concurrent.futures
 import functools
+import os
 import queue
 from collections.abc import Sequence
 from typing import Any
@@ -68,6 +69,7 @@ import tensorflow_federated as tff
 
 from tensorflow_federated.python.core.impl.types import computation_types
 
+from tff_conflict.runtime import _form_cache
 from tff_conflict.runtime import _row_buffer
 from tff_conflict.runtime import _tf_stamp
 
@@ -139,7 +141,7 @@ class InProcessRunner:
   """
 
   def __init__(self, learning_process: Any, *, num_threads: int = 1,
-               accumulation: str = 'buffered'):
+               accumulation: str = 'buffered', compile_cache: bool | str | os.PathLike = True):
     """Compiles `learning_process.next` to MapReduceForm and stamps its components.
 
     Args:
@@ -149,6 +151,11 @@ class InProcessRunner:
       num_threads: how many clients' `work` run at once (>= 1).
       accumulation: 'buffered' (default), 'tree' or 'sequential' (TFF's order); see the module
         docstring.
+      compile_cache: where the compiled MapReduceForm of `next` is looked up and kept
+        (`_form_cache`): True (default) in this process and in the directory that
+        `TFF_CONFLICT_COMPILE_CACHE` names (`off` there: no disk cache), by default
+        `~/.cache/tff_conflict/mapreduce`; a path: in this process and in that directory;
+        False: compiled every time, nothing kept.
 
     Raises:
       ValueError: for a bad argument, or if `next`/`initialize` cannot be compiled to
@@ -158,6 +165,13 @@ class InProcessRunner:
       raise ValueError(f'num_threads must be a positive integer, got {num_threads!r}')
     if accumulation not in _ACCUMULATIONS:
       raise ValueError(f'accumulation must be one of {_ACCUMULATIONS}, got {accumulation!r}')
+    if isinstance(compile_cache, bool):
+      cache_directory = _form_cache.default_directory() if compile_cache else None
+    elif isinstance(compile_cache, (str, os.PathLike)) and os.fspath(compile_cache):
+      cache_directory = os.path.abspath(os.path.expanduser(os.fspath(compile_cache)))
+    else:
+      raise ValueError('compile_cache must be True, False or a directory path, got '
+                       f'{compile_cache!r}')
     for attr in ('initialize', 'next'):
       if not hasattr(learning_process, attr):
         raise ValueError(f'learning_process must have `initialize` and `next`, got '
@@ -165,9 +179,13 @@ class InProcessRunner:
     self._process = learning_process
     self._num_threads = num_threads
     self._accumulation = accumulation
+    options = _compile_options()
     try:
-      mrf = tff.backends.mapreduce.get_map_reduce_form_for_computation(
-          learning_process.next, _compile_options())
+      mrf, self._form_source = _form_cache.compile_map_reduce_form(
+          learning_process.next, options,
+          lambda: tff.backends.mapreduce.get_map_reduce_form_for_computation(
+              learning_process.next, options),
+          cache_directory, use_memory=compile_cache is not False)
     except Exception as e:  # pylint: disable=broad-except
       raise ValueError('InProcessRunner: learning_process.next cannot be compiled to '
                        f'MapReduceForm ({type(e).__name__}: {e})') from e
@@ -248,6 +266,11 @@ class InProcessRunner:
   def map_reduce_form(self) -> Any:
     """The `tff.backends.mapreduce.MapReduceForm` this runner executes."""
     return self._mrf
+
+  @property
+  def form_source(self) -> str:
+    """Where the MapReduceForm came from: 'compiled', or the compile cache's 'memory' or 'disk'."""
+    return self._form_source
 
   @property
   def buffered_leaves(self) -> tuple[int, ...]:
