@@ -46,25 +46,33 @@ def fingerprint(computation_proto: pb.Computation) -> bytes:
   return hashlib.sha256(canonical.SerializeToString(deterministic=True)).digest()
 
 
-def _canonicalize_graphs(message: Any) -> None:
-  if isinstance(message, pb.TensorFlow):
-    graph_def = serialization_utils.unpack_graph_def(message.graph_def)
-    try:
-      graph_def = canonical_graph_def(graph_def)
-    except _Cycle:
-      return
-    message.graph_def.value = graph_def.SerializeToString(deterministic=True)
-    return
-  for field, value in message.ListFields():
-    if field.type != field.TYPE_MESSAGE:
-      continue
-    if field.label == field.LABEL_REPEATED:
-      if field.message_type.GetOptions().map_entry:
-        continue  # no computations inside maps
-      for element in value:
-        _canonicalize_graphs(element)
-    else:
-      _canonicalize_graphs(value)
+def _canonicalize_graphs(computation: pb.Computation) -> None:
+  """Rewrites, in place, the graph of every TensorFlow computation inside `computation`."""
+  stack = [computation]
+  while stack:
+    comp = stack.pop()
+    kind = comp.WhichOneof('computation')
+    if kind == 'tensorflow':
+      graph_def = serialization_utils.unpack_graph_def(comp.tensorflow.graph_def)
+      try:
+        graph_def = canonical_graph_def(graph_def)
+      except _Cycle:
+        continue
+      comp.tensorflow.graph_def.value = graph_def.SerializeToString(deterministic=True)
+    elif kind == 'lambda':
+      stack.append(getattr(comp, 'lambda').result)
+    elif kind == 'block':
+      stack.extend(local.value for local in comp.block.local)
+      stack.append(comp.block.result)
+    elif kind == 'call':
+      stack.append(comp.call.function)
+      if comp.call.HasField('argument'):
+        stack.append(comp.call.argument)
+    elif kind == 'struct':
+      stack.extend(element.value for element in comp.struct.element)
+    elif kind == 'selection':
+      stack.append(comp.selection.source)
+    # intrinsic, data, reference, placement, literal, xla: no TensorFlow graph inside
 
 
 def canonical_graph_def(graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from tensorflow.core.protobuf import config_pb2
+from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.client import pywrap_tf_session as c_api
 from tensorflow.python.eager import context
 from tensorflow.python.eager import execute
@@ -261,9 +262,9 @@ class StampedComputation:
       comp: a TFF TensorFlow computation (or its `pb.Computation`).
       name: label used in error messages.
       optimize: whether TensorFlow runs Grappler over the function when it first runs it, and
-        lowers its functional control flow (its defaults). Grappler's rewrites speed up model
+        lowers its functional control flow (`call_options`). Grappler's rewrites speed up model
         training but cost a fraction of a second per function; small server-side computations
-        are left as TFF built them (`without_grappler`).
+        are left as TFF built them.
     """
     proto = computation_proto(comp)
     if proto.WhichOneof('computation') != 'tensorflow':
@@ -316,7 +317,7 @@ class StampedComputation:
     """Runs the computation on tensors of `input_specs`' dtypes (not checked), eagerly or while
     tracing a `tf.function` (then it adds the calls to that function)."""
     if tf.executing_eagerly():
-      with without_grappler(not self._optimize):
+      with call_options(self._optimize):
         if self._init is not None:
           self._init(tensors)
         return self._run(tensors)
@@ -458,35 +459,40 @@ def _output_dtype(node: Any, index: int, functions: Mapping[str, Any]) -> tf.DTy
   raise ValueError(f'{node.name!r} has no output {index}')
 
 
-_no_grappler_options: dict[tuple[bytes, str], Any] = {}
+_call_options: dict[tuple[bytes, str, bool], Any] = {}
 
 
 @contextlib.contextmanager
-def without_grappler(active: bool = True):
-  """While active, eager function calls of this thread are instantiated as built: without
-  Grappler, and with their functional control flow (`If`, `Case`, `While`) kept as ops instead
-  of lowered into the caller's graph. Both only save instantiation time: Grappler's rewrites,
-  and lowering a `Case` (every branch inlined into the caller), cost more at a function's first
-  call than they save in the server-side computations' few later calls; a kept functional op
+def call_options(optimize: bool):
+  """Eager function calls of this thread are instantiated with the runner's options.
+
+  optimize=True: Grappler runs one round of its optimizers instead of its default two (measured
+  on the training steps of the benchmarks: the second round cost a sixth of `work`'s first call
+  and left its later calls as fast). optimize=False: the function runs as built, without
+  Grappler, and with its functional control flow (`If`, `Case`, `While`) kept as ops instead of
+  lowered into the caller's graph. Both only save instantiation time: Grappler's rewrites, and
+  lowering a `Case` (every branch inlined into the caller), cost more at a function's first call
+  than they save in the server-side computations' few later calls; a kept functional op
   instantiates a branch when it first runs it.
 
-  (The options are part of each call's attributes, so a function instantiated once with them
-  and once without is two cached kernels; each stamped computation always uses one.)
+  (The options are part of each call's attributes, so a function instantiated with other options
+  is another cached kernel; each stamped computation always uses the same.)
   """
-  if not active:
-    yield
-    return
   ctx = context.context()
   previous = ctx.function_call_options
-  key = (previous.config_proto_serialized, previous.executor_type)
-  options = _no_grappler_options.get(key)
+  key = (previous.config_proto_serialized, previous.executor_type, bool(optimize))
+  options = _call_options.get(key)
   if options is None:
     config = config_pb2.ConfigProto.FromString(previous.config_proto_serialized)
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    config.experimental.disable_functional_ops_lowering = True
+    rewrite_options = config.graph_options.rewrite_options
+    if optimize:
+      rewrite_options.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
+    else:
+      rewrite_options.disable_meta_optimizer = True
+      config.experimental.disable_functional_ops_lowering = True
     options = context.FunctionCallOptions(executor_type=previous.executor_type,
                                           config_proto=config)
-    _no_grappler_options[key] = options
+    _call_options[key] = options
   ctx.function_call_options = options
   try:
     yield

@@ -109,7 +109,8 @@ class _ClientStep:
   def accumulated(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
     if self._fused is None:
       self._fused = self._trace_fused()
-    return _tf_stamp.call_concrete(self._fused, tensors)
+    with _tf_stamp.call_options(optimize=True):
+      return _tf_stamp.call_concrete(self._fused, tensors)
 
   def _trace_fused(self) -> Any:
     num_work = len(self._work.input_specs)
