@@ -87,8 +87,9 @@ def sample_update(specs: Sequence[tf.TensorSpec], rng: np.random.Generator) -> l
     shape = tuple(spec.shape)
     if not spec.shape.is_fully_defined():
       raise ValueError(f'update leaf of unknown shape {spec}')
-    if spec.dtype.is_floating:
-      value = rng.uniform(0.5, 1.5, size=shape)
+    if spec.dtype.is_floating:  # drawn in float32 (or float64): no float64 copy of a float32 leaf
+      kind = np.float64 if spec.dtype == tf.float64 else np.float32
+      value = rng.random(shape, dtype=kind) + kind(0.5)
     elif spec.dtype.is_bool:
       value = np.ones(shape, np.bool_)
     else:
@@ -99,12 +100,26 @@ def sample_update(specs: Sequence[tf.TensorSpec], rng: np.random.Generator) -> l
 
 def _same(a: tf.Tensor, b: tf.Tensor) -> bool:
   a, b = np.asarray(a), np.asarray(b)
-  return a.shape == b.shape and a.dtype == b.dtype and bool(
-      np.all((a == b) | ((a != a) & (b != b))))
+  if a.shape != b.shape or a.dtype != b.dtype:
+    return False
+  return bool(np.array_equal(a, b, equal_nan=np.issubdtype(a.dtype, np.inexact)))
+
+
+def _concatenates(merged: tf.Tensor, parts: Sequence[tf.Tensor]) -> bool:
+  """Whether `merged` is `parts` concatenated along axis 0 (compared in place, no copy)."""
+  merged = np.asarray(merged)
+  start = 0
+  for part in parts:
+    part = np.asarray(part)
+    end = start + part.shape[0]
+    if end > merged.shape[0] or not _same(merged[start:end], part):
+      return False
+    start = end
+  return start == merged.shape[0]
 
 
 def _rows(t) -> int:
-  return int(tf.shape(t)[0])
+  return int(t.shape[0])  # eager tensors have static shapes
 
 
 def concatenated_leaves(specs: Sequence[tf.TensorSpec], zero: Sequence[tf.Tensor],
@@ -151,8 +166,8 @@ def concatenated_leaves(specs: Sequence[tf.TensorSpec], zero: Sequence[tf.Tensor
   except Exception:  # pylint: disable=broad-except
     return []
   for i in candidates:
-    if not (_same(m12[i], tf.concat([s1[i], s2[i]], axis=0))
-            and _same(m123[i], tf.concat([s1[i], s2[i], s3[i]], axis=0))):
+    if not (_concatenates(m12[i], [s1[i], s2[i]])
+            and _concatenates(m123[i], [s1[i], s2[i], s3[i]])):
       return []
   for i in others:
     if not (_same(m12[i], n12[i]) and _same(m123[i], n123[i])):
