@@ -16,9 +16,15 @@ Per case both backends run the same process on the same data, one after the othe
 same initial state (the C++ runtime's `initialize()`; FedGH draws a seed there):
   cold   from the built learning process to the first round's result: the C++ runtime's
          `initialize()` (which starts a fresh `worker_binary`) and first `next` (which compiles
-         the round); the in-process runner's construction (MapReduceForm compilation and
-         stamping), `initialize()` and first `next`.
+         the round); the in-process runner's construction (MapReduceForm compilation or its
+         compile cache, stamping), `initialize()` and first `next`.
   later  the mean of rounds 2..`--rounds`.
+The in-process runner runs twice per case, with a compile cache directory of its own for the
+case: first empty ("compiled": TFF's MapReduceForm compiler runs and fills the cache), then
+filled ("cached form": the form read from disk, as every later run of the same computation
+finds it; the in-memory cache is cleared first). Both come after TensorFlow's one-time start-up
+costs, which this process paid earlier; `benchmarks.cold_start` measures cold starts in fresh
+processes instead.
 Wall-clock seconds, and CPU seconds (this process, plus `worker_binary` for the C++ runtime),
 whose ratios are less disturbed by other jobs on a shared machine. `ratio` columns are
 in-process / C++ (below 1: the in-process runner is faster). `max |dw|` is the largest
@@ -33,6 +39,8 @@ import argparse
 import collections
 import functools
 import os
+import shutil
+import tempfile
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -117,6 +125,15 @@ def run_backend(make_runner, initial_state, datasets, rounds):
   return cold, cold_cpu, walls, cpus, state
 
 
+def _in_process_runner(process, num_threads, cache_dir, expected_source):
+  from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
+  runner = inprocess.InProcessRunner(process, num_threads=num_threads, compile_cache=cache_dir)
+  if runner.form_source != expected_source:
+    raise RuntimeError(f'the MapReduceForm came from {runner.form_source!r}, expected '
+                       f'{expected_source!r}')
+  return runner
+
+
 def max_weight_difference(a, b) -> float:
   return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
              for x, y in zip(tf.nest.flatten(a.global_model_weights),
@@ -136,7 +153,7 @@ def main():
   parser.add_argument('--rounds', type=int, default=4, help='rounds per backend (>= 2)')
   parser.add_argument('--examples', type=int, default=20, help='examples per client (cnn)')
   parser.add_argument('--threads', type=int, default=1,
-                      help='num_threads of the in-process runner; > 1 adds a second row')
+                      help='num_threads of the in-process runner; > 1 adds a row (cached form)')
   args = parser.parse_args()
   presets = [p for p in args.presets.split(',') if p]
   algorithms = [a for a in args.algorithms.split(',') if a]
@@ -147,7 +164,7 @@ def main():
                  '--clients and --threads >= 1')
 
   runtime.set_local_context()
-  from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
+  from tff_conflict.runtime import _form_cache as form_cache  # pylint: disable=g-import-not-at-top
   print(f'{args.rounds} rounds per backend; GPUs visible: '
         f'{len(tf.config.list_physical_devices("GPU"))}; CPU cores: {os.cpu_count()}; '
         f'load average (1/5/15 min) at start: {_load()}', flush=True)
@@ -166,11 +183,20 @@ def main():
         load_before = _load()
         cpp = run_backend(lambda: case.process, initial, case.datasets, args.rounds)
         rows.append(label + ('C++ runtime',) + cpp[:4] + (None,))
-        for threads in sorted({1, args.threads}):
-          make = functools.partial(inprocess.InProcessRunner, case.process, num_threads=threads)
-          result = run_backend(make, initial, case.datasets, args.rounds)
-          difference = max_weight_difference(result[4], cpp[4])
-          rows.append(label + (f'in-process, {threads} thread(s)',) + result[:4] + (difference,))
+        cache_dir = tempfile.mkdtemp(prefix='tff_conflict_runtime_benchmark_')
+        try:
+          for threads, form in [(1, 'compiled'), (1, 'cached form')] + (
+              [(args.threads, 'cached form')] if args.threads > 1 else []):
+            form_cache.clear_memory()
+            result = run_backend(
+                functools.partial(_in_process_runner, case.process, threads, cache_dir,
+                                  'compiled' if form == 'compiled' else 'disk'),
+                initial, case.datasets, args.rounds)
+            difference = max_weight_difference(result[4], cpp[4])
+            rows.append(label + (f'in-process, {form}, {threads} thread(s)',) + result[:4]
+                        + (difference,))
+        finally:
+          shutil.rmtree(cache_dir, ignore_errors=True)
         print(f'{preset} {algorithm} K={num_clients}: done; load average before/after: '
               f'{load_before} / {_load()}', flush=True)
 
