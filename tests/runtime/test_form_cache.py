@@ -8,6 +8,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+
 from tests.conftest import make_tiny_client_datasets
 from tests.conftest import make_tiny_keras_model
 from tff_conflict.runtime import _form_cache
@@ -163,3 +165,45 @@ def test_least_recently_used_entries_and_stale_temporaries_are_removed(fed_avg, 
 def test_bad_compile_cache_argument(fed_avg, value):
   with pytest.raises(ValueError, match='compile_cache must be True, False or a directory'):
     inprocess.InProcessRunner(fed_avg, compile_cache=value)
+
+
+@pytest.mark.parametrize('version', ['format', 'tensorflow', 'tensorflow_federated'])
+def test_another_version_is_another_key_and_compiles_again(fed_avg, tmp_path, monkeypatch,
+                                                           version):
+  inprocess.InProcessRunner(fed_avg, compile_cache=str(tmp_path))
+  [before] = _entries(tmp_path)
+  if version == 'format':
+    monkeypatch.setattr(_form_cache, 'FORMAT_VERSION', _form_cache.FORMAT_VERSION + 1)
+  else:
+    module = tf if version == 'tensorflow' else tff
+    monkeypatch.setattr(module, '__version__', module.__version__ + '.other')
+  _form_cache.clear_memory()
+  runner = inprocess.InProcessRunner(fed_avg, compile_cache=str(tmp_path))
+  assert runner.form_source == 'compiled'
+  assert before in _entries(tmp_path) and len(_entries(tmp_path)) == 2
+  monkeypatch.undo()
+  _form_cache.clear_memory()
+  assert inprocess.InProcessRunner(fed_avg, compile_cache=str(tmp_path)).form_source == 'disk'
+
+
+def test_a_form_found_in_memory_takes_the_asking_computations_python_containers(fed_avg):
+  # The same proto without Python containers (as deserialized): the same key, another type.
+  bare = tff.framework.ConcreteComputation(
+      computation_proto=tff.framework.ConcreteComputation.get_proto(fed_avg.next),
+      context_stack=context_stack_impl.context_stack)
+  assert bare.type_signature != fed_avg.next.type_signature
+  assert bare.type_signature.is_equivalent_to(fed_avg.next.type_signature)
+  options = tf.compat.v1.ConfigProto()
+  compile_fn = lambda: tff.backends.mapreduce.get_map_reduce_form_for_computation(  # pylint: disable=g-long-lambda
+      fed_avg.next, options)
+  form, source = _form_cache.compile_map_reduce_form(fed_avg.next, options, compile_fn, None)
+  assert (source, form.type_signature) == ('compiled', fed_avg.next.type_signature)
+
+  def must_not_compile():
+    raise AssertionError('compiled although the form is in memory')
+
+  for computation in (bare, fed_avg.next):
+    form, source = _form_cache.compile_map_reduce_form(computation, options, must_not_compile,
+                                                       None)
+    assert source == 'memory'
+    assert form.type_signature == computation.type_signature

@@ -12,7 +12,9 @@ on the computation it compiles, the compiler's options and the TensorFlow and TF
 
 and keeps it in memory (the last `MEMORY_ENTRIES` forms) and as one file per key in a
 directory (`default_directory()`). A changed computation, option or version is another key: an
-entry is never used for anything else than what produced it.
+entry is never used for anything else than what produced it. The key, like a serialized type,
+ignores Python containers: a form found (in memory or on disk) is typed with the asking
+computation's own type signature.
 
 File format (`<key>.mrf`): `MAGIC`, the key (64 hex digits) and a newline, the SHA-256 of the
 payload (32 bytes), the payload: a serialized `pb.Computation` whose `type` is the form's type
@@ -156,7 +158,8 @@ def compile_map_reduce_form(computation: Any, options: tf.compat.v1.ConfigProto,
       form = _memory.get(key)
       if form is not None:
         _memory.move_to_end(key)
-        return form, 'memory'
+    if form is not None:
+      return _with_type_signature(form, computation.type_signature), 'memory'
   source = 'compiled'
   form = _read(directory, key, computation.type_signature) if directory else None
   if form is None:
@@ -171,6 +174,15 @@ def compile_map_reduce_form(computation: Any, options: tf.compat.v1.ConfigProto,
       while len(_memory) > MEMORY_ENTRIES:
         _memory.popitem(last=False)
   return form, source
+
+
+def _with_type_signature(form: Any, type_signature: Any) -> Any:
+  """`form` typed as `type_signature`, an equivalent type (the key, like the serialized type,
+  ignores Python containers, so an equal key may come with other containers)."""
+  if form.type_signature == type_signature:  # also compares Python containers
+    return form
+  return tff.backends.mapreduce.MapReduceForm(
+      type_signature=type_signature, **{name: getattr(form, name) for name in FIELDS})
 
 
 def clear_memory() -> None:
