@@ -321,8 +321,8 @@ def test_an_in_process_run_uses_no_tff_runtime_and_matches_the_cpp_run(
   # TFF's execution context, which would start a worker_binary, refuses every call here.
   from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
   process, train, evaluate_fn = tiny
-  result = _run(process, train, evaluate_fn, tmp_path, 4,
-                runner=inprocess.InProcessRunner(process))
+  runner = inprocess.InProcessRunner(process)
+  result = _run(process, train, evaluate_fn, tmp_path, 4, runner=runner)
   expected, actual = metrics_io.non_timing(full_run), metrics_io.non_timing(result.rows)
   assert [sorted(r) for r in actual] == [sorted(r) for r in expected]
   assert [r['test_accuracy'] is None for r in actual] == [True, False, True, False]
@@ -333,3 +333,12 @@ def test_an_in_process_run_uses_no_tff_runtime_and_matches_the_cpp_run(
       else:
         assert got[key] == value, key
   assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [2, 4]
+
+  # Stopped after round 2 (saved) and resumed, still in-process: the checkpoint's state goes
+  # back into the runner and the rows equal the uninterrupted run's.
+  first = _run(process, train, evaluate_fn, tmp_path / 'resumed', 2, runner=runner,
+               hparams={'lr': 0.1, 'rounds': 4})
+  assert first.resumed_from == 0 and len(first.rows) == 2
+  resumed = _run(process, train, evaluate_fn, tmp_path / 'resumed', 4, runner=runner)
+  assert resumed.resumed_from == 2
+  _assert_same_rows(result.rows, resumed.rows)
