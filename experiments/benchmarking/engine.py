@@ -6,7 +6,7 @@
 * Processes: one per (algorithm, builder arguments, model, dataset, batch size, client
   momentum), built on first use and reused by every run with that key, whatever its regime,
   local epochs, seed and learning rates. A run's initial state is the process's initial state
-  with, set through the process itself: the run's initial model (`set_model_weights`, the model
+  with, set through the process's runner: the run's initial model (`set_model_weights`, the model
   of seed s built with seed s), the run's client and server learning rates (`set_hparams`), and,
   for an aggregator whose state holds an order seed (FedGH's partner order), the run's seed. The
   models are built with seed 0, so a model with dropout (emnist_cnn) draws the same dropout masks
@@ -88,6 +88,11 @@ class _RunRunner:
     output = self._runner.next(state, client_datasets)
     self._on_round()
     return output
+
+  def get_model_weights(self, state):
+    # The runner's own (`runtime.make_runner` gives every runner one): the training loop
+    # evaluates with it, so an in-process run never goes through TFF's runtime.
+    return self._runner.get_model_weights(state)
 
 
 def _pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
@@ -226,15 +231,17 @@ class Engine:
 
   def initial_state(self, built: _Built, spec: runs_lib.RunSpec):
     """The process's initial state with the run's model, learning rates and order seed."""
-    process = built.process
-    state = process.set_model_weights(built.initial_state, self._initial_weights(spec))
-    hparams = process.get_hparams(state)
+    # Through the runner (the process itself, or the in-process runner's copies of these
+    # computations, so that an in-process run never goes through TFF's runtime).
+    runner = built.runner
+    state = runner.set_model_weights(built.initial_state, self._initial_weights(spec))
+    hparams = runner.get_hparams(state)
     for part, value in (('client_work', spec.client_lr), ('finalizer', spec.server_lr)):
       if 'learning_rate' not in hparams.get(part, {}):
         raise ValueError(f'{spec.algorithm}: the process does not expose {part} learning_rate '
                          'in its hparams, so the benchmark cannot set it per run')
       hparams[part]['learning_rate'] = np.float32(value)
-    state = process.set_hparams(state, hparams)
+    state = runner.set_hparams(state, hparams)
     aggregator = getattr(state, 'aggregator', None)
     if isinstance(aggregator, collections.abc.Mapping) and 'seed' in aggregator:
       aggregator = collections.OrderedDict(aggregator)

@@ -105,6 +105,12 @@ def test_state_moves_between_runtimes(fed_avg, cpp_fed_avg_rounds):
   weights = fed_avg.get_model_weights(cpp_outputs[0].state)
   moved = runner.set_model_weights(runner.initialize(), weights)
   assert_same_result(runner.get_model_weights(moved), weights)
+  hparams = fed_avg.get_hparams(cpp_outputs[0].state)
+  assert_same_result(runner.get_hparams(cpp_outputs[0].state), hparams)
+  hparams['client_work']['learning_rate'] = np.float32(0.25)
+  assert_same_result(runner.set_hparams(moved, hparams),
+                     fed_avg.set_hparams(fed_avg.set_model_weights(fed_avg.initialize(), weights),
+                                         hparams))
 
 
 def test_returned_state_is_read_only_and_reused(fed_avg):

@@ -325,6 +325,14 @@ class InProcessRunner:
     """`learning_process.set_model_weights(state, model_weights)`, run in this process."""
     return self._call_tf('set_model_weights', state, model_weights)
 
+  def get_hparams(self, state: Any) -> Any:
+    """`learning_process.get_hparams(state)`, run in this process."""
+    return self._call_tf('get_hparams', state)
+
+  def set_hparams(self, state: Any, hparams: Any) -> Any:
+    """`learning_process.set_hparams(state, hparams)`, run in this process."""
+    return self._call_tf('set_hparams', state, hparams)
+
   # Internals.
 
   def _call_tf(self, name: str, *args: Any) -> Any:
@@ -485,7 +493,8 @@ class InProcessRunner:
 
 
 def make_runner(learning_process: Any, kind: str = 'cpp', **kwargs: Any) -> Any:
-  """Returns an object with `initialize()`/`next(state, data)`/`get_model_weights(state)`.
+  """Returns an object with `initialize()`, `next(state, data)`, `get_model_weights(state)`,
+  `set_model_weights(state, weights)`, `get_hparams(state)` and `set_hparams(state, hparams)`.
 
   Args:
     learning_process: a TFF learning process.

@@ -193,6 +193,16 @@ def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
       np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
 
 
+def test_an_in_process_benchmark_run_uses_no_tff_runtime(tmp_path, no_tff_runtime):
+  # Rounds and evaluation (the runner's get_model_weights) stay in this process: TFF's execution
+  # context, which would start a worker_binary, refuses every call here.
+  config = _config(tmp_path, runtime='inprocess', regimes=('digits:iid@6',), methods=('fedavg',),
+                   report_seeds=(0,), rounds=1, tuning=config_lib.TuningConfig(tune=False))
+  outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
+  assert outcome.failures == [] and len(outcome.rows) == 1
+  assert outcome.rows[0]['final_accuracy'] > 0
+
+
 def test_a_leaf_regime_takes_its_shape_and_classes_from_the_files(tmp_path):
   from tests.data import leaf_fixtures  # pylint: disable=g-import-not-at-top
   leaf_fixtures.synthetic(str(tmp_path / 'leaf'), num_users=4, dim=60, num_classes=5)
