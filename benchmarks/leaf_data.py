@@ -68,16 +68,7 @@ class PeakRss:
 
 
 def _workers_with_token(token):
-  found = []
-  for proc in psutil.process_iter(['cmdline', 'status']):
-    try:
-      if ('worker_binary' in ' '.join(proc.info['cmdline'] or [])
-          and proc.info['status'] != psutil.STATUS_ZOMBIE
-          and proc.environ().get('TFF_CONFLICT_BENCH_TOKEN') == token):
-        found.append(proc.pid)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-      pass
-  return found
+  return runtime.workers_with_environment('TFF_CONFLICT_BENCH_TOKEN', token)
 
 
 def _du(path):

@@ -9,7 +9,7 @@ import sys
 import time
 import uuid
 
-import psutil
+from tff_conflict import runtime
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTION = '## Using the library'
@@ -28,16 +28,7 @@ def readme_example() -> str:
 
 
 def _workers_with_token(token):
-  found = []
-  for proc in psutil.process_iter(['cmdline', 'status']):
-    try:
-      if ('worker_binary' in ' '.join(proc.info['cmdline'] or [])
-          and proc.info['status'] != psutil.STATUS_ZOMBIE
-          and proc.environ().get('TFF_CONFLICT_TEST_TOKEN') == token):
-        found.append(proc.pid)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-      pass
-  return found
+  return runtime.workers_with_environment('TFF_CONFLICT_TEST_TOKEN', token)
 
 
 def test_example_is_complete():

@@ -7,10 +7,10 @@ import sys
 
 from absl import flags
 import numpy as np
-import psutil
 import pytest
 
 from tests import conftest as root_conftest
+from tff_conflict import runtime
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -61,7 +61,6 @@ def no_tff_runtime(monkeypatch):
   `--runtime=inprocess`, which starts no worker_binary. The session's local context is
   installed again afterwards."""
   from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
-  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
   def refuse():
     context_stack_impl.context_stack.set_default_context(_refusing_context())
@@ -75,16 +74,7 @@ def no_tff_runtime(monkeypatch):
 
 def workers_with_token(token):
   """Running worker_binary processes whose environment holds TFF_CONFLICT_TEST_TOKEN=token."""
-  found = []
-  for proc in psutil.process_iter(['cmdline', 'status']):
-    try:
-      if ('worker_binary' in ' '.join(proc.info['cmdline'] or [])
-          and proc.info['status'] != psutil.STATUS_ZOMBIE
-          and proc.environ().get('TFF_CONFLICT_TEST_TOKEN') == token):
-        found.append(proc.pid)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-      pass
-  return found
+  return runtime.workers_with_environment('TFF_CONFLICT_TEST_TOKEN', token)
 
 
 def binary_env(token):

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 
 import psutil
 import pytest
@@ -45,8 +46,9 @@ def _is_running(pid):
     return False
 
 
-def _start_child(mode):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=_REPO_ROOT)
+def _start_child(mode, token=''):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=_REPO_ROOT,
+             TFF_CONFLICT_TEST_TOKEN=token)
   return subprocess.Popen(conftest.with_default_sigint([sys.executable, '-c', _CHILD, mode]),
                           stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
@@ -79,9 +81,13 @@ def _assert_gone(pids, timeout=15):
     ('wait', signal.SIGKILL, -signal.SIGKILL),  # No Python code runs: the kernel ends the worker.
 ])
 def test_worker_ends_with_process(mode, end, expected_returncode):
-  proc = _start_child(mode)
+  token = uuid.uuid4().hex
+  proc = _start_child(mode, token)
   pids = _read_worker_pids(proc)
   assert len(pids) == 1, f'expected one worker, got {pids}'
+  if mode == 'wait':  # the child's worker, found from outside by the token in its environment
+    assert runtime.workers_with_environment('TFF_CONFLICT_TEST_TOKEN', token) == pids
+    assert runtime.workers_with_environment('TFF_CONFLICT_TEST_TOKEN', token + 'x') == []
   if end is not None:
     proc.send_signal(end)
   try:
@@ -92,6 +98,7 @@ def test_worker_ends_with_process(mode, end, expected_returncode):
     pytest.fail('the child or its worker kept stdout open after the child ended')
   assert proc.returncode == expected_returncode, stderr[-2000:]
   _assert_gone(pids)
+  assert runtime.workers_with_environment('TFF_CONFLICT_TEST_TOKEN', token) == []
   assert 'Exception ignored' not in stderr, stderr[-2000:]
 
 

@@ -7,6 +7,9 @@ Public surface (the documented entry point for every binary, test and benchmark)
   shutdown_workers()         end this process's workers now (a later call starts a new one).
   worker_pids(), current_worker_pid()
                              the workers this process started that are still running.
+  workers_with_environment(name, value)
+                             running workers of any process whose environment holds name=value
+                             (a child's workers, found by a token given in its environment).
   set_remote_context(addresses, *, rpc_timeout_s=600, connect_timeout_s=30)
                              TFF workers on other machines (`remote`), each started with
                              `python -m tff_conflict.runtime.worker --port=P`; several workers
@@ -32,6 +35,7 @@ from tff_conflict.runtime.local import current_worker_pid
 from tff_conflict.runtime.local import set_local_context
 from tff_conflict.runtime.local import shutdown_workers
 from tff_conflict.runtime.local import worker_pids
+from tff_conflict.runtime.local import workers_with_environment
 from tff_conflict.runtime.remote import parse_worker_addresses
 from tff_conflict.runtime.remote import set_remote_context
 from tff_conflict.runtime.remote import WorkerError
@@ -48,6 +52,7 @@ __all__ = [
     'set_remote_context',
     'shutdown_workers',
     'worker_pids',
+    'workers_with_environment',
 ]
 
 

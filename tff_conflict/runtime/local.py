@@ -91,6 +91,23 @@ def worker_pids() -> list[int]:
     return [p.pid for p in _workers if p.poll() is None]
 
 
+def workers_with_environment(name: str, value: str) -> list[int]:
+  """PIDs of the running `worker_binary` processes, started by any process, whose environment
+  holds `name=value`: the workers of a child process given a token in its environment (e.g. to
+  check that none outlived it). Processes that cannot be inspected are skipped."""
+  import psutil  # pylint: disable=g-import-not-at-top
+  found = []
+  for proc in psutil.process_iter(['cmdline', 'status']):
+    try:
+      if (_WORKER_NAME in ' '.join(proc.info['cmdline'] or [])
+          and proc.info['status'] != psutil.STATUS_ZOMBIE
+          and proc.environ().get(name) == value):
+        found.append(proc.pid)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+      pass
+  return found
+
+
 def shutdown_workers(timeout: float = 10.0) -> None:
   """Ends every worker this process started: SIGINT (as TFF does), then SIGKILL after `timeout`.
 
