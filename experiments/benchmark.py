@@ -157,14 +157,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def apply_preset() -> None:
-  """Sets the preset's values on every flag not given on the command line."""
-  if FLAGS.preset is None:
-    return
-  if FLAGS.preset not in PRESETS:
-    raise app.UsageError(f'--preset must be one of {sorted(PRESETS)}, got {FLAGS.preset!r}')
-  for name, value in PRESETS[FLAGS.preset].items():
-    if not FLAGS[name].present:
-      FLAGS[name].value = value
+  """Sets the preset's values (`PRESETS`) on every flag not given on the command line."""
+  flags_lib.apply_preset(PRESETS)
 
 
 def _ints(flag: str) -> tuple:

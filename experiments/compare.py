@@ -75,18 +75,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def apply_preset() -> None:
-  """Sets the preset's values on every flag that was not given on the command line.
-
-  Raises:
-    app.UsageError: an unknown --preset.
-  """
-  if FLAGS.preset is None:
-    return
-  if FLAGS.preset not in PRESETS:
-    raise app.UsageError(f'--preset must be one of {sorted(PRESETS)}, got {FLAGS.preset!r}')
-  for name, value in PRESETS[FLAGS.preset].items():
-    if not FLAGS[name].present:
-      FLAGS[name].value = value
+  """Sets the preset's values (`PRESETS`) on every flag not given on the command line."""
+  flags_lib.apply_preset(PRESETS)
 
 
 flags_lib.register_validators()

@@ -250,6 +250,22 @@ DATASET_FLAGS = {
 _ALL_DATASET_FLAGS = sorted({f for names in DATASET_FLAGS.values() for f in names})
 
 
+def apply_preset(presets: dict[str, dict[str, Any]]) -> None:
+  """Sets the values of `presets[--preset]` on every flag not given on the command line; no-op
+  without --preset.
+
+  Raises:
+    app.UsageError: an unknown --preset.
+  """
+  if FLAGS.preset is None:
+    return
+  if FLAGS.preset not in presets:
+    raise app.UsageError(f'--preset must be one of {sorted(presets)}, got {FLAGS.preset!r}')
+  for name, value in presets[FLAGS.preset].items():
+    if not FLAGS[name].present:
+      FLAGS[name].value = value
+
+
 def check_common_flags() -> config.ExperimentConfig:
   """Cross-flag checks shared by the binaries, then the typed config of the flags.
 
