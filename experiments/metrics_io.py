@@ -25,7 +25,7 @@ import math
 import os
 import platform
 import subprocess
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -77,7 +77,8 @@ def flatten_metrics(metrics: Any, prefix: str = '') -> 'collections.OrderedDict[
   return out
 
 
-def _format(value) -> str:
+def format_value(value) -> str:
+  """A value as its CSV cell: '' for None, repr for floats ('nan' for NaN), else str."""
   if value is None:
     return ''
   if isinstance(value, float):
@@ -181,13 +182,16 @@ def read_metrics(path: str) -> MetricsFile:
   return MetricsFile(columns, rows, problem)
 
 
-def _write_atomically(path: str, columns: list[str], rows: Iterable[Mapping[str, Any]]) -> None:
+def write_csv_atomically(path: str, columns: Sequence[str],
+                         rows: Iterable[Mapping[str, Any]]) -> None:
+  """Writes `rows` (cells by `format_value`) under `columns` to `path` through a temporary
+  file and a rename, so a reader never sees half a file."""
   tmp_path = f'{path}.tmp'
   with open(tmp_path, 'w', newline='') as f:
-    writer = csv.DictWriter(f, fieldnames=columns)
+    writer = csv.DictWriter(f, fieldnames=list(columns))
     writer.writeheader()
     for row in rows:
-      writer.writerow({c: _format(row.get(c)) for c in columns})
+      writer.writerow({c: format_value(row.get(c)) for c in columns})
   os.replace(tmp_path, path)
 
 
@@ -223,7 +227,7 @@ class MetricsWriter:
         self._columns = found.columns
         self._rows = kept
     if rows is not None or keep_through_round == 0 or os.path.exists(path):
-      _write_atomically(path, self._columns or [ROUND_COLUMN], self._rows)
+      write_csv_atomically(path, self._columns or [ROUND_COLUMN], self._rows)
 
   @property
   def rows(self) -> list[dict[str, Any]]:
@@ -244,7 +248,7 @@ class MetricsWriter:
       raise ValueError(f'metrics of round {round_num} change the column set of {self._path}: '
                        f'missing {missing}, new {extra}')
     self._rows.append(dict(row, **{ROUND_COLUMN: round_num}))
-    _write_atomically(self._path, self._columns, self._rows)
+    write_csv_atomically(self._path, self._columns, self._rows)
 
 
 def non_timing(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -255,7 +259,7 @@ def non_timing(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def write_hparams(path: str, hparams: Mapping[str, Any]) -> None:
   """Writes `hparams.csv`: a header of names and one row of values."""
   columns = list(hparams)
-  _write_atomically(path, columns, [{k: _hparam_str(v) for k, v in hparams.items()}])
+  write_csv_atomically(path, columns, [{k: _hparam_str(v) for k, v in hparams.items()}])
 
 
 def _hparam_str(value) -> str:

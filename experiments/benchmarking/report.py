@@ -21,7 +21,6 @@ Per regime and local epochs E, one table row per method:
 * seconds per round: the mean round time from round 2 on (round 1 includes TFF's warm-up).
 """
 
-import csv
 import json
 import math
 import os
@@ -43,27 +42,13 @@ DAGGER = '†'
 # --- files ---------------------------------------------------------------------------------
 
 
-def _format(value) -> str:
-  if value is None:
-    return ''
-  if isinstance(value, float):
-    return 'nan' if math.isnan(value) else repr(value)
-  return str(value)
-
-
 def write_csv(path: str, rows: Sequence[Mapping[str, Any]],
               columns: Sequence[str] = ()) -> None:
   """Writes `rows` atomically: `columns` first, then every other key in first-seen order."""
   names = list(columns)
   for row in rows:
     names += [k for k in row if k not in names]
-  tmp = f'{path}.tmp'
-  with open(tmp, 'w', newline='') as f:
-    writer = csv.DictWriter(f, fieldnames=names)
-    writer.writeheader()
-    for row in rows:
-      writer.writerow({k: _format(row.get(k)) for k in names})
-  os.replace(tmp, path)
+  metrics_io.write_csv_atomically(path, names, rows)
 
 
 def read_runs(path: str) -> list[dict[str, Any]]:
@@ -73,7 +58,7 @@ def read_runs(path: str) -> list[dict[str, Any]]:
     for key in ('accuracy_curve', 'train_loss_curve', 'conflict_curve', 'hparams', 'regime',
                 'method'):
       if key in row and row[key] is not None and not isinstance(row[key], str):
-        row[key] = _format(row[key])
+        row[key] = metrics_io.format_value(row[key])
   return rows
 
 

@@ -133,7 +133,7 @@ def test_variants_are_runnable_flag_sets():
 def test_load_runs_from_compare_and_train_layouts(tmp_path):
   for path in ('cmp/fedavg/seed0', 'cmp/fedga/seed1', 'trn/seed2', 'trn/notes'):
     os.makedirs(tmp_path / path)
-    metrics_io._write_atomically(  # pylint: disable=protected-access
+    metrics_io.write_csv_atomically(
         str(tmp_path / path / 'metrics.csv'), ['round_num', 'test_accuracy'],
         [{'round_num': 1, 'test_accuracy': 0.5}])
   runs = diagnosis.load_runs('r', str(tmp_path / 'cmp'))
