@@ -13,7 +13,7 @@ diagnosis modules register `experiments.diagnosis.positive_control`).
 
 import dataclasses
 import os
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from experiments.benchmarking import config as config_lib
 
@@ -31,6 +31,22 @@ class PositiveControl:
   clients_per_round: int = 10
   batch_size: int = 10
   client_learning_rate: float = 0.01
+
+  @classmethod
+  def from_config(cls, config: Mapping[str, Any]) -> 'PositiveControl':
+    """The settings a control ran with, from its config.json (defaults for what it lacks)."""
+    default = cls()
+    methods = list(config.get('methods') or ())
+    return cls(
+        regime=(config.get('regimes') or [default.regime])[0],
+        baseline=config.get('baseline', default.baseline),
+        method=next((m for m in methods if m != config.get('baseline', default.baseline)),
+                    default.method),
+        epochs=(config.get('epochs') or [default.epochs])[0],
+        rounds=config.get('rounds', default.rounds),
+        clients_per_round=config.get('clients_per_round', default.clients_per_round),
+        batch_size=config.get('batch_size', default.batch_size),
+        client_learning_rate=config.get('client_learning_rate', default.client_learning_rate))
 
   def describe(self) -> str:
     return (f'{self.method} against {self.baseline} on `{self.regime}`: E = {self.epochs}, '

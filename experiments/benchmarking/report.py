@@ -604,7 +604,7 @@ def _control_section(root: str, plot_prefix: str) -> Optional[str]:
     return None
   rows = read_runs(os.path.join(sub, 'runs.csv'))
   config = _read_json(os.path.join(sub, 'config.json'), {})
-  settings = control_lib.PositiveControl()
+  settings = control_lib.PositiveControl.from_config(config)
   seconds = total_wall_seconds(sub)
   seeds = sorted({int(r['seed']) for r in rows})
   parts = [f'Can the harness reproduce a published effect? FedProx (Li et al., "Federated '

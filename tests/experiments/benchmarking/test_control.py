@@ -24,3 +24,12 @@ def test_control_config_is_the_fedprox_papers_setting(tmp_path):
   (tmp_path / 'results' / 'positive_control').mkdir(parents=True)
   (tmp_path / 'results' / 'positive_control' / 'runs.csv').write_text('x\n')
   assert control.control_root(outer.root) == inner.root
+
+
+def test_settings_read_back_from_the_controls_config(tmp_path):
+  outer = config_lib.BenchmarkConfig(regimes=('digits:iid',), methods=('fedavg',),
+                                     output_dir=str(tmp_path))
+  inner = control.control_config(outer, control.PositiveControl(epochs=10, rounds=30))
+  settings = control.PositiveControl.from_config(config_lib.as_dict(inner))
+  assert settings == control.PositiveControl(epochs=10, rounds=30)
+  assert control.PositiveControl.from_config({}) == control.PositiveControl()
