@@ -4,8 +4,8 @@
     .venv/bin/python -m benchmarks.runtime_profile --preset=cnn --algorithm=fedgh --clients=50
 
 Same cases as `benchmarks.runtime`. The runner's internals are wrapped with timers (wall and CPU
-seconds of this process) and one cold start (construction, `initialize`, round 1) and
-`--rounds` - 1 later rounds are run. Stages:
+seconds) and one cold start (construction, `initialize`, round 1) and `--rounds` - 1 later rounds
+are run. Stages:
   compile next / compile initialize   TFF's MapReduceForm compiler (Python)
   compile cache: ...                  the computation's fingerprint, reading or writing the form
                                       (`--cache_dir`; `tff_conflict.runtime._form_cache`)
@@ -14,11 +14,18 @@ seconds of this process) and one cold start (construction, `initialize`, round 1
   call <component>                    its calls; the first includes TensorFlow's instantiation
                                       (placement, Grappler for `work`, kernels)
   client step                         per client: `work` (and `accumulate` fused into it on the
-                                      chain path)
+                                      chain path), apart from the `call work` nested in it
   client data                         datasets flattened to variant tensors
   results to numpy                    the round's outputs converted and packed
+  wait for the warm-up                the caller waiting for the warm-up's thread
+  warm-up: <stage>                    the same stages run on the warm-up's thread (`warm_start`,
+                                      `tff_conflict.runtime._warmup`): they overlap the others
+Each stage's time excludes the stages nested in it (stamping inside the staged compiler, calls
+inside a client step), so the caller's stages add up to its total. CPU seconds are the process's
+(TensorFlow runs a call's ops on threads of its own): stages of the caller and of the warm-up
+that overlap each count the other's CPU too, so with the warm-up on only the total is exact.
 The table gives each stage's time in round 1 (with construction) and per later round, and how
-many calls that was.
+many calls that was. `--no_warm_start` profiles the runner without the warm-up.
 """
 
 import argparse
@@ -27,6 +34,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import threading
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -36,28 +44,37 @@ from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 
 class Timers:
-  """Wall and CPU seconds and call counts per stage, in the current phase."""
+  """Wall and CPU seconds and call counts per stage, in the current phase; each stage's
+  time excludes the stages nested in it (per thread). Stages on other threads than the one that
+  built this object are named 'warm-up: <stage>'."""
 
   def __init__(self):
     self.phase = 'cold'
     self.table = collections.defaultdict(lambda: [0.0, 0.0, 0])
-    self._depth = 0
+    self._main = threading.get_ident()
+    self._local = threading.local()
+    self._lock = threading.Lock()
 
   @contextlib.contextmanager
   def stage(self, name):
-    if self._depth:  # only the outermost stage counts (a fused step calls stamped functions)
-      yield
-      return
-    self._depth += 1
+    if threading.get_ident() != self._main:
+      name = f'warm-up: {name}'
+    stack = self._local.__dict__.setdefault('stack', [])
+    stack.append([0.0, 0.0])  # time of the stages nested in this one
     wall, cpu = time.perf_counter(), time.process_time()
     try:
       yield
     finally:
-      self._depth -= 1
-      entry = self.table[(self.phase, name)]
-      entry[0] += time.perf_counter() - wall
-      entry[1] += time.process_time() - cpu
-      entry[2] += 1
+      wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+      nested_wall, nested_cpu = stack.pop()
+      if stack:
+        stack[-1][0] += wall
+        stack[-1][1] += cpu
+      with self._lock:
+        entry = self.table[(self.phase, name)]
+        entry[0] += wall - nested_wall
+        entry[1] += cpu - nested_cpu
+        entry[2] += 1
 
 
 def instrument(timers):
@@ -80,8 +97,10 @@ def instrument(timers):
 
   from tff_conflict.runtime import _fingerprint  # pylint: disable=g-import-not-at-top
   from tff_conflict.runtime import _form_cache  # pylint: disable=g-import-not-at-top
+  from tff_conflict.runtime import _staged_compile  # pylint: disable=g-import-not-at-top
+  from tff_conflict.runtime import _warmup  # pylint: disable=g-import-not-at-top
   mapreduce = tff.backends.mapreduce
-  wrap(mapreduce, 'get_map_reduce_form_for_computation', lambda *a, **k: 'compile next')
+  wrap(_staged_compile, 'map_reduce_form', lambda *a, **k: 'compile next')
   wrap(mapreduce, 'get_state_initialization_computation', lambda *a, **k: 'compile initialize')
   wrap(_fingerprint, 'fingerprint', lambda *a, **k: 'compile cache: fingerprint')
   wrap(_form_cache, '_read', lambda *a, **k: 'compile cache: read form')
@@ -99,6 +118,16 @@ def instrument(timers):
   wrap(step_class, 'accumulated', lambda *a: 'client step')
   wrap(inprocess.InProcessRunner, '_find_buffered_leaves',
        lambda *a: 'check buffered leaves')
+  wrap(_warmup.Warmup, 'wait', lambda *a: 'wait for the warm-up')
+  original_add = _warmup.Warmup.add
+
+  def add(self, name, fn):
+    def timed():
+      with timers.stage('placeholder inputs and the rest'):  # its calls are stages of their own
+        return fn()
+    original_add(self, name, timed)
+
+  _warmup.Warmup.add = add
   wrap(inprocess.InProcessRunner, '_to_python', lambda *a, **k: 'results to numpy')
   wrap(_tf_stamp, 'to_tensor', lambda value, spec: 'client data'
        if spec.dtype == tf.variant else 'state to tensors')
@@ -113,6 +142,8 @@ def main():
   parser.add_argument('--rounds', type=int, default=4)
   parser.add_argument('--examples', type=int, default=20, help='examples per client (cnn)')
   parser.add_argument('--threads', type=int, default=1)
+  parser.add_argument('--no_warm_start', action='store_true',
+                      help='the runner without the warm-up (warm_start=False)')
   parser.add_argument('--cache_dir', default=None,
                       help='the compile cache; default: a new empty directory (the form is '
                       'compiled). A directory that an earlier run filled profiles the cached path.')
@@ -131,7 +162,8 @@ def main():
   start, cpu = time.perf_counter(), time.process_time()
   cache_dir = args.cache_dir or tempfile.mkdtemp(prefix='tff_conflict_profile_')
   runner = inprocess.InProcessRunner(case.process, num_threads=args.threads,
-                                     compile_cache=cache_dir)
+                                     compile_cache=cache_dir,
+                                     warm_start=not args.no_warm_start)
   state = runner.initialize()
   data = case.datasets(1)
   state = runner.next(state, data).state
@@ -149,7 +181,8 @@ def main():
     shutil.rmtree(cache_dir, ignore_errors=True)
 
   print(f'{args.preset}, {args.algorithm}, {args.clients} clients, {args.threads} thread(s), '
-        f'MapReduceForm {runner.form_source}; '
+        f'MapReduceForm {runner.form_source}, warm-up {"off" if args.no_warm_start else "on"} '
+        f'(warmed: {", ".join(runner.warmed_functions) or "-"}); '
         f'load average {"/".join(f"{x:.1f}" for x in os.getloadavg())}')
   print()
   print('| stage | cold: wall s | cold: CPU s | calls | later round: wall s | CPU s | calls |')
@@ -161,7 +194,7 @@ def main():
     later = timers.table.get(('later', name), [0.0, 0.0, 0])
     print(f'| {name} | {cold[0]:.3f} | {cold[1]:.3f} | {cold[2]} | {later[0] / later_rounds:.4f} '
           f'| {later[1] / later_rounds:.4f} | {later[2] / later_rounds:g} |')
-  print(f'| **total** | {totals["cold"][0]:.3f} | {totals["cold"][1]:.3f} | | '
+  print(f'| **total** (CPU: all threads) | {totals["cold"][0]:.3f} | {totals["cold"][1]:.3f} | | '
         f'{totals["later"][0]:.4f} | {totals["later"][1]:.4f} | |')
 
 

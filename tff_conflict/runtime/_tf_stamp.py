@@ -47,6 +47,7 @@ from tensorflow_federated.python.tensorflow_libs import serialization_utils
 
 from tff_conflict.runtime import _function_names
 from tff_conflict.runtime import _reduce_loop
+from tff_conflict.runtime import _warmup
 
 _suffix_counter = itertools.count()
 
@@ -253,6 +254,8 @@ class StampedComputation:
     result_type: the TFF result type.
     input_specs: one `tf.TensorSpec` per flat input leaf.
     num_outputs: how many flat tensors a call returns.
+    replayable: whether an extra call leaves the results of later calls unchanged (no random,
+      print, queue or table ops; `_warmup.replayable`).
   """
 
   def __init__(self, comp: Any, name: str, *, optimize: bool = True):
@@ -296,6 +299,7 @@ class StampedComputation:
     if token_name:
       _replace_with_constant(graph_def, token_name, f'tff_conflict_inprocess_{name}')
     _drop_control_inputs_from(graph_def, input_names)
+    self.replayable = _warmup.replayable(graph_def)
     self._init = None
     if init_name and not order_after_initializer(graph_def, init_name, output_names):
       self._init = GraphFunction(

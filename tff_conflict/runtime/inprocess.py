@@ -50,6 +50,16 @@ Parallel clients: with `num_threads > 1` up to `num_threads` clients' `work` run
 releases the GIL), each thread on its own stamped copy of `work` (distinct variable resources);
 `accumulate` and `merge` then run in the calling thread.
 
+First round: TFF's compiler hands over each component as soon as it is compiled
+(`_staged_compile`, `work` and `update` first), and the runner stamps it at once; with
+`warm_start=True` (default) a background thread (`_warmup`) then has TensorFlow instantiate it by
+calling it on placeholder inputs (a client with an empty dataset, a round without clients) while
+the rest of the form is still being compiled. The gathered-stack check runs on that thread too.
+`next` waits for each of these before its own first call of the same function. Only functions
+whose calls cannot change later results (no random, print, queue or table ops) are called early,
+so results are those of a runner without the warm-up (tested). A form from the compile cache is
+stamped and warmed the same way, all at once.
+
 Server state stays on the device between rounds: `next` returns numpy values (read-only arrays, the
 same structures and types as TFF's runtime returns) and remembers the device tensors behind the
 state it returned; when that same state object is passed back, its tensors are reused instead of
@@ -71,7 +81,9 @@ from tensorflow_federated.python.core.impl.types import computation_types
 
 from tff_conflict.runtime import _form_cache
 from tff_conflict.runtime import _row_buffer
+from tff_conflict.runtime import _staged_compile
 from tff_conflict.runtime import _tf_stamp
+from tff_conflict.runtime import _warmup
 
 _ACCUMULATIONS = ('buffered', 'tree', 'sequential')
 
@@ -88,14 +100,14 @@ class _ClientStep:
   """`work` for one client, or `work` followed by `accumulate`, as one TensorFlow call.
 
   `work_only(data + client_input)` gives `work`'s flat outputs (update, then the secure parts);
-  `accumulated(data + client_input + accumulator)` gives `accumulate(accumulator, update)` followed
-  by the secure parts, without the update leaving the graph. Each step holds its own stamped copy
+  `accumulated(data + client_input + accumulator, accumulate)` gives `accumulate(accumulator,
+  update)` followed by the secure parts, without the update leaving the graph (traced at its
+  first call, always with the runner's stamped `accumulate`). Each step holds its own stamped copy
   of `work` (its own variables), so that steps can run in parallel threads.
   """
 
-  def __init__(self, work_comp: Any, accumulate: _tf_stamp.StampedComputation, num_update: int):
+  def __init__(self, work_comp: Any, num_update: int):
     self._work = _tf_stamp.StampedComputation(work_comp, 'work')
-    self._accumulate = accumulate
     self._num_update = num_update
     self._fused = None
 
@@ -103,26 +115,31 @@ class _ClientStep:
   def input_specs(self) -> list[tf.TensorSpec]:
     return self._work.input_specs
 
+  @property
+  def replayable(self) -> bool:
+    return self._work.replayable
+
   def work_only(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
     return self._work.call_tensors(tensors)
 
-  def accumulated(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
+  def accumulated(self, tensors: list[tf.Tensor],
+                  accumulate: _tf_stamp.StampedComputation) -> list[tf.Tensor]:
     if self._fused is None:
-      self._fused = self._trace_fused()
+      self._fused = self._trace_fused(accumulate)
     with _tf_stamp.call_options(optimize=True):
       return _tf_stamp.call_concrete(self._fused, tensors)
 
-  def _trace_fused(self) -> Any:
+  def _trace_fused(self, accumulate: _tf_stamp.StampedComputation) -> Any:
     num_work = len(self._work.input_specs)
-    num_acc = len(self._accumulate.input_specs) - self._num_update
+    num_acc = len(accumulate.input_specs) - self._num_update
 
     def step(*tensors):
       outputs = self._work.call_tensors(list(tensors[:num_work]))
       update, secure = outputs[:self._num_update], outputs[self._num_update:]
-      accumulator = self._accumulate.call_tensors(list(tensors[num_work:]) + update)
+      accumulator = accumulate.call_tensors(list(tensors[num_work:]) + update)
       return accumulator + secure
 
-    specs = self._work.input_specs + self._accumulate.input_specs[:num_acc]
+    specs = self._work.input_specs + accumulate.input_specs[:num_acc]
     return tf.function(step, input_signature=specs, autograph=False).get_concrete_function()
 
 
@@ -142,7 +159,8 @@ class InProcessRunner:
   """
 
   def __init__(self, learning_process: Any, *, num_threads: int = 1,
-               accumulation: str = 'buffered', compile_cache: bool | str | os.PathLike = True):
+               accumulation: str = 'buffered', compile_cache: bool | str | os.PathLike = True,
+               warm_start: bool = True):
     """Compiles `learning_process.next` to MapReduceForm and stamps its components.
 
     Args:
@@ -157,6 +175,11 @@ class InProcessRunner:
         `TFF_CONFLICT_COMPILE_CACHE` names (`off` there: no disk cache), by default
         `~/.cache/tff_conflict/mapreduce`; a path: in this process and in that directory;
         False: compiled every time, nothing kept.
+      warm_start: whether TensorFlow prepares the round's functions (a client's `work`, then
+        `prepare`, `report` and `update`) on a background thread while the runner is built and
+        used, by calling each once on placeholder inputs: a round without clients and a client
+        with an empty dataset (`_warmup`; only functions whose calls cannot change later results).
+        It shortens the first round on a machine with a spare core and changes no result.
 
     Raises:
       ValueError: for a bad argument, or if `next`/`initialize` cannot be compiled to
@@ -166,6 +189,8 @@ class InProcessRunner:
       raise ValueError(f'num_threads must be a positive integer, got {num_threads!r}')
     if accumulation not in _ACCUMULATIONS:
       raise ValueError(f'accumulation must be one of {_ACCUMULATIONS}, got {accumulation!r}')
+    if not isinstance(warm_start, bool):
+      raise ValueError(f'warm_start must be True or False, got {warm_start!r}')
     if isinstance(compile_cache, bool):
       cache_directory = _form_cache.default_directory() if compile_cache else None
     elif isinstance(compile_cache, (str, os.PathLike)) and os.fspath(compile_cache):
@@ -180,68 +205,127 @@ class InProcessRunner:
     self._process = learning_process
     self._num_threads = num_threads
     self._accumulation = accumulation
+    self._secure = False
+    self._merge_stamped: _tf_stamp.StampedComputation | None = None
+    self._steps: 'queue.SimpleQueue[_ClientStep]' = queue.SimpleQueue()
+    self._zero_values: list[tf.Tensor] | None = None
+    self._buffered_leaves: list[int] = []
+    self._buffer_row_shapes: dict[int, tuple[int, ...]] = {}
+    # Started first: it prepares each component while the next ones are being compiled.
+    self._warmup = _warmup.Warmup() if warm_start else None
     options = _compile_options()
     try:
-      mrf, self._form_source = _form_cache.compile_map_reduce_form(
-          learning_process.next, options,
-          lambda: tff.backends.mapreduce.get_map_reduce_form_for_computation(
-              learning_process.next, options),
-          cache_directory, use_memory=compile_cache is not False)
-    except Exception as e:  # pylint: disable=broad-except
-      raise ValueError('InProcessRunner: learning_process.next cannot be compiled to '
-                       f'MapReduceForm ({type(e).__name__}: {e})') from e
+      try:
+        mrf, self._form_source = _form_cache.compile_map_reduce_form(
+            learning_process.next, options,
+            lambda: _staged_compile.map_reduce_form(learning_process.next, options,
+                                                    self._receive),
+            cache_directory, use_memory=compile_cache is not False)
+      except Exception as e:  # pylint: disable=broad-except
+        raise ValueError('InProcessRunner: learning_process.next cannot be compiled to '
+                         f'MapReduceForm ({type(e).__name__}: {e})') from e
+      self._mrf = mrf
+      if self._form_source != 'compiled':  # from the cache: every component at once
+        self._receive('accumulator', mrf.merge.type_signature.parameter[0])
+        for name in _staged_compile.ORDER:
+          self._receive(name, getattr(mrf, name))
+    finally:
+      if self._warmup is not None:
+        self._warmup.close()  # nothing more to prepare: the thread ends when it is done
     try:
       init_comp = tff.backends.mapreduce.get_state_initialization_computation(
           learning_process.initialize, _compile_options())
     except Exception as e:  # pylint: disable=broad-except
       raise ValueError('InProcessRunner: learning_process.initialize cannot be compiled to a '
                        f'TensorFlow computation ({type(e).__name__}: {e})') from e
-    self._mrf = mrf
-    parameter = mrf.type_signature.parameter
-    self._state_type = parameter[0]
-    self._data_type = parameter[1]
-    if (not isinstance(self._data_type, computation_types.FederatedType)
-        or self._data_type.placement is not tff.CLIENTS):
-      raise ValueError(f'learning_process.next must take client data placed at CLIENTS, got '
-                       f'{self._data_type}')
     self._initialize_type = learning_process.initialize.type_signature.result
     self._result_type = learning_process.next.type_signature.result
-
-    # Grappler (when a function first runs) only for `work`, where the model trains.
-    stamp = functools.partial(_tf_stamp.StampedComputation, optimize=False)
-    self._init = stamp(init_comp, 'initialize')
-    self._prepare = stamp(mrf.prepare, 'prepare')
-    self._zero = stamp(mrf.zero, 'zero')
-    self._accumulate = stamp(mrf.accumulate, 'accumulate')
-    self._merge_stamped: _tf_stamp.StampedComputation | None = None
-    self._report = stamp(mrf.report, 'report')
-    self._update = stamp(mrf.update, 'update')
-    self._data_specs = _tf_stamp.flat_specs(mrf.work.type_signature.parameter[0])
-    work_result = mrf.work.type_signature.result
-    self._work_sizes = [len(_tf_stamp.flat_specs(work_result[i])) for i in range(4)]
-    self._steps: 'queue.SimpleQueue[_ClientStep]' = queue.SimpleQueue()
-    self._steps.put(self._new_step())
+    self._init = _tf_stamp.StampedComputation(init_comp, 'initialize', optimize=False)
     self._secure = mrf.securely_aggregates_tensors
     if self._secure:
-      self._modulus = [np.asarray(t) for t in
-                       stamp(mrf.secure_modular_sum_modulus, 'secure_modular_sum_modulus')([])]
-    # The accumulator's declared type (`merge`'s, with `[None, ...]` for gathered stacks).
-    self._accumulator_specs = _tf_stamp.flat_specs(mrf.merge.type_signature.parameter[0])
-    self._buffered_leaves: list[int] = []
-    self._buffer_row_shapes: dict[int, tuple[int, ...]] = {}
-    growing = any(not s.shape.is_fully_defined() for s in self._accumulator_specs)
-    # A chain accumulate(acc, update_k) over the clients (TFF's order) where nothing can grow with
-    # the number of clients; else single-client accumulators combined by `merge` (module
-    # docstring).
-    self._chain = accumulation == 'sequential' or (accumulation == 'buffered' and not growing)
-    if accumulation == 'buffered' and growing:
-      self._buffered_leaves, self._buffer_row_shapes = self._find_buffered_leaves()
+      self._modulus = [np.asarray(t) for t in _tf_stamp.StampedComputation(
+          mrf.secure_modular_sum_modulus, 'secure_modular_sum_modulus', optimize=False)([])]
+    if self._checks_buffer and self._warmup is None:
+      self._check_buffered_leaves()
     self._model_weight_fns: dict[str, _tf_stamp.StampedComputation] = {}
     self._cached_state: tuple[list[Any], list[tf.Tensor]] | None = None
     self._num_state_leaves = len(_tf_stamp.flat_specs(self._state_type.member))
 
+  def _receive(self, name: str, value: Any) -> None:
+    """Takes one compiled part of the form (`_staged_compile`, in its `ORDER`, after the
+    accumulator's type): stamps it and, where the warm-up applies, queues its first call there.
+
+    Grappler (when a function first runs) only for `work`, where the model trains; the
+    server-side computations run as TFF built them.
+    """
+    stamp = functools.partial(_tf_stamp.StampedComputation, optimize=False)
+    warm = self._warmup.add if self._warmup is not None else lambda name, fn: None
+    if name == 'accumulator':
+      # The accumulator's declared type (`merge`'s, with `[None, ...]` for gathered stacks).
+      self._accumulator_specs = _tf_stamp.flat_specs(value)
+      self._growing = any(not s.shape.is_fully_defined() for s in self._accumulator_specs)
+      # A chain accumulate(acc, update_k) over the clients (TFF's order) where nothing can grow
+      # with the number of clients; else single-client accumulators combined by `merge`
+      # (module docstring). With one thread, a chain's `work` and `accumulate` are one call.
+      self._chain = self._accumulation == 'sequential' or (
+          self._accumulation == 'buffered' and not self._growing)
+      self._fused = self._chain and self._num_threads == 1
+      # Whether the gathered-stack check runs (`_find_buffered_leaves`): on the warm-up's
+      # thread, after `merge` is compiled, when there is one.
+      self._checks_buffer = self._accumulation == 'buffered' and self._growing
+    elif name == 'work':
+      self._work_comp = value
+      parameter = value.type_signature.parameter
+      self._data_type = self._process.next.type_signature.parameter[1]
+      self._state_type = self._process.next.type_signature.parameter[0]
+      if (not isinstance(self._data_type, computation_types.FederatedType)
+          or self._data_type.placement is not tff.CLIENTS):
+        raise ValueError(f'learning_process.next must take client data placed at CLIENTS, got '
+                         f'{self._data_type}')
+      self._data_specs = _tf_stamp.flat_specs(parameter[0])
+      self._work_sizes = [len(_tf_stamp.flat_specs(value.type_signature.result[i]))
+                          for i in range(4)]
+      step = self._new_step()
+      self._steps.put(step)
+      if not self._fused and step.replayable:
+        warm('work', lambda: step.work_only(self._placeholder_client(step)))
+    elif name == 'update':
+      self._update = stamp(value, 'update')
+      if self._update.replayable:
+        warm('update', lambda: self._update.call_tensors(
+            _warmup.zeros(self._update.input_specs)))
+    elif name == 'prepare':
+      self._prepare = stamp(value, 'prepare')
+      if self._prepare.replayable:
+        warm('prepare', lambda: self._prepare.call_tensors(
+            _warmup.zeros(self._prepare.input_specs)))
+    elif name == 'zero':
+      self._zero = stamp(value, 'zero')
+      if self._zero.replayable:
+        warm('zero', lambda: setattr(self, '_zero_values', self._zero.call_tensors([])))
+    elif name == 'accumulate':
+      self._accumulate = stamp(value, 'accumulate')
+      step = self._steps.get_nowait()  # the first step: nothing else uses it yet
+      self._steps.put(step)
+      if self._fused and step.replayable and self._accumulate.replayable:
+        warm('work', lambda: step.accumulated(
+            self._placeholder_client(step) + self._zero_values, self._accumulate))
+    elif name == 'merge':
+      if self._checks_buffer and self._warmup is not None:
+        self._merge_stamped = stamp(value, 'merge')
+        warm('check', self._check_buffered_leaves)
+    elif name == 'report':
+      self._report = stamp(value, 'report')
+      if self._report.replayable:
+        warm('report', lambda: self._report.call_tensors(self._zero_values))
+
+  def _placeholder_client(self, step: '_ClientStep') -> list[tf.Tensor]:
+    """A client with an empty dataset and zero client input: `work`'s flat inputs."""
+    data = _warmup.empty_client_data(self._data_type.member)
+    return data + _warmup.zeros(step.input_specs[len(data):])
+
   def _new_step(self) -> _ClientStep:
-    return _ClientStep(self._mrf.work, self._accumulate, self._work_sizes[0])
+    return _ClientStep(self._work_comp, self._work_sizes[0])
 
   @property
   def _merge(self) -> _tf_stamp.StampedComputation:
@@ -249,9 +333,20 @@ class InProcessRunner:
       self._merge_stamped = _tf_stamp.StampedComputation(self._mrf.merge, 'merge', optimize=False)
     return self._merge_stamped
 
+  def _wait_warm(self, name: str) -> None:
+    """Waits until the warm-up (if any) is done with `name`'s function."""
+    if self._warmup is not None:
+      self._warmup.wait(name)
+
+  def _check_buffered_leaves(self) -> None:
+    self._buffered_leaves, self._buffer_row_shapes = self._find_buffered_leaves()
+
   def _find_buffered_leaves(self) -> tuple[list[int], dict[int, tuple[int, ...]]]:
     """`_row_buffer.concatenated_leaves` on three made-up single-client accumulators, and the
-    row shape of each buffered leaf."""
+    row shape of each buffered leaf. Not made (no buffering: 'tree') when an extra call of
+    `zero`, `accumulate` or `merge` could change later results (`_warmup.replayable`)."""
+    if not (self._zero.replayable and self._accumulate.replayable and self._merge.replayable):
+      return [], {}
     zero = self._zero([])
     update_specs = self._accumulate.input_specs[len(self._accumulator_specs):]
     rng = np.random.default_rng(0)
@@ -276,7 +371,19 @@ class InProcessRunner:
   @property
   def buffered_leaves(self) -> tuple[int, ...]:
     """Flat indices of the accumulator leaves gathered in one buffer ('buffered'; else empty)."""
+    self._wait_warm('check')
     return tuple(self._buffered_leaves)
+
+  @property
+  def warmed_functions(self) -> tuple[str, ...]:
+    """The round's functions that the warm-up prepared ahead (`warm_start`), once it has finished:
+    some of 'prepare', 'zero', 'work', 'check' (the gathered-stack check), 'update' and 'report'.
+    A function left out (not replayable, or its placeholder call failed) is prepared at its first
+    call instead."""
+    if self._warmup is None:
+      return ()
+    self._warmup.join()
+    return tuple(name for name in self._warmup.names if name not in self._warmup.errors)
 
   def initialize(self) -> Any:
     """The initial server state, as `learning_process.initialize()` returns it."""
@@ -311,9 +418,13 @@ class InProcessRunner:
                            f'{type(leaf).__name__}')
       flat_clients.append([_tf_stamp.to_tensor(v, s) for v, s in zip(leaves, data_specs)])
     state_tensors = self._state_tensors(state)
+    for name in ('prepare', 'zero', 'work', 'check'):
+      self._wait_warm(name)
     client_input = self._prepare.call_tensors(state_tensors)
     aggregate, secure_sums = self._aggregate(flat_clients, client_input)
+    self._wait_warm('report')
     report = self._report.call_tensors(aggregate)
+    self._wait_warm('update')
     outputs = self._update.call_tensors(state_tensors + report + secure_sums)
     return self._to_python(outputs, self._result_type, remember_state=True)
 
@@ -363,13 +474,13 @@ class InProcessRunner:
       self._cached_state = (leaves[:n], list(flat[:n]))
     return _tf_stamp.pack_value(leaves, type_spec)
 
-  def _with_step(self, method: str, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
+  def _with_step(self, method: str, tensors: list[tf.Tensor], *args: Any) -> list[tf.Tensor]:
     try:
       step = self._steps.get_nowait()
     except queue.Empty:  # another thread holds every step: stamp one more copy of `work`
       step = self._new_step()
     try:
-      return getattr(step, method)(tensors)
+      return getattr(step, method)(tensors, *args)
     finally:
       self._steps.put(step)
 
@@ -405,7 +516,8 @@ class InProcessRunner:
     n_acc = len(self._accumulator_specs)
     if self._num_threads == 1:
       for flat_data in flat_clients:
-        outputs = self._with_step('accumulated', flat_data + client_input + acc)
+        outputs = self._with_step('accumulated', flat_data + client_input + acc,
+                                  self._accumulate)
         acc = outputs[:n_acc]
         yield outputs[n_acc:]
       return acc
