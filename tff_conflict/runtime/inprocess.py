@@ -175,11 +175,12 @@ class InProcessRunner:
         `TFF_CONFLICT_COMPILE_CACHE` names (`off` there: no disk cache), by default
         `~/.cache/tff_conflict/mapreduce`; a path: in this process and in that directory;
         False: compiled every time, nothing kept.
-      warm_start: whether TensorFlow prepares the round's functions (a client's `work`, then
-        `prepare`, `report` and `update`) on a background thread while the runner is built and
-        used, by calling each once on placeholder inputs: a round without clients and a client
-        with an empty dataset (`_warmup`; only functions whose calls cannot change later results).
-        It shortens the first round on a machine with a spare core and changes no result.
+      warm_start: whether a background thread has TensorFlow prepare the round's functions
+        (a client's `work`, `update`, `prepare`, `zero`, `report`; and the gathered-stack check)
+        while TFF's compiler and the runner's construction go on, by calling each once on
+        placeholder inputs: a client with an empty dataset, a round without clients (`_warmup`;
+        only functions whose calls cannot change later results, see `warmed_functions`). It
+        shortens the first round on a machine with a spare core and changes no result.
 
     Raises:
       ValueError: for a bad argument, or if `next`/`initialize` cannot be compiled to
@@ -202,6 +203,13 @@ class InProcessRunner:
       if not hasattr(learning_process, attr):
         raise ValueError(f'learning_process must have `initialize` and `next`, got '
                          f'{type(learning_process).__name__} without `{attr}`')
+    parameter = getattr(getattr(learning_process.next, 'type_signature', None), 'parameter', None)
+    if isinstance(parameter, computation_types.StructType) and len(parameter) == 2:
+      data_type = parameter[1]
+      if (not isinstance(data_type, computation_types.FederatedType)
+          or data_type.placement is not tff.CLIENTS):
+        raise ValueError(f'learning_process.next must take client data placed at CLIENTS, got '
+                         f'{data_type}')
     self._process = learning_process
     self._num_threads = num_threads
     self._accumulation = accumulation
@@ -276,12 +284,8 @@ class InProcessRunner:
     elif name == 'work':
       self._work_comp = value
       parameter = value.type_signature.parameter
-      self._data_type = self._process.next.type_signature.parameter[1]
-      self._state_type = self._process.next.type_signature.parameter[0]
-      if (not isinstance(self._data_type, computation_types.FederatedType)
-          or self._data_type.placement is not tff.CLIENTS):
-        raise ValueError(f'learning_process.next must take client data placed at CLIENTS, got '
-                         f'{self._data_type}')
+      next_parameter = self._process.next.type_signature.parameter
+      self._state_type, self._data_type = next_parameter[0], next_parameter[1]
       self._data_specs = _tf_stamp.flat_specs(parameter[0])
       self._work_sizes = [len(_tf_stamp.flat_specs(value.type_signature.result[i]))
                           for i in range(4)]
@@ -307,7 +311,8 @@ class InProcessRunner:
       self._accumulate = stamp(value, 'accumulate')
       step = self._steps.get_nowait()  # the first step: nothing else uses it yet
       self._steps.put(step)
-      if self._fused and step.replayable and self._accumulate.replayable:
+      if (self._fused and step.replayable and self._accumulate.replayable
+          and self._zero.replayable):
         warm('work', lambda: step.accumulated(
             self._placeholder_client(step) + self._zero_values, self._accumulate))
     elif name == 'merge':
@@ -316,7 +321,7 @@ class InProcessRunner:
         warm('check', self._check_buffered_leaves)
     elif name == 'report':
       self._report = stamp(value, 'report')
-      if self._report.replayable:
+      if self._report.replayable and self._zero.replayable:
         warm('report', lambda: self._report.call_tensors(self._zero_values))
 
   def _placeholder_client(self, step: '_ClientStep') -> list[tf.Tensor]:
