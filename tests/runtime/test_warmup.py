@@ -61,7 +61,7 @@ def test_print_and_random_ops_inside_library_functions_are_not_replayable():
   assert not _warmup.replayable(_graph_def(printing, _SCALAR))
 
 
-def test_zeros_and_empty_client_data():
+def test_zeros_and_placeholder_client_data():
   a, b = _warmup.zeros([tf.TensorSpec([None, 3], tf.float32), tf.TensorSpec([], tf.int64)])
   assert a.shape == (0, 3) and a.dtype == tf.float32
   assert b.shape == () and b.dtype == tf.int64 and int(b) == 0
@@ -72,12 +72,12 @@ def test_zeros_and_empty_client_data():
                                     y=tff.TensorType(np.int32, [None]))
   data_type = tff.StructType([('data', tff.SequenceType(element)),
                               ('scale', tff.TensorType(np.float32, [2]))])
-  variant, scale = _warmup.empty_client_data(data_type)
+  variant, scale = _warmup.placeholder_client_data(data_type)
   assert variant.dtype == tf.variant
   spec = collections.OrderedDict(x=tf.TensorSpec([None, 4], tf.float32),
                                  y=tf.TensorSpec([None], tf.int32))
-  dataset = tf.data.experimental.from_variant(variant, spec)
-  assert list(dataset) == []
+  (batch,) = list(tf.data.experimental.from_variant(variant, spec))  # one empty batch
+  assert batch['x'].shape == (0, 4) and batch['y'].shape == (0,)
   np.testing.assert_array_equal(scale, [0.0, 0.0])
 
 

@@ -6,9 +6,10 @@ round's `MapReduceForm` together, at the end of several hundred milliseconds of 
 (`form_utils` in TFF 0.87, the version this project pins) and gives each component to a callback as
 soon as it exists, so that the caller can prepare it (`InProcessRunner` stamps it and has
 TensorFlow instantiate it on another thread) while the rest is still being compiled. It also
-compiles the components in another order: the client's `work` and the server's `update` first,
-whose instantiation costs most, then `prepare`, the aggregation's functions and the secure sums'
-parameters. Each component is compiled from its own part of the split computation and nothing
+compiles the components in another order: what a client runs first (`work`, and `zero` and
+`accumulate`, which a FedAvg-like round fuses with it), then the server's `update`, whose
+instantiation costs most after the client's, then `prepare`, `merge`, `report` and the secure
+sums' parameters. Each component is compiled from its own part of the split computation and nothing
 of one enters another, so the order does not change them: `tests/runtime/test_staged_compile.py`
 compares every component with the one TFF's function compiles (`_fingerprint`).
 """
@@ -26,7 +27,7 @@ from tensorflow_federated.python.core.impl.computation import computation_impl
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 
 # The components in the order they are compiled and handed over.
-ORDER = ('work', 'update', 'prepare', 'zero', 'accumulate', 'merge', 'report',
+ORDER = ('work', 'zero', 'accumulate', 'update', 'prepare', 'merge', 'report',
          'secure_sum_bitwidth', 'secure_sum_max_input', 'secure_modular_sum_modulus')
 
 Callback = Callable[[str, Any], None]
@@ -68,15 +69,15 @@ def map_reduce_form(comp: Any, grappler_config: tf.compat.v1.ConfigProto,
         computation_proto=building_block.proto, context_stack=context_stack_impl.context_stack)
     notify(name, components[name])
 
-  compiled('work', form_utils._extract_work(before_aggregate, config))  # pylint: disable=protected-access
-  compiled('update', form_utils._extract_update(after_aggregate, config))  # pylint: disable=protected-access
-  compiled('prepare', form_utils._extract_prepare(before_broadcast, config))  # pylint: disable=protected-access
   federated_aggregate = building_block_factory.select_output_from_lambda(
       before_aggregate, 'federated_aggregate_param')
   select_value = form_utils._compile_selected_output_to_no_argument_tensorflow  # pylint: disable=protected-access
   select_function = form_utils._compile_selected_output_as_tensorflow_function  # pylint: disable=protected-access
+  compiled('work', form_utils._extract_work(before_aggregate, config))  # pylint: disable=protected-access
   compiled('zero', select_value(federated_aggregate, 1, config))
   compiled('accumulate', select_function(federated_aggregate, 2, config))
+  compiled('update', form_utils._extract_update(after_aggregate, config))  # pylint: disable=protected-access
+  compiled('prepare', form_utils._extract_prepare(before_broadcast, config))  # pylint: disable=protected-access
   compiled('merge', select_function(federated_aggregate, 3, config))
   compiled('report', select_function(federated_aggregate, 4, config))
   for name, intrinsic in (('secure_sum_bitwidth', 'federated_secure_sum_bitwidth_param'),

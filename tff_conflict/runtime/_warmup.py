@@ -10,7 +10,7 @@ spare core the two overlap. `wait(name)` blocks until the call named `name` has 
 failed), so that no function is ever run by the warm-up and by its owner at the same time.
 
 A warm-up call runs the function for real, on placeholder inputs (a round without clients, a
-client with an empty dataset), and its outputs are dropped. It is therefore only made for
+client with one empty batch), and its outputs are dropped. It is therefore only made for
 functions whose calls cannot change what later calls compute (`replayable`): every stateful op in
 the graph and in its function library is one whose effect does not outlast the call. Variables
 qualify because a stamped computation initializes all of its variables at every call
@@ -85,17 +85,20 @@ def zeros(specs: Sequence[tf.TensorSpec]) -> list[tf.Tensor]:
   return out
 
 
-def empty_client_data(type_spec: Any) -> list[tf.Tensor]:
-  """Flat leaves of a client's data of TFF type `type_spec` with no examples: an empty dataset
-  (as a variant tensor) for each sequence, zeros for each tensor."""
+def placeholder_client_data(type_spec: Any) -> list[tf.Tensor]:
+  """Flat leaves of a client's data of TFF type `type_spec` without examples: for each sequence
+  a dataset of one element whose unknown dimensions are 0 (an empty batch, so that the body of
+  the client's training loop runs once and TensorFlow creates its kernels), as a variant tensor;
+  zeros for each tensor."""
   if isinstance(type_spec, computation_types.SequenceType):
-    dataset = tensorflow_utils.make_data_set_from_elements(None, [], type_spec.element)
+    element = tensorflow_utils._make_whimsy_element_for_type_spec(type_spec.element)  # pylint: disable=protected-access
+    dataset = tensorflow_utils.make_data_set_from_elements(None, [element], type_spec.element)
     return [tf.data.experimental.to_variant(dataset)]
   if isinstance(type_spec, computation_types.TensorType):
     return zeros([tf.TensorSpec(type_spec.shape, tf.dtypes.as_dtype(type_spec.dtype))])
   if isinstance(type_spec, computation_types.StructType):
     return [leaf for _, element in structure.iter_elements(type_spec)
-            for leaf in empty_client_data(element)]
+            for leaf in placeholder_client_data(element)]
   raise ValueError(f'no placeholder client data for {type_spec}')
 
 

@@ -53,7 +53,7 @@ releases the GIL), each thread on its own stamped copy of `work` (distinct varia
 First round: TFF's compiler hands over each component as soon as it is compiled
 (`_staged_compile`, `work` and `update` first), and the runner stamps it at once; with
 `warm_start=True` (default) a background thread (`_warmup`) then has TensorFlow instantiate it by
-calling it on placeholder inputs (a client with an empty dataset, a round without clients) while
+calling it on placeholder inputs (a client with one empty batch, a round without clients) while
 the rest of the form is still being compiled. The gathered-stack check runs on that thread too.
 `next` waits for each of these before its own first call of the same function. Only functions
 whose calls cannot change later results (no random, print, queue or table ops) are called early,
@@ -178,7 +178,7 @@ class InProcessRunner:
       warm_start: whether a background thread has TensorFlow prepare the round's functions
         (a client's `work`, `update`, `prepare`, `zero`, `report`; and the gathered-stack check)
         while TFF's compiler and the runner's construction go on, by calling each once on
-        placeholder inputs: a client with an empty dataset, a round without clients (`_warmup`;
+        placeholder inputs: a client with one empty batch, a round without clients (`_warmup`;
         only functions whose calls cannot change later results, see `warmed_functions`). It
         shortens the first round on a machine with a spare core and changes no result.
 
@@ -325,8 +325,8 @@ class InProcessRunner:
         warm('report', lambda: self._report.call_tensors(self._zero_values))
 
   def _placeholder_client(self, step: '_ClientStep') -> list[tf.Tensor]:
-    """A client with an empty dataset and zero client input: `work`'s flat inputs."""
-    data = _warmup.empty_client_data(self._data_type.member)
+    """A client whose dataset is one empty batch, with zero client input: `work`'s inputs."""
+    data = _warmup.placeholder_client_data(self._data_type.member)
     return data + _warmup.zeros(step.input_specs[len(data):])
 
   def _new_step(self) -> _ClientStep:
