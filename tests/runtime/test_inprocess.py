@@ -235,42 +235,9 @@ def test_buffered_stack_with_clients_that_add_no_row_and_with_no_clients():
     np.testing.assert_array_equal(empty_total, [0.0, 0.0])
 
 
-def test_secure_sums_are_summed():
-  """federated_secure_sum_bitwidth / secure_sum / modular parts of MapReduceForm."""
-
-  @tff.federated_computation
-  def initialize():
-    return tff.federated_value(np.int32(0), tff.SERVER)
-
-  @tff.tensorflow.computation(tff.SequenceType(np.int32))
-  def client_total(ds):
-    return ds.reduce(np.int32(0), lambda a, x: a + x)
-
-  @tff.tensorflow.computation(np.int32, np.int32)
-  def add(a, b):
-    return a + b
-
-  @tff.federated_computation(tff.FederatedType(np.int32, tff.SERVER),
-                             tff.FederatedType(tff.SequenceType(np.int32), tff.CLIENTS))
-  def next_fn(state, data):
-    totals = tff.federated_map(client_total, data)
-    secure = tff.federated_secure_sum_bitwidth(totals, 16)
-    return tff.federated_map(add, (state, secure)), secure
-
-  process = tff.templates.IterativeProcess(initialize, next_fn)
-  runner = inprocess.InProcessRunner(process)
-  assert runner.map_reduce_form.securely_aggregates_tensors
-  values = [[1, 2, 3], [10], [100, 200]]
-  data = [tf.data.Dataset.from_tensor_slices(np.array(v, np.int32)) for v in values]
-  state = runner.initialize()
-  state, total = runner.next(state, data)
-  assert int(total) == 316 and int(state) == 316
-  state, total = runner.next(state, data)
-  assert int(total) == 316 and int(state) == 632
-
-
-def _secure_process():
-  """Both kinds of secure sums: `federated_secure_sum_bitwidth` and a modular sum."""
+def _secure_process(modular=True):
+  """A round with `federated_secure_sum_bitwidth` (feeding the state) and, if `modular`, a
+  modular secure sum as its output (else the bitwidth sum)."""
 
   @tff.federated_computation
   def initialize():
@@ -289,10 +256,25 @@ def _secure_process():
   def next_fn(state, data):
     totals = tff.federated_map(client_total, data)
     bitwidth = tff.federated_secure_sum_bitwidth(totals, 16)
-    modular = tff.backends.mapreduce.federated_secure_modular_sum(totals, 1000)
-    return tff.federated_map(add, (state, bitwidth)), modular
+    output = (tff.backends.mapreduce.federated_secure_modular_sum(totals, 1000) if modular
+              else bitwidth)
+    return tff.federated_map(add, (state, bitwidth)), output
 
   return tff.templates.IterativeProcess(initialize, next_fn)
+
+
+def test_secure_sums_are_summed():
+  """federated_secure_sum_bitwidth / secure_sum / modular parts of MapReduceForm."""
+  process = _secure_process(modular=False)
+  runner = inprocess.InProcessRunner(process)
+  assert runner.map_reduce_form.securely_aggregates_tensors
+  values = [[1, 2, 3], [10], [100, 200]]
+  data = [tf.data.Dataset.from_tensor_slices(np.array(v, np.int32)) for v in values]
+  state = runner.initialize()
+  state, total = runner.next(state, data)
+  assert int(total) == 316 and int(state) == 316
+  state, total = runner.next(state, data)
+  assert int(total) == 316 and int(state) == 632
 
 
 def test_secure_modular_sums():
