@@ -51,7 +51,8 @@ releases the GIL), each thread on its own stamped copy of `work` (distinct varia
 `accumulate` and `merge` then run in the calling thread.
 
 First round: TFF's compiler hands over each component as soon as it is compiled
-(`_staged_compile`, `work` and `update` first), and the runner stamps it at once; with
+(`_staged_compile`: a client's `work`, `zero` and `accumulate` first, then `update`), and the
+runner stamps it at once; with
 `warm_start=True` (default) a background thread (`_warmup`) then has TensorFlow instantiate it by
 calling it on placeholder inputs (a client with one empty batch, a round without clients) while
 the rest of the form is still being compiled. The gathered-stack check runs on that thread too.
@@ -289,7 +290,7 @@ class InProcessRunner:
       self._data_specs = _tf_stamp.flat_specs(parameter[0])
       self._work_sizes = [len(_tf_stamp.flat_specs(value.type_signature.result[i]))
                           for i in range(4)]
-      step = self._new_step()
+      step = self._first_step = self._new_step()
       self._steps.put(step)
       if not self._fused and step.replayable:
         warm('work', lambda: step.work_only(self._placeholder_client(step)))
@@ -309,15 +310,15 @@ class InProcessRunner:
         warm('zero', lambda: setattr(self, '_zero_values', self._zero.call_tensors([])))
     elif name == 'accumulate':
       self._accumulate = stamp(value, 'accumulate')
-      step = self._steps.get_nowait()  # the first step: nothing else uses it yet
-      self._steps.put(step)
+      step = self._first_step
       if (self._fused and step.replayable and self._accumulate.replayable
           and self._zero.replayable):
         warm('work', lambda: step.accumulated(
             self._placeholder_client(step) + self._zero_values, self._accumulate))
     elif name == 'merge':
+      self._merge_comp = value
       if self._checks_buffer and self._warmup is not None:
-        self._merge_stamped = stamp(value, 'merge')
+        _ = self._merge  # stamped here, on the caller's thread
         warm('check', self._check_buffered_leaves)
     elif name == 'report':
       self._report = stamp(value, 'report')
@@ -335,7 +336,8 @@ class InProcessRunner:
   @property
   def _merge(self) -> _tf_stamp.StampedComputation:
     if self._merge_stamped is None:  # only 'tree' and 'buffered' merge
-      self._merge_stamped = _tf_stamp.StampedComputation(self._mrf.merge, 'merge', optimize=False)
+      self._merge_stamped = _tf_stamp.StampedComputation(self._merge_comp, 'merge',
+                                                         optimize=False)
     return self._merge_stamped
 
   def _wait_warm(self, name: str) -> None:
