@@ -21,7 +21,7 @@ the first round's result:
 Wall-clock seconds and CPU seconds (the process and its children, i.e. `worker_binary`). Each
 case runs `--repeats` times, the variants interleaved (their order rotates); each 'compiled'
 run has an empty cache directory of its own and the 'cached' runs of a repeat read the one its
-first 'compiled' run filled. The table shows medians and the in-process / C++ ratios of the
+first 'compiled' run filled (or, when a 'cached' run comes first, one an untimed run filled). The table shows medians and the in-process / C++ ratios of the
 medians. The load average is printed with every case: on a shared machine prefer the CPU
 ratios.
 
