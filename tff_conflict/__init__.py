@@ -1,24 +1,21 @@
 """tff_conflict: gradient-conflict methods for federated learning on TensorFlow Federated.
 
-Submodules (imported lazily, so `import tff_conflict` stays cheap):
-  runtime      TFF execution contexts that leave no `worker_binary` behind.
-  hparams      every method hyperparameter: default (the papers'), valid range, description.
-
-TensorFlow's and TFF's log noise is off by default: import `tff_conflict` before TensorFlow and
-the program prints only its own output. Set the environment variable `TFF_CONFLICT_VERBOSE=1` to
-turn those logs back on (`tff_conflict/_quiet.py` says exactly what is changed).
+Submodules are imported lazily: `conflict` (the server math on a stack of client updates),
+`aggregators`, `losses`, `learning`, `data`, `evaluation`, `hparams`, `runtime`. Importing the
+package changes nothing in the host program; `quiet()` turns TensorFlow's and TFF's log noise off.
+See README.md and docs/.
 """
 
 import importlib
 
-from tff_conflict import _quiet
-
-_quiet.install()
+from tff_conflict._quiet import quiet
 
 __version__ = '0.1.0'
 
 _SUBMODULES = ('runtime', 'conflict', 'aggregators', 'losses', 'learning', 'data', 'evaluation',
                'hparams')
+
+__all__ = ['quiet', *_SUBMODULES]
 
 
 def __getattr__(name):
