@@ -26,11 +26,12 @@ and the mean round time (rounds >= 2: round 1 includes TFF's tracing and start-u
 import dataclasses
 import os
 import sys
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence
 
-# tff_conflict first: it keeps TF's log noise off (TFF_CONFLICT_VERBOSE=1 turns it on). TensorFlow
-# must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
-import tff_conflict  # pylint: disable=unused-import
+# Quiet before TensorFlow is imported (its C++ logs read the environment then); TensorFlow must be
+# imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
+import tff_conflict
+tff_conflict.quiet()
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
@@ -38,17 +39,18 @@ import numpy as np
 
 from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config
+from experiments import datasets
 from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import metrics_io
+from experiments import files
 from experiments import plotting
-from experiments import registry
 from experiments import training_loop
 from tff_conflict import runtime
 
 FLAGS = flags.FLAGS
 
-_ALL_ALGORITHMS = list(registry.ALGORITHM_HPARAMS)
+_ALL_ALGORITHMS = list(experiment_lib.ALGORITHM_HPARAMS)
 CONFLICT_COLUMN_SUFFIX = 'conflict_fraction_before'
 
 with flags_lib.record_group('compare'):
@@ -61,15 +63,12 @@ with flags_lib.record_group('compare'):
 
 # The README's main command: offline digits, Dirichlet alpha = 0.1 over 20 clients, 10 per
 # round, FedAvg and every method, seed 0, FedAvg's 2NN (mlp) trained 2 local epochs per round,
-# on TFF's C++ runtime. (--runtime=inprocess makes each algorithm's first round seconds instead
-# of TFF's warm-up; with the stamped graphs' functions renamed, all seven processes now run in one
-# Python process and round 1 matches the C++ runtime. The preset stays on the C++ runtime, whose
-# 20-round table is the one recorded in BENCHMARKS.md.)
+# on the default runtime (--runtime=cpp gives the same table on TFF's C++ runtime).
 PRESETS: dict[str, dict[str, Any]] = {
     'readme': dict(dataset='digits', num_clients=20, alpha=0.1, clients_per_round=10,
                    rounds=20, client_epochs=2, client_batch_size=20, model='mlp',
                    client_learning_rate=0.1, eval_every=1,
-                   runtime='cpp', algorithms=_ALL_ALGORITHMS, seeds=['0'],
+                   algorithms=_ALL_ALGORITHMS, seeds=['0'],
                    target_accuracy=0.8, experiment_name='readme_digits'),
 }
 
@@ -82,6 +81,11 @@ def apply_preset() -> None:
 flags_lib.register_validators()
 
 
+def _distinct(items, allowed=None) -> bool:
+  return (bool(items) and len(set(items)) == len(items)
+          and (allowed is None or all(i in allowed for i in items)))
+
+
 @dataclasses.dataclass(frozen=True)
 class ComparisonConfig:
   """What a comparison runs besides one experiment's settings.
@@ -91,25 +95,20 @@ class ComparisonConfig:
     seeds: distinct seeds >= 0, at least one; each (algorithm, seed) is one run.
     target_accuracy: the test accuracy whose first round the table reports, in (0, 1].
   """
-  algorithms: tuple[str, ...] = config.setting(tuple(_ALL_ALGORITHMS), flag='algorithms')
-  seeds: tuple[int, ...] = config.setting((0,), flag='seeds')
-  target_accuracy: float = config.setting(0.8, flag='target_accuracy')
+  algorithms: tuple[str, ...] = config.setting(
+      tuple(_ALL_ALGORITHMS), flag='algorithms',
+      check=config.Check(f'a non-empty list of distinct algorithms of {_ALL_ALGORITHMS}',
+                         lambda v: _distinct(list(v), _ALL_ALGORITHMS)))
+  seeds: tuple[int, ...] = config.setting(
+      (0,), flag='seeds', check=config.Check(
+          'distinct non-negative integers',
+          lambda v: _distinct(list(v)) and all(config.at_least(0)(s) for s in v)))
+  target_accuracy: float = config.setting(0.8, flag='target_accuracy', check=config.RATIO)
 
   def __post_init__(self):
     object.__setattr__(self, 'algorithms', tuple(self.algorithms))
     object.__setattr__(self, 'seeds', tuple(self.seeds))
-    if (not self.algorithms or len(set(self.algorithms)) != len(self.algorithms)
-        or any(a not in registry.ALGORITHM_HPARAMS for a in self.algorithms)):
-      raise config.ConfigError('algorithms', list(self.algorithms),
-                               f'a non-empty list of distinct algorithms of {_ALL_ALGORITHMS}',
-                               flag='algorithms')
-    if (not self.seeds or len(set(self.seeds)) != len(self.seeds)
-        or not all(config.at_least(0)(s) for s in self.seeds)):
-      raise config.ConfigError('seeds', list(self.seeds), 'distinct non-negative integers',
-                               flag='seeds')
-    if not (config.RATIO(self.target_accuracy)):
-      raise config.ConfigError('target_accuracy', self.target_accuracy, 'in (0, 1]',
-                               flag='target_accuracy')
+    config.check_fields(self)
 
 
 def check_flags() -> tuple[config.ExperimentConfig, ComparisonConfig]:
@@ -120,9 +119,9 @@ def check_flags() -> tuple[config.ExperimentConfig, ComparisonConfig]:
   """
   experiment = flags_lib.check_common_flags()
   if FLAGS.client_clip_norm is not None and not any(
-      registry.takes_clip_norm(a) for a in FLAGS.algorithms):
+      experiment_lib.takes_clip_norm(a) for a in FLAGS.algorithms):
     raise app.UsageError(f'--client_clip_norm applies only to '
-                         f'{[a for a in _ALL_ALGORITHMS if registry.takes_clip_norm(a)]}, none of '
+                         f'{[a for a in _ALL_ALGORITHMS if experiment_lib.takes_clip_norm(a)]}, none of '
                          f'which is in --algorithms={FLAGS.algorithms}')
   try:
     seeds = tuple(int(s) for s in FLAGS.seeds)
@@ -231,29 +230,20 @@ def comparison_name(experiment: config.ExperimentConfig) -> str:
   return experiment.output.experiment_name or f'compare_{experiment.data.dataset}'
 
 
-def run_comparison(experiment: Union[config.ExperimentConfig, Mapping[str, Any]],
-                   comparison: Optional[ComparisonConfig] = None, *, stream=None,
-                   hparams: Optional[Mapping[str, Any]] = None) -> tuple[str, list[str], str]:
+def run_comparison(experiment: config.ExperimentConfig, comparison: ComparisonConfig, *,
+                   stream=None, hparams: Optional[Mapping[str, Any]] = None
+                   ) -> tuple[str, list[str], str]:
   """Runs every (algorithm, seed) and writes the table and plots.
 
   Args:
-    experiment: the settings shared by every run (its algorithm and seed are replaced per run);
-      a flag-value mapping (with 'algorithms', 'seeds', 'target_accuracy') is accepted too.
-    comparison: the algorithms, seeds and target; required with a config.
+    experiment: the settings shared by every run (its algorithm and seed are replaced per run).
+    comparison: the algorithms, seeds and target.
     stream: where progress goes (default stdout).
     hparams: what the comparison's hparams.csv records (default: the settings and comparison).
 
   Returns:
     (the Markdown table, the plot files, the comparison directory).
   """
-  if not isinstance(experiment, config.ExperimentConfig):
-    values = experiment
-    experiment = experiment_lib.as_config(values)
-    comparison = ComparisonConfig(algorithms=tuple(values['algorithms']),
-                                  seeds=tuple(int(s) for s in values['seeds']),
-                                  target_accuracy=values['target_accuracy'])
-  if comparison is None:
-    raise ValueError('run_comparison needs a ComparisonConfig with an ExperimentConfig')
   root = os.path.join(experiment.output.output_dir, comparison_name(experiment))
   os.makedirs(root, exist_ok=True)
   if hparams is None:
@@ -263,7 +253,7 @@ def run_comparison(experiment: Union[config.ExperimentConfig, Mapping[str, Any]]
     for name in ('algorithm', 'client_loss', 'aggregator', 'seed'):  # set per run
       hparams.pop(name, None)
   metrics_io.write_hparams(os.path.join(root, training_loop.HPARAMS_FILE), hparams)
-  data = experiment_lib.load_data(experiment.data)
+  data = datasets.load(experiment.data)
   seeds = comparison.seeds
   runs: dict[str, list[list[dict[str, Any]]]] = {alg: [] for alg in comparison.algorithms}
   for seed in seeds:
@@ -283,11 +273,11 @@ def run_comparison(experiment: Union[config.ExperimentConfig, Mapping[str, Any]]
   summaries = [summarize(alg, per_seed, comparison.target_accuracy)
                for alg, per_seed in runs.items()]
   table = markdown_table(summaries, comparison.target_accuracy)
-  with open(os.path.join(root, 'summary.md'), 'w') as f:
-    f.write(f'# {experiment.data.dataset}: {experiment.training.rounds} rounds, '
-            f'{experiment.training.clients_per_round} clients per round, seeds '
-            f'{[str(s) for s in seeds]}\n\n')
-    f.write(table)
+  files.write_text_atomically(
+      os.path.join(root, 'summary.md'),
+      f'# {experiment.data.dataset}: {experiment.training.rounds} rounds, '
+      f'{experiment.training.clients_per_round} clients per round, seeds '
+      f'{[str(s) for s in seeds]}\n\n{table}')
   plots = write_plots(runs, root)
   return table, plots, root
 

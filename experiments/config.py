@@ -33,6 +33,7 @@ import math
 import numbers
 import os
 import re
+import types
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from tff_conflict import hparams as hparams_lib
@@ -42,87 +43,62 @@ DATASETS = ('digits', 'emnist', 'synthetic', 'mnist', 'fashion_mnist', 'cifar10'
 LEAF_NAMES = ('femnist', 'synthetic', 'celeba')
 OPTIMIZERS = ('sgd', 'adam', 'adagrad', 'rmsprop', 'yogi')
 CLIENT_WEIGHTINGS = ('num_examples', 'uniform', 'loss')
-RUNTIMES = ('cpp', 'inprocess')
+RUNTIMES = ('inprocess', 'cpp')
 CUSTOM_ALGORITHM = 'custom'
 
 
 class ConfigError(ValueError):
-  """A setting with a bad value.
+  """A setting with a bad value, raised before any work starts.
 
   Attributes:
-    field: the dataclass field.
-    flag: the flag that sets it (None when no flag does).
+    argument: the flag that sets it (the field's name when no flag does); the binaries print
+      `--<argument> ...` (`flag_message()`).
+    field: the dataclass field (what `str(error)` names).
     value: the bad value.
-    requirement: what the value must be, e.g. 'a finite number > 0' (None for a library error).
+    requirement: what the value must be, e.g. 'a finite number > 0'; None when `reason` says
+      what is wrong instead (an error of the library or of the data).
+    reason: the library's message (None with a `requirement`).
   """
 
-  def __init__(self, field: str, value: Any, requirement: Optional[str] = None, *,
-               flag: Optional[str] = None, message: Optional[str] = None):
-    self.field = field
-    self.flag = flag
+  def __init__(self, argument: str, value: Any, requirement: Optional[str] = None, *,
+               field: Optional[str] = None, reason: Optional[str] = None):
+    if (requirement is None) == (reason is None):
+      raise TypeError('ConfigError takes exactly one of requirement and reason')
+    self.argument = argument
+    self.field = field or argument
     self.value = value
     self.requirement = requirement
-    self._message = message
-    super().__init__(message if message is not None
-                     else f'{field} must be {requirement}, got {show(value)}')
+    self.reason = None if reason is None else ' '.join(str(reason).split())
+    super().__init__(self._text(self.field))
+
+  def _text(self, name: str) -> str:
+    if self.requirement is not None:
+      return f'{name} must be {self.requirement}, got {show(self.value)}'
+    return f'{name}={self.value}: {self.reason}'
 
   def flag_message(self) -> str:
-    """The message with the flag's command-line spelling: `--flag must be ..., got value`."""
-    if self._message is not None:
-      return self._message
-    return f'--{self.flag or self.field} must be {self.requirement}, got {show(self.value)}'
+    """The message in the command line's words: `--flag must be ..., got value`."""
+    return f'--{self._text(self.argument)}'
 
 
-def translate_message(message: str, flags_by_argument: Mapping[str, str], *,
-                      context: str = '') -> Optional[str]:
-  """A library error's message in the flags' words, or None when it names none of the arguments.
+def from_library_error(error: Exception, argument: str, value: Any, *,
+                       arguments: Mapping[str, str] = types.MappingProxyType({})) -> ConfigError:
+  """A `ConfigError` for `error`, raised by the library while it used the setting `argument`.
 
-  A message that starts with an argument's name (`num_clients must be at most 359, got 1000`,
-  `client_optimizer_fn: learning_rate must be ...`) gets the flag in its place (`--num_clients must
-  be ...`); otherwise every `argument=` outside parentheses becomes `--flag=` and `context` (e.g.
-  `--dataset=emnist`) is put in front.
-
-  Args:
-    message: the library's message.
-    flags_by_argument: library argument name (or message prefix) -> flag name.
-    context: what the message is about, for messages that do not start with an argument.
+  The error names its own argument when it has an `argument` attribute (then `arguments` maps
+  it, a library argument, to the flag); otherwise the error is the setting's: `argument`.
+  Messages are never parsed.
   """
-  message = ' '.join(str(message).split())
-  for argument in sorted(flags_by_argument, key=len, reverse=True):
-    rest = message[len(argument):]
-    if message.startswith(argument) and (not rest or rest[0] in ' :=[('):
-      return f'--{flags_by_argument[argument]}{rest}'
-  names = '|'.join(re.escape(a) for a in sorted(flags_by_argument, key=len, reverse=True))
-  if not names:
-    return None
-  pieces, depth, last, found = [], 0, 0, False
-  for match in re.finditer(rf'[()]|(?<![\w-])({names})=', message):
-    if match.group(0) == '(':
-      depth += 1
-    elif match.group(0) == ')':
-      depth = max(0, depth - 1)
-    elif depth == 0:  # not inside parentheses, which quote code such as f(data_dir=DIR)
-      pieces.append(message[last:match.start()] + f'--{flags_by_argument[match.group(1)]}=')
-      last, found = match.end(), True
-  if not found:
-    return None
-  message = ''.join(pieces) + message[last:]
-  return f'{context}: {message}' if context else message
-
-
-def from_library_error(error: Exception, flags_by_argument: Mapping[str, str], *,
-                       field: str = '', value: Any = None, context: str = ''
-                       ) -> Optional[ConfigError]:
-  """A `ConfigError` carrying `error`'s message in the flags' words (`translate_message`), or
-  None when the message names none of the arguments."""
-  message = translate_message(str(error), flags_by_argument, context=context)
-  if message is None:
-    return None
-  flag = message[2:].split()[0].split('=')[0].rstrip(':,') if message.startswith('--') else None
-  return ConfigError(field or flag or '', value, flag=flag, message=message)
+  own = getattr(error, 'argument', None)
+  if own is not None and own in arguments:
+    argument, value = arguments[own], getattr(error, 'value', value)
+  return ConfigError(argument, value, reason=str(error) or type(error).__name__)
 
 
 def show(value: Any) -> str:
+  """A value as messages show it: strings quoted, tuples as lists."""
+  if isinstance(value, tuple):
+    value = list(value)
   return repr(value) if isinstance(value, str) else str(value)
 
 
@@ -201,18 +177,29 @@ def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
   return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
+def require(argument: str, value: Any, check: Check, *, field: Optional[str] = None) -> Any:
+  """`value` when it passes `check`; else raises `ConfigError(argument, value, ...)`.
+
+  The one validation idiom: dataclass fields declare their `check` (`setting`, run by
+  `check_fields`); other values call this.
+  """
+  if not check(value):
+    raise ConfigError(argument, value, check.requirement, field=field)
+  return value
+
+
 def check_fields(instance: Any) -> None:
   """Runs the `check` of every field of a dataclass instance; raises `ConfigError`."""
   for field in dataclasses.fields(instance):
     check = field.metadata.get('check')
-    value = getattr(instance, field.name)
-    if check is not None and not check(value):
-      raise ConfigError(field.name, value, check.requirement, flag=field.metadata.get('flag'))
+    if check is not None:
+      require(field.metadata.get('flag', field.name), getattr(instance, field.name), check,
+              field=field.name)
 
 
 def _error(instance: Any, field: str, requirement: str) -> ConfigError:
-  return ConfigError(field, getattr(instance, field), requirement,
-                     flag=flag_name(type(instance), field))
+  return ConfigError(flag_name(type(instance), field) or field, getattr(instance, field),
+                     requirement, field=field)
 
 
 def flag_name(cls: type, field: str) -> Optional[str]:
@@ -312,7 +299,7 @@ class ModelConfig:
   """The Keras model.
 
   Attributes:
-    name: a model of `experiments.models.MODELS`; None: the dataset's default.
+    name: a model of `experiments.architectures.MODELS`; None: the dataset's default.
   """
   name: Optional[str] = setting(None, flag='model')
 
@@ -430,43 +417,15 @@ def _method_setting(hparam: hparams_lib.Hparam) -> Any:
   return setting(hparam.default, flag=hparam.flag, check=hparam_check(hparam))
 
 
-@dataclasses.dataclass(frozen=True)
-class MethodHparams:
-  """Every method's hyperparameters (each method reads its own; see `experiments.registry`).
+METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS if h.flag is not None and h.flag != 'seed')
 
-  Each field's default, flag and valid range are those of `tff_conflict.hparams`, where every
-  hyperparameter is declared once with its paper source.
-
-  Attributes:
-    proximal_strength: FedProx mu.
-    fedgh_order: FedGH: order of the other clients in the projections, 'random' or 'index'.
-    focal_gamma, focal_beta: FedMGC's focal loss gamma and beta.
-    selection_ratio: FedMGC DGC: fraction lambda of dominant clients, in (0, 1].
-    calibration_counts: FedGA: class counts per 'batch' or per client 'dataset'.
-    calibration_form: FedGA: the calibrated loss as in the paper ('paper') or the authors' code
-      ('soft_target').
-    client_clip_norm: the global L2 norm each local step's gradient is clipped to (FedGA and
-      custom compositions); None: no clipping.
-    margin_weight: FedLD margin-control weight lambda.
-    component_ratio: FedLD: fraction rho of principal directions kept, in (0, 1].
-    principal_preserve_norms: FedLD: rescale each revised update to the original's length.
-    corrective_alpha: corrective gradient weights alpha, in [0, 1].
-  """
-  proximal_strength: float = _method_setting(hparams_lib.PROXIMAL_STRENGTH)
-  fedgh_order: str = _method_setting(hparams_lib.FEDGH_ORDER)
-  focal_gamma: float = _method_setting(hparams_lib.FOCAL_GAMMA)
-  focal_beta: float = _method_setting(hparams_lib.FOCAL_BETA)
-  selection_ratio: float = _method_setting(hparams_lib.DGC_SELECTION_RATIO)
-  calibration_counts: str = _method_setting(hparams_lib.CALIBRATION_COUNTS)
-  calibration_form: str = _method_setting(hparams_lib.CALIBRATION_FORM)
-  client_clip_norm: Optional[float] = _method_setting(hparams_lib.CLIENT_CLIP_NORM)
-  margin_weight: float = _method_setting(hparams_lib.MARGIN_WEIGHT)
-  component_ratio: float = _method_setting(hparams_lib.PRINCIPAL_COMPONENT_RATIO)
-  principal_preserve_norms: bool = _method_setting(hparams_lib.PRINCIPAL_PRESERVE_NORMS)
-  corrective_alpha: float = _method_setting(hparams_lib.CORRECTIVE_ALPHA)
-
-  def __post_init__(self):
-    check_fields(self)
+# Every method's hyperparameters, one field per flag of `tff_conflict.hparams` (where each is
+# declared once with its default, range and paper source); each method reads its own
+# (`experiment_lib.ALGORITHM_HPARAMS`).
+MethodHparams = dataclasses.make_dataclass(
+    'MethodHparams', [(h.flag, Any, _method_setting(h)) for h in METHOD_HPARAMS], frozen=True,
+    namespace={'__post_init__': check_fields, '__module__': __name__,
+               '__doc__': 'Every method hyperparameter with a flag (`tff_conflict.hparams`).'})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -492,11 +451,11 @@ class RuntimeConfig:
   """The execution backend.
 
   Attributes:
-    runtime: 'cpp' (TFF's local worker_binary) or 'inprocess' (tff_conflict.runtime's in-process
-      runner).
+    runtime: 'inprocess' (tff_conflict.runtime's in-process runner, the default) or 'cpp' (TFF's
+      local worker_binary, or remote workers).
     workers: host:port of remote TFF workers to run on (cpp only); empty: local.
   """
-  runtime: str = setting('cpp', flag='runtime', check=one_of(RUNTIMES))
+  runtime: str = setting('inprocess', flag='runtime', check=one_of(RUNTIMES))
   workers: tuple[str, ...] = setting((), flag='workers', check=WORKER_ADDRESSES)
 
   def __post_init__(self):
@@ -529,10 +488,10 @@ class ExperimentConfig:
     if training.eval_every > training.rounds:
       raise ConfigError('eval_every', training.eval_every,
                         f'at most rounds={training.rounds} (0 evaluates only after the last '
-                        'round)', flag='eval_every')
+                        'round)')
     if self.data.num_clients is not None and training.clients_per_round > self.data.num_clients:
       raise ConfigError('clients_per_round', training.clients_per_round,
-                        f'at most num_clients={self.data.num_clients}', flag='clients_per_round')
+                        f'at most num_clients={self.data.num_clients}')
 
   @property
   def seed(self) -> int:

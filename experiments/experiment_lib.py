@@ -1,46 +1,62 @@
 """From an `ExperimentConfig` to the parts of a run: data, model, learning process, evaluation,
-runner, and the whole run.
+runner, and the whole run (`run_experiment`); also the tables from method names to the settings
+their builders take (`ALGORITHM_HPARAMS`, `LOSS_HPARAMS`, `AGGREGATOR_HPARAMS`) and the optimizers.
 
-The binaries build the config from their flags (`flags_lib.experiment_config()`); other code
-builds one directly (`experiments.config`) and needs no flags:
-
-  config = ExperimentConfig(algorithm=AlgorithmConfig('fedgh'),
-                            training=LoopConfig(rounds=5, clients_per_round=10))
-  task = load_task(config)                      # ClientData, input spec, Keras model fn
-  result = run_experiment(config, task=task)    # process, runner, evaluation, run loop
-
-or step by step:
-
-  process = build_process(config, task)         # tff_conflict.learning.ALGORITHMS / build_process
-  evaluate_fn, columns = make_evaluate_fn(task) # tff_conflict.evaluation on the test split
-  runner = make_runner(process, config)         # config.runtime
-  training_loop.run_training(process, ..., config=config.training, ...)
-
-Errors that a setting causes are raised as `config.ConfigError` naming the setting's flag (a
-model that cannot take the dataset's inputs, more clients per round than the population), or
-as the library's own `ValueError` / `FileNotFoundError` for the data; the binaries print either
-as one line naming the flag (`experiments.cli`).
-
-Every function also accepts the older flag-value mapping (`FLAGS.flag_values_dict()`) in place of
-the config; it is converted with `config.from_flag_values`.
+Errors a setting causes are `config.ConfigError`s naming the setting, raised before training.
+Usage: docs/design.md, "Experiments".
 """
 
 import collections
-import contextlib
 import dataclasses
 import functools
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, TextIO, Union
 
 import numpy as np
 import tensorflow as tf
 
+from experiments import architectures
 from experiments import config as config_lib
+from experiments import datasets
 from experiments import metrics_io
-from experiments import models
-from experiments import registry
 from experiments import training_loop
+from tff_conflict import hparams as hparams_lib
 
-ConfigLike = Union[config_lib.ExperimentConfig, Mapping[str, Any]]
+CUSTOM_ALGORITHM = config_lib.CUSTOM_ALGORITHM
+
+# Builder keyword -> flag, per algorithm of tff_conflict.learning.ALGORITHMS (`seed` is --seed),
+# per loss and per aggregator, from tff_conflict.hparams (hyperparameters without a flag, such as
+# DGC's weights_are_losses, keep their defaults).
+ALGORITHM_HPARAMS: dict[str, dict[str, str]] = {
+    name: hparams_lib.flag_table(table) for name, table in hparams_lib.ALGORITHM_HPARAMS.items()}
+LOSS_HPARAMS: dict[str, dict[str, str]] = {
+    name: hparams_lib.flag_table(table) for name, table in hparams_lib.LOSS_HPARAMS.items()}
+AGGREGATOR_HPARAMS: dict[str, dict[str, str]] = {
+    name: hparams_lib.flag_table(table) for name, table in hparams_lib.AGGREGATOR_HPARAMS.items()}
+
+
+def takes_clip_norm(algorithm: str) -> bool:
+  """Whether `algorithm` (a named method or 'custom') uses `--client_clip_norm`."""
+  return (algorithm == CUSTOM_ALGORITHM
+          or 'client_clip_norm' in ALGORITHM_HPARAMS.get(algorithm, {}).values())
+
+
+def hparam_kwargs(table: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
+  """Builder keyword arguments from flag values, following `table` (keyword -> flag)."""
+  return {keyword: values[flag] for keyword, flag in table.items()}
+
+
+def _tff():
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  return tff
+
+
+def build_optimizer(settings: Union[config_lib.ClientConfig, config_lib.ServerConfig]):
+  """The `tff.learning.optimizers.Optimizer` of a client or server config (momentum: sgd only)."""
+  optimizers = _tff().learning.optimizers
+  if settings.optimizer == 'sgd':
+    return optimizers.build_sgdm(learning_rate=settings.learning_rate,
+                                 momentum=settings.momentum or None)
+  return getattr(optimizers, f'build_{settings.optimizer}')(learning_rate=settings.learning_rate)
 
 
 @dataclasses.dataclass
@@ -52,7 +68,7 @@ class Task:
     test_data: `ClientData` of the test split.
     input_spec: element spec of a client batch.
     num_classes: classes of the labels.
-    model_name: the model's name in `experiments.models.MODELS`.
+    model_name: the model's name in `experiments.architectures.MODELS`.
     keras_model_fn: no-argument callable returning a new uncompiled Keras model (seeded).
   """
   train_data: Any
@@ -63,156 +79,88 @@ class Task:
   keras_model_fn: Callable[[], tf.keras.Model]
 
 
-def as_config(config: ConfigLike) -> config_lib.ExperimentConfig:
-  """`config` itself, or the config of a flag-value mapping."""
-  if isinstance(config, config_lib.ExperimentConfig):
-    return config
-  return config_lib.from_flag_values(config)
-
-
-def data_options(config: ConfigLike) -> config_lib.DataConfig:
-  return as_config(config).data
-
-
-def loop_config(config: ConfigLike) -> config_lib.LoopConfig:
-  return as_config(config).training
-
-
-def load_data(data: config_lib.DataConfig) -> tuple[Any, Any]:
-  """(train, test) `ClientData` of the dataset (`registry.DATASETS`).
-
-  Raises:
-    config.ConfigError: the loader refused a setting or what it points at (too many clients, a
-      missing or malformed data file: the loaders' ValueError and OSError); the message is the
-      loader's in the flags' words (`--num_clients must be at most 359 ...`), or after
-      `--dataset=<name>: `.
-  """
-  spec = registry.DATASETS[data.dataset]
-  try:
-    return spec.load(data)
-  except (ValueError, OSError) as e:
-    # The loaders raise these for what the settings point at (sizes, folders, files), naming it.
-    context = f'--dataset={data.dataset}'
-    error = config_lib.from_library_error(e, spec.arguments, field='dataset', value=data.dataset,
-                                          context=context)
-    if error is None:
-      error = config_lib.ConfigError('dataset', data.dataset, flag='dataset',
-                                     message=f'{context}: {" ".join(str(e).split())}')
-    raise error from e
-
-
-def load_task(config: ConfigLike, *, data: Optional[tuple[Any, Any]] = None) -> Task:
+def load_task(config: config_lib.ExperimentConfig, *,
+              data: Optional[tuple[Any, Any]] = None) -> Task:
   """Loads the dataset (unless `data` = (train, test) is given) and picks the model.
 
   The model is built once here (in a scratch graph) to check that it takes the dataset's inputs.
 
   Raises:
-    config.ConfigError: an unknown model, a model that cannot take the inputs, or
-      clients_per_round larger than the population.
-    ValueError, FileNotFoundError: from the data loaders (`tff_conflict.data`).
+    config.ConfigError: a dataset the loader refuses (`datasets.load`), an unknown model, a model
+      that cannot take the inputs, or clients_per_round larger than the population.
   """
-  config = as_config(config)
-  spec = registry.DATASETS[config.data.dataset]
-  train, test = load_data(config.data) if data is None else data
+  spec = datasets.DATASETS[config.data.dataset]
+  train, test = datasets.load(config.data) if data is None else data
   model_name = config.model.name or spec.default_model_for(config.data)
-  if model_name not in models.MODELS:
-    raise config_lib.ConfigError('name', model_name, f'one of {sorted(models.MODELS)}',
-                                 flag='model')
+  config_lib.require('model', model_name, config_lib.one_of(sorted(architectures.MODELS)),
+                     field='name')
   num_clients = len(train.client_ids)
   if config.training.clients_per_round > num_clients:
     raise config_lib.ConfigError(
         'clients_per_round', config.training.clients_per_round,
-        f'at most the {num_clients} clients of dataset {config.data.dataset!r}',
-        flag='clients_per_round')
+        f'at most the {num_clients} clients of dataset {config.data.dataset!r}')
   example = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
                                      config.training)
   input_spec = example.element_spec
   num_classes = spec.num_classes(config.data)
   input_shape = tuple(input_spec['x'].shape[1:])
-  keras_model_fn = functools.partial(models.get(model_name), input_shape, num_classes,
+  keras_model_fn = functools.partial(architectures.get(model_name), input_shape, num_classes,
                                      seed=config.seed)
   with tf.Graph().as_default():  # keep the eager context clean (BUILD_NOTES.md, Keras pitfalls)
     try:
       keras_model_fn()
     except ValueError as e:
       raise config_lib.ConfigError(
-          'name', model_name, flag='model',
-          message=f'--model={model_name} cannot take the inputs of --dataset='
-          f'{config.data.dataset} (shape {input_shape}): {e}') from None
+          'model', model_name, field='name',
+          reason=f'cannot take the inputs of --dataset={config.data.dataset} (shape '
+          f'{input_shape}): {e}') from None
   return Task(train_data=train, test_data=test, input_spec=input_spec, num_classes=num_classes,
               model_name=model_name, keras_model_fn=keras_model_fn)
 
 
-def build_process(config: ConfigLike, task: Task):
+def build_process(config: config_lib.ExperimentConfig, task: Task):
   """The learning process of `config.algorithm` with the config's optimizers and hyperparameters.
 
   A named algorithm is `tff_conflict.learning.ALGORITHMS[name]` with its hyperparameters
-  (`registry.ALGORITHM_HPARAMS`); 'custom' is `tff_conflict.learning.build_process` with
-  `client_loss`, `aggregator` (their hyperparameters from the same `MethodHparams`) and the FedProx
-  term when `algorithm.proximal_term` is set.
+  (`ALGORITHM_HPARAMS`); 'custom' is `tff_conflict.learning.build_process` with `client_loss`,
+  `aggregator` (their hyperparameters from the same `MethodHparams`) and the FedProx term when
+  `algorithm.proximal_term` is set.
 
   Raises:
     config.ConfigError: an algorithm, loss or aggregator that is not registered, or a builder's
-      error about one of its arguments, naming the argument's flag (`registry.builder_flags`).
-    ValueError: other builder errors.
+      ValueError, attributed to the algorithm (`--algorithm=<name>: <the builder's message>`).
   """
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-  config = as_config(config)
   algorithm = config.algorithm
   hparams = dict(dataclasses.asdict(config.hparams), seed=config.seed)
   common = dict(input_spec=task.input_spec,
-                client_optimizer_fn=registry.build_optimizer(config.client),
-                server_optimizer_fn=registry.build_optimizer(config.server))
+                client_optimizer_fn=build_optimizer(config.client),
+                server_optimizer_fn=build_optimizer(config.server))
   if config.client.weighting:
     common['client_weighting'] = config.client.weighting
-  if algorithm.name == config_lib.CUSTOM_ALGORITHM:
+  if algorithm.name == CUSTOM_ALGORITHM:
     loss, aggregator = algorithm.client_loss, algorithm.aggregator
-    if loss not in registry.LOSS_HPARAMS:
-      raise config_lib.ConfigError('client_loss', loss, f'one of {list(registry.LOSS_HPARAMS)}',
-                                   flag='client_loss')
-    if aggregator not in registry.AGGREGATOR_HPARAMS:
-      raise config_lib.ConfigError('aggregator', aggregator,
-                                   f'one of {list(registry.AGGREGATOR_HPARAMS)}',
-                                   flag='aggregator')
+    config_lib.require('client_loss', loss, config_lib.one_of(list(LOSS_HPARAMS)))
+    config_lib.require('aggregator', aggregator, config_lib.one_of(list(AGGREGATOR_HPARAMS)))
     proximal = config.hparams.proximal_strength if algorithm.proximal_term else 0.0
-    with _builder_errors(algorithm):
-      return learning.build_process(
-          task.keras_model_fn, loss=loss,
-          loss_kwargs=registry.hparam_kwargs(registry.LOSS_HPARAMS[loss], hparams),
-          aggregator=aggregator,
-          aggregator_kwargs=registry.hparam_kwargs(registry.AGGREGATOR_HPARAMS[aggregator],
-                                                   hparams),
-          proximal_strength=proximal, clip_norm=config.hparams.client_clip_norm, **common)
-  if algorithm.name not in learning.ALGORITHMS:
-    raise config_lib.ConfigError(
-        'name', algorithm.name,
-        f'one of {list(learning.ALGORITHMS)} or {config_lib.CUSTOM_ALGORITHM!r}', flag='algorithm')
-  kwargs = registry.hparam_kwargs(registry.ALGORITHM_HPARAMS.get(algorithm.name, {}), hparams)
-  with _builder_errors(algorithm):
-    return learning.ALGORITHMS[algorithm.name](task.keras_model_fn, **common, **kwargs)
-
-
-@contextlib.contextmanager
-def _builder_errors(algorithm: config_lib.AlgorithmConfig) -> Iterator[None]:
-  """Re-raises a builder's ValueError about one of its arguments as a ConfigError naming the
-  argument's flag."""
+    build = functools.partial(
+        learning.build_process, task.keras_model_fn, loss=loss,
+        loss_kwargs=hparam_kwargs(LOSS_HPARAMS[loss], hparams), aggregator=aggregator,
+        aggregator_kwargs=hparam_kwargs(AGGREGATOR_HPARAMS[aggregator], hparams),
+        proximal_strength=proximal, clip_norm=config.hparams.client_clip_norm, **common)
+  else:
+    config_lib.require('algorithm', algorithm.name,
+                       config_lib.one_of(list(learning.ALGORITHMS) + [CUSTOM_ALGORITHM]),
+                       field='name')
+    kwargs = hparam_kwargs(ALGORITHM_HPARAMS.get(algorithm.name, {}), hparams)
+    build = functools.partial(learning.ALGORITHMS[algorithm.name], task.keras_model_fn,
+                              **common, **kwargs)
   try:
-    yield
+    return build()
   except config_lib.ConfigError:
     raise
   except ValueError as e:
-    error = config_lib.from_library_error(e, registry.builder_flags(algorithm))
-    if error is None:
-      raise
-    raise error from e
-
-
-def build_algorithm(values: ConfigLike, task: Task, algorithm: Optional[str] = None):
-  """`build_process` of `values` with `algorithm` (a named method) in place of its own, if given."""
-  config = as_config(values)
-  if algorithm is not None:
-    config = config.replace(algorithm=config_lib.AlgorithmConfig(algorithm))
-  return build_process(config, task)
+    raise config_lib.from_library_error(e, 'algorithm', algorithm.label) from e
 
 
 def _test_arrays(test_data) -> tuple[np.ndarray, np.ndarray]:
@@ -283,18 +231,18 @@ def make_evaluate_fn(task: Task, *, train_loss: bool = False
   return evaluate, columns
 
 
-def make_runner(process, config: ConfigLike):
-  """The object that runs `process` for `config.runtime` (the process itself for the default
-  local C++ runtime or remote workers; an in-process runner for 'inprocess')."""
+def make_runner(process, config: config_lib.ExperimentConfig):
+  """The object that runs `process` for `config.runtime`: an in-process runner for the default
+  'inprocess', the process itself for 'cpp' (TFF's local C++ runtime or remote workers)."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
-  return runtime.make_runner(process, as_config(config).runtime.runtime)
+  return runtime.make_runner(process, config.runtime.runtime)
 
 
-def install_context(config: ConfigLike) -> None:
+def install_context(config: config_lib.ExperimentConfig) -> None:
   """Installs TFF's execution context: remote workers for `config.runtime.workers`, else the
   local one (`tff_conflict.runtime.set_local_context`, which the binaries call first)."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
-  workers = list(as_config(config).runtime.workers)
+  workers = list(config.runtime.workers)
   if workers:
     runtime.set_remote_context(workers)
 

@@ -102,7 +102,7 @@ with record_group('data'):
 
 with record_group('model'):
   flags.DEFINE_string('model', _D(config.ModelConfig, 'name'),
-                      'Model (experiments.models.MODELS). Default per dataset: digits_cnn for '
+                      'Model (experiments.architectures.ARCHITECTURES). Default per dataset: digits_cnn for '
                       'digits, emnist_cnn for emnist, logistic_regression for synthetic, '
                       'fedavg_cnn for mnist/fashion_mnist, cifar_cnn for cifar10/cifar100; for '
                       'leaf, LEAF\'s models: leaf_femnist_cnn, logistic_regression for '
@@ -174,8 +174,7 @@ _METHOD_FLAG_EXTRA_HELP = {
     'fedgh_order': ' The seed is --seed.',
     'client_clip_norm': ' Used by fedga and --algorithm=custom; other algorithms refuse it.',
 }
-METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS
-                       if h.flag is not None and h.flag != 'seed')
+METHOD_HPARAMS = config.METHOD_HPARAMS
 
 with record_group('method'):
   for _hparam in METHOD_HPARAMS:
@@ -206,8 +205,9 @@ with record_group('preset'):
 
 with record_group('runtime'):
   flags.DEFINE_enum('runtime', _D(config.RuntimeConfig, 'runtime'), list(config.RUNTIMES),
-                    'Execution backend: cpp (TFF\'s local worker_binary) or inprocess '
-                    '(tff_conflict.runtime\'s in-process runner of the MapReduceForm graphs).')
+                    'Execution backend: inprocess (tff_conflict.runtime\'s in-process runner of '
+                    'the MapReduceForm graphs) or cpp (TFF\'s worker_binary, needed for '
+                    '--workers).')
   flags.DEFINE_list('workers', list(_D(config.RuntimeConfig, 'workers')),
                     'host:port of remote TFF workers (worker_binary) to run on; empty: local.')
 
@@ -321,16 +321,8 @@ def hparams(groups: Sequence[str] = COMMON_GROUPS, **extra: Any) -> dict[str, An
 
 
 def quiet_logs() -> None:
-  """Keeps absl's, TF's and TFF's log noise out of a binary's output.
-
-  `import tff_conflict` (before TensorFlow, at the top of each binary) already quiets TF's C++
-  logs and TF's and TFF's Python loggers and warnings; this also lowers absl's logging to
-  warnings. The environment variable `TFF_CONFLICT_VERBOSE=1` keeps every log on, as does
-  `--verbosity` for absl's own.
-  """
+  """Lowers absl's logging to warnings, unless `--verbosity` is given (the binaries call
+  `tff_conflict.quiet()` for TensorFlow's and TFF's own logs before importing TensorFlow)."""
   from absl import logging  # pylint: disable=g-import-not-at-top
-  from tff_conflict import _quiet  # pylint: disable=g-import-not-at-top
-  if _quiet.verbose() or FLAGS['verbosity'].present:
-    return
-  logging.set_verbosity(logging.WARNING)
-  _quiet.quiet_python_logs()
+  if not FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)

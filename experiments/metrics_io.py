@@ -29,6 +29,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from experiments import files
+
 ROUND_COLUMN = 'round_num'
 HEADLINE_COLUMNS = ('train_loss', 'train_accuracy', 'test_accuracy', 'test_loss', 'test_macro_f1',
                     'round_time_s', 'eval_time_s')
@@ -75,17 +77,6 @@ def flatten_metrics(metrics: Any, prefix: str = '') -> 'collections.OrderedDict[
 
   visit(metrics, prefix)
   return out
-
-
-def format_value(value) -> str:
-  """A value as its CSV cell: '' for None, repr for floats ('nan' for NaN), else str."""
-  if value is None:
-    return ''
-  if isinstance(value, float):
-    if math.isnan(value):
-      return 'nan'
-    return repr(value)
-  return str(value)
 
 
 def _parse(value: Optional[str]):
@@ -182,19 +173,6 @@ def read_metrics(path: str) -> MetricsFile:
   return MetricsFile(columns, rows, problem)
 
 
-def write_csv_atomically(path: str, columns: Sequence[str],
-                         rows: Iterable[Mapping[str, Any]]) -> None:
-  """Writes `rows` (cells by `format_value`) under `columns` to `path` through a temporary
-  file and a rename, so a reader never sees half a file."""
-  tmp_path = f'{path}.tmp'
-  with open(tmp_path, 'w', newline='') as f:
-    writer = csv.DictWriter(f, fieldnames=list(columns))
-    writer.writeheader()
-    for row in rows:
-      writer.writerow({c: format_value(row.get(c)) for c in columns})
-  os.replace(tmp_path, path)
-
-
 class MetricsWriter:
   """Writes `metrics.csv` one round at a time (see the module docstring).
 
@@ -227,7 +205,7 @@ class MetricsWriter:
         self._columns = found.columns
         self._rows = kept
     if rows is not None or keep_through_round == 0 or os.path.exists(path):
-      write_csv_atomically(path, self._columns or [ROUND_COLUMN], self._rows)
+      files.write_csv_atomically(path, self._columns or [ROUND_COLUMN], self._rows)
 
   @property
   def rows(self) -> list[dict[str, Any]]:
@@ -248,7 +226,7 @@ class MetricsWriter:
       raise ValueError(f'metrics of round {round_num} change the column set of {self._path}: '
                        f'missing {missing}, new {extra}')
     self._rows.append(dict(row, **{ROUND_COLUMN: round_num}))
-    write_csv_atomically(self._path, self._columns, self._rows)
+    files.write_csv_atomically(self._path, self._columns, self._rows)
 
 
 def non_timing(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -259,7 +237,7 @@ def non_timing(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def write_hparams(path: str, hparams: Mapping[str, Any]) -> None:
   """Writes `hparams.csv`: a header of names and one row of values."""
   columns = list(hparams)
-  write_csv_atomically(path, columns, [{k: _hparam_str(v) for k, v in hparams.items()}])
+  files.write_csv_atomically(path, columns, [{k: _hparam_str(v) for k, v in hparams.items()}])
 
 
 def _hparam_str(value) -> str:

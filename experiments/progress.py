@@ -1,8 +1,8 @@
-"""A terminal progress bar for training rounds: round, elapsed time, ETA, latest accuracy.
+"""Progress counted in rounds, over one run or a grid of runs: done/total, elapsed time, ETA.
 
-On a TTY the bar is `tqdm`'s, redrawn in place, with its ETA from the mean round time of this run
-(`smoothing=0`); when the stream is not a TTY (a pipe, a log file, CI) it prints one plain line per
-round instead, so logs stay readable.
+On a terminal it is a `tqdm` bar redrawn in place; otherwise (a pipe, a log file, CI) plain
+lines, at most one every `min_interval` seconds. The ETA is the mean time of the rounds run by
+this `Progress` times the rounds left; `skip` drops planned rounds that will not run.
 """
 
 import sys
@@ -22,79 +22,121 @@ def format_duration(seconds: Optional[float]) -> str:
   return f'{hours}:{minutes:02d}:{secs:02d}' if hours else f'{minutes}:{secs:02d}'
 
 
-class ProgressBar:
-  """Progress over rounds `first_round + 1 .. total_rounds`.
+class Progress:
+  """Rounds `done + 1 .. total`, ticked one at a time.
+
+  A training run ticks each round with its latest figures (`tick(postfix=...)`); a grid of runs
+  announces each run (`start_run(rounds, label)`), ticks its rounds and ends it (`end_run()`, which
+  drops the rounds it did not run from the total).
 
   Args:
-    total_rounds: the last round.
-    first_round: rounds already done (a resumed run starts after them).
-    label: printed before the bar (e.g. the algorithm's name).
-    stream: where to write; `sys.stdout` by default.
-    width: characters of the bar on a TTY.
-    clock: returns seconds (tests pass a fake clock); the plain lines' times and ETA.
+    total: the rounds planned (the last round of a run).
+    done: rounds already done (a resumed run starts after them); not counted in the ETA.
+    label: printed before every line (e.g. the algorithm).
+    stream: where to write; stdout by default.
+    enabled: False shows nothing.
+    min_interval: seconds between plain lines (0: one per tick).
+    width: characters of the bar on a terminal.
+    clock: returns seconds (tests pass a fake clock).
   """
 
-  def __init__(self, total_rounds: int, *, first_round: int = 0, label: str = '',
-               stream: Optional[TextIO] = None, width: int = 24, clock=time.monotonic):
-    if total_rounds < 1:
-      raise ValueError(f'total_rounds must be >= 1, got {total_rounds}')
-    if not 0 <= first_round <= total_rounds:
-      raise ValueError(f'first_round must be in [0, {total_rounds}], got {first_round}')
-    self._total = total_rounds
-    self._first = first_round
+  def __init__(self, total: int, *, done: int = 0, label: str = '',
+               stream: Optional[TextIO] = None, enabled: bool = True, min_interval: float = 0.0,
+               width: int = 24, clock=time.monotonic):
+    if not isinstance(total, int) or total < 0:
+      raise ValueError(f'total must be an integer >= 0, got {total!r}')
+    if not isinstance(done, int) or not 0 <= done <= total:
+      raise ValueError(f'done must be an integer in [0, {total}], got {done!r}')
+    self._total, self._done, self._first = total, done, done
     self._label = f'{label} ' if label else ''
     self._stream = stream if stream is not None else sys.stdout
+    self._enabled = enabled
+    self._min_interval = min_interval
     self._clock = clock
     self._start = clock()
-    self._accuracy: Optional[float] = None
+    self._last_line: Optional[float] = None
+    self._shown = done  # the round count of the last plain line
+    self._postfix = ''
+    self._run_rounds = self._run_ticks = 0
     isatty = getattr(self._stream, 'isatty', None)
-    self._tty = bool(isatty and isatty())
     self._bar: Optional[tqdm.tqdm] = None
-    if self._tty:
+    if enabled and isatty and isatty():
       self._bar = tqdm.tqdm(
-          total=total_rounds, initial=first_round, file=self._stream, desc=self._label or None,
-          smoothing=0, mininterval=0, leave=True, dynamic_ncols=True,
+          total=total, initial=done, file=self._stream, desc=self._label or None, smoothing=0,
+          mininterval=0, leave=True, dynamic_ncols=True,
           bar_format=('{desc}[{bar:%d}] round {n_fmt}/{total_fmt}  elapsed {elapsed}  '
                       'ETA {remaining}{postfix}') % width)
 
   @property
   def is_tty(self) -> bool:
-    return self._tty
+    return self._bar is not None
 
-  def eta(self, round_num: int) -> Optional[float]:
-    """Seconds left, extrapolated from the mean time of the rounds done in this run."""
-    done = round_num - self._first
-    if done <= 0:
+  @property
+  def total(self) -> int:
+    return self._total
+
+  @property
+  def done(self) -> int:
+    return self._done
+
+  def eta(self) -> Optional[float]:
+    """Seconds left at the mean time of the rounds ticked so far (None before the first)."""
+    ticked = self._done - self._first
+    if ticked <= 0:
       return None
-    return (self._clock() - self._start) / done * (self._total - round_num)
+    return (self._clock() - self._start) / ticked * max(0, self._total - self._done)
 
-  def _accuracy_text(self) -> str:
-    return f'test_accuracy {"-" if self._accuracy is None else f"{self._accuracy:.4f}"}'
+  def line(self) -> str:
+    """The plain line of the current state."""
+    text = (f'{self._label}round {self._done:>{len(str(self._total))}d}/{self._total}  '
+            f'elapsed {format_duration(self._clock() - self._start)}  '
+            f'ETA {format_duration(self.eta())}')
+    return f'{text}  {self._postfix}' if self._postfix else text
 
-  def line(self, round_num: int, extra: str = '') -> str:
-    """The plain line printed after `round_num` when the stream is not a TTY."""
-    elapsed = self._clock() - self._start
-    text = (f'{self._label}round {round_num:>{len(str(self._total))}d}/{self._total}  '
-            f'elapsed {format_duration(elapsed)}  ETA {format_duration(self.eta(round_num))}  '
-            f'{self._accuracy_text()}')
-    if extra:
-      text += f'  {extra}'
-    return text
-
-  def update(self, round_num: int, *, accuracy: Optional[float] = None, extra: str = '') -> None:
-    """Shows the state after `round_num`; `accuracy` (if given) becomes the latest accuracy."""
-    if accuracy is not None:
-      self._accuracy = accuracy
-    if self._bar is not None:
-      postfix = self._accuracy_text() + (f'  {extra}' if extra else '')
-      self._bar.set_postfix_str(postfix, refresh=False)
-      self._bar.update(round_num - self._bar.n)
+  def _show(self, force: bool = False) -> None:
+    if not self._enabled:
       return
-    self._stream.write(self.line(round_num, extra) + '\n')
-    self._stream.flush()
+    if self._bar is not None:
+      self._bar.set_postfix_str(self._postfix, refresh=False)
+      self._bar.total = self._total
+      self._bar.update(self._done - self._bar.n)
+      self._bar.refresh()
+      return
+    now = self._clock()
+    if force or self._last_line is None or now - self._last_line >= self._min_interval:
+      self._stream.write(self.line() + '\n')
+      self._stream.flush()
+      self._last_line, self._shown = now, self._done
+
+  def tick(self, *, postfix: Optional[str] = None) -> None:
+    """One round finished; `postfix` (if given) replaces the figures shown after the times."""
+    self._done = min(self._total, self._done + 1)
+    self._run_ticks += 1
+    if postfix is not None:
+      self._postfix = postfix
+    self._show()
+
+  def start_run(self, rounds: int, label: str = '') -> None:
+    """A run of `rounds` planned rounds starts; `label` is shown after the times."""
+    self._run_rounds, self._run_ticks, self._postfix = int(rounds), 0, label
+
+  def end_run(self) -> None:
+    """The run ended: the rounds it planned but did not run (finished already, failed) leave
+    the total."""
+    self.skip(max(0, self._run_rounds - self._run_ticks))
+    self._run_rounds = self._run_ticks = 0
+
+  def skip(self, rounds: int) -> None:
+    """Drops `rounds` planned rounds that will not run."""
+    if rounds > 0:
+      self._total = max(self._done, self._total - int(rounds))
+      if self._bar is not None:
+        self._show()
 
   def close(self) -> None:
-    """Ends the bar's line on a TTY."""
+    """Ends the bar's line on a terminal; otherwise prints the last state unless it is shown."""
     if self._bar is not None:
       self._bar.close()
       self._bar = None
+    elif self._done != self._shown:
+      self._show(force=True)

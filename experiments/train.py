@@ -23,9 +23,10 @@ FedProx+FedGH as in the papers' ablations.
 
 import os
 
-# tff_conflict first: it keeps TF's log noise off (TFF_CONFLICT_VERBOSE=1 turns it on). TensorFlow
-# must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
-import tff_conflict  # pylint: disable=unused-import
+# Quiet before TensorFlow is imported (its C++ logs read the environment then); TensorFlow must be
+# imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
+import tff_conflict
+tff_conflict.quiet()
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
@@ -34,21 +35,20 @@ from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config
 from experiments import experiment_lib
 from experiments import flags_lib
-from experiments import registry
 from experiments import training_loop
 from tff_conflict import runtime
 
 FLAGS = flags.FLAGS
 
-_ALGORITHM_NAMES = list(registry.ALGORITHM_HPARAMS) + [registry.CUSTOM_ALGORITHM]
+_ALGORITHM_NAMES = list(experiment_lib.ALGORITHM_HPARAMS) + [experiment_lib.CUSTOM_ALGORITHM]
 
 with flags_lib.record_group('algorithm'):
   flags.DEFINE_enum('algorithm', config.default(config.AlgorithmConfig, 'name'),
                     _ALGORITHM_NAMES, 'Method (tff_conflict.learning.ALGORITHMS), or custom: '
                     '--client_loss with --aggregator.')
-  flags.DEFINE_enum('client_loss', None, list(registry.LOSS_HPARAMS),
+  flags.DEFINE_enum('client_loss', None, list(experiment_lib.LOSS_HPARAMS),
                     'With --algorithm=custom: the client loss (tff_conflict.learning.LOSSES).')
-  flags.DEFINE_enum('aggregator', None, list(registry.AGGREGATOR_HPARAMS),
+  flags.DEFINE_enum('aggregator', None, list(experiment_lib.AGGREGATOR_HPARAMS),
                     'With --algorithm=custom: the server aggregator '
                     '(tff_conflict.learning.AGGREGATORS).')
   flags.DEFINE_integer('seed', config.default(config.LoopConfig, 'seed'),
@@ -66,24 +66,11 @@ def check_flags() -> config.ExperimentConfig:
     app.UsageError: naming the flag and its value.
   """
   experiment = flags_lib.check_common_flags()
-  if FLAGS.client_clip_norm is not None and not registry.takes_clip_norm(FLAGS.algorithm):
+  if FLAGS.client_clip_norm is not None and not experiment_lib.takes_clip_norm(FLAGS.algorithm):
     raise app.UsageError(f'--client_clip_norm applies only to --algorithm in '
-                         f'{[a for a in _ALGORITHM_NAMES if registry.takes_clip_norm(a)]}, got '
+                         f'{[a for a in _ALGORITHM_NAMES if experiment_lib.takes_clip_norm(a)]}, got '
                          f'--algorithm={FLAGS.algorithm}')
   return experiment
-
-
-def flag_values() -> dict:
-  """The flag values as a mapping (`experiment_lib` accepts it; the config is the typed form)."""
-  values = FLAGS.flag_values_dict()
-  values['proximal_strength_present'] = FLAGS['proximal_strength'].present
-  return values
-
-
-def default_experiment_name(values) -> str:
-  """`<dataset>_<algorithm>_seed<seed>` of a config (or of a flag-value mapping)."""
-  experiment = experiment_lib.as_config(values)
-  return experiment.default_experiment_name
 
 
 def main(argv):

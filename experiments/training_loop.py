@@ -15,7 +15,7 @@ with the same `initialize()` / `next(state, client_datasets)`) and writes, under
                  (`experiments.checkpoints`)
 
 Reproducibility. Everything random is a function of the seeds: the partition (`--data_seed`), the
-model initialisation (seeded initializers, `experiments.models`), the clients of round r
+model initialisation (seeded initializers, `experiments.architectures`), the clients of round r
 (`sample_clients(ids, k, seed=seed, round_num=r)`, from `numpy.random.default_rng([seed, r])`),
 and the shuffling of client i of round r (a tf.data seed derived from (seed, r, i)). Nothing
 depends on earlier rounds except the server state, so a run resumed from the checkpoint of round
@@ -84,10 +84,6 @@ class HparamsMismatchError(ResumeError):
 EvaluateFn = Callable[[Any], Mapping[str, float]]
 
 
-# The run loop's settings live with the other settings (experiments.config).
-LoopConfig = config_lib.LoopConfig
-
-
 @dataclasses.dataclass
 class RunResult:
   """What `run_training` did.
@@ -125,7 +121,7 @@ def shuffle_seed(seed: int, round_num: int, client_index: int) -> int:
              .integers(0, 2**31 - 1))
 
 
-def preprocess(dataset: tf.data.Dataset, config: LoopConfig, *, round_num: int = 0,
+def preprocess(dataset: tf.data.Dataset, config: config_lib.LoopConfig, *, round_num: int = 0,
                client_index: int = 0) -> tf.data.Dataset:
   """Shuffle (seeded) -> repeat `client_epochs` -> batch `batch_size`."""
   if config.shuffle_buffer > 0:
@@ -246,8 +242,9 @@ def _restore(manager: checkpoints_lib.CheckpointManager, metrics_path: str, init
   return start
 
 
-def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, config: LoopConfig,
-                 experiment_dir: str, hparams: Mapping[str, Any], runner: Any = None,
+def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
+                 config: config_lib.LoopConfig, experiment_dir: str, hparams: Mapping[str, Any],
+                 runner: Any = None,
                  client_ids: Optional[Sequence[str]] = None, label: str = '',
                  show_progress: bool = True, stream: Optional[TextIO] = None,
                  test_columns: Sequence[str] = TEST_COLUMNS) -> RunResult:
@@ -331,8 +328,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
 
   bar = None
   if show_progress and done < config.rounds:
-    bar = progress_lib.ProgressBar(config.rounds, first_round=done, label=label, stream=stream)
+    bar = progress_lib.Progress(config.rounds, done=done, label=label, stream=stream)
   finished_state, finished_round, saved_round = state, done, done
+  latest_accuracy = None
   try:
     for round_num in range(done + 1, config.rounds + 1):
       sampled = sample_clients(client_ids, config.clients_per_round, seed=config.seed,
@@ -372,9 +370,11 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
         manager.save(state, round_num)
         saved_round = round_num
       if bar is not None:
+        if accuracy is not None:
+          latest_accuracy = accuracy
         loss = row.get('train_loss')
-        bar.update(round_num, accuracy=accuracy,
-                   extra='' if loss is None else f'train_loss {loss:.4f}')
+        bar.tick(postfix=f'test_accuracy {_figure(latest_accuracy)}'
+                 + ('' if loss is None else f'  train_loss {loss:.4f}'))
   except KeyboardInterrupt as e:
     if bar is not None:
       bar.close()
@@ -390,6 +390,10 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn, conf
       bar.close()
   return RunResult(experiment_dir=experiment_dir, rows=writer.rows, resumed_from=done,
                    final_state=state)
+
+
+def _figure(value: Optional[float]) -> str:
+  return '-' if value is None else f'{value:.4f}'
 
 
 def _interrupted_message(prefix: str, finished: int, saved: int, rounds: int,

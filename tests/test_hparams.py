@@ -13,7 +13,7 @@ import pytest
 import tensorflow_federated as tff
 
 from experiments import flags_lib
-from experiments import registry as experiments_registry
+from experiments import experiment_lib
 from tests.conftest import make_tiny_keras_model
 from tests.learning import conftest as learning_helpers
 from tff_conflict import aggregators
@@ -325,9 +325,9 @@ def test_builder_and_registry_keywords_are_the_tables():
   for name, fn in learning.AGGREGATORS.items():
     keywords = [k for k in inspect.signature(fn).parameters if k != 'max_gather_bytes']
     assert keywords == [h.keyword for h in hparams.AGGREGATOR_HPARAMS[name]], name
-  assert experiments_registry.ALGORITHM_HPARAMS['fedmgc'] == {
+  assert experiment_lib.ALGORITHM_HPARAMS['fedmgc'] == {
       'gamma': 'focal_gamma', 'beta': 'focal_beta', 'selection_ratio': 'selection_ratio'}
-  assert experiments_registry.AGGREGATOR_HPARAMS['dgc'] == {'selection_ratio': 'selection_ratio'}
+  assert experiment_lib.AGGREGATOR_HPARAMS['dgc'] == {'selection_ratio': 'selection_ratio'}
 
 
 def test_markdown_table_lists_every_hparam():

@@ -42,6 +42,7 @@ def test_preset_fills_only_flags_not_given():
     assert FLAGS.num_clients == 20 and FLAGS.clients_per_round == 10 and FLAGS.alpha == 0.1
     assert FLAGS.algorithms == ['fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
                                 'fed_corrective']
+    assert FLAGS.runtime == 'inprocess'  # `make run` (the readme preset) uses the default
 
 
 def test_unknown_preset_is_refused():
@@ -55,7 +56,7 @@ def test_unknown_preset_is_refused():
     (dict(algorithms='fedavg,sgd'), '--algorithms must be a non-empty list'),
     (dict(algorithms='fedavg,fedavg'), '--algorithms must be a non-empty list of distinct'),
     (dict(seeds='0,x'), '--seeds must be non-negative integers'),
-    (dict(target_accuracy='1.5'), r'--target_accuracy must be in \(0, 1\]'),
+    (dict(target_accuracy='1.5'), r'--target_accuracy must be a number in \(0, 1\], got 1.5'),
 ])
 def test_cross_flag_checks(flag_values, message):
   from absl import app  # pylint: disable=g-import-not-at-top

@@ -46,7 +46,8 @@ def test_flags_build_the_config_and_its_flag_values_round_trip():
   with flagsaver.as_parsed(algorithm='custom', client_loss='focal', aggregator='fedgh',
                            proximal_strength='0.2', dataset='synthetic', num_clients='8',
                            rounds='7', clients_per_round='3', seed='4', client_optimizer='adam',
-                           server_momentum='0.5', workers='a:1,b:2', focal_gamma='1.5'):
+                           server_momentum='0.5', runtime='cpp', workers='a:1,b:2',
+                           focal_gamma='1.5'):
     experiment = flags_lib.experiment_config()
   assert experiment.algorithm == config.AlgorithmConfig('custom', 'focal', 'fedgh',
                                                         proximal_term=True)
@@ -107,7 +108,7 @@ def test_config_errors_name_the_field_and_the_flag(build, field, flag, message):
     build()
   error = info.value
   assert isinstance(error, ValueError)
-  assert (error.field, error.flag) == (field, flag)
+  assert (error.field, error.argument) == (field, flag)
   assert error.flag_message().startswith(message), error.flag_message()
   assert str(error).startswith(f'{field} must be '), str(error)
 
@@ -119,11 +120,11 @@ def test_booleans_are_not_numbers_and_sections_are_typed():
     config.ExperimentConfig(training={'rounds': 3})
 
 
-def test_experiment_lib_accepts_the_older_flag_value_mapping():
-  with flagsaver.as_parsed(dataset='digits', alpha='0.3', rounds='4', clients_per_round='2'):
-    values = FLAGS.flag_values_dict()
-  assert experiment_lib.data_options(values) == config.DataConfig(alpha=0.3)
-  assert experiment_lib.loop_config(values) == config.LoopConfig(rounds=4, clients_per_round=2)
+def test_the_runtime_defaults_to_the_in_process_runner():
+  assert config.RuntimeConfig().runtime == 'inprocess' == FLAGS['runtime'].default
+  assert config.RuntimeConfig('cpp', workers=('h:1',)).workers == ('h:1',)
+  with pytest.raises(config.ConfigError, match="runtime must be 'cpp' with workers"):
+    config.RuntimeConfig(workers=('h:1',))
 
 
 def test_a_run_from_a_config_alone(tmp_path):
@@ -150,29 +151,41 @@ def test_load_task_refuses_a_model_that_cannot_take_the_inputs():
       training=config.LoopConfig(rounds=1, clients_per_round=2))
   with pytest.raises(config.ConfigError) as info:
     experiment_lib.load_task(experiment)
-  assert info.value.flag == 'model'
+  assert (info.value.argument, info.value.field) == ('model', 'name')
   assert info.value.flag_message().startswith(
-      '--model=digits_cnn cannot take the inputs of --dataset=synthetic (shape (60,)): an image '
+      '--model=digits_cnn: cannot take the inputs of --dataset=synthetic (shape (60,)): an image '
       'model needs inputs')
 
 
-@pytest.mark.parametrize('message, expected', [
-    ('num_clients must be at most 359 (one per client), got 1000',
-     '--num_clients must be at most 359 (one per client), got 1000'),
-    ('num_clients=5000 is larger than the 3400 writers', '--num_clients=5000 is larger than the '
-     '3400 writers'),
-    ('client_optimizer_fn: learning_rate must be > 0, got inf',
-     '--client_learning_rate must be > 0, got inf'),
-    ("not in data_dir='/x'. Run tfds.builder('m', data_dir=DIR).prepare(), pass data_dir=DIR",
-     "--dataset=m: not in --data_dir='/x'. Run tfds.builder('m', data_dir=DIR).prepare(), pass "
-     '--data_dir=DIR'),
-    ('the metadata_dir=3 is odd', None),  # a longer word that ends in an argument's name
-    ('nothing about arguments', None),
-])
-def test_library_messages_are_put_in_the_flags_words(message, expected):
-  arguments = {'num_clients': 'num_clients', 'data_dir': 'data_dir',
-               'client_optimizer_fn: learning_rate': 'client_learning_rate'}
-  assert config.translate_message(message, arguments, context='--dataset=m') == expected
+class _ErrorWithArgument(ValueError):
+
+  def __init__(self, argument, value):
+    super().__init__(f'{argument} must be positive, got {value}')
+    self.argument, self.value = argument, value
+
+
+def test_library_errors_name_their_own_argument_else_the_setting_being_built():
+  error = config.from_library_error(_ErrorWithArgument('alpha', -1.0), 'dataset', 'digits',
+                                    arguments={'alpha': 'synthetic_alpha'})
+  assert (error.argument, error.value) == ('synthetic_alpha', -1.0)
+  assert error.flag_message() == '--synthetic_alpha=-1.0: alpha must be positive, got -1.0'
+  # No attribute (or one the table does not know): the setting being built, message unparsed.
+  for raised in (ValueError('num_clients=5000 is larger\n than the 3400 writers'),
+                 _ErrorWithArgument('unknown', 3)):
+    error = config.from_library_error(raised, 'dataset', 'emnist')
+    assert (error.argument, error.field, error.value) == ('dataset', 'dataset', 'emnist')
+    assert error.flag_message() == f"--dataset=emnist: {' '.join(str(raised).split())}"
+    assert str(error) == f"dataset=emnist: {' '.join(str(raised).split())}"
+
+
+def test_require_is_the_check_of_a_value_outside_a_dataclass():
+  assert config.require('rounds', 3, config.at_least(1)) == 3
+  with pytest.raises(config.ConfigError) as info:
+    config.require('client_batch_size', 0, config.at_least(1), field='batch_size')
+  assert str(info.value) == 'batch_size must be an integer >= 1, got 0'
+  assert info.value.flag_message() == '--client_batch_size must be an integer >= 1, got 0'
+  with pytest.raises(TypeError, match='exactly one of requirement and reason'):
+    config.ConfigError('x', 1)
 
 
 def test_default_experiment_names_tell_leaf_datasets_apart():

@@ -1,4 +1,5 @@
-"""The progress bar: plain lines off a TTY, an in-place bar on one, ETA from the mean round."""
+"""Progress: plain lines off a TTY, an in-place bar on one, ETA from the mean round, a grid's
+runs reconciling the total."""
 
 import io
 
@@ -24,11 +25,11 @@ class _Tty(io.StringIO):
 
 def test_plain_lines_when_not_a_tty():
   clock, out = _FakeClock(), io.StringIO()
-  bar = progress.ProgressBar(4, stream=out, clock=clock, label='fedavg')
+  bar = progress.Progress(4, stream=out, clock=clock, label='fedavg')
   clock.now += 10
-  bar.update(1, accuracy=0.5, extra='train_loss 1.0000')
+  bar.tick(postfix='test_accuracy 0.5000  train_loss 1.0000')
   clock.now += 10
-  bar.update(2)
+  bar.tick(postfix='test_accuracy 0.5000')
   bar.close()
   lines = out.getvalue().splitlines()
   assert lines == [
@@ -39,25 +40,65 @@ def test_plain_lines_when_not_a_tty():
 
 def test_bar_redraws_in_place_on_a_tty_and_ends_the_line():
   out = _Tty()
-  bar = progress.ProgressBar(4, first_round=1, stream=out, width=4, label='fedgh')
+  bar = progress.Progress(4, done=1, stream=out, width=4, label='fedgh')
   assert bar.is_tty
-  bar.update(2, accuracy=0.25, extra='train_loss 1.0000')
-  bar.update(4)
+  bar.tick(postfix='test_accuracy 0.2500  train_loss 1.0000')
+  bar.tick()
+  bar.tick()
   bar.close()
   text = out.getvalue()
   draws = text.split('\r')[1:]
   assert draws[0].startswith('fedgh [#') and 'round 1/4' in draws[0]  # resumed after round 1
-  assert 'round 2/4' in draws[1] and 'test_accuracy 0.2500  train_loss 1.0000' in draws[1]
+  assert any('round 2/4' in d and 'test_accuracy 0.2500  train_loss 1.0000' in d for d in draws)
   assert draws[-1].startswith('fedgh [####] round 4/4') and 'test_accuracy 0.2500' in draws[-1]
   assert text.endswith('\n') and text.count('\n') == 1
 
 
 def test_eta_counts_only_rounds_of_this_run_after_resume():
   clock = _FakeClock()
-  bar = progress.ProgressBar(10, first_round=6, stream=io.StringIO(), clock=clock)
-  assert bar.eta(6) is None
+  bar = progress.Progress(10, done=6, stream=io.StringIO(), clock=clock)
+  assert bar.eta() is None
   clock.now += 8
-  assert bar.eta(8) == pytest.approx(8.0)  # 4 s per round, 2 rounds left
+  bar.tick()
+  bar.tick()
+  assert bar.eta() == pytest.approx(8.0)  # 4 s per round, 2 rounds left
+
+
+def test_a_grid_of_runs_reconciles_the_total_and_rate_limits_plain_lines():
+  stream, clock = io.StringIO(), _FakeClock()
+  bar = progress.Progress(30, label='[benchmark]', stream=stream, min_interval=10.0, clock=clock)
+  bar.start_run(10, 'run a')
+  for _ in range(10):
+    clock.now += 2.0
+    bar.tick()
+  bar.end_run()
+  assert bar.done == 10 and bar.total == 30
+  assert bar.eta() == 40.0  # 2 s per round, 20 rounds left
+  bar.start_run(10, 'run b (finished already)')
+  bar.end_run()
+  assert bar.total == 20 and bar.eta() == 20.0
+  bar.start_run(10, 'run c fails after 3 rounds')
+  for _ in range(3):
+    clock.now += 2.0
+    bar.tick()
+  bar.end_run()
+  assert bar.total == 13
+  bar.close()
+  lines = stream.getvalue().splitlines()
+  assert lines[0] == '[benchmark] round  1/30  elapsed 0:02  ETA 0:58  run a'
+  assert lines[-1].startswith('[benchmark] round 13/13') and 'ETA 0:00' in lines[-1]
+  assert 'run c fails after 3 rounds' in lines[-1]
+  assert len(lines) <= 6  # at most one line per 10 s, plus the last
+
+
+def test_disabled_writes_nothing():
+  stream = io.StringIO()
+  bar = progress.Progress(5, enabled=False, stream=stream)
+  bar.start_run(5)
+  bar.tick()
+  bar.end_run()
+  bar.close()
+  assert stream.getvalue() == ''
 
 
 @pytest.mark.parametrize('seconds, text', [(None, '?'), (0, '0:00'), (61.4, '1:01'),
@@ -67,7 +108,7 @@ def test_format_duration(seconds, text):
 
 
 def test_bad_arguments():
-  with pytest.raises(ValueError, match='total_rounds'):
-    progress.ProgressBar(0)
-  with pytest.raises(ValueError, match='first_round'):
-    progress.ProgressBar(3, first_round=4)
+  with pytest.raises(ValueError, match='total'):
+    progress.Progress(-1)
+  with pytest.raises(ValueError, match='done'):
+    progress.Progress(3, done=4)

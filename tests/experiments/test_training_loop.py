@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+from experiments import architectures
 from experiments import checkpoints
+from experiments import config as config_lib
 from experiments import metrics_io
-from experiments import models
 from experiments import training_loop
 from tests.experiments import conftest
 
@@ -43,23 +44,23 @@ def test_sample_frequencies_are_uniform():
 
 
 def test_loop_config_rounds_schedule_and_validation():
-  config = training_loop.LoopConfig(rounds=7, clients_per_round=2, eval_every=3,
+  config = config_lib.LoopConfig(rounds=7, clients_per_round=2, eval_every=3,
                                     checkpoint_every=2)
   assert [r for r in range(1, 8) if config.is_eval_round(r)] == [3, 6, 7]
   assert [r for r in range(1, 8) if config.is_checkpoint_round(r)] == [2, 4, 6, 7]
-  final_only = training_loop.LoopConfig(rounds=4, clients_per_round=1, eval_every=0,
+  final_only = config_lib.LoopConfig(rounds=4, clients_per_round=1, eval_every=0,
                                         checkpoint_every=0)
   assert [r for r in range(1, 5) if final_only.is_eval_round(r)] == [4]
   assert not any(final_only.is_checkpoint_round(r) for r in range(1, 5))
   with pytest.raises(ValueError, match='clients_per_round'):
-    training_loop.LoopConfig(rounds=1, clients_per_round=0)
+    config_lib.LoopConfig(rounds=1, clients_per_round=0)
   with pytest.raises(ValueError, match='eval_every'):
-    training_loop.LoopConfig(rounds=1, clients_per_round=1, eval_every=-1)
+    config_lib.LoopConfig(rounds=1, clients_per_round=1, eval_every=-1)
 
 
 def test_preprocess_is_seeded_per_round_and_client():
   data, _ = conftest.make_tiny_client_data(examples_per_client=40)
-  config = training_loop.LoopConfig(rounds=1, clients_per_round=1, batch_size=8,
+  config = config_lib.LoopConfig(rounds=1, clients_per_round=1, batch_size=8,
                                     client_epochs=2, seed=5)
   ds = data.create_tf_dataset_for_client('c0')
   labels = lambda d: np.concatenate([b['y'] for b in d.as_numpy_iterator()]).tolist()
@@ -80,9 +81,9 @@ def _tiny_setup(seed=0):
   from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   train, test = conftest.make_tiny_client_data()
-  config = training_loop.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=seed)
+  config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=seed)
   spec = training_loop.preprocess(train.create_tf_dataset_for_client('c0'), config).element_spec
-  keras_model_fn = functools.partial(models.logistic_regression, (4,), 3, seed=seed)
+  keras_model_fn = functools.partial(architectures.logistic_regression, (4,), 3, seed=seed)
   process = learning.build_fedgh(
       keras_model_fn, input_spec=spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1), seed=seed)
@@ -98,7 +99,7 @@ def _tiny_setup(seed=0):
 
 def _run(process, train, evaluate_fn, experiment_dir, rounds, *, resume=True, hparams=None,
          checkpoint_every=2, seed=0, runner=None, stream=None):
-  config = training_loop.LoopConfig(rounds=rounds, clients_per_round=2, batch_size=4,
+  config = config_lib.LoopConfig(rounds=rounds, clients_per_round=2, batch_size=4,
                                     client_epochs=2, seed=seed, eval_every=2,
                                     checkpoint_every=checkpoint_every, resume=resume)
   return training_loop.run_training(
@@ -162,7 +163,7 @@ def test_resume_refuses_other_hyperparameters_and_noresume_starts_over(tmp_path,
 
 def test_clients_per_round_larger_than_population(tmp_path, tiny):
   process, train, evaluate_fn = tiny
-  config = training_loop.LoopConfig(rounds=1, clients_per_round=5)
+  config = config_lib.LoopConfig(rounds=1, clients_per_round=5)
   with pytest.raises(ValueError, match='clients_per_round=5 is larger than the population of 4'):
     training_loop.run_training(process, train_data=train, evaluate_fn=evaluate_fn,
                                config=config, experiment_dir=str(tmp_path), hparams={},

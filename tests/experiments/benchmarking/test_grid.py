@@ -10,7 +10,8 @@ import pytest
 import tensorflow_federated as tff
 
 from experiments import metrics_io
-from experiments import models
+from experiments import architectures
+from experiments import config as experiment_config
 from experiments import training_loop
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
@@ -171,12 +172,13 @@ def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
   reused = metrics_io.read_csv(os.path.join(target.directory(config.root), 'metrics.csv'))
 
   train, test = engine.data('digits:#C=2@6', 1)
-  loop = training_loop.LoopConfig(rounds=2, clients_per_round=3, batch_size=32, seed=1,
-                                  checkpoint_every=0)
+  loop = experiment_config.LoopConfig(rounds=2, clients_per_round=3, batch_size=32, seed=1,
+                                      checkpoint_every=0)
   spec = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
                                   loop).element_spec
   process = learning.build_fedgh(
-      functools.partial(models.logistic_regression, (8, 8, 1), 10, seed=1), input_spec=spec,
+      functools.partial(architectures.logistic_regression, (8, 8, 1), 10, seed=1),
+      input_spec=spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.2),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.5), seed=1)
   # Building a process invalidates earlier eager Keras models: the engine's evaluation model too.

@@ -1,4 +1,4 @@
-"""Keras models of the experiment binaries: the papers' small networks, by name.
+"""Keras architectures of the experiment binaries: the papers' small networks, by name (`MODELS`).
 
 Every function returns a NEW, uncompiled `tf.keras.Model` that maps a batch of inputs to logits
 (no softmax), as `tff.learning.models.from_keras_model` and the project's losses expect. Every

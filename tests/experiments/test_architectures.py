@@ -1,33 +1,33 @@
-"""The experiment models: logits of the right shape, seeded initialisation, input checks."""
+"""experiments.architectures, the Keras models of the binaries: logits of the right shape, seeded initialisation, input checks."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from experiments import models
+from experiments import architectures
 
 _SHAPES = {'logistic_regression': (60,), 'mlp': (64,), 'digits_cnn': (64,),
            'fedavg_cnn': (28, 28), 'emnist_cnn': (28, 28, 1), 'cifar_cnn': (32, 32, 3),
            'leaf_femnist_cnn': (28, 28, 1), 'leaf_celeba_cnn': (20, 20, 3)}
 
 
-@pytest.mark.parametrize('name', sorted(models.MODELS))
+@pytest.mark.parametrize('name', sorted(architectures.MODELS))
 def test_model_outputs_logits_and_is_seeded(name):
   shape = _SHAPES[name]
   with tf.Graph().as_default():  # keep the eager context clean (BUILD_NOTES.md)
-    model = models.get(name)(shape, 7, seed=3)
+    model = architectures.get(name)(shape, 7, seed=3)
     assert model.output_shape == (None, 7)
     assert not model._is_compiled  # pylint: disable=protected-access
-  a = models.get(name)(shape, 7, seed=3)
-  b = models.get(name)(shape, 7, seed=3)
-  c = models.get(name)(shape, 7, seed=4)
+  a = architectures.get(name)(shape, 7, seed=3)
+  b = architectures.get(name)(shape, 7, seed=3)
+  c = architectures.get(name)(shape, 7, seed=4)
   for wa, wb in zip(a.get_weights(), b.get_weights()):
     np.testing.assert_array_equal(wa, wb)
   assert any(not np.array_equal(wa, wc) for wa, wc in zip(a.get_weights(), c.get_weights()))
 
 
 def test_emnist_cnn_has_tffs_size():
-  model = models.emnist_cnn((28, 28, 1), 62)
+  model = architectures.emnist_cnn((28, 28, 1), 62)
   assert model.count_params() == 1_206_590  # google-research/federated's EMNIST CNN
 
 
@@ -35,13 +35,13 @@ def test_leaf_femnist_cnn_has_leafs_size():
   # LEAF's models/femnist/cnn.py: conv5x5 1->32, conv5x5 32->64, dense 7*7*64 -> 2048 -> 62.
   expected = (5 * 5 * 1 * 32 + 32) + (5 * 5 * 32 * 64 + 64) + (7 * 7 * 64 * 2048 + 2048) + (
       2048 * 62 + 62)
-  assert models.leaf_femnist_cnn((28, 28, 1), 62).count_params() == expected == 6_603_710
+  assert architectures.leaf_femnist_cnn((28, 28, 1), 62).count_params() == expected == 6_603_710
 
 
 def test_leaf_celeba_cnn_normalizes_with_batch_statistics_always():
   """LEAF's CelebA CNN, recomputed in numpy: 4 x [conv, batch norm with the batch's own mean and
   variance, 2x2 max-pool ('same'), ReLU], dense; the same in training and in evaluation."""
-  model = models.leaf_celeba_cnn((84, 84, 3), 2, seed=1)
+  model = architectures.leaf_celeba_cnn((84, 84, 3), 2, seed=1)
   # 84 -> 42 -> 21 -> 11 -> 6 after four 'same' pools; 4 x 32 x (9 C_in + 1) + BN + dense.
   assert model.count_params() == (
       (27 * 32 + 32) + 3 * (288 * 32 + 32) + 4 * 4 * 32 + (6 * 6 * 32 * 2 + 2))
@@ -64,8 +64,8 @@ def test_leaf_celeba_cnn_normalizes_with_batch_statistics_always():
 
 def test_bad_arguments():
   with pytest.raises(ValueError, match="model must be one of"):
-    models.get('resnet')
+    architectures.get('resnet')
   with pytest.raises(ValueError, match='num_classes'):
-    models.mlp((4,), 1)
+    architectures.mlp((4,), 1)
   with pytest.raises(ValueError, match='input_shape'):
-    models.digits_cnn((10,), 3)  # not a square image
+    architectures.digits_cnn((10,), 3)  # not a square image

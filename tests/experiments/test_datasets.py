@@ -1,14 +1,15 @@
-"""experiments.registry's `leaf` entry: LEAF's splits, --num_clients, classes and default models."""
+"""experiments.datasets: the `leaf` entry (LEAF's splits, --num_clients, classes and default
+models), and loader errors attributed to the setting that points at the data."""
 
 import pytest
 
-from experiments import registry
+from experiments import config
+from experiments import datasets
 from tests.data import leaf_fixtures
 
 
 def _spec_and_options(leaf_dir, **kwargs):
-  return registry.DATASETS['leaf'], registry.DataOptions(dataset='leaf', leaf_dir=leaf_dir,
-                                                         **kwargs)
+  return datasets.DATASETS['leaf'], config.DataConfig(dataset='leaf', leaf_dir=leaf_dir, **kwargs)
 
 
 @pytest.mark.parametrize('make, name, model, num_classes', [
@@ -37,4 +38,17 @@ def test_num_clients_keeps_the_first_users(tmp_path):
   assert train.client_ids == ['f0000_00', 'f0002_02']
   assert test.client_ids == ['f0001_01', 'f0003_03', 'f0005_05']  # every test user
   with pytest.raises(ValueError, match='num_clients=4 is larger than the 3 users of LEAF femnist'):
-    spec.load(registry.DataOptions(dataset='leaf', leaf_dir=options.leaf_dir, num_clients=4))
+    spec.load(config.DataConfig(dataset='leaf', leaf_dir=options.leaf_dir, num_clients=4))
+
+
+def test_load_attributes_loader_errors_to_the_setting_that_points_at_the_data(tmp_path):
+  missing = str(tmp_path / 'no_leaf')
+  with pytest.raises(config.ConfigError) as info:
+    datasets.load(config.DataConfig(dataset='leaf', leaf_dir=missing))
+  assert (info.value.argument, info.value.value) == ('leaf_dir', missing)
+  assert info.value.flag_message().startswith(f'--leaf_dir={missing}: ')
+  assert 'does not exist' in info.value.flag_message()
+  with pytest.raises(config.ConfigError) as info:
+    datasets.load(config.DataConfig(num_clients=100000))  # digits has no `source`
+  assert (info.value.argument, info.value.value) == ('dataset', 'digits')
+  assert info.value.flag_message().startswith("--dataset=digits: ")

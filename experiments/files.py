@@ -1,0 +1,78 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+Every write goes to a temporary file next to the target (`<name>.tmp-<random>`), is flushed to
+disk, then renamed over the target (`os.replace`); an error or a kill leaves the old file intact
+and at most a temporary file, which `remove_temporaries` clears.
+"""
+
+import contextlib
+import csv
+import json
+import math
+import os
+import tempfile
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
+
+TEMP_MARK = '.tmp-'
+
+
+@contextlib.contextmanager
+def atomic_open(path: str, mode: str = 'w', **kwargs: Any) -> Iterator[IO]:
+  """A file to write `path`'s new content to; `path` is replaced when the block ends cleanly.
+
+  Args:
+    path: the target.
+    mode: 'w' (text) or 'wb' (binary).
+    **kwargs: for `open` (e.g. `newline=''`).
+  """
+  if mode not in ('w', 'wb'):
+    raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
+  directory, name = os.path.split(os.path.abspath(path))
+  fd, temp = tempfile.mkstemp(dir=directory, prefix=f'{name}{TEMP_MARK}')
+  try:
+    with open(fd, mode, **kwargs) as f:
+      yield f
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(temp, path)
+  finally:
+    if os.path.exists(temp):
+      os.remove(temp)
+
+
+def write_text_atomically(path: str, text: str) -> None:
+  with atomic_open(path, 'w') as f:
+    f.write(text)
+
+
+def write_json_atomically(path: str, value: Any,
+                          default: Optional[Callable[[Any], Any]] = None) -> None:
+  """`value` as indented JSON with sorted keys (`default` as in `json.dump`)."""
+  with atomic_open(path, 'w') as f:
+    json.dump(value, f, indent=1, sort_keys=True, default=default)
+
+
+def csv_cell(value: Any) -> str:
+  """A value as its CSV cell: '' for None, repr for floats ('nan' for NaN), else str."""
+  if value is None:
+    return ''
+  if isinstance(value, float):
+    return 'nan' if math.isnan(value) else repr(value)
+  return str(value)
+
+
+def write_csv_atomically(path: str, columns: Sequence[str],
+                         rows: Iterable[Mapping[str, Any]]) -> None:
+  """A header of `columns`, then one line per row (cells by `csv_cell`, '' where missing)."""
+  with atomic_open(path, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(list(columns))
+    for row in rows:
+      writer.writerow([csv_cell(row.get(c)) for c in columns])
+
+
+def remove_temporaries(directory: str, prefix: str = '') -> None:
+  """Removes temporary files left in `directory` by writes cut short (names from `prefix`)."""
+  for name in os.listdir(directory):
+    if name.startswith(prefix) and TEMP_MARK in name:
+      os.remove(os.path.join(directory, name))
