@@ -6,7 +6,7 @@
 
 Grid: `--presets` x `--algorithms` x `--clients`.
   digits  the README's task: scikit-learn's 8x8 digits split over max(20, K) clients (Dirichlet
-          alpha 0.1), FedAvg's 2NN (`experiments.models.mlp`), 2 local epochs, batch 20, client
+          alpha 0.1), FedAvg's 2NN (`experiments.architectures.mlp`), 2 local epochs, batch 20, client
           SGD lr 0.1, each client's data shuffled per round as the training loop does.
   cnn     an EMNIST-sized CNN (conv32-conv64-maxpool-dense128-dense62, 1,206,590 parameters) on
           synthetic 28x28 clients of `--examples` examples, one epoch, batch 20, client SGD lr 0.05.
@@ -16,31 +16,24 @@ Per case both backends run the same process on the same data, one after the othe
 same initial state (the C++ runtime's `initialize()`; FedGH draws a seed there):
   cold   from the built learning process to the first round's result: the C++ runtime's
          `initialize()` (which starts a fresh `worker_binary`) and first `next` (which compiles
-         the round); the in-process runner's construction (MapReduceForm compilation or its
-         compile cache, stamping), `initialize()` and first `next`.
+         the round); the in-process runner's construction (MapReduceForm compilation, stamping),
+         `initialize()` and first `next`. Measured after TensorFlow's one-time start-up costs,
+         which this process paid earlier.
   later  the mean of rounds 2..`--rounds`.
-The in-process runner runs twice per case, with a compile cache directory of its own for the
-case: first empty ("compiled": TFF's MapReduceForm compiler runs and fills the cache), then
-filled ("cached form": the form read from disk, as every later run of the same computation
-finds it; the in-memory cache is cleared first). Both come after TensorFlow's one-time start-up
-costs, which this process paid earlier; `benchmarks.cold_start` measures cold starts in fresh
-processes instead.
 Wall-clock seconds, and CPU seconds (this process, plus `worker_binary` for the C++ runtime),
 whose ratios are less disturbed by other jobs on a shared machine. `ratio` columns are
-in-process / C++ (below 1: the in-process runner is faster). `max |dw|` is the largest
-difference between the two backends' model weights after the last round. The load average is
-printed with every case.
-
-`benchmarks.runtime_profile` breaks an in-process round down by stage. The conflict aggregators'
-memory in either backend is measured by `benchmarks.aggregators`.
+in-process / C++ (below 1: the in-process runner is faster). Memory: the peak resident memory of
+this process and of the current `worker_binary` above their levels before the backend's first
+round was built (the C++ runtime starts a fresh worker: its whole peak; sampled every 5 ms over
+all rounds), next to one K x d float32 stack (d: the model's trainable parameters), which FedGH
+gathers each round. `max |dw|` is the largest difference between the two backends' model
+weights after the last round. The load average is printed with every case.
 """
 
 import argparse
 import collections
 import functools
 import os
-import shutil
-import tempfile
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -50,6 +43,7 @@ import psutil  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from benchmarks import models  # pylint: disable=g-import-not-at-top
+from benchmarks.aggregators import _PeakRss  # pylint: disable=g-import-not-at-top,protected-access
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 PRESETS = ('digits', 'cnn')
@@ -76,7 +70,7 @@ def digits_case(algorithm: str, num_clients: int) -> Case:
   """The README's digits task (module docstring) for `num_clients` clients per round."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from experiments import config as experiment_config  # pylint: disable=g-import-not-at-top
-  from experiments import models as experiment_models  # pylint: disable=g-import-not-at-top
+  from experiments import architectures  # pylint: disable=g-import-not-at-top
   from experiments import training_loop  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
@@ -91,7 +85,7 @@ def digits_case(algorithm: str, num_clients: int) -> Case:
             for i, cid in enumerate(ids)]
 
   spec = datasets(0)[0].element_spec
-  keras_fn = functools.partial(experiment_models.mlp, tuple(spec['x'].shape[1:]), 10, seed=0)
+  keras_fn = functools.partial(architectures.mlp, tuple(spec['x'].shape[1:]), 10, seed=0)
   process = learning.ALGORITHMS[algorithm](
       keras_fn, input_spec=spec, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
   return Case(process, datasets)
@@ -109,29 +103,30 @@ def cnn_case(algorithm: str, num_clients: int, examples: int) -> Case:
 
 
 def run_backend(make_runner, initial_state, datasets, rounds):
-  """(cold wall, cold CPU, later walls, later CPUs, final state); see the module docstring."""
-  cpu_start, start = cpu_seconds(), time.perf_counter()
-  runner = make_runner()
-  runner.initialize()  # timed for both backends; the rounds start from `initial_state`
-  state = runner.next(initial_state, datasets(1)).state
-  cold, cold_cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
-  walls, cpus = [], []
-  for round_num in range(2, rounds + 1):
-    data = datasets(round_num)
+  """(cold wall, cold CPU, later walls, later CPUs, final state, (+GB python, GB worker))."""
+  with _PeakRss() as rss:
     cpu_start, start = cpu_seconds(), time.perf_counter()
-    state = runner.next(state, data).state
-    walls.append(time.perf_counter() - start)
-    cpus.append(cpu_seconds() - cpu_start)
-  return cold, cold_cpu, walls, cpus, state
+    runner = make_runner()
+    runner.initialize()  # timed for both backends; the rounds start from `initial_state`
+    state = runner.next(initial_state, datasets(1)).state
+    cold, cold_cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
+    walls, cpus = [], []
+    for round_num in range(2, rounds + 1):
+      data = datasets(round_num)
+      cpu_start, start = cpu_seconds(), time.perf_counter()
+      state = runner.next(state, data).state
+      walls.append(time.perf_counter() - start)
+      cpus.append(cpu_seconds() - cpu_start)
+  return cold, cold_cpu, walls, cpus, state, rss.extra_gb()
 
 
-def _in_process_runner(process, num_threads, cache_dir, expected_source):
+def _in_process_runner(process, num_threads):
   from tff_conflict.runtime import inprocess  # pylint: disable=g-import-not-at-top
-  runner = inprocess.InProcessRunner(process, num_threads=num_threads, compile_cache=cache_dir)
-  if runner.form_source != expected_source:
-    raise RuntimeError(f'the MapReduceForm came from {runner.form_source!r}, expected '
-                       f'{expected_source!r}')
-  return runner
+  return inprocess.InProcessRunner(process, num_threads=num_threads)
+
+
+def num_parameters(state) -> int:
+  return sum(int(np.size(w)) for w in tf.nest.flatten(state.global_model_weights.trainable))
 
 
 def max_weight_difference(a, b) -> float:
@@ -153,7 +148,7 @@ def main():
   parser.add_argument('--rounds', type=int, default=4, help='rounds per backend (>= 2)')
   parser.add_argument('--examples', type=int, default=20, help='examples per client (cnn)')
   parser.add_argument('--threads', type=int, default=1,
-                      help='num_threads of the in-process runner; > 1 adds a row (cached form)')
+                      help='num_threads of the in-process runner; > 1 adds a row')
   args = parser.parse_args()
   presets = [p for p in args.presets.split(',') if p]
   algorithms = [a for a in args.algorithms.split(',') if a]
@@ -164,7 +159,6 @@ def main():
                  '--clients and --threads >= 1')
 
   runtime.set_local_context()
-  from tff_conflict.runtime import _form_cache as form_cache  # pylint: disable=g-import-not-at-top
   print(f'{args.rounds} rounds per backend; GPUs visible: '
         f'{len(tf.config.list_physical_devices("GPU"))}; CPU cores: {os.cpu_count()}; '
         f'load average (1/5/15 min) at start: {_load()}', flush=True)
@@ -182,30 +176,25 @@ def main():
         label = (preset, algorithm, num_clients)
         load_before = _load()
         cpp = run_backend(lambda: case.process, initial, case.datasets, args.rounds)
-        rows.append(label + ('C++ runtime',) + cpp[:4] + (None,))
-        cache_dir = tempfile.mkdtemp(prefix='tff_conflict_runtime_benchmark_')
-        try:
-          for threads, form in [(1, 'compiled'), (1, 'cached form')] + (
-              [(args.threads, 'cached form')] if args.threads > 1 else []):
-            form_cache.clear_memory()
-            result = run_backend(
-                functools.partial(_in_process_runner, case.process, threads, cache_dir,
-                                  'compiled' if form == 'compiled' else 'disk'),
-                initial, case.datasets, args.rounds)
-            difference = max_weight_difference(result[4], cpp[4])
-            rows.append(label + (f'in-process, {form}, {threads} thread(s)',) + result[:4]
-                        + (difference,))
-        finally:
-          shutil.rmtree(cache_dir, ignore_errors=True)
+        stack_gb = num_clients * num_parameters(initial) * 4 / 1e9
+        rows.append(label + ('C++ runtime',) + cpp[:4] + (None, cpp[5], stack_gb))
+        for threads in [1] + ([args.threads] if args.threads > 1 else []):
+          result = run_backend(functools.partial(_in_process_runner, case.process, threads),
+                               initial, case.datasets, args.rounds)
+          difference = max_weight_difference(result[4], cpp[4])
+          rows.append(label + (f'in-process, {threads} thread(s)',) + result[:4]
+                      + (difference, result[5], stack_gb))
         print(f'{preset} {algorithm} K={num_clients}: done; load average before/after: '
               f'{load_before} / {_load()}', flush=True)
 
   print()
   print('| preset | algorithm | clients | backend | cold (s) | later (s) | cold CPU (s) | '
-        'later CPU (s) | cold ratio | later ratio | CPU ratios cold / later | max abs dw |')
-  print('|---|---|---|---|---|---|---|---|---|---|---|---|')
+        'later CPU (s) | cold ratio | later ratio | CPU ratios cold / later | max abs dw | '
+        'peak +GB python | peak +GB worker | K x d stack GB |')
+  print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
   cpp_rows = {}
-  for preset, algorithm, k, name, cold, cold_cpu, walls, cpus, difference in rows:
+  for (preset, algorithm, k, name, cold, cold_cpu, walls, cpus, difference, (own_gb, worker_gb),
+       stack_gb) in rows:
     later, later_cpu = float(np.mean(walls)), float(np.mean(cpus))
     cells = ['-'] * 4
     if difference is None:
@@ -216,7 +205,8 @@ def main():
                f'{cold_cpu / c_cold_cpu:.2f}x / {later_cpu / c_later_cpu:.2f}x',
                f'{difference:.1e}']
     print(f'| {preset} | {algorithm} | {k} | {name} | {cold:.2f} | {later:.3f} | {cold_cpu:.2f} '
-          f'| {later_cpu:.3f} | ' + ' | '.join(cells) + ' |')
+          f'| {later_cpu:.3f} | ' + ' | '.join(cells) + f' | {own_gb:.2f} | {worker_gb:.2f} | '
+          f'{stack_gb:.2f} |')
   print(f'\nload average at end: {_load()}')
   runtime.shutdown_workers()
 

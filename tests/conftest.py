@@ -7,15 +7,9 @@ is killed).
 
 import collections
 import os
-import shutil
 import sys
-import tempfile
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-# The in-process runner's compile cache (tff_conflict.runtime.inprocess) lives in a directory of
-# this session (and of the binaries it starts), not in the user's cache.
-_COMPILE_CACHE = tempfile.mkdtemp(prefix='tff_conflict_test_compile_cache_')
-os.environ['TFF_CONFLICT_COMPILE_CACHE'] = _COMPILE_CACHE
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import pytest  # pylint: disable=g-import-not-at-top
@@ -28,7 +22,6 @@ def tff_context():
   runtime.set_local_context()
   yield
   runtime.shutdown_workers()
-  shutil.rmtree(_COMPILE_CACHE, ignore_errors=True)
 
 
 TINY_NUM_FEATURES = 4

@@ -283,13 +283,12 @@ def test_secure_modular_sums():
   process = _secure_process()
   data = [tf.data.Dataset.from_tensor_slices(np.array(v, np.int32))
           for v in ([1, 2, 3], [600], [700, 20])]
-  for warm_start in (True, False):
-    runner = inprocess.InProcessRunner(process, warm_start=warm_start)
-    state = runner.initialize()
-    for round_num in (1, 2):
-      state, modular = runner.next(state, data)
-      assert int(modular) == (6 + 600 + 720) % 1000
-      assert int(state) == round_num * 1326
+  runner = inprocess.InProcessRunner(process)
+  state = runner.initialize()
+  for round_num in (1, 2):
+    state, modular = runner.next(state, data)
+    assert int(modular) == (6 + 600 + 720) % 1000
+    assert int(state) == round_num * 1326
 
 
 def test_not_map_reduce_compatible_is_a_clear_error():
@@ -384,44 +383,6 @@ def test_project_builder_rounds_equal_cpp_runtime(name):
   assert_same_result(runner.next(initial, []), process.next(initial, []))
 
 
-# The warm-up (`warm_start`, `_warmup`): functions prepared ahead on another thread.
-
-
-def _warm_and_cold_rounds(process, data, rounds=2, **options):
-  results = []
-  for warm_start in (True, False):
-    runner = inprocess.InProcessRunner(process, warm_start=warm_start, **options)
-    results.append((runner, _run_rounds(runner, data, rounds=rounds)))
-  return results
-
-
-@pytest.mark.parametrize('options, warmed', [
-    ({}, ('prepare', 'zero', 'work', 'report', 'update')),  # fused work + accumulate
-    ({'accumulation': 'tree', 'num_threads': 2}, ('prepare', 'zero', 'work', 'report', 'update')),
-])
-def test_warm_start_changes_no_fed_avg_result(fed_avg, options, warmed):
-  data = make_tiny_client_datasets(num_clients=5)
-  (warm, (warm_state, warm_outputs)), (cold, (cold_state, cold_outputs)) = (
-      _warm_and_cold_rounds(fed_avg, data, **options))
-  assert sorted(warm.warmed_functions) == sorted(warmed)
-  assert cold.warmed_functions == ()
-  assert_same_result(warm_state, cold_state, atol=0)
-  for output, expected in zip(warm_outputs, cold_outputs):
-    assert_same_result(output, expected, atol=0)
-
-
-def test_warm_start_runs_the_gathered_stack_check_ahead():
-  process = _stacking_process(keep_positive_only=True)
-  _, data = _random_client_values(5, num_clients=9)
-  warm = inprocess.InProcessRunner(process)
-  cold = inprocess.InProcessRunner(process, warm_start=False)
-  assert 'check' in warm.warmed_functions and 'work' in warm.warmed_functions
-  assert warm.buffered_leaves == cold.buffered_leaves == (0,)
-  for runner_output, expected in zip(warm.next(warm.initialize(), data),
-                                     cold.next(cold.initialize(), data)):
-    np.testing.assert_array_equal(runner_output, expected)
-
-
 def _random_and_asserting_process():
   """Client work draws from a seeded random op; `update` asserts that the state is positive."""
 
@@ -447,32 +408,16 @@ def _random_and_asserting_process():
   return tff.templates.IterativeProcess(initialize, next_fn)
 
 
-def test_warm_start_leaves_random_functions_alone_and_survives_failing_placeholders():
-  """An extra call of a function with a seeded random op would shift its draws: such a function
-  is not warmed, and the draws equal a runner's without the warm-up. A placeholder call that
-  fails (`update`'s assertion on a zero state) is dropped quietly; the rounds run."""
+def test_random_ops_draw_anew_each_round_and_assertions_run():
+  """A client's seeded random op draws anew at each round (its kernel keeps its state), and an
+  assertion in `update` runs and passes on a positive state."""
   process = _random_and_asserting_process()
   data = [tf.data.Dataset.from_tensor_slices(np.array([1.0, 2.0], np.float32))]
-  totals = {}
-  for warm_start in (True, False):
-    runner = inprocess.InProcessRunner(process, warm_start=warm_start, compile_cache=False)
-    state, totals[warm_start] = runner.initialize(), []
-    for _ in range(3):
-      state, total = runner.next(state, data)
-      totals[warm_start].append(float(total))
-    assert int(state) == 4
-    if warm_start:
-      assert 'work' not in runner.warmed_functions and 'update' not in runner.warmed_functions
-      assert 'prepare' in runner.warmed_functions
-  assert totals[True] == totals[False]
-  assert len(set(totals[True])) == 3  # three different draws: the values depend on the call count
-
-
-def test_warm_start_thread_ends_and_bad_value(fed_avg):
-  runner = inprocess.InProcessRunner(fed_avg)
-  thread = runner._warmup._thread  # pylint: disable=protected-access
-  assert thread.name == 'tff_conflict_warmup' and thread.daemon
-  assert runner.warmed_functions  # returns once the warm-up is done
-  assert not thread.is_alive()
-  with pytest.raises(ValueError, match='warm_start'):
-    inprocess.InProcessRunner(fed_avg, warm_start='yes')
+  runner = inprocess.InProcessRunner(process)
+  state, totals = runner.initialize(), []
+  for _ in range(3):
+    state, total = runner.next(state, data)
+    totals.append(float(total))
+  assert int(state) == 4
+  assert all(3.0 <= t < 4.0 for t in totals)
+  assert len(set(totals)) == 3  # three different draws: the values depend on the call count

@@ -7,14 +7,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tensorflow_federated.python.tensorflow_libs import serialization_utils
 from tff_conflict.runtime import _reduce_loop
 from tff_conflict.runtime import _tf_stamp
 
 
 def _graph_def(comp):
-  return serialization_utils.unpack_graph_def(
-      _tf_stamp.computation_proto(comp).tensorflow.graph_def)
+  return _tf_stamp.unpack_graph_def(_tf_stamp.computation_proto(comp).tensorflow.graph_def)
 
 
 def _reduce_nodes(graph_def):

@@ -56,11 +56,11 @@ def workers():
 
 def _bounded(fn, *args, limit_s=_CALL_LIMIT_S):
   """Runs fn(*args) in a thread; fails the test if it does not finish within `limit_s`."""
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
-  context = context_stack_impl.context_stack.current  # TFF's context stack is per thread
+  context_stack = tff.framework.get_context_stack()
+  context = context_stack.current  # TFF's context stack is per thread
 
   def call():
-    with context_stack_impl.context_stack.install(context):
+    with context_stack.install(context):
       return fn(*args)
 
   pool = concurrent.futures.ThreadPoolExecutor(1)

@@ -1,6 +1,7 @@
 """tff_conflict.runtime._tf_stamp: a computation's initializer and results in one graph."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tff_conflict.runtime import _tf_stamp
@@ -90,3 +91,62 @@ def test_graph_functions_run_initializer_then_results_eagerly_and_traced():
       return run([x])[0]
 
   assert both(tf.constant(20.0)).numpy() == 23.0
+
+
+# `replayable`: whether an extra call (the gathered-stack check's) can change later results.
+
+
+def _fn_graph_def(fn, *specs):
+  return tf.function(fn, autograph=False).get_concrete_function(*specs).graph.as_graph_def()
+
+
+_SCALAR = tf.TensorSpec([], tf.float32)
+
+
+def test_replayable_graphs():
+  assert _tf_stamp.replayable(_fn_graph_def(lambda x: tf.square(x) + 1.0, _SCALAR))
+  # An assertion, a loop and an in-memory dataset end with the call.
+  assert _tf_stamp.replayable(_fn_graph_def(
+      lambda x: tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * x), (0, x))[1],
+      _SCALAR))
+  assert _tf_stamp.replayable(_fn_graph_def(
+      lambda x: tf.data.Dataset.from_tensor_slices(tf.stack([x, x])).reduce(0.0, tf.add),
+      _SCALAR))
+  with tf.Graph().as_default():  # a variable created, initialized and updated inside the graph
+    v = tf.compat.v1.get_variable('v', initializer=1.0, use_resource=True)
+    tf.compat.v1.assign_add(v, 2.0)
+    tf.debugging.Assert(v.read_value() > 0, [v.read_value()])
+    with_variable = tf.compat.v1.get_default_graph().as_graph_def()
+  assert _tf_stamp.replayable(with_variable)
+
+
+@pytest.mark.parametrize('fn', [
+    lambda x: x + tf.random.uniform([], seed=1),
+    lambda x: tf.random.shuffle(tf.stack([x, x]), seed=2)[0],
+    lambda x: tf.data.Dataset.from_tensor_slices(tf.stack([x, x])).shuffle(2, seed=3).reduce(
+        0.0, tf.add),
+])
+def test_random_ops_are_not_replayable(fn):
+  assert not _tf_stamp.replayable(_fn_graph_def(fn, _SCALAR))
+
+
+def test_print_and_random_ops_inside_library_functions_are_not_replayable():
+  inner = tf.function(lambda x: x * tf.random.uniform([], seed=4), autograph=False)
+  graph_def = _fn_graph_def(lambda x: tf.cond(x > 0, lambda: inner(x), lambda: x), _SCALAR)
+  assert graph_def.library.function  # the draw is inside a library function
+  assert not _tf_stamp.replayable(graph_def)
+
+  def printing(x):
+    tf.print(x)
+    return x
+
+  assert not _tf_stamp.replayable(_fn_graph_def(printing, _SCALAR))
+
+
+def test_shared_names_get_the_suffix():
+  with tf.Graph().as_default() as graph:
+    tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[], shared_name='v')
+    tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[], shared_name='')
+  graph_def = graph.as_graph_def()
+  _tf_stamp.uniquify_shared_names(graph_def, 'sfx')
+  assert sorted(n.attr['shared_name'].s for n in graph_def.node) == [b'empty_0_sfx', b'v_sfx']

@@ -20,9 +20,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tensorflow_federated.python.common_libs import structure
-from tensorflow_federated.python.core.impl.types import type_conversions
-
 
 def check_value_type(value_type, name: str = 'value_type') -> None:
   """Raises `TypeError` unless `value_type` is a non-empty structure of fully defined float tensors.
@@ -48,7 +45,7 @@ def leaf_types(value_type) -> list:
     return [value_type]
   if isinstance(value_type, tff.StructType):
     leaves = []
-    for _, element in structure.iter_elements(value_type):
+    for _, element in tff.structure.iter_elements(value_type):
       leaves.extend(leaf_types(element))
     return leaves
   raise TypeError(f'expected a structure of tensors, got {value_type!r}')
@@ -74,7 +71,7 @@ def _leaves_of_value(value) -> list:
   """Leaves of a value TFF passed into a TF computation, in TFF type order."""
   if tf.is_tensor(value) or isinstance(value, (np.ndarray, np.generic, float, int)):
     return [value]
-  return structure.flatten(structure.from_container(value, recursive=True))
+  return tff.structure.flatten(tff.structure.from_container(value, recursive=True))
 
 
 def flatten(value, value_type) -> tf.Tensor:
@@ -111,4 +108,4 @@ def unflatten(vector: tf.Tensor, value_type):
   def _leaf(tensor_type):
     return tf.cast(tf.reshape(next(pieces), tensor_type.shape), tensor_type.dtype)
 
-  return type_conversions.structure_from_tensor_type_tree(_leaf, value_type)
+  return tff.types.structure_from_tensor_type_tree(_leaf, value_type)

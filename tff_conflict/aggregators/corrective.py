@@ -17,7 +17,6 @@ from tff_conflict import hparams
 from tff_conflict.aggregators import _process
 from tff_conflict.aggregators import _flatten as flatten
 from tff_conflict.aggregators import _gather as gather
-from tensorflow_federated.python.common_libs import structure
 
 FIELDS = ('update', 'gradient', 'loss')
 
@@ -32,7 +31,7 @@ def check_corrective_value_type(value_type) -> None:
              f'structure of float tensors, got {value_type}')
   if not isinstance(value_type, tff.StructType):
     raise TypeError(message)
-  names = tuple(structure.name_list_with_nones(value_type))
+  names = tuple(tff.structure.name_list_with_nones(value_type))
   if names != FIELDS:
     raise TypeError(message)
   flatten.check_value_type(value_type.update, 'value_type.update')

@@ -72,6 +72,7 @@ def emnist(*, only_digits=False, cache_dir=None):
         f'{EMNIST_URL}, decompress it (`xz -d emnist_all.sqlite.lzma`), put '
         f'{EMNIST_FILENAME} into {os.path.dirname(path)}, or pass '
         'cache_dir=<the folder that holds it>.')
-  from tensorflow_federated.python.simulation.datasets import emnist as tff_emnist  # pylint: disable=g-import-not-at-top
-  train, test = tff_emnist.load_data(only_digits=only_digits, cache_dir=os.path.dirname(path))
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  train, test = tff.simulation.datasets.emnist.load_data(only_digits=only_digits,
+                                                         cache_dir=os.path.dirname(path))
   return train.preprocess(_map_elements), test.preprocess(_map_elements)

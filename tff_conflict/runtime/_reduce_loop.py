@@ -1,38 +1,14 @@
 """`ReduceDataset` ops of a stamped graph replaced by in-graph loops over a dataset iterator.
 
-A TFF client computation iterates its dataset with `tf.data.Dataset.reduce`, a `ReduceDataset`
-op. Each time that op runs, TensorFlow instantiates its reduce function anew (the op keeps its
-function handles only for the duration of one run), and instantiating it runs Grappler over the
-reduce function: tens of milliseconds per client and round before the first batch is read, for
-any model and even for an empty dataset.
-
-`replace_reduce_datasets` rewrites each `ReduceDataset` node, at the top level of a `GraphDef` or
-inside a function of its library, into a call of a generated function with the same inputs and
-outputs:
-
-    iterator = AnonymousIteratorV3(); MakeIterator(dataset, iterator)
-    state = initial_state
-    next = IteratorGetNextAsOptional(iterator)
-    while OptionalHasValue(next):
-      state = f(*state, *OptionalGetValue(next), *other_arguments)
-      next = IteratorGetNextAsOptional(iterator)     # after f has run
-    return state
-
-which is what `ReduceDataset` computes: the same reduce function `f`, called once per element, in
-order, on the same captured arguments (variables), each element read after the previous call of
-`f` has finished. The loop is a functional `While`, which TensorFlow instantiates once with the
-function that contains it, so `f` is optimized once per stamped graph, not once per call. The
-iterator is created per call, as `ReduceDataset` creates it.
+`replace_reduce_datasets(graph_def)` rewrites each `ReduceDataset` (top level and library) into a
+call of a `While` loop that computes the same, so that its reduce function is instantiated once
+per stamped graph instead of at every call. Design: docs/design.md, "The in-process runner".
 """
 
 import copy
 from typing import Any
 
 import tensorflow as tf
-
-from tensorflow.python.ops import gen_dataset_ops
-from tensorflow.python.ops import gen_functional_ops
-from tensorflow.python.ops import gen_optional_ops
 
 from tff_conflict.runtime import _function_names
 
@@ -71,26 +47,26 @@ def _trace_loop(reduce_fn_name: str, state_specs: list[tf.TensorSpec],
 
   def loop(dataset, *rest):
     state, arguments = list(rest[:num_state]), list(rest[num_state:])
-    iterator = gen_dataset_ops.anonymous_iterator_v3(output_types=element_types,
+    iterator = tf.raw_ops.AnonymousIteratorV3(output_types=element_types,
                                                      output_shapes=element_shapes)
-    made = gen_dataset_ops.make_iterator(dataset, iterator)
+    made = tf.raw_ops.MakeIterator(dataset=dataset, iterator=iterator)
     with tf.control_dependencies([made]):
-      first = gen_dataset_ops.iterator_get_next_as_optional(
-          iterator, output_types=element_types, output_shapes=element_shapes)
+      first = tf.raw_ops.IteratorGetNextAsOptional(
+          iterator=iterator, output_types=element_types, output_shapes=element_shapes)
 
     def has_next(optional, *unused_state):
-      return gen_optional_ops.optional_has_value(optional)
+      return tf.raw_ops.OptionalHasValue(optional=optional)
 
     def step(optional, *state):
-      element = gen_optional_ops.optional_get_value(
-          optional, output_types=element_types, output_shapes=element_shapes)
-      new_state = list(gen_functional_ops.stateful_partitioned_call(
+      element = tf.raw_ops.OptionalGetValue(
+          optional=optional, output_types=element_types, output_shapes=element_shapes)
+      new_state = list(tf.raw_ops.StatefulPartitionedCall(
           args=list(state) + list(element) + arguments, Tout=state_types, f=reduce_fn_name))
       for tensor, spec in zip(new_state, state_specs):
         tensor.set_shape(spec.shape)
       with tf.control_dependencies(new_state):
-        following = gen_dataset_ops.iterator_get_next_as_optional(
-            iterator, output_types=element_types, output_shapes=element_shapes)
+        following = tf.raw_ops.IteratorGetNextAsOptional(
+            iterator=iterator, output_types=element_types, output_shapes=element_shapes)
       return [following] + new_state
 
     final = tf.while_loop(
@@ -114,9 +90,7 @@ def _loop_function_defs(reduce_fn_name: str, state_specs: list[tf.TensorSpec],
   if key not in _traced:
     name, function_defs = _trace_loop(reduce_fn_name, state_specs, element_specs,
                                       argument_types)
-    # The generated functions are named by this process's counter; the graph they join may
-    # come from another process (a cached MapReduceForm) whose functions used the same
-    # counter: the suffix keeps the two sets of names apart.
+    # The suffix keeps the generated functions' names apart from those of the graph they join.
     renames = {f.signature.name: f.signature.name + _LOOP_SUFFIX for f in function_defs}
     for function_def in function_defs:
       function_def.signature.name = renames[function_def.signature.name]

@@ -1,23 +1,11 @@
-"""TFF TensorFlow computations stamped into TensorFlow 2 concrete functions (in this process).
+"""TFF TensorFlow computations stamped into functions of TF's eager context (in this process).
 
-A TFF `tff.tensorflow.computation` is a serialized `GraphDef` with bindings that name its input and
-output tensors (`pb.TensorFlow.parameter` / `.result`), plus an optional initialize op (variables
-created inside the computation) and session-token tensor. `StampedComputation` rewrites the graph's
-`ReduceDataset` ops into in-graph loops (`_reduce_loop`), makes every node that the results need
-run after the initialize op (`order_after_initializer`), keeps only the nodes the results need, and
-registers that as one function of the eager context (`GraphFunction`), whose inputs are the
-parameter tensors and whose outputs are the result tensors of the bindings. Each call is one
-TensorFlow call that initializes the variables and then computes the results, so every call starts
-from freshly initialized variables, like one call of the computation in TFF's runtime (where the
-initializer cannot be ordered inside the graph exactly, it is a second function, called first). TF
-places the ops itself: on a GPU when one is visible, else on the CPU (no device is pinned here).
-
-Values cross the boundary as *flat lists* in TFF's type order (`structure.flatten` order, i.e. the
-declared order of named fields; `tf.nest` would sort dict keys instead): tensors as `tf.Tensor`,
-sequences as `tf.data.Dataset` variant tensors.
+`StampedComputation(comp, name)` is one TFF TensorFlow computation as `flat tensors -> flat
+tensors`: each call initializes the computation's variables, then computes its results, like one
+call in TFF's runtime. Values are flat lists in TFF's type order (`flatten_value`/`pack_value`);
+datasets are variant tensors. Design: docs/design.md, "The in-process runner".
 """
 
-import contextlib
 import itertools
 import weakref
 from collections.abc import Mapping
@@ -26,33 +14,16 @@ from typing import Any
 import attrs
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
-from tensorflow.core.protobuf import config_pb2
-from tensorflow.core.protobuf import rewriter_config_pb2
-from tensorflow.python.client import pywrap_tf_session as c_api
-from tensorflow.python.eager import context
-from tensorflow.python.eager import execute
-from tensorflow.python.framework import c_api_util
-from tensorflow.python.framework import op_def_registry
-from tensorflow.python.ops import gen_functional_ops
-
-from tensorflow_federated.proto.v0 import computation_pb2 as pb
-from tensorflow_federated.python.common_libs import structure
-from tensorflow_federated.python.core.impl.computation import computation_impl
-from tensorflow_federated.python.core.impl.types import computation_types
-from tensorflow_federated.python.core.impl.types import type_conversions
-from tensorflow_federated.python.core.impl.types import type_serialization
-from tensorflow_federated.python.core.impl.utils import tensorflow_utils
-from tensorflow_federated.python.tensorflow_libs import serialization_utils
-
+from tff_conflict import _compat
 from tff_conflict.runtime import _function_names
 from tff_conflict.runtime import _reduce_loop
-from tff_conflict.runtime import _warmup
 
 _suffix_counter = itertools.count()
 
 
-def binding_names(binding: pb.TensorFlow.Binding) -> list[str]:
+def binding_names(binding: Any) -> list[str]:
   """Tensor names of a TFF TensorFlow binding, in the binding's (= the type's) order."""
   kind = binding.WhichOneof('binding')
   if kind == 'tensor':
@@ -64,20 +35,20 @@ def binding_names(binding: pb.TensorFlow.Binding) -> list[str]:
   raise ValueError(f'Unsupported TensorFlow binding kind {kind!r}.')
 
 
-def flat_specs(type_spec: computation_types.Type) -> list[tf.TensorSpec]:
+def flat_specs(type_spec: tff.types.Type) -> list[tf.TensorSpec]:
   """One `tf.TensorSpec` per leaf of `type_spec` (sequences are scalar variant tensors)."""
-  if isinstance(type_spec, computation_types.TensorType):
+  if isinstance(type_spec, tff.types.TensorType):
     return [tf.TensorSpec(type_spec.shape, tf.dtypes.as_dtype(type_spec.dtype))]
-  if isinstance(type_spec, computation_types.SequenceType):
+  if isinstance(type_spec, tff.types.SequenceType):
     return [tf.TensorSpec([], tf.variant)]
-  if isinstance(type_spec, computation_types.StructType):
-    return [s for _, t in structure.iter_elements(type_spec) for s in flat_specs(t)]
+  if isinstance(type_spec, tff.types.StructType):
+    return [s for _, t in tff.structure.iter_elements(type_spec) for s in flat_specs(t)]
   raise ValueError(f'Unsupported type in a TensorFlow computation: {type_spec}')
 
 
 def _element(value: Any, index: int, name: str | None) -> Any:
   """Element `index` (named `name`) of a Python or TFF container."""
-  if isinstance(value, structure.Struct):
+  if isinstance(value, tff.structure.Struct):
     return value[index]
   if name is not None:
     if isinstance(value, Mapping):
@@ -89,39 +60,39 @@ def _element(value: Any, index: int, name: str | None) -> Any:
   return value[index]
 
 
-def flatten_value(value: Any, type_spec: computation_types.Type) -> list[Any]:
+def flatten_value(value: Any, type_spec: tff.types.Type) -> list[Any]:
   """The leaves of `value` in the order of `type_spec` (datasets for sequence leaves)."""
-  if isinstance(type_spec, computation_types.FederatedType):
+  if isinstance(type_spec, tff.types.FederatedType):
     type_spec = type_spec.member
-  if isinstance(type_spec, (computation_types.TensorType, computation_types.SequenceType)):
+  if isinstance(type_spec, (tff.types.TensorType, tff.types.SequenceType)):
     return [value]
-  if isinstance(type_spec, computation_types.StructType):
+  if isinstance(type_spec, tff.types.StructType):
     flat = []
-    for index, (name, element_type) in enumerate(structure.iter_elements(type_spec)):
-      if isinstance(element_type, computation_types.FederatedType):
+    for index, (name, element_type) in enumerate(tff.structure.iter_elements(type_spec)):
+      if isinstance(element_type, tff.types.FederatedType):
         element_type = element_type.member
       flat.extend(flatten_value(_element(value, index, name), element_type))
     return flat
   raise ValueError(f'Unsupported type {type_spec}')
 
 
-def pack_value(flat: list[Any], type_spec: computation_types.Type) -> Any:
+def pack_value(flat: list[Any], type_spec: tff.types.Type) -> Any:
   """Inverse of `flatten_value`: Python containers as TFF's runtime returns them."""
-  if isinstance(type_spec, computation_types.FederatedType):
+  if isinstance(type_spec, tff.types.FederatedType):
     type_spec = type_spec.member
   leaves = iter(flat)
 
   def build(t):
-    if isinstance(t, computation_types.FederatedType):
+    if isinstance(t, tff.types.FederatedType):
       return build(t.member)
-    if isinstance(t, computation_types.StructType):
-      return structure.Struct([(name, build(e)) for name, e in structure.iter_elements(t)])
+    if isinstance(t, tff.types.StructType):
+      return tff.structure.Struct([(name, build(e)) for name, e in tff.structure.iter_elements(t)])
     return next(leaves)
 
   struct = build(type_spec)
   if next(leaves, None) is not None:
     raise ValueError(f'Too many leaves for type {type_spec}')
-  return type_conversions.type_to_py_container(struct, type_spec)
+  return tff.types.type_to_py_container(struct, type_spec)
 
 
 def to_tensor(value: Any, spec: tf.TensorSpec) -> tf.Tensor:
@@ -147,10 +118,34 @@ def to_numpy(tensor: tf.Tensor) -> Any:
   return array
 
 
-def computation_proto(comp: Any) -> pb.Computation:
-  if isinstance(comp, pb.Computation):
+def computation_proto(comp: Any) -> Any:
+  """The `Computation` proto of a TFF computation (a proto is returned as it is)."""
+  if isinstance(comp, tff.framework.ConcreteComputation):
+    return tff.framework.ConcreteComputation.get_proto(comp)
+  if hasattr(comp, 'WhichOneof'):
     return comp
-  return computation_impl.ConcreteComputation.get_proto(comp)
+  raise ValueError(f'expected a TFF computation, got {type(comp).__name__}')
+
+
+def unpack_graph_def(any_proto: Any) -> tf.compat.v1.GraphDef:
+  """The `GraphDef` packed in a TFF TensorFlow computation's `graph_def` (a proto `Any`)."""
+  graph_def = tf.compat.v1.GraphDef()
+  if not any_proto.Unpack(graph_def):
+    raise ValueError(f'the computation holds a {any_proto.type_url}, not a GraphDef')
+  return graph_def
+
+
+def uniquify_shared_names(graph_def: Any, suffix: str) -> None:
+  """Appends `_suffix` to every `shared_name` attribute (variables, tables) of the top-level
+  graph, in place; an empty one first becomes `empty_<i>` (as TFF's runtime does)."""
+  empty = 0
+  for node in graph_def.node:
+    shared_name = node.attr.get('shared_name')
+    if shared_name is not None:
+      if not shared_name.s:
+        shared_name.s = f'empty_{empty}'.encode()
+        empty += 1
+      shared_name.s += b'_' + suffix.encode()
 
 
 def uniquify_function_names(graph_def, suffix: str):
@@ -195,8 +190,45 @@ def _fan_in(nodes: Mapping[str, Any], roots: list[str]) -> set[str]:
 
 
 def _is_stateful(op_type: str) -> bool:
-  op_def = op_def_registry.get(op_type)
+  op_def = _compat.op_def(op_type)
   return op_def is None or op_def.is_stateful  # a function call counts as stateful
+
+
+# Stateful op types whose effects end with the call that runs them: variables (initialized anew
+# by every call of a stamped computation), the optimizers' in-place updates of them, in-memory
+# datasets and iterators over the call's own datasets, assertions, and calls and control flow
+# (their bodies are checked as functions of the library). Not: random ops (their kernels keep
+# generator state between calls), shuffles, datasets that read files or call Python, prints,
+# queues, tables, mutexes.
+_REPLAYABLE_STATEFUL_OPS = frozenset({
+    'VarHandleOp', 'ReadVariableOp', 'AssignVariableOp', 'AssignAddVariableOp',
+    'AssignSubVariableOp', 'VarIsInitializedOp', 'VariableShape', 'DestroyResourceOp',
+    'ResourceGather', 'ResourceGatherNd', 'ResourceStridedSliceAssign',
+    'AnonymousIterator', 'AnonymousIteratorV2', 'AnonymousIteratorV3', 'MakeIterator',
+    'IteratorGetNext', 'IteratorGetNextSync', 'IteratorGetNextAsOptional', 'DeleteIterator',
+    'ReduceDataset', 'DatasetToSingleElement',
+    'TensorDataset', 'TensorSliceDataset', 'SparseTensorSliceDataset', 'RangeDataset',
+    'ListDataset',
+    'Assert',
+    'StatefulPartitionedCall', 'PartitionedCall', 'If', 'While', 'Case',
+})
+_REPLAYABLE_PREFIXES = ('ResourceApply', 'ResourceSparseApply', 'ResourceScatter')
+
+
+def _replayable_op(op_type: str) -> bool:
+  if op_type in _REPLAYABLE_STATEFUL_OPS or op_type.startswith(_REPLAYABLE_PREFIXES):
+    return True
+  op_def = _compat.op_def(op_type)
+  return op_def is not None and not op_def.is_stateful
+
+
+def replayable(graph_def: Any) -> bool:
+  """Whether an extra call of a stamped computation of `graph_def` leaves later calls' results
+  unchanged: every op of the graph and of its library is stateless, a call of a library function,
+  or a stateful op whose effect ends with the call (`_REPLAYABLE_STATEFUL_OPS`)."""
+  functions = {f.signature.name for f in graph_def.library.function}
+  nodes = itertools.chain(graph_def.node, *(f.node_def for f in graph_def.library.function))
+  return all(node.op in functions or _replayable_op(node.op) for node in nodes)
 
 
 # Stateful ops of an initializer whose outputs the rest of the graph may use before the
@@ -255,7 +287,7 @@ class StampedComputation:
     input_specs: one `tf.TensorSpec` per flat input leaf.
     num_outputs: how many flat tensors a call returns.
     replayable: whether an extra call leaves the results of later calls unchanged (no random,
-      print, queue or table ops; `_warmup.replayable`).
+      print, queue or table ops; `replayable`).
   """
 
   def __init__(self, comp: Any, name: str, *, optimize: bool = True):
@@ -265,7 +297,7 @@ class StampedComputation:
       comp: a TFF TensorFlow computation (or its `pb.Computation`).
       name: label used in error messages.
       optimize: whether TensorFlow runs Grappler over the function when it first runs it, and
-        lowers its functional control flow (`call_options`). Grappler's rewrites speed up model
+        lowers its functional control flow (`call_config`). Grappler's rewrites speed up model
         training but cost a fraction of a second per function; small server-side computations
         are left as TFF built them.
     """
@@ -275,7 +307,7 @@ class StampedComputation:
                        f'(found {proto.WhichOneof("computation")!r}).')
     self.name = name
     self._optimize = optimize
-    type_spec = type_serialization.deserialize_type(proto.type)
+    type_spec = tff.types.deserialize_type(proto.type)
     self.parameter_type = type_spec.parameter
     self.result_type = type_spec.result
     tf_proto = proto.tensorflow
@@ -286,20 +318,19 @@ class StampedComputation:
     output_names = binding_names(tf_proto.result)
     init_name = tf_proto.initialize_op or None
     token_name = tf_proto.session_token_tensor_name or None
-    graph_def = serialization_utils.unpack_graph_def(tf_proto.graph_def)
+    graph_def = unpack_graph_def(tf_proto.graph_def)
     _reduce_loop.replace_reduce_datasets(graph_def)
     # Shared names (variables, tables) are made unique per stamped copy, so that copies used
     # from several threads at once never share state.
     suffix = f'tffc_inprocess_{next(_suffix_counter)}'
-    graph_def = tensorflow_utils._uniquify_shared_names_with_suffix(  # pylint: disable=protected-access
-        graph_def, suffix)
+    uniquify_shared_names(graph_def, suffix)
     graph_def = uniquify_function_names(graph_def, suffix)
     # One function that runs the initializer and then the results, or (when that cannot be done
     # exactly in one graph) two, called in that order.
     if token_name:
       _replace_with_constant(graph_def, token_name, f'tff_conflict_inprocess_{name}')
     _drop_control_inputs_from(graph_def, input_names)
-    self.replayable = _warmup.replayable(graph_def)
+    self.replayable = replayable(graph_def)
     self._init = None
     if init_name and not order_after_initializer(graph_def, init_name, output_names):
       self._init = GraphFunction(
@@ -321,10 +352,10 @@ class StampedComputation:
     """Runs the computation on tensors of `input_specs`' dtypes (not checked), eagerly or while
     tracing a `tf.function` (then it adds the calls to that function)."""
     if tf.executing_eagerly():
-      with call_options(self._optimize):
-        if self._init is not None:
-          self._init(tensors)
-        return self._run(tensors)
+      config = call_config(self._optimize)
+      if self._init is not None:
+        self._init(tensors, config)
+      return self._run(tensors, config)
     if self._init is None:
       return self._run(tensors)
     done = self._init(tensors)
@@ -356,25 +387,14 @@ def _drop_control_inputs_from(graph_def: Any, names: list[str]) -> None:
       node.input.extend(kept)
 
 
-def _remove_functions(names: list[str]) -> None:
-  try:
-    ctx = context.context()
-    for name in names:
-      if ctx.has_function(name):
-        ctx.remove_function(name)
-  except Exception:  # pylint: disable=broad-except
-    pass  # e.g. at interpreter shutdown
-
-
 class GraphFunction:
   """A `GraphDef`'s nodes as one TensorFlow function of this process's eager context.
 
-  TensorFlow's C API imports the graph and turns it into a function (no Python object per op);
-  inputs and outputs are tensor names of the graph, and the graph's library functions are
-  registered with it. Calling it runs the function eagerly, or adds a `StatefulPartitionedCall` of
-  it to the `tf.function` being traced. `effect_name` names an op run for its effect only: the
-  function then has no outputs, and its call can be depended on. The functions are removed from
-  the context when this object is collected.
+  Inputs and outputs are tensor names of the graph; the graph's library functions are registered
+  with it. Calling it runs the function eagerly, or adds a `StatefulPartitionedCall` of it to the
+  `tf.function` being traced. `effect_name` names an op run for its effect only: the function then
+  has no outputs, and its call can be depended on. The functions are removed from the context
+  when this object is collected.
   """
 
   def __init__(self, graph_def: Any, name: str, input_names: list[str],
@@ -385,57 +405,54 @@ class GraphFunction:
     self._output_types = [_output_dtype(nodes[_split_tensor_name(t)[0]],
                                         _split_tensor_name(t)[1], functions)
                           for t in output_names]
-    graph = tf.Graph()
-    options = c_api.TF_NewImportGraphDefOptions()
-    try:
-      c_api.TF_ImportGraphDefOptionsSetPrefix(options, '')
-      for tensor_name in input_names + output_names:
-        c_api.TF_ImportGraphDefOptionsAddReturnOutput(options, *_split_tensor_name(tensor_name))
-      if effect_name:
-        c_api.TF_ImportGraphDefOptionsAddReturnOperation(options, _node_name(effect_name))
-      with c_api_util.tf_buffer(graph_def.SerializeToString()) as serialized:
-        with graph._c_graph.get() as c_graph:  # pylint: disable=protected-access
-          results = c_api.TF_GraphImportGraphDefWithResults(c_graph, serialized, options)
-      try:
-        tensors = c_api.TF_ImportGraphDefResultsReturnOutputs(results)
-        effects = c_api.TF_ImportGraphDefResultsReturnOperations(results)
-      finally:
-        c_api.TF_DeleteImportGraphDefResults(results)
-    finally:
-      c_api.TF_DeleteImportGraphDefOptions(options)
-    inputs, outputs = tensors[:len(input_names)], tensors[len(input_names):]
-    ctx = context.context()
     for function_def in graph_def.library.function:
-      if not ctx.has_function(function_def.signature.name):
-        ctx.add_function_def(function_def)
-    with graph._c_graph.get() as c_graph:  # pylint: disable=protected-access
-      function = c_api.TF_GraphToFunction_wrapper(
-          c_graph, name, False, None, inputs, outputs, [], list(effects),
-          [f'effect_{i}'.encode() for i in range(len(effects))], None, '')
-    try:
-      ctx.add_c_function(function)
-    finally:
-      c_api.TF_DeleteFunction(function)
+      if not _compat.has_function(function_def.signature.name):
+        _compat.add_function_def(function_def)
+    _compat.register_graph_function(
+        graph_def, name, [_split_tensor_name(t) for t in input_names],
+        [_split_tensor_name(t) for t in output_names],
+        _node_name(effect_name) if effect_name else None)
     self._effect_only = bool(effect_name)
-    weakref.finalize(self, _remove_functions, [name] + list(functions))
+    weakref.finalize(self, _compat.remove_functions, [name] + list(functions))
 
-  def __call__(self, tensors: list[tf.Tensor]) -> list[Any]:
+  def __call__(self, tensors: list[tf.Tensor], config: bytes = b'') -> list[Any]:
     """The outputs (eagerly, or while tracing a `tf.function`); an `effect_name` function gives
-    [] eagerly and [its call op] while tracing."""
-    if tf.executing_eagerly():
-      ctx = context.context()
-      options = ctx.function_call_options
-      outputs = execute.execute(
-          self.name, num_outputs=len(self._output_types), inputs=list(tensors),
-          attrs=('executor_type', options.executor_type or '',
-                 'config_proto', options.config_proto_serialized),
-          ctx=ctx)
-      return list(outputs) if outputs else []
-    call = gen_functional_ops.stateful_partitioned_call(
-        args=list(tensors), Tout=self._output_types, f=self.name)
-    if not self._output_types:  # the call op itself (tf.function runs it: it is stateful)
-      return [call] if self._effect_only else []
-    return list(call)
+    [] eagerly and [its call op] while tracing. `config`: a serialized `ConfigProto` the function
+    is instantiated with (`call_config`)."""
+    call = call_function(self.name, tensors, self._output_types, config)
+    if not self._output_types and not tf.executing_eagerly():
+      return [call] if self._effect_only else []  # the call op (stateful: tf.function runs it)
+    return call
+
+
+def call_function(name: str, tensors: list[tf.Tensor], output_types: list[tf.DType],
+                  config: bytes = b'') -> Any:
+  """One call of the eager context's function `name`: its outputs (a list), or while tracing a
+  function without outputs the call op."""
+  outputs = tf.raw_ops.StatefulPartitionedCall(args=list(tensors), Tout=output_types, f=name,
+                                               config_proto=config)
+  if not output_types:
+    return [] if tf.executing_eagerly() else outputs
+  return list(outputs)
+
+
+class TracedFunction:
+  """`fn` traced as a `tf.function` over `input_signature`, registered in the eager context and
+  called on flat tensors by name (`call_config(optimize)`); returns a flat list."""
+
+  def __init__(self, fn: Any, input_signature: list[tf.TensorSpec], *, optimize: bool = True):
+    concrete = tf.function(fn, input_signature=input_signature,
+                           autograph=False).get_concrete_function()
+    concrete.add_to_graph()
+    self._concrete = concrete  # keeps the function (and what it captures) alive
+    self.name = concrete.function_def.signature.name
+    self._captures = list(concrete.captured_inputs)
+    self._output_types = [t.dtype for t in concrete.outputs]
+    self._optimize = optimize
+
+  def __call__(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
+    return call_function(self.name, list(tensors) + self._captures, self._output_types,
+                         call_config(self._optimize))
 
 
 def _split_tensor_name(tensor_name: str) -> tuple[str, int]:
@@ -448,7 +465,7 @@ def _output_dtype(node: Any, index: int, functions: Mapping[str, Any]) -> tf.DTy
   if node.op in functions:
     args = functions[node.op].signature.output_arg
   else:
-    args = op_def_registry.get(node.op).output_arg
+    args = _compat.op_def(node.op).output_arg
   position = 0
   for arg in args:
     if arg.number_attr:
@@ -463,56 +480,29 @@ def _output_dtype(node: Any, index: int, functions: Mapping[str, Any]) -> tf.DTy
   raise ValueError(f'{node.name!r} has no output {index}')
 
 
-_call_options: dict[tuple[bytes, str, bool], Any] = {}
+def _optimize_once(config: tf.compat.v1.ConfigProto) -> None:
+  rewrite_options = config.graph_options.rewrite_options
+  rewrite_options.meta_optimizer_iterations = rewrite_options.ONE
 
 
-@contextlib.contextmanager
-def call_options(optimize: bool):
-  """Eager function calls of this thread are instantiated with the runner's options.
-
-  optimize=True: Grappler runs one round of its optimizers instead of its default two (measured
-  on the training steps of the benchmarks: the second round cost a sixth of `work`'s first call
-  and left its later calls as fast). optimize=False: the function runs as built, without
-  Grappler, and with its functional control flow (`If`, `Case`, `While`) kept as ops instead of
-  lowered into the caller's graph. Both only save instantiation time: Grappler's rewrites, and
-  lowering a `Case` (every branch inlined into the caller), cost more at a function's first call
-  than they save in the server-side computations' few later calls; a kept functional op
-  instantiates a branch when it first runs it.
-
-  (The options are part of each call's attributes, so a function instantiated with other options
-  is another cached kernel; each stamped computation always uses the same.)
-  """
-  ctx = context.context()
-  previous = ctx.function_call_options
-  key = (previous.config_proto_serialized, previous.executor_type, bool(optimize))
-  options = _call_options.get(key)
-  if options is None:
-    config = config_pb2.ConfigProto.FromString(previous.config_proto_serialized)
-    rewrite_options = config.graph_options.rewrite_options
-    if optimize:
-      rewrite_options.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
-    else:
-      rewrite_options.disable_meta_optimizer = True
-      config.experimental.disable_functional_ops_lowering = True
-    options = context.FunctionCallOptions(executor_type=previous.executor_type,
-                                          config_proto=config)
-    _call_options[key] = options
-  ctx.function_call_options = options
-  try:
-    yield
-  finally:
-    ctx.function_call_options = previous
+def _as_built(config: tf.compat.v1.ConfigProto) -> None:
+  config.graph_options.rewrite_options.disable_meta_optimizer = True
+  config.experimental.disable_functional_ops_lowering = True
 
 
-def call_concrete(function: Any, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
-  """Calls a concrete function on flat tensors of its input signature; returns a flat list."""
-  outputs = _call_flat(function, tensors)
-  if outputs is None:
-    return []
-  return [outputs] if isinstance(outputs, tf.Tensor) else list(outputs)
+_configs: dict[tuple[bytes, bool], bytes] = {}
 
 
-def _call_flat(function: Any, tensors: list[tf.Tensor]) -> Any:
-  # The flat call skips ConcreteFunction.__call__'s attempt at binding a structured signature
-  # (whose failure message formats every argument: a third of a small round's time).
-  return function._call_flat(tensors, function.captured_inputs)  # pylint: disable=protected-access
+def call_config(optimize: bool) -> bytes:
+  """The serialized `ConfigProto` eager calls of stamped functions are instantiated with: this
+  thread's function call options with Grappler limited to one round (optimize=True) or off, and
+  functional control flow (`If`, `Case`, `While`) kept as ops (optimize=False). Both only save
+  instantiation time (docs/design.md, "The in-process runner")."""
+  base = _compat.function_call_config()
+  key = (base, optimize)
+  config = _configs.get(key)
+  if config is None:
+    proto = tf.compat.v1.ConfigProto.FromString(base)
+    (_optimize_once if optimize else _as_built)(proto)
+    config = _configs[key] = proto.SerializeToString()
+  return config

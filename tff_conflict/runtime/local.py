@@ -1,22 +1,9 @@
 """TFF's local C++ runtime, with every `worker_binary` it starts ended with this Python process.
 
-TFF 0.87's local C++ runtime runs every federated computation in a separate `worker_binary`
-process, started on the first call. TFF ends it only from `ServiceManager.__del__`, which fails at
-interpreter exit (`'NoneType' object has no attribute 'Popen'`), so the worker outlives the Python
-process and keeps the parent's stdout open (a pipe into `tee` never closes); see `docs/design.md`,
-"The TFF runtime".
-
-`set_local_context()` installs TFF's local C++ runtime and guarantees that every worker it starts
-ends with the Python process:
-
-* every `worker_binary` TFF spawns is recorded (TFF's own `subprocess.Popen` call in
-  `core/impl/executor_stacks/executor_factory.py` is routed through `_TrackedPopen`);
-* on Linux the worker is started with `PR_SET_PDEATHSIG = SIGKILL`, so the kernel ends it even
-  when the parent dies without running any Python code (SIGKILL, a crash);
-* an `atexit` hook ends the workers on normal exit, after an uncaught exception and after
-  KeyboardInterrupt (SIGINT);
-* SIGTERM and SIGHUP handlers end the workers, then let the signal take its usual effect (the
-  process dies by that signal, or a previously installed Python handler runs).
+`set_local_context()` installs TFF's local C++ runtime; each worker it starts is recorded, killed
+by the kernel if this process dies (Linux `PR_SET_PDEATHSIG`), and ended at exit, after an
+uncaught exception, on Ctrl-C and on SIGTERM/SIGHUP. `shutdown_workers()` ends them now. Why TFF's
+own worker outlives Python: docs/design.md, "The TFF runtime" and "Execution backends".
 """
 
 import atexit
@@ -27,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import types
 from typing import Optional
 
 _WORKER_NAME = 'worker_binary'
@@ -71,18 +57,6 @@ class _TrackedPopen(subprocess.Popen):
     if is_worker:
       with _lock:
         _workers.append(self)
-
-
-def _patch_worker_spawn() -> None:
-  """Routes TFF's worker `Popen` through `_TrackedPopen` (idempotent)."""
-  from tensorflow_federated.python.core.impl.executor_stacks import executor_factory  # pylint: disable=g-import-not-at-top
-  current = getattr(executor_factory, 'subprocess', None)
-  if isinstance(current, types.SimpleNamespace) and current.Popen is _TrackedPopen:
-    return
-  shim = types.SimpleNamespace(**{k: getattr(subprocess, k) for k in dir(subprocess)
-                                  if not k.startswith('__')})
-  shim.Popen = _TrackedPopen
-  executor_factory.subprocess = shim
 
 
 def worker_pids() -> list[int]:
@@ -136,20 +110,19 @@ def _reset_tff_context() -> None:
   of failing with a traceback at interpreter shutdown.
   """
   try:
-    from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
-    context_stack_impl.context_stack.set_default_context(_NoContext())
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    from tff_conflict import _compat  # pylint: disable=g-import-not-at-top
+    tff.framework.set_default_context(_NoContext())
   except Exception:  # pylint: disable=broad-except
-    pass
+    return
   import gc  # pylint: disable=g-import-not-at-top
   gc.collect()
   # Service managers still referenced elsewhere (for example the context TFF installs when it is
   # imported, or one a test built) would run `__del__` during interpreter teardown, when
-  # `subprocess` is already None: their worker is ended by `shutdown_workers`, so their `__del__`
-  # has nothing left to do and is replaced by a no-op.
+  # `subprocess` is already None: their worker is ended here, so their `__del__` has nothing left
+  # to do and is made a no-op.
   for obj in gc.get_objects():
-    cls = type(obj)
-    if (cls.__name__ == 'ServiceManager' and cls.__module__.endswith('executor_factory')
-        and '__del__' in cls.__dict__):
+    if _compat.is_service_manager(obj):
       process = getattr(obj, '_process', None)
       if isinstance(process, subprocess.Popen) and process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -159,7 +132,7 @@ def _reset_tff_context() -> None:
         except subprocess.TimeoutExpired:
           process.kill()
           process.wait()
-      cls.__del__ = lambda self: None
+      _compat.disable_service_manager_del(obj)
 
 
 class _NoContext:
@@ -225,7 +198,9 @@ def set_local_context(*, max_concurrent_computation_calls: int = -1) -> None:
     raise ValueError('max_concurrent_computation_calls must be -1 (no limit) or a positive '
                      f'integer, got {value!r}')
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  _patch_worker_spawn()
+  from tff_conflict import _compat  # pylint: disable=g-import-not-at-top
+  _compat.check_versions()
+  _compat.route_worker_popen(_TrackedPopen)
   install_exit_hooks()
   tff.backends.native.set_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=value)

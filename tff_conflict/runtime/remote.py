@@ -1,27 +1,10 @@
 """TFF execution context on remote `worker_binary` processes (several machines), split by clients.
 
-TFF 0.87's pip package lacks its remote-context helper; this assembles one from its parts
-(`docs/design.md`, "The TFF runtime"): per worker address a `tff.framework.RemoteExecutorGrpcStub` on a gRPC
-channel, a `RemoteExecutor` and a `ResourceManagingExecutorFactory`, wrapped in TFF's execution
-context with `compiler_fn=tff.backends.native.desugar_and_transform_to_native`.
-
-* One address: a `tff.framework.SyncExecutionContext` on that worker.
-* Several: one `tff.framework.AsyncExecutionContext` per worker, combined by TFF's
-  `MergeableCompExecutionContext` (`tff.backends.native.create_mergeable_comp_execution_context`):
-  a round's computation is compiled to mergeable form (everything up to the aggregation, the
-  merge of partial aggregates, and what follows), each worker runs the part up to the merge for
-  its share of the round's clients (client lists are split into contiguous, nearly equal parts),
-  and the partial aggregates are merged in this process in the order the workers finish. So
-  `tff_conflict.aggregators` stacks hold each worker's clients in order, but the workers' blocks in
-  any order (`tff_conflict.aggregators._gather`, "Order"): FedGH can differ between such runs.
-
-Failures are bounded: every RPC carries a deadline (`rpc_timeout_s`), and a gRPC error (a worker
-that died, refused or timed out) is raised as `WorkerError` naming the worker, instead of being
-retried forever (TFF's contexts retry `UNAVAILABLE` without limit). `set_remote_context` waits at
-most `connect_timeout_s` for every worker to be reachable.
-
-Start a worker on each machine with `python -m tff_conflict.runtime.worker --port=P` (see
-`tff_conflict.runtime.worker`).
+`set_remote_context(['host:port', ...])` installs TFF's context on workers started with
+`python -m tff_conflict.runtime.worker --port=P`; several workers split each round's clients into
+contiguous shares and their partial aggregates are merged here in the order the workers finish.
+Every RPC has a deadline (`rpc_timeout_s`); a worker that dies, refuses or times out raises
+`WorkerError` naming it. Design: docs/design.md, "Execution backends".
 """
 
 import logging
@@ -156,6 +139,8 @@ def create_remote_context(addresses: Union[str, Sequence[str]], *, rpc_timeout_s
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
       raise ValueError(f'{name} must be a positive number of seconds, got {value!r}')
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_conflict import _compat  # pylint: disable=g-import-not-at-top
+  _compat.check_versions()
   stub_class = _make_stub_class()
   stubs = []
   for address in workers:
@@ -201,8 +186,8 @@ def set_remote_context(addresses: Union[str, Sequence[str]], *, rpc_timeout_s: f
   context = create_remote_context(addresses, rpc_timeout_s=rpc_timeout_s,
                                   connect_timeout_s=connect_timeout_s)
   local.install_exit_hooks()
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
-  context_stack_impl.context_stack.set_default_context(context)
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  tff.framework.set_default_context(context)
   import gc  # pylint: disable=g-import-not-at-top
   gc.collect()
   local.shutdown_workers()
