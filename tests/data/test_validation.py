@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+from tests.data import leaf_fixtures
 from tff_conflict import data
+from tff_conflict.data import validation
 
 
 def _values(client_data, client_id):
@@ -46,24 +48,119 @@ def test_a_one_example_client_keeps_it_for_training():
   assert list(fit.client_sizes) == [1, 2] and list(validation.client_sizes) == [0, 2]
 
 
-def test_any_client_data_is_split_per_example_and_stably():
+def _tagged_clients(sizes, ragged=False):
+  """TestClientData whose client k's example at position p has x = [1000 k + p] (or, ragged,
+  x of length 1 + p % 3 starting with that value)."""
   rng = np.random.default_rng(0)
-  clients = {f'c{k}': collections.OrderedDict(
-      x=(1000 * k + np.arange(200, dtype=np.float32))[:, None],
-      y=rng.integers(0, 3, 200).astype(np.int32)) for k in range(3)}
-  train = tff.simulation.datasets.TestClientData(clients)
-  fit, validation = data.split_validation(train, 0.3, seed=5)
-  assert list(fit.client_ids) == list(validation.client_ids) == list(train.client_ids)
-  held = 0
-  for cid in train.client_ids:
-    f, v = _values(fit, cid), _values(validation, cid)
-    assert sorted(f + v) == _values(train, cid)
-    assert not set(f) & set(v)
-    held += len(v)
-    assert _values(validation, cid) == v  # read again: the same split
-  assert 0.2 < held / 600 < 0.4
-  other = data.split_validation(train, 0.3, seed=6)[1]
-  assert any(_values(other, cid) != _values(validation, cid) for cid in train.client_ids)
+  clients = {}
+  for k, n in enumerate(sizes):
+    tags = 1000 * k + np.arange(n, dtype=np.float32)
+    y = rng.integers(0, 3, n).astype(np.int32)
+    if ragged:
+      clients[f'c{k}'] = [collections.OrderedDict(x=np.full(1 + p % 3, t, np.float32), y=y[p])
+                          for p, t in enumerate(tags)]
+    else:
+      clients[f'c{k}'] = collections.OrderedDict(x=tags[:, None], y=y)
+  if ragged:
+    def dataset_fn(client_id):
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      rows = clients[client_id]
+      return tf.data.Dataset.from_generator(
+          lambda: iter(rows), output_signature=collections.OrderedDict(
+              x=tf.TensorSpec([None], tf.float32), y=tf.TensorSpec([], tf.int32)))
+    return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(sorted(clients), dataset_fn)
+  return tff.simulation.datasets.TestClientData(clients)
+
+
+def _positions(client_data, client_id):
+  return [int(e['x'].numpy()[0]) % 1000 for e in
+          client_data.create_tf_dataset_for_client(client_id)]
+
+
+SIZES = [0, 1, 2, 3, 5, 7, 10, 200]
+
+
+@pytest.mark.parametrize('n,fraction,held', [(0, 0.3, 0), (1, 0.5, 0), (2, 0.2, 0), (2, 0.9, 1),
+                                             (3, 0.5, 2), (5, 0.5, 2), (7, 0.5, 4), (10, 0.25, 2),
+                                             (200, 0.3, 60), (4, 0.99, 3)])
+def test_held_out_count_by_hand(n, fraction, held):
+  assert validation.held_out_count(n, fraction) == held
+
+
+def test_any_client_data_is_split_by_the_count_rule_in_order(fraction=0.5):
+  train = _tagged_clients(SIZES)
+  fit, held_out = data.split_validation(train, fraction, seed=5)
+  assert list(fit.client_ids) == list(held_out.client_ids) == list(train.client_ids)
+  assert fit.element_type_structure == held_out.element_type_structure == (
+      train.element_type_structure)
+  for cid, n in zip(train.client_ids, SIZES):
+    f, v = _positions(fit, cid), _positions(held_out, cid)
+    assert len(v) == validation.held_out_count(n, fraction), (cid, n)
+    assert sorted(f + v) == list(range(n))  # no overlap, nothing lost
+    assert f == sorted(f) and v == sorted(v)  # the client's order kept in both parts
+    assert _positions(held_out, cid) == v  # read again: the same split
+    labels = [int(e['y']) for e in train.create_tf_dataset_for_client(cid)]
+    assert [int(e['y']) for e in held_out.create_tf_dataset_for_client(cid)] == [
+        labels[p] for p in v]  # whole examples move, x with its y
+  again = data.split_validation(train, fraction, seed=5)[1]
+  other = data.split_validation(train, fraction, seed=6)[1]
+  assert all(_positions(again, cid) == _positions(held_out, cid) for cid in train.client_ids)
+  assert _positions(other, 'c7') != _positions(held_out, 'c7')
+
+
+def test_every_position_is_held_out_equally_often():
+  # 600 clients of 10 examples, 3 held out each: each position's share is 0.3 (binomial sd 0.019).
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  def dataset_fn(client_id):
+    tags = 1000 * tf.strings.to_number(client_id) + tf.range(10, dtype=tf.float32)
+    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+        x=tags[:, None], y=tf.zeros([10], tf.int32)))
+
+  train = tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+      [str(k) for k in range(600)], dataset_fn)
+  _, held_out = data.split_validation(train, 0.3, seed=0)
+  counts = np.zeros(10)
+  for element in held_out.create_tf_dataset_from_all_clients():
+    counts[int(element['x'].numpy()[0]) % 1000] += 1
+  assert counts.sum() == 1800
+  assert np.all(np.abs(counts / 600 - 0.3) < 0.08), counts
+
+
+def test_graph_mode_reads_the_same_split():
+  train = _tagged_clients(SIZES)
+  fit, held_out = data.split_validation(train, 0.3, seed=2)
+  for part in (fit, held_out):
+    eager = [(cid, p) for cid in part.client_ids for p in _positions(part, cid)]
+    pooled = [int(e['x'].numpy()[0]) for e in part.create_tf_dataset_from_all_clients()]
+    assert sorted(pooled) == sorted(1000 * int(cid[1:]) + p for cid, p in eager)
+    via_tff = [int(e['x'][0]) % 1000 for e in part.dataset_computation('c7').as_numpy_iterator()]
+    assert via_tff == _positions(part, 'c7')
+
+
+def test_elements_of_varying_shape_are_split_the_same_way():
+  ragged = _tagged_clients(SIZES, ragged=True)
+  dense = _tagged_clients(SIZES)
+  for part_ragged, part_dense in zip(data.split_validation(ragged, 0.4, seed=1),
+                                     data.split_validation(dense, 0.4, seed=1)):
+    for cid in dense.client_ids:
+      assert _positions(part_ragged, cid) == _positions(part_dense, cid)
+    lengths = [e['x'].shape[0] for e in part_ragged.create_tf_dataset_for_client('c7')]
+    assert lengths == [1 + p % 3 for p in _positions(part_ragged, 'c7')]
+
+
+def test_leaf_writers_are_split_by_the_count_rule(tmp_path):
+  _, expected = leaf_fixtures.femnist(str(tmp_path), sizes=[1, 2, 5, 3, 6, 9, 4])
+  train, _ = data.leaf(str(tmp_path / 'data' / 'femnist'))
+  fit, held_out = data.split_validation(train, 0.25, seed=0)
+  got_fit, got_held = leaf_fixtures.read_split(fit), leaf_fixtures.read_split(held_out)
+  for cid, (x, y) in expected['train'].items():
+    n = y.size
+    assert got_held[cid][1].size == validation.held_out_count(n, 0.25)
+    assert got_fit[cid][1].size == n - validation.held_out_count(n, 0.25) >= 1
+    rows = [r for r in (got_fit[cid][0], got_held[cid][0]) if r is not None]
+    np.testing.assert_array_equal(np.sort(np.concatenate(rows).reshape(n, -1), axis=0),
+                                  np.sort(x.reshape(n, -1), axis=0))
 
 
 @pytest.mark.parametrize('fraction', [0, 1, 1.5, -0.1, True, 'x'])
