@@ -196,7 +196,7 @@ def test_counter_copied_rows_by_hand():
 
 
 def _copied_rows_by_simulation(num_rows, radices):
-  """The counter's copies, row by row (module docstring of gather)."""
+  """The counter's copies, row by row (docs/design.md, "The gather")."""
   copied, head_rows, capacity = 0, 0, int(np.prod(radices))
   for n in range(num_rows):
     level, rem = 0, n

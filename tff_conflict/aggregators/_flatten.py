@@ -1,17 +1,6 @@
-"""One flatten / reassemble of a nested structure of float tensors into a `[d]` vector and back.
-
-A client's update `u_k` is its model update flattened to one vector of length d,
-concatenating every tensor in a fixed order. The order used here is TFF's type order (the order of
-the elements of `value_type`, `OrderedDict` insertion order included), the same order TFF itself
-uses for structures; `tf.nest` would sort `OrderedDict` keys instead, so it is not used.
-
-Every aggregator in this package flattens client values with `flatten` and rebuilds the server
-result with `unflatten`, so the result has exactly the value's type (Python containers included),
-as `tff.learning.algorithms.build_weighted_fed_avg` requires of a model aggregator.
-
-Leaves of any float dtype and any (fully defined) rank are accepted. The vector's dtype is
-`stack_dtype(value_type)`: float64 if any leaf is float64, else float32 (float16 / bfloat16
-leaves are computed in float32 and cast back on reassembly).
+"""`flatten` / `unflatten`: a structure of float tensors to one `[d]` vector and back, in TFF's type
+order (not `tf.nest`'s sorted keys), so the result has exactly the value's type. The vector is
+float64 if any leaf is, else float32 (`stack_dtype`).
 """
 
 import math

@@ -1,75 +1,11 @@
-"""One mechanism that brings every client's row (vectors, weight, extras) to the server as stacks.
+"""`federated_gather`: every client's row (vectors, weight, extras) brought to the server as stacks.
 
-The conflict aggregators need all K client updates at once (a Gram matrix of the updates, then
-one weighted sum; docs/methods.md, "Conventions"). `federated_gather` brings them to the server
-with one `tff.federated_aggregate` whose stacks have an unknown leading dimension (the pattern of
-TFF's `aggregators/sampling.py`, `[None, ...]` types declared on `accumulate`, `merge` and
-`report`; docs/design.md, "The gather"). Unlike `tff.aggregators.federated_sample`, which
-silently keeps at most 100 values, nothing is capped: every client is either stacked or counted.
-
-Each client sends a row: an `OrderedDict` of fixed-shape tensors plus an int32 `status`
-(`row_status`): `INCLUDED` rows are stacked; `ZERO_WEIGHT` rows (TFF's client work gives weight 0
-to a client whose delta was non-finite, and zeroes that delta) and `NON_FINITE` rows (a NaN or Inf
-in any vector or in the weight) are left out of the stacks and counted. The stacks therefore hold
-only the clients that take part, in client order (see "Order" below for several workers), and
-nothing non-finite reaches the kernels.
-
-Memory: why the accumulator is a counter of pieces
---------------------------------------------------
-TFF's C++ runtime (`worker_binary`) runs `federated_aggregate` as one chain
-`acc = accumulate(acc, row_k)` over the clients and keeps every intermediate accumulator alive
-until the chain ends (`merge` is never called). An accumulator that grows by concatenation (one
-`[None, d]` stack) would therefore hold the stacks of every prefix, `r K (K + 1) / 2` bytes for
-rows of r bytes (docs/design.md, "The gather", with the measurements).
-
-So every large row field is held in *pieces*, each a `[None, ...]` tensor, arranged as a
-mixed-radix counter with `RADICES = (16, 16, 16)`. Level l has `RADICES[l] - 1` slots, each holding
-one block of `prod(RADICES[:l])` consecutive rows. Client row n goes into slot `digit_0(n)` of level
-0 as it is (no copy). When it completes level l - 1 (every lower digit is at its maximum), that
-level's blocks and the row are concatenated into one block in slot `digit_l(n)` of level l, and the
-lower levels are emptied. When every level is full, the whole counter and the row are appended to
-`head`. `accumulate` is one `tf.switch_case` that runs only the chosen branch; every other piece
-is passed through unchanged, and TensorFlow forwards such a tensor without copying it. The
-intermediates kept by the runtime then share their pieces. A round copies each row once per
-level it climbs: not at all below 16 included clients, at most once below 256 and twice below
-4,096. Memory grows linearly in K instead of quadratically: about 5 K x d values in the worker
-(BENCHMARKS.md, "Aggregators"). The cost is the number of pieces passed to each `accumulate`
-call: 47 per large field. Row fields of at most `SMALL_ROW_BYTES` (the weight, a loss) are
-concatenated into one `small` leaf, whose quadratic copy is negligible at these sizes.
-
-Pieces are declared with every dimension unknown (`[None, None]` for a vector field) and `report`
-gives the stacks back their shape: TFF's compiler runs Grappler on each computation, which
-allocates a `[1, d]` feed for every `[None, d]` placeholder (d values of compile-time memory per
-piece; docs/design.md, "The gather").
-
-The pieces' logical order is `head`, then the levels from the highest down (slots in order), then
-`tail`: the rows in client order. `merge(a, b)` (used by TFF's mergeable contexts, e.g.
-`tff_conflict.runtime.remote` with several workers, and by the in-process runner) puts the logical
-concatenation of a and b into slot 0 of level 0 and marks the result `merged`. A row accumulated
-into a merged accumulator is appended to `tail`, so the order stays that of the clients whatever the
-tree of `accumulate` and `merge` calls, provided `merge(a, b)` receives a's clients before b's.
-For a client accumulated alone into `zero` the row is in that same slot, so `merge` concatenates
-that slot. `tff_conflict.runtime.inprocess.InProcessRunner` checks this when it is built and writes the
-slot's rows into one preallocated buffer (about one K x d stack in all). `report` concatenates
-the pieces into the stacks, or forwards the one piece that holds rows without copying it.
-
-Order. In one TFF runtime (the local C++ runtime, one remote worker, the in-process runner) the
-stacks are in client order. With several workers (`tff_conflict.runtime.remote`), TFF's
-`MergeableCompExecutionContext` gives each worker a contiguous part of the client list and merges
-the workers' partial results in the order the workers finish (`asyncio.wait(FIRST_COMPLETED)`;
-TFF's C++ composing executor does the same), so each worker's clients stay together and in order
-but the blocks can come in any order. Mean-based results change only by float rounding; FedGH's
-projection order follows stack positions, so its result can differ between such runs.
-
-Guard. In TFF's C++ runtime the worker still holds the rows, the copies made by the counter, and
-the runtime's own copies of the final accumulator: it materializes it to a proto and creates it
-again at the server, and `report` concatenates it. `estimated_gather_bytes` adds these up.
-`accumulate` refuses, before memory runs out, the first row that would push that estimate over a
-limit, with an `InvalidArgumentError` that names K, d and the limit. The limit is fixed when an
-aggregation process is built: the factory's `max_gather_bytes` argument when it is given (`0`: no
-check), else the process-wide `max_gather_bytes()` (default: half of this machine's physical
-memory), set with `set_max_gather_bytes(n)`, `gather_memory_limit(n)` or the environment variable
-`TFF_CONFLICT_MAX_GATHER_BYTES`; `None` (or `0` in the variable) builds processes without the check.
+One `tff.federated_aggregate` whose accumulator is a mixed-radix counter of `[None, ...]` pieces,
+so TFF's C++ runtime keeps its intermediates without copying and a round's memory grows linearly
+in K; rows arrive in client order, nothing is capped, and non-finite or zero-weight rows are
+counted, not stacked (`row_status`). `accumulate` refuses a row that would push
+`estimated_gather_bytes` over the limit (`max_gather_bytes`). Why and how: docs/design.md, "The
+gather".
 """
 
 import collections

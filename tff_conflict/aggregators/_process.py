@@ -1,13 +1,7 @@
-"""The one AggregationProcess shape every conflict factory here shares.
-
-    clients:  row = make_row(value, weight)           (flatten.flatten; gather.row_status)
-    gather:   stacks, counts = gather.federated_gather(rows)
-    server:   new_state, vector, diagnostics = combine(state, stacks)   (the conflict kernel, once)
-              result = flatten.unflatten(vector, value_type)           (exactly the value's type)
-
-A factory module supplies only pure TensorFlow functions (`make_row`, `combine`, `initial_state`);
-this module turns them into TFF computations with declared types, so the process compiles to
-MapReduceForm (one broadcast-free client map, one `federated_aggregate`, one server map).
+"""The AggregationProcess every conflict factory shares: clients `make_row` (flatten), one
+`federated_gather`, one server `combine` (the kernel), `unflatten` to the value's type. A factory
+supplies the TensorFlow functions; this module types them so the process compiles to
+MapReduceForm.
 """
 
 import collections

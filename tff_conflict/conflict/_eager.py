@@ -1,23 +1,7 @@
-"""Eager calls of the kernels, run as cached graphs.
-
-Executed op by op, a kernel pays Python and dispatch overhead for every small K x K op, and its
-sequential logic (FedGH's K steps, DGC's dominant clients) runs as a Python loop of eager ops.
-Inside a `tf.function` the same ops cost nothing beside the Gram matrix and the weighted sum
-(docs/design.md, "Kernels"). So a kernel called eagerly
-
-1. converts and checks its arguments eagerly, so that every error is the `ValueError` of the
-   package docstring ("Validation"), raised before any work;
-2. runs its implementation as a concrete function traced once per kernel, argument dtypes and
-   ranks, and hyperparameters, with every dimension of the tensor arguments left unknown (a new
-   number of clients or a new d reuses the trace), and with `validate=False` (the value checks
-   already ran in step 1, so the result is the same as with `validate=True`). Calling the
-   concrete function directly skips `tf.function`'s own argument handling.
-
-With `tf.config.run_functions_eagerly(True)` (TensorFlow's debugging switch) the implementation
-runs op by op instead; the results are the same, bit for bit.
-
-Inside a graph (a `tf.function`, a TFF computation) a kernel is traced inline as before, and this
-module is not involved.
+"""Eager calls of the kernels: arguments converted and checked eagerly (every error a `ValueError`
+before any work), then the kernel runs as a concrete function traced once per kernel, dtypes,
+ranks and hyperparameters, with every dimension unknown. Results equal op-by-op execution bit for
+bit (docs/design.md, "Kernels").
 """
 
 import collections

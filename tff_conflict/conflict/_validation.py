@@ -1,17 +1,6 @@
-"""Tensor argument checks shared by the conflict kernels (scalar hyperparameters are checked by
-`tff_conflict.hparams`; `validate` by `tff_conflict._checks`).
-
-Two kinds of checks (the contract is written down in the package docstring):
-
-* Structural checks (dtype, rank, ``d = 0``, mismatched K, hyperparameters, ``order``, ``seed``)
-  always run. What is known when the function is called or traced raises a `ValueError` naming the
-  argument and the value; what is only known when a graph runs (an unknown K or d) is checked with
-  `tf.debugging` assertions, which raise `tf.errors.InvalidArgumentError` with the same wording.
-* Value checks (``weights`` non-negative, finite and not all zero, at least one client, ``include``
-  not excluding every client) run only with ``validate=True``: eagerly as `ValueError`, inside a
-  graph as `InvalidArgumentError`. With ``validate=False`` such inputs are not errors: a client whose
-  weight is zero, negative or non-finite takes no part, and a round in which no client takes part
-  yields an all-zero aggregate.
+"""Tensor argument checks shared by the kernels: structural checks always (a `ValueError` naming the
+argument and value, or a `tf.debugging` assertion for what only a running graph knows), value
+checks only with `validate=True` (docs/methods.md, "Conventions").
 """
 
 import numbers

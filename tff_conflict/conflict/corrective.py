@@ -1,40 +1,10 @@
-"""Corrective gradient weights (docs/methods.md, "Corrective gradient weights").
+"""Corrective gradient weights: `x_i = c / sqrt(sum_j (m_j / |D_j|)^2) * m_i / |D_i|^2`, with
+`m_i = D_i . sum_j D_j` and `c = min_i alpha L_i / |D_i|`; the aggregate is
+`sum_k w_k u_k + sum_i x_i D_i` (`alpha = 0` is FedAvg), from one Gram matrix of the gradients.
 
-Paper: Mousazadeh, Khodadadi, Salehi, "A Novel Approach for Improving Generalization in Federated
-Learning Through Corrective Gradient Weights" (2023; "the corrective paper"): eqs. (3)-(8), (13),
-(24)-(29).
-
-Each client i sends, besides its update u_i, `D_i`, the gradient of its mean local loss at its
-trained local model, and that loss `L_i`. With `S = sum_j D_j` (eq. (6)):
-
-    m_i = D_i . S                                                    (eq. (6))
-    c   = min_i alpha L_i / |D_i|                                    (eq. (13))
-    x_i = c / sqrt(sum_j (m_j / |D_j|)^2) * m_i / |D_i|^2            (eq. (29))
-
-The new global model is `W_FedAvg - sum_i x_i D_i` (eq. (8)); in TFF's delta convention the
-aggregate is `sum_k w_k u_k + sum_i x_i D_i`. `alpha = 0` is exactly FedAvg.
-
-Gram formulation: every quantity above follows from `G_D = D D^T` (`m = G_D 1`,
-`|D_i|^2 = diag G_D`), so `corrective_weights` costs one Gram matrix of the gradients. The
-aggregate needs TWO weighted sums (`w^T U` and `x^T D`, two different stacks): that, plus `G_D`,
-is this method's floor; there is no Gram matrix of the updates.
-
-Decisions (docs/methods.md, "Corrective gradient weights"):
-* A client with `D_i = 0` gets `x_i = 0` and is left out of `c`; if every `D_i` is 0, or
-  `sum_j (m_j / |D_j|)^2 = 0` (e.g. gradients that cancel exactly), every `x_i` is 0.
-* Taking part: a client takes part when its gradient, loss and update are finite, `include` is
-  True and (for the aggregate) its weight is > 0. `S`, `c` and the normalisation run over the
-  clients taking part only. Gradient rows are checked from `G_D`'s diagonal; update rows, which
-  have no Gram matrix here, are checked through the weighted sum: if `w^T U` is not finite, the
-  rows of U that contain NaN/Inf (or whose squared norm overflows) are found and excluded, and the
-  sums are redone (only then is U scanned row by row and copied).
-* Losses are not otherwise checked; a negative loss makes `c` negative (the formula as given).
-* Diagnostics: pair statistics are of the client GRADIENTS `D_i` (the Gram matrix this method has;
-  an updates' Gram matrix would double its cost). `conflict_fraction_after` is measured on the
-  correction terms `x_i D_i` (a client with a negative weight reverses its gradient; one with
-  `x_i = 0` adds nothing and conflicts with nobody). `norm_ratio` compares the aggregate with its
-  FedAvg part `w^T U` (explicit here, not from a Gram matrix). `corrective_weights` is x as
-  float32 [K].
+Mousazadeh, Khodadadi, Salehi, "A Novel Approach for Improving Generalization in Federated
+Learning Through Corrective Gradient Weights" (2023), eqs. (6), (8), (13), (29). Decisions and
+diagnostics: docs/methods.md, "Corrective gradient weights".
 """
 
 import tensorflow as tf

@@ -1,36 +1,10 @@
-"""FedMGC dominant gradient correction, DGC (docs/methods.md, FedMGC).
+"""FedMGC's dominant gradient correction (DGC): the `ceil(lambda K)` clients with the largest
+projection similarity over training loss are dominant; every other update is projected off each
+dominant ORIGINAL update it conflicts with, in descending score order; the aggregate is the
+unweighted mean of the clients taking part, run on the Gram matrix.
 
-Paper: Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient
-Conflict in Federated Learning" ("the fedmgc paper"): Definition 3, Algorithms 1 and 2.
-
-* Projection similarity (Definition 3): `p_ij = (u_i . u_j / |u_j| + u_j . u_i / |u_i|) / 2` for
-  i != j, and `p_i` the mean of `p_ij` over the other clients j (Algorithm 1's sum including
-  j = i contradicts Definition 3; the definition is followed).
-* Dominance score `z_i = p_i / l_i`, `l_i` client i's mean training loss this round, clamped
-  below at 1e-12.
-* Dominant set: the `ceil(lambda K)` clients with the largest z, ties broken by lower index.
-* For each client i and each dominant s in descending-z order, s != i (Algorithm 2):
-  `if u_i . u_s < 0: u_i <- u_i - (u_i . u_s) / |u_s|^2 u_s`, u_s the ORIGINAL update.
-* Aggregate: the unweighted mean `(1/K) sum_i u_i` (Algorithm 2, line 9).
-
-Gram formulation: as in `harmonization`, `u_i = sum C_ij u_j`, `P = C G`; the dominant clients
-are visited one after another (a `tf.while_loop` of `ceil(lambda K)` steps, each an O(K^2) update
-of all clients at once), then one weighted sum `(1/K 1^T C) U`.
-
-Decisions (docs/methods.md, FedMGC):
-* Excluding clients. DGC has no weights, so the keyword `include` (bool [K]) excludes rows; an
-  excluded or non-finite client takes no part: K above is the number of clients taking part, it is
-  neither scored, nor dominant, nor projected, and the mean is over the clients taking part.
-* A term `u_i . u_j / |u_j|` with `u_j = 0` is 0 (the inner product is 0; no division by zero), so
-  a zero update has p = 0 and is never projected onto (its squared norm is 0).
-* With one client taking part there is no j != i: p = 0 and the client is returned unchanged.
-* `ceil(lambda K)` is computed as `ceil(lambda K - 1e-9 K)` so that floating-point products such
-  as 0.3 * 10 = 3.0000000000000004 give 3, not 4.
-* A client whose loss is NaN or Inf is treated like a non-finite update (excluded, counted in
-  `num_excluded_nonfinite`). Loss values are otherwise not checked (a loss <= 1e-12, e.g. 0 or
-  negative, is clamped to 1e-12).
-* `num_dominant` is `ceil(lambda K)`; `num_projections` counts projections performed;
-  `conflict_fraction_after` is measured on the corrected vectors (Gram `C G C^T`).
+Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient Conflict
+in Federated Learning", Definition 3, Algorithms 1-2. Decisions: docs/methods.md, "FedMGC".
 """
 
 import tensorflow as tf

@@ -1,38 +1,7 @@
-"""Gram-matrix geometry shared by the conflict kernels: cosines, conflict statistics, which
-clients take part in a round, and the one weighted sum that forms an aggregate.
-
-Every server method in this package returns `a = c^T U`, a linear combination of the ORIGINAL
-client updates (the rows of U, shape [K, d]) whose coefficients depend only on their inner
-products (docs/methods.md, "Conventions"). So a kernel computes the Gram matrix `G = U U^T`
-once (one matmul, `gram`), runs all per-pair and sequential logic on K x K numbers in float64,
-and then forms one weighted sum (`combine`). Extra memory is O(K^2 + d).
-
-Decisions recorded here (docs/methods.md, "Conventions" and "Diagnostics"):
-
-* Non-finite rows. A row containing NaN or Inf makes its Gram diagonal NaN or Inf, so a client is
-  *non-finite* when `G[k, k]` is not finite. A finite row whose squared norm overflows the dtype
-  (|u|^2 > 3.4e38 in float32) counts as non-finite too: its inner products cannot be formed. A
-  non-finite client is excluded from the round (excluded and counted); because
-  `0 * NaN = NaN`, `combine` zeroes such rows before the weighted sum, and only when some row is
-  non-finite (a `tf.cond`), so a clean stack is never copied.
-* Taking part. A client takes part in a round when it is finite, `include[k]` is True and (for
-  the weighted kernels) its weight is > 0 (and finite). Every other client takes part in nothing:
-  its Gram row and column are set to zero, it is never a projection partner, it gets coefficient 0
-  and it is not counted in the diagnostics' pairs. Weights are normalised over the clients that
-  take part.
-* Cosine of a zero vector: defined as 0 (no conflict). The conflict test is
-  `cos < -tol` with `tol = 100 * eps(dtype)` (1.2e-5 for float32, 2.2e-14 for float64), so that
-  pairs that are orthogonal in exact arithmetic (e.g. after a projection) are not counted as
-  conflicts because of rounding; the papers' "negative cosine" otherwise.
-* Pair statistics range over unordered pairs {i, j}, i != j, of clients that take part. With fewer
-  than two such clients there is no pair: the conflict fractions and `mean_cosine` are 0 and
-  `min_cosine` is 1 (the empty minimum within [-1, 1]).
-* `norm_ratio` = |aggregate| / |plain mean| over the clients taking part (the method's own
-  weights; `Round.mean_norm` from the Gram matrix: `|m|^2 = w^T G w`); 1 where both are 0, the
-  largest float32 where only the mean is, and capped there (`norm_ratio`).
-* Diagnostics dtypes (fixed, independent of K and of the input dtype, so a TFF layer can declare
-  them): counts are int32 scalars; fractions, cosines, norms and ratios are float32 scalars;
-  vectors (corrective weights) are float32 [K].
+"""Gram-matrix geometry shared by the kernels: cosines, conflict statistics, who takes part in a
+round (finite, included, positive weight), `norm_ratio`, and `combine`, the one weighted sum
+`c^T U` that forms every aggregate. Conventions (non-finite rows, zero vectors, the conflict
+tolerance, diagnostics dtypes): docs/methods.md, "Conventions" and "Diagnostics".
 """
 
 import collections

@@ -1,38 +1,10 @@
-"""FedGH: gradient harmonization (docs/methods.md, FedGH).
+"""FedGH: each update is projected off every other client's ORIGINAL update it conflicts with,
+`u_k <- u_k - (u_k . ~u_j) / |~u_j|^2 ~u_j` if `u_k . ~u_j < 0`, in a per-client random (seeded)
+or index order; the aggregate is `sum_k w_k u_k`, run on the Gram matrix.
 
-Paper: Zhang, Sun, Chen, "Tackling the Non-IID Issue in Heterogeneous Federated Learning by
-Gradient Harmonization", arXiv:2309.06692 ("the fedgh paper"): Sec. II-C, eq. (1), Algorithm 1.
-
-For each client k and each other client j in a random order (Algorithm 1, line 78):
-
-    if u_k . ~u_j < 0:   u_k <- u_k - (u_k . ~u_j) / |~u_j|^2 ~u_j          (line 79-80, eq. (1))
-
-where ~u are the ORIGINAL updates (the paper's duplicate G~, line 76), never the already projected
-ones. The aggregate is `sum_k w_k u_k` with `w_k = n_k / n` (line 81).
-
-Gram formulation. After any number of projections, `u_k = sum_i C_ki ~u_i` (C starts as the
-identity), and `P_kj = u_k . ~u_j = (C G)_kj`. A projection onto ~u_j with coefficient
-`a = P_kj / G_jj` is `C_k <- C_k - a e_j`, `P_k <- P_k - a G_j`. The whole sequence therefore runs on
-K x K numbers (K steps; at step t every client k processes its t-th partner at once, O(K^2) each),
-and the aggregate is the one weighted sum `(w^T C) U`.
-
-Decisions (docs/methods.md, FedGH):
-* Order. `order="random"` draws, per round, an independent random order of the partners for every
-  client k (Algorithm 1 draws the order inside the loop over k): row k of
-  `argsort(stateless_uniform([K, K], seed, alg="philox"), axis=1)`. The same `seed` (and K) always
-  gives the same orders and so the same result. Under XLA (`jit_compile=True`) the stateless
-  generator's XLA lowering yields other numbers for the same seed (TF 2.14, even with the
-  algorithm pinned), so an XLA-compiled FedGH is reproducible from its seed but draws other orders
-  than the non-XLA one. `order="index"` visits j = 0, 1, ..., K-1.
-  `projection_order` returns the orders used, for tests and reproduction.
-* `seed`: None (a fresh random seed, not reproducible), a Python int s (the stateless seed
-  [s, 0]), or an integer tensor of shape [] (s -> [s, 0]) or [2] (used as is), e.g. a per-round
-  seed held in a TFF server state. Ignored for `order="index"`.
-* A zero update has `~u_j . u_k = 0`, so it is never projected onto and nothing divides by its
-  norm; the test `< 0` is strict, as in line 79.
-* `num_projections` counts the projections performed (pairs (k, j) with the test true).
-* `conflict_fraction_after` is measured on the harmonized vectors `u_k`, whose Gram matrix is
-  `C G C^T`.
+Zhang, Sun, Chen, "Tackling the Non-IID Issue in Heterogeneous Federated Learning by Gradient
+Harmonization", arXiv:2309.06692, eq. (1), Algorithm 1. Order, seeds and decisions:
+docs/methods.md, "FedGH".
 """
 
 import tensorflow as tf

@@ -1,17 +1,6 @@
-"""The plain weighted mean of the client updates with the diagnostics of the conflict kernels.
-
-`weighted_mean_with_diagnostics(updates, weights)` returns FedAvg's aggregate `sum_k w_k u_k`
-(`w` normalised over the clients taking part) and, from the same Gram matrix, the diagnostics
-every conflict kernel reports (nothing is corrected, so the "after" conflict fraction equals the
-"before" one), plus
-
-* `mean_update_norm`: `sum_k w_k |u_k|`, the weighted mean length of the client updates (how far
-  local training moved each client);
-* `mean_norm_ratio`: `|sum_k w_k u_k| / sum_k w_k |u_k|` in [0, 1], how much of the clients'
-  movement survives averaging (1: all updates parallel; near 0: they cancel).
-
-It is the reference the conflict methods are measured against: the conflict fraction of a
-regime under FedAvg, and the client step lengths of a client loss or a proximal term.
+"""FedAvg's weighted mean `sum_k w_k u_k` with the conflict kernels' diagnostics, plus
+`mean_update_norm` (`sum_k w_k |u_k|`) and `mean_norm_ratio` (`|mean| / mean_update_norm`), the
+reference the conflict methods are measured against (docs/methods.md, "Diagnostics").
 """
 
 import tensorflow as tf

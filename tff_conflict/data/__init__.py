@@ -1,30 +1,10 @@
-"""Federated data sets as `tff.simulation.datasets.ClientData` pairs `(train, test)`.
+"""Federated data sets as `(train, test)` pairs of `tff.simulation.datasets.ClientData`.
 
-Every loader returns client data whose elements are single, UNBATCHED examples
-`OrderedDict(x=float32 [...], y=int32 scalar)` (the training code batches them); for images x is
-`[H, W, C]`. `dataset_info(name)` gives the element shape and number of classes:
-
-  digits(*, num_clients=20, alpha=0.1, seed=0)    sklearn 8x8 digits, Dirichlet split, offline
-  synthetic(alpha, beta, *, num_clients=30, seed=0)  FedProx / LEAF Synthetic(alpha, beta)
-  emnist(*, only_digits=False, cache_dir=None)    federated EMNIST by writer (TFF's SQLite file)
-  leaf(root, *, name=None, cache_dir=None)        LEAF's FEMNIST, Synthetic or CelebA from the
-                                                  JSON files of LEAF's preprocess.sh (cached)
-  tfds_dirichlet(name, *, num_clients, alpha, seed=0, data_dir=None)
-                                                  mnist, fashion_mnist, cifar10, cifar100
-  dirichlet_partition(labels, num_clients, alpha, *, seed, min_examples=1)
-  iid_partition, label_quantity_partition (#C=k), quantity_skew_partition
-                                                  NIID-Bench's other splits (`partition`)
-  parse_regime('digits:dir(0.1)'), load_regime(regime, *, seed)
-                                                  a dataset and its split, by name (`regimes`)
-  split_validation(client_data, fraction, *, seed)  a validation split of the training clients
-  partition_to_client_data(x, y, partition)
-  describe(client_data)                           sizes and label-skew summary (a dict)
-
-Test splits: Dirichlet splits (digits, tfds_dirichlet) partition the held-out split over the
-same client ids with each client's training label proportions, so
-`test.create_tf_dataset_from_all_clients()` is the whole centralized test set; synthetic holds
-each client's last 10%; emnist each writer's TFF test examples; leaf the files' own split
-(sample-based or user-based, reported by `describe`).
+Elements are single unbatched examples `OrderedDict(x=float32 [...], y=int32 scalar)`:
+`digits` (offline), `synthetic`, `emnist`, `leaf`, `tfds_dirichlet`; the splits
+(`dirichlet_partition` and NIID-Bench's others, `partition_to_client_data`), named regimes
+(`parse_regime`, `load_regime`), `split_validation`, `describe`, `dataset_info`. Test splits and
+partitions: docs/methods.md, "Data sets and partitions".
 """
 
 from tff_conflict.data.client_data import partition_to_client_data

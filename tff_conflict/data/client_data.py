@@ -1,10 +1,5 @@
-"""`ArrayClientData`: a TFF `ClientData` over in-memory numpy arrays and a partition of them.
-
-The arrays are held once (no per-client copies, no Python lists); a client's dataset gathers its
-rows when it is created. Client ids are the client's index, zero-padded so that string order is
-index order ('00', '01', ..., '19'). The dataset function is serializable (it is traced by
-`create_tf_dataset_from_all_clients` and by `ClientData.dataset_computation`): when no eager
-context is available it embeds the arrays as graph constants (fine below TF's 2 GB graph limit).
+"""`ArrayClientData`: a TFF `ClientData` over in-memory arrays and a partition of them (arrays held
+once, client ids zero-padded so string order is index order, serializable dataset function).
 """
 
 import collections

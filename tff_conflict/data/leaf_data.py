@@ -1,11 +1,7 @@
-"""LEAF's FEMNIST, Synthetic and CelebA as TFF `ClientData`, read from LEAF's own JSON output.
-
-LEAF (Caldas et al., "LEAF: A Benchmark for Federated Settings", arXiv:1812.01097) publishes
-scripts, not data: each user runs `preprocess.sh`, which writes `data/<name>/data/train/*.json`
-and `data/<name>/data/test/*.json`. `leaf()` reads those files as they are: LEAF's users are the
-clients and its train/test files are the splits. The files are converted once into a compact
-cache (`leaf_cache`), which later calls open in well under a second; a client's dataset reads
-only that client's cache file.
+"""`leaf(root)`: LEAF's FEMNIST, Synthetic or CelebA as `ClientData`, read from the JSON files of
+LEAF's `preprocess.sh` (users are clients, its train/test files the splits) and converted once
+into an on-disk cache (`leaf_cache`). Caldas et al., "LEAF: A Benchmark for Federated Settings",
+arXiv:1812.01097.
 """
 
 import collections

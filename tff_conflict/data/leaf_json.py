@@ -1,25 +1,7 @@
-"""A streaming reader of LEAF's JSON files: one pass, bounded memory, strict about the structure.
-
-LEAF's preprocessing (`data/utils/split_data.py` of github.com/TalwalkarLab/leaf) writes each
-split as JSON files of the form
-
-    {"users": [u, ...], "num_samples": [n_u, ...],
-     "user_data": {u: {"x": [...], "y": [...]}, ...}}
-
-(possibly with a `hierarchies` list; keys in any order). Files hold up to a few hundred MB, so
-`parse_file` never reads a whole file into memory: it reads fixed-size chunks, hands each user's
-examples to a sink as they stream past and keeps only the current chunk and a few small lists.
-
-Numeric `x` (FEMNIST's 784 pixel values, Synthetic's feature vectors) goes through a fast path:
-whole chunks of rows are checked against the characters a list of numbers may contain, split
-into rows with bytes methods and converted with Python's `float` (correctly rounded, so a value
-is the float64 that LEAF's `json.dump` wrote). Everything else (keys, user names, `y`, CelebA's
-image names, unknown keys) is small and parsed with the standard library's JSON decoder.
-
-Any departure from LEAF's structure raises `LeafFormatError` naming the file and the byte offset:
-a truncated file, malformed JSON, a user listed in `users` without data (or with data but not
-listed), `x` and `y` of different lengths, `num_samples` disagreeing with the data, rows of the
-wrong length or non-finite values.
+"""A streaming reader of the JSON files LEAF's `preprocess.sh` writes (`users`, `num_samples`,
+`user_data`): one pass in fixed-size chunks, each user's examples handed to a sink; numeric `x`
+rows converted exactly as `json` would. Any departure from that structure raises
+`LeafFormatError` naming the file and the byte offset.
 """
 
 import json

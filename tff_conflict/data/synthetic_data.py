@@ -1,21 +1,9 @@
-"""Synthetic(alpha, beta): the FedProx / LEAF federated synthetic data set.
+"""Synthetic(alpha, beta), the FedProx / LEAF synthetic data set: per client, a softmax-regression
+model drawn around `N(u_k, 1)`, `u_k ~ N(0, alpha^2)`, inputs around `N(B_k, 1)`,
+`B_k ~ N(0, beta^2)`; 60 features, 10 classes, a 90/10 train/test split per client.
 
-Generative process (FedProx paper, Li et al. 2020, Sec. 5.1 and Appendix C.1; the authors'
-`data/synthetic_*/generate_synthetic.py`), for clients k = 1..K (K = 30 in the paper):
-
-* client sizes `n_k = floor(LogNormal(4, 2)) + 50`;
-* `u_k ~ N(0, alpha^2)`, `B_k ~ N(0, beta^2)` (alpha and beta are standard deviations);
-* `W_k in R^{60 x 10}`, `b_k in R^{10}` with every entry `~ N(u_k, 1)`;
-* `v_k in R^{60}` with every entry `~ N(B_k, 1)`;
-* `x ~ N(v_k, Sigma)` with `Sigma = diag(j^{-1.2})`, j = 1..60;
-* `y = argmax softmax(x W_k + b_k)` (= argmax of the logits), 10 classes;
-* each client's examples shuffled, the first `floor(0.9 n_k)` for training, the rest for testing.
-
-alpha controls how different the clients' models are, beta how different their inputs are.
-Note, a property of the published process rather than of this code: `u_k` shifts every logit of
-an example by the same amount `u_k (sum_j x_j + 1)`, so the labels do not depend on alpha at
-all; for a fixed seed, Synthetic(alpha, beta) is the same data set for every alpha (tested).
-Label skew between clients comes from the per-client `W_k` and from beta.
+Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020), Sec. 5.1, Appendix C.1.
+The generative process and its properties: docs/methods.md, "Data sets and partitions".
 """
 
 import collections

@@ -1,19 +1,10 @@
 """Client work and complete learning processes for the gradient-conflict methods.
 
-Public surface:
-  build_process                       any client loss + any server aggregator (+ FedProx term)
-  build_fedavg, build_fedprox, build_fedgh, build_fedmgc, build_fedga, build_fedld,
-  build_fed_corrective                each paper's whole method (thin wrappers of build_process)
-  ALGORITHMS, LOSSES, AGGREGATORS     name -> builder / loss factory / aggregator factory
-  build_loss_weighted_client_work     update_weight = the client's mean training loss (FedMGC)
-  build_client_work, build_proximal_client_work, build_label_counting_client_work,
-  build_corrective_client_work, build_update_field_finalizer, build_model_fn
-
-The builders take a model as TFF's own algorithm builders do (a function returning a
-`tff.learning.models.VariableModel`, or a `tff.learning.models.FunctionalModel`) or a function
-returning an uncompiled Keras model with `input_spec` (`OrderedDict(x=..., y=...)` or `(x, y)`);
-only a Keras model can have its loss replaced (FedMGC, FedGA, FedLD). Hyperparameter defaults and
-ranges: `tff_conflict.hparams`.
+`build_process` (any client loss + any server aggregator, optionally the FedProx term) and the
+papers' methods `build_fedavg`, `build_fedprox`, `build_fedgh`, `build_fedmgc`, `build_fedga`,
+`build_fedld`, `build_fed_corrective`; the registries `ALGORITHMS`, `LOSSES`, `AGGREGATORS`; the
+client works and finalizers they use. Models: a function returning an uncompiled Keras model with
+`input_spec`, a `VariableModel` or a `FunctionalModel` (only Keras can take a replaced loss).
 """
 
 from tff_conflict.learning.algorithms import ALGORITHMS

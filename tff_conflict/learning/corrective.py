@@ -1,21 +1,8 @@
-"""Client work and finalizer for corrective gradient weights (corrective paper, eqs. 3-8, 13, 24-29).
-
-Each client trains as in FedAvg, then makes one extra pass over its whole local dataset at its
-TRAINED local model `W_i` and sends, besides its delta `u_i = initial - trained`,
-
-* `D_i = dL_i/dW_i`, the gradient of its mean local loss `L_i(W_i) = (1/M) sum_p loss(t_p, y_p)`
-  (paper eq. 3) -- computed as `sum over batches b of n_b * grad(loss_b) / sum n_b`, the gradient
-  of the example-weighted mean of the batch losses, which is the mean per-example loss for every
-  loss that is a per-example mean; the pass runs with `training=False`;
-* `L_i`, that loss.
-
-The value is `OrderedDict(update=u_i, gradient=D_i, loss=L_i)` with weight `n_i` (number of
-examples), as `tff_conflict.aggregators.CorrectiveGradientFactory` expects; its result has the
-same structure with `update` holding the aggregate `sum_k w_k u_k + sum_i x_i D_i`
-(docs/methods.md, "Corrective gradient weights").
-`build_update_field_finalizer` applies that `update` field with the server optimizer, as TFF's
-`build_apply_optimizer_finalizer` applies a plain delta. A client with a non-finite delta,
-gradient or loss sends zeros and weight 0.
+"""Client work and finalizer for corrective gradient weights: each client trains as in FedAvg, then
+sends `OrderedDict(update=u_i, gradient=D_i, loss=L_i)` with weight `n_i`, `D_i` the gradient of
+its mean local loss `L_i` at its trained model (one more pass, `training=False`); a non-finite
+client sends zeros and weight 0. `build_update_field_finalizer` applies the aggregate's `update`
+field with the server optimizer. docs/methods.md, "Corrective gradient weights".
 """
 
 import collections

@@ -1,11 +1,6 @@
-"""Name registries: client losses, server aggregators (and, in `algorithms`, whole methods).
-
-`LOSSES[name](**kwargs)` returns a new `tf.keras.losses.Loss` on (sparse labels, logits);
-`AGGREGATORS[name](**kwargs)` returns a new `tff.aggregators.WeightedAggregationFactory`.
-Each entry takes the keyword arguments listed in `tff_conflict.hparams.LOSS_HPARAMS` /
-`AGGREGATOR_HPARAMS`, with the defaults and checks declared there (the papers' defaults; a
-ValueError names the argument and the value). Experiment binaries map their `--client_loss` /
-`--aggregator` flags through these dictionaries.
+"""Name registries: `LOSSES[name](**kwargs)` -> a Keras loss, `AGGREGATORS[name](**kwargs)` -> a
+weighted aggregation factory, with the keyword arguments, defaults and checks of
+`tff_conflict.hparams`.
 """
 
 from typing import Optional

@@ -1,13 +1,11 @@
-"""Client losses of the gradient-conflict methods (docs/methods.md: FedMGC, FedGA, FedLD).
+"""Client losses of the gradient-conflict methods: a per-example kernel and a `tf.keras.losses.Loss`
+around it, on sparse labels and logits:
 
-Each loss is a plain kernel `f(labels, logits, **hyperparameters) -> per-example losses [B]`
-and a `tf.keras.losses.Loss` class around it (sparse integer labels of shape `[B]` or `[B, 1]`,
-logits `[B, C]`, mean over the batch by default; `get_config` / `from_config` round-trip), usable
-with `tff.learning.models.from_keras_model(keras_model, loss=...)`:
+  FocalLoss(gamma, beta)                         focal_loss             FedMGC
+  MarginControlLoss(margin_weight, margin_form)  margin_control_loss    FedLD
+  CalibratedLabelLoss(counts, form)              calibrated_label_loss  FedGA
 
-  FocalLoss(gamma, beta)             focal_loss              FedMGC, fedmgc paper eq. (10)
-  MarginControlLoss(margin_weight)   margin_control_loss     FedLD, fedld paper eq. (3)
-  CalibratedLabelLoss(counts)        calibrated_label_loss   FedGA, fedga paper eqs. (8)-(10)
+The formulas: docs/methods.md under each method.
 """
 
 from tff_conflict.losses.calibrated import batch_class_counts

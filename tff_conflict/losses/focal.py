@@ -1,26 +1,10 @@
-"""Focal loss, FedMGC's client loss (docs/methods.md, FedMGC).
+"""Focal loss, FedMGC's client loss: `FL(p_t) = -beta (1 - p_t)^gamma log(p_t)` per example, the
+mean over the batch (`gamma = 0, beta = 1` is cross-entropy), computed from `log_softmax` with a
+hand-written gradient that stays finite when `p_t` rounds to 1.
 
-Paper: Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient
-Conflict in Federated Learning" (the fedmgc paper), eq. 10; the focal loss itself is Lin et al.,
-"Focal Loss for Dense Object Detection", ICCV 2017.
-
-Per example, with `p_t` the softmax probability of the true class,
-
-    FL(p_t) = -beta * (1 - p_t)^gamma * log(p_t),
-
-and the batch loss is the mean over examples. `gamma = 0, beta = 1` is exactly sparse softmax
-cross-entropy (eq. 9 with gamma = 0).
-
-Numerics. Everything is computed from `l = log p_t = log_softmax(z)[y]`; `1 - p_t` is computed as
-`-expm1(l)` (accurate when p_t is close to 1, no log of an underflowed probability). The
-derivative with respect to `l` is supplied by hand:
-
-    dFL/dl = -beta * d^gamma * (1 + gamma * (1 - d) * (-l) / d),   d = 1 - p_t,
-
-where `(-l) / d -> 1` as `p_t -> 1` is evaluated as exactly 1 where `d = 0`. Plain automatic
-differentiation would multiply `d^(gamma - 1) = inf` by `l = 0` (a NaN) whenever `gamma < 1` and
-the true class is predicted with probability 1 in float arithmetic; the limit is finite (0 for
-gamma > 0), and that is what this gradient returns.
+Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient Conflict
+in Federated Learning", eq. (10); Lin et al., "Focal Loss for Dense Object Detection", ICCV 2017.
+Numerics: docs/methods.md, "Focal loss (client)".
 """
 
 import tensorflow as tf
