@@ -1,0 +1,157 @@
+"""Rounds of 1, 10, 100 and 500 clients per round, per method and runtime: time and peak memory.
+
+    .venv/bin/python -m benchmarks.cohorts [--sizes=1,10,100,500] [--methods=...] [--runtimes=...]
+
+For each method (FedAvg, FedGH, FedMGC's DGC, FedLD's principal gradient, FedCorrective) and
+runtime ('inprocess', 'cpp'), a fresh child process builds the method on random data (600
+clients of 20 examples of 64 features, 10 classes; the 2-layer MLP, 200 units, 55k parameters;
+batch 20, E = 1), runs one warm-up round of 10 clients, then one round per cohort size, and
+prints a line per size: the wall time of `next` and the peak resident memory (this process plus
+its TFF workers, sampled every 20 ms) during that round. Before each cpp round it prints the
+conflict aggregators' gather estimate (`aggregators.estimated_gather_bytes`) beside the limit
+the process was built with; a round the C++ runtime's gather guard refuses is reported as
+refused, with the guard's message.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import psutil  # pylint: disable=g-import-not-at-top
+
+MB = 2**20
+METHODS = {'FedAvg': 'fedavg', 'FedGH': 'fedgh', 'DGC (FedMGC)': 'fedmgc',
+           'principal (FedLD)': 'fedld', 'corrective': 'fed_corrective'}
+NUM_CLIENTS, EXAMPLES, FEATURES, CLASSES = 600, 20, 64, 10
+
+
+class PeakRss:
+  """Peak resident memory of this process plus its TFF workers, sampled in a thread."""
+
+  def __init__(self, pids_fn, interval=0.02):
+    self._pids_fn = pids_fn
+    self._interval = interval
+    self._stop = threading.Event()
+    self.peak = self._sample()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+
+  def _sample(self):
+    total = 0
+    for pid in [os.getpid(), *self._pids_fn()]:
+      try:
+        total += psutil.Process(pid).memory_info().rss
+      except psutil.Error:
+        pass
+    return total
+
+  def _run(self):
+    while not self._stop.is_set():
+      self.peak = max(self.peak, self._sample())
+      time.sleep(self._interval)
+
+  def __enter__(self):
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc):
+    self._stop.set()
+    self._thread.join()
+    self.peak = max(self.peak, self._sample())
+
+
+def _child(method, kind, sizes):
+  import collections  # pylint: disable=g-import-not-at-top
+  import functools  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import aggregators  # pylint: disable=g-import-not-at-top
+  from tff_conflict.aggregators import _gather  # pylint: disable=g-import-not-at-top,protected-access
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  runtime.set_local_context()
+  rng = np.random.default_rng(0)
+  n = NUM_CLIENTS * EXAMPLES
+  train = data.partition_to_client_data(
+      rng.normal(size=(n, FEATURES)).astype(np.float32), rng.integers(0, CLASSES, n),
+      np.split(np.arange(n), NUM_CLIENTS))
+  ids = train.client_ids
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, FEATURES], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  model_fn = functools.partial(architectures.mlp, (FEATURES,), CLASSES, seed=0)
+  start = time.monotonic()
+  process = learning.ALGORITHMS[method](
+      model_fn, input_spec=spec,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.05))
+  runner = process if kind == 'cpp' else runtime.make_runner(process, kind)
+  state = runner.initialize()
+  params = sum(int(np.prod(w.shape)) for w in runner.get_model_weights(state).trainable)
+
+  def datasets(k):
+    return [train.create_tf_dataset_for_client(c).batch(EXAMPLES) for c in ids[:k]]
+
+  state = runner.next(state, datasets(10)).state
+  print(f'# {method} {kind}: {params} parameters; build + first round '
+        f'{time.monotonic() - start:.0f} s', flush=True)
+  for k in sizes:
+    note = ''
+    if kind == 'cpp' and method != 'fedavg':
+      estimate = _gather.estimated_gather_bytes(4 * params, k)
+      limit = aggregators.max_gather_bytes()
+      note = (f' gather estimate {estimate / MB:.0f} MB, limit '
+              f'{"none" if not limit else f"{limit / MB:.0f} MB"}')
+    cohort = datasets(k)
+    with PeakRss(runtime.worker_pids) as peak:
+      begin = time.monotonic()
+      try:
+        state = runner.next(state, cohort).state
+        outcome = f'{time.monotonic() - begin:.2f}'
+      except Exception as e:  # pylint: disable=broad-except
+        outcome = f'refused: {type(e).__name__}: {str(e).splitlines()[0][:300]}'
+    print(f'ROW\t{method}\t{kind}\t{k}\t{outcome}\t{peak.peak / MB:.0f}\t{note}', flush=True)
+  runtime.shutdown_workers()
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--sizes', default='1,10,100,500')
+  parser.add_argument('--methods', default=','.join(METHODS.values()))
+  parser.add_argument('--runtimes', default='inprocess,cpp')
+  parser.add_argument('--child', nargs=2, metavar=('METHOD', 'RUNTIME'), help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  sizes = [int(s) for s in args.sizes.split(',')]
+  if args.child:
+    _child(*args.child, sizes)
+    return
+  names = {v: k for k, v in METHODS.items()}
+  print('| method | runtime | clients per round | round (s) | peak RSS, process + workers (MB) '
+        '| note |\n|---|---|---|---|---|---|', flush=True)
+  for method in args.methods.split(','):
+    for kind in args.runtimes.split(','):
+      result = subprocess.run(
+          [sys.executable, '-m', 'benchmarks.cohorts', f'--sizes={args.sizes}', '--child',
+           method, kind], capture_output=True, text=True, check=False,
+          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+      lines = result.stdout.splitlines()
+      for line in lines:
+        if line.startswith('# '):
+          print(line, file=sys.stderr, flush=True)
+        if line.startswith('ROW\t'):
+          _, m, k, size, outcome, peak, note = line.split('\t')
+          print(f'| {names.get(m, m)} | {k} | {size} | {outcome} | {peak} | {note.strip()} |',
+                flush=True)
+      if result.returncode:
+        print(f'| {names.get(method, method)} | {kind} | - | failed (exit {result.returncode}): '
+              f'{result.stderr.strip().splitlines()[-1][:300] if result.stderr.strip() else ""} '
+              '| | |', flush=True)
+
+
+if __name__ == '__main__':
+  main()

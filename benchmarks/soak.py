@@ -1,0 +1,85 @@
+"""A long in-process run through the experiments' run loop: is memory flat, is time per round flat?
+
+    .venv/bin/python -m benchmarks.soak [--rounds=1000] [--algorithm=fedavg] [--every=100]
+
+Trains `--algorithm` on digits (20 clients, Dirichlet 0.5; logistic regression; 10 clients per
+round, batch 20, E = 1) with the in-process runner, through `experiments.training_loop.
+run_training` (sampling, dataset creation, metrics.csv written every round; no evaluation, no
+checkpoints). Every `--every` rounds it prints the median and the 90th percentile of the round
+times of that block (wall time from one round's release to the next: data, round and metrics
+writing) and the process's resident memory at the block's end.
+"""
+
+import argparse
+import functools
+import io
+import os
+import tempfile
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import psutil  # pylint: disable=g-import-not-at-top
+
+MB = 2**20
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--rounds', type=int, default=1000)
+  parser.add_argument('--every', type=int, default=100)
+  parser.add_argument('--algorithm', default='fedavg')
+  args = parser.parse_args()
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from experiments import config as config_lib  # pylint: disable=g-import-not-at-top
+  from experiments import training_loop  # pylint: disable=g-import-not-at-top
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+
+  train, _ = data.digits(num_clients=20, alpha=0.5, seed=0)
+  config = config_lib.LoopConfig(rounds=args.rounds, clients_per_round=10, batch_size=20,
+                                 seed=0, eval_every=0, checkpoint_every=0)
+  spec = training_loop.preprocess(train.create_tf_dataset_for_client('00'), config).element_spec
+  process = learning.ALGORITHMS[args.algorithm](
+      functools.partial(architectures.logistic_regression, (64,), 10, seed=0), input_spec=spec,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.05))
+  runner = runtime.make_runner(process, 'inprocess')
+  me = psutil.Process()
+  stamps = []
+
+  class Probe(tff.program.ReleaseManager):
+    """Records the time and resident memory at every round's release."""
+
+    async def release(self, value, key):
+      del value
+      stamps.append((key, time.monotonic(), me.memory_info().rss))
+      if key % args.every == 0:
+        block = [b[1] - a[1] for a, b in zip(stamps[-args.every - 1:], stamps[-args.every:])]
+        print(f'rounds {key - args.every + 1:4d}-{key:4d}: round median '
+              f'{np.median(block) * 1e3:6.1f} ms, p90 {np.percentile(block, 90) * 1e3:6.1f} ms; '
+              f'RSS {stamps[-1][2] / MB:6.0f} MB', flush=True)
+
+  print(f'{args.algorithm}, in process, {args.rounds} rounds; RSS before the first round '
+        f'{me.memory_info().rss / MB:.0f} MB', flush=True)
+  start = time.monotonic()
+  with tempfile.TemporaryDirectory() as tmp:
+    training_loop.run_training(
+        process, train_data=train, evaluate_fn=lambda weights: {}, config=config,
+        experiment_dir=tmp, hparams={'algorithm': args.algorithm}, show_progress=False,
+        runner=runner, stream=io.StringIO(), test_columns=[], release_managers=[Probe()])
+  total = time.monotonic() - start
+  times = np.diff([s[1] for s in stamps])
+  rss = np.array([s[2] for s in stamps]) / MB
+  half = len(times) // 2
+  print(f'total {total:.0f} s; round median, first half {np.median(times[:half]) * 1e3:.1f} ms, '
+        f'second half {np.median(times[half:]) * 1e3:.1f} ms; RSS after round 100 '
+        f'{rss[min(99, len(rss) - 1)]:.0f} MB, at the end {rss[-1]:.0f} MB (growth '
+        f'{(rss[-1] - rss[min(99, len(rss) - 1)]) / max(len(rss) - 100, 1) * 1024:.1f} KB per '
+        'round after round 100)')
+
+
+if __name__ == '__main__':
+  main()
