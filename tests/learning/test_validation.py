@@ -119,15 +119,6 @@ def test_bad_model_fn(model_fn, match):
       _call(builder, model_fn=model_fn)
 
 
-def test_former_keyword_keras_model_fn_still_works():
-  with pytest.raises(ValueError, match='uncompiled'):
-    learning.build_fedavg(keras_model_fn=_compiled_model, input_spec=h.input_spec(),
-                          client_optimizer_fn=_sgd())
-  with pytest.raises(TypeError, match='twice'):
-    learning.build_fedavg(make_tiny_keras_model, keras_model_fn=make_tiny_keras_model,
-                          input_spec=h.input_spec(), client_optimizer_fn=_sgd())
-
-
 def test_builders_share_core_keywords():
   import inspect  # pylint: disable=g-import-not-at-top
   core = ['model_fn', 'input_spec', 'client_optimizer_fn', 'server_optimizer_fn',

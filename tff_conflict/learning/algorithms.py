@@ -31,7 +31,6 @@ KerasModelFn = Callable[[], tf.keras.Model]
 Process = tff.learning.templates.LearningProcess
 
 
-@models_lib.accepts_keras_model_fn_keyword
 def build_fedavg(model_fn: models_lib.ModelArg, *,
                  input_spec: models_lib.InputSpecArg = None,
                  client_optimizer_fn: Any, server_optimizer_fn: Any = None,
@@ -51,7 +50,6 @@ def build_fedavg(model_fn: models_lib.ModelArg, *,
       client_weighting=client_weighting, metrics=metrics)
 
 
-@models_lib.accepts_keras_model_fn_keyword
 def build_fedprox(model_fn: models_lib.ModelArg, *,
                   input_spec: models_lib.InputSpecArg = None,
                   client_optimizer_fn: Any, server_optimizer_fn: Any = None,
@@ -74,7 +72,6 @@ def build_fedprox(model_fn: models_lib.ModelArg, *,
       proximal_strength=proximal_strength, client_weighting=client_weighting, metrics=metrics)
 
 
-@models_lib.accepts_keras_model_fn_keyword
 def build_fedgh(model_fn: models_lib.ModelArg, *,
                 input_spec: models_lib.InputSpecArg = None,
                 client_optimizer_fn: Any, server_optimizer_fn: Any = None,
@@ -100,7 +97,6 @@ def build_fedgh(model_fn: models_lib.ModelArg, *,
       metrics=metrics)
 
 
-@models_lib.accepts_keras_model_fn_keyword
 def build_fedmgc(model_fn: models_lib.ModelArg, *,
                  input_spec: models_lib.InputSpecArg = None,
                  client_optimizer_fn: Any, server_optimizer_fn: Any = None,
@@ -134,7 +130,6 @@ def build_fedmgc(model_fn: models_lib.ModelArg, *,
       client_weighting=client_weighting, metrics=metrics)
 
 
-@models_lib.accepts_keras_model_fn_keyword
 def build_fedga(model_fn: models_lib.ModelArg, *,
                 input_spec: models_lib.InputSpecArg = None,
                 client_optimizer_fn: Any, server_optimizer_fn: Any = None,
@@ -165,7 +160,6 @@ def build_fedga(model_fn: models_lib.ModelArg, *,
       client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
 
 
-@models_lib.accepts_keras_model_fn_keyword
 def build_fedld(model_fn: models_lib.ModelArg, *,
                 input_spec: models_lib.InputSpecArg = None,
                 client_optimizer_fn: Any, server_optimizer_fn: Any = None,
@@ -199,7 +193,6 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
       client_weighting=client_weighting, metrics=metrics)
 
 
-@models_lib.accepts_keras_model_fn_keyword
 def build_fed_corrective(model_fn: models_lib.ModelArg, *,
                          input_spec: models_lib.InputSpecArg = None, client_optimizer_fn: Any,
                          server_optimizer_fn: Any = None,

@@ -229,21 +229,6 @@ def functional_model_fn(
   return lambda: tff.learning.models.model_from_functional(functional_model, constructors)
 
 
-def accepts_keras_model_fn_keyword(builder: Callable[..., Any]) -> Callable[..., Any]:
-  """Lets `builder(keras_model_fn=...)`, the former name of the model argument, keep working."""
-
-  @functools.wraps(builder)
-  def wrapped(*args, **kwargs):
-    if 'keras_model_fn' in kwargs:
-      if args or 'model_fn' in kwargs:
-        raise TypeError(f'{builder.__name__}() got the model twice (model_fn and '
-                        'keras_model_fn)')
-      args = (kwargs.pop('keras_model_fn'),)
-    return builder(*args, **kwargs)
-
-  return wrapped
-
-
 def build_model_fn(keras_model_fn: Callable[[], tf.keras.Model], *,
                    input_spec: Any,
                    loss_fn: Callable[[], tf.keras.losses.Loss],

@@ -106,7 +106,6 @@ def _set_dataset_counts(loss: tf.keras.losses.Loss, counts: tf.Tensor):
   return loss.assign_class_counts(counts)
 
 
-@models_lib.accepts_keras_model_fn_keyword
 def build_process(model_fn: models_lib.ModelArg, *,
                   input_spec: models_lib.InputSpecArg = None,
                   client_optimizer_fn: Any,
@@ -128,7 +127,7 @@ def build_process(model_fn: models_lib.ModelArg, *,
       `x` to logits `[batch, num_classes]`; or, as TFF's algorithm builders take, a no-argument
       function returning a new `tff.learning.models.VariableModel`, or a
       `tff.learning.models.FunctionalModel` (these keep their own loss and metrics; see
-      `tff_conflict.learning.models`). (`keras_model_fn=` is accepted as its former name.)
+      `tff_conflict.learning.models`).
     input_spec: element spec of a client batch, `OrderedDict(x=tf.TensorSpec, y=tf.TensorSpec)`
       or a tuple `(x_spec, y_spec)`, with integer labels; required with a Keras model, optional
       (and then equal to the model's) otherwise.
