@@ -5,10 +5,12 @@ never at import) warns once, in one line, when the installed versions differ. Ev
 of `tff_conflict` uses public names only (`tf.*`, `tf.raw_ops.*`, `tff.*`).
 """
 
+import gc
 import subprocess
 import threading
 import types
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -132,14 +134,15 @@ def route_worker_popen(popen_class: type) -> None:
   executor_factory.subprocess = shim
 
 
-def is_service_manager(obj: Any) -> bool:
-  """Whether `obj` is a TFF local runtime's `ServiceManager` (owner of a `worker_binary`)."""
-  cls = type(obj)
-  return (cls.__name__ == 'ServiceManager' and cls.__module__ == executor_factory.__name__
-          and '__del__' in cls.__dict__)
-
-
-def disable_service_manager_del(obj: Any) -> None:
-  """`ServiceManager.__del__` made a no-op once its worker is ended: run during interpreter
-  teardown (when `subprocess` is None) it would print a traceback."""
-  type(obj).__del__ = lambda self: None
+def disarm_service_managers(end_process: Callable[[subprocess.Popen], None]) -> None:
+  """For each live `ServiceManager` of TFF's local runtime: `end_process(its worker)`, then its
+  `__del__` made a no-op (run during interpreter teardown, when `subprocess` is None, it prints a
+  traceback). TFF exposes neither the managers nor their processes."""
+  for obj in gc.get_objects():
+    cls = type(obj)
+    if (cls.__name__ == 'ServiceManager' and cls.__module__ == executor_factory.__name__
+        and '__del__' in cls.__dict__):
+      process = getattr(obj, '_process', None)
+      if isinstance(process, subprocess.Popen):
+        end_process(process)
+      cls.__del__ = lambda self: None

@@ -111,28 +111,28 @@ def _reset_tff_context() -> None:
   """
   try:
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-    from tff_conflict import _compat  # pylint: disable=g-import-not-at-top
     tff.framework.set_default_context(_NoContext())
   except Exception:  # pylint: disable=broad-except
-    return
+    pass
   import gc  # pylint: disable=g-import-not-at-top
+  from tff_conflict import _compat  # pylint: disable=g-import-not-at-top
   gc.collect()
   # Service managers still referenced elsewhere (for example the context TFF installs when it is
   # imported, or one a test built) would run `__del__` during interpreter teardown, when
-  # `subprocess` is already None: their worker is ended here, so their `__del__` has nothing left
-  # to do and is made a no-op.
-  for obj in gc.get_objects():
-    if _compat.is_service_manager(obj):
-      process = getattr(obj, '_process', None)
-      if isinstance(process, subprocess.Popen) and process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-          process.send_signal(signal.SIGINT)
-        try:
-          process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-          process.kill()
-          process.wait()
-      _compat.disable_service_manager_del(obj)
+  # `subprocess` is already None: their worker is ended here and their `__del__` made a no-op.
+  _compat.disarm_service_managers(_end_process)
+
+
+def _end_process(process: subprocess.Popen) -> None:
+  """SIGINT (as TFF does), then SIGKILL after 10 s."""
+  if process.poll() is None:
+    with contextlib.suppress(ProcessLookupError):
+      process.send_signal(signal.SIGINT)
+    try:
+      process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
 
 
 class _NoContext:
