@@ -16,7 +16,8 @@ tuning regime (seed 0), in a temporary directory, and measures:
 The estimate of the grid is then
 `sum over (phase, method, dataset, E) of runs x (rounds x steady + per-run extra)
  + sum over (method, dataset) of processes x per-process cost`,
-with the counts of `experiments.benchmarking.grid.planned_runs` / `planned_processes` (tuning
+with the counts of the benchmark's plan (`experiments.benchmarking.plan.Plan.planned_runs` /
+`planned_processes`; tuning
 counted at its upper bound). It prints the table, the estimate, the CPU time the sample used
 (this process and its TFF workers) against its wall time, and the load average: a figure taken
 on a loaded machine should be re-taken on a quiet one. `CPU-time estimate` scales the estimate by
@@ -69,12 +70,14 @@ def main(argv):
   benchmark.apply_preset()
   config = benchmark.config_from_flags()
   from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
-  datasets = grid.datasets_of(config)
+  from experiments.benchmarking import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  plan = plan_lib.make_plan(config)
   sample = dataclasses.replace(
-      config, regimes=tuple(config.tuning_regime_for(d) for d in datasets), report_seeds=(0,),
-      rounds=FLAGS.sample_rounds, tuning=dataclasses.replace(config.tuning, tune=False),
-      output_dir=tempfile.mkdtemp(prefix='benchmark_grid_'), experiment_name='sample',
-      progress=False, resume=False, targets={})
+      config, regimes=tuple(plan.tuning_regimes[d] for d in plan.datasets), report_seeds=(0,),
+      loop=dataclasses.replace(config.loop, rounds=FLAGS.sample_rounds, resume=False),
+      tuning=dataclasses.replace(config.tuning, tune=False), targets={},
+      output=dataclasses.replace(config.output, experiment_name='sample', progress=False,
+                                 output_dir=tempfile.mkdtemp(prefix='benchmark_grid_')))
   load_before = os.getloadavg()
   cpu_before, start = _cpu_seconds(), time.monotonic()
   outcome = grid.run_benchmark(sample, stream=open(os.devnull, 'w'))
@@ -87,7 +90,7 @@ def main(argv):
   steady, first = {}, {}
   for row in outcome.rows:
     key = (row['method'], row['dataset'], int(row['epochs']))
-    steady[key] = (row['run_seconds'] - row['first_round_s']) / (sample.rounds - 1)
+    steady[key] = (row['run_seconds'] - row['first_round_s']) / (sample.loop.rounds - 1)
     first[key] = row['first_round_s']
   extra, warmup = {}, {}
   for (method, dataset, e), s in steady.items():
@@ -99,22 +102,22 @@ def main(argv):
     if e == first_e:
       warmup[(method, dataset)] = max(0.0, first[(method, dataset, e)] - s
                                       - extra.get((method, dataset), 0.0))
-  planned = grid.planned_runs(config)
-  processes = grid.planned_processes(config)
-  print(f'Sample: {len(outcome.rows)} runs of {sample.rounds} rounds on '
+  planned = plan.planned_runs()
+  processes = plan.planned_processes()
+  print(f'Sample: {len(outcome.rows)} runs of {sample.loop.rounds} rounds on '
         f'{list(sample.regimes)}, {outcome.num_processes} processes built '
         f'({build:.1f} s each on average); wall {wall:.0f} s, CPU {cpu:.0f} s '
         f'(ratio {cpu / wall:.2f}); load average before {load_before[0]:.1f}, after '
         f'{load_after[0]:.1f}.\n')
-  print(f'Grid: {config.rounds} rounds per run.\n')
+  print(f'Grid: {plan.rounds} rounds per run.\n')
   print('| method | dataset | E | steady s / round | per-run extra s | tuning runs | reporting '
         'runs | estimated s |')
   print('|---|---|---|---|---|---|---|---|')
   total = 0.0
   by_phase = collections.Counter()
   for (method, dataset, e), s in sorted(steady.items()):
-    runs_seconds = config.rounds * s + extra.get((method, dataset), 0.0)
-    tune_e = config.tuned_epochs_for(e)
+    runs_seconds = plan.rounds * s + extra.get((method, dataset), 0.0)
+    tune_e = plan.tuned_epochs[e]
     n_tune = planned.get(('tune', method, dataset, e), 0) if tune_e == e else 0
     n_report = planned.get(('report', method, dataset, e), 0)
     seconds = (n_tune + n_report) * runs_seconds

@@ -44,16 +44,18 @@ import sys
 import time
 from typing import Any
 
-# tff_conflict first: it keeps TF's log noise off (TFF_CONFLICT_VERBOSE=1 turns it on). TensorFlow
-# must be imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
-import tff_conflict  # pylint: disable=unused-import
+# Quiet before TensorFlow is imported (its C++ logs read the environment then); TensorFlow must be
+# imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
+import tff_conflict
+tff_conflict.quiet()
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
 from experiments import cli  # pylint: disable=g-import-not-at-top
+from experiments import config as experiment_config
 from experiments import flags_lib
-from experiments import registry
+from experiments import experiment_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods as methods_lib
 
@@ -63,6 +65,15 @@ ALL_REGIMES = ('digits:iid', 'digits:dir(0.1)', 'digits:dir(0.5)', 'digits:dir(1
                'digits:#C=2', 'digits:qty(0.5)', 'synthetic(0,0)', 'synthetic(0.5,0.5)',
                'synthetic(1,1)')
 
+# The benchmark's flag defaults are its config's (`experiments.benchmarking.config`).
+_B, _T = config_lib.BenchmarkConfig, config_lib.TuningConfig
+_D = experiment_config.default
+
+
+def _list(cls, field):
+  return [f'{v:g}' if isinstance(v, float) else str(v) for v in _D(cls, field)]
+
+
 with flags_lib.record_group('benchmark'):
   flags.DEFINE_string('regimes', ','.join(ALL_REGIMES),
                       'Comma-separated regimes (tff_conflict.data.regimes): DATASET:iid, '
@@ -71,39 +82,39 @@ with flags_lib.record_group('benchmark'):
   flags.DEFINE_string('methods', ','.join(methods_lib.METHODS),
                       'Comma-separated methods: names of experiments.benchmarking.methods.METHODS '
                       'or ALGORITHM[key=value,...] variants.')
-  flags.DEFINE_list('epochs', ['1', '5'], 'Local epochs E of the grid.')
-  flags.DEFINE_list('report_seeds', ['0', '1', '2', '3', '4'], 'Reporting seeds.')
-  flags.DEFINE_string('models', '', 'DATASET:MODEL,... (experiments.models.MODELS); default '
+  flags.DEFINE_list('epochs', _list(_B, 'epochs'), 'Local epochs E of the grid.')
+  flags.DEFINE_list('report_seeds', _list(_B, 'report_seeds'), 'Reporting seeds.')
+  flags.DEFINE_string('models', '', 'DATASET:MODEL,... (experiments.architectures.MODELS); default '
                       'each dataset\'s model (digits: digits_cnn, synthetic: '
                       'logistic_regression).')
-  flags.DEFINE_string('baseline', 'fedavg', 'The method every other is compared with.')
+  flags.DEFINE_string('baseline', _D(_B, 'baseline'), 'The method every other is compared with.')
   flags.DEFINE_string('targets', '', 'DATASET:ACCURACY,...: the test accuracy whose first '
                       'round is reported; a dataset left out uses --target_fraction.')
-  flags.DEFINE_float('target_fraction', 0.9, 'Target accuracy of datasets without --targets: '
+  flags.DEFINE_float('target_fraction', _D(_B, 'target_fraction'), 'Target accuracy of datasets without --targets: '
                      'this fraction of the baseline\'s mean final accuracy (per regime and E).')
-  flags.DEFINE_bool('vary_partition', True, 'Draw each seed\'s partition (and Synthetic data) '
+  flags.DEFINE_bool('vary_partition', _D(_B, 'vary_partition'), 'Draw each seed\'s partition (and Synthetic data) '
                     'with that seed; --novary_partition uses --data_seed for all.')
-  flags.DEFINE_bool('tune', True, 'Tune on a validation split first; --tune=false uses the '
+  flags.DEFINE_bool('tune', _D(_T, 'tune'), 'Tune on a validation split first; --tune=false uses the '
                     'given values (the learning-rate and method flags).')
-  flags.DEFINE_list('tuning_seeds', ['100', '101'], 'Seeds of the tuning runs (disjoint from '
+  flags.DEFINE_list('tuning_seeds', _list(_T, 'tuning_seeds'), 'Seeds of the tuning runs (disjoint from '
                     '--report_seeds).')
   flags.DEFINE_string('tuning_regimes', '', 'DATASET:REGIME,... tuned on (e.g. '
                       'digits:digits:dir(0.1)); default digits:dir(0.1) for digits, '
                       'synthetic(1,1) for synthetic, else the dataset\'s first regime.')
-  flags.DEFINE_list('tune_epochs', [], 'Local epochs tuned at (default: every --epochs); an '
+  flags.DEFINE_list('tune_epochs', _list(_T, 'tune_epochs'), 'Local epochs tuned at (default: every --epochs); an '
                     'untuned E uses the nearest tuned E\'s values.')
-  flags.DEFINE_list('client_lr_grid', ['0.03', '0.1', '0.3'], 'Client learning rates tried by '
+  flags.DEFINE_list('client_lr_grid', _list(_T, 'client_lr_grid'), 'Client learning rates tried by '
                     'every method.')
-  flags.DEFINE_list('server_lr_grid', ['1', '2', '3'], 'Server learning rates tried by the '
+  flags.DEFINE_list('server_lr_grid', _list(_T, 'server_lr_grid'), 'Server learning rates tried by the '
                     'methods that tune it (fedld).')
   flags.DEFINE_string('grids', '', 'METHOD.ARGUMENT=V1/V2/...,...: replaces a method\'s '
                       'default grid of that builder argument.')
-  flags.DEFINE_enum('tuning_strategy', 'staged', ['staged', 'product'],
+  flags.DEFINE_enum('tuning_strategy', _D(_T, 'strategy'), ['staged', 'product'],
                     'staged: client lr first, then the method\'s grid; product: every '
                     'combination.')
-  flags.DEFINE_integer('tuning_last_k', 5, 'A tuning run\'s score: mean validation accuracy of '
+  flags.DEFINE_integer('tuning_last_k', _D(_T, 'last_k'), 'A tuning run\'s score: mean validation accuracy of '
                        'its last K rounds.')
-  flags.DEFINE_float('validation_fraction', 0.2, 'Share of each client\'s training examples '
+  flags.DEFINE_float('validation_fraction', _D(_T, 'validation_fraction'), 'Share of each client\'s training examples '
                      'held out for tuning.')
   flags.DEFINE_string('results_md', None, 'Also write this RESULTS.md (machine, date, command, '
                       'wall time, report) and copy its data to docs/results/ beside it.')
@@ -176,14 +187,17 @@ def _floats(flag: str) -> tuple:
 
 
 def given_values() -> dict[str, dict[str, Any]]:
-  """Each algorithm's builder arguments from the method flags (the order seed aside)."""
+  """Each algorithm's builder arguments from the method flags (the order seed aside; a flag
+  left unset, None, leaves the builder's default)."""
   return {algorithm: {keyword: FLAGS[flag].value for keyword, flag in table.items()
-                      if keyword != 'seed'}
-          for algorithm, table in registry.ALGORITHM_HPARAMS.items()}
+                      if keyword != 'seed' and FLAGS[flag].value is not None}
+          for algorithm, table in experiment_lib.ALGORITHM_HPARAMS.items()}
 
 
 def config_from_flags() -> config_lib.BenchmarkConfig:
-  """The benchmark's config from the flags (after the preset).
+  """The benchmark's config from the flags (after the preset): the flags shared with the
+  binaries give the config's parts (`flags_lib.experiment_config`), the benchmark's own the
+  grid and tuning.
 
   Raises:
     app.UsageError: a flag that does not apply, or a bad value (one line naming the flag).
@@ -192,6 +206,7 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
     if name in FLAGS and FLAGS[name].present:
       raise app.UsageError(f'--{name} does not apply to experiments.benchmark; use {instead}')
   try:
+    parts = flags_lib.experiment_config()
     tuning = config_lib.TuningConfig(
         tune=FLAGS.tune, tuning_seeds=_ints('tuning_seeds'),
         tuning_regimes=config_lib.parse_mapping('tuning_regimes', FLAGS.tuning_regimes),
@@ -202,21 +217,14 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
     return config_lib.BenchmarkConfig(
         regimes=tuple(config_lib.split_top_level(FLAGS.regimes)),
         methods=tuple(config_lib.split_top_level(FLAGS.methods)), epochs=_ints('epochs'),
-        report_seeds=_ints('report_seeds'), rounds=FLAGS.rounds,
-        clients_per_round=FLAGS.clients_per_round, batch_size=FLAGS.client_batch_size,
-        shuffle_buffer=FLAGS.client_shuffle_buffer,
-        models=config_lib.parse_mapping('models', FLAGS.models),
-        client_learning_rate=FLAGS.client_learning_rate, client_momentum=FLAGS.client_momentum,
-        server_learning_rate=FLAGS.server_learning_rate, given=given_values(),
-        vary_partition=FLAGS.vary_partition, data_seed=FLAGS.data_seed,
-        baseline=FLAGS.baseline,
+        report_seeds=_ints('report_seeds'),
+        models=config_lib.parse_mapping('models', FLAGS.models), given=given_values(),
+        vary_partition=FLAGS.vary_partition, baseline=FLAGS.baseline,
         targets=config_lib.parse_mapping('targets', FLAGS.targets, float),
-        target_fraction=FLAGS.target_fraction, tuning=tuning, output_dir=FLAGS.output_dir,
-        experiment_name=FLAGS.experiment_name or 'benchmark', resume=FLAGS.resume,
-        progress=FLAGS.progress, runtime=FLAGS.runtime, cache_dir=FLAGS.cache_dir,
-        data_dir=FLAGS.data_dir, leaf_dir=FLAGS.leaf_dir, description=FLAGS.description,
-        eval_train_loss=bool('eval_train_loss' in FLAGS and FLAGS.eval_train_loss))
-  except config_lib.ConfigError as e:
+        target_fraction=FLAGS.target_fraction, description=FLAGS.description, tuning=tuning,
+        loop=parts.training, client=parts.client, server=parts.server, data=parts.data,
+        output=parts.output, runtime=parts.runtime)
+  except experiment_config.ConfigError as e:
     raise app.UsageError(e.flag_message()) from None
 
 

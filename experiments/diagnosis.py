@@ -48,6 +48,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from experiments import stats
+
 BASELINE = 'fedavg'
 
 # Columns of `summarize_run`, in order.
@@ -141,38 +143,18 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
   return out
 
 
-# ---- statistics -------------------------------------------------------------------------------
+# ---- paired gaps (the statistics: `experiments.stats`) ---------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Paired:
-  """A paired difference over seeds: mean, 95% t-interval half-width (NaN for n < 2), n."""
-  mean: float
-  half_width: float
-  n: int
-
-  @property
-  def excludes_zero(self) -> bool:
-    return self.n >= 2 and abs(self.mean) > self.half_width
-
-  def __str__(self) -> str:
-    if self.n < 2:
-      return f'{self.mean:+.3f} (n=1)'
-    mark = ' *' if self.excludes_zero else ''
-    return f'{self.mean:+.3f} ± {self.half_width:.3f}{mark}'
-
-
-def paired_difference(differences: Sequence[float]) -> Paired:
-  """Mean and 95% Student-t confidence half-width of per-seed differences."""
-  values = np.asarray(list(differences), np.float64)
-  if values.size == 0:
-    raise ValueError('differences must hold at least one value, got none')
-  if values.size < 2:
-    return Paired(float(values[0]), float('nan'), 1)
-  from scipy import stats  # pylint: disable=g-import-not-at-top
-  sem = float(np.std(values, ddof=1) / math.sqrt(values.size))
-  return Paired(float(values.mean()), float(stats.t.ppf(0.975, values.size - 1) * sem),
-                int(values.size))
+def fmt_gap(g: Optional[stats.Interval]) -> str:
+  """'+0.012 ± 0.003 *' (mean ± the 95% t-interval's half-width; * where it excludes 0),
+  '+0.012 (n=1)' for one seed, '-' for none."""
+  if g is None:
+    return '-'
+  if g.n < 2:
+    return f'{g.mean:+.3f} (n=1)'
+  mark = ' *' if g.excludes_zero else ''
+  return f'{g.mean:+.3f} ± {g.half_width:.3f}{mark}'
 
 
 def _by_seed(runs, regime, method, column) -> dict[Any, float]:
@@ -185,21 +167,20 @@ def _by_seed(runs, regime, method, column) -> dict[Any, float]:
   return out
 
 
-def gap(runs, regime, method, column='final_accuracy', baseline=BASELINE) -> Optional[Paired]:
-  """`method - baseline` on `column`, paired over the seeds both ran in `regime` (None if none)."""
-  ours = _by_seed(runs, regime, method, column)
-  theirs = _by_seed(runs, regime, baseline, column)
-  seeds = sorted(set(ours) & set(theirs), key=str)
-  if not seeds:
-    return None
-  return paired_difference([ours[s] - theirs[s] for s in seeds])
+def gap(runs, regime, method, column='final_accuracy', baseline=BASELINE
+        ) -> Optional[stats.Interval]:
+  """`method - baseline` on `column`, paired over the seeds both ran in `regime`, with its 95%
+  t-interval (`stats.paired_difference`); None if they share no seed."""
+  return stats.paired_difference(_by_seed(runs, regime, method, column),
+                                 _by_seed(runs, regime, baseline, column))
 
 
 def _mean_std(runs, regime, method, column) -> Optional[tuple[float, float, int]]:
+  """Mean, sample standard deviation (`stats.mean_std`) and count over seeds; None for none."""
   values = list(_by_seed(runs, regime, method, column).values())
   if not values:
     return None
-  return float(np.mean(values)), float(np.std(values)), len(values)
+  return (*stats.mean_std(values), len(values))
 
 
 def _fmt(stat: Optional[tuple[float, float, int]], digits: int = 3) -> str:
@@ -318,13 +299,13 @@ def _gap_table(runs, method, regimes, baseline) -> list[str]:
     lines.append(
         f'| {regime} | {_fmt(_mean_std(runs, regime, baseline, "final_accuracy"))} | '
         f'{_fmt(_mean_std(runs, regime, method, "final_accuracy"))} | '
-        f'{"-" if g is None else g} | '
+        f'{fmt_gap(g)} | '
         f'{_fmt(_mean_std(runs, regime, method, "accuracy_drop"))} / '
         f'{_fmt(_mean_std(runs, regime, baseline, "accuracy_drop"))} |')
   return lines
 
 
-def _verdict(base: Optional[Paired], variant: Optional[Paired]) -> str:
+def _verdict(base: Optional[stats.Interval], variant: Optional[stats.Interval]) -> str:
   """How a variant's gap to FedAvg compares with the method's own."""
   if variant is None:
     return 'not run'
@@ -355,7 +336,7 @@ def _variant_table(runs, method, regimes, baseline) -> list[str]:
     for regime in regimes:
       base, ours = gap(runs, regime, method, baseline=baseline), gap(runs, regime, v.name,
                                                                      baseline=baseline)
-      cells.append('-' if ours is None else f'{ours} ({_verdict(base, ours)})')
+      cells.append('-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})')
     changes = ', '.join(f'{k}={val}' for k, val in v.flags.items())
     lines.append(f'| {v.name} | {changes} | {v.question} | ' + ' | '.join(cells) + ' |')
   return lines
@@ -381,7 +362,7 @@ def _pair_error_lines(runs, method, regimes, baseline) -> list[str]:
         f'{_fmt(_mean_std(runs, regime, baseline, "final_rare_pair_error"))} | '
         f'{_fmt(_mean_std(runs, regime, method, "final_common_pair_error"))} / '
         f'{_fmt(_mean_std(runs, regime, baseline, "final_common_pair_error"))} | '
-        f'{"-" if rare is None else rare} | {"-" if common is None else common} |')
+        f'{fmt_gap(rare)} | {fmt_gap(common)} |')
     if rare is not None and common is not None:
       if rare.mean > 0 and rare.mean > 2 * max(common.mean, 0.0):
         findings.append(f'{regime}: the extra errors concentrate on rarely co-located pairs '
@@ -406,7 +387,7 @@ def _logit_lines(runs, method, regimes, baseline) -> list[str]:
     g = gap(runs, regime, method, 'final_mean_logit', baseline)
     lines.append(f'| {regime} | {_fmt(_mean_std(runs, regime, method, "final_mean_logit"), 2)} | '
                  f'{_fmt(_mean_std(runs, regime, baseline, "final_mean_logit"), 2)} | '
-                 f'{"-" if g is None else g} |')
+                 f'{fmt_gap(g)} |')
   return lines
 
 
@@ -562,7 +543,7 @@ def positive_control(runs: Iterable[Mapping[str, Any]], *, regime: str,
     verdicts[column] = g
     lines.append(f'| {label} | {_fmt(_mean_std(runs, regime, baseline, column))} | '
                  f'{_fmt(_mean_std(runs, regime, method, column))} | '
-                 f'{"-" if g is None else g} |')
+                 f'{fmt_gap(g)} |')
   loss, rise = verdicts['tail_global_train_loss'], verdicts['global_train_loss_rise']
   baseline_rise = _mean_std(runs, regime, baseline, 'global_train_loss_rise')
   reproduced = (loss is not None and rise is not None and loss.excludes_zero and loss.mean < 0
@@ -602,7 +583,7 @@ def load_runs(regime: str, directory: str, *, method: Optional[str] = None) -> l
   return rows
 
 
-# ---- the benchmark harness's hooks ------------------------------------------------------------
+# ---- the benchmark's calls (`experiments.benchmarking`) ------------------------------------
 
 # Columns `summarize_run` adds to the benchmark's runs.csv (the others it fills itself).
 BENCHMARK_SUMMARY_COLUMNS = (
@@ -612,47 +593,30 @@ BENCHMARK_SUMMARY_COLUMNS = (
 
 
 def benchmark_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-  """`summarize_run`'s `BENCHMARK_SUMMARY_COLUMNS` of one run (a runs.csv summary function)."""
+  """`summarize_run`'s `BENCHMARK_SUMMARY_COLUMNS` of one run, for its runs.csv row."""
   summary = summarize_run(rows)
   return {column: summary[column] for column in BENCHMARK_SUMMARY_COLUMNS}
 
 
-def benchmark_section(inputs) -> Optional[str]:
-  """A diagnosis function of the benchmark report (`experiments.benchmarking.diagnosis`):
-  `diagnose` for `inputs.method` against `inputs.baseline` on the runs.csv rows; None for the
-  baseline itself."""
-  if inputs.method == inputs.baseline:
+def report_section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
+                   baseline: str = BASELINE) -> Optional[str]:
+  """The benchmark report's diagnosis of `method` (of `algorithm`): `diagnose` against
+  `baseline` on runs.csv's rows, without its own heading; None for the baseline itself."""
+  if method == baseline:
     return None
-  algorithm = VARIANTS[inputs.method].diagnoses if inputs.method in VARIANTS else inputs.algorithm
-  return diagnose(inputs.method, inputs.rows, baseline=inputs.baseline, algorithm=algorithm,
-                  heading=False)
+  if method in VARIANTS:
+    algorithm = VARIANTS[method].diagnoses
+  return diagnose(method, rows, baseline=baseline, algorithm=algorithm, heading=False)
 
 
-def benchmark_control(rows: Sequence[Mapping[str, Any]], control) -> str:
-  """`positive_control` on the positive control's runs.csv rows (`control`: its
-  `experiments.benchmarking.control.PositiveControl`), without its own heading."""
-  regimes = sorted({_regime_label(r) for r in rows if r['method'] == control.method})
+def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline: str) -> str:
+  """`positive_control` on the positive control's runs.csv rows, without its own heading.
+
+  Raises:
+    ValueError: `method` has no run in `rows`.
+  """
+  regimes = sorted({_regime_label(r) for r in rows if r['method'] == method})
   if not regimes:
-    raise ValueError(f'the positive control has no run of {control.method!r}')
-  text = positive_control(rows, regime=regimes[0], method=control.method,
-                          baseline=control.baseline)
+    raise ValueError(f'the positive control has no run of {method!r}')
+  text = positive_control(rows, regime=regimes[0], method=method, baseline=baseline)
   return text.split('\n', 2)[2] if text.startswith('### ') else text
-
-
-def register_with_benchmark() -> None:
-  """Registers this module with the benchmark harness (`experiments.benchmarking`): every
-  `Variant` as a method (`methods.method_from_flags`), `benchmark_summary` as a runs.csv summary,
-  `benchmark_section` as the diagnosis of every algorithm and `benchmark_control` as the
-  positive control's reading. Idempotent."""
-  from experiments.benchmarking import diagnosis as hook  # pylint: disable=g-import-not-at-top
-  from experiments.benchmarking import methods  # pylint: disable=g-import-not-at-top
-  from experiments.benchmarking import runs as runs_lib  # pylint: disable=g-import-not-at-top
-  for variant in VARIANTS.values():
-    if variant.name not in methods.METHODS:
-      methods.register(methods.method_from_flags(variant.name, variant.algorithm,
-                                                 dict(variant.flags)))
-  runs_lib.register_summary(benchmark_summary)
-  hook.register_control(benchmark_control)
-  for algorithm in list(METHOD_NAMES) + [methods.CUSTOM]:
-    if algorithm != BASELINE:
-      hook.register(algorithm, benchmark_section)

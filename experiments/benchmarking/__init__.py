@@ -1,15 +1,15 @@
-"""The benchmark of `python -m experiments.benchmark`, as a library.
+"""The method comparison of `python -m experiments.benchmark` (RESULTS.md), as a library; data
+flows one way: config -> plan -> grid/engine -> runs.csv -> report.
 
-  config.BenchmarkConfig   the grid, shared run settings, tuning settings, outputs (checked)
+  config.BenchmarkConfig   the grid, tuning, and `ExperimentConfig`'s parts every run shares
   methods                  methods, variants with fixed arguments, their tuning grids
+  plan.make_plan           the config resolved once: methods with grids, tuning tasks, runs
   tuning                   candidates and the choice on a validation split
   engine.Engine            builds each learning process once and runs one run at a time
-  grid.run_benchmark       tuning, then every reporting run, then the report
-  report                   report.md, plots, RESULTS.md from the files on disk
-  diagnosis                the per-method "Diagnosis" sections of the report (a registry)
-  stats                    paired differences with Student-t intervals
+  grid.run_benchmark       executes a plan: tuning, every reporting run, the report
   runs                     one run's settings, directory, summary and result file
-  progress                 progress over the whole grid, with ETA
+  report                   report.md, plots, RESULTS.md from the files on disk
+  control                  the positive control (a published effect the harness reproduces)
 
-The binary `experiments/benchmark.py` only maps flags to a `BenchmarkConfig`.
+Statistics: `experiments.stats`; the per-method diagnoses: `experiments.diagnosis`.
 """

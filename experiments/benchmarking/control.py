@@ -6,9 +6,8 @@ arXiv:1812.06127, Fig. 1-2): on Synthetic(1, 1) with many local epochs, FedAvg's
 oscillates or rises while FedProx with mu = 1 trains stably. The control runs FedAvg and
 FedProx (mu = 1) there with the paper's local work (E = 20, batch 10, client learning rate
 0.01), untuned, evaluating the global model's loss on the clients' training data every round
-(`BenchmarkConfig.eval_train_loss`), as a small benchmark of its own in `<root>/positive_control/`.
-The report reads it with the function registered by `diagnosis.register_control` (the
-diagnosis modules register `experiments.diagnosis.positive_control`).
+(`eval_train_loss`), as a small benchmark of its own in `<root>/positive_control/`. The report
+reads it with `experiments.diagnosis.control_section`.
 """
 
 import dataclasses
@@ -36,6 +35,7 @@ class PositiveControl:
   def from_config(cls, config: Mapping[str, Any]) -> 'PositiveControl':
     """The settings a control ran with, from its config.json (defaults for what it lacks)."""
     default = cls()
+    config = config_lib.flat_settings(config)
     methods = list(config.get('methods') or ())
     return cls(
         regime=(config.get('regimes') or [default.regime])[0],
@@ -61,13 +61,17 @@ def control_config(config: config_lib.BenchmarkConfig,
   runtime, outputs and data directories."""
   return dataclasses.replace(
       config, regimes=(control.regime,), methods=(control.baseline, control.method),
-      epochs=(control.epochs,), rounds=control.rounds,
-      clients_per_round=control.clients_per_round, batch_size=control.batch_size,
-      client_learning_rate=control.client_learning_rate, client_momentum=0.0,
-      server_learning_rate=1.0, models={}, baseline=control.baseline, targets={},
+      epochs=(control.epochs,), models={}, baseline=control.baseline, targets={},
+      loop=dataclasses.replace(config.loop, rounds=control.rounds,
+                               clients_per_round=control.clients_per_round,
+                               batch_size=control.batch_size, eval_train_loss=True),
+      client=dataclasses.replace(config.client, learning_rate=control.client_learning_rate,
+                                 momentum=0.0),
+      server=dataclasses.replace(config.server, learning_rate=1.0),
       tuning=dataclasses.replace(config.tuning, tune=False, tune_epochs=()),
-      output_dir=config.root, experiment_name=CONTROL_DIR,
-      description='Positive control: ' + control.describe() + '.', eval_train_loss=True)
+      output=dataclasses.replace(config.output, output_dir=config.root,
+                                 experiment_name=CONTROL_DIR),
+      description='Positive control: ' + control.describe() + '.')
 
 
 def control_root(root: str) -> Optional[str]:

@@ -36,11 +36,11 @@ from typing import Any, Callable, Optional, TextIO
 import numpy as np
 import tensorflow as tf
 
-from experiments import metrics_io
-from experiments import models as models_lib
+from experiments import diagnosis
+from experiments import architectures
+from experiments import config as experiment_config
 from experiments import training_loop
-from experiments.benchmarking import config as config_lib
-from experiments.benchmarking import diagnosis as diagnosis_lib
+from experiments.benchmarking import plan as plan_lib
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import runs as runs_lib
 
@@ -55,13 +55,13 @@ class SettingsChangedError(ValueError):
   """A finished run on disk was made with other settings than the run asked for now."""
 
 
-def default_loader(config: config_lib.BenchmarkConfig) -> Loader:
+def default_loader(plan: plan_lib.Plan) -> Loader:
   """`(regime, seed) -> (train, test)` through `tff_conflict.data.load_regime`."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
 
   def load(regime, seed):
-    return data.load_regime(regime, seed=seed, cache_dir=config.cache_dir,
-                            data_dir=config.data_dir, leaf_dir=config.leaf_dir)
+    return data.load_regime(regime, seed=seed, cache_dir=plan.cache_dir,
+                            data_dir=plan.data_dir, leaf_dir=plan.leaf_dir)
   return load
 
 
@@ -109,17 +109,16 @@ class Engine:
   """Builds, caches and runs (see the module docstring).
 
   Args:
-    config: the benchmark.
-    loader: `(regime, seed) -> (train, test)` client data; default `default_loader(config)`.
+    plan: the benchmark (`plan.Plan`).
+    loader: `(regime, seed) -> (train, test)` client data; default `default_loader(plan)`.
     on_round: called after every round of every run (progress).
     stream: where failures are reported.
   """
 
-  def __init__(self, config: config_lib.BenchmarkConfig, *, loader: Optional[Loader] = None,
+  def __init__(self, plan: plan_lib.Plan, *, loader: Optional[Loader] = None,
                on_round: Callable[[], None] = lambda: None, stream: Optional[TextIO] = None):
-    diagnosis_lib.load_modules()  # their summaries add columns to every reporting run
-    self._config = config
-    self._loader = loader or default_loader(config)
+    self._plan = plan
+    self._loader = loader or default_loader(plan)
     self._on_round = on_round
     self._stream = stream
     self._built: dict[tuple, _Built] = {}
@@ -156,7 +155,7 @@ class Engine:
     if key not in self._splits:
       from tff_conflict import data  # pylint: disable=g-import-not-at-top
       self._splits[key] = data.split_validation(
-          train, self._config.tuning.validation_fraction, seed=spec.data_seed)
+          train, self._plan.validation_fraction, seed=spec.data_seed)
     return self._splits[key]
 
   def _shape_and_classes(self, spec):
@@ -186,10 +185,10 @@ class Engine:
     from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
     start = time.monotonic()
     shape, classes = self._shape_and_classes(spec)
-    loop = training_loop.LoopConfig(rounds=1, clients_per_round=1, batch_size=spec.batch_size)
+    loop = experiment_config.LoopConfig(rounds=1, clients_per_round=1, batch_size=spec.batch_size)
     example = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
                                        loop)
-    keras_model_fn = functools.partial(models_lib.get(spec.model), shape, classes, seed=0)
+    keras_model_fn = functools.partial(architectures.get(spec.model), shape, classes, seed=0)
     build = (learning.build_process if spec.algorithm == methods_lib.CUSTOM
              else learning.ALGORITHMS[spec.algorithm])
     process = build(
@@ -198,7 +197,7 @@ class Engine:
             learning_rate=spec.client_lr, momentum=spec.client_momentum or None),
         server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=spec.server_lr),
         **dict(spec.kwargs))
-    runner = runtime.make_runner(process, self._config.runtime)
+    runner = runtime.make_runner(process, self._plan.runtime)
     initial_state = runner.initialize()
     seconds = time.monotonic() - start
     # A Keras model created eagerly before TFF traces a model function is invalidated: drop the
@@ -223,7 +222,7 @@ class Engine:
     key = (spec.model, spec.dataset, spec.seed)
     if key not in self._weights:
       shape, classes = self._shape_and_classes(spec)
-      model = models_lib.get(spec.model)(shape, classes, seed=spec.seed)
+      model = architectures.get(spec.model)(shape, classes, seed=spec.seed)
       self._weights[key] = tff.learning.models.ModelWeights(
           trainable=[v.numpy() for v in model.trainable_variables],
           non_trainable=[v.numpy() for v in model.non_trainable_variables])
@@ -257,7 +256,7 @@ class Engine:
     shape, classes = self._shape_and_classes(spec)
     arrays_key = (spec.phase, spec.regime, spec.data_seed)
     per_class = spec.phase == runs_lib.REPORT_PHASE
-    train_loss = per_class and self._config.eval_train_loss
+    train_loss = per_class and self._plan.loop.eval_train_loss
     columns = [f'{prefix}_accuracy', f'{prefix}_loss', f'{prefix}_macro_f1']
     cooccurrence = None
     if per_class:
@@ -281,7 +280,7 @@ class Engine:
       x, y = arrays(arrays_key, eval_data)
       model_key = (spec.model, spec.dataset)
       if model_key not in self._eval_models:
-        self._eval_models[model_key] = models_lib.get(spec.model)(shape, classes, seed=0)
+        self._eval_models[model_key] = architectures.get(spec.model)(shape, classes, seed=0)
       model = self._eval_models[model_key]
       model_weights.assign_weights_to(model)
       result = evaluation.evaluate_arrays(model, x, y, num_classes=classes)
@@ -316,9 +315,9 @@ class Engine:
     Raises:
       SettingsChangedError: its `result.json` records other settings.
     """
-    if not self._config.resume:
+    if not self._plan.loop.resume:
       return None
-    run_dir = spec.directory(self._config.root)
+    run_dir = spec.directory(self._plan.root)
     result = runs_lib.read_result(run_dir)
     if result is None:
       return None
@@ -337,7 +336,7 @@ class Engine:
     if done is not None:
       self.runs_skipped += 1
       return done
-    run_dir = spec.directory(self._config.root)
+    run_dir = spec.directory(self._plan.root)
     os.makedirs(run_dir, exist_ok=True)
     error_path = os.path.join(run_dir, 'error.txt')
     try:
@@ -364,7 +363,7 @@ class Engine:
     built = self._process(spec, train)
     initial = self.initial_state(built, spec)
     evaluate, columns, last = self._evaluator(spec, eval_data)
-    loop = training_loop.LoopConfig(
+    loop = experiment_config.LoopConfig(
         rounds=spec.rounds, clients_per_round=spec.clients_per_round, client_epochs=spec.epochs,
         batch_size=spec.batch_size, shuffle_buffer=spec.shuffle_buffer, seed=spec.seed,
         eval_every=1, checkpoint_every=0, keep_checkpoints=0, resume=False)
@@ -383,15 +382,10 @@ class Engine:
         show_progress=False, test_columns=columns)
     seconds = time.monotonic() - start
     summary = runs_lib.summarize(result.rows, prefix=spec.eval_prefix,
-                                 last_k=self._config.tuning.last_k)
+                                 last_k=self._plan.last_k)
     if spec.phase == runs_lib.REPORT_PHASE:
-      for key, value in runs_lib.extra_summary(result.rows).items():
+      for key, value in diagnosis.benchmark_summary(result.rows).items():
         summary.setdefault(key, value)
     summary['run_seconds'] = seconds
     return summary, last.get('confusion_matrix')
 
-
-def read_metrics(config: config_lib.BenchmarkConfig, spec: runs_lib.RunSpec):
-  """The per-round rows of a finished run (`metrics.csv`)."""
-  return metrics_io.read_csv(os.path.join(spec.directory(config.root),
-                                          training_loop.METRICS_FILE))

@@ -6,9 +6,9 @@ A method is a `tff_conflict.learning.ALGORITHMS` builder (or 'custom':
 arguments fixed for it, and optionally fixed learning rates:
 
     METHODS['fedga']                      # build_fedga, tuned over counts in {batch, dataset}
-    register(Method('fedga_soft', 'fedga', fixed=(('form', 'soft_target'),)))
+    parse_method('fedga_soft')            # a variant of `experiments.diagnosis.VARIANTS`
     parse_method('fedga[form=soft_target,clip_norm=5]')   # an ad-hoc variant, named as written
-    register(method_from_flags('fedld_server_lr', 'fedld', {'server_learning_rate': 2.0}))
+    method_from_flags('fedld_server_lr', 'fedld', {'server_learning_rate': 2.0})
 
 The client learning rate (every method, from one shared grid) and the server learning rate (the
 methods whose `tune_server_lr` is set) are not builder arguments: the benchmark sets them in each
@@ -27,6 +27,7 @@ Default grids (`Method.grid`; the benchmark's `--grids` flag overrides them):
 """
 
 import dataclasses
+import functools
 import re
 from typing import Any, Mapping, Optional, Sequence
 
@@ -92,20 +93,6 @@ _DEFAULTS = (
 METHODS: dict[str, Method] = {m.name: m for m in _DEFAULTS}
 
 
-def register(method: Method) -> Method:
-  """Adds a named variant to `METHODS` (e.g. one with a fixed loss option); returns it.
-
-  Raises:
-    ValueError: the name is taken by another definition, or the algorithm is unknown.
-  """
-  _check_algorithm(method.algorithm, method.name)
-  existing = METHODS.get(method.name)
-  if existing is not None and existing != method:
-    raise ValueError(f'method {method.name!r} is already registered as {existing}')
-  METHODS[method.name] = method
-  return method
-
-
 def _algorithms() -> list[str]:
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   return list(learning.ALGORITHMS)
@@ -137,7 +124,8 @@ _VARIANT = re.compile(r'^([A-Za-z0-9_]+)\[(.*)\]$')
 
 
 def parse_method(text: str) -> Method:
-  """A method from `METHODS` by name, or an ad-hoc variant `algorithm[key=value,...]`.
+  """A method from `METHODS` or `diagnosis_variants()` by name, or an ad-hoc variant
+  `algorithm[key=value,...]`.
 
   An ad-hoc variant starts from the algorithm's registered method (its grid, minus the keys it
   fixes) and is named as written (spaces removed).
@@ -146,16 +134,15 @@ def parse_method(text: str) -> Method:
     ValueError: an unknown name or a malformed variant.
   """
   text = text.strip()
-  if text not in METHODS:
-    # Variants registered by the diagnosis modules (`diagnosis.DIAGNOSIS_MODULES`).
-    from experiments.benchmarking import diagnosis  # pylint: disable=g-import-not-at-top
-    diagnosis.load_modules()
   if text in METHODS:
     return METHODS[text]
+  variants = diagnosis_variants()
+  if text in variants:
+    return variants[text]
   match = _VARIANT.match(text.replace(' ', ''))
   if not match:
-    raise ValueError(f'unknown method {text!r}: use one of {sorted(METHODS)} or '
-                     'ALGORITHM[key=value,...]')
+    raise ValueError(f'unknown method {text!r}: use one of {sorted(METHODS) + sorted(variants)} '
+                     'or ALGORITHM[key=value,...]')
   algorithm, body = match[1], match[2]
   base = METHODS.get(algorithm) or Method(algorithm, algorithm)
   _check_algorithm(base.algorithm, text)
@@ -183,7 +170,7 @@ def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
   {'server_learning_rate': 2.0}) or ('fedld_margin_only', 'custom', {'client_loss': 'margin',
   'aggregator': 'mean', 'margin_weight': 0.1}).
 
-  Flags map to builder arguments through `experiments.registry` (`ALGORITHM_HPARAMS`, and for
+  Flags map to builder arguments through `experiments.experiment_lib` (`ALGORITHM_HPARAMS`, and for
   'custom' `--client_loss` / `--aggregator` with `LOSS_HPARAMS` / `AGGREGATOR_HPARAMS`);
   `--client_learning_rate` / `--server_learning_rate` fix the method's learning rates,
   `--client_weighting`, `--client_clip_norm` and `--proximal_strength` pass through. The grid
@@ -192,7 +179,7 @@ def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
   Raises:
     ValueError: a flag with no builder argument for `algorithm`.
   """
-  from experiments import registry  # pylint: disable=g-import-not-at-top
+  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
   _check_algorithm(algorithm, name)
   values = dict(flag_values)
   kwargs: dict[str, Any] = {}
@@ -201,11 +188,11 @@ def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
     loss = values.pop('client_loss', 'ce') or 'ce'
     aggregator = values.pop('aggregator', 'mean') or 'mean'
     kwargs.update(loss=loss, aggregator=aggregator)
-    loss_flags = {f: k for k, f in registry.LOSS_HPARAMS.get(loss, {}).items()}
-    aggregator_flags = {f: k for k, f in registry.AGGREGATOR_HPARAMS.get(aggregator, {}).items()
+    loss_flags = {f: k for k, f in experiment_lib.LOSS_HPARAMS.get(loss, {}).items()}
+    aggregator_flags = {f: k for k, f in experiment_lib.AGGREGATOR_HPARAMS.get(aggregator, {}).items()
                         if k != 'seed'}
   else:
-    table = {f: k for k, f in registry.ALGORITHM_HPARAMS.get(algorithm, {}).items()
+    table = {f: k for k, f in experiment_lib.ALGORITHM_HPARAMS.get(algorithm, {}).items()
              if k != 'seed'}
   for flag, value in values.items():
     if flag in _LR_FLAGS:
@@ -228,6 +215,23 @@ def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
   return Method(name, algorithm, fixed=tuple(kwargs.items()), grid=grid,
                 tune_server_lr=base.tune_server_lr and 'server_lr' not in rates,
                 client_lr=rates.get('client_lr'), server_lr=rates.get('server_lr'))
+
+
+@functools.cache
+def diagnosis_variants() -> dict[str, Method]:
+  """The method variants of `experiments.diagnosis.VARIANTS`, by name (`method_from_flags`)."""
+  from experiments import diagnosis  # pylint: disable=g-import-not-at-top
+  return {v.name: method_from_flags(v.name, v.algorithm, dict(v.flags))
+          for v in diagnosis.VARIANTS.values()}
+
+
+def given_kwargs(given: Mapping[str, Mapping[str, Any]], method: Method) -> dict[str, Any]:
+  """Builder arguments used where nothing is tuned: `given[algorithm]`, then `given[name]`,
+  then the method's fixed ones."""
+  kwargs = dict(given.get(method.algorithm, {}))
+  kwargs.update(given.get(method.name, {}))
+  kwargs.update(method.fixed_kwargs)
+  return kwargs
 
 
 def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:

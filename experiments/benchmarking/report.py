@@ -26,13 +26,16 @@ import math
 import os
 import posixpath
 import shutil
-from typing import Any, Mapping, Optional, Sequence
+import traceback
+from typing import Any, Callable, Mapping, Optional, Sequence
 
+from experiments import diagnosis
+from experiments import files
 from experiments import metrics_io
+from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import control as control_lib
-from experiments.benchmarking import diagnosis as diagnosis_lib
 from experiments.benchmarking import runs as runs_lib
-from experiments.benchmarking import stats
+from experiments import stats
 
 REPORT_FILE = 'report.md'
 PLOTS_DIR = 'plots'
@@ -48,7 +51,7 @@ def write_csv(path: str, rows: Sequence[Mapping[str, Any]],
   names = list(columns)
   for row in rows:
     names += [k for k in row if k not in names]
-  metrics_io.write_csv_atomically(path, names, rows)
+  files.write_csv_atomically(path, names, rows)
 
 
 def read_runs(path: str) -> list[dict[str, Any]]:
@@ -58,7 +61,7 @@ def read_runs(path: str) -> list[dict[str, Any]]:
     for key in ('accuracy_curve', 'train_loss_curve', 'conflict_curve', 'hparams', 'regime',
                 'method'):
       if key in row and row[key] is not None and not isinstance(row[key], str):
-        row[key] = metrics_io.format_value(row[key])
+        row[key] = files.csv_cell(row[key])
   return rows
 
 
@@ -533,11 +536,10 @@ def _tuning_section(choices, config) -> str:
   return '\n'.join(out)
 
 
-def render(root: str, *, plot_prefix: str = PLOTS_DIR, runs_root: Optional[str] = None) -> str:
+def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   """The report's Markdown body from the files under `root`; writes the plots under
-  `root/plots`. `runs_root` is the benchmark directory holding the runs' own files, for the
-  diagnoses (default `root`)."""
-  config = _read_json(os.path.join(root, 'config.json'), {})
+  `root/plots`."""
+  config = config_lib.flat_settings(_read_json(os.path.join(root, 'config.json'), {}))
   runs_path = os.path.join(root, 'runs.csv')
   rows = read_runs(runs_path) if os.path.exists(runs_path) else []
   choices = _read_json(os.path.join(root, 'tuning_choices.json'), [])
@@ -576,10 +578,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR, runs_root: Optional[str] 
     parts.append(image('epochs_effect', 'effect of local epochs') + '\n')
   parts.append(f'## Where a method loses to {baseline}\n')
   parts.append(losses_list(rows, config))
-  methods = [(m, next((r['algorithm'] for r in rows if r['method'] == m), m))
-             for m in _orders(rows, config)[1]]
-  sections = diagnosis_lib.sections(rows, methods, baseline=baseline,
-                                    root=root if runs_root is None else runs_root)
+  sections = diagnosis_sections(rows, _orders(rows, config)[1], baseline)
   if sections:
     parts.append('## Diagnosis\n')
     for method, text in sections:
@@ -597,13 +596,34 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR, runs_root: Optional[str] 
   return '\n'.join(parts)
 
 
+def _shown_on_failure(make: Callable[[], Optional[str]], what: str) -> Optional[str]:
+  """`make()`, or the traceback of its failure as Markdown (a report is still written)."""
+  try:
+    return make()
+  except Exception:  # pylint: disable=broad-except
+    return f'{what} failed:\n\n```\n' + traceback.format_exc(limit=5) + '```'
+
+
+def diagnosis_sections(rows, methods: Sequence[str], baseline: str) -> list[tuple[str, str]]:
+  """(method, Markdown) of `experiments.diagnosis.report_section` for every method but the
+  baseline (a failing diagnosis shows its traceback)."""
+  out = []
+  for method in methods:
+    algorithm = next((r['algorithm'] for r in rows if r['method'] == method), method)
+    text = _shown_on_failure(lambda m=method, a=algorithm: diagnosis.report_section(
+        m, a, rows, baseline=baseline), 'The diagnosis')
+    if text:
+      out.append((method, text.strip()))
+  return out
+
+
 def _control_section(root: str, plot_prefix: str) -> Optional[str]:
   """The positive control's section (`control`), from `root/positive_control/` if it ran."""
   sub = control_lib.control_root(root)
   if sub is None:
     return None
   rows = read_runs(os.path.join(sub, 'runs.csv'))
-  config = _read_json(os.path.join(sub, 'config.json'), {})
+  config = config_lib.flat_settings(_read_json(os.path.join(sub, 'config.json'), {}))
   settings = control_lib.PositiveControl.from_config(config)
   seconds = total_wall_seconds(sub)
   seeds = sorted({int(r['seed']) for r in rows})
@@ -613,7 +633,8 @@ def _control_section(root: str, plot_prefix: str) -> Optional[str]:
            'FedAvg\'s training loss oscillates or rises. Runs: ' + settings.describe() +
            f'; seeds {seeds}' + (f'; {_duration(seconds)} wall' if seconds else '') +
            f' (`{control_lib.CONTROL_DIR}/runs.csv`).\n']
-  parts += [text + '\n' for text in diagnosis_lib.control_sections(rows, settings)]
+  parts.append(_shown_on_failure(lambda: diagnosis.control_section(
+      rows, method=settings.method, baseline=settings.baseline), 'The reading') + '\n')
   plots = write_plots(rows, config, os.path.join(sub, PLOTS_DIR)) if rows else {}
   prefix = posixpath.join(posixpath.dirname(plot_prefix), control_lib.CONTROL_DIR, PLOTS_DIR)
   images = [f'![{alt}]({prefix}/{name})' for key, name in sorted(plots.items())
@@ -664,8 +685,7 @@ def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -
       if os.path.exists(source):
         shutil.copyfile(source, os.path.join(control_target, name))
   here = os.path.dirname(os.path.abspath(results_md))
-  body = render(target, plot_prefix=os.path.relpath(os.path.join(target, PLOTS_DIR), here),
-                runs_root=root)
+  body = render(target, plot_prefix=os.path.relpath(os.path.join(target, PLOTS_DIR), here))
   lines = ['# Results', '']
   lines += [f'- {key}: {value}' for key, value in header.items()]
   lines += ['', f'The data behind every number: `{os.path.relpath(target, here)}/runs.csv` (one '
@@ -687,7 +707,7 @@ def check_results_md(results_md: str) -> list[str]:
   """
   source = results_dir_for(results_md)
   rows = read_runs(os.path.join(source, 'runs.csv'))
-  config = _read_json(os.path.join(source, 'config.json'), {})
+  config = config_lib.flat_settings(_read_json(os.path.join(source, 'config.json'), {}))
   with open(results_md) as f:
     text = f.read()
   present = set(text.splitlines())

@@ -19,6 +19,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from experiments import files
+
 RESULT_FILE = 'result.json'
 REPORT_PHASE = 'report'
 TUNE_PHASE = 'tune'
@@ -232,32 +234,6 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
   }
 
 
-# Extra summaries of a reporting run: functions from its metrics rows to more runs.csv columns
-# (e.g. a diagnosis' measurements). Keys `summarize` already fills are kept from `summarize`.
-SUMMARIES: list[Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any]]] = []
-
-
-def register_summary(fn: Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any]]):
-  """Adds `fn(metrics rows) -> {column: value}` to every reporting run's summary; returns it."""
-  if not callable(fn):
-    raise ValueError(f'fn must be callable, got {fn!r}')
-  if fn not in SUMMARIES:
-    SUMMARIES.append(fn)
-  return fn
-
-
-def extra_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-  """The registered summaries' columns for one run; a summary that raises adds
-  `summary_error` instead."""
-  out: dict[str, Any] = {}
-  for fn in SUMMARIES:
-    try:
-      out.update(fn(rows))
-    except Exception as e:  # pylint: disable=broad-except
-      out['summary_error'] = f'{getattr(fn, "__name__", fn)}: {type(e).__name__}: {e}'
-  return out
-
-
 def read_result(run_dir: str) -> Optional[dict[str, Any]]:
   """The run's `result.json`, or None when it is missing or unreadable (an interrupted write)."""
   path = os.path.join(run_dir, RESULT_FILE)
@@ -271,11 +247,7 @@ def read_result(run_dir: str) -> Optional[dict[str, Any]]:
 
 def write_result(run_dir: str, result: Mapping[str, Any]) -> None:
   """Writes `result.json` atomically."""
-  path = os.path.join(run_dir, RESULT_FILE)
-  tmp = f'{path}.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(result, f, indent=1, sort_keys=True, default=_json_default)
-  os.replace(tmp, path)
+  files.write_json_atomically(os.path.join(run_dir, RESULT_FILE), result, default=_json_default)
 
 
 def _json_default(value):

@@ -1,13 +1,13 @@
 """Choosing hyperparameters on a validation split, never on the test split.
 
-For each dataset, tuning runs on one regime (`BenchmarkConfig.tuning_regime_for`) at each tuned
+For each dataset, tuning runs on one regime (chosen by `plan.make_plan`) at each tuned
 local-epoch count, on the tuning seeds (disjoint from the reporting seeds). A tuning run trains on
 the fit part of every client's training data and is scored by its mean accuracy on the pooled
 validation part over its last `last_k` rounds; a candidate's score is the mean of its runs'
 scores over the tuning seeds (a run that diverges scores NaN, which never wins). The best score
 wins; ties go to the candidate listed first.
 
-Candidates of a method (`TuningConfig.strategy`):
+Candidates of a method (`Search`; `TuningConfig.strategy`):
 * 'staged' (default): stage 1 tries every client learning rate of `client_lr_grid` with the
   method's given values; stage 2 tries every combination of the method's own grid (and, for
   methods that tune it, every server learning rate of `server_lr_grid`) at the learning rate
@@ -24,7 +24,6 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import runs as runs_lib
 
@@ -70,6 +69,26 @@ class Choice:
     return dict(self.tuned)
 
 
+@dataclasses.dataclass(frozen=True)
+class Search:
+  """What tuning may try for one method (`plan.make_plan` builds it).
+
+  Attributes:
+    method: the method, its grid the one to search.
+    given: its given builder arguments (used where its grid does not set them), sorted pairs.
+    client_lrs: the client learning rates (its fixed one, or the grid's).
+    server_lr: the server learning rate while it is not tuned.
+    server_lrs: the server learning rates of its grid (just `server_lr` unless it tunes it).
+    strategy: 'staged' or 'product' (module docstring).
+  """
+  method: methods_lib.Method
+  given: tuple
+  client_lrs: tuple
+  server_lr: float
+  server_lrs: tuple
+  strategy: str = 'staged'
+
+
 def _grid_product(method: methods_lib.Method, server_lrs: Sequence[float]):
   names = [k for k, _ in method.grid]
   for values in itertools.product(*[v for _, v in method.grid]):
@@ -77,43 +96,36 @@ def _grid_product(method: methods_lib.Method, server_lrs: Sequence[float]):
       yield tuple(zip(names, values)), server_lr
 
 
-def stage_one(method, config: config_lib.BenchmarkConfig) -> list[Candidate]:
-  """Client learning rates at the method's given values (server lr: the configured one).
+def stage_one(search: Search) -> list[Candidate]:
+  """Client learning rates at the method's given values (server lr: the untuned one).
 
   The given values of the method's grid arguments are named in the candidates, so that stage 2
   recognises the same point."""
-  given = config.given_kwargs(method)
-  at_given = tuple((k, given[k]) for k, _ in method.grid if k in given)
-  client_lrs = ((method.client_lr,) if method.client_lr is not None
-                else config.tuning.client_lr_grid)
-  return [Candidate(lr, _server_lrs(method, config, tuned=False)[0], at_given)
-          for lr in client_lrs]
+  given = dict(search.given)
+  at_given = tuple((k, given[k]) for k, _ in search.method.grid if k in given)
+  return [Candidate(lr, search.server_lr, at_given) for lr in search.client_lrs]
 
 
-def _server_lrs(method, config, *, tuned: bool) -> tuple:
-  if method.server_lr is not None:
-    return (method.server_lr,)
-  if tuned and method.tune_server_lr:
-    return tuple(config.tuning.server_lr_grid)
-  return (config.server_learning_rate,)
-
-
-def stage_two(method, config: config_lib.BenchmarkConfig, client_lr: float) -> list[Candidate]:
+def stage_two(search: Search, client_lr: float) -> list[Candidate]:
   """The method's own grid (and server lrs, if it tunes them) at `client_lr`; empty if the method
   has nothing more to tune."""
-  if not method.grid and not method.tune_server_lr:
+  if not search.method.grid and not search.method.tune_server_lr:
     return []
-  server_lrs = _server_lrs(method, config, tuned=True)
-  return [Candidate(client_lr, slr, tuned) for tuned, slr in _grid_product(method, server_lrs)]
+  return [Candidate(client_lr, slr, tuned)
+          for tuned, slr in _grid_product(search.method, search.server_lrs)]
 
 
-def product(method, config: config_lib.BenchmarkConfig) -> list[Candidate]:
+def product(search: Search) -> list[Candidate]:
   """Every combination of client lr, the method's grid and (if tuned) server lr."""
-  server_lrs = _server_lrs(method, config, tuned=True)
-  client_lrs = ((method.client_lr,) if method.client_lr is not None
-                else config.tuning.client_lr_grid)
-  return [Candidate(lr, slr, tuned) for lr in client_lrs
-          for tuned, slr in _grid_product(method, server_lrs)]
+  return [Candidate(lr, slr, tuned) for lr in search.client_lrs
+          for tuned, slr in _grid_product(search.method, search.server_lrs)]
+
+
+def candidates(search: Search) -> list[Candidate]:
+  """Every candidate `tune_method` may try (stage 2 at the first client lr, repeats included)."""
+  if search.strategy == 'product':
+    return product(search)
+  return stage_one(search) + stage_two(search, search.client_lrs[0])
 
 
 def score(summaries: Sequence[Optional[dict[str, Any]]]) -> tuple[float, int]:
@@ -140,34 +152,26 @@ def best(scored: Sequence[tuple[Candidate, float, int]]) -> tuple[Candidate, flo
 RunFn = Callable[[Candidate], tuple[float, int]]
 
 
-def tune_method(method: methods_lib.Method, config: config_lib.BenchmarkConfig, *,
-                dataset: str, regime: str, epochs: int, evaluate: RunFn) -> Choice:
+def tune_method(search: Search, *, dataset: str, regime: str, epochs: int,
+                evaluate: RunFn) -> Choice:
   """Tunes one method; `evaluate(candidate)` runs it on every tuning seed and returns
   (score, finished seeds)."""
   scored: list[tuple[Candidate, float, int]] = []
   seen: dict[str, tuple[float, int]] = {}
 
-  def try_all(candidates):
-    for candidate in candidates:
+  def try_all(candidates_):
+    for candidate in candidates_:
       if candidate.name not in seen:
         seen[candidate.name] = evaluate(candidate)
         scored.append((candidate, *seen[candidate.name]))
 
-  if config.tuning.strategy == 'product':
-    try_all(product(method, config))
+  if search.strategy == 'product':
+    try_all(product(search))
   else:
-    try_all(stage_one(method, config))
+    try_all(stage_one(search))
     chosen, _ = best(scored)
-    try_all(stage_two(method, config, chosen.client_lr))
+    try_all(stage_two(search, chosen.client_lr))
   winner, top = best(scored)
-  return Choice(dataset=dataset, regime=regime, epochs=epochs, method=method.name,
+  return Choice(dataset=dataset, regime=regime, epochs=epochs, method=search.method.name,
                 client_lr=winner.client_lr, server_lr=winner.server_lr, tuned=winner.tuned,
                 score=top, scores=tuple((c.name, s, n) for c, s, n in scored))
-
-
-def num_candidates(method: methods_lib.Method, config: config_lib.BenchmarkConfig) -> int:
-  """How many candidates `tune_method` tries at most (stage 2's repeats of stage 1 included)."""
-  if config.tuning.strategy == 'product':
-    return len(product(method, config))
-  return len(stage_one(method, config)) + len(
-      stage_two(method, config, config.tuning.client_lr_grid[0]))

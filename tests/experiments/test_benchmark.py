@@ -21,7 +21,7 @@ def test_smoke_preset_values_and_explicit_flags_win():
   with flagsaver.as_parsed(preset='smoke', rounds='2'):
     benchmark.apply_preset()
     config = benchmark.config_from_flags()
-  assert config.rounds == 2 and config.methods == ('fedavg', 'fedgh')
+  assert config.loop.rounds == 2 and config.methods == ('fedavg', 'fedgh')
   assert config.report_seeds == (0, 1) and config.epochs == (1,) and not config.tuning.tune
   assert config.root.endswith(os.path.join('results', 'smoke'))
 
@@ -48,13 +48,13 @@ def test_given_values_come_from_the_method_flags():
 
 @pytest.mark.parametrize('flag_values,message', [
     (dict(preset='fast'), "--preset must be one of ['results', 'smoke'], got 'fast'"),
-    (dict(regimes='digits:dir(0)'), '--regimes has a bad entry'),
-    (dict(methods='fedavg,sgd'), '--methods has a bad entry'),
+    (dict(regimes='digits:dir(0)'), "--regimes=digits:dir(0): regime 'digits:dir(0)'"),
+    (dict(methods='fedavg,sgd'), "--methods=sgd: unknown method 'sgd'"),
     (dict(epochs='1,x'), '--epochs must be integers'),
     (dict(report_seeds='100'), '--tuning_seeds must be disjoint from --report_seeds'),
     (dict(client_lr_grid='0.1,-1'), '--client_lr_grid must be a non-empty list of finite'),
-    (dict(grids='fedprox=1'), '--grids entries must be METHOD.ARGUMENT=V1/V2'),
-    (dict(models='digits:resnet'), '--models must name models of'),
+    (dict(grids='fedprox=1'), '--grids must be entries METHOD.ARGUMENT=V1/V2'),
+    (dict(models='digits:resnet'), "--models must be one of ['cifar_cnn'"),
     (dict(alpha='0.5'), '--alpha does not apply to experiments.benchmark; use --regimes'),
     (dict(client_epochs='2'), '--client_epochs does not apply to experiments.benchmark; use '
      '--epochs'),
@@ -98,7 +98,7 @@ def test_a_bad_flag_ends_in_one_line_without_traceback(tmp_path):
   assert result.returncode == 2
   lines = [l for l in result.stderr.splitlines() if l.strip()]
   assert len(lines) == 1, result.stderr
-  assert "--methods has a bad entry: unknown method 'sgd'" in lines[0]
+  assert "--methods=sgd: unknown method 'sgd'" in lines[0]
   assert 'Traceback' not in result.stderr + result.stdout
   assert not os.listdir(tmp_path)
   assert conftest.workers_with_token(token) == []

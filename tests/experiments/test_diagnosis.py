@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from experiments import diagnosis
+from experiments import stats
+from experiments import config as experiment_config
 from experiments import experiment_lib
 from experiments import metrics_io
-from experiments import registry
+from experiments import files
 from experiments import train  # noqa: F401  (defines the flags the variants use)
 
 
@@ -57,15 +59,14 @@ def test_summarize_run():
     diagnosis.summarize_run([])
 
 
-def test_paired_difference_matches_a_hand_computed_t_interval():
+def test_gap_text_is_the_shared_t_interval():
   d = [0.1, 0.2, 0.15]
-  got = diagnosis.paired_difference(d)
+  got = stats.t_interval(d)
   sem = np.std(d, ddof=1) / math.sqrt(3)
-  assert got.mean == pytest.approx(0.15)
   assert got.half_width == pytest.approx(4.302652729749464 * sem)  # t(0.975, 2)
-  assert got.excludes_zero and str(got).endswith('*')
-  one = diagnosis.paired_difference([-0.05])
-  assert one.n == 1 and not one.excludes_zero and 'n=1' in str(one)
+  assert diagnosis.fmt_gap(got) == f'+0.150 ± {4.302652729749464 * sem:.3f} *'
+  assert diagnosis.fmt_gap(stats.t_interval([-0.05])) == '-0.050 (n=1)'
+  assert diagnosis.fmt_gap(None) == '-'
 
 
 def _table():
@@ -98,7 +99,7 @@ def test_gap_is_paired_over_shared_seeds():
 def test_diagnose_fedga_section():
   text = diagnosis.diagnose('fedga', _table())
   assert text.startswith('### FedGA (`fedga`) against FedAvg')
-  assert '| r1 | 0.910 ± 0.008 | 0.800 ± 0.000 | -0.110 ± 0.025 * |' in text
+  assert '| r1 | 0.910 ± 0.010 | 0.800 ± 0.000 | -0.110 ± 0.025 * |' in text
   # The per-pair excess is on rare pairs (+0.05) far above common pairs (+0.002).
   assert 'r1: the extra errors concentrate on rarely co-located pairs (+0.050' in text
   assert '| fedga_soft | calibration_form=soft_target |' in text
@@ -116,10 +117,10 @@ def test_diagnose_fedld_shows_norm_ratio_and_compensating_lr():
 
 
 def test_variants_are_runnable_flag_sets():
-  names = set(registry.ALGORITHM_HPARAMS) | {registry.CUSTOM_ALGORITHM}
+  names = set(experiment_lib.ALGORITHM_HPARAMS) | {experiment_lib.CUSTOM_ALGORITHM}
   for variant in diagnosis.VARIANTS.values():
     assert variant.algorithm in names, variant.name
-    assert variant.diagnoses in registry.ALGORITHM_HPARAMS, variant.name
+    assert variant.diagnoses in experiment_lib.ALGORITHM_HPARAMS, variant.name
     for flag in variant.flags:
       assert flag in flags.FLAGS, (variant.name, flag)
     # The flag values pass the binary's checks.
@@ -133,7 +134,7 @@ def test_variants_are_runnable_flag_sets():
 def test_load_runs_from_compare_and_train_layouts(tmp_path):
   for path in ('cmp/fedavg/seed0', 'cmp/fedga/seed1', 'trn/seed2', 'trn/notes'):
     os.makedirs(tmp_path / path)
-    metrics_io.write_csv_atomically(
+    files.write_csv_atomically(
         str(tmp_path / path / 'metrics.csv'), ['round_num', 'test_accuracy'],
         [{'round_num': 1, 'test_accuracy': 0.5}])
   runs = diagnosis.load_runs('r', str(tmp_path / 'cmp'))
@@ -143,9 +144,10 @@ def test_load_runs_from_compare_and_train_layouts(tmp_path):
 
 
 def test_evaluate_fn_columns_pair_errors_and_global_train_loss():
-  values = dict(flags.FLAGS.flag_values_dict(), dataset='digits', num_clients=5,
-                clients_per_round=2, model='logistic_regression', seed=0)
-  task = experiment_lib.load_task(values)
+  task = experiment_lib.load_task(experiment_config.ExperimentConfig(
+      data=experiment_config.DataConfig('digits', num_clients=5),
+      model=experiment_config.ModelConfig('logistic_regression'),
+      training=experiment_config.LoopConfig(rounds=1, clients_per_round=2)))
   evaluate, columns = experiment_lib.make_evaluate_fn(task, train_loss=True)
   assert set(experiment_lib.PAIR_ERROR_COLUMNS) <= set(columns)
   assert set(experiment_lib.GLOBAL_TRAIN_COLUMNS) <= set(columns)
@@ -186,8 +188,9 @@ def test_positive_control_section():
                      tail_global_train_loss=1.0 + 0.02 * s, global_train_loss_rise=0.1,
                      final_accuracy=0.6 + 0.01 * s))
   text = diagnosis.positive_control(runs, regime='syn')
-  assert ('| training loss (global model), mean of the last quarter of rounds | 1.410 ± 0.008 '
-          '| 1.020 ± 0.016 | -0.390 ') in text
+  # Sample standard deviations (ddof = 1, experiments.stats): 0.010 and 0.020.
+  assert ('| training loss (global model), mean of the last quarter of rounds | 1.410 ± 0.010 '
+          '| 1.020 ± 0.020 | -0.390 ') in text
   assert 'reproduced: lower and steadier training loss' in text
   flat = [dict(r, global_train_loss_rise=0.6) for r in runs]
   flat[1]['global_train_loss_rise'] = 0.7   # one seed of the treated method rises more
@@ -208,25 +211,25 @@ def test_summarize_run_global_training_loss():
   assert out['global_train_loss_rise'] == pytest.approx(0.5)
 
 
+def _gap(mean, half_width, n=3):
+  return stats.Interval(mean, mean - half_width, mean + half_width, n)
+
+
 def test_verdicts():
-  lose = diagnosis.Paired(-0.1, 0.02, 3)
-  assert diagnosis._verdict(lose, diagnosis.Paired(0.001, 0.01, 3)) == 'closes the gap'
-  assert diagnosis._verdict(lose, diagnosis.Paired(0.05, 0.01, 3)) == 'beats FedAvg'
+  lose = _gap(-0.1, 0.02)
+  assert diagnosis._verdict(lose, _gap(0.001, 0.01)) == 'closes the gap'
+  assert diagnosis._verdict(lose, _gap(0.05, 0.01)) == 'beats FedAvg'
   # An interval that includes 0 only because it is wide is not a closed gap.
-  assert diagnosis._verdict(lose, diagnosis.Paired(-0.3, 0.5, 3)) == 'widens the gap by 0.200'
-  assert diagnosis._verdict(lose, diagnosis.Paired(-0.05, 0.01, 3)) == 'narrows the gap by 0.050'
+  assert diagnosis._verdict(lose, _gap(-0.3, 0.5)) == 'widens the gap by 0.200'
+  assert diagnosis._verdict(lose, _gap(-0.05, 0.01)) == 'narrows the gap by 0.050'
   assert diagnosis._verdict(lose, None) == 'not run'
 
 
-def test_benchmark_hooks_without_the_harness():
-  import types  # pylint: disable=g-import-not-at-top
+def test_benchmark_calls_without_the_harness():
   rows = _table()
-  inputs = types.SimpleNamespace(method='fedga_soft', algorithm='fedga', baseline='fedavg',
-                                 rows=rows)
-  text = diagnosis.benchmark_section(inputs)
+  text = diagnosis.report_section('fedga_soft', 'fedga', rows)
   assert not text.startswith('###') and 'A variant of fedga' in text
-  assert diagnosis.benchmark_section(types.SimpleNamespace(
-      method='fedavg', algorithm='fedavg', baseline='fedavg', rows=rows)) is None
+  assert diagnosis.report_section('fedavg', 'fedavg', rows) is None
   summary = diagnosis.benchmark_summary(_rows([0.5, 0.7], [1.0, 1.2], test_mean_logit=[0.1, 2.0]))
   assert list(summary) == list(diagnosis.BENCHMARK_SUMMARY_COLUMNS)
   assert summary['final_mean_logit'] == 2.0 and summary['train_loss_rise'] == pytest.approx(0.2)

@@ -1,13 +1,27 @@
-"""BenchmarkConfig's checks name the setting (= the flag), and its helpers."""
+"""BenchmarkConfig: composed of ExperimentConfig's parts, checked when created, every error
+naming its flag."""
+
+import dataclasses
 
 import pytest
 
+from experiments import config as experiment_config
 from experiments.benchmarking import config as config_lib
 
 
 def _config(**changes):
   args = dict(regimes=('digits:iid', 'synthetic(1,1)'), methods=('fedavg', 'fedprox'))
   tuning = changes.pop('tuning', {})
+  for part, cls in (('loop', experiment_config.LoopConfig),
+                    ('client', experiment_config.ClientConfig),
+                    ('server', experiment_config.ServerConfig),
+                    ('data', experiment_config.DataConfig),
+                    ('output', experiment_config.OutputConfig),
+                    ('runtime', experiment_config.RuntimeConfig)):
+    if part in changes:
+      default = dataclasses.fields(config_lib.BenchmarkConfig)
+      base = next(f.default for f in default if f.name == part)
+      changes[part] = dataclasses.replace(base, **changes[part])
   args.update(changes)
   return config_lib.BenchmarkConfig(tuning=config_lib.TuningConfig(**tuning), **args)
 
@@ -23,76 +37,77 @@ def test_parse_grids_and_mappings():
   assert config_lib.parse_mapping('models', 'digits:mlp, synthetic:logistic_regression') == {
       'digits': 'mlp', 'synthetic': 'logistic_regression'}
   assert config_lib.parse_mapping('targets', 'digits:0.8', float) == {'digits': 0.8}
-  with pytest.raises(config_lib.ConfigError, match='grids entries must be'):
-    config_lib.parse_grids('fedprox=1')
-  with pytest.raises(config_lib.ConfigError, match='models entries must be'):
-    config_lib.parse_mapping('models', 'mlp')
-  with pytest.raises(config_lib.ConfigError, match='targets has a bad value'):
-    config_lib.parse_mapping('targets', 'digits:x', float)
+  for call, message in ((lambda: config_lib.parse_grids('fedprox=1'),
+                         "--grids must be entries METHOD.ARGUMENT=V1/V2/..., got 'fedprox=1'"),
+                        (lambda: config_lib.parse_mapping('models', 'mlp'),
+                         "--models must be entries DATASET:VALUE, got 'mlp'"),
+                        (lambda: config_lib.parse_mapping('targets', 'digits:x', float),
+                         '--targets must be entries DATASET:VALUE with a float value')):
+    with pytest.raises(experiment_config.ConfigError) as info:
+      call()
+    assert info.value.flag_message().startswith(message)
 
 
-def test_canonical_names_and_defaults():
+def test_the_parts_and_their_defaults_are_the_experiments():
   config = _config(regimes=('digits:dir(0.10)', 'synthetic( 1 , 1 )'))
   assert config.regimes == ('digits:dir(0.1)', 'synthetic(1,1)')
-  assert config.model_for('digits') == 'digits_cnn'
-  assert config.model_for('synthetic') == 'logistic_regression'
-  assert config.tuning_regime_for('digits') == 'digits:dir(0.1)'
-  assert config.root.endswith('results/benchmark')
-  assert _config(regimes=('mnist:iid',)).tuning_regime_for('mnist') == 'mnist:iid'
-  small = _config(regimes=('digits:iid@8', 'digits:dir(0.1)@8'))
-  assert small.tuning_regime_for('digits') == 'digits:dir(0.1)@8'
-  assert _config(regimes=('digits:iid@8',)).tuning_regime_for('digits') == 'digits:dir(0.1)'
-
-
-def test_tuned_epochs_and_given_values():
-  config = _config(epochs=(1, 2, 5), tuning=dict(tune_epochs=(1, 5)),
-                   given={'fedprox': {'proximal_strength': 0.5}})
-  assert [config.tuned_epochs_for(e) for e in (1, 2, 5)] == [1, 1, 5]
-  assert config.given_kwargs(config.parsed_methods()[1]) == {'proximal_strength': 0.5}
+  defaults = experiment_config.ExperimentConfig()
+  assert (config.loop, config.client, config.server) == (
+      defaults.training, defaults.client, defaults.server)
+  assert (config.data, config.output, config.runtime) == (
+      defaults.data, defaults.output, defaults.runtime)
+  assert config.root.endswith('results/benchmark') and config.experiment_name == 'benchmark'
+  flat = config_lib.flat_settings(config_lib.as_dict(config))
+  assert flat['rounds'] == defaults.training.rounds
+  assert flat['client_learning_rate'] == defaults.client.learning_rate
+  assert flat['experiment_name'] == 'benchmark' and flat['methods'] == ['fedavg', 'fedprox']
+  # config.json of a benchmark run before the config had parts reads the same.
+  assert config_lib.flat_settings({'rounds': 20})['rounds'] == 20
 
 
 @pytest.mark.parametrize('changes,message', [
-    (dict(regimes=()), 'regimes must not be empty'),
-    (dict(regimes=('digits:bogus',)), 'regimes has a bad entry'),
-    (dict(regimes=('digits:iid', 'digits:iid')), 'regimes lists a regime twice'),
-    (dict(methods=('fedavg', 'sgd')), 'methods has a bad entry'),
-    (dict(methods=('fedavg', 'fedavg')), 'methods lists a method twice'),
-    (dict(methods=('fedprox',)), 'baseline must be one of --methods'),
-    (dict(epochs=(0,)), 'epochs must be integers >= 1'),
-    (dict(epochs=(1, 1)), 'epochs lists a value twice'),
-    (dict(report_seeds=()), 'report_seeds must not be empty'),
-    (dict(report_seeds=(100,)), 'tuning_seeds must be disjoint from --report_seeds'),
-    (dict(tuning=dict(tune_epochs=(3,))), 'tune_epochs must be among --epochs'),
-    (dict(rounds=0), 'rounds must be an integer >= 1'),
-    (dict(clients_per_round=1.5), 'clients_per_round must be an integer >= 1'),
-    (dict(models={'emnist': 'mlp'}), "models names dataset 'emnist'"),
-    (dict(models={'digits': 'resnet'}), 'models must name models of'),
-    (dict(targets={'digits': 1.5}), r'targets must be accuracies in \(0, 1\]'),
-    (dict(target_fraction=0), 'target_fraction must be in'),
-    (dict(client_learning_rate=float('inf')), 'client_learning_rate must be a finite number'),
-    (dict(server_learning_rate=0), 'server_learning_rate must be a finite number > 0'),
-    (dict(client_momentum=1.0), r'client_momentum must be in \[0, 1\)'),
+    (dict(regimes=()), '--regimes must be a non-empty list of regimes'),
+    (dict(regimes=('digits:bogus',)), "--regimes=digits:bogus: "),
+    (dict(regimes=('digits:iid', 'digits:iid')), '--regimes must be distinct regimes'),
+    (dict(methods=('fedavg', 'sgd')), "--methods=sgd: unknown method 'sgd'"),
+    (dict(methods=('fedavg', 'fedavg')), '--methods must be distinct methods'),
+    (dict(methods=('fedprox',)), "--baseline must be one of ['fedprox'], got 'fedavg'"),
+    (dict(epochs=(0,)), '--epochs must be a non-empty list of distinct integers >= 1'),
+    (dict(epochs=(1, 1)), '--epochs must be a non-empty list of distinct integers >= 1'),
+    (dict(report_seeds=()), '--report_seeds must be a non-empty list'),
+    (dict(report_seeds=(100,)), '--tuning_seeds must be disjoint from --report_seeds [100]'),
+    (dict(tuning=dict(tune_epochs=(3,))), '--tune_epochs must be among --epochs [1, 5]'),
+    (dict(loop=dict(rounds=0)), '--rounds must be an integer >= 1, got 0'),
+    (dict(loop=dict(clients_per_round=1.5)), '--clients_per_round must be an integer >= 1'),
+    (dict(models={'emnist': 'mlp'}), "--models must be entries of the regimes' datasets"),
+    (dict(models={'digits': 'resnet'}), "--models must be one of"),
+    (dict(targets={'digits': 1.5}), r'--targets must be accuracies in (0, 1], got 1.5'),
+    (dict(target_fraction=0), '--target_fraction must be a number in (0, 1]'),
+    (dict(client=dict(learning_rate=float('inf'))), '--client_learning_rate must be a finite'),
+    (dict(server=dict(learning_rate=0)), '--server_learning_rate must be a finite number > 0'),
+    (dict(client=dict(momentum=1.0)), '--client_momentum must be a number in [0, 1)'),
+    (dict(client=dict(optimizer='adam')), "--client_optimizer must be one of ['sgd']"),
+    (dict(client=dict(weighting='uniform')), '--client_weighting must be unset'),
     (dict(tuning=dict(tuning_regimes={'digits': 'synthetic(1,1)'})),
-     'tuning_regimes maps .digits. to a regime of another dataset'),
-    (dict(tuning=dict(grids={'fedmgc': {'gamma': (1,)}})), "grids names method 'fedmgc'"),
-    (dict(tuning=dict(client_lr_grid=())), 'client_lr_grid must be a non-empty list'),
-    (dict(tuning=dict(strategy='random')), 'tuning_strategy must be'),
-    (dict(tuning=dict(last_k=0)), 'tuning_last_k must be an integer >= 1'),
-    (dict(tuning=dict(validation_fraction=1.0)), r'validation_fraction must be a number in'),
-    (dict(runtime='gpu'), 'runtime must be one of'),
-    (dict(regimes=('leaf_femnist:natural',)), 'leaf_dir must name LEAF'),
+     '--tuning_regimes must be entries DATASET:REGIME with a regime of that dataset'),
+    (dict(tuning=dict(grids={'fedmgc': {'gamma': (1,)}})), "--grids must be one of ['fedavg'"),
+    (dict(tuning=dict(client_lr_grid=())), '--client_lr_grid must be a non-empty list'),
+    (dict(tuning=dict(strategy='random')), '--tuning_strategy must be one of'),
+    (dict(tuning=dict(last_k=0)), '--tuning_last_k must be an integer >= 1'),
+    (dict(tuning=dict(validation_fraction=1.0)), '--validation_fraction must be a number in'),
+    (dict(regimes=('leaf_femnist:natural',)), "--leaf_dir must be LEAF's data/<name> folder"),
     (dict(methods=('fedavg', 'fedga[count=dataset]')),
-     "methods has count='dataset' for method 'fedga.count=dataset.', but its builder"),
+     "--methods=fedga[count=dataset]: count='dataset': its builder (fedga) takes no argument"),
     (dict(methods=('fedavg', 'fedprox[proximal_strength=-1]')),
-     'methods has a bad value: proximal_strength of method .* must be a finite number >= 0'),
+     '--methods=fedprox[proximal_strength=-1]: proximal_strength of method'),
     (dict(tuning=dict(grids={'fedprox': {'proximal_strength': (0.1, float('nan'))}})),
-     'grids has a bad value: proximal_strength'),
-    (dict(experiment_name='../x'), 'experiment_name must be a relative name'),
+     '--grids=fedprox: proximal_strength of method'),
+    (dict(output=dict(experiment_name='../x')), '--experiment_name must be a relative name'),
 ])
 def test_bad_settings_name_the_flag(changes, message):
-  with pytest.raises(config_lib.ConfigError, match=message) as info:
+  with pytest.raises(experiment_config.ConfigError) as info:
     _config(**changes)
-  assert info.value.flag_message().startswith('--')
+  assert info.value.flag_message().startswith(message), info.value.flag_message()
 
 
 def test_overlapping_seeds_are_fine_without_tuning():

@@ -1,5 +1,6 @@
 """The positive control's benchmark: FedProx's published setting, the outer benchmark's seeds."""
 
+from experiments import config as experiment_config
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import control
 
@@ -7,18 +8,19 @@ from experiments.benchmarking import control
 def test_control_config_is_the_fedprox_papers_setting(tmp_path):
   outer = config_lib.BenchmarkConfig(
       regimes=('digits:iid',), methods=('fedavg', 'fedgh'), epochs=(1, 5), report_seeds=(3, 4),
-      rounds=20, batch_size=20, client_learning_rate=0.1, client_momentum=0.5,
-      models={'digits': 'mlp'}, runtime='inprocess', output_dir=str(tmp_path),
-      experiment_name='results',
+      loop=experiment_config.LoopConfig(rounds=20, clients_per_round=5, batch_size=20),
+      client=experiment_config.ClientConfig(learning_rate=0.1, momentum=0.5),
+      models={'digits': 'mlp'}, runtime=experiment_config.RuntimeConfig('cpp'),
+      output=experiment_config.OutputConfig(output_dir=str(tmp_path), experiment_name='results'),
       tuning=config_lib.TuningConfig(tune=True, tuning_seeds=(100,), tune_epochs=(1,)))
   inner = control.control_config(outer)
   assert inner.regimes == ('synthetic(1,1)',)
   assert inner.methods == ('fedavg', 'fedprox_mu1') and inner.baseline == 'fedavg'
-  assert inner.epochs == (20,) and inner.rounds == 40 and inner.batch_size == 10
-  assert inner.clients_per_round == 10 and inner.client_learning_rate == 0.01
-  assert inner.client_momentum == 0.0 and inner.server_learning_rate == 1.0
-  assert not inner.tuning.tune and inner.eval_train_loss
-  assert inner.report_seeds == (3, 4) and inner.runtime == 'inprocess'
+  assert inner.epochs == (20,) and inner.loop.rounds == 40 and inner.loop.batch_size == 10
+  assert inner.loop.clients_per_round == 10 and inner.client.learning_rate == 0.01
+  assert inner.client.momentum == 0.0 and inner.server.learning_rate == 1.0
+  assert not inner.tuning.tune and inner.loop.eval_train_loss
+  assert inner.report_seeds == (3, 4) and inner.runtime.runtime == 'cpp'
   assert inner.root == str(tmp_path / 'results' / 'positive_control')
   assert control.control_root(outer.root) is None
   (tmp_path / 'results' / 'positive_control').mkdir(parents=True)
@@ -27,8 +29,9 @@ def test_control_config_is_the_fedprox_papers_setting(tmp_path):
 
 
 def test_settings_read_back_from_the_controls_config(tmp_path):
-  outer = config_lib.BenchmarkConfig(regimes=('digits:iid',), methods=('fedavg',),
-                                     output_dir=str(tmp_path))
+  outer = config_lib.BenchmarkConfig(
+      regimes=('digits:iid',), methods=('fedavg',),
+      output=experiment_config.OutputConfig(output_dir=str(tmp_path)))
   inner = control.control_config(outer, control.PositiveControl(epochs=10, rounds=30))
   settings = control.PositiveControl.from_config(config_lib.as_dict(inner))
   assert settings == control.PositiveControl(epochs=10, rounds=30)

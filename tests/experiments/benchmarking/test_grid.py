@@ -13,9 +13,11 @@ from experiments import metrics_io
 from experiments import architectures
 from experiments import config as experiment_config
 from experiments import training_loop
+from experiments import config as experiment_config
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
 from experiments.benchmarking import grid
+from experiments.benchmarking import plan as plan_lib
 from experiments.benchmarking import runs
 
 
@@ -58,11 +60,16 @@ class GuardedClientData(tff.simulation.datasets.ClientData):
     return self._inner.create_tf_dataset_from_all_clients(seed)
 
 
-def _config(root, **changes):
+def _config(root, *, rounds=2, clients_per_round=3, eval_train_loss=False, runtime='cpp',
+            leaf_dir=None, **changes):
   args = dict(regimes=('digits:iid@6', 'digits:#C=2@6'), methods=('fedavg', 'fedgh'),
-              epochs=(1,), report_seeds=(0, 1), rounds=2, clients_per_round=3, batch_size=32,
-              models={'digits': 'logistic_regression'}, output_dir=str(root),
-              experiment_name='tiny', progress=False,
+              epochs=(1,), report_seeds=(0, 1), models={'digits': 'logistic_regression'},
+              loop=experiment_config.LoopConfig(rounds=rounds, clients_per_round=clients_per_round,
+                                                batch_size=32, eval_train_loss=eval_train_loss),
+              data=experiment_config.DataConfig(leaf_dir=leaf_dir),
+              output=experiment_config.OutputConfig(output_dir=str(root), experiment_name='tiny',
+                                                    progress=False),
+              runtime=experiment_config.RuntimeConfig(runtime),
               tuning=config_lib.TuningConfig(tuning_seeds=(7,), client_lr_grid=(0.05, 0.2),
                                              tuning_regimes={'digits': 'digits:#C=2@6'},
                                              last_k=2))
@@ -72,7 +79,7 @@ def _config(root, **changes):
 
 class _GuardedLoader:
   def __init__(self, config):
-    self._load = engine_lib.default_loader(config)
+    self._load = engine_lib.default_loader(plan_lib.make_plan(config))
     self.guards = []
     self.tuning_over = False
 
@@ -112,7 +119,7 @@ def test_tuning_never_reads_the_test_split(tiny):
   assert all(g.reads > 0 for g in loader.guards if g.seed != 7)
   assert [c.method for c in outcome.choices] == ['fedavg', 'fedgh']
   assert all(c.client_lr in (0.05, 0.2) for c in outcome.choices)
-  spec = grid.report_specs(config, outcome.choices)[0]
+  spec = plan_lib.make_plan(config).report_specs(outcome.choices)[0]
   tuned_dir = os.path.join(config.root, 'tuning', 'digits_C2_6', 'E1', 'fedavg')
   candidate = sorted(os.listdir(tuned_dir))[0]
   rows = metrics_io.read_csv(os.path.join(tuned_dir, candidate, 'seed7', 'metrics.csv'))
@@ -154,15 +161,16 @@ def test_finished_runs_are_skipped_and_settings_changes_refused(tiny):
   assert third.runs_done == 1 and third.runs_skipped == 11
   assert [r['final_accuracy'] for r in third.rows] == [r['final_accuracy'] for r in outcome.rows]
   with pytest.raises(engine_lib.SettingsChangedError, match='rounds: 2 -> 3'):
-    grid.run_benchmark(_config(config.output_dir, rounds=3), loader=loader,
+    grid.run_benchmark(_config(config.output.output_dir, rounds=3), loader=loader,
                        stream=open(os.devnull, 'w'))
 
 
 def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
   from tff_conflict import learning
   config = _config(tmp_path, tuning=config_lib.TuningConfig(tune=False))
-  engine = engine_lib.Engine(config)
-  fedgh = grid.report_specs(config, [])
+  plan = plan_lib.make_plan(config)
+  engine = engine_lib.Engine(plan)
+  fedgh = plan.report_specs([])
   first = next(s for s in fedgh if s.method == 'fedgh')
   target = runs.RunSpec(**dict(first.to_dict(), kwargs=first.kwargs, regime='digits:#C=2@6',
                                seed=1, data_seed=1, client_lr=0.2, server_lr=1.5))

@@ -37,20 +37,19 @@ def test_bad_methods(text, match):
     methods.parse_method(text)
 
 
-def test_register_a_named_variant():
-  variant = methods.Method('fedga_test_variant', 'fedga', fixed=(('counts', 'dataset'),))
-  try:
-    assert methods.register(variant) is variant
-    assert methods.parse_method('fedga_test_variant') is variant
-    methods.register(variant)  # the same definition again is fine
-    with pytest.raises(ValueError, match='already registered'):
-      methods.register(methods.Method('fedga_test_variant', 'fedga'))
-    with pytest.raises(ValueError, match='unknown algorithm'):
-      methods.register(methods.Method('x', 'nope'))
-    with pytest.raises(ValueError, match='both fixes and tunes'):
-      methods.Method('y', 'fedga', fixed=(('counts', 'batch'),), grid=(('counts', ('batch',)),))
-  finally:
-    methods.METHODS.pop('fedga_test_variant', None)
+def test_diagnosis_variants_are_methods_by_name():
+  from experiments import diagnosis  # pylint: disable=g-import-not-at-top
+  assert set(methods.diagnosis_variants()) == set(diagnosis.VARIANTS)
+  soft = methods.parse_method('fedga_soft')
+  assert soft.algorithm == 'fedga' and soft.fixed_kwargs == {'form': 'soft_target'}
+  assert dict(soft.grid) == {'counts': ('batch', 'dataset')}  # the rest of fedga's grid
+  server = methods.parse_method('fedld_server_lr')
+  assert server.server_lr == 4.0 and not server.tune_server_lr
+  custom = methods.parse_method('fedmgc_dgc_only')
+  assert custom.algorithm == methods.CUSTOM and custom.fixed_kwargs == {
+      'loss': 'ce', 'aggregator': 'dgc'}
+  with pytest.raises(ValueError, match='both fixes and tunes'):
+    methods.Method('y', 'fedga', fixed=(('counts', 'batch'),), grid=(('counts', ('batch',)),))
 
 
 def test_builder_kwargs_fix_fedghs_order_seed_in_the_process():
@@ -88,9 +87,10 @@ def test_methods_from_the_binaries_flag_values():
 
 def test_fixed_learning_rates_are_not_tuned():
   from experiments.benchmarking import config as config_lib
+  from experiments.benchmarking import plan as plan_lib
   from experiments.benchmarking import tuning
-  method = methods.method_from_flags('fedld_slr', 'fedld', {'server_learning_rate': 2.0,
-                                                            'client_learning_rate': 0.05})
-  config = config_lib.BenchmarkConfig(regimes=('digits:iid',), methods=('fedavg',))
-  assert [(c.client_lr, c.server_lr) for c in tuning.stage_one(method, config)] == [(0.05, 2.0)]
-  assert {c.server_lr for c in tuning.stage_two(method, config, 0.05)} == {2.0}
+  config = config_lib.BenchmarkConfig(regimes=('digits:iid',),
+                                      methods=('fedavg', 'fedld_server_lr'))
+  search = plan_lib.make_plan(config).methods[1].search  # fedld, server lr fixed at 4
+  assert [c.server_lr for c in tuning.stage_one(search)] == [4.0, 4.0, 4.0]
+  assert {c.server_lr for c in tuning.stage_two(search, 0.05)} == {4.0}

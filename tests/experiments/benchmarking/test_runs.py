@@ -91,21 +91,3 @@ def test_run_row_puts_the_spec_first():
   row = runs.run_row(_spec(), {'final_accuracy': 0.9})
   assert list(row)[:3] == ['regime', 'dataset', 'method']
   assert row['hparams'] == '{"counts": "dataset"}' and row['final_accuracy'] == 0.9
-
-
-def test_registered_summaries_add_columns_and_report_failures():
-  def extra(rows):
-    return {'rounds_seen': len(rows), 'final_accuracy': -1.0}
-
-  def broken(rows):
-    raise KeyError('x')
-
-  runs.register_summary(extra)
-  runs.register_summary(broken)
-  try:
-    out = runs.extra_summary(_rows())
-  finally:
-    runs.SUMMARIES.remove(extra)
-    runs.SUMMARIES.remove(broken)
-  assert out['rounds_seen'] == 5 and out['final_accuracy'] == -1.0
-  assert out['summary_error'].startswith('broken: KeyError')

@@ -4,34 +4,32 @@ import math
 
 import pytest
 
-from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods
 from experiments.benchmarking import tuning
 
 
-def _config(**tuning_args):
-  return config_lib.BenchmarkConfig(
-      regimes=('digits:iid',), methods=('fedavg', 'fedprox', 'fedld'),
-      given={'fedprox': {'proximal_strength': 0.01}},
-      tuning=config_lib.TuningConfig(client_lr_grid=(0.03, 0.1, 0.3),
-                                     server_lr_grid=(1.0, 3.0), **tuning_args))
+def _search(name, strategy='staged'):
+  method = methods.METHODS[name]
+  given = (('proximal_strength', 0.01),) if name == 'fedprox' else ()
+  return tuning.Search(method=method, given=given, client_lrs=(0.03, 0.1, 0.3), server_lr=1.0,
+                       server_lrs=(1.0, 3.0) if method.tune_server_lr else (1.0,),
+                       strategy=strategy)
 
 
 def test_candidates():
-  config = _config()
-  prox, fedld, fedavg = (methods.METHODS[n] for n in ('fedprox', 'fedld', 'fedavg'))
-  one = tuning.stage_one(prox, config)
+  prox, fedld, fedavg = (_search(n) for n in ('fedprox', 'fedld', 'fedavg'))
+  one = tuning.stage_one(prox)
   assert [c.client_lr for c in one] == [0.03, 0.1, 0.3]
   assert all(c.tuned == (('proximal_strength', 0.01),) and c.server_lr == 1.0 for c in one)
-  two = tuning.stage_two(prox, config, 0.1)
+  two = tuning.stage_two(prox, 0.1)
   assert [dict(c.tuned)['proximal_strength'] for c in two] == [0.001, 0.01, 0.1, 1.0]
   assert two[1].name == one[1].name == 'clr=0.1,slr=1,proximal_strength=0.01'
-  assert tuning.stage_two(fedavg, config, 0.1) == []
-  ld = tuning.stage_two(fedld, config, 0.3)
+  assert tuning.stage_two(fedavg, 0.1) == []
+  ld = tuning.stage_two(fedld, 0.3)
   assert len(ld) == 2 * 2 * 2 and {c.server_lr for c in ld} == {1.0, 3.0}
-  assert len(tuning.product(fedld, config)) == 3 * 8
-  assert tuning.num_candidates(prox, config) == 3 + 4
-  assert tuning.num_candidates(prox, _config(strategy='product')) == 12
+  assert len(tuning.product(fedld)) == 3 * 8
+  assert len(tuning.candidates(prox)) == 3 + 4
+  assert len(tuning.candidates(_search('fedprox', 'product'))) == 12
 
 
 def _scorer(table, calls):
@@ -42,14 +40,13 @@ def _scorer(table, calls):
 
 
 def test_staged_choice_reuses_stage_one_and_picks_the_best():
-  config = _config()
   calls = []
   def table(c):  # best lr 0.1; best mu 0.1; NaN for mu = 1 (diverged)
     mu = dict(c.tuned)['proximal_strength']
     if mu == 1.0:
       return float('nan')
     return 0.5 + (0.2 if c.client_lr == 0.1 else 0.0) + (0.05 if mu == 0.1 else 0.0)
-  choice = tuning.tune_method(methods.METHODS['fedprox'], config, dataset='digits',
+  choice = tuning.tune_method(_search('fedprox'), dataset='digits',
                               regime='digits:iid', epochs=1, evaluate=_scorer(table, calls))
   assert len(calls) == len(set(calls)) == 6  # stage 2's mu = 0.01 at lr 0.1 is not run again
   assert (choice.client_lr, choice.server_lr, choice.values) == (0.1, 1.0,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from experiments.benchmarking import stats
+from experiments import stats
 
 
 def test_hand_worked_interval():

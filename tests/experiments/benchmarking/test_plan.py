@@ -1,0 +1,72 @@
+"""The plan: a config resolved once into methods with their grids, tuning tasks and runs."""
+
+from experiments.benchmarking import config as config_lib
+from experiments.benchmarking import plan as plan_lib
+from experiments.benchmarking import runs
+from experiments.benchmarking import tuning
+
+
+def _plan(**changes):
+  args = dict(regimes=('digits:iid', 'synthetic(1,1)'), methods=('fedavg', 'fedprox'))
+  args.update(changes)
+  return plan_lib.make_plan(config_lib.BenchmarkConfig(**args))
+
+
+def test_models_and_tuning_regimes_per_dataset():
+  plan = _plan(regimes=('digits:dir(0.10)', 'synthetic( 1 , 1 )', 'digits:iid'))
+  assert plan.regimes == ('digits:dir(0.1)', 'synthetic(1,1)', 'digits:iid')
+  assert plan.datasets == ('digits', 'synthetic')
+  assert plan.models == {'digits': 'digits_cnn', 'synthetic': 'logistic_regression'}
+  assert plan.tuning_regimes == {'digits': 'digits:dir(0.1)', 'synthetic': 'synthetic(1,1)'}
+  assert _plan(regimes=('mnist:iid',)).tuning_regimes == {'mnist': 'mnist:iid'}
+  # The grid's own version of the default split (its population), else the default.
+  assert _plan(regimes=('digits:iid@8', 'digits:dir(0.1)@8')).tuning_regimes == {
+      'digits': 'digits:dir(0.1)@8'}
+  assert _plan(regimes=('digits:iid@8',)).tuning_regimes == {'digits': 'digits:dir(0.1)'}
+
+
+def test_methods_with_grids_given_values_and_tuned_epochs():
+  plan = _plan(epochs=(1, 2, 5), given={'fedprox': {'proximal_strength': 0.5}},
+               tuning=config_lib.TuningConfig(tune_epochs=(1, 5), client_lr_grid=(0.1, 0.2),
+                                              grids={'fedprox': {'proximal_strength': (1, 2)}}))
+  assert plan.tuned_epochs == {1: 1, 2: 1, 5: 5}
+  fedavg, fedprox = plan.methods
+  assert dict(fedprox.given) == {'proximal_strength': 0.5}
+  assert dict(fedprox.method.grid) == {'proximal_strength': (1, 2)}
+  assert fedprox.search.client_lrs == (0.1, 0.2) and fedavg.search.server_lrs == (1.0,)
+  # Tuning: per dataset, per tuned E, per method; on the dataset's tuning regime.
+  assert [(t.dataset, t.epochs, t.method.name) for t in plan.tuning] == [
+      (d, e, m) for d in ('digits', 'synthetic') for e in (1, 5) for m in ('fedavg', 'fedprox')]
+  assert plan.tuning[0].regime == 'digits:dir(0.1)' and plan.tuning[0].seeds == (100, 101)
+  counts = plan.planned_runs()
+  assert counts[(runs.TUNE_PHASE, 'fedprox', 'digits', 5)] == (2 + 2) * 2
+  assert counts[(runs.REPORT_PHASE, 'fedprox', 'digits', 2)] == 1 * 5
+  assert plan.num_runs(runs.REPORT_PHASE) == 2 * 2 * 3 * 5
+  assert plan.planned_processes()[('fedprox', 'digits')] == 3  # given 0.5, then 1 and 2
+
+
+def test_report_runs_take_the_choice_of_their_tuned_epochs():
+  plan = _plan(regimes=('digits:iid',), epochs=(1, 2), report_seeds=(0, 1),
+               tuning=config_lib.TuningConfig(tune_epochs=(1,)), vary_partition=False)
+  choices = [tuning.Choice(dataset='digits', regime='digits:dir(0.1)', epochs=1, method=m,
+                           client_lr=0.3, server_lr=1.0, tuned=t, score=0.5, scores=())
+             for m, t in (('fedavg', ()), ('fedprox', (('proximal_strength', 0.1),)))]
+  specs = plan.report_specs(choices)
+  assert [(s.method, s.epochs, s.seed) for s in specs] == [
+      (m, e, s) for m in ('fedavg', 'fedprox') for e in (1, 2) for s in (0, 1)]
+  assert all(s.client_lr == 0.3 and s.data_seed == 0 for s in specs)
+  assert dict(specs[-1].kwargs) == {'proximal_strength': 0.1}
+  task = plan.tuning[1]
+  candidate = tuning.stage_one(task.method.search)[0]
+  spec = plan.tuning_spec(task, candidate, 100)
+  assert spec.phase == runs.TUNE_PHASE and spec.regime == 'digits:dir(0.1)'
+  assert spec.candidate == candidate.name and spec.rounds == plan.rounds
+
+
+def test_without_tuning_the_given_values_run():
+  plan = _plan(regimes=('digits:iid',), report_seeds=(3,),
+               tuning=config_lib.TuningConfig(tune=False))
+  assert plan.tuning == () and plan.num_runs(runs.TUNE_PHASE) == 0
+  specs = plan.report_specs([])
+  assert {(s.client_lr, s.server_lr) for s in specs} == {(plan.methods[0].client_lr, 1.0)}
+  assert all(s.data_seed == 3 for s in specs)  # the run's seed draws its partition
