@@ -130,13 +130,15 @@ LAYERS = {
     hparams.DGC_SELECTION_RATIO: [
         _kernel(conflict.dominant_correction, 'selection_ratio', U, L),
         _kernel(conflict.dominant_correction_with_diagnostics, 'selection_ratio', U, L),
-        _object(aggregators.DominantGradientCorrectionFactory, 'selection_ratio', 'aggregators'),
+        _object(aggregators.DominantGradientCorrectionFactory, 'selection_ratio', 'aggregators',
+                weights_are_losses=True),
         _registry(learning.AGGREGATORS, 'dgc', 'selection_ratio'),
         _build(learning.build_fedmgc, 'selection_ratio'),
         _flag('selection_ratio')],
     hparams.DGC_WEIGHTS_ARE_LOSSES: [
-        _object(aggregators.DominantGradientCorrectionFactory, 'weights_are_losses',
-                'aggregators'),
+        # Required by the factory (no default to compare): only its checks are shared.
+        Layer('aggregators.DominantGradientCorrectionFactory', None,
+              lambda v: aggregators.DominantGradientCorrectionFactory(weights_are_losses=v)),
         _registry(learning.AGGREGATORS, 'dgc', 'weights_are_losses')],
     hparams.CALIBRATION_COUNTS: [
         _object(losses.CalibratedLabelLoss, 'counts', 'losses'),
@@ -244,7 +246,10 @@ def test_defaults_named_by_the_task():
   assert losses.FocalLoss().gamma == _signature_default(learning.build_fedmgc, 'gamma') == (
       _signature_default(learning.LOSSES['focal'], 'gamma')) == flags.FLAGS[
           'focal_gamma'].default == 0.5
-  assert aggregators.DominantGradientCorrectionFactory().weights_are_losses is True
+  # The factory makes the caller choose; the registry's 'dgc' (build_process, which sends the
+  # losses) reads losses.
+  with pytest.raises(TypeError, match='weights_are_losses'):
+    aggregators.DominantGradientCorrectionFactory()
   assert learning.resolve_aggregator('dgc').weights_are_losses is True
   with pytest.raises(ValueError, match='beta must be a finite number > 0, got 0.0'):
     learning.LOSSES['focal'](beta=0.0)

@@ -2,6 +2,10 @@
 
 Paper: Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient
 Conflict in Federated Learning" (the fedmgc paper), Definition 3, Algorithms 1-2.
+
+The caller says what the weight channel carries (`weights_are_losses`, required): each client's
+training loss (the method as published; `tff_conflict.learning.build_fedmgc`, `build_process`)
+or anything else, e.g. TFF's numbers of examples (then every loss counts as equal).
 """
 
 from typing import Optional
@@ -13,6 +17,16 @@ from tff_conflict import hparams
 from tff_conflict.aggregators import _common
 from tff_conflict.aggregators import _gather
 from tff_conflict.aggregators import _process
+
+
+class _Required:
+  """The default of an argument the caller must give (its absence is a clear error)."""
+
+  def __repr__(self):
+    return '<required: True or False>'
+
+
+REQUIRED = _Required()
 
 
 class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFactory):
@@ -27,7 +41,11 @@ class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFacto
 
   The weight channel:
 
-  * `weights_are_losses=True` (the default, the method as published): the weight carries `l_i`,
+  `weights_are_losses` has no default: a weight misread as a loss (a number of examples inside
+  `tff.learning.algorithms.build_weighted_fed_avg`) would rank clients by `p_i / n_i`, a
+  different method, without any error.
+
+  * `weights_are_losses=True` (the method as published): the weight carries `l_i`,
     the client's mean training loss this round, e.g. from
     `tff_conflict.learning.build_loss_weighted_client_work` composed with this factory by
     `tff.learning.templates.compose_learning_process`, as `tff_conflict.learning.build_fedmgc`
@@ -37,8 +55,11 @@ class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFacto
   * `weights_are_losses=False`: the weight (e.g. a number of examples) only marks a client as
     taking part (> 0) or not (0); every client's loss counts as equal, so `z_i = p_i`. Use this
     inside `tff.learning.algorithms.build_weighted_fed_avg`, whose weights are numbers of
-    examples (or 1) and cannot carry a loss: with the default the numbers of examples would be
-    read as losses.
+    examples (or 1) and cannot carry a loss: with True the numbers of examples would be read as
+    losses. (TFF 0.87's `build_weighted_fed_avg` takes only the `ClientWeighting` enum,
+    so its weights cannot carry a loss; for the published method with a TFF `model_fn` use
+    `tff_conflict.learning.build_process(model_fn, ..., aggregator=<this factory>)`, which sends
+    the losses.)
 
   In both modes the mean of the corrected updates is unweighted, as Algorithm 2 line 9 says.
 
@@ -58,19 +79,28 @@ class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFacto
   """
 
   def __init__(self, *, selection_ratio: float = hparams.DGC_SELECTION_RATIO.default,
-               weights_are_losses: bool = hparams.DGC_WEIGHTS_ARE_LOSSES.default,
+               weights_are_losses: bool = REQUIRED,
                max_gather_bytes: Optional[int] = None):
     """Args:
       selection_ratio: lambda in (0, 1], default 0.5 (`hparams.DGC_SELECTION_RATIO`).
-      weights_are_losses: a bool, default True (`hparams.DGC_WEIGHTS_ARE_LOSSES`; see the class
-        docstring).
+      weights_are_losses: a bool, required (see the class docstring): True when the weight is
+        each client's mean training loss, False when it is anything else.
     max_gather_bytes: the memory limit of this factory's gather in TFF's C++ runtime (bytes):
       None (default) uses the process-wide `tff_conflict.aggregators.max_gather_bytes()` when
       `create` runs, 0 builds without the check, a positive int is the limit.
 
     Raises:
+      TypeError: when `weights_are_losses` is not given.
       ValueError: on a bad argument, naming it and the value.
     """
+    if weights_are_losses is REQUIRED:
+      raise TypeError(
+          'DominantGradientCorrectionFactory needs weights_are_losses=True or False (no '
+          'default): True when the weight channel carries each client\'s mean training loss '
+          '(the method as published; tff_conflict.learning.build_process and build_fedmgc send '
+          'it), False when the weight is anything else, e.g. the numbers of examples of '
+          'tff.learning.algorithms.build_weighted_fed_avg (every loss then counts as equal, '
+          'z_i = p_i). Read as losses, numbers of examples would rank clients by p_i / n_i.')
     self._selection_ratio = hparams.DGC_SELECTION_RATIO.check(selection_ratio)
     self._weights_are_losses = hparams.DGC_WEIGHTS_ARE_LOSSES.check(weights_are_losses)
     self._max_gather_bytes = _gather.check_factory_limit(max_gather_bytes)

@@ -128,6 +128,32 @@ def is_corrective_factory(factory) -> bool:
 
 
 def weights_are_losses(factory) -> bool:
-  """Whether `factory` reads its weight channel as client losses (its public
-  `weights_are_losses` property, e.g. DGC's); such a factory needs `client_weighting="loss"`."""
-  return bool(getattr(factory, 'weights_are_losses', False))
+  """Whether `factory`, or a factory it wraps, reads its weight channel as client losses (the
+  public `weights_are_losses` property, e.g. DGC's); such a factory needs
+  `client_weighting="loss"`. TFF's wrappers (`tff.aggregators.clipping_factory`,
+  `zeroing_factory`, ...) hold their inner factory as an attribute or in the closure of their
+  `create`; both are searched."""
+  seen = set()
+  pending = [factory]
+  while pending:
+    current = pending.pop()
+    if id(current) in seen:
+      continue
+    seen.add(id(current))
+    if getattr(current, 'weights_are_losses', False) is True:
+      return True
+    cells = getattr(getattr(type(current), 'create', None), '__closure__', None) or ()
+    inner = list(vars(current).values()) if hasattr(current, '__dict__') else []
+    for value in inner + [c.cell_contents for c in cells if _cell_is_set(c)]:
+      if isinstance(value, (tff.aggregators.WeightedAggregationFactory,
+                            tff.aggregators.UnweightedAggregationFactory)):
+        pending.append(value)
+  return False
+
+
+def _cell_is_set(cell) -> bool:
+  try:
+    cell.cell_contents  # pylint: disable=pointless-statement
+  except ValueError:
+    return False
+  return True
