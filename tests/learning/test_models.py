@@ -16,6 +16,7 @@ from tests.conflict import references
 from tests.conftest import make_tiny_client_datasets
 from tests.conftest import make_tiny_keras_model
 from tests.learning import conftest as h
+from tff_conflict import aggregators
 from tff_conflict import learning
 from tff_conflict.learning import process as process_lib
 
@@ -118,6 +119,77 @@ def test_fedavg_with_a_functional_model_and_keras_metrics_matches_the_reference(
   train = metrics['client_work']['train']
   assert set(train) == {'sparse_categorical_accuracy', 'loss'}, train
   assert 0.0 <= train['sparse_categorical_accuracy'] <= 1.0 and np.isfinite(train['loss'])
+
+
+class _SubclassedRegression(tf.keras.Model):
+  """The tiny softmax regression as a subclassed model: no weights until it is first called."""
+
+  def __init__(self):
+    super().__init__()
+    self.dense = tf.keras.layers.Dense(
+        h.NUM_CLASSES, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=0))
+
+  def call(self, x):
+    return self.dense(x)
+
+
+def test_fedavg_trains_a_subclassed_keras_model_built_on_the_input_spec():
+  process = learning.build_fedavg(_SubclassedRegression, input_spec=h.input_spec(),
+                                  client_optimizer_fn=_sgd())
+  initial, new, _ = _one_round(process, _data())
+  assert [w.shape for w in initial] == [(h.NUM_FEATURES, h.NUM_CLASSES), (h.NUM_CLASSES,)]
+  deltas, sizes = _client_deltas(initial, _data())
+  expected = _apply(initial, sum(w * u for w, u in zip(sizes / sizes.sum(), deltas)))
+  assert not np.allclose(new[0], initial[0])
+  _assert_weights_close(new, expected)
+
+
+def _dgc_reference(initial, data, equal_losses=False):
+  """Float64 local SGD per client, then DGC (selection ratio 0.5) on the clients' mean training
+  losses (or on equal losses)."""
+  deltas, losses = [], []
+  for dataset in data:
+    kernel, bias, loss = h.softmax_sgd_reference(initial, h.batches_of(dataset), LR)
+    deltas.append(np.concatenate([(initial[0] - kernel).ravel(), initial[1] - bias]))
+    losses.append(1.0 if equal_losses else loss)
+  return _apply(initial, references.dgc(deltas, losses, 0.5)[0])
+
+
+def _dgc_data(seed=8, num_clients=4, n=12):
+  """Label-skewed clients (80% of client k's labels are k mod 3) whose updates conflict; on
+  these the clients' losses change DGC's dominant set."""
+  rng = np.random.default_rng(seed)
+  centers = rng.normal(scale=3.0, size=(h.NUM_CLASSES, h.NUM_FEATURES)).astype(np.float32)
+  datasets = []
+  for k in range(num_clients):
+    y = np.where(rng.uniform(size=n) < 0.8, k % h.NUM_CLASSES,
+                 rng.integers(0, h.NUM_CLASSES, size=n)).astype(np.int32)
+    x = (centers[y] + rng.normal(size=(n, h.NUM_FEATURES))).astype(np.float32)
+    datasets.append(tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y)).batch(5))
+  return datasets
+
+
+def _differs(a, b):
+  return any(not np.allclose(x, y, rtol=1e-3, atol=1e-4) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize('wrap', [
+    lambda factory: factory,
+    lambda factory: tff.aggregators.clipping_factory(1e6, factory),
+    pytest.param(lambda factory: tff.aggregators.zeroing_factory(
+        1e6, tff.aggregators.clipping_factory(1e6, factory)), marks=pytest.mark.slow),
+], ids=['plain', 'clipped', 'zeroed_clipped'])
+def test_dgc_with_losses_gets_the_clients_losses_from_build_process(wrap):
+  """The published DGC with a TFF model function (what `build_weighted_fed_avg` takes), as is or
+  inside TFF's wrappers: `build_process` sends each client's mean training loss as its weight."""
+  factory = aggregators.DominantGradientCorrectionFactory(weights_are_losses=True)
+  process = learning.build_process(_variable_model_fn, client_optimizer_fn=_sgd(),
+                                   aggregator=wrap(factory))
+  initial, new, _ = _one_round(process, _dgc_data())
+  expected = _dgc_reference(initial, _dgc_data())
+  # The losses matter on these data: equal losses would give another round.
+  assert _differs(expected, _dgc_reference(initial, _dgc_data(), equal_losses=True))
+  _assert_weights_close(new, expected)
 
 
 def _keras_process(builder_kwargs):

@@ -119,6 +119,121 @@ def test_bad_model_fn(model_fn, match):
       _call(builder, model_fn=model_fn)
 
 
+def _dense(activation=None):
+  return tf.keras.layers.Dense(3, activation=activation)
+
+
+def _sequential(*layers):
+  return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)), *layers])
+
+
+class _SoftmaxInCall(tf.keras.Model):
+  """Subclassed: softmax applied inside `call`, invisible to a look at the layers."""
+
+  def __init__(self):
+    super().__init__()
+    self.dense = tf.keras.layers.Dense(3)
+
+  def call(self, x):
+    return tf.nn.softmax(self.dense(x))
+
+
+def _functional_softmax():
+  x = tf.keras.Input([4])
+  return tf.keras.Model(x, tf.keras.layers.Activation('softmax')(tf.keras.layers.Dense(3)(x)))
+
+
+def _two_outputs():
+  x = tf.keras.Input([4])
+  return tf.keras.Model(x, [tf.keras.layers.Dense(3)(x), tf.keras.layers.Dense(3)(x)])
+
+
+def _same_object():
+  """A model_fn that returns the model of its first call every time."""
+  models = []
+
+  def model_fn():
+    if not models:
+      models.append(make_tiny_keras_model())
+    return models[0]
+  return model_fn
+
+
+def _shared_layer():
+  """A model_fn whose models share one Dense layer."""
+  layers = []
+
+  def model_fn():
+    if not layers:
+      layers.append(tf.keras.layers.Dense(3))
+    return _sequential(layers[0])
+  return model_fn
+
+
+@pytest.mark.parametrize('make_model_fn,match', [
+    (lambda: lambda: _sequential(_dense('softmax')), r"ends in softmax \(layer 'dense.*'\)"),
+    (lambda: lambda: _sequential(_dense(), tf.keras.layers.Softmax()),
+     r"ends in softmax \(layer 'softmax"),
+    (lambda: lambda: _sequential(_dense(), tf.keras.layers.Activation('softmax')),
+     'ends in softmax'),
+    (lambda: _functional_softmax, 'ends in softmax'),
+    (lambda: _SoftmaxInCall, r'outputs probabilities \(every output row is >= 0 and sums to 1'),
+    (lambda: _two_outputs, 'must have one output, the logits .*; got 2 outputs'),
+    (lambda: lambda: _sequential(tf.keras.layers.Dense(3, trainable=False)),
+     'no trainable weights'),
+    (_same_object, 'model_fn must create a new Keras model on every call .* the same object'),
+    (_shared_layer, 'new Keras model on every call .* models sharing variables'),
+])
+def test_models_that_would_train_silently_wrong_are_refused(make_model_fn, match):
+  for builder in (learning.build_fedmgc, learning.build_fedavg, learning.build_fedgh,
+                  learning.build_process):
+    with pytest.raises(ValueError, match=match):
+      _call(builder, model_fn=make_model_fn())
+
+
+def test_a_model_fn_reusing_a_layer_across_builds_is_refused():
+  model_fn = _shared_layer()
+  with pytest.raises(ValueError, match='sharing variables'):
+    _call(learning.build_fedavg, model_fn=model_fn)
+  # The layer was built in the first build's graph.
+  with pytest.raises(ValueError, match='model_fn uses a layer or model created outside it'):
+    _call(learning.build_fedavg, model_fn=model_fn)
+
+
+def test_a_variable_model_fn_returning_the_same_model_is_refused():
+  model = []
+
+  def model_fn():
+    if not model:
+      model.append(h.ce_model_fn()())
+    return model[0]
+  with pytest.raises(ValueError, match='new VariableModel on every call'):
+    learning.build_fedavg(model_fn, client_optimizer_fn=_sgd())
+
+
+@pytest.mark.parametrize('loss,match', [
+    (tf.keras.losses.SparseCategoricalCrossentropy(),
+     r'from_logits=False.*SparseCategoricalCrossentropy\(from_logits=True\)'),
+    (tf.keras.losses.CategoricalCrossentropy(from_logits=True), 'one-hot or binary labels'),
+])
+def test_a_loss_on_probabilities_or_one_hot_labels_is_refused(loss, match):
+  with pytest.raises(ValueError, match=match):
+    _call(learning.build_process, loss=loss)
+
+
+def test_one_hot_label_spec_is_refused():
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 4], tf.float32),
+                                 y=tf.TensorSpec([None, 3], tf.int32))
+  with pytest.raises(ValueError, match=r'input_spec\["y"\] must hold sparse labels .* got shape '
+                                       r'\(None, 3\), which looks like one-hot'):
+    _call(learning.build_fedavg, input_spec=spec)
+  with pytest.raises(ValueError, match=r'input_spec\[1\] must hold sparse labels'):
+    _call(learning.build_fedavg, input_spec=(spec['x'], spec['y']))
+  # [batch, 1] labels are sparse labels.
+  column = collections.OrderedDict(x=spec['x'], y=tf.TensorSpec([None, 1], tf.int32))
+  assert learning.models.check_input_spec(column)['y'].shape.as_list() == [None, 1]
+
+
 def test_builders_share_core_keywords():
   import inspect  # pylint: disable=g-import-not-at-top
   core = ['model_fn', 'input_spec', 'client_optimizer_fn', 'server_optimizer_fn',

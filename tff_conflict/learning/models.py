@@ -22,6 +22,12 @@ y_spec)` (batches are tuples), with integer labels `y`.
 
 `build_model_fn` wraps `tff.learning.models.from_keras_model`; each call builds a new Keras model,
 a new loss and new metrics (TFF traces `model_fn` several times, each time in its own graph).
+
+`resolve_model` refuses, before anything is built, what would otherwise train silently wrong or
+fail late: a Keras model with several outputs, no trainable weights or a softmax output (its last
+layer, or output rows that sum to 1), a `model_fn` that returns the same model (or shared
+variables) twice, one-hot labels. A subclassed model gets its weights by a call on a zero batch
+of `input_spec`'s x (`build_on_input_spec`).
 """
 
 import collections
@@ -30,6 +36,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional, Union
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -100,6 +107,10 @@ def check_input_spec(input_spec: Any) -> Union[collections.OrderedDict, tuple]:
       raise ValueError(f'{name} must be a tf.TensorSpec, got {value!r}')
   if not y.dtype.is_integer:
     raise ValueError(f'{names[1]} must hold integer class labels (sparse labels), got {y!r}')
+  if y.shape.rank is not None and y.shape.rank >= 2 and y.shape[1:].as_list() != [1]:
+    raise ValueError(f'{names[1]} must hold sparse labels of shape [batch] (or [batch, 1]), one '
+                     f'class index per example; got shape {y.shape}, which looks like one-hot '
+                     'labels: map the data with y = tf.argmax(y, axis=-1)')
   return spec
 
 
@@ -141,8 +152,54 @@ class ResolvedModel:
             FUNCTIONAL: 'a tff.learning.models.FunctionalModel'}[self.kind]
 
 
+def _probe_batch(x_spec: tf.TensorSpec, batch: int) -> tf.Tensor:
+  """A fixed batch of `batch` inputs of `x_spec` (unknown dimensions 1): uniform in [0, 1) for
+  floats, zeros otherwise."""
+  shape = [batch] + [1 if d is None else d for d in x_spec.shape.as_list()[1:]]
+  if x_spec.dtype.is_floating:
+    values = np.random.default_rng(0).uniform(size=shape)
+    return tf.constant(values, dtype=x_spec.dtype)
+  return tf.zeros(shape, x_spec.dtype)
+
+
+def build_on_input_spec(model: tf.keras.Model, input_spec) -> tf.keras.Model:
+  """Creates the weights of a Keras model that has none yet (a subclassed model gets its weights
+  when first called) by calling it on one zero batch of `input_spec`'s x; returns the model."""
+  if not model.built or not model.weights:
+    x_spec, _ = split_input_spec(input_spec)
+    model(tf.zeros([1 if d is None else d for d in x_spec.shape.as_list()], x_spec.dtype))
+  return model
+
+
+def _softmax_layer(model: tf.keras.Model) -> Optional[str]:
+  """The name of the last layer of a Sequential or functional model when it applies softmax
+  (a `Softmax` layer, or a layer whose `activation` is softmax), else None."""
+  layer = model
+  while isinstance(layer, tf.keras.Model) and (
+      isinstance(layer, tf.keras.Sequential) or getattr(layer, '_is_graph_network', False)):
+    if not layer.layers:
+      return None
+    layer = layer.layers[-1]
+  if isinstance(layer, tf.keras.layers.Softmax):
+    return layer.name
+  activation = getattr(layer, 'activation', None)
+  if activation is not None and getattr(activation, '__name__', '') == 'softmax':
+    return layer.name
+  return None
+
+
+_LOGITS_NEEDED = ('the losses and metrics here take logits (softmax is applied inside the loss); '
+                  'remove the softmax from the model (its argmax, hence its accuracy, is '
+                  'unchanged)')
+
+
 def _check_keras_model(model: tf.keras.Model, input_spec) -> int:
-  """The number of classes of an uncompiled Keras model applied to `input_spec`'s x."""
+  """The number of classes of an uncompiled Keras model applied to `input_spec`'s x; refuses a
+  model with several outputs, no trainable weights, or probabilities (softmax) as output.
+
+  Runs inside a throwaway graph: the probabilities check runs the model once on a fixed batch in
+  a `tf.compat.v1.Session` of that graph.
+  """
   if getattr(model, '_is_compiled', False) or getattr(model, 'optimizer', None) is not None:
     raise ValueError('model_fn must return an uncompiled tf.keras.Model (TFF trains it with its '
                      f'own optimizers), got a compiled model {model.name!r}')
@@ -153,11 +210,53 @@ def _check_keras_model(model: tf.keras.Model, input_spec) -> int:
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f'model_fn\'s Keras model cannot be applied to the input spec\'s x = '
                      f'{x_spec!r}: {e}') from e
+  if not isinstance(out, tf.Tensor):
+    count = len(out) if isinstance(out, (list, tuple, Mapping)) else type(out).__name__
+    raise ValueError('model_fn\'s Keras model must have one output, the logits [batch, '
+                     f'num_classes]; got {count} outputs')
   shape = out.shape
   if shape.rank != 2 or shape[-1] is None or shape[-1] < 2:
     raise ValueError('model_fn\'s Keras model must output logits of shape [batch, num_classes] '
                      f'with num_classes >= 2, got output shape {shape}')
+  if not model.trainable_weights:
+    raise ValueError(f'model_fn\'s Keras model {model.name!r} has no trainable weights after '
+                     'being applied to the input spec\'s x: there is nothing to train')
+  layer = _softmax_layer(model)
+  if layer is not None:
+    raise ValueError(f'model_fn\'s Keras model ends in softmax (layer {layer!r}) and so outputs '
+                     f'probabilities; {_LOGITS_NEEDED}')
+  probe = model(_probe_batch(x_spec, 3), training=False)
+  with tf.compat.v1.Session() as session:
+    session.run(tf.compat.v1.variables_initializer(model.variables))
+    values = session.run(probe)
+  if np.all(values >= 0) and np.allclose(values.sum(axis=-1), 1.0, rtol=0.0, atol=1e-4):
+    raise ValueError(f'model_fn\'s Keras model {model.name!r} outputs probabilities (every '
+                     f'output row is >= 0 and sums to 1: it applies softmax); {_LOGITS_NEEDED}')
   return int(shape[-1])
+
+
+def _in_current_graph(variable) -> bool:
+  try:
+    return variable.graph is tf.compat.v1.get_default_graph()
+  except (AttributeError, RuntimeError):  # an eager variable
+    return False
+
+
+def _check_new_model_per_call(first, second, kind: str) -> None:
+  """Refuses a `model_fn` whose two calls (inside one graph) return the same model, models
+  sharing variables, or a model whose variables were created outside the call."""
+  if first is second:
+    problem = 'two calls returned the same object'
+  elif {id(v) for v in first.trainable_variables} & {id(v) for v in second.trainable_variables}:
+    problem = 'two calls returned models sharing variables'
+  elif not all(_in_current_graph(v) for v in (list(first.trainable_variables) +
+                                              list(first.non_trainable_variables))):
+    problem = 'it returned a model whose variables were created before the call'
+  else:
+    return
+  raise ValueError(f'model_fn must create a new {kind} on every call (TFF calls it several '
+                   f'times, each time in its own graph); {problem}: build the model (and its '
+                   'layers) inside model_fn')
 
 
 def _same_spec(a, b) -> bool:
@@ -195,18 +294,24 @@ def resolve_model(model_fn: ModelArg, input_spec: InputSpecArg = None) -> Resolv
       try:
         model = model_fn()
       except Exception as e:  # pylint: disable=broad-except
+        hint = (' (model_fn uses a layer or model created outside it, in another graph: build '
+                'the model and its layers inside model_fn)' if 'same graph' in str(e) else '')
         raise ValueError(f'model_fn must be {_MODEL_FN_CONTRACT}; calling it (inside a '
-                         f'tf.Graph, as TFF does) raised {type(e).__name__}: {e}') from e
+                         f'tf.Graph, as TFF does) raised {type(e).__name__}: {e}{hint}') from e
       if isinstance(model, tf.keras.Model):
         if input_spec is None:
           raise ValueError('input_spec is required with a Keras model (as in '
                            'tff.learning.models.from_keras_model): OrderedDict(x=..., y=...) or '
                            '(x, y) of tf.TensorSpec')
-        return ResolvedModel(KERAS, model_fn, None, input_spec,
-                             _check_keras_model(model, input_spec))
+        second = model_fn()
+        _check_new_model_per_call(model, second, 'Keras model')
+        num_classes = _check_keras_model(model, input_spec)
+        _check_new_model_per_call(model, build_on_input_spec(second, input_spec), 'Keras model')
+        return ResolvedModel(KERAS, model_fn, None, input_spec, num_classes)
       if not isinstance(model, tff.learning.models.VariableModel):
         raise ValueError(f'model_fn must be {_MODEL_FN_CONTRACT}; the function returned '
                          f'{model!r}')
+      _check_new_model_per_call(model, model_fn(), 'VariableModel')
       resolved = ResolvedModel(VARIABLE, None, model_fn, model.input_spec, None)
   if input_spec is not None and not _same_spec(input_spec, resolved.input_spec):
     raise ValueError(f'input_spec must match the input_spec of the model '
@@ -244,7 +349,8 @@ def build_model_fn(keras_model_fn: Callable[[], tf.keras.Model], *,
   """
   def model_fn():
     model = tff.learning.models.from_keras_model(
-        keras_model_fn(), loss=loss_fn(), input_spec=input_spec, metrics=metrics_fn())
+        build_on_input_spec(keras_model_fn(), input_spec), loss=loss_fn(),
+        input_spec=input_spec, metrics=metrics_fn())
     return model
 
   return model_fn

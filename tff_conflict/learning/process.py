@@ -61,6 +61,15 @@ def resolve_loss(loss: LossArg, loss_kwargs: Optional[Mapping[str, Any]] = None
     if kwargs:
       raise ValueError(f'loss_kwargs must be empty when loss is an object, got {kwargs!r}')
     cls, config = type(loss), loss.get_config()
+    if config.get('from_logits') is False:
+      raise ValueError(f'loss {loss.name!r} ({cls.__name__}) has from_logits=False, so it reads '
+                       'the model\'s output as probabilities; the models here output logits '
+                       f'(a softmax output is refused): pass {cls.__name__}(from_logits=True)')
+    if isinstance(loss, (tf.keras.losses.CategoricalCrossentropy,
+                         tf.keras.losses.BinaryCrossentropy)):
+      raise ValueError(f'loss {loss.name!r} ({cls.__name__}) takes one-hot or binary labels; '
+                       'the labels here are sparse class indices: use '
+                       'tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)')
     return lambda: cls.from_config(config)
   raise ValueError(f'loss must be one of {sorted(registry.LOSSES)} or a tf.keras.losses.Loss, '
                    f'got {loss!r}')
@@ -145,8 +154,9 @@ def build_process(model_fn: models_lib.ModelArg, *,
     aggregator_kwargs: keyword arguments of the named aggregator.
     proximal_strength: FedProx's mu >= 0 (0: none); see `client_work`.
     client_weighting: 'num_examples', 'uniform', 'loss' or a `tff.learning.ClientWeighting`.
-      Default: 'loss' for an aggregator with `weights_are_losses=True` (DGC as published),
-      else 'num_examples'. A corrective aggregator requires 'num_examples'.
+      Default: 'loss' for an aggregator with `weights_are_losses=True` (DGC as published; also
+      inside TFF wrappers such as `tff.aggregators.clipping_factory`, which are looked
+      through), else 'num_examples'. A corrective aggregator requires 'num_examples'.
     metrics: None (sparse categorical accuracy for a Keras model; a VariableModel's own metrics;
       loss and number of examples for a FunctionalModel), a no-argument callable returning a
       list of new Keras metrics, or a list of Keras metric objects (not with a VariableModel).
@@ -161,9 +171,11 @@ def build_process(model_fn: models_lib.ModelArg, *,
     ValueError: before anything is built, on an unknown loss or aggregator name, bad
       hyperparameters, a non-positive learning rate, a negative `proximal_strength`, a
       `clip_norm` that is not None or finite > 0, an inconsistent weighting, a `model_fn` that is
-      none of the above or returns a compiled Keras model or one whose output is not
-      `[batch, num_classes]`, a missing or malformed `input_spec`, a loss given with a model
-      that is not a Keras model, or metrics given with a VariableModel.
+      none of the above or returns a compiled Keras model, one whose output is not one tensor
+      of logits `[batch, num_classes]` (e.g. ends in softmax), or the same model twice (see
+      `tff_conflict.learning.models`), a missing or malformed `input_spec` (one-hot labels), a
+      loss with `from_logits=False` or on one-hot labels, a loss given with a model that is not
+      a Keras model, or metrics given with a VariableModel.
   """
   # ---- validation, before anything is built --------------------------------------------------
   if input_spec is not None:
@@ -253,7 +265,8 @@ def _compose(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn, functional
       def model_and_loss_fn():
         loss_obj = loss_fn()
         return tff.learning.models.from_keras_model(
-            keras_model_fn(), loss=loss_obj, input_spec=model.input_spec,
+            models_lib.build_on_input_spec(keras_model_fn(), model.input_spec), loss=loss_obj,
+            input_spec=model.input_spec,
             metrics=metrics_fn()), loss_obj
       client_work = client_work_lib.build_label_counting_client_work(
           model_and_loss_fn, client_optimizer, num_classes=model.num_classes,
