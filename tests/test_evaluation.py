@@ -212,12 +212,49 @@ def test_evaluate_bad_input():
       (dict(test_data=_dataset(x[:0], y[:0])), 'no examples'),
       (dict(test_data=_dataset(x, y + 3)), r'labels.*\[0, 3\)'),
       (dict(keras_model_fn=None), 'keras_model_fn'),
+      (dict(loss=tf.keras.losses.SparseCategoricalCrossentropy()), 'from_logits=False'),
+      (dict(keras_model_fn=lambda: tf.keras.Sequential([
+          tf.keras.layers.InputLayer(input_shape=(NUM_FEATURES,)),
+          tf.keras.layers.Dense(NUM_CLASSES, activation='softmax')])),
+       'outputs probabilities .* remove the softmax'),
   ]
   for overrides, match in cases:
     kwargs = dict(keras_model_fn=make_tiny_keras_model, model_weights=weights, test_data=data)
     kwargs.update(overrides)
     with pytest.raises(ValueError, match=match):
       evaluation.evaluate(**kwargs)
+
+
+@pytest.mark.parametrize('bad', [np.nan, np.inf])
+def test_evaluate_non_finite_weights_reports_nan_not_a_chance_accuracy(bad):
+  """argmax of NaN logits is class 0: without the check, diverged weights would score the share
+  of class 0 (0.100 on a balanced 10-class test set) and a macro-F1 of its F1."""
+  weights, kernel, bias = _random_weights(5)
+  kernel = kernel.copy()
+  kernel[0, 0] = bad
+  clients = collections.OrderedDict()
+  for k, n in enumerate([6, 4]):
+    x, y = _examples(20 + k, n)
+    if k == 1:
+      x[:, 0] = 0.0   # 0 * inf = nan: this client's logits are all NaN too
+    clients[f'c{k}'] = collections.OrderedDict(x=x, y=y)
+  client_data = tff.simulation.datasets.TestClientData(clients)
+  got = evaluation.evaluate(
+      make_tiny_keras_model,
+      tff.learning.models.ModelWeights(trainable=[kernel, bias], non_trainable=[]), client_data,
+      per_client=True)
+  assert math.isnan(got['accuracy']) and math.isnan(got['macro_f1'])
+  for key in ('per_class_accuracy', 'per_class_f1', 'confusion_matrix'):
+    assert np.all(np.isnan(got[key])), key
+  assert np.all(np.isnan(got['per_client']['accuracy']))
+  assert math.isnan(got['per_client_accuracy_summary']['mean'])
+  assert got['num_examples'] == 10
+  # The same weights with finite values give finite metrics (the check is on the logits).
+  kernel[0, 0] = 0.0
+  finite = evaluation.evaluate(
+      make_tiny_keras_model,
+      tff.learning.models.ModelWeights(trainable=[kernel, bias], non_trainable=[]), client_data)
+  assert math.isfinite(finite['accuracy']) and finite['confusion_matrix'].dtype == np.int64
 
 
 # ---------------------------------------------------------------- between TFF rounds

@@ -30,6 +30,10 @@ predictions):
   per_class_f1`. That is scikit-learn's `f1_score(y_true, y_pred, average='macro')`, whose labels
   default to the classes present in `y_true` or `y_pred`. A class that has test examples but is
   never predicted correctly has F1 0 and counts.
+* non-finite logits (e.g. diverged NaN weights) have no prediction (argmax of NaN would be class
+  0): then `accuracy`, `macro_f1`, the per-class arrays, the confusion matrix (float) and the
+  accuracy of each client with such an example are NaN. A model whose output rows are
+  probabilities (softmax) is refused: evaluation takes logits.
 
 Keras pitfall (TF 2.14): a Keras model created eagerly before TFF traces a `model_fn` (which builds
 Keras layers in a graph) can become invalid ("Your Layer or Model is in an invalid state").
@@ -228,6 +232,10 @@ def _resolve_loss(loss) -> tf.keras.losses.Loss:
   if not isinstance(loss, tf.keras.losses.Loss):
     raise ValueError(f'loss must be a tf.keras.losses.Loss on (sparse labels, logits) or None, '
                      f'got {loss!r}')
+  if loss.get_config().get('from_logits') is False:
+    raise ValueError(f'loss {loss.name!r} has from_logits=False, so it reads the model\'s '
+                     'output as probabilities; the models here output logits: pass '
+                     f'{type(loss).__name__}(from_logits=True)')
   return loss
 
 
@@ -248,6 +256,9 @@ def _evaluate_model(keras_model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
   elif num_classes != logits.shape[1]:
     raise ValueError(f'num_classes is {num_classes}, but the model outputs {logits.shape[1]} '
                      'logits per example')
+  if np.all(logits >= 0) and np.allclose(logits.sum(axis=1), 1.0, rtol=0.0, atol=1e-4):
+    raise ValueError('the model outputs probabilities (every output row is >= 0 and sums to 1: '
+                     'it applies softmax); evaluation takes logits: remove the softmax')
   labels = _check_labels(y, num_classes, 'labels of the test data')
   per_example = []
   for start in range(0, x.shape[0], batch_size):
@@ -258,11 +269,19 @@ def _evaluate_model(keras_model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
   per_example = np.concatenate(per_example)
   predictions = np.argmax(logits, axis=1)
   result = classification_metrics(labels, predictions, num_classes)
+  defined = np.all(np.isfinite(logits), axis=1)
+  if not np.all(defined):
+    # argmax of NaN is 0: the metrics of undefined predictions would look like a real model's.
+    for key in ('accuracy', 'macro_f1'):
+      result[key] = float('nan')
+    for key in ('per_class_accuracy', 'per_class_f1'):
+      result[key] = np.full(num_classes, np.nan)
+    result['confusion_matrix'] = np.full((num_classes, num_classes), np.nan)
   result['loss'] = float(np.mean(per_example))
   result['mean_logit'] = float(np.mean(logits, dtype=np.float64))
   result.move_to_end('loss', last=False)
   result.move_to_end('accuracy', last=False)
-  return result, labels, predictions, per_example
+  return result, labels, np.where(defined, predictions, -1), per_example
 
 
 def evaluate_arrays(keras_model: tf.keras.Model, x, y, *, num_classes: Optional[int] = None,
@@ -433,9 +452,11 @@ def evaluate(keras_model_fn: Callable[[], tf.keras.Model], model_weights: Any,
       `per_client_accuracy_summary`: OrderedDict(`mean`, `std`, `min`, `p10`, `p25`, `p50`, `p75`,
         `p90`, `max`) of the per-client accuracies (unweighted: each client counts once).
 
+    With non-finite logits the prediction-based metrics are NaN (module docstring).
+
   Raises:
     ValueError: for bad arguments (before any model is built), an empty test split, weights that
-      do not fit the model, or labels out of range.
+      do not fit the model, a model that outputs probabilities, or labels out of range.
   """
   if not callable(keras_model_fn):
     raise ValueError(f'keras_model_fn must be a callable returning a Keras model, got '
@@ -479,7 +500,7 @@ def evaluate(keras_model_fn: Callable[[], tf.keras.Model], model_weights: Any,
   if per_client:
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     kept = [k for k in range(len(ids)) if sizes[k] > 0]
-    correct = predictions == labels
+    correct = np.where(predictions >= 0, predictions == labels, np.nan)
     result['per_client'] = collections.OrderedDict(
         client_ids=[ids[k] for k in kept],
         accuracy=np.array([correct[bounds[k]:bounds[k + 1]].mean() for k in kept], np.float64),
