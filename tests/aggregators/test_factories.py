@@ -12,11 +12,18 @@ import tensorflow_federated as tff
 from tests.aggregators import helpers
 from tff_conflict import aggregators
 from tff_conflict import conflict
+from tff_conflict.aggregators import _gather as gather
 
 EMPTY = tff.StructWithPythonType([], tuple)  # what tff.federated_value((), tff.SERVER) has
 
 
 # ---------------------------------------------------------------- constructors
+
+def _dgc(**kwargs):
+  """DGC with the weight channel stated (required): losses unless the test says otherwise."""
+  kwargs.setdefault('weights_are_losses', True)
+  return aggregators.DominantGradientCorrectionFactory(**kwargs)
+
 
 @pytest.mark.parametrize('make,bad', [
     (aggregators.PrincipalGradientFactory, dict(component_ratio=0.0)),
@@ -24,10 +31,10 @@ EMPTY = tff.StructWithPythonType([], tuple)  # what tff.federated_value((), tff.
     (aggregators.PrincipalGradientFactory, dict(component_ratio='0.8')),
     (aggregators.PrincipalGradientFactory, dict(orientation='sign')),
     (aggregators.PrincipalGradientFactory, dict(max_gather_bytes=-1)),
-    (aggregators.DominantGradientCorrectionFactory, dict(selection_ratio=-0.1)),
-    (aggregators.DominantGradientCorrectionFactory, dict(selection_ratio=True)),
-    (aggregators.DominantGradientCorrectionFactory, dict(weights_are_losses=1)),
-    (aggregators.DominantGradientCorrectionFactory, dict(max_gather_bytes=1.5)),
+    (_dgc, dict(selection_ratio=-0.1)),
+    (_dgc, dict(selection_ratio=True)),
+    (_dgc, dict(weights_are_losses=1)),
+    (_dgc, dict(max_gather_bytes=1.5)),
     (aggregators.CorrectiveGradientFactory, dict(alpha=-0.1)),
     (aggregators.CorrectiveGradientFactory, dict(alpha=1.5)),
     (aggregators.CorrectiveGradientFactory, dict(alpha=float('nan'))),
@@ -46,6 +53,20 @@ def test_keyword_only():
     aggregators.PrincipalGradientFactory(0.5)  # pylint: disable=too-many-function-args
 
 
+def test_dgc_needs_weights_are_losses():
+  """No silent default: the weight of TFF's builders (a number of examples) would be read as a
+  loss and rank clients by p_i / n_i."""
+  with pytest.raises(TypeError, match=r'needs weights_are_losses=True or False \(no default\): '
+                                      r'True when .* mean training loss .*False when .* numbers '
+                                      r'of examples'):
+    aggregators.DominantGradientCorrectionFactory()
+  with pytest.raises(TypeError, match='weights_are_losses'):
+    aggregators.DominantGradientCorrectionFactory(selection_ratio=0.3, max_gather_bytes=0)
+  for value in (True, False):
+    assert aggregators.DominantGradientCorrectionFactory(
+        weights_are_losses=value).weights_are_losses is value
+
+
 def test_public_properties():
   dgc = aggregators.DominantGradientCorrectionFactory(selection_ratio=0.25,
                                                       weights_are_losses=False)
@@ -60,25 +81,28 @@ def test_public_properties():
   assert (fedgh.order, fedgh.seed) == ('index', 7)
 
 
-def test_max_gather_bytes_argument_refuses_a_round_with_clear_error():
+def test_max_gather_bytes_argument_refuses_with_clear_errors():
   value_type = tff.TensorType(np.float32, [3])
   values = [np.ones(3, np.float32)] * 3
-  # A limit below one client's estimate: K_max = 0, so the first client taking part is refused.
-  small = aggregators.DominantGradientCorrectionFactory(max_gather_bytes=1).create(
-      value_type, helpers.WEIGHT_TYPE)
+  # A limit below one client's estimate admits no client: refused when the process is built.
+  admits_none = r'max_gather_bytes = 1 admits no client: .* d = 3 \(16 bytes per client\)'
+  with pytest.raises(ValueError, match=admits_none):
+    _dgc(max_gather_bytes=1).create(value_type, helpers.WEIGHT_TYPE)
+  # A limit for 2 clients refuses the round's third client.
+  # d = 3 floats and the weight are small fields: 16 bytes, no large field.
+  two = gather.estimated_gather_bytes(0, 2, small_row_bytes=16)
+  assert gather.max_clients_for(0, two, small_row_bytes=16) == 2
+  small = _dgc(max_gather_bytes=two).create(value_type, helpers.WEIGHT_TYPE)
   with pytest.raises(Exception) as info:
     small.next(small.initialize(), values, [1.0] * 3)
-  assert 'K_max = 0' in str(info.value) and '1 bytes' in str(info.value)
+  assert 'K_max = 2' in str(info.value) and f'{two} bytes' in str(info.value)
   # 0 builds without the check, whatever the process-wide limit says.
   with aggregators.gather_memory_limit(1):
-    unchecked = aggregators.DominantGradientCorrectionFactory(max_gather_bytes=0).create(
-        value_type, helpers.WEIGHT_TYPE)
-    refused = aggregators.DominantGradientCorrectionFactory().create(
-        value_type, helpers.WEIGHT_TYPE)
+    unchecked = _dgc(max_gather_bytes=0).create(value_type, helpers.WEIGHT_TYPE)
+    with pytest.raises(ValueError, match=admits_none):
+      _dgc().create(value_type, helpers.WEIGHT_TYPE)
   out = unchecked.next(unchecked.initialize(), values, [1.0] * 3)
   np.testing.assert_allclose(out.result, np.ones(3))
-  with pytest.raises(Exception, match='K_max = 0'):
-    refused.next(refused.initialize(), values, [1.0] * 3)
 
 
 # ---------------------------------------------------------------- type signatures
@@ -87,8 +111,8 @@ def test_max_gather_bytes_argument_refuses_a_round_with_clear_error():
     (np.float32, 1), (np.float64, 3), pytest.param(np.float32, 2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize('factory,extra', [
     (aggregators.PrincipalGradientFactory(), ['num_components', 'explained_variance']),
-    (aggregators.DominantGradientCorrectionFactory(), ['num_dominant', 'num_projections']),
-    pytest.param(aggregators.DominantGradientCorrectionFactory(weights_are_losses=True),
+    (_dgc(weights_are_losses=False), ['num_dominant', 'num_projections']),
+    pytest.param(_dgc(weights_are_losses=True),
                  ['num_dominant', 'num_projections'], marks=pytest.mark.slow),
 ])
 def test_type_signatures(factory, extra, dtype, index):
@@ -132,7 +156,7 @@ def test_corrective_rejects_value_types(value_type):
 
 
 @pytest.mark.parametrize('factory', [aggregators.PrincipalGradientFactory(),
-                                     aggregators.DominantGradientCorrectionFactory()])
+                                     _dgc()])
 def test_create_rejects_non_float(factory):
   with pytest.raises(TypeError):
     factory.create(tff.TensorType(np.int32, [3]), helpers.WEIGHT_TYPE)
@@ -156,7 +180,8 @@ def test_principal_matches_kernel_on_nested_values():
       value_type, helpers.WEIGHT_TYPE)
   out = process.next(process.initialize(), values, weights)
   kernel, diag = conflict.principal_aggregate_with_diagnostics(
-      tf.constant(stack, tf.float32), tf.constant(weights), component_ratio=0.5)
+      tf.constant(stack, tf.float32), tf.constant(weights), component_ratio=0.5,
+      tensor_sizes=aggregators.principal.tensor_sizes(value_type))
   np.testing.assert_allclose(helpers.flat_np(out.result), kernel.numpy(), rtol=1e-4, atol=1e-5)
   assert out.measurements['num_components'] == diag['num_components'] == 3
   np.testing.assert_allclose(out.measurements['explained_variance'],
@@ -274,7 +299,7 @@ def test_corrective_alpha_zero_is_weighted_mean_and_excludes_nonfinite_loss():
 
 @pytest.mark.parametrize('factory', [
     pytest.param(aggregators.PrincipalGradientFactory(), marks=pytest.mark.slow),
-    aggregators.DominantGradientCorrectionFactory()])
+    _dgc()])
 def test_all_excluded_gives_zeros(factory):
   process = factory.create(tff.TensorType(np.float32, [3]), helpers.WEIGHT_TYPE)
   out = process.next(process.initialize(), [np.ones(3, np.float32), np.full(3, np.inf,
@@ -319,5 +344,6 @@ def test_principal_preserve_norms_matches_kernel():
   process = factory.create(value_type, helpers.WEIGHT_TYPE)
   out = process.next(process.initialize(), values, weights)
   kernel = conflict.principal_aggregate(tf.constant(stack, tf.float32), tf.constant(weights),
-                                        preserve_norms=True)
+                                        preserve_norms=True,
+                                        tensor_sizes=aggregators.principal.tensor_sizes(value_type))
   np.testing.assert_allclose(helpers.flat_np(out.result), kernel.numpy(), rtol=1e-4, atol=1e-5)

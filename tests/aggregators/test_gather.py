@@ -255,6 +255,16 @@ def test_memory_guard_refuses_round_with_clear_error():
   np.testing.assert_array_equal(out['counts'], [2, 2, 0])
 
 
+def test_a_limit_that_admits_no_client_is_refused_when_built():
+  small_bytes = 4 * D + 4
+  one = gather.estimated_gather_bytes(0, 1, small_row_bytes=small_bytes)
+  with pytest.raises(ValueError, match=rf'max_gather_bytes = {one - 1} admits no client: .* '
+                                       rf'd = {D} .* needs an estimated {one} bytes'):
+    _build(limit_bytes=one - 1)
+  fn = _build(limit_bytes=one)   # K_max = 1
+  np.testing.assert_array_equal(fn([np.ones(D, np.float32)], [1.0])['counts'], [1, 0, 0])
+
+
 def test_limit_settings(monkeypatch):
   monkeypatch.setattr(gather, '_limit_override', gather._UNSET)
   monkeypatch.setenv('TFF_CONFLICT_MAX_GATHER_BYTES', '1234')

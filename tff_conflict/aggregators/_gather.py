@@ -427,6 +427,14 @@ def build_gather_computations(row_type: collections.OrderedDict, *,
   max_clients = max_clients_for(layout.big_row_bytes, limit_bytes,
                                 small_row_bytes=layout.small_row_bytes, radices=layout.radices)
   row_bytes = layout.big_row_bytes + layout.small_row_bytes
+  if max_clients == 0:
+    one = estimated_gather_bytes(layout.big_row_bytes, 1, small_row_bytes=layout.small_row_bytes,
+                                 radices=layout.radices)
+    raise ValueError(
+        f'max_gather_bytes = {limit_bytes} admits no client: gathering one client of d = '
+        f'{vector_size} ({row_bytes} bytes per client) needs an estimated {one} bytes in TFF\'s '
+        f'C++ runtime. Raise the limit (the factory argument max_gather_bytes, '
+        f'tff_conflict.aggregators.set_max_gather_bytes or {_ENV_LIMIT}; 0 or None: no check).')
 
   @tff.tensorflow.computation
   def zero():
