@@ -152,7 +152,7 @@ LAYERS = {
         _build(learning.build_fedga, 'form'),
         _flag('calibration_form')],
     hparams.CLIENT_CLIP_NORM: [
-        _build(learning.build_fedga, 'clip_norm'),
+        *[_build(builder, 'clip_norm') for builder in learning.ALGORITHMS.values()],
         _build(learning.build_process, 'clip_norm'),
         _flag('client_clip_norm')],
     hparams.MARGIN_WEIGHT: [
@@ -161,6 +161,12 @@ LAYERS = {
         _registry(learning.LOSSES, 'margin', 'margin_weight'),
         _build(learning.build_fedld, 'margin_weight'),
         _flag('margin_weight')],
+    hparams.MARGIN_FORM: [
+        _loss_kernel(losses.margin_control_loss, 'margin_form'),
+        _object(losses.MarginControlLoss, 'margin_form', 'losses'),
+        _registry(learning.LOSSES, 'margin', 'margin_form'),
+        _build(learning.build_fedld, 'margin_form'),
+        _flag('margin_form')],
     hparams.PRINCIPAL_COMPONENT_RATIO: [
         _kernel(conflict.principal_aggregate, 'component_ratio', U, W),
         _kernel(conflict.principal_aggregate_with_diagnostics, 'component_ratio', U, W),
@@ -179,6 +185,18 @@ LAYERS = {
         _registry(learning.AGGREGATORS, 'principal', 'preserve_norms'),
         _build(learning.build_fedld, 'preserve_norms'),
         _flag('principal_preserve_norms')],
+    hparams.PRINCIPAL_GRANULARITY: [
+        _kernel(conflict.principal_aggregate, 'granularity', U, W),
+        _kernel(conflict.principal_aggregate_with_diagnostics, 'granularity', U, W),
+        _object(aggregators.PrincipalGradientFactory, 'granularity', 'aggregators'),
+        _registry(learning.AGGREGATORS, 'principal', 'granularity'),
+        _build(learning.build_fedld, 'granularity'),
+        _flag('principal_granularity')],
+    hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN: [
+        _object(aggregators.PrincipalGradientFactory, 'first_round_plain_mean', 'aggregators'),
+        _registry(learning.AGGREGATORS, 'principal', 'first_round_plain_mean'),
+        _build(learning.build_fedld, 'first_round_plain_mean'),
+        _flag('principal_first_round_plain_mean')],
     hparams.CORRECTIVE_ALPHA: [
         _kernel(conflict.corrective_weights, 'alpha', U, L),
         _kernel(conflict.corrective_aggregate, 'alpha', U, U, L, W),
@@ -331,7 +349,8 @@ def test_builder_and_registry_keywords_are_the_tables():
     keywords = [k for k in inspect.signature(fn).parameters if k != 'max_gather_bytes']
     assert keywords == [h.keyword for h in hparams.AGGREGATOR_HPARAMS[name]], name
   assert experiment_lib.ALGORITHM_HPARAMS['fedmgc'] == {
-      'gamma': 'focal_gamma', 'beta': 'focal_beta', 'selection_ratio': 'selection_ratio'}
+      'gamma': 'focal_gamma', 'beta': 'focal_beta', 'selection_ratio': 'selection_ratio',
+      'clip_norm': 'client_clip_norm'}
   assert experiment_lib.AGGREGATOR_HPARAMS['dgc'] == {'selection_ratio': 'selection_ratio'}
 
 

@@ -8,9 +8,11 @@ signatures state the same defaults) check their arguments with `Hparam.check`, s
 layer accepts and refuses the same values with the same message (`gamma must be a finite number
 >= 0, got nan`); tests/test_hparams.py checks every layer against this table.
 
-Defaults are the papers' (`Hparam.source` names the paper, section and table). Where a paper
-gives only a grid of values, the default is one value of the grid and the source says which and
-why. The papers, by title:
+Defaults are the papers' (`Hparam.source` names the paper, section and table), except FedGA's
+`form` and FedLD's `granularity`, the two core computations where the text and the authors' code
+disagree: there the default is the code's (it produced the published numbers) and the text's
+form is the other choice (docs/methods.md). Where a paper gives only a grid of values, the
+default is one value of the grid and the source says which and why. The papers, by title:
 
   FedGH      "Tackling the Non-IID Issue in Heterogeneous Federated Learning by Gradient
              Harmonization" (Zhang, Sun, Chen; arXiv:2309.06692).
@@ -188,19 +190,23 @@ CALIBRATION_COUNTS = Hparam(
 
 CALIBRATION_FORM = Hparam(
     method='FedGA', component='calibrated-label loss', keyword='form',
-    flag='calibration_form', default='paper', kind=CHOICE, choices=('paper', 'soft_target'),
-    description='the loss the calibrated labels q enter: logsumexp(z) - q . z, gradient p - q '
-    '(paper), or the soft-target cross-entropy -sum_i q_i log p_i, gradient (sum q) p - q '
-    '(soft_target, the authors\' code; invariant to a common shift of the logits).',
-    source='FedGA, eq. (8) (the gradient p - q) for the default; soft_target is the authors\' '
-    'public code.')
+    flag='calibration_form', default='soft_target', kind=CHOICE,
+    choices=('soft_target', 'paper'),
+    description='the loss the calibrated labels q enter: the soft-target cross-entropy '
+    '-sum_i q_i log p_i, gradient (sum q) p - q, invariant to a common shift of the logits '
+    '(soft_target, the authors\' code), or logsumexp(z) - q . z, gradient p - q (paper, eq. 8).',
+    source='FedGA, Algorithm 1 line 6 (l = L(q, p)) and the authors\' public code (soft_target, '
+    'which produced the published numbers); paper is eq. (8)\'s gradient p - q taken '
+    'literally.')
 
 CLIENT_CLIP_NORM = Hparam(
-    method='FedGA', component='client training', keyword='clip_norm',
+    method='every method', component='client training', keyword='clip_norm',
     flag='client_clip_norm', default=None, kind=OPTIONAL_POSITIVE,
     description='global L2 norm each local step\'s gradient is clipped to (None: no '
-    'clipping); any method built with build_process takes it.',
-    source='not in the paper (None); the authors\' public code clips at 5.0.')
+    'clipping); every builder and build_process take it, so a baseline can be clipped as the '
+    'method is.',
+    source='not in the papers (None); the FedGA authors\' public code clips every method\'s '
+    'client steps, FedAvg included, at 5.0.')
 
 # ---- FedLD ---------------------------------------------------------------------------------------
 
@@ -211,6 +217,15 @@ MARGIN_WEIGHT = Hparam(
     'logits z; 0 is cross-entropy.',
     source='FedLD, Sec. 3.1: 0.01 on COVID-FL, the paper\'s real-world federated dataset (its '
     'Dirichlet label-shift splits of Retina use 0.1 when IID, 0.03 and 0.03 when non-IID).')
+
+MARGIN_FORM = Hparam(
+    method='FedLD', component='margin-control loss', keyword='margin_form',
+    flag='margin_form', default='logits', kind=CHOICE, choices=('logits', 'batch_probabilities'),
+    description='what the margin term penalizes: each example\'s logits, mean over the batch '
+    'of log(1 + |z|^2) (logits, eq. 3), or the softmax probabilities of the whole batch with '
+    'one norm, log(1 + |P|_F^2) (batch_probabilities, the authors\' code).',
+    source='FedLD, eq. (3) (logits); batch_probabilities is the authors\' public code '
+    '(MarginalLogLoss, run there with lambda 0.03).')
 
 PRINCIPAL_COMPONENT_RATIO = Hparam(
     method='FedLD', component='principal-gradient aggregation', keyword='component_ratio',
@@ -235,6 +250,25 @@ PRINCIPAL_PRESERVE_NORMS = Hparam(
     'stated purpose of the length correction (Sec. 2.4: the revised gradient keeps the '
     'magnitude of the original).')
 
+PRINCIPAL_GRANULARITY = Hparam(
+    method='FedLD', component='principal-gradient aggregation', keyword='granularity',
+    flag='principal_granularity', default='tensor', kind=CHOICE, choices=('tensor', 'model'),
+    description='what one principal aggregation runs on: each model tensor\'s slice of the '
+    'updates separately (tensor) or the whole flattened model at once (model).',
+    source='the FedLD authors\' public code (svd_tools.pcgrad_svd, one SVD per model tensor; it '
+    'produced the published numbers) for tensor; model is the paper\'s text (Sec. 2.4, one '
+    'matrix of the clients\' whole gradients).')
+
+PRINCIPAL_FIRST_ROUND_PLAIN_MEAN = Hparam(
+    method='FedLD', component='principal-gradient aggregation',
+    keyword='first_round_plain_mean', flag='principal_first_round_plain_mean', default=False,
+    kind=BOOL,
+    description='aggregate the first round with the plain weighted mean instead of the '
+    'principal aggregation (True), as the authors\' code does before it has a gradient '
+    'history.',
+    source='not in the paper (False); True is the authors\' public code (svd_tools.pcgrad_svd '
+    'averages while the history is empty).')
+
 # ---- Corrective gradient weights -----------------------------------------------------------------
 
 CORRECTIVE_ALPHA = Hparam(
@@ -248,25 +282,27 @@ CORRECTIVE_ALPHA = Hparam(
 HPARAMS: tuple[Hparam, ...] = (
     PROXIMAL_STRENGTH, FEDGH_ORDER, FEDGH_SEED, FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO,
     DGC_WEIGHTS_ARE_LOSSES, CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM,
-    MARGIN_WEIGHT, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION, PRINCIPAL_PRESERVE_NORMS,
+    MARGIN_WEIGHT, MARGIN_FORM, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION,
+    PRINCIPAL_PRESERVE_NORMS, PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN,
     CORRECTIVE_ALPHA)
 
 # The method hyperparameters of each builder of `tff_conflict.learning.ALGORITHMS`.
 ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
-    'fedavg': (),
-    'fedprox': (PROXIMAL_STRENGTH,),
-    'fedgh': (FEDGH_ORDER, FEDGH_SEED),
-    'fedmgc': (FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO),
+    'fedavg': (CLIENT_CLIP_NORM,),
+    'fedprox': (PROXIMAL_STRENGTH, CLIENT_CLIP_NORM),
+    'fedgh': (FEDGH_ORDER, FEDGH_SEED, CLIENT_CLIP_NORM),
+    'fedmgc': (FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO, CLIENT_CLIP_NORM),
     'fedga': (CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM),
-    'fedld': (MARGIN_WEIGHT, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_PRESERVE_NORMS),
-    'fed_corrective': (CORRECTIVE_ALPHA,),
+    'fedld': (MARGIN_WEIGHT, MARGIN_FORM, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_PRESERVE_NORMS,
+              PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN, CLIENT_CLIP_NORM),
+    'fed_corrective': (CORRECTIVE_ALPHA, CLIENT_CLIP_NORM),
 }
 
 # The keyword arguments of each entry of `tff_conflict.learning.LOSSES`.
 LOSS_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'ce': (),
     'focal': (FOCAL_GAMMA, FOCAL_BETA),
-    'margin': (MARGIN_WEIGHT,),
+    'margin': (MARGIN_WEIGHT, MARGIN_FORM),
     'calibrated': (CALIBRATION_COUNTS, CALIBRATION_FORM),
 }
 
@@ -276,7 +312,8 @@ AGGREGATOR_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'measured_mean': (),
     'fedgh': (FEDGH_ORDER, FEDGH_SEED),
     'dgc': (DGC_SELECTION_RATIO, DGC_WEIGHTS_ARE_LOSSES),
-    'principal': (PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION, PRINCIPAL_PRESERVE_NORMS),
+    'principal': (PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION, PRINCIPAL_PRESERVE_NORMS,
+                  PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN),
     'corrective': (CORRECTIVE_ALPHA,),
 }
 

@@ -143,6 +143,28 @@ def fedld(updates, weights, ratio, orientation='mean', rel_tol=1e-12, preserve_n
   return agg, out, num_kept, explained
 
 
+def fedld_per_tensor(updates, weights, ratio, tensor_sizes, preserve_norms=False):
+  """The fedld authors' `svd_tools.pcgrad_svd`: `fedld` applied to each tensor's columns of the
+  [K, d] updates separately (weights over every client), the aggregates concatenated. Returns
+  (aggregate, revised whole rows, L, explained variance pooled over the tensors)."""
+  u = np.asarray(updates, np.float64)
+  aggregates, revised, kept, total = [], [], 0.0, 0.0
+  start = 0
+  for size in tensor_sizes:
+    piece = u[:, start:start + size]
+    agg, out, num_kept, _ = fedld(list(piece), weights, ratio, preserve_norms=preserve_norms)
+    k_num = len(piece)
+    lam = sorted(np.linalg.eigvalsh(piece @ piece.T / k_num).tolist(), reverse=True)
+    kept += sum(lam[:num_kept])
+    total += sum(dot(x, x) for x in piece) / k_num
+    aggregates.append(agg)
+    revised.append(np.stack(out))
+    start += size
+  assert start == u.shape[1]
+  explained = kept / total if total > 0 else 0.0
+  return np.concatenate(aggregates), list(np.concatenate(revised, axis=1)), num_kept, explained
+
+
 def corrective_x(gradients, losses, alpha):
   """corrective paper eqs. (6), (13), (29)."""
   d = [np.array(x, np.float64) for x in gradients]

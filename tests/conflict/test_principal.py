@@ -1,9 +1,11 @@
-"""FedLD principal-gradient aggregation against an SVD-based float64 loop reference."""
+"""FedLD principal-gradient aggregation against an SVD-based float64 loop reference, on the whole
+row (the paper) and per tensor (the authors' pcgrad_svd, the default with tensor_sizes)."""
 
 import math
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.conflict import references as ref
 from tff_conflict import conflict
@@ -134,3 +136,109 @@ def test_preserve_norms_hand_worked():
   np.testing.assert_allclose(agg.numpy(), (1 - math.sqrt(2)) / 2 * vhat, atol=1e-12)
   with pytest.raises(ValueError, match='preserve_norms must be a Python bool, got 1'):
     conflict.principal_aggregate(u, [1.0, 1.0], preserve_norms=1)
+
+
+# ---- granularity='tensor' (default) with tensor_sizes: the authors' per-tensor pcgrad_svd --------
+
+SIZES = (12, 4, 20, 1, 3)   # d = 40: a kernel, a bias, a kernel, a scalar, a bias
+
+
+@pytest.mark.parametrize('num_clients,dtype,rtol,preserve_norms', [
+    (1, np.float64, 1e-10, False), (2, np.float64, 1e-10, False), (5, np.float64, 1e-10, False),
+    (10, np.float32, 1e-4, False), (30, np.float64, 1e-10, False), (1, np.float64, 1e-10, True),
+    (5, np.float64, 1e-10, True), (10, np.float32, 1e-4, True)])
+def test_per_tensor_matches_reference(num_clients, dtype, rtol, preserve_norms):
+  updates = ref.conflicting_updates(num_clients, sum(SIZES), seed=90 + num_clients)
+  updates[:, 12:16] *= 50.0     # tensors of very different scales, as in a real model
+  updates = updates.astype(dtype)
+  weights = np.random.default_rng(num_clients).integers(1, 9, size=num_clients).astype(float)
+  expected, out, num_kept, explained = ref.fedld_per_tensor(
+      updates.astype(np.float64), weights, 0.8, SIZES, preserve_norms=preserve_norms)
+  agg, diag = conflict.principal_aggregate_with_diagnostics(
+      updates, weights, tensor_sizes=SIZES, preserve_norms=preserve_norms)
+  assert agg.dtype == dtype
+  ref.assert_close(agg, expected, rtol)
+  ref.assert_close(conflict.principal_aggregate(updates, weights, tensor_sizes=list(SIZES),
+                                                granularity='tensor',
+                                                preserve_norms=preserve_norms), expected, rtol)
+  tol = geometry.conflict_tolerance(dtype)
+  cf_after, _, _ = ref.pair_stats(out, tol)
+  assert diag['num_components'].numpy() == num_kept
+  np.testing.assert_allclose(diag['explained_variance'].numpy(), explained, rtol=1e-5)
+  np.testing.assert_allclose(diag['conflict_fraction_after'].numpy(), cf_after, atol=1e-6)
+  np.testing.assert_allclose(diag['aggregate_norm'].numpy(), np.linalg.norm(expected), rtol=1e-4)
+  if num_clients == 1:   # K = 1 returns the update unchanged, tensor by tensor
+    ref.assert_close(agg, updates[0], rtol)
+
+
+def test_per_tensor_differs_from_model_and_model_ignores_tensor_sizes():
+  updates = ref.conflicting_updates(6, sum(SIZES), seed=5)
+  weights = np.ones(6)
+  whole, *_ = ref.fedld(list(updates), weights, 0.8)
+  per_tensor, *_ = ref.fedld_per_tensor(updates, weights, 0.8, SIZES)
+  assert np.max(np.abs(whole - per_tensor)) > 1e-2 * np.max(np.abs(whole))
+  model = conflict.principal_aggregate(updates, weights, granularity='model', tensor_sizes=SIZES)
+  ref.assert_close(model, whole, 1e-10)
+  # Without tensor_sizes a row is one tensor: both granularities are the paper's computation.
+  ref.assert_close(conflict.principal_aggregate(updates, weights), whole, 1e-10)
+  ref.assert_close(conflict.principal_aggregate(updates, weights, tensor_sizes=[40]), whole, 1e-10)
+
+
+def test_per_tensor_hand_worked():
+  # Two tensors of size 1 and 2. Tensor a: (3), (-1): one direction, lambda = (9 + 1)/2 = S, so
+  # each slice keeps itself: a' = (3), (-1) -> mean 1. Tensor b: u1 = (3, 0), u2 = (0, 1) as in
+  # test_hand_worked_orthogonal_l1_and_lk: L = 1 -> (1.35, 0).
+  u = np.array([[3.0, 3.0, 0.0], [-1.0, 0.0, 1.0]])
+  agg, diag = conflict.principal_aggregate_with_diagnostics(u, [1.0, 1.0], tensor_sizes=(1, 2))
+  np.testing.assert_allclose(agg.numpy(), [1.0, 1.35, 0.0], atol=1e-12)
+  # explained: (5 + 4.5) / (5 + 5) pooled over the tensors.
+  np.testing.assert_allclose(diag['explained_variance'].numpy(), 0.95, rtol=1e-6)
+  assert diag['num_components'].numpy() == 1
+
+
+def test_per_tensor_edge_cases_zero_slices_and_non_finite_clients():
+  updates = ref.conflicting_updates(6, sum(SIZES), seed=11)
+  updates[:, 16:36] = 0.0          # a tensor nobody changed: its slice of the aggregate is 0
+  updates[2, :12] = 0.0            # a client that did not change the first tensor
+  updates[4, 37] = np.nan          # excluded from every tensor
+  weights = np.array([1.0, 2.0, 1.0, 3.0, 1.0, 1.0])
+  keep = [0, 1, 2, 3, 5]
+  expected, *_ = ref.fedld_per_tensor(updates[keep], weights[keep], 0.8, SIZES)
+  agg, diag = conflict.principal_aggregate_with_diagnostics(updates, weights, tensor_sizes=SIZES)
+  assert np.all(np.isfinite(agg.numpy()))
+  ref.assert_close(agg, expected, 1e-10)
+  np.testing.assert_array_equal(agg.numpy()[16:36], 0.0)
+  assert diag['num_clients'].numpy() == 5 and diag['num_excluded_nonfinite'].numpy() == 1
+  # Every client excluded: all zeros.
+  zero = conflict.principal_aggregate(updates, weights, tensor_sizes=SIZES, validate=False,
+                                      include=np.zeros(6, bool))
+  np.testing.assert_array_equal(zero.numpy(), 0.0)
+
+
+def test_per_tensor_in_a_graph_with_unknown_shapes():
+  updates = ref.conflicting_updates(5, sum(SIZES), seed=3)
+  weights = np.arange(1.0, 6.0)
+  expected, *_ = ref.fedld_per_tensor(updates, weights, 0.8, SIZES)
+  fn = tf.function(lambda u, w: conflict.principal_aggregate(u, w, tensor_sizes=SIZES),
+                   input_signature=[tf.TensorSpec([None, None], tf.float64),
+                                    tf.TensorSpec([None], tf.float64)])
+  ref.assert_close(fn(updates, weights), expected, 1e-10)
+  with pytest.raises(tf.errors.InvalidArgumentError, match='tensor_sizes must sum'):
+    fn(updates[:, :30], weights)
+
+
+@pytest.mark.parametrize('sizes,match', [
+    ((12, 4), 'tensor_sizes must sum to the number of columns of updates, 40'),
+    ((40, 0), 'tensor_sizes must be an integer >= 1, got 0'),
+    ((), 'tensor_sizes must be None or a non-empty sequence'),
+    (7, 'tensor_sizes must be None or a sequence of integers'),
+    ((20.0, 20), 'tensor_sizes must be an integer >= 1, got 20.0')])
+def test_bad_tensor_sizes(sizes, match):
+  updates = ref.conflicting_updates(3, 40, seed=1)
+  with pytest.raises(ValueError, match=match):
+    conflict.principal_aggregate(updates, np.ones(3), tensor_sizes=sizes)
+  with pytest.raises(ValueError, match=match):
+    tf.function(lambda u: conflict.principal_aggregate(u, np.ones(3), tensor_sizes=sizes))(
+        tf.constant(updates))
+  with pytest.raises(ValueError, match="granularity must be one of 'tensor', 'model', got 'layer'"):
+    conflict.principal_aggregate(updates, np.ones(3), granularity='layer')

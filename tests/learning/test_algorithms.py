@@ -49,6 +49,12 @@ def _fedavg_run():
   return process, _run(process)
 
 
+@functools.lru_cache(maxsize=None)
+def _fedld_process():
+  """FedLD with its defaults (per-tensor principal aggregation), built once for two tests."""
+  return _build('fedld')
+
+
 def test_registry_lists_every_method():
   assert set(learning.ALGORITHMS) == {'fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
                                       'fed_corrective'}
@@ -61,6 +67,9 @@ def test_registry_lists_every_method():
 def test_builder_runs_three_rounds_and_lowers_the_loss(name):
   if name == 'fedavg':
     process, (state, losses, metrics) = _fedavg_run()
+  elif name == 'fedld':
+    process = _fedld_process()
+    state, losses, metrics = _run(process)
   else:
     process = _build(name)
     state, losses, metrics = _run(process)
@@ -181,3 +190,54 @@ def test_clipped_client_work_in_tff_runtime_matches_reference():
 def test_fedga_author_code_options_run(kwargs):
   _, losses, _ = _run(_build('fedga', **kwargs))
   assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_fedld_default_round_is_per_tensor_principal_aggregation_in_tff_runtime():
+  """One round of `build_fedld()` in TFF's runtime moves the model by exactly the float64
+  per-tensor principal aggregate (the authors' pcgrad_svd) of the clients' deltas."""
+  from tests.conflict import references  # pylint: disable=g-import-not-at-top
+  from tff_conflict import losses as losses_lib  # pylint: disable=g-import-not-at-top
+  process = _fedld_process()
+  state = process.initialize()
+  w0 = [np.asarray(w) for w in process.get_model_weights(state).trainable]
+  data = _data()
+  deltas, sizes = [], []
+  for dataset in data:
+    result, _ = h.run_client_update(h.ce_model_fn(losses_lib.MarginControlLoss), dataset,
+                                    tff.learning.optimizers.build_sgdm(learning_rate=0.1), w0,
+                                    weighting='num_examples')
+    deltas.append(np.concatenate([np.asarray(t, np.float64).ravel() for t in result.update]))
+    sizes.append(float(result.update_weight))
+  stack = np.stack(deltas)
+  tensor_sizes = [w.size for w in w0]
+  expected, *_ = references.fedld_per_tensor(stack, sizes, 0.8, tensor_sizes)
+  whole, *_ = references.fedld(list(stack), sizes, 0.8)
+  assert np.max(np.abs(expected - whole)) > 1e-2 * np.max(np.abs(expected))  # tells them apart
+  output = process.next(state, data)
+  w1 = process.get_model_weights(output.state).trainable
+  moved = np.concatenate([(a - np.asarray(b, np.float64)).ravel() for a, b in zip(w0, w1)])
+  np.testing.assert_allclose(moved, expected, rtol=0, atol=1e-5 * np.max(np.abs(expected)))
+  assert output.metrics['aggregator']['num_components'] == 2
+
+
+def test_every_builder_passes_clip_norm_and_method_options_to_build_process(monkeypatch):
+  from tff_conflict.learning import process as process_lib  # pylint: disable=g-import-not-at-top
+  calls = []
+  monkeypatch.setattr(process_lib, 'build_process', lambda *a, **kw: calls.append(kw))
+  for name in sorted(learning.ALGORITHMS):
+    _build(name, clip_norm=2.5)
+    assert calls[-1]['clip_norm'] == 2.5, name
+    _build(name)
+    assert calls[-1]['clip_norm'] is None, name
+  _build('fedld', margin_form='batch_probabilities', granularity='model',
+         first_round_plain_mean=True)
+  assert calls[-1]['loss_kwargs'] == dict(margin_weight=0.01, margin_form='batch_probabilities')
+  assert calls[-1]['aggregator_kwargs'] == dict(
+      component_ratio=0.8, preserve_norms=False, granularity='model',
+      first_round_plain_mean=True)
+  _build('fedld')
+  assert calls[-1]['aggregator_kwargs']['granularity'] == 'tensor'
+  _build('fedga')
+  assert calls[-1]['loss_kwargs'] == dict(counts='batch', form='soft_target')
+  _build('fedga', form='paper')
+  assert calls[-1]['loss_kwargs']['form'] == 'paper'

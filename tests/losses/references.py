@@ -45,6 +45,14 @@ def margin(labels, logits, lam):
   return np.array(out)
 
 
+def margin_batch_probabilities(labels, logits, lam):
+  """The fedld authors' code: mean CE + lambda log(1 + |P|_F^2), P the batch's softmax
+  probabilities; returned per example as CE_b + the batch term (their mean is the loss)."""
+  ce = cross_entropy(labels, logits)
+  squared = sum(v * v for z in np.asarray(logits, np.float64).tolist() for v in softmax_row(z))
+  return np.array([c + lam * math.log(1.0 + squared) for c in ce])
+
+
 def class_counts(labels, num_classes):
   counts = [0] * num_classes
   for y in labels:

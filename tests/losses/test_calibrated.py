@@ -1,4 +1,5 @@
-"""Calibrated-label loss (FedGA, fedga eqs. 8-10) against a float64 reference; gradient p - q."""
+"""Calibrated-label loss (FedGA, fedga eqs. 8-10) against a float64 reference: the default
+soft-target form (gradient (sum q) p - q, rows summing to 0) and form='paper' (gradient p - q)."""
 
 import numpy as np
 import pytest
@@ -28,9 +29,9 @@ def test_targets_match_reference(random_batch):
 
 def test_matches_float64_reference(random_batch):
   labels, logits = random_batch
-  got = losses.calibrated_label_loss(labels, logits).numpy()
+  got = losses.calibrated_label_loss(labels, logits, form='paper').numpy()
   np.testing.assert_allclose(got, references.calibrated(labels, logits), rtol=1e-12, atol=1e-12)
-  got32 = losses.calibrated_label_loss(labels, tf.constant(logits, tf.float32)).numpy()
+  got32 = losses.calibrated_label_loss(labels, tf.constant(logits, tf.float32), form='paper').numpy()
   np.testing.assert_allclose(got32, references.calibrated(labels, logits), rtol=1e-5, atol=1e-5)
 
 
@@ -40,7 +41,7 @@ def test_matches_float64_reference(random_batch):
 def test_gradient_is_exactly_p_minus_q(random_batch, dtype, atol):
   labels, logits = random_batch
   z = logits.astype(dtype.as_numpy_dtype)
-  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t), z)
+  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='paper'), z)
   p = tf.nn.softmax(tf.constant(z)).numpy()
   q = losses.calibrated_labels(tf.constant(labels, tf.int32), p,
                                references.class_counts(labels, 5)).numpy()
@@ -52,7 +53,7 @@ def test_gradient_is_exactly_p_minus_q(random_batch, dtype, atol):
 
 def test_keras_loss_gradient_is_mean_of_p_minus_q(random_batch):
   labels, logits = random_batch
-  _, grad = _grad(lambda t: losses.CalibratedLabelLoss()(labels, t), logits)
+  _, grad = _grad(lambda t: losses.CalibratedLabelLoss(form='paper')(labels, t), logits)
   expected = (references.softmax(logits) - references.calibrated_targets(labels, logits)) / 12
   np.testing.assert_allclose(grad, expected, atol=1e-16)
 
@@ -62,9 +63,9 @@ def test_balanced_batch_gradient_is_p_minus_onehot_and_loss_is_cross_entropy():
   labels = np.repeat(np.arange(4), 3)
   rng.shuffle(labels)
   logits = rng.normal(scale=2.0, size=(12, 4))
-  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t), logits)
+  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='paper'), logits)
   np.testing.assert_allclose(grad, references.softmax(logits) - np.eye(4)[labels], atol=1e-15)
-  np.testing.assert_allclose(losses.calibrated_label_loss(labels, logits).numpy(),
+  np.testing.assert_allclose(losses.calibrated_label_loss(labels, logits, form='paper').numpy(),
                              references.cross_entropy(labels, logits), rtol=1e-13)
 
 
@@ -81,7 +82,7 @@ def test_hand_worked_batch():
   np.testing.assert_allclose(p[2], [0.5, 0.25, 0.25])
   got_q = losses.calibrated_labels(tf.constant(labels, tf.int32), p, [2, 1, 0]).numpy()
   np.testing.assert_allclose(got_q, q, rtol=1e-15)
-  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t), logits)
+  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='paper'), logits)
   np.testing.assert_allclose(grad, p - q, atol=1e-15)
   # Row 2: p - q = (0.5 + 0.5, 0.25 - 1, 0) = (1, -0.75, 0).
   np.testing.assert_allclose(grad[2], [1.0, -0.75, 0.0], atol=1e-15)
@@ -95,7 +96,7 @@ def test_hand_worked_batch():
 def test_aligned_inactive_gradients_on_random_batch(random_batch):
   # fedga eq. (7): for classes i != j, sum over examples of class j of dL/dz_i = N_i * mean p_i.
   labels, logits = random_batch
-  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t), logits)
+  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='paper'), logits)
   p = references.softmax(logits)
   counts = references.class_counts(labels, 5)
   for j in range(5):
@@ -112,11 +113,11 @@ def test_aligned_inactive_gradients_on_random_batch(random_batch):
 def test_finite_on_extreme_logits(extreme_batch, dtype):
   labels, logits = extreme_batch
   z = logits.astype(dtype.as_numpy_dtype)
-  value, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t), z)
+  value, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='paper'), z)
   assert np.isfinite(value) and np.all(np.isfinite(grad))
   np.testing.assert_allclose(grad, references.softmax(logits)
                              - references.calibrated_targets(labels, logits), atol=1e-6)
-  np.testing.assert_allclose(losses.calibrated_label_loss(labels, tf.constant(z)).numpy(),
+  np.testing.assert_allclose(losses.calibrated_label_loss(labels, tf.constant(z), form='paper').numpy(),
                              references.calibrated(labels, logits), rtol=1e-6, atol=1e-3)
 
 
@@ -124,14 +125,14 @@ def test_dataset_counts(random_batch):
   labels, logits = random_batch
   counts = [7.0, 1.0, 0.0, 30.0, 2.0]
   labels = np.where(labels == 2, 3, labels)  # every label has a positive count
-  loss = losses.CalibratedLabelLoss(counts='dataset')
+  loss = losses.CalibratedLabelLoss(counts='dataset', form='paper')
   loss.assign_class_counts(counts)
   expected = references.calibrated(labels, logits, counts)
   np.testing.assert_allclose(loss(labels, logits).numpy(), np.mean(expected), rtol=1e-12)
   np.testing.assert_allclose(
-      losses.calibrated_label_loss(labels, logits, class_counts=counts).numpy(), expected,
+      losses.calibrated_label_loss(labels, logits, class_counts=counts, form='paper').numpy(), expected,
       rtol=1e-12, atol=1e-12)
-  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, class_counts=counts), logits)
+  _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, class_counts=counts, form='paper'), logits)
   np.testing.assert_allclose(
       grad, references.softmax(logits) - references.calibrated_targets(labels, logits, counts),
       atol=1e-15)
@@ -140,7 +141,7 @@ def test_dataset_counts(random_batch):
 
 def test_dataset_counts_set_inside_tf_function(random_batch):
   labels, logits = random_batch
-  loss = losses.CalibratedLabelLoss(counts='dataset', num_classes=5)
+  loss = losses.CalibratedLabelLoss(counts='dataset', num_classes=5, form='paper')
   assert loss.class_counts.shape == (5,)
 
   @tf.function
@@ -231,7 +232,7 @@ def test_soft_target_gradient_is_sum_q_p_minus_q(random_batch, dtype, atol):
 
 def test_soft_target_absent_class_gradient_is_small_but_not_muted():
   labels, logits = _batch_with_absent_class()
-  _, paper = _grad(lambda t: losses.calibrated_label_loss(labels, t), logits)
+  _, paper = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='paper'), logits)
   _, soft = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='soft_target'), logits)
   p = references.softmax(logits)
   q = references.calibrated_targets(labels, logits)
@@ -275,7 +276,7 @@ def test_form_config_round_trip_and_bad_form():
   loss = losses.CalibratedLabelLoss(form='soft_target')
   clone = losses.CalibratedLabelLoss.from_config(loss.get_config())
   assert clone.form == 'soft_target' and clone.get_config() == loss.get_config()
-  assert losses.CalibratedLabelLoss().form == 'paper'
+  assert losses.CalibratedLabelLoss().form == 'soft_target'
   for bad in ('soft', None, 1):
     with pytest.raises(ValueError, match=f'form must be one of .*got {bad!r}'):
       losses.CalibratedLabelLoss(form=bad)
@@ -299,8 +300,8 @@ def test_paper_form_is_not_shift_invariant_and_soft_target_is(random_batch):
   labels, logits = _batch_with_absent_class()
   q = references.calibrated_targets(labels, logits)
   c = 3.0
-  paper = losses.calibrated_label_loss(labels, logits).numpy()
-  paper_shifted = losses.calibrated_label_loss(labels, logits + c).numpy()
+  paper = losses.calibrated_label_loss(labels, logits, form='paper').numpy()
+  paper_shifted = losses.calibrated_label_loss(labels, logits + c, form='paper').numpy()
   np.testing.assert_allclose(paper_shifted - paper, c * (1.0 - q.sum(axis=1)), atol=1e-12)
   assert np.any(q.sum(axis=1) > 1.0)   # the loss falls along the shift for these examples
   soft = losses.calibrated_label_loss(labels, logits, form='soft_target').numpy()
@@ -308,3 +309,19 @@ def test_paper_form_is_not_shift_invariant_and_soft_target_is(random_batch):
   np.testing.assert_allclose(soft_shifted, soft, atol=1e-12)
   _, grad = _grad(lambda t: losses.calibrated_label_loss(labels, t, form='soft_target'), logits)
   np.testing.assert_allclose(grad.sum(axis=1), 0.0, atol=1e-14)
+
+
+def test_default_is_the_soft_target_form_whose_gradient_rows_sum_to_zero(random_batch):
+  for labels, logits in (random_batch, _batch_with_absent_class()):
+    b = len(labels)
+    _, grad = _grad(lambda t: losses.CalibratedLabelLoss()(labels, t), logits)
+    np.testing.assert_allclose(grad.sum(axis=1), 0.0, atol=1e-15)
+    np.testing.assert_allclose(
+        grad, references.calibrated_soft_target_gradient(labels, logits) / b, atol=1e-15)
+    _, default_kernel = _grad(lambda t: losses.calibrated_label_loss(labels, t), logits)
+    np.testing.assert_allclose(default_kernel.sum(axis=1), 0.0, atol=1e-14)
+    # form='paper' is still there, and its rows sum to 1 - sum(q), not 0, on these batches.
+    _, paper = _grad(lambda t: losses.CalibratedLabelLoss(form='paper')(labels, t), logits)
+    q = references.calibrated_targets(labels, logits)
+    np.testing.assert_allclose(paper.sum(axis=1), (1.0 - q.sum(axis=1)) / b, atol=1e-15)
+    assert np.max(np.abs(paper.sum(axis=1))) > 1e-3

@@ -86,6 +86,7 @@ def test_config_round_trip():
   loss = losses.MarginControlLoss(margin_weight=0.1, name='mc')
   config = loss.get_config()
   assert config['margin_weight'] == 0.1 and config['name'] == 'mc'
+  assert config['margin_form'] == 'logits'
   clone = losses.MarginControlLoss.from_config(config)
   assert clone.get_config() == config
   labels, logits = np.array([0, 1]), np.array([[0.3, -1.0], [2.0, 0.5]])
@@ -98,3 +99,60 @@ def test_bad_margin_weight(value):
     losses.MarginControlLoss(margin_weight=value)
   with pytest.raises(ValueError, match='margin_weight'):
     losses.margin_control_loss([0], [[0.0, 1.0]], margin_weight=value)
+
+
+# ---- margin_form='batch_probabilities': the authors' code, one norm over the batch's softmax --
+
+
+@pytest.mark.parametrize('lam', [0.0, 0.03, 0.5])
+def test_batch_probabilities_matches_float64_reference(random_batch, lam):
+  labels, logits = random_batch
+  expected = references.margin_batch_probabilities(labels, logits, lam)
+  got = losses.margin_control_loss(labels, logits, margin_weight=lam,
+                                   margin_form='batch_probabilities').numpy()
+  np.testing.assert_allclose(got, expected, rtol=1e-13)
+  loss = losses.MarginControlLoss(0.03 if lam == 0.0 else lam, margin_form='batch_probabilities')
+  np.testing.assert_allclose(
+      loss(labels, logits).numpy(),
+      np.mean(references.margin_batch_probabilities(labels, logits, loss.margin_weight)),
+      rtol=1e-13)
+  if lam > 0:   # a different function from eq. 3's
+    assert np.max(np.abs(got - references.margin(labels, logits, lam))) > 1e-3
+
+
+def test_batch_probabilities_gradient_matches_finite_differences(random_batch):
+  labels, logits = random_batch
+  _, grad = _grad(lambda z: losses.margin_control_loss(
+      labels, z, margin_weight=0.5, margin_form='batch_probabilities'), logits)
+  expected = references.numeric_gradient(
+      lambda z: references.margin_batch_probabilities(labels, z, 0.5), logits)
+  np.testing.assert_allclose(grad, expected, rtol=1e-6, atol=1e-8)
+
+
+def test_batch_probabilities_hand_worked():
+  # Two examples with equal logits over 2 classes: P = 1/2 everywhere, |P|_F^2 = 4/4 = 1, so the
+  # term is lambda log 2 for each example; CE = log 2.
+  got = losses.margin_control_loss([0, 1], np.zeros((2, 2)), margin_weight=0.25,
+                                   margin_form='batch_probabilities').numpy()
+  np.testing.assert_allclose(got, [np.log(2) * 1.25] * 2, rtol=1e-15)
+
+
+@pytest.mark.parametrize('dtype', [tf.float32, tf.float64])
+def test_batch_probabilities_finite_on_extreme_logits(extreme_batch, dtype):
+  labels, logits = extreme_batch
+  value, grad = _grad(lambda z: losses.margin_control_loss(
+      labels, z, margin_weight=0.1, margin_form='batch_probabilities'),
+      logits.astype(dtype.as_numpy_dtype))
+  assert np.isfinite(value) and np.all(np.isfinite(grad))
+
+
+def test_margin_form_round_trip_and_bad_value():
+  loss = losses.MarginControlLoss(0.1, margin_form='batch_probabilities')
+  clone = losses.MarginControlLoss.from_config(loss.get_config())
+  assert clone.margin_form == 'batch_probabilities' and clone.get_config() == loss.get_config()
+  assert losses.MarginControlLoss().margin_form == 'logits'
+  for bad in ('probabilities', None, 1):
+    with pytest.raises(ValueError, match=f'margin_form must be one of .*got {bad!r}'):
+      losses.MarginControlLoss(margin_form=bad)
+    with pytest.raises(ValueError, match='margin_form must be one of'):
+      losses.margin_control_loss([0], [[0.0, 1.0]], margin_form=bad)

@@ -3,7 +3,7 @@
 
   GradientHarmonizationFactory(*, order="random", seed=None)            FedGH
   DominantGradientCorrectionFactory(*, selection_ratio=0.5, weights_are_losses)  FedMGC DGC
-  PrincipalGradientFactory(*, component_ratio=0.8, orientation="mean")  FedLD
+  PrincipalGradientFactory(*, component_ratio=0.8, granularity="tensor")  FedLD, per tensor
   CorrectiveGradientFactory(*, alpha=0.1)          corrective weights (value: update, gradient, loss)
   MeasuredMeanFactory()                            FedAvg's mean, with the same diagnostics
 

@@ -1,76 +1,64 @@
 """FedLD principal-gradient aggregation (docs/methods.md, FedLD).
 
-Paper: Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via
-Loss Decomposition", MICCAI 2024, arXiv:2408.12300 ("the fedld paper"): Sec. 2.4, eqs. (4)-(7).
-
-* `Gamma = U U^T / K` with eigenpairs `(lambda_z, e_z)`, descending; principal directions
-  `v_z = U^T e_z` (eqs. (4)-(5), the paper's bijection).
-* Orientation (eq. (6)): `v_z` or `-v_z`, whichever has a non-negative inner product with the mean
-  update (the authors' code uses a "majority" rule instead).
-* Keep the top `L = max(1, floor(rho K))` directions, `rho = component_ratio`.
-* `g'_il = (u_i . v_l) / |v_l|^2 v_l`; revised
-  `u_i = sum over kept l with g'_il != 0 of |u_i| / |g'_il| * lambda_l / S * g'_il` (eq. (7)), with
-  `S` the sum of ALL K eigenvalues (as the authors' code; the paper's `|lambda_l|` is ambiguous).
-* Optionally (`preserve_norms=True`), each revised update is rescaled to `|u_i|`: eq. (7) gives it
-  the norm `|u_i| sqrt(sum over its kept l with g'_il != 0 of (lambda_l / S)^2)` (the kept
-  `v_l` are orthogonal), below `|u_i|` whenever two eigenvalues are positive, although the paper
-  states that the length correction keeps the original magnitude.
-* Aggregate `sum_i w_i u_i`, `w_i = n_i / n`.
-
-Gram formulation: with `G = U U^T`, `|v_l|^2 = e_l^T G e_l` and `u_i . v_l = (G e_l)_i`, and
-`|u_i| / |g'_il| g'_il = |u_i| sign(u_i . v_l) v_l / |v_l|`. So the revised update is
-`u_i = sum_l B_il v_l = (B E^T)_i U` with `B_il = |u_i| (lambda_l / S) sign(u_i . v_l) / |v_l|`, and
-the aggregate is one weighted sum `(w^T B E^T) U`. The eigendecomposition is of a K x K matrix
-(`tf.linalg.eigh`, float64).
-
-Decisions (docs/methods.md, FedLD):
-* Orientation has no effect on the result. `g'_il` is the projection of `u_i` onto the line of
-  `v_l`, which is the same for `v_l` and `-v_l` (eq. (7) uses only `g'_il` and norms), so eq. (6)
-  and the "majority" rule give the same aggregate. `orientation` is accepted ("mean", "majority")
-  and validated; the tests check the invariance against a reference that
-  orients explicitly.
-* K is the number of clients taking part (finite, included, weight > 0); the others' Gram rows
-  and columns are zero, which only adds zero eigenvalues (they do not change `S` or the kept
-  directions' coefficients). `L = max(1, floor(rho K + 1e-9 K))` (the slack keeps 0.29 * 100 from
-  flooring to 28); with no client taking part L = 0 and the aggregate is 0.
-* "g'_il != 0" in floating point: a kept direction whose eigenvalue is at most
-  `K eps lambda_max` (eps of the input dtype; a null direction, `v_l` is rounding noise)
-  contributes nothing, and a pair with `|cos(u_i, v_l)| <= 64 eps_float64` (rounding of the
-  float64 K x K eigen-solve) counts as `g'_il = 0`. Without these thresholds, rounding noise would
-  add a full `|u_i| lambda_l / S` along an arbitrary direction. Eq. (7) is discontinuous where
-  `u_i . v_l` crosses 0; rounding of the inputs' own Gram matrix (float32 inputs) is not
-  compensated, so for updates orthogonal only up to that rounding the result follows it. A
-  genuine component is kept however small its cosine (a coarser threshold such as
-  sqrt(eps_float32) would drop some).
-* With repeated eigenvalues the eigenvectors (and so eq. (7)) are not unique; the result then
-  depends on the eigensolver's basis. The paper does not define this case.
-* `num_components` is L; `explained_variance` is `sum of the top L eigenvalues / S` (0 when S = 0).
-  `conflict_fraction_after` is measured on the revised vectors (Gram `C G C^T`, C = B E^T).
+Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via Loss
+Decomposition", MICCAI 2024, arXiv:2408.12300, Sec. 2.4, eqs. (4)-(7). For one slice U of the
+updates ([K, d_t]): `Gamma = U U^T / K`, eigenpairs `(lambda_z, e_z)` descending, directions
+`v_z = U^T e_z`; keep the top `L = max(1, floor(rho K))`; revise
+`u_i = sum_{kept l, g'_il != 0} |u_i| / |g'_il| * lambda_l / S * g'_il`, `g'_il` the projection
+of `u_i` on `v_l`, `S` the sum of all K eigenvalues; aggregate `sum_i w_i u_i`.
+`granularity="tensor"` (default, the authors' `svd_tools.pcgrad_svd`) applies this to each
+model tensor's columns separately (`tensor_sizes`: the lengths of consecutive slices of d; None:
+the whole row is one tensor), `"model"` (the paper's text) once to the whole row. Computed from
+each slice's K x K Gram matrix (`tf.linalg.eigh` in float64) and one weighted sum per slice;
+the thresholds, diagnostics and decisions are in docs/methods.md, FedLD.
 """
 
 import numpy as np
 import tensorflow as tf
 
+from tff_conflict import _checks
 from tff_conflict import hparams
 from tff_conflict.conflict import _eager
-from tff_conflict.conflict import _validation
 from tff_conflict.conflict import geometry
 
 ORIENTATIONS = hparams.PRINCIPAL_ORIENTATION.choices
+GRANULARITIES = hparams.PRINCIPAL_GRANULARITY.choices
 _COUNT_SLACK = 1e-9
 _COS_ZERO = 64 * float(np.finfo(np.float64).eps)
 
 
-def _principal(updates, weights, component_ratio, orientation, include, validate,
-               preserve_norms=False):
-  ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
-  hparams.PRINCIPAL_ORIENTATION.check(orientation)
-  preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
-  r, _ = geometry.begin_round(updates, weights=weights, include=include, validate=validate)
-  eps = float(np.finfo(r.dtype.as_numpy_dtype).eps)
-  k = r.num_rows
-  g = r.gram
-  kp = r.num_part
+def _check_tensor_sizes(tensor_sizes, num_columns=None):
+  """None, or a tuple of positive ints (summing to `num_columns` when that is known)."""
+  if tensor_sizes is None:
+    return None
+  try:
+    sizes = tuple(tensor_sizes)
+  except TypeError:
+    raise ValueError(f'tensor_sizes must be None or a sequence of integers >= 1, got '
+                     f'{tensor_sizes!r}') from None
+  if not sizes:
+    raise ValueError('tensor_sizes must be None or a non-empty sequence of integers >= 1, got '
+                     f'{tensor_sizes!r}')
+  sizes = tuple(_checks.check_int('tensor_sizes', n, minimum=1) for n in sizes)
+  if num_columns is not None and sum(sizes) != num_columns:
+    raise ValueError(f'tensor_sizes must sum to the number of columns of updates, '
+                     f'{num_columns}, got {tensor_sizes!r} (sum {sum(sizes)})')
+  return sizes
+
+
+def _bounds(granularity, tensor_sizes):
+  """[(start, end)] column ranges the aggregation runs on separately; [None] is the whole row."""
+  if granularity == 'model' or tensor_sizes is None or len(tensor_sizes) == 1:
+    return [None]
+  ends = np.cumsum(tensor_sizes).tolist()
+  return list(zip([0] + ends[:-1], ends))
+
+
+def _revise(g, part, kp, k, eps, ratio, preserve_norms):
+  """Eq. (4)-(7) on one slice's masked Gram matrix `g` (float64 [K, K]).
+
+  Returns (coeffs [K, K]: revised u_i = (coeffs U)_i, num_kept, kept eigenvalue sum, S).
+  """
   gamma = g / tf.maximum(kp, 1.0)
   eigvals, eigvecs = tf.linalg.eigh(gamma)                   # ascending
   eigvals = tf.reverse(eigvals, axis=[0])
@@ -79,15 +67,15 @@ def _principal(updates, weights, component_ratio, orientation, include, validate
   num_kept = tf.cast(tf.floor(ratio * kp + _COUNT_SLACK * kp), tf.int32)
   num_kept = tf.where(kp > 0, tf.maximum(num_kept, 1), 0)
   lam_max = tf.reduce_max(tf.concat([eigvals, tf.zeros([1], tf.float64)], 0))
-  kept = (tf.range(k) < num_kept) & (eigvals > tf.cast(k, tf.float64) * eps * lam_max)
-  kept = kept & (eigvals > 0)
+  top = tf.range(k) < num_kept
+  kept = top & (eigvals > tf.cast(k, tf.float64) * eps * lam_max) & (eigvals > 0)
   gv = tf.matmul(g, eigvecs)                                 # (G E)_il = u_i . v_l
   v_sq = tf.reduce_sum(eigvecs * gv, axis=0)                 # |v_l|^2 = e_l^T G e_l
   v_norm = tf.sqrt(tf.where(kept & (v_sq > 0), v_sq, tf.ones_like(v_sq)))
-  u_norm = tf.sqrt(r.sq_norms)
+  u_norm = tf.sqrt(tf.linalg.diag_part(g))
   cos = gv / (tf.where(u_norm > 0, u_norm, tf.ones_like(u_norm))[:, tf.newaxis]
               * v_norm[tf.newaxis, :])
-  nonzero = (tf.abs(cos) > _COS_ZERO) & kept[tf.newaxis, :] & r.part[:, tf.newaxis]
+  nonzero = (tf.abs(cos) > _COS_ZERO) & kept[tf.newaxis, :] & part[:, tf.newaxis]
   share = tf.math.divide_no_nan(eigvals, total)              # lambda_l / S
   b = tf.where(nonzero,
                u_norm[:, tf.newaxis] * share[tf.newaxis, :] * tf.sign(gv) / v_norm[tf.newaxis, :],
@@ -98,76 +86,136 @@ def _principal(updates, weights, component_ratio, orientation, include, validate
         tf.where(nonzero, tf.square(share)[tf.newaxis, :], tf.zeros_like(gv)), axis=1))
     b = b / tf.where(length > 0, length, tf.ones_like(length))[:, tf.newaxis]
   coeffs = tf.matmul(b, eigvecs, transpose_b=True)           # revised u_i = (B E^T)_i U
-  combo = tf.linalg.matvec(coeffs, r.weights, transpose_a=True)
-  aggregate = r.combine(combo)
-  top = tf.range(k) < num_kept
-  explained = tf.math.divide_no_nan(tf.reduce_sum(tf.where(top, eigvals, tf.zeros_like(eigvals))),
-                                    total)
-  return r, coeffs, aggregate, num_kept, explained
+  kept_sum = tf.reduce_sum(tf.where(top, eigvals, tf.zeros_like(eigvals)))
+  return coeffs, num_kept, kept_sum, total
+
+
+def _begin(updates, weights, include, validate, granularity, tensor_sizes):
+  """`geometry.begin_round` with the whole rows' Gram matrix summed from the slices' Gram
+  matrices (each slice's is needed anyway). Returns (Round, bounds, the slices' Gram matrices)."""
+  stack, w, _, inc = geometry.check_round(updates, weights=weights, include=include,
+                                          validate=validate)
+  bounds = _bounds(granularity, _check_tensor_sizes(tensor_sizes, stack.shape[1]))
+  if bounds == [None]:
+    grams = [tf.cast(geometry.gram(stack), tf.float64)]
+  else:
+    if stack.shape[1] is None:   # unknown d in a graph: the slices must still cover it exactly
+      check = tf.debugging.assert_equal(
+          tf.shape(stack)[1], bounds[-1][1],
+          message=f'tensor_sizes must sum to the number of columns of updates ({bounds[-1][1]})')
+      with tf.control_dependencies([check]):
+        stack = tf.identity(stack)
+    grams = [tf.cast(geometry.gram(stack[:, a:b]), tf.float64) for a, b in bounds]
+  g = tf.add_n(grams) if len(grams) > 1 else grams[0]
+  finite = tf.math.is_finite(tf.linalg.diag_part(g))
+  part = finite & inc & tf.math.is_finite(w) & (w > 0)
+  w = tf.where(part, w, tf.zeros_like(w))
+  return geometry.Round(stack, g, finite, part, w), bounds, grams
+
+
+@tf.autograph.experimental.do_not_convert
+def _principal(updates, weights, component_ratio, orientation, include, validate,
+               preserve_norms=False, granularity='tensor', tensor_sizes=None):
+  ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
+  hparams.PRINCIPAL_ORIENTATION.check(orientation)
+  preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
+  granularity = hparams.PRINCIPAL_GRANULARITY.check(granularity)
+  r, bounds, grams = _begin(updates, weights, include, validate, granularity, tensor_sizes)
+  eps = float(np.finfo(r.dtype.as_numpy_dtype).eps)
+  k = r.num_rows
+  pieces, gram_after, kept_sum, total = [], 0.0, 0.0, 0.0
+  for bound, g in zip(bounds, grams):
+    g = r.gram if len(grams) == 1 else geometry.mask_gram(g, r.part)
+    coeffs, num_kept, kept_t, total_t = _revise(g, r.part, r.num_part, k, eps, ratio,
+                                                preserve_norms)
+    combo = tf.linalg.matvec(coeffs, r.weights, transpose_a=True)
+    if bound is None:
+      pieces.append(r.combine(combo))
+    else:
+      pieces.append(geometry.combine(r.stack[:, bound[0]:bound[1]], combo, r.finite,
+                                     r.any_nonfinite))
+    gram_after += tf.matmul(tf.matmul(coeffs, g), coeffs, transpose_b=True)
+    kept_sum += kept_t
+    total += total_t
+  aggregate = pieces[0] if len(pieces) == 1 else tf.concat(pieces, axis=0)
+  explained = tf.math.divide_no_nan(kept_sum, total)
+  return r, gram_after, aggregate, num_kept, explained
 
 
 def _aggregate_only(updates, weights, component_ratio, orientation, include, validate,
-                    preserve_norms=False):
+                    preserve_norms=False, granularity='tensor', tensor_sizes=None):
   return _principal(updates, weights, component_ratio, orientation, include, validate,
-                    preserve_norms)[2]
+                    preserve_norms, granularity, tensor_sizes)[2]
 
 
 def _with_diagnostics(updates, weights, component_ratio, orientation, include, validate,
-                      preserve_norms=False):
-  r, coeffs, aggregate, num_kept, explained = _principal(
-      updates, weights, component_ratio, orientation, include, validate, preserve_norms)
-  gram_after = tf.matmul(tf.matmul(coeffs, r.gram), coeffs, transpose_b=True)
+                      preserve_norms=False, granularity='tensor', tensor_sizes=None):
+  r, gram_after, aggregate, num_kept, explained = _principal(
+      updates, weights, component_ratio, orientation, include, validate, preserve_norms,
+      granularity, tensor_sizes)
   return aggregate, r.diagnostics(gram_after, aggregate, {
       'num_components': tf.cast(num_kept, geometry.COUNT_DTYPE),
       'explained_variance': tf.cast(explained, geometry.REAL_DTYPE)})
 
 
 def _run(impl, updates, weights, component_ratio, orientation, include, validate,
-         preserve_norms):
+         preserve_norms, granularity, tensor_sizes):
   """`impl` inline in a graph; eagerly, checks first, then a cached graph (`_eager`)."""
   if not _eager.executing_eagerly():
     return impl(updates, weights, component_ratio, orientation, include, validate,
-                preserve_norms)
+                preserve_norms, granularity, tensor_sizes)
   ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
   orientation = hparams.PRINCIPAL_ORIENTATION.check(orientation)
   preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
+  granularity = hparams.PRINCIPAL_GRANULARITY.check(granularity)
   stack, w, _, inc = geometry.check_round(updates, weights=weights, include=include,
                                           validate=validate)
+  tensor_sizes = _check_tensor_sizes(tensor_sizes, stack.shape[1])
   return _eager.call(impl, dict(updates=stack, weights=w, include=inc),
                      dict(component_ratio=ratio, orientation=orientation, validate=False,
-                          preserve_norms=preserve_norms))
+                          preserve_norms=preserve_norms, granularity=granularity,
+                          tensor_sizes=tensor_sizes))
 
 
 def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='mean',
-                        include=None, validate=True, preserve_norms=False):
+                        include=None, validate=True, preserve_norms=False,
+                        granularity='tensor', tensor_sizes=None):
   """FedLD principal-gradient aggregate (fedld paper, eqs. (4)-(7)).
 
   Args:
     updates: float32/float64 [K, d], one client update per row.
     weights: [K] non-negative, normalised over the clients taking part.
     component_ratio: rho in (0, 1] (`hparams.PRINCIPAL_COMPONENT_RATIO`, default 0.8);
-      `L = max(1, floor(rho K))` principal directions are kept.
-    orientation: "mean" (eq. (6)) or "majority"; provably no effect (module docstring).
+      `L = max(1, floor(rho K))` principal directions are kept (in each slice).
+    orientation: "mean" (eq. (6)) or "majority"; provably no effect (docs/methods.md, FedLD).
     include: optional bool [K]; False rows take no part (as does a weight of 0).
     validate: value checks (package docstring, "Validation").
-    preserve_norms: rescale each revised update to `|u_i|` (`hparams.PRINCIPAL_PRESERVE_NORMS`,
-      default False: eq. (7) as the authors' code computes it; module docstring).
+    preserve_norms: rescale each revised update (slice) to its original length
+      (`hparams.PRINCIPAL_PRESERVE_NORMS`, default False: eq. (7) as the authors' code).
+    granularity: "tensor" (default, `hparams.PRINCIPAL_GRANULARITY`): the aggregation runs on each
+      slice of `tensor_sizes` separately, the authors' per-tensor `pcgrad_svd`; "model": once on
+      the whole row (the paper's text; `tensor_sizes` is then ignored).
+    tensor_sizes: None (the whole row is one tensor) or the lengths of the model's tensors in
+      the order they are concatenated in a row, summing to d.
 
   Returns:
     [d] in the dtype of `updates`.
   """
   return _run(_aggregate_only, updates, weights, component_ratio, orientation, include, validate,
-              preserve_norms)
+              preserve_norms, granularity, tensor_sizes)
 
 
 def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.8,
                                          orientation='mean', include=None, validate=True,
-                                         preserve_norms=False):
+                                         preserve_norms=False, granularity='tensor',
+                                         tensor_sizes=None):
   """`principal_aggregate` and its diagnostics (docs/methods.md, "Diagnostics") from the same
-  Gram matrix.
+  Gram matrices.
 
-  Returns (aggregate [d], OrderedDict): the common diagnostics plus `num_components` (int32) and
-  `explained_variance` (float32).
+  Returns (aggregate [d], OrderedDict): the common diagnostics (of the whole rows; "after" of the
+  revised rows, every slice revised) plus `num_components` (int32, L, the same in every slice)
+  and `explained_variance` (float32: the kept eigenvalues summed over the slices, over all
+  eigenvalues summed over the slices; one slice: kept over all).
   """
   return _run(_with_diagnostics, updates, weights, component_ratio, orientation, include,
-              validate, preserve_norms)
+              validate, preserve_norms, granularity, tensor_sizes)

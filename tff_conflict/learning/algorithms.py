@@ -3,9 +3,11 @@
 Every builder is a thin wrapper of `build_process` with the same core keywords,
 
     build_X(model_fn, *, input_spec=None, client_optimizer_fn, server_optimizer_fn=None,
-            client_weighting=None, metrics=None, <method hyperparameters>)
+            client_weighting=None, metrics=None, <method hyperparameters>, clip_norm=None)
 
-so that a binary can call any entry of `ALGORITHMS` the same way. `model_fn` is what TFF's own
+so that a binary can call any entry of `ALGORITHMS` the same way. `clip_norm` (every builder,
+`hparams.CLIENT_CLIP_NORM`): None, or c > 0 to clip each local step's gradient to global L2 norm
+c, so that a baseline can be clipped exactly as a method is. `model_fn` is what TFF's own
 builders take (a function returning a `tff.learning.models.VariableModel`, or a
 `tff.learning.models.FunctionalModel`) or a function returning an uncompiled Keras model, which
 then needs `input_spec` (`OrderedDict(x=..., y=...)` or `(x, y)`); see
@@ -35,19 +37,20 @@ def build_fedavg(model_fn: models_lib.ModelArg, *,
                  input_spec: models_lib.InputSpecArg = None,
                  client_optimizer_fn: Any, server_optimizer_fn: Any = None,
                  client_weighting: client_work_lib.WeightingArg = None,
-                 metrics: models_lib.MetricsArg = None) -> Process:
+                 metrics: models_lib.MetricsArg = None,
+                 clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedAvg (McMahan et al., "Communication-Efficient Learning of Deep Networks from
   Decentralized Data", AISTATS 2017, Algorithm 1): local SGD on cross-entropy (a Keras model) or
   the model's own loss, weighted mean of the deltas (weights `n_k / n`), applied with the server
   optimizer (default SGD, lr 1.0). Any model (module docstring).
 
   Hyperparameters: none besides the optimizers; `client_weighting` 'num_examples' (default) or
-  'uniform'.
+  'uniform'; `clip_norm` as every builder (module docstring).
   """
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='mean',
-      client_weighting=client_weighting, metrics=metrics)
+      client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
 
 
 def build_fedprox(model_fn: models_lib.ModelArg, *,
@@ -55,7 +58,8 @@ def build_fedprox(model_fn: models_lib.ModelArg, *,
                   client_optimizer_fn: Any, server_optimizer_fn: Any = None,
                   client_weighting: client_work_lib.WeightingArg = None,
                   metrics: models_lib.MetricsArg = None,
-                  proximal_strength: float = hparams.PROXIMAL_STRENGTH.default) -> Process:
+                  proximal_strength: float = hparams.PROXIMAL_STRENGTH.default,
+                  clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, eq. 2,
   Algorithm 2): each client minimizes `F_k(w) + mu/2 |w - w0|^2`, each local step using the
   gradient `grad F_k(w) + mu (w - w0)`; FedAvg aggregation.
@@ -69,7 +73,8 @@ def build_fedprox(model_fn: models_lib.ModelArg, *,
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='mean',
-      proximal_strength=proximal_strength, client_weighting=client_weighting, metrics=metrics)
+      proximal_strength=proximal_strength, client_weighting=client_weighting, metrics=metrics,
+      clip_norm=clip_norm)
 
 
 def build_fedgh(model_fn: models_lib.ModelArg, *,
@@ -78,7 +83,8 @@ def build_fedgh(model_fn: models_lib.ModelArg, *,
                 client_weighting: client_work_lib.WeightingArg = None,
                 metrics: models_lib.MetricsArg = None,
                 order: str = hparams.FEDGH_ORDER.default,
-                seed: Optional[int] = hparams.FEDGH_SEED.default) -> Process:
+                seed: Optional[int] = hparams.FEDGH_SEED.default,
+                clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedGH ("Tackling the Non-IID Issue in Heterogeneous Federated Learning by Gradient
   Harmonization", Algorithm 1; docs/methods.md, FedGH): local SGD on cross-entropy (a Keras
   model) or the model's own loss; at the server each client delta is projected off every other
@@ -94,7 +100,7 @@ def build_fedgh(model_fn: models_lib.ModelArg, *,
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='fedgh',
       aggregator_kwargs=dict(order=order, seed=seed), client_weighting=client_weighting,
-      metrics=metrics)
+      metrics=metrics, clip_norm=clip_norm)
 
 
 def build_fedmgc(model_fn: models_lib.ModelArg, *,
@@ -104,7 +110,8 @@ def build_fedmgc(model_fn: models_lib.ModelArg, *,
                  metrics: models_lib.MetricsArg = None,
                  gamma: float = hparams.FOCAL_GAMMA.default,
                  beta: float = hparams.FOCAL_BETA.default,
-                 selection_ratio: float = hparams.DGC_SELECTION_RATIO.default) -> Process:
+                 selection_ratio: float = hparams.DGC_SELECTION_RATIO.default,
+                 clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedMGC ("Joint Focal Loss and Dominant Gradient Correction for Gradient Conflict in Federated
   Learning"; docs/methods.md, FedMGC). Needs a Keras model (it replaces the loss).
 
@@ -127,7 +134,7 @@ def build_fedmgc(model_fn: models_lib.ModelArg, *,
       server_optimizer_fn=server_optimizer_fn, loss='focal',
       loss_kwargs=dict(gamma=gamma, beta=beta), aggregator='dgc',
       aggregator_kwargs=dict(selection_ratio=selection_ratio, weights_are_losses=True),
-      client_weighting=client_weighting, metrics=metrics)
+      client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
 
 
 def build_fedga(model_fn: models_lib.ModelArg, *,
@@ -139,19 +146,17 @@ def build_fedga(model_fn: models_lib.ModelArg, *,
                 form: str = hparams.CALIBRATION_FORM.default,
                 clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedGA ("FedGA: Federated Learning with Gradient Alignment for Error Asymmetry Mitigation",
-  eqs. 8-10, Algorithm 1; docs/methods.md, FedGA): clients train on the calibrated-label loss,
-  whose gradient with respect to the logits is `p - q` with `q_j = 1`,
-  `q_i = (N_j - N_i)/N_j p_i`; FedAvg aggregation. Needs a Keras model (it replaces the loss).
+  eqs. 8-10, Algorithm 1; docs/methods.md, FedGA): clients train on the calibrated-label loss with
+  targets `q_j = 1`, `q_i = (N_j - N_i)/N_j p_i`; FedAvg aggregation. Needs a Keras model (it
+  replaces the loss).
 
-  Hyperparameters: `counts` (`hparams.CALIBRATION_COUNTS`) -- 'batch' (default: class counts of
-  the current mini-batch, as the paper's Algorithm 1 line 5 and the authors' code) or 'dataset'
-  (the client's whole local dataset, counted in one extra pass before training). The authors'
-  public code deviates from the paper in two ways, offered as options: `form`
-  (`hparams.CALIBRATION_FORM`) -- 'paper' (default: gradient `p - q`, eq. 8) or 'soft_target'
-  (q fed to a soft-target cross-entropy, gradient `(sum q) p - q`, invariant to a common shift
-  of the logits; see `tff_conflict.losses.CalibratedLabelLoss`); `clip_norm`
-  (`hparams.CLIENT_CLIP_NORM`) -- None (default) or c > 0, each local step's gradient clipped to
-  global L2 norm c (the code clips at 5.0).
+  Hyperparameters (`tff_conflict.hparams`): `counts` 'batch' (default: the mini-batch's class
+  counts, Algorithm 1 line 5 and the authors' code) or 'dataset' (the client's whole local
+  dataset, one extra pass before training); `form` 'soft_target' (default, the authors' code:
+  the soft-target cross-entropy `-sum_i q_i log p_i`, gradient `(sum q) p - q`, invariant to a
+  common shift of the logits) or 'paper' (eq. 8 literally, gradient `p - q`; see
+  `tff_conflict.losses.CalibratedLabelLoss`); `clip_norm` as every builder (the authors' code
+  clips every method at 5.0).
   """
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
@@ -166,8 +171,12 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
                 client_weighting: client_work_lib.WeightingArg = None,
                 metrics: models_lib.MetricsArg = None,
                 margin_weight: float = hparams.MARGIN_WEIGHT.default,
+                margin_form: str = hparams.MARGIN_FORM.default,
                 component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default,
-                preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default) -> Process:
+                preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default,
+                granularity: str = hparams.PRINCIPAL_GRANULARITY.default,
+                first_round_plain_mean: bool = hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN.default,
+                clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedLD ("Tackling Data Heterogeneity in Federated Learning via Loss Decomposition";
   docs/methods.md, FedLD): margin control + principal-gradient aggregation. Needs a Keras model
   (it replaces the loss); the principal-gradient server alone, with any model, is
@@ -175,22 +184,30 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
 
   Clients train on `CE + lambda log(1 + |z|^2)` (eq. 3, z the logits); the server revises each
   delta in the principal coordinate system of the top `max(1, floor(rho K))` eigen-directions
-  of `U U^T / K` (eqs. 4-7) and takes the weighted mean `sum_i n_i/n u_i`.
+  of `U U^T / K` (eqs. 4-7), for each model tensor separately by default, and takes the weighted
+  mean `sum_i n_i/n u_i`.
 
-  Hyperparameters (`tff_conflict.hparams`): `margin_weight` lambda, a finite number >= 0,
-  default 0.01 (the paper's value on COVID-FL; 0.1, 0.03, 0.03 on Retina splits 1-3, Sec. 3.1);
-  `component_ratio` rho in (0, 1], default 0.8 (`L = 0.8 m`, Sec. 3.1); `preserve_norms`,
-  default False (eq. 7 as the authors' code: each revised update is shorter than the original),
-  True rescales each revised update to the original's length, as the paper says eq. 7's length
-  correction intends (`tff_conflict.conflict.principal_aggregate`). The paper trains with SGD,
-  lr 0.01 (Retina) / 0.005 (COVID-FL), batch 50, 1 local epoch.
+  Hyperparameters (`tff_conflict.hparams`): `margin_weight` lambda >= 0, default 0.01 (the
+  paper's value on COVID-FL; 0.1, 0.03, 0.03 on Retina splits 1-3, Sec. 3.1); `margin_form`
+  'logits' (default, eq. 3) or 'batch_probabilities' (the authors' code, which runs it with
+  lambda 0.03); `component_ratio` rho in (0, 1], default 0.8 (`L = 0.8 m`, Sec. 3.1);
+  `preserve_norms`, default False (eq. 7 as the authors' code), True rescales each revised
+  update to the original's length; `granularity` 'tensor' (default, the authors' per-tensor
+  `pcgrad_svd`) or 'model' (the paper's one matrix of whole-model updates);
+  `first_round_plain_mean`, default False, True aggregates the first round with the plain mean
+  as the authors' code; `clip_norm` as every builder. The authors' uniform final mean is
+  `client_weighting='uniform'`. The paper trains with SGD, lr 0.01 (Retina) / 0.005 (COVID-FL),
+  batch 50, 1 local epoch.
   """
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss='margin',
-      loss_kwargs=dict(margin_weight=margin_weight), aggregator='principal',
-      aggregator_kwargs=dict(component_ratio=component_ratio, preserve_norms=preserve_norms),
-      client_weighting=client_weighting, metrics=metrics)
+      loss_kwargs=dict(margin_weight=margin_weight, margin_form=margin_form),
+      aggregator='principal',
+      aggregator_kwargs=dict(component_ratio=component_ratio, preserve_norms=preserve_norms,
+                             granularity=granularity,
+                             first_round_plain_mean=first_round_plain_mean),
+      client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
 
 
 def build_fed_corrective(model_fn: models_lib.ModelArg, *,
@@ -198,7 +215,9 @@ def build_fed_corrective(model_fn: models_lib.ModelArg, *,
                          server_optimizer_fn: Any = None,
                          client_weighting: client_work_lib.WeightingArg = None,
                          metrics: models_lib.MetricsArg = None,
-                         alpha: float = hparams.CORRECTIVE_ALPHA.default) -> Process:
+                         alpha: float = hparams.CORRECTIVE_ALPHA.default,
+                         clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default
+                         ) -> Process:
   """Corrective gradient weights ("A Novel Approach for Improving Generalization in Federated
   Learning Through Corrective Gradient Weights", eqs. 3-8, 13, 24-29; docs/methods.md,
   corrective gradient weights). Any model (module docstring).
@@ -216,7 +235,8 @@ def build_fed_corrective(model_fn: models_lib.ModelArg, *,
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='corrective',
-      aggregator_kwargs=dict(alpha=alpha), client_weighting=client_weighting, metrics=metrics)
+      aggregator_kwargs=dict(alpha=alpha), client_weighting=client_weighting, metrics=metrics,
+      clip_norm=clip_norm)
 
 
 ALGORITHMS = {

@@ -27,12 +27,14 @@ def focal_loss(gamma: float = hparams.FOCAL_GAMMA.default,
   return losses.FocalLoss(gamma=gamma, beta=beta)
 
 
-def margin_loss(margin_weight: float = hparams.MARGIN_WEIGHT.default) -> tf.keras.losses.Loss:
+def margin_loss(margin_weight: float = hparams.MARGIN_WEIGHT.default,
+                margin_form: str = hparams.MARGIN_FORM.default) -> tf.keras.losses.Loss:
   """FedLD's margin-control loss `CE + lambda log(1 + |z|^2)`: `losses.MarginControlLoss`.
 
-  `hparams.MARGIN_WEIGHT` (default 0.01, >= 0).
+  `hparams.MARGIN_WEIGHT` (default 0.01, >= 0); `hparams.MARGIN_FORM`: "logits" (default, eq. 3)
+  or "batch_probabilities" (the authors' code).
   """
-  return losses.MarginControlLoss(margin_weight=margin_weight)
+  return losses.MarginControlLoss(margin_weight=margin_weight, margin_form=margin_form)
 
 
 def calibrated_loss(counts: str = hparams.CALIBRATION_COUNTS.default,
@@ -41,8 +43,8 @@ def calibrated_loss(counts: str = hparams.CALIBRATION_COUNTS.default,
 
   `hparams.CALIBRATION_COUNTS`: "batch" (default) counts the classes of each mini-batch;
   "dataset" those of the client's whole local dataset, counted by the client work in one extra
-  pass before training. `hparams.CALIBRATION_FORM`: "paper" (default, gradient `p - q`) or
-  "soft_target" (the authors' code, gradient `(sum q) p - q`).
+  pass before training. `hparams.CALIBRATION_FORM`: "soft_target" (default, the authors' code,
+  gradient `(sum q) p - q`) or "paper" (eq. 8, gradient `p - q`).
   """
   return losses.CalibratedLabelLoss(counts=counts, form=form)
 
@@ -96,13 +98,19 @@ def dgc_aggregator(selection_ratio: float = hparams.DGC_SELECTION_RATIO.default,
 def principal_aggregator(component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default,
                          orientation: str = hparams.PRINCIPAL_ORIENTATION.default,
                          max_gather_bytes: Optional[int] = None,
-                         preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default
+                         preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default,
+                         granularity: str = hparams.PRINCIPAL_GRANULARITY.default,
+                         first_round_plain_mean: bool = (
+                             hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN.default)
                          ) -> tff.aggregators.WeightedAggregationFactory:
-  """FedLD principal-gradient aggregation: `aggregators.PrincipalGradientFactory`."""
+  """FedLD principal-gradient aggregation: `aggregators.PrincipalGradientFactory` (per model
+  tensor by default, `granularity="model"` for the paper's one matrix)."""
   return aggregators.PrincipalGradientFactory(component_ratio=component_ratio,
                                               orientation=orientation,
                                               max_gather_bytes=max_gather_bytes,
-                                              preserve_norms=preserve_norms)
+                                              preserve_norms=preserve_norms,
+                                              granularity=granularity,
+                                              first_round_plain_mean=first_round_plain_mean)
 
 
 def corrective_aggregator(alpha: float = hparams.CORRECTIVE_ALPHA.default,

@@ -1,55 +1,15 @@
-"""Calibrated-label loss, FedGA's client loss (docs/methods.md, FedGA).
+"""FedGA's calibrated-label loss (docs/methods.md, FedGA).
 
-Paper: Xiao, Zuo, Wang, "FedGA: Federated Learning with Gradient Alignment for Error Asymmetry
-Mitigation", AAAI 2025, arXiv:2412.16582 (the fedga paper), eqs. 8-10.
-
-For an example with label j and softmax output p (held constant: stop-gradient), the calibrated
-target is (eq. 10)
-
-    q_j = 1,     q_i = (N_j - N_i) / N_j * p_i   for i != j,
-
-where N are class counts: of the current mini-batch (as the authors' code does), or of the client's
-whole local dataset. The loss per example is
-
-    L = logsumexp(z) - q . z,
-
-so that its gradient with respect to the logits z is exactly `p - q` (eq. 8); the batch loss is the
-mean over examples. Summed over the examples of class j the gradient on logit i != j is then
-`N_j p_i - N_j q_i = N_i p_i`: inactive gradients are rescaled to the size of class i (eq. 7). A
-class absent from the counts (N_i = 0) gets `q_i = p_i`, hence zero gradient from every other
-class's examples (the paper's "missing classes", not forgotten). On a class-balanced batch
-`q = onehot(y)` and the loss is cross-entropy. The value itself is not a cross-entropy (it can be
-negative); only its gradient matters.
-
-Two forms (`form=`):
-
-* `"paper"` (default): `L = logsumexp(z) - q . z`, gradient `p - q` (eq. 8), as above. Its
-  components sum to `1 - sum(q)`, not 0, so unlike cross-entropy the loss changes when every
-  logit of an example moves by the same amount c (by `c (1 - sum q)`), a shift softmax ignores:
-  where `sum q > 1` (an example of a class more frequent than the others in the counts, or with
-  absent classes) the loss decreases without bound as all logits grow, and training drifts the
-  logits along that shift (`tff_conflict.evaluation`'s `mean_logit` shows it).
-* `"soft_target"`: the authors' public code, which feeds q to a soft-target cross-entropy,
-  `L = -sum_i q_i log p_i`, whose gradient with respect to z is `(sum_i q_i) p - q`; its
-  components sum to 0, so it is invariant to that shift. On a
-  class-balanced batch `sum q = 1` and both forms are cross-entropy. Otherwise, for a class i
-  absent from the counts, the gradient on logit i is `(sum q - 1) p_i` with
-  `sum q - 1 = sum_{k != j} (N_j - N_k) / N_j p_k <= 1 - p_j`: a push-down of the absent
-  class's logit that cross-entropy's `p_i` bounds from above and that fades as the model grows
-  confident in class j, where the paper's form mutes it exactly.
-
-Counts over the whole local dataset (`CalibratedLabelLoss(counts="dataset")`): the loss object
-owns a non-trainable `tf.Variable` `class_counts` (float32, shape `[num_classes]`, or `[None]` when
-`num_classes` is not given) that the client work fills in one extra pass over its local data before
-training, e.g.
-
-    loss.assign_class_counts(counts)   # or loss.class_counts.assign(counts)
-
-(eagerly, or inside the client's `tf.function` / TFF computation before the training loop). The
-variable belongs to the graph the loss is created in: in TFF, create the loss inside the `model_fn`
-(as the Keras model is), never once outside it. Each
-example's own class must have a positive count; a zero (counts never set, or set from other data)
-fails the computation with `tf.errors.InvalidArgumentError` instead of dividing by zero.
+Xiao, Zuo, Wang, "FedGA: Federated Learning with Gradient Alignment for Error Asymmetry
+Mitigation", AAAI 2025, arXiv:2412.16582, eqs. 8-10 and Algorithm 1. For an example of class j
+with softmax output p (stop-gradient) the target is `q_j = 1`, `q_i = (N_j - N_i) / N_j * p_i`
+(N: class counts of the mini-batch, or of the client's dataset with `counts="dataset"`). The
+loss is `form="soft_target"` (default, the authors' code): `-sum_i q_i log p_i`, gradient
+`(sum q) p - q`, whose rows sum to 0; or `form="paper"`: `logsumexp(z) - q . z`, gradient
+exactly `p - q` (eq. 8), not invariant to a common shift of the logits. Dataset counts live in
+the loss's non-trainable variable `class_counts`, set by the client work before training (create
+the loss inside the TFF `model_fn`); an example whose own class has count 0 fails the
+computation (`tf.errors.InvalidArgumentError`).
 """
 
 import tensorflow as tf
@@ -101,8 +61,8 @@ def calibrated_label_loss(labels, logits, *, class_counts=None,
     logits: unnormalized scores z, shape `[B, C]`, a floating dtype.
     class_counts: `None` to count the classes of this mini-batch (the authors' code), or a `[C]`
       tensor/variable of counts N (e.g. over the client's whole local dataset).
-    form: `"paper"` (default): `logsumexp(z) - q . z`, gradient `p - q` (eq. 8);
-      `"soft_target"`: `-sum_i q_i log p_i` (the authors' code), gradient `(sum q) p - q`.
+    form: `"soft_target"` (default, the authors' code): `-sum_i q_i log p_i`, gradient
+      `(sum q) p - q`; `"paper"`: `logsumexp(z) - q . z`, gradient `p - q` (eq. 8).
 
   Returns:
     A `[B]` tensor of per-example losses whose gradient with respect to `logits[b]` is exactly
@@ -139,8 +99,8 @@ class CalibratedLabelLoss(tf.keras.losses.Loss):
       docstring).
     num_classes: with `counts="dataset"`, the length of `class_counts` (optional: without it the
       variable has shape `[None]` and takes counts of any length). Ignored for `"batch"`.
-    form: `"paper"` (default, gradient `p - q`) or `"soft_target"` (the authors' code, gradient
-      `(sum q) p - q`); see the module docstring.
+    form: `"soft_target"` (default, the authors' code, gradient `(sum q) p - q`) or `"paper"`
+      (eq. 8, gradient `p - q`); see the module docstring.
 
   The default reduction takes the mean over the batch.
   """

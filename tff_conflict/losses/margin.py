@@ -1,20 +1,12 @@
-"""Margin-control loss, FedLD's client loss (docs/methods.md, FedLD).
+"""FedLD's margin-control loss (docs/methods.md, FedLD).
 
-Paper: Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via
-Loss Decomposition", MICCAI 2024, arXiv:2408.12300 (the fedld paper), eq. 3.
-
-Per example, with `z` that example's logits (length C),
-
-    L = CE(y, z) + lambda * log(1 + |z|_2^2),
-
-and the batch loss is the mean over examples. `lambda = 0` is exactly cross-entropy. (The authors'
-code penalizes softmax probabilities with one norm over the whole batch; this loss follows the
-paper.)
-
-Numerics. `log(1 + |z|^2)` is evaluated as `2 log s + log(1/s^2 + |z/s|^2)` with `s = max_i |z_i|`
-when `s > 1` (and as `log1p(|z|^2)` otherwise), so that `|z|^2` never overflows; both forms are
-the same function, so the gradient `2 z / (1 + |z|^2)` is unchanged (`1/s^2` is computed as
-`(1/s)^2`, whose derivative underflows to 0 instead of overflowing).
+Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via Loss
+Decomposition", MICCAI 2024, arXiv:2408.12300, eq. 3. `margin_form="logits"` (default, the
+paper): per example `CE(y, z) + lambda * log(1 + |z|_2^2)`, z that example's logits, mean over
+the batch; `log(1 + |z|^2)` is evaluated without overflow (`log1p_squared_norm`).
+`margin_form="batch_probabilities"` (the authors' code): `mean CE + lambda * log(1 + |P|_F^2)`,
+P the batch's `[B, C]` softmax probabilities under one norm (each example's loss carries the
+batch term, so the mean over the batch is that loss). `lambda = 0` is cross-entropy.
 """
 
 import tensorflow as tf
@@ -38,27 +30,38 @@ def log1p_squared_norm(logits) -> tf.Tensor:
 
 
 def margin_control_loss(labels, logits, *,
-                        margin_weight: float = hparams.MARGIN_WEIGHT.default) -> tf.Tensor:
-  """Per-example `CE(y, z) + margin_weight * log(1 + |z|^2)` (fedld paper, eq. 3).
+                        margin_weight: float = hparams.MARGIN_WEIGHT.default,
+                        margin_form: str = hparams.MARGIN_FORM.default) -> tf.Tensor:
+  """Per-example margin-control loss (fedld paper, eq. 3).
 
   Args:
     labels: integer class indices, shape `[B]` or `[B, 1]`.
     logits: unnormalized scores `z`, shape `[B, C]`, a floating dtype.
     margin_weight: lambda, a finite number >= 0 (`hparams.MARGIN_WEIGHT`, default 0.01).
+    margin_form: `"logits"` (default): `CE(y, z_b) + lambda log(1 + |z_b|^2)` for each example
+      b (eq. 3); `"batch_probabilities"` (the authors' code): `CE(y, z_b) + lambda
+      log(1 + |P|_F^2)`, P the softmax probabilities of the whole batch (`hparams.MARGIN_FORM`).
 
   Returns:
-    A `[B]` tensor of per-example losses (the mean over the batch is the paper's loss;
+    A `[B]` tensor of per-example losses (the mean over the batch is the loss;
     `MarginControlLoss` takes it).
 
   Raises:
-    ValueError: for a negative or non-finite `margin_weight`, or badly shaped inputs.
+    ValueError: for a negative or non-finite `margin_weight`, an unknown `margin_form`, or
+      badly shaped inputs.
   """
   margin_weight = hparams.MARGIN_WEIGHT.check(margin_weight)
+  margin_form = hparams.MARGIN_FORM.check(margin_form)
   labels, logits = _common.prepare(labels, logits)
   ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
   if margin_weight == 0.0:
     return ce
-  return ce + tf.constant(margin_weight, logits.dtype) * log1p_squared_norm(logits)
+  weight = tf.constant(margin_weight, logits.dtype)
+  if margin_form == 'batch_probabilities':
+    # |P|_F^2 <= B: no overflow; the same batch term for every example.
+    squared = tf.reduce_sum(tf.square(tf.nn.softmax(logits, axis=-1)))
+    return ce + weight * tf.math.log1p(squared)
+  return ce + weight * log1p_squared_norm(logits)
 
 
 class MarginControlLoss(tf.keras.losses.Loss):
@@ -66,20 +69,27 @@ class MarginControlLoss(tf.keras.losses.Loss):
 
   Args:
     margin_weight: lambda, a finite number >= 0 (`hparams.MARGIN_WEIGHT`, default 0.01).
+    margin_form: `"logits"` (default, eq. 3) or `"batch_probabilities"` (the authors' code);
+      `hparams.MARGIN_FORM`.
 
   The default reduction takes the mean over the batch. `MarginControlLoss(margin_weight=0.0)`
   equals `tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)`.
   """
 
   def __init__(self, margin_weight: float = hparams.MARGIN_WEIGHT.default, *,
+               margin_form: str = hparams.MARGIN_FORM.default,
                reduction=tf.keras.losses.Reduction.AUTO, name: str = 'margin_control_loss'):
+    margin_weight = hparams.MARGIN_WEIGHT.check(margin_weight)
+    margin_form = hparams.MARGIN_FORM.check(margin_form)
     super().__init__(reduction=reduction, name=name)
-    self.margin_weight = hparams.MARGIN_WEIGHT.check(margin_weight)
+    self.margin_weight = margin_weight
+    self.margin_form = margin_form
 
   def call(self, y_true, y_pred):
-    return margin_control_loss(y_true, y_pred, margin_weight=self.margin_weight)
+    return margin_control_loss(y_true, y_pred, margin_weight=self.margin_weight,
+                               margin_form=self.margin_form)
 
   def get_config(self):
     config = super().get_config()
-    config.update(margin_weight=self.margin_weight)
+    config.update(margin_weight=self.margin_weight, margin_form=self.margin_form)
     return config
