@@ -1,4 +1,5 @@
-"""Tests of `dirichlet_partition` and `partition_like` against loop references (FedGH Sec. II-B)."""
+"""Tests of `dirichlet_partition`, `client_dirichlet_partition` and `partition_like` against loop
+references (FedGH Sec. II-B; the FedGA authors' per-client split)."""
 
 import math
 
@@ -138,3 +139,86 @@ def test_partition_like_bad_input():
     partition.partition_like([0, 1], np.array([[1, 1], [0, 0]]), seed=0)
   with pytest.raises(ValueError, match='num_clients=3'):
     partition.partition_like([0, 1], np.ones((3, 2)), seed=0, min_examples=1)
+
+
+# ---- client_dirichlet_partition: each client's class mix ~ Dir_C(alpha), equal sizes (FedGA) ----
+
+def _client_dirichlet_reference(labels, num_clients, alpha, seed):
+  """Counts [client, class] from the same first draw, with loops: the largest common size m
+  that over-uses no class after rounding each client's m r_kc by largest remainder."""
+  rng = np.random.default_rng(seed)
+  classes = sorted(set(labels.tolist()))
+  mix = rng.dirichlet([alpha] * len(classes), size=num_clients)
+  sizes = [sum(1 for v in labels if v == c) for c in classes]
+  demand = [sum(mix[k][c] for k in range(num_clients)) for c in range(len(classes))]
+  m = int(math.floor(min(sizes[c] / demand[c] for c in range(len(classes)) if demand[c] > 0)))
+  while m >= 1:
+    counts = []
+    for k in range(num_clients):
+      quota = [m * mix[k][c] / sum(mix[k]) for c in range(len(classes))]
+      row = [int(math.floor(q)) for q in quota]
+      by_remainder = sorted(range(len(classes)), key=lambda c: (-(quota[c] - row[c]), c))
+      for c in by_remainder[:m - sum(row)]:
+        row[c] += 1
+      counts.append(row)
+    if all(sum(counts[k][c] for k in range(num_clients)) <= sizes[c]
+           for c in range(len(classes))):
+      return np.array(counts)
+    m -= 1
+  raise AssertionError('no size')
+
+
+@pytest.mark.parametrize('num_clients,alpha,seed', [(5, 1.0, 0), (20, 0.5, 3), (7, 10.0, 11),
+                                                    (30, 0.1, 4)])
+def test_client_dirichlet_matches_reference_counts_and_sizes_are_equal(num_clients, alpha, seed):
+  labels = _labels()
+  parts = data.client_dirichlet_partition(labels, num_clients, alpha, seed=seed)
+  expected = _client_dirichlet_reference(labels, num_clients, alpha, seed)
+  got = np.stack([np.bincount(labels[p], minlength=10) for p in parts])
+  np.testing.assert_array_equal(got, expected)
+  sizes = {len(p) for p in parts}
+  assert len(sizes) == 1 and sizes.pop() >= 1
+  everything = np.concatenate(parts)
+  assert np.unique(everything).size == everything.size          # no example twice
+  assert everything.min() >= 0 and everything.max() < labels.size
+  assert all(p.dtype == np.int64 for p in parts)
+  # The size is the largest the draw allows: one more would over-use some class.
+  class_sizes = np.bincount(labels, minlength=10)
+  assert (got.sum(axis=0) <= class_sizes).all()
+
+
+def test_client_dirichlet_class_mix_follows_the_dirichlet():
+  # Balanced labels, many clients: each client's class fraction has the Dir_C(alpha) marginal's
+  # mean 1/C and variance (1/C)(1 - 1/C) / (C alpha + 1).
+  labels = np.repeat(np.arange(10), 3000)
+  for alpha in (0.2, 1.0, 5.0):
+    parts = data.client_dirichlet_partition(labels, 400, alpha, seed=1)
+    fractions = np.stack([np.bincount(labels[p], minlength=10) / len(p) for p in parts])
+    np.testing.assert_allclose(fractions.mean(), 0.1, rtol=1e-12)
+    np.testing.assert_allclose(fractions.mean(axis=0), 0.1, atol=0.03)
+    expected_var = 0.1 * 0.9 / (10 * alpha + 1)
+    np.testing.assert_allclose(fractions.var(axis=0).mean(), expected_var, rtol=0.2)
+  # ... and unlike dirichlet_partition, client sizes do not vary with the skew.
+  skewed = data.dirichlet_partition(labels, 40, 0.2, seed=1)
+  assert np.std([len(p) for p in skewed]) > 100
+
+
+def test_client_dirichlet_is_deterministic_by_seed():
+  labels = _labels()
+  a, b, c = (data.client_dirichlet_partition(labels, 9, 0.5, seed=s) for s in (2, 2, 3))
+  assert all(np.array_equal(x, y) for x, y in zip(a, b))
+  assert [sorted(x.tolist()) for x in a] != [sorted(x.tolist()) for x in c]
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(alpha=0.0), 'alpha'), (dict(alpha=float('nan')), 'alpha'),
+    (dict(num_clients=0), 'num_clients'), (dict(seed=-1), 'seed'),
+    (dict(labels=[0.5, 1.0]), 'labels'),
+    (dict(labels=[0, 1, 2], num_clients=50), 'cannot give each of num_clients=50 clients'),
+])
+def test_client_dirichlet_bad_input(kwargs, match):
+  args = dict(labels=[0, 1, 2, 0, 1, 2], num_clients=2, alpha=1.0, seed=0)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    data.client_dirichlet_partition(args.pop('labels'), args.pop('num_clients'),
+                                    args.pop('alpha'), **args)

@@ -28,6 +28,7 @@ def _pooled(client_data):
     ('synthetic(0,0)@10', 'synthetic(0,0)@10', 'synthetic_0_0_10'),
     ('emnist:natural', 'emnist:natural', 'emnist_natural'),
     ('mnist:dir(0.5)', 'mnist:dir(0.5)', 'mnist_dir_0.5'),
+    ('digits:client_dir( 0.50 )@10', 'digits:client_dir(0.5)@10', 'digits_client_dir_0.5_10'),
     ('leaf_femnist:natural@100', 'leaf_femnist:natural@100', 'leaf_femnist_natural_100'),
 ])
 def test_names_round_trip(text, name, slug):
@@ -42,6 +43,8 @@ def test_names_round_trip(text, name, slug):
     ('cats:iid', 'must be DATASET:SPLIT'),
     ('digits:dirichlet(0.1)', 'the split must be'),
     ('digits:dir(0)', 'concentration must be > 0'),
+    ('digits:client_dir(0)', 'concentration must be > 0'),
+    ('emnist:client_dir(1)', 'keeps its own clients'),
     ('digits:#C=11', r'#C=K needs K in 1..10'),
     ('digits:#C=0', r'#C=K needs K in 1..10'),
     ('digits:natural', 'no natural clients'),
@@ -91,6 +94,21 @@ def test_each_split_has_its_defining_property():
   assert quantity.client_sizes.std() > 5 * iid.client_sizes.std()
   summary = data.describe(quantity)
   assert summary['label_tv_distance']['median'] < 0.35  # labels about IID
+
+
+def test_client_dirichlet_regime_has_equal_clients_and_the_whole_test_split():
+  train, test = data.load_regime('digits:client_dir(0.5)', seed=2)
+  assert len(set(train.client_sizes.tolist())) == 1 and train.client_sizes[0] > 0
+  assert train.client_ids == test.client_ids and len(train.client_ids) == 20
+  _, reference_test = data.digits(seed=2)
+  assert test.client_sizes.sum() == reference_test.client_sizes.sum()
+  again, _ = data.load_regime('digits:client_dir(0.5)', seed=2)
+  np.testing.assert_array_equal(again.label_counts, train.label_counts)
+  other, _ = data.load_regime('digits:client_dir(0.5)', seed=3)
+  assert not np.array_equal(other.label_counts, train.label_counts)
+  iid, _ = data.load_regime('digits:iid', seed=2)
+  assert data.describe(train)['label_tv_distance']['median'] > 2 * data.describe(iid)[
+      'label_tv_distance']['median']
 
 
 def test_synthetic_regime_is_data_synthetic():

@@ -16,6 +16,7 @@ from tff_conflict.data.info import DatasetInfo
 from tff_conflict.data.leaf_data import leaf
 from tff_conflict.data.leaf_data import LeafClientData
 from tff_conflict.data.leaf_json import LeafFormatError
+from tff_conflict.data.partition import client_dirichlet_partition
 from tff_conflict.data.partition import dirichlet_partition
 from tff_conflict.data.partition import iid_partition
 from tff_conflict.data.partition import label_quantity_partition
@@ -33,6 +34,7 @@ __all__ = [
     'dataset_info',
     'describe',
     'digits',
+    'client_dirichlet_partition',
     'dirichlet_partition',
     'emnist',
     'leaf',

@@ -2,24 +2,24 @@
 
 The four partitions of Li, Diao, Chen and He, "Federated Learning on Non-IID Data Silos: An
 Experimental Study" (ICDE 2022, arXiv:2102.02079), Sec. III-A and their code
-(`Xtra-Computing/NIID-Bench`, `utils.partition_data`):
+(`Xtra-Computing/NIID-Bench`, `utils.partition_data`), and one more:
 
-| function | NIID-Bench name | what varies between clients |
+| function | name | what varies between clients |
 |---|---|---|
 | `iid_partition` | homogeneous (`homo`) | nothing: equal shares of a random permutation |
-| `dirichlet_partition` | distribution-based label imbalance, `p_k ~ Dir(beta)` (`noniid-labeldir`) | label proportions |
+| `dirichlet_partition` | label imbalance, per class `P_c ~ Dir_K(alpha)` (`noniid-labeldir`) | label proportions and sizes |
 | `label_quantity_partition` | quantity-based label imbalance, `#C=k` (`noniid-#label<k>`) | which k classes a client holds |
 | `quantity_skew_partition` | quantity skew, `q ~ Dir(beta)` (`iid-diff-quantity`) | client sizes (labels IID) |
+| `client_dirichlet_partition` | per client `r_k ~ Dir_C(alpha)`, equal sizes (the FedGA code's split) | label proportions only |
 
 `dirichlet_partition` is the split the FedGH paper describes (Sec. II-B, after Yurochkin et al.
-2019 and Wang et al. 2020; also FedMGC Sec. V-A and the FedGA and FedLD experiments): for every
-class c draw `P_c ~ Dir_K(alpha)` and give client k the fraction `p_c^k` of the examples of class
-c. Small alpha concentrates each class on few clients (strong label skew); alpha -> infinity
-gives every client the pooled label distribution (IID).
+2019 and Wang et al. 2020; also FedMGC Sec. V-A): for every class c draw `P_c ~ Dir_K(alpha)`
+over the clients. `client_dirichlet_partition` draws instead each client's class mix over the
+classes, all clients of one size (the FedGA authors' code, `naive_dir_ib_index`). Small alpha:
+strong label skew; alpha -> infinity: the pooled label distribution.
 
 `partition_like` splits a held-out (test) set over the same clients so that every client's test
-labels follow its training label proportions; every test example lands on exactly one client,
-so the union of the client test sets is the whole test split.
+labels follow its training label proportions; every test example lands on exactly one client.
 """
 
 from collections.abc import Sequence
@@ -107,6 +107,69 @@ def dirichlet_partition(labels, num_clients, alpha, *, seed, min_examples=1) -> 
         f'min_examples={min_examples} examples in {MAX_DRAWS} draws (alpha={alpha}, '
         f'{labels.size} examples); lower min_examples or num_clients, or raise alpha')
   return _assign(labels, classes, counts, rng)
+
+
+def client_dirichlet_partition(labels, num_clients, alpha, *, seed) -> list[np.ndarray]:
+  """Each client's class mix drawn from a Dirichlet, every client the same size (FedGA's code).
+
+  Draws `r_k ~ Dir_C(alpha)` over the C classes present for every client k, then the largest
+  common size m such that no class is used more than it has examples: client k receives
+  `m r_kc` examples of class c, rounded per client by largest remainder so that its total is
+  exactly m (m starts at `floor(min_c n_c / sum_k r_kc)` and is lowered while the rounding
+  over-uses a class), drawn without replacement at random. The examples left over are in no
+  client, as in the FedGA authors' `naive_dir_ib_index` (which rounds each entry, so its client
+  sizes differ by a few; here they are equal).
+
+  Args:
+    labels: 1-D integer array of class labels (>= 0), one per example.
+    num_clients: number of clients K >= 1.
+    alpha: Dirichlet concentration > 0 (smaller: each client holds fewer classes).
+    seed: integer >= 0 seeding `np.random.default_rng`.
+
+  Returns:
+    A list of K int64 arrays of example indices (into `labels`), each in random order, all of
+    the same length m >= 1.
+
+  Raises:
+    ValueError: on a bad argument (named in the message), or if the draw leaves m < 1 (too many
+      clients for the rarest class's share).
+  """
+  labels = _check_labels(labels)
+  num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
+  alpha = _checks.check_positive('alpha', alpha)
+  seed = _checks.check_int('seed', seed, minimum=0)
+  rng = np.random.default_rng(seed)
+  classes = np.unique(labels)
+  class_sizes = np.array([np.count_nonzero(labels == c) for c in classes])
+  mix = rng.dirichlet(np.full(len(classes), alpha), size=num_clients)    # [K, C]
+  # numpy's small-alpha sampler can return all zeros in float underflow; treat as one-hot.
+  bad = ~np.isfinite(mix).all(axis=1) | (mix.sum(axis=1) <= 0)
+  for row in np.flatnonzero(bad):
+    mix[row] = np.eye(len(classes))[rng.integers(len(classes))]
+  mix = mix / mix.sum(axis=1, keepdims=True)
+  demand = mix.sum(axis=0)
+  used = demand > 0
+  size = int(np.floor(np.min(class_sizes[used] / demand[used])))
+  while size >= 1:
+    quota = size * mix
+    counts = np.floor(quota).astype(np.int64)
+    short = size - counts.sum(axis=1)
+    order = np.argsort(-(quota - counts), axis=1, kind='stable')
+    for k in range(num_clients):
+      counts[k, order[k, :short[k]]] += 1
+    if (counts.sum(axis=0) <= class_sizes).all():
+      break
+    size -= 1
+  if size < 1:
+    raise ValueError(f'client_dirichlet_partition cannot give each of num_clients={num_clients} '
+                     f'clients an example with this draw (alpha={alpha}, seed={seed}, '
+                     f'{labels.size} examples); lower num_clients or raise alpha')
+  parts = [[] for _ in range(num_clients)]
+  for c, column in zip(classes, counts.T):
+    members = rng.permutation(np.flatnonzero(labels == c))[:column.sum()]
+    for k, chunk in enumerate(np.split(members, np.cumsum(column)[:-1])):
+      parts[k].append(chunk)
+  return [rng.permutation(np.concatenate(p).astype(np.int64)) for p in parts]
 
 
 def _assign(labels: np.ndarray, classes: np.ndarray, counts: np.ndarray,

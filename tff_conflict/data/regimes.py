@@ -11,11 +11,12 @@ on Non-IID Data Silos: An Experimental Study", ICDE 2022, arXiv:2102.02079), see
 | `digits:dir(0.1)` | `dirichlet_partition(alpha=0.1)` | `p_k ~ Dir(0.1)` |
 | `digits:#C=2` | `label_quantity_partition(classes_per_client=2)` | `#C=2` |
 | `digits:qty(0.5)` | `quantity_skew_partition(beta=0.5)` | `q ~ Dir(0.5)` |
+| `digits:client_dir(0.5)` | `client_dirichlet_partition(alpha=0.5)`: per-client class mix, equal sizes | - (the FedGA code's split) |
 | `synthetic(1,1)` | FedProx / LEAF Synthetic(alpha, beta), `data.synthetic` | - |
 | `emnist:natural` | federated EMNIST by writer, `data.emnist` | - |
 | `leaf_femnist:natural` | LEAF's FEMNIST users and split, `data.leaf` | - |
 
-Array datasets accept all four splits: `digits` (offline) and the prepared tensorflow-datasets
+Array datasets accept all five splits: `digits` (offline) and the prepared tensorflow-datasets
 `mnist`, `fashion_mnist`, `cifar10`, `cifar100`. `emnist`, `emnist_digits` and LEAF's
 `leaf_femnist`, `leaf_synthetic`, `leaf_celeba` keep their own clients (`natural`; `@K` keeps
 the first K in id order; LEAF needs `leaf_dir`, LEAF's `data/<name>` folder). `@K` sets the
@@ -45,7 +46,7 @@ WRITER_DATASETS = ('emnist', 'emnist_digits')
 LEAF_DATASETS = ('leaf_femnist', 'leaf_synthetic', 'leaf_celeba')
 NATURAL_DATASETS = WRITER_DATASETS + LEAF_DATASETS
 DATASETS = ARRAY_DATASETS + NATURAL_DATASETS + ('synthetic',)
-ARRAY_SPLITS = ('iid', 'dir', '#C', 'qty')
+ARRAY_SPLITS = ('iid', 'dir', '#C', 'qty', 'client_dir')
 DEFAULT_NUM_CLIENTS = {'digits': 20, 'synthetic': 30, 'mnist': 100, 'fashion_mnist': 100,
                        'cifar10': 100, 'cifar100': 100}
 
@@ -57,6 +58,7 @@ _SPLITS = {
     'dir': re.compile(rf'^dir\(\s*{_NUMBER}\s*\)$'),
     '#C': re.compile(r'^#C=([0-9]+)$'),
     'qty': re.compile(rf'^qty\(\s*{_NUMBER}\s*\)$'),
+    'client_dir': re.compile(rf'^client_dir\(\s*{_NUMBER}\s*\)$'),
 }
 
 
@@ -71,8 +73,9 @@ class Regime:
   Attributes:
     dataset: one of `DATASETS`.
     split: 'iid', 'dir' (Dirichlet label skew, `param` = (alpha,)), '#C' (`param` = (k,)),
-      'qty' (quantity skew, `param` = (beta,)), 'synthetic' (`param` = (alpha, beta)) or
-      'natural' (the dataset's own clients).
+      'qty' (quantity skew, `param` = (beta,)), 'client_dir' (per-client Dirichlet class mix,
+      equal sizes, `param` = (alpha,)), 'synthetic' (`param` = (alpha, beta)) or 'natural'
+      (the dataset's own clients).
     param: the split's parameters.
     num_clients: the population size; None for the dataset's default.
   """
@@ -86,7 +89,7 @@ class Regime:
     """The canonical name, e.g. 'digits:dir(0.1)', 'digits:#C=2@100', 'synthetic(1,1)'."""
     if self.split == 'synthetic':
       text = f'synthetic({_fmt(self.param[0])},{_fmt(self.param[1])})'
-    elif self.split == 'dir' or self.split == 'qty':
+    elif self.split in ('dir', 'qty', 'client_dir'):
       text = f'{self.dataset}:{self.split}({_fmt(self.param[0])})'
     elif self.split == '#C':
       text = f'{self.dataset}:#C={self.param[0]}'
@@ -126,14 +129,14 @@ def parse_regime(text: str) -> Regime:
     if match:
       break
   else:
-    raise ValueError(f'regime {text!r}: the split must be iid, dir(ALPHA), #C=K, qty(BETA) or '
-                     f'natural, got {split!r}')
+    raise ValueError(f'regime {text!r}: the split must be iid, dir(ALPHA), #C=K, qty(BETA), '
+                     f'client_dir(ALPHA) or natural, got {split!r}')
   if dataset in NATURAL_DATASETS and kind != 'natural':
     raise ValueError(f'regime {text!r}: {dataset} keeps its own clients; use {dataset}:natural')
   if dataset in ARRAY_DATASETS and kind == 'natural':
     raise ValueError(f'regime {text!r}: {dataset} has no natural clients; use iid, dir(ALPHA), '
-                     '#C=K or qty(BETA)')
-  if kind in ('dir', 'qty'):
+                     '#C=K, qty(BETA) or client_dir(ALPHA)')
+  if kind in ('dir', 'qty', 'client_dir'):
     value = float(match[1])
     if not value > 0:
       raise ValueError(f'regime {text!r}: the concentration must be > 0, got {value:g}')
@@ -171,6 +174,9 @@ def partition_for(regime: Regime, labels: np.ndarray, num_clients: int, *,
   if regime.split == 'qty':
     return partition_lib.quantity_skew_partition(len(labels), num_clients, regime.param[0],
                                                  seed=seed)
+  if regime.split == 'client_dir':
+    return partition_lib.client_dirichlet_partition(labels, num_clients, regime.param[0],
+                                                    seed=seed)
   raise ValueError(f'regime {regime.name!r} is not an array split')
 
 
