@@ -103,23 +103,13 @@ def shutdown_workers(timeout: float = 10.0) -> None:
       proc.wait()
 
 
-def _reset_tff_context() -> None:
-  """Replaces TFF's context so that its ServiceManager is collected while modules still exist.
-
-  TFF's `ServiceManager.__del__` then finds an already-ended process and returns quietly, instead
-  of failing with a traceback at interpreter shutdown.
-  """
-  try:
-    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-    tff.framework.set_default_context(_NoContext())
-  except Exception:  # pylint: disable=broad-except
-    pass
+def _disarm_tff() -> None:
+  """Ends the worker of every TFF `ServiceManager` still alive (for example the context TFF
+  installs when it is imported, or one a test built) and makes its `__del__` a no-op: run during
+  interpreter teardown, when `subprocess` is already None, it would print a traceback."""
   import gc  # pylint: disable=g-import-not-at-top
   from tff_conflict import _compat  # pylint: disable=g-import-not-at-top
   gc.collect()
-  # Service managers still referenced elsewhere (for example the context TFF installs when it is
-  # imported, or one a test built) would run `__del__` during interpreter teardown, when
-  # `subprocess` is already None: their worker is ended here and their `__del__` made a no-op.
   _compat.disarm_service_managers(_end_process)
 
 
@@ -135,17 +125,9 @@ def _end_process(process: subprocess.Popen) -> None:
       process.wait()
 
 
-class _NoContext:
-  """A context left behind at exit: any federated call after shutdown fails clearly."""
-
-  def invoke(self, comp, arg):
-    del comp, arg
-    raise RuntimeError('tff_conflict.runtime: the TFF context was shut down at exit.')
-
-
 def _at_exit() -> None:
-  _reset_tff_context()  # TFF's own ServiceManager ends its worker first, while it still can ...
-  shutdown_workers()    # ... and whatever is left is ended here.
+  _disarm_tff()       # TFF's ServiceManagers' workers first, while modules still exist ...
+  shutdown_workers()  # ... and whatever is left is ended here.
 
 
 def _on_signal(signum, frame) -> None:
