@@ -8,6 +8,7 @@ is killed).
 import collections
 import os
 import sys
+import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -76,3 +77,24 @@ def with_default_sigint(argv):
   does, then execs `argv` in the same process (same PID).
   """
   return [sys.executable, '-c', _DEFAULT_SIGINT_EXEC, *argv]
+
+
+def wait_until(condition, timeout, interval=0.2):
+  """Calls `condition()` until it returns a true value or `timeout` seconds pass; returns the
+  last value. The one wait of the process tests (a child or a worker ending takes a moment)."""
+  deadline = time.monotonic() + timeout
+  while True:
+    value = condition()
+    if value or time.monotonic() >= deadline:
+      return value
+    time.sleep(interval)
+
+
+def workers_left(token, timeout=15):
+  """The `worker_binary` processes whose environment holds `TFF_CONFLICT_TEST_TOKEN=token`, once
+  they have ended or `timeout` seconds have passed (the kernel's PR_SET_PDEATHSIG kill is not
+  instantaneous)."""
+  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  workers = lambda: runtime.workers_with_environment('TFF_CONFLICT_TEST_TOKEN', token)
+  wait_until(lambda: not workers(), timeout)
+  return workers()

@@ -6,10 +6,9 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 
-from tff_conflict import runtime
+from tests import conftest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTION = '## Using the library'
@@ -25,10 +24,6 @@ def readme_example() -> str:
   match = re.search(r'^```python\n(.*?)^```$', section, flags=re.DOTALL | re.MULTILINE)
   assert match, f'README.md\'s "{SECTION}" section has no python code block'
   return match.group(1)
-
-
-def _workers_with_token(token):
-  return runtime.workers_with_environment('TFF_CONFLICT_TEST_TOKEN', token)
 
 
 def test_example_is_complete():
@@ -54,7 +49,4 @@ def test_example_runs_and_leaves_no_worker(tmp_path):
   lines = result.stdout.splitlines()
   assert sum('test accuracy' in line for line in lines) == 2, result.stdout
   assert sum('conflicting pairs' in line for line in lines) == 6, result.stdout
-  deadline = time.monotonic() + 10   # the kernel's PR_SET_PDEATHSIG kill may take a moment
-  while _workers_with_token(token) and time.monotonic() < deadline:
-    time.sleep(0.5)
-  assert _workers_with_token(token) == []
+  assert conftest.workers_left(token) == []

@@ -67,9 +67,7 @@ def _read_worker_pids(proc, timeout=120):
 
 
 def _assert_gone(pids, timeout=15):
-  deadline = time.monotonic() + timeout
-  while time.monotonic() < deadline and any(_is_running(p) for p in pids):
-    time.sleep(0.2)
+  conftest.wait_until(lambda: not any(_is_running(p) for p in pids), timeout)
   assert not [p for p in pids if _is_running(p)], f'worker_binary still running: {pids}'
 
 
