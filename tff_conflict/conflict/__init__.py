@@ -2,7 +2,8 @@
 
     harmonize(updates, weights, *, order="random", seed=None)               -> [d]  FedGH
     dominant_correction(updates, losses, *, selection_ratio=0.5)            -> [d]  FedMGC's DGC
-    principal_aggregate(updates, weights, *, component_ratio=0.8)           -> [d]  FedLD
+    principal_aggregate(updates, weights, *, component_ratio=0.8, tensor_sizes=None,
+                        granularity="tensor")                               -> [d]  FedLD
     corrective_weights(gradients, losses, *, alpha=0.1)                     -> [K]
     corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1) -> [d]
     weighted_mean_with_diagnostics(updates, weights) -> ([d], diagnostics)  FedAvg, measured
