@@ -44,7 +44,8 @@ def main():
                                  seed=0, eval_every=0, checkpoint_every=0)
   spec = training_loop.preprocess(train.create_tf_dataset_for_client('00'), config).element_spec
   process = learning.ALGORITHMS[args.algorithm](
-      functools.partial(architectures.logistic_regression, (64,), 10, seed=0), input_spec=spec,
+      functools.partial(architectures.logistic_regression, tuple(spec['x'].shape[1:]), 10,
+                        seed=0), input_spec=spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.05))
   runner = runtime.make_runner(process, 'inprocess')
   me = psutil.Process()
@@ -57,7 +58,7 @@ def main():
       del value
       stamps.append((key, time.monotonic(), me.memory_info().rss))
       if key % args.every == 0:
-        block = [b[1] - a[1] for a, b in zip(stamps[-args.every - 1:], stamps[-args.every:])]
+        block = np.diff([s[1] for s in stamps[-args.every - 1:]])
         print(f'rounds {key - args.every + 1:4d}-{key:4d}: round median '
               f'{np.median(block) * 1e3:6.1f} ms, p90 {np.percentile(block, 90) * 1e3:6.1f} ms; '
               f'RSS {stamps[-1][2] / MB:6.0f} MB', flush=True)

@@ -74,6 +74,25 @@ def test_transform_is_applied():
   np.testing.assert_allclose(got[0][0], x[1] / 255.0, rtol=1e-6)
 
 
+def test_eager_and_graph_creation_give_the_same_elements():
+  # Eagerly a client's rows are indexed in numpy; in a graph with TF ops: the same examples.
+  x = np.arange(5 * 4, dtype=np.uint8).reshape(5, 2, 2, 1) * 12
+  y = np.array([3, 0, 2, 1, 2])
+  cd = client_data_lib.ArrayClientData(
+      x, y, [np.array([3, 1, 4]), np.zeros(0, np.int64), np.array([0, 2])],
+      transform=lambda v: tf.cast(v, tf.float32) / 255.0)
+  for cid in cd.client_ids:
+    eager = cd.create_tf_dataset_for_client(cid)
+    graph = cd.dataset_computation(cid)
+    assert eager.element_spec == graph.element_spec == cd.element_type_structure
+    for (ex, ey), (gx, gy) in zip(_elements(eager), _elements(graph), strict=True):
+      # (1 ulp apart at most: a graph may run the division as a multiplication by 1 / 255)
+      np.testing.assert_allclose(ex, gx, rtol=1e-6)
+      assert ey == gy
+  np.testing.assert_allclose(_elements(cd.create_tf_dataset_for_client('0'))[2][0], x[4] / 255.0,
+                             rtol=1e-6)
+
+
 @pytest.mark.parametrize('x,y,partition,match', [
     (np.zeros((3, 2)), np.zeros(4, int), [np.arange(3)], 'same N'),
     (np.zeros((3, 2)), np.array([0.5, 1, 1]), [np.arange(3)], 'y must'),
