@@ -206,7 +206,7 @@ def main():
                f'{difference:.1e}']
     print(f'| {preset} | {algorithm} | {k} | {name} | {cold:.2f} | {later:.3f} | {cold_cpu:.2f} '
           f'| {later_cpu:.3f} | ' + ' | '.join(cells) + f' | {own_gb:.2f} | {worker_gb:.2f} | '
-          f'{stack_gb:.2f} |')
+          f'{stack_gb:.3f} |')
   print(f'\nload average at end: {_load()}')
   runtime.shutdown_workers()
 

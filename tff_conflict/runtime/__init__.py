@@ -1,32 +1,13 @@
 """Execution backends: where a TFF learning process's rounds run, with no worker left behind.
 
-Public surface (the documented entry point for every binary, test and benchmark):
-
-  set_local_context()        TFF's local C++ runtime (`worker_binary`), whose workers end with this
-                             Python process however it ends (`local`). Call it first thing.
-  shutdown_workers()         end this process's workers now (a later call starts a new one).
-  worker_pids(), current_worker_pid()
-                             the workers this process started that are still running.
-  workers_with_environment(name, value)
-                             running workers of any process whose environment holds name=value
-                             (a child's workers, found by a token given in its environment).
-  set_remote_context(addresses, *, rpc_timeout_s=600, connect_timeout_s=30)
-                             TFF workers on other machines (`remote`), each started with
-                             `python -m tff_conflict.runtime.worker --port=P`; several workers
-                             split each round's clients. Their failures raise `WorkerError`.
-  parse_worker_addresses(addresses)
-                             validates `'host:port,...'`.
-  InProcessRunner(process, *, num_threads=1, accumulation='buffered')
-                             runs a learning process's rounds in this Python process from its
-                             MapReduceForm graphs with TensorFlow: no `worker_binary`, and the
-                             only backend that can use a GPU (`inprocess`).
-  make_runner(process, kind) 'cpp' -> the process itself (the installed TFF context), 'inprocess'
-                             -> an `InProcessRunner`. Both give `initialize()`,
-                             `next(state, client_datasets)` and `get_model_weights(state)` with the
-                             same result structures and types.
-
-`InProcessRunner` and `make_runner` import TensorFlow Federated; they are loaded on first use so
-that `import tff_conflict.runtime` stays cheap.
+`set_local_context()` (TFF's local C++ runtime, its `worker_binary` ended with this process; call
+it first), `set_remote_context('host:port,...')` (workers started with
+`python -m tff_conflict.runtime.worker --port=P`, failures raised as `WorkerError`), and
+`InProcessRunner(process)` / `make_runner(process, 'cpp'|'inprocess')` (rounds run in this Python
+process from TFF's MapReduceForm graphs: no worker, GPU-capable), with `shutdown_workers()`,
+`worker_pids()`, `current_worker_pid()`, `workers_with_environment(name, value)` and
+`parse_worker_addresses(addresses)`. `InProcessRunner` and `make_runner` load TFF on first use.
+Design: docs/design.md, "Execution backends".
 """
 
 import importlib

@@ -1,15 +1,8 @@
 """Gathered stacks built in one preallocated buffer, for the in-process runner.
 
-A gathering `federated_aggregate` (e.g. `tff_conflict.aggregators._gather`) has accumulator leaves
-of shape `[None, ...]` that `merge` concatenates along axis 0. Merging such leaves pairwise copies
-rows again and again, and the last merge holds its two inputs and its output at once: about two
-`K x d` stacks plus partial stacks. Here those leaves are instead written row by row into one
-buffer of `capacity` rows (the number of clients of the round), and the finished stack is handed
-to TensorFlow without a copy (DLPack), so gathering K rows costs about one `K x d` stack.
-
-`concatenated_leaves` finds the leaves for which that is exact: it checks, on accumulators of one
-made-up client each (`accumulate(zero, sample_update(...))`, what the runner merges), that `merge`
-concatenates them and that `merge`'s other leaves do not depend on them.
+`RowBuffer` takes a round's rows one by one into a buffer of K rows and hands the stack to
+TensorFlow without a copy (DLPack); `concatenated_leaves` finds the accumulator leaves for which
+that equals `merge`'s concatenation. Design: docs/design.md, "The in-process runner".
 """
 
 from collections.abc import Callable, Sequence
