@@ -117,3 +117,16 @@ def test_default_cache_dir_is_tffs(tmp_path, monkeypatch):
 def test_bad_only_digits(cache_dir):
   with pytest.raises(ValueError, match='only_digits'):
     data.emnist(only_digits='yes', cache_dir=cache_dir)
+
+
+def test_validation_split_of_the_writers(cache_dir):
+  # SQL-backed writers are split by the count rule (each keeps a training example), eagerly and
+  # in a graph alike.
+  train, _ = data.emnist(cache_dir=cache_dir)
+  fit, held_out = data.split_validation(train, 0.5, seed=0)
+  for client, labels in _LAYOUT['all_train'].items():
+    f = [int(e['y']) for e in fit.create_tf_dataset_for_client(client)]
+    v = [int(e['y']) for e in held_out.create_tf_dataset_for_client(client)]
+    assert len(v) == min(round(0.5 * len(labels)), len(labels) - 1)
+    assert sorted(f + v) == sorted(labels)
+    assert [int(e['y']) for e in held_out.dataset_computation(client).as_numpy_iterator()] == v
