@@ -114,6 +114,11 @@ with flags_lib.record_group('benchmark'):
                     'combination.')
   flags.DEFINE_integer('tuning_last_k', _D(_T, 'last_k'), 'A tuning run\'s score: mean validation accuracy of '
                        'its last K rounds.')
+  flags.DEFINE_integer('tuning_edge_steps', _D(_T, 'edge_steps'), 'When a numeric grid\'s best '
+                       'value (client or server lr, a method argument) is at its edge, extend '
+                       'the grid past it geometrically at most this many times per side; 0: '
+                       'never. A best value still at an edge is marked in the report.')
+  flags.DEFINE_float('tuning_edge_factor', _D(_T, 'edge_factor'), 'Factor of each extension.')
   flags.DEFINE_float('validation_fraction', _D(_T, 'validation_fraction'), 'Share of each client\'s training examples '
                      'held out for tuning.')
   flags.DEFINE_string('results_md', None, 'Also write this RESULTS.md (machine, date, command, '
@@ -213,6 +218,7 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         tune_epochs=_ints('tune_epochs'), client_lr_grid=_floats('client_lr_grid'),
         server_lr_grid=_floats('server_lr_grid'), grids=config_lib.parse_grids(FLAGS.grids),
         strategy=FLAGS.tuning_strategy, last_k=FLAGS.tuning_last_k,
+        edge_steps=FLAGS.tuning_edge_steps, edge_factor=FLAGS.tuning_edge_factor,
         validation_fraction=FLAGS.validation_fraction)
     return config_lib.BenchmarkConfig(
         regimes=tuple(config_lib.split_top_level(FLAGS.regimes)),

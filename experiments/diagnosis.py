@@ -1,43 +1,9 @@
-"""Why a method ties with or loses to FedAvg: per-run measurements, method variants that isolate
-a cause, and one Markdown report section per method.
-
-For the benchmark harness, and for the output directories of `experiments.compare` and
-`experiments.train` through `load_runs(regime, directory)`:
-
-  summarize_run(rows) -> OrderedDict    diagnostic columns of one run, from its metrics.csv rows
-                                        (`RUN_COLUMNS`; add them to the run's row of runs.csv)
-  diagnose(method, runs) -> str         a Markdown section for `method` from a runs table: its
-                                        paired gap to FedAvg per regime, the measurement that
-                                        explains it, and how the variants in the table fare
-  positive_control(runs, regime=...)    FedProx's published effect (mu = 1 against FedAvg,
-                                        many local epochs): reproduced or not, with the figures
-  VARIANTS                              name -> `Variant`: a method with one cause changed
-                                        (e.g. `fedga_soft`, `fedld_server_lr`), as flag values
-
-A runs table is a sequence of mappings, one per (regime, method, seed), with the keys `regime`,
-`method`, `seed` (optionally `epochs`, the local epochs: regimes are then reported per E) and the
-`RUN_COLUMNS` of `summarize_run` (missing or None where a run does not measure them); the
-benchmark's runs.csv rows are such mappings. Methods are compared with FedAvg pairwise over the
-seeds they share in a regime (the harness gives every method the same partition, initial model
-and client sample per seed).
-
-What each section measures (the causes are explained in docs/methods.md, under each method):
-
-* FedGA: test errors between classes that rarely share a client in the training partition
-  (`tff_conflict.evaluation.confusion_by_cooccurrence`) against the other class pairs, beside
-  FedAvg's (the muting of absent classes); the mean logit of the global model (the drift of the
-  paper's loss along the logit shift softmax ignores); the drop from the best round to the
-  last; the authors' two deviations (soft-target loss, gradient clipping) and whole-dataset
-  counts as variants.
-* FedLD: the server-step shrinkage `aggregator/norm_ratio` (the revised updates are shorter than
-  the originals, `|u_i| sqrt(sum_l (lambda_l / S)^2)`), the server learning rate that would
-  compensate it on average, and the variant that uses it; margin control and principal
-  aggregation alone.
-* FedMGC: focal loss and dominant gradient correction each alone (ablations).
-* FedProx and the corrective weights: the gap as a function of mu / alpha (is the default too
-  weak to matter?) and, for the corrective weights, how much the correction changes the step
-  (`norm_ratio`).
-* FedGH and every other method: the conflict fraction and `norm_ratio`.
+"""Why a method ties with or loses to FedAvg, from a runs table (one mapping per regime, method,
+seed and optionally E, with `RUN_COLUMNS`; the benchmark's runs.csv rows, or `load_runs` of a
+`compare` / `train` directory): `summarize_run` (one run's columns), `diagnose` (a method's
+Markdown section: its paired gap per regime, the measurement that explains it, its variants),
+`positive_control`, and `VARIANTS` (a method with one cause changed). What each section
+measures: docs/design.md, "The method comparison"; the causes: docs/methods.md.
 """
 
 import collections

@@ -108,6 +108,9 @@ class TuningConfig:
       the method's own grid (and server lr) at the chosen rate; 'product': every combination.
     last_k: the score of a run is its mean validation accuracy over its last `last_k` rounds.
     validation_fraction: share of each client's training examples held out for validation.
+    edge_steps: how many times a numeric grid whose best value is at its edge is extended past
+      it (per dimension and side; 0: never); a best value still at an edge is reported.
+    edge_factor: each extension multiplies (divides) the edge value by this factor (> 1).
   """
   tune: bool = True
   tuning_seeds: tuple = (100, 101)
@@ -119,6 +122,8 @@ class TuningConfig:
   strategy: str = 'staged'
   last_k: int = 5
   validation_fraction: float = 0.2
+  edge_steps: int = 3
+  edge_factor: float = 3.0
 
   def __post_init__(self):
     _require('tune', self.tune, isinstance(self.tune, bool), 'True or False')
@@ -131,6 +136,9 @@ class TuningConfig:
     experiment_config.require('tuning_strategy', self.strategy,
                               experiment_config.one_of(('staged', 'product')))
     experiment_config.require('tuning_last_k', self.last_k, experiment_config.at_least(1))
+    experiment_config.require('tuning_edge_steps', self.edge_steps, experiment_config.at_least(0))
+    _require('tuning_edge_factor', self.edge_factor,
+             _is_real(self.edge_factor) and self.edge_factor > 1, 'a finite number > 1')
     _require('validation_fraction', self.validation_fraction,
              _is_real(self.validation_fraction) and 0 < self.validation_fraction < 1,
              'a number in (0, 1)')

@@ -21,7 +21,12 @@ CONTROL_DIR = 'positive_control'
 
 @dataclasses.dataclass(frozen=True)
 class PositiveControl:
-  """The control's settings (defaults: the FedProx paper's Synthetic(1, 1) experiment)."""
+  """The control's settings (defaults: the FedProx paper's Synthetic(1, 1) experiment).
+
+  `data_seed`: the seed of the data every seed of the control uses (the paper's experiment has
+  one dataset; seeds vary the initial model and the clients sampled); None: each seed draws its
+  own data.
+  """
   regime: str = 'synthetic(1,1)'
   baseline: str = 'fedavg'
   method: str = 'fedprox_mu1'
@@ -30,6 +35,7 @@ class PositiveControl:
   clients_per_round: int = 10
   batch_size: int = 10
   client_learning_rate: float = 0.01
+  data_seed: Optional[int] = 0
 
   @classmethod
   def from_config(cls, config: Mapping[str, Any]) -> 'PositiveControl':
@@ -46,13 +52,19 @@ class PositiveControl:
         rounds=config.get('rounds', default.rounds),
         clients_per_round=config.get('clients_per_round', default.clients_per_round),
         batch_size=config.get('batch_size', default.batch_size),
-        client_learning_rate=config.get('client_learning_rate', default.client_learning_rate))
+        client_learning_rate=config.get('client_learning_rate', default.client_learning_rate),
+        # Controls run before the data was held fixed drew each seed's data.
+        data_seed=(None if config.get('vary_partition', True)
+                   else config.get('data_seed', default.data_seed)))
 
   def describe(self) -> str:
     return (f'{self.method} against {self.baseline} on `{self.regime}`: E = {self.epochs}, '
             f'batch {self.batch_size}, client learning rate {self.client_learning_rate}, '
-            f'{self.clients_per_round} clients per round, {self.rounds} rounds, untuned, the '
-            'global model\'s training loss evaluated every round')
+            f'{self.clients_per_round} clients per round, {self.rounds} rounds, untuned, '
+            + ('each seed with its own data' if self.data_seed is None else
+               f'the data of seed {self.data_seed} for every seed (seeds vary the initial model '
+               'and the clients sampled)')
+            + ', the global model\'s training loss evaluated every round')
 
 
 def control_config(config: config_lib.BenchmarkConfig,
@@ -62,6 +74,8 @@ def control_config(config: config_lib.BenchmarkConfig,
   return dataclasses.replace(
       config, regimes=(control.regime,), methods=(control.baseline, control.method),
       epochs=(control.epochs,), models={}, baseline=control.baseline, targets={},
+      vary_partition=control.data_seed is None,
+      data=dataclasses.replace(config.data, data_seed=control.data_seed or 0),
       loop=dataclasses.replace(config.loop, rounds=control.rounds,
                                clients_per_round=control.clients_per_round,
                                batch_size=control.batch_size, eval_train_loss=True),

@@ -1,26 +1,8 @@
-"""Runs benchmark runs on TFF: each learning process built once, data loaded once.
-
-`Engine.run(spec)` trains one `RunSpec` through the project's run loop
-(`experiments.training_loop.run_training`) and writes its `result.json`. What is shared:
-
-* Processes: one per (algorithm, builder arguments, model, dataset, batch size, client
-  momentum), built on first use and reused by every run with that key, whatever its regime,
-  local epochs, seed and learning rates. A run's initial state is the process's initial state
-  with, set through the process's runner: the run's initial model (`set_model_weights`, the model
-  of seed s built with seed s), the run's client and server learning rates (`set_hparams`), and,
-  for an aggregator whose state holds an order seed (FedGH's partner order), the run's seed. The
-  models are built with seed 0, so a model with dropout (emnist_cnn) draws the same dropout masks
-  in every run; the models the benchmark uses by default (mlp, digits_cnn,
-  logistic_regression) have none.
-* Data: one `(train, test)` per (regime, data seed); tuning runs train on the fit part of
-  `tff_conflict.data.split_validation(train)` and are evaluated on its validation part, so they
-  never read the test split.
-* Evaluation: the pooled evaluation split as arrays, read on the run's first evaluation.
-  Reporting runs also record the mean logit and the test errors split by how much classes share
-  clients in the training partition (`test_mean_logit`, `test_rare_pair_error`, ...; read by
-  `experiments.diagnosis`).
-
-Time spent building processes (`build_seconds`) is counted apart from the runs' time.
+"""Runs one `RunSpec` at a time on TFF (`Engine.run`: the run loop, then its `result.json`),
+skipping runs finished on disk with the same settings. Learning processes are built once per
+(algorithm, builder arguments, model, dataset, batch size, momentum) and reused with each run's
+model, learning rates and seed set in the initial state; data is loaded once per (regime, data
+seed); tuning runs never read the test split (docs/design.md, "The method comparison").
 """
 
 import collections

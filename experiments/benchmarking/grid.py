@@ -8,7 +8,8 @@ Files under the benchmark's root besides the runs' directories (`runs/`, `tuning
   config.json            the benchmark's settings
   runs.csv               one row per finished reporting run (`runs.RUN_COLUMNS`)
   tuning.csv             one row per tuning candidate: its validation score and whether it won
-  tuning_choices.json    the chosen values per (dataset, E, method)
+  tuning_choices.json    the chosen values per (dataset, E, method); `at_edge`: the dimensions
+                         whose chosen value is still at its grid's edge
   timing.json            one entry per invocation: wall time, building time, runs run/skipped
   regimes.json           each regime's client sizes and label skew (`describe_regimes`)
   report.md, plots/      the report (`report`)
@@ -81,7 +82,8 @@ def _tune(plan: plan_lib.Plan, engine, progress) -> list[tuning_lib.Choice]:
 
     choice = tuning_lib.tune_method(task.method.search, dataset=task.dataset,
                                     regime=task.regime, epochs=task.epochs, evaluate=evaluate)
-    untried = len(tuning_lib.candidates(task.method.search)) - len(choice.scores)
+    untried = (len(tuning_lib.candidates(task.method.search))
+               + tuning_lib.max_extensions(task.method.search) - len(choice.scores))
     progress.skip(untried * len(task.seeds) * plan.rounds)
     choices.append(choice)
   return choices

@@ -146,11 +146,12 @@ class Plan:
 
   def planned_runs(self) -> dict[tuple[str, str, str, int], int]:
     """Runs per (phase, method, dataset, E): exact for reporting, an upper bound for tuning
-    (stage 2's repeats of stage 1 included)."""
+    (stage 2's repeats of stage 1 and every possible edge extension included)."""
     counts: dict[tuple[str, str, str, int], int] = {}
     for task in self.tuning:
       counts[(runs_lib.TUNE_PHASE, task.method.name, task.dataset, task.epochs)] = (
-          len(tuning_lib.candidates(task.method.search)) * len(task.seeds))
+          (len(tuning_lib.candidates(task.method.search))
+           + tuning_lib.max_extensions(task.method.search)) * len(task.seeds))
     for dataset in self.datasets:
       for method in self.methods:
         for epochs in self.epochs:
@@ -213,7 +214,9 @@ def _method_plan(config: config_lib.BenchmarkConfig, name: str) -> MethodPlan:
                 else tuple(config.tuning.client_lr_grid))
   search = tuning_lib.Search(method=method, given=tuple(sorted(given.items())),
                              client_lrs=client_lrs, server_lr=server_lr, server_lrs=server_lrs,
-                             strategy=config.tuning.strategy)
+                             strategy=config.tuning.strategy,
+                             edge_steps=config.tuning.edge_steps,
+                             edge_factor=config.tuning.edge_factor)
   return MethodPlan(method=method, given=tuple(sorted(given.items())), client_lr=client_lr,
                     server_lr=server_lr, search=search)
 

@@ -451,7 +451,11 @@ def _setup_section(config) -> str:
         f'= mean validation accuracy over the last {tuning.get("last_k")} rounds; client lr '
         f'grid {tuning.get("client_lr_grid")}, server lr grid {tuning.get("server_lr_grid")} '
         f'(methods that tune it). Tuned regimes: '
-        f'{", ".join(f"{d}: `{r}`" for d, r in regimes.items()) or "see Tuning"}. Reporting '
+        f'{", ".join(f"{d}: `{r}`" for d, r in regimes.items()) or "see Tuning"}. '
+        + (f'A numeric grid whose best value is at its edge is extended past it (x or / '
+           f'{tuning["edge_factor"]:g}, at most {tuning["edge_steps"]} times per side, every '
+           'method alike); "at edge" marks a value still at an edge. '
+           if tuning.get('edge_steps') else '') + 'Reporting '
         'runs train on all of each client\'s training data and are evaluated on the test split.')
   else:
     lines.append(f'- No tuning: client lr {config.get("client_learning_rate")}, server lr '
@@ -530,7 +534,9 @@ def _tuning_section(choices, config) -> str:
       values = ', '.join(f'{k}={_fmt_value(v)}' for k, v in sorted(c['tuned'].items())) or '-'
       score = c['score']
       score_text = f'{score:.4f}' if score is not None and math.isfinite(score) else 'nan'
-      out.append(f'| {c["method"]} | {c["client_lr"]:g} | {c["server_lr"]:g} | {values} | '
+      edge = c.get('at_edge') or ()
+      name = f'{c["method"]} (at edge: {", ".join(edge)})' if edge else c['method']
+      out.append(f'| {name} | {c["client_lr"]:g} | {c["server_lr"]:g} | {values} | '
                  f'{score_text} | {runner_up} | {len(c["scores"])} |')
     out.append('')
   return '\n'.join(out)

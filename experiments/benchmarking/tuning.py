@@ -14,7 +14,11 @@ Candidates of a method (`Search`; `TuningConfig.strategy`):
   stage 1 chose. Candidates of stage 2 that stage 1 already ran are not run again.
 * 'product': every combination of the learning rates and the method's grid at once.
 
-A method without a grid of its own (FedAvg, FedGH) has stage 1 only.
+A method without a grid of its own (FedAvg, FedGH) has stage 1 only. Then, while the best value
+of a numeric dimension (client lr, server lr, a numeric grid argument) is the largest or smallest
+tried, that grid is extended geometrically past the edge (`extend_edges`), every method alike; a
+value still at an edge after `edge_steps` extensions or at its valid range's bound is reported
+in `Choice.at_edge`.
 """
 
 import dataclasses
@@ -53,6 +57,8 @@ class Choice:
     tuned: the chosen values of the method's own grid, (name, value) pairs.
     score: the winner's mean validation accuracy (over the last k rounds and the tuning seeds).
     scores: every candidate's (name, score, number of finished seeds), in the order tried.
+    at_edge: the numeric dimensions ('client_lr', 'server_lr' or a grid argument) whose chosen
+      value is still the largest or smallest tried (`extend_edges`).
   """
   dataset: str
   regime: str
@@ -63,6 +69,7 @@ class Choice:
   tuned: tuple
   score: float
   scores: tuple
+  at_edge: tuple = ()
 
   @property
   def values(self) -> dict[str, Any]:
@@ -80,6 +87,9 @@ class Search:
     server_lr: the server learning rate while it is not tuned.
     server_lrs: the server learning rates of its grid (just `server_lr` unless it tunes it).
     strategy: 'staged' or 'product' (module docstring).
+    edge_steps: how many times a numeric grid whose best value is at an edge is extended past
+      that edge (per dimension and side); 0: never.
+    edge_factor: each extension multiplies (or divides) the edge value by this factor.
   """
   method: methods_lib.Method
   given: tuple
@@ -87,6 +97,8 @@ class Search:
   server_lr: float
   server_lrs: tuple
   strategy: str = 'staged'
+  edge_steps: int = 0
+  edge_factor: float = 3.0
 
 
 def _grid_product(method: methods_lib.Method, server_lrs: Sequence[float]):
@@ -122,10 +134,73 @@ def product(search: Search) -> list[Candidate]:
 
 
 def candidates(search: Search) -> list[Candidate]:
-  """Every candidate `tune_method` may try (stage 2 at the first client lr, repeats included)."""
+  """The candidates of the grid `tune_method` may try (stage 2 at the first client lr, repeats
+  included), before edge extensions (`max_extensions`)."""
   if search.strategy == 'product':
     return product(search)
   return stage_one(search) + stage_two(search, search.client_lrs[0])
+
+
+def max_extensions(search: Search) -> int:
+  """Edge extensions `tune_method` may add at most: `edge_steps` per side of every numeric
+  dimension."""
+  return 2 * search.edge_steps * len(numeric_dimensions(search))
+
+
+def numeric_dimensions(search: Search) -> list[str]:
+  """The searched dimensions with two or more numeric values: 'client_lr', 'server_lr', and the
+  method's numeric grid arguments."""
+  def numeric(values):
+    return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                   for v in values)
+  dims = [d for d, values in (('client_lr', search.client_lrs),
+                              ('server_lr', search.server_lrs)) if numeric(values)]
+  return dims + [k for k, values in search.method.grid if numeric(values)]
+
+
+def _value(candidate: Candidate, dim: str):
+  if dim in ('client_lr', 'server_lr'):
+    return getattr(candidate, dim)
+  return dict(candidate.tuned).get(dim)
+
+
+def _moved(candidate: Candidate, dim: str, value) -> Candidate:
+  if dim in ('client_lr', 'server_lr'):
+    return dataclasses.replace(candidate, **{dim: value})
+  return dataclasses.replace(candidate, tuned=tuple(dict(candidate.tuned, **{dim: value}).items()))
+
+
+def _line(scored, winner: Candidate, dim: str) -> list:
+  """The values of `dim` tried with every other dimension at the winner's."""
+  key = _moved(winner, dim, None)
+  return [_value(c, dim) for c, _, _ in scored if _moved(c, dim, None) == key]
+
+
+def _valid(search: Search, dim: str, value) -> bool:
+  """Whether `value` is in the valid range of `dim` (`tff_conflict.hparams`; rates: > 0)."""
+  if not math.isfinite(value) or value <= 0:
+    return False
+  if dim in ('client_lr', 'server_lr'):
+    return True
+  from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
+  for h in hparams.ALGORITHM_HPARAMS.get(search.method.algorithm, ()):
+    if h.keyword == dim:
+      try:
+        h.check(value)
+      except ValueError:
+        return False
+  return True
+
+
+def _edge(values, value) -> Optional[int]:
+  """+1 / -1 when `value` is the largest / smallest of two or more `values`, else None."""
+  if len(set(values)) < 2:
+    return None
+  if value == max(values):
+    return 1
+  if value == min(values):
+    return -1
+  return None
 
 
 def score(summaries: Sequence[Optional[dict[str, Any]]]) -> tuple[float, int]:
@@ -171,7 +246,40 @@ def tune_method(search: Search, *, dataset: str, regime: str, epochs: int,
     try_all(stage_one(search))
     chosen, _ = best(scored)
     try_all(stage_two(search, chosen.client_lr))
+  at_edge = extend_edges(search, scored, try_all)
   winner, top = best(scored)
   return Choice(dataset=dataset, regime=regime, epochs=epochs, method=search.method.name,
                 client_lr=winner.client_lr, server_lr=winner.server_lr, tuned=winner.tuned,
-                score=top, scores=tuple((c.name, s, n) for c, s, n in scored))
+                score=top, scores=tuple((c.name, s, n) for c, s, n in scored), at_edge=at_edge)
+
+
+def extend_edges(search: Search, scored: list, try_all: Callable[[list], None]) -> tuple:
+  """While the best candidate's value of a numeric dimension is the largest (smallest) tried
+  with its other values, tries it times (divided by) `edge_factor`, at most `edge_steps` times per
+  dimension and side and within the dimension's valid range; returns the dimensions whose best
+  value is still at an edge."""
+  steps: dict[tuple[str, int], int] = {}
+  dims = numeric_dimensions(search)
+  moved = True
+  while moved:
+    moved = False
+    for dim in dims:
+      winner, top = best(scored)
+      if not math.isfinite(top):
+        return ()
+      value = _value(winner, dim)
+      side = _edge(_line(scored, winner, dim), value)
+      if side is None or steps.get((dim, side), 0) >= search.edge_steps:
+        continue
+      new = value * search.edge_factor if side > 0 else value / search.edge_factor
+      if not _valid(search, dim, new):
+        continue
+      steps[(dim, side)] = steps.get((dim, side), 0) + 1
+      before = len(scored)
+      try_all([_moved(winner, dim, new)])
+      moved = moved or len(scored) > before
+  winner, top = best(scored)
+  if not math.isfinite(top):
+    return ()
+  return tuple(d for d in dims
+               if _edge(_line(scored, winner, d), _value(winner, d)) is not None)

@@ -20,6 +20,8 @@ def test_control_config_is_the_fedprox_papers_setting(tmp_path):
   assert inner.loop.clients_per_round == 10 and inner.client.learning_rate == 0.01
   assert inner.client.momentum == 0.0 and inner.server.learning_rate == 1.0
   assert not inner.tuning.tune and inner.loop.eval_train_loss
+  # One dataset for every seed, as in the paper: seeds vary the model and the clients sampled.
+  assert not inner.vary_partition and inner.data.data_seed == 0
   assert inner.report_seeds == (3, 4) and inner.runtime.runtime == 'cpp'
   assert inner.root == str(tmp_path / 'results' / 'positive_control')
   assert control.control_root(outer.root) is None
@@ -35,4 +37,5 @@ def test_settings_read_back_from_the_controls_config(tmp_path):
   inner = control.control_config(outer, control.PositiveControl(epochs=10, rounds=30))
   settings = control.PositiveControl.from_config(config_lib.as_dict(inner))
   assert settings == control.PositiveControl(epochs=10, rounds=30)
-  assert control.PositiveControl.from_config({}) == control.PositiveControl()
+  # A control run before the data was held fixed: each seed drew its own data.
+  assert control.PositiveControl.from_config({}) == control.PositiveControl(data_seed=None)

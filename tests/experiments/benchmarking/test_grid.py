@@ -72,7 +72,7 @@ def _config(root, *, rounds=2, clients_per_round=3, eval_train_loss=False, runti
               runtime=experiment_config.RuntimeConfig(runtime),
               tuning=config_lib.TuningConfig(tuning_seeds=(7,), client_lr_grid=(0.05, 0.2),
                                              tuning_regimes={'digits': 'digits:#C=2@6'},
-                                             last_k=2))
+                                             last_k=2, edge_steps=0))
   args.update(changes)
   return config_lib.BenchmarkConfig(**args)
 

@@ -39,7 +39,8 @@ def test_methods_with_grids_given_values_and_tuned_epochs():
       (d, e, m) for d in ('digits', 'synthetic') for e in (1, 5) for m in ('fedavg', 'fedprox')]
   assert plan.tuning[0].regime == 'digits:dir(0.1)' and plan.tuning[0].seeds == (100, 101)
   counts = plan.planned_runs()
-  assert counts[(runs.TUNE_PHASE, 'fedprox', 'digits', 5)] == (2 + 2) * 2
+  # Stage 1 (2 lrs), stage 2 (2 mus), and up to 3 extensions per side of both: 2 seeds each.
+  assert counts[(runs.TUNE_PHASE, 'fedprox', 'digits', 5)] == (2 + 2 + 2 * 3 * 2) * 2
   assert counts[(runs.REPORT_PHASE, 'fedprox', 'digits', 2)] == 1 * 5
   assert plan.num_runs(runs.REPORT_PHASE) == 2 * 2 * 3 * 5
   assert plan.planned_processes()[('fedprox', 'digits')] == 3  # given 0.5, then 1 and 2

@@ -122,6 +122,16 @@ def test_write_report_from_files(tmp_path):
   assert '### fedavg' not in diagnoses
 
 
+def test_a_value_at_a_grids_edge_is_flagged():
+  choice = {'dataset': 'digits', 'regime': 'digits:dir(0.1)', 'epochs': 1, 'method': 'fedavg',
+            'client_lr': 2.7, 'server_lr': 1.0, 'tuned': {}, 'score': 0.8,
+            'scores': [{'candidate': 'a', 'score': 0.8, 'seeds': 2}], 'at_edge': ['client_lr']}
+  config = dict(_CONFIG, tuning=dict(_CONFIG['tuning'], edge_steps=3, edge_factor=3.0))
+  text = report._tuning_section([choice], config)  # pylint: disable=protected-access
+  assert '| fedavg (at edge: client_lr) | 2.7 | 1 | - | 0.8000 |' in text
+  assert 'x or / 3, at most 3 times per side' in report._setup_section(config)  # pylint: disable=protected-access
+
+
 def test_a_failing_diagnosis_is_shown_not_raised(tmp_path, monkeypatch):
   root = str(tmp_path / 'bench')
   _write_benchmark(root)

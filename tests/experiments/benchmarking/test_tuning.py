@@ -1,5 +1,6 @@
 """Tuning candidates (staged and product) and the choice, with a made-up scorer (no TFF)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -68,3 +69,47 @@ def test_score_needs_every_seed_finished_and_finite():
       pytest.approx(0.6), 2)
   assert math.isnan(tuning.score([{'last_k_accuracy': 0.5}, None])[0])
   assert math.isnan(tuning.score([{'last_k_accuracy': float('nan')}])[0])
+
+
+def test_a_best_value_at_an_edge_extends_the_grid_until_it_is_interior():
+  # FedAvg's best client lr is 0.9 (past the grid's 0.3): one extension x3 finds it, a second
+  # (2.7) shows it interior.
+  search = dataclasses.replace(_search('fedavg'), edge_steps=3)
+  calls = []
+  choice = tuning.tune_method(search, dataset='digits', regime='digits:iid', epochs=1,
+                              evaluate=_scorer(lambda c: -abs(math.log(c.client_lr / 0.9)),
+                                               calls))
+  assert [float(n.split(',')[0][4:]) for n in calls] == pytest.approx([0.03, 0.1, 0.3, 0.9, 2.7])
+  assert choice.client_lr == pytest.approx(0.9) and choice.at_edge == ()
+  assert tuning.max_extensions(search) == 2 * 3
+
+
+def test_a_value_still_at_an_edge_is_reported():
+  # The score keeps rising with mu: three extensions past 1 (3, 9, 27), then at_edge.
+  search = dataclasses.replace(_search('fedprox'), edge_steps=3)
+  calls = []
+  choice = tuning.tune_method(
+      search, dataset='digits', regime='digits:iid', epochs=1,
+      evaluate=_scorer(lambda c: dict(c.tuned)['proximal_strength'] - abs(c.client_lr - 0.1),
+                       calls))
+  assert choice.values == {'proximal_strength': 27.0} and choice.at_edge == (
+      'proximal_strength',)
+  assert len(calls) == 3 + 3 + 3  # stage 1, stage 2 (0.01 at 0.1 not again), three extensions
+  # Without extensions the edge is reported at once.
+  flat = tuning.tune_method(dataclasses.replace(search, edge_steps=0), dataset='digits',
+                            regime='digits:iid', epochs=1,
+                            evaluate=_scorer(lambda c: dict(c.tuned)['proximal_strength'], []))
+  assert flat.values == {'proximal_strength': 1.0} and 'proximal_strength' in flat.at_edge
+
+
+def test_an_extension_stays_in_the_valid_range():
+  # FedMGC's selection ratio lies in (0, 1]: its best, 0.7 at the top, is extended no further
+  # than the range allows (0.7 x 3 > 1), so it stays at the edge.
+  search = dataclasses.replace(_search('fedmgc'), edge_steps=2)
+  choice = tuning.tune_method(
+      search, dataset='digits', regime='digits:iid', epochs=1,
+      evaluate=_scorer(lambda c: dict(c.tuned).get('selection_ratio', 0.5)
+                       - abs(dict(c.tuned).get('gamma', 1.0) - 1.0) - abs(c.client_lr - 0.1),
+                       []))
+  assert choice.values['selection_ratio'] == 0.7 and 'selection_ratio' in choice.at_edge
+  assert choice.values['gamma'] == 1.0 and 'gamma' not in choice.at_edge
