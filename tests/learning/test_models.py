@@ -192,6 +192,19 @@ def test_dgc_with_losses_gets_the_clients_losses_from_build_process(wrap):
   _assert_weights_close(new, expected)
 
 
+@pytest.mark.parametrize('builder', [learning.build_fedavg, learning.build_fedga])
+def test_fewer_outputs_than_classes_fails_the_first_batch_with_a_clear_message(builder):
+  """The labels exist only at run time. FedGA's calibrated loss would take an out-of-range
+  label's one-hot row as all zeros and give a wrong loss without an error."""
+  def two_logits():
+    return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(h.NUM_FEATURES,)),
+                                tf.keras.layers.Dense(2)])
+  process = builder(two_logits, input_spec=h.input_spec(), client_optimizer_fn=_sgd())
+  with pytest.raises(Exception, match=r'labels must be class indices in \[0, 2\): the model '
+                                      r'outputs 2 logits'):
+    process.next(process.initialize(), _data())
+
+
 def _keras_process(builder_kwargs):
   return learning.build_process(make_tiny_keras_model, input_spec=h.input_spec(),
                                 client_optimizer_fn=_sgd(), **builder_kwargs)

@@ -233,6 +233,7 @@ def _compose(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn, functional
              ) -> tff.learning.templates.LearningProcess:
   """The composition of `build_process`, from checked arguments."""
   if model.kind == models_lib.KERAS:
+    loss_fn = models_lib.label_checked(loss_fn, model.num_classes)
     variable_model_fn = models_lib.build_model_fn(
         model.keras_model_fn, input_spec=model.input_spec, loss_fn=loss_fn,
         metrics_fn=metrics_fn)
