@@ -1,7 +1,7 @@
 """The binaries as processes, as a user runs them.
 
-* Every bad input ends within seconds in one line on stderr naming the flag and the value, exit
-  status 1 or 2, no traceback, and no TFF worker left; so do parse errors and --help.
+* Every bad input ends before any TFF work in one line on stderr naming the flag and the value,
+  exit status 1 or 2, no traceback, and no TFF worker left; so do parse errors and --help.
 * A run killed with SIGKILL after its 3rd round resumes at round 4 on rerun (the default flags
   save every round), and its metrics equal an uninterrupted run's.
 * Ctrl-C and SIGTERM end a run with one line saying what was saved, and leave no worker.
@@ -20,6 +20,7 @@ import pytest
 
 from experiments import metrics_io
 from experiments import train
+from tests import conftest as root_conftest
 from tests.data import leaf_fixtures
 from tests.experiments import conftest
 
@@ -90,20 +91,19 @@ def bad_input_runs(tmp_path_factory):
   def run(case_and_dir):
     (name, make_flags, _, _), tmp_path = case_and_dir
     token = uuid.uuid4().hex
-    start = time.monotonic()
     result = conftest.run_binary('experiments.train', *_command_line(tmp_path, make_flags),
                                  token=token, timeout=300)
-    return name, result, time.monotonic() - start, conftest.workers_with_token(token)
+    return name, result, conftest.workers_with_token(token)
 
   dirs = [tmp_path_factory.mktemp('bad') for _ in _BAD_INPUTS]  # here: mktemp is not threadsafe
   with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-    return {name: (result, seconds, workers)
-            for name, result, seconds, workers in pool.map(run, zip(_BAD_INPUTS, dirs))}
+    return {name: (result, workers)
+            for name, result, workers in pool.map(run, zip(_BAD_INPUTS, dirs))}
 
 
 @pytest.mark.parametrize('case, expected, status', [(c[0], c[2], c[3]) for c in _BAD_INPUTS])
 def test_a_bad_input_ends_in_one_line_naming_the_flag(bad_input_runs, case, expected, status):
-  result, seconds, workers = bad_input_runs[case]
+  result, workers = bad_input_runs[case]
   output = result.stdout + result.stderr
   lines = result.stderr.splitlines()
   assert 'Traceback' not in output, output[-3000:]
@@ -113,8 +113,6 @@ def test_a_bad_input_ends_in_one_line_naming_the_flag(bad_input_runs, case, expe
     assert text in lines[0], lines[0]
   assert result.stdout == ''  # nothing started: no header line, no progress
   assert workers == []
-  # Seconds on a quiet machine (BENCHMARKS.md); the bound only catches a run that trained.
-  assert seconds < 120
 
 
 @pytest.mark.parametrize('flag', ['--help', '--helpfull'])
@@ -151,10 +149,7 @@ def test_killed_after_round_3_resumes_at_round_4_and_ends_as_an_uninterrupted_ru
       proc.kill()
       proc.wait()
   assert proc.returncode == -signal.SIGKILL, ''.join(seen)[-3000:]
-  deadline = time.monotonic() + 15
-  while conftest.workers_with_token(token) and time.monotonic() < deadline:
-    time.sleep(0.5)
-  assert conftest.workers_with_token(token) == []  # the kernel ended the worker
+  assert root_conftest.workers_left(token) == []  # the kernel ended the worker
 
   rerun = subprocess.run(command, cwd=conftest.REPO_ROOT, env=conftest.binary_env(token),
                          capture_output=True, text=True, timeout=600)
@@ -195,9 +190,7 @@ def _interrupt(tmp_path, sig, *extra_flags):
     if proc.poll() is None:
       proc.kill()
       proc.wait()
-  deadline = time.monotonic() + 15
-  while conftest.workers_with_token(token) and time.monotonic() < deadline:
-    time.sleep(0.5)
+  root_conftest.workers_left(token)   # waits for the workers to end
   return proc, ''.join(seen) + rest, token
 
 
