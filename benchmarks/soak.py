@@ -7,7 +7,8 @@ round, batch 20, E = 1) with the in-process runner, through `experiments.trainin
 run_training` (sampling, dataset creation, metrics.csv written every round; no evaluation, no
 checkpoints). Every `--every` rounds it prints the median and the 90th percentile of the round
 times of that block (wall time from one round's release to the next: data, round and metrics
-writing) and the process's resident memory at the block's end.
+writing), the median CPU time of this process per round (all its threads: less sensitive to
+other jobs), and the process's resident memory at the block's end.
 """
 
 import argparse
@@ -56,12 +57,14 @@ def main():
 
     async def release(self, value, key):
       del value
-      stamps.append((key, time.monotonic(), me.memory_info().rss))
+      stamps.append((key, time.monotonic(), time.process_time(), me.memory_info().rss))
       if key % args.every == 0:
         block = np.diff([s[1] for s in stamps[-args.every - 1:]])
+        cpu = np.diff([s[2] for s in stamps[-args.every - 1:]])
         print(f'rounds {key - args.every + 1:4d}-{key:4d}: round median '
-              f'{np.median(block) * 1e3:6.1f} ms, p90 {np.percentile(block, 90) * 1e3:6.1f} ms; '
-              f'RSS {stamps[-1][2] / MB:6.0f} MB', flush=True)
+              f'{np.median(block) * 1e3:6.1f} ms, p90 {np.percentile(block, 90) * 1e3:6.1f} ms, '
+              f'CPU median {np.median(cpu) * 1e3:6.1f} ms; RSS {stamps[-1][3] / MB:6.0f} MB; '
+              f'load {os.getloadavg()[0]:.1f}', flush=True)
 
   print(f'{args.algorithm}, in process, {args.rounds} rounds; RSS before the first round '
         f'{me.memory_info().rss / MB:.0f} MB', flush=True)
@@ -73,10 +76,13 @@ def main():
         runner=runner, stream=io.StringIO(), test_columns=[], release_managers=[Probe()])
   total = time.monotonic() - start
   times = np.diff([s[1] for s in stamps])
-  rss = np.array([s[2] for s in stamps]) / MB
+  cpu = np.diff([s[2] for s in stamps])
+  rss = np.array([s[3] for s in stamps]) / MB
   half = len(times) // 2
-  print(f'total {total:.0f} s; round median, first half {np.median(times[:half]) * 1e3:.1f} ms, '
-        f'second half {np.median(times[half:]) * 1e3:.1f} ms; RSS after round 100 '
+  print(f'total {total:.0f} s; round median, first half {np.median(times[:half]) * 1e3:.1f} ms '
+        f'(CPU {np.median(cpu[:half]) * 1e3:.1f} ms), second half '
+        f'{np.median(times[half:]) * 1e3:.1f} ms (CPU {np.median(cpu[half:]) * 1e3:.1f} ms); '
+        'RSS after round 100 '
         f'{rss[min(99, len(rss) - 1)]:.0f} MB, at the end {rss[-1]:.0f} MB (growth '
         f'{(rss[-1] - rss[min(99, len(rss) - 1)]) / max(len(rss) - 100, 1) * 1024:.1f} KB per '
         'round after round 100)')
