@@ -5,7 +5,7 @@ reporting runs, each run by `engine` (finished runs on disk are skipped) -> the 
     outcome = run_benchmark(config)
 
 Files under the benchmark's root besides the runs' directories (`runs/`, `tuning/`):
-  config.json            the benchmark's settings
+  config.json            the benchmark's settings, and its plan under `plan` (`Plan.describe`)
   runs.csv               one row per finished reporting run (`runs.RUN_COLUMNS`)
   tuning.csv             one row per tuning candidate: its validation score and whether it won
   tuning_choices.json    the chosen values per (dataset, E, method); `at_edge`: the dimensions
@@ -164,7 +164,8 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
   plan = plan_lib.make_plan(config)
   root = plan.root
   os.makedirs(root, exist_ok=True)
-  _write_json(os.path.join(root, CONFIG_FILE), config_lib.as_dict(config))
+  _write_json(os.path.join(root, CONFIG_FILE),
+              dict(config_lib.as_dict(config), plan=plan.describe()))
   start = time.monotonic()
   tuning_runs = plan.num_runs(runs_lib.TUNE_PHASE)
   report_runs = plan.num_runs(runs_lib.REPORT_PHASE)

@@ -142,6 +142,18 @@ class Plan:
                                      epochs=epochs, seed=seed))
     return specs
 
+  def describe(self) -> dict[str, Any]:
+    """What the report shows of the plan, as JSON values (config.json's `plan`)."""
+    return {
+        'datasets': list(self.datasets), 'models': dict(self.models),
+        'tuning_regimes': dict(self.tuning_regimes) if self.tuning else {},
+        'tuned_epochs': {str(e): t for e, t in self.tuned_epochs.items()} if self.tuning else {},
+        'methods': [{'name': m.name, 'algorithm': m.method.algorithm,
+                     'grid': {k: list(v) for k, v in m.method.grid}, 'given': dict(m.given),
+                     'tune_server_lr': m.method.tune_server_lr} for m in self.methods],
+        'runs': {runs_lib.TUNE_PHASE: self.num_runs(runs_lib.TUNE_PHASE),
+                 runs_lib.REPORT_PHASE: self.num_runs(runs_lib.REPORT_PHASE)}}
+
   # --- counts (the progress total, `benchmarks.benchmark_grid`) -----------------------------
 
   def planned_runs(self) -> dict[tuple[str, str, str, int], int]:

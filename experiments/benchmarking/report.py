@@ -421,7 +421,8 @@ def total_wall_seconds(root: str) -> float:
 
 def _setup_section(config) -> str:
   tuning = config.get('tuning', {})
-  models = config.get('models') or {}
+  plan = config.get('plan') or {}  # absent in benchmarks run before the plan was written
+  models = plan.get('models') or config.get('models') or {}
   lines = [f'- {config["description"]}'] if config.get('description') else []
   lines += [
       f'- Regimes: {", ".join(f"`{r}`" for r in config.get("regimes", []))}.',
@@ -443,7 +444,7 @@ def _setup_section(config) -> str:
       'run\'s seed, in the process\'s initial state.',
   ]
   if tuning.get('tune', True):
-    regimes = tuning.get('tuning_regimes') or {}
+    regimes = plan.get('tuning_regimes') or tuning.get('tuning_regimes') or {}
     lines.append(
         f'- Tuning: {tuning.get("strategy")} search on a validation split '
         f'({tuning.get("validation_fraction")} of each client\'s training examples, seeded), '
@@ -457,6 +458,11 @@ def _setup_section(config) -> str:
            'method alike); "at edge" marks a value still at an edge. '
            if tuning.get('edge_steps') else '') + 'Reporting '
         'runs train on all of each client\'s training data and are evaluated on the test split.')
+    grids = [f'{m["name"]}: ' + ', '.join(f'{k} in {v}' for k, v in m['grid'].items())
+             for m in plan.get('methods', []) if m.get('grid')]
+    if grids:
+      lines.append('- Method grids searched (before any edge extension): ' + '; '.join(grids)
+                   + '.')
   else:
     lines.append(f'- No tuning: client lr {config.get("client_learning_rate")}, server lr '
                  f'{config.get("server_learning_rate")}, and the given method values '
