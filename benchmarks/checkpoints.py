@@ -77,10 +77,10 @@ def _measure(keras_fn, data, server_optimizer, rounds, repeats):
     saves, loads = [], []
     for version in range(1, repeats + 1):
       start = time.perf_counter()
-      manager.save(state, version)
+      asyncio.run(manager.save(state, version))
       saves.append(time.perf_counter() - start)
       start = time.perf_counter()
-      manager.load(version, process.initialize())
+      asyncio.run(manager.load(version, process.initialize()))
       loads.append(time.perf_counter() - start)
     size = os.path.getsize(manager.path(repeats))
   with tempfile.TemporaryDirectory() as root:

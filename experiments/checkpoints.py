@@ -1,25 +1,11 @@
-"""Server-state checkpoints: one `round_<r>.npz` file per saved round, written atomically.
+"""Server-state checkpoints on `tff.program`'s interface: `CheckpointManager`, a
+`tff.program.ProgramStateManager` writing one `round_<r>.npz` per version, atomically.
 
-Versions are round numbers: the state saved as version r is the server state after round r. A
-state (a `tff.learning.templates.LearningAlgorithmState`, or any nest of arrays and scalars) is
-flattened with dm-tree, as TFF flattens structures, and its leaves are written as the arrays of
-one NumPy `.npz` file; loading unflattens them into the structure of a state of the same process.
-
-Why not TFF's `tff.program.FileProgramStateManager`: it writes a TensorFlow SavedModel per version,
-which took 0.2-0.9 s per save here, 37-84 % of a FedAvg round of the README's setup and of an
-EMNIST-size CNN (BENCHMARKS.md, "Checkpoints"); the binaries save after every round by default,
-and this format takes milliseconds. It also keeps what the project needs from a checkpoint
-manager and TFF's lacks:
-
-* A save is all or nothing: the file is written under a temporary name, flushed to disk, then
-  renamed (`os.replace`), so a run killed while saving leaves the previous checkpoints intact and
-  no partial version (TFF's manager leaves a half-written directory).
-* A load checks the file against the structure it restores (number of leaves, each shape and
-  dtype) and raises `CheckpointError` naming the file instead of restoring a wrong state;
-  `load_latest` skips such a version with a warning and tries the one before.
-* `save` replaces a version that already exists (left by an interrupted run, or by rounds after
-  the checkpoint a resumed run went back to), where TFF's manager refuses.
-* `remove_after(r)` drops versions newer than r, so a resumed run never reads a stale future.
+Version r is the state after round r, its leaves (flattened with dm-tree, as TFF flattens) the
+arrays of one NumPy `.npz`. Beyond TFF's contract: a save replaces an existing version, a load
+checks every leaf's shape and dtype (`CheckpointError`), `load_latest` skips unreadable versions,
+`remove_after(r)` drops later ones. Why not `tff.program.FileProgramStateManager`: docs/design.md,
+"Checkpoints" (and BENCHMARKS.md for its cost).
 """
 
 import os
@@ -28,12 +14,14 @@ from typing import Any, Optional
 
 from absl import logging
 import numpy as np
+import tensorflow_federated as tff
 import tree
+
+from experiments import files
 
 _PREFIX = 'round_'
 _SUFFIX = '.npz'
 _VERSION = re.compile(rf'^{_PREFIX}(\d+){re.escape(_SUFFIX)}$')
-_TEMP_MARK = '.tmp-'
 _FORMAT_KEY = 'tff_conflict_checkpoint'
 _FORMAT = 1
 
@@ -43,8 +31,12 @@ class CheckpointError(ValueError):
   structure."""
 
 
-class CheckpointManager:
+class CheckpointManager(tff.program.ProgramStateManager):
   """Saves and restores server state under `root_dir` (`round_<r>.npz` files).
+
+  The methods of `tff.program.ProgramStateManager` are coroutines (`asyncio.run(manager.save(
+  state, r))` from synchronous code); `versions`, `path`, `remove_after` and `remove_all` are
+  plain methods.
 
   Args:
     root_dir: the directory holding the checkpoints; created if missing. Temporary files left
@@ -56,9 +48,7 @@ class CheckpointManager:
     self._root_dir = root_dir
     self._keep_total = int(keep_total)
     os.makedirs(root_dir, exist_ok=True)
-    for name in os.listdir(root_dir):
-      if name.startswith(_PREFIX) and _TEMP_MARK in name:
-        os.remove(os.path.join(root_dir, name))
+    files.remove_temporaries(root_dir, _PREFIX)
 
   @property
   def root_dir(self) -> str:
@@ -73,41 +63,39 @@ class CheckpointManager:
     """The file of the checkpoint of round `version`."""
     return os.path.join(self._root_dir, f'{_PREFIX}{version}{_SUFFIX}')
 
-  def save(self, state: Any, round_num: int) -> None:
-    """Saves `state` as the state after round `round_num` (replacing any older save of it), then
-    removes the oldest versions beyond `keep_total`."""
-    leaves = [np.asarray(leaf) for leaf in tree.flatten(state)]
+  async def get_versions(self) -> Optional[list[int]]:
+    """Saved round numbers, ascending; None when there is none (TFF's contract)."""
+    return self.versions() or None
+
+  async def save(self, program_state: Any, version: int) -> None:
+    """Saves `program_state` as the state after round `version` (replacing any older save of
+    it), then removes the oldest versions beyond `keep_total`."""
+    leaves = [np.asarray(leaf) for leaf in tree.flatten(program_state)]
     if any(leaf.dtype == object for leaf in leaves):
       raise ValueError('a checkpointed state must hold arrays and scalars only, got a leaf of '
                        'Python objects')
-    path = self.path(round_num)
-    temp = f'{path}{_TEMP_MARK}{os.getpid()}'
-    try:
-      with open(temp, 'wb') as f:
-        np.savez(f, **{_FORMAT_KEY: np.int64(_FORMAT)},
-                 **{f'leaf_{i}': leaf for i, leaf in enumerate(leaves)})
-        f.flush()
-        os.fsync(f.fileno())
-      os.replace(temp, path)
-    finally:
-      if os.path.exists(temp):
-        os.remove(temp)
+    with files.atomic_open(self.path(version), 'wb') as f:
+      np.savez(f, **{_FORMAT_KEY: np.int64(_FORMAT)},
+               **{f'leaf_{i}': leaf for i, leaf in enumerate(leaves)})
     if self._keep_total > 0:
-      for version in self.versions()[:-self._keep_total]:
-        os.remove(self.path(version))
+      for old in self.versions()[:-self._keep_total]:
+        os.remove(self.path(old))
 
-  def load(self, round_num: int, structure: Any) -> Any:
-    """The state saved after round `round_num`.
+  async def load(self, version: int, structure: Any) -> Any:
+    """The state saved after round `version`.
 
     Args:
-      round_num: a version in `versions()`.
+      version: a version in `versions()`.
       structure: a server state of the same process (e.g. `process.initialize()`), giving the
         structure, shapes and dtypes to restore.
 
     Raises:
-      CheckpointError: the file is missing, damaged, or holds another structure.
+      tff.program.ProgramStateNotFoundError: no checkpoint of `version`.
+      CheckpointError: the file is damaged, or holds another structure.
     """
-    path = self.path(round_num)
+    path = self.path(version)
+    if not os.path.exists(path):
+      raise tff.program.ProgramStateNotFoundError(version)
     templates = tree.flatten(structure)
     try:
       with np.load(path, allow_pickle=False) as data:
@@ -126,16 +114,12 @@ class CheckpointManager:
       raise CheckpointError(f'{path} cannot be read ({type(e).__name__}: {e})') from None
     return tree.unflatten_as(structure, leaves)
 
-  def load_latest(self, structure: Any) -> tuple[Optional[Any], int]:
-    """The newest readable state and its round number, or `(None, 0)` when there is none.
-
-    Args:
-      structure: a server state of the same process (e.g. `process.initialize()`), giving the
-        structure to restore.
-    """
+  async def load_latest(self, structure: Any) -> tuple[Optional[Any], int]:
+    """The newest readable state and its round number, or `(None, 0)` when there is none; an
+    unreadable version is skipped with a warning."""
     for version in reversed(self.versions()):
       try:
-        return self.load(version, structure), version
+        return await self.load(version, structure), version
       except CheckpointError as e:
         logging.warning('%s; trying an older checkpoint.', e)
     return None, 0

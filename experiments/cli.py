@@ -1,31 +1,9 @@
 """Runs an absl binary so that every error a user can cause ends in one line naming the flag.
 
-    from experiments import cli
-
-    def main(argv):
-      cli.check_no_arguments(argv)
-      experiment = flags_lib.check_common_flags()      # flag values -> typed config
-      cli.prepare_output_dir(experiment.experiment_dir)  # before any TFF work
-      ...
-
-    if __name__ == '__main__':
-      cli.run(main)
-
-`run(main)` parses the flags like `absl.app.run` and then calls `main`; what the user can cause
-ends in one line on stderr, `<binary>: <message>`, with no traceback:
-
-| cause | message | exit status |
-|---|---|---|
-| a flag that does not parse | `flag --rounds=0: 0 is not a positive integer` | 2 |
-| a flag that fails its validator (`flags_lib.register_validators`) | `--focal_gamma must be a finite number >= 0, got nan` | 2 |
-| `app.UsageError` from `main` (cross-flag checks) | its message | 2 |
-| `config.ConfigError` (a setting, or a library error for a flag's value) | `--focal_gamma must be a finite number >= 0, got nan` | 2 |
-| `Failure` (the user's files or machines: a resume refused, a worker unreachable) | its message | 1 |
-| Ctrl-C or SIGTERM | `interrupted after round N ...` | 130, 143 |
-
-Anything else is a bug and keeps its traceback. `--help` and `--helpfull` print the help and exit
-as absl does. The TFF workers of the run end with the process (`tff_conflict.runtime`), and TFF's
-teardown prints nothing (`tff_conflict`).
+`run(main)` parses the flags like `absl.app.run`, then calls `main`; a flag that does not parse or
+fails its validator, an `app.UsageError` or a `config.ConfigError` prints `<binary>: <message>`
+and exits 2, a `Failure` (files, machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 (after the
+run saved its last finished round). Anything else is a bug and keeps its traceback.
 """
 
 import os

@@ -1,26 +1,12 @@
-"""Compares federated algorithms (and seeds) on the same data and the same clients per round.
+"""Compares federated algorithms (and seeds) on the same data, initial models and clients per round.
 
     python -m experiments.compare --preset=readme      # the README's main command (digits)
     python -m experiments.compare --algorithms=fedavg,fedgh --seeds=0,1,2 --rounds=50
 
-Every (algorithm, seed) run goes through the same run loop as `experiments.train`
-(`training_loop.run_training`), in this one process and one TFF context (TFF's start-up is paid
-once). The data are loaded once (`--data_seed`); for a given seed every algorithm starts from the
-same initial model and sees the same clients in every round (the sample of round r is a function
-of (seed, r) only).
-
-Outputs under `<output_dir>/<experiment_name>/` (default experiment name `compare_<dataset>`):
-  <algorithm>/seed<seed>/   each run's metrics.csv, hparams.csv, checkpoints (resumable)
-  hparams.csv               the comparison's flags
-  summary.md                the table below
-  accuracy.png              test accuracy per round, one line per algorithm (mean over seeds,
-                            band: +- one standard deviation)
-  conflict_fraction.png     the aggregator's `conflict_fraction_before` per round, for the
-                            algorithms whose aggregator reports it
-
-Table columns: final and best test accuracy (mean +- std over seeds), final test macro-F1, the
-first round reaching `--target_accuracy` (mean over the seeds that reach it, and how many do),
-and the mean round time (rounds >= 2: round 1 includes TFF's tracing and start-up).
+Under `<output_dir>/<experiment_name>/` (default `compare_<dataset>`): each run's directory
+`<algorithm>/seed<seed>/` (as `experiments.train` writes it, resumable), hparams.csv, summary.md
+(final and best test accuracy, macro-F1, rounds to `--target_accuracy`, mean round time from
+round 2), accuracy.png and conflict_fraction.png (mean over seeds, band +- one std).
 """
 
 import dataclasses
@@ -118,11 +104,6 @@ def check_flags() -> tuple[config.ExperimentConfig, ComparisonConfig]:
     app.UsageError: naming the flag and its value.
   """
   experiment = flags_lib.check_common_flags()
-  if FLAGS.client_clip_norm is not None and not any(
-      experiment_lib.takes_clip_norm(a) for a in FLAGS.algorithms):
-    raise app.UsageError(f'--client_clip_norm applies only to '
-                         f'{[a for a in _ALL_ALGORITHMS if experiment_lib.takes_clip_norm(a)]}, none of '
-                         f'which is in --algorithms={FLAGS.algorithms}')
   try:
     seeds = tuple(int(s) for s in FLAGS.seeds)
   except ValueError:

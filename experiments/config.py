@@ -1,31 +1,9 @@
-"""The settings of an experiment as typed values: one frozen dataclass per concern.
+"""The settings of an experiment as typed values: one frozen dataclass per concern, checked when
+created, and the one error type of bad settings, `ConfigError`.
 
-    config = ExperimentConfig(
-        algorithm=AlgorithmConfig('fedgh'),
-        data=DataConfig('digits', num_clients=20, alpha=0.1),
-        training=LoopConfig(rounds=30, clients_per_round=10, seed=1))
-
-| class | concern | flag group (`experiments/flags_lib.py`) |
-|---|---|---|
-| `AlgorithmConfig` | which method: a named algorithm, or a client loss with an aggregator | algorithm |
-| `DataConfig` | the federated dataset and its split | data |
-| `ModelConfig` | the Keras model | model |
-| `LoopConfig` | the run loop: rounds, sampling, local epochs, evaluation, checkpoints, seed | training |
-| `ClientConfig`, `ServerConfig` | the client and server optimizers (and the client weighting) | client, server |
-| `MethodHparams` | every method's hyperparameters | method |
-| `OutputConfig` | where results go, progress display | output |
-| `RuntimeConfig` | the execution backend | runtime |
-| `ExperimentConfig` | all of the above | |
-
-Every field that a flag sets names that flag in its metadata (`flag_name(cls, field)`); the flag's
-default is the field's default. The binaries build an `ExperimentConfig` from their flags in one
-place (`flags_lib.experiment_config()`); code such as a benchmark builds one directly and passes it
-to `experiment_lib` (`load_task`, `build_process`, `run_experiment`).
-
-Each dataclass checks its fields when it is created and raises `ConfigError`, a `ValueError` that
-names the field, its flag and the value (`client_learning_rate must be a finite number > 0, got
-inf`). The binaries register the same checks as absl flag validators (`field_checks()`), so a bad
-flag value is refused while the command line is parsed, before any TFF work.
+Fields set by a flag name it (`setting(flag=...)`) and the flag defaults to the field's default;
+`ExperimentConfig` holds every section. Checks: `Check`, `require`, `check_fields`. Design:
+docs/design.md, "Experiments".
 """
 
 import dataclasses

@@ -34,12 +34,6 @@ AGGREGATOR_HPARAMS: dict[str, dict[str, str]] = {
     name: hparams_lib.flag_table(table) for name, table in hparams_lib.AGGREGATOR_HPARAMS.items()}
 
 
-def takes_clip_norm(algorithm: str) -> bool:
-  """Whether `algorithm` (a named method or 'custom') uses `--client_clip_norm`."""
-  return (algorithm == CUSTOM_ALGORITHM
-          or 'client_clip_norm' in ALGORITHM_HPARAMS.get(algorithm, {}).values())
-
-
 def hparam_kwargs(table: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
   """Builder keyword arguments from flag values, following `table` (keyword -> flag)."""
   return {keyword: values[flag] for keyword, flag in table.items()}
@@ -260,7 +254,8 @@ def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[Task] 
                    experiment_dir: Optional[str] = None,
                    hparams: Optional[Mapping[str, Any]] = None, label: Optional[str] = None,
                    stream: Optional[TextIO] = None,
-                   test_columns: Optional[Sequence[str]] = None) -> training_loop.RunResult:
+                   test_columns: Optional[Sequence[str]] = None,
+                   release_managers: Sequence[Any] = ()) -> training_loop.RunResult:
   """Trains `config`'s method on its task, with evaluation, metrics and checkpoints.
 
   Args:
@@ -272,6 +267,8 @@ def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[Task] 
     label: shown in the progress output (default the method's label).
     stream: where progress and notices go (default stdout).
     test_columns: the evaluation's columns (default those of `make_evaluate_fn`).
+    release_managers: more `tff.program.ReleaseManager`s for each round's measurements
+      (`training_loop.run_training`).
 
   Returns:
     `training_loop.RunResult`.
@@ -287,4 +284,5 @@ def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[Task] 
       hparams=hparams_record(config) if hparams is None else hparams, runner=runner,
       label=config.algorithm.label if label is None else label,
       show_progress=config.output.progress, stream=stream,
-      test_columns=columns if test_columns is None else test_columns)
+      test_columns=columns if test_columns is None else test_columns,
+      release_managers=release_managers)

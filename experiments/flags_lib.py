@@ -1,30 +1,9 @@
-"""Flags shared by the experiment binaries, declared in recorded groups.
+"""Flags shared by the experiment binaries, declared in recorded groups (`record_group`, as in
+google-research/federated), each defaulting to the config field it sets and validated by that
+field's check.
 
-As in google-research/federated (`utils/utils_impl.record_hparam_flags`), flags are declared at
-module level inside `record_group(name)`, which remembers which flags belong to which group, so
-that `hparams()` can write every flag the experiment depends on, group by group. Families share a
-prefix: `--client_*` (local training), `--server_*` (server optimizer).
-
-Groups declared here (imported by `experiments.train` and `experiments.compare`):
-  data       --dataset, --num_clients, --alpha, --data_seed, --cache_dir, --data_dir,
-             --emnist_only_digits, --synthetic_alpha, --synthetic_beta, --leaf_dir, --leaf_name
-  model      --model
-  training   --rounds, --clients_per_round, --client_epochs, --client_batch_size,
-             --client_shuffle_buffer, --eval_every, --eval_train_loss, --checkpoint_every,
-             --keep_checkpoints
-  client     --client_optimizer, --client_learning_rate, --client_momentum, --client_weighting
-  server     --server_optimizer, --server_learning_rate, --server_momentum
-  method     each method's hyperparameters: defaults, ranges and help from
-             `tff_conflict.hparams`, checked when the flags are parsed
-  output     --output_dir, --experiment_name, --resume, --progress
-  preset     --preset (each binary checks the name against its own presets)
-  runtime    --runtime, --workers
-
-Each flag's default is the default of the config field it sets (`experiments.config`), and each
-field's check is registered as the flag's validator (`register_validators`), so a bad value fails
-while the command line is parsed. `experiment_config()` is the one place flag values become the
-typed `ExperimentConfig` that `experiment_lib` takes; `check_common_flags()` holds the cross-flag
-checks both binaries run at the top of `main` and returns that config.
+`experiment_config()` is the one place flag values become an `ExperimentConfig`;
+`check_common_flags()` adds the cross-flag checks; `hparams()` lists the flags of the groups.
 """
 
 import contextlib
@@ -172,7 +151,7 @@ _METHOD_FLAG_EXTRA_HELP = {
     'proximal_strength': ' Used by fedprox; with --algorithm=custom the proximal term is added '
                          'only when this flag is given.',
     'fedgh_order': ' The seed is --seed.',
-    'client_clip_norm': ' Used by fedga and --algorithm=custom; other algorithms refuse it.',
+    'client_clip_norm': ' Every algorithm takes it.',
 }
 METHOD_HPARAMS = config.METHOD_HPARAMS
 
@@ -214,9 +193,10 @@ with record_group('runtime'):
 
 def _validator(name: str, check: config.Check):
   def validate(value) -> bool:
-    if not check(value):
-      raise flags.ValidationError(f'--{name} must be {check.requirement}, got '
-                                  f'{config.show(value)}')
+    try:
+      config.require(name, value, check)
+    except config.ConfigError as e:
+      raise flags.ValidationError(e.flag_message()) from None
     return True
   return validate
 

@@ -1,20 +1,13 @@
-"""Results on disk: `metrics.csv` keyed by `round_num`, and `hparams.csv`.
+"""Results on disk: `metrics.csv` and `per_client.csv` keyed by `round_num`, and `hparams.csv`.
 
-`metrics.csv` has one row per round. Its columns, in order: `round_num`, the headline columns
-(`HEADLINE_COLUMNS`: training loss and accuracy, test accuracy, loss and macro-F1, round and
-evaluation time), then every metric the learning process reports, flattened to `/`-joined names
-(`client_work/train/loss`, `aggregator/conflict_fraction_before`, ...). Test columns are empty on
-rounds without evaluation. The column set is fixed by the first row written and checked on every
-later row, so a process whose metrics change structure fails loudly instead of shifting columns.
-
-Timing columns (`TIMING_COLUMNS`, names ending in `_time_s`) are the only ones that differ
-between two runs with the same flags and seed; `non_timing(rows)` drops them for comparisons.
-
-The file is rewritten whole after every round (write to a temporary file, then rename), so an
-interruption never leaves a half-written row, and resuming from a checkpoint at round r drops the
-rows after r before new ones are appended (`MetricsWriter(path, keep_through_round=r)`). A file
-damaged from outside (truncated, edited) is read up to its first damaged row
-(`read_metrics(path)`, which says what it found) and never makes a reader crash.
+`metrics.csv` has one row per round: `round_num`, the headline columns (`HEADLINE_COLUMNS`), then
+every measurement flattened to `/`-joined names. A per-client vector (e.g.
+`aggregator/corrective_weights`, one value per client of the round) becomes the columns
+`<name>/min`, `/mean`, `/max`, `/count`, so the column set stays fixed when the cohort size
+changes; the values themselves go to `per_client.csv` (round_num, name, client_index, value).
+Both are rewritten atomically after every round (`MetricsReleaseManager`, a
+`tff.program.ReleaseManager`). `read_metrics` keeps a damaged file's intact rows. Design:
+docs/design.md, "Results on disk".
 """
 
 import collections
@@ -28,52 +21,85 @@ import subprocess
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
+import tensorflow_federated as tff
 
 from experiments import files
 
+METRICS_FILE = 'metrics.csv'
+PER_CLIENT_FILE = 'per_client.csv'
 ROUND_COLUMN = 'round_num'
+PER_CLIENT_COLUMNS = (ROUND_COLUMN, 'name', 'client_index', 'value')
+VECTOR_SUMMARIES = ('min', 'mean', 'max', 'count')
 HEADLINE_COLUMNS = ('train_loss', 'train_accuracy', 'test_accuracy', 'test_loss', 'test_macro_f1',
                     'round_time_s', 'eval_time_s')
 TIMING_COLUMNS = ('round_time_s', 'eval_time_s')
 
 
-def flatten_metrics(metrics: Any, prefix: str = '') -> 'collections.OrderedDict[str, float]':
-  """Flattens nested metrics to `/`-joined names with float values.
+def split_metrics(metrics: Any, prefix: str = '') -> tuple[
+    'collections.OrderedDict[str, Optional[float]]', 'collections.OrderedDict[str, np.ndarray]']:
+  """Nested measurements as (scalars, per-client vectors), both by `/`-joined name.
 
-  Mappings (and attrs/namedtuple-like objects with `_asdict`) nest by key, in their own order;
-  lists, tuples and arrays of more than one element nest by index (`aggregator/weights/0`);
-  scalars (Python or numpy, any dtype) become floats. Empty structures produce no column.
+  Mappings (and namedtuple-like objects with `_asdict`) nest by key, in their own order; an array
+  of any rank (flattened, even of length 0 or 1) or a non-empty list or tuple of numbers is a
+  per-client vector; numbers (Python or numpy) become floats and None stays None. Empty mappings,
+  lists and tuples produce nothing.
 
-  Args:
-    metrics: a nested structure of scalars, e.g. `LearningProcessOutput.metrics`.
-    prefix: prepended to every name.
-
-  Returns:
-    An OrderedDict name -> float.
+  Raises:
+    ValueError: a value that is not a number (naming it).
   """
-  out = collections.OrderedDict()
+  scalars: 'collections.OrderedDict[str, Optional[float]]' = collections.OrderedDict()
+  vectors: 'collections.OrderedDict[str, np.ndarray]' = collections.OrderedDict()
 
   def visit(value, name):
     if isinstance(value, Mapping):
       for key, item in value.items():
         visit(item, f'{name}/{key}' if name else str(key))
-      return
-    if hasattr(value, '_asdict'):
+    elif hasattr(value, '_asdict'):
       visit(value._asdict(), name)
+    elif value is None:
+      scalars[name] = None
+    elif isinstance(value, (list, tuple)) and not value:
+      pass  # an empty structure (TFF's `distributor=()`), not a vector
+    else:
+      if hasattr(value, 'numpy') and callable(value.numpy):
+        value = value.numpy()
+      array = np.asarray(value)
+      if array.dtype.kind not in 'biuf':
+        raise ValueError(f'metric {name!r} is not numeric: {value!r}')
+      if isinstance(value, (list, tuple)) or array.ndim > 0:
+        vectors[name] = array.astype(np.float64).reshape(-1)
+      else:
+        scalars[name] = float(array)
+
+  visit(metrics, prefix)
+  return scalars, vectors
+
+
+def vector_summary(name: str, vector: np.ndarray) -> 'collections.OrderedDict[str, float]':
+  """`<name>/min`, `/mean`, `/max` (NaN for an empty vector) and `/count` of a vector."""
+  empty = vector.size == 0
+  return collections.OrderedDict([
+      (f'{name}/min', math.nan if empty else float(np.min(vector))),
+      (f'{name}/mean', math.nan if empty else float(np.mean(vector))),
+      (f'{name}/max', math.nan if empty else float(np.max(vector))),
+      (f'{name}/count', int(vector.size))])
+
+
+def flatten_metrics(metrics: Any, prefix: str = '') -> 'collections.OrderedDict[str, Any]':
+  """The metrics.csv cells of nested measurements: the scalars of `split_metrics`, and each
+  per-client vector as its `vector_summary`, in the measurements' order."""
+  out = collections.OrderedDict()
+
+  def visit(value, name):
+    if isinstance(value, Mapping) or hasattr(value, '_asdict'):
+      items = value.items() if isinstance(value, Mapping) else value._asdict().items()
+      for key, item in items:
+        visit(item, f'{name}/{key}' if name else str(key))
       return
-    if hasattr(value, 'numpy') and callable(value.numpy):
-      value = value.numpy()
-    if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim > 0):
-      items = list(np.asarray(value).reshape(-1)) if isinstance(value, np.ndarray) else value
-      if len(items) == 1 and isinstance(value, np.ndarray):
-        visit(items[0], name)
-        return
-      for i, item in enumerate(items):
-        visit(item, f'{name}/{i}' if name else str(i))
-      return
-    if isinstance(value, (bytes, str)):
-      raise ValueError(f'metric {name!r} is not numeric: {value!r}')
-    out[name] = float(value)
+    scalars, vectors = split_metrics(value, name)
+    out.update(scalars)
+    for vector_name, vector in vectors.items():
+      out.update(vector_summary(vector_name, vector))
 
   visit(metrics, prefix)
   return out
@@ -227,6 +253,73 @@ class MetricsWriter:
                        f'missing {missing}, new {extra}')
     self._rows.append(dict(row, **{ROUND_COLUMN: round_num}))
     files.write_csv_atomically(self._path, self._columns, self._rows)
+
+
+def _per_client_rows(path: str, through_round: int) -> list[dict[str, Any]]:
+  """The rows of rounds 1..through_round of a per_client.csv, up to its first damaged row."""
+  if through_round <= 0 or not os.path.exists(path):
+    return []
+  try:
+    rows = read_csv(path)
+  except (OSError, ValueError, csv.Error):
+    return []
+  kept = []
+  for row in rows:
+    if (set(row) != set(PER_CLIENT_COLUMNS) or not isinstance(row[ROUND_COLUMN], int)
+        or not isinstance(row['client_index'], int) or not isinstance(row['value'], (int, float))):
+      break
+    if row[ROUND_COLUMN] <= through_round:
+      kept.append(row)
+  return kept
+
+
+class MetricsReleaseManager(tff.program.ReleaseManager):
+  """Releases each round's measurements (key: the round) to `metrics.csv` and `per_client.csv`.
+
+  `release(value, round_num)` takes the round's nested measurements: scalars become one
+  metrics.csv row (`flatten_metrics`), per-client vectors their summary columns there and their
+  values in per_client.csv. Rounds must increase; both files are rewritten atomically.
+
+  Args:
+    directory: where the files are.
+    rows: the metrics.csv rows to keep (rounds 1..n of a resumed run, e.g.
+      `read_metrics(path).rows[:n]`); per_client.csv keeps the same rounds. None or []: new files.
+    columns: the header of `rows`.
+    always: names every row has, None where a round has no value (e.g. test metrics on rounds
+      without evaluation), so the column set stays fixed.
+  """
+
+  def __init__(self, directory: str, *, rows: Optional[Sequence[Mapping[str, Any]]] = None,
+               columns: Optional[Sequence[str]] = None, always: Sequence[str] = ()):
+    self.metrics_path = os.path.join(directory, METRICS_FILE)
+    self.per_client_path = os.path.join(directory, PER_CLIENT_FILE)
+    self._always = tuple(always)
+    rows = list(rows or [])
+    self._table = MetricsWriter(self.metrics_path, rows=rows, columns=columns)
+    self._per_client = _per_client_rows(self.per_client_path, len(rows))
+    if self._per_client or os.path.exists(self.per_client_path):
+      files.write_csv_atomically(self.per_client_path, PER_CLIENT_COLUMNS, self._per_client)
+
+  @property
+  def rows(self) -> list[dict[str, Any]]:
+    """The metrics.csv rows."""
+    return self._table.rows
+
+  async def release(self, value: Any, key: int) -> None:
+    """Writes the measurements `value` of round `key` (see the class docstring).
+
+    Raises:
+      ValueError: `key` does not increase, or the flattened names differ from the file's columns.
+    """
+    row = collections.OrderedDict((name, None) for name in self._always)
+    row.update(flatten_metrics(value))
+    self._table.append(int(key), row)
+    _, vectors = split_metrics(value)
+    if vectors:
+      self._per_client.extend(
+          {ROUND_COLUMN: int(key), 'name': name, 'client_index': i, 'value': float(v)}
+          for name, vector in vectors.items() for i, v in enumerate(vector))
+      files.write_csv_atomically(self.per_client_path, PER_CLIENT_COLUMNS, self._per_client)
 
 
 def non_timing(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

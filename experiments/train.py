@@ -1,24 +1,11 @@
-"""Trains one federated algorithm on one dataset and writes metrics, hparams and checkpoints.
+"""Trains one federated algorithm on one dataset: metrics.csv, per_client.csv, hparams.csv and
+checkpoints under `<output_dir>/<experiment_name>/` (default `<dataset>_<algorithm>_seed<seed>`).
 
     python -m experiments.train --algorithm=fedgh --dataset=digits --rounds=30
     python -m experiments.train --algorithm=custom --client_loss=focal --aggregator=fedgh
-    python -m experiments.train --dataset=emnist --cache_dir=~/data --clients_per_round=50
 
-Outputs under `<output_dir>/<experiment_name>/` (default experiment name
-`<dataset>_<algorithm>_seed<seed>`): `metrics.csv` (one row per round, see
-`experiments/metrics_io.py`), `hparams.csv` (every flag, the seed, package versions) and
-`checkpoints/` (the server state after every round by default, `--checkpoint_every`). Rerunning
-the same command after an interruption (Ctrl-C, SIGTERM, a kill, a crash) prints `resuming from
-round N` and continues after the last saved round, with the same results as an uninterrupted run;
-`--noresume` starts over.
-
-Every flag value is checked before any TFF work starts; a bad one ends the command with one line
-naming the flag and the value, exit status 2 (`experiments/cli.py`).
-
-Algorithms: the named methods of `tff_conflict.learning.ALGORITHMS` (fedavg, fedprox, fedgh,
-fedmgc, fedga, fedld, fed_corrective), or `custom`: any `--client_loss` with any `--aggregator`
-(plus the FedProx term when `--proximal_strength` is given), e.g. FedAvg(ce)+DGC or
-FedProx+FedGH as in the papers' ablations.
+Rerunning an interrupted command resumes after its last saved round, with the results of an
+uninterrupted run (`--noresume` starts over). A bad flag ends it in one line naming the flag.
 """
 
 import os
@@ -28,8 +15,7 @@ import os
 import tff_conflict
 tff_conflict.quiet()
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
-from absl import app  # pylint: disable=g-import-not-at-top
-from absl import flags
+from absl import flags  # pylint: disable=g-import-not-at-top
 
 from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config
@@ -60,17 +46,12 @@ flags_lib.register_validators()
 
 
 def check_flags() -> config.ExperimentConfig:
-  """Cross-flag checks of this binary; returns the typed config of the flags.
+  """The typed config of the flags, after the cross-flag checks (`flags_lib.check_common_flags`).
 
   Raises:
     app.UsageError: naming the flag and its value.
   """
-  experiment = flags_lib.check_common_flags()
-  if FLAGS.client_clip_norm is not None and not experiment_lib.takes_clip_norm(FLAGS.algorithm):
-    raise app.UsageError(f'--client_clip_norm applies only to --algorithm in '
-                         f'{[a for a in _ALGORITHM_NAMES if experiment_lib.takes_clip_norm(a)]}, got '
-                         f'--algorithm={FLAGS.algorithm}')
-  return experiment
+  return flags_lib.check_common_flags()
 
 
 def main(argv):

@@ -1,46 +1,14 @@
-"""The run loop shared by `experiments.train` and `experiments.compare`: rounds, evaluation,
-metrics, checkpoints, resume.
+"""The run loop of `experiments.train` and `experiments.compare`: rounds, evaluation, metrics,
+checkpoints, resume.
 
-`run_training(process, ...)` trains a `tff.learning.templates.LearningProcess` (or any runner
-with the same `initialize()` / `next(state, client_datasets)`) and writes, under
-`experiment_dir`:
-
-  metrics.csv    one row per round (`metrics_io`): training loss and accuracy, test accuracy,
-                 loss and macro-F1 on evaluation rounds, round and evaluation time, and every
-                 metric of the process flattened (`aggregator/conflict_fraction_before`, ...)
-  hparams.csv    every setting under its flag's name, seed, package versions (the caller's
-                 `hparams`)
-  checkpoints/   the server state after every `checkpoint_every` rounds (default: every round),
-                 after the last round, and when Ctrl-C or SIGTERM stops the loop
-                 (`experiments.checkpoints`)
-
-Reproducibility. Everything random is a function of the seeds: the partition (`--data_seed`), the
-model initialisation (seeded initializers, `experiments.architectures`), the clients of round r
-(`sample_clients(ids, k, seed=seed, round_num=r)`, from `numpy.random.default_rng([seed, r])`),
-and the shuffling of client i of round r (a tf.data seed derived from (seed, r, i)). Nothing
-depends on earlier rounds except the server state, so a run resumed from the checkpoint of round
-r reproduces the uninterrupted run exactly, and two runs with the same flags give identical
-metrics except the timing columns (`metrics_io.TIMING_COLUMNS`).
-
-Resume. With `resume=True` the loop restores the newest readable checkpoint whose round has an
-intact row in metrics.csv (round r), keeps the rows up to r, removes checkpoints after r, prints
-`resuming from round r`, and continues with round r + 1. Where metrics.csv and the checkpoints
-disagree (a truncated or damaged file, rows or checkpoints missing) it says so in one line naming
-the file and rebuilds what it can: the rows and checkpoints after r are recomputed, identically;
-with no usable checkpoint the run starts over. An earlier run whose hyperparameters differ (other
-than `RESUMABLE_CHANGES`, e.g. more `--rounds`), or whose hparams.csv cannot be read, is refused
-with a `ResumeError` naming the file.
-
-Why not TFF's loops. `tff.simulation.run_training_process` and `tff.learning.programs.train_model`
-run rounds with a `tff.program` state manager and release managers, but a checkpoint that cannot
-be read stops them (`load_latest` raises), saving a version that exists raises, nothing compares
-the metrics file with the checkpoints, `train_model` draws clients from a data-source iterator
-whose position is part of the saved state, and TFF's `CSVFileReleaseManager` appends rows in place
-by default (a kill can leave a cut row, on which its reader fails). This loop keeps the guarantees
-above with the project's own small pieces (`metrics_io`, `checkpoints`; the latter says why it
-does not use `tff.program.FileProgramStateManager` either).
+`run_training(process, ...)` writes metrics.csv and per_client.csv (`metrics_io`, through
+`tff.program` release managers), hparams.csv and `checkpoints/` (`checkpoints`, a
+`tff.program.ProgramStateManager`) under `experiment_dir`. A resumed run reproduces the
+uninterrupted run exactly (all randomness is a function of the seeds and the round). Design:
+docs/design.md, "Experiments".
 """
 
+import asyncio
 import csv
 import dataclasses
 import os
@@ -51,13 +19,14 @@ from typing import Any, Callable, Mapping, Optional, Sequence, TextIO
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from experiments import checkpoints as checkpoints_lib
 from experiments import config as config_lib
 from experiments import metrics_io
 from experiments import progress as progress_lib
 
-METRICS_FILE = 'metrics.csv'
+METRICS_FILE = metrics_io.METRICS_FILE
 HPARAMS_FILE = 'hparams.csv'
 CHECKPOINT_DIR = 'checkpoints'
 
@@ -157,7 +126,7 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
 
 
 def _clear_outputs(experiment_dir: str) -> None:
-  for name in (METRICS_FILE, HPARAMS_FILE):
+  for name in (METRICS_FILE, metrics_io.PER_CLIENT_FILE, HPARAMS_FILE):
     path = os.path.join(experiment_dir, name)
     if os.path.exists(path):
       os.remove(path)
@@ -220,7 +189,7 @@ def _restore(manager: checkpoints_lib.CheckpointManager, metrics_path: str, init
   start = _Start(initial_state, 0, [], None)
   for version in reversed(covered):
     try:
-      state = manager.load(version, initial_state)
+      state = asyncio.run(manager.load(version, initial_state))
     except Exception as e:  # pylint: disable=broad-except
       notify(f'warning: the checkpoint {manager.path(version)} cannot be read ({_short(e)}); '
              'trying an older one')
@@ -247,7 +216,8 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
                  runner: Any = None,
                  client_ids: Optional[Sequence[str]] = None, label: str = '',
                  show_progress: bool = True, stream: Optional[TextIO] = None,
-                 test_columns: Sequence[str] = TEST_COLUMNS) -> RunResult:
+                 test_columns: Sequence[str] = TEST_COLUMNS,
+                 release_managers: Sequence[tff.program.ReleaseManager] = ()) -> RunResult:
   """Runs rounds 1..config.rounds (or the rest of them, when resuming).
 
   Prints `resuming from round N` when it continues an earlier run, and one line for each
@@ -275,6 +245,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
     stream: where progress and notices go; default stdout.
     test_columns: the columns `evaluate_fn` may fill (empty on rounds without evaluation), so
       that every row has the same columns.
+    release_managers: more `tff.program.ReleaseManager`s (e.g. `tff.program.
+      TensorBoardReleaseManager`, `LoggingReleaseManager`) that receive each round's
+      measurements after metrics.csv does (`metrics_io.MetricsReleaseManager`), key: the round.
 
   Returns:
     A `RunResult`.
@@ -319,7 +292,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
     start = _restore(manager, metrics_path, initial_state, config.rounds, notify)
   state, done = start.state, start.done
   manager.remove_after(done)
-  writer = metrics_io.MetricsWriter(metrics_path, rows=start.rows, columns=start.columns)
+  writer = metrics_io.MetricsReleaseManager(experiment_dir, rows=start.rows,
+                                            columns=start.columns, always=test_columns)
+  managers = [writer, *release_managers]
   if done == config.rounds:
     notify(f'all {config.rounds} rounds are already done ({metrics_path})')
   elif done:
@@ -342,9 +317,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
       output = runner.next(state, datasets)
       round_time = time.monotonic() - start_time
       state = output.state
-      metrics = metrics_io.flatten_metrics(output.metrics)
-      row: dict[str, Any] = _headline(metrics)
-      row.update({c: None for c in test_columns})
+      row: dict[str, Any] = _headline(metrics_io.flatten_metrics(output.metrics))
       row.update({'round_time_s': round_time, 'eval_time_s': None})
       accuracy = None
       if config.is_eval_round(round_num):
@@ -356,9 +329,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
         row['eval_time_s'] = time.monotonic() - start_time
         row.update(test_metrics)
         accuracy = test_metrics.get('test_accuracy')
-      row.update(metrics)
+      row.update(output.metrics)
       try:
-        writer.append(round_num, row)
+        asyncio.run(_release(managers, row, round_num))
       except ValueError as e:
         if round_num != done + 1 or not done:
           raise
@@ -367,7 +340,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
                           '--noresume to start over') from None
       finished_state, finished_round = state, round_num
       if config.is_checkpoint_round(round_num):
-        manager.save(state, round_num)
+        asyncio.run(manager.save(state, round_num))
         saved_round = round_num
       if bar is not None:
         if accuracy is not None:
@@ -380,7 +353,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
       bar.close()
       bar = None
     if config.checkpoint_every > 0 and finished_round > saved_round:
-      manager.save(finished_state, finished_round)
+      asyncio.run(manager.save(finished_state, finished_round))
       saved_round = finished_round
     e.args = (_interrupted_message(prefix, finished_round, saved_round, config.rounds,
                                    manager.root_dir),)
@@ -390,6 +363,11 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
       bar.close()
   return RunResult(experiment_dir=experiment_dir, rows=writer.rows, resumed_from=done,
                    final_state=state)
+
+
+async def _release(managers, value, key: int) -> None:
+  for manager in managers:
+    await manager.release(value, key)
 
 
 def _figure(value: Optional[float]) -> str:

@@ -1,10 +1,13 @@
-"""experiments.checkpoints: exact round trip, atomic saves, checked loads, versions kept."""
+"""experiments.checkpoints: a tff.program.ProgramStateManager; exact round trip, atomic saves,
+checked loads, versions kept."""
 
+import asyncio
 import collections
 import os
 
 import numpy as np
 import pytest
+import tensorflow_federated as tff
 
 from experiments import checkpoints
 
@@ -29,24 +32,29 @@ def _assert_same(a, b):
 
 def test_round_trip_is_exact_and_keeps_types(tmp_path):
   manager = checkpoints.CheckpointManager(str(tmp_path))
+  assert isinstance(manager, tff.program.ProgramStateManager)
+  assert asyncio.run(manager.get_versions()) is None
+  with pytest.raises(tff.program.ProgramStateNotFoundError):
+    asyncio.run(manager.load(4, _state()))
   state = _state(1.5)
-  manager.save(state, 4)
+  asyncio.run(manager.save(state, 4))
   assert manager.versions() == [4] and os.listdir(tmp_path) == ['round_4.npz']
-  _assert_same(state, manager.load(4, _state()))
-  assert manager.load_latest(_state())[1] == 4
+  assert asyncio.run(manager.get_versions()) == [4]
+  _assert_same(state, asyncio.run(manager.load(4, _state())))
+  assert asyncio.run(manager.load_latest(_state()))[1] == 4
 
 
 def test_keep_total_replace_and_remove_after(tmp_path):
   manager = checkpoints.CheckpointManager(str(tmp_path), keep_total=2)
   for r in (1, 2, 3):
-    manager.save(_state(r), r)
+    asyncio.run(manager.save(_state(r), r))
   assert manager.versions() == [2, 3]
-  manager.save(_state(30), 3)  # replacing an existing version is allowed
-  assert manager.load(3, _state())['lr'] == np.float32(3.0)
+  asyncio.run(manager.save(_state(30), 3))  # replacing an existing version is allowed
+  assert asyncio.run(manager.load(3, _state()))['lr'] == np.float32(3.0)
   manager.remove_after(2)
   assert manager.versions() == [2]
   manager.remove_all()
-  assert manager.versions() == [] and manager.load_latest(_state()) == (None, 0)
+  assert manager.versions() == [] and asyncio.run(manager.load_latest(_state())) == (None, 0)
 
 
 @pytest.mark.parametrize('damage, message', [
@@ -55,33 +63,33 @@ def test_keep_total_replace_and_remove_after(tmp_path):
 ])
 def test_a_damaged_file_is_refused_and_skipped(tmp_path, damage, message):
   manager = checkpoints.CheckpointManager(str(tmp_path), keep_total=0)
-  manager.save(_state(1), 1)
-  manager.save(_state(2), 2)
+  asyncio.run(manager.save(_state(1), 1))
+  asyncio.run(manager.save(_state(2), 2))
   damage(manager.path(2))
   with pytest.raises(checkpoints.CheckpointError, match=f'round_2.npz {message}'):
-    manager.load(2, _state())
-  state, version = manager.load_latest(_state())
+    asyncio.run(manager.load(2, _state()))
+  state, version = asyncio.run(manager.load_latest(_state()))
   assert version == 1
   _assert_same(_state(1), state)
 
 
 def test_a_state_of_another_structure_is_refused(tmp_path):
   manager = checkpoints.CheckpointManager(str(tmp_path))
-  manager.save(_state(), 1)
+  asyncio.run(manager.save(_state(), 1))
   other = _state()
   other['weights'][1] = np.ones(4, np.float32)
   with pytest.raises(checkpoints.CheckpointError,
                      match=r'array 5 has shape \(3,\) and dtype float32, the state has \(4,\)'):
-    manager.load(1, other)
+    asyncio.run(manager.load(1, other))
   smaller = _state()
   del smaller['seed']
   with pytest.raises(checkpoints.CheckpointError, match='holds 6 arrays, the state has 5'):
-    manager.load(1, smaller)
+    asyncio.run(manager.load(1, smaller))
 
 
 def test_a_save_cut_short_leaves_no_version_and_is_cleaned_up(tmp_path):
   manager = checkpoints.CheckpointManager(str(tmp_path))
-  manager.save(_state(), 1)
+  asyncio.run(manager.save(_state(), 1))
   leftover = tmp_path / 'round_2.npz.tmp-12345'  # what a kill during a save leaves
   leftover.write_bytes(b'partial')
   assert manager.versions() == [1]

@@ -1,31 +1,70 @@
 """metrics.csv / hparams.csv: flattening, stable columns, resume truncation, exact round trip."""
 
+import asyncio
 import collections
 import math
 import os
 
 import numpy as np
 import pytest
+import tensorflow_federated as tff
 
 from experiments import metrics_io
 
 
-def test_flatten_metrics_joins_nested_names_and_expands_vectors():
+def test_flatten_metrics_joins_nested_names_and_summarizes_vectors():
   metrics = collections.OrderedDict(
       client_work=collections.OrderedDict(train=collections.OrderedDict(
           loss=np.float32(0.5), num_examples=np.int64(7))),
       aggregator=collections.OrderedDict(conflict_fraction_before=np.float32(0.25),
-                                         weights=np.array([0.1, 0.2], np.float32),
-                                         single=np.array([3.0])),
+                                         weights=np.array([0.1, 0.4], np.float32),
+                                         single=np.array([3.0]), listed=[1, 2, 6]),
       distributor=(), finalizer=collections.OrderedDict(update_non_finite=0))
   flat = metrics_io.flatten_metrics(metrics)
+  summary = lambda name: [f'aggregator/{name}/{s}' for s in ('min', 'mean', 'max', 'count')]
   assert list(flat) == ['client_work/train/loss', 'client_work/train/num_examples',
-                        'aggregator/conflict_fraction_before', 'aggregator/weights/0',
-                        'aggregator/weights/1', 'aggregator/single',
-                        'finalizer/update_non_finite']
+                        'aggregator/conflict_fraction_before', *summary('weights'),
+                        *summary('single'), *summary('listed'), 'finalizer/update_non_finite']
   assert flat['client_work/train/loss'] == 0.5
-  assert flat['aggregator/weights/1'] == pytest.approx(0.2)
-  assert all(isinstance(v, float) for v in flat.values())
+  assert [flat[c] for c in summary('weights')] == pytest.approx([0.1, 0.25, 0.4, 2])
+  assert [flat[c] for c in summary('single')] == [3.0, 3.0, 3.0, 1]
+  assert [flat[c] for c in summary('listed')] == [1.0, 3.0, 6.0, 3]
+  scalars, vectors = metrics_io.split_metrics(metrics)
+  assert list(vectors) == ['aggregator/weights', 'aggregator/single', 'aggregator/listed']
+  np.testing.assert_array_equal(vectors['aggregator/listed'], [1.0, 2.0, 6.0])
+  assert 'aggregator/conflict_fraction_before' in scalars
+
+
+def test_an_empty_vector_has_count_0_and_nan_statistics():
+  flat = metrics_io.flatten_metrics({'w': np.zeros(0, np.float32)})
+  assert flat['w/count'] == 0 and all(math.isnan(flat[f'w/{s}']) for s in ('min', 'mean', 'max'))
+
+
+def test_release_manager_keeps_columns_when_the_cohort_changes_size(tmp_path):
+  manager = metrics_io.MetricsReleaseManager(str(tmp_path), always=('test_accuracy',))
+  assert isinstance(manager, tff.program.ReleaseManager)
+  rng = np.random.default_rng(0)
+  vectors = {1: rng.normal(size=10), 2: rng.normal(size=9), 3: rng.normal(size=10)}
+  for r, vector in vectors.items():
+    asyncio.run(manager.release({'train_loss': 1.0 / r, 'aggregator': {'w': vector}}, r))
+  rows = metrics_io.read_csv(str(tmp_path / 'metrics.csv'))
+  assert metrics_io.read_columns(str(tmp_path / 'metrics.csv')) == [
+      'round_num', 'train_loss', 'test_accuracy', 'aggregator/w/min', 'aggregator/w/mean',
+      'aggregator/w/max', 'aggregator/w/count']
+  for row, vector in zip(rows, vectors.values()):
+    assert row['aggregator/w/count'] == len(vector) and row['test_accuracy'] is None
+    assert (row['aggregator/w/min'], row['aggregator/w/max']) == (min(vector), max(vector))
+    assert row['aggregator/w/mean'] == pytest.approx(sum(vector) / len(vector), rel=1e-15)
+  per_client = metrics_io.read_csv(str(tmp_path / 'per_client.csv'))
+  assert [(r['round_num'], r['name'], r['client_index'], r['value']) for r in per_client] == [
+      (round_num, 'aggregator/w', i, v) for round_num, vector in vectors.items()
+      for i, v in enumerate(vector)]
+  # A resumed run keeps rounds 1-2 of both files.
+  kept = metrics_io.read_metrics(str(tmp_path / 'metrics.csv'))
+  metrics_io.MetricsReleaseManager(str(tmp_path), rows=kept.rows[:2], columns=kept.columns)
+  assert [r['round_num'] for r in metrics_io.read_csv(str(tmp_path / 'metrics.csv'))] == [1, 2]
+  assert (metrics_io.read_csv(str(tmp_path / 'per_client.csv'))
+          == [r for r in per_client if r['round_num'] <= 2])
 
 
 def test_flatten_metrics_rejects_strings():

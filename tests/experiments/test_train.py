@@ -29,7 +29,6 @@ from experiments import train
     (dict(workers='localhost:1', runtime='inprocess'),
      "--runtime must be 'cpp' with workers .*got 'inprocess'"),
     (dict(rounds='3', eval_every='4'), '--eval_every must be at most rounds=3 .*got 4'),
-    (dict(client_clip_norm='5'), '--client_clip_norm applies only to --algorithm in'),
 ])
 def test_cross_flag_checks(flag_values, message):
   with flagsaver.as_parsed(**flag_values):

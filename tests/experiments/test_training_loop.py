@@ -1,6 +1,7 @@
 """The shared run loop: client sampling, resume equal to an uninterrupted run, determinism,
 hyperparameter checks on resume; and the checkpoint manager."""
 
+import asyncio
 import collections
 import functools
 import io
@@ -100,8 +101,8 @@ def _tiny_setup(seed=0):
 def _run(process, train, evaluate_fn, experiment_dir, rounds, *, resume=True, hparams=None,
          checkpoint_every=2, seed=0, runner=None, stream=None):
   config = config_lib.LoopConfig(rounds=rounds, clients_per_round=2, batch_size=4,
-                                    client_epochs=2, seed=seed, eval_every=2,
-                                    checkpoint_every=checkpoint_every, resume=resume)
+                                 client_epochs=2, seed=seed, eval_every=2,
+                                 checkpoint_every=checkpoint_every, resume=resume)
   return training_loop.run_training(
       process, train_data=train, evaluate_fn=evaluate_fn, config=config,
       experiment_dir=str(experiment_dir), hparams=hparams or {'lr': 0.1, 'rounds': rounds},
@@ -174,18 +175,86 @@ def test_checkpoint_manager_round_trip_keep_and_remove_after(tmp_path, tiny):
   process, _, _ = tiny
   state = process.initialize()
   manager = checkpoints.CheckpointManager(str(tmp_path), keep_total=2)
-  assert manager.load_latest(state) == (None, 0)
+  assert asyncio.run(manager.load_latest(state)) == (None, 0)
   weights = process.get_model_weights(state)
   for r in (1, 2, 3):
-    manager.save(state, r)
+    asyncio.run(manager.save(state, r))
   assert manager.versions() == [2, 3]
-  manager.save(state, 3)  # replacing an existing version is allowed
-  loaded, version = manager.load_latest(state)
+  asyncio.run(manager.save(state, 3))  # replacing an existing version is allowed
+  loaded, version = asyncio.run(manager.load_latest(state))
   assert version == 3
   for a, b in zip(process.get_model_weights(loaded).trainable, weights.trainable):
     np.testing.assert_array_equal(a, b)
   manager.remove_after(2)
   assert manager.versions() == [2]
+
+
+class _VaryingCohortRunner:
+  """A runner whose cohort loses a client on even rounds (10 updates, then 9, ...), reporting
+  one corrective weight per client that took part, as `fed_corrective` does."""
+
+  def initialize(self):
+    return np.zeros(2, np.float32)
+
+  def next(self, state, datasets):
+    del datasets
+    state = state + 1
+    size = 10 if int(state[0]) % 2 else 9
+    weights = np.arange(size, dtype=np.float32) * state[0]
+    metrics = collections.OrderedDict(
+        client_work=collections.OrderedDict(train=collections.OrderedDict(loss=1.0 / state[0])),
+        aggregator=collections.OrderedDict(corrective_weights=weights,
+                                           conflict_fraction_before=np.float32(0.5)))
+    return collections.namedtuple('Output', 'state metrics')(state, metrics)
+
+  def get_model_weights(self, state):
+    return state
+
+
+def _varying_run(tmp_path, rounds, release_managers=(), eval_every=2):
+  ids = [f'c{i}' for i in range(10)]
+  train = tff.simulation.datasets.TestClientData(
+      {c: collections.OrderedDict(x=np.zeros((2, 1), np.float32), y=np.zeros(2, np.int32))
+       for c in ids})
+  config = config_lib.LoopConfig(rounds=rounds, clients_per_round=10, batch_size=2,
+                                 eval_every=eval_every, keep_checkpoints=0)
+  return training_loop.run_training(
+      None, train_data=train, evaluate_fn=lambda s: {'test_accuracy': float(s[0]) / 10},
+      config=config, experiment_dir=str(tmp_path), hparams={'rounds': 4}, show_progress=False,
+      runner=_VaryingCohortRunner(), test_columns=('test_accuracy',), stream=io.StringIO(),
+      release_managers=release_managers)
+
+
+def test_a_varying_cohort_keeps_metrics_columns_and_writes_every_client_value(tmp_path):
+  memory = tff.program.MemoryReleaseManager()
+  tensorboard = tff.program.TensorBoardReleaseManager(str(tmp_path / 'tensorboard'))
+  result = _varying_run(tmp_path / 'run', 4, [memory, tensorboard])
+  name = 'aggregator/corrective_weights'
+  assert [(r[f'{name}/count'], r[f'{name}/max']) for r in result.rows] == [
+      (10, 9.0), (9, 16.0), (10, 27.0), (9, 32.0)]
+  assert [r[f'{name}/mean'] for r in result.rows] == pytest.approx([4.5, 8.0, 13.5, 16.0])
+  assert not any(c.startswith(f'{name}/') and c.split('/')[-1].isdigit() for c in result.rows[0])
+  per_client = metrics_io.read_csv(str(tmp_path / 'run' / 'per_client.csv'))
+  assert [(r['round_num'], r['client_index'], r['value']) for r in per_client] == [
+      (r, i, float(i * r)) for r in range(1, 5) for i in range(10 if r % 2 else 9)]
+  assert {r['name'] for r in per_client} == {name}
+  # The other release managers got each round's measurements, the vector whole.
+  released = dict(memory.values())
+  assert sorted(released) == [1, 2, 3, 4]
+  np.testing.assert_array_equal(released[2]['aggregator']['corrective_weights'],
+                                np.arange(9) * 2.0)
+  assert released[2]['test_accuracy'] == 0.2 and 'test_accuracy' not in released[1]
+  assert os.listdir(tmp_path / 'tensorboard')
+
+
+def test_a_varying_cohort_run_resumed_after_round_3_equals_the_uninterrupted_run(tmp_path):
+  full = _varying_run(tmp_path / 'full', 4, eval_every=1)
+  _varying_run(tmp_path / 'cut', 3, eval_every=1)
+  resumed = _varying_run(tmp_path / 'cut', 4, eval_every=1)
+  assert resumed.resumed_from == 3
+  _assert_same_rows(full.rows, resumed.rows)
+  assert (metrics_io.read_csv(str(tmp_path / 'full' / 'per_client.csv'))
+          == metrics_io.read_csv(str(tmp_path / 'cut' / 'per_client.csv')))
 
 
 @pytest.fixture(scope='module')
