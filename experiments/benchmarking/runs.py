@@ -15,7 +15,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
