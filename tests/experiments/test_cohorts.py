@@ -75,6 +75,13 @@ def test_a_run_over_an_empty_client_completes_and_writes_its_metrics(name, kind,
     assert int(float(row['client_work/train/num_examples'])) == 6 * expected
     if 'aggregator/num_participating' in row:
       assert int(float(row['aggregator/num_participating'])) == expected
+  if name == 'fed_corrective':  # one corrective weight per participant: 9, then 10, then 9
+    assert [int(float(r['aggregator/corrective_weights/count'])) for r in rows] == participants
+    per_client = metrics_io.read_csv(os.path.join(str(tmp_path), metrics_io.PER_CLIENT_FILE))
+    for round_num, expected in enumerate(participants, start=1):
+      values = [float(r['value']) for r in per_client if int(r['round_num']) == round_num
+                and r['name'] == 'aggregator/corrective_weights']
+      assert len(values) == expected and np.all(np.isfinite(values))
   weights = (process if kind == 'cpp' else runtime.make_runner(process, kind)).get_model_weights(
       result.final_state)
   assert all(np.all(np.isfinite(np.asarray(w))) for w in weights.trainable)
