@@ -47,7 +47,7 @@ def _blocked_dir(tmp_path):
 # (case, flags besides --output_dir, what the one line must contain, exit status)
 _BAD_INPUTS = [
     ('emnist without its file', lambda tmp: ['--dataset=emnist', f'--cache_dir={tmp}/empty'],
-     ['--dataset=emnist', '--cache_dir', 'emnist_all.sqlite'], 2),
+     ['--cache_dir=', 'empty: Federated EMNIST needs', 'emnist_all.sqlite'], 2),
     ('client learning rate inf', lambda tmp: ['--client_learning_rate=inf'],
      ['--client_learning_rate must be a finite number > 0, got inf'], 2),
     ('server learning rate inf', lambda tmp: ['--server_learning_rate=inf'],
