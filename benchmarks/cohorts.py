@@ -114,7 +114,10 @@ def _child(method, kind, sizes):
         state = runner.next(state, cohort).state
         outcome = f'{time.monotonic() - begin:.2f}'
       except Exception as e:  # pylint: disable=broad-except
-        outcome = f'refused: {type(e).__name__}: {str(e).splitlines()[0][:300]}'
+        text = str(e)
+        guard = text.find('tff_conflict.aggregators: refusing')
+        outcome = 'refused: ' + (text[guard:guard + 240].replace('\n', ' ') if guard >= 0 else
+                                 f'{type(e).__name__}: {text.splitlines()[0][:300]}')
     print(f'ROW\t{method}\t{kind}\t{k}\t{outcome}\t{peak.peak / MB:.0f}\t{note}', flush=True)
   runtime.shutdown_workers()
 
