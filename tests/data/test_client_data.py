@@ -54,6 +54,9 @@ def test_all_clients_and_dataset_computation():
   cd = data.partition_to_client_data(x, y, partition)
   pooled = _elements(cd.create_tf_dataset_from_all_clients())
   assert sorted(v for _, v in pooled) == sorted(y.tolist())
+  # Again: the arrays' tensors first made inside the first call's trace must not be reused.
+  again = _elements(cd.create_tf_dataset_from_all_clients())
+  assert sorted(v for _, v in again) == sorted(y.tolist())
   # TFF traces the dataset function in a tf.Graph (no eager tensors there).
   through_tff = cd.dataset_computation(cd.client_ids[2])
   assert [v for _, v in _elements(through_tff)] == y[partition[2]].tolist()

@@ -67,7 +67,7 @@ class ArrayClientData(tff.simulation.datasets.ClientData):
     constants of the graph being built (TFF traces `dataset_computation` in a `tf.Graph`)."""
     if tf.compat.v1.executing_eagerly_outside_functions():
       if self._eager_tensors is None:
-        with tf.device('/cpu:0'):
+        with tf.init_scope(), tf.device('/cpu:0'):  # eager even when first asked inside a trace
           self._eager_tensors = tuple(
               tf.convert_to_tensor(a) for a in (self._x, self._y, self._order, self._offsets))
       return self._eager_tensors
