@@ -9,6 +9,7 @@ def test_public_api():
   assert sorted(data.__all__) == sorted([
       'DatasetInfo', 'dataset_info', 'describe', 'digits', 'dirichlet_partition', 'emnist',
       'leaf', 'LeafClientData', 'LeafFormatError', 'partition_to_client_data', 'synthetic',
+      'client_dirichlet_partition',
       'tfds_dirichlet', 'Regime', 'iid_partition', 'label_quantity_partition', 'load_regime',
       'parse_regime', 'quantity_skew_partition', 'split_validation'])
   for name in data.__all__:
