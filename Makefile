@@ -17,7 +17,7 @@ test-all: setup
 	$(VENV_PY) -m pytest -m ""
 
 bench: setup
-	$(VENV_PY) -m benchmarks.conflict_kernels
+	$(VENV_PY) -m perf.conflict_kernels
 
 clean-venv:
 	rm -rf .venv

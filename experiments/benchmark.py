@@ -149,7 +149,7 @@ _NOT_HERE = {
 # digits and Synthetic, every method, E in {1, 5}, 5 seeds), sized to finish in about 3 hours or
 # less on a 2-core CPU: 20 rounds, tuning at each E with 2 tuning seeds, on the in-process runner
 # (the faster backend on a CPU; equal to the C++ runtime to float round-off)
-# (`python -m benchmarks.benchmark_grid --preset=results`; BENCHMARKS.md, "Benchmark grid").
+# (`python -m perf.benchmark_grid --preset=results`; BENCHMARKS.md, "Benchmark grid").
 RESULTS_DESCRIPTION = (
     'The results preset (`--preset=results`), sized to finish in about 3 hours or less on a '
     '2-core CPU: 20 rounds per run, tuning at each E with 2 tuning seeds, the in-process runner '

@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_OWN = {'tff_conflict', 'experiments', 'benchmarks', 'tests', 'tools'}
+_OWN = {'tff_conflict', 'experiments', 'perf', 'tests', 'tools'}
 
 
 def _project():
@@ -84,7 +84,7 @@ def test_the_library_declares_every_package_it_imports():
 
 
 def test_binaries_benchmarks_and_tests_declare_what_they_import():
-  for folder, extras in (('experiments', ('experiments',)), ('benchmarks', ('experiments',)),
+  for folder, extras in (('experiments', ('experiments',)), ('perf', ('experiments',)),
                          ('tests', ('test',))):
     missing = {d: f for d, f in _imported_distributions(folder).items()
                if d not in _declared(*extras)}

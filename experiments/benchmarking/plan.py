@@ -154,7 +154,7 @@ class Plan:
         'runs': {runs_lib.TUNE_PHASE: self.num_runs(runs_lib.TUNE_PHASE),
                  runs_lib.REPORT_PHASE: self.num_runs(runs_lib.REPORT_PHASE)}}
 
-  # --- counts (the progress total, `benchmarks.benchmark_grid`) -----------------------------
+  # --- counts (the progress total, `perf.benchmark_grid`) -----------------------------
 
   def planned_runs(self) -> dict[tuple[str, str, str, int], int]:
     """Runs per (phase, method, dataset, E): exact for reporting, an upper bound for tuning

@@ -376,7 +376,7 @@ def test_celeba_cache_follows_the_pillow_version(tmp_path, monkeypatch):
 
 
 def test_the_benchmark_fixture_is_leafs_format(tmp_path):
-  from benchmarks import leaf_fixture  # pylint: disable=g-import-not-at-top
+  from perf import leaf_fixture  # pylint: disable=g-import-not-at-top
   stats = leaf_fixture.write_femnist(str(tmp_path), users=5, mean_samples=6, pool_rows=16)
   files = sorted(glob.glob(str(tmp_path / 'data' / 'femnist' / 'data' / '*' / '*.json')))
   assert len(files) == stats.num_files == 2

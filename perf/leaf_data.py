@@ -1,8 +1,8 @@
 """`data.leaf` at FEMNIST's scale: conversion time and peak memory, reopening, per-client reads.
 
-    .venv/bin/python -m benchmarks.leaf_data [--users=3500] [--mean_samples=230] [--dir=/tmp]
+    .venv/bin/python -m perf.leaf_data [--users=3500] [--mean_samples=230] [--dir=/tmp]
 
-Writes a LEAF-format FEMNIST fixture (`benchmarks.leaf_fixture`: 3,500 writers and about
+Writes a LEAF-format FEMNIST fixture (`perf.leaf_fixture`: 3,500 writers and about
 805,000 examples by default, about 12 GB of JSON in 70 files of up to about 330 MB) into a
 temporary folder under `--dir`, then measures, in this one run:
 
@@ -34,7 +34,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 import numpy as np  # pylint: disable=g-import-not-at-top
 import psutil  # pylint: disable=g-import-not-at-top
 
-from benchmarks import leaf_fixture  # pylint: disable=g-import-not-at-top
+from perf import leaf_fixture  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

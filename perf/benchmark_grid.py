@@ -1,6 +1,6 @@
 """Estimates how long a benchmark grid takes (e.g. `--preset=results`) from a sample of its runs.
 
-    .venv/bin/python -m benchmarks.benchmark_grid --preset=results --sample_rounds=6
+    .venv/bin/python -m perf.benchmark_grid --preset=results --sample_rounds=6
 
 Takes every flag of `python -m experiments.benchmark`. It runs, for every (method, dataset) of the
 grid and every local-epoch count E, one untuned run of `--sample_rounds` rounds on the dataset's

@@ -1,4 +1,4 @@
-"""Keras models and synthetic client data shared by the benchmarks."""
+"""Keras models and synthetic client data shared by the speed scripts."""
 
 import collections
 

@@ -1,7 +1,7 @@
 """Checkpoint cost: saving the server state every round (`experiments.checkpoints`) vs a round.
 
-    .venv/bin/python -m benchmarks.checkpoints                 # defaults below
-    .venv/bin/python -m benchmarks.checkpoints --rounds=3 --repeats=3
+    .venv/bin/python -m perf.checkpoints                 # defaults below
+    .venv/bin/python -m perf.checkpoints --rounds=3 --repeats=3
 
 The binaries save the server state after every round by default (`--checkpoint_every=1`). For
 each case this measures, in one process and side by side: a FedAvg round on TFF's C++ runtime
@@ -30,7 +30,7 @@ import time
 import tff_conflict  # pylint: disable=unused-import  (quiet TF logs, before TensorFlow)
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from benchmarks import models as bench_models  # pylint: disable=g-import-not-at-top
+from perf import workloads  # pylint: disable=g-import-not-at-top
 from experiments import checkpoints
 from experiments import config
 from experiments import experiment_lib
@@ -53,8 +53,8 @@ def _digits_case(clients):
 
 
 def _emnist_case(clients):
-  data = bench_models.random_emnist_clients(clients, 32, 16)
-  return bench_models.emnist_sized_cnn, data
+  data = workloads.random_emnist_clients(clients, 32, 16)
+  return workloads.emnist_sized_cnn, data
 
 
 def _measure(keras_fn, data, server_optimizer, rounds, repeats):

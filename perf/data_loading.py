@@ -1,6 +1,6 @@
 """Time and memory of building the federated data sets (`tff_conflict.data`).
 
-    .venv/bin/python -m benchmarks.data_loading [--emnist_clients=3400] [--emnist_examples=20]
+    .venv/bin/python -m perf.data_loading [--emnist_clients=3400] [--emnist_examples=20]
 
 Prints, each measured in this one run:
 * `data.digits()` cold (first call: scikit-learn import and TF's first ops) and warm;

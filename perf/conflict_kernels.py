@@ -14,10 +14,10 @@ The graph variants are `tf.function`s traced with input signature [None, d] (as 
 variant is warmed up before timing; repeats are interleaved (every method once per repeat) so that load from other
 processes on a shared machine hits all of them alike; medians are reported.
 
-    .venv/bin/python -m benchmarks.conflict_kernels                    # the full grid
-    .venv/bin/python -m benchmarks.conflict_kernels --K 50 --d 1e6     # one size
-    .venv/bin/python -m benchmarks.conflict_kernels --quick            # K=10, d=1e5, 3 repeats
-    .venv/bin/python -m benchmarks.conflict_kernels --memory --K 50 --d 1e6   # peak memory
+    .venv/bin/python -m perf.conflict_kernels                    # the full grid
+    .venv/bin/python -m perf.conflict_kernels --K 50 --d 1e6     # one size
+    .venv/bin/python -m perf.conflict_kernels --quick            # K=10, d=1e5, 3 repeats
+    .venv/bin/python -m perf.conflict_kernels --memory --K 50 --d 1e6   # peak memory
 
 `--memory` runs each method in a fresh process and prints its peak-RSS growth next to the size
 of one [K, d] stack: a second K x d intermediate would show up as about one more stack.
@@ -312,7 +312,7 @@ def memory(num_clients, dim):
         f'{stack_mb:.0f} MB; peak RSS growth while running (fresh process each)')
   for name in _MEMORY_METHODS:
     out = subprocess.run(
-        [sys.executable, '-m', 'benchmarks.conflict_kernels', '--_memory_child', name,
+        [sys.executable, '-m', 'perf.conflict_kernels', '--_memory_child', name,
          '--K', str(num_clients), '--d', str(dim)], capture_output=True, text=True, check=True)
     growth = [line.split()[1] for line in out.stdout.splitlines()
               if line.startswith('PEAK_GROWTH_MB')][0]

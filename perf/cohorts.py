@@ -1,6 +1,6 @@
 """Rounds of 1, 10, 100 and 500 clients per round, per method and runtime: time and peak memory.
 
-    .venv/bin/python -m benchmarks.cohorts [--sizes=1,10,100,500] [--methods=...] [--runtimes=...]
+    .venv/bin/python -m perf.cohorts [--sizes=1,10,100,500] [--methods=...] [--runtimes=...]
 
 For each method (FedAvg, FedGH, FedMGC's DGC, FedLD's principal gradient, FedCorrective) and
 runtime ('inprocess', 'cpp'), a fresh child process builds the method on random data (600
@@ -139,7 +139,7 @@ def main():
   for method in args.methods.split(','):
     for kind in args.runtimes.split(','):
       result = subprocess.run(
-          [sys.executable, '-m', 'benchmarks.cohorts', f'--sizes={args.sizes}', '--child',
+          [sys.executable, '-m', 'perf.cohorts', f'--sizes={args.sizes}', '--child',
            method, kind], capture_output=True, text=True, check=False,
           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
       lines = result.stdout.splitlines()

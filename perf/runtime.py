@@ -1,8 +1,8 @@
 """Execution backends: the in-process runner vs TFF's C++ runtime, side by side in one run.
 
-    .venv/bin/python -m benchmarks.runtime                     # the grid below (a few minutes)
-    .venv/bin/python -m benchmarks.runtime --presets=digits --algorithms=fedavg --clients=10
-    .venv/bin/python -m benchmarks.runtime --threads=2         # adds a 2-thread in-process row
+    .venv/bin/python -m perf.runtime                     # the grid below (a few minutes)
+    .venv/bin/python -m perf.runtime --presets=digits --algorithms=fedavg --clients=10
+    .venv/bin/python -m perf.runtime --threads=2         # adds a 2-thread in-process row
 
 Grid: `--presets` x `--algorithms` x `--clients`.
   digits  the README's task: scikit-learn's 8x8 digits split over max(20, K) clients (Dirichlet
@@ -42,8 +42,8 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import psutil  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from benchmarks import models  # pylint: disable=g-import-not-at-top
-from benchmarks.aggregators import _PeakRss  # pylint: disable=g-import-not-at-top,protected-access
+from perf import workloads  # pylint: disable=g-import-not-at-top
+from perf.aggregators import PeakRss  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 PRESETS = ('digits', 'cnn')
@@ -95,16 +95,16 @@ def cnn_case(algorithm: str, num_clients: int, examples: int) -> Case:
   """The EMNIST-sized CNN on synthetic clients (module docstring)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-  clients = models.random_emnist_clients(num_clients, examples, 20)
+  clients = workloads.random_emnist_clients(num_clients, examples, 20)
   process = learning.ALGORITHMS[algorithm](
-      models.emnist_sized_cnn, input_spec=clients[0].element_spec,
+      workloads.emnist_sized_cnn, input_spec=clients[0].element_spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.05))
   return Case(process, lambda round_num: clients)
 
 
 def run_backend(make_runner, initial_state, datasets, rounds):
   """(cold wall, cold CPU, later walls, later CPUs, final state, (+GB python, GB worker))."""
-  with _PeakRss() as rss:
+  with PeakRss() as rss:
     cpu_start, start = cpu_seconds(), time.perf_counter()
     runner = make_runner()
     runner.initialize()  # timed for both backends; the rounds start from `initial_state`

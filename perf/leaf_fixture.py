@@ -1,6 +1,6 @@
 """Writes a LEAF-format FEMNIST fixture of any size: random pixels, LEAF's files byte for byte.
 
-    .venv/bin/python -m benchmarks.leaf_fixture DIR [--users=3500] [--mean_samples=230]
+    .venv/bin/python -m perf.leaf_fixture DIR [--users=3500] [--mean_samples=230]
 
 writes `DIR/data/femnist/data/{train,test}/*.json` as LEAF's `preprocess.sh -s niid --sf 1.0
 -k 0 -t sample` would for FEMNIST: 100 writers per file (LEAF's `data_to_json.py`), each

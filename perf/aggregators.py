@@ -1,8 +1,8 @@
 """Conflict aggregators inside `build_weighted_fed_avg`: round time and peak memory vs MeanFactory.
 
-    .venv/bin/python -m benchmarks.aggregators                          # 10, 50, 100 clients, CNN
-    .venv/bin/python -m benchmarks.aggregators --clients=3 --small --rounds=2   # quick check
-    .venv/bin/python -m benchmarks.aggregators --runner=inprocess --clients=100
+    .venv/bin/python -m perf.aggregators                          # 10, 50, 100 clients, CNN
+    .venv/bin/python -m perf.aggregators --clients=3 --small --rounds=2   # quick check
+    .venv/bin/python -m perf.aggregators --runner=inprocess --clients=100
 
 Same learning process (TFF's `build_weighted_fed_avg`, SGD client lr 0.05, server lr 1), same
 synthetic client data (`--examples` 28x28 images per client, one batch) and same model for every
@@ -48,7 +48,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import psutil  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from benchmarks import models  # pylint: disable=g-import-not-at-top
+from perf import workloads  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 FACTORIES = ('mean', 'fedgh', 'dgc', 'principal', 'corrective', 'corrective_client_mean')
@@ -66,7 +66,7 @@ def _factory(name):
   }[name]()
 
 
-class _PeakRss:
+class PeakRss:
   """Samples the peak RSS of this process and of the current worker_binary in a thread."""
 
   def __init__(self):
@@ -168,7 +168,7 @@ def _run_one(name, keras_fn, data, rounds, runner_kind, threads):
     process = inprocess.InProcessRunner(process, num_threads=threads)
   state = process.initialize()
   times = []
-  with _PeakRss() as rss:
+  with PeakRss() as rss:
     for _ in range(rounds):
       start = time.perf_counter()
       out = process.next(state, data)
@@ -193,7 +193,7 @@ def _parser():
 
 
 def _keras_fn(args):
-  return models.softmax_regression if args.small else models.emnist_sized_cnn
+  return workloads.softmax_regression if args.small else workloads.emnist_sized_cnn
 
 
 def _child(args):
@@ -202,7 +202,7 @@ def _child(args):
   k = int(k)
   runtime.set_local_context()
   sizes = [int(c) for c in args.clients.split(',')]
-  data = models.random_emnist_clients(max(sizes), args.examples, args.examples)[:k]
+  data = workloads.random_emnist_clients(max(sizes), args.examples, args.examples)[:k]
   try:
     times, (own_gb, worker_gb) = _run_one(name, _keras_fn(args), data, args.rounds, args.runner,
                                           args.threads)
@@ -212,7 +212,7 @@ def _child(args):
 
 
 def _run_case(args, k, name):
-  argv = [sys.executable, '-m', 'benchmarks.aggregators', f'--one={k},{name}',
+  argv = [sys.executable, '-m', 'perf.aggregators', f'--one={k},{name}',
           f'--clients={args.clients}', f'--rounds={args.rounds}', f'--examples={args.examples}',
           f'--runner={args.runner}', f'--threads={args.threads}'] + (
               ['--small'] if args.small else [])

@@ -1,9 +1,9 @@
 """A tuning round (on `data.split_validation`'s fit part) beside the same round on the unsplit
 data, on LEAF-format FEMNIST: the split must cost no more per round than the data itself.
 
-    .venv/bin/python -m benchmarks.validation_split [--users=49] [--rounds=20] [--runtime=cpp]
+    .venv/bin/python -m perf.validation_split [--users=49] [--rounds=20] [--runtime=cpp]
 
-Writes a LEAF FEMNIST fixture (`benchmarks.leaf_fixture`, `--users` writers of about 230
+Writes a LEAF FEMNIST fixture (`perf.leaf_fixture`, `--users` writers of about 230
 examples) into a temporary folder, opens it with `data.leaf`, splits it (fraction 0.2, seed 0)
 and builds FedAvg on the 2-layer MLP (200 units, 210k parameters; batch 20, E = 1, 10 clients per
 round). Each round samples 10 writers and runs, side by side in alternating order, a round on
@@ -24,7 +24,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 
-from benchmarks import leaf_fixture  # pylint: disable=g-import-not-at-top
+from perf import leaf_fixture  # pylint: disable=g-import-not-at-top
 
 
 def _per_example_split(client_data, fraction, seed):

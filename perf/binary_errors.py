@@ -1,6 +1,6 @@
 """How fast a bad input ends `python -m experiments.train`: seconds to the one-line error.
 
-    .venv/bin/python -m benchmarks.binary_errors [--repeats=3]
+    .venv/bin/python -m perf.binary_errors [--repeats=3]
 
 Each case is run as a user runs it (a new Python process), one at a time; the table gives the
 median wall-clock seconds from start to exit, the exit status and the line printed. For scale, the

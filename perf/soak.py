@@ -1,6 +1,6 @@
 """A long in-process run through the experiments' run loop: is memory flat, is time per round flat?
 
-    .venv/bin/python -m benchmarks.soak [--rounds=1000] [--algorithm=fedavg] [--every=100]
+    .venv/bin/python -m perf.soak [--rounds=1000] [--algorithm=fedavg] [--every=100]
 
 Trains `--algorithm` on digits (20 clients, Dirichlet 0.5; logistic regression; 10 clients per
 round, batch 20, E = 1) with the in-process runner, through `experiments.training_loop.
