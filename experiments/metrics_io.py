@@ -5,8 +5,9 @@ every measurement flattened to `/`-joined names. A per-client vector (e.g.
 `aggregator/corrective_weights`, one value per client of the round) becomes the columns
 `<name>/min`, `/mean`, `/max`, `/count`, so the column set stays fixed when the cohort size
 changes; the values themselves go to `per_client.csv` (round_num, name, client_index, value).
-Both are rewritten atomically after every round (`MetricsReleaseManager`, a
-`tff.program.ReleaseManager`). `read_metrics` keeps a damaged file's intact rows. Design:
+Each round appends its lines (`MetricsReleaseManager`, a `tff.program.ReleaseManager`); a
+header change or a resumed run rewrites a file atomically. `read_metrics` keeps a damaged file's
+intact rows. Design:
 docs/design.md, "Results on disk".
 """
 
@@ -238,12 +239,13 @@ class MetricsWriter:
     return list(self._rows)
 
   def append(self, round_num: int, row: Mapping[str, Any]) -> None:
-    """Adds the row of `round_num` (after the last one) and rewrites the file."""
+    """Adds the row of `round_num` (after the last one) to the file."""
     if self._rows and round_num <= self._rows[-1][ROUND_COLUMN]:
       raise ValueError(f'round_num must increase: got {round_num} after '
                        f'{self._rows[-1][ROUND_COLUMN]}')
     columns = [ROUND_COLUMN] + [c for c in row if c != ROUND_COLUMN]
-    if self._columns is None:
+    new_header = self._columns is None
+    if new_header:
       headline = [c for c in HEADLINE_COLUMNS if c in row]
       self._columns = [ROUND_COLUMN] + headline + [c for c in columns[1:] if c not in headline]
     elif set(columns) != set(self._columns):
@@ -252,7 +254,10 @@ class MetricsWriter:
       raise ValueError(f'metrics of round {round_num} change the column set of {self._path}: '
                        f'missing {missing}, new {extra}')
     self._rows.append(dict(row, **{ROUND_COLUMN: round_num}))
-    files.write_csv_atomically(self._path, self._columns, self._rows)
+    if new_header or not os.path.exists(self._path):
+      files.write_csv_atomically(self._path, self._columns, self._rows)
+    else:  # one line, not the whole file: a round's cost does not grow with the round number
+      files.append_csv_rows(self._path, self._columns, self._rows[-1:])
 
 
 def _per_client_rows(path: str, through_round: int) -> list[dict[str, Any]]:
@@ -278,7 +283,7 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
 
   `release(value, round_num)` takes the round's nested measurements: scalars become one
   metrics.csv row (`flatten_metrics`), per-client vectors their summary columns there and their
-  values in per_client.csv. Rounds must increase; both files are rewritten atomically.
+  values in per_client.csv. Rounds must increase; each round appends its lines.
 
   Args:
     directory: where the files are.
@@ -316,10 +321,14 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
     self._table.append(int(key), row)
     _, vectors = split_metrics(value)
     if vectors:
-      self._per_client.extend(
-          {ROUND_COLUMN: int(key), 'name': name, 'client_index': i, 'value': float(v)}
-          for name, vector in vectors.items() for i, v in enumerate(vector))
-      files.write_csv_atomically(self.per_client_path, PER_CLIENT_COLUMNS, self._per_client)
+      new_rows = [{ROUND_COLUMN: int(key), 'name': name, 'client_index': i, 'value': float(v)}
+                  for name, vector in vectors.items() for i, v in enumerate(vector)]
+      if self._per_client and os.path.exists(self.per_client_path):
+        files.append_csv_rows(self.per_client_path, PER_CLIENT_COLUMNS, new_rows)
+        self._per_client.extend(new_rows)
+      else:
+        self._per_client.extend(new_rows)
+        files.write_csv_atomically(self.per_client_path, PER_CLIENT_COLUMNS, self._per_client)
 
 
 def non_timing(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+from experiments import files
 from experiments import metrics_io
 
 
@@ -87,6 +88,21 @@ def test_writer_orders_headline_columns_and_round_trips_floats_exactly(tmp_path)
   assert rows[0]['test_accuracy'] is None
   assert math.isnan(rows[1]['aggregator/x'])
   assert rows[1]['round_num'] == 2 and isinstance(rows[1]['round_num'], int)
+
+
+def test_writer_appends_a_round_in_place_and_the_file_equals_a_full_rewrite(tmp_path):
+  path, full = str(tmp_path / 'metrics.csv'), str(tmp_path / 'full.csv')
+  writer = metrics_io.MetricsWriter(path)
+  writer.append(1, {'train_loss': 1.0, 'a': 0.5})
+  inode = os.stat(path).st_ino
+  for r in range(2, 6):
+    before = os.path.getsize(path)
+    writer.append(r, {'train_loss': 1.0 / r, 'a': None if r == 3 else 0.1 * r})
+    # The same file, one line longer: a round's cost does not grow with the number of rounds.
+    assert os.stat(path).st_ino == inode and os.path.getsize(path) > before
+  files.write_csv_atomically(full, metrics_io.read_columns(path), writer.rows)
+  with open(path) as appended, open(full) as rewritten:
+    assert appended.read() == rewritten.read()
 
 
 def test_writer_refuses_a_changed_column_set_and_non_increasing_rounds(tmp_path):
