@@ -31,7 +31,8 @@ def test_example_is_complete():
   compile(code, 'README.md', 'exec')
   for part in ('runtime.set_local_context()', 'data.digits(', 'tf.keras.', 'learning.build_',
                'tff.learning.algorithms.build_weighted_fed_avg', 'aggregators.',
-               'process.next(', 'evaluation.evaluate('):
+               'process.next(', 'evaluation.evaluate(',
+               'DominantGradientCorrectionFactory(weights_are_losses=True)'):
     assert part in code, part
 
 
@@ -47,6 +48,6 @@ def test_example_runs_and_leaves_no_worker(tmp_path):
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
   assert result.stderr == '', result.stderr[-4000:]   # no TF/TFF log noise, no teardown traceback
   lines = result.stdout.splitlines()
-  assert sum('test accuracy' in line for line in lines) == 2, result.stdout
-  assert sum('conflicting pairs' in line for line in lines) == 6, result.stdout
+  assert sum('test accuracy' in line for line in lines) == 3, result.stdout
+  assert sum('conflicting pairs' in line for line in lines) == 9, result.stdout
   assert conftest.workers_left(token) == []
