@@ -1,25 +1,8 @@
-"""LEAF's JSON output converted once into a compact on-disk cache, and opened again in a moment.
+"""LEAF's JSON output converted once into a compact on-disk cache, and opened again quickly.
 
-Layout of a cache directory (`cache_path`):
-
-    manifest.json      what was converted (dataset, source files with their sizes and
-                       modification times, Pillow version and image stats for CelebA), the
-                       split kind, the number of classes and the element shape
-    index.npz          per split: client ids (sorted), file number, example count, encoding
-                       and label counts of every client
-    train/<n>.bin      one file per client: its x rows, then its labels as int32 (little-endian)
-    test/<n>.bin
-
-A client's x rows are stored in one of three encodings (`ENCODINGS`): FEMNIST pixel values
-that are exactly k/255 (as LEAF writes them) as the byte k, other numbers as float32, and
-CelebA's resized RGB images as their uint8 pixels. A client's data is one file, so reading it
-reads only that client.
-
-The cache is rebuilt when the source JSON files (names, sizes, modification times), the CelebA
-images they name (sizes, modification times), the Pillow version that resized them or this
-format's version changed. A build writes into a temporary directory that replaces the cache
-only when complete, under a file lock, so a failed or interrupted build never leaves a partial
-cache behind and concurrent processes build it once.
+One file per client (so reading a client reads only it), rebuilt when the sources, the Pillow
+version or the format change, built in a temporary directory under a file lock. Layout and
+rules: docs/design.md, "Data".
 """
 
 import contextlib

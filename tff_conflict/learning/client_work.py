@@ -1,31 +1,10 @@
-"""Client work: local training that returns a model delta and a weight, with the options the
-conflict methods need.
+"""Client work: local training that returns a model delta and a weight.
 
-One training loop (`_make_client_update`) serves every method; options switch on
-
-* `weighting`: the update weight sent with the delta -- the number of examples, 1 (uniform), or
-  the client's mean training loss of this round ("loss", for FedMGC's dominant gradient
-  correction, fedmgc paper Algorithm 1 line 11: `z_i = p_i / l_i`);
-* `proximal_strength` mu: FedProx's proximal term `mu/2 |w - w0|^2` added to the local objective,
-  whose gradient `mu (w - w0)` is added to every local gradient (Li et al., "Federated
-  Optimization in Heterogeneous Networks", MLSys 2020, eq. 2 and Algorithm 2);
-* `count_labels`: one pass over the client's whole local dataset before training that counts the
-  examples of each class and hands the counts to the loss (FedGA with `counts="dataset"`);
-* `clip_norm` c: every local step's gradient (of the whole local objective, proximal term
-  included) is rescaled to global L2 norm at most c before the optimizer sees it,
-  `g <- g * c / max(|g|, c)` (`tf.clip_by_global_norm`), as the fedga authors' code does with
-  `clip_grad_norm_(..., 5.0)`.
-
-Why not TFF's FedProx: TFF 0.87's `tff.learning.algorithms.build_weighted_fed_prox`
-(`learning/templates/proximal_client_work.py`, the `proximal_term` lines of both client updates)
-adds `mu * (w0 - w)` to the gradient, the gradient of `-mu/2 |w - w0|^2`: it pushes the client
-model *away* from the global model instead of pulling it back (docs/methods.md, FedProx). Here
-the term is `mu * (w - w0)`.
-
-Every client work here follows TFF's `build_model_delta_client_work` conventions: the delta is
-`initial - trained` (trainable weights), a non-finite delta is zeroed and gets weight 0 and its
-metrics are reset; the process state is the client optimizer's hyperparameters (so
-`get_hparams` / `set_hparams` work); measurements are `OrderedDict(train=<aggregated metrics>)`.
+One training loop serves every method, with options: `weighting` (examples, uniform, or the mean
+training loss for FedMGC's DGC), `proximal_strength` (FedProx's `mu (w - w0)` added to every local
+gradient; Li et al., MLSys 2020, arXiv:1812.06127), `count_labels` (FedGA's dataset counts) and
+`clip_norm` (`tf.clip_by_global_norm` of every local step). Conventions and why not TFF's FedProx:
+docs/design.md, "Models and client work"; the math: docs/methods.md.
 """
 
 import collections

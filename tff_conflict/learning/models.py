@@ -1,33 +1,9 @@
 """The models the learning builders accept, and the `model_fn` TFF's learning templates need.
 
-The builders take what TFF's own algorithm builders take, plus Keras:
-
-* a no-argument function returning a new, uncompiled `tf.keras.Model` mapping `x` to logits
-  `[batch, num_classes]` (then `input_spec` is required, as for
-  `tff.learning.models.from_keras_model`, and the method chooses the loss);
-* a no-argument function returning a new `tff.learning.models.VariableModel`;
-* a `tff.learning.models.FunctionalModel`.
-
-A `VariableModel` or `FunctionalModel` computes its own loss, which cannot be replaced: methods
-that change the client loss (FedMGC's focal loss, FedGA's calibrated labels, FedLD's margin
-control) need a Keras model; the server-side methods (FedAvg, FedProx, FedGH, DGC, principal
-gradients, corrective weights) work with any of the three. A `VariableModel` reports its own
-metrics. A `FunctionalModel` runs as `tff.learning.models.model_from_functional(model,
-metric_constructors)`: it reports its loss and number of examples, plus the Keras metrics passed
-as `metrics` (its functional metrics are not carried over).
-
-`input_spec` is the element spec of a client batch, as `from_keras_model` accepts it:
-`OrderedDict(x=tf.TensorSpec, y=tf.TensorSpec)` (batches are mappings) or a tuple `(x_spec,
-y_spec)` (batches are tuples), with integer labels `y`.
-
-`build_model_fn` wraps `tff.learning.models.from_keras_model`; each call builds a new Keras model,
-a new loss and new metrics (TFF traces `model_fn` several times, each time in its own graph).
-
-`resolve_model` refuses, before anything is built, what would otherwise train silently wrong or
-fail late: a Keras model with several outputs, no trainable weights or a softmax output (its last
-layer, or output rows that sum to 1), a `model_fn` that returns the same model (or shared
-variables) twice, one-hot labels. A subclassed model gets its weights by a call on a zero batch
-of `input_spec`'s x (`build_on_input_spec`).
+A builder takes a no-argument function returning a new uncompiled Keras model (`x` to logits,
+with `input_spec`), a `VariableModel` function or a `FunctionalModel`; `resolve_model` checks it
+before anything is built and `build_model_fn` wraps `tff.learning.models.from_keras_model`.
+Which methods need a Keras model, and what is refused: docs/design.md, "Models and client work".
 """
 
 import collections
