@@ -1,46 +1,10 @@
 """Evaluation of a global model on a test split: centralized and per client.
 
-Reports what the papers report: accuracy (all five papers), macro-F1 (the fedga paper's "multi-class
-F1 score", Table 1), the mean test loss and per-class accuracy; per client (federated evaluation),
-each client's accuracy, loss and size, with a summary of the accuracy distribution.
-
-Three layers, each usable alone (plus, for diagnosing label skew, `class_cooccurrence` and
-`confusion_by_cooccurrence` below):
-
-  classification_metrics(labels, predictions, num_classes)   pure NumPy, from predicted classes
-  evaluate_arrays(keras_model, x, y, ...)                      a built Keras model on arrays
-  evaluate(keras_model_fn, model_weights, test_data, ...)     TFF model weights on a dataset or
-                                                               a ClientData (centralized and, with
-                                                               per_client=True, per client)
-
-Definitions (C classes, `n_c` test examples of class c, `TP_c`, `FP_c`, `FN_c` from argmax
-predictions):
-
-* `accuracy = sum_c TP_c / n`; `loss` = the mean over all n examples of the per-example loss
-  (sparse softmax cross-entropy on the model's logits unless `loss` is given);
-* `mean_logit` = the mean of every logit over all n examples and C classes. Softmax ignores a
-  shift of all of an example's logits by the same amount, and cross-entropy's gradient has no
-  component along it (its gradient with respect to the logits sums to 0), so under
-  cross-entropy this mean moves only with the features; a client loss whose gradient has such a
-  component (the fedga paper's calibrated loss, `form="paper"`) makes it drift;
-* `per_class_accuracy[c] = TP_c / n_c` (the recall of class c), NaN for a class without test
-  examples;
-* `per_class_f1[c] = 2 TP_c / (2 TP_c + FP_c + FN_c)`; a class with no true and no predicted example
-  (`TP_c + FP_c + FN_c = 0`) has no F1 (NaN) and is excluded from `macro_f1 = mean of the defined
-  per_class_f1`. That is scikit-learn's `f1_score(y_true, y_pred, average='macro')`, whose labels
-  default to the classes present in `y_true` or `y_pred`. A class that has test examples but is
-  never predicted correctly has F1 0 and counts.
-* non-finite logits (e.g. diverged NaN weights) have no prediction (argmax of NaN would be class
-  0): then `accuracy`, `macro_f1`, the per-class arrays, the confusion matrix (float) and the
-  accuracy of each client with such an example are NaN. A model whose output rows are
-  probabilities (softmax) is refused: evaluation takes logits.
-
-Keras pitfall (TF 2.14): a Keras model created eagerly before TFF traces a `model_fn` (which builds
-Keras layers in a graph) can become invalid ("Your Layer or Model is in an invalid state").
-`evaluate` therefore creates a new Keras model from `keras_model_fn` on every call and drops it
-afterwards, so it may be called any time: before a learning process is built, between its rounds,
-and between building several processes. `evaluate_arrays` uses the model it is given; create that
-model after the processes are built (BUILD_NOTES.md).
+`classification_metrics` (NumPy, from predicted classes), `evaluate_arrays` (a built Keras model on
+arrays) and `evaluate` (TFF model weights on a dataset or ClientData, per client with
+`per_client=True`) report accuracy, macro-F1, mean loss, `mean_logit` and per-class accuracy;
+`class_cooccurrence` and `confusion_by_cooccurrence` diagnose label skew. Definitions:
+docs/methods.md, "Evaluation".
 """
 
 import collections
@@ -488,7 +452,7 @@ def evaluate(keras_model_fn: Callable[[], tf.keras.Model], model_weights: Any,
   if y.shape[0] == 0:
     raise ValueError('test_data holds no examples')
 
-  # A new model on every call (module docstring: Keras models and TFF tracing).
+  # A new model on every call (docs/methods.md, "Evaluation": Keras models and TFF tracing).
   keras_model = keras_model_fn()
   if not isinstance(keras_model, tf.keras.Model):
     raise ValueError(f'keras_model_fn must return a tf.keras.Model, got {keras_model!r}')

@@ -1,36 +1,9 @@
 """Every method hyperparameter of `tff_conflict`, declared once: default, valid range, meaning.
 
-Each `Hparam` below is the one source of its default and its check. The Keras losses
-(`tff_conflict.losses`), the aggregator factories (`tff_conflict.aggregators`), the builders and
-registries of `tff_conflict.learning` and the experiment flags (`experiments/flags_lib.py`) take
-their defaults from here; they and the conflict kernels (`tff_conflict.conflict`, whose
-signatures state the same defaults) check their arguments with `Hparam.check`, so that every
-layer accepts and refuses the same values with the same message (`gamma must be a finite number
->= 0, got nan`); tests/test_hparams.py checks every layer against this table.
-
-Defaults are the papers' (`Hparam.source` names the paper, section and table), except FedGA's
-`form` and FedLD's `granularity`, the two core computations where the text and the authors' code
-disagree: there the default is the code's (it produced the published numbers) and the text's
-form is the other choice (docs/methods.md). Where a paper gives only a grid of values, the
-default is one value of the grid and the source says which and why. The papers, by title:
-
-  FedGH      "Tackling the Non-IID Issue in Heterogeneous Federated Learning by Gradient
-             Harmonization" (Zhang, Sun, Chen; arXiv:2309.06692).
-  FedMGC     "Joint Focal Loss and Dominant Gradient Correction for Gradient Conflict in Federated
-             Learning" (Wang, Mao, Wang, Wu, Wu).
-  FedGA      "FedGA: Federated Learning with Gradient Alignment for Error Asymmetry Mitigation"
-             (Xiao, Zuo, Wang; AAAI 2025).
-  FedLD      "Tackling Data Heterogeneity in Federated Learning via Loss Decomposition" (Zeng,
-             Guo, Wang, Wang, Zhou, Qu).
-  corrective "A Novel Approach for Improving Generalization in Federated Learning Through
-             Corrective Gradient Weights" (Mousazadeh, Khodadadi, Salehi, et al.).
-  FedProx    "Federated Optimization in Heterogeneous Networks" (Li, Sahu, Zaheer, Sanjabi,
-             Talwalkar, Smith; MLSys 2020; arXiv:1812.06127).
-
-The math each hyperparameter enters is in docs/methods.md, under the method's name.
-
-Tables: `HPARAMS` (all), `ALGORITHM_HPARAMS` (per builder of `tff_conflict.learning.ALGORITHMS`),
-`LOSS_HPARAMS` and `AGGREGATOR_HPARAMS` (per entry of `learning.LOSSES` / `learning.AGGREGATORS`).
+Each `Hparam` is the one source of its default (the paper's; `Hparam.source` names section and
+table) and of its check (`Hparam.check`), which the losses, kernels, aggregators, builders and
+experiment flags all use. Tables: `HPARAMS`, `ALGORITHM_HPARAMS`, `LOSS_HPARAMS`,
+`AGGREGATOR_HPARAMS`. The choices and the math: docs/methods.md, "Conventions" and each method.
 """
 
 import dataclasses

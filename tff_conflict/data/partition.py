@@ -1,25 +1,11 @@
-"""Partitions of a labelled dataset over clients (pure numpy), as NIID-Bench names them.
+"""Partitions of a labelled dataset over clients (pure NumPy), as NIID-Bench names them.
 
-The four partitions of Li, Diao, Chen and He, "Federated Learning on Non-IID Data Silos: An
-Experimental Study" (ICDE 2022, arXiv:2102.02079), Sec. III-A and their code
-(`Xtra-Computing/NIID-Bench`, `utils.partition_data`), and one more:
-
-| function | name | what varies between clients |
-|---|---|---|
-| `iid_partition` | homogeneous (`homo`) | nothing: equal shares of a random permutation |
-| `dirichlet_partition` | label imbalance, per class `P_c ~ Dir_K(alpha)` (`noniid-labeldir`) | label proportions and sizes |
-| `label_quantity_partition` | quantity-based label imbalance, `#C=k` (`noniid-#label<k>`) | which k classes a client holds |
-| `quantity_skew_partition` | quantity skew, `q ~ Dir(beta)` (`iid-diff-quantity`) | client sizes (labels IID) |
-| `client_dirichlet_partition` | per client `r_k ~ Dir_C(alpha)`, equal sizes (the FedGA code's split) | label proportions only |
-
-`dirichlet_partition` is the split the FedGH paper describes (Sec. II-B, after Yurochkin et al.
-2019 and Wang et al. 2020; also FedMGC Sec. V-A): for every class c draw `P_c ~ Dir_K(alpha)`
-over the clients. `client_dirichlet_partition` draws instead each client's class mix over the
-classes, all clients of one size (the FedGA authors' code, `naive_dir_ib_index`). Small alpha:
-strong label skew; alpha -> infinity: the pooled label distribution.
-
-`partition_like` splits a held-out (test) set over the same clients so that every client's test
-labels follow its training label proportions; every test example lands on exactly one client.
+`iid_partition`, `dirichlet_partition` (per class `P_c ~ Dir_K(alpha)`), `label_quantity_partition`
+(`#C=k`), `quantity_skew_partition` (`q ~ Dir(beta)`) from Li, Diao, Chen, He, "Federated Learning
+on Non-IID Data Silos: An Experimental Study" (ICDE 2022, arXiv:2102.02079), Sec. III-A;
+`client_dirichlet_partition` (per client `r_k ~ Dir_C(alpha)`, equal sizes; the FedGA authors'
+split); `partition_like` splits a test set with each client's training label proportions.
+docs/methods.md, "Data sets and partitions".
 """
 
 from collections.abc import Sequence

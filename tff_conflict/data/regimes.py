@@ -1,32 +1,8 @@
 """Data regimes: a dataset and the way it is split over clients, by name.
 
-A regime name is `DATASET:SPLIT` (optionally `@K` for a population of K clients), or
-`synthetic(ALPHA,BETA)`. The splits are NIID-Bench's (Li, Diao, Chen and He, "Federated Learning
-on Non-IID Data Silos: An Experimental Study", ICDE 2022, arXiv:2102.02079), see
-`tff_conflict.data.partition`:
-
-| name | split | NIID-Bench |
-|---|---|---|
-| `digits:iid` | `iid_partition` | homogeneous |
-| `digits:dir(0.1)` | `dirichlet_partition(alpha=0.1)` | `p_k ~ Dir(0.1)` |
-| `digits:#C=2` | `label_quantity_partition(classes_per_client=2)` | `#C=2` |
-| `digits:qty(0.5)` | `quantity_skew_partition(beta=0.5)` | `q ~ Dir(0.5)` |
-| `digits:client_dir(0.5)` | `client_dirichlet_partition(alpha=0.5)`: per-client class mix, equal sizes | - (the FedGA code's split) |
-| `synthetic(1,1)` | FedProx / LEAF Synthetic(alpha, beta), `data.synthetic` | - |
-| `emnist:natural` | federated EMNIST by writer, `data.emnist` | - |
-| `leaf_femnist:natural` | LEAF's FEMNIST users and split, `data.leaf` | - |
-
-Array datasets accept all five splits: `digits` (offline) and the prepared tensorflow-datasets
-`mnist`, `fashion_mnist`, `cifar10`, `cifar100`. `emnist`, `emnist_digits` and LEAF's
-`leaf_femnist`, `leaf_synthetic`, `leaf_celeba` keep their own clients (`natural`; `@K` keeps
-the first K in id order; LEAF needs `leaf_dir`, LEAF's `data/<name>` folder). `@K` sets the
-number of clients (default: digits 20, synthetic 30, tfds datasets 100).
-
-For array datasets the test split (digits: the stratified 20% holdout of `data.digits`; tfds: the
-dataset's test split) is partitioned over the same client ids with each client's training label
-proportions (`partition.partition_like`), so `test.create_tf_dataset_from_all_clients()` is the
-whole centralized test set. `load_regime(parse_regime('digits:dir(A)'), seed=S)` is exactly
-`data.digits(alpha=A, seed=S)`.
+`parse_regime('DATASET:SPLIT[@K]')` or `'synthetic(ALPHA,BETA)'`, then `load_regime`; the splits
+are NIID-Bench's (`tff_conflict.data.partition`). The names, datasets and test splits:
+docs/methods.md, "Data sets and partitions".
 """
 
 import dataclasses
