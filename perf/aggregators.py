@@ -39,16 +39,15 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
-import psutil  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from perf import workloads  # pylint: disable=g-import-not-at-top
+from perf.memory import PeakRss  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 FACTORIES = ('mean', 'fedgh', 'dgc', 'principal', 'corrective', 'corrective_client_mean')
@@ -64,48 +63,6 @@ def _factory(name):
       'dgc': lambda: aggregators.DominantGradientCorrectionFactory(weights_are_losses=False),
       'principal': aggregators.PrincipalGradientFactory,
   }[name]()
-
-
-class PeakRss:
-  """Samples the peak RSS of this process and of the current worker_binary in a thread."""
-
-  def __init__(self):
-    self._stop = threading.Event()
-    self.base = self.peak = (0, 0)
-    self._thread = None
-
-  def _sample(self):
-    own = psutil.Process().memory_info().rss
-    worker = 0
-    pid = runtime.current_worker_pid()
-    if pid:
-      try:
-        worker = psutil.Process(pid).memory_info().rss
-      except psutil.Error:
-        pass
-    return own, worker
-
-  def __enter__(self):
-    self.base = self.peak = self._sample()
-    self._stop.clear()
-
-    def loop():
-      while not self._stop.wait(0.005):
-        s = self._sample()
-        self.peak = (max(self.peak[0], s[0]), max(self.peak[1], s[1]))
-
-    self._thread = threading.Thread(target=loop, daemon=True)
-    self._thread.start()
-    return self
-
-  def __exit__(self, *exc):
-    self._stop.set()
-    self._thread.join()
-    s = self._sample()
-    self.peak = (max(self.peak[0], s[0]), max(self.peak[1], s[1]))
-
-  def extra_gb(self):
-    return tuple((p - b) / 1e9 for p, b in zip(self.peak, self.base))
 
 
 def _build(name, keras_fn, spec):

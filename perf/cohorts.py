@@ -7,7 +7,7 @@ runtime ('inprocess', 'cpp'), a fresh child process builds the method on random 
 clients of 20 examples of 64 features, 10 classes; the 2-layer MLP, 200 units, 55k parameters;
 batch 20, E = 1), runs one warm-up round of 10 clients, then one round per cohort size, and
 prints a line per size: the wall time of `next` and the peak resident memory (this process plus
-its TFF workers, sampled every 20 ms) during that round. Before each cpp round it prints the
+its TFF workers, sampled every 5 ms) during that round. Before each cpp round it prints the
 conflict aggregators' gather estimate (`aggregators.estimated_gather_bytes`) beside the limit
 the process was built with; a round the C++ runtime's gather guard refuses is reported as
 refused, with the guard's message.
@@ -17,51 +17,15 @@ import argparse
 import os
 import subprocess
 import sys
-import threading
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import psutil  # pylint: disable=g-import-not-at-top
 
 MB = 2**20
 METHODS = {'FedAvg': 'fedavg', 'FedGH': 'fedgh', 'DGC (FedMGC)': 'fedmgc',
            'principal (FedLD)': 'fedld', 'corrective': 'fed_corrective'}
 NUM_CLIENTS, EXAMPLES, FEATURES, CLASSES = 600, 20, 64, 10
-
-
-class PeakRss:
-  """Peak resident memory of this process plus its TFF workers, sampled in a thread."""
-
-  def __init__(self, pids_fn, interval=0.02):
-    self._pids_fn = pids_fn
-    self._interval = interval
-    self._stop = threading.Event()
-    self.peak = self._sample()
-    self._thread = threading.Thread(target=self._run, daemon=True)
-
-  def _sample(self):
-    total = 0
-    for pid in [os.getpid(), *self._pids_fn()]:
-      try:
-        total += psutil.Process(pid).memory_info().rss
-      except psutil.Error:
-        pass
-    return total
-
-  def _run(self):
-    while not self._stop.is_set():
-      self.peak = max(self.peak, self._sample())
-      time.sleep(self._interval)
-
-  def __enter__(self):
-    self._thread.start()
-    return self
-
-  def __exit__(self, *exc):
-    self._stop.set()
-    self._thread.join()
-    self.peak = max(self.peak, self._sample())
 
 
 def _child(method, kind, sizes):
@@ -71,6 +35,7 @@ def _child(method, kind, sizes):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from perf.memory import PeakRss  # pylint: disable=g-import-not-at-top
   from tff_conflict import aggregators  # pylint: disable=g-import-not-at-top
   from tff_conflict.aggregators import _gather  # pylint: disable=g-import-not-at-top,protected-access
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
@@ -108,7 +73,7 @@ def _child(method, kind, sizes):
       note = (f' gather estimate {estimate / MB:.0f} MB, limit '
               f'{"none" if not limit else f"{limit / MB:.0f} MB"}')
     cohort = datasets(k)
-    with PeakRss(runtime.worker_pids) as peak:
+    with PeakRss() as peak:
       begin = time.monotonic()
       try:
         state = runner.next(state, cohort).state
@@ -118,7 +83,8 @@ def _child(method, kind, sizes):
         guard = text.find('tff_conflict.aggregators: refusing')
         outcome = 'refused: ' + (text[guard:guard + 240].replace('\n', ' ') if guard >= 0 else
                                  f'{type(e).__name__}: {text.splitlines()[0][:300]}')
-    print(f'ROW\t{method}\t{kind}\t{k}\t{outcome}\t{peak.peak / MB:.0f}\t{note}', flush=True)
+    print(f'ROW\t{method}\t{kind}\t{k}\t{outcome}\t{peak.peak_total / MB:.0f}\t{note}',
+          flush=True)
   runtime.shutdown_workers()
 
 

@@ -25,7 +25,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 
@@ -35,36 +34,12 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import psutil  # pylint: disable=g-import-not-at-top
 
 from perf import leaf_fixture  # pylint: disable=g-import-not-at-top
+from perf.memory import PeakRss  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GB = 2**30
 MB = 2**20
-
-
-class PeakRss:
-  """Samples this process's resident memory in a thread; `peak` is the largest sample."""
-
-  def __init__(self, interval=0.02):
-    self._interval = interval
-    self._process = psutil.Process()
-    self.peak = self._process.memory_info().rss
-    self._stop = threading.Event()
-    self._thread = threading.Thread(target=self._run, daemon=True)
-
-  def _run(self):
-    while not self._stop.is_set():
-      self.peak = max(self.peak, self._process.memory_info().rss)
-      time.sleep(self._interval)
-
-  def __enter__(self):
-    self._thread.start()
-    return self
-
-  def __exit__(self, *exc):
-    self._stop.set()
-    self._thread.join()
-    self.peak = max(self.peak, self._process.memory_info().rss)
 
 
 def _workers_with_token(token):
@@ -110,7 +85,7 @@ def main():
     print(f'first call (conversion): {build_s:.1f} s wall, {build_cpu:.1f} s CPU = '
           f'{stats.json_bytes / MB / build_cpu:.0f} MB/s of JSON per CPU second; process RSS '
           f'{rss_before / MB:.0f} '
-          f'MB before, peak {peak.peak / MB:.0f} MB (+{(peak.peak - rss_before) / MB:.0f} MB) '
+          f'MB before, peak {peak.peak[0] / MB:.0f} MB (+{(peak.peak[0] - rss_before) / MB:.0f} MB) '
           f'for {stats.json_bytes / GB:.2f} GB of JSON text ({stats.largest_file_bytes / MB:.0f} '
           f'MB largest file); cache {cache_bytes / GB:.2f} GB', flush=True)
 

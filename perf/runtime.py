@@ -43,7 +43,7 @@ import psutil  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from perf import workloads  # pylint: disable=g-import-not-at-top
-from perf.aggregators import PeakRss  # pylint: disable=g-import-not-at-top
+from perf.memory import PeakRss  # pylint: disable=g-import-not-at-top
 from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 PRESETS = ('digits', 'cnn')
