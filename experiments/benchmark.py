@@ -3,6 +3,7 @@ validation split, with paired confidence intervals.
 
     python -m experiments.benchmark --preset=smoke --output_dir=/tmp/bench   # seconds, no tuning
     python -m experiments.benchmark --preset=results --results_md=RESULTS.md   # RESULTS.md
+    python -m experiments.benchmark --preset=fedga_setting   # FedGA in its paper's setting
     python -m experiments.benchmark --regimes='digits:dir(0.1),synthetic(1,1)' \\
         --methods=fedavg,fedprox,'fedga[counts=dataset]' --epochs=1,5 --report_seeds=0,1,2
 
@@ -145,30 +146,52 @@ _NOT_HERE = {
     'leaf_name': '--regimes=leaf_femnist:natural (or leaf_synthetic, leaf_celeba)',
 }
 
-# The results preset: RESULTS.md on the offline regimes (the NIID-Bench regimes on
-# digits and Synthetic, every method, E in {1, 5}, 5 seeds), sized to finish in about 3 hours or
-# less on a 2-core CPU: 20 rounds, tuning at each E with 2 tuning seeds, on the in-process runner
-# (the faster backend on a CPU; equal to the C++ runtime to float round-off)
+# The results preset: RESULTS.md on a trimmed set of the offline regimes, every method at its
+# defaults plus the diagnosis variants, sized to finish in about 2 hours on a 2-core CPU
 # (`python -m perf.benchmark_grid --preset=results`; BENCHMARKS.md, "Benchmark grid").
+RESULTS_REGIMES = ('digits:dir(0.1)', 'digits:#C=2', 'synthetic(1,1)')
 RESULTS_DESCRIPTION = (
-    'The results preset (`--preset=results`), sized to finish in about 3 hours or less on a '
-    '2-core CPU: 20 rounds per run, tuning at each E with 2 tuning seeds, the in-process runner '
-    '(BENCHMARKS.md, "Benchmark grid"); every method and FedGA\'s soft-target variant '
-    '(`fedga_soft`), and the positive control (below) run first.')
-# Every method, plus the variant that isolates FedGA's loss on these regimes (its authors'
-# soft-target form; `experiments.diagnosis.VARIANTS` lists the others, usable in --methods).
+    'The results preset (`--preset=results`), sized to finish in about 2 hours on a 2-core CPU '
+    '(estimated with `python -m perf.benchmark_grid --preset=results`): 50 rounds per run, '
+    'E in {1, 5}, the in-process runner; every method at its defaults (FedGA\'s soft-target '
+    'form, FedLD per tensor) plus the diagnosis variants (`experiments.diagnosis.VARIANTS`: '
+    'fedga_paper, fedga_paper_clip, fedga_clip, fedavg_clip, fedld_model, fedld_authors; the '
+    'clipped FedGA variants are compared with fedavg_clip), and the positive control (below) '
+    'first. Trimmed to fit (the full grid estimates at 8 hours): 3 regimes (digits Dirichlet '
+    '0.1 and #C=2, Synthetic(1, 1); digits IID, the other NIID-Bench splits and Synthetic(0, 0) '
+    'and (0.5, 0.5) left out), tuning at E = 1 only (E = 5 runs with the values tuned at E = 1) '
+    'with one tuning seed, and 3 reporting seeds instead of 5.')
+# Every method at its defaults, plus the variants that isolate FedGA's and FedLD's choices
+# (`experiments.diagnosis.VARIANTS` lists the others, usable in --methods).
 RESULTS_METHODS = ('fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective',
-                   'fedga_soft')
+                   'fedga_paper', 'fedga_paper_clip', 'fedga_clip', 'fedavg_clip',
+                   'fedld_model', 'fedld_authors')
+# FedGA in its paper's setting (100 clients, 10 per round, 2 local epochs, batch 64; the FedGA
+# code's equal-size per-client Dirichlet split), its forms with and without clipping against
+# FedAvg clipped alike: a loop of its own, so a preset of its own.
+FEDGA_SETTING_METHODS = ('fedavg', 'fedga', 'fedga_paper', 'fedavg_clip', 'fedga_clip',
+                         'fedga_paper_clip')
 PRESETS: dict[str, dict[str, Any]] = {
     'smoke': dict(regimes='digits:iid@8,digits:#C=2@8', methods='fedavg,fedgh', epochs=['1'],
                   report_seeds=['0', '1'], rounds=3, clients_per_round=4, client_batch_size=32,
                   models='digits:logistic_regression', tune=False, experiment_name='smoke'),
-    'results': dict(regimes=','.join(ALL_REGIMES), methods=','.join(RESULTS_METHODS),
-                    epochs=['1', '5'], report_seeds=['0', '1', '2', '3', '4'], rounds=20,
+    'results': dict(regimes=','.join(RESULTS_REGIMES), methods=','.join(RESULTS_METHODS),
+                    epochs=['1', '5'], report_seeds=['0', '1', '2'], rounds=50,
                     clients_per_round=10, client_batch_size=20, models='digits:mlp',
-                    tune=True, tune_epochs=['1', '5'], tuning_seeds=['100', '101'],
+                    tune=True, tune_epochs=['1'], tuning_seeds=['100'],
                     runtime='inprocess', experiment_name='results', positive_control=True,
                     description=RESULTS_DESCRIPTION),
+    'fedga_setting': dict(regimes='digits:client_dir(0.1)@100,synthetic(1,1)@100',
+                          methods=','.join(FEDGA_SETTING_METHODS), epochs=['2'],
+                          report_seeds=['0', '1', '2'], rounds=50, clients_per_round=10,
+                          client_batch_size=64, models='digits:mlp', tune=True,
+                          tune_epochs=['2'], tuning_seeds=['100', '101'], runtime='inprocess',
+                          experiment_name='fedga_setting',
+                          description='FedGA in its paper\'s setting (`--preset=fedga_setting`): '
+                          '100 clients of equal size (per-client Dirichlet 0.1 on digits), 10 '
+                          'per round, E = 2, batch 64, 50 rounds; FedGA\'s two forms with and '
+                          'without clipping at 5.0, the clipped ones against FedAvg clipped '
+                          'alike.'),
 }
 
 

@@ -164,19 +164,22 @@ class Variant:
   """A method with one cause changed, to test a diagnosis.
 
   Attributes:
-    name: the method name it runs under in a runs table (e.g. 'fedga_soft').
+    name: the method name it runs under in a runs table (e.g. 'fedga_paper').
     diagnoses: the method whose loss it explains (e.g. 'fedga').
     algorithm: a name of `tff_conflict.learning.ALGORITHMS`, or 'custom' (`--client_loss`,
       `--aggregator`).
     flags: the flag values that differ from the method's run (binaries' flag names), e.g.
-      `{'calibration_form': 'soft_target'}` or `{'server_learning_rate': 2.0}`.
+      `{'calibration_form': 'paper'}` or `{'server_learning_rate': 2.0}`.
     question: what its result answers.
+    baseline: the method its gap is measured against (e.g. 'fedavg_clip' for a clipped
+      variant); None: the report's baseline.
   """
   name: str
   diagnoses: str
   algorithm: str
   flags: Mapping[str, Any]
   question: str
+  baseline: Optional[str] = None
 
   def command_flags(self) -> list[str]:
     """The variant as command-line flags of `experiments.train`."""
@@ -188,14 +191,20 @@ def _variants(*variants: Variant) -> dict[str, Variant]:
 
 
 VARIANTS: dict[str, Variant] = _variants(
-    Variant('fedga_soft', 'fedga', 'fedga', {'calibration_form': 'soft_target'},
-            'Does the authors\' soft-target form, which does not mute absent classes exactly, '
-            'recover what the paper\'s form loses?'),
+    Variant('fedga_paper', 'fedga', 'fedga', {'calibration_form': 'paper'},
+            'Does the paper\'s eq. (8) taken literally (gradient p - q: classes absent from a '
+            'batch muted, logits free to drift) lose what the authors\' soft-target form '
+            '(the default) keeps?'),
+    Variant('fedga_paper_clip', 'fedga', 'fedga',
+            {'calibration_form': 'paper', 'client_clip_norm': 5.0},
+            'Does the authors\' gradient clipping at 5.0 tame the paper\'s form? (compared '
+            'with FedAvg clipped alike, `fedavg_clip`)', baseline='fedavg_clip'),
     Variant('fedga_clip', 'fedga', 'fedga', {'client_clip_norm': 5.0},
-            'Does the authors\' gradient clipping at 5.0 remove the instability?'),
-    Variant('fedga_soft_clip', 'fedga', 'fedga',
-            {'calibration_form': 'soft_target', 'client_clip_norm': 5.0},
-            'FedGA as the authors\' code trains it (both deviations).'),
+            'FedGA as the authors\' code trains it (soft-target form, clipping at 5.0), '
+            'compared with FedAvg clipped alike (`fedavg_clip`).', baseline='fedavg_clip'),
+    Variant('fedavg_clip', BASELINE, 'fedavg', {'client_clip_norm': 5.0},
+            'FedAvg with the clients\' gradients clipped at 5.0: the baseline of the clipped '
+            'variants (the authors\' code clips every method).'),
     Variant('fedga_dataset', 'fedga', 'fedga', {'calibration_counts': 'dataset'},
             'Do counts over the client\'s whole dataset (fewer absent classes than a '
             'mini-batch) help?'),
@@ -205,6 +214,14 @@ VARIANTS: dict[str, Variant] = _variants(
     Variant('fedld_preserve_norms', 'fedld', 'fedld', {'principal_preserve_norms': True},
             'Does keeping each revised update at its original length (the paper\'s stated '
             'intent for eq. (7)) close the gap without tuning a server learning rate?'),
+    Variant('fedld_model', 'fedld', 'fedld', {'principal_granularity': 'model'},
+            'Does one principal decomposition of the whole-model updates (the paper\'s text) '
+            'differ from the per-tensor one (the default, the authors\' code)?'),
+    Variant('fedld_authors', 'fedld', 'fedld',
+            {'principal_first_round_plain_mean': True, 'margin_form': 'batch_probabilities',
+             'client_weighting': 'uniform'},
+            'FedLD as the authors\' code runs it: the first round a plain mean, the margin on '
+            'the batch\'s probabilities, the unweighted mean of the revised updates.'),
     Variant('fedld_margin_only', 'fedld', 'custom',
             {'client_loss': 'margin', 'aggregator': 'measured_mean'},
             'What does margin control alone (FedAvg aggregation) cost or gain?'),
@@ -235,6 +252,16 @@ VARIANTS.update(_variants(
 METHOD_NAMES = {
     'fedavg': 'FedAvg', 'fedprox': 'FedProx', 'fedgh': 'FedGH', 'fedmgc': 'FedMGC',
     'fedga': 'FedGA', 'fedld': 'FedLD', 'fed_corrective': 'corrective gradient weights'}
+
+
+def variant_baseline(method: str, runs: Iterable[Mapping[str, Any]],
+                     default: str = BASELINE) -> str:
+  """The method `method` is compared with: its variant's `baseline` where that ran in `runs`
+  (a clipped variant against FedAvg clipped alike), else `default`."""
+  own = VARIANTS[method].baseline if method in VARIANTS else None
+  if own is not None and any(r['method'] == own for r in runs):
+    return own
+  return default
 
 
 def variants_of(method: str) -> list[Variant]:
@@ -294,17 +321,19 @@ def _variant_table(runs, method, regimes, baseline) -> list[str]:
   if not present:
     return [f'No variant of {method} was run (see `experiments.diagnosis.VARIANTS`: '
             f'{", ".join(v.name for v in variants_of(method)) or "none"}).']
-  lines = ['| variant | changes | question | ' + ' | '.join(
-      f'{regime}: gap to {baseline}' for regime in regimes) + ' |',
-           '|---|---|---|' + '---|' * len(regimes)]
+  lines = ['| variant | changes | question | compared with | ' + ' | '.join(
+      f'{regime}: gap' for regime in regimes) + ' |',
+           '|---|---|---|---|' + '---|' * len(regimes)]
   for v in present:
+    reference = variant_baseline(v.name, runs, baseline)
     cells = []
     for regime in regimes:
       base, ours = gap(runs, regime, method, baseline=baseline), gap(runs, regime, v.name,
-                                                                     baseline=baseline)
+                                                                     baseline=reference)
       cells.append('-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})')
     changes = ', '.join(f'{k}={val}' for k, val in v.flags.items())
-    lines.append(f'| {v.name} | {changes} | {v.question} | ' + ' | '.join(cells) + ' |')
+    lines.append(f'| {v.name} | {changes} | {v.question} | {reference} | '
+                 + ' | '.join(cells) + ' |')
   return lines
 
 
@@ -393,14 +422,20 @@ _EXPLANATIONS = {
              'shifting all logits by the same amount and, where sum(q) > 1 (an unbalanced batch), '
              'it falls without bound along that shift (its value goes negative); the mean logit '
              'below shows the drift. The authors\' soft-target form has gradient (sum q) p - q, '
-             'whose components sum to 0: the `fedga_soft` variant removes the drift and keeps '
-             'most of the muting.',
+             'whose components sum to 0: it removes the drift and keeps most of the muting. '
+             'FedGA runs the soft-target form by default; the `fedga_paper` variant runs '
+             'eq. (8) literally, and the clipped variants (`fedga_clip`, `fedga_paper_clip`) '
+             'are compared with FedAvg clipped alike (`fedavg_clip`).',
     'fedld': 'The revised update of client i has norm |u_i| sqrt(sum_l (lambda_l / S)^2), below '
              '|u_i| whenever more than one eigenvalue is positive, so the server step is shorter '
              'than FedAvg\'s although the paper states that the length correction keeps each '
              'update\'s magnitude. The measurement below is that shrinkage; the variants with a '
              'larger server learning rate and with preserve_norms (each revised update kept at '
-             'its original length) test whether it is the cause.',
+             'its original length) test whether it is the cause. FedLD decomposes each model '
+             'tensor separately by default (the authors\' code); `fedld_model` decomposes the '
+             'whole-model updates once (the paper\'s text) and `fedld_authors` adds the '
+             'authors\' other choices (a plain first round, the margin on batch '
+             'probabilities, an unweighted mean).',
     'fedmgc': 'Two parts can cost accuracy: the focal loss down-weights well-classified examples '
               '(smaller local steps), and dominant gradient correction takes the unweighted mean '
               'of the corrected updates. The ablations below run each part alone.',
@@ -419,17 +454,19 @@ def _regime_label(row: Mapping[str, Any]) -> str:
   return row['regime'] if epochs in (None, '') else f'{row["regime"]}, E={int(epochs)}'
 
 
-def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: str = BASELINE,
+def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: Optional[str] = None,
              algorithm: Optional[str] = None, regimes: Optional[Sequence[str]] = None,
              heading: bool = True) -> str:
   """A Markdown section explaining `method`'s result against `baseline` from a runs table.
 
   Args:
-    method: a method name of the table (e.g. 'fedga', or a variant such as 'fedga_soft').
+    method: a method name of the table (e.g. 'fedga', or a variant such as 'fedga_paper').
     runs: the runs table (module docstring): mappings with `regime`, `method`, `seed` (and
       optionally `epochs`: regimes are then reported per number of local epochs) and the
       `RUN_COLUMNS`; rows of the `VARIANTS` of `method` are used when present.
-    baseline: the reference method (default FedAvg).
+    baseline: the reference method (default: `variant_baseline`, FedAvg unless `method` is a
+      variant with its own baseline that ran, e.g. `fedavg_clip`); the method's variants are
+      each compared with their own (`variant_baseline`).
     algorithm: the algorithm whose explanation and measurement the section shows (default: the
       method a variant diagnoses, else `method`).
     regimes: the regime labels to report, in order (default: those `method` ran in, in table
@@ -448,6 +485,8 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: str = 
     raise ValueError(f'method {method!r} has no run in the runs table')
   if algorithm is None:
     algorithm = VARIANTS[method].diagnoses if method in VARIANTS else method
+  if baseline is None:
+    baseline = variant_baseline(method, runs)
   regimes = list(regimes) if regimes is not None else _regimes(runs, method)
   name = METHOD_NAMES.get(method, method)
   lines = ([f'### {name} (`{method}`) against {METHOD_NAMES.get(baseline, baseline)}', '']
@@ -567,12 +606,14 @@ def benchmark_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def report_section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
                    baseline: str = BASELINE) -> Optional[str]:
   """The benchmark report's diagnosis of `method` (of `algorithm`): `diagnose` against
-  `baseline` on runs.csv's rows, without its own heading; None for the baseline itself."""
+  `baseline` (or the variant's own, `variant_baseline`) on runs.csv's rows, without its own
+  heading; None for the baseline itself."""
   if method == baseline:
     return None
   if method in VARIANTS:
     algorithm = VARIANTS[method].diagnoses
-  return diagnose(method, rows, baseline=baseline, algorithm=algorithm, heading=False)
+  return diagnose(method, rows, baseline=variant_baseline(method, rows, baseline),
+                  algorithm=algorithm, heading=False)
 
 
 def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline: str) -> str:

@@ -6,8 +6,8 @@ A method is a `tff_conflict.learning.ALGORITHMS` builder (or 'custom':
 arguments fixed for it, and optionally fixed learning rates:
 
     METHODS['fedga']                      # build_fedga, tuned over counts in {batch, dataset}
-    parse_method('fedga_soft')            # a variant of `experiments.diagnosis.VARIANTS`
-    parse_method('fedga[form=soft_target,clip_norm=5]')   # an ad-hoc variant, named as written
+    parse_method('fedga_paper')           # a variant of `experiments.diagnosis.VARIANTS`
+    parse_method('fedga[form=paper,clip_norm=5]')   # an ad-hoc variant, named as written
     method_from_flags('fedld_server_lr', 'fedld', {'server_learning_rate': 2.0})
 
 The client learning rate (every method, from one shared grid) and the server learning rate (the

@@ -32,10 +32,12 @@ def test_results_preset_is_the_offline_grid():
     config = benchmark.config_from_flags()
     positive_control = benchmark.FLAGS.positive_control
   assert {r.split('(')[0].split(':')[0] for r in config.regimes} == {'digits', 'synthetic'}
-  assert len(config.report_seeds) >= 5 and config.epochs == (1, 5) and config.tuning.tune
+  assert len(config.report_seeds) >= 3 and config.epochs == (1, 5) and config.tuning.tune
+  assert config.loop.rounds >= 50
   assert set(config.tuning.tuning_seeds).isdisjoint(config.report_seeds)
   assert set(config.methods) >= {'fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
-                                 'fed_corrective', 'fedga_soft'}
+                                 'fed_corrective', 'fedga_paper', 'fedga_clip',
+                                 'fedga_paper_clip', 'fedavg_clip', 'fedld_model'}
   assert positive_control
 
 
@@ -47,7 +49,7 @@ def test_given_values_come_from_the_method_flags():
 
 
 @pytest.mark.parametrize('flag_values,message', [
-    (dict(preset='fast'), "--preset must be one of ['results', 'smoke'], got 'fast'"),
+    (dict(preset='fast'), "--preset must be one of ['fedga_setting', 'results', 'smoke'], got 'fast'"),
     (dict(regimes='digits:dir(0)'), "--regimes=digits:dir(0): regime 'digits:dir(0)'"),
     (dict(methods='fedavg,sgd'), "--methods=sgd: unknown method 'sgd'"),
     (dict(epochs='1,x'), '--epochs must be integers'),

@@ -70,7 +70,7 @@ def test_gap_text_is_the_shared_t_interval():
 
 
 def _table():
-  """Two regimes, 3 seeds; fedga loses on rare pairs in r1; fedga_soft closes the gap."""
+  """Two regimes, 3 seeds; fedga loses on rare pairs in r1; fedga_paper closes the gap."""
   runs = []
   for s in range(3):
     for regime in ('r1', 'r2'):
@@ -81,7 +81,7 @@ def _table():
       runs.append(dict(regime=regime, method='fedga', seed=s, final_accuracy=base - 0.1 - 0.01 * s,
                        accuracy_drop=0.1, final_rare_pair_error=0.05 + 0.01 * s,
                        final_common_pair_error=0.012, final_mean_logit=3.1))
-      runs.append(dict(regime=regime, method='fedga_soft', seed=s,
+      runs.append(dict(regime=regime, method='fedga_paper', seed=s,
                        final_accuracy=base + (0.002 if s == 1 else -0.002),
                        accuracy_drop=0.02))
   runs.append(dict(regime='r1', method='fedld', seed=0, final_accuracy=0.8,
@@ -102,10 +102,10 @@ def test_diagnose_fedga_section():
   assert '| r1 | 0.910 ± 0.010 | 0.800 ± 0.000 | -0.110 ± 0.025 * |' in text
   # The per-pair excess is on rare pairs (+0.05) far above common pairs (+0.002).
   assert 'r1: the extra errors concentrate on rarely co-located pairs (+0.050' in text
-  assert '| fedga_soft | calibration_form=soft_target |' in text
+  assert '| fedga_paper | calibration_form=paper |' in text
   assert 'closes the gap' in text
   assert '| r1 | 3.10 ± 0.00 | 0.10 ± 0.00 | +3.000 ± 0.000 * |' in text
-  assert 'fedga_clip' not in text.split('Variants')[1].split('\n| fedga_soft')[0]
+  assert 'fedga_clip' not in text.split('Variants')[1].split('\n| fedga_paper')[0]
 
 
 def test_diagnose_fedld_shows_norm_ratio_and_compensating_lr():
@@ -127,8 +127,44 @@ def test_variants_are_runnable_flag_sets():
     with flagsaver.as_parsed(**{k: str(v) for k, v in
                                 dict(variant.flags, algorithm=variant.algorithm).items()}):
       train.check_flags()
-  assert diagnosis.VARIANTS['fedga_soft'].command_flags() == [
-      '--algorithm=fedga', '--calibration_form=soft_target']
+  assert diagnosis.VARIANTS['fedga_paper'].command_flags() == [
+      '--algorithm=fedga', '--calibration_form=paper']
+  # The clipped FedGA variants name a clipped baseline that is itself a variant.
+  for name in ('fedga_clip', 'fedga_paper_clip'):
+    assert diagnosis.VARIANTS[name].baseline == 'fedavg_clip', name
+  assert diagnosis.VARIANTS['fedavg_clip'].flags == {'client_clip_norm': 5.0}
+
+
+def test_clipped_variants_are_compared_with_the_clipped_baseline():
+  runs = _table()
+  for s in range(3):
+    for regime in ('r1', 'r2'):
+      runs.append(dict(regime=regime, method='fedavg_clip', seed=s, final_accuracy=0.7))
+      runs.append(dict(regime=regime, method='fedga_clip', seed=s,
+                       final_accuracy=0.75 + 0.01 * s))
+  # fedga_clip - fedavg_clip = +0.06 (against fedavg it would be -0.14).
+  text = diagnosis.diagnose('fedga', runs)
+  row = next(line for line in text.splitlines() if line.startswith('| fedga_clip |'))
+  assert '| fedavg_clip | +0.060 ± ' in row
+  assert '| fedga_paper | calibration_form=paper |' in text and '| fedavg | ' in text
+  section = diagnosis.report_section('fedga_clip', 'fedga', runs)
+  assert '| r1 | 0.700 ± 0.000 | 0.760 ± 0.010 | +0.060 ± ' in section
+  assert diagnosis.diagnose('fedga_clip', runs).startswith(
+      '### fedga_clip (`fedga_clip`) against fedavg_clip')
+  # Without the clipped baseline's runs, the report's baseline is used.
+  alone = [r for r in runs if r['method'] != 'fedavg_clip']
+  assert diagnosis.variant_baseline('fedga_clip', alone) == 'fedavg'
+  assert '| r1 | 0.910 ± 0.010 | 0.760 ± 0.010 | -0.150 ± ' in diagnosis.report_section(
+      'fedga_clip', 'fedga', alone)
+
+
+def test_a_retired_variant_name_still_renders():
+  # Runs tables written before a variant was renamed (e.g. 'fedga_soft', now FedGA's default)
+  # report it as a method of its algorithm, against the baseline.
+  runs = [dict(r, method='fedga_soft') if r['method'] == 'fedga_paper' else r for r in _table()]
+  text = diagnosis.report_section('fedga_soft', 'fedga', runs)
+  assert '| r1 | 0.910 ± 0.010 | 0.909 ± 0.010 | -0.001 ± 0.006 |' in text
+  assert 'No variant of fedga_soft was run' in text
 
 
 def test_load_runs_from_compare_and_train_layouts(tmp_path):
@@ -174,8 +210,8 @@ def test_diagnose_with_local_epochs_and_a_variant_method():
       for s in range(2) for m, a in (('fedavg', 0.9), ('fedga', 0.6))]
   text = diagnosis.diagnose('fedga', runs)
   assert '| r1, E=2 |' in text and '| r1, E=5 | 0.900 ± 0.000 | 0.600 ± 0.000 | -0.300 ' in text
-  soft = diagnosis.diagnose('fedga_soft', runs)
-  assert soft.startswith('### fedga_soft (`fedga_soft`) against FedAvg')
+  soft = diagnosis.diagnose('fedga_paper', runs)
+  assert soft.startswith('### fedga_paper (`fedga_paper`) against FedAvg')
   assert 'A variant of fedga' in soft and 'Variants (' not in soft
 
 
@@ -227,7 +263,7 @@ def test_verdicts():
 
 def test_benchmark_calls_without_the_harness():
   rows = _table()
-  text = diagnosis.report_section('fedga_soft', 'fedga', rows)
+  text = diagnosis.report_section('fedga_paper', 'fedga', rows)
   assert not text.startswith('###') and 'A variant of fedga' in text
   assert diagnosis.report_section('fedavg', 'fedavg', rows) is None
   summary = diagnosis.benchmark_summary(_rows([0.5, 0.7], [1.0, 1.2], test_mean_logit=[0.1, 2.0]))

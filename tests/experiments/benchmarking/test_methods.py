@@ -40,8 +40,8 @@ def test_bad_methods(text, match):
 def test_diagnosis_variants_are_methods_by_name():
   from experiments import diagnosis  # pylint: disable=g-import-not-at-top
   assert set(methods.diagnosis_variants()) == set(diagnosis.VARIANTS)
-  soft = methods.parse_method('fedga_soft')
-  assert soft.algorithm == 'fedga' and soft.fixed_kwargs == {'form': 'soft_target'}
+  soft = methods.parse_method('fedga_paper')
+  assert soft.algorithm == 'fedga' and soft.fixed_kwargs == {'form': 'paper'}
   assert dict(soft.grid) == {'counts': ('batch', 'dataset')}  # the rest of fedga's grid
   server = methods.parse_method('fedld_server_lr')
   assert server.server_lr == 4.0 and not server.tune_server_lr
