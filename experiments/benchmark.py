@@ -147,25 +147,30 @@ _NOT_HERE = {
 }
 
 # The results preset: RESULTS.md on a trimmed set of the offline regimes, every method at its
-# defaults plus the diagnosis variants, sized to finish in about 2 hours on a 2-core CPU
+# defaults plus the diagnosis variants, sized to finish in under 2 hours on a 2-core CPU
 # (`python -m perf.benchmark_grid --preset=results`; BENCHMARKS.md, "Benchmark grid").
 RESULTS_REGIMES = ('digits:dir(0.1)', 'digits:#C=2', 'synthetic(1,1)')
 RESULTS_DESCRIPTION = (
-    'The results preset (`--preset=results`), sized to finish in about 2 hours on a 2-core CPU '
+    'The results preset (`--preset=results`), sized to finish in under 2 hours on a 2-core CPU '
     '(estimated with `python -m perf.benchmark_grid --preset=results`): 50 rounds per run, '
-    'E in {1, 5}, the in-process runner; every method at its defaults (FedGA\'s soft-target '
-    'form, FedLD per tensor) plus the diagnosis variants (`experiments.diagnosis.VARIANTS`: '
-    'fedga_paper, fedga_paper_clip, fedga_clip, fedavg_clip, fedld_model, fedld_authors; the '
-    'clipped FedGA variants are compared with fedavg_clip), and the positive control (below) '
-    'first. Trimmed to fit (the full grid estimates at 8 hours): 3 regimes (digits Dirichlet '
-    '0.1 and #C=2, Synthetic(1, 1); digits IID, the other NIID-Bench splits and Synthetic(0, 0) '
-    'and (0.5, 0.5) left out), tuning at E = 1 only (E = 5 runs with the values tuned at E = 1) '
-    'with one tuning seed, and 3 reporting seeds instead of 5.')
+    'E = 1, the in-process runner; every method at its defaults (FedGA\'s soft-target form, '
+    'FedLD per tensor) plus the diagnosis variants (`experiments.diagnosis.VARIANTS`: '
+    'fedga_paper, fedga_paper_clip, fedga_clip, fedavg_clip, fedld_model, fedld_projection; the '
+    'clipped FedGA variants are compared with fedavg_clip; the FedLD variants keep FedLD\'s '
+    'default lambda and rho and tune the learning rates), and the positive control (below) '
+    'first. Trimmed to fit (the full grid, 9 regimes, E in {1, 5}, 5 seeds, estimates at 8 '
+    'hours): 3 regimes (digits Dirichlet 0.1 and #C=2, Synthetic(1, 1); digits IID, the other '
+    'NIID-Bench splits and Synthetic(0, 0) and (0.5, 0.5) left out), E = 1 only, one tuning '
+    'seed, 3 reporting seeds instead of 5.')
 # Every method at its defaults, plus the variants that isolate FedGA's and FedLD's choices
 # (`experiments.diagnosis.VARIANTS` lists the others, usable in --methods).
 RESULTS_METHODS = ('fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective',
                    'fedga_paper', 'fedga_paper_clip', 'fedga_clip', 'fedavg_clip',
-                   'fedld_model', 'fedld_authors')
+                   'fedld_model', 'fedld_projection')
+RESULTS_GRIDS = ','.join(f'{variant}.{argument}={value}'
+                         for variant in ('fedld_model', 'fedld_projection')
+                         for argument, value in (('margin_weight', 0.01),
+                                                 ('component_ratio', 0.8)))
 # FedGA in its paper's setting (100 clients, 10 per round, 2 local epochs, batch 64; the FedGA
 # code's equal-size per-client Dirichlet split), its forms with and without clipping against
 # FedAvg clipped alike: a loop of its own, so a preset of its own.
@@ -176,9 +181,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                   report_seeds=['0', '1'], rounds=3, clients_per_round=4, client_batch_size=32,
                   models='digits:logistic_regression', tune=False, experiment_name='smoke'),
     'results': dict(regimes=','.join(RESULTS_REGIMES), methods=','.join(RESULTS_METHODS),
-                    epochs=['1', '5'], report_seeds=['0', '1', '2'], rounds=50,
+                    epochs=['1'], report_seeds=['0', '1', '2'], rounds=50,
                     clients_per_round=10, client_batch_size=20, models='digits:mlp',
-                    tune=True, tune_epochs=['1'], tuning_seeds=['100'],
+                    tune=True, tuning_seeds=['100'], grids=RESULTS_GRIDS,
                     runtime='inprocess', experiment_name='results', positive_control=True,
                     description=RESULTS_DESCRIPTION),
     'fedga_setting': dict(regimes='digits:client_dir(0.1)@100,synthetic(1,1)@100',

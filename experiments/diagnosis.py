@@ -214,6 +214,9 @@ VARIANTS: dict[str, Variant] = _variants(
     Variant('fedld_preserve_norms', 'fedld', 'fedld', {'principal_preserve_norms': True},
             'Does keeping each revised update at its original length (the paper\'s stated '
             'intent for eq. (7)) close the gap without tuning a server learning rate?'),
+    Variant('fedld_projection', 'fedld', 'fedld', {'principal_revision': 'projection'},
+            'Is eq. (7)\'s re-weighting what loses? The plain orthogonal projection on the same '
+            'principal directions instead (no lambda_l / S weights).'),
     Variant('fedld_model', 'fedld', 'fedld', {'principal_granularity': 'model'},
             'Does one principal decomposition of the whole-model updates (the paper\'s text) '
             'differ from the per-tensor one (the default, the authors\' code)?'),

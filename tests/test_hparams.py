@@ -192,6 +192,13 @@ LAYERS = {
         _registry(learning.AGGREGATORS, 'principal', 'granularity'),
         _build(learning.build_fedld, 'granularity'),
         _flag('principal_granularity')],
+    hparams.PRINCIPAL_REVISION: [
+        _kernel(conflict.principal_aggregate, 'revision', U, W),
+        _kernel(conflict.principal_aggregate_with_diagnostics, 'revision', U, W),
+        _object(aggregators.PrincipalGradientFactory, 'revision', 'aggregators'),
+        _registry(learning.AGGREGATORS, 'principal', 'revision'),
+        _build(learning.build_fedld, 'revision'),
+        _flag('principal_revision')],
     hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN: [
         _object(aggregators.PrincipalGradientFactory, 'first_round_plain_mean', 'aggregators'),
         _registry(learning.AGGREGATORS, 'principal', 'first_round_plain_mean'),

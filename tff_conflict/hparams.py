@@ -223,6 +223,16 @@ PRINCIPAL_PRESERVE_NORMS = Hparam(
     'stated purpose of the length correction (Sec. 2.4: the revised gradient keeps the '
     'magnitude of the original).')
 
+PRINCIPAL_REVISION = Hparam(
+    method='FedLD', component='principal-gradient aggregation', keyword='revision',
+    flag='principal_revision', default='eigenvalue_share', kind=CHOICE,
+    choices=('eigenvalue_share', 'projection'),
+    description='how each update is revised in the kept principal directions v_l: eq. (7), '
+    'each component g\'_il rescaled to |u_i| lambda_l / S (eigenvalue_share), or the plain '
+    'orthogonal projection sum_l g\'_il (projection: no re-weighting, a diagnosis of eq. 7).',
+    source='FedLD, eq. (7), in the paper and the authors\' code (eigenvalue_share); '
+    'projection is not in either.')
+
 PRINCIPAL_GRANULARITY = Hparam(
     method='FedLD', component='principal-gradient aggregation', keyword='granularity',
     flag='principal_granularity', default='tensor', kind=CHOICE, choices=('tensor', 'model'),
@@ -257,7 +267,7 @@ HPARAMS: tuple[Hparam, ...] = (
     DGC_WEIGHTS_ARE_LOSSES, CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM,
     MARGIN_WEIGHT, MARGIN_FORM, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION,
     PRINCIPAL_PRESERVE_NORMS, PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN,
-    CORRECTIVE_ALPHA)
+    PRINCIPAL_REVISION, CORRECTIVE_ALPHA)
 
 # The method hyperparameters of each builder of `tff_conflict.learning.ALGORITHMS`.
 ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
@@ -267,7 +277,8 @@ ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'fedmgc': (FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO, CLIENT_CLIP_NORM),
     'fedga': (CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM),
     'fedld': (MARGIN_WEIGHT, MARGIN_FORM, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_PRESERVE_NORMS,
-              PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN, CLIENT_CLIP_NORM),
+              PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN, PRINCIPAL_REVISION,
+              CLIENT_CLIP_NORM),
     'fed_corrective': (CORRECTIVE_ALPHA, CLIENT_CLIP_NORM),
 }
 
@@ -286,7 +297,7 @@ AGGREGATOR_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'fedgh': (FEDGH_ORDER, FEDGH_SEED),
     'dgc': (DGC_SELECTION_RATIO, DGC_WEIGHTS_ARE_LOSSES),
     'principal': (PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION, PRINCIPAL_PRESERVE_NORMS,
-                  PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN),
+                  PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN, PRINCIPAL_REVISION),
     'corrective': (CORRECTIVE_ALPHA,),
 }
 

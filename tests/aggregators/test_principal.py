@@ -122,8 +122,21 @@ def test_type_signature_without_and_with_the_round_counter(default_process,
     assert names[-2:] == ['num_components', 'explained_variance']
 
 
+def test_projection_revision_per_tensor_matches_the_reference():
+  values, stack = _values(5, seed=11)
+  weights = [2.0, 1.0, 1.0, 3.0, 1.0]
+  factory = aggregators.PrincipalGradientFactory(revision='projection')
+  assert factory.revision == 'projection'
+  process = factory.create(VALUE_TYPE, helpers.WEIGHT_TYPE)
+  out = process.next(process.initialize(), values, weights)
+  expected, *_ = ref.fedld_per_tensor(stack, weights, 0.8, SIZES, revision='projection')
+  ref.assert_close(helpers.flat_np(out.result), expected, 1e-10)
+  eq7, *_ = ref.fedld_per_tensor(stack, weights, 0.8, SIZES)
+  assert np.max(np.abs(eq7 - expected)) > 1e-3 * np.max(np.abs(expected))
+
+
 @pytest.mark.parametrize('bad', [dict(granularity='layer'), dict(granularity=None),
-                                 dict(first_round_plain_mean=1)])
+                                 dict(first_round_plain_mean=1), dict(revision='plain')])
 def test_bad_arguments(bad):
   key = next(iter(bad))
   with pytest.raises(ValueError, match=f'{key} must be'):

@@ -95,10 +95,12 @@ def dgc(updates, losses, ratio):
   return agg, out, count, m, z
 
 
-def fedld(updates, weights, ratio, orientation='mean', rel_tol=1e-12, preserve_norms=False):
+def fedld(updates, weights, ratio, orientation='mean', rel_tol=1e-12, preserve_norms=False,
+          revision='eigenvalue_share'):
   """fedld paper eqs. (4)-(7) via an SVD of the d x K matrix [u_1 ... u_K] (its left singular
   vectors are the principal directions v_z; eigenvalues of U U^T / K are s^2 / K). With
-  `preserve_norms`, each nonzero revised update is rescaled to |u_i|."""
+  `preserve_norms`, each nonzero revised update is rescaled to |u_i|; with
+  `revision='projection'` the kept projections are summed as they are (no eq. 7 weights)."""
   u = [np.array(x, np.float64) for x in updates]
   k_num = len(u)
   mat = np.stack(u, axis=1)                      # d x K, the paper's G
@@ -131,7 +133,10 @@ def fedld(updates, weights, ratio, orientation='mean', rel_tol=1e-12, preserve_n
       norm_p = math.sqrt(dot(proj, proj))
       if norm_p <= rel_tol * norm_i or norm_p == 0:
         continue
-      g = g + norm_i / norm_p * eig[l] / total * proj
+      if revision == 'projection':
+        g = g + proj
+      else:
+        g = g + norm_i / norm_p * eig[l] / total * proj
     norm_g = math.sqrt(dot(g, g))
     if preserve_norms and norm_g > 0:
       g = g * (norm_i / norm_g)
@@ -143,7 +148,8 @@ def fedld(updates, weights, ratio, orientation='mean', rel_tol=1e-12, preserve_n
   return agg, out, num_kept, explained
 
 
-def fedld_per_tensor(updates, weights, ratio, tensor_sizes, preserve_norms=False):
+def fedld_per_tensor(updates, weights, ratio, tensor_sizes, preserve_norms=False,
+                     revision='eigenvalue_share'):
   """The fedld authors' `svd_tools.pcgrad_svd`: `fedld` applied to each tensor's columns of the
   [K, d] updates separately (weights over every client), the aggregates concatenated. Returns
   (aggregate, revised whole rows, L, explained variance pooled over the tensors)."""
@@ -152,7 +158,8 @@ def fedld_per_tensor(updates, weights, ratio, tensor_sizes, preserve_norms=False
   start = 0
   for size in tensor_sizes:
     piece = u[:, start:start + size]
-    agg, out, num_kept, _ = fedld(list(piece), weights, ratio, preserve_norms=preserve_norms)
+    agg, out, num_kept, _ = fedld(list(piece), weights, ratio, preserve_norms=preserve_norms,
+                                  revision=revision)
     k_num = len(piece)
     lam = sorted(np.linalg.eigvalsh(piece @ piece.T / k_num).tolist(), reverse=True)
     kept += sum(lam[:num_kept])

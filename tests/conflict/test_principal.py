@@ -138,6 +138,52 @@ def test_preserve_norms_hand_worked():
     conflict.principal_aggregate(u, [1.0, 1.0], preserve_norms=1)
 
 
+# ---- revision='projection': the plain orthogonal projection on the kept directions ---------------
+
+@pytest.mark.parametrize('num_clients,dtype,rtol,sizes,preserve_norms', [
+    (2, np.float64, 1e-10, None, False), (10, np.float64, 1e-10, None, False),
+    (10, np.float32, 1e-4, None, False), (10, np.float64, 1e-10, None, True),
+    (5, np.float64, 1e-10, (12, 4, 20, 1, 3), False),
+    (10, np.float64, 1e-10, (12, 4, 20, 1, 3), True)])
+def test_projection_matches_reference(num_clients, dtype, rtol, sizes, preserve_norms):
+  updates = ref.conflicting_updates(num_clients, 40, seed=130 + num_clients).astype(dtype)
+  weights = np.random.default_rng(num_clients).integers(1, 9, size=num_clients).astype(float)
+  u64 = updates.astype(np.float64)
+  if sizes is None:
+    expected, _, _, _ = ref.fedld(u64, weights, 0.8, preserve_norms=preserve_norms,
+                                  revision='projection')
+  else:
+    expected, _, _, _ = ref.fedld_per_tensor(u64, weights, 0.8, sizes,
+                                             preserve_norms=preserve_norms, revision='projection')
+  agg, diag = conflict.principal_aggregate_with_diagnostics(
+      updates, weights, tensor_sizes=sizes, preserve_norms=preserve_norms, revision='projection')
+  ref.assert_close(agg, expected, rtol)
+  ref.assert_close(conflict.principal_aggregate(updates, weights, tensor_sizes=sizes,
+                                                preserve_norms=preserve_norms,
+                                                revision='projection'), expected, rtol)
+  # The projection differs from eq. (7) and shortens the step less.
+  eq7, eq7_diag = conflict.principal_aggregate_with_diagnostics(
+      updates, weights, tensor_sizes=sizes, preserve_norms=preserve_norms)
+  assert not np.allclose(agg.numpy(), eq7.numpy(), rtol=1e-3)
+  if not preserve_norms:
+    assert diag['norm_ratio'].numpy() > eq7_diag['norm_ratio'].numpy()
+
+
+def test_projection_hand_worked():
+  # u1 = (3, 0), u2 = (0, 1): Gamma = diag(4.5, 0.5), v_1 = e_1, v_2 = e_2. All directions kept
+  # (L = 2): each update is its own projection, the aggregate the plain mean (1.5, 0.5)
+  # (eq. (7) gives (1.35, 0.05)); L = 1: u1' = (3, 0), u2' = 0, the mean (1.5, 0).
+  u = np.array([[3.0, 0.0], [0.0, 1.0]])
+  agg = conflict.principal_aggregate(u, [1.0, 1.0], component_ratio=1.0, revision='projection')
+  np.testing.assert_allclose(agg.numpy(), [1.5, 0.5], atol=1e-12)
+  eq7 = conflict.principal_aggregate(u, [1.0, 1.0], component_ratio=1.0)
+  np.testing.assert_allclose(eq7.numpy(), [1.35, 0.05], atol=1e-12)
+  agg = conflict.principal_aggregate(u, [1.0, 1.0], component_ratio=0.5, revision='projection')
+  np.testing.assert_allclose(agg.numpy(), [1.5, 0.0], atol=1e-12)
+  with pytest.raises(ValueError, match=r"revision must be one of .*'projection'.*got 'plain'"):
+    conflict.principal_aggregate(u, [1.0, 1.0], revision='plain')
+
+
 # ---- granularity='tensor' (default) with tensor_sizes: the authors' per-tensor pcgrad_svd --------
 
 SIZES = (12, 4, 20, 1, 3)   # d = 40: a kernel, a bias, a kernel, a scalar, a bias

@@ -32,12 +32,13 @@ def test_results_preset_is_the_offline_grid():
     config = benchmark.config_from_flags()
     positive_control = benchmark.FLAGS.positive_control
   assert {r.split('(')[0].split(':')[0] for r in config.regimes} == {'digits', 'synthetic'}
-  assert len(config.report_seeds) >= 3 and config.epochs == (1, 5) and config.tuning.tune
+  assert len(config.report_seeds) >= 3 and config.epochs == (1,) and config.tuning.tune
   assert config.loop.rounds >= 50
   assert set(config.tuning.tuning_seeds).isdisjoint(config.report_seeds)
   assert set(config.methods) >= {'fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
                                  'fed_corrective', 'fedga_paper', 'fedga_clip',
-                                 'fedga_paper_clip', 'fedavg_clip', 'fedld_model'}
+                                 'fedga_paper_clip', 'fedavg_clip', 'fedld_model',
+                                 'fedld_projection'}
   assert positive_control
 
 

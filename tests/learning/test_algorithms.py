@@ -230,13 +230,14 @@ def test_every_builder_passes_clip_norm_and_method_options_to_build_process(monk
     _build(name)
     assert calls[-1]['clip_norm'] is None, name
   _build('fedld', margin_form='batch_probabilities', granularity='model',
-         first_round_plain_mean=True)
+         first_round_plain_mean=True, revision='projection')
   assert calls[-1]['loss_kwargs'] == dict(margin_weight=0.01, margin_form='batch_probabilities')
   assert calls[-1]['aggregator_kwargs'] == dict(
       component_ratio=0.8, preserve_norms=False, granularity='model',
-      first_round_plain_mean=True)
+      first_round_plain_mean=True, revision='projection')
   _build('fedld')
   assert calls[-1]['aggregator_kwargs']['granularity'] == 'tensor'
+  assert calls[-1]['aggregator_kwargs']['revision'] == 'eigenvalue_share'
   _build('fedga')
   assert calls[-1]['loss_kwargs'] == dict(counts='batch', form='soft_target')
   _build('fedga', form='paper')

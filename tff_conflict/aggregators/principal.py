@@ -56,7 +56,8 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
                max_gather_bytes: Optional[int] = None,
                preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default,
                granularity: str = hparams.PRINCIPAL_GRANULARITY.default,
-               first_round_plain_mean: bool = hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN.default):
+               first_round_plain_mean: bool = hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN.default,
+               revision: str = hparams.PRINCIPAL_REVISION.default):
     """Args:
       component_ratio: rho in (0, 1], default 0.8 (`hparams.PRINCIPAL_COMPONENT_RATIO`).
       orientation: "mean" (default, eq. (6)) or "majority" (the authors' code); both give the
@@ -72,6 +73,8 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
       first_round_plain_mean: aggregate the process's first round with the plain weighted mean
         (default False; True as the authors' code; `hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN`).
         The state is then a round counter (int64).
+      revision: "eigenvalue_share" (default, eq. (7)) or "projection" (the plain orthogonal
+        projection on the kept directions, a diagnosis; `hparams.PRINCIPAL_REVISION`).
 
     Raises:
       ValueError: on a bad argument, naming it and the value.
@@ -80,6 +83,7 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
     self._orientation = hparams.PRINCIPAL_ORIENTATION.check(orientation)
     self._preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
     self._granularity = hparams.PRINCIPAL_GRANULARITY.check(granularity)
+    self._revision = hparams.PRINCIPAL_REVISION.check(revision)
     self._first_round_plain_mean = hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN.check(
         first_round_plain_mean)
     self._max_gather_bytes = _gather.check_factory_limit(max_gather_bytes)
@@ -101,6 +105,10 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
     return self._granularity
 
   @property
+  def revision(self) -> str:
+    return self._revision
+
+  @property
   def first_round_plain_mean(self) -> bool:
     return self._first_round_plain_mean
 
@@ -112,7 +120,8 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
     _common.check_types(value_type, weight_type)
     kwargs = dict(component_ratio=self._component_ratio, orientation=self._orientation,
                   preserve_norms=self._preserve_norms, granularity=self._granularity,
-                  tensor_sizes=tensor_sizes(value_type), validate=False)
+                  tensor_sizes=tensor_sizes(value_type), revision=self._revision,
+                  validate=False)
     plain_first = self._first_round_plain_mean
 
     def principal(padded, include):

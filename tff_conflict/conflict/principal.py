@@ -6,6 +6,8 @@ updates ([K, d_t]): `Gamma = U U^T / K`, eigenpairs `(lambda_z, e_z)` descending
 `v_z = U^T e_z`; keep the top `L = max(1, floor(rho K))`; revise
 `u_i = sum_{kept l, g'_il != 0} |u_i| / |g'_il| * lambda_l / S * g'_il`, `g'_il` the projection
 of `u_i` on `v_l`, `S` the sum of all K eigenvalues; aggregate `sum_i w_i u_i`.
+`revision="projection"` (a diagnosis, in neither the paper nor the authors' code) revises
+`u_i = sum_{kept l} g'_il` instead: the plain orthogonal projection on the same subspace.
 `granularity="tensor"` (default, the authors' `svd_tools.pcgrad_svd`) applies this to each
 model tensor's columns separately (`tensor_sizes`: the lengths of consecutive slices of d; None:
 the whole row is one tensor), `"model"` (the paper's text) once to the whole row. Computed from
@@ -54,7 +56,7 @@ def _bounds(granularity, tensor_sizes):
   return list(zip([0] + ends[:-1], ends))
 
 
-def _revise(g, part, kp, k, eps, ratio, preserve_norms):
+def _revise(g, part, kp, k, eps, ratio, preserve_norms, revision):
   """Eq. (4)-(7) on one slice's masked Gram matrix `g` (float64 [K, K]).
 
   Returns (coeffs [K, K]: revised u_i = (coeffs U)_i, num_kept, kept eigenvalue sum, S).
@@ -77,10 +79,18 @@ def _revise(g, part, kp, k, eps, ratio, preserve_norms):
               * v_norm[tf.newaxis, :])
   nonzero = (tf.abs(cos) > _COS_ZERO) & kept[tf.newaxis, :] & part[:, tf.newaxis]
   share = tf.math.divide_no_nan(eigvals, total)              # lambda_l / S
-  b = tf.where(nonzero,
-               u_norm[:, tf.newaxis] * share[tf.newaxis, :] * tf.sign(gv) / v_norm[tf.newaxis, :],
-               tf.zeros_like(gv))
-  if preserve_norms:
+  if revision == 'projection':
+    # g'_il = (u_i . v_l / |v_l|^2) v_l; |revised u_i|^2 = sum_l (u_i . v_l)^2 / |v_l|^2.
+    b = tf.where(nonzero, gv / tf.square(v_norm)[tf.newaxis, :], tf.zeros_like(gv))
+    if preserve_norms:
+      length = tf.sqrt(tf.reduce_sum(
+          tf.where(nonzero, tf.square(gv) / v_sq[tf.newaxis, :], tf.zeros_like(gv)), axis=1))
+      scale = tf.math.divide_no_nan(u_norm, length)
+      b = b * scale[:, tf.newaxis]
+  else:
+    b = tf.where(nonzero, u_norm[:, tf.newaxis] * share[tf.newaxis, :] * tf.sign(gv)
+                 / v_norm[tf.newaxis, :], tf.zeros_like(gv))
+  if preserve_norms and revision != 'projection':
     # |revised u_i| = |u_i| sqrt(sum_l share_l^2) over its nonzero terms (orthogonal v_l).
     length = tf.sqrt(tf.reduce_sum(
         tf.where(nonzero, tf.square(share)[tf.newaxis, :], tf.zeros_like(gv)), axis=1))
@@ -115,11 +125,13 @@ def _begin(updates, weights, include, validate, granularity, tensor_sizes):
 
 @tf.autograph.experimental.do_not_convert
 def _principal(updates, weights, component_ratio, orientation, include, validate,
-               preserve_norms=False, granularity='tensor', tensor_sizes=None):
+               preserve_norms=False, granularity='tensor', tensor_sizes=None,
+               revision='eigenvalue_share'):
   ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
   hparams.PRINCIPAL_ORIENTATION.check(orientation)
   preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
   granularity = hparams.PRINCIPAL_GRANULARITY.check(granularity)
+  revision = hparams.PRINCIPAL_REVISION.check(revision)
   r, bounds, grams = _begin(updates, weights, include, validate, granularity, tensor_sizes)
   eps = float(np.finfo(r.dtype.as_numpy_dtype).eps)
   k = r.num_rows
@@ -127,7 +139,7 @@ def _principal(updates, weights, component_ratio, orientation, include, validate
   for bound, g in zip(bounds, grams):
     g = r.gram if len(grams) == 1 else geometry.mask_gram(g, r.part)
     coeffs, num_kept, kept_t, total_t = _revise(g, r.part, r.num_part, k, eps, ratio,
-                                                preserve_norms)
+                                                preserve_norms, revision)
     combo = tf.linalg.matvec(coeffs, r.weights, transpose_a=True)
     if bound is None:
       pieces.append(r.combine(combo))
@@ -143,43 +155,46 @@ def _principal(updates, weights, component_ratio, orientation, include, validate
 
 
 def _aggregate_only(updates, weights, component_ratio, orientation, include, validate,
-                    preserve_norms=False, granularity='tensor', tensor_sizes=None):
+                    preserve_norms=False, granularity='tensor', tensor_sizes=None,
+                    revision='eigenvalue_share'):
   return _principal(updates, weights, component_ratio, orientation, include, validate,
-                    preserve_norms, granularity, tensor_sizes)[2]
+                    preserve_norms, granularity, tensor_sizes, revision)[2]
 
 
 def _with_diagnostics(updates, weights, component_ratio, orientation, include, validate,
-                      preserve_norms=False, granularity='tensor', tensor_sizes=None):
+                      preserve_norms=False, granularity='tensor', tensor_sizes=None,
+                      revision='eigenvalue_share'):
   r, gram_after, aggregate, num_kept, explained = _principal(
       updates, weights, component_ratio, orientation, include, validate, preserve_norms,
-      granularity, tensor_sizes)
+      granularity, tensor_sizes, revision)
   return aggregate, r.diagnostics(gram_after, aggregate, {
       'num_components': tf.cast(num_kept, geometry.COUNT_DTYPE),
       'explained_variance': tf.cast(explained, geometry.REAL_DTYPE)})
 
 
 def _run(impl, updates, weights, component_ratio, orientation, include, validate,
-         preserve_norms, granularity, tensor_sizes):
+         preserve_norms, granularity, tensor_sizes, revision):
   """`impl` inline in a graph; eagerly, checks first, then a cached graph (`_eager`)."""
   if not _eager.executing_eagerly():
     return impl(updates, weights, component_ratio, orientation, include, validate,
-                preserve_norms, granularity, tensor_sizes)
+                preserve_norms, granularity, tensor_sizes, revision)
   ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
   orientation = hparams.PRINCIPAL_ORIENTATION.check(orientation)
   preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
   granularity = hparams.PRINCIPAL_GRANULARITY.check(granularity)
+  revision = hparams.PRINCIPAL_REVISION.check(revision)
   stack, w, _, inc = geometry.check_round(updates, weights=weights, include=include,
                                           validate=validate)
   tensor_sizes = _check_tensor_sizes(tensor_sizes, stack.shape[1])
   return _eager.call(impl, dict(updates=stack, weights=w, include=inc),
                      dict(component_ratio=ratio, orientation=orientation, validate=False,
                           preserve_norms=preserve_norms, granularity=granularity,
-                          tensor_sizes=tensor_sizes))
+                          tensor_sizes=tensor_sizes, revision=revision))
 
 
 def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='mean',
                         include=None, validate=True, preserve_norms=False,
-                        granularity='tensor', tensor_sizes=None):
+                        granularity='tensor', tensor_sizes=None, revision='eigenvalue_share'):
   """FedLD principal-gradient aggregate (fedld paper, eqs. (4)-(7)).
 
   Args:
@@ -197,18 +212,20 @@ def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='m
       the whole row (the paper's text; `tensor_sizes` is then ignored).
     tensor_sizes: None (the whole row is one tensor) or the lengths of the model's tensors in
       the order they are concatenated in a row, summing to d.
+    revision: "eigenvalue_share" (default, eq. (7)) or "projection" (the plain orthogonal
+      projection on the kept directions; `hparams.PRINCIPAL_REVISION`).
 
   Returns:
     [d] in the dtype of `updates`.
   """
   return _run(_aggregate_only, updates, weights, component_ratio, orientation, include, validate,
-              preserve_norms, granularity, tensor_sizes)
+              preserve_norms, granularity, tensor_sizes, revision)
 
 
 def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.8,
                                          orientation='mean', include=None, validate=True,
                                          preserve_norms=False, granularity='tensor',
-                                         tensor_sizes=None):
+                                         tensor_sizes=None, revision='eigenvalue_share'):
   """`principal_aggregate` and its diagnostics (docs/methods.md, "Diagnostics") from the same
   Gram matrices.
 
@@ -218,4 +235,4 @@ def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.
   eigenvalues summed over the slices; one slice: kept over all).
   """
   return _run(_with_diagnostics, updates, weights, component_ratio, orientation, include,
-              validate, preserve_norms, granularity, tensor_sizes)
+              validate, preserve_norms, granularity, tensor_sizes, revision)

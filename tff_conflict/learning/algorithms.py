@@ -176,6 +176,7 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
                 preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default,
                 granularity: str = hparams.PRINCIPAL_GRANULARITY.default,
                 first_round_plain_mean: bool = hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN.default,
+                revision: str = hparams.PRINCIPAL_REVISION.default,
                 clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedLD ("Tackling Data Heterogeneity in Federated Learning via Loss Decomposition";
   docs/methods.md, FedLD): margin control + principal-gradient aggregation. Needs a Keras model
@@ -195,7 +196,8 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
   update to the original's length; `granularity` 'tensor' (default, the authors' per-tensor
   `pcgrad_svd`) or 'model' (the paper's one matrix of whole-model updates);
   `first_round_plain_mean`, default False, True aggregates the first round with the plain mean
-  as the authors' code; `clip_norm` as every builder. The authors' uniform final mean is
+  as the authors' code; `revision` 'eigenvalue_share' (default, eq. 7) or 'projection' (the
+  plain projection on the kept directions, a diagnosis); `clip_norm` as every builder. The authors' uniform final mean is
   `client_weighting='uniform'`. The paper trains with SGD, lr 0.01 (Retina) / 0.005 (COVID-FL),
   batch 50, 1 local epoch.
   """
@@ -206,7 +208,7 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
       aggregator='principal',
       aggregator_kwargs=dict(component_ratio=component_ratio, preserve_norms=preserve_norms,
                              granularity=granularity,
-                             first_round_plain_mean=first_round_plain_mean),
+                             first_round_plain_mean=first_round_plain_mean, revision=revision),
       client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
 
 

@@ -101,7 +101,8 @@ def principal_aggregator(component_ratio: float = hparams.PRINCIPAL_COMPONENT_RA
                          preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default,
                          granularity: str = hparams.PRINCIPAL_GRANULARITY.default,
                          first_round_plain_mean: bool = (
-                             hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN.default)
+                             hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN.default),
+                         revision: str = hparams.PRINCIPAL_REVISION.default
                          ) -> tff.aggregators.WeightedAggregationFactory:
   """FedLD principal-gradient aggregation: `aggregators.PrincipalGradientFactory` (per model
   tensor by default, `granularity="model"` for the paper's one matrix)."""
@@ -110,7 +111,8 @@ def principal_aggregator(component_ratio: float = hparams.PRINCIPAL_COMPONENT_RA
                                               max_gather_bytes=max_gather_bytes,
                                               preserve_norms=preserve_norms,
                                               granularity=granularity,
-                                              first_round_plain_mean=first_round_plain_mean)
+                                              first_round_plain_mean=first_round_plain_mean,
+                                              revision=revision)
 
 
 def corrective_aggregator(alpha: float = hparams.CORRECTIVE_ALPHA.default,
