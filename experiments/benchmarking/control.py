@@ -82,7 +82,7 @@ def control_config(config: config_lib.BenchmarkConfig,
       client=dataclasses.replace(config.client, learning_rate=control.client_learning_rate,
                                  momentum=0.0),
       server=dataclasses.replace(config.server, learning_rate=1.0),
-      tuning=dataclasses.replace(config.tuning, tune=False, tune_epochs=()),
+      tuning=dataclasses.replace(config.tuning, tune=False, tune_epochs=(), grids={}),
       output=dataclasses.replace(config.output, output_dir=config.root,
                                  experiment_name=CONTROL_DIR),
       description='Positive control: ' + control.describe() + '.')

@@ -12,8 +12,11 @@ def test_control_config_is_the_fedprox_papers_setting(tmp_path):
       client=experiment_config.ClientConfig(learning_rate=0.1, momentum=0.5),
       models={'digits': 'mlp'}, runtime=experiment_config.RuntimeConfig('cpp'),
       output=experiment_config.OutputConfig(output_dir=str(tmp_path), experiment_name='results'),
-      tuning=config_lib.TuningConfig(tune=True, tuning_seeds=(100,), tune_epochs=(1,)))
+      tuning=config_lib.TuningConfig(tune=True, tuning_seeds=(100,), tune_epochs=(1,),
+                                     grids={'fedgh': {'order': ('random',)}}))
   inner = control.control_config(outer)
+  # The outer benchmark's grids name its own methods, not the control's (replace validates).
+  assert inner.tuning.grids == {}
   assert inner.regimes == ('synthetic(1,1)',)
   assert inner.methods == ('fedavg', 'fedprox_mu1') and inner.baseline == 'fedavg'
   assert inner.epochs == (20,) and inner.loop.rounds == 40 and inner.loop.batch_size == 10
