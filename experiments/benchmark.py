@@ -190,13 +190,15 @@ PRESETS: dict[str, dict[str, Any]] = {
                           methods=','.join(FEDGA_SETTING_METHODS), epochs=['2'],
                           report_seeds=['0', '1', '2'], rounds=50, clients_per_round=10,
                           client_batch_size=64, models='digits:mlp', tune=True,
-                          tune_epochs=['2'], tuning_seeds=['100', '101'], runtime='inprocess',
+                          tune_epochs=['2'], tuning_seeds=['100'],
+                          tuning_regimes='digits:digits:client_dir(0.1)@100,'
+                                         'synthetic:synthetic(1,1)@100', runtime='inprocess',
                           experiment_name='fedga_setting',
                           description='FedGA in its paper\'s setting (`--preset=fedga_setting`): '
                           '100 clients of equal size (per-client Dirichlet 0.1 on digits), 10 '
                           'per round, E = 2, batch 64, 50 rounds; FedGA\'s two forms with and '
                           'without clipping at 5.0, the clipped ones against FedAvg clipped '
-                          'alike.'),
+                          'alike; tuned on the same regimes with one tuning seed.'),
 }
 
 

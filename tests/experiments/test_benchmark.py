@@ -42,6 +42,16 @@ def test_results_preset_is_the_offline_grid():
   assert positive_control
 
 
+def test_fedga_setting_preset_is_the_papers_setting_tuned_where_it_reports():
+  with flagsaver.as_parsed(preset='fedga_setting'):
+    benchmark.apply_preset()
+    config = benchmark.config_from_flags()
+  assert config.epochs == (2,) and config.loop.batch_size == 64
+  assert config.loop.clients_per_round == 10 and config.loop.rounds >= 50
+  assert set(config.tuning.tuning_regimes.values()) == set(config.regimes)
+  assert {'fedavg_clip', 'fedga_clip', 'fedga_paper', 'fedga_paper_clip'} <= set(config.methods)
+
+
 def test_given_values_come_from_the_method_flags():
   with flagsaver.as_parsed(proximal_strength='0.5', tune='false'):
     config = benchmark.config_from_flags()
