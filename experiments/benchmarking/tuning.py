@@ -170,10 +170,11 @@ def _moved(candidate: Candidate, dim: str, value) -> Candidate:
   return dataclasses.replace(candidate, tuned=tuple(dict(candidate.tuned, **{dim: value}).items()))
 
 
-def _line(scored, winner: Candidate, dim: str) -> list:
-  """The values of `dim` tried with every other dimension at the winner's."""
-  key = _moved(winner, dim, None)
-  return [_value(c, dim) for c, _, _ in scored if _moved(c, dim, None) == key]
+def _tried(scored, dim: str) -> list:
+  """Every value of `dim` tried, whatever the other dimensions' values: a staged search tries
+  the client lrs at the method's default values and the winner may have others, so the edge is
+  that of everything tried, not of the winner's own line."""
+  return [v for v in (_value(c, dim) for c, _, _ in scored) if v is not None]
 
 
 def _valid(search: Search, dim: str, value) -> bool:
@@ -254,8 +255,9 @@ def tune_method(search: Search, *, dataset: str, regime: str, epochs: int,
 
 
 def extend_edges(search: Search, scored: list, try_all: Callable[[list], None]) -> tuple:
-  """While the best candidate's value of a numeric dimension is the largest (smallest) tried
-  with its other values, tries it times (divided by) `edge_factor`, at most `edge_steps` times per
+  """While the best candidate's value of a numeric dimension is the largest (smallest) of that
+  dimension's values tried, tries it (with the winner's other values) times (divided by)
+  `edge_factor`, at most `edge_steps` times per
   dimension and side and within the dimension's valid range; returns the dimensions whose best
   value is still at an edge."""
   steps: dict[tuple[str, int], int] = {}
@@ -268,7 +270,7 @@ def extend_edges(search: Search, scored: list, try_all: Callable[[list], None]) 
       if not math.isfinite(top):
         return ()
       value = _value(winner, dim)
-      side = _edge(_line(scored, winner, dim), value)
+      side = _edge(_tried(scored, dim), value)
       if side is None or steps.get((dim, side), 0) >= search.edge_steps:
         continue
       new = value * search.edge_factor if side > 0 else value / search.edge_factor
@@ -282,4 +284,4 @@ def extend_edges(search: Search, scored: list, try_all: Callable[[list], None]) 
   if not math.isfinite(top):
     return ()
   return tuple(d for d in dims
-               if _edge(_line(scored, winner, d), _value(winner, d)) is not None)
+               if _edge(_tried(scored, d), _value(winner, d)) is not None)

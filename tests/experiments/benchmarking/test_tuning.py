@@ -84,6 +84,21 @@ def test_a_best_value_at_an_edge_extends_the_grid_until_it_is_interior():
   assert tuning.max_extensions(search) == 2 * 3
 
 
+def test_the_client_lr_is_extended_after_stage_two_changes_the_methods_value():
+  # Staged: the client lrs are tried at mu = 0.01 (the grid's first), stage two picks mu = 0.001
+  # at lr 0.3, the top of the lrs tried. The edge is that of every lr tried, so 0.9 is tried
+  # with mu = 0.001 although no other lr was tried with that mu.
+  search = dataclasses.replace(_search('fedprox'), edge_steps=3)
+  calls = []
+  choice = tuning.tune_method(
+      search, dataset='digits', regime='digits:iid', epochs=1,
+      evaluate=_scorer(lambda c: -abs(math.log(c.client_lr / 0.9))
+                       - abs(math.log(dict(c.tuned)['proximal_strength'] / 0.001)), calls))
+  assert 'clr=0.9,slr=1,proximal_strength=0.001' in calls
+  assert 'clr=0.9,slr=1,proximal_strength=0.000333333' in calls   # mu extended too
+  assert choice.client_lr == pytest.approx(0.9) and choice.at_edge == ()
+
+
 def test_a_value_still_at_an_edge_is_reported():
   # The score keeps rising with mu: three extensions past 1 (3, 9, 27), then at_edge.
   search = dataclasses.replace(_search('fedprox'), edge_steps=3)
