@@ -436,9 +436,10 @@ _EXPLANATIONS = {
              'larger server learning rate and with preserve_norms (each revised update kept at '
              'its original length) test whether it is the cause. FedLD decomposes each model '
              'tensor separately by default (the authors\' code); `fedld_model` decomposes the '
-             'whole-model updates once (the paper\'s text) and `fedld_authors` adds the '
-             'authors\' other choices (a plain first round, the margin on batch '
-             'probabilities, an unweighted mean).',
+             'whole-model updates once (the paper\'s text), `fedld_projection` replaces eq. '
+             '(7)\'s weights by the plain projection on the same principal directions, and '
+             '`fedld_authors` adds the authors\' other choices (a plain first round, the margin '
+             'on batch probabilities, an unweighted mean).',
     'fedmgc': 'Two parts can cost accuracy: the focal loss down-weights well-classified examples '
               '(smaller local steps), and dominant gradient correction takes the unweighted mean '
               'of the corrected updates. The ablations below run each part alone.',
