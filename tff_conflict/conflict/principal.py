@@ -80,21 +80,16 @@ def _revise(g, part, kp, k, eps, ratio, preserve_norms, revision):
   nonzero = (tf.abs(cos) > _COS_ZERO) & kept[tf.newaxis, :] & part[:, tf.newaxis]
   share = tf.math.divide_no_nan(eigvals, total)              # lambda_l / S
   if revision == 'projection':
-    # g'_il = (u_i . v_l / |v_l|^2) v_l; |revised u_i|^2 = sum_l (u_i . v_l)^2 / |v_l|^2.
+    # g'_il = (u_i . v_l / |v_l|^2) v_l.
     b = tf.where(nonzero, gv / tf.square(v_norm)[tf.newaxis, :], tf.zeros_like(gv))
-    if preserve_norms:
-      length = tf.sqrt(tf.reduce_sum(
-          tf.where(nonzero, tf.square(gv) / v_sq[tf.newaxis, :], tf.zeros_like(gv)), axis=1))
-      scale = tf.math.divide_no_nan(u_norm, length)
-      b = b * scale[:, tf.newaxis]
   else:
     b = tf.where(nonzero, u_norm[:, tf.newaxis] * share[tf.newaxis, :] * tf.sign(gv)
                  / v_norm[tf.newaxis, :], tf.zeros_like(gv))
-  if preserve_norms and revision != 'projection':
-    # |revised u_i| = |u_i| sqrt(sum_l share_l^2) over its nonzero terms (orthogonal v_l).
-    length = tf.sqrt(tf.reduce_sum(
-        tf.where(nonzero, tf.square(share)[tf.newaxis, :], tf.zeros_like(gv)), axis=1))
-    b = b / tf.where(length > 0, length, tf.ones_like(length))[:, tf.newaxis]
+  if preserve_norms:
+    # The v_l are orthogonal: |revised u_i| = sqrt(sum_l b_il^2 |v_l|^2); rescaled to |u_i|
+    # (eq. 7: |u_i| sqrt(sum_l share_l^2) over its nonzero terms).
+    length = tf.sqrt(tf.reduce_sum(tf.square(b * v_norm[tf.newaxis, :]), axis=1))
+    b = b * tf.math.divide_no_nan(u_norm, length)[:, tf.newaxis]
   coeffs = tf.matmul(b, eigvecs, transpose_b=True)           # revised u_i = (B E^T)_i U
   kept_sum = tf.reduce_sum(tf.where(top, eigvals, tf.zeros_like(eigvals)))
   return coeffs, num_kept, kept_sum, total
