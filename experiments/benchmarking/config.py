@@ -20,6 +20,12 @@ _DEFAULTS = experiment_config.ExperimentConfig()  # the parts' defaults
 DEFAULT_TUNING_REGIMES = {'digits': 'digits:dir(0.1)', 'synthetic': 'synthetic(1,1)'}
 
 
+# The ExperimentConfig parts a BenchmarkConfig is composed of: field name -> class.
+PARTS = {'loop': experiment_config.LoopConfig, 'client': experiment_config.ClientConfig,
+         'server': experiment_config.ServerConfig, 'data': experiment_config.DataConfig,
+         'output': experiment_config.OutputConfig, 'runtime': experiment_config.RuntimeConfig}
+
+
 def split_top_level(text: str, separator: str = ',') -> list[str]:
   """Splits at `separator` outside (), [] and {}; strips the pieces and drops empty ones.
 
@@ -231,12 +237,7 @@ class BenchmarkConfig:
     _require('tune_epochs', list(self.tuning.tune_epochs),
              set(self.tuning.tune_epochs) <= set(self.epochs),
              f'among --epochs {list(self.epochs)}')
-    for part, cls in (('loop', experiment_config.LoopConfig),
-                      ('client', experiment_config.ClientConfig),
-                      ('server', experiment_config.ServerConfig),
-                      ('data', experiment_config.DataConfig),
-                      ('output', experiment_config.OutputConfig),
-                      ('runtime', experiment_config.RuntimeConfig)):
+    for part, cls in PARTS.items():
       if not isinstance(getattr(self, part), cls):
         raise TypeError(f'BenchmarkConfig.{part} must be a {cls.__name__}, got '
                         f'{getattr(self, part)!r}')

@@ -12,12 +12,7 @@ from experiments.benchmarking import config as config_lib
 def _config(**changes):
   args = dict(regimes=('digits:iid', 'synthetic(1,1)'), methods=('fedavg', 'fedprox'))
   tuning = changes.pop('tuning', {})
-  for part, cls in (('loop', experiment_config.LoopConfig),
-                    ('client', experiment_config.ClientConfig),
-                    ('server', experiment_config.ServerConfig),
-                    ('data', experiment_config.DataConfig),
-                    ('output', experiment_config.OutputConfig),
-                    ('runtime', experiment_config.RuntimeConfig)):
+  for part in config_lib.PARTS:
     if part in changes:
       default = dataclasses.fields(config_lib.BenchmarkConfig)
       base = next(f.default for f in default if f.name == part)
