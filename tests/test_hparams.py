@@ -174,10 +174,6 @@ LAYERS = {
         _registry(learning.AGGREGATORS, 'principal', 'component_ratio'),
         _build(learning.build_fedld, 'component_ratio'),
         _flag('component_ratio')],
-    hparams.PRINCIPAL_ORIENTATION: [
-        _kernel(conflict.principal_aggregate, 'orientation', U, W),
-        _object(aggregators.PrincipalGradientFactory, 'orientation', 'aggregators'),
-        _registry(learning.AGGREGATORS, 'principal', 'orientation')],
     hparams.PRINCIPAL_PRESERVE_NORMS: [
         _kernel(conflict.principal_aggregate, 'preserve_norms', U, W),
         _kernel(conflict.principal_aggregate_with_diagnostics, 'preserve_norms', U, W),

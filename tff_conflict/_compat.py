@@ -146,3 +146,25 @@ def disarm_service_managers(end_process: Callable[[subprocess.Popen], None]) -> 
       if isinstance(process, subprocess.Popen):
         end_process(process)
       cls.__del__ = lambda self: None
+
+
+# TFF's remote executor stub: no public call takes a per-RPC deadline.
+
+
+def grpc_stub_method(stub: Any, method: str) -> Callable[..., Any]:
+  """The raw gRPC method `method` of a `tff.framework.RemoteExecutorGrpcStub` (its `_stub`),
+  which takes a `timeout=`; the public methods retry without a deadline."""
+  return getattr(stub._stub, method)  # pylint: disable=protected-access
+
+
+# Keras: no public predicate for a functional model or a compiled one.
+
+
+def keras_is_functional(model: Any) -> bool:
+  """Whether a `tf.keras.Model` is a graph network (functional or Sequential)."""
+  return bool(getattr(model, '_is_graph_network', False))
+
+
+def keras_is_compiled(model: Any) -> bool:
+  """Whether `model.compile` was called (also for a compile without an optimizer)."""
+  return bool(getattr(model, '_is_compiled', False))

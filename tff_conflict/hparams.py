@@ -206,14 +206,6 @@ PRINCIPAL_COMPONENT_RATIO = Hparam(
     description='fraction rho of principal directions kept (L = max(1, floor(rho K))).',
     source='FedLD, Sec. 3.1 ("L = 0.8m").')
 
-PRINCIPAL_ORIENTATION = Hparam(
-    method='FedLD', component='principal-gradient aggregation', keyword='orientation',
-    flag=None, default='mean', kind=CHOICE, choices=('mean', 'majority'),
-    description='sign rule of each principal direction: towards the mean update (mean) or the '
-    'majority of the updates (majority, the authors\' code); the aggregate is the same for both, '
-    'so no experiment flag sets it.',
-    source='FedLD, eq. (6).')
-
 PRINCIPAL_PRESERVE_NORMS = Hparam(
     method='FedLD', component='principal-gradient aggregation', keyword='preserve_norms',
     flag='principal_preserve_norms', default=False, kind=BOOL,
@@ -265,7 +257,7 @@ CORRECTIVE_ALPHA = Hparam(
 HPARAMS: tuple[Hparam, ...] = (
     PROXIMAL_STRENGTH, FEDGH_ORDER, FEDGH_SEED, FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO,
     DGC_WEIGHTS_ARE_LOSSES, CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM,
-    MARGIN_WEIGHT, MARGIN_FORM, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION,
+    MARGIN_WEIGHT, MARGIN_FORM, PRINCIPAL_COMPONENT_RATIO,
     PRINCIPAL_PRESERVE_NORMS, PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN,
     PRINCIPAL_REVISION, CORRECTIVE_ALPHA)
 
@@ -296,8 +288,8 @@ AGGREGATOR_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'measured_mean': (),
     'fedgh': (FEDGH_ORDER, FEDGH_SEED),
     'dgc': (DGC_SELECTION_RATIO, DGC_WEIGHTS_ARE_LOSSES),
-    'principal': (PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_ORIENTATION, PRINCIPAL_PRESERVE_NORMS,
-                  PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN, PRINCIPAL_REVISION),
+    'principal': (PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_PRESERVE_NORMS, PRINCIPAL_GRANULARITY,
+                  PRINCIPAL_FIRST_ROUND_PLAIN_MEAN, PRINCIPAL_REVISION),
     'corrective': (CORRECTIVE_ALPHA,),
 }
 

@@ -29,7 +29,6 @@ def _dgc(**kwargs):
     (aggregators.PrincipalGradientFactory, dict(component_ratio=0.0)),
     (aggregators.PrincipalGradientFactory, dict(component_ratio=1.5)),
     (aggregators.PrincipalGradientFactory, dict(component_ratio='0.8')),
-    (aggregators.PrincipalGradientFactory, dict(orientation='sign')),
     (aggregators.PrincipalGradientFactory, dict(max_gather_bytes=-1)),
     (_dgc, dict(selection_ratio=-0.1)),
     (_dgc, dict(selection_ratio=True)),
@@ -71,10 +70,8 @@ def test_public_properties():
   dgc = aggregators.DominantGradientCorrectionFactory(selection_ratio=0.25,
                                                       weights_are_losses=False)
   assert (dgc.selection_ratio, dgc.weights_are_losses, dgc.max_gather_bytes) == (0.25, False, None)
-  principal = aggregators.PrincipalGradientFactory(component_ratio=0.5, orientation='majority',
-                                                   max_gather_bytes=0)
-  assert (principal.component_ratio, principal.orientation, principal.max_gather_bytes) == (
-      0.5, 'majority', 0)
+  principal = aggregators.PrincipalGradientFactory(component_ratio=0.5, max_gather_bytes=0)
+  assert (principal.component_ratio, principal.max_gather_bytes) == (0.5, 0)
   corrective = aggregators.CorrectiveGradientFactory(alpha=0.3, max_gather_bytes=10**6)
   assert (corrective.alpha, corrective.max_gather_bytes) == (0.3, 10**6)
   fedgh = aggregators.GradientHarmonizationFactory(order='index', seed=7)

@@ -77,11 +77,9 @@ def test_bad_alpha(value):
     conflict.corrective_aggregate(U, U, L, W, alpha=value)
 
 
-def test_bad_order_orientation_seed_and_shapes():
+def test_bad_order_seed_and_shapes():
   with pytest.raises(ValueError, match="order must be one of 'random', 'index', got 'rand'"):
     conflict.harmonize(U, W, order='rand')
-  with pytest.raises(ValueError, match='orientation must be one of'):
-    conflict.principal_aggregate(U, W, orientation='sign')
   for seed in (1.5, 'x', np.array([1, 2, 3]), True):
     with pytest.raises(ValueError, match='seed must'):
       conflict.harmonize(U, W, seed=seed)

@@ -16,9 +16,6 @@ from tff_conflict.aggregators import _common
 from tff_conflict.aggregators import _gather
 from tff_conflict.aggregators import _process
 
-ORDERS = hparams.FEDGH_ORDER.choices
-
-
 class GradientHarmonizationFactory(tff.aggregators.WeightedAggregationFactory):
   """Gradient harmonization (FedGH) of the client updates, then their weighted mean.
 

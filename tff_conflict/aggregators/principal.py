@@ -52,7 +52,6 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
   """
 
   def __init__(self, *, component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default,
-               orientation: str = hparams.PRINCIPAL_ORIENTATION.default,
                max_gather_bytes: Optional[int] = None,
                preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default,
                granularity: str = hparams.PRINCIPAL_GRANULARITY.default,
@@ -60,8 +59,6 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
                revision: str = hparams.PRINCIPAL_REVISION.default):
     """Args:
       component_ratio: rho in (0, 1], default 0.8 (`hparams.PRINCIPAL_COMPONENT_RATIO`).
-      orientation: "mean" (default, eq. (6)) or "majority" (the authors' code); both give the
-        same aggregate. `hparams.PRINCIPAL_ORIENTATION`.
       max_gather_bytes: the memory limit of this factory's gather in TFF's C++ runtime (bytes):
         None (default) uses the process-wide `tff_conflict.aggregators.max_gather_bytes()` when
         `create` runs, 0 builds without the check, a positive int is the limit.
@@ -80,7 +77,6 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
       ValueError: on a bad argument, naming it and the value.
     """
     self._component_ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
-    self._orientation = hparams.PRINCIPAL_ORIENTATION.check(orientation)
     self._preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
     self._granularity = hparams.PRINCIPAL_GRANULARITY.check(granularity)
     self._revision = hparams.PRINCIPAL_REVISION.check(revision)
@@ -91,10 +87,6 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
   @property
   def component_ratio(self) -> float:
     return self._component_ratio
-
-  @property
-  def orientation(self) -> str:
-    return self._orientation
 
   @property
   def preserve_norms(self) -> bool:
@@ -118,8 +110,7 @@ class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     _common.check_types(value_type, weight_type)
-    kwargs = dict(component_ratio=self._component_ratio, orientation=self._orientation,
-                  preserve_norms=self._preserve_norms, granularity=self._granularity,
+    kwargs = dict(component_ratio=self._component_ratio, preserve_norms=self._preserve_norms, granularity=self._granularity,
                   tensor_sizes=tensor_sizes(value_type), revision=self._revision,
                   validate=False)
     plain_first = self._first_round_plain_mean

@@ -14,9 +14,6 @@ from tff_conflict.conflict import _eager
 from tff_conflict.conflict import _validation
 from tff_conflict.conflict import geometry
 
-ORDERS = hparams.FEDGH_ORDER.choices
-
-
 def projection_order(num_clients, order='random', seed=None):
   """[K, K] int32: row k lists every client index in the order client k visits its partners
   (k itself appears in the row and is skipped by the kernel)."""

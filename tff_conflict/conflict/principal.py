@@ -23,8 +23,6 @@ from tff_conflict import hparams
 from tff_conflict.conflict import _eager
 from tff_conflict.conflict import geometry
 
-ORIENTATIONS = hparams.PRINCIPAL_ORIENTATION.choices
-GRANULARITIES = hparams.PRINCIPAL_GRANULARITY.choices
 _COUNT_SLACK = 1e-9
 _COS_ZERO = 64 * float(np.finfo(np.float64).eps)
 
@@ -119,11 +117,10 @@ def _begin(updates, weights, include, validate, granularity, tensor_sizes):
 
 
 @tf.autograph.experimental.do_not_convert
-def _principal(updates, weights, component_ratio, orientation, include, validate,
+def _principal(updates, weights, component_ratio, include, validate,
                preserve_norms=False, granularity='tensor', tensor_sizes=None,
                revision='eigenvalue_share'):
   ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
-  hparams.PRINCIPAL_ORIENTATION.check(orientation)
   preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
   granularity = hparams.PRINCIPAL_GRANULARITY.check(granularity)
   revision = hparams.PRINCIPAL_REVISION.check(revision)
@@ -149,32 +146,31 @@ def _principal(updates, weights, component_ratio, orientation, include, validate
   return r, gram_after, aggregate, num_kept, explained
 
 
-def _aggregate_only(updates, weights, component_ratio, orientation, include, validate,
+def _aggregate_only(updates, weights, component_ratio, include, validate,
                     preserve_norms=False, granularity='tensor', tensor_sizes=None,
                     revision='eigenvalue_share'):
-  return _principal(updates, weights, component_ratio, orientation, include, validate,
+  return _principal(updates, weights, component_ratio, include, validate,
                     preserve_norms, granularity, tensor_sizes, revision)[2]
 
 
-def _with_diagnostics(updates, weights, component_ratio, orientation, include, validate,
+def _with_diagnostics(updates, weights, component_ratio, include, validate,
                       preserve_norms=False, granularity='tensor', tensor_sizes=None,
                       revision='eigenvalue_share'):
   r, gram_after, aggregate, num_kept, explained = _principal(
-      updates, weights, component_ratio, orientation, include, validate, preserve_norms,
+      updates, weights, component_ratio, include, validate, preserve_norms,
       granularity, tensor_sizes, revision)
   return aggregate, r.diagnostics(gram_after, aggregate, {
       'num_components': tf.cast(num_kept, geometry.COUNT_DTYPE),
       'explained_variance': tf.cast(explained, geometry.REAL_DTYPE)})
 
 
-def _run(impl, updates, weights, component_ratio, orientation, include, validate,
+def _run(impl, updates, weights, component_ratio, include, validate,
          preserve_norms, granularity, tensor_sizes, revision):
   """`impl` inline in a graph; eagerly, checks first, then a cached graph (`_eager`)."""
   if not _eager.executing_eagerly():
-    return impl(updates, weights, component_ratio, orientation, include, validate,
+    return impl(updates, weights, component_ratio, include, validate,
                 preserve_norms, granularity, tensor_sizes, revision)
   ratio = hparams.PRINCIPAL_COMPONENT_RATIO.check(component_ratio)
-  orientation = hparams.PRINCIPAL_ORIENTATION.check(orientation)
   preserve_norms = hparams.PRINCIPAL_PRESERVE_NORMS.check(preserve_norms)
   granularity = hparams.PRINCIPAL_GRANULARITY.check(granularity)
   revision = hparams.PRINCIPAL_REVISION.check(revision)
@@ -182,13 +178,12 @@ def _run(impl, updates, weights, component_ratio, orientation, include, validate
                                           validate=validate)
   tensor_sizes = _check_tensor_sizes(tensor_sizes, stack.shape[1])
   return _eager.call(impl, dict(updates=stack, weights=w, include=inc),
-                     dict(component_ratio=ratio, orientation=orientation, validate=False,
+                     dict(component_ratio=ratio, validate=False,
                           preserve_norms=preserve_norms, granularity=granularity,
                           tensor_sizes=tensor_sizes, revision=revision))
 
 
-def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='mean',
-                        include=None, validate=True, preserve_norms=False,
+def principal_aggregate(updates, weights, *, component_ratio=0.8, include=None, validate=True, preserve_norms=False,
                         granularity='tensor', tensor_sizes=None, revision='eigenvalue_share'):
   """FedLD principal-gradient aggregate (fedld paper, eqs. (4)-(7)).
 
@@ -197,7 +192,6 @@ def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='m
     weights: [K] non-negative, normalised over the clients taking part.
     component_ratio: rho in (0, 1] (`hparams.PRINCIPAL_COMPONENT_RATIO`, default 0.8);
       `L = max(1, floor(rho K))` principal directions are kept (in each slice).
-    orientation: "mean" (eq. (6)) or "majority"; provably no effect (docs/methods.md, FedLD).
     include: optional bool [K]; False rows take no part (as does a weight of 0).
     validate: value checks (package docstring, "Validation").
     preserve_norms: rescale each revised update (slice) to its original length
@@ -213,12 +207,12 @@ def principal_aggregate(updates, weights, *, component_ratio=0.8, orientation='m
   Returns:
     [d] in the dtype of `updates`.
   """
-  return _run(_aggregate_only, updates, weights, component_ratio, orientation, include, validate,
+  return _run(_aggregate_only, updates, weights, component_ratio, include, validate,
               preserve_norms, granularity, tensor_sizes, revision)
 
 
 def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.8,
-                                         orientation='mean', include=None, validate=True,
+                                         include=None, validate=True,
                                          preserve_norms=False, granularity='tensor',
                                          tensor_sizes=None, revision='eigenvalue_share'):
   """`principal_aggregate` and its diagnostics (docs/methods.md, "Diagnostics") from the same
@@ -229,5 +223,5 @@ def principal_aggregate_with_diagnostics(updates, weights, *, component_ratio=0.
   and `explained_variance` (float32: the kept eigenvalues summed over the slices, over all
   eigenvalues summed over the slices; one slice: kept over all).
   """
-  return _run(_with_diagnostics, updates, weights, component_ratio, orientation, include,
+  return _run(_with_diagnostics, updates, weights, component_ratio, include,
               validate, preserve_norms, granularity, tensor_sizes, revision)

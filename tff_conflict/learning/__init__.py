@@ -18,7 +18,6 @@ from tff_conflict.learning.algorithms import build_fedprox
 from tff_conflict.learning.client_work import build_client_work
 from tff_conflict.learning.client_work import build_label_counting_client_work
 from tff_conflict.learning.client_work import build_loss_weighted_client_work
-from tff_conflict.learning.client_work import build_proximal_client_work
 from tff_conflict.learning.client_work import count_labels
 from tff_conflict.learning.client_work import WEIGHTINGS
 from tff_conflict.learning.corrective import build_corrective_client_work

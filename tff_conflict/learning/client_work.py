@@ -313,22 +313,6 @@ def build_loss_weighted_client_work(model_fn: Callable[[], tff.learning.models.V
                            metrics_aggregator=metrics_aggregator)
 
 
-def build_proximal_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
-                               optimizer: tff.learning.optimizers.Optimizer, *,
-                               proximal_strength: float, client_weighting: WeightingArg = None,
-                               metrics_aggregator=None, clip_norm: Optional[float] = None
-                               ) -> tff.learning.templates.ClientWorkProcess:
-  """FedProx client work with the correct proximal gradient `mu (w - w0)`.
-
-  Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020), eq. 2: each client
-  approximately minimizes `h_k(w; w0) = F_k(w) + mu/2 |w - w0|^2`; every local gradient step uses
-  `grad F_k(w) + mu (w - w0)`. (TFF 0.87's `build_weighted_fed_prox` uses `mu (w0 - w)`: wrong
-  sign; see the module docstring.)
-  """
-  return build_client_work(model_fn, optimizer, client_weighting=client_weighting,
-                           proximal_strength=proximal_strength,
-                           metrics_aggregator=metrics_aggregator, clip_norm=clip_norm)
-
 
 def build_label_counting_client_work(
     model_and_loss_fn: Callable[[], tuple[tff.learning.models.VariableModel, Any]],

@@ -16,6 +16,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _compat
+
 MetricsArg = Optional[Union[Callable[[], Sequence[tf.keras.metrics.Metric]],
                             Sequence[tf.keras.metrics.Metric]]]
 ModelArg = Union[Callable[[], tf.keras.Model],
@@ -152,7 +154,7 @@ def _softmax_layer(model: tf.keras.Model) -> Optional[str]:
   (a `Softmax` layer, or a layer whose `activation` is softmax), else None."""
   layer = model
   while isinstance(layer, tf.keras.Model) and (
-      isinstance(layer, tf.keras.Sequential) or getattr(layer, '_is_graph_network', False)):
+      isinstance(layer, tf.keras.Sequential) or _compat.keras_is_functional(layer)):
     if not layer.layers:
       return None
     layer = layer.layers[-1]
@@ -176,7 +178,7 @@ def _check_keras_model(model: tf.keras.Model, input_spec) -> int:
   Runs inside a throwaway graph: the probabilities check runs the model once on a fixed batch in
   a `tf.compat.v1.Session` of that graph.
   """
-  if getattr(model, '_is_compiled', False) or getattr(model, 'optimizer', None) is not None:
+  if _compat.keras_is_compiled(model) or getattr(model, 'optimizer', None) is not None:
     raise ValueError('model_fn must return an uncompiled tf.keras.Model (TFF trains it with its '
                      f'own optimizers), got a compiled model {model.name!r}')
   x_spec, _ = split_input_spec(input_spec)

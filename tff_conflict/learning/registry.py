@@ -96,7 +96,6 @@ def dgc_aggregator(selection_ratio: float = hparams.DGC_SELECTION_RATIO.default,
 
 
 def principal_aggregator(component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default,
-                         orientation: str = hparams.PRINCIPAL_ORIENTATION.default,
                          max_gather_bytes: Optional[int] = None,
                          preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default,
                          granularity: str = hparams.PRINCIPAL_GRANULARITY.default,
@@ -107,7 +106,6 @@ def principal_aggregator(component_ratio: float = hparams.PRINCIPAL_COMPONENT_RA
   """FedLD principal-gradient aggregation: `aggregators.PrincipalGradientFactory` (per model
   tensor by default, `granularity="model"` for the paper's one matrix)."""
   return aggregators.PrincipalGradientFactory(component_ratio=component_ratio,
-                                              orientation=orientation,
                                               max_gather_bytes=max_gather_bytes,
                                               preserve_norms=preserve_norms,
                                               granularity=granularity,

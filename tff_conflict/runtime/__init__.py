@@ -5,14 +5,13 @@ it first), `set_remote_context('host:port,...')` (workers started with
 `python -m tff_conflict.runtime.worker --port=P`, failures raised as `WorkerError`), and
 `InProcessRunner(process)` / `make_runner(process, 'cpp'|'inprocess')` (rounds run in this Python
 process from TFF's MapReduceForm graphs: no worker, GPU-capable), with `shutdown_workers()`,
-`worker_pids()`, `current_worker_pid()`, `workers_with_environment(name, value)` and
+`worker_pids()`, `workers_with_environment(name, value)` and
 `parse_worker_addresses(addresses)`. `InProcessRunner` and `make_runner` load TFF on first use.
 Design: docs/design.md, "Execution backends".
 """
 
 import importlib
 
-from tff_conflict.runtime.local import current_worker_pid
 from tff_conflict.runtime.local import set_local_context
 from tff_conflict.runtime.local import shutdown_workers
 from tff_conflict.runtime.local import worker_pids
@@ -26,7 +25,6 @@ _LAZY = {'InProcessRunner': 'inprocess', 'make_runner': 'inprocess'}
 __all__ = [
     'InProcessRunner',
     'WorkerError',
-    'current_worker_pid',
     'make_runner',
     'parse_worker_addresses',
     'set_local_context',

@@ -191,8 +191,3 @@ def set_local_context(*, max_concurrent_computation_calls: int = -1) -> None:
   gc.collect()
   shutdown_workers()  # The new context starts its worker lazily, on its first call.
 
-
-def current_worker_pid() -> Optional[int]:
-  """The PID of the newest running worker started by this process, or None."""
-  pids = worker_pids()
-  return pids[-1] if pids else None

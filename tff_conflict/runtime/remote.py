@@ -53,6 +53,7 @@ def parse_worker_addresses(addresses: Union[str, Sequence[str]]) -> list[str]:
 def _make_stub_class():
   """`RemoteExecutorGrpcStub` whose RPCs have a deadline and fail with `WorkerError`."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_conflict import _compat  # pylint: disable=g-import-not-at-top
 
   class DeadlineStub(tff.framework.RemoteExecutorGrpcStub):
     """One worker's stub: bounded RPCs, errors named after the worker and not retried."""
@@ -64,7 +65,7 @@ def _make_stub_class():
 
     def _call(self, method, request, quiet=False):
       try:
-        return getattr(self._stub, method)(request, timeout=self._timeout)
+        return _compat.grpc_stub_method(self, method)(request, timeout=self._timeout)
       except grpc.RpcError as e:
         code = e.code() if isinstance(e, grpc.Call) else None
         details = e.details() if isinstance(e, grpc.Call) else str(e)
