@@ -258,14 +258,42 @@ def _json_default(value):
   raise TypeError(f'not JSON-serializable: {type(value)}')
 
 
+def _builder_defaults(algorithm: Any) -> dict[str, Any]:
+  """The keyword defaults of `algorithm`'s builder (`build_process` for 'custom'), as JSON."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  builder = learning.ALGORITHMS.get(algorithm, learning.build_process)
+  return {name: json.loads(json.dumps(p.default, default=_json_default))
+          for name, p in inspect.signature(builder).parameters.items()
+          if p.kind == p.KEYWORD_ONLY and p.default is not inspect.Parameter.empty}
+
+
+def identity(settings: Mapping[str, Any]) -> dict[str, Any]:
+  """A run's identity: its recorded settings with every default filled in (the `RunSpec` fields'
+  and the builder's keywords'), so that a run stays finished when a later version adds a field
+  or a builder option at its default."""
+  out = {f.name: json.loads(json.dumps(f.default, default=_json_default))
+         for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
+  out.update(settings)
+  out['kwargs'] = dict(_builder_defaults(out.get('algorithm')), **dict(out.get('kwargs') or {}))
+  return out
+
+
 def same_spec(recorded: Mapping[str, Any], spec: RunSpec) -> bool:
-  """Whether a `result.json`'s settings are `spec`'s (compared as JSON values)."""
-  current = json.loads(json.dumps(spec.to_dict(), default=_json_default))
-  return recorded == current
+  """Whether a `result.json`'s settings are `spec`'s, defaults filled in (`identity`)."""
+  return not spec_differences(recorded, spec)
 
 
 def spec_differences(recorded: Mapping[str, Any], spec: RunSpec) -> list[str]:
-  current = json.loads(json.dumps(spec.to_dict(), default=_json_default))
+  """'name: recorded -> current' for each setting that differs, defaults filled in."""
+  recorded = _flat(identity(recorded))
+  current = _flat(identity(json.loads(json.dumps(spec.to_dict(), default=_json_default))))
   keys = sorted(set(recorded) | set(current))
   return [f'{k}: {recorded.get(k)!r} -> {current.get(k)!r}' for k in keys
           if recorded.get(k) != current.get(k)]
+
+
+def _flat(settings: Mapping[str, Any]) -> dict[str, Any]:
+  out = {k: v for k, v in settings.items() if k != 'kwargs'}
+  out.update({f'kwargs.{k}': v for k, v in settings['kwargs'].items()})
+  return out

@@ -87,6 +87,18 @@ def test_directories_and_result_files(tmp_path):
   assert runs.read_result(str(tmp_path)) is None
 
 
+def test_a_run_stays_finished_when_an_option_is_added_at_its_default():
+  recorded = _spec().to_dict()
+  del recorded['client_momentum'], recorded['candidate']      # fields added later, at defaults
+  assert runs.same_spec(recorded, _spec())
+  # A builder option the recorded run did not know: at its default the run is the same run.
+  assert runs.same_spec(recorded, _spec(kwargs=(('counts', 'dataset'), ('form', 'soft_target'))))
+  assert runs.spec_differences(recorded, _spec(kwargs=(('counts', 'dataset'),
+                                                       ('form', 'paper')))) == [
+      "kwargs.form: 'soft_target' -> 'paper'"]
+  assert not runs.same_spec(recorded, _spec(client_momentum=0.9))
+
+
 def test_run_row_puts_the_spec_first():
   row = runs.run_row(_spec(), {'final_accuracy': 0.9})
   assert list(row)[:3] == ['regime', 'dataset', 'method']
