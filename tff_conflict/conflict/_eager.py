@@ -1,8 +1,5 @@
-"""Eager calls of the kernels: arguments converted and checked eagerly (every error a `ValueError`
-before any work), then the kernel runs as a concrete function traced once per kernel, dtypes,
-ranks and hyperparameters, with every dimension unknown. Results equal op-by-op execution bit for
-bit (docs/design.md, "Kernels").
-"""
+"""Eager calls of the kernels: arguments checked eagerly, then one cached concrete function per
+kernel, dtypes, ranks and hyperparameters (docs/design.md, "Kernels")."""
 
 import collections
 import threading

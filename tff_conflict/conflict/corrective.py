@@ -1,11 +1,4 @@
-"""Corrective gradient weights: `x_i = c / sqrt(sum_j (m_j / |D_j|)^2) * m_i / |D_i|^2`, with
-`m_i = D_i . sum_j D_j` and `c = min_i alpha L_i / |D_i|`; the aggregate is
-`sum_k w_k u_k + sum_i x_i D_i` (`alpha = 0` is FedAvg), from one Gram matrix of the gradients.
-
-Mousazadeh, Khodadadi, Salehi, "A Novel Approach for Improving Generalization in Federated
-Learning Through Corrective Gradient Weights" (2023), eqs. (6), (8), (13), (29). Decisions and
-diagnostics: docs/methods.md, "Corrective gradient weights".
-"""
+"""Corrective gradient weights on `[K, d]` stacks of updates and gradients (docs/methods.md)."""
 
 import tensorflow as tf
 
@@ -59,14 +52,18 @@ def _begin(gradients, losses, weights, include, validate, alpha, updates=None):
 
 
 def corrective_weights(gradients, losses, *, alpha=0.1, include=None, validate=True):
-  """The corrective weights x (corrective paper, eq. (29)).
+  """The corrective weights `x_i = c / sqrt(sum_j (m_j / |D_j|)^2) * m_i / |D_i|^2`.
+
+  Mousazadeh, Khodadadi, Salehi, "A Novel Approach for Improving Generalization in Federated
+  Learning Through Corrective Gradient Weights" (2023), eqs. (6), (13), (29):
+  `m_i = D_i . sum_j D_j`, `c = min_i alpha L_i / |D_i|`, from one Gram matrix of the gradients.
 
   Args:
     gradients: float32/float64 [K, d], `D_i` per row.
     losses: [K], `L_i`.
     alpha: in [0, 1] (eqs. (12)-(13); `hparams.CORRECTIVE_ALPHA`, default 0.1); 0 gives x = 0.
     include: optional bool [K]; False rows take no part (x = 0 there).
-    validate: value checks (package docstring, "Validation").
+    validate: value checks (docs/methods.md, "Conventions").
 
   Returns:
     [K] in the dtype of `gradients`.
@@ -146,7 +143,7 @@ def corrective_aggregate(updates, gradients, losses, weights, *, alpha=0.1, incl
     weights: [K] non-negative (e.g. example counts), normalised over the clients taking part.
     alpha: in [0, 1] (`hparams.CORRECTIVE_ALPHA`, default 0.1); 0 is FedAvg.
     include: optional bool [K]; False rows take no part (as does a weight of 0).
-    validate: value checks (package docstring, "Validation").
+    validate: value checks (docs/methods.md, "Conventions").
 
   Returns:
     [d] in the dtype of `updates`.
@@ -160,6 +157,6 @@ def corrective_aggregate_with_diagnostics(updates, gradients, losses, weights, *
   (gradients') Gram matrix.
 
   Returns (aggregate [d], OrderedDict): the common diagnostics (pair statistics of the gradients,
-  see module docstring) plus `corrective_weights` (float32 [K]).
+  docs/methods.md, "Diagnostics") plus `corrective_weights` (float32 [K]).
   """
   return _run(_with_diagnostics, updates, gradients, losses, weights, alpha, include, validate)

@@ -1,11 +1,4 @@
-"""FedMGC's dominant gradient correction (DGC): the `ceil(lambda K)` clients with the largest
-projection similarity over training loss are dominant; every other update is projected off each
-dominant ORIGINAL update it conflicts with, in descending score order; the aggregate is the
-unweighted mean of the clients taking part, run on the Gram matrix.
-
-Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient Conflict
-in Federated Learning", Definition 3, Algorithms 1-2. Decisions: docs/methods.md, "FedMGC".
-"""
+"""FedMGC's dominant gradient correction (DGC) on a `[K, d]` stack (docs/methods.md, FedMGC)."""
 
 import tensorflow as tf
 
@@ -80,7 +73,13 @@ def _run(impl, updates, losses, selection_ratio, include, validate):
 
 
 def dominant_correction(updates, losses, *, selection_ratio=0.5, include=None, validate=True):
-  """FedMGC dominant gradient correction (fedmgc paper, Algorithms 1-2).
+  """FedMGC's dominant gradient correction.
+
+  Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient
+  Conflict in Federated Learning", Definition 3, Algorithms 1-2: the `ceil(lambda K)` clients with
+  the largest projection similarity over training loss are dominant; every other update is
+  projected off each dominant ORIGINAL update it conflicts with, in descending score order; the
+  aggregate is the unweighted mean of the clients taking part, computed on the Gram matrix.
 
   Args:
     updates: float32/float64 [K, d], one client update per row.
@@ -88,7 +87,7 @@ def dominant_correction(updates, losses, *, selection_ratio=0.5, include=None, v
     selection_ratio: lambda in (0, 1] (`hparams.DGC_SELECTION_RATIO`, default 0.5);
       `ceil(lambda K)` clients are dominant.
     include: optional bool [K]; False rows take no part.
-    validate: value checks (package docstring, "Validation").
+    validate: value checks (docs/methods.md, "Conventions").
 
   Returns:
     [d] in the dtype of `updates`: the mean of the corrected updates.

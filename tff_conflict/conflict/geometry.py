@@ -1,8 +1,5 @@
 """Gram-matrix geometry shared by the kernels: cosines, conflict statistics, who takes part in a
-round (finite, included, positive weight), `norm_ratio`, and `combine`, the one weighted sum
-`c^T U` that forms every aggregate. Conventions (non-finite rows, zero vectors, the conflict
-tolerance, diagnostics dtypes): docs/methods.md, "Conventions" and "Diagnostics".
-"""
+round, `norm_ratio`, and `combine`, the one weighted sum `c^T U` that forms every aggregate."""
 
 import collections
 
@@ -23,7 +20,7 @@ def gram(stack):
 
 
 def conflict_tolerance(dtype):
-  """Cosines below `-conflict_tolerance(dtype)` count as conflicts (see module docstring)."""
+  """Cosines below `-conflict_tolerance(dtype)` count as conflicts (docs/methods.md, "Conventions")."""
   return 100.0 * float(np.finfo(tf.as_dtype(dtype).as_numpy_dtype).eps)
 
 
@@ -99,7 +96,7 @@ class Round:
     num_rows: K (int32 scalar tensor).
     gram: the masked Gram matrix (rows/cols of clients not taking part are 0), [K, K].
     sq_norms: its diagonal, [K].
-    finite: bool [K], client's row is finite (see module docstring).
+    finite: bool [K], client's row is finite (docs/methods.md, "Conventions").
     part: bool [K], client takes part.
     num_part: number of clients taking part (float64 scalar).
     weights: normalised weights over the clients taking part (0 elsewhere), [K] or None.
@@ -192,7 +189,7 @@ def norm_ratio(aggregate_norm, mean_norm):
 
 def check_round(updates, *, weights=None, losses=None, include=None, validate=True,
                 updates_name='updates'):
-  """Converts and checks the arguments of a round (package docstring, "Validation").
+  """Converts and checks the arguments of a round (docs/methods.md, "Conventions").
 
   Returns (stack, weights, losses, include) as tensors: the [K, d] stack in its dtype, weights and
   losses as float64 [K] (or None), include as bool [K]. Called eagerly, every check has run (and

@@ -1,11 +1,4 @@
-"""FedGH: each update is projected off every other client's ORIGINAL update it conflicts with,
-`u_k <- u_k - (u_k . ~u_j) / |~u_j|^2 ~u_j` if `u_k . ~u_j < 0`, in a per-client random (seeded)
-or index order; the aggregate is `sum_k w_k u_k`, run on the Gram matrix.
-
-Zhang, Sun, Chen, "Tackling the Non-IID Issue in Heterogeneous Federated Learning by Gradient
-Harmonization", arXiv:2309.06692, eq. (1), Algorithm 1. Order, seeds and decisions:
-docs/methods.md, "FedGH".
-"""
+"""FedGH's gradient harmonization on a `[K, d]` stack (docs/methods.md, FedGH)."""
 
 import tensorflow as tf
 
@@ -82,15 +75,21 @@ def _run(impl, updates, weights, order, seed, include, validate):
 
 
 def harmonize(updates, weights, *, order='random', seed=None, include=None, validate=True):
-  """FedGH aggregate (fedgh paper, Algorithm 1): harmonize, then weighted mean.
+  """FedGH aggregate: harmonize, then the weighted mean.
+
+  Zhang, Sun, Chen, "Tackling the Non-IID Issue in Heterogeneous Federated Learning by Gradient
+  Harmonization", arXiv:2309.06692, eq. (1), Algorithm 1: each update is projected off every other
+  client's ORIGINAL update it conflicts with, `u_k <- u_k - (u_k . ~u_j) / |~u_j|^2 ~u_j` if
+  `u_k . ~u_j < 0`, in a per-client random (seeded) or index order; the aggregate is
+  `sum_k w_k u_k`, computed on the Gram matrix.
 
   Args:
     updates: float32/float64 [K, d], one client update per row.
     weights: [K] non-negative (e.g. example counts), normalised over the clients taking part.
     order: "random" (per-client random partner order drawn from `seed`) or "index".
-    seed: None, a Python int, or an integer tensor of shape [] or [2] (see module docstring).
+    seed: None, a Python int, or an integer tensor of shape [] or [2] (`projection_order`).
     include: optional bool [K]; False rows take no part (as does a weight of 0).
-    validate: value checks on weights/include (package docstring, "Validation").
+    validate: value checks on weights/include (docs/methods.md, "Conventions").
 
   Returns:
     [d] in the dtype of `updates`: `sum_k w_k u_k` over the harmonized `u_k`.

@@ -15,7 +15,7 @@ def weighted_mean_with_diagnostics(updates, weights, *, include=None, validate=T
     updates: float32/float64 [K, d], one client update per row.
     weights: [K] non-negative, normalised over the clients taking part.
     include: optional bool [K]; False rows take no part (as does a weight of 0).
-    validate: value checks (package docstring, "Validation").
+    validate: value checks (docs/methods.md, "Conventions").
 
   Returns:
     (aggregate [d] in the dtype of `updates`, OrderedDict of diagnostics; `mean_update_norm` and

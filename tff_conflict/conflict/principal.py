@@ -1,19 +1,4 @@
-"""FedLD principal-gradient aggregation (docs/methods.md, FedLD).
-
-Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via Loss
-Decomposition", MICCAI 2024, arXiv:2408.12300, Sec. 2.4, eqs. (4)-(7). For one slice U of the
-updates ([K, d_t]): `Gamma = U U^T / K`, eigenpairs `(lambda_z, e_z)` descending, directions
-`v_z = U^T e_z`; keep the top `L = max(1, floor(rho K))`; revise
-`u_i = sum_{kept l, g'_il != 0} |u_i| / |g'_il| * lambda_l / S * g'_il`, `g'_il` the projection
-of `u_i` on `v_l`, `S` the sum of all K eigenvalues; aggregate `sum_i w_i u_i`.
-`revision="projection"` (a diagnosis, in neither the paper nor the authors' code) revises
-`u_i = sum_{kept l} g'_il` instead: the plain orthogonal projection on the same subspace.
-`granularity="tensor"` (default, the authors' `svd_tools.pcgrad_svd`) applies this to each
-model tensor's columns separately (`tensor_sizes`: the lengths of consecutive slices of d; None:
-the whole row is one tensor), `"model"` (the paper's text) once to the whole row. Computed from
-each slice's K x K Gram matrix (`tf.linalg.eigh` in float64) and one weighted sum per slice;
-the thresholds, diagnostics and decisions are in docs/methods.md, FedLD.
-"""
+"""FedLD's principal-gradient aggregation on a `[K, d]` stack (docs/methods.md, FedLD)."""
 
 import numpy as np
 import tensorflow as tf
@@ -185,7 +170,15 @@ def _run(impl, updates, weights, component_ratio, include, validate,
 
 def principal_aggregate(updates, weights, *, component_ratio=0.8, include=None, validate=True, preserve_norms=False,
                         granularity='tensor', tensor_sizes=None, revision='eigenvalue_share'):
-  """FedLD principal-gradient aggregate (fedld paper, eqs. (4)-(7)).
+  """FedLD principal-gradient aggregate.
+
+  Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via Loss
+  Decomposition", MICCAI 2024, arXiv:2408.12300, Sec. 2.4, eqs. (4)-(7). For one slice U of the
+  updates ([K, d_t]): `Gamma = U U^T / K`, eigenpairs `(lambda_z, e_z)` descending, directions
+  `v_z = U^T e_z`; keep the top `L = max(1, floor(rho K))`; revise
+  `u_i = sum_{kept l, g'_il != 0} |u_i| / |g'_il| * lambda_l / S * g'_il`, `g'_il` the projection
+  of `u_i` on `v_l`, `S` the sum of all K eigenvalues; aggregate `sum_i w_i u_i`. Computed from
+  each slice's K x K Gram matrix (`tf.linalg.eigh` in float64) and one weighted sum per slice.
 
   Args:
     updates: float32/float64 [K, d], one client update per row.
@@ -193,7 +186,7 @@ def principal_aggregate(updates, weights, *, component_ratio=0.8, include=None, 
     component_ratio: rho in (0, 1] (`hparams.PRINCIPAL_COMPONENT_RATIO`, default 0.8);
       `L = max(1, floor(rho K))` principal directions are kept (in each slice).
     include: optional bool [K]; False rows take no part (as does a weight of 0).
-    validate: value checks (package docstring, "Validation").
+    validate: value checks (docs/methods.md, "Conventions").
     preserve_norms: rescale each revised update (slice) to its original length
       (`hparams.PRINCIPAL_PRESERVE_NORMS`, default False: eq. (7) as the authors' code).
     granularity: "tensor" (default, `hparams.PRINCIPAL_GRANULARITY`): the aggregation runs on each
