@@ -1,12 +1,5 @@
-"""`federated_gather`: every client's row (vectors, weight, extras) brought to the server as stacks.
-
-One `tff.federated_aggregate` whose accumulator is a mixed-radix counter of `[None, ...]` pieces,
-so TFF's C++ runtime keeps its intermediates without copying and a round's memory grows linearly
-in K; rows arrive in client order, nothing is capped, and non-finite or zero-weight rows are
-counted, not stacked (`row_status`). `accumulate` refuses a row that would push
-`estimated_gather_bytes` over the limit (`max_gather_bytes`). Why and how: docs/design.md, "The
-gather".
-"""
+"""`federated_gather`: every client's row (vectors, weight, extras) brought to the server as stacks,
+in client order, under a memory limit (docs/design.md, "The gather")."""
 
 import collections
 import contextlib
@@ -25,7 +18,7 @@ ZERO_WEIGHT = 1
 NON_FINITE = 2
 _NUM_STATUSES = 3
 
-# Radix of each level of the accumulator's counter (module docstring).
+# Radix of each level of the accumulator's counter (docs/design.md, "The gather").
 RADICES = (16, 16, 16)
 # Row fields of at most this many bytes are stacked by plain concatenation, not in pieces.
 SMALL_ROW_BYTES = 64
@@ -65,7 +58,7 @@ def _check_limit(num_bytes):
 
 
 def set_max_gather_bytes(num_bytes: Optional[int]) -> None:
-  """Sets the limit for processes built from now on (None: no check); see the module docstring."""
+  """Sets the limit for processes built from now on (None: no check; docs/design.md)."""
   global _limit_override
   _limit_override = _check_limit(num_bytes)
 
@@ -132,7 +125,7 @@ def counter_copied_rows(num_rows: int, radices: Sequence[int] = RADICES) -> int:
 
 def estimated_gather_bytes(row_bytes: int, num_clients: int, *, small_row_bytes: int = 0,
                            radices: Sequence[int] = RADICES) -> int:
-  """Estimated C++-runtime worker memory to gather K rows (module docstring, "Guard").
+  """Estimated C++-runtime worker memory to gather K rows (docs/design.md, "The gather").
 
   `row_bytes` is the size of one row's large fields (held in pieces), `small_row_bytes` that of its
   small fields (concatenated):
@@ -482,8 +475,8 @@ def federated_gather(rows, row_type: collections.OrderedDict, *, vector_size: in
     row_type: `OrderedDict` of field name -> `tff.TensorType` with fully defined shape.
     vector_size: d, reported in the memory-limit error.
     limit_bytes: memory limit for the C++ runtime check; default `max_gather_bytes()`.
-    radices, small_row_bytes: the accumulator's layout (module docstring); the defaults are what
-      the aggregators use, other values serve tests.
+    radices, small_row_bytes: the accumulator's layout (docs/design.md, "The gather"); the
+      defaults are what the aggregators use, other values serve tests.
 
   Returns:
     A SERVER-placed value of `gathered_type(row_type)`: `stacks[name]` is `[K_in, ...]` with the

@@ -1,8 +1,5 @@
-"""The AggregationProcess every conflict factory shares: clients `make_row` (flatten), one
-`federated_gather`, one server `combine` (the kernel), `unflatten` to the value's type. A factory
-supplies the TensorFlow functions; this module types them so the process compiles to
-MapReduceForm.
-"""
+"""The AggregationProcess every conflict factory shares: clients flatten a row, one gather, one
+server kernel, unflatten to the value's type; typed so that it compiles to MapReduceForm."""
 
 import collections
 from typing import Callable, Optional

@@ -1,9 +1,4 @@
-"""Corrective gradient weights as a WeightedAggregationFactory (docs/methods.md, "Corrective
-gradient weights").
-
-Paper: Mousazadeh, Khodadadi, Salehi, "A Novel Approach for Improving Generalization in Federated
-Learning Through Corrective Gradient Weights" (2023; the corrective paper), eqs. 3-8, 13, 24-29.
-"""
+"""Corrective gradient weights as a `tff.aggregators.WeightedAggregationFactory`."""
 
 import collections
 from collections.abc import Mapping
@@ -45,6 +40,9 @@ def check_corrective_value_type(value_type) -> None:
 
 class CorrectiveGradientFactory(tff.aggregators.WeightedAggregationFactory):
   """Corrective gradient weights: FedAvg plus a correction along the clients' loss gradients.
+
+  Mousazadeh, Khodadadi, Salehi, "A Novel Approach for Improving Generalization in Federated
+  Learning Through Corrective Gradient Weights" (2023), eqs. 3-8, 13, 24-29; docs/methods.md.
 
   Each client sends `OrderedDict(update=u_i, gradient=D_i, loss=L_i)` with weight `n_i` (number of
   examples), e.g. from `tff_conflict.learning.build_corrective_client_work`. With

@@ -1,12 +1,4 @@
-"""FedMGC dominant gradient correction as a WeightedAggregationFactory (docs/methods.md, FedMGC).
-
-Paper: Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient
-Conflict in Federated Learning" (the fedmgc paper), Definition 3, Algorithms 1-2.
-
-The caller says what the weight channel carries (`weights_are_losses`, required): each client's
-training loss (the method as published; `tff_conflict.learning.build_fedmgc`, `build_process`)
-or anything else, e.g. TFF's numbers of examples (then every loss counts as equal).
-"""
+"""FedMGC's dominant gradient correction as a `tff.aggregators.WeightedAggregationFactory`."""
 
 from typing import Optional
 
@@ -31,6 +23,12 @@ REQUIRED = _Required()
 
 class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFactory):
   """Dominant gradient correction (FedMGC DGC), then the unweighted mean of corrected updates.
+
+  Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient
+  Conflict in Federated Learning", Definition 3, Algorithms 1-2; docs/methods.md, FedMGC. The
+  caller says what the weight channel carries (`weights_are_losses`, required): each client's
+  training loss (the method as published; `tff_conflict.learning.build_fedmgc`, `build_process`)
+  or anything else, e.g. TFF's numbers of examples (then every loss counts as equal).
 
   `p_i` = mean over j != i of `(u_i . u_j / |u_j| + u_j . u_i / |u_i|) / 2`; `z_i = p_i / l_i`;
   the `ceil(selection_ratio * K)` clients with the largest z are dominant; every update is

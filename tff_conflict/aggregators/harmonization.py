@@ -1,8 +1,4 @@
-"""FedGH as a `tff.aggregators.WeightedAggregationFactory` (docs/methods.md, FedGH).
-
-Paper: Zhang, Sun, Chen, "Tackling the Non-IID Issue in Heterogeneous Federated Learning by
-Gradient Harmonization", arXiv:2309.06692 (the fedgh paper), Algorithm 1.
-"""
+"""FedGH as a `tff.aggregators.WeightedAggregationFactory`."""
 
 import collections
 
@@ -18,6 +14,9 @@ from tff_conflict.aggregators import _process
 
 class GradientHarmonizationFactory(tff.aggregators.WeightedAggregationFactory):
   """Gradient harmonization (FedGH) of the client updates, then their weighted mean.
+
+  Zhang, Sun, Chen, "Tackling the Non-IID Issue in Heterogeneous Federated Learning by Gradient
+  Harmonization", arXiv:2309.06692, Algorithm 1; docs/methods.md, FedGH.
 
   For each client k and each other client j (in a per-round random order, or ascending with
   `order="index"`): if `u_k . ~u_j < 0` then `u_k <- u_k - (u_k . ~u_j) / |~u_j|^2 ~u_j`, with

@@ -1,10 +1,4 @@
-"""FedLD principal-gradient aggregation as a WeightedAggregationFactory (docs/methods.md, FedLD).
-
-Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via Loss
-Decomposition", MICCAI 2024, arXiv:2408.12300, eqs. 4-7: the server side of
-`tff_conflict.conflict.principal_aggregate_with_diagnostics`, applied to each tensor of the value
-separately by default (the authors' code) or once to the whole flattened value.
-"""
+"""FedLD's principal-gradient aggregation as a `tff.aggregators.WeightedAggregationFactory`."""
 
 import collections
 import math
@@ -27,6 +21,11 @@ def tensor_sizes(value_type) -> tuple[int, ...]:
 
 class PrincipalGradientFactory(tff.aggregators.WeightedAggregationFactory):
   """Principal-gradient aggregation (FedLD) of the client updates.
+
+  Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via Loss
+  Decomposition", MICCAI 2024, arXiv:2408.12300, eqs. 4-7: the server side of
+  `tff_conflict.conflict.principal_aggregate_with_diagnostics`, on each tensor of the value
+  separately by default (the authors' code) or once on the whole flattened value.
 
   For each tensor of the value (`granularity="tensor"`, default) or once for the whole flattened
   value (`"model"`): `Gamma = U U^T / K` (U: the clients' slices as rows), eigenpairs in
