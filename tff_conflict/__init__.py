@@ -1,10 +1,5 @@
 """tff_conflict: gradient-conflict methods for federated learning on TensorFlow Federated.
-
-Submodules are imported lazily: `conflict` (the server math on a stack of client updates),
-`aggregators`, `losses`, `learning`, `data`, `evaluation`, `hparams`, `runtime`. Importing the
-package changes nothing in the host program; `quiet()` turns TensorFlow's and TFF's log noise off.
-See README.md and docs/.
-"""
+Submodules load lazily; importing the package changes nothing in the host program."""
 
 import importlib
 

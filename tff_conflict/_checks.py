@@ -1,13 +1,5 @@
-"""Argument checks of Python scalars, shared by every package of `tff_conflict`.
-
-Each check takes `(name, value, ...)`, returns the value normalized (a Python float, int, bool or
-the chosen string) and raises `ValueError` naming the argument and the value otherwise, e.g.
-`gamma must be a finite number >= 0, got nan`. Booleans are never accepted as numbers. NumPy
-scalars are accepted wherever Python numbers are.
-
-Checks of tensors (shapes, dtypes, per-client vectors) belong to the code that takes the tensors
-(`tff_conflict.conflict`'s kernels); checks of TFF types to `tff_conflict.aggregators`.
-"""
+"""Argument checks of Python scalars: each returns the value normalized or raises `ValueError`
+naming the argument and the value (booleans are never numbers)."""
 
 import math
 import numbers

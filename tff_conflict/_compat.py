@@ -1,9 +1,5 @@
-"""The TensorFlow and TFF internals this library needs that have no public name, in one place.
-
-Written against TF 2.14.1 and TFF 0.87.0. `check_versions()` (called by the runtime's entry points,
-never at import) warns once, in one line, when the installed versions differ. Every other module
-of `tff_conflict` uses public names only (`tf.*`, `tf.raw_ops.*`, `tff.*`).
-"""
+"""The TensorFlow, TFF and Keras internals this library needs that have no public name, in one
+place (tested with TF 2.14.1 and TFF 0.87.0); every other module uses public names only."""
 
 import gc
 import subprocess

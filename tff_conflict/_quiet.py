@@ -1,8 +1,4 @@
-"""`tff_conflict.quiet()`: keeps TensorFlow's and TFF's log noise out of a program, on request.
-
-Importing `tff_conflict` changes nothing in the host program; what `quiet()` changes is listed in
-its docstring (BUILD_NOTES.md, "Log noise").
-"""
+"""`tff_conflict.quiet()`: keeps TensorFlow's and TFF's log noise out of a program, on request."""
 
 import atexit
 import logging

@@ -1,11 +1,5 @@
-"""Evaluation of a global model on a test split: centralized and per client.
-
-`classification_metrics` (NumPy, from predicted classes), `evaluate_arrays` (a built Keras model on
-arrays) and `evaluate` (TFF model weights on a dataset or ClientData, per client with
-`per_client=True`) report accuracy, macro-F1, mean loss, `mean_logit` and per-class accuracy;
-`class_cooccurrence` and `confusion_by_cooccurrence` diagnose label skew. Definitions:
-docs/methods.md, "Evaluation".
-"""
+"""Evaluation of a global model on a test split, centralized and per client: accuracy, macro-F1,
+mean loss, per-class accuracy and label-skew diagnostics (docs/methods.md, "Evaluation")."""
 
 import collections
 from typing import Any, Callable, Optional, Sequence, Union

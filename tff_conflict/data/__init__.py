@@ -1,11 +1,6 @@
-"""Federated data sets as `(train, test)` pairs of `tff.simulation.datasets.ClientData`.
-
-Elements are single unbatched examples `OrderedDict(x=float32 [...], y=int32 scalar)`:
-`digits` (offline), `synthetic`, `emnist`, `leaf`, `tfds_dirichlet`; the splits
-(`dirichlet_partition` and NIID-Bench's others, `partition_to_client_data`), named regimes
-(`parse_regime`, `load_regime`), `split_validation`, `describe`, `dataset_info`. Test splits and
-partitions: docs/methods.md, "Data sets and partitions".
-"""
+"""Federated data sets as `(train, test)` pairs of `tff.simulation.datasets.ClientData` of unbatched
+`OrderedDict(x=float32 [...], y=int32)` examples, their non-IID splits and named regimes
+(docs/methods.md, "Data sets and partitions")."""
 
 from tff_conflict.data.client_data import partition_to_client_data
 from tff_conflict.data.summary import describe

@@ -1,10 +1,5 @@
-"""Federated EMNIST (LEAF's FEMNIST, split by writer) from TFF's SQLite file, for CNNs.
-
-TFF's `tff.simulation.datasets.emnist.load_data` reads `<cache_dir>/emnist_all.sqlite` and
-downloads it when it is missing. Here a missing file fails at once instead (no network access is
-tried), naming the file and where to put it. The data stay SQL-backed (TFF's `SqlClientData`):
-each client's examples are queried and parsed only when its dataset is iterated.
-"""
+"""Federated EMNIST (LEAF's FEMNIST, split by writer) from TFF's SQLite file, never downloaded: a
+missing file fails at once, naming it; clients are read lazily (TFF's `SqlClientData`)."""
 
 import collections
 import os

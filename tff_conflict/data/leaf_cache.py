@@ -1,9 +1,5 @@
-"""LEAF's JSON output converted once into a compact on-disk cache, and opened again quickly.
-
-One file per client (so reading a client reads only it), rebuilt when the sources, the Pillow
-version or the format change, built in a temporary directory under a file lock. Layout and
-rules: docs/design.md, "Data".
-"""
+"""LEAF's JSON output converted once into a compact on-disk cache of one file per client, rebuilt
+when its sources change (docs/design.md, "Data")."""
 
 import contextlib
 import dataclasses

@@ -1,8 +1,5 @@
-"""`leaf(root)`: LEAF's FEMNIST, Synthetic or CelebA as `ClientData`, read from the JSON files of
-LEAF's `preprocess.sh` (users are clients, its train/test files the splits) and converted once
-into an on-disk cache (`leaf_cache`). Caldas et al., "LEAF: A Benchmark for Federated Settings",
-arXiv:1812.01097.
-"""
+"""`leaf(root)`: LEAF's FEMNIST, Synthetic or CelebA as `ClientData` (users are clients), read from
+the JSON files of LEAF's `preprocess.sh` through an on-disk cache (`leaf_cache`)."""
 
 import collections
 import math
@@ -140,6 +137,8 @@ class LeafClientData(tff.simulation.datasets.ClientData):
 
 def leaf(root, *, name: Optional[str] = None, cache_dir=None, image_dir=None):
   """LEAF's FEMNIST, Synthetic or CelebA as TFF `ClientData` `(train, test)`, from its JSON.
+
+  Caldas et al., "LEAF: A Benchmark for Federated Settings", arXiv:1812.01097.
 
   Reads the output of LEAF's `preprocess.sh` (github.com/TalwalkarLab/leaf): the JSON files
   `train/*.json` and `test/*.json`, each `{"users": [...], "num_samples": [...],

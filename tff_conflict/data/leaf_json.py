@@ -1,8 +1,5 @@
-"""A streaming reader of the JSON files LEAF's `preprocess.sh` writes (`users`, `num_samples`,
-`user_data`): one pass in fixed-size chunks, each user's examples handed to a sink; numeric `x`
-rows converted exactly as `json` would. Any departure from that structure raises
-`LeafFormatError` naming the file and the byte offset.
-"""
+"""A streaming reader of the JSON files LEAF's `preprocess.sh` writes; a departure from their
+structure raises `LeafFormatError` naming the file and the byte offset."""
 
 import json
 import math

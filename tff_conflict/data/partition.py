@@ -1,12 +1,5 @@
-"""Partitions of a labelled dataset over clients (pure NumPy), as NIID-Bench names them.
-
-`iid_partition`, `dirichlet_partition` (per class `P_c ~ Dir_K(alpha)`), `label_quantity_partition`
-(`#C=k`), `quantity_skew_partition` (`q ~ Dir(beta)`) from Li, Diao, Chen, He, "Federated Learning
-on Non-IID Data Silos: An Experimental Study" (ICDE 2022, arXiv:2102.02079), Sec. III-A;
-`client_dirichlet_partition` (per client `r_k ~ Dir_C(alpha)`, equal sizes; the FedGA authors'
-split); `partition_like` splits a test set with each client's training label proportions.
-docs/methods.md, "Data sets and partitions".
-"""
+"""Partitions of a labelled dataset over clients (pure NumPy), as NIID-Bench names them, plus the
+FedGA authors' per-client Dirichlet split (docs/methods.md, "Data sets and partitions")."""
 
 from collections.abc import Sequence
 

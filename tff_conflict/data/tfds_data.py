@@ -1,8 +1,5 @@
-"""MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100 from tensorflow-datasets, Dirichlet-split.
-
-Never downloads: the data must already be prepared in `data_dir` (e.g. on a machine with network,
-`tfds.builder(name, data_dir=DIR).download_and_prepare()`, then copy DIR).
-"""
+"""MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100 from tensorflow-datasets, Dirichlet-split; never
+downloads (the data must already be prepared in `data_dir`)."""
 
 import os
 
