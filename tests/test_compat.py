@@ -19,10 +19,14 @@ def test_warns_once_in_one_line_naming_tested_and_installed_versions(monkeypatch
   with pytest.warns(RuntimeWarning) as record:
     _compat.check_versions()
     _compat.check_versions()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   assert len(record) == 1
   message = str(record[0].message)
   assert '\n' not in message
-  assert 'tested with TF 2.14.1 and TFF 0.0.1; installed are TF 2.14.1 and TFF 0.87.0' in message
+  tested_tf = _compat.TESTED_VERSIONS['tensorflow']
+  assert (f'tested with TF {tested_tf} and TFF 0.0.1; installed are TF {tf.__version__} and '
+          f'TFF {tff.__version__}') in message
 
 
 def test_silent_with_the_tested_versions(monkeypatch, unchecked):

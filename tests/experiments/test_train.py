@@ -89,7 +89,8 @@ def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
   hparams = metrics_io.read_hparams(str(experiment_dir / 'hparams.csv'))
   assert hparams['seed'] == '3' and hparams['aggregator'] == 'fedgh'
   assert hparams['proximal_strength'] == '0.1' and hparams['rounds'] == '2'
-  assert hparams['version/tensorflow-federated'] == '0.87.0'
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  assert hparams['version/tensorflow-federated'] == tff.__version__
   manager = checkpoints.CheckpointManager(str(experiment_dir / 'checkpoints'))
   assert manager.versions() == [1, 2]
   assert not os.path.exists(str(experiment_dir / 'metrics.csv.tmp'))
