@@ -272,6 +272,7 @@ ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
               PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN, PRINCIPAL_REVISION,
               CLIENT_CLIP_NORM),
     'fed_corrective': (CORRECTIVE_ALPHA, CLIENT_CLIP_NORM),
+    'scaffold': (CLIENT_CLIP_NORM,),
 }
 
 # The keyword arguments of each entry of `tff_conflict.learning.LOSSES`.

@@ -94,3 +94,70 @@ def softmax_sgd_reference(weights, batches, lr, mu=0.0):
 def client_dataset():
   return make_tiny_client_datasets(num_clients=1, examples_per_client=20, batch_size=6,
                                    seed=3)[0]
+
+
+def scaffold_reference(weights, rounds, *, num_clients, lr, server_lr=1.0, weighting='uniform',
+                       clip_norm=None):
+  """SCAFFOLD (Karimireddy et al., ICML 2020, Algorithm 1, option II) on softmax regression with
+  cross-entropy, as plain float64 loops.
+
+  Args:
+    weights: starting `(kernel, bias)`.
+    rounds: per round, a list of `(client_id, batches)` with `batches` as `batches_of` gives.
+    num_clients: N.
+    lr, server_lr: eta_l and eta_g.
+    weighting: 'uniform' (the paper) or 'num_examples'.
+    clip_norm: None, or c: each raw gradient is clipped to global norm c before the correction.
+
+  Returns:
+    Per round, `dict(kernel, bias, c, controls={client_id: c_i}, excluded)` after the round.
+  """
+  shapes = [w.shape for w in weights]
+  sizes = [int(np.prod(s)) for s in shapes]
+  x = np.concatenate([w.astype(np.float64).reshape(-1) for w in weights])
+  c = np.zeros_like(x)
+  controls = {}
+  history = []
+
+  def grad(flat, xb, yb):
+    kernel, bias = np.split(flat, [sizes[0]])
+    _, gk, gb = ce_loss_and_grads(kernel.reshape(shapes[0]), bias, xb, yb)
+    g = np.concatenate([gk.reshape(-1), gb])
+    if clip_norm is not None:
+      g = g * min(1.0, clip_norm / max(np.linalg.norm(g), 1e-300))
+    return g
+
+  for cohort in rounds:
+    updates, deltas, weights_ = [], [], []
+    excluded = 0
+    for cid, batches in cohort:
+      c_i = controls.get(cid, np.zeros_like(x))
+      y = x.copy()
+      steps = 0
+      with np.errstate(all='ignore'):
+        for xb, yb in batches:
+          y = y - lr * (grad(y, xb, yb) - c_i + c)
+          steps += 1
+        u = x - y
+        if steps == 0:
+          u, dc = np.zeros_like(x), np.zeros_like(x)
+        else:
+          c_plus = c_i - c + u / (steps * lr)
+          dc = c_plus - c_i
+      w = 1.0 if weighting == 'uniform' else float(sum(len(yb) for _, yb in batches))
+      if not (np.all(np.isfinite(u)) and np.all(np.isfinite(dc))):
+        u, dc, w = np.zeros_like(x), np.zeros_like(x), 0.0
+        excluded += 1
+      controls[cid] = c_i + dc
+      updates.append(u)
+      deltas.append(dc)
+      weights_.append(w)
+    total = sum(weights_)
+    a = sum(w * u for w, u in zip(weights_, updates)) / total if total > 0 else np.zeros_like(x)
+    x = x - server_lr * a
+    c = c + len(cohort) / num_clients * np.mean(deltas, axis=0)
+    kernel, bias = np.split(x, [sizes[0]])
+    history.append(dict(kernel=kernel.reshape(shapes[0]), bias=bias, c=c.copy(),
+                        controls={k: v.copy() for k, v in controls.items()},
+                        excluded=excluded))
+  return history

@@ -2,7 +2,8 @@
 
 `build_process` (any client loss + any server aggregator, optionally the FedProx term) and the
 papers' methods `build_fedavg`, `build_fedprox`, `build_fedgh`, `build_fedmgc`, `build_fedga`,
-`build_fedld`, `build_fed_corrective`; the registries `ALGORITHMS`, `LOSSES`, `AGGREGATORS`; the
+`build_fedld`, `build_fed_corrective`, `build_scaffold` (with `ClientControls`, its clients'
+state between rounds); the registries `ALGORITHMS`, `LOSSES`, `AGGREGATORS`; the
 client works and finalizers they use. Models: a function returning an uncompiled Keras model with
 `input_spec`, a `VariableModel` or a `FunctionalModel` (only Keras can take a replaced loss).
 """
@@ -15,6 +16,7 @@ from tff_conflict.learning.algorithms import build_fedgh
 from tff_conflict.learning.algorithms import build_fedld
 from tff_conflict.learning.algorithms import build_fedmgc
 from tff_conflict.learning.algorithms import build_fedprox
+from tff_conflict.learning.client_controls import ClientControls
 from tff_conflict.learning.client_work import build_client_work
 from tff_conflict.learning.client_work import build_label_counting_client_work
 from tff_conflict.learning.client_work import build_loss_weighted_client_work
@@ -28,5 +30,7 @@ from tff_conflict.learning.process import build_process
 from tff_conflict.learning.process import resolve_aggregator
 from tff_conflict.learning.process import resolve_loss
 from tff_conflict.learning.registry import AGGREGATORS
+from tff_conflict.learning.scaffold import build_scaffold
+from tff_conflict.learning.scaffold import control_layout
 from tff_conflict.learning.registry import LOSSES
 from tff_conflict.learning import registry

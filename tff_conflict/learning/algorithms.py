@@ -5,7 +5,8 @@ Every builder is a thin wrapper of `build_process` with the same core keywords,
     build_X(model_fn, *, input_spec=None, client_optimizer_fn, server_optimizer_fn=None,
             client_weighting=None, metrics=None, <method hyperparameters>, clip_norm=None)
 
-so that a binary can call any entry of `ALGORITHMS` the same way. `clip_norm` (every builder,
+so that a binary can call any entry of `ALGORITHMS` the same way (SCAFFOLD, `scaffold.
+build_scaffold`, also takes `num_clients`, and its clients take their controls with their data). `clip_norm` (every builder,
 `hparams.CLIENT_CLIP_NORM`): None, or c > 0 to clip each local step's gradient to global L2 norm
 c, so that a baseline can be clipped exactly as a method is. `model_fn` is what TFF's own
 builders take (a function returning a `tff.learning.models.VariableModel`, or a
@@ -28,6 +29,7 @@ from tff_conflict import hparams
 from tff_conflict.learning import client_work as client_work_lib
 from tff_conflict.learning import models as models_lib
 from tff_conflict.learning import process as process_lib
+from tff_conflict.learning import scaffold as scaffold_lib
 
 KerasModelFn = Callable[[], tf.keras.Model]
 Process = tff.learning.templates.LearningProcess
@@ -249,4 +251,5 @@ ALGORITHMS = {
     'fedga': build_fedga,
     'fedld': build_fedld,
     'fed_corrective': build_fed_corrective,
+    'scaffold': scaffold_lib.build_scaffold,
 }

@@ -227,6 +227,19 @@ def build_process(model_fn: models_lib.ModelArg, *,
                   clip=clip, metrics_aggregator=metrics_aggregator)
 
 
+def variable_model_fn_of(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn,
+                         functional_metrics: bool) -> Callable[[], Any]:
+  """The no-argument `VariableModel` factory of a resolved model: a Keras model with `loss_fn`
+  (label-checked by the caller) and `metrics_fn`, a FunctionalModel with `metrics_fn` when
+  metrics were given, else the model's own."""
+  if model.kind == models_lib.KERAS:
+    return models_lib.build_model_fn(model.keras_model_fn, input_spec=model.input_spec,
+                                     loss_fn=loss_fn, metrics_fn=metrics_fn)
+  if model.kind == models_lib.FUNCTIONAL and functional_metrics:
+    return models_lib.functional_model_fn(model.functional_model, metrics_fn)
+  return model.variable_model_fn
+
+
 def _compose(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn, functional_metrics: bool,
              factory, weighting: str, corrective: bool, dataset_counts: bool, client_optimizer,
              server_optimizer, mu: float, clip, metrics_aggregator
@@ -234,13 +247,8 @@ def _compose(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn, functional
   """The composition of `build_process`, from checked arguments."""
   if model.kind == models_lib.KERAS:
     loss_fn = models_lib.label_checked(loss_fn, model.num_classes)
-    variable_model_fn = models_lib.build_model_fn(
-        model.keras_model_fn, input_spec=model.input_spec, loss_fn=loss_fn,
-        metrics_fn=metrics_fn)
-  elif model.kind == models_lib.FUNCTIONAL and functional_metrics:
-    variable_model_fn = models_lib.functional_model_fn(model.functional_model, metrics_fn)
-  else:
-    variable_model_fn = model.variable_model_fn
+  variable_model_fn = variable_model_fn_of(model, loss_fn=loss_fn, metrics_fn=metrics_fn,
+                                           functional_metrics=functional_metrics)
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():
