@@ -9,6 +9,7 @@ Usage: docs/design.md, "Experiments".
 import collections
 import dataclasses
 import functools
+import inspect
 from typing import Any, Callable, Mapping, Optional, Sequence, TextIO, Union
 
 import numpy as np
@@ -37,6 +38,14 @@ AGGREGATOR_HPARAMS: dict[str, dict[str, str]] = {
 def hparam_kwargs(table: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
   """Builder keyword arguments from flag values, following `table` (keyword -> flag)."""
   return {keyword: values[flag] for keyword, flag in table.items()}
+
+
+def population_kwargs(build: Callable[..., Any], train_data: Any) -> dict[str, Any]:
+  """`num_clients=<the population's size>` for a builder that takes the federation's size
+  (SCAFFOLD's N), else nothing."""
+  if 'num_clients' in inspect.signature(build).parameters:
+    return {'num_clients': len(train_data.client_ids)}
+  return {}
 
 
 def _tff():
@@ -147,8 +156,9 @@ def build_process(config: config_lib.ExperimentConfig, task: Task):
                        config_lib.one_of(list(learning.ALGORITHMS) + [CUSTOM_ALGORITHM]),
                        field='name')
     kwargs = hparam_kwargs(ALGORITHM_HPARAMS.get(algorithm.name, {}), hparams)
-    build = functools.partial(learning.ALGORITHMS[algorithm.name], task.keras_model_fn,
-                              **common, **kwargs)
+    builder = learning.ALGORITHMS[algorithm.name]
+    build = functools.partial(builder, task.keras_model_fn, **common, **kwargs,
+                              **population_kwargs(builder, task.train_data))
   try:
     return build()
   except config_lib.ConfigError:

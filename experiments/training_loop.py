@@ -9,6 +9,7 @@ docs/design.md, "Experiments".
 """
 
 import asyncio
+import collections
 import csv
 import dataclasses
 import os
@@ -25,6 +26,8 @@ from experiments import checkpoints as checkpoints_lib
 from experiments import config as config_lib
 from experiments import metrics_io
 from experiments import progress as progress_lib
+from tff_conflict.learning import client_controls as client_controls_lib
+from tff_conflict.learning import scaffold as scaffold_lib
 
 METRICS_FILE = metrics_io.METRICS_FILE
 HPARAMS_FILE = 'hparams.csv'
@@ -156,8 +159,44 @@ class _Start:
   columns: Optional[list[str]]
 
 
+class _ClientState:
+  """The clients' state a process keeps between rounds (SCAFFOLD's controls; none for the other
+  processes), checkpointed with the server state as `OrderedDict(state=..., client_controls=...)`.
+  """
+
+  def __init__(self, process: Any, client_ids: Sequence[str]):
+    self.controls = None
+    if scaffold_lib.control_layout(process) is not None:
+      self.controls = client_controls_lib.ClientControls.for_process(process, client_ids)
+
+  def inputs(self, sampled: Sequence[str], datasets: list) -> list:
+    return datasets if self.controls is None else self.controls.for_cohort(sampled, datasets)
+
+  def metrics(self, sampled: Sequence[str], output: Any, round_num: int) -> Any:
+    """The round's metrics; the clients' new state is kept (and left out of the metrics)."""
+    if self.controls is None:
+      return output.metrics
+    return self.controls.update(sampled, output, version=round_num)
+
+  def checkpoint(self, state: Any, round_num: int) -> Any:
+    """What is saved as round `round_num`: the server state alone, or with the controls of that
+    round (`ClientControls.arrays`, which undoes a later update)."""
+    if self.controls is None:
+      return state
+    return collections.OrderedDict(
+        state=state, client_controls=self.controls.arrays(version=round_num))
+
+  def restored(self, saved: Any) -> Any:
+    """The server state of a loaded checkpoint; the controls are restored from it."""
+    if self.controls is None:
+      return saved
+    self.controls.restore(saved['client_controls'])
+    return saved['state']
+
+
 def _restore(manager: checkpoints_lib.CheckpointManager, metrics_path: str, initial_state: Any,
-             rounds: int, notify: Callable[[str], None]) -> _Start:
+             rounds: int, notify: Callable[[str], None],
+             client_state: Optional[_ClientState] = None) -> _Start:
   """The newest checkpoint that metrics.csv's intact rows cover, and those rows.
 
   metrics.csv and the checkpoints are written one after the other, so they can disagree after a
@@ -186,10 +225,12 @@ def _restore(manager: checkpoints_lib.CheckpointManager, metrics_path: str, init
     return _Start(initial_state, 0, [], None)
   intact = len(found.rows)
   covered = [v for v in versions if v <= intact]
+  template = initial_state if client_state is None else client_state.checkpoint(initial_state, 0)
   start = _Start(initial_state, 0, [], None)
   for version in reversed(covered):
     try:
-      state = asyncio.run(manager.load(version, initial_state))
+      saved = asyncio.run(manager.load(version, template))
+      state = saved if client_state is None else client_state.restored(saved)
     except Exception as e:  # pylint: disable=broad-except
       notify(f'warning: the checkpoint {manager.path(version)} cannot be read ({_short(e)}); '
              'trying an older one')
@@ -287,9 +328,10 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
   manager = checkpoints_lib.CheckpointManager(os.path.join(experiment_dir, CHECKPOINT_DIR),
                                               keep_total=config.keep_checkpoints)
   initial_state = runner.initialize()
+  client_state = _ClientState(process, client_ids)
   start = _Start(initial_state, 0, [], None)
   if config.resume:
-    start = _restore(manager, metrics_path, initial_state, config.rounds, notify)
+    start = _restore(manager, metrics_path, initial_state, config.rounds, notify, client_state)
   state, done = start.state, start.done
   manager.remove_after(done)
   writer = metrics_io.MetricsReleaseManager(experiment_dir, rows=start.rows,
@@ -314,10 +356,11 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
                              round_num=round_num, client_index=i)
                   for i, cid in enumerate(sampled)]
       start_time = time.monotonic()
-      output = runner.next(state, datasets)
+      output = runner.next(state, client_state.inputs(sampled, datasets))
       round_time = time.monotonic() - start_time
       state = output.state
-      row: dict[str, Any] = _headline(metrics_io.flatten_metrics(output.metrics))
+      round_metrics = client_state.metrics(sampled, output, round_num)
+      row: dict[str, Any] = _headline(metrics_io.flatten_metrics(round_metrics))
       row.update({'round_time_s': round_time, 'eval_time_s': None})
       accuracy = None
       if config.is_eval_round(round_num):
@@ -329,7 +372,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
         row['eval_time_s'] = time.monotonic() - start_time
         row.update(test_metrics)
         accuracy = test_metrics.get('test_accuracy')
-      row.update(output.metrics)
+      row.update(round_metrics)
       try:
         asyncio.run(_release(managers, row, round_num))
       except ValueError as e:
@@ -340,7 +383,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
                           '--noresume to start over') from None
       finished_state, finished_round = state, round_num
       if config.is_checkpoint_round(round_num):
-        asyncio.run(manager.save(state, round_num))
+        asyncio.run(manager.save(client_state.checkpoint(state, round_num), round_num))
         saved_round = round_num
       if bar is not None:
         if accuracy is not None:
@@ -353,7 +396,8 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
       bar.close()
       bar = None
     if config.checkpoint_every > 0 and finished_round > saved_round:
-      asyncio.run(manager.save(finished_state, finished_round))
+      asyncio.run(manager.save(client_state.checkpoint(finished_state, finished_round),
+                               finished_round))
       saved_round = finished_round
     e.args = (_interrupted_message(prefix, finished_round, saved_round, config.rounds,
                                    manager.root_dir),)

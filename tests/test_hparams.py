@@ -22,6 +22,7 @@ from tff_conflict import hparams
 from tff_conflict import learning
 from tff_conflict import losses
 from tff_conflict.learning import process as process_lib
+from tff_conflict.learning import scaffold as scaffold_lib
 
 U = np.array([[1.0, 0.0], [-1.0, 0.5], [0.2, 1.0]])
 L = np.array([1.0, 2.0, 0.5])
@@ -37,6 +38,7 @@ def stop_builders_at_composition(monkeypatch):
   def built(*args, **kwargs):
     raise _Built()
   monkeypatch.setattr(process_lib, '_compose', built)
+  monkeypatch.setattr(scaffold_lib, '_compose', built)
 
 
 def _signature_default(fn, keyword):
@@ -45,6 +47,9 @@ def _signature_default(fn, keyword):
 
 def _builder(builder, **kwargs):
   """Calls a learning builder on the tiny Keras model; `_Built` means it accepted `kwargs`."""
+  if 'num_clients' in inspect.signature(builder).parameters:
+    kwargs.setdefault('num_clients', 3)
+
   def call():
     builder(make_tiny_keras_model, input_spec=learning_helpers.input_spec(),
             client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1), **kwargs)
@@ -341,7 +346,7 @@ def test_nan_focal_gamma_flag_message():
 
 def test_builder_and_registry_keywords_are_the_tables():
   core = {'model_fn', 'input_spec', 'client_optimizer_fn', 'server_optimizer_fn',
-          'client_weighting', 'metrics'}
+          'client_weighting', 'metrics', 'num_clients', 'aggregator', 'aggregator_kwargs'}
   for name, builder in learning.ALGORITHMS.items():
     keywords = [k for k in inspect.signature(builder).parameters if k not in core]
     assert keywords == [h.keyword for h in hparams.ALGORITHM_HPARAMS[name]], name

@@ -21,6 +21,7 @@ import tensorflow as tf
 from experiments import diagnosis
 from experiments import architectures
 from experiments import config as experiment_config
+from experiments import experiment_lib
 from experiments import training_loop
 from experiments.benchmarking import plan as plan_lib
 from experiments.benchmarking import methods as methods_lib
@@ -175,6 +176,7 @@ class Engine:
              else learning.ALGORITHMS[spec.algorithm])
     process = build(
         keras_model_fn, input_spec=example.element_spec,
+        **experiment_lib.population_kwargs(build, train),
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(
             learning_rate=spec.client_lr, momentum=spec.client_momentum or None),
         server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=spec.server_lr),
@@ -190,7 +192,7 @@ class Engine:
     return _Built(process, runner, initial_state, seconds)
 
   def _process(self, spec, train) -> _Built:
-    key = self._process_key(spec)
+    key = self._process_key(spec) + (len(train.client_ids),)
     if key not in self._built:
       self._built[key] = self._build(spec, train)
     return self._built[key]

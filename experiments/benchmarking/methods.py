@@ -18,7 +18,7 @@ Default grids (`Method.grid`; the benchmark's `--grids` flag overrides them):
 
 | method | tuned builder arguments | server lr |
 |---|---|---|
-| fedavg, fedgh | - | - |
+| fedavg, fedgh, scaffold | - | - |
 | fedprox | proximal_strength (mu) in {0.001, 0.01, 0.1, 1} (FedProx's grid) | - |
 | fedmgc | gamma in {0.5, 1, 2}, selection_ratio in {0.3, 0.5, 0.7} | - |
 | fedga | counts in {batch, dataset} | - |
@@ -88,6 +88,7 @@ _DEFAULTS = (
     Method('fedld', 'fedld', grid=(('margin_weight', (0.01, 0.1)),
                                    ('component_ratio', (0.5, 0.8))), tune_server_lr=True),
     Method('fed_corrective', 'fed_corrective', grid=(('alpha', (0.1, 0.3, 0.5)),)),
+    Method('scaffold', 'scaffold'),
 )
 
 METHODS: dict[str, Method] = {m.name: m for m in _DEFAULTS}

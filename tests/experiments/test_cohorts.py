@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 from experiments import architectures
 from experiments import config as config_lib
 from experiments import metrics_io
+from experiments import experiment_lib
 from experiments import training_loop
 from tff_conflict import learning
 from tff_conflict import runtime
@@ -58,9 +59,11 @@ def test_a_run_over_an_empty_client_completes_and_writes_its_metrics(name, kind,
   config = config_lib.LoopConfig(rounds=ROUNDS, clients_per_round=PER_ROUND, batch_size=4,
                                  seed=SEED, eval_every=0, checkpoint_every=0)
   spec = training_loop.preprocess(train.create_tf_dataset_for_client('c00'), config).element_spec
-  process = learning.ALGORITHMS[name](
+  builder = learning.ALGORITHMS[name]
+  process = builder(
       functools.partial(architectures.logistic_regression, (4,), 3, seed=0), input_spec=spec,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1))
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
+      **experiment_lib.population_kwargs(builder, train))
   result = training_loop.run_training(
       process, train_data=train, evaluate_fn=lambda weights: {}, config=config,
       experiment_dir=str(tmp_path), hparams={'algorithm': name}, show_progress=False,

@@ -96,6 +96,27 @@ def client_dataset():
                                    seed=3)[0]
 
 
+def named_process(name, model_fn, **kwargs):
+  """`learning.ALGORITHMS[name](model_fn, **kwargs)`, with `num_clients` for a builder that needs
+  the federation's size (SCAFFOLD: the clients of `client_inputs`, at most 8)."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  builder = learning.ALGORITHMS[name]
+  if 'num_clients' in inspect.signature(builder).parameters:
+    kwargs.setdefault('num_clients', 8)
+  return builder(model_fn, **kwargs)
+
+
+def client_inputs(process, datasets):
+  """What `process.next` takes for `datasets`: the datasets, or for SCAFFOLD each with a zero
+  control (clients that have not trained before)."""
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  if learning.control_layout(process) is None:
+    return list(datasets)
+  controls = learning.ClientControls.for_process(process, list(range(8)))
+  return controls.for_cohort(list(range(len(datasets))), list(datasets))
+
+
 def scaffold_reference(weights, rounds, *, num_clients, lr, server_lr=1.0, weighting='uniform',
                        clip_norm=None):
   """SCAFFOLD (Karimireddy et al., ICML 2020, Algorithm 1, option II) on softmax regression with
@@ -145,6 +166,7 @@ def scaffold_reference(weights, rounds, *, num_clients, lr, server_lr=1.0, weigh
           c_plus = c_i - c + u / (steps * lr)
           dc = c_plus - c_i
       w = 1.0 if weighting == 'uniform' else float(sum(len(yb) for _, yb in batches))
+      w = w if steps else 0.0   # a client with 0 steps takes no part in the mean
       if not (np.all(np.isfinite(u)) and np.all(np.isfinite(dc))):
         u, dc, w = np.zeros_like(x), np.zeros_like(x), 0.0
         excluded += 1

@@ -55,14 +55,14 @@ def _assert_finite(runner, output):
 
 @pytest.mark.parametrize('name,kind', CASES)
 def test_an_empty_client_takes_part_with_zero_weight(name, kind):
-  process = learning.ALGORITHMS[name](
-      make_tiny_keras_model, input_spec=h.input_spec(),
+  process = h.named_process(
+      name, make_tiny_keras_model, input_spec=h.input_spec(),
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1))
   runner = process if kind == 'cpp' else runtime.make_runner(process, kind)
   state = runner.initialize()
   a, b, c = _data()
-  without = runner.next(state, [a, b, c])
-  with_empty = runner.next(state, [a, _empty(), b, c])
+  without = runner.next(state, h.client_inputs(process, [a, b, c]))
+  with_empty = runner.next(state, h.client_inputs(process, [a, _empty(), b, c]))
   for x, y in zip(runner.get_model_weights(without.state).trainable,
                   runner.get_model_weights(with_empty.state).trainable):
     np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-5, atol=1e-6)
@@ -78,8 +78,8 @@ def test_an_empty_client_takes_part_with_zero_weight(name, kind):
     np.testing.assert_allclose(m_with['aggregator/corrective_weights'],
                                m_without['aggregator/corrective_weights'], rtol=1e-5)
   _assert_finite(runner, with_empty)
-  output = runner.next(with_empty.state, [a, _empty()])
+  output = runner.next(with_empty.state, h.client_inputs(process, [a, _empty()]))
   _assert_finite(runner, output)
-  output = runner.next(output.state, [_empty()])
+  output = runner.next(output.state, h.client_inputs(process, [_empty()]))
   _assert_finite(runner, output)
   assert _flat(output.metrics)['client_work/train/num_examples'] == 0

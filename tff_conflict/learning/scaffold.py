@@ -67,7 +67,7 @@ def _make_client_update(model_fn, *, weighting: str, clip_norm: Optional[float])
   one local step `y <- y - lr (g(y) - c_i + c)` per batch (g clipped to global norm `clip_norm`
   first, when set), then with K the number of steps and `u = x - y`:
   `dc_i = u / (K lr) - c` (so `c_i+ = c_i + dc_i = c_i - c + u / (K lr)`); K = 0 gives
-  `u = 0, dc_i = 0`. A non-finite `u` or `dc_i` is replaced by zeros (weight 0, `c_i` kept) and
+  `u = 0, dc_i = 0` and weight 0. A non-finite `u` or `dc_i` is replaced by zeros (weight 0, `c_i` kept) and
   flagged. Returns `(OrderedDict(update, weight, control_delta, new_control, non_finite),
   unfinalized metrics)`.
   """
@@ -122,7 +122,8 @@ def _make_client_update(model_fn, *, weighting: str, clip_norm: Optional[float])
       non_finite = tf.maximum(non_finite, tf.cast(~finite_loss, tf.int32))
       delta = tf.nest.map_structure(lambda t: tf.where(finite_loss, t, tf.zeros_like(t)), delta)
       control_delta = tf.where(finite_loss, control_delta, tf.zeros_like(control_delta))
-    weight = tf.where(non_finite > 0, 0.0, weight)
+    # tf.equal, not ==: in the graphs TFF builds, `tensor == 0` is Python identity (False).
+    weight = tf.where((non_finite > 0) | tf.equal(steps, 0), 0.0, weight)
     if non_finite > 0:
       model.reset_metrics()
     result = collections.OrderedDict(
@@ -161,9 +162,9 @@ def control_layout(process) -> Optional[tuple[int, np.dtype]]:
 def build_scaffold(model_fn: models_lib.ModelArg, *,
                    input_spec: models_lib.InputSpecArg = None,
                    client_optimizer_fn: Any, server_optimizer_fn: Any = None,
-                   num_clients: int,
                    client_weighting: client_work_lib.WeightingArg = None,
                    metrics: models_lib.MetricsArg = None,
+                   num_clients: int,
                    aggregator: process_lib.AggregatorArg = 'mean',
                    aggregator_kwargs: Optional[Mapping[str, Any]] = None,
                    clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default
@@ -177,7 +178,8 @@ def build_scaffold(model_fn: models_lib.ModelArg, *,
   `dc_i = c_i+ - c_i`. Server: `a = aggregator(u_i)` (default the uniform mean, as the paper),
   `x <- server_optimizer(x, a)` (default SGD lr 1: `x - a`; lr eta_g: `x - eta_g a`),
   `c <- c + (|S| / N) mean_i dc_i = c + sum_i dc_i / N`. A client with 0 steps sends `u_i = 0,
-  dc_i = 0`; one whose `u_i` or `dc_i` is not finite sends zeros with weight 0, keeps its c_i and
+  dc_i = 0` with weight 0 (it takes no part in the mean, as an empty client in every method
+  here); one whose `u_i` or `dc_i` is not finite sends zeros with weight 0, keeps its c_i and
   is counted in `metrics['client_work']['num_excluded_nonfinite']`.
 
   Clients take `OrderedDict(data=dataset, control=c_i, slot=k)` (k its position in the round's
