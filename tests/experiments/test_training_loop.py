@@ -412,3 +412,79 @@ def test_an_in_process_run_uses_no_tff_runtime_and_matches_the_cpp_run(
   resumed = _run(process, train, evaluate_fn, tmp_path / 'resumed', 4, runner=runner)
   assert resumed.resumed_from == 2
   _assert_same_rows(result.rows, resumed.rows)
+
+
+# SCAFFOLD: the clients' controls are kept, checkpointed and restored with the server state.
+
+
+@pytest.fixture(scope='module')
+def tiny_scaffold():
+  """A SCAFFOLD process on the tiny data (4 clients, 2 per round: cohorts change)."""
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  _, train, evaluate_fn = _tiny_setup()
+  config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4)
+  spec = training_loop.preprocess(train.create_tf_dataset_for_client('c0'), config).element_spec
+  process = learning.build_scaffold(
+      functools.partial(architectures.logistic_regression, (4,), 3, seed=0), input_spec=spec,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
+      num_clients=len(train.client_ids))
+  return process, train, evaluate_fn
+
+
+class _StopAfterRecording(tff.program.ReleaseManager):
+  """Raises KeyboardInterrupt when round `at_round`'s row is released: after the loop kept that
+  round's client controls, before it recorded the round as finished."""
+
+  def __init__(self, at_round):
+    self._at_round = at_round
+
+  async def release(self, value, key):
+    del value
+    if key == self._at_round:
+      raise KeyboardInterrupt()
+
+
+def _saved_controls(experiment_dir, round_num):
+  with np.load(os.path.join(str(experiment_dir), 'checkpoints', f'round_{round_num}.npz')) as f:
+    return [f[n] for n in sorted(f.files) if n.startswith('leaf_')]
+
+
+def test_scaffold_resumed_or_interrupted_equals_the_uninterrupted_run(tmp_path, tiny_scaffold):
+  process, train, evaluate_fn = tiny_scaffold
+  full = _run(process, train, evaluate_fn, tmp_path / 'full', 4, checkpoint_every=1)
+  state_c = process.get_model_weights(full.final_state)
+  assert not any(k.startswith('client_controls') for k in full.rows[0])
+  assert np.any(full.final_state.client_work['control'] != 0)
+
+  # Stopped after round 2, resumed: the controls of round 2 come back from the checkpoint.
+  first = _run(process, train, evaluate_fn, tmp_path / 'resumed', 2, checkpoint_every=1,
+               hparams={'lr': 0.1, 'rounds': 4})
+  assert len(first.rows) == 2
+  leaves = _saved_controls(tmp_path / 'resumed', 2)
+  controls = [a for a in leaves if a.shape == (len(train.client_ids), 4 * 3 + 3)]  # [N, d]
+  assert len(controls) == 1 and np.count_nonzero(np.abs(controls[0]).sum(axis=1)) >= 2
+  resumed = _run(process, train, evaluate_fn, tmp_path / 'resumed', 4, checkpoint_every=1)
+  assert resumed.resumed_from == 2
+  _assert_same_rows(full.rows, resumed.rows)
+  for a, b in zip(process.get_model_weights(resumed.final_state).trainable, state_c.trainable):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(resumed.final_state.client_work['control'],
+                                full.final_state.client_work['control'])
+
+  # Ctrl-C after round 3's controls were kept but before round 3 was recorded: round 2 is saved
+  # with round 2's controls (the update of round 3 undone), and the rerun equals the full run.
+  config = config_lib.LoopConfig(rounds=4, clients_per_round=2, batch_size=4, client_epochs=2,
+                                 seed=0, eval_every=2, checkpoint_every=4, resume=True)
+  run = lambda **kw: training_loop.run_training(
+      process, train_data=train, evaluate_fn=evaluate_fn, config=config,
+      experiment_dir=str(tmp_path / 'stopped'), hparams={'lr': 0.1, 'rounds': 4},
+      show_progress=False, stream=io.StringIO(), **kw)
+  with pytest.raises(KeyboardInterrupt, match='the state after round 2 is saved'):
+    run(release_managers=[_StopAfterRecording(3)])
+  for a, b in zip(_saved_controls(tmp_path / 'stopped', 2), _saved_controls(tmp_path / 'full', 2)):
+    np.testing.assert_array_equal(a, b)
+  again = run()
+  assert again.resumed_from == 2
+  _assert_same_rows(full.rows, again.rows)
+  for a, b in zip(process.get_model_weights(again.final_state).trainable, state_c.trainable):
+    np.testing.assert_array_equal(a, b)
