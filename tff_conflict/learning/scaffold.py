@@ -44,11 +44,12 @@ def plain_sgd_learning_rate(name: str, optimizer: Any) -> tuple[Any, float]:
   plain = isinstance(opt, sgdm._SGD) and set(hparams_) <= {'learning_rate', 'momentum'} and (  # pylint: disable=protected-access
       momentum is None or float(tf.get_static_value(momentum)) == 0.0)
   if not plain:
+    kind = 'SGD' if isinstance(opt, sgdm._SGD) else type(opt).__name__.lstrip('_')  # pylint: disable=protected-access
+    values = {k: float(tf.get_static_value(v)) for k, v in hparams_.items()}
     raise ValueError(
         f'{name} must be plain SGD for SCAFFOLD (tff.learning.optimizers.build_sgdm('
         f'learning_rate=..., momentum=None)): its local step is y <- y - lr (g - c_i + c) and '
-        f'its control update divides by K lr; got {optimizer!r} with hyperparameters '
-        f'{dict(hparams_)!r}')
+        f'its control update divides by K lr; got {kind} with hyperparameters {values!r}')
   return opt, float(tf.get_static_value(hparams_['learning_rate']))
 
 
