@@ -52,7 +52,8 @@ with flags_lib.record_group('compare'):
 
 # The README's main command: offline digits, Dirichlet alpha = 0.1 over 20 clients, 10 per
 # round, FedAvg, FedProx and the five methods, seed 0, FedAvg's 2NN (mlp) trained 2 local
-# epochs per round, on the default runtime (--runtime=cpp gives the same table on TFF's C++ runtime).
+# epochs per round, on the default runtime (--runtime=cpp gives the same table on TFF's C++
+# runtime).
 PRESETS: dict[str, dict[str, Any]] = {
     'readme': dict(dataset='digits', num_clients=20, alpha=0.1, clients_per_round=10,
                    rounds=20, client_epochs=2, client_batch_size=20, model='mlp',

@@ -5,10 +5,11 @@ Every builder is a thin wrapper of `build_process` with the same core keywords,
     build_X(model_fn, *, input_spec=None, client_optimizer_fn, server_optimizer_fn=None,
             client_weighting=None, metrics=None, <method hyperparameters>, clip_norm=None)
 
-so that a binary can call any entry of `ALGORITHMS` the same way (SCAFFOLD, `scaffold.
-build_scaffold`, also takes `num_clients`, and its clients take their controls with their data). `clip_norm` (every builder,
-`hparams.CLIENT_CLIP_NORM`): None, or c > 0 to clip each local step's gradient to global L2 norm
-c, so that a baseline can be clipped exactly as a method is. `model_fn` is what TFF's own
+so that a binary can call any entry of `ALGORITHMS` the same way (SCAFFOLD,
+`scaffold.build_scaffold`, also takes `num_clients`, and its clients take their controls with
+their data). `clip_norm` (every builder, `hparams.CLIENT_CLIP_NORM`): None, or c > 0 to clip
+each local step's gradient to global L2 norm c, so that a baseline can be clipped exactly as a
+method is. `model_fn` is what TFF's own
 builders take (a function returning a `tff.learning.models.VariableModel`, or a
 `tff.learning.models.FunctionalModel`) or a function returning an uncompiled Keras model, which
 then needs `input_spec` (`OrderedDict(x=..., y=...)` or `(x, y)`); see

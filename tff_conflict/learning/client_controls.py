@@ -214,7 +214,8 @@ class ClientControls:
                        f'be restored into a store of shape {self._controls.shape} and dtype '
                        f'{self._controls.dtype}')
     if participated.shape != self._participated.shape:
-      raise ValueError(f'participated of shape {participated.shape}, expected {self._participated.shape}')
+      raise ValueError(f'participated of shape {participated.shape}, expected '
+                       f'{self._participated.shape}')
     if not np.all(np.isfinite(controls)):
       raise ValueError('the controls to restore are not all finite')
     self._controls = np.array(controls, copy=True)

@@ -41,10 +41,11 @@ def plain_sgd_learning_rate(name: str, optimizer: Any) -> tuple[Any, float]:
   opt = _validation.resolve_optimizer(name, optimizer)
   hparams_ = opt.get_hparams(opt.initialize(tf.TensorSpec([], tf.float32)))
   momentum = hparams_.get('momentum')
-  plain = isinstance(opt, sgdm._SGD) and set(hparams_) <= {'learning_rate', 'momentum'} and (  # pylint: disable=protected-access
+  is_sgd = isinstance(opt, sgdm._SGD)  # pylint: disable=protected-access
+  plain = is_sgd and set(hparams_) <= {'learning_rate', 'momentum'} and (
       momentum is None or float(tf.get_static_value(momentum)) == 0.0)
   if not plain:
-    kind = 'SGD' if isinstance(opt, sgdm._SGD) else type(opt).__name__.lstrip('_')  # pylint: disable=protected-access
+    kind = 'SGD' if is_sgd else type(opt).__name__.lstrip('_')
     values = {k: float(tf.get_static_value(v)) for k, v in hparams_.items()}
     raise ValueError(
         f'{name} must be plain SGD for SCAFFOLD (tff.learning.optimizers.build_sgdm('
@@ -68,9 +69,9 @@ def _make_client_update(model_fn, *, weighting: str, clip_norm: Optional[float])
   one local step `y <- y - lr (g(y) - c_i + c)` per batch (g clipped to global norm `clip_norm`
   first, when set), then with K the number of steps and `u = x - y`:
   `dc_i = u / (K lr) - c` (so `c_i+ = c_i + dc_i = c_i - c + u / (K lr)`); K = 0 gives
-  `u = 0, dc_i = 0` and weight 0. A non-finite `u` or `dc_i` is replaced by zeros (weight 0, `c_i` kept) and
-  flagged. Returns `(OrderedDict(update, weight, control_delta, new_control, non_finite),
-  unfinalized metrics)`.
+  `u = 0, dc_i = 0` and weight 0. A non-finite `u` or `dc_i` is replaced by zeros (weight 0,
+  `c_i` kept) and flagged. Returns `(OrderedDict(update, weight, control_delta, new_control,
+  non_finite), unfinalized metrics)`.
   """
   model = model_fn()
   clip = None if clip_norm is None else float(clip_norm)
