@@ -139,7 +139,9 @@ def test_a_hand_worked_one_dimensional_round(kind):
   #   u_A = -1.17; c_A+ = 1 - 0.5 + u_A / (2 * 0.1) = -5.35 (the mean of its gradients -6, -4.7).
   # Client B (c_B = 0, one step on y = -1): y1 = 0 - 0.1 (2 - 0 + 0.5) = -0.25; u_B = 0.25;
   #   c_B+ = 0 - 0.5 + 0.25 / 0.1 = 2.
-  # Server: x = 0 - mean(u) = 0.46; c = 0.5 + (2 / 4) mean(-6.35, 2) = -0.5875.
+  # Client C (c_C = 0.7) has no batch and client D (c_D = -0.3) a NaN target: both send zeros
+  # with weight 0 and keep their controls; D is counted as non-finite.
+  # Server: x = 0 - mean(u_A, u_B) = 0.46; c = 0.5 + (-6.35 + 2 + 0 + 0) / 4 = -0.5875.
   process = learning.build_scaffold(
       _one_dimensional_model,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1), num_clients=4)
@@ -148,15 +150,20 @@ def test_a_hand_worked_one_dimensional_round(kind):
   state = state._replace(client_work=collections.OrderedDict(
       learning_rate=np.float32(0.1), control=np.array([0.5], np.float32)))
   controls = learning.ClientControls.for_process(process, ['A', 'B', 'C', 'D'])
-  controls.restore(dict(controls.arrays(), controls=np.array([[1.0], [0], [0], [0]], np.float32)))
-  output = runner.next(state, controls.for_cohort(['A', 'B'], [_targets(3, 3), _targets(-1)]))
-  controls.update(['A', 'B'], output)
+  controls.restore(dict(controls.arrays(),
+                        controls=np.array([[1.0], [0], [0.7], [-0.3]], np.float32)))
+  cohort = ['A', 'B', 'C', 'D']
+  output = runner.next(state, controls.for_cohort(
+      cohort, [_targets(3, 3), _targets(-1), _targets(), _targets(np.nan)]))
+  metrics = controls.update(cohort, output)
+  assert metrics['client_work']['num_excluded_nonfinite'] == 1
   np.testing.assert_allclose(runner.get_model_weights(output.state).trainable[0], [[0.46]],
                              rtol=1e-6)
   np.testing.assert_allclose(output.state.client_work['control'], [-0.5875], rtol=1e-6)
   np.testing.assert_allclose(controls.control('A'), [-5.35], rtol=1e-6)
   np.testing.assert_allclose(controls.control('B'), [2.0], rtol=1e-6)
-  np.testing.assert_array_equal(controls.control('C'), [0.0])
+  np.testing.assert_allclose(controls.control('C'), [0.7], rtol=1e-7)
+  np.testing.assert_allclose(controls.control('D'), [-0.3], rtol=1e-7)
 
 
 def _build(**kwargs):
