@@ -77,12 +77,12 @@ def _check_rounds(runner, process, *, weighting='uniform', clip_norm=None):
     assert learning.scaffold.CLIENT_CONTROLS not in metrics
     assert metrics['client_work']['num_excluded_nonfinite'] == want['excluded'], round_num
     kernel, bias = runner.get_model_weights(state).trainable
-    np.testing.assert_allclose(kernel, want['kernel'], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(bias, want['bias'], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(state.client_work['control'], want['c'], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(kernel, want['kernel'], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(bias, want['bias'], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(state.client_work['control'], want['c'], rtol=0, atol=1e-6)
     for cid in CLIENT_IDS:
       wanted = want['controls'].get(cid, np.zeros(controls.size))
-      np.testing.assert_allclose(controls.control(cid), wanted, rtol=1e-5, atol=1e-5,
+      np.testing.assert_allclose(controls.control(cid), wanted, rtol=0, atol=1e-6,
                                  err_msg=f'round {round_num}, client {cid}')
       assert np.all(np.isfinite(controls.control(cid)))
     # c stays the mean of all N client controls (each c_i starts at 0, c <- c + sum dc_i / N).
