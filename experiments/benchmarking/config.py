@@ -247,6 +247,9 @@ class BenchmarkConfig:
                                 part.optimizer, experiment_config.one_of(('sgd',)))
     experiment_config.require('server_momentum', self.server.momentum,
                               experiment_config.one_of((0, 0.0)))
+    plain_sgd = [m.name for m in resolved if m.algorithm == 'scaffold']
+    _require('client_momentum', self.client.momentum, not (plain_sgd and self.client.momentum),
+             f'0 with the methods {plain_sgd} (SCAFFOLD\'s local steps are plain SGD)')
     _require('client_weighting', self.client.weighting, self.client.weighting is None,
              'unset (a method variant sets it: METHOD[client_weighting=...])')
     _require('workers', list(self.runtime.workers), not self.runtime.workers,

@@ -107,3 +107,13 @@ def test_bad_settings_name_the_flag(changes, message):
 
 def test_overlapping_seeds_are_fine_without_tuning():
   assert _config(report_seeds=(100,), tuning=dict(tune=False)).report_seeds == (100,)
+
+
+def test_scaffold_needs_plain_local_sgd():
+  assert _config(methods=('fedavg', 'scaffold')).methods == ('fedavg', 'scaffold')
+  assert _config(methods=('fedavg',), client=dict(momentum=0.9)).client.momentum == 0.9
+  with pytest.raises(experiment_config.ConfigError) as info:
+    _config(methods=('fedavg', 'scaffold'), client=dict(momentum=0.9))
+  assert info.value.flag_message() == (
+      "--client_momentum must be 0 with the methods ['scaffold'] (SCAFFOLD's local steps are "
+      'plain SGD), got 0.9')
