@@ -101,9 +101,11 @@ def test_rounds_equal_the_float64_reference_in_tffs_runtime():
   _check_rounds(process, process)
 
 
-def test_rounds_equal_the_float64_reference_in_the_in_process_runner():
+@pytest.mark.parametrize('options', [{}, dict(num_threads=2, accumulation='tree')],
+                         ids=['buffered', 'two_threads_tree'])
+def test_rounds_equal_the_float64_reference_in_the_in_process_runner(options):
   process = _process()
-  _check_rounds(runtime.make_runner(process, 'inprocess'), process)
+  _check_rounds(runtime.make_runner(process, 'inprocess', **options), process)
 
 
 @pytest.mark.slow
