@@ -268,5 +268,5 @@ def test_compare_refuses_a_bad_flag_in_one_line(tmp_path):
   assert result.returncode == 2 and 'Traceback' not in result.stdout + result.stderr
   assert result.stderr.splitlines() == [
       "compare: --algorithms must be a non-empty list of distinct algorithms of ['fedavg', "
-      "'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective'], got ['fedavg', "
-      "'fedavg']"]
+      "'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective', 'scaffold'], got "
+      "['fedavg', 'fedavg']"]
