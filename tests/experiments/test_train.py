@@ -94,3 +94,41 @@ def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
   manager = checkpoints.CheckpointManager(str(experiment_dir / 'checkpoints'))
   assert manager.versions() == [1, 2]
   assert not os.path.exists(str(experiment_dir / 'metrics.csv.tmp'))
+
+
+def test_the_population_size_goes_to_builders_that_take_it():
+  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+
+  class Population:
+    client_ids = ['a', 'b', 'c']
+
+  assert experiment_lib.population_kwargs(learning.build_scaffold, Population()) == {
+      'num_clients': 3}
+  assert experiment_lib.population_kwargs(learning.build_fedavg, Population()) == {}
+
+
+@pytest.mark.slow
+def test_scaffold_keeps_its_client_controls_in_the_checkpoint_and_resumes(tmp_path, capfd):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  flag_values = dict(algorithm='scaffold', dataset='digits', num_clients='6',
+                     clients_per_round='3', model='logistic_regression', checkpoint_every='1',
+                     client_batch_size='32', output_dir=str(tmp_path), experiment_name='sc')
+  with flagsaver.as_parsed(rounds='2', **flag_values):
+    train.main(['train'])
+  checkpoint = tmp_path / 'sc' / 'checkpoints' / 'round_2.npz'
+  with np.load(str(checkpoint)) as saved:
+    leaves = [saved[name] for name in saved.files]
+  d = 8 * 8 * 10 + 10   # logistic regression on 8x8 digits
+  controls = [a for a in leaves if a.shape == (6, d)]          # N = --num_clients
+  participated = [a for a in leaves if a.dtype == bool and a.shape == (6,)]
+  assert len(controls) == 1 and len(participated) == 1
+  assert 3 <= participated[0].sum() <= 6
+  assert np.all(np.abs(controls[0][participated[0]]).sum(axis=1) > 0)
+  np.testing.assert_array_equal(controls[0][~participated[0]], 0.0)
+  with flagsaver.as_parsed(rounds='3', **flag_values):
+    train.main(['train'])
+  assert 'resuming from round 2' in capfd.readouterr().out
+  rows = metrics_io.read_csv(str(tmp_path / 'sc' / 'metrics.csv'))
+  assert [r['round_num'] for r in rows] == [1, 2, 3]
+  assert not any(c.startswith('client_controls') for c in rows[0])
