@@ -1,10 +1,6 @@
-"""SCAFFOLD (Karimireddy et al., ICML 2020, Algorithm 1, option II) as one TFF learning process.
-
-Each client takes `OrderedDict(data=<its dataset>, control=c_i [d], slot=<its position in the
-cohort>)`; the round's output carries every client's new control in `metrics['client_controls']`
-(`OrderedDict(slot=[K], control=[K, d])`), which `ClientControls` keeps between rounds. The server
-control c lives in the state (`state.client_work['control']`). docs/methods.md, "SCAFFOLD";
-docs/design.md, "Client state".
+"""SCAFFOLD (Algorithm 1, option II) as one TFF process: clients take `OrderedDict(data, control,
+slot)`, the round returns their new controls in `metrics['client_controls']`, the server control
+is in the state. docs/methods.md, "SCAFFOLD"; docs/design.md, "Client state".
 """
 
 import collections
