@@ -265,6 +265,7 @@ HPARAMS: tuple[Hparam, ...] = (
 ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'fedavg': (CLIENT_CLIP_NORM,),
     'fedprox': (PROXIMAL_STRENGTH, CLIENT_CLIP_NORM),
+    'fednova': (CLIENT_CLIP_NORM,),
     'fedgh': (FEDGH_ORDER, FEDGH_SEED, CLIENT_CLIP_NORM),
     'fedmgc': (FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO, CLIENT_CLIP_NORM),
     'fedga': (CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM),

@@ -1,9 +1,10 @@
 """Client work and complete learning processes for the gradient-conflict methods.
 
 `build_process` (any client loss + any server aggregator, optionally the FedProx term) and the
-papers' methods `build_fedavg`, `build_fedprox`, `build_fedgh`, `build_fedmgc`, `build_fedga`,
-`build_fedld`, `build_fed_corrective`, `build_scaffold` (with `ClientControls`, its clients'
-state between rounds); the registries `ALGORITHMS`, `LOSSES`, `AGGREGATORS`; the
+papers' methods and baselines `build_fedavg`, `build_fedprox`, `build_fednova`,
+`build_feddecorr`, `build_fedgh`, `build_fedmgc`, `build_fedga`, `build_fedld`,
+`build_fed_corrective`, `build_scaffold` (with `ClientControls`, its clients' state between
+rounds); the registries `ALGORITHMS`, `LOSSES`, `AGGREGATORS`; the
 client works and finalizers they use. Models: a function returning an uncompiled Keras model with
 `input_spec`, a `VariableModel` or a `FunctionalModel` (only Keras can take a replaced loss).
 """
@@ -15,16 +16,19 @@ from tff_conflict.learning.algorithms import build_fedga
 from tff_conflict.learning.algorithms import build_fedgh
 from tff_conflict.learning.algorithms import build_fedld
 from tff_conflict.learning.algorithms import build_fedmgc
+from tff_conflict.learning.algorithms import build_fednova
 from tff_conflict.learning.algorithms import build_fedprox
 from tff_conflict.learning.client_controls import ClientControls
 from tff_conflict.learning.client_work import build_client_work
 from tff_conflict.learning.client_work import build_label_counting_client_work
 from tff_conflict.learning.client_work import build_loss_weighted_client_work
+from tff_conflict.learning.client_work import build_normalized_client_work
 from tff_conflict.learning.client_work import count_labels
 from tff_conflict.learning.client_work import WEIGHTINGS
 from tff_conflict.learning.corrective import build_corrective_client_work
 from tff_conflict.learning.corrective import build_update_field_finalizer
 from tff_conflict.learning.corrective import corrective_value_type
+from tff_conflict.learning.fednova import NormalizedAveragingFactory
 from tff_conflict.learning.models import build_model_fn
 from tff_conflict.learning.process import build_process
 from tff_conflict.learning.process import resolve_aggregator

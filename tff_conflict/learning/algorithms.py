@@ -7,9 +7,12 @@ Every builder is a thin wrapper of `build_process` with the same core keywords,
 
 so that a binary can call any entry of `ALGORITHMS` the same way (SCAFFOLD,
 `scaffold.build_scaffold`, also takes `num_clients`, and its clients take their controls with
-their data). `clip_norm` (every builder, `hparams.CLIENT_CLIP_NORM`): None, or c > 0 to clip
-each local step's gradient to global L2 norm c, so that a baseline can be clipped exactly as a
-method is. `model_fn` is what TFF's own
+their data). The baselines the papers compare with (`build_fedavg`, `build_fedprox`,
+`build_fednova`, `build_feddecorr`, `build_scaffold`) also take `aggregator=` and
+`aggregator_kwargs=` as `build_process` does (default 'mean'), so that any conflict aggregator
+runs on top of them (e.g. FedGH's Table II, "+FedGH"). `clip_norm` (every builder,
+`hparams.CLIENT_CLIP_NORM`): None, or c > 0 to clip each local step's gradient to global L2 norm
+c, so that a baseline can be clipped exactly as a method is. `model_fn` is what TFF's own
 builders take (a function returning a `tff.learning.models.VariableModel`, or a
 `tff.learning.models.FunctionalModel`) or a function returning an uncompiled Keras model, which
 then needs `input_spec` (`OrderedDict(x=..., y=...)` or `(x, y)`); see
@@ -20,7 +23,7 @@ rate, batch size, epochs) are the caller's `client_optimizer_fn` and data pipeli
 docstring lists them for reference.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -41,6 +44,8 @@ def build_fedavg(model_fn: models_lib.ModelArg, *,
                  client_optimizer_fn: Any, server_optimizer_fn: Any = None,
                  client_weighting: client_work_lib.WeightingArg = None,
                  metrics: models_lib.MetricsArg = None,
+                 aggregator: process_lib.AggregatorArg = 'mean',
+                 aggregator_kwargs: Optional[Mapping[str, Any]] = None,
                  clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedAvg (McMahan et al., "Communication-Efficient Learning of Deep Networks from
   Decentralized Data", AISTATS 2017, Algorithm 1): local SGD on cross-entropy (a Keras model) or
@@ -48,11 +53,13 @@ def build_fedavg(model_fn: models_lib.ModelArg, *,
   optimizer (default SGD, lr 1.0). Any model (module docstring).
 
   Hyperparameters: none besides the optimizers; `client_weighting` 'num_examples' (default) or
-  'uniform'; `clip_norm` as every builder (module docstring).
+  'uniform'; `aggregator` / `aggregator_kwargs` as every baseline builder and `clip_norm` as
+  every builder (module docstring).
   """
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='mean',
+      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator=aggregator,
+      aggregator_kwargs=aggregator_kwargs,
       client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
 
 
@@ -62,6 +69,8 @@ def build_fedprox(model_fn: models_lib.ModelArg, *,
                   client_weighting: client_work_lib.WeightingArg = None,
                   metrics: models_lib.MetricsArg = None,
                   proximal_strength: float = hparams.PROXIMAL_STRENGTH.default,
+                  aggregator: process_lib.AggregatorArg = 'mean',
+                  aggregator_kwargs: Optional[Mapping[str, Any]] = None,
                   clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, eq. 2,
   Algorithm 2): each client minimizes `F_k(w) + mu/2 |w - w0|^2`, each local step using the
@@ -71,12 +80,48 @@ def build_fedprox(model_fn: models_lib.ModelArg, *,
   (`hparams.PROXIMAL_STRENGTH`: the paper tunes mu in {0.001, 0.01, 0.1, 1}). Any model (module
   docstring). Not TFF 0.87's `build_weighted_fed_prox`, whose proximal gradient has
   the wrong sign (`mu (w0 - w)`, it pushes clients away from the global model); see
-  `tff_conflict.learning.client_work`.
+  `tff_conflict.learning.client_work`. `aggregator` (default 'mean') combines the proximal
+  clients' deltas, e.g. 'fedgh' for FedProx + FedGH.
   """
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='mean',
+      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator=aggregator,
+      aggregator_kwargs=aggregator_kwargs,
       proximal_strength=proximal_strength, client_weighting=client_weighting, metrics=metrics,
+      clip_norm=clip_norm)
+
+
+def build_fednova(model_fn: models_lib.ModelArg, *,
+                  input_spec: models_lib.InputSpecArg = None,
+                  client_optimizer_fn: Any, server_optimizer_fn: Any = None,
+                  client_weighting: client_work_lib.WeightingArg = None,
+                  metrics: models_lib.MetricsArg = None,
+                  proximal_strength: float = 0.0,
+                  aggregator: process_lib.AggregatorArg = 'mean',
+                  aggregator_kwargs: Optional[Mapping[str, Any]] = None,
+                  clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
+  """FedNova (Wang et al., "Tackling the Objective Inconsistency Problem in Heterogeneous
+  Federated Optimization", NeurIPS 2020, arXiv 2007.07481, eqs. 6-7; docs/methods.md, FedNova):
+  client i runs its tau_i local steps (its batches times epochs) and sends the normalised update
+  `d_i = u_i / ||a_i||_1`; the server's aggregate is `tau_eff * sum_i p_i d_i`, `p_i = n_i / n`,
+  `tau_eff = sum_i p_i ||a_i||_1`. `||a_i||_1` is tau_i for plain SGD,
+  `(tau_i - rho (1 - rho^tau_i) / (1 - rho)) / (1 - rho)` with momentum rho, and
+  `sum_{k<tau_i} (1 - eta mu)^k` with a proximal term mu at local lr eta, read from the client
+  optimizer's hyperparameters in each round. With equal tau_i it is FedAvg. Any model.
+
+  Hyperparameters: none of its own besides the optimizers: `client_optimizer_fn` must be
+  `tff.learning.optimizers.build_sgdm` (with or without momentum; others are refused, their
+  normalisation is unknown); `proximal_strength` mu >= 0, default 0 (FedNova with FedProx's
+  local objective); `client_weighting` 'num_examples' (default) or 'uniform'; `aggregator`
+  (default 'mean') combines the `d_i` with weights p_i and its result is multiplied by tau_eff,
+  e.g. 'fedgh' for FedNova + FedGH; `clip_norm` as every builder. A client with 0 steps or a
+  non-finite delta takes no part (weight 0).
+  """
+  return process_lib.build_process(
+      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator=aggregator,
+      aggregator_kwargs=aggregator_kwargs, proximal_strength=proximal_strength,
+      normalized_averaging=True, client_weighting=client_weighting, metrics=metrics,
       clip_norm=clip_norm)
 
 
@@ -247,6 +292,7 @@ def build_fed_corrective(model_fn: models_lib.ModelArg, *,
 ALGORITHMS = {
     'fedavg': build_fedavg,
     'fedprox': build_fedprox,
+    'fednova': build_fednova,
     'fedgh': build_fedgh,
     'fedmgc': build_fedmgc,
     'fedga': build_fedga,

@@ -18,6 +18,7 @@ import tensorflow_federated as tff
 from tff_conflict import _checks
 from tff_conflict import hparams
 from tff_conflict.learning import _validation
+from tff_conflict.learning import fednova as fednova_lib
 from tff_conflict.learning import models as models_lib
 
 WEIGHTINGS = ('num_examples', 'uniform', 'loss')
@@ -74,7 +75,7 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
                         proximal_strength: float = 0.0, corrective: bool = False,
                         num_classes_to_count: Optional[int] = None,
                         set_counts: Optional[Callable[[Any, tf.Tensor], Any]] = None,
-                        clip_norm: Optional[float] = None):
+                        clip_norm: Optional[float] = None, normalized: bool = False):
   """The `tf.function` run on each client.
 
   Args:
@@ -89,6 +90,8 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
     set_counts: see `num_classes_to_count`.
     clip_norm: None (no clipping) or c > 0: each local step's gradient is clipped to global L2
       norm c (after the proximal term is added).
+    normalized: send FedNova's `OrderedDict(update=u_i / ||a_i||_1, normalizer=||a_i||_1,
+      nonfinite)` (`tff_conflict.learning.fednova`); a client with 0 local steps gets weight 0.
   """
   if num_classes_to_count is not None:
     model, loss_obj = model_fn()
@@ -110,7 +113,7 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
       set_counts(loss_obj, count_labels(data, num_classes_to_count))
 
     def reduce_fn(state, batch):
-      num_examples, loss_sum, optimizer_state = state
+      num_examples, loss_sum, num_steps, optimizer_state = state
       with tf.GradientTape() as tape:
         output = model.forward_pass(batch, training=True)
       gradients = tape.gradient(output.loss, model_weights.trainable)
@@ -129,13 +132,14 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
               tf.nest.pack_sequence_as(model_weights.trainable, updated))
       n = _num_examples(output, batch)
       return (num_examples + n, loss_sum + tf.cast(output.loss, tf.float32) *
-              tf.cast(n, tf.float32), optimizer_state)
+              tf.cast(n, tf.float32), num_steps + 1, optimizer_state)
 
     specs = tuple(tf.TensorSpec(v.shape, v.dtype)
                   for v in tf.nest.flatten(model_weights.trainable))
     optimizer_state = optimizer.set_hparams(optimizer.initialize(specs), optimizer_hparams)
-    num_examples, loss_sum, _ = data.reduce(
-        (tf.constant(0, tf.int64), tf.constant(0.0, tf.float32), optimizer_state), reduce_fn)
+    num_examples, loss_sum, num_steps, _ = data.reduce(
+        (tf.constant(0, tf.int64), tf.constant(0.0, tf.float32), tf.constant(0, tf.int64),
+         optimizer_state), reduce_fn)
     delta = tf.nest.map_structure(tf.subtract, initial_weights.trainable, model_weights.trainable)
     has_examples = num_examples > 0
     mean_loss = tf.math.divide_no_nan(loss_sum, tf.cast(num_examples, tf.float32))
@@ -163,6 +167,8 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
       eval_loss = tf.math.divide_no_nan(eval_loss_sum, eval_num)
       value = collections.OrderedDict(update=delta, gradient=gradient, loss=eval_loss)
       value, has_non_finite = _zero_all_if_any_non_finite(value)
+    elif normalized:
+      value, has_non_finite = fednova_lib.client_value(delta, num_steps, optimizer_hparams, mu)
     else:
       value, has_non_finite = _zero_all_if_any_non_finite(delta)
 
@@ -178,6 +184,8 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
       value = tf.nest.map_structure(
           lambda t: tf.where(finite_loss, t, tf.zeros_like(t)), value)
     weight = tf.where(has_non_finite > 0, tf.constant(0.0, tf.float32), weight)
+    if normalized:
+      weight = tf.where(num_steps > 0, weight, tf.constant(0.0, tf.float32))
     if has_non_finite > 0:
       model.reset_metrics()
     metrics = model.report_local_unfinalized_metrics()
@@ -342,4 +350,37 @@ def build_label_counting_client_work(
       update_kwargs=dict(weighting=weighting, proximal_strength=mu,
                          num_classes_to_count=int(num_classes), set_counts=set_counts,
                          clip_norm=clip),
+      metrics_aggregator=metrics_aggregator)
+
+
+def build_normalized_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
+                                 optimizer: tff.learning.optimizers.Optimizer, *,
+                                 client_weighting: WeightingArg = None,
+                                 proximal_strength: float = 0.0, metrics_aggregator=None,
+                                 clip_norm: Optional[float] = None
+                                 ) -> tff.learning.templates.ClientWorkProcess:
+  """FedNova's client work (Wang et al., NeurIPS 2020, eqs. 6-7): local training as
+  `build_client_work`, counting its local steps tau_i, then it sends
+  `OrderedDict(update=u_i / ||a_i||_1, normalizer=||a_i||_1, nonfinite=0|1)`
+  (`tff_conflict.learning.fednova`), with weight 0 for a client that ran no step or whose delta
+  held NaN or Inf. `||a_i||_1` follows the optimizer's learning rate and momentum as they are in
+  the round (its hyperparameters) and `proximal_strength`.
+
+  Raises:
+    ValueError: as `build_client_work`; also for an optimizer other than
+      `tff.learning.optimizers.build_sgdm` (FedNova's normalisation is unknown for it) or
+      `client_weighting="loss"` (FedNova's weights are the p_i of its `tau_eff`).
+  """
+  weighting = resolve_weighting(client_weighting)
+  if weighting == 'loss':
+    raise ValueError('client_weighting must be "num_examples" or "uniform" for FedNova (its '
+                     f'weights p_i also weight tau_eff), got {client_weighting!r}')
+  mu = hparams.PROXIMAL_STRENGTH.check(proximal_strength)
+  clip = hparams.CLIENT_CLIP_NORM.check(clip_norm)
+  optimizer = _validation.resolve_optimizer('optimizer', optimizer)
+  fednova_lib.check_optimizer('client_optimizer_fn', optimizer)
+  return _build_client_work_process(
+      model_fn, optimizer,
+      update_kwargs=dict(weighting=weighting, proximal_strength=mu, clip_norm=clip,
+                         normalized=True),
       metrics_aggregator=metrics_aggregator)

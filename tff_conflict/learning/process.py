@@ -20,10 +20,12 @@ from typing import Any, Optional, Union
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _checks
 from tff_conflict import hparams
 from tff_conflict.learning import _validation
 from tff_conflict.learning import client_work as client_work_lib
 from tff_conflict.learning import corrective as corrective_lib
+from tff_conflict.learning import fednova as fednova_lib
 from tff_conflict.learning import models as models_lib
 from tff_conflict.learning import registry
 
@@ -124,6 +126,7 @@ def build_process(model_fn: models_lib.ModelArg, *,
                   aggregator: AggregatorArg = 'mean',
                   aggregator_kwargs: Optional[Mapping[str, Any]] = None,
                   proximal_strength: float = 0.0,
+                  normalized_averaging: bool = False,
                   client_weighting: client_work_lib.WeightingArg = None,
                   metrics: models_lib.MetricsArg = None,
                   metrics_aggregator=None,
@@ -153,6 +156,12 @@ def build_process(model_fn: models_lib.ModelArg, *,
       `tff.aggregators` factory (weighted, or unweighted: then wrapped).
     aggregator_kwargs: keyword arguments of the named aggregator.
     proximal_strength: FedProx's mu >= 0 (0: none); see `client_work`.
+    normalized_averaging: FedNova (Wang et al., NeurIPS 2020, eqs. 6-7): each client sends its
+      delta divided by its local solver's `||a_i||_1` (from its number of local steps, the
+      client optimizer's learning rate and momentum, and `proximal_strength`), `aggregator`
+      combines these with weights p_i, and the result is multiplied by
+      `tau_eff = sum_i p_i ||a_i||_1` (`tff_conflict.learning.fednova`). Needs SGD
+      (`tff.learning.optimizers.build_sgdm`) as the client optimizer.
     client_weighting: 'num_examples', 'uniform', 'loss' or a `tff.learning.ClientWeighting`.
       Default: 'loss' for an aggregator with `weights_are_losses=True` (DGC as published; also
       inside TFF wrappers such as `tff.aggregators.clipping_factory`, which are looked
@@ -201,6 +210,17 @@ def build_process(model_fn: models_lib.ModelArg, *,
     raise ValueError('client_weighting must be "num_examples" with the corrective aggregator '
                      f'(its weights are numbers of examples), got {client_weighting!r}')
   dataset_counts = _dataset_counts_of(loss_fn)
+  normalized = _checks.check_bool('normalized_averaging', normalized_averaging)
+  if normalized:
+    fednova_lib.check_optimizer('client_optimizer_fn', client_optimizer)
+    if weighting == 'loss':
+      raise ValueError('normalized_averaging (FedNova) weights clients by examples or uniformly '
+                       '(its weights p_i also weight tau_eff): it cannot be combined with '
+                       f'client_weighting "loss" (aggregator {aggregator!r} reads its weights as '
+                       'losses when weights_are_losses=True)')
+    if corrective or dataset_counts:
+      raise ValueError('normalized_averaging (FedNova) cannot be combined with the corrective '
+                       'aggregator or a loss with counts="dataset"')
   if dataset_counts and corrective:
     raise ValueError('a loss with counts="dataset" cannot be combined with the corrective '
                      'aggregator (its gradient pass would need the counts too); use '
@@ -224,7 +244,7 @@ def build_process(model_fn: models_lib.ModelArg, *,
                   functional_metrics=metrics is not None, factory=factory, weighting=weighting,
                   corrective=corrective, dataset_counts=dataset_counts,
                   client_optimizer=client_optimizer, server_optimizer=server_optimizer, mu=mu,
-                  clip=clip, metrics_aggregator=metrics_aggregator)
+                  clip=clip, metrics_aggregator=metrics_aggregator, normalized=normalized)
 
 
 def variable_model_fn_of(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn,
@@ -242,7 +262,7 @@ def variable_model_fn_of(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn
 
 def _compose(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn, functional_metrics: bool,
              factory, weighting: str, corrective: bool, dataset_counts: bool, client_optimizer,
-             server_optimizer, mu: float, clip, metrics_aggregator
+             server_optimizer, mu: float, clip, metrics_aggregator, normalized: bool = False
              ) -> tff.learning.templates.LearningProcess:
   """The composition of `build_process`, from checked arguments."""
   if model.kind == models_lib.KERAS:
@@ -267,6 +287,14 @@ def _compose(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn, functional
                                  weight_type)
     finalizer = corrective_lib.build_update_field_finalizer(server_optimizer,
                                                             model_weights_type)
+  elif normalized:
+    client_work = client_work_lib.build_normalized_client_work(
+        variable_model_fn, client_optimizer, client_weighting=weighting, proximal_strength=mu,
+        metrics_aggregator=metrics_aggregator, clip_norm=clip)
+    aggregation = fednova_lib.NormalizedAveragingFactory(factory).create(
+        fednova_lib.value_type(trainable_type), weight_type)
+    finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
+                                                                       model_weights_type)
   else:
     if dataset_counts:
       keras_model_fn = model.keras_model_fn
