@@ -345,6 +345,7 @@ def test_nan_focal_gamma_flag_message():
 
 
 def test_builder_and_registry_keywords_are_the_tables():
+  # The core keywords, and the baselines' composition with an aggregator (not hyperparameters).
   core = {'model_fn', 'input_spec', 'client_optimizer_fn', 'server_optimizer_fn',
           'client_weighting', 'metrics', 'num_clients', 'aggregator', 'aggregator_kwargs'}
   for name, builder in learning.ALGORITHMS.items():

@@ -301,8 +301,11 @@ def test_fednova_with_equal_steps_is_fedavg():
     (dict(client_optimizer_fn=_sgdm(0.1), client_weighting='loss'), 'client_weighting'),
     (dict(client_optimizer_fn=_sgdm(0.1), aggregator='dgc'), 'loss'),
     (dict(client_optimizer_fn=_sgdm(0.1), aggregator='corrective'), 'corrective'),
-    (dict(client_optimizer_fn=_sgdm(0.1), proximal_strength=-1.0), 'proximal_strength'),
+    (dict(client_optimizer_fn=_sgdm(0.1), normalized_averaging=1), 'normalized_averaging'),
 ])
 def test_fednova_refuses_what_it_cannot_normalise(kwargs, match):
   with pytest.raises(ValueError, match=match):
-    learning.build_fednova(make_tiny_keras_model, input_spec=h.input_spec(), **kwargs)
+    if 'normalized_averaging' in kwargs:
+      learning.build_process(make_tiny_keras_model, input_spec=h.input_spec(), **kwargs)
+    else:
+      learning.build_fednova(make_tiny_keras_model, input_spec=h.input_spec(), **kwargs)

@@ -96,7 +96,6 @@ def build_fednova(model_fn: models_lib.ModelArg, *,
                   client_optimizer_fn: Any, server_optimizer_fn: Any = None,
                   client_weighting: client_work_lib.WeightingArg = None,
                   metrics: models_lib.MetricsArg = None,
-                  proximal_strength: float = 0.0,
                   aggregator: process_lib.AggregatorArg = 'mean',
                   aggregator_kwargs: Optional[Mapping[str, Any]] = None,
                   clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
@@ -111,17 +110,16 @@ def build_fednova(model_fn: models_lib.ModelArg, *,
 
   Hyperparameters: none of its own besides the optimizers: `client_optimizer_fn` must be
   `tff.learning.optimizers.build_sgdm` (with or without momentum; others are refused, their
-  normalisation is unknown); `proximal_strength` mu >= 0, default 0 (FedNova with FedProx's
-  local objective); `client_weighting` 'num_examples' (default) or 'uniform'; `aggregator`
+  normalisation is unknown); `client_weighting` 'num_examples' (default) or 'uniform'; `aggregator`
   (default 'mean') combines the `d_i` with weights p_i and its result is multiplied by tau_eff,
   e.g. 'fedgh' for FedNova + FedGH; `clip_norm` as every builder. A client with 0 steps or a
-  non-finite delta takes no part (weight 0).
+  non-finite delta takes no part (weight 0). FedNova with FedProx's local objective is
+  `build_process(..., proximal_strength=mu, normalized_averaging=True)`.
   """
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss=None, aggregator=aggregator,
-      aggregator_kwargs=aggregator_kwargs, proximal_strength=proximal_strength,
-      normalized_averaging=True, client_weighting=client_weighting, metrics=metrics,
+      aggregator_kwargs=aggregator_kwargs, normalized_averaging=True, client_weighting=client_weighting, metrics=metrics,
       clip_norm=clip_norm)
 
 
