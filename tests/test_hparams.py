@@ -109,6 +109,15 @@ LAYERS = {
         # build_process's own default is 0 ("no proximal term"): only its check is shared.
         _build(learning.build_process, 'proximal_strength', check_default=False),
         _flag('proximal_strength')],
+    hparams.FEDDECORR_BETA: [
+        _build(learning.build_feddecorr, 'beta'),
+        _flag('decorr_beta')],
+    hparams.FEDDECORR_FORM: [
+        Layer('losses.decorrelation_loss',
+              lambda: _signature_default(losses.decorrelation_loss, 'form'),
+              lambda v: losses.decorrelation_loss([[0.0, 1.0], [2.0, -1.0]], form=v)),
+        _build(learning.build_feddecorr, 'form'),
+        _flag('decorr_form')],
     hparams.FEDGH_ORDER: [
         _kernel(conflict.harmonize, 'order', U, W),
         _kernel(conflict.harmonize_with_diagnostics, 'order', U, W),
@@ -254,8 +263,10 @@ def _cases(table):
 
 def test_every_hparam_is_checked_in_every_layer_table():
   assert set(LAYERS) == set(hparams.HPARAMS)
-  assert len({h.keyword for h in hparams.HPARAMS if h.method != 'FedGH'}) == len(
-      [h for h in hparams.HPARAMS if h.method != 'FedGH'])
+  # A keyword names one hyperparameter per method; a flag names one everywhere.
+  assert len({(h.method, h.keyword) for h in hparams.HPARAMS}) == len(hparams.HPARAMS)
+  flagged = [h.flag for h in hparams.HPARAMS if h.flag is not None]
+  assert len(set(flagged)) == len(flagged)
 
 
 @pytest.mark.parametrize('hparam', hparams.HPARAMS, ids=lambda h: h.keyword)

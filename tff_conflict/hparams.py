@@ -100,6 +100,25 @@ PROXIMAL_STRENGTH = Hparam(
     '0.01, a weak pull from that grid that leaves local training close to FedAvg\'s, is the '
     'default.')
 
+# ---- FedDecorr ----------------------------------------------------------------------------------
+
+FEDDECORR_BETA = Hparam(
+    method='FedDecorr', component='decorrelation loss', keyword='beta', flag='decorr_beta',
+    default=0.1, kind=NONNEGATIVE,
+    description='weight beta of the decorrelation term in the client loss CE + beta L_decorr(z), '
+    'z the representations feeding the classifier layer; 0 is FedAvg.',
+    source='FedGH, Sec. IV-A (beta = 0.1 in FedDecorr, its baseline); the FedDecorr paper '
+    '(Shi et al., ICLR 2023) uses beta in 0.01-0.1 by dataset.')
+
+FEDDECORR_FORM = Hparam(
+    method='FedDecorr', component='decorrelation loss', keyword='form', flag='decorr_form',
+    default='authors', kind=CHOICE, choices=('authors', 'paper'),
+    description='L_decorr: the mean squared off-diagonal entry of z^T z over N, z standardised '
+    'with the unbiased variance (authors), or ||K||_F^2 / m^2 of the correlation matrix '
+    'K = z^T z / N (paper).',
+    source='FedDecorr\'s public code (FedDecorrLoss, which produced the published numbers) for '
+    'authors; the paper\'s Sec. 4 for paper.')
+
 # ---- FedGH ---------------------------------------------------------------------------------------
 
 FEDGH_ORDER = Hparam(
@@ -255,7 +274,7 @@ CORRECTIVE_ALPHA = Hparam(
     'Table 2 (IID) 0-0.1; 0.1 lies in both.')
 
 HPARAMS: tuple[Hparam, ...] = (
-    PROXIMAL_STRENGTH, FEDGH_ORDER, FEDGH_SEED, FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO,
+    PROXIMAL_STRENGTH, FEDDECORR_BETA, FEDDECORR_FORM, FEDGH_ORDER, FEDGH_SEED, FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO,
     DGC_WEIGHTS_ARE_LOSSES, CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM,
     MARGIN_WEIGHT, MARGIN_FORM, PRINCIPAL_COMPONENT_RATIO,
     PRINCIPAL_PRESERVE_NORMS, PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN,
@@ -266,6 +285,7 @@ ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'fedavg': (CLIENT_CLIP_NORM,),
     'fedprox': (PROXIMAL_STRENGTH, CLIENT_CLIP_NORM),
     'fednova': (CLIENT_CLIP_NORM,),
+    'feddecorr': (FEDDECORR_BETA, FEDDECORR_FORM, CLIENT_CLIP_NORM),
     'fedgh': (FEDGH_ORDER, FEDGH_SEED, CLIENT_CLIP_NORM),
     'fedmgc': (FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO, CLIENT_CLIP_NORM),
     'fedga': (CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM),

@@ -20,6 +20,8 @@ Default grids (`Method.grid`; the benchmark's `--grids` flag overrides them):
 |---|---|---|
 | fedavg, fedgh, scaffold | - | - |
 | fedprox | proximal_strength (mu) in {0.001, 0.01, 0.1, 1} (FedProx's grid) | - |
+| fednova | - (its normalisation follows the client optimizer) | - |
+| feddecorr | beta in {0.01, 0.05, 0.1} (the FedDecorr paper's range) | - |
 | fedmgc | gamma in {0.5, 1, 2}, selection_ratio in {0.3, 0.5, 0.7} | - |
 | fedga | counts in {batch, dataset} | - |
 | fedld | margin_weight (lambda) in {0.01, 0.1}, component_ratio (rho) in {0.5, 0.8} | yes |
@@ -81,6 +83,8 @@ class Method:
 _DEFAULTS = (
     Method('fedavg', 'fedavg'),
     Method('fedprox', 'fedprox', grid=(('proximal_strength', (0.001, 0.01, 0.1, 1.0)),)),
+    Method('fednova', 'fednova'),
+    Method('feddecorr', 'feddecorr', grid=(('beta', (0.01, 0.05, 0.1)),)),
     Method('fedgh', 'fedgh'),
     Method('fedmgc', 'fedmgc', grid=(('gamma', (0.5, 1.0, 2.0)),
                                      ('selection_ratio', (0.3, 0.5, 0.7)))),

@@ -56,8 +56,8 @@ def _fedld_process():
 
 
 def test_registry_lists_every_method():
-  assert set(learning.ALGORITHMS) == {'fedavg', 'fedprox', 'fednova', 'fedgh', 'fedmgc', 'fedga',
-                                      'fedld', 'fed_corrective', 'scaffold'}
+  assert set(learning.ALGORITHMS) == {'fedavg', 'fedprox', 'fednova', 'feddecorr', 'fedgh',
+                                      'fedmgc', 'fedga', 'fedld', 'fed_corrective', 'scaffold'}
   assert set(learning.LOSSES) == {'ce', 'focal', 'margin', 'calibrated'}
   assert set(learning.AGGREGATORS) == {'mean', 'measured_mean', 'fedgh', 'dgc', 'principal',
                                        'corrective'}
@@ -78,7 +78,7 @@ def test_builder_runs_three_rounds_and_lowers_the_loss(name):
   assert losses[-1] < 0.7 * losses[0], losses
   weights = process.get_model_weights(state)
   assert all(np.all(np.isfinite(w)) for w in weights.trainable)
-  if name not in ('fedavg', 'fedprox', 'fednova', 'fedga', 'scaffold'):
+  if name not in ('fedavg', 'fedprox', 'fednova', 'feddecorr', 'fedga', 'scaffold'):
     # The conflict aggregators report their diagnostics under `aggregator`.
     assert metrics[-1]['aggregator']['num_clients'] == 3
   if name == 'fed_corrective':  # the most composite `next`: corrective work + field finalizer

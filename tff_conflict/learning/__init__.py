@@ -12,6 +12,7 @@ client works and finalizers they use. Models: a function returning an uncompiled
 from tff_conflict.learning.algorithms import ALGORITHMS
 from tff_conflict.learning.algorithms import build_fed_corrective
 from tff_conflict.learning.algorithms import build_fedavg
+from tff_conflict.learning.algorithms import build_feddecorr
 from tff_conflict.learning.algorithms import build_fedga
 from tff_conflict.learning.algorithms import build_fedgh
 from tff_conflict.learning.algorithms import build_fedld
@@ -28,6 +29,7 @@ from tff_conflict.learning.client_work import WEIGHTINGS
 from tff_conflict.learning.corrective import build_corrective_client_work
 from tff_conflict.learning.corrective import build_update_field_finalizer
 from tff_conflict.learning.corrective import corrective_value_type
+from tff_conflict.learning.decorrelation import DecorrelatedModel
 from tff_conflict.learning.fednova import NormalizedAveragingFactory
 from tff_conflict.learning.models import build_model_fn
 from tff_conflict.learning.process import build_process

@@ -31,6 +31,7 @@ import tensorflow_federated as tff
 
 from tff_conflict import hparams
 from tff_conflict.learning import client_work as client_work_lib
+from tff_conflict.learning import decorrelation as decorrelation_lib
 from tff_conflict.learning import models as models_lib
 from tff_conflict.learning import process as process_lib
 from tff_conflict.learning import scaffold as scaffold_lib
@@ -121,6 +122,49 @@ def build_fednova(model_fn: models_lib.ModelArg, *,
       server_optimizer_fn=server_optimizer_fn, loss=None, aggregator=aggregator,
       aggregator_kwargs=aggregator_kwargs, normalized_averaging=True, client_weighting=client_weighting, metrics=metrics,
       clip_norm=clip_norm)
+
+
+def build_feddecorr(model_fn: KerasModelFn, *,
+                    input_spec: models_lib.InputSpecArg = None,
+                    client_optimizer_fn: Any, server_optimizer_fn: Any = None,
+                    client_weighting: client_work_lib.WeightingArg = None,
+                    metrics: models_lib.MetricsArg = None,
+                    beta: float = hparams.FEDDECORR_BETA.default,
+                    form: str = hparams.FEDDECORR_FORM.default,
+                    aggregator: process_lib.AggregatorArg = 'mean',
+                    aggregator_kwargs: Optional[Mapping[str, Any]] = None,
+                    clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
+  """FedDecorr (Shi et al., "Towards Understanding and Mitigating Dimensional Collapse in
+  Heterogeneous Federated Learning", ICLR 2023, arXiv 2210.00226; docs/methods.md, FedDecorr):
+  clients train on `CE + beta L_decorr(z)`, z the batch's representations, the input of the
+  model's last (Dense classifier) layer (`tff_conflict.losses.decorrelation_loss`); FedAvg
+  aggregation, or `aggregator` (e.g. 'fedgh' for FedDecorr + FedGH). Needs a Sequential or
+  functional Keras model whose last layer is `tf.keras.layers.Dense`.
+
+  Hyperparameters (`tff_conflict.hparams`): `beta` >= 0, default 0.1 (the FedGH paper's value;
+  the FedDecorr paper's range 0.01-0.1); `form` 'authors' (default, the authors' code: the mean
+  squared off-diagonal entry of `z^T z` over N, z standardised) or 'paper' (`||K||_F^2 / m^2`,
+  K the correlation matrix); `aggregator` / `aggregator_kwargs` and `clip_norm` as every
+  baseline builder. The model's weights are the given model's, in its order.
+
+  Raises:
+    ValueError: as `build_process`, and for a model that is not such a Keras model.
+  """
+  beta = hparams.FEDDECORR_BETA.check(beta)
+  form = hparams.FEDDECORR_FORM.check(form)
+  resolved = models_lib.resolve_model(model_fn, input_spec)
+  if resolved.kind != models_lib.KERAS:
+    raise ValueError('FedDecorr adds a term on the representations feeding the model\'s last '
+                     'layer and needs model_fn returning a Keras model, got '
+                     f'{resolved.description}')
+  decorrelation_lib.check_decorrelatable(resolved.keras_model_fn, resolved.input_spec)
+  return process_lib.build_process(
+      decorrelation_lib.decorrelated_model_fn(
+          resolved.keras_model_fn, resolved.input_spec, num_classes=resolved.num_classes,
+          metrics_fn=models_lib.resolve_metrics(metrics), beta=beta, form=form),
+      client_optimizer_fn=client_optimizer_fn, server_optimizer_fn=server_optimizer_fn,
+      aggregator=aggregator, aggregator_kwargs=aggregator_kwargs,
+      client_weighting=client_weighting, clip_norm=clip_norm)
 
 
 def build_fedgh(model_fn: models_lib.ModelArg, *,
@@ -291,6 +335,7 @@ ALGORITHMS = {
     'fedavg': build_fedavg,
     'fedprox': build_fedprox,
     'fednova': build_fednova,
+    'feddecorr': build_feddecorr,
     'fedgh': build_fedgh,
     'fedmgc': build_fedmgc,
     'fedga': build_fedga,

@@ -5,6 +5,8 @@ around it, on sparse labels and logits:
   MarginControlLoss(margin_weight, margin_form)  margin_control_loss    FedLD
   CalibratedLabelLoss(counts, form)              calibrated_label_loss  FedGA
 
+and FedDecorr's regularizer on representations, `decorrelation_loss(z, form)`.
+
 The formulas: docs/methods.md under each method.
 """
 
@@ -12,6 +14,7 @@ from tff_conflict.losses.calibrated import batch_class_counts
 from tff_conflict.losses.calibrated import calibrated_label_loss
 from tff_conflict.losses.calibrated import calibrated_labels
 from tff_conflict.losses.calibrated import CalibratedLabelLoss
+from tff_conflict.losses.decorrelation import decorrelation_loss
 from tff_conflict.losses.focal import focal_loss
 from tff_conflict.losses.focal import FocalLoss
 from tff_conflict.losses.margin import log1p_squared_norm
@@ -23,6 +26,7 @@ __all__ = [
     'calibrated_label_loss',
     'calibrated_labels',
     'CalibratedLabelLoss',
+    'decorrelation_loss',
     'focal_loss',
     'FocalLoss',
     'log1p_squared_norm',

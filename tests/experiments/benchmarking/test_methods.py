@@ -15,7 +15,8 @@ def test_every_algorithm_has_a_method_with_a_grid_where_the_issue_asks_for_one()
   assert set(grid['fedld']) == {'margin_weight', 'component_ratio'}
   assert methods.METHODS['fedld'].tune_server_lr
   assert grid['fed_corrective']['alpha'] == (0.1, 0.3, 0.5)
-  assert grid['fedavg'] == {} and grid['fedgh'] == {}
+  assert grid['fedavg'] == {} and grid['fedgh'] == {} and grid['fednova'] == {}
+  assert grid['feddecorr']['beta'] == (0.01, 0.05, 0.1)
 
 
 def test_ad_hoc_variant_fixes_arguments_and_drops_them_from_the_grid():
