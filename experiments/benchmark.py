@@ -4,6 +4,8 @@ validation split, with paired confidence intervals.
     python -m experiments.benchmark --preset=smoke --output_dir=/tmp/bench   # seconds, no tuning
     python -m experiments.benchmark --preset=results --results_md=RESULTS.md   # RESULTS.md
     python -m experiments.benchmark --preset=fedga_setting   # FedGA in its paper's setting
+    python -m experiments.benchmark --preset=fedgh_table     # a paper's table (also fedmgc_table,
+                                                             # fedld_table, fedga_table)
     python -m experiments.benchmark --regimes='digits:dir(0.1),synthetic(1,1)' \\
         --methods=fedavg,fedprox,'fedga[counts=dataset]' --epochs=1,5 --report_seeds=0,1,2
 
@@ -12,7 +14,8 @@ The grid is regimes x methods x local epochs E x reporting seeds (`--regimes`, `
 (`tff_conflict.data.regimes`): `digits:iid`, `digits:dir(ALPHA)`, `digits:#C=K`,
 `digits:qty(BETA)`, `synthetic(ALPHA,BETA)`, `emnist:natural`, `mnist:dir(0.5)`, ... with `@K`
 for a population of K clients. Methods are `tff_conflict.learning.ALGORITHMS` names, registered
-variants, or ad-hoc variants `ALGORITHM[key=value,...]` (`experiments.benchmarking.methods`).
+variants, compositions `BASELINE+AGGREGATOR` (`fednova+fedgh`), or ad-hoc variants
+`ALGORITHM[key=value,...]` (`experiments.benchmarking.methods`).
 
 For a given seed every method sees the same partition, initial model and clients per round.
 Unless `--tune=false`, each method's own hyperparameters and the client learning rate (and the
@@ -176,6 +179,71 @@ RESULTS_GRIDS = ','.join(f'{variant}.{argument}={value}'
 # FedAvg clipped alike: a loop of its own, so a preset of its own.
 FEDGA_SETTING_METHODS = ('fedavg', 'fedga', 'fedga_paper', 'fedavg_clip', 'fedga_clip',
                          'fedga_paper_clip')
+
+
+def _registered(*methods: str) -> str:
+  """The comma-joined `methods` whose algorithms are registered (SCAFFOLD may not be)."""
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  return ','.join(m for m in methods
+                  if m.split('+')[0].split('[')[0] in learning.ALGORITHMS)
+
+
+# One preset per paper table, on the offline regimes in the paper's local-training setting where
+# it is cheap (docs/experiments.md, "The papers' comparisons", lists the papers' numbers and the
+# settings that differ). Each method is tuned as any method; LEAF / EMNIST: add --regimes (e.g.
+# leaf_femnist:natural with --leaf_dir).
+PAPER_TABLES: dict[str, dict[str, Any]] = {
+    # FedGH Table II: each baseline without and with FedGH; Table I: K = 20, C = 20, E = 5,
+    # B = 64, SGD momentum 0.9, 100 rounds, Dirichlet 0.1 and 1.0.
+    'fedgh_table': dict(
+        regimes='digits:dir(0.1)@20,digits:dir(1.0)@20,synthetic(1,1)@20',
+        methods=_registered('fedavg', 'fedavg+fedgh', 'fedprox', 'fedprox+fedgh', 'fednova',
+                            'fednova+fedgh', 'feddecorr', 'feddecorr+fedgh'),
+        epochs=['5'], tune_epochs=['5'], report_seeds=['0', '1', '2'], rounds=100,
+        tuning_regimes='digits:digits:dir(0.1)@20,synthetic:synthetic(1,1)@20',
+        clients_per_round=20, client_batch_size=64, client_momentum=0.9,
+        description='The FedGH paper\'s Table II (`--preset=fedgh_table`): FedAvg, FedProx, '
+        'FedNova and FedDecorr, each without and with FedGH, in its Table I setting (20 '
+        'clients, all per round, E = 5, batch 64, SGD momentum 0.9, 100 rounds, Dirichlet 0.1 '
+        'and 1.0) on digits and Synthetic(1, 1) instead of CIFAR and LEAF.'),
+    # FedMGC Sec. V: FedAvg, FedProx, SCAFFOLD, FedNova; SGD lr 0.001 (tuned here), batch 128,
+    # E = 10, 10 clients all per round, Dirichlet 0.5 and 1.
+    'fedmgc_table': dict(
+        regimes='digits:dir(0.5)@10,digits:dir(1.0)@10',
+        methods=_registered('fedavg', 'fedprox', 'fednova', 'scaffold', 'fedmgc'),
+        epochs=['10'], tune_epochs=['10'], report_seeds=['0', '1', '2'], rounds=100,
+        tuning_regimes='digits:digits:dir(0.5)@10',
+        clients_per_round=10, client_batch_size=128,
+        description='The FedMGC paper\'s comparison (`--preset=fedmgc_table`, its Figs. 10-12): '
+        'FedAvg, FedProx, FedNova, SCAFFOLD and FedMGC with 10 clients, all per round, E = 10, '
+        'batch 128, Dirichlet 0.5 and 1, 100 rounds, on digits instead of CIFAR-10 / FMNIST.'),
+    # FedLD Table 1: FedAvg, FedProx, FedGH (FedBN and FedPAC are not here); 5 clients, all per
+    # round, E = 1, batch 50, Dirichlet 100 / 0.5 / 0.1 (Retina splits 1-3).
+    'fedld_table': dict(
+        regimes='digits:dir(100)@5,digits:dir(0.5)@5,digits:dir(0.1)@5',
+        methods=_registered('fedavg', 'fedprox', 'fedgh', 'fedld'),
+        epochs=['1'], tune_epochs=['1'], report_seeds=['0', '1', '2'], rounds=100,
+        tuning_regimes='digits:digits:dir(0.1)@5',
+        clients_per_round=5, client_batch_size=50,
+        description='The FedLD paper\'s Table 1 (`--preset=fedld_table`): FedAvg, FedProx, '
+        'FedGH and FedLD with 5 clients, all per round, E = 1, batch 50, the Retina splits\' '
+        'Dirichlet 100 / 0.5 / 0.1 on digits, 100 rounds instead of 200.'),
+    # FedGA Table 1: FedAvg, FedProx (FedRL, CLIMB, FedNTD are not here); the fedga_setting loop.
+    'fedga_table': dict(
+        regimes='digits:client_dir(0.1)@100,digits:client_dir(0.5)@100,'
+        'digits:client_dir(1.0)@100',
+        methods=_registered('fedavg', 'fedprox', 'fedga'),
+        epochs=['2'], tune_epochs=['2'], report_seeds=['0', '1', '2'], rounds=50,
+        tuning_regimes='digits:digits:client_dir(0.1)@100',
+        clients_per_round=10, client_batch_size=64,
+        description='The FedGA paper\'s Table 1 (`--preset=fedga_table`): FedAvg, FedProx and '
+        'FedGA in its setting (100 clients of equal size, 10 per round, E = 2, batch 64), '
+        'per-client Dirichlet 0.1 / 0.5 / 1.0 on digits instead of MNIST / CIFAR, 50 rounds.'),
+}
+for _name, _preset in PAPER_TABLES.items():
+  _preset.update(models='digits:mlp', tune=True, tuning_seeds=['100'], runtime='inprocess',
+                 experiment_name=_name)
+
 PRESETS: dict[str, dict[str, Any]] = {
     'smoke': dict(regimes='digits:iid@8,digits:#C=2@8', methods='fedavg,fedgh', epochs=['1'],
                   report_seeds=['0', '1'], rounds=3, clients_per_round=4, client_batch_size=32,
@@ -199,6 +267,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                           'per round, E = 2, batch 64, 50 rounds; FedGA\'s two forms with and '
                           'without clipping at 5.0, the clipped ones against FedAvg clipped '
                           'alike; tuned on the same regimes with one tuning seed.'),
+    **PAPER_TABLES,
 }
 
 

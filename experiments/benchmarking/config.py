@@ -306,12 +306,16 @@ def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any
   parameters = inspect.signature(build).parameters
   open_ended = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
   ranges = {h.keyword: h for h in hparams.ALGORITHM_HPARAMS.get(method.algorithm, ())}
+  composed = methods_lib.composed_aggregator(method)   # e.g. 'fedgh' of 'fednova+fedgh'
+  aggregator_keywords = methods_lib.aggregator_keywords(method)
+  if composed:
+    ranges.update({h.keyword: h for h in hparams.AGGREGATOR_HPARAMS.get(composed, ())})
   fixed = dict(method.fixed)
   checks = [('methods', k, v) for k, v in fixed.items()]
   checks += [('grids', k, v) for k, values in method.grid for v in values]
   checks += [('methods', k, v) for k, v in given.items() if k not in fixed]
   for argument, keyword, value in checks:
-    if not open_ended and keyword not in parameters:
+    if not open_ended and keyword not in parameters and keyword not in aggregator_keywords:
       raise ConfigError(argument, method.name, reason=f'{keyword}={value!r}: its builder '
                         f'({method.algorithm}) takes no argument {keyword!r}')
     if keyword in ranges:

@@ -8,11 +8,18 @@ arguments fixed for it, and optionally fixed learning rates:
     METHODS['fedga']                      # build_fedga, tuned over counts in {batch, dataset}
     parse_method('fedga_paper')           # a variant of `experiments.diagnosis.VARIANTS`
     parse_method('fedga[form=paper,clip_norm=5]')   # an ad-hoc variant, named as written
+    parse_method('fednova+fedgh')         # a baseline with an aggregator on top (`compose`)
     method_from_flags('fedld_server_lr', 'fedld', {'server_learning_rate': 2.0})
 
 The client learning rate (every method, from one shared grid) and the server learning rate (the
 methods whose `tune_server_lr` is set) are not builder arguments: the benchmark sets them in each
 run's initial server state (`process.set_hparams`), so one built process serves every rate.
+
+A composition `BASELINE+AGGREGATOR` (any builder of `ALGORITHMS` that takes `aggregator=`, with
+any name of `tff_conflict.learning.AGGREGATORS`) is tuned on the baseline's grid plus the
+aggregator's own hyperparameters' grid (taken from the method that tunes them, e.g. DGC's
+selection_ratio from fedmgc); the aggregator's keyword arguments reach the builder as
+`aggregator_kwargs` (`builder_kwargs`).
 
 Default grids (`Method.grid`; the benchmark's `--grids` flag overrides them):
 
@@ -39,6 +46,10 @@ CUSTOM = 'custom'
 # aggregator draws its partner order from a seed held in the server state, which the benchmark
 # sets to each run's seed (see `engine`); the process is built with seed 0.
 SEEDED_KWARGS = {'fedgh': {'seed': 0}}
+# The same for an aggregator composed with a baseline (its `aggregator_kwargs`).
+SEEDED_AGGREGATOR_KWARGS = {'fedgh': {'seed': 0}}
+
+COMPOSITION_SEPARATOR = '+'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +136,66 @@ def parse_value(text: str) -> Any:
   return text
 
 
-_VARIANT = re.compile(r'^([A-Za-z0-9_]+)\[(.*)\]$')
+_VARIANT = re.compile(r'^([A-Za-z0-9_+]+)\[(.*)\]$')
+_COMPOSITION = re.compile(r'^([A-Za-z0-9_]+)\+([A-Za-z0-9_]+)$')
+
+
+def composable_algorithms() -> list[str]:
+  """The algorithms whose builder takes `aggregator=` (the baselines)."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  return [name for name, build in learning.ALGORITHMS.items()
+          if 'aggregator' in inspect.signature(build).parameters]
+
+
+def aggregator_grid(aggregator: str) -> dict[str, tuple]:
+  """The default grid of `aggregator`'s own hyperparameters: the grid entries of the methods
+  whose algorithm has that very hyperparameter (`tff_conflict.hparams`)."""
+  from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
+  own = {h.keyword: h for h in hparams.AGGREGATOR_HPARAMS.get(aggregator, ())}
+  grid: dict[str, tuple] = {}
+  for method in _DEFAULTS:
+    algorithm_hparams = hparams.ALGORITHM_HPARAMS.get(method.algorithm, ())
+    for keyword, values in method.grid:
+      if keyword in own and own[keyword] in algorithm_hparams:
+        grid.setdefault(keyword, tuple(values))
+  return grid
+
+
+def compose(baseline: str, aggregator: str) -> Method:
+  """The method `baseline+aggregator`: the baseline's builder with `aggregator` fixed, tuned on
+  the baseline's grid plus `aggregator_grid(aggregator)`.
+
+  Raises:
+    ValueError: a baseline whose builder takes no aggregator, or an unknown aggregator.
+  """
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  name = f'{baseline}{COMPOSITION_SEPARATOR}{aggregator}'
+  base = METHODS.get(baseline) or Method(baseline, baseline)
+  if base.algorithm not in composable_algorithms():
+    raise ValueError(f'method {name!r}: {baseline!r} is no baseline that takes an aggregator; '
+                     f'one of {composable_algorithms()}')
+  if aggregator not in learning.AGGREGATORS:
+    raise ValueError(f'method {name!r}: unknown aggregator {aggregator!r}; one of '
+                     f'{sorted(learning.AGGREGATORS)}')
+  grid = dict(base.grid)
+  grid.update(aggregator_grid(aggregator))
+  return Method(name, base.algorithm, fixed=tuple(base.fixed) + (('aggregator', aggregator),),
+                grid=tuple(grid.items()), tune_server_lr=base.tune_server_lr,
+                client_lr=base.client_lr, server_lr=base.server_lr)
+
+
+def composition_parts(name: str) -> Optional[tuple[str, str]]:
+  """(baseline, aggregator) of a composition's name (ad-hoc arguments ignored), else None."""
+  match = _COMPOSITION.match(name.split('[', 1)[0])
+  return (match[1], match[2]) if match else None
+
+
+def _registered(name: str) -> Optional[Method]:
+  if name in METHODS:
+    return METHODS[name]
+  parts = composition_parts(name)
+  return compose(*parts) if parts and '[' not in name else None
 
 
 def parse_method(text: str) -> Method:
@@ -139,17 +209,18 @@ def parse_method(text: str) -> Method:
     ValueError: an unknown name or a malformed variant.
   """
   text = text.strip()
-  if text in METHODS:
-    return METHODS[text]
+  registered = _registered(text.replace(' ', ''))
+  if registered is not None:
+    return registered
   variants = diagnosis_variants()
   if text in variants:
     return variants[text]
   match = _VARIANT.match(text.replace(' ', ''))
   if not match:
-    raise ValueError(f'unknown method {text!r}: use one of {sorted(METHODS) + sorted(variants)} '
-                     'or ALGORITHM[key=value,...]')
+    raise ValueError(f'unknown method {text!r}: use one of {sorted(METHODS) + sorted(variants)}, '
+                     'BASELINE+AGGREGATOR or ALGORITHM[key=value,...]')
   algorithm, body = match[1], match[2]
-  base = METHODS.get(algorithm) or Method(algorithm, algorithm)
+  base = _registered(algorithm) or Method(algorithm, algorithm)
   _check_algorithm(base.algorithm, text)
   fixed = dict(base.fixed)
   for item in filter(None, body.split(',')):
@@ -239,9 +310,32 @@ def given_kwargs(given: Mapping[str, Mapping[str, Any]], method: Method) -> dict
   return kwargs
 
 
+def composed_aggregator(method: Method) -> Optional[str]:
+  """The aggregator a named algorithm's method fixes by name (a composition), else None."""
+  aggregator = method.fixed_kwargs.get('aggregator')
+  return aggregator if method.algorithm != CUSTOM and isinstance(aggregator, str) else None
+
+
+def aggregator_keywords(method: Method) -> set[str]:
+  """The keywords of the composed aggregator's hyperparameters (they go to
+  `aggregator_kwargs`)."""
+  from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
+  aggregator = composed_aggregator(method)
+  return {h.keyword for h in hparams.AGGREGATOR_HPARAMS.get(aggregator, ())} if aggregator else set()
+
+
 def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
-  """The builder's keyword arguments: the seeded defaults, the method's fixed ones, `tuned`."""
+  """The builder's keyword arguments: the seeded defaults, the method's fixed ones, `tuned`;
+  for a composition, the aggregator's own arguments gathered into `aggregator_kwargs`."""
   kwargs = dict(SEEDED_KWARGS.get(method.algorithm, {}))
   kwargs.update(method.fixed_kwargs)
   kwargs.update(tuned or {})
+  aggregator = composed_aggregator(method)
+  if aggregator:
+    own = aggregator_keywords(method)
+    packed = dict(SEEDED_AGGREGATOR_KWARGS.get(aggregator, {}))
+    packed.update(kwargs.pop('aggregator_kwargs', None) or {})
+    packed.update({k: kwargs.pop(k) for k in list(kwargs) if k in own})
+    if packed:
+      kwargs['aggregator_kwargs'] = packed
   return kwargs

@@ -34,6 +34,7 @@ from experiments import files
 from experiments import metrics_io
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import control as control_lib
+from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import runs as runs_lib
 from experiments import stats
 
@@ -237,6 +238,34 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
       out.append((regime, e, heading,
                   regime_table(cell, methods, baseline=baseline, target=target)))
   return out
+
+
+def composition_table(rows, config) -> str:
+  """Each composition `B+A` against its own baseline `B` and against the benchmark's baseline
+  (as the FedGH paper's Table II sets "+FedGH" beside each baseline): per regime and E, the
+  paired differences in final accuracy. Empty when no composition and its baseline both ran."""
+  baseline = config.get('baseline', 'fedavg')
+  regimes, methods, epochs = _orders(rows, config)
+  cells = group(rows)
+  pairs = [(m, methods_lib.composition_parts(m)[0]) for m in methods
+           if methods_lib.composition_parts(m)]
+  lines = []
+  for regime in regimes:
+    for e in epochs:
+      cell = cells.get((regime, e), {})
+      for method, own in pairs:
+        if method not in cell or own not in cell:
+          continue
+        lines.append(f'| `{regime}` | {e} | {method} | {own} | '
+                     f'{_fmt_difference(difference(cell, method, own))} | '
+                     f'{_fmt_difference(difference(cell, method, baseline))} | '
+                     f'{_fmt_difference(difference(cell, own, baseline))} |')
+  if not lines:
+    return ''
+  header = [f'| regime | E | composition | its baseline | Δ final vs its baseline [95% CI] '
+            f'| Δ final vs {baseline} | its baseline\'s Δ vs {baseline} |',
+            '|---|---|---|---|---|---|---|']
+  return '\n'.join(header + lines) + '\n'
 
 
 def epoch_effect_table(rows, config) -> str:
@@ -578,6 +607,12 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
                                     image(f'train_loss:{regime}:{e}', 'training loss'))))
     if images:
       parts.append(images + '\n')
+  compositions = composition_table(rows, config)
+  if compositions:
+    parts.append('## Aggregators on top of the baselines\n')
+    parts.append('Each `BASELINE+AGGREGATOR` against its own baseline and against '
+                 f'{baseline} (paired over seeds).\n')
+    parts.append(compositions)
   parts.append(f'## Gain over {baseline} against gradient conflict\n')
   parts.append('Does a method help more where clients conflict more? x: the regime\'s measured '
                'conflict fraction; y: the method\'s mean paired gain in final accuracy with its '

@@ -52,6 +52,26 @@ def test_fedga_setting_preset_is_the_papers_setting_tuned_where_it_reports():
   assert {'fedavg_clip', 'fedga_clip', 'fedga_paper', 'fedga_paper_clip'} <= set(config.methods)
 
 
+@pytest.mark.parametrize('preset', sorted(benchmark.PAPER_TABLES))
+def test_paper_table_presets_are_tuned_grids_of_registered_methods(preset):
+  with flagsaver.as_parsed(preset=preset):
+    benchmark.apply_preset()
+    config = benchmark.config_from_flags()
+  assert config.tuning.tune and len(config.report_seeds) == 3
+  assert set(config.tuning.tuning_regimes.values()) <= set(config.regimes)
+  assert 'fedavg' in config.methods
+
+
+def test_fedgh_table_is_each_baseline_without_and_with_fedgh():
+  with flagsaver.as_parsed(preset='fedgh_table'):
+    benchmark.apply_preset()
+    config = benchmark.config_from_flags()
+  baselines = ('fedavg', 'fedprox', 'fednova', 'feddecorr')
+  assert config.methods == tuple(m for b in baselines for m in (b, f'{b}+fedgh'))
+  assert config.client.momentum == 0.9 and config.epochs == (5,)
+  assert config.loop.clients_per_round == 20 and config.loop.batch_size == 64
+
+
 def test_given_values_come_from_the_method_flags():
   with flagsaver.as_parsed(proximal_strength='0.5', tune='false'):
     config = benchmark.config_from_flags()
@@ -60,7 +80,8 @@ def test_given_values_come_from_the_method_flags():
 
 
 @pytest.mark.parametrize('flag_values,message', [
-    (dict(preset='fast'), "--preset must be one of ['fedga_setting', 'results', 'smoke'], got 'fast'"),
+    (dict(preset='fast'), "--preset must be one of ['fedga_setting', 'fedga_table', "
+     "'fedgh_table', 'fedld_table', 'fedmgc_table', 'results', 'smoke'], got 'fast'"),
     (dict(regimes='digits:dir(0)'), "--regimes=digits:dir(0): regime 'digits:dir(0)'"),
     (dict(methods='fedavg,sgd'), "--methods=sgd: unknown method 'sgd'"),
     (dict(epochs='1,x'), '--epochs must be integers'),

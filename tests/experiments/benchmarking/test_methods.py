@@ -95,3 +95,33 @@ def test_fixed_learning_rates_are_not_tuned():
   search = plan_lib.make_plan(config).methods[1].search  # fedld, server lr fixed at 4
   assert [c.server_lr for c in tuning.stage_one(search)] == [4.0, 4.0, 4.0]
   assert {c.server_lr for c in tuning.stage_two(search, 0.05)} == {4.0}
+
+
+def test_compositions_are_baselines_with_an_aggregator_tuned_on_both_grids():
+  m = methods.parse_method('fedprox+fedgh')
+  assert m.name == 'fedprox+fedgh' and m.algorithm == 'fedprox'
+  assert m.fixed_kwargs == {'aggregator': 'fedgh'}
+  assert dict(m.grid) == dict(methods.METHODS['fedprox'].grid)
+  assert methods.builder_kwargs(m, {'proximal_strength': 0.1}) == {
+      'aggregator': 'fedgh', 'aggregator_kwargs': {'seed': 0}, 'proximal_strength': 0.1}
+  dgc = methods.parse_method('fednova+dgc')
+  assert dict(dgc.grid) == {'selection_ratio': dict(methods.METHODS['fedmgc'].grid)[
+      'selection_ratio']}
+  assert methods.builder_kwargs(dgc, {'selection_ratio': 0.3}) == {
+      'aggregator': 'dgc', 'aggregator_kwargs': {'selection_ratio': 0.3}}
+  variant = methods.parse_method('feddecorr+fedgh[order=index,beta=0.05]')
+  assert variant.grid == ()
+  assert methods.builder_kwargs(variant) == {
+      'aggregator': 'fedgh', 'beta': 0.05, 'aggregator_kwargs': {'seed': 0, 'order': 'index'}}
+  assert methods.composition_parts('fednova+fedgh[order=index]') == ('fednova', 'fedgh')
+  assert methods.composition_parts('fednova') is None
+  assert set(methods.composable_algorithms()) >= {'fedavg', 'fedprox', 'fednova', 'feddecorr'}
+
+
+@pytest.mark.parametrize('text,match', [
+    ('fedgh+fedgh', 'no baseline that takes an aggregator'),
+    ('fedavg+bogus', 'unknown aggregator'),
+])
+def test_bad_compositions(text, match):
+  with pytest.raises(ValueError, match=match):
+    methods.parse_method(text)

@@ -233,3 +233,19 @@ def test_positive_control_not_reproduced_and_absent(tmp_path):
   _write_control(root, _control_rows(same, same))
   text = open(report.write_report(root)).read()
   assert 'the published effect is not reproduced' in text
+
+
+def test_composition_table_compares_with_its_baseline_and_with_fedavg():
+  finals = {'fedavg': [0.60, 0.62, 0.64], 'fednova': [0.61, 0.62, 0.66],
+            'fednova+fedgh': [0.64, 0.64, 0.69]}
+  rows = [dict(_rows()[0], method=m, algorithm=m.split('+')[0], final_accuracy=f,
+               best_accuracy=f, seed=seed, data_seed=seed)
+          for m, fs in finals.items() for seed, f in enumerate(fs)]
+  config = dict(_CONFIG, methods=list(finals))
+  table = report.composition_table(rows, config).splitlines()
+  assert table[0].startswith('| regime | E | composition | its baseline |')
+  # fednova+fedgh - fednova = (0.03, 0.02, 0.03); - fedavg = (0.04, 0.02, 0.05);
+  # fednova - fedavg = (0.01, 0.00, 0.02).
+  assert table[2].startswith('| `digits:iid` | 1 | fednova+fedgh | fednova | **+0.0267 [')
+  assert table[2].endswith('| +0.0367 [-0.0013, +0.0746] | +0.0100 [-0.0148, +0.0348] |')
+  assert report.composition_table(_rows(), _CONFIG) == ''
