@@ -14,6 +14,7 @@ from tests.conftest import make_tiny_client_datasets
 from tests.learning import conftest as h
 from tff_conflict import learning
 from tff_conflict import losses
+from tff_conflict import runtime
 
 HIDDEN = 5
 
@@ -74,19 +75,22 @@ def _reference_round(weights, datasets, lr, beta, form):
   return np.average(new, axis=0, weights=sizes)
 
 
-@pytest.mark.parametrize('form', ['authors', pytest.param('paper', marks=pytest.mark.slow)])
-def test_feddecorr_round_in_tff_runtime_equals_the_reference(form):
+@pytest.mark.parametrize('form,kind', [
+    ('authors', 'cpp'), ('authors', 'inprocess'),
+    pytest.param('paper', 'cpp', marks=pytest.mark.slow)])
+def test_feddecorr_round_equals_the_reference(form, kind):
   lr, beta = 0.1, 0.5
   process = learning.build_feddecorr(mlp_model_fn, input_spec=h.input_spec(),
                                      client_optimizer_fn=_sgd(lr), beta=beta, form=form)
-  state = process.initialize()
-  weights = [np.asarray(w) for w in process.get_model_weights(state).trainable]
+  runner = runtime.make_runner(process, kind)
+  state = runner.initialize()
+  weights = [np.asarray(w) for w in runner.get_model_weights(state).trainable]
   expected = _reference_round(weights, _data(), lr, beta, form)
   plain = _reference_round(weights, _data(), lr, 0.0, form)
   assert np.max(np.abs(expected - plain)) > 1e-4   # the term moves the model
-  output = process.next(state, list(_data()))
+  output = runner.next(state, list(_data()))
   got = np.concatenate([np.asarray(w).ravel()
-                        for w in process.get_model_weights(output.state).trainable])
+                        for w in runner.get_model_weights(output.state).trainable])
   np.testing.assert_allclose(got, expected, rtol=0, atol=2e-6)
 
 
