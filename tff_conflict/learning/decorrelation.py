@@ -1,7 +1,5 @@
-"""FedDecorr's client model: a Keras model that returns the user model's logits and, in training,
-reports `beta * L_decorr(z)` as its losses, z the input of the model's last (Dense classifier)
-layer; TFF's `from_keras_model` adds a model's losses to the training loss. docs/methods.md,
-"FedDecorr".
+"""FedDecorr's client model: the user model's logits, and in a training call `beta * L_decorr(z)`
+as its losses, z the input of its last (Dense) layer. docs/methods.md, "FedDecorr".
 """
 
 import functools
