@@ -309,3 +309,54 @@ def test_fednova_refuses_what_it_cannot_normalise(kwargs, match):
       learning.build_process(make_tiny_keras_model, input_spec=h.input_spec(), **kwargs)
     else:
       learning.build_fednova(make_tiny_keras_model, input_spec=h.input_spec(), **kwargs)
+
+
+def _with_nan_features(dataset):
+  return dataset.map(lambda b: collections.OrderedDict(x=b['x'] * np.float32('nan'), y=b['y']))
+
+
+@pytest.mark.parametrize('kind', ['cpp', 'inprocess'])
+def test_zero_step_and_non_finite_clients_take_no_part(kind):
+  """A client with no data (0 steps) and one whose delta is NaN are left out of the p_i and of
+  tau_eff, and the NaN one is counted; the round equals FedNova over the other two."""
+  lr = 0.1
+  process = _process(lr)
+  runner = runtime.make_runner(process, kind)
+  state = runner.initialize()
+  weights = _weights(runner, state)
+  good = list(_data())[1:]
+  data = good + [_data()[0].take(0), _with_nan_features(_data()[0])]
+  expected, tau_eff = fednova_round(weights, good, lr)
+  output = runner.next(state, data)
+  np.testing.assert_allclose(flat(_weights(runner, output.state)), expected, rtol=0, atol=2e-6)
+  assert output.metrics['aggregator']['num_excluded_nonfinite_clients'] == 1
+  np.testing.assert_allclose(output.metrics['aggregator']['tau_eff'], tau_eff, rtol=1e-6)
+
+
+def test_one_client_moves_the_model_to_its_local_model():
+  """K = 1: tau_eff = ||a_1||_1, so the aggregate is that client's own delta."""
+  lr = 0.1
+  process = _process(lr)
+  state = process.initialize()
+  weights = _weights(process, state)
+  dataset = _data()[2]
+  state = process.next(state, [dataset]).state
+  np.testing.assert_allclose(flat(_weights(process, state)),
+                             flat(local_sgd(weights, h.batches_of(dataset), lr)), rtol=0,
+                             atol=2e-6)
+
+
+def test_fednova_with_a_proximal_term_in_tff_runtime():
+  """`build_process(proximal_strength=mu, normalized_averaging=True)`: d_i = u_i / sum_k
+  (1 - eta mu)^k with the proximal local updates."""
+  lr, mu = 0.1, 0.5
+  process = learning.build_process(make_tiny_keras_model, input_spec=h.input_spec(),
+                                   client_optimizer_fn=_sgdm(lr), proximal_strength=mu,
+                                   normalized_averaging=True)
+  state = process.initialize()
+  weights = _weights(process, state)
+  expected, tau_eff = fednova_round(weights, list(_data()), lr, mu=mu)
+  output = process.next(state, list(_data()))
+  np.testing.assert_allclose(flat(_weights(process, output.state)), expected, rtol=0, atol=2e-6)
+  np.testing.assert_allclose(output.metrics['aggregator']['tau_eff'], tau_eff, rtol=1e-6)
+  assert tau_eff < (8 * 2 + 13 * 4 + 20 * 5) / 41   # the proximal normalisation is smaller
