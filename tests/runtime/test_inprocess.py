@@ -355,7 +355,8 @@ _FAST_BUILDERS = ('fedgh', 'fed_corrective')
 
 @pytest.mark.parametrize('name', [
     pytest.param(n, marks=() if n in _FAST_BUILDERS else pytest.mark.slow)
-    for n in ('fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective')])
+    for n in ('fedavg', 'fedprox', 'fednova', 'feddecorr', 'fedgh', 'fedmgc', 'fedga', 'fedld',
+              'fed_corrective')])
 def test_project_builder_rounds_equal_cpp_runtime(name):
   """Every tff_conflict.learning builder: 3 rounds in-process == 3 rounds in the C++ runtime,
   with one and two threads; also with a client whose dataset is empty, and with no clients."""
