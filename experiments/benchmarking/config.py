@@ -299,17 +299,13 @@ def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any
   """Every fixed or tuned builder argument of `method` is one its builder takes, with a value in
   its range (`tff_conflict.hparams`), so that a typo fails before any run."""
   import inspect  # pylint: disable=g-import-not-at-top
-  from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   build = (learning.build_process if method.algorithm == methods_lib.CUSTOM
            else learning.ALGORITHMS[method.algorithm])
   parameters = inspect.signature(build).parameters
   open_ended = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
-  ranges = {h.keyword: h for h in hparams.ALGORITHM_HPARAMS.get(method.algorithm, ())}
-  composed = methods_lib.composed_aggregator(method)   # e.g. 'fedgh' of 'fednova+fedgh'
+  ranges = methods_lib.hparam_ranges(method)   # with a composition's aggregator's
   aggregator_keywords = methods_lib.aggregator_keywords(method)
-  if composed:
-    ranges.update({h.keyword: h for h in hparams.AGGREGATOR_HPARAMS.get(composed, ())})
   fixed = dict(method.fixed)
   checks = [('methods', k, v) for k, v in fixed.items()]
   checks += [('grids', k, v) for k, values in method.grid for v in values]

@@ -324,6 +324,17 @@ def aggregator_keywords(method: Method) -> set[str]:
   return {h.keyword for h in hparams.AGGREGATOR_HPARAMS.get(aggregator, ())} if aggregator else set()
 
 
+def hparam_ranges(method: Method) -> dict[str, Any]:
+  """keyword -> `tff_conflict.hparams.Hparam` of every hyperparameter `method`'s builder takes
+  by name: its algorithm's, and for a composition its aggregator's."""
+  from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
+  ranges = {h.keyword: h for h in hparams.ALGORITHM_HPARAMS.get(method.algorithm, ())}
+  aggregator = composed_aggregator(method)
+  if aggregator:
+    ranges.update({h.keyword: h for h in hparams.AGGREGATOR_HPARAMS.get(aggregator, ())})
+  return ranges
+
+
 def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
   """The builder's keyword arguments: the seeded defaults, the method's fixed ones, `tuned`;
   for a composition, the aggregator's own arguments gathered into `aggregator_kwargs`."""

@@ -183,13 +183,12 @@ def _valid(search: Search, dim: str, value) -> bool:
     return False
   if dim in ('client_lr', 'server_lr'):
     return True
-  from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
-  for h in hparams.ALGORITHM_HPARAMS.get(search.method.algorithm, ()):
-    if h.keyword == dim:
-      try:
-        h.check(value)
-      except ValueError:
-        return False
+  h = methods_lib.hparam_ranges(search.method).get(dim)
+  if h is not None:
+    try:
+      h.check(value)
+    except ValueError:
+      return False
   return True
 
 

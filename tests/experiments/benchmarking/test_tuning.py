@@ -128,3 +128,17 @@ def test_an_extension_stays_in_the_valid_range():
                        []))
   assert choice.values['selection_ratio'] == 0.7 and 'selection_ratio' in choice.at_edge
   assert choice.values['gamma'] == 1.0 and 'gamma' not in choice.at_edge
+
+
+def test_a_compositions_aggregator_grid_stays_in_the_aggregators_range():
+  # fedprox+dgc tunes DGC's selection ratio (in (0, 1]) beside mu: 0.7 at the top stays there.
+  method = methods.parse_method('fedprox+dgc')
+  search = tuning.Search(method=method, given=(), client_lrs=(0.03, 0.1, 0.3), server_lr=1.0,
+                         server_lrs=(1.0,), strategy='staged', edge_steps=2)
+  choice = tuning.tune_method(
+      search, dataset='digits', regime='digits:iid', epochs=1,
+      evaluate=_scorer(lambda c: dict(c.tuned).get('selection_ratio', 0.5)
+                       - abs(math.log10(dict(c.tuned).get('proximal_strength', 0.01) / 0.01))
+                       - abs(c.client_lr - 0.1), []))
+  assert choice.values['selection_ratio'] == 0.7 and 'selection_ratio' in choice.at_edge
+  assert choice.values['proximal_strength'] == 0.01
