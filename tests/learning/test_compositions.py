@@ -59,3 +59,20 @@ def test_fedprox_with_fedgh_equals_the_harmonized_proximal_updates():
     if output.metrics['aggregator']['num_projections'] > 0:
       assert np.max(np.abs(expected - plain)) > 1e-3   # FedGH changed the step
   assert projections > 0
+
+
+def test_every_baseline_builder_passes_its_aggregator_to_build_process(monkeypatch):
+  from tff_conflict.learning import process as process_lib  # pylint: disable=g-import-not-at-top
+  calls = []
+  monkeypatch.setattr(process_lib, 'build_process', lambda *a, **kw: calls.append(kw))
+  for name in ('fedavg', 'fedprox', 'fednova', 'feddecorr'):
+    learning.ALGORITHMS[name](
+        make_tiny_keras_model, input_spec=h.input_spec(),
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
+        aggregator='fedgh', aggregator_kwargs=dict(order='index'))
+    assert calls[-1]['aggregator'] == 'fedgh', name
+    assert calls[-1]['aggregator_kwargs'] == dict(order='index'), name
+    learning.ALGORITHMS[name](
+        make_tiny_keras_model, input_spec=h.input_spec(),
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1))
+    assert calls[-1]['aggregator'] == 'mean' and calls[-1]['aggregator_kwargs'] is None, name
