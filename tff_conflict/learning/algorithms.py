@@ -17,10 +17,10 @@ builders take (a function returning a `tff.learning.models.VariableModel`, or a
 `tff.learning.models.FunctionalModel`) or a function returning an uncompiled Keras model, which
 then needs `input_spec` (`OrderedDict(x=..., y=...)` or `(x, y)`); see
 `tff_conflict.learning.models`. FedMGC, FedGA, FedLD and FedDecorr change the client loss and
-so need a Keras model. The method hyperparameters' defaults and ranges are `tff_conflict.hparams`'s (the
-papers' values, with their sources). The papers' local-training settings (optimizer, learning
-rate, batch size, epochs) are the caller's `client_optimizer_fn` and data pipeline; each
-docstring lists them for reference.
+so need a Keras model. The method hyperparameters' defaults and ranges are
+`tff_conflict.hparams`'s (the papers' values, with their sources). The papers' local-training
+settings (optimizer, learning rate, batch size, epochs) are the caller's `client_optimizer_fn`
+and data pipeline; each docstring lists them for reference.
 """
 
 from collections.abc import Callable, Mapping
