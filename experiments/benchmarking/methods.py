@@ -321,7 +321,9 @@ def aggregator_keywords(method: Method) -> set[str]:
   `aggregator_kwargs`)."""
   from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
   aggregator = composed_aggregator(method)
-  return {h.keyword for h in hparams.AGGREGATOR_HPARAMS.get(aggregator, ())} if aggregator else set()
+  if not aggregator:
+    return set()
+  return {h.keyword for h in hparams.AGGREGATOR_HPARAMS.get(aggregator, ())}
 
 
 def hparam_ranges(method: Method) -> dict[str, Any]:

@@ -219,7 +219,7 @@ def test_server_with_fedgh_harmonizes_the_normalised_updates():
   assert out.measurements['num_projections'] > 0
 
 
-# ---- whole rounds ---------------------------------------------------------------------------------
+# ---- whole rounds --------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
 def _process(lr=0.1, momentum=None, aggregator='mean'):

@@ -120,8 +120,8 @@ def build_fednova(model_fn: models_lib.ModelArg, *,
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss=None, aggregator=aggregator,
-      aggregator_kwargs=aggregator_kwargs, normalized_averaging=True, client_weighting=client_weighting, metrics=metrics,
-      clip_norm=clip_norm)
+      aggregator_kwargs=aggregator_kwargs, normalized_averaging=True,
+      client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
 
 
 def build_feddecorr(model_fn: KerasModelFn, *,

@@ -123,7 +123,8 @@ class NormalizedAveragingFactory(tff.aggregators.WeightedAggregationFactory):
   def inner(self) -> tff.aggregators.WeightedAggregationFactory:
     return self._inner
 
-  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:  # pylint: disable=redefined-outer-name
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    # pylint: disable=redefined-outer-name
     update_type = value_type['update']
     inner = self._inner.create(update_type, weight_type)
 
