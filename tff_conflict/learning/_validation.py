@@ -29,3 +29,13 @@ def resolve_optimizer(name: str, optimizer: Any) -> tff.learning.optimizers.Opti
     if not math.isfinite(lr) or lr <= 0:
       raise ValueError(f'{name}: learning_rate must be a finite number > 0, got {lr!r}')
   return opt
+
+
+# The class of TFF's (momentum) SGD, by a public call: `tff.learning.optimizers` exports none.
+_SGDM_TYPE = type(tff.learning.optimizers.build_sgdm(learning_rate=1.0))
+
+
+def is_sgdm(optimizer: Any) -> bool:
+  """Whether `optimizer` is `tff.learning.optimizers.build_sgdm`'s (SGD with or without
+  momentum), the local solver whose update is a fixed combination of the local gradients."""
+  return type(optimizer) is _SGDM_TYPE  # pylint: disable=unidiomatic-typecheck

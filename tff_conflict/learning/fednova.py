@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-_SGD_TYPE = type(tff.learning.optimizers.build_sgdm(learning_rate=1.0))
+from tff_conflict.learning import _validation
 
 
 def check_optimizer(name: str, optimizer: tff.learning.optimizers.Optimizer) -> None:
@@ -20,7 +20,7 @@ def check_optimizer(name: str, optimizer: tff.learning.optimizers.Optimizer) -> 
   adaptive optimizers (Adam, Adagrad, Yogi, RMSprop, ...) scale each coordinate by its own
   history, so their update is no fixed combination of the local gradients.
   """
-  if type(optimizer) is not _SGD_TYPE:  # pylint: disable=unidiomatic-typecheck
+  if not _validation.is_sgdm(optimizer):
     raise ValueError(
         f'{name}: FedNova normalises each client update by the local solver\'s ||a_i||_1, '
         'known for SGD with or without momentum (tff.learning.optimizers.build_sgdm); got '

@@ -10,7 +10,6 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.learning.optimizers import sgdm
 
 from tff_conflict import _checks
 from tff_conflict import hparams
@@ -37,7 +36,7 @@ def plain_sgd_learning_rate(name: str, optimizer: Any) -> tuple[Any, float]:
   opt = _validation.resolve_optimizer(name, optimizer)
   hparams_ = opt.get_hparams(opt.initialize(tf.TensorSpec([], tf.float32)))
   momentum = hparams_.get('momentum')
-  is_sgd = isinstance(opt, sgdm._SGD)  # pylint: disable=protected-access
+  is_sgd = _validation.is_sgdm(opt)
   plain = is_sgd and set(hparams_) <= {'learning_rate', 'momentum'} and (
       momentum is None or float(tf.get_static_value(momentum)) == 0.0)
   if not plain:
