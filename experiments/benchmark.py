@@ -106,8 +106,10 @@ with flags_lib.record_group('benchmark'):
                     'untuned E uses the nearest tuned E\'s values.')
   flags.DEFINE_list('client_lr_grid', _list(_T, 'client_lr_grid'), 'Client learning rates tried by '
                     'every method.')
-  flags.DEFINE_list('server_lr_grid', _list(_T, 'server_lr_grid'), 'Server learning rates tried by the '
-                    'methods that tune it (fedld).')
+  flags.DEFINE_list('server_lr_grid', _list(_T, 'server_lr_grid'), 'Server learning rates tried by '
+                    'every method (with --tune_server_lr).')
+  flags.DEFINE_bool('tune_server_lr', _D(_T, 'tune_server_lr'), 'Every method, the baseline '
+                    'included, searches --server_lr_grid; --notune_server_lr: none does.')
   flags.DEFINE_string('grids', '', 'METHOD.ARGUMENT=V1/V2/...,...: replaces a method\'s '
                       'default grid of that builder argument.')
   flags.DEFINE_enum('tuning_strategy', _D(_T, 'strategy'), ['staged', 'product'],
@@ -246,7 +248,8 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         tune=FLAGS.tune, tuning_seeds=_ints('tuning_seeds'),
         tuning_regimes=config_lib.parse_mapping('tuning_regimes', FLAGS.tuning_regimes),
         tune_epochs=_ints('tune_epochs'), client_lr_grid=_floats('client_lr_grid'),
-        server_lr_grid=_floats('server_lr_grid'), grids=config_lib.parse_grids(FLAGS.grids),
+        server_lr_grid=_floats('server_lr_grid'), tune_server_lr=FLAGS.tune_server_lr,
+        grids=config_lib.parse_grids(FLAGS.grids),
         strategy=FLAGS.tuning_strategy, last_k=FLAGS.tuning_last_k,
         edge_steps=FLAGS.tuning_edge_steps, edge_factor=FLAGS.tuning_edge_factor,
         validation_fraction=FLAGS.validation_fraction)

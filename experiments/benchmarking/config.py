@@ -108,7 +108,10 @@ class TuningConfig:
     tune_epochs: the local epochs tuned at; empty: every E of the grid. A grid E not tuned uses
       the values of the nearest tuned E.
     client_lr_grid: the client learning rates tried by every method (FedAvg included).
-    server_lr_grid: the server learning rates tried by methods with `tune_server_lr`.
+    server_lr_grid: the server learning rates tried by every method (with `tune_server_lr`).
+    tune_server_lr: True: every method, the baseline included, searches `server_lr_grid`;
+      False: none does (each runs at the server learning rate given). Never some methods only:
+      a method that searched more rates than the baseline would gain from the search alone.
     grids: method -> {builder argument: candidates}, replacing that method's default grid.
     strategy: 'staged': the client learning rate first (each method at its given values), then
       the method's own grid (and server lr) at the chosen rate; 'product': every combination.
@@ -124,6 +127,7 @@ class TuningConfig:
   tune_epochs: tuple = ()
   client_lr_grid: tuple = (0.03, 0.1, 0.3)
   server_lr_grid: tuple = (1.0, 2.0, 3.0)
+  tune_server_lr: bool = True
   grids: Mapping[str, Mapping[str, tuple]] = dataclasses.field(default_factory=dict)
   strategy: str = 'staged'
   last_k: int = 5
@@ -133,6 +137,8 @@ class TuningConfig:
 
   def __post_init__(self):
     _require('tune', self.tune, isinstance(self.tune, bool), 'True or False')
+    _require('tune_server_lr', self.tune_server_lr, isinstance(self.tune_server_lr, bool),
+             'True or False')
     _check_ints('tuning_seeds', self.tuning_seeds, 0)
     _check_ints('tune_epochs', self.tune_epochs, 1, allow_empty=True)
     for argument in ('client_lr_grid', 'server_lr_grid'):

@@ -10,20 +10,21 @@ arguments fixed for it, and optionally fixed learning rates:
     parse_method('fedga[form=paper,clip_norm=5]')   # an ad-hoc variant, named as written
     method_from_flags('fedld_server_lr', 'fedld', {'server_learning_rate': 2.0})
 
-The client learning rate (every method, from one shared grid) and the server learning rate (the
-methods whose `tune_server_lr` is set) are not builder arguments: the benchmark sets them in each
-run's initial server state (`process.set_hparams`), so one built process serves every rate.
+The client and server learning rates are not builder arguments: every method of a table searches
+the same grids of both (`TuningConfig.client_lr_grid`, `server_lr_grid`, unless a method fixes
+a rate), and the benchmark sets them in each run's initial server state (`process.set_hparams`),
+so one built process serves every rate.
 
 Default grids (`Method.grid`; the benchmark's `--grids` flag overrides them):
 
-| method | tuned builder arguments | server lr |
-|---|---|---|
-| fedavg, fedgh, scaffold | - | - |
-| fedprox | proximal_strength (mu) in {0.001, 0.01, 0.1, 1} (FedProx's grid) | - |
-| fedmgc | gamma in {0.5, 1, 2}, selection_ratio in {0.3, 0.5, 0.7} | - |
-| fedga | counts in {batch, dataset} | - |
-| fedld | margin_weight (lambda) in {0.01, 0.1}, component_ratio (rho) in {0.5, 0.8} | yes |
-| fed_corrective | alpha in {0.1, 0.3, 0.5} | - |
+| method | tuned builder arguments |
+|---|---|
+| fedavg, fedgh, scaffold | - |
+| fedprox | proximal_strength (mu) in {0.001, 0.01, 0.1, 1} (FedProx's grid) |
+| fedmgc | gamma in {0.5, 1, 2}, selection_ratio in {0.3, 0.5, 0.7} |
+| fedga | counts in {batch, dataset} |
+| fedld | margin_weight (lambda) in {0.01, 0.1}, component_ratio (rho) in {0.5, 0.8} |
+| fed_corrective | alpha in {0.1, 0.3, 0.5} |
 """
 
 import dataclasses
@@ -50,14 +51,13 @@ class Method:
       `aggregator`, `aggregator_kwargs`, ...).
     fixed: builder keyword arguments fixed for this method, as sorted (name, value) pairs.
     grid: builder keyword arguments tuned, as (name, candidate values) pairs.
-    tune_server_lr: whether the server learning rate is tuned too (`--server_lr_grid`).
-    client_lr, server_lr: learning rates fixed for this method (None: tuned, or the given one).
+    client_lr, server_lr: learning rates fixed for this method (None: searched on the table's
+      grids like every other method's, or the given one without tuning).
   """
   name: str
   algorithm: str
   fixed: tuple = ()
   grid: tuple = ()
-  tune_server_lr: bool = False
   client_lr: Optional[float] = None
   server_lr: Optional[float] = None
 
@@ -67,8 +67,6 @@ class Method:
     overlap = set(dict(self.fixed)) & set(dict(self.grid))
     if overlap:
       raise ValueError(f'method {self.name!r} both fixes and tunes {sorted(overlap)}')
-    if self.server_lr is not None and self.tune_server_lr:
-      raise ValueError(f'method {self.name!r} both fixes and tunes the server learning rate')
 
   @property
   def fixed_kwargs(self) -> dict[str, Any]:
@@ -86,7 +84,7 @@ _DEFAULTS = (
                                      ('selection_ratio', (0.3, 0.5, 0.7)))),
     Method('fedga', 'fedga', grid=(('counts', ('batch', 'dataset')),)),
     Method('fedld', 'fedld', grid=(('margin_weight', (0.01, 0.1)),
-                                   ('component_ratio', (0.5, 0.8))), tune_server_lr=True),
+                                   ('component_ratio', (0.5, 0.8)))),
     Method('fed_corrective', 'fed_corrective', grid=(('alpha', (0.1, 0.3, 0.5)),)),
     Method('scaffold', 'scaffold'),
 )
@@ -155,8 +153,7 @@ def parse_method(text: str) -> Method:
     fixed[key] = parse_value(value)
   grid = tuple((k, v) for k, v in base.grid if k not in fixed)
   return Method(text.replace(' ', ''), base.algorithm, fixed=tuple(fixed.items()), grid=grid,
-                tune_server_lr=base.tune_server_lr, client_lr=base.client_lr,
-                server_lr=base.server_lr)
+                client_lr=base.client_lr, server_lr=base.server_lr)
 
 
 # Flags of the binaries that are not a builder argument of the algorithm's flag table.
@@ -214,7 +211,6 @@ def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
     base = Method(name, CUSTOM)
   grid = tuple((k, v) for k, v in base.grid if k not in kwargs)
   return Method(name, algorithm, fixed=tuple(kwargs.items()), grid=grid,
-                tune_server_lr=base.tune_server_lr and 'server_lr' not in rates,
                 client_lr=rates.get('client_lr'), server_lr=rates.get('server_lr'))
 
 

@@ -150,7 +150,8 @@ class Plan:
         'tuned_epochs': {str(e): t for e, t in self.tuned_epochs.items()} if self.tuning else {},
         'methods': [{'name': m.name, 'algorithm': m.method.algorithm,
                      'grid': {k: list(v) for k, v in m.method.grid}, 'given': dict(m.given),
-                     'tune_server_lr': m.method.tune_server_lr} for m in self.methods],
+                     'client_lrs': list(m.search.client_lrs),
+                     'server_lrs': list(m.search.server_lrs)} for m in self.methods],
         'runs': {runs_lib.TUNE_PHASE: self.num_runs(runs_lib.TUNE_PHASE),
                  runs_lib.REPORT_PHASE: self.num_runs(runs_lib.REPORT_PHASE)}}
 
@@ -220,7 +221,8 @@ def _method_plan(config: config_lib.BenchmarkConfig, name: str) -> MethodPlan:
   given = methods_lib.given_kwargs(config.given, method)
   client_lr = config.client.learning_rate if method.client_lr is None else method.client_lr
   server_lr = config.server.learning_rate if method.server_lr is None else method.server_lr
-  server_lrs = ((server_lr,) if method.server_lr is not None or not method.tune_server_lr
+  # The same learning-rate search for every method of the table, the baseline included.
+  server_lrs = ((server_lr,) if method.server_lr is not None or not config.tuning.tune_server_lr
                 else tuple(config.tuning.server_lr_grid))
   client_lrs = ((method.client_lr,) if method.client_lr is not None
                 else tuple(config.tuning.client_lr_grid))

@@ -142,6 +142,12 @@ def candidate_name(client_lr: float, server_lr: float, tuned: Mapping[str, Any])
   return ','.join(parts)
 
 
+def candidate_values(name: str) -> dict[str, str]:
+  """The values of a `candidate_name`, as text: 'clr=0.1,slr=1,mu=0.01' -> {'clr': '0.1',
+  'slr': '1', 'mu': '0.01'}."""
+  return dict(part.partition('=')[::2] for part in name.split(',') if part)
+
+
 def encode_curve(values: Sequence[Optional[float]]) -> str:
   """Values joined by ';' (4 significant decimals; '' for a missing value, 'nan', 'inf')."""
   out = []

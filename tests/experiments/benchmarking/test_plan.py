@@ -33,14 +33,17 @@ def test_methods_with_grids_given_values_and_tuned_epochs():
   fedavg, fedprox = plan.methods
   assert dict(fedprox.given) == {'proximal_strength': 0.5}
   assert dict(fedprox.method.grid) == {'proximal_strength': (1, 2)}
-  assert fedprox.search.client_lrs == (0.1, 0.2) and fedavg.search.server_lrs == (1.0,)
+  assert fedprox.search.client_lrs == (0.1, 0.2)
+  # The same learning-rate search for every method, the baseline included.
+  assert fedavg.search.server_lrs == fedprox.search.server_lrs == (1.0, 2.0, 3.0)
   # Tuning: per dataset, per tuned E, per method; on the dataset's tuning regime.
   assert [(t.dataset, t.epochs, t.method.name) for t in plan.tuning] == [
       (d, e, m) for d in ('digits', 'synthetic') for e in (1, 5) for m in ('fedavg', 'fedprox')]
   assert plan.tuning[0].regime == 'digits:dir(0.1)' and plan.tuning[0].seeds == (100, 101)
   counts = plan.planned_runs()
-  # Stage 1 (2 lrs), stage 2 (2 mus), and up to 3 extensions per side of both: 2 seeds each.
-  assert counts[(runs.TUNE_PHASE, 'fedprox', 'digits', 5)] == (2 + 2 + 2 * 3 * 2) * 2
+  # Stage 1 (2 lrs), stage 2 (2 mus x 3 server lrs), and up to 3 extensions per side of the
+  # three numeric dimensions: 2 seeds each.
+  assert counts[(runs.TUNE_PHASE, 'fedprox', 'digits', 5)] == (2 + 6 + 2 * 3 * 3) * 2
   assert counts[(runs.REPORT_PHASE, 'fedprox', 'digits', 2)] == 1 * 5
   assert plan.num_runs(runs.REPORT_PHASE) == 2 * 2 * 3 * 5
   assert plan.planned_processes()[('fedprox', 'digits')] == 3  # given 0.5, then 1 and 2
@@ -88,3 +91,18 @@ def test_the_plan_as_the_report_reads_it():
       dict(config_lib.as_dict(config), plan=described)))
   assert '- Models: digits: digits_cnn.' in setup and 'digits: `digits:dir(0.1)`' in setup
   assert 'fedprox: proximal_strength in [0.001, 0.01, 0.1, 1.0]' in setup
+
+
+def test_server_learning_rates_are_searched_for_every_method_or_for_none():
+  config = dict(methods=('fedavg', 'fedgh', 'fedld', 'fedld_server_lr'))
+  plan = _plan(**config)
+  searched = {m.name: m.search.server_lrs for m in plan.methods}
+  assert searched == {'fedavg': (1.0, 2.0, 3.0), 'fedgh': (1.0, 2.0, 3.0),
+                      'fedld': (1.0, 2.0, 3.0), 'fedld_server_lr': (4.0,)}  # fixed: its own
+  fedavg = plan.methods[0].search
+  assert {c.server_lr for c in tuning.candidates(fedavg)} == {1.0, 2.0, 3.0}
+  none = _plan(tuning=config_lib.TuningConfig(tune_server_lr=False), **config)
+  assert {m.name: m.search.server_lrs for m in none.methods}['fedld'] == (1.0,)
+  assert tuning.stage_two(none.methods[0].search, 0.1) == []
+  described = none.describe()['methods']
+  assert described[0]['server_lrs'] == [1.0] and described[0]['client_lrs'] == [0.03, 0.1, 0.3]

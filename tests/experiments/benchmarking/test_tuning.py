@@ -13,7 +13,7 @@ def _search(name, strategy='staged'):
   method = methods.METHODS[name]
   given = (('proximal_strength', 0.01),) if name == 'fedprox' else ()
   return tuning.Search(method=method, given=given, client_lrs=(0.03, 0.1, 0.3), server_lr=1.0,
-                       server_lrs=(1.0, 3.0) if method.tune_server_lr else (1.0,),
+                       server_lrs=(1.0, 3.0) if name == 'fedld' else (1.0,),
                        strategy=strategy)
 
 
@@ -128,3 +128,15 @@ def test_an_extension_stays_in_the_valid_range():
                        []))
   assert choice.values['selection_ratio'] == 0.7 and 'selection_ratio' in choice.at_edge
   assert choice.values['gamma'] == 1.0 and 'gamma' not in choice.at_edge
+
+
+def test_tuning_choices_record_what_each_method_searched():
+  from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
+  search = dataclasses.replace(_search('fedavg'), server_lrs=(1.0, 2.0, 3.0), edge_steps=1)
+  choice = tuning.tune_method(search, dataset='digits', regime='digits:iid', epochs=1,
+                              evaluate=lambda c: (c.client_lr + c.server_lr / 10, 1))
+  out = grid.choice_to_dict(choice)
+  assert out['server_lrs_tried'][:3] == [1.0, 2.0, 3.0] and out['candidates'] == len(
+      choice.scores)
+  assert out['client_lrs_tried'][:3] == [0.03, 0.1, 0.3]
+  assert 9.0 in out['server_lrs_tried']  # extended past the top edge (x 3)
