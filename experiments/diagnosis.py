@@ -78,21 +78,24 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
   rounds of the aggregator's `conflict_fraction_before`, `norm_ratio` and `mean_update_norm`.
   A column the run does not have is None.
 
+  A run whose every evaluated accuracy is non-finite (it diverged in its first round) has None
+  accuracies: it is recorded, not refused.
+
   Raises:
-    ValueError: if `rows` is empty or no row has a test accuracy.
+    ValueError: if `rows` is empty or no row has a test accuracy column (never evaluated).
   """
   if not rows:
     raise ValueError('rows must hold at least one metrics row, got none')
-  accuracies = _column(rows, 'test_accuracy')
-  if not accuracies:
+  if not any(r.get('test_accuracy') not in (None, '') for r in rows):
     raise ValueError('rows hold no test_accuracy: was the run evaluated?')
-  evaluated = [r for r in rows if _float(r.get('test_accuracy')) is not None]
+  accuracies = _column(rows, 'test_accuracy')
+  evaluated = [r for r in rows if _float(r.get('test_accuracy')) is not None] or list(rows)
   last = evaluated[-1]
   losses = _column(rows, 'train_loss')
   out = collections.OrderedDict()
-  out['final_accuracy'] = accuracies[-1]
-  out['best_accuracy'] = max(accuracies)
-  out['accuracy_drop'] = max(accuracies) - accuracies[-1]
+  out['final_accuracy'] = accuracies[-1] if accuracies else None
+  out['best_accuracy'] = max(accuracies) if accuracies else None
+  out['accuracy_drop'] = max(accuracies) - accuracies[-1] if accuracies else None
   out['final_train_loss'] = losses[-1] if losses else None
   out['train_loss_rise'] = train_loss_rise(losses) if losses else None
   global_losses = _column(rows, 'global_train_loss')

@@ -208,9 +208,11 @@ def _edge(values, value) -> Optional[int]:
 
 
 def score(summaries: Sequence[Optional[dict[str, Any]]]) -> tuple[float, int]:
-  """(mean of the runs' `last_k_accuracy`, number of finished runs); NaN when any run is missing
-  or not finite."""
+  """(mean of the runs' `last_k_accuracy`, number of finished runs); NaN when any run is missing,
+  diverged or not finite."""
   values = [s.get('last_k_accuracy') if s else None for s in summaries]
+  if any(s and str(s.get('diverged')).lower() == 'true' for s in summaries):
+    return float('nan'), sum(v is not None for v in values)
   finished = sum(v is not None for v in values)
   if finished < len(values) or not values:
     return float('nan'), finished

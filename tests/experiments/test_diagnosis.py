@@ -55,6 +55,9 @@ def test_summarize_run():
   assert out['final_mean_logit'] is None
   with pytest.raises(ValueError, match='no test_accuracy'):
     diagnosis.summarize_run(_rows([None]))
+  # A run that diverged in its first round is recorded, not refused.
+  nan = diagnosis.summarize_run(_rows([float('nan'), float('nan')], [float('nan')] * 2))
+  assert nan['final_accuracy'] is None and nan['accuracy_drop'] is None
   with pytest.raises(ValueError, match='at least one'):
     diagnosis.summarize_run([])
 

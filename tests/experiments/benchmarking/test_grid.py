@@ -111,8 +111,9 @@ def tiny(tmp_path_factory):
 def test_tuning_never_reads_the_test_split(tiny):
   config, loader, outcome = tiny
   assert outcome.failures == []
-  # Tuning loaded the tuning regime's data (guarded) and ran 2 methods x 2 lrs x 1 seed.
-  assert outcome.runs_done == 4 + 8
+  # Tuning loaded the tuning regime's data (guarded) and ran 2 methods x (2 client lrs + the 2
+  # other server lrs of the grid, searched by every method) x 1 seed.
+  assert outcome.runs_done == 8 + 8
   # The tuning data (seed 7) had a guarded test split that raises if read during tuning; the
   # test splits of the reporting seeds were read, after tuning.
   assert [g.reads for g in loader.guards if g.seed == 7] == [0]
@@ -211,6 +212,20 @@ def test_an_in_process_benchmark_run_uses_no_tff_runtime(tmp_path, no_tff_runtim
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert outcome.failures == [] and len(outcome.rows) == 1
   assert outcome.rows[0]['final_accuracy'] > 0
+
+
+def test_a_diverging_run_completes_is_recorded_and_counts_at_chance(tmp_path):
+  # A learning rate no model survives: every client's update turns non-finite and is zeroed
+  # (the clients report loss 0 and no example); the run is recorded (never a failed run),
+  # diverged, collapsed, at chance in the statistics.
+  config = _config(tmp_path, runtime='inprocess', regimes=('digits:iid@6',), methods=('fedavg',),
+                   report_seeds=(0,), rounds=3, models={'digits': 'mlp'}, tuning=config_lib.TuningConfig(tune=False),
+                   client=experiment_config.ClientConfig(learning_rate=1e6))
+  outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
+  assert outcome.failures == [] and len(outcome.rows) == 1
+  row = outcome.rows[0]
+  assert row['diverged'] is True and row['collapsed'] is True
+  assert row['final_accuracy'] == pytest.approx(0.1) and row['diverged_round'] >= 1
 
 
 def test_a_leaf_regime_takes_its_shape_and_classes_from_the_files(tmp_path):

@@ -140,3 +140,9 @@ def test_tuning_choices_record_what_each_method_searched():
       choice.scores)
   assert out['client_lrs_tried'][:3] == [0.03, 0.1, 0.3]
   assert 9.0 in out['server_lrs_tried']  # extended past the top edge (x 3)
+
+
+def test_a_diverged_run_never_wins_even_at_a_finite_score():
+  assert math.isnan(tuning.score([{'last_k_accuracy': 0.4, 'diverged': True},
+                                  {'last_k_accuracy': 0.5, 'diverged': False}])[0])
+  assert tuning.score([{'last_k_accuracy': 0.4, 'diverged': 'False'}]) == (0.4, 1)
