@@ -89,10 +89,16 @@ with flags_lib.record_group('benchmark'):
                       'each dataset\'s model (digits: digits_cnn, synthetic: '
                       'logistic_regression).')
   flags.DEFINE_string('baseline', _D(_B, 'baseline'), 'The method every other is compared with.')
-  flags.DEFINE_string('targets', '', 'DATASET:ACCURACY,...: the test accuracy whose first '
-                      'round is reported; a dataset left out uses --target_fraction.')
-  flags.DEFINE_float('target_fraction', _D(_B, 'target_fraction'), 'Target accuracy of datasets without --targets: '
-                     'this fraction of the baseline\'s mean final accuracy (per regime and E).')
+  flags.DEFINE_enum('primary_statistic', _D(_B, 'primary_statistic'),
+                    list(config_lib.PRIMARY_STATISTICS), 'The one statistic the tables compare, '
+                    'named before the runs: last_k_accuracy (the mean test accuracy over the last '
+                    '--tuning_last_k rounds) or final_accuracy (the last round\'s).')
+  flags.DEFINE_float('equivalence_margin', _D(_B, 'equivalence_margin'), 'A method ties the '
+                     'baseline only when the 95% interval of their difference lies inside +- '
+                     'this margin.')
+  flags.DEFINE_string('detect', '', 'DATASET:DIFFERENCE,...: the accuracy difference to detect '
+                      'at 80% power, for the seed count the report prints (default synthetic '
+                      '0.02, other datasets 0.01).')
   flags.DEFINE_bool('vary_partition', _D(_B, 'vary_partition'), 'Draw each seed\'s partition (and Synthetic data) '
                     'with that seed; --novary_partition uses --data_seed for all.')
   flags.DEFINE_bool('tune', _D(_T, 'tune'), 'Tune on a validation split first; --tune=false uses the '
@@ -259,8 +265,9 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         report_seeds=_ints('report_seeds'),
         models=config_lib.parse_mapping('models', FLAGS.models), given=given_values(),
         vary_partition=FLAGS.vary_partition, baseline=FLAGS.baseline,
-        targets=config_lib.parse_mapping('targets', FLAGS.targets, float),
-        target_fraction=FLAGS.target_fraction, description=FLAGS.description, tuning=tuning,
+        primary_statistic=FLAGS.primary_statistic,
+        equivalence_margin=FLAGS.equivalence_margin,
+        detect=config_lib.parse_mapping('detect', FLAGS.detect, float), description=FLAGS.description, tuning=tuning,
         loop=parts.training, client=parts.client, server=parts.server, data=parts.data,
         output=parts.output, runtime=parts.runtime)
   except experiment_config.ConfigError as e:

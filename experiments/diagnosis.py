@@ -116,14 +116,14 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
 
 
 def fmt_gap(g: Optional[stats.Interval]) -> str:
-  """'+0.012 ± 0.003 *' (mean ± the 95% t-interval's half-width; * where it excludes 0),
-  '+0.012 (n=1)' for one seed, '-' for none."""
+  """'+0.012 ± 0.003' (mean ± the 95% t-interval's half-width), '+0.012 (n=1)' for one seed,
+  '-' for none. No significance mark: a diagnosis is exploratory (no multiplicity correction);
+  the benchmark's Results tables mark what Holm's adjustment keeps."""
   if g is None:
     return '-'
   if g.n < 2:
     return f'{g.mean:+.3f} (n=1)'
-  mark = ' *' if g.excludes_zero else ''
-  return f'{g.mean:+.3f} ± {g.half_width:.3f}{mark}'
+  return f'{g.mean:+.3f} ± {g.half_width:.3f}'
 
 
 def _by_seed(runs, regime, method, column) -> dict[Any, float]:
@@ -290,14 +290,19 @@ def _has(runs, regime, method, column) -> bool:
   return bool(_by_seed(runs, regime, method, column))
 
 
-def _gap_table(runs, method, regimes, baseline) -> list[str]:
-  lines = [f'| regime | {baseline} final accuracy | {method} final accuracy | gap (paired, 95% CI) '
-           f'| best - final: {method} / {baseline} |', '|---|---|---|---|---|']
+_STATISTIC_NAMES = {'final_accuracy': 'final accuracy',
+                    'last_k_accuracy': 'mean accuracy of the last rounds'}
+
+
+def _gap_table(runs, method, regimes, baseline, statistic='final_accuracy') -> list[str]:
+  name = _STATISTIC_NAMES.get(statistic, statistic)
+  lines = [f'| regime | {baseline} {name} | {method} {name} | gap (paired, 95% CI) '
+           f'| best (test-selected) - final: {method} / {baseline} |', '|---|---|---|---|---|']
   for regime in regimes:
-    g = gap(runs, regime, method, baseline=baseline)
+    g = gap(runs, regime, method, statistic, baseline=baseline)
     lines.append(
-        f'| {regime} | {_fmt(_mean_std(runs, regime, baseline, "final_accuracy"))} | '
-        f'{_fmt(_mean_std(runs, regime, method, "final_accuracy"))} | '
+        f'| {regime} | {_fmt(_mean_std(runs, regime, baseline, statistic))} | '
+        f'{_fmt(_mean_std(runs, regime, method, statistic))} | '
         f'{fmt_gap(g)} | '
         f'{_fmt(_mean_std(runs, regime, method, "accuracy_drop"))} / '
         f'{_fmt(_mean_std(runs, regime, baseline, "accuracy_drop"))} |')
@@ -310,18 +315,13 @@ def _verdict(base: Optional[stats.Interval], variant: Optional[stats.Interval]) 
     return 'not run'
   if base is None:
     return ''
-  if variant.excludes_zero and variant.mean > 0:
-    return 'beats FedAvg'
-  if (not variant.excludes_zero and base.excludes_zero and base.mean < 0
-      and variant.mean > base.mean):
-    return 'closes the gap'
   change = variant.mean - base.mean
   if abs(change) < 0.005:
     return 'no change'
   return f'{"narrows" if change > 0 else "widens"} the gap by {abs(change):.3f}'
 
 
-def _variant_table(runs, method, regimes, baseline) -> list[str]:
+def _variant_table(runs, method, regimes, baseline, statistic='final_accuracy') -> list[str]:
   present = [v for v in variants_of(method)
              if any(r['method'] == v.name for r in runs)]
   if not present:
@@ -334,8 +334,8 @@ def _variant_table(runs, method, regimes, baseline) -> list[str]:
     reference = variant_baseline(v.name, runs, baseline)
     cells = []
     for regime in regimes:
-      base, ours = gap(runs, regime, method, baseline=baseline), gap(runs, regime, v.name,
-                                                                     baseline=reference)
+      base = gap(runs, regime, method, statistic, baseline=baseline)
+      ours = gap(runs, regime, v.name, statistic, baseline=reference)
       cells.append('-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})')
     changes = ', '.join(f'{k}={val}' for k, val in v.flags.items())
     lines.append(f'| {v.name} | {changes} | {v.question} | {reference} | '
@@ -463,7 +463,7 @@ def _regime_label(row: Mapping[str, Any]) -> str:
 
 def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: Optional[str] = None,
              algorithm: Optional[str] = None, regimes: Optional[Sequence[str]] = None,
-             heading: bool = True) -> str:
+             heading: bool = True, statistic: str = 'final_accuracy') -> str:
   """A Markdown section explaining `method`'s result against `baseline` from a runs table.
 
   Args:
@@ -479,6 +479,7 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: Option
     regimes: the regime labels to report, in order (default: those `method` ran in, in table
       order; with `epochs`, labels read 'regime, E=k').
     heading: start with a `###` heading naming the method (False where the caller titles it).
+    statistic: the runs table's column the gaps compare (the benchmark's primary statistic).
 
   Returns:
     Markdown: a `###` heading, the paired gap per regime, the method's measurement, and a table
@@ -502,9 +503,10 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: Option
     lines += [f'A variant of {algorithm}: {VARIANTS[method].question}', '']
   elif algorithm in _EXPLANATIONS:
     lines += [_EXPLANATIONS[algorithm], '']
-  lines += _gap_table(runs, method, regimes, baseline)
-  lines += ['', '(gap: mean over seeds of the paired difference, ± the 95% t-interval; * where '
-            'the interval excludes 0.)', '']
+  lines += _gap_table(runs, method, regimes, baseline, statistic)
+  lines += ['', '(gap: mean over seeds of the paired difference, ± the 95% t-interval\'s '
+            'half-width; exploratory, without a multiplicity correction and so without a '
+            'significance mark.)', '']
   if algorithm == 'fedga':
     lines += _pair_error_lines(runs, method, regimes, baseline) + ['']
     logits = _logit_lines(runs, method, regimes, baseline)
@@ -518,7 +520,7 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: Option
       lines += extra + ['']
   if method not in VARIANTS:
     lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '']
-    lines += _variant_table(runs, method, regimes, baseline)
+    lines += _variant_table(runs, method, regimes, baseline, statistic)
   return '\n'.join(lines) + '\n'
 
 
@@ -611,7 +613,8 @@ def benchmark_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def report_section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
-                   baseline: str = BASELINE) -> Optional[str]:
+                   baseline: str = BASELINE, statistic: str = 'final_accuracy'
+                   ) -> Optional[str]:
   """The benchmark report's diagnosis of `method` (of `algorithm`): `diagnose` against
   `baseline` (or the variant's own, `variant_baseline`) on runs.csv's rows, without its own
   heading; None for the baseline itself."""
@@ -620,7 +623,7 @@ def report_section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]
   if method in VARIANTS:
     algorithm = VARIANTS[method].diagnoses
   return diagnose(method, rows, baseline=variant_baseline(method, rows, baseline),
-                  algorithm=algorithm, heading=False)
+                  algorithm=algorithm, heading=False, statistic=statistic)
 
 
 def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline: str) -> str:

@@ -19,6 +19,18 @@ _DEFAULTS = experiment_config.ExperimentConfig()  # the parts' defaults
 
 DEFAULT_TUNING_REGIMES = {'digits': 'digits:dir(0.1)', 'synthetic': 'synthetic(1,1)'}
 
+# The statistics a report may name as its primary one (runs.csv columns): the mean test accuracy
+# over the last K evaluated rounds (K: the tuning score's `last_k`), or the last round's.
+PRIMARY_STATISTICS = ('last_k_accuracy', 'final_accuracy')
+# The difference in accuracy each dataset's regimes should detect at 80% power (a seed count
+# for it is printed); datasets left out: `DEFAULT_DETECT`.
+DEFAULT_DETECT = 0.01
+DETECT = {'synthetic': 0.02}
+# config.json's protocol: 2 = a fixed test split, the same learning-rate search for every
+# method, a primary statistic named before the runs, divergence at chance, Holm. Benchmarks
+# written before it carry none (1).
+PROTOCOL = 2
+
 
 # The ExperimentConfig parts a BenchmarkConfig is composed of: field name -> class.
 PARTS = {'loop': experiment_config.LoopConfig, 'client': experiment_config.ClientConfig,
@@ -172,9 +184,14 @@ class BenchmarkConfig:
     vary_partition: True: the data of seed s is split with seed s; False: with
       `data.data_seed`.
     baseline: the method every other is compared with (paired by seed).
-    targets: dataset -> test accuracy whose first round is reported; a dataset left out uses
-      `target_fraction` of the baseline's mean final accuracy in the same regime and E.
-    target_fraction: see `targets`.
+    primary_statistic: the one statistic the tables compare, named before the runs
+      (`PRIMARY_STATISTICS`): 'last_k_accuracy', the mean test accuracy over the last
+      `tuning.last_k` evaluated rounds (the tuning score's K); the last round's accuracy is
+      reported beside it as secondary.
+    equivalence_margin: a method "ties" the baseline only when the 95% interval of their paired
+      difference lies inside +- this margin (accuracy, e.g. 0.01: one point).
+    detect: dataset -> the difference the report computes a seed count for (80% power); a
+      dataset left out uses `DETECT`, then `DEFAULT_DETECT`.
     description: a sentence for the report's Setup (e.g. how a preset was sized).
     tuning: `TuningConfig`.
     loop: every run's loop: rounds, clients_per_round, batch_size, shuffle_buffer,
@@ -196,8 +213,9 @@ class BenchmarkConfig:
   given: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   vary_partition: bool = True
   baseline: str = 'fedavg'
-  targets: Mapping[str, float] = dataclasses.field(default_factory=dict)
-  target_fraction: float = 0.9
+  primary_statistic: str = 'last_k_accuracy'
+  equivalence_margin: float = 0.01
+  detect: Mapping[str, float] = dataclasses.field(default_factory=dict)
   description: str = ''
   tuning: TuningConfig = dataclasses.field(default_factory=TuningConfig)
   loop: experiment_config.LoopConfig = _DEFAULTS.training
@@ -271,12 +289,16 @@ class BenchmarkConfig:
                f'entries of the regimes\' datasets {sorted(datasets)}')
       experiment_config.require('models', model,
                                 experiment_config.one_of(sorted(architectures.MODELS)))
-    for dataset, target in self.targets.items():
-      _require('targets', f'{dataset}:{target}', dataset in datasets,
+    experiment_config.require('primary_statistic', self.primary_statistic,
+                              experiment_config.one_of(PRIMARY_STATISTICS))
+    _require('equivalence_margin', self.equivalence_margin,
+             _is_real(self.equivalence_margin) and 0 < self.equivalence_margin < 1,
+             'a number in (0, 1)')
+    for dataset, difference in self.detect.items():
+      _require('detect', f'{dataset}:{difference}', dataset in datasets,
                f'entries of the regimes\' datasets {sorted(datasets)}')
-      _require('targets', target, _is_real(target) and 0 < target <= 1,
-               'accuracies in (0, 1]')
-    experiment_config.require('target_fraction', self.target_fraction, experiment_config.RATIO)
+      _require('detect', difference, _is_real(difference) and 0 < difference < 1,
+               'differences in (0, 1)')
     for dataset, regime in self.tuning.tuning_regimes.items():
       try:
         tuned = data.parse_regime(regime)
@@ -359,4 +381,5 @@ def as_dict(config: BenchmarkConfig) -> dict[str, Any]:
     return value
   out = plain(config)
   out['experiment_name'] = config.experiment_name
+  out['protocol'] = PROTOCOL
   return out

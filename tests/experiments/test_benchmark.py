@@ -87,7 +87,7 @@ def test_smoke_preset_end_to_end_leaves_no_worker(tmp_path):
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   root = tmp_path / 'smoke'
   report = (root / 'report.md').read_text()
-  assert 'Δ final vs fedavg [95% CI]' in report
+  assert 'Δ vs fedavg [95% CI]' in report and 'Holm p' in report
   assert '### `digits:iid@8`, E=1' in report and '### `digits:#C=2@8`, E=1' in report
   with open(root / 'runs.csv') as f:
     rows = list(csv.DictReader(f))
