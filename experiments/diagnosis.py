@@ -176,6 +176,9 @@ class Variant:
     question: what its result answers.
     baseline: the method its gap is measured against (e.g. 'fedavg_clip' for a clipped
       variant); None: the report's baseline.
+    parent: the method it changes one thing of, when that is not its algorithm's own method
+      (e.g. 'fedga_clip' for the clipped paper form); None: the algorithm's method (a 'custom'
+      variant: the method it diagnoses).
   """
   name: str
   diagnoses: str
@@ -183,6 +186,7 @@ class Variant:
   flags: Mapping[str, Any]
   question: str
   baseline: Optional[str] = None
+  parent: Optional[str] = None
 
   def command_flags(self) -> list[str]:
     """The variant as command-line flags of `experiments.train`."""
@@ -201,7 +205,8 @@ VARIANTS: dict[str, Variant] = _variants(
     Variant('fedga_paper_clip', 'fedga', 'fedga',
             {'calibration_form': 'paper', 'client_clip_norm': 5.0},
             'Does the authors\' gradient clipping at 5.0 tame the paper\'s form? (compared '
-            'with FedAvg clipped alike, `fedavg_clip`)', baseline='fedavg_clip'),
+            'with FedAvg clipped alike, `fedavg_clip`)', baseline='fedavg_clip',
+            parent='fedga_clip'),
     Variant('fedga_clip', 'fedga', 'fedga', {'client_clip_norm': 5.0},
             'FedGA as the authors\' code trains it (soft-target form, clipping at 5.0), '
             'compared with FedAvg clipped alike (`fedavg_clip`).', baseline='fedavg_clip'),

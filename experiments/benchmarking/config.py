@@ -192,6 +192,9 @@ class BenchmarkConfig:
       difference lies inside +- this margin (accuracy, e.g. 0.01: one point).
     detect: dataset -> the difference the report computes a seed count for (80% power); a
       dataset left out uses `DETECT`, then `DEFAULT_DETECT`.
+    variants_inherit: True: a variant whose parent (`methods.Method.parent`) is in the table is
+      not tuned; it runs at its parent's tuned learning rates and values and changes only what
+      it fixes. False: it is tuned on its parent's grids like any method.
     description: a sentence for the report's Setup (e.g. how a preset was sized).
     tuning: `TuningConfig`.
     loop: every run's loop: rounds, clients_per_round, batch_size, shuffle_buffer,
@@ -216,6 +219,7 @@ class BenchmarkConfig:
   primary_statistic: str = 'last_k_accuracy'
   equivalence_margin: float = 0.01
   detect: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  variants_inherit: bool = True
   description: str = ''
   tuning: TuningConfig = dataclasses.field(default_factory=TuningConfig)
   loop: experiment_config.LoopConfig = _DEFAULTS.training
@@ -289,6 +293,8 @@ class BenchmarkConfig:
                f'entries of the regimes\' datasets {sorted(datasets)}')
       experiment_config.require('models', model,
                                 experiment_config.one_of(sorted(architectures.MODELS)))
+    _require('variants_inherit', self.variants_inherit,
+             isinstance(self.variants_inherit, bool), 'True or False')
     experiment_config.require('primary_statistic', self.primary_statistic,
                               experiment_config.one_of(PRIMARY_STATISTICS))
     _require('equivalence_margin', self.equivalence_margin,

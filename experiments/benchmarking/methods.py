@@ -53,6 +53,10 @@ class Method:
     grid: builder keyword arguments tuned, as (name, candidate values) pairs.
     client_lr, server_lr: learning rates fixed for this method (None: searched on the table's
       grids like every other method's, or the given one without tuning).
+    parent: the method this one is a variant of (its algorithm's registered method, or for a
+      'custom' diagnosis variant the method it diagnoses); None for a method of its own. With
+      its parent in the table, a variant runs at the parent's tuned values and changes only
+      what it fixes (`plan`).
   """
   name: str
   algorithm: str
@@ -60,6 +64,7 @@ class Method:
   grid: tuple = ()
   client_lr: Optional[float] = None
   server_lr: Optional[float] = None
+  parent: Optional[str] = None
 
   def __post_init__(self):
     object.__setattr__(self, 'fixed', tuple(sorted(dict(self.fixed).items())))
@@ -153,7 +158,8 @@ def parse_method(text: str) -> Method:
     fixed[key] = parse_value(value)
   grid = tuple((k, v) for k, v in base.grid if k not in fixed)
   return Method(text.replace(' ', ''), base.algorithm, fixed=tuple(fixed.items()), grid=grid,
-                client_lr=base.client_lr, server_lr=base.server_lr)
+                client_lr=base.client_lr, server_lr=base.server_lr,
+                parent=base.name if base.name in METHODS else None)
 
 
 # Flags of the binaries that are not a builder argument of the algorithm's flag table.
@@ -163,7 +169,7 @@ _COMMON_FLAGS = {'client_weighting': 'client_weighting', 'client_clip_norm': 'cl
 
 
 def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
-                      base: Optional[Method] = None) -> Method:
+                      base: Optional[Method] = None, parent: Optional[str] = None) -> Method:
   """A method given as the binaries' flag values, e.g. ('fedld_server_lr', 'fedld',
   {'server_learning_rate': 2.0}) or ('fedld_margin_only', 'custom', {'client_loss': 'margin',
   'aggregator': 'mean', 'margin_weight': 0.1}).
@@ -173,6 +179,9 @@ def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
   `--client_learning_rate` / `--server_learning_rate` fix the method's learning rates,
   `--client_weighting`, `--client_clip_norm` and `--proximal_strength` pass through. The grid
   of `base` (default: the algorithm's registered method) is kept for the arguments not fixed.
+
+  `parent` names the method it is a variant of (default: `base`'s name, or the algorithm's
+  registered method).
 
   Raises:
     ValueError: a flag with no builder argument for `algorithm`.
@@ -207,18 +216,23 @@ def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
       raise ValueError(f'method {name!r}: flag --{flag} is no builder argument of {algorithm}')
   if base is None:
     base = METHODS.get(algorithm) or Method(algorithm, algorithm)
+  if parent is None and base.name in METHODS and algorithm != CUSTOM:
+    parent = base.name
   if algorithm == CUSTOM:
     base = Method(name, CUSTOM)
   grid = tuple((k, v) for k, v in base.grid if k not in kwargs)
   return Method(name, algorithm, fixed=tuple(kwargs.items()), grid=grid,
-                client_lr=rates.get('client_lr'), server_lr=rates.get('server_lr'))
+                client_lr=rates.get('client_lr'), server_lr=rates.get('server_lr'),
+                parent=parent)
 
 
 @functools.cache
 def diagnosis_variants() -> dict[str, Method]:
   """The method variants of `experiments.diagnosis.VARIANTS`, by name (`method_from_flags`)."""
   from experiments import diagnosis  # pylint: disable=g-import-not-at-top
-  return {v.name: method_from_flags(v.name, v.algorithm, dict(v.flags))
+  return {v.name: method_from_flags(
+      v.name, v.algorithm, dict(v.flags),
+      parent=v.parent or (v.diagnoses if v.algorithm == CUSTOM else None))
           for v in diagnosis.VARIANTS.values()}
 
 

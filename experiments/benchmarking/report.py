@@ -779,6 +779,61 @@ def _tried(choice) -> tuple[list, list]:
           sorted({float(v['slr']) for v in values if 'slr' in v}))
 
 
+def _parent_of(method: str, config) -> Optional[str]:
+  for m in (config.get('plan') or {}).get('methods', []):
+    if m.get('name') == method and 'parent' in m:
+      return m['parent']
+  try:
+    from experiments.benchmarking import methods as methods_lib  # pylint: disable=g-import-not-at-top
+    return methods_lib.parse_method(method).parent
+  except ValueError:
+    return None
+
+
+def variant_differences(rows, config) -> list[tuple[str, str, list[str]]]:
+  """(variant, parent, differences) for every method of the runs whose parent ran too: the
+  learning rates and builder arguments (runs.csv's `hparams`) that differ between their runs,
+  over every regime, E and seed both ran ('name: parent value -> variant value')."""
+  cells = group(rows)
+  methods = _orders(rows, config)[1]
+  out = []
+  for method in methods:
+    parent = _parent_of(method, config)
+    if parent is None or parent not in methods:
+      continue
+    found = []
+    for cell in cells.values():
+      for seed in sorted(set(cell.get(method, {})) & set(cell.get(parent, {}))):
+        ours, theirs = cell[method][seed], cell[parent][seed]
+        a = dict(json.loads(theirs.get('hparams') or '{}'), client_lr=theirs.get('client_lr'),
+                 server_lr=theirs.get('server_lr'))
+        b = dict(json.loads(ours.get('hparams') or '{}'), client_lr=ours.get('client_lr'),
+                 server_lr=ours.get('server_lr'))
+        for k in sorted(set(a) | set(b)):
+          if _num(a.get(k)) != _num(b.get(k)) or (
+              _num(a.get(k)) is None and a.get(k) != b.get(k)):
+            text = (f'{k}: {_fmt_value(a.get(k, "-"))} -> {_fmt_value(b.get(k, "-"))} '
+                    f'({ours["regime"]})')
+            if text not in found:
+              found.append(text)
+    out.append((method, parent, found))
+  return out
+
+
+def variants_section(rows, config) -> str:
+  """What each variant changes against its parent, read from the runs themselves."""
+  lines = []
+  for method, parent, found in variant_differences(rows, config):
+    keys = {t.split(':')[0] for t in found}
+    note = '' if len(keys) == 1 else f' ({len(keys)} settings differ, not one)'
+    lines.append(f'- {method} against {parent}{note}: ' + ('; '.join(found) or 'nothing'))
+  if not lines:
+    return ''
+  return ('What each variant ran with that its parent did not (runs.csv\'s learning rates and '
+          'builder arguments, per regime); a variant should change exactly one thing:\n\n'
+          + '\n'.join(lines) + '\n')
+
+
 def _tuning_section(choices, config) -> str:
   if not config.get('tuning', {}).get('tune', True):
     return 'Not tuned (`--tune=false`): every run uses the given values (see Setup).\n'
@@ -846,7 +901,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
            f'\nSettings ({len(rows)} reporting runs):\n', _setup_section(config),
            '## Regimes\n', _regimes_section(_read_json(os.path.join(root, 'regimes.json'), [])),
            '## Time\n', _time_section(timing, rows),
-           '## Tuning\n', _tuning_section(choices, config),
+           '## Tuning\n', _tuning_section(choices, config), variants_section(rows, config),
            '## Results\n']
   for regime, e, heading, table in result_tables(rows, config):
     parts.append(f'### `{regime}`, E={e}\n')

@@ -106,3 +106,35 @@ def test_server_learning_rates_are_searched_for_every_method_or_for_none():
   assert tuning.stage_two(none.methods[0].search, 0.1) == []
   described = none.describe()['methods']
   assert described[0]['server_lrs'] == [1.0] and described[0]['client_lrs'] == [0.03, 0.1, 0.3]
+
+
+def test_a_variant_runs_at_its_parents_tuned_values_and_changes_one_thing():
+  plan = _plan(methods=('fedavg', 'fedld', 'fedld_projection', 'fedld_server_lr', 'fedga',
+                        'fedga_clip', 'fedga_paper_clip', 'fedld_margin_only'),
+               regimes=('digits:iid',), report_seeds=(0,))
+  inherits = {m.name: m.inherits for m in plan.methods}
+  assert inherits == {'fedavg': None, 'fedld': None, 'fedld_projection': 'fedld',
+                      'fedld_server_lr': 'fedld', 'fedga': None, 'fedga_clip': 'fedga',
+                      'fedga_paper_clip': 'fedga', 'fedld_margin_only': 'fedld'}
+  assert {t.method.name for t in plan.tuning} == {'fedavg', 'fedld', 'fedga'}  # variants: none
+  choices = [tuning.Choice(dataset='digits', regime='digits:dir(0.1)', epochs=e, method=m,
+                           client_lr=lr, server_lr=slr, tuned=values, score=0.5, scores=())
+             for e in (1, 5) for m, lr, slr, values in (
+                 ('fedavg', 0.3, 1.0, ()),
+                 ('fedld', 0.1, 3.0, (('margin_weight', 0.9), ('component_ratio', 0.8))),
+                 ('fedga', 0.3, 2.0, (('counts', 'batch'),)))]
+  specs = {s.method: s for s in plan.report_specs(choices) if s.epochs == 1}
+  parent = specs['fedld']
+  for name, change in (('fedld_projection', {'revision': 'projection'}),
+                       ('fedld_server_lr', {})):
+    ours = specs[name]
+    assert dict(ours.kwargs) == dict(dict(parent.kwargs), **change), name
+    assert ours.client_lr == parent.client_lr
+  assert specs['fedld_projection'].server_lr == 3.0 and specs['fedld_server_lr'].server_lr == 4.0
+  assert dict(specs['fedga_paper_clip'].kwargs) == dict(dict(specs['fedga'].kwargs),
+                                                        form='paper', clip_norm=5.0)
+  # A custom variant takes its parent's learning rates (its builder takes other arguments).
+  assert (specs['fedld_margin_only'].client_lr, specs['fedld_margin_only'].server_lr) == (0.1, 3.0)
+  # Without inheritance every variant is tuned on its parent's grids.
+  own = _plan(methods=('fedavg', 'fedld', 'fedld_projection'), variants_inherit=False)
+  assert [m.inherits for m in own.methods] == [None, None, None] and len(own.tuning) == 3 * 2 * 2

@@ -316,3 +316,23 @@ def test_positive_control_not_reproduced_and_absent(tmp_path):
   _write_control(root, _control_rows(same, same))
   text = open(report.write_report(root)).read()
   assert 'the published effect is not reproduced' in text
+
+
+def test_what_a_variant_changes_is_read_from_its_runs():
+  rows = []
+  for seed in (0, 1):
+    for method, hparams, lr in (('fedld', {'margin_weight': 0.9}, 0.1),
+                                ('fedld_projection', {'margin_weight': 0.9,
+                                                      'revision': 'projection'}, 0.1),
+                                ('fedld_model', {'margin_weight': 0.01,
+                                                 'granularity': 'model'}, 0.3)):
+      rows.append({'regime': 'digits:iid', 'dataset': 'digits', 'method': method, 'epochs': 1,
+                   'seed': seed, 'client_lr': lr, 'server_lr': 1.0,
+                   'hparams': json.dumps(hparams), 'last_k_accuracy': 0.9})
+  config = dict(_CONFIG, methods=['fedld', 'fedld_projection', 'fedld_model'])
+  found = {m: (p, d) for m, p, d in report.variant_differences(rows, config)}
+  assert found['fedld_projection'] == ('fedld', ['revision: - -> projection (digits:iid)'])
+  assert len(found['fedld_model'][1]) == 3  # client lr, granularity and margin weight
+  text = report.variants_section(rows, config)
+  assert '- fedld_model against fedld (3 settings differ, not one):' in text
+  assert '- fedld_projection against fedld: revision' in text
