@@ -96,6 +96,9 @@ with flags_lib.record_group('benchmark'):
   flags.DEFINE_float('equivalence_margin', _D(_B, 'equivalence_margin'), 'A method ties the '
                      'baseline only when the 95% interval of their difference lies inside +- '
                      'this margin.')
+  flags.DEFINE_bool('variants_inherit', _D(_B, 'variants_inherit'), 'A variant whose parent '
+                    'method is in --methods runs at the parent\'s tuned values, changing only '
+                    'what it fixes; --novariants_inherit tunes it on the parent\'s grids.')
   flags.DEFINE_string('detect', '', 'DATASET:DIFFERENCE,...: the accuracy difference to detect '
                       'at 80% power, for the seed count the report prints (default synthetic '
                       '0.02, other datasets 0.01).')
@@ -265,7 +268,7 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         report_seeds=_ints('report_seeds'),
         models=config_lib.parse_mapping('models', FLAGS.models), given=given_values(),
         vary_partition=FLAGS.vary_partition, baseline=FLAGS.baseline,
-        primary_statistic=FLAGS.primary_statistic,
+        primary_statistic=FLAGS.primary_statistic, variants_inherit=FLAGS.variants_inherit,
         equivalence_margin=FLAGS.equivalence_margin,
         detect=config_lib.parse_mapping('detect', FLAGS.detect, float), description=FLAGS.description, tuning=tuning,
         loop=parts.training, client=parts.client, server=parts.server, data=parts.data,
