@@ -3,7 +3,7 @@ validation split, with paired confidence intervals.
 
     python -m experiments.benchmark --preset=smoke --output_dir=/tmp/bench   # seconds, no tuning
     python -m experiments.benchmark --preset=results --results_md=RESULTS.md   # RESULTS.md
-    python -m experiments.benchmark --preset=fedga_setting   # FedGA in its paper's setting
+    python -m experiments.benchmark --preset=fedga_setting   # FedGA's federation, on other data
     python -m experiments.benchmark --regimes='digits:dir(0.1),synthetic(1,1)' \\
         --methods=fedavg,fedprox,'fedga[counts=dataset]' --epochs=1,5 --report_seeds=0,1,2
 
@@ -182,7 +182,7 @@ RESULTS_GRIDS = ','.join(f'{variant}.{argument}={value}'
                          for variant in ('fedld_model', 'fedld_projection')
                          for argument, value in (('margin_weight', 0.01),
                                                  ('component_ratio', 0.8)))
-# FedGA in its paper's setting (100 clients, 10 per round, 2 local epochs, batch 64; the FedGA
+# FedGA's federation on other data (100 clients, 10 per round, 2 local epochs, batch 64; the FedGA
 # code's equal-size per-client Dirichlet split), its forms with and without clipping against
 # FedAvg clipped alike: a loop of its own, so a preset of its own.
 FEDGA_SETTING_METHODS = ('fedavg', 'fedga', 'fedga_paper', 'fedavg_clip', 'fedga_clip',
@@ -205,7 +205,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                           tuning_regimes='digits:digits:client_dir(0.1)@100,'
                                          'synthetic:synthetic(1,1)@100', runtime='inprocess',
                           experiment_name='fedga_setting',
-                          description='FedGA in its paper\'s setting (`--preset=fedga_setting`): '
+                          description='FedGA\'s federation on other data (`--preset=fedga_setting`): '
                           '100 clients of equal size (per-client Dirichlet 0.1 on digits), 10 '
                           'per round, E = 2, batch 64, 50 rounds; FedGA\'s two forms with and '
                           'without clipping at 5.0, the clipped ones against FedAvg clipped '
