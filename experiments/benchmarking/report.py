@@ -301,14 +301,19 @@ def _fmt_p(p: float) -> str:
   return '<0.001' if p < 0.001 else f'{p:.3f}'
 
 
-def _primary_cell(c: Optional[Comparison]) -> str:
+def _primary_cell(c: Optional[Comparison], secondary: bool = False) -> str:
+  """A comparison's Δ cell: the interval (marked where Holm agrees, primary only), or what
+  makes it no comparison (both sides at chance) or a degenerate one (identical runs)."""
   if c is None:
     return '—'
+  d = c.secondary if secondary else c.primary
+  if d is None:
+    return '-'
   if c.at_chance:
-    return f'{_fmt_difference(c.primary)} (both at chance: no comparison)'
-  if c.identical and c.primary is not None and c.primary.n >= 2:
-    return f'{c.primary.mean:+.4f} (identical in every seed)'
-  return _fmt_difference(c.primary, mark=c.significant)
+    return f'{d.mean:+.4f} (both at chance: no comparison)'
+  if d.n >= 2 and d.sd == 0 and d.mean == 0:
+    return '+0.0000 (identical in every seed)'
+  return _fmt_difference(d, mark=c.significant and not secondary)
 
 
 def regime_table(cell, methods: Sequence[str], *, baseline: str,
@@ -332,7 +337,7 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
     else:
       delta = _primary_cell(c)
       p = _fmt_p(c.holm_p) if c is not None else '-'
-      last_delta = _fmt_difference(c.secondary) if c is not None else '-'
+      last_delta = _primary_cell(c, secondary=True) if c is not None else '-'
     before = _mean(_by_seed(per_seed, 'conflict_before').values())
     after = _mean(_by_seed(per_seed, 'conflict_after').values())
     conflict = '-' if before is None else f'{before:.3f} → {_fmt(after, 3)}'

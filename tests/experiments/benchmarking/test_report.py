@@ -103,6 +103,11 @@ def test_identical_and_all_chance_comparisons_say_so():
   c = report.comparisons(chance, _CONFIG)[('digits:#C=2', 1, 'fedld')]
   assert c.at_chance and not c.significant and report.verdict(c, 0.01) == 'at chance'
   assert 'both at chance: no comparison' in report._primary_cell(c)  # pylint: disable=protected-access
+  assert 'both at chance' in report._primary_cell(c, secondary=True)  # pylint: disable=protected-access
+  cell = report.group(chance)[('digits:#C=2', 1)]
+  table = report.regime_table(cell, ['fedavg', 'fedld'], baseline='fedavg',
+                              found={'fedld': c}, config=_CONFIG)
+  assert '†' not in table and table.count('both at chance') == 2
 
 
 def test_ties_only_inside_the_equivalence_margin():
