@@ -23,7 +23,7 @@ _FINALS = {
 }
 _CONFIG = {'regimes': ['digits:iid', 'digits:#C=2'], 'methods': ['fedavg', 'fedgh', 'fedld'],
            'baseline': 'fedavg', 'epochs': [1, 5], 'report_seeds': [0, 1, 2],
-           'target_fraction': 0.9, 'experiment_name': 'unit',
+           'experiment_name': 'unit',
            'tuning': {'tune': True, 'strategy': 'staged'}}
 
 
