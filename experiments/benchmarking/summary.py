@@ -204,6 +204,20 @@ def readme(results: Results) -> str:
   return '\n'.join(lines + [''] + [' '.join(e for e in extra if e)]).strip() + '\n'
 
 
+def _variant_lines(results: Results, methods: Sequence[str]) -> list[str]:
+  """What each of `methods` ran with that its parent did not (`report.variant_differences`),
+  by setting name: a variant that changes more than one thing is said to."""
+  lines = []
+  for method, parent, found in report.variant_differences(results.rows, results.config):
+    if method not in methods:
+      continue
+    keys = sorted({t.split(':')[0] for t in found})
+    lines.append(f'{method} ran with {len(keys)} setting{"s" if len(keys) != 1 else ""} '
+                 f'other than {parent}\'s ({", ".join(keys) or "none"})'
+                 + ('' if len(keys) <= 1 else ': more than the one it is meant to change'))
+  return ['', 'Against their parents: ' + '; '.join(lines) + '.'] if lines else []
+
+
 def fedga_forms(results: Results) -> str:
   """FedGA's two forms, clipped or not, each against its own baseline."""
   clipped = 'fedavg_clip' if any(r['method'] == 'fedavg_clip' for r in results.rows) else None
@@ -213,7 +227,8 @@ def fedga_forms(results: Results) -> str:
   present = {r['method'] for r in results.rows}
   pairs = [(m, b) for m, b in pairs if m in present]
   return '\n'.join([_provisional(results), '', _rule(results, pairs), '']
-                   + verdict_lines(results, pairs)).strip() + '\n'
+                   + verdict_lines(results, pairs)
+                   + _variant_lines(results, [m for m, _ in pairs])).strip() + '\n'
 
 
 def fedld_revisions(results: Results) -> str:
@@ -222,6 +237,7 @@ def fedld_revisions(results: Results) -> str:
   pairs = [(m, results.baseline) for m in ('fedld', 'fedld_projection', 'fedld_model')
            if m in present]
   lines = [_provisional(results), '', _rule(results, pairs), ''] + verdict_lines(results, pairs)
+  lines += _variant_lines(results, [m for m, _ in pairs])
   ratios = [f'{m} {_norm_ratios(results, m)}' for m, _ in pairs if _norm_ratios(results, m)]
   if ratios:
     lines += ['', 'Norm ratio (server step over the plain mean\'s, range over regimes): '
