@@ -3,6 +3,7 @@ validation split, with paired confidence intervals.
 
     python -m experiments.benchmark --preset=smoke --output_dir=/tmp/bench   # seconds, no tuning
     python -m experiments.benchmark --preset=results --results_md=RESULTS.md   # RESULTS.md
+    python -m experiments.benchmark --preset=diagnosis   # the variants beside their parents
     python -m experiments.benchmark --preset=fedga_setting   # FedGA's federation, on other data
     python -m experiments.benchmark --regimes='digits:dir(0.1),synthetic(1,1)' \\
         --methods=fedavg,fedprox,'fedga[counts=dataset]' --epochs=1,5 --report_seeds=0,1,2
@@ -14,12 +15,15 @@ The grid is regimes x methods x local epochs E x reporting seeds (`--regimes`, `
 for a population of K clients. Methods are `tff_conflict.learning.ALGORITHMS` names, registered
 variants, or ad-hoc variants `ALGORITHM[key=value,...]` (`experiments.benchmarking.methods`).
 
-For a given seed every method sees the same partition, initial model and clients per round.
-Unless `--tune=false`, each method's own hyperparameters and the client learning rate (and the
-server learning rate for FedLD) are first chosen on a validation split carved from the clients'
-training data, on `--tuning_seeds`, per dataset on one regime (`--tuning_regimes`; default
-digits:dir(0.1) and synthetic(1,1)) and per E (`--tune_epochs`); see
-`experiments.benchmarking.tuning`. Each learning process is built once per (method,
+For a given seed every method sees the same partition, initial model and clients per round;
+every seed tests on the same fixed test split. Unless `--tune=false`, the client and server
+learning rates (the same grids for every method, the baseline included) and each method's own
+hyperparameters are first chosen on a validation split carved from the clients' training data,
+on `--tuning_seeds`, per dataset on one regime (`--tuning_regimes`; default digits:dir(0.1) and
+synthetic(1,1)) and per E (`--tune_epochs`); see `experiments.benchmarking.tuning`. A variant
+whose parent is in `--methods` runs at the parent's tuned values (`--variants_inherit`). The
+report compares `--primary_statistic` by seed with Holm-adjusted p-values (docs/experiments.md,
+the protocol). Each learning process is built once per (method,
 hyperparameters, model) and reused across regimes, E and seeds.
 
 Outputs under `<output_dir>/<experiment_name>/` (`experiments.benchmarking.grid`): report.md,
