@@ -144,6 +144,9 @@ class Plan:
                 kwargs = dict(source.given)
                 kwargs.update(choice.values)
                 kwargs.update(method.method.fixed)
+              elif method.method.algorithm == methods_lib.CUSTOM:
+                kwargs = _custom_with_parent_values(kwargs, source.method.algorithm,
+                                                    choice.values)
               client_lr = (choice.client_lr if method.method.client_lr is None
                            else method.method.client_lr)
               server_lr = (choice.server_lr if method.method.server_lr is None
@@ -204,6 +207,26 @@ class Plan:
       out[(task.method.name, task.dataset)] = len(
           {c.tuned for c in tuning_lib.candidates(task.method.search)})
     return out
+
+
+def _custom_with_parent_values(kwargs: Mapping[str, Any], algorithm: str,
+                               values: Mapping[str, Any]) -> dict[str, Any]:
+  """A 'custom' variant's builder arguments with its parent's tuned values where its loss or
+  aggregator takes the same hyperparameter (matched by flag, `experiments.experiment_lib`; e.g.
+  FedLD's tuned margin_weight for `loss='margin'`); values it fixes itself win."""
+  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+  by_flag = {flag: values[keyword] for keyword, flag in
+             experiment_lib.ALGORITHM_HPARAMS.get(algorithm, {}).items() if keyword in values}
+  out = dict(kwargs)
+  for part, tables in (('loss', experiment_lib.LOSS_HPARAMS),
+                       ('aggregator', experiment_lib.AGGREGATOR_HPARAMS)):
+    own = dict(out.get(f'{part}_kwargs') or {})
+    for keyword, flag in tables.get(out.get(part), {}).items():
+      if flag in by_flag and keyword not in own:
+        own[keyword] = by_flag[flag]
+    if own:
+      out[f'{part}_kwargs'] = own
+  return out
 
 
 def _model_for(config: config_lib.BenchmarkConfig, dataset: str) -> str:

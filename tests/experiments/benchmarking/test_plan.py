@@ -133,8 +133,12 @@ def test_a_variant_runs_at_its_parents_tuned_values_and_changes_one_thing():
   assert specs['fedld_projection'].server_lr == 3.0 and specs['fedld_server_lr'].server_lr == 4.0
   assert dict(specs['fedga_paper_clip'].kwargs) == dict(dict(specs['fedga'].kwargs),
                                                         form='paper', clip_norm=5.0)
-  # A custom variant takes its parent's learning rates (its builder takes other arguments).
+  # A custom variant takes its parent's learning rates, and its tuned values where its loss or
+  # aggregator takes the same hyperparameter (FedLD's margin weight for the margin loss).
   assert (specs['fedld_margin_only'].client_lr, specs['fedld_margin_only'].server_lr) == (0.1, 3.0)
+  margin = dict(specs['fedld_margin_only'].kwargs)
+  assert margin['loss'] == 'margin' and margin['loss_kwargs']['margin_weight'] == 0.9
+  assert 'component_ratio' not in margin
   # Without inheritance every variant is tuned on its parent's grids.
   own = _plan(methods=('fedavg', 'fedld', 'fedld_projection'), variants_inherit=False)
   assert [m.inherits for m in own.methods] == [None, None, None] and len(own.tuning) == 3 * 2 * 2
