@@ -102,7 +102,7 @@ def group(rows) -> dict[tuple[str, int], dict[str, dict[int, Mapping[str, Any]]]
   return out
 
 
-def _by_seed(per_seed, key) -> dict[int, float]:
+def by_seed(per_seed, key) -> dict[int, float]:
   out = {}
   for seed, row in per_seed.items():
     value = _num(row.get(key))
@@ -175,10 +175,10 @@ def with_divergence_rule(rows, config: Mapping[str, Any]) -> list[dict[str, Any]
 def regime_conflict(cell, baseline: str) -> tuple[Optional[float], str]:
   """The regime's measured conflict fraction: the baseline's, else the mean of the methods that
   report one (before their correction)."""
-  own = list(_by_seed(cell.get(baseline, {}), 'conflict_before').values())
+  own = list(by_seed(cell.get(baseline, {}), 'conflict_before').values())
   if own:
     return sum(own) / len(own), baseline
-  values = [v for per_seed in cell.values() for v in _by_seed(per_seed, 'conflict_before').values()]
+  values = [v for per_seed in cell.values() for v in by_seed(per_seed, 'conflict_before').values()]
   if not values:
     return None, ''
   return sum(values) / len(values), 'mean over conflict-aware methods'
@@ -204,7 +204,7 @@ def difference(cell, method: str, baseline: str, key: str = 'last_k_accuracy'
                ) -> Optional[stats.PairedDifference]:
   if method == baseline or baseline not in cell or method not in cell:
     return None
-  return stats.paired_difference(_by_seed(cell[method], key), _by_seed(cell[baseline], key))
+  return stats.paired_difference(by_seed(cell[method], key), by_seed(cell[baseline], key))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +237,7 @@ class Comparison:
     return math.isfinite(self.holm_p) and self.holm_p < ALPHA and not self.at_chance
 
 
-def _all_collapsed(per_seed) -> bool:
+def all_collapsed(per_seed) -> bool:
   return bool(per_seed) and all(_is_true(r.get('collapsed')) for r in per_seed.values())
 
 
@@ -246,7 +246,7 @@ def comparisons(rows, config: Mapping[str, Any]) -> dict[tuple[str, int, str], C
   all of them (one family: every comparison of the result tables)."""
   baseline = config.get('baseline', 'fedavg')
   key = primary_statistic(config)
-  regimes, methods, epochs = _orders(rows, config)
+  regimes, methods, epochs = orders(rows, config)
   cells = group(rows)
   found = []
   for regime in regimes:
@@ -260,11 +260,11 @@ def comparisons(rows, config: Mapping[str, Any]) -> dict[tuple[str, int, str], C
         primary = difference(cell, method, baseline, key)
         if primary is None:
           continue
-        x, y = _by_seed(cell[method], key), _by_seed(cell[baseline], key)
+        x, y = by_seed(cell[method], key), by_seed(cell[baseline], key)
         identical = all(x[s] == y[s] for s in set(x) & set(y))
         found.append((regime, e, method, primary,
                       difference(cell, method, baseline, 'final_accuracy'),
-                      _all_collapsed(cell[method]) and _all_collapsed(cell[baseline]),
+                      all_collapsed(cell[method]) and all_collapsed(cell[baseline]),
                       identical))
   adjusted = stats.holm([f[3].p_value for f in found])
   return {(r, e, m): Comparison(r, e, m, baseline, p, s, h, chance, same)
@@ -295,7 +295,7 @@ def _fmt_difference(d: Optional[stats.PairedDifference], *, mark: bool = False) 
   return f'**{text}** {DAGGER}' if mark else text
 
 
-def _fmt_p(p: float) -> str:
+def fmt_p(p: float) -> str:
   if not math.isfinite(p):
     return '-'
   return '<0.001' if p < 0.001 else f'{p:.3f}'
@@ -329,20 +329,20 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
     per_seed = cell.get(method)
     if not per_seed:
       continue
-    primary = list(_by_seed(per_seed, key).values())
-    finals = list(_by_seed(per_seed, 'final_accuracy').values())
+    primary = list(by_seed(per_seed, key).values())
+    finals = list(by_seed(per_seed, 'final_accuracy').values())
     c = found.get(method)
     if method == baseline:
       delta, p, last_delta = '—', '—', '—'
     else:
       delta = _primary_cell(c)
-      p = _fmt_p(c.holm_p) if c is not None else '-'
+      p = fmt_p(c.holm_p) if c is not None else '-'
       last_delta = _primary_cell(c, secondary=True) if c is not None else '-'
-    before = _mean(_by_seed(per_seed, 'conflict_before').values())
-    after = _mean(_by_seed(per_seed, 'conflict_after').values())
+    before = _mean(by_seed(per_seed, 'conflict_before').values())
+    after = _mean(by_seed(per_seed, 'conflict_after').values())
     conflict = '-' if before is None else f'{before:.3f} → {_fmt(after, 3)}'
-    ratio = _fmt(_mean(_by_seed(per_seed, 'norm_ratio').values()), 3)
-    seconds = _fmt(_mean(_by_seed(per_seed, 'seconds_per_round').values()), 2)
+    ratio = _fmt(_mean(by_seed(per_seed, 'norm_ratio').values()), 3)
+    seconds = _fmt(_mean(by_seed(per_seed, 'seconds_per_round').values()), 2)
     diverged = sum(_is_true(r.get('diverged')) for r in per_seed.values())
     collapsed = sum(_is_true(r.get('collapsed')) for r in per_seed.values())
     lines.append(f'| {method} | {len(per_seed)} | {diverged} | {collapsed} | '
@@ -367,7 +367,7 @@ def power_line(cell, dataset: str, *, baseline: str, config: Mapping[str, Any]) 
   for method in cell:
     d = difference(cell, method, baseline, key)
     if d is not None and d.n >= 2 and math.isfinite(d.sd) and not (
-        _all_collapsed(cell[method]) or _all_collapsed(cell[baseline])):
+        all_collapsed(cell[method]) or all_collapsed(cell[baseline])):
       sds.append(d.sd)
       seeds.append(d.n)
   if not sds:
@@ -383,7 +383,7 @@ def power_line(cell, dataset: str, *, baseline: str, config: Mapping[str, Any]) 
           f'detecting {target:g} at that power takes {needed} seeds.')
 
 
-def _orders(rows, config):
+def orders(rows, config):
   regimes = [r for r in config.get('regimes', []) if any(x['regime'] == r for x in rows)]
   regimes += sorted({r['regime'] for r in rows} - set(regimes))
   methods = [m for m in config.get('methods', []) if any(x['method'] == m for x in rows)]
@@ -395,7 +395,7 @@ def _orders(rows, config):
 def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
   """(regime, E, heading line, table) for every cell, from runs.csv's rows and config.json."""
   baseline = config.get('baseline', 'fedavg')
-  regimes, methods, epochs = _orders(rows, config)
+  regimes, methods, epochs = orders(rows, config)
   cells = group(rows)
   found = comparisons(rows, config)
   out = []
@@ -419,7 +419,7 @@ def epoch_effect_table(rows, config) -> str:
   """Per method: the mean over regimes of its gain over the baseline at each E, and how many
   regimes' comparisons Holm finds above / below 0."""
   baseline = config.get('baseline', 'fedavg')
-  regimes, methods, epochs = _orders(rows, config)
+  regimes, methods, epochs = orders(rows, config)
   found = comparisons(rows, config)
   header = '| method | ' + ' | '.join(f'E={e}: mean Δ (Holm > 0 / Holm < 0)' for e in epochs)
   lines = [header + ' |', '|---|' + '---|' * len(epochs)]
@@ -451,8 +451,8 @@ def losses_list(rows, config) -> str:
     per_seed = cells[(regime, e)][method]
     row = next(iter(per_seed.values()))
     d = c.primary
-    bits = [f'Δ {d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}], Holm p {_fmt_p(c.holm_p)}']
-    ratio = _mean(_by_seed(per_seed, 'norm_ratio').values())
+    bits = [f'Δ {d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}], Holm p {fmt_p(c.holm_p)}']
+    ratio = _mean(by_seed(per_seed, 'norm_ratio').values())
     if ratio is not None:
       bits.append(f'norm ratio {ratio:.3f}')
     diverged = sum(_is_true(r.get('diverged')) for r in per_seed.values())
@@ -482,7 +482,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
   os.makedirs(plots_dir, exist_ok=True)
   baseline = config.get('baseline', 'fedavg')
   statistic = primary_statistic(config)
-  regimes, methods, epochs = _orders(rows, config)
+  regimes, methods, epochs = orders(rows, config)
   cells = group(rows)
   written = {}
   for regime in regimes:
@@ -596,7 +596,7 @@ def total_wall_seconds(root: str) -> float:
                                                              []))
 
 
-def _searched_server_lrs(config) -> dict[str, list]:
+def searched_server_lrs(config) -> dict[str, list]:
   """method -> the server learning rates its tuning searched (config.json's plan; benchmarks
   written before every method searched alike: the per-method `tune_server_lr`)."""
   tuning = config.get('tuning', {})
@@ -636,7 +636,7 @@ def protocol_section(config, rows) -> str:
                  'training examples only. Seeds vary the partition of the training pool, the '
                  'initial model and the clients sampled.')
   if tuning.get('tune', True):
-    searched = _searched_server_lrs(config)
+    searched = searched_server_lrs(config)
     base = set(searched.get(baseline, []))
     extra = sorted({m for m, lrs in searched.items() if not set(lrs) <= base})
     equal = ('every method, the baseline included, searched the same client learning rates '
@@ -660,7 +660,8 @@ def protocol_section(config, rows) -> str:
       'whose both sides all collapsed is marked and never called a tie.')
   n_comparisons = len(comparisons(rows, config)) if rows else 0
   lines.append(
-      f'- Statistics: {len(seeds)} reporting seeds{" (fewer than 10: read every interval as a pilot)" if len(seeds) < 10 else ""}; '
+      f'- Statistics: {len(seeds)} reporting seeds'
+      f'{" (fewer than 10: read every interval as a pilot)" if len(seeds) < 10 else ""}; '
       'paired differences over seeds with 95% Student-t intervals; p-values Holm-adjusted over '
       f'the {n_comparisons} comparisons of the Results tables (every method against {baseline} '
       f'in every regime and E); {DAGGER} and bold only where the Holm-adjusted p < {ALPHA:g}. '
@@ -800,7 +801,7 @@ def variant_differences(rows, config) -> list[tuple[str, str, list[str]]]:
   learning rates and builder arguments (runs.csv's `hparams`) that differ between their runs,
   over every regime, E and seed both ran ('name: parent value -> variant value')."""
   cells = group(rows)
-  methods = _orders(rows, config)[1]
+  methods = orders(rows, config)[1]
   out = []
   for method in methods:
     parent = _parent_of(method, config)
@@ -928,7 +929,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
     parts.append(image('epochs_effect', 'effect of local epochs') + '\n')
   parts.append(f'## Where a method loses to {baseline} (Holm)\n')
   parts.append(losses_list(rows, config))
-  sections = diagnosis_sections(rows, _orders(rows, config)[1], baseline,
+  sections = diagnosis_sections(rows, orders(rows, config)[1], baseline,
                                 primary_statistic(config))
   if sections:
     parts.append('## Diagnosis\n')

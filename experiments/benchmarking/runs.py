@@ -251,8 +251,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
   `final_train_loss`, `diverged` (`divergence_round`), `diverged_round`, `zeroed_rounds`
   (rounds whose training metrics count no example), `chance_accuracy` (1 / `num_classes`),
   `collapsed` (final accuracy within `COLLAPSE_MARGIN` of chance; `Engine` also flags a final
-  model that predicts one class), `conflict_before`, `conflict_after`, `norm_ratio` (means over rounds of the aggregator's
-  diagnostics; None when it does not report them), `seconds_per_round` (mean of rounds >= 2),
+  model that predicts one class), `conflict_before`, `conflict_after`, `norm_ratio` (means over
+  rounds of the aggregator's diagnostics; None when it does not report them), `seconds_per_round` (mean of rounds >= 2),
   `first_round_s`, `final_global_train_loss` (None unless the global model's training loss
   was evaluated), and the curves `accuracy_curve`, `train_loss_curve` (the clients' mean loss
   while training), `conflict_curve`, `global_train_loss_curve`.

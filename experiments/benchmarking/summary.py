@@ -13,6 +13,7 @@ the config's equivalence margin, otherwise "inconclusive".
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import re
@@ -46,8 +47,8 @@ class Results:
 
 
 def load(directory: str) -> Results:
-  config = config_lib.flat_settings(report._read_json(  # pylint: disable=protected-access
-      os.path.join(directory, 'config.json'), {}))
+  with open(os.path.join(directory, 'config.json')) as f:
+    config = config_lib.flat_settings(json.load(f))
   rows = report.with_divergence_rule(report.read_runs(os.path.join(directory, 'runs.csv')),
                                      config)
   return Results(rows, config)
@@ -72,8 +73,8 @@ def pair_comparisons(results: Results, pairs: Sequence[tuple[str, str]]
         if primary is not None:
           found.append((regime, e, method, against, primary,
                         report.difference(cell, method, against, 'final_accuracy'),
-                        report._all_collapsed(cell[method])  # pylint: disable=protected-access
-                        and report._all_collapsed(cell[against])))  # pylint: disable=protected-access
+                        report.all_collapsed(cell[method])
+                        and report.all_collapsed(cell[against])))
   adjusted = stats.holm([f[4].p_value for f in found])
   for (r, e, m, b, p, s, chance), h in zip(found, adjusted):
     out[(r, e, m, b)] = report.Comparison(r, e, m, b, p, s, h, chance)
@@ -90,12 +91,12 @@ def _delta(c: report.Comparison, *, interval: bool) -> str:
     return f'{d.mean:+.3f} (one seed)'
   text = f'{d.mean:+.3f}'
   if interval:
-    text += f' [{d.low:+.3f}, {d.high:+.3f}], Holm p {report._fmt_p(c.holm_p)}'  # pylint: disable=protected-access
+    text += f' [{d.low:+.3f}, {d.high:+.3f}], Holm p {report.fmt_p(c.holm_p)}'
   return text
 
 
 def _cells(results: Results):
-  regimes, _, epochs = report._orders(results.rows, results.config)  # pylint: disable=protected-access
+  regimes, _, epochs = report.orders(results.rows, results.config)
   return [(r, e) for r in regimes for e in epochs if (r, e) in report.group(results.rows)]
 
 
@@ -117,7 +118,7 @@ def verdict_lines(results: Results, pairs: Sequence[tuple[str, str]]) -> list[st
       groups.setdefault(word, []).append(
           f'{label} {_delta(c, interval=word in ("beats", "loses"))}')
     base = report.group(results.rows)[(regime, e)].get(results.baseline, {})
-    values = list(report._by_seed(base, key).values())  # pylint: disable=protected-access
+    values = list(report.by_seed(base, key).values())
     mean = f'{sum(values) / len(values):.3f}' if values else '-'
     parts = [f'{word}: {", ".join(groups[word])}'
              for word in ('beats', 'loses', 'ties', 'inconclusive', 'at chance') if word in groups]
@@ -131,7 +132,7 @@ def _provisional(results: Results) -> str:
   flaws = []
   if int(results.config.get('protocol') or 1) < config_lib.PROTOCOL:
     flaws.append('the test split was drawn with each seed, so tuning saw test images')
-  searched = report._searched_server_lrs(results.config)  # pylint: disable=protected-access
+  searched = report.searched_server_lrs(results.config)
   base = set(searched.get(results.baseline, []))
   extra = sorted(m for m, lrs in searched.items() if not set(lrs) <= base)
   if extra:
@@ -175,24 +176,19 @@ def _power(results: Results) -> str:
 
 
 def _norm_ratios(results: Results, method: str) -> str:
-  values = [report._num(r.get('norm_ratio')) for r in results.rows  # pylint: disable=protected-access
-            if r['method'] == method]
-  values = [v for v in values if v is not None and math.isfinite(v)]
-  if not values:
-    return ''
+  """The range over cells of `method`'s mean norm ratio ('' where it reports none)."""
   means = []
-  cells = report.group(results.rows)
-  for cell in cells.values():
-    if method in cell:
-      v = report._mean(report._by_seed(cell[method], 'norm_ratio').values())  # pylint: disable=protected-access
-      if v is not None:
-        means.append(v)
-  return f'{min(means):.2f}-{max(means):.2f}'
+  for cell in report.group(results.rows).values():
+    values = list(report.by_seed(cell.get(method, {}), 'norm_ratio').values())
+    values = [v for v in values if math.isfinite(v)]
+    if values:
+      means.append(sum(values) / len(values))
+  return f'{min(means):.2f}-{max(means):.2f}' if means else ''
 
 
 def readme(results: Results) -> str:
   """The README's summary: every method against the baseline in every regime."""
-  methods = report._orders(results.rows, results.config)[1]  # pylint: disable=protected-access
+  methods = report.orders(results.rows, results.config)[1]
   pairs = [(m, results.baseline) for m in methods if m != results.baseline]
   lines = [_provisional(results), '', _rule(results, pairs), '']
   lines += verdict_lines(results, pairs)

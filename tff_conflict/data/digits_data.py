@@ -47,12 +47,12 @@ def digits(*, num_clients=20, alpha=0.1, seed=0):
 
   1,797 images: `round(0.2 n_c)` random examples of each class c (359 in all) are held out as the
   test split, drawn once (`HOLDOUT_SEED`, independent of `seed`: every seed tests on the same
-  images and none of them is ever in a training pool); the other 1,438 are split over `num_clients` clients by
-  `dirichlet_partition(alpha, seed)` with at least one example each. The test split is partitioned over the same client ids with each
-  client's training label proportions (`partition.partition_like`, at least one example each),
-  so per-client evaluation sees the client's own label mix, and
-  `test.create_tf_dataset_from_all_clients()` is exactly the 359-example centralized test set
-  (what the papers report accuracy on).
+  images and none of them is ever in a training pool); the other 1,438 are split over
+  `num_clients` clients by `dirichlet_partition(alpha, seed)` with at least one example each.
+  The test split is partitioned over the same client ids with each client's training label
+  proportions (`partition.partition_like`, at least one example each), so per-client evaluation
+  sees the client's own label mix, and `test.create_tf_dataset_from_all_clients()` is exactly
+  the 359-example centralized test set (what the papers report accuracy on).
 
   Elements are UNBATCHED examples `OrderedDict(x=float32 [8, 8, 1], y=int32 scalar)`: x is the
   8x8 image scaled from 0..16 to [0, 1], 10 classes. The training code batches them.
