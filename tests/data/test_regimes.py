@@ -201,4 +201,8 @@ def test_a_tfds_dataset_with_every_array_split(tmp_path):
       assert train.client_sizes.sum() <= 200 and test.client_sizes.sum() == 200
       if '#C=2' in name:
         assert ((train.label_counts > 0).sum(axis=1) == 2).all()
+    # The dataset's own test split, whatever the seed.
+    pooled = [_pooled(data.load_regime('mnist:dir(0.5)@4', seed=s, data_dir=str(tmp_path))[1])
+              for s in (0, 7)]
+    assert _rows(*pooled[0]) == _rows(*pooled[1]) and len(pooled[0][1]) == 200
   regimes._tfds_arrays.cache_clear()  # pylint: disable=protected-access
