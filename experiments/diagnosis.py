@@ -78,21 +78,24 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
   rounds of the aggregator's `conflict_fraction_before`, `norm_ratio` and `mean_update_norm`.
   A column the run does not have is None.
 
+  A run whose every evaluated accuracy is non-finite (it diverged in its first round) has None
+  accuracies: it is recorded, not refused.
+
   Raises:
-    ValueError: if `rows` is empty or no row has a test accuracy.
+    ValueError: if `rows` is empty or no row has a test accuracy column (never evaluated).
   """
   if not rows:
     raise ValueError('rows must hold at least one metrics row, got none')
-  accuracies = _column(rows, 'test_accuracy')
-  if not accuracies:
+  if not any(r.get('test_accuracy') not in (None, '') for r in rows):
     raise ValueError('rows hold no test_accuracy: was the run evaluated?')
-  evaluated = [r for r in rows if _float(r.get('test_accuracy')) is not None]
+  accuracies = _column(rows, 'test_accuracy')
+  evaluated = [r for r in rows if _float(r.get('test_accuracy')) is not None] or list(rows)
   last = evaluated[-1]
   losses = _column(rows, 'train_loss')
   out = collections.OrderedDict()
-  out['final_accuracy'] = accuracies[-1]
-  out['best_accuracy'] = max(accuracies)
-  out['accuracy_drop'] = max(accuracies) - accuracies[-1]
+  out['final_accuracy'] = accuracies[-1] if accuracies else None
+  out['best_accuracy'] = max(accuracies) if accuracies else None
+  out['accuracy_drop'] = max(accuracies) - accuracies[-1] if accuracies else None
   out['final_train_loss'] = losses[-1] if losses else None
   out['train_loss_rise'] = train_loss_rise(losses) if losses else None
   global_losses = _column(rows, 'global_train_loss')
@@ -113,14 +116,14 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
 
 
 def fmt_gap(g: Optional[stats.Interval]) -> str:
-  """'+0.012 ± 0.003 *' (mean ± the 95% t-interval's half-width; * where it excludes 0),
-  '+0.012 (n=1)' for one seed, '-' for none."""
+  """'+0.012 ± 0.003' (mean ± the 95% t-interval's half-width), '+0.012 (n=1)' for one seed,
+  '-' for none. No significance mark: a diagnosis is exploratory (no multiplicity correction);
+  the benchmark's Results tables mark what Holm's adjustment keeps."""
   if g is None:
     return '-'
   if g.n < 2:
     return f'{g.mean:+.3f} (n=1)'
-  mark = ' *' if g.excludes_zero else ''
-  return f'{g.mean:+.3f} ± {g.half_width:.3f}{mark}'
+  return f'{g.mean:+.3f} ± {g.half_width:.3f}'
 
 
 def _by_seed(runs, regime, method, column) -> dict[Any, float]:
@@ -173,6 +176,9 @@ class Variant:
     question: what its result answers.
     baseline: the method its gap is measured against (e.g. 'fedavg_clip' for a clipped
       variant); None: the report's baseline.
+    parent: the method it changes one thing of, when that is not its algorithm's own method
+      (e.g. 'fedga_clip' for the clipped paper form); None: the algorithm's method (a 'custom'
+      variant: the method it diagnoses).
   """
   name: str
   diagnoses: str
@@ -180,6 +186,7 @@ class Variant:
   flags: Mapping[str, Any]
   question: str
   baseline: Optional[str] = None
+  parent: Optional[str] = None
 
   def command_flags(self) -> list[str]:
     """The variant as command-line flags of `experiments.train`."""
@@ -198,7 +205,8 @@ VARIANTS: dict[str, Variant] = _variants(
     Variant('fedga_paper_clip', 'fedga', 'fedga',
             {'calibration_form': 'paper', 'client_clip_norm': 5.0},
             'Does the authors\' gradient clipping at 5.0 tame the paper\'s form? (compared '
-            'with FedAvg clipped alike, `fedavg_clip`)', baseline='fedavg_clip'),
+            'with FedAvg clipped alike, `fedavg_clip`)', baseline='fedavg_clip',
+            parent='fedga_clip'),
     Variant('fedga_clip', 'fedga', 'fedga', {'client_clip_norm': 5.0},
             'FedGA as the authors\' code trains it (soft-target form, clipping at 5.0), '
             'compared with FedAvg clipped alike (`fedavg_clip`).', baseline='fedavg_clip'),
@@ -287,14 +295,19 @@ def _has(runs, regime, method, column) -> bool:
   return bool(_by_seed(runs, regime, method, column))
 
 
-def _gap_table(runs, method, regimes, baseline) -> list[str]:
-  lines = [f'| regime | {baseline} final accuracy | {method} final accuracy | gap (paired, 95% CI) '
-           f'| best - final: {method} / {baseline} |', '|---|---|---|---|---|']
+_STATISTIC_NAMES = {'final_accuracy': 'final accuracy',
+                    'last_k_accuracy': 'mean accuracy of the last rounds'}
+
+
+def _gap_table(runs, method, regimes, baseline, statistic='final_accuracy') -> list[str]:
+  name = _STATISTIC_NAMES.get(statistic, statistic)
+  lines = [f'| regime | {baseline} {name} | {method} {name} | gap (paired, 95% CI) '
+           f'| best (test-selected) - final: {method} / {baseline} |', '|---|---|---|---|---|']
   for regime in regimes:
-    g = gap(runs, regime, method, baseline=baseline)
+    g = gap(runs, regime, method, statistic, baseline=baseline)
     lines.append(
-        f'| {regime} | {_fmt(_mean_std(runs, regime, baseline, "final_accuracy"))} | '
-        f'{_fmt(_mean_std(runs, regime, method, "final_accuracy"))} | '
+        f'| {regime} | {_fmt(_mean_std(runs, regime, baseline, statistic))} | '
+        f'{_fmt(_mean_std(runs, regime, method, statistic))} | '
         f'{fmt_gap(g)} | '
         f'{_fmt(_mean_std(runs, regime, method, "accuracy_drop"))} / '
         f'{_fmt(_mean_std(runs, regime, baseline, "accuracy_drop"))} |')
@@ -307,18 +320,13 @@ def _verdict(base: Optional[stats.Interval], variant: Optional[stats.Interval]) 
     return 'not run'
   if base is None:
     return ''
-  if variant.excludes_zero and variant.mean > 0:
-    return 'beats FedAvg'
-  if (not variant.excludes_zero and base.excludes_zero and base.mean < 0
-      and variant.mean > base.mean):
-    return 'closes the gap'
   change = variant.mean - base.mean
   if abs(change) < 0.005:
     return 'no change'
   return f'{"narrows" if change > 0 else "widens"} the gap by {abs(change):.3f}'
 
 
-def _variant_table(runs, method, regimes, baseline) -> list[str]:
+def _variant_table(runs, method, regimes, baseline, statistic='final_accuracy') -> list[str]:
   present = [v for v in variants_of(method)
              if any(r['method'] == v.name for r in runs)]
   if not present:
@@ -331,8 +339,8 @@ def _variant_table(runs, method, regimes, baseline) -> list[str]:
     reference = variant_baseline(v.name, runs, baseline)
     cells = []
     for regime in regimes:
-      base, ours = gap(runs, regime, method, baseline=baseline), gap(runs, regime, v.name,
-                                                                     baseline=reference)
+      base = gap(runs, regime, method, statistic, baseline=baseline)
+      ours = gap(runs, regime, v.name, statistic, baseline=reference)
       cells.append('-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})')
     changes = ', '.join(f'{k}={val}' for k, val in v.flags.items())
     lines.append(f'| {v.name} | {changes} | {v.question} | {reference} | '
@@ -460,7 +468,7 @@ def _regime_label(row: Mapping[str, Any]) -> str:
 
 def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: Optional[str] = None,
              algorithm: Optional[str] = None, regimes: Optional[Sequence[str]] = None,
-             heading: bool = True) -> str:
+             heading: bool = True, statistic: str = 'final_accuracy') -> str:
   """A Markdown section explaining `method`'s result against `baseline` from a runs table.
 
   Args:
@@ -476,6 +484,7 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: Option
     regimes: the regime labels to report, in order (default: those `method` ran in, in table
       order; with `epochs`, labels read 'regime, E=k').
     heading: start with a `###` heading naming the method (False where the caller titles it).
+    statistic: the runs table's column the gaps compare (the benchmark's primary statistic).
 
   Returns:
     Markdown: a `###` heading, the paired gap per regime, the method's measurement, and a table
@@ -499,9 +508,10 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: Option
     lines += [f'A variant of {algorithm}: {VARIANTS[method].question}', '']
   elif algorithm in _EXPLANATIONS:
     lines += [_EXPLANATIONS[algorithm], '']
-  lines += _gap_table(runs, method, regimes, baseline)
-  lines += ['', '(gap: mean over seeds of the paired difference, ± the 95% t-interval; * where '
-            'the interval excludes 0.)', '']
+  lines += _gap_table(runs, method, regimes, baseline, statistic)
+  lines += ['', '(gap: mean over seeds of the paired difference, ± the 95% t-interval\'s '
+            'half-width; exploratory, without a multiplicity correction and so without a '
+            'significance mark.)', '']
   if algorithm == 'fedga':
     lines += _pair_error_lines(runs, method, regimes, baseline) + ['']
     logits = _logit_lines(runs, method, regimes, baseline)
@@ -515,7 +525,7 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: Option
       lines += extra + ['']
   if method not in VARIANTS:
     lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '']
-    lines += _variant_table(runs, method, regimes, baseline)
+    lines += _variant_table(runs, method, regimes, baseline, statistic)
   return '\n'.join(lines) + '\n'
 
 
@@ -608,7 +618,8 @@ def benchmark_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def report_section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
-                   baseline: str = BASELINE) -> Optional[str]:
+                   baseline: str = BASELINE, statistic: str = 'final_accuracy'
+                   ) -> Optional[str]:
   """The benchmark report's diagnosis of `method` (of `algorithm`): `diagnose` against
   `baseline` (or the variant's own, `variant_baseline`) on runs.csv's rows, without its own
   heading; None for the baseline itself."""
@@ -617,7 +628,7 @@ def report_section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]
   if method in VARIANTS:
     algorithm = VARIANTS[method].diagnoses
   return diagnose(method, rows, baseline=variant_baseline(method, rows, baseline),
-                  algorithm=algorithm, heading=False)
+                  algorithm=algorithm, heading=False, statistic=statistic)
 
 
 def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline: str) -> str:

@@ -1,7 +1,9 @@
 """Statistics over seeds, the one place every table computes them: mean and sample standard
-deviation (ddof = 1), and Student-t confidence intervals of a mean and of paired differences
-(scipy's t quantile). `mean(d) +- t_{(1 + c)/2, n - 1} sd(d) / sqrt(n)` excludes 0 exactly when a
-two-sided (paired) t-test rejects a zero mean at level 1 - c."""
+deviation (ddof = 1), Student-t confidence intervals of a mean and of paired differences with
+their two-sided p-values (scipy's t distribution), Holm's step-down adjustment over a table's
+comparisons, the minimal difference a paired t-test detects with a given power, and the seeds
+needed to detect a given difference. `mean(d) +- t_{(1 + c)/2, n - 1} sd(d) / sqrt(n)` excludes 0
+exactly when a two-sided (paired) t-test rejects a zero mean at level 1 - c."""
 
 import dataclasses
 import math
@@ -19,12 +21,17 @@ class Interval:
     low, high: the interval's ends (NaN with fewer than two values).
     n: the number of values (pairs, for a paired difference).
     confidence: the interval's level, e.g. 0.95.
+    p_value: the two-sided one-sample t-test's p-value of a zero mean (NaN with fewer than two
+      values; 0 when every value is the same nonzero number, 1 when they are all 0).
+    sd: the values' sample standard deviation (NaN with fewer than two).
   """
   mean: float
   low: float
   high: float
   n: int
   confidence: float = 0.95
+  p_value: float = float('nan')
+  sd: float = float('nan')
 
   @property
   def half_width(self) -> float:
@@ -75,8 +82,13 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
   if n < 2:
     return Interval(mean, float('nan'), float('nan'), n, confidence)
   from scipy import stats  # pylint: disable=g-import-not-at-top
-  half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
-  return Interval(mean, mean - half, mean + half, n, confidence)
+  sd = float(d.std(ddof=1))
+  half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
+  if sd > 0:
+    p_value = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+  else:
+    p_value = 1.0 if mean == 0 else 0.0
+  return Interval(mean, mean - half, mean + half, n, confidence, p_value, sd)
 
 
 def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Optional[float]],
@@ -92,3 +104,86 @@ def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Op
   except TypeError:  # keys of mixed types
     keys.sort(key=str)
   return t_interval([float(x[k]) - float(y[k]) for k in keys], confidence)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+  """Holm's step-down adjusted p-values, in the order given.
+
+  With the m finite p-values sorted, p_(1) <= ... <= p_(m): `adj_(i) = max_{j <= i} min(1,
+  (m - j + 1) p_(j))`; rejecting where `adj < alpha` controls the family-wise error rate at
+  alpha (Holm, "A Simple Sequentially Rejective Multiple Test Procedure", Scandinavian Journal of
+  Statistics 6(2), 1979). A NaN p-value (a comparison with one seed) stays NaN and does not
+  count in m.
+  """
+  values = [float(p) for p in p_values]
+  finite = sorted((p, i) for i, p in enumerate(values) if math.isfinite(p))
+  m = len(finite)
+  out = [float('nan')] * len(values)
+  running = 0.0
+  for rank, (p, i) in enumerate(finite):
+    running = max(running, min(1.0, (m - rank) * p))
+    out[i] = running
+  return out
+
+
+def _check_power(alpha: float, power: float) -> None:
+  if not 0 < alpha < 1:
+    raise ValueError(f'alpha must be in (0, 1), got {alpha!r}')
+  if not 0 < power < 1:
+    raise ValueError(f'power must be in (0, 1), got {power!r}')
+
+
+def paired_power(difference: float, sd: float, n: int, alpha: float = 0.05) -> float:
+  """The power of a two-sided paired t-test at level `alpha` with `n` pairs whose differences
+  have mean `difference` and standard deviation `sd`: `P(|T| > t_{1 - alpha/2, n-1})`, T
+  noncentral t with n - 1 degrees of freedom and noncentrality `difference sqrt(n) / sd`."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  if n < 2:
+    return float('nan')
+  if sd <= 0:
+    return 1.0 if difference != 0 else alpha
+  crit = stats.t.ppf(1 - alpha / 2, n - 1)
+  nc = abs(difference) * math.sqrt(n) / sd
+  return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc))
+
+
+def minimal_detectable_difference(sd: float, n: int, *, alpha: float = 0.05,
+                                  power: float = 0.8) -> float:
+  """The smallest |mean difference| a two-sided paired t-test with `n` pairs of difference
+  standard deviation `sd` detects with probability `power` at level `alpha` (`paired_power`
+  solved by bisection); NaN for n < 2 or a non-finite sd."""
+  _check_power(alpha, power)
+  if n < 2 or not math.isfinite(sd) or sd < 0:
+    return float('nan')
+  if sd == 0:
+    return 0.0
+  low, high = 0.0, sd
+  while paired_power(high, sd, n, alpha) < power:
+    high *= 2
+  for _ in range(100):
+    mid = (low + high) / 2
+    if paired_power(mid, sd, n, alpha) < power:
+      low = mid
+    else:
+      high = mid
+  return high
+
+
+def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: float = 0.8,
+                 maximum: int = 10_000) -> int:
+  """The fewest pairs (seeds, >= 2) whose two-sided paired t-test at level `alpha` detects a
+  mean difference `difference` with probability `power` when the differences' standard
+  deviation is `sd` (a pilot's paired sd); `maximum` when even that many do not suffice.
+
+  Raises:
+    ValueError: a difference <= 0, a negative or non-finite sd, alpha or power outside (0, 1).
+  """
+  _check_power(alpha, power)
+  if not difference > 0:
+    raise ValueError(f'difference must be > 0, got {difference!r}')
+  if not math.isfinite(sd) or sd < 0:
+    raise ValueError(f'sd must be a finite number >= 0, got {sd!r}')
+  n = 2
+  while n < maximum and paired_power(difference, sd, n, alpha) < power:
+    n += 1
+  return n

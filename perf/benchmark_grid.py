@@ -75,7 +75,7 @@ def main(argv):
   sample = dataclasses.replace(
       config, regimes=tuple(plan.tuning_regimes[d] for d in plan.datasets), report_seeds=(0,),
       loop=dataclasses.replace(config.loop, rounds=FLAGS.sample_rounds, resume=False),
-      tuning=dataclasses.replace(config.tuning, tune=False), targets={},
+      tuning=dataclasses.replace(config.tuning, tune=False), detect={},
       output=dataclasses.replace(config.output, experiment_name='sample', progress=False,
                                  output_dir=tempfile.mkdtemp(prefix='benchmark_grid_')))
   load_before = os.getloadavg()

@@ -19,6 +19,18 @@ _DEFAULTS = experiment_config.ExperimentConfig()  # the parts' defaults
 
 DEFAULT_TUNING_REGIMES = {'digits': 'digits:dir(0.1)', 'synthetic': 'synthetic(1,1)'}
 
+# The statistics a report may name as its primary one (runs.csv columns): the mean test accuracy
+# over the last K evaluated rounds (K: the tuning score's `last_k`), or the last round's.
+PRIMARY_STATISTICS = ('last_k_accuracy', 'final_accuracy')
+# The difference in accuracy each dataset's regimes should detect at 80% power (a seed count
+# for it is printed); datasets left out: `DEFAULT_DETECT`.
+DEFAULT_DETECT = 0.01
+DETECT = {'synthetic': 0.02}
+# config.json's protocol: 2 = a fixed test split, the same learning-rate search for every
+# method, a primary statistic named before the runs, divergence at chance, Holm. Benchmarks
+# written before it carry none (1).
+PROTOCOL = 2
+
 
 # The ExperimentConfig parts a BenchmarkConfig is composed of: field name -> class.
 PARTS = {'loop': experiment_config.LoopConfig, 'client': experiment_config.ClientConfig,
@@ -108,7 +120,10 @@ class TuningConfig:
     tune_epochs: the local epochs tuned at; empty: every E of the grid. A grid E not tuned uses
       the values of the nearest tuned E.
     client_lr_grid: the client learning rates tried by every method (FedAvg included).
-    server_lr_grid: the server learning rates tried by methods with `tune_server_lr`.
+    server_lr_grid: the server learning rates tried by every method (with `tune_server_lr`).
+    tune_server_lr: True: every method, the baseline included, searches `server_lr_grid`;
+      False: none does (each runs at the server learning rate given). Never some methods only:
+      a method that searched more rates than the baseline would gain from the search alone.
     grids: method -> {builder argument: candidates}, replacing that method's default grid.
     strategy: 'staged': the client learning rate first (each method at its given values), then
       the method's own grid (and server lr) at the chosen rate; 'product': every combination.
@@ -124,6 +139,7 @@ class TuningConfig:
   tune_epochs: tuple = ()
   client_lr_grid: tuple = (0.03, 0.1, 0.3)
   server_lr_grid: tuple = (1.0, 2.0, 3.0)
+  tune_server_lr: bool = True
   grids: Mapping[str, Mapping[str, tuple]] = dataclasses.field(default_factory=dict)
   strategy: str = 'staged'
   last_k: int = 5
@@ -133,6 +149,8 @@ class TuningConfig:
 
   def __post_init__(self):
     _require('tune', self.tune, isinstance(self.tune, bool), 'True or False')
+    _require('tune_server_lr', self.tune_server_lr, isinstance(self.tune_server_lr, bool),
+             'True or False')
     _check_ints('tuning_seeds', self.tuning_seeds, 0)
     _check_ints('tune_epochs', self.tune_epochs, 1, allow_empty=True)
     for argument in ('client_lr_grid', 'server_lr_grid'):
@@ -166,9 +184,17 @@ class BenchmarkConfig:
     vary_partition: True: the data of seed s is split with seed s; False: with
       `data.data_seed`.
     baseline: the method every other is compared with (paired by seed).
-    targets: dataset -> test accuracy whose first round is reported; a dataset left out uses
-      `target_fraction` of the baseline's mean final accuracy in the same regime and E.
-    target_fraction: see `targets`.
+    primary_statistic: the one statistic the tables compare, named before the runs
+      (`PRIMARY_STATISTICS`): 'last_k_accuracy', the mean test accuracy over the last
+      `tuning.last_k` evaluated rounds (the tuning score's K); the last round's accuracy is
+      reported beside it as secondary.
+    equivalence_margin: a method "ties" the baseline only when the 95% interval of their paired
+      difference lies inside +- this margin (accuracy, e.g. 0.01: one point).
+    detect: dataset -> the difference the report computes a seed count for (80% power); a
+      dataset left out uses `DETECT`, then `DEFAULT_DETECT`.
+    variants_inherit: True: a variant whose parent (`methods.Method.parent`) is in the table is
+      not tuned; it runs at its parent's tuned learning rates and values and changes only what
+      it fixes. False: it is tuned on its parent's grids like any method.
     description: a sentence for the report's Setup (e.g. how a preset was sized).
     tuning: `TuningConfig`.
     loop: every run's loop: rounds, clients_per_round, batch_size, shuffle_buffer,
@@ -190,8 +216,10 @@ class BenchmarkConfig:
   given: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   vary_partition: bool = True
   baseline: str = 'fedavg'
-  targets: Mapping[str, float] = dataclasses.field(default_factory=dict)
-  target_fraction: float = 0.9
+  primary_statistic: str = 'last_k_accuracy'
+  equivalence_margin: float = 0.01
+  detect: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  variants_inherit: bool = True
   description: str = ''
   tuning: TuningConfig = dataclasses.field(default_factory=TuningConfig)
   loop: experiment_config.LoopConfig = _DEFAULTS.training
@@ -265,12 +293,18 @@ class BenchmarkConfig:
                f'entries of the regimes\' datasets {sorted(datasets)}')
       experiment_config.require('models', model,
                                 experiment_config.one_of(sorted(architectures.MODELS)))
-    for dataset, target in self.targets.items():
-      _require('targets', f'{dataset}:{target}', dataset in datasets,
+    _require('variants_inherit', self.variants_inherit,
+             isinstance(self.variants_inherit, bool), 'True or False')
+    experiment_config.require('primary_statistic', self.primary_statistic,
+                              experiment_config.one_of(PRIMARY_STATISTICS))
+    _require('equivalence_margin', self.equivalence_margin,
+             _is_real(self.equivalence_margin) and 0 < self.equivalence_margin < 1,
+             'a number in (0, 1)')
+    for dataset, difference in self.detect.items():
+      _require('detect', f'{dataset}:{difference}', dataset in datasets,
                f'entries of the regimes\' datasets {sorted(datasets)}')
-      _require('targets', target, _is_real(target) and 0 < target <= 1,
-               'accuracies in (0, 1]')
-    experiment_config.require('target_fraction', self.target_fraction, experiment_config.RATIO)
+      _require('detect', difference, _is_real(difference) and 0 < difference < 1,
+               'differences in (0, 1)')
     for dataset, regime in self.tuning.tuning_regimes.items():
       try:
         tuned = data.parse_regime(regime)
@@ -353,4 +387,5 @@ def as_dict(config: BenchmarkConfig) -> dict[str, Any]:
     return value
   out = plain(config)
   out['experiment_name'] = config.experiment_name
+  out['protocol'] = PROTOCOL
   return out

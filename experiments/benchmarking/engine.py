@@ -366,7 +366,11 @@ class Engine:
         show_progress=False, test_columns=columns)
     seconds = time.monotonic() - start
     summary = runs_lib.summarize(result.rows, prefix=spec.eval_prefix,
-                                 last_k=self._plan.last_k)
+                                 last_k=self._plan.last_k,
+                                 num_classes=self._shape_and_classes(spec)[1])
+    # A diverged model's confusion matrix is NaN: it counts as collapsed (at chance).
+    summary['collapsed'] = bool(summary['collapsed'] or summary['diverged']
+                                or runs_lib.predicts_one_class(last.get('confusion_matrix')))
     if spec.phase == runs_lib.REPORT_PHASE:
       for key, value in diagnosis.benchmark_summary(result.rows).items():
         summary.setdefault(key, value)

@@ -93,7 +93,17 @@ def choice_to_dict(choice: tuning_lib.Choice) -> dict[str, Any]:
   out = dataclasses.asdict(choice)
   out['tuned'] = dict(choice.tuned)
   out['scores'] = [{'candidate': n, 'score': s, 'seeds': k} for n, s, k in choice.scores]
+  out.update(searched(choice))
   return out
+
+
+def searched(choice: tuning_lib.Choice) -> dict[str, Any]:
+  """What a method's tuning tried: its number of candidates and the client and server learning
+  rates among them (edge extensions included), for tuning_choices.json."""
+  values = [runs_lib.candidate_values(n) for n, _, _ in choice.scores]
+  return {'candidates': len(values),
+          'client_lrs_tried': sorted({float(v['clr']) for v in values if 'clr' in v}),
+          'server_lrs_tried': sorted({float(v['slr']) for v in values if 'slr' in v})}
 
 
 def _tuning_rows(choices):

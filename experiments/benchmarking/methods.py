@@ -11,9 +11,10 @@ arguments fixed for it, and optionally fixed learning rates:
     parse_method('fednova+fedgh')         # a baseline with an aggregator on top (`compose`)
     method_from_flags('fedld_server_lr', 'fedld', {'server_learning_rate': 2.0})
 
-The client learning rate (every method, from one shared grid) and the server learning rate (the
-methods whose `tune_server_lr` is set) are not builder arguments: the benchmark sets them in each
-run's initial server state (`process.set_hparams`), so one built process serves every rate.
+The client and server learning rates are not builder arguments: every method of a table searches
+the same grids of both (`TuningConfig.client_lr_grid`, `server_lr_grid`, unless a method fixes
+a rate), and the benchmark sets them in each run's initial server state (`process.set_hparams`),
+so one built process serves every rate.
 
 A composition `BASELINE+AGGREGATOR` (any builder of `ALGORITHMS` that takes `aggregator=`, with
 any name of `tff_conflict.learning.AGGREGATORS`) is tuned on the baseline's grid plus the
@@ -23,16 +24,16 @@ selection_ratio from fedmgc); the aggregator's keyword arguments reach the build
 
 Default grids (`Method.grid`; the benchmark's `--grids` flag overrides them):
 
-| method | tuned builder arguments | server lr |
-|---|---|---|
-| fedavg, fedgh, scaffold | - | - |
-| fedprox | proximal_strength (mu) in {0.001, 0.01, 0.1, 1} (FedProx's grid) | - |
-| fednova | - (its normalisation follows the client optimizer) | - |
-| feddecorr | beta in {0.01, 0.05, 0.1} (the FedDecorr paper's range) | - |
-| fedmgc | gamma in {0.5, 1, 2}, selection_ratio in {0.3, 0.5, 0.7} | - |
-| fedga | counts in {batch, dataset} | - |
-| fedld | margin_weight (lambda) in {0.01, 0.1}, component_ratio (rho) in {0.5, 0.8} | yes |
-| fed_corrective | alpha in {0.1, 0.3, 0.5} | - |
+| method | tuned builder arguments |
+|---|---|
+| fedavg, fedgh, scaffold | - |
+| fedprox | proximal_strength (mu) in {0.001, 0.01, 0.1, 1} (FedProx's grid) |
+| fednova | - (its normalisation follows the client optimizer) |
+| feddecorr | beta in {0.01, 0.05, 0.1} (the FedDecorr paper's range) |
+| fedmgc | gamma in {0.5, 1, 2}, selection_ratio in {0.3, 0.5, 0.7} |
+| fedga | counts in {batch, dataset} |
+| fedld | margin_weight (lambda) in {0.01, 0.1}, component_ratio (rho) in {0.5, 0.8} |
+| fed_corrective | alpha in {0.1, 0.3, 0.5} |
 """
 
 import dataclasses
@@ -63,16 +64,20 @@ class Method:
       `aggregator`, `aggregator_kwargs`, ...).
     fixed: builder keyword arguments fixed for this method, as sorted (name, value) pairs.
     grid: builder keyword arguments tuned, as (name, candidate values) pairs.
-    tune_server_lr: whether the server learning rate is tuned too (`--server_lr_grid`).
-    client_lr, server_lr: learning rates fixed for this method (None: tuned, or the given one).
+    client_lr, server_lr: learning rates fixed for this method (None: searched on the table's
+      grids like every other method's, or the given one without tuning).
+    parent: the method this one is a variant of (its algorithm's registered method, or for a
+      'custom' diagnosis variant the method it diagnoses); None for a method of its own. With
+      its parent in the table, a variant runs at the parent's tuned values and changes only
+      what it fixes (`plan`).
   """
   name: str
   algorithm: str
   fixed: tuple = ()
   grid: tuple = ()
-  tune_server_lr: bool = False
   client_lr: Optional[float] = None
   server_lr: Optional[float] = None
+  parent: Optional[str] = None
 
   def __post_init__(self):
     object.__setattr__(self, 'fixed', tuple(sorted(dict(self.fixed).items())))
@@ -80,8 +85,6 @@ class Method:
     overlap = set(dict(self.fixed)) & set(dict(self.grid))
     if overlap:
       raise ValueError(f'method {self.name!r} both fixes and tunes {sorted(overlap)}')
-    if self.server_lr is not None and self.tune_server_lr:
-      raise ValueError(f'method {self.name!r} both fixes and tunes the server learning rate')
 
   @property
   def fixed_kwargs(self) -> dict[str, Any]:
@@ -101,7 +104,7 @@ _DEFAULTS = (
                                      ('selection_ratio', (0.3, 0.5, 0.7)))),
     Method('fedga', 'fedga', grid=(('counts', ('batch', 'dataset')),)),
     Method('fedld', 'fedld', grid=(('margin_weight', (0.01, 0.1)),
-                                   ('component_ratio', (0.5, 0.8))), tune_server_lr=True),
+                                   ('component_ratio', (0.5, 0.8)))),
     Method('fed_corrective', 'fed_corrective', grid=(('alpha', (0.1, 0.3, 0.5)),)),
     Method('scaffold', 'scaffold'),
 )
@@ -181,8 +184,7 @@ def compose(baseline: str, aggregator: str) -> Method:
   grid = dict(base.grid)
   grid.update(aggregator_grid(aggregator))
   return Method(name, base.algorithm, fixed=tuple(base.fixed) + (('aggregator', aggregator),),
-                grid=tuple(grid.items()), tune_server_lr=base.tune_server_lr,
-                client_lr=base.client_lr, server_lr=base.server_lr)
+                grid=tuple(grid.items()), client_lr=base.client_lr, server_lr=base.server_lr)
 
 
 def composition_parts(name: str) -> Optional[tuple[str, str]]:
@@ -230,8 +232,8 @@ def parse_method(text: str) -> Method:
     fixed[key] = parse_value(value)
   grid = tuple((k, v) for k, v in base.grid if k not in fixed)
   return Method(text.replace(' ', ''), base.algorithm, fixed=tuple(fixed.items()), grid=grid,
-                tune_server_lr=base.tune_server_lr, client_lr=base.client_lr,
-                server_lr=base.server_lr)
+                client_lr=base.client_lr, server_lr=base.server_lr,
+                parent=base.name if base.name in METHODS else None)
 
 
 # Flags of the binaries that are not a builder argument of the algorithm's flag table.
@@ -241,7 +243,7 @@ _COMMON_FLAGS = {'client_weighting': 'client_weighting', 'client_clip_norm': 'cl
 
 
 def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
-                      base: Optional[Method] = None) -> Method:
+                      base: Optional[Method] = None, parent: Optional[str] = None) -> Method:
   """A method given as the binaries' flag values, e.g. ('fedld_server_lr', 'fedld',
   {'server_learning_rate': 2.0}) or ('fedld_margin_only', 'custom', {'client_loss': 'margin',
   'aggregator': 'mean', 'margin_weight': 0.1}).
@@ -251,6 +253,9 @@ def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
   `--client_learning_rate` / `--server_learning_rate` fix the method's learning rates,
   `--client_weighting`, `--client_clip_norm` and `--proximal_strength` pass through. The grid
   of `base` (default: the algorithm's registered method) is kept for the arguments not fixed.
+
+  `parent` names the method it is a variant of (default: `base`'s name, or the algorithm's
+  registered method).
 
   Raises:
     ValueError: a flag with no builder argument for `algorithm`.
@@ -285,19 +290,23 @@ def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
       raise ValueError(f'method {name!r}: flag --{flag} is no builder argument of {algorithm}')
   if base is None:
     base = METHODS.get(algorithm) or Method(algorithm, algorithm)
+  if parent is None and base.name in METHODS and algorithm != CUSTOM:
+    parent = base.name
   if algorithm == CUSTOM:
     base = Method(name, CUSTOM)
   grid = tuple((k, v) for k, v in base.grid if k not in kwargs)
   return Method(name, algorithm, fixed=tuple(kwargs.items()), grid=grid,
-                tune_server_lr=base.tune_server_lr and 'server_lr' not in rates,
-                client_lr=rates.get('client_lr'), server_lr=rates.get('server_lr'))
+                client_lr=rates.get('client_lr'), server_lr=rates.get('server_lr'),
+                parent=parent)
 
 
 @functools.cache
 def diagnosis_variants() -> dict[str, Method]:
   """The method variants of `experiments.diagnosis.VARIANTS`, by name (`method_from_flags`)."""
   from experiments import diagnosis  # pylint: disable=g-import-not-at-top
-  return {v.name: method_from_flags(v.name, v.algorithm, dict(v.flags))
+  return {v.name: method_from_flags(
+      v.name, v.algorithm, dict(v.flags),
+      parent=v.parent or (v.diagnoses if v.algorithm == CUSTOM else None))
           for v in diagnosis.VARIANTS.values()}
 
 

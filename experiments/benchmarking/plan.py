@@ -23,12 +23,15 @@ class MethodPlan:
     given: builder arguments used where nothing is tuned, sorted (name, value) pairs.
     client_lr, server_lr: the learning rates used without tuning.
     search: what tuning tries (`tuning.Search`).
+    inherits: the method whose tuned values it runs at (its parent, or the parent's own
+      parent when that one inherits too); None: tuned itself (or untuned).
   """
   method: methods_lib.Method
   given: tuple
   client_lr: float
   server_lr: float
   search: tuning_lib.Search
+  inherits: Optional[str] = None
 
   @property
   def name(self) -> str:
@@ -125,6 +128,7 @@ class Plan:
     """Every reporting run, with the tuned values of `choices` (the given ones without
     tuning)."""
     by_key = {(c.dataset, c.epochs, c.method): c for c in choices}
+    by_name = {m.name: m for m in self.methods}
     specs = []
     for dataset in self.datasets:
       for method in self.methods:
@@ -132,7 +136,22 @@ class Plan:
           for epochs in self.epochs:
             kwargs = dict(method.given)
             client_lr, server_lr = method.client_lr, method.server_lr
-            if self.tuning:
+            if self.tuning and method.inherits:
+              # The parent's tuned values; the variant changes only what it fixes.
+              source = by_name[method.inherits]
+              choice = by_key[(dataset, self.tuned_epochs[epochs], source.name)]
+              if source.method.algorithm == method.method.algorithm:
+                kwargs = dict(source.given)
+                kwargs.update(choice.values)
+                kwargs.update(method.method.fixed)
+              elif method.method.algorithm == methods_lib.CUSTOM:
+                kwargs = _custom_with_parent_values(kwargs, source.method.algorithm,
+                                                    choice.values)
+              client_lr = (choice.client_lr if method.method.client_lr is None
+                           else method.method.client_lr)
+              server_lr = (choice.server_lr if method.method.server_lr is None
+                           else method.method.server_lr)
+            elif self.tuning:
               choice = by_key[(dataset, self.tuned_epochs[epochs], method.name)]
               kwargs.update(choice.values)
               client_lr, server_lr = choice.client_lr, choice.server_lr
@@ -150,7 +169,10 @@ class Plan:
         'tuned_epochs': {str(e): t for e, t in self.tuned_epochs.items()} if self.tuning else {},
         'methods': [{'name': m.name, 'algorithm': m.method.algorithm,
                      'grid': {k: list(v) for k, v in m.method.grid}, 'given': dict(m.given),
-                     'tune_server_lr': m.method.tune_server_lr} for m in self.methods],
+                     'parent': m.method.parent, 'inherits': m.inherits,
+                     'fixed': dict(m.method.fixed),
+                     'client_lrs': list(m.search.client_lrs),
+                     'server_lrs': list(m.search.server_lrs)} for m in self.methods],
         'runs': {runs_lib.TUNE_PHASE: self.num_runs(runs_lib.TUNE_PHASE),
                  runs_lib.REPORT_PHASE: self.num_runs(runs_lib.REPORT_PHASE)}}
 
@@ -187,6 +209,26 @@ class Plan:
     return out
 
 
+def _custom_with_parent_values(kwargs: Mapping[str, Any], algorithm: str,
+                               values: Mapping[str, Any]) -> dict[str, Any]:
+  """A 'custom' variant's builder arguments with its parent's tuned values where its loss or
+  aggregator takes the same hyperparameter (matched by flag, `experiments.experiment_lib`; e.g.
+  FedLD's tuned margin_weight for `loss='margin'`); values it fixes itself win."""
+  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+  by_flag = {flag: values[keyword] for keyword, flag in
+             experiment_lib.ALGORITHM_HPARAMS.get(algorithm, {}).items() if keyword in values}
+  out = dict(kwargs)
+  for part, tables in (('loss', experiment_lib.LOSS_HPARAMS),
+                       ('aggregator', experiment_lib.AGGREGATOR_HPARAMS)):
+    own = dict(out.get(f'{part}_kwargs') or {})
+    for keyword, flag in tables.get(out.get(part), {}).items():
+      if flag in by_flag and keyword not in own:
+        own[keyword] = by_flag[flag]
+    if own:
+      out[f'{part}_kwargs'] = own
+  return out
+
+
 def _model_for(config: config_lib.BenchmarkConfig, dataset: str) -> str:
   from experiments import datasets  # pylint: disable=g-import-not-at-top
   if dataset in config.models:
@@ -220,7 +262,8 @@ def _method_plan(config: config_lib.BenchmarkConfig, name: str) -> MethodPlan:
   given = methods_lib.given_kwargs(config.given, method)
   client_lr = config.client.learning_rate if method.client_lr is None else method.client_lr
   server_lr = config.server.learning_rate if method.server_lr is None else method.server_lr
-  server_lrs = ((server_lr,) if method.server_lr is not None or not method.tune_server_lr
+  # The same learning-rate search for every method of the table, the baseline included.
+  server_lrs = ((server_lr,) if method.server_lr is not None or not config.tuning.tune_server_lr
                 else tuple(config.tuning.server_lr_grid))
   client_lrs = ((method.client_lr,) if method.client_lr is not None
                 else tuple(config.tuning.client_lr_grid))
@@ -233,12 +276,32 @@ def _method_plan(config: config_lib.BenchmarkConfig, name: str) -> MethodPlan:
                     server_lr=server_lr, search=search)
 
 
+def _with_inheritance(config: config_lib.BenchmarkConfig, methods: tuple) -> tuple:
+  """Sets `inherits` of the variants whose parent is in the table (`variants_inherit`): the
+  first ancestor that is tuned itself."""
+  if not (config.tuning.tune and config.variants_inherit):
+    return methods
+  parents = {m.name: m.method.parent for m in methods}
+  out = []
+  for m in methods:
+    source, seen = m.method.parent, {m.name}
+    if source not in parents:
+      out.append(m)
+      continue
+    while parents.get(source) in parents and source not in seen:
+      seen.add(source)
+      source = parents[source]
+    out.append(dataclasses.replace(m, inherits=source))
+  return tuple(out)
+
+
 def make_plan(config: config_lib.BenchmarkConfig) -> Plan:
   """Resolves `config` (see `Plan`)."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   parsed = [data.parse_regime(r) for r in config.regimes]
   datasets = tuple(dict.fromkeys(r.dataset for r in parsed))
-  methods = tuple(_method_plan(config, name) for name in config.methods)
+  methods = _with_inheritance(config, tuple(_method_plan(config, name)
+                                            for name in config.methods))
   tuned = tuple(config.tuning.tune_epochs or config.epochs)
   tuning_regimes = {d: _tuning_regime(config, parsed, d) for d in datasets}
   tasks = []
@@ -246,7 +309,8 @@ def make_plan(config: config_lib.BenchmarkConfig) -> Plan:
     for dataset in datasets:
       for epochs in tuned:
         tasks += [TuningTask(dataset, tuning_regimes[dataset], epochs, method,
-                             tuple(config.tuning.tuning_seeds)) for method in methods]
+                             tuple(config.tuning.tuning_seeds)) for method in methods
+                  if method.inherits is None]
   return Plan(
       root=config.root, regimes=tuple(config.regimes), datasets=datasets, methods=methods,
       baseline=config.baseline, epochs=tuple(config.epochs),

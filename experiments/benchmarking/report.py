@@ -21,6 +21,7 @@ Per regime and local epochs E, one table row per method:
 * seconds per round: the mean round time from round 2 on (round 1 includes TFF's warm-up).
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -76,6 +77,9 @@ def _read_json(path, default):
 
 # --- numbers -------------------------------------------------------------------------------
 
+ALPHA = 0.05
+POWER = 0.8
+
 
 def _num(value) -> Optional[float]:
   if value is None or value == '':
@@ -99,7 +103,7 @@ def group(rows) -> dict[tuple[str, int], dict[str, dict[int, Mapping[str, Any]]]
   return out
 
 
-def _by_seed(per_seed, key) -> dict[int, float]:
+def by_seed(per_seed, key) -> dict[int, float]:
   out = {}
   for seed, row in per_seed.items():
     value = _num(row.get(key))
@@ -108,33 +112,74 @@ def _by_seed(per_seed, key) -> dict[int, float]:
   return out
 
 
-def target_accuracy(cell, dataset: str, config: Mapping[str, Any]) -> tuple[Optional[float], str]:
-  """The cell's target accuracy and how it was set."""
-  targets = config.get('targets') or {}
-  if dataset in targets:
-    return float(targets[dataset]), 'given'
-  baseline = config.get('baseline', 'fedavg')
-  fraction = float(config.get('target_fraction', 0.9))
-  finals = list(_by_seed(cell.get(baseline, {}), 'final_accuracy').values())
-  if not finals:
-    return None, 'no baseline runs'
-  return round(fraction * sum(finals) / len(finals), 3), f'{fraction:g} x {baseline} final'
+def primary_statistic(config: Mapping[str, Any]) -> str:
+  """The runs.csv column the tables compare: the config's `primary_statistic` (benchmarks
+  written before it was named: the mean over the last K rounds, K the tuning score's)."""
+  return config.get('primary_statistic') or 'last_k_accuracy'
 
 
-def rounds_to(curve_text, target: float) -> Optional[int]:
-  for i, value in enumerate(runs_lib.decode_curve(curve_text), start=1):
-    if value is not None and math.isfinite(value) and value >= target:
-      return i
-  return None
+def last_k(config: Mapping[str, Any]) -> int:
+  return int((config.get('tuning') or {}).get('last_k') or 5)
+
+
+def statistic_label(key: str, config: Mapping[str, Any]) -> str:
+  if key == 'last_k_accuracy':
+    return f'mean accuracy, last {last_k(config)} rounds'
+  return 'last-round accuracy' if key == 'final_accuracy' else key
+
+
+def _chance(row) -> Optional[float]:
+  chance = _num(row.get('chance_accuracy'))
+  if chance is not None:
+    return chance
+  from tff_conflict.data import info  # pylint: disable=g-import-not-at-top
+  try:
+    return 1.0 / info.dataset_info(str(row.get('dataset'))).num_classes
+  except (KeyError, ValueError, TypeError, ZeroDivisionError):
+    return None
+
+
+def with_divergence_rule(rows, config: Mapping[str, Any]) -> list[dict[str, Any]]:
+  """runs.csv rows written before runs recorded their divergence (no `diverged_round`
+  column), brought to the protocol's rule from their curves: diverged at the first non-finite
+  accuracy or loss, chance accuracy from then on in `last_k_accuracy` and `final_accuracy`,
+  collapsed within `runs.COLLAPSE_MARGIN` of chance. Rows that record it are returned as they
+  are."""
+  k = last_k(config)
+  out = []
+  for row in rows:
+    if 'diverged_round' in row or not row.get('accuracy_curve'):
+      out.append(row)
+      continue
+    row = dict(row)
+    accuracy = runs_lib.decode_curve(row['accuracy_curve'])
+    losses = runs_lib.decode_curve(row.get('train_loss_curve'))
+    bad = [i for i, v in enumerate(accuracy) if v is not None and not math.isfinite(v)]
+    bad += [i for i, v in enumerate(losses) if v is not None and not math.isfinite(v)]
+    index = min(bad) if bad else None
+    chance = _chance(row)
+    ruled = [v for v in runs_lib.with_chance_after(accuracy, index, chance) if v is not None]
+    row['diverged'] = index is not None
+    row['diverged_round'] = None if index is None else index + 1
+    row['chance_accuracy'] = chance
+    if ruled and all(math.isfinite(v) for v in ruled[-k:]):
+      row['final_accuracy'] = ruled[-1]
+      row['last_k_accuracy'] = sum(ruled[-k:]) / len(ruled[-k:])
+    final = _num(row.get('final_accuracy'))
+    row['collapsed'] = bool(row['diverged'] or (
+        chance is not None and final is not None
+        and final <= chance + runs_lib.COLLAPSE_MARGIN))
+    out.append(row)
+  return out
 
 
 def regime_conflict(cell, baseline: str) -> tuple[Optional[float], str]:
   """The regime's measured conflict fraction: the baseline's, else the mean of the methods that
   report one (before their correction)."""
-  own = list(_by_seed(cell.get(baseline, {}), 'conflict_before').values())
+  own = list(by_seed(cell.get(baseline, {}), 'conflict_before').values())
   if own:
     return sum(own) / len(own), baseline
-  values = [v for per_seed in cell.values() for v in _by_seed(per_seed, 'conflict_before').values()]
+  values = [v for per_seed in cell.values() for v in by_seed(per_seed, 'conflict_before').values()]
   if not values:
     return None, ''
   return sum(values) / len(values), 'mean over conflict-aware methods'
@@ -147,15 +192,6 @@ def _fmt_mean_std(values, digits=4) -> str:
   return f'{mean:.{digits}f} ± {std:.{digits}f}' if len(values) > 1 else f'{mean:.{digits}f}'
 
 
-def _fmt_difference(difference: Optional[stats.PairedDifference]) -> str:
-  if difference is None:
-    return '-'
-  if difference.n < 2:
-    return f'{difference.mean:+.4f} (n=1)'
-  text = f'{difference.mean:+.4f} [{difference.low:+.4f}, {difference.high:+.4f}]'
-  return f'**{text}** {DAGGER}' if difference.excludes_zero else text
-
-
 def _fmt(value: Optional[float], digits=2) -> str:
   return '-' if value is None or not math.isfinite(value) else f'{value:.{digits}f}'
 
@@ -165,50 +201,190 @@ def _mean(values) -> Optional[float]:
   return sum(finite) / len(finite) if finite else None
 
 
-def difference(cell, method: str, baseline: str, key: str = 'final_accuracy'
+def difference(cell, method: str, baseline: str, key: str = 'last_k_accuracy'
                ) -> Optional[stats.PairedDifference]:
   if method == baseline or baseline not in cell or method not in cell:
     return None
-  return stats.paired_difference(_by_seed(cell[method], key), _by_seed(cell[baseline], key))
+  return stats.paired_difference(by_seed(cell[method], key), by_seed(cell[baseline], key))
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  """A method against the baseline in one (regime, E) on the primary statistic.
+
+  Attributes:
+    regime, epochs, method, baseline: what is compared.
+    primary: the paired difference of the primary statistic (None without a shared seed).
+    secondary: the paired difference of the last round's accuracy.
+    holm_p: the primary difference's p-value, Holm-adjusted over every comparison of the
+      report's result tables (NaN with one seed).
+    at_chance: every run of both sides collapsed (at chance): the difference says nothing.
+    identical: every paired difference is exactly 0 (the two methods ran the same).
+  """
+  regime: str
+  epochs: int
+  method: str
+  baseline: str
+  primary: Optional[stats.Interval]
+  secondary: Optional[stats.Interval]
+  holm_p: float
+  at_chance: bool = False
+  identical: bool = False
+
+  @property
+  def significant(self) -> bool:
+    """Holm agrees: the adjusted p-value is below `ALPHA` (the Holm step's interval excludes
+    0)."""
+    return math.isfinite(self.holm_p) and self.holm_p < ALPHA and not self.at_chance
+
+
+def all_collapsed(per_seed) -> bool:
+  return bool(per_seed) and all(_is_true(r.get('collapsed')) for r in per_seed.values())
+
+
+def comparisons(rows, config: Mapping[str, Any]) -> dict[tuple[str, int, str], Comparison]:
+  """(regime, E, method) -> `Comparison` for every method but the baseline, Holm-adjusted over
+  all of them (one family: every comparison of the result tables)."""
+  baseline = config.get('baseline', 'fedavg')
+  key = primary_statistic(config)
+  regimes, methods, epochs = orders(rows, config)
+  cells = group(rows)
+  found = []
+  for regime in regimes:
+    for e in epochs:
+      cell = cells.get((regime, e))
+      if not cell or baseline not in cell:
+        continue
+      for method in methods:
+        if method == baseline or method not in cell:
+          continue
+        primary = difference(cell, method, baseline, key)
+        if primary is None:
+          continue
+        x, y = by_seed(cell[method], key), by_seed(cell[baseline], key)
+        identical = all(x[s] == y[s] for s in set(x) & set(y))
+        found.append((regime, e, method, primary,
+                      difference(cell, method, baseline, 'final_accuracy'),
+                      all_collapsed(cell[method]) and all_collapsed(cell[baseline]),
+                      identical))
+  adjusted = stats.holm([f[3].p_value for f in found])
+  return {(r, e, m): Comparison(r, e, m, baseline, p, s, h, chance, same)
+          for (r, e, m, p, s, chance, same), h in zip(found, adjusted)}
+
+
+def verdict(comparison: Optional[Comparison], margin: float) -> str:
+  """'beats' / 'loses' where Holm agrees (adjusted p < `ALPHA`), 'ties' where the 95% interval
+  lies inside +- `margin`, 'at chance' where both sides collapsed, else 'inconclusive'."""
+  if comparison is None or comparison.primary is None or comparison.primary.n < 2:
+    return 'inconclusive'
+  if comparison.at_chance:
+    return 'at chance'
+  d = comparison.primary
+  if comparison.significant:
+    return 'beats' if d.mean > 0 else 'loses'
+  if -margin < d.low and d.high < margin:
+    return 'ties'
+  return 'inconclusive'
+
+
+def _fmt_difference(d: Optional[stats.PairedDifference], *, mark: bool = False) -> str:
+  if d is None:
+    return '-'
+  if d.n < 2:
+    return f'{d.mean:+.4f} (n=1)'
+  text = f'{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]'
+  return f'**{text}** {DAGGER}' if mark else text
+
+
+def fmt_p(p: float) -> str:
+  if not math.isfinite(p):
+    return '-'
+  return '<0.001' if p < 0.001 else f'{p:.3f}'
+
+
+def _primary_cell(c: Optional[Comparison], secondary: bool = False) -> str:
+  """A comparison's Δ cell: the interval (marked where Holm agrees, primary only), or what
+  makes it no comparison (both sides at chance) or a degenerate one (identical runs)."""
+  if c is None:
+    return '—'
+  d = c.secondary if secondary else c.primary
+  if d is None:
+    return '-'
+  if c.at_chance:
+    return f'{d.mean:+.4f} (both at chance: no comparison)'
+  if d.n >= 2 and d.sd == 0 and d.mean == 0:
+    return '+0.0000 (identical in every seed)'
+  return _fmt_difference(d, mark=c.significant and not secondary)
 
 
 def regime_table(cell, methods: Sequence[str], *, baseline: str,
-                 target: Optional[float]) -> str:
+                 found: Mapping[str, Comparison], config: Mapping[str, Any]) -> str:
   """The Markdown table of one (regime, E) cell (see the module docstring)."""
-  lines = [f'| method | seeds | final accuracy | best accuracy | Δ final vs {baseline} [95% CI] '
-           '| rounds to target | conflict before → after | norm ratio | s / round |',
-           '|---|---|---|---|---|---|---|---|---|']
+  key = primary_statistic(config)
+  label = statistic_label(key, config)
+  lines = [f'| method | seeds | diverged | collapsed | {label} | Δ vs {baseline} [95% CI] | '
+           'Holm p | last-round accuracy | Δ last round [95% CI] | conflict before → after | '
+           'norm ratio | s / round |',
+           '|---|---|---|---|---|---|---|---|---|---|---|---|']
   for method in methods:
     per_seed = cell.get(method)
     if not per_seed:
       continue
-    finals = list(_by_seed(per_seed, 'final_accuracy').values())
-    bests = list(_by_seed(per_seed, 'best_accuracy').values())
+    primary = list(by_seed(per_seed, key).values())
+    finals = list(by_seed(per_seed, 'final_accuracy').values())
+    c = found.get(method)
     if method == baseline:
-      delta = '—'
+      delta, p, last_delta = '—', '—', '—'
     else:
-      delta = _fmt_difference(difference(cell, method, baseline))
-    if target is None:
-      reach = '-'
-    else:
-      reached = [r for r in (rounds_to(row.get('accuracy_curve'), target)
-                             for row in per_seed.values()) if r is not None]
-      reach = 'not reached' if not reached else f'{sum(reached) / len(reached):.1f}'
-      if reached and len(reached) < len(per_seed):
-        reach += f' ({len(reached)}/{len(per_seed)})'
-    before = _mean(_by_seed(per_seed, 'conflict_before').values())
-    after = _mean(_by_seed(per_seed, 'conflict_after').values())
+      delta = _primary_cell(c)
+      p = fmt_p(c.holm_p) if c is not None else '-'
+      last_delta = _primary_cell(c, secondary=True) if c is not None else '-'
+    before = _mean(by_seed(per_seed, 'conflict_before').values())
+    after = _mean(by_seed(per_seed, 'conflict_after').values())
     conflict = '-' if before is None else f'{before:.3f} → {_fmt(after, 3)}'
-    ratio = _fmt(_mean(_by_seed(per_seed, 'norm_ratio').values()), 3)
-    seconds = _fmt(_mean(_by_seed(per_seed, 'seconds_per_round').values()), 2)
+    ratio = _fmt(_mean(by_seed(per_seed, 'norm_ratio').values()), 3)
+    seconds = _fmt(_mean(by_seed(per_seed, 'seconds_per_round').values()), 2)
     diverged = sum(_is_true(r.get('diverged')) for r in per_seed.values())
-    name = method if not diverged else f'{method} ({diverged} diverged)'
-    lines.append(f'| {name} | {len(per_seed)} | {_fmt_mean_std(finals)} | {_fmt_mean_std(bests)} '
-                 f'| {delta} | {reach} | {conflict} | {ratio} | {seconds} |')
+    collapsed = sum(_is_true(r.get('collapsed')) for r in per_seed.values())
+    lines.append(f'| {method} | {len(per_seed)} | {diverged} | {collapsed} | '
+                 f'{_fmt_mean_std(primary)} | {delta} | {p} | {_fmt_mean_std(finals)} | '
+                 f'{last_delta} | {conflict} | {ratio} | {seconds} |')
   return '\n'.join(lines) + '\n'
 
 
-def _orders(rows, config):
+def detect_for(dataset: str, config: Mapping[str, Any]) -> float:
+  """The difference the report computes a seed count for (`config.DETECT`)."""
+  given = config.get('detect') or {}
+  if dataset in given:
+    return float(given[dataset])
+  return config_lib.DETECT.get(dataset, config_lib.DEFAULT_DETECT)
+
+
+def power_line(cell, dataset: str, *, baseline: str, config: Mapping[str, Any]) -> str:
+  """The regime's minimal detectable difference and the seeds to detect `detect_for`, from the
+  median paired sd of the primary statistic over the methods (a pilot's, for the next run)."""
+  key = primary_statistic(config)
+  sds, seeds = [], []
+  for method in cell:
+    d = difference(cell, method, baseline, key)
+    if d is not None and d.n >= 2 and math.isfinite(d.sd) and not (
+        all_collapsed(cell[method]) or all_collapsed(cell[baseline])):
+      sds.append(d.sd)
+      seeds.append(d.n)
+  if not sds:
+    return 'Minimal detectable difference: not computable (fewer than 2 paired seeds).'
+  sds.sort()
+  sd = sds[len(sds) // 2] if len(sds) % 2 else (sds[len(sds) // 2 - 1] + sds[len(sds) // 2]) / 2
+  n = min(seeds)
+  mdd = stats.minimal_detectable_difference(sd, n, alpha=ALPHA, power=POWER)
+  target = detect_for(dataset, config)
+  needed = stats.seeds_needed(sd, target, alpha=ALPHA, power=POWER)
+  return (f'Minimal detectable difference {mdd:.4f} (paired t-test, {n} seeds, median paired sd '
+          f'{sd:.4f} over the methods, {POWER:.0%} power at level {ALPHA:g} per comparison); '
+          f'detecting {target:g} at that power takes {needed} seeds.')
+
+
+def orders(rows, config):
   regimes = [r for r in config.get('regimes', []) if any(x['regime'] == r for x in rows)]
   regimes += sorted({r['regime'] for r in rows} - set(regimes))
   methods = [m for m in config.get('methods', []) if any(x['method'] == m for x in rows)]
@@ -220,8 +396,9 @@ def _orders(rows, config):
 def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
   """(regime, E, heading line, table) for every cell, from runs.csv's rows and config.json."""
   baseline = config.get('baseline', 'fedavg')
-  regimes, methods, epochs = _orders(rows, config)
+  regimes, methods, epochs = orders(rows, config)
   cells = group(rows)
+  found = comparisons(rows, config)
   out = []
   for regime in regimes:
     for e in epochs:
@@ -229,99 +406,96 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
       if not cell:
         continue
       dataset = next(iter(next(iter(cell.values())).values()))['dataset']
-      target, how = target_accuracy(cell, dataset, config)
+      heading = power_line(cell, dataset, baseline=baseline, config=config)
       conflict, source = regime_conflict(cell, baseline)
-      heading = (f'Target accuracy {target:.3f} ({how}).' if target is not None
-                 else 'No target accuracy.')
       if conflict is not None:
         heading += f' Measured conflict fraction {conflict:.3f} ({source}).'
+      mine = {m: c for (r, ee, m), c in found.items() if (r, ee) == (regime, e)}
       out.append((regime, e, heading,
-                  regime_table(cell, methods, baseline=baseline, target=target)))
+                  regime_table(cell, methods, baseline=baseline, found=mine, config=config)))
   return out
 
 
 def composition_table(rows, config) -> str:
   """Each composition `B+A` against its own baseline `B` and against the benchmark's baseline
-  (as the FedGH paper's Table II sets "+FedGH" beside each baseline): per regime and E, the
-  paired differences in final accuracy. Empty when no composition and its baseline both ran."""
+  (as the FedGH paper's Table II sets "+FedGH" beside each baseline): per regime and E, paired
+  differences of the primary statistic, the first column's p-values Holm-adjusted over this
+  table (a dagger only where Holm agrees). Empty when no composition and its baseline both ran."""
   baseline = config.get('baseline', 'fedavg')
-  regimes, methods, epochs = _orders(rows, config)
+  key = primary_statistic(config)
+  regimes, methods, epochs = orders(rows, config)
   cells = group(rows)
   pairs = [(m, methods_lib.composition_parts(m)[0]) for m in methods
            if methods_lib.composition_parts(m)]
-  lines = []
+  found = []
   for regime in regimes:
     for e in epochs:
       cell = cells.get((regime, e), {})
       for method, own in pairs:
-        if method not in cell or own not in cell:
-          continue
-        lines.append(f'| `{regime}` | {e} | {method} | {own} | '
-                     f'{_fmt_difference(difference(cell, method, own))} | '
-                     f'{_fmt_difference(difference(cell, method, baseline))} | '
-                     f'{_fmt_difference(difference(cell, own, baseline))} |')
-  if not lines:
+        if method in cell and own in cell:
+          found.append((regime, e, method, own, difference(cell, method, own, key),
+                        difference(cell, method, baseline, key),
+                        difference(cell, own, baseline, key)))
+  if not found:
     return ''
-  header = [f'| regime | E | composition | its baseline | Δ final vs its baseline [95% CI] '
-            f'| Δ final vs {baseline} | its baseline\'s Δ vs {baseline} |',
-            '|---|---|---|---|---|---|---|']
-  return '\n'.join(header + lines) + '\n'
+  adjusted = stats.holm([d.p_value if d is not None else float('nan') for *_, d, _, _ in found])
+  lines = [f'| regime | E | composition | its baseline | Δ vs its baseline [95% CI] | Holm p '
+           f'| Δ vs {baseline} | its baseline\'s Δ vs {baseline} |',
+           '|---|---|---|---|---|---|---|---|']
+  for (regime, e, method, own, d_own, d_base, d_own_base), p in zip(found, adjusted):
+    lines.append(f'| `{regime}` | {e} | {method} | {own} | '
+                 f'{_fmt_difference(d_own, mark=math.isfinite(p) and p < 0.05)} | {fmt_p(p)} | '
+                 f'{_fmt_difference(d_base)} | {_fmt_difference(d_own_base)} |')
+  return '\n'.join(lines) + '\n'
 
 
 def epoch_effect_table(rows, config) -> str:
   """Per method: the mean over regimes of its gain over the baseline at each E, and how many
-  regimes' intervals exclude 0 upwards / downwards."""
+  regimes' comparisons Holm finds above / below 0."""
   baseline = config.get('baseline', 'fedavg')
-  regimes, methods, epochs = _orders(rows, config)
-  cells = group(rows)
-  header = '| method | ' + ' | '.join(f'E={e}: mean Δ (CI > 0 / CI < 0)' for e in epochs)
+  regimes, methods, epochs = orders(rows, config)
+  found = comparisons(rows, config)
+  header = '| method | ' + ' | '.join(f'E={e}: mean Δ (Holm > 0 / Holm < 0)' for e in epochs)
   lines = [header + ' |', '|---|' + '---|' * len(epochs)]
   for method in methods:
     if method == baseline:
       continue
     parts = []
     for e in epochs:
-      ds = [difference(cells[(r, e)], method, baseline) for r in regimes if (r, e) in cells]
-      ds = [d for d in ds if d is not None]
-      if not ds:
+      cs = [found[(r, e, method)] for r in regimes if (r, e, method) in found]
+      if not cs:
         parts.append('-')
         continue
-      up = sum(d.excludes_zero and d.mean > 0 for d in ds)
-      down = sum(d.excludes_zero and d.mean < 0 for d in ds)
-      parts.append(f'{sum(d.mean for d in ds) / len(ds):+.4f} ({up} / {down} of {len(ds)})')
+      up = sum(c.significant and c.primary.mean > 0 for c in cs)
+      down = sum(c.significant and c.primary.mean < 0 for c in cs)
+      parts.append(f'{sum(c.primary.mean for c in cs) / len(cs):+.4f} ({up} / {down} of '
+                   f'{len(cs)})')
     lines.append(f'| {method} | ' + ' | '.join(parts) + ' |')
   return '\n'.join(lines) + '\n'
 
 
 def losses_list(rows, config) -> str:
-  """The cells where a method's interval lies below 0, with what was measured there."""
-  baseline = config.get('baseline', 'fedavg')
-  regimes, methods, epochs = _orders(rows, config)
+  """The cells where a method loses to the baseline (Holm agrees), with what was measured
+  there."""
   cells = group(rows)
   lines = []
-  for method in methods:
-    for regime in regimes:
-      for e in epochs:
-        cell = cells.get((regime, e))
-        d = difference(cell, method, baseline) if cell else None
-        if d is None or not (d.excludes_zero and d.mean < 0):
-          continue
-        per_seed = cell[method]
-        row = next(iter(per_seed.values()))
-        bits = [f'Δ final {d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]']
-        best = difference(cell, method, baseline, 'best_accuracy')
-        if best is not None:
-          bits.append(f'Δ best {best.mean:+.4f}')
-        ratio = _mean(_by_seed(per_seed, 'norm_ratio').values())
-        if ratio is not None:
-          bits.append(f'norm ratio {ratio:.3f}')
-        diverged = sum(_is_true(r.get('diverged')) for r in per_seed.values())
-        if diverged:
-          bits.append(f'{diverged} seeds diverged')
-        bits.append(f'client lr {row.get("client_lr")}, server lr {row.get("server_lr")}, '
-                    f'{row.get("hparams")}')
-        lines.append(f'- {method}, {regime}, E={e}: ' + '; '.join(bits))
-  return '\n'.join(lines) + '\n' if lines else 'No method\'s interval lies below 0.\n'
+  for (regime, e, method), c in comparisons(rows, config).items():
+    if not (c.significant and c.primary.mean < 0):
+      continue
+    per_seed = cells[(regime, e)][method]
+    row = next(iter(per_seed.values()))
+    d = c.primary
+    bits = [f'Δ {d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}], Holm p {fmt_p(c.holm_p)}']
+    ratio = _mean(by_seed(per_seed, 'norm_ratio').values())
+    if ratio is not None:
+      bits.append(f'norm ratio {ratio:.3f}')
+    diverged = sum(_is_true(r.get('diverged')) for r in per_seed.values())
+    if diverged:
+      bits.append(f'{diverged} seeds diverged')
+    bits.append(f'client lr {row.get("client_lr")}, server lr {row.get("server_lr")}, '
+                f'{row.get("hparams")}')
+    lines.append(f'- {method}, {regime}, E={e}: ' + '; '.join(bits))
+  return '\n'.join(lines) + '\n' if lines else 'No method loses where Holm agrees.\n'
 
 
 # --- plots ---------------------------------------------------------------------------------
@@ -341,7 +515,8 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   os.makedirs(plots_dir, exist_ok=True)
   baseline = config.get('baseline', 'fedavg')
-  regimes, methods, epochs = _orders(rows, config)
+  statistic = primary_statistic(config)
+  regimes, methods, epochs = orders(rows, config)
   cells = group(rows)
   written = {}
   for regime in regimes:
@@ -353,9 +528,14 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
       stem = f'{runs_lib.slug(regime.replace("#C=", "C"))}_E{e}'
       global_loss = any(row.get('global_train_loss_curve') for per_seed in ordered.values()
                         for row in per_seed.values())
+      # One loss comparable across methods: the global model's cross-entropy on the training
+      # data. Without it, the clients' mean training loss is each method's own objective
+      # (focal, calibrated, margin ...): labelled so, not comparable across methods.
       loss_curve, loss_label = (
-          ('global_train_loss_curve', 'global model\'s loss on the training data') if global_loss
-          else ('train_loss_curve', 'clients\' mean loss while training'))
+          ('global_train_loss_curve', 'global model\'s cross-entropy on the training data')
+          if global_loss else
+          ('train_loss_curve', 'each method\'s own training objective\n(not comparable '
+           'across methods)'))
       for key, what, ylabel in (('accuracy_curve', 'accuracy', 'test accuracy'),
                                 (loss_curve, 'train_loss', loss_label)):
         name = f'{what}_{stem}.png'
@@ -375,7 +555,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
         if not cell:
           continue
         conflict, _ = regime_conflict(cell, baseline)
-        d = difference(cell, method, baseline)
+        d = difference(cell, method, baseline, statistic)
         if conflict is None or d is None:
           continue
         xs.append(conflict)
@@ -395,7 +575,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
     ax.set_ylim(low - pad, high + pad)
     ax.axhline(0.0, color='black', linewidth=0.8)
     ax.set_xlabel(f'measured conflict fraction of the regime ({baseline} or mean of methods)')
-    ax.set_ylabel(f'final accuracy − {baseline} (95% CI)')
+    ax.set_ylabel(f'{statistic_label(statistic, config)} − {baseline} (95% CI)')
     ax.set_title('Gain over the baseline against gradient conflict')
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize='x-small', ncol=2)
@@ -411,7 +591,8 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
     for j, e in enumerate(epochs):
       means, spreads = [], []
       for method in others:
-        ds = [difference(cells[(r, e)], method, baseline) for r in regimes if (r, e) in cells]
+        ds = [difference(cells[(r, e)], method, baseline, statistic) for r in regimes
+              if (r, e) in cells]
         values = [d.mean for d in ds if d is not None]
         mean, std = stats.mean_std(values)
         means.append(0.0 if math.isnan(mean) else mean)
@@ -421,7 +602,8 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
     ax.axhline(0.0, color='black', linewidth=0.8)
     ax.set_xticks([k + width * (len(epochs) - 1) / 2 for k in range(len(others))])
     ax.set_xticklabels(others, rotation=20, fontsize='small')
-    ax.set_ylabel(f'mean final accuracy − {baseline}\nover regimes (± std over regimes)')
+    ax.set_ylabel(f'{statistic_label(statistic, config)} − {baseline}\nmean over regimes '
+                  '(± std over regimes)')
     ax.set_title('Effect of local epochs on each method\'s gain')
     ax.grid(True, axis='y', alpha=0.3)
     ax.legend(fontsize='small')
@@ -448,6 +630,91 @@ def total_wall_seconds(root: str) -> float:
                                                              []))
 
 
+def searched_server_lrs(config) -> dict[str, list]:
+  """method -> the server learning rates its tuning searched (config.json's plan; benchmarks
+  written before every method searched alike: the per-method `tune_server_lr`)."""
+  tuning = config.get('tuning', {})
+  out = {}
+  for m in (config.get('plan') or {}).get('methods', []):
+    if 'server_lrs' in m:
+      out[m['name']] = list(m['server_lrs'])
+    elif m.get('tune_server_lr'):
+      out[m['name']] = list(tuning.get('server_lr_grid') or [])
+    else:
+      out[m['name']] = [config.get('server_learning_rate', 1.0)]
+  return out
+
+
+def protocol_section(config, rows) -> str:
+  """The protocol, stated before any number: the test split, the search, the primary statistic,
+  divergence, the statistics, and every symbol of the tables."""
+  baseline = config.get('baseline', 'fedavg')
+  key = primary_statistic(config)
+  version = int(config.get('protocol') or 1)
+  seeds = config.get('report_seeds') or []
+  tuning = config.get('tuning', {})
+  margin = float(config.get('equivalence_margin') or 0.01)
+  lines = []
+  if version < config_lib.PROTOCOL:
+    lines.append(
+        '- **Provisional.** These runs predate the protocol below: the digits holdout and '
+        'Synthetic\'s data were drawn with each run\'s seed, so the tuning seed\'s training and '
+        'validation pool held test examples of the reporting seeds (tuning saw test images); '
+        'only some methods searched the server learning rate; the tables are regenerated from '
+        'the same runs with the protocol\'s statistics, which does not repair either flaw.')
+  else:
+    lines.append('- Test split: fixed for every seed and never read by tuning (digits: one '
+                 'holdout drawn once; Synthetic: the clients and their test examples drawn once, '
+                 'the seed redrawing the training examples; EMNIST, LEAF and tfds: their own '
+                 'test split). Tuning scores a validation split carved from the clients\' '
+                 'training examples only. Seeds vary the partition of the training pool, the '
+                 'initial model and the clients sampled.')
+  if tuning.get('tune', True):
+    searched = searched_server_lrs(config)
+    base = set(searched.get(baseline, []))
+    extra = sorted({m for m, lrs in searched.items() if not set(lrs) <= base})
+    equal = ('every method, the baseline included, searched the same client learning rates '
+             f'{tuning.get("client_lr_grid")} and server learning rates '
+             f'{sorted(base)}, then its own grid' if not extra else
+             f'UNEQUAL: {", ".join(extra)} searched server learning rates that {baseline} did '
+             f'not ({baseline}: {sorted(base)}); their gains may come from the search alone')
+    lines.append(f'- Search: {equal}; the candidates per method are listed under Tuning.')
+  lines.append(
+      f'- Primary statistic, named before the runs: the {statistic_label(key, config)} on the '
+      'test split, compared with the baseline by seed (same initial model, clients and '
+      'partition); the last round\'s accuracy is secondary. The best round is not reported (it '
+      'selects on the test split).')
+  lines.append(
+      '- Divergence: a run diverges at the first round whose evaluated accuracy or loss, clients\' '
+      'or global training loss is not finite, whose server update is rejected as non-finite, or '
+      'whose clients\' updates are all zeroed for non-finite values; it is recorded, not dropped, '
+      'and counts at chance accuracy (1 / classes) from that round on. A run is collapsed when '
+      f'its final accuracy is within {runs_lib.COLLAPSE_MARGIN:g} of chance or its final model '
+      f'predicts one class for {runs_lib.COLLAPSE_SHARE:.0%} of the test split; a comparison '
+      'whose both sides all collapsed is marked and never called a tie.')
+  n_comparisons = len(comparisons(rows, config)) if rows else 0
+  lines.append(
+      f'- Statistics: {len(seeds)} reporting seeds'
+      f'{" (fewer than 10: read every interval as a pilot)" if len(seeds) < 10 else ""}; '
+      'paired differences over seeds with 95% Student-t intervals; p-values Holm-adjusted over '
+      f'the {n_comparisons} comparisons of the Results tables (every method against {baseline} '
+      f'in every regime and E); {DAGGER} and bold only where the Holm-adjusted p < {ALPHA:g}. '
+      'Each regime states its minimal detectable difference and the seeds needed for its '
+      'target difference. Words: "beats" / "loses" where Holm agrees, "ties" where the 95% '
+      f'interval lies inside ±{margin:g}, otherwise "inconclusive".')
+  lines.append(
+      '- Symbols: "a ± b" in the Results tables is the mean ± the sample standard deviation over '
+      'seeds (in the diagnosis tables\' gap column: ± the 95% t-interval\'s half-width); "Δ" a '
+      'mean paired difference against the baseline, "[95% CI]" its Student-t interval; "Holm p" '
+      'the Holm-adjusted p-value of the primary Δ; "diverged" / "collapsed" the runs so '
+      'flagged; "conflict before → after" the mean over rounds of the fraction of client pairs '
+      'whose updates have a negative cosine, before and after the aggregator\'s correction; '
+      '"norm ratio" the mean over rounds of the server step\'s norm over that of the plain '
+      'weighted mean of the same updates (below 1: a shorter step); "s / round" the mean '
+      'round time from round 2 on.')
+  return '\n'.join(lines) + '\n'
+
+
 def _setup_section(config) -> str:
   tuning = config.get('tuning', {})
   plan = config.get('plan') or {}  # absent in benchmarks run before the plan was written
@@ -465,8 +732,8 @@ def _setup_section(config) -> str:
       '.',
       '- For a given seed every method starts from the same initial model and samples the same '
       'clients in every round; ' + (
-          'the partition (and Synthetic\'s data) is drawn with the seed too, so seeds differ in '
-          'their partitions.' if config.get('vary_partition', True) else
+          'the partition of the training pool is drawn with the seed too.'
+          if config.get('vary_partition', True) else
           f'every seed uses the partition of data seed {config.get("data_seed")}.'),
       '- Each learning process is built once per (method, builder arguments, model) and reused: '
       'a run sets its initial model, its learning rates and (FedGH) its partner-order seed, the '
@@ -479,8 +746,8 @@ def _setup_section(config) -> str:
         f'({tuning.get("validation_fraction")} of each client\'s training examples, seeded), '
         f'tuning seeds {tuning.get("tuning_seeds")} (disjoint from the reporting seeds), score '
         f'= mean validation accuracy over the last {tuning.get("last_k")} rounds; client lr '
-        f'grid {tuning.get("client_lr_grid")}, server lr grid {tuning.get("server_lr_grid")} '
-        f'(methods that tune it). Tuned regimes: '
+        f'grid {tuning.get("client_lr_grid")}, server lr grid {tuning.get("server_lr_grid")}. '
+        f'Tuned regimes: '
         f'{", ".join(f"{d}: `{r}`" for d, r in regimes.items()) or "see Tuning"}. '
         + (f'A numeric grid whose best value is at its edge is extended past it (x or / '
            f'{tuning["edge_factor"]:g}, at most {tuning["edge_steps"]} times per side, every '
@@ -542,6 +809,71 @@ def _fmt_value(value) -> str:
   return f'{value:g}' if isinstance(value, float) else str(value)
 
 
+def _tried(choice) -> tuple[list, list]:
+  """(client lrs, server lrs) a tuning choice tried (tuning_choices.json; its candidates' names
+  where it predates the record)."""
+  if 'server_lrs_tried' in choice:
+    return choice.get('client_lrs_tried', []), choice['server_lrs_tried']
+  values = [runs_lib.candidate_values(s['candidate']) for s in choice.get('scores', [])]
+  return (sorted({float(v['clr']) for v in values if 'clr' in v}),
+          sorted({float(v['slr']) for v in values if 'slr' in v}))
+
+
+def _parent_of(method: str, config) -> Optional[str]:
+  for m in (config.get('plan') or {}).get('methods', []):
+    if m.get('name') == method and 'parent' in m:
+      return m['parent']
+  try:
+    from experiments.benchmarking import methods as methods_lib  # pylint: disable=g-import-not-at-top
+    return methods_lib.parse_method(method).parent
+  except ValueError:
+    return None
+
+
+def variant_differences(rows, config) -> list[tuple[str, str, list[str]]]:
+  """(variant, parent, differences) for every method of the runs whose parent ran too: the
+  learning rates and builder arguments (runs.csv's `hparams`) that differ between their runs,
+  over every regime, E and seed both ran ('name: parent value -> variant value')."""
+  cells = group(rows)
+  methods = orders(rows, config)[1]
+  out = []
+  for method in methods:
+    parent = _parent_of(method, config)
+    if parent is None or parent not in methods:
+      continue
+    found = []
+    for cell in cells.values():
+      for seed in sorted(set(cell.get(method, {})) & set(cell.get(parent, {}))):
+        ours, theirs = cell[method][seed], cell[parent][seed]
+        a = dict(json.loads(theirs.get('hparams') or '{}'), client_lr=theirs.get('client_lr'),
+                 server_lr=theirs.get('server_lr'))
+        b = dict(json.loads(ours.get('hparams') or '{}'), client_lr=ours.get('client_lr'),
+                 server_lr=ours.get('server_lr'))
+        for k in sorted(set(a) | set(b)):
+          if _num(a.get(k)) != _num(b.get(k)) or (
+              _num(a.get(k)) is None and a.get(k) != b.get(k)):
+            text = (f'{k}: {_fmt_value(a.get(k, "-"))} -> {_fmt_value(b.get(k, "-"))} '
+                    f'({ours["regime"]})')
+            if text not in found:
+              found.append(text)
+    out.append((method, parent, found))
+  return out
+
+
+def variants_section(rows, config) -> str:
+  """What each variant changes against its parent, read from the runs themselves."""
+  lines = []
+  for method, parent, found in variant_differences(rows, config):
+    keys = {t.split(':')[0] for t in found}
+    note = '' if len(keys) == 1 else f' ({len(keys)} settings differ, not one)'
+    lines.append(f'- {method} against {parent}{note}: ' + ('; '.join(found) or 'nothing'))
+  if not lines:
+    return ''
+  return ('What each variant ran with that its parent did not (runs.csv\'s learning rates and '
+          'builder arguments, per regime); a variant should change exactly one thing:\n\n'
+          + '\n'.join(lines) + '\n')
+
+
 def _tuning_section(choices, config) -> str:
   if not config.get('tuning', {}).get('tune', True):
     return 'Not tuned (`--tune=false`): every run uses the given values (see Setup).\n'
@@ -557,11 +889,14 @@ def _tuning_section(choices, config) -> str:
     out.append(f'**{dataset}**, E={epochs}: tuned on `{regime}`; used for every {dataset} '
                'regime at this E (and at any E of the grid not tuned, nearest first).\n')
     out.append('| method | client lr | server lr | own values | validation score | runner-up '
-               '| candidates |')
-    out.append('|---|---|---|---|---|---|---|')
+               '| candidates | client lrs tried | server lrs tried |')
+    out.append('|---|---|---|---|---|---|---|---|---|')
+    tried_here = {}
     for c in choices:
       if (c['dataset'], c['regime'], c['epochs']) != (dataset, regime, epochs):
         continue
+      tried = _tried(c)
+      tried_here[c['method']] = tried
       scores = sorted((s for s in c['scores'] if s['score'] is not None
                        and math.isfinite(s['score'])), key=lambda s: -s['score'])
       runner_up = (f'{scores[1]["candidate"]}: {scores[1]["score"]:.4f}' if len(scores) > 1
@@ -572,8 +907,18 @@ def _tuning_section(choices, config) -> str:
       edge = c.get('at_edge') or ()
       name = f'{c["method"]} (at edge: {", ".join(edge)})' if edge else c['method']
       out.append(f'| {name} | {c["client_lr"]:g} | {c["server_lr"]:g} | {values} | '
-                 f'{score_text} | {runner_up} | {len(c["scores"])} |')
+                 f'{score_text} | {runner_up} | {len(c["scores"])} | '
+                 f'{", ".join(f"{v:g}" for v in tried[0])} | '
+                 f'{", ".join(f"{v:g}" for v in tried[1])} |')
     out.append('')
+    baseline = config.get('baseline', 'fedavg')
+    if baseline in tried_here:
+      every = set().union(*(set(t[1]) for t in tried_here.values()))
+      missing = sorted(every - set(tried_here[baseline][1]))
+      out.append(f'The baseline ({baseline}) searched every server learning rate any method '
+                 'searched.\n' if not missing else
+                 f'The baseline ({baseline}) did not search the server learning rates '
+                 f'{", ".join(f"{v:g}" for v in missing)} that other methods searched.\n')
   return '\n'.join(out)
 
 
@@ -582,7 +927,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   `root/plots`."""
   config = config_lib.flat_settings(_read_json(os.path.join(root, 'config.json'), {}))
   runs_path = os.path.join(root, 'runs.csv')
-  rows = read_runs(runs_path) if os.path.exists(runs_path) else []
+  rows = with_divergence_rule(read_runs(runs_path) if os.path.exists(runs_path) else [], config)
   choices = _read_json(os.path.join(root, 'tuning_choices.json'), [])
   timing = _read_json(os.path.join(root, 'timing.json'), [])
   baseline = config.get('baseline', 'fedavg')
@@ -592,12 +937,11 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
     return f'![{alt}]({plot_prefix}/{plots[key]})' if key in plots else ''
 
   parts = [f'# Benchmark `{config.get("experiment_name", os.path.basename(root))}`\n',
-           f'{len(rows)} reporting runs. Paired differences are over seeds; {DAGGER} and bold '
-           'mark 95% confidence intervals (Student t) that exclude 0.\n',
-           '## Setup\n', _setup_section(config),
+           '## Setup\n', 'Protocol:\n', protocol_section(config, rows),
+           f'\nSettings ({len(rows)} reporting runs):\n', _setup_section(config),
            '## Regimes\n', _regimes_section(_read_json(os.path.join(root, 'regimes.json'), [])),
            '## Time\n', _time_section(timing, rows),
-           '## Tuning\n', _tuning_section(choices, config),
+           '## Tuning\n', _tuning_section(choices, config), variants_section(rows, config),
            '## Results\n']
   for regime, e, heading, table in result_tables(rows, config):
     parts.append(f'### `{regime}`, E={e}\n')
@@ -615,17 +959,18 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
     parts.append(compositions)
   parts.append(f'## Gain over {baseline} against gradient conflict\n')
   parts.append('Does a method help more where clients conflict more? x: the regime\'s measured '
-               'conflict fraction; y: the method\'s mean paired gain in final accuracy with its '
-               '95% interval.\n')
+               'conflict fraction; y: the method\'s mean paired gain in the primary statistic '
+               'with its (unadjusted) 95% interval.\n')
   parts.append((image('gain_vs_conflict', 'gain against conflict') or 'No plot (no conflict '
                 'measured).') + '\n')
   parts.append('## Effect of local epochs\n')
   parts.append(epoch_effect_table(rows, config))
   if 'epochs_effect' in plots:
     parts.append(image('epochs_effect', 'effect of local epochs') + '\n')
-  parts.append(f'## Where a method loses to {baseline}\n')
+  parts.append(f'## Where a method loses to {baseline} (Holm)\n')
   parts.append(losses_list(rows, config))
-  sections = diagnosis_sections(rows, _orders(rows, config)[1], baseline)
+  sections = diagnosis_sections(rows, orders(rows, config)[1], baseline,
+                                primary_statistic(config))
   if sections:
     parts.append('## Diagnosis\n')
     for method, text in sections:
@@ -651,14 +996,15 @@ def _shown_on_failure(make: Callable[[], Optional[str]], what: str) -> Optional[
     return f'{what} failed:\n\n```\n' + traceback.format_exc(limit=5) + '```'
 
 
-def diagnosis_sections(rows, methods: Sequence[str], baseline: str) -> list[tuple[str, str]]:
+def diagnosis_sections(rows, methods: Sequence[str], baseline: str,
+                       statistic: str = 'final_accuracy') -> list[tuple[str, str]]:
   """(method, Markdown) of `experiments.diagnosis.report_section` for every method but the
   baseline (a failing diagnosis shows its traceback)."""
   out = []
   for method in methods:
     algorithm = next((r['algorithm'] for r in rows if r['method'] == method), method)
     text = _shown_on_failure(lambda m=method, a=algorithm: diagnosis.report_section(
-        m, a, rows, baseline=baseline), 'The diagnosis')
+        m, a, rows, baseline=baseline, statistic=statistic), 'The diagnosis')
     if text:
       out.append((method, text.strip()))
   return out
@@ -710,9 +1056,14 @@ def results_dir_for(results_md: str) -> str:
   return os.path.join(os.path.dirname(os.path.abspath(results_md)), 'docs', 'results')
 
 
+def _same_file(a: str, b: str) -> bool:
+  return os.path.exists(b) and os.path.samefile(a, b)
+
+
 def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -> str:
   """Writes RESULTS.md: `header` (machine, date, command, wall time, ...) then the report,
-  and copies runs.csv, the other result files and the plots to `docs/results/` beside it.
+  and copies runs.csv, the other result files and the plots to `docs/results/` beside it (`root`
+  may be that directory itself: the report is then regenerated from the committed data).
 
   Returns:
     The results directory.
@@ -721,7 +1072,7 @@ def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -
   os.makedirs(os.path.join(target, PLOTS_DIR), exist_ok=True)
   for name in RESULTS_FILES:
     source = os.path.join(root, name)
-    if os.path.exists(source):
+    if os.path.exists(source) and not _same_file(source, os.path.join(target, name)):
       shutil.copyfile(source, os.path.join(target, name))
   control_source = control_lib.control_root(root)
   if control_source is not None:
@@ -729,7 +1080,7 @@ def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -
     os.makedirs(control_target, exist_ok=True)
     for name in RESULTS_FILES:
       source = os.path.join(control_source, name)
-      if os.path.exists(source):
+      if os.path.exists(source) and not _same_file(source, os.path.join(control_target, name)):
         shutil.copyfile(source, os.path.join(control_target, name))
   here = os.path.dirname(os.path.abspath(results_md))
   body = render(target, plot_prefix=os.path.relpath(os.path.join(target, PLOTS_DIR), here))
@@ -753,8 +1104,8 @@ def check_results_md(results_md: str) -> list[str]:
     FileNotFoundError: `results_md` or its runs.csv is missing.
   """
   source = results_dir_for(results_md)
-  rows = read_runs(os.path.join(source, 'runs.csv'))
   config = config_lib.flat_settings(_read_json(os.path.join(source, 'config.json'), {}))
+  rows = with_divergence_rule(read_runs(os.path.join(source, 'runs.csv')), config)
   with open(results_md) as f:
     text = f.read()
   present = set(text.splitlines())

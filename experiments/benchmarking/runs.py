@@ -31,6 +31,15 @@ NORM_RATIO = 'aggregator/norm_ratio'
 TRAIN_LOSS = 'train_loss'
 # The global model's loss on the union of the clients' training data (`eval_train_loss`).
 GLOBAL_TRAIN_LOSS = 'global_train_loss'
+# The examples the round's training metrics counted (0: every sampled client's update was zeroed
+# for a non-finite value, or had no example).
+TRAIN_EXAMPLES = 'train/num_examples'
+# A finalizer's count of rejected non-finite server updates (> 0: the round diverged).
+UPDATE_NON_FINITE = 'update_non_finite'
+# A run is collapsed when its final accuracy is within this of chance (1 / classes) or its final
+# model gives one class to at least `COLLAPSE_SHARE` of the evaluated examples.
+COLLAPSE_MARGIN = 0.02
+COLLAPSE_SHARE = 0.9
 
 
 def slug(text: str) -> str:
@@ -118,7 +127,8 @@ RUN_COLUMNS = (
     'regime', 'dataset', 'method', 'algorithm', 'epochs', 'seed', 'data_seed', 'model', 'rounds',
     'clients_per_round', 'batch_size', 'client_lr', 'server_lr', 'hparams', 'final_accuracy',
     'best_accuracy', 'best_round', 'last_k_accuracy', 'final_loss', 'final_macro_f1',
-    'final_train_loss', 'diverged', 'conflict_before', 'conflict_after', 'norm_ratio',
+    'final_train_loss', 'diverged', 'diverged_round', 'zeroed_rounds', 'collapsed',
+    'chance_accuracy', 'conflict_before', 'conflict_after', 'norm_ratio',
     'seconds_per_round', 'first_round_s', 'run_seconds', 'final_global_train_loss',
     'accuracy_curve', 'train_loss_curve', 'conflict_curve', 'global_train_loss_curve')
 
@@ -140,6 +150,12 @@ def candidate_name(client_lr: float, server_lr: float, tuned: Mapping[str, Any])
   parts = [f'clr={_fmt(client_lr)}', f'slr={_fmt(server_lr)}']
   parts += [f'{k}={_fmt(v)}' for k, v in sorted(tuned.items())]
   return ','.join(parts)
+
+
+def candidate_values(name: str) -> dict[str, str]:
+  """The values of a `candidate_name`, as text: 'clr=0.1,slr=1,mu=0.01' -> {'clr': '0.1',
+  'slr': '1', 'mu': '0.01'}."""
+  return dict(part.partition('=')[::2] for part in name.split(',') if part)
 
 
 def encode_curve(values: Sequence[Optional[float]]) -> str:
@@ -185,40 +201,99 @@ def _tail_mean(values: Sequence[float], k: int) -> Optional[float]:
   return float(np.mean(tail)) if all(math.isfinite(v) for v in tail) else float('nan')
 
 
-def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
-              ) -> dict[str, Any]:
+def _examples_column(rows) -> Optional[str]:
+  return next((c for c in rows[0] if c.endswith(TRAIN_EXAMPLES)), None) if rows else None
+
+
+def _non_finite(value) -> bool:
+  return value is not None and not math.isfinite(float(value))
+
+
+def divergence_round(rows: Sequence[Mapping[str, Any]], *, prefix: str) -> Optional[int]:
+  """The first round where the run diverged, None if it did not: a round whose evaluated
+  accuracy or loss (`{prefix}_...`; a non-finite weight makes them non-finite), clients'
+  training loss or global training loss is not finite, or whose training metrics count no
+  example although clients were sampled (every update zeroed for a non-finite value: the model
+  no longer trains, and its zero training loss would otherwise hide it), or whose finalizer
+  rejected a non-finite server update (`.../update_non_finite` > 0)."""
+  examples = _examples_column(rows)
+  rejected = [c for c in (rows[0] if rows else ()) if c.endswith(UPDATE_NON_FINITE)]
+  for row in rows:
+    if any(row.get(c) is not None and float(row[c]) > 0 for c in rejected):
+      return int(row['round_num'])
+    values = [row.get(f'{prefix}_accuracy'), row.get(f'{prefix}_loss'), row.get(TRAIN_LOSS),
+              row.get(GLOBAL_TRAIN_LOSS)]
+    if any(_non_finite(v) for v in values):
+      return int(row['round_num'])
+    if examples and row.get(examples) is not None and float(row[examples]) == 0:
+      return int(row['round_num'])
+  return None
+
+
+def with_chance_after(values: Sequence[Optional[float]], round_index: Optional[int],
+                      chance: Optional[float]) -> list[Optional[float]]:
+  """The divergence rule of the statistics: a diverged run's accuracy is `chance` from the round
+  it diverged (index `round_index` of `values`, 0-based) on; the values unchanged otherwise (or
+  without a chance level)."""
+  if round_index is None or chance is None:
+    return list(values)
+  return [v if i < round_index else (None if v is None else chance)
+          for i, v in enumerate(values)]
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5,
+              num_classes: Optional[int] = None) -> dict[str, Any]:
   """The summary of a run from its metrics rows (one per round, `training_loop`'s columns).
 
-  Keys: `final_accuracy` (the last evaluated round's), `best_accuracy`, `best_round`,
-  `last_k_accuracy` (mean over the last `last_k` evaluated rounds), `final_loss`,
-  `final_macro_f1`, `final_train_loss`, `diverged` (a non-finite training loss in some round),
-  `conflict_before`, `conflict_after`, `norm_ratio` (means over rounds of the aggregator's
-  diagnostics; None when it does not report them), `seconds_per_round` (mean of rounds >= 2),
+  Keys: `last_k_accuracy` (the primary statistic: the mean over the last `last_k` evaluated
+  rounds), `final_accuracy` (the last evaluated round's), `best_accuracy` and `best_round`
+  (selected on the evaluated split: never a headline), `final_loss`, `final_macro_f1`,
+  `final_train_loss`, `diverged` (`divergence_round`), `diverged_round`, `zeroed_rounds`
+  (rounds whose training metrics count no example), `chance_accuracy` (1 / `num_classes`),
+  `collapsed` (final accuracy within `COLLAPSE_MARGIN` of chance; `Engine` also flags a final
+  model that predicts one class), `conflict_before`, `conflict_after`, `norm_ratio` (means over
+  rounds of the aggregator's diagnostics; None when it does not report them), `seconds_per_round` (mean of rounds >= 2),
   `first_round_s`, `final_global_train_loss` (None unless the global model's training loss
   was evaluated), and the curves `accuracy_curve`, `train_loss_curve` (the clients' mean loss
   while training), `conflict_curve`, `global_train_loss_curve`.
+  With a chance level, a diverged run's accuracies from its divergence round on count as chance
+  (`with_chance_after`) in `last_k_accuracy` and `final_accuracy`, so it completes and enters
+  the paired statistics at chance instead of dropping out; its curve keeps the raw values.
   """
   accuracy_column = f'{prefix}_accuracy'
-  evaluated = [(r['round_num'], r[accuracy_column]) for r in rows
-               if r.get(accuracy_column) is not None]
+  diverged_round = divergence_round(rows, prefix=prefix)
+  chance = 1.0 / num_classes if num_classes else None
+  raw = [r.get(accuracy_column) for r in rows]
+  index = (None if diverged_round is None else
+           next(i for i, r in enumerate(rows) if r['round_num'] == diverged_round))
+  ruled = with_chance_after(raw, index, chance)
+  evaluated = [(r['round_num'], a) for r, a in zip(rows, ruled) if a is not None]
   accuracies = [a for _, a in evaluated]
   finite = [(n, a) for n, a in evaluated if math.isfinite(a)]
   best_round, best = max(finite, key=lambda p: (p[1], -p[0])) if finite else (None, None)
   last = [r for r in rows if r.get(accuracy_column) is not None]
   train_losses = [r.get(TRAIN_LOSS) for r in rows]
+  examples = _examples_column(rows)
+  final = accuracies[-1] if accuracies else None
   before, after, ratio = (_column(rows, c) for c in (CONFLICT_BEFORE, CONFLICT_AFTER, NORM_RATIO))
   times = [r['round_time_s'] for r in rows if r.get('round_time_s') is not None]
   later = [r['round_time_s'] for r in rows
            if r['round_num'] >= 2 and r.get('round_time_s') is not None]
   return {
-      'final_accuracy': accuracies[-1] if accuracies else None,
+      'final_accuracy': final,
       'best_accuracy': best,
       'best_round': best_round,
       'last_k_accuracy': _tail_mean(accuracies, last_k),
       'final_loss': last[-1].get(f'{prefix}_loss') if last else None,
       'final_macro_f1': last[-1].get(f'{prefix}_macro_f1') if last else None,
       'final_train_loss': train_losses[-1] if train_losses else None,
-      'diverged': any(v is not None and not math.isfinite(v) for v in train_losses),
+      'diverged': diverged_round is not None,
+      'diverged_round': diverged_round,
+      'zeroed_rounds': (sum(1 for r in rows if r.get(examples) is not None
+                            and float(r[examples]) == 0) if examples else 0),
+      'chance_accuracy': chance,
+      'collapsed': bool(chance is not None and final is not None
+                        and final <= chance + COLLAPSE_MARGIN),
       'conflict_before': _finite_mean(r.get(before) for r in rows) if before else None,
       'conflict_after': _finite_mean(r.get(after) for r in rows) if after else None,
       'norm_ratio': _finite_mean(r.get(ratio) for r in rows) if ratio else None,
@@ -232,6 +307,17 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
       'global_train_loss_curve': encode_curve([r.get(GLOBAL_TRAIN_LOSS) for r in rows])
                                  if rows and GLOBAL_TRAIN_LOSS in rows[0] else '',
   }
+
+
+def predicts_one_class(confusion) -> bool:
+  """Whether a confusion matrix (rows: true class, columns: predicted) puts at least
+  `COLLAPSE_SHARE` of its examples in one predicted class (False for none or NaN)."""
+  if confusion is None:
+    return False
+  matrix = np.asarray(confusion, dtype=np.float64)
+  if matrix.ndim != 2 or not np.all(np.isfinite(matrix)) or matrix.sum() <= 0:
+    return False
+  return bool(matrix.sum(axis=0).max() >= COLLAPSE_SHARE * matrix.sum())
 
 
 def read_result(run_dir: str) -> Optional[dict[str, Any]]:

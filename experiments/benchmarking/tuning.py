@@ -11,10 +11,11 @@ Candidates of a method (`Search`; `TuningConfig.strategy`):
 * 'staged' (default): stage 1 tries every client learning rate of `client_lr_grid` with the
   method's given values; stage 2 tries every combination of the method's own grid (and, for
   methods that tune it, every server learning rate of `server_lr_grid`) at the learning rate
-  stage 1 chose. Candidates of stage 2 that stage 1 already ran are not run again.
+  stage 1 chose. Candidates of stage 2 that stage 1 already ran are not run again. Every
+  method of a table gets the same learning-rate grids (`plan`), the baseline included.
 * 'product': every combination of the learning rates and the method's grid at once.
 
-A method without a grid of its own (FedAvg, FedGH) has stage 1 only. Then, while the best value
+A method without a grid of its own (FedAvg, FedGH) has stage 2's server learning rates only. Then, while the best value
 of a numeric dimension (client lr, server lr, a numeric grid argument) is the largest or smallest
 tried, that grid is extended geometrically past the edge (`extend_edges`), every method alike; a
 value still at an edge after `edge_steps` extensions or at its valid range's bound is reported
@@ -84,8 +85,10 @@ class Search:
     method: the method, its grid the one to search.
     given: its given builder arguments (used where its grid does not set them), sorted pairs.
     client_lrs: the client learning rates (its fixed one, or the grid's).
-    server_lr: the server learning rate while it is not tuned.
-    server_lrs: the server learning rates of its grid (just `server_lr` unless it tunes it).
+    server_lr: the server learning rate of stage 1 (and the only one unless server learning
+      rates are tuned).
+    server_lrs: the server learning rates searched (the table's `server_lr_grid`, the same
+      for every method; just `server_lr` when they are not tuned or the method fixes one).
     strategy: 'staged' or 'product' (module docstring).
     edge_steps: how many times a numeric grid whose best value is at an edge is extended past
       that edge (per dimension and side); 0: never.
@@ -119,9 +122,9 @@ def stage_one(search: Search) -> list[Candidate]:
 
 
 def stage_two(search: Search, client_lr: float) -> list[Candidate]:
-  """The method's own grid (and server lrs, if it tunes them) at `client_lr`; empty if the method
-  has nothing more to tune."""
-  if not search.method.grid and not search.method.tune_server_lr:
+  """The method's own grid and the server lrs at `client_lr`; empty if the method has nothing
+  more to tune."""
+  if not search.method.grid and len(search.server_lrs) < 2:
     return []
   return [Candidate(client_lr, slr, tuned)
           for tuned, slr in _grid_product(search.method, search.server_lrs)]
@@ -204,9 +207,11 @@ def _edge(values, value) -> Optional[int]:
 
 
 def score(summaries: Sequence[Optional[dict[str, Any]]]) -> tuple[float, int]:
-  """(mean of the runs' `last_k_accuracy`, number of finished runs); NaN when any run is missing
-  or not finite."""
+  """(mean of the runs' `last_k_accuracy`, number of finished runs); NaN when any run is missing,
+  diverged or not finite."""
   values = [s.get('last_k_accuracy') if s else None for s in summaries]
+  if any(s and str(s.get('diverged')).lower() == 'true' for s in summaries):
+    return float('nan'), sum(v is not None for v in values)
   finished = sum(v is not None for v in values)
   if finished < len(values) or not values:
     return float('nan'), finished

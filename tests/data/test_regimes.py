@@ -111,9 +111,45 @@ def test_client_dirichlet_regime_has_equal_clients_and_the_whole_test_split():
       'label_tv_distance']['median']
 
 
+def _rows(x, y):
+  """Each example as one hashable row (its features, then its label)."""
+  flat = np.concatenate([x.reshape(len(x), -1).astype(np.float64), y[:, None]], axis=1)
+  return {row.tobytes() for row in flat}
+
+
+@pytest.mark.parametrize('name', ['digits:dir(0.1)', 'digits:#C=2', 'synthetic(1,1)',
+                                  'digits:iid@40'])
+def test_the_test_split_is_fixed_across_seeds_and_never_in_the_training_pool(name):
+  tests, pools = [], []
+  for seed in (0, 1, 2, 100):
+    train, test = data.load_regime(data.parse_regime(name), seed=seed)
+    x_test, y_test = _pooled(test)
+    order = np.lexsort(np.concatenate([x_test.reshape(len(x_test), -1), y_test[:, None]],
+                                      axis=1).T)
+    tests.append((x_test[order], y_test[order]))
+    pools.append(train.label_counts)
+    assert not _rows(x_test, y_test) & _rows(*_pooled(train)), f'seed {seed}: a test example trains'
+  for x, y in tests[1:]:
+    np.testing.assert_array_equal(x, tests[0][0])
+    np.testing.assert_array_equal(y, tests[0][1])
+  assert not np.array_equal(pools[0], pools[1])  # the seeds do vary the training clients
+
+
+def test_leaf_and_emnist_test_splits_do_not_depend_on_the_seed(tmp_path):
+  leaf_fixtures.synthetic(str(tmp_path / 'leaf'), num_users=4, dim=60, num_classes=5)
+  leaf_dir = str(tmp_path / 'leaf' / 'data' / 'synthetic')
+  test_emnist_data._write_db(str(tmp_path / 'emnist_all.sqlite'))  # pylint: disable=protected-access
+  for name, kwargs in (('leaf_synthetic:natural', dict(leaf_dir=leaf_dir)),
+                       ('emnist:natural', dict(cache_dir=str(tmp_path)))):
+    pooled = [_pooled(data.load_regime(name, seed=s, **kwargs)[1]) for s in (0, 100)]
+    assert len(pooled[0][1]) == len(pooled[1][1]) > 0  # (TFF pools the clients in any order)
+    assert _rows(*pooled[0]) == _rows(*pooled[1])
+
+
 def test_synthetic_regime_is_data_synthetic():
   got_train, _ = data.load_regime('synthetic(0.5,0.5)@12', seed=2)
-  expected_train, _ = data.synthetic(0.5, 0.5, num_clients=12, seed=2)
+  expected_train, _ = data.synthetic(0.5, 0.5, num_clients=12,
+                                     seed=regimes.SYNTHETIC_DATA_SEED, train_seed=2)
   np.testing.assert_array_equal(got_train.label_counts, expected_train.label_counts)
   for cid in expected_train.client_ids:
     got = next(iter(got_train.create_tf_dataset_for_client(cid).batch(10000)))
@@ -165,4 +201,8 @@ def test_a_tfds_dataset_with_every_array_split(tmp_path):
       assert train.client_sizes.sum() <= 200 and test.client_sizes.sum() == 200
       if '#C=2' in name:
         assert ((train.label_counts > 0).sum(axis=1) == 2).all()
+    # The dataset's own test split, whatever the seed.
+    pooled = [_pooled(data.load_regime('mnist:dir(0.5)@4', seed=s, data_dir=str(tmp_path))[1])
+              for s in (0, 7)]
+    assert _rows(*pooled[0]) == _rows(*pooled[1]) and len(pooled[0][1]) == 200
   regimes._tfds_arrays.cache_clear()  # pylint: disable=protected-access

@@ -26,20 +26,43 @@ def test_smoke_preset_values_and_explicit_flags_win():
   assert config.root.endswith(os.path.join('results', 'smoke'))
 
 
-def test_results_preset_is_the_offline_grid():
+def test_results_preset_is_the_protocols_grid():
   with flagsaver.as_parsed(preset='results'):
     benchmark.apply_preset()
     config = benchmark.config_from_flags()
     positive_control = benchmark.FLAGS.positive_control
   assert {r.split('(')[0].split(':')[0] for r in config.regimes} == {'digits', 'synthetic'}
-  assert len(config.report_seeds) >= 3 and config.epochs == (1,) and config.tuning.tune
-  assert config.loop.rounds >= 50
+  # Today's regimes, and the ones chosen before the runs where differences can show.
+  assert set(config.regimes) >= {'digits:dir(0.1)', 'digits:#C=2', 'synthetic(1,1)',
+                                 'digits:dir(0.1)@50', 'digits:#C=1'}
+  assert len(config.report_seeds) >= 10 and config.epochs == (1, 5) and config.tuning.tune
+  assert config.loop.rounds >= 50 and config.loop.eval_train_loss
   assert set(config.tuning.tuning_seeds).isdisjoint(config.report_seeds)
+  assert config.tuning.tune_server_lr and config.primary_statistic == 'last_k_accuracy'
   assert set(config.methods) >= {'fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
-                                 'fed_corrective', 'fedga_paper', 'fedga_clip',
-                                 'fedga_paper_clip', 'fedavg_clip', 'fedld_model',
-                                 'fedld_projection'}
+                                 'fed_corrective', 'custom[loss=calibrated,aggregator=fedgh]',
+                                 'custom[loss=focal,aggregator=fedgh]'}
+  # The diagnosis variants have their own preset.
+  assert not set(config.methods) & set(benchmark.DIAGNOSIS_METHODS) - {
+      'fedavg', 'fedga', 'fedld', 'fedmgc', 'fed_corrective'}
   assert positive_control
+  # The seeds' baselines.
+  assert set(config.methods) >= {'fednova', 'scaffold', 'feddecorr', 'fedavg+fedgh',
+                                 'fedprox+fedgh'}
+
+
+def test_diagnosis_preset_runs_each_variant_beside_its_parent():
+  from experiments.benchmarking import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  with flagsaver.as_parsed(preset='diagnosis'):
+    benchmark.apply_preset()
+    config = benchmark.config_from_flags()
+  assert len(config.report_seeds) >= 10 and config.variants_inherit
+  plan = plan_lib.make_plan(config)
+  inherits = {m.name: m.inherits for m in plan.methods}
+  assert inherits['fedld_projection'] == 'fedld' and inherits['fedga_paper_clip'] == 'fedga'
+  assert inherits['fedavg_clip'] == 'fedavg' and inherits['fedga'] is None
+  assert {t.method.name for t in plan.tuning} == {'fedavg', 'fedga', 'fedld', 'fedmgc',
+                                                   'fed_corrective'}
 
 
 def test_fedga_setting_preset_is_the_papers_setting_tuned_where_it_reports():
@@ -80,8 +103,9 @@ def test_given_values_come_from_the_method_flags():
 
 
 @pytest.mark.parametrize('flag_values,message', [
-    (dict(preset='fast'), "--preset must be one of ['fedga_setting', 'fedga_table', "
-     "'fedgh_table', 'fedld_table', 'fedmgc_table', 'results', 'smoke'], got 'fast'"),
+    (dict(preset='fast'), "--preset must be one of ['diagnosis', 'fedga_setting', "
+     "'fedga_table', 'fedgh_table', 'fedld_table', 'fedmgc_table', 'results', 'smoke'], got "
+     "'fast'"),
     (dict(regimes='digits:dir(0)'), "--regimes=digits:dir(0): regime 'digits:dir(0)'"),
     (dict(methods='fedavg,sgd'), "--methods=sgd: unknown method 'sgd'"),
     (dict(epochs='1,x'), '--epochs must be integers'),
@@ -108,7 +132,7 @@ def test_smoke_preset_end_to_end_leaves_no_worker(tmp_path):
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   root = tmp_path / 'smoke'
   report = (root / 'report.md').read_text()
-  assert 'Δ final vs fedavg [95% CI]' in report
+  assert 'Δ vs fedavg [95% CI]' in report and 'Holm p' in report
   assert '### `digits:iid@8`, E=1' in report and '### `digits:#C=2@8`, E=1' in report
   with open(root / 'runs.csv') as f:
     rows = list(csv.DictReader(f))

@@ -51,3 +51,55 @@ def test_mean_std():
   assert stats.mean_std([4.0]) == (4.0, 0.0)
   assert stats.mean_std([1.0, None, float('nan'), 3.0]) == (2.0, pytest.approx(math.sqrt(2)))
   assert all(math.isnan(v) for v in stats.mean_std([]))
+
+
+def test_p_value_is_scipys_paired_t_test():
+  x = {0: 0.82, 1: 0.85, 2: 0.80, 3: 0.86}
+  y = {0: 0.80, 1: 0.80, 2: 0.81, 3: 0.82}
+  d = stats.paired_difference(x, y)
+  expected = scipy_stats.ttest_rel([x[k] for k in range(4)], [y[k] for k in range(4)])
+  assert d.p_value == pytest.approx(expected.pvalue, rel=1e-9)
+  assert d.sd == pytest.approx(np.std([0.02, 0.05, -0.01, 0.04], ddof=1))
+
+
+def test_holm_against_a_hand_worked_case():
+  # m = 4; sorted 0.01, 0.02, 0.03, 0.5 -> 0.04, 0.06, 0.06 (max with 0.06), 0.5; NaN ignored.
+  adjusted = stats.holm([0.03, 0.5, 0.01, float('nan'), 0.02])
+  assert adjusted[0] == pytest.approx(0.06) and adjusted[1] == pytest.approx(0.5)
+  assert adjusted[2] == pytest.approx(0.04) and math.isnan(adjusted[3])
+  assert adjusted[4] == pytest.approx(0.06)
+  assert stats.holm([0.9, 0.8]) == [1.0, 1.0]
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_holm_against_a_plain_loop(seed):
+  rng = np.random.default_rng(seed)
+  p = rng.random(7) ** 3
+  order = np.argsort(p)
+  reference = np.empty(7)
+  for rank, i in enumerate(order):
+    reference[i] = max(min(1.0, (7 - r) * p[order[r]]) for r in range(rank + 1))
+  np.testing.assert_allclose(stats.holm(list(p)), reference)
+
+
+def test_power_and_minimal_detectable_difference_agree_with_a_simulation():
+  rng = np.random.default_rng(0)
+  sd, n = 0.02, 10
+  mdd = stats.minimal_detectable_difference(sd, n)
+  # The textbook approximation (t_{0.975} + t_{0.8}) sd / sqrt(n) is close to the exact value.
+  approx = (scipy_stats.t.ppf(0.975, n - 1) + scipy_stats.t.ppf(0.8, n - 1)) * sd / math.sqrt(n)
+  assert mdd == pytest.approx(approx, rel=0.05)
+  assert stats.paired_power(mdd, sd, n) == pytest.approx(0.8, abs=1e-6)
+  draws = rng.normal(mdd, sd, size=(20000, n))
+  rejected = scipy_stats.ttest_1samp(draws, 0.0, axis=1).pvalue < 0.05
+  assert rejected.mean() == pytest.approx(0.8, abs=0.015)
+
+
+def test_seeds_needed_is_the_smallest_n_with_enough_power():
+  # The audit's numbers: a paired sd of 0.0118 needs about 12 seeds to detect one point.
+  n = stats.seeds_needed(0.0118, 0.01)
+  assert stats.paired_power(0.01, 0.0118, n) >= 0.8 > stats.paired_power(0.01, 0.0118, n - 1)
+  assert stats.minimal_detectable_difference(0.0118, n) <= 0.01
+  assert stats.seeds_needed(0.0, 0.01) == 2
+  with pytest.raises(ValueError, match='difference'):
+    stats.seeds_needed(0.01, 0.0)

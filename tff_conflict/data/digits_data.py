@@ -13,6 +13,10 @@ from tff_conflict.data import partition as partition_lib
 NUM_CLASSES = 10
 IMAGE_SHAPE = (8, 8, 1)
 TEST_FRACTION = 0.2
+# The holdout is drawn once, with this seed, whatever the seed of the partition: every seed of a
+# benchmark (and its tuning, which splits validation off the training pool) sees the same test
+# images and never trains or tunes on them.
+HOLDOUT_SEED = 0
 
 
 def load_digits_arrays():
@@ -42,12 +46,13 @@ def digits(*, num_clients=20, alpha=0.1, seed=0):
   """scikit-learn's digits as TFF `ClientData` (train, test) with Dirichlet label skew.
 
   1,797 images: `round(0.2 n_c)` random examples of each class c (359 in all) are held out as the
-  test split; the other 1,438 are split over `num_clients` clients by
-  `dirichlet_partition(alpha, seed)` with at least one example each. The test split is partitioned over the same client ids with each
-  client's training label proportions (`partition.partition_like`, at least one example each),
-  so per-client evaluation sees the client's own label mix, and
-  `test.create_tf_dataset_from_all_clients()` is exactly the 359-example centralized test set
-  (what the papers report accuracy on).
+  test split, drawn once (`HOLDOUT_SEED`, independent of `seed`: every seed tests on the same
+  images and none of them is ever in a training pool); the other 1,438 are split over
+  `num_clients` clients by `dirichlet_partition(alpha, seed)` with at least one example each.
+  The test split is partitioned over the same client ids with each client's training label
+  proportions (`partition.partition_like`, at least one example each), so per-client evaluation
+  sees the client's own label mix, and `test.create_tf_dataset_from_all_clients()` is exactly
+  the 359-example centralized test set (what the papers report accuracy on).
 
   Elements are UNBATCHED examples `OrderedDict(x=float32 [8, 8, 1], y=int32 scalar)`: x is the
   8x8 image scaled from 0..16 to [0, 1], 10 classes. The training code batches them.
@@ -55,7 +60,7 @@ def digits(*, num_clients=20, alpha=0.1, seed=0):
   Args:
     num_clients: number of clients, 1..359.
     alpha: Dirichlet concentration > 0 (0.1: strong label skew; 100: about IID).
-    seed: integer >= 0 for the holdout and the partition.
+    seed: integer >= 0 for the partition of the training pool (not the holdout).
 
   Returns:
     `(train, test)`, two `ArrayClientData` (`tff.simulation.datasets.ClientData`).
@@ -64,7 +69,7 @@ def digits(*, num_clients=20, alpha=0.1, seed=0):
   alpha = _checks.check_positive('alpha', alpha)
   seed = _checks.check_int('seed', seed, minimum=0)
   x, y = load_digits_arrays()
-  train_idx, test_idx = holdout_split(y, TEST_FRACTION, seed)
+  train_idx, test_idx = holdout_split(y, TEST_FRACTION, HOLDOUT_SEED)
   if num_clients > test_idx.size:
     raise ValueError(f'num_clients must be at most {test_idx.size} (one held-out example per '
                      f'client), got {num_clients}')

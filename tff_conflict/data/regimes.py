@@ -26,6 +26,9 @@ ARRAY_SPLITS = ('iid', 'dir', '#C', 'qty', 'client_dir')
 DEFAULT_NUM_CLIENTS = {'digits': 20, 'synthetic': 30, 'mnist': 100, 'fashion_mnist': 100,
                        'cifar10': 100, 'cifar100': 100}
 
+# Synthetic's clients and test examples are drawn with this seed for every run's seed.
+SYNTHETIC_DATA_SEED = 0
+
 _NUMBER = r'([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)'
 _SYNTHETIC = re.compile(rf'^synthetic\(\s*{_NUMBER}\s*,\s*{_NUMBER}\s*\)$')
 _SPLITS = {
@@ -196,8 +199,12 @@ def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = Non
 
   Args:
     regime: a `Regime` (`parse_regime`).
-    seed: integer >= 0: the partition's seed, digits' holdout's, and Synthetic's generative
-      process'.
+    seed: integer >= 0: the partition of the training pool (array datasets) or Synthetic's
+      training examples. The test split never depends on it: digits' holdout is drawn once
+      (`digits_data.HOLDOUT_SEED`), the tfds datasets, EMNIST and LEAF have their own test
+      split, and Synthetic's clients (their models, input means, sizes and test examples) are
+      drawn once (`SYNTHETIC_DATA_SEED`); so every seed, and tuning (which carves its validation
+      split from the training pool), sees the same test examples and never trains on them.
     cache_dir: emnist: the directory holding `emnist_all.sqlite`; LEAF: where its converted
       cache goes (default: next to the data).
     data_dir: tfds datasets: the tensorflow-datasets data directory.
@@ -216,7 +223,8 @@ def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = Non
   num_clients = regime.num_clients or DEFAULT_NUM_CLIENTS.get(regime.dataset)
   if regime.dataset == 'synthetic':
     from tff_conflict.data import synthetic_data  # pylint: disable=g-import-not-at-top
-    return synthetic_data.synthetic(*regime.param, num_clients=num_clients, seed=seed)
+    return synthetic_data.synthetic(*regime.param, num_clients=num_clients,
+                                    seed=SYNTHETIC_DATA_SEED, train_seed=seed)
   if regime.dataset in LEAF_DATASETS:
     if leaf_dir is None:
       raise ValueError(f'regime {regime.name!r} needs leaf_dir, LEAF\'s data/<name> folder')
@@ -236,7 +244,8 @@ def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = Non
   if regime.dataset == 'digits':
     from tff_conflict.data import digits_data  # pylint: disable=g-import-not-at-top
     x, y = digits_data.load_digits_arrays()
-    train_idx, test_idx = digits_data.holdout_split(y, digits_data.TEST_FRACTION, seed)
+    train_idx, test_idx = digits_data.holdout_split(y, digits_data.TEST_FRACTION,
+                                                    digits_data.HOLDOUT_SEED)
     return _split_arrays(regime, x[train_idx], y[train_idx], x[test_idx], y[test_idx],
                          num_clients, seed)
   from tff_conflict.data import tfds_data  # pylint: disable=g-import-not-at-top

@@ -37,8 +37,15 @@ def feature_variances() -> np.ndarray:
   return np.arange(1, NUM_FEATURES + 1, dtype=np.float64) ** -1.2
 
 
-def synthetic_arrays(alpha, beta, *, num_clients=30, seed=0) -> SyntheticArrays:
-  """Samples Synthetic(alpha, beta) as numpy arrays (see the module docstring)."""
+def synthetic_arrays(alpha, beta, *, num_clients=30, seed=0,
+                     train_seed=None) -> SyntheticArrays:
+  """Samples Synthetic(alpha, beta) as numpy arrays (see the module docstring).
+
+  With `train_seed`, each client's first `num_train[k]` examples (its training examples) are
+  drawn again from the same client (`x ~ N(v_k, Sigma)`, `y = argmax(x W_k + b_k)`) with
+  `numpy.random.default_rng([train_seed, k])`; the clients and their test examples stay those
+  of `seed`.
+  """
   alpha = _checks.check_nonnegative('alpha', alpha)
   beta = _checks.check_nonnegative('beta', beta)
   num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
@@ -60,11 +67,20 @@ def synthetic_arrays(alpha, beta, *, num_clients=30, seed=0) -> SyntheticArrays:
     bs.append(b)
     xs.append(x[order])
     ys.append(y[order])
-  return SyntheticArrays(x=xs, y=ys, num_train=(TRAIN_FRACTION * sizes).astype(np.int64), u=u,
+  num_train = (TRAIN_FRACTION * sizes).astype(np.int64)
+  if train_seed is not None:
+    train_seed = _checks.check_int('train_seed', train_seed, minimum=0)
+    for k in range(num_clients):
+      client_rng = np.random.default_rng([train_seed, k])
+      x = v[k] + client_rng.standard_normal((num_train[k], NUM_FEATURES)) * scale
+      xs[k] = np.concatenate([x, xs[k][num_train[k]:]])
+      ys[k] = np.concatenate([np.argmax(x @ ws[k] + bs[k], axis=1).astype(np.int64),
+                              ys[k][num_train[k]:]])
+  return SyntheticArrays(x=xs, y=ys, num_train=num_train, u=u,
                          b_mean=b_mean, v=v, w=np.stack(ws), b=np.stack(bs))
 
 
-def synthetic(alpha, beta, *, num_clients=30, seed=0):
+def synthetic(alpha, beta, *, num_clients=30, seed=0, train_seed=None):
   """Synthetic(alpha, beta) of FedProx / LEAF as TFF `ClientData` (train, test).
 
   Elements are UNBATCHED examples `OrderedDict(x=float32 [60], y=int32 scalar)`, 10 classes; the
@@ -78,11 +94,14 @@ def synthetic(alpha, beta, *, num_clients=30, seed=0):
     beta: standard deviation (>= 0) of the clients' input means B_k (input heterogeneity).
     num_clients: number of clients (30 in the paper).
     seed: integer >= 0; the same arguments give the same data.
+    train_seed: None, or an integer >= 0 that draws the clients' training examples again from
+      the same clients (`synthetic_arrays`): the clients and the test split stay `seed`'s.
 
   Returns:
     `(train, test)`, two `ArrayClientData` (`tff.simulation.datasets.ClientData`).
   """
-  arrays = synthetic_arrays(alpha, beta, num_clients=num_clients, seed=seed)
+  arrays = synthetic_arrays(alpha, beta, num_clients=num_clients, seed=seed,
+                            train_seed=train_seed)
   splits = collections.OrderedDict(train=([], [], []), test=([], [], []))
   offsets = dict(train=0, test=0)
   for x, y, n in zip(arrays.x, arrays.y, arrays.num_train):

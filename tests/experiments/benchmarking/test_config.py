@@ -31,13 +31,13 @@ def test_parse_grids_and_mappings():
       'fedprox': {'proximal_strength': (0.01, 1)}, 'fedga': {'counts': ('batch',)}}
   assert config_lib.parse_mapping('models', 'digits:mlp, synthetic:logistic_regression') == {
       'digits': 'mlp', 'synthetic': 'logistic_regression'}
-  assert config_lib.parse_mapping('targets', 'digits:0.8', float) == {'digits': 0.8}
+  assert config_lib.parse_mapping('detect', 'digits:0.8', float) == {'digits': 0.8}
   for call, message in ((lambda: config_lib.parse_grids('fedprox=1'),
                          "--grids must be entries METHOD.ARGUMENT=V1/V2/..., got 'fedprox=1'"),
                         (lambda: config_lib.parse_mapping('models', 'mlp'),
                          "--models must be entries DATASET:VALUE, got 'mlp'"),
-                        (lambda: config_lib.parse_mapping('targets', 'digits:x', float),
-                         '--targets must be entries DATASET:VALUE with a float value')):
+                        (lambda: config_lib.parse_mapping('detect', 'digits:x', float),
+                         '--detect must be entries DATASET:VALUE with a float value')):
     with pytest.raises(experiment_config.ConfigError) as info:
       call()
     assert info.value.flag_message().startswith(message)
@@ -76,8 +76,10 @@ def test_the_parts_and_their_defaults_are_the_experiments():
     (dict(loop=dict(clients_per_round=1.5)), '--clients_per_round must be an integer >= 1'),
     (dict(models={'emnist': 'mlp'}), "--models must be entries of the regimes' datasets"),
     (dict(models={'digits': 'resnet'}), "--models must be one of"),
-    (dict(targets={'digits': 1.5}), r'--targets must be accuracies in (0, 1], got 1.5'),
-    (dict(target_fraction=0), '--target_fraction must be a number in (0, 1]'),
+    (dict(detect={'digits': 1.5}), '--detect must be differences in (0, 1), got 1.5'),
+    (dict(detect={'mnist': 0.01}), '--detect must be entries of the regimes'),
+    (dict(equivalence_margin=0), '--equivalence_margin must be a number in (0, 1)'),
+    (dict(primary_statistic='best_accuracy'), '--primary_statistic must be one of'),
     (dict(client=dict(learning_rate=float('inf'))), '--client_learning_rate must be a finite'),
     (dict(server=dict(learning_rate=0)), '--server_learning_rate must be a finite number > 0'),
     (dict(client=dict(momentum=1.0)), '--client_momentum must be a number in [0, 1)'),

@@ -111,8 +111,9 @@ def tiny(tmp_path_factory):
 def test_tuning_never_reads_the_test_split(tiny):
   config, loader, outcome = tiny
   assert outcome.failures == []
-  # Tuning loaded the tuning regime's data (guarded) and ran 2 methods x 2 lrs x 1 seed.
-  assert outcome.runs_done == 4 + 8
+  # Tuning loaded the tuning regime's data (guarded) and ran 2 methods x (2 client lrs + the 2
+  # other server lrs of the grid, searched by every method) x 1 seed.
+  assert outcome.runs_done == 8 + 8
   # The tuning data (seed 7) had a guarded test split that raises if read during tuning; the
   # test splits of the reporting seeds were read, after tuning.
   assert [g.reads for g in loader.guards if g.seed == 7] == [0]
@@ -144,7 +145,7 @@ def test_one_process_per_method_and_the_same_start_per_seed(tiny):
       assert first_loss[(regime, 'fedavg', seed)] == first_loss[(regime, 'fedgh', seed)]
     assert first_loss[(regime, 'fedavg', 0)] != first_loss[(regime, 'fedavg', 1)]
   text = open(outcome.report).read()
-  assert 'Δ final vs fedavg [95% CI]' in text and '## Tuning' in text
+  assert 'Δ vs fedavg [95% CI]' in text and '## Tuning' in text
   # #C=2: every client holds exactly 2 classes (with 6 clients, the classes none drew are out).
   assert '| `digits:iid@6` | 6 | 1438 | 239 / 240 / 240 | 10.00 |' in text
   assert '| `digits:#C=2@6` | 6 |' in text and '| 2.00 |' in text
@@ -153,12 +154,13 @@ def test_one_process_per_method_and_the_same_start_per_seed(tiny):
 def test_finished_runs_are_skipped_and_settings_changes_refused(tiny):
   config, loader, outcome = tiny
   again = grid.run_benchmark(config, loader=loader, stream=open(os.devnull, 'w'))
-  assert again.runs_done == 0 and again.runs_skipped == 12 and again.num_processes == 0
+  # 8 tuning runs (2 methods x (2 client lrs + 2 more server lrs)) and 8 reporting runs.
+  assert again.runs_done == 0 and again.runs_skipped == 16 and again.num_processes == 0
   assert [r['final_accuracy'] for r in again.rows] == [r['final_accuracy'] for r in outcome.rows]
   victim = runs.report_run_dir(config.root, 'digits:iid@6', 1, 'fedgh', 1)
   os.remove(os.path.join(victim, runs.RESULT_FILE))  # as if killed before it finished
   third = grid.run_benchmark(config, loader=loader, stream=open(os.devnull, 'w'))
-  assert third.runs_done == 1 and third.runs_skipped == 11
+  assert third.runs_done == 1 and third.runs_skipped == 15
   assert [r['final_accuracy'] for r in third.rows] == [r['final_accuracy'] for r in outcome.rows]
   with pytest.raises(engine_lib.SettingsChangedError, match='rounds: 2 -> 3'):
     grid.run_benchmark(_config(config.output.output_dir, rounds=3), loader=loader,
@@ -211,6 +213,20 @@ def test_an_in_process_benchmark_run_uses_no_tff_runtime(tmp_path, no_tff_runtim
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert outcome.failures == [] and len(outcome.rows) == 1
   assert outcome.rows[0]['final_accuracy'] > 0
+
+
+def test_a_diverging_run_completes_is_recorded_and_counts_at_chance(tmp_path):
+  # A learning rate no model survives: every client's update turns non-finite and is zeroed
+  # (the clients report loss 0 and no example); the run is recorded (never a failed run),
+  # diverged, collapsed, at chance in the statistics.
+  config = _config(tmp_path, runtime='inprocess', regimes=('digits:iid@6',), methods=('fedavg',),
+                   report_seeds=(0,), rounds=3, models={'digits': 'mlp'}, tuning=config_lib.TuningConfig(tune=False),
+                   client=experiment_config.ClientConfig(learning_rate=1e6))
+  outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
+  assert outcome.failures == [] and len(outcome.rows) == 1
+  row = outcome.rows[0]
+  assert row['diverged'] is True and row['collapsed'] is True
+  assert row['final_accuracy'] == pytest.approx(0.1) and row['diverged_round'] >= 1
 
 
 def test_a_leaf_regime_takes_its_shape_and_classes_from_the_files(tmp_path):

@@ -13,7 +13,6 @@ def test_every_algorithm_has_a_method_with_a_grid_where_the_issue_asks_for_one()
   assert grid['fedmgc']['gamma'] == (0.5, 1.0, 2.0) and 'selection_ratio' in grid['fedmgc']
   assert grid['fedga']['counts'] == ('batch', 'dataset')
   assert set(grid['fedld']) == {'margin_weight', 'component_ratio'}
-  assert methods.METHODS['fedld'].tune_server_lr
   assert grid['fed_corrective']['alpha'] == (0.1, 0.3, 0.5)
   assert grid['fedavg'] == {} and grid['fedgh'] == {} and grid['fednova'] == {}
   assert grid['feddecorr']['beta'] == (0.01, 0.05, 0.1)
@@ -25,7 +24,7 @@ def test_ad_hoc_variant_fixes_arguments_and_drops_them_from_the_grid():
   assert m.fixed_kwargs == {'counts': 'dataset', 'clip_norm': 5}
   assert m.grid == ()
   fedld = methods.parse_method('fedld[component_ratio=0.5]')
-  assert dict(fedld.grid) == {'margin_weight': (0.01, 0.1)} and fedld.tune_server_lr
+  assert dict(fedld.grid) == {'margin_weight': (0.01, 0.1)}
   assert methods.parse_method('fedavg') is methods.METHODS['fedavg']
 
 
@@ -45,7 +44,7 @@ def test_diagnosis_variants_are_methods_by_name():
   assert soft.algorithm == 'fedga' and soft.fixed_kwargs == {'form': 'paper'}
   assert dict(soft.grid) == {'counts': ('batch', 'dataset')}  # the rest of fedga's grid
   server = methods.parse_method('fedld_server_lr')
-  assert server.server_lr == 4.0 and not server.tune_server_lr
+  assert server.server_lr == 4.0
   custom = methods.parse_method('fedmgc_dgc_only')
   assert custom.algorithm == methods.CUSTOM and custom.fixed_kwargs == {
       'loss': 'ce', 'aggregator': 'dgc'}
@@ -68,7 +67,7 @@ def test_parse_value():
 def test_methods_from_the_binaries_flag_values():
   ld = methods.method_from_flags('fedld_server_lr', 'fedld', {'server_learning_rate': 2.0,
                                                               'margin_weight': 0.1})
-  assert ld.server_lr == 2.0 and ld.client_lr is None and not ld.tune_server_lr
+  assert ld.server_lr == 2.0 and ld.client_lr is None
   assert ld.fixed_kwargs == {'margin_weight': 0.1}
   assert dict(ld.grid) == {'component_ratio': (0.5, 0.8)}
   custom = methods.method_from_flags('fedld_margin_only', 'custom', {

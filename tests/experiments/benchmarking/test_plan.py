@@ -33,14 +33,17 @@ def test_methods_with_grids_given_values_and_tuned_epochs():
   fedavg, fedprox = plan.methods
   assert dict(fedprox.given) == {'proximal_strength': 0.5}
   assert dict(fedprox.method.grid) == {'proximal_strength': (1, 2)}
-  assert fedprox.search.client_lrs == (0.1, 0.2) and fedavg.search.server_lrs == (1.0,)
+  assert fedprox.search.client_lrs == (0.1, 0.2)
+  # The same learning-rate search for every method, the baseline included.
+  assert fedavg.search.server_lrs == fedprox.search.server_lrs == (1.0, 2.0, 3.0)
   # Tuning: per dataset, per tuned E, per method; on the dataset's tuning regime.
   assert [(t.dataset, t.epochs, t.method.name) for t in plan.tuning] == [
       (d, e, m) for d in ('digits', 'synthetic') for e in (1, 5) for m in ('fedavg', 'fedprox')]
   assert plan.tuning[0].regime == 'digits:dir(0.1)' and plan.tuning[0].seeds == (100, 101)
   counts = plan.planned_runs()
-  # Stage 1 (2 lrs), stage 2 (2 mus), and up to 3 extensions per side of both: 2 seeds each.
-  assert counts[(runs.TUNE_PHASE, 'fedprox', 'digits', 5)] == (2 + 2 + 2 * 3 * 2) * 2
+  # Stage 1 (2 lrs), stage 2 (2 mus x 3 server lrs), and up to 3 extensions per side of the
+  # three numeric dimensions: 2 seeds each.
+  assert counts[(runs.TUNE_PHASE, 'fedprox', 'digits', 5)] == (2 + 6 + 2 * 3 * 3) * 2
   assert counts[(runs.REPORT_PHASE, 'fedprox', 'digits', 2)] == 1 * 5
   assert plan.num_runs(runs.REPORT_PHASE) == 2 * 2 * 3 * 5
   assert plan.planned_processes()[('fedprox', 'digits')] == 3  # given 0.5, then 1 and 2
@@ -88,3 +91,54 @@ def test_the_plan_as_the_report_reads_it():
       dict(config_lib.as_dict(config), plan=described)))
   assert '- Models: digits: digits_cnn.' in setup and 'digits: `digits:dir(0.1)`' in setup
   assert 'fedprox: proximal_strength in [0.001, 0.01, 0.1, 1.0]' in setup
+
+
+def test_server_learning_rates_are_searched_for_every_method_or_for_none():
+  config = dict(methods=('fedavg', 'fedgh', 'fedld', 'fedld_server_lr'))
+  plan = _plan(**config)
+  searched = {m.name: m.search.server_lrs for m in plan.methods}
+  assert searched == {'fedavg': (1.0, 2.0, 3.0), 'fedgh': (1.0, 2.0, 3.0),
+                      'fedld': (1.0, 2.0, 3.0), 'fedld_server_lr': (4.0,)}  # fixed: its own
+  fedavg = plan.methods[0].search
+  assert {c.server_lr for c in tuning.candidates(fedavg)} == {1.0, 2.0, 3.0}
+  none = _plan(tuning=config_lib.TuningConfig(tune_server_lr=False), **config)
+  assert {m.name: m.search.server_lrs for m in none.methods}['fedld'] == (1.0,)
+  assert tuning.stage_two(none.methods[0].search, 0.1) == []
+  described = none.describe()['methods']
+  assert described[0]['server_lrs'] == [1.0] and described[0]['client_lrs'] == [0.03, 0.1, 0.3]
+
+
+def test_a_variant_runs_at_its_parents_tuned_values_and_changes_one_thing():
+  plan = _plan(methods=('fedavg', 'fedld', 'fedld_projection', 'fedld_server_lr', 'fedga',
+                        'fedga_clip', 'fedga_paper_clip', 'fedld_margin_only'),
+               regimes=('digits:iid',), report_seeds=(0,))
+  inherits = {m.name: m.inherits for m in plan.methods}
+  assert inherits == {'fedavg': None, 'fedld': None, 'fedld_projection': 'fedld',
+                      'fedld_server_lr': 'fedld', 'fedga': None, 'fedga_clip': 'fedga',
+                      'fedga_paper_clip': 'fedga', 'fedld_margin_only': 'fedld'}
+  assert {t.method.name for t in plan.tuning} == {'fedavg', 'fedld', 'fedga'}  # variants: none
+  choices = [tuning.Choice(dataset='digits', regime='digits:dir(0.1)', epochs=e, method=m,
+                           client_lr=lr, server_lr=slr, tuned=values, score=0.5, scores=())
+             for e in (1, 5) for m, lr, slr, values in (
+                 ('fedavg', 0.3, 1.0, ()),
+                 ('fedld', 0.1, 3.0, (('margin_weight', 0.9), ('component_ratio', 0.8))),
+                 ('fedga', 0.3, 2.0, (('counts', 'batch'),)))]
+  specs = {s.method: s for s in plan.report_specs(choices) if s.epochs == 1}
+  parent = specs['fedld']
+  for name, change in (('fedld_projection', {'revision': 'projection'}),
+                       ('fedld_server_lr', {})):
+    ours = specs[name]
+    assert dict(ours.kwargs) == dict(dict(parent.kwargs), **change), name
+    assert ours.client_lr == parent.client_lr
+  assert specs['fedld_projection'].server_lr == 3.0 and specs['fedld_server_lr'].server_lr == 4.0
+  assert dict(specs['fedga_paper_clip'].kwargs) == dict(dict(specs['fedga'].kwargs),
+                                                        form='paper', clip_norm=5.0)
+  # A custom variant takes its parent's learning rates, and its tuned values where its loss or
+  # aggregator takes the same hyperparameter (FedLD's margin weight for the margin loss).
+  assert (specs['fedld_margin_only'].client_lr, specs['fedld_margin_only'].server_lr) == (0.1, 3.0)
+  margin = dict(specs['fedld_margin_only'].kwargs)
+  assert margin['loss'] == 'margin' and margin['loss_kwargs']['margin_weight'] == 0.9
+  assert 'component_ratio' not in margin
+  # Without inheritance every variant is tuned on its parent's grids.
+  own = _plan(methods=('fedavg', 'fedld', 'fedld_projection'), variants_inherit=False)
+  assert [m.inherits for m in own.methods] == [None, None, None] and len(own.tuning) == 3 * 2 * 2

@@ -48,6 +48,51 @@ def test_summary_without_aggregator_diagnostics_and_with_divergence():
   assert math.isnan(runs.summarize(rows, prefix='val')['last_k_accuracy'])
 
 
+def _diverging(accuracies, **columns):
+  rows = []
+  for r, a in enumerate(accuracies, start=1):
+    row = {'round_num': r, 'train_loss': 1.0, 'test_accuracy': a, 'test_loss': 1.0}
+    row.update({k: v[r - 1] for k, v in columns.items()})
+    rows.append(row)
+  return rows
+
+
+def test_a_non_finite_accuracy_or_loss_diverges_the_run_and_counts_as_chance_from_then_on():
+  rows = _diverging([0.5, 0.6, float('nan'), float('nan')])
+  s = runs.summarize(rows, prefix='test', last_k=3, num_classes=10)
+  assert s['diverged'] is True and s['diverged_round'] == 3 and s['collapsed'] is True
+  assert s['final_accuracy'] == 0.1 and s['chance_accuracy'] == 0.1
+  assert s['last_k_accuracy'] == pytest.approx((0.6 + 0.1 + 0.1) / 3)
+  assert runs.decode_curve(s['accuracy_curve'])[2] is not None  # the raw curve: nan
+  assert math.isnan(runs.decode_curve(s['accuracy_curve'])[2])
+  # A non-finite evaluated loss (a non-finite weight) diverges a run with a finite accuracy.
+  rows = _diverging([0.5, 0.6, 0.3], test_loss=[1.0, float('inf'), 2.0])
+  s = runs.summarize(rows, prefix='test', last_k=2, num_classes=10)
+  assert s['diverged_round'] == 2 and s['last_k_accuracy'] == pytest.approx(0.1)
+
+
+def test_clients_zeroed_for_non_finite_updates_diverge_the_run():
+  # Every update zeroed: the clients report loss 0 and no example; the model stops training.
+  rows = _diverging([0.5, 0.6, 0.6], train_loss=[1.0, 0.0, 0.0],
+                    **{'client_work/train/num_examples': [80, 0, 0]})
+  s = runs.summarize(rows, prefix='test', last_k=2, num_classes=10)
+  assert s['diverged'] is True and s['diverged_round'] == 2 and s['zeroed_rounds'] == 2
+  assert s['final_accuracy'] == 0.1
+  rejected = _diverging([0.5, 0.5], **{'finalizer/update_non_finite': [0.0, 1.0]})
+  assert runs.summarize(rejected, prefix='test')['diverged_round'] == 2
+  healthy = runs.summarize(_diverging([0.5, 0.6], **{'client_work/train/num_examples': [8, 9]}),
+                           prefix='test', num_classes=10)
+  assert healthy['diverged'] is False and healthy['zeroed_rounds'] == 0
+  assert healthy['collapsed'] is False
+
+
+def test_a_run_at_chance_is_collapsed():
+  s = runs.summarize(_diverging([0.3, 0.1003]), prefix='test', num_classes=10)
+  assert s['diverged'] is False and s['collapsed'] is True
+  assert runs.predicts_one_class([[5, 0], [5, 0]]) and not runs.predicts_one_class([[5, 0], [0, 5]])
+  assert not runs.predicts_one_class([[float('nan')]]) and not runs.predicts_one_class(None)
+
+
 def test_norm_ratio_found_by_its_last_name():
   rows = [{'round_num': 1, 'test_accuracy': 0.5, 'aggregator/mean_norm_ratio': 0.7}]
   assert runs.summarize(rows, prefix='test')['norm_ratio'] == 0.7

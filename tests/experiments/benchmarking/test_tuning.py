@@ -13,7 +13,7 @@ def _search(name, strategy='staged'):
   method = methods.METHODS[name]
   given = (('proximal_strength', 0.01),) if name == 'fedprox' else ()
   return tuning.Search(method=method, given=given, client_lrs=(0.03, 0.1, 0.3), server_lr=1.0,
-                       server_lrs=(1.0, 3.0) if method.tune_server_lr else (1.0,),
+                       server_lrs=(1.0, 3.0) if name == 'fedld' else (1.0,),
                        strategy=strategy)
 
 
@@ -142,3 +142,21 @@ def test_a_compositions_aggregator_grid_stays_in_the_aggregators_range():
                        - abs(c.client_lr - 0.1), []))
   assert choice.values['selection_ratio'] == 0.7 and 'selection_ratio' in choice.at_edge
   assert choice.values['proximal_strength'] == 0.01
+
+
+def test_tuning_choices_record_what_each_method_searched():
+  from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
+  search = dataclasses.replace(_search('fedavg'), server_lrs=(1.0, 2.0, 3.0), edge_steps=1)
+  choice = tuning.tune_method(search, dataset='digits', regime='digits:iid', epochs=1,
+                              evaluate=lambda c: (c.client_lr + c.server_lr / 10, 1))
+  out = grid.choice_to_dict(choice)
+  assert out['server_lrs_tried'][:3] == [1.0, 2.0, 3.0] and out['candidates'] == len(
+      choice.scores)
+  assert out['client_lrs_tried'][:3] == [0.03, 0.1, 0.3]
+  assert 9.0 in out['server_lrs_tried']  # extended past the top edge (x 3)
+
+
+def test_a_diverged_run_never_wins_even_at_a_finite_score():
+  assert math.isnan(tuning.score([{'last_k_accuracy': 0.4, 'diverged': True},
+                                  {'last_k_accuracy': 0.5, 'diverged': False}])[0])
+  assert tuning.score([{'last_k_accuracy': 0.4, 'diverged': 'False'}]) == (0.4, 1)

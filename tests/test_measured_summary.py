@@ -1,0 +1,86 @@
+"""README.md's summary and docs/methods.md's measured paragraphs agree with the results files
+they are generated from (experiments.benchmarking.summary), and the words follow Holm."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from experiments.benchmarking import report
+from experiments.benchmarking import runs
+from experiments.benchmarking import summary
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, 'README.md')
+METHODS = os.path.join(ROOT, 'docs', 'methods.md')
+
+
+def test_readme_summary_and_methods_paragraphs_match_their_results():
+  text = open(README).read()
+  measured = text[text.index('## What the comparison measured'):text.index('## Where to go')]
+  assert '<!-- measured: readme from docs/results;' in measured
+  assert summary.check_file(README) == []
+  assert summary.check_file(METHODS) == []
+  methods = open(METHODS).read()
+  for block in ('fedga_forms from docs/results;', 'fedga_forms from docs/results/fedga_setting;',
+                'fedld_revisions from docs/results;'):
+    assert f'<!-- measured: {block}' in methods
+  # Outside the generated blocks, no verdict against FedAvg and no "paper's setting" on data
+  # that is not the paper's.
+  for line in measured.splitlines():
+    if not line.startswith(('- `', '**', 'Statistic', 'Minimal', '<!--')):
+      for word in ('beats', 'loses', 'ties FedAvg'):
+        assert word not in line, line
+  assert "in its paper's setting" not in methods and "in its paper's setting" not in text
+
+
+def test_a_changed_number_or_verdict_is_caught(tmp_path):
+  text = open(README).read()
+  block_start = text.index('<!-- measured: readme')
+  for old, new in (('ties:', 'beats:'), ('(fedavg 0.', '(fedavg 1.')):
+    changed = text[:block_start] + text[block_start:].replace(old, new, 1)
+    assert changed != text
+    path = tmp_path / 'README.md'
+    path.write_text(changed)
+    assert summary.check_file(str(path)) == ['README.md: block readme (from docs/results)']
+    summary.write_file(str(path))
+    assert path.read_text() == text
+
+
+def _results(directory, pairs_by_seed):
+  """A results directory: fedavg and fedgh at the given last-5 accuracies per seed."""
+  os.makedirs(directory)
+  rows = []
+  for seed, values in enumerate(pairs_by_seed):
+    for method, value in zip(('fedavg', 'fedgh', 'fedprox'), values):
+      rows.append({'regime': 'digits:iid', 'dataset': 'digits', 'method': method,
+                   'algorithm': method, 'epochs': 1, 'seed': seed, 'client_lr': 0.1,
+                   'server_lr': 1.0, 'hparams': '{}', 'final_accuracy': value,
+                   'last_k_accuracy': value, 'diverged': False, 'diverged_round': None,
+                   'collapsed': False, 'accuracy_curve': runs.encode_curve([value])})
+  report.write_csv(os.path.join(directory, 'runs.csv'), rows, runs.RUN_COLUMNS)
+  with open(os.path.join(directory, 'config.json'), 'w') as f:
+    json.dump({'baseline': 'fedavg', 'regimes': ['digits:iid'],
+               'methods': ['fedavg', 'fedgh', 'fedprox'], 'epochs': [1], 'protocol': 2,
+               'report_seeds': list(range(len(pairs_by_seed))), 'equivalence_margin': 0.01,
+               'tuning': {'tune': False}}, f)
+
+
+def test_words_follow_holm_and_the_equivalence_margin(tmp_path):
+  # fedgh: +0.02 +- 0.001 over 10 seeds (beats after Holm); fedprox: +-0.001 (ties).
+  seeds = [(0.80, 0.82 + 0.001 * (s % 2), 0.80 + 0.001 * (-1) ** s) for s in range(10)]
+  _results(str(tmp_path / 'a'), seeds)
+  text = summary.render('readme', 'a', root=str(tmp_path))
+  assert 'beats: fedgh +0.020 [' in text and 'ties: fedprox' in text
+  assert 'Provisional' not in text
+  # Three seeds where fedgh's raw interval excludes 0 but Holm's adjustment does not keep it.
+  few = [(0.80, 0.83, 0.79), (0.80, 0.82, 0.80), (0.80, 0.84, 0.82)]
+  _results(str(tmp_path / 'b'), few)
+  found = report.comparisons(summary.load(str(tmp_path / 'b')).rows,
+                             summary.load(str(tmp_path / 'b')).config)
+  assert found[('digits:iid', 1, 'fedgh')].primary.excludes_zero
+  assert not found[('digits:iid', 1, 'fedgh')].significant
+  text = summary.render('readme', 'b', root=str(tmp_path))
+  assert 'beats:' not in text and 'inconclusive: fedgh +0.030' in text
+  assert '**Provisional**: 3 seeds.' in text
