@@ -71,18 +71,22 @@ def write_csv_atomically(path: str, columns: Sequence[str],
       writer.writerow([csv_cell(row.get(c)) for c in columns])
 
 
-def append_csv_rows(path: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
+def append_csv_rows(path: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]], *,
+                    sync: bool = True) -> None:
   """Appends `rows` to a CSV whose header is `columns` (as `write_csv_atomically` wrote it).
 
-  Not atomic, but cheap (a round's row, not the whole file): flushed and synced, so a write cut
-  short leaves at most one partial last line, which `experiments.metrics_io.read_metrics` drops.
+  Not atomic, but cheap (a round's row, not the whole file): flushed and, with `sync`, synced, so
+  a write cut short leaves at most one partial last line, which
+  `experiments.metrics_io.read_metrics` drops. Without `sync` a crash of the machine can lose the
+  last rows (the fsync costs several milliseconds).
   """
   with open(path, 'a', newline='') as f:
     writer = csv.writer(f)
     for row in rows:
       writer.writerow([csv_cell(row.get(c)) for c in columns])
     f.flush()
-    os.fsync(f.fileno())
+    if sync:
+      os.fsync(f.fileno())
 
 
 def remove_temporaries(directory: str, prefix: str = '') -> None:

@@ -211,14 +211,16 @@ class MetricsWriter:
     rows: the rows to start from (rounds 1..n, e.g. `read_metrics(path).rows[:n]`), in place of
       `keep_through_round`; with `columns`, their header.
     columns: the header of `rows`.
+    sync: whether each appended row is synced to disk (`files.append_csv_rows`).
   """
 
   def __init__(self, path: str, keep_through_round: int = 0, *,
                rows: Optional[Iterable[Mapping[str, Any]]] = None,
-               columns: Optional[Iterable[str]] = None):
+               columns: Optional[Iterable[str]] = None, sync: bool = True):
     if keep_through_round < 0:
       raise ValueError(f'keep_through_round must be >= 0, got {keep_through_round}')
     self._path = path
+    self._sync = sync
     self._rows: list[dict[str, Any]] = []
     self._columns: Optional[list[str]] = None
     if rows is not None:
@@ -257,7 +259,7 @@ class MetricsWriter:
     if new_header or not os.path.exists(self._path):
       files.write_csv_atomically(self._path, self._columns, self._rows)
     else:  # one line, not the whole file: a round's cost does not grow with the round number
-      files.append_csv_rows(self._path, self._columns, self._rows[-1:])
+      files.append_csv_rows(self._path, self._columns, self._rows[-1:], sync=self._sync)
 
 
 def _per_client_rows(path: str, through_round: int) -> list[dict[str, Any]]:
@@ -292,15 +294,19 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
     columns: the header of `rows`.
     always: names every row has, None where a round has no value (e.g. test metrics on rounds
       without evaluation), so the column set stays fixed.
+    sync: whether each round's lines are synced to disk (needed only where a run resumes from
+      its checkpoints: without them a rerun starts over).
   """
 
   def __init__(self, directory: str, *, rows: Optional[Sequence[Mapping[str, Any]]] = None,
-               columns: Optional[Sequence[str]] = None, always: Sequence[str] = ()):
+               columns: Optional[Sequence[str]] = None, always: Sequence[str] = (),
+               sync: bool = True):
     self.metrics_path = os.path.join(directory, METRICS_FILE)
     self.per_client_path = os.path.join(directory, PER_CLIENT_FILE)
     self._always = tuple(always)
     rows = list(rows or [])
-    self._table = MetricsWriter(self.metrics_path, rows=rows, columns=columns)
+    self._sync = sync
+    self._table = MetricsWriter(self.metrics_path, rows=rows, columns=columns, sync=sync)
     self._per_client = _per_client_rows(self.per_client_path, len(rows))
     if self._per_client or os.path.exists(self.per_client_path):
       files.write_csv_atomically(self.per_client_path, PER_CLIENT_COLUMNS, self._per_client)
@@ -324,7 +330,8 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
       new_rows = [{ROUND_COLUMN: int(key), 'name': name, 'client_index': i, 'value': float(v)}
                   for name, vector in vectors.items() for i, v in enumerate(vector)]
       if self._per_client and os.path.exists(self.per_client_path):
-        files.append_csv_rows(self.per_client_path, PER_CLIENT_COLUMNS, new_rows)
+        files.append_csv_rows(self.per_client_path, PER_CLIENT_COLUMNS, new_rows,
+                              sync=self._sync)
         self._per_client.extend(new_rows)
       else:
         self._per_client.extend(new_rows)

@@ -26,6 +26,7 @@ from experiments import checkpoints as checkpoints_lib
 from experiments import config as config_lib
 from experiments import metrics_io
 from experiments import progress as progress_lib
+from experiments import round_data
 from tff_conflict.learning import client_controls as client_controls_lib
 from tff_conflict.learning import scaffold as scaffold_lib
 
@@ -87,22 +88,8 @@ def sample_clients(client_ids: Sequence[str], num_clients: int, *, seed: int,
   return [client_ids[i] for i in chosen]
 
 
-def shuffle_seed(seed: int, round_num: int, client_index: int) -> int:
-  """A tf.data shuffle seed derived from (seed, round, position of the client in the round)."""
-  return int(np.random.default_rng([int(seed), int(round_num), int(client_index), 1])
-             .integers(0, 2**31 - 1))
-
-
-def preprocess(dataset: tf.data.Dataset, config: config_lib.LoopConfig, *, round_num: int = 0,
-               client_index: int = 0) -> tf.data.Dataset:
-  """Shuffle (seeded) -> repeat `client_epochs` -> batch `batch_size`."""
-  if config.shuffle_buffer > 0:
-    dataset = dataset.shuffle(config.shuffle_buffer,
-                              seed=shuffle_seed(config.seed, round_num, client_index),
-                              reshuffle_each_iteration=False)
-  if config.client_epochs > 1:
-    dataset = dataset.repeat(config.client_epochs)
-  return dataset.batch(config.batch_size)
+shuffle_seed = round_data.shuffle_seed
+preprocess = round_data.preprocess
 
 
 def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
@@ -334,8 +321,11 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
     start = _restore(manager, metrics_path, initial_state, config.rounds, notify, client_state)
   state, done = start.state, start.done
   manager.remove_after(done)
+  # Rows are synced only where a rerun resumes from a checkpoint; without checkpoints it starts
+  # over, so a row lost in a crash costs nothing.
   writer = metrics_io.MetricsReleaseManager(experiment_dir, rows=start.rows,
-                                            columns=start.columns, always=test_columns)
+                                            columns=start.columns, always=test_columns,
+                                            sync=config.checkpoint_every > 0)
   managers = [writer, *release_managers]
   if done == config.rounds:
     notify(f'all {config.rounds} rounds are already done ({metrics_path})')
@@ -343,6 +333,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
     notify(f'resuming from round {done}: running {_rounds(done + 1, config.rounds)} of '
            f'{config.rounds}')
 
+  make_datasets = round_data.RoundData(train_data, config)
+  # One event loop for the run's releases and saves (asyncio.run makes and closes one per call).
+  events = asyncio.new_event_loop()
   bar = None
   if show_progress and done < config.rounds:
     bar = progress_lib.Progress(config.rounds, done=done, label=label, stream=stream)
@@ -352,9 +345,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
     for round_num in range(done + 1, config.rounds + 1):
       sampled = sample_clients(client_ids, config.clients_per_round, seed=config.seed,
                                round_num=round_num)
-      datasets = [preprocess(train_data.create_tf_dataset_for_client(cid), config,
-                             round_num=round_num, client_index=i)
-                  for i, cid in enumerate(sampled)]
+      datasets = make_datasets(sampled, round_num)
       start_time = time.monotonic()
       output = runner.next(state, client_state.inputs(sampled, datasets))
       round_time = time.monotonic() - start_time
@@ -374,7 +365,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
         accuracy = test_metrics.get('test_accuracy')
       row.update(round_metrics)
       try:
-        asyncio.run(_release(managers, row, round_num))
+        events.run_until_complete(_release(managers, row, round_num))
       except ValueError as e:
         if round_num != done + 1 or not done:
           raise
@@ -383,7 +374,8 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
                           '--noresume to start over') from None
       finished_state, finished_round = state, round_num
       if config.is_checkpoint_round(round_num):
-        asyncio.run(manager.save(client_state.checkpoint(state, round_num), round_num))
+        events.run_until_complete(manager.save(client_state.checkpoint(state, round_num),
+                                               round_num))
         saved_round = round_num
       if bar is not None:
         if accuracy is not None:
@@ -396,13 +388,14 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
       bar.close()
       bar = None
     if config.checkpoint_every > 0 and finished_round > saved_round:
-      asyncio.run(manager.save(client_state.checkpoint(finished_state, finished_round),
-                               finished_round))
+      events.run_until_complete(
+          manager.save(client_state.checkpoint(finished_state, finished_round), finished_round))
       saved_round = finished_round
     e.args = (_interrupted_message(prefix, finished_round, saved_round, config.rounds,
                                    manager.root_dir),)
     raise
   finally:
+    events.close()
     if bar is not None:
       bar.close()
   return RunResult(experiment_dir=experiment_dir, rows=writer.rows, resumed_from=done,

@@ -2,6 +2,7 @@
 mean loss, per-class accuracy and label-skew diagnostics (docs/methods.md, "Evaluation")."""
 
 import collections
+import weakref
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -197,14 +198,31 @@ def _resolve_loss(loss) -> tf.keras.losses.Loss:
   return loss
 
 
+_forward_functions: 'weakref.WeakKeyDictionary[tf.keras.Model, Any]' = weakref.WeakKeyDictionary()
+
+
+def _forward(keras_model: tf.keras.Model) -> Callable[[np.ndarray], tf.Tensor]:
+  """`keras_model(x, training=False)` as a `tf.function` traced once per model (batches of any
+  size): an eager Keras call dispatches every layer's ops from Python, which costs more than the
+  arithmetic of a small model on a test split."""
+  forward = _forward_functions.get(keras_model)
+  if forward is None:
+    model = weakref.ref(keras_model)  # the cache must not keep the model alive
+    forward = tf.function(lambda x: model()(x, training=False), reduce_retracing=True,
+                          autograph=False)
+    _forward_functions[keras_model] = forward
+  return forward
+
+
 def _evaluate_model(keras_model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
                     num_classes: Optional[int], loss: tf.keras.losses.Loss, batch_size: int):
   """Predictions and metrics of a built model on arrays; returns (result, labels, predictions,
   per-example losses). Labels are checked against the model's output width before the loss runs.
   """
   logits = []
+  forward = _forward(keras_model)
   for start in range(0, x.shape[0], batch_size):
-    logits.append(np.asarray(keras_model(x[start:start + batch_size], training=False)))
+    logits.append(np.asarray(forward(x[start:start + batch_size])))
   logits = np.concatenate(logits)
   if logits.ndim != 2:
     raise ValueError('the model must output [batch, num_classes] logits, got shape '
