@@ -424,49 +424,19 @@ def test_random_ops_draw_anew_each_round_and_assertions_run():
   assert len(set(totals)) == 3  # three different draws: the values depend on the call count
 
 
-def _chunked_and_per_client_rounds(process, data, rounds=2):
-  """The same rounds with several clients per TensorFlow call and with one call per client."""
-  initial = process.initialize()
-  chunked = inprocess.InProcessRunner(process, clients_per_call=4)
-  per_client = inprocess.InProcessRunner(process, clients_per_call=1)
-  assert chunked.clients_per_call == 4 and per_client.clients_per_call == 1
-  return (_run_rounds(chunked, data, rounds, state=initial),
-          _run_rounds(per_client, data, rounds, state=initial))
 
-
-@pytest.mark.parametrize('name', ['fedavg', 'fedgh', 'fed_corrective'])
-def test_clients_per_call_equals_one_call_per_client(name):
-  """Chunks of 4 clients (11 clients: 4 + 4 + 3, two of them empty) give the results of one call
-  per client: the chain, and the gathered rows and binary counter of merges."""
-  process = _learning_builders()[name](
-      make_tiny_keras_model, input_spec=_input_spec(),
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1))
-  data = make_tiny_client_datasets(num_clients=11)
-  data[3], data[9] = data[3].take(0), data[9].take(0)
-  (state, outputs), (ref_state, ref_outputs) = _chunked_and_per_client_rounds(process, data)
-  assert_same_result(state, ref_state, atol=1e-7)
-  for output, ref_output in zip(outputs, ref_outputs):
-    assert_same_result(output, ref_output, atol=1e-7)
-
-
-def test_clients_per_call_stacks_in_client_order():
-  """A stacking aggregate over 11 clients in chunks of 4 (some adding no row) equals the C++
-  runtime's stack."""
+def test_buffered_stack_over_several_merge_blocks():
+  """37 clients (merged in blocks of 16, 16 and 5, some adding no row) stack and sum as in the
+  C++ runtime and as with one merge per client ('tree')."""
   process = _stacking_process(keep_positive_only=True)
-  values, data = _random_client_values(5, num_clients=11)
+  values, data = _random_client_values(7, num_clients=37)
   cpp_stacked, cpp_total = process.next(process.initialize(), data)
-  runner = inprocess.InProcessRunner(process, clients_per_call=4)
-  assert runner.clients_per_call == 4 and runner.buffered_leaves == (0,)
+  runner = inprocess.InProcessRunner(process)
+  assert runner.buffered_leaves == (0,)
   stacked, total = runner.next(runner.initialize(), data)
   np.testing.assert_array_equal(stacked, cpp_stacked)
   np.testing.assert_allclose(total, cpp_total, rtol=1e-5)
-
-
-def test_clients_per_call_falls_back_to_one_call_per_client():
-  """Random ops in `work` (each kernel keeps its generator's state), secure sums and several
-  threads run one call per client."""
-  assert inprocess.InProcessRunner(_random_and_asserting_process()).clients_per_call == 1
-  assert inprocess.InProcessRunner(_secure_process()).clients_per_call == 1
-  assert inprocess.InProcessRunner(_fed_avg(), num_threads=2).clients_per_call == 1
-  with pytest.raises(ValueError, match='clients_per_call'):
-    inprocess.InProcessRunner(_fed_avg(), clients_per_call=3)
+  tree = inprocess.InProcessRunner(process, accumulation='tree')
+  tree_stacked, tree_total = tree.next(tree.initialize(), data)
+  np.testing.assert_array_equal(stacked, tree_stacked)
+  np.testing.assert_array_equal(total, tree_total)

@@ -19,7 +19,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_conflict import _compat
-from tff_conflict.runtime import _cohort
+from tff_conflict.runtime import _merge_blocks
 from tff_conflict.runtime import _row_buffer
 from tff_conflict.runtime import _tf_stamp
 
@@ -73,14 +73,6 @@ class _ClientStep:
   def input_specs(self) -> list[tf.TensorSpec]:
     return self._work.input_specs
 
-  @property
-  def work(self) -> _tf_stamp.StampedComputation:
-    return self._work
-
-  @property
-  def replayable(self) -> bool:
-    return self._work.replayable
-
   def work_only(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
     return self._work.call_tensors(tensors)
 
@@ -120,7 +112,7 @@ class InProcessRunner:
   """
 
   def __init__(self, learning_process: Any, *, num_threads: int = 1,
-               accumulation: str = 'buffered', clients_per_call: int = 8):
+               accumulation: str = 'buffered'):
     """Compiles `learning_process.next` to MapReduceForm and stamps its components.
 
     Args:
@@ -130,11 +122,6 @@ class InProcessRunner:
       num_threads: how many clients' `work` run at once (>= 1).
       accumulation: 'buffered' (default), 'tree' or 'sequential' (TFF's order); see the module
         docstring.
-      clients_per_call: with one thread, how many clients' `work` (and their `accumulate` and
-        `merge`) run in one TensorFlow call, a power of two; 1: one call per client. Used for the
-        chain and for buffered stacks, when `work` has no random, print, queue or table op and
-        there are no secure sums; otherwise, or when the clients' computations cannot be traced
-        together, one call per client. The results are the same either way.
 
     Raises:
       ValueError: for a bad argument, or if `next`/`initialize` cannot be compiled to
@@ -142,10 +129,6 @@ class InProcessRunner:
     """
     if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
       raise ValueError(f'num_threads must be a positive integer, got {num_threads!r}')
-    if (isinstance(clients_per_call, bool) or not isinstance(clients_per_call, int)
-        or clients_per_call < 1 or clients_per_call & (clients_per_call - 1)):
-      raise ValueError(f'clients_per_call must be a power of two (1, 2, 4, ...), got '
-                       f'{clients_per_call!r}')
     if accumulation not in _ACCUMULATIONS:
       raise ValueError(f'accumulation must be one of {_ACCUMULATIONS}, got {accumulation!r}')
     for attr in ('initialize', 'next'):
@@ -194,8 +177,7 @@ class InProcessRunner:
     self._work_sizes = [len(_tf_stamp.flat_specs(mrf.work.type_signature.result[i]))
                         for i in range(4)]
     self._steps: 'queue.SimpleQueue[_ClientStep]' = queue.SimpleQueue()
-    first_step = self._new_step()
-    self._steps.put(first_step)
+    self._steps.put(self._new_step())
     stamp = functools.partial(_tf_stamp.StampedComputation, optimize=False)
     self._zero = stamp(mrf.zero, 'zero')
     self._accumulate = stamp(mrf.accumulate, 'accumulate')
@@ -212,14 +194,8 @@ class InProcessRunner:
     self._buffer_row_shapes: dict[int, tuple[int, ...]] = {}
     if accumulation == 'buffered' and growing:
       self._buffered_leaves, self._buffer_row_shapes = self._find_buffered_leaves()
-    self._clients_per_call = clients_per_call
-    self._cohort = None
-    if (clients_per_call > 1 and num_threads == 1 and not self._secure
-        and first_step.replayable and (self._chain or self._buffered_leaves)):
-      self._cohort = _cohort.CohortCalls(
-          functools.partial(_tf_stamp.StampedComputation, mrf.work, 'work'), self._accumulate, self._merge, self._accumulator_specs,
-          len(self._data_specs), self._work_sizes[0],
-          None if self._chain else self._buffered_leaves)
+    self._merge_block = (None if self._chain
+                         else _merge_blocks.MergeBlocks(self._merge, self._accumulator_specs))
     self._model_weight_fns: dict[str, _tf_stamp.StampedComputation] = {}
     self._cached_state: tuple[list[Any], list[tf.Tensor]] | None = None
     self._num_state_leaves = len(_tf_stamp.flat_specs(self._state_type.member))
@@ -248,11 +224,6 @@ class InProcessRunner:
   def map_reduce_form(self) -> Any:
     """The `tff.backends.mapreduce.MapReduceForm` this runner executes."""
     return self._mrf
-
-  @property
-  def clients_per_call(self) -> int:
-    """How many clients' work run in one TensorFlow call (1: one call per client)."""
-    return self._clients_per_call if self._cohort is not None else 1
 
   @property
   def buffered_leaves(self) -> tuple[int, ...]:
@@ -397,17 +368,26 @@ class InProcessRunner:
       yield outputs[n_update:]
     return acc
 
+  def _single_results(self, flat_clients, client_input, zero):
+    """Yields each client's `accumulate(zero, update_k)` and secure parts, in client order: one
+    TensorFlow call per client (fused `work` and `accumulate`) with one thread; with more,
+    `work` runs in parallel and `accumulate` here."""
+    n_update = self._work_sizes[0]
+    n_acc = len(self._accumulator_specs)
+    if self._num_threads == 1:
+      for flat_data in flat_clients:
+        outputs = self._with_step('accumulated', flat_data + client_input + zero,
+                                  self._accumulate)
+        yield outputs[:n_acc], outputs[n_acc:]
+      return
+    for outputs in self._client_results(flat_clients, client_input):
+      yield self._accumulate.call_tensors(zero + outputs[:n_update]), outputs[n_update:]
+
   def _aggregate(self, flat_clients, client_input):
     """federated_aggregate (and the secure sums) over the clients' `work` outputs."""
     n_update, n_bits, n_max, n_mod = self._work_sizes
     zero = self._zero.call_tensors([])
     secure_totals = None
-    if self._cohort is not None and flat_clients:
-      try:
-        return self._aggregate_in_chunks(flat_clients, client_input, zero), []
-      except _cohort.CannotFuse:
-        self._cohort = None  # from now on one call per client
-
     if self._chain:
       chain = self._chain_results(flat_clients, client_input, zero)
       while True:
@@ -426,23 +406,25 @@ class InProcessRunner:
                                             len(flat_clients))
                    for i in self._buffered_leaves}
       stack: list[tuple[int, list[tf.Tensor]]] = []  # (number of clients, accumulator)
-      for outputs in self._client_results(flat_clients, client_input):
-        update, secure = outputs[:n_update], outputs[n_update:]
-        del outputs
+      block: list[list[tf.Tensor]] = []  # singles not yet merged (buffered: their rows are out)
+      for single, secure in self._single_results(flat_clients, client_input, zero):
         if self._secure:
           secure_totals = self._add_secure(secure_totals, secure)
-        single = self._accumulate.call_tensors(zero + update)
-        del update
         for i, buffer in buffers.items():  # rows go to the buffer; the merges see no rows
           buffer.append(single[i])
           single[i] = zero[i]
-        count = 1
-        while stack and stack[-1][0] == count:
-          prev_count, prev = stack.pop()
-          single = self._merge.call_tensors(prev + single)
-          count += prev_count
-        stack.append((count, single))
+        if not buffers:
+          _merge_blocks.push(stack, 1, single, self._merge)
+          continue
+        block.append(single)
         del single
+        if len(block) == _merge_blocks.BLOCK:
+          for count, item in self._merge_block(block):
+            _merge_blocks.push(stack, count, item, self._merge)
+          block = []
+      if block:
+        for count, item in self._merge_block(block):
+          _merge_blocks.push(stack, count, item, self._merge)
       acc = zero
       if stack:
         _, acc = stack.pop()
@@ -455,42 +437,6 @@ class InProcessRunner:
           acc[i] = buffer.to_tensor() if buffer.size else zero[i]
     secure_sums = self._finish_secure(secure_totals, (n_bits, n_max, n_mod))
     return acc, secure_sums
-
-  def _aggregate_in_chunks(self, flat_clients, client_input, zero):
-    """`_aggregate` with `clients_per_call` clients per call (no secure sums): the same chain, or
-    the same rows and binary counter of merges (chunks start at multiples of a power of two, so
-    each full chunk is one complete subtree of the counter)."""
-    size = self._clients_per_call
-    chunks = [flat_clients[i:i + size] for i in range(0, len(flat_clients), size)]
-    if self._chain:
-      acc = zero
-      for chunk in chunks:
-        acc = self._cohort.chain(chunk, client_input, acc)
-      return acc
-    specs = self._accumulator_specs
-    buffers = {i: _row_buffer.RowBuffer(self._buffer_row_shapes[i], specs[i].dtype,
-                                        len(flat_clients))
-               for i in self._buffered_leaves}
-    stack: list[tuple[int, list[tf.Tensor]]] = []
-    for chunk in chunks:
-      rows, items = self._cohort.gather(chunk, client_input, zero)
-      for i, block in zip(self._buffered_leaves, rows):
-        buffers[i].append(block)
-      del rows
-      for count, single in items:
-        while stack and stack[-1][0] == count:
-          prev_count, prev = stack.pop()
-          single = self._merge.call_tensors(prev + single)
-          count += prev_count
-        stack.append((count, single))
-    _, acc = stack.pop()
-    while stack:
-      _, prev = stack.pop()
-      acc = self._merge.call_tensors(prev + acc)
-    acc = list(acc)
-    for i, buffer in buffers.items():
-      acc[i] = buffer.to_tensor() if buffer.size else zero[i]
-    return acc
 
   def _add_secure(self, totals, secure):
     values = [np.asarray(t) for t in secure]
