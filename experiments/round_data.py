@@ -3,6 +3,7 @@ seed, round and position), repeated E times and batched (`preprocess`), all made
 TensorFlow call per cohort size (`RoundData`), or one by one where that cannot be traced.
 """
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,18 @@ def preprocess(dataset: tf.data.Dataset, config: config_lib.LoopConfig, *, round
   return _pipeline(dataset, config, seed)
 
 
+# Traced functions per client data (alive as long as it is) and (pipeline settings, cohort size):
+# kept across runs, which share client data and settings.
+_FUNCTIONS: 'weakref.WeakKeyDictionary[Any, dict[tuple, Any]]' = weakref.WeakKeyDictionary()
+
+
+def _functions_of(train_data: Any) -> dict[tuple, Any]:
+  try:
+    return _FUNCTIONS.setdefault(train_data, {})
+  except TypeError:  # not weakly referenceable: traced per run
+    return {}
+
+
 class RoundData:
   """`preprocess(train_data.create_tf_dataset_for_client(cid), config, round_num=r,
   client_index=i)` for a round's clients, with the same elements.
@@ -48,7 +61,7 @@ class RoundData:
   def __init__(self, train_data: Any, config: config_lib.LoopConfig):
     self._train_data = train_data
     self._config = config
-    self._functions: dict[int, Any] = {}
+    self._functions = _functions_of(train_data)
     self._element_spec = None
     self._traceable = True
 
@@ -71,25 +84,23 @@ class RoundData:
 
   def __call__(self, client_ids: Sequence[str], round_num: int) -> list[tf.data.Dataset]:
     """The datasets of `client_ids` (in this order) in round `round_num`."""
+    config = self._config
     k = len(client_ids)
+    key = (config.shuffle_buffer, config.client_epochs, config.batch_size, k)
     if not self._traceable or not k:
       return self._one_by_one(client_ids, round_num)
     if self._element_spec is None:
       first = self._one_by_one(client_ids[:1], round_num)
       self._element_spec = first[0].element_spec
-    if k not in self._functions:
+    if key not in self._functions:
       try:
-        self._functions[k] = self._trace(k)
+        function = self._trace(k)
       except Exception:  # pylint: disable=broad-except
         self._traceable = False  # e.g. a dataset function that runs Python on the client id
         return self._one_by_one(client_ids, round_num)
-      outputs = self._functions[k].structured_outputs
-      if len(outputs) != k:
-        self._traceable = False
-        return self._one_by_one(client_ids, round_num)
-    config = self._config
+      self._functions[key] = function
     seeds = [shuffle_seed(config.seed, round_num, i) if config.shuffle_buffer > 0 else 0
              for i in range(k)]
-    variants = self._functions[k](tf.constant(list(client_ids), tf.string),
+    variants = self._functions[key](tf.constant(list(client_ids), tf.string),
                                   tf.constant(seeds, tf.int64))
     return [tf.data.experimental.from_variant(v, self._element_spec) for v in variants]

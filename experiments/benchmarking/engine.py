@@ -13,6 +13,7 @@ import json
 import os
 import time
 import traceback
+import weakref
 from typing import Any, Callable, Optional, TextIO
 
 import numpy as np
@@ -73,8 +74,14 @@ class _RunRunner:
     return output
 
   def get_model_weights(self, state):
-    # The runner's own (`runtime.make_runner` gives every runner one): the training loop
-    # evaluates with it, so an in-process run never goes through TFF's runtime.
+    # The benchmark's processes are composed learning processes (`learning.build_process`),
+    # whose `get_model_weights` returns the state's `global_model_weights`: read it directly.
+    # Otherwise the runner's own (`runtime.make_runner` gives every runner one), so that an
+    # in-process run never goes through TFF's runtime.
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    weights = getattr(state, 'global_model_weights', None)
+    if isinstance(weights, tff.learning.models.ModelWeights):
+      return weights
     return self._runner.get_model_weights(state)
 
 
@@ -86,6 +93,27 @@ def _pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
   if not xs:
     raise ValueError('the evaluation split holds no examples')
   return np.concatenate(xs), np.concatenate(ys)
+
+
+_assign_functions: 'weakref.WeakKeyDictionary[tf.keras.Model, Any]' = weakref.WeakKeyDictionary()
+
+
+def _assign_function(model: tf.keras.Model) -> Callable[[list], None]:
+  """`ModelWeights.assign_weights_to(model)` as one traced call (trainable weights, then
+  non-trainable), traced once per model; eager, each assignment is a Python-dispatched op."""
+  assign = _assign_functions.get(model)
+  if assign is None:
+    variables = list(model.trainable_weights) + list(model.non_trainable_weights)
+    refs = [weakref.ref(v) for v in variables]  # the cache must not keep the model alive
+
+    def assign_all(values):
+      for ref, value in zip(refs, values):
+        ref().assign(value)
+
+    assign = tf.function(assign_all, autograph=False,
+                         input_signature=[[tf.TensorSpec(v.shape, v.dtype) for v in variables]])
+    _assign_functions[model] = assign
+  return assign
 
 
 class Engine:
@@ -266,7 +294,7 @@ class Engine:
       if model_key not in self._eval_models:
         self._eval_models[model_key] = architectures.get(spec.model)(shape, classes, seed=0)
       model = self._eval_models[model_key]
-      model_weights.assign_weights_to(model)
+      _assign_function(model)(list(model_weights.trainable) + list(model_weights.non_trainable))
       result = evaluation.evaluate_arrays(model, x, y, num_classes=classes)
       last['confusion_matrix'] = np.asarray(result['confusion_matrix']).tolist()
       out = collections.OrderedDict()
