@@ -159,7 +159,7 @@ def _benchmark(rounds: int):
   """seconds_per_round and the whole round of the engine's FedAvg run on the digits10 setting."""
   from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
   settings = dict(regimes='digits:dir(0.1)', methods='fedavg', epochs=['1'],
-                  report_seeds=['0', '1'],
+                  report_seeds=['0', '1'], vary_partition=False,
                   rounds=rounds, clients_per_round=10, client_batch_size=20,
                   models='digits:mlp', tune=False, runtime='inprocess', progress=False,
                   output_dir=tempfile.mkdtemp(prefix='round_floor_'))
