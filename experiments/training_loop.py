@@ -19,7 +19,6 @@ import time
 from typing import Any, Callable, Mapping, Optional, Sequence, TextIO
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiments import checkpoints as checkpoints_lib

@@ -21,7 +21,7 @@ Workloads: `digits10` (10 clients of `data.digits(num_clients=20, alpha=0.1, see
 setting (FedAvg, `digits:dir(0.1)`, 10 clients per round, batch 20, E = 1, untuned, in process)
 and prints its `seconds_per_round` (the runner's round) and its whole round (`(run_seconds -
 first_round_s) / (N - 1)`: datasets, round, evaluation, metrics) in the second of two runs (seeds
-0 and 1; the first builds the process and traces what runs reuse) against the digits10 floor
+0 and 1 on one partition; the first builds the process and traces what runs reuse) against the digits10 floor
 measured before and after it. `--estimate` then runs `python -m perf.benchmark_grid
 --preset=results` (the results preset's estimated wall time; several minutes).
 """
