@@ -69,13 +69,17 @@ class RoundData:
     dataset_fn = self._train_data.serializable_dataset_fn
     config = self._config
 
+    specs = []
+
     def make(client_ids, seeds):
-      return [tf.data.experimental.to_variant(_pipeline(dataset_fn(client_ids[i]), config,
-                                                        seeds[i]))
-              for i in range(k)]
+      datasets = [_pipeline(dataset_fn(client_ids[i]), config, seeds[i]) for i in range(k)]
+      specs.extend(d.element_spec for d in datasets)
+      return [tf.data.experimental.to_variant(d) for d in datasets]
 
     signature = [tf.TensorSpec([k], tf.string), tf.TensorSpec([k], tf.int64)]
-    return tf.function(make, input_signature=signature, autograph=False).get_concrete_function()
+    function = tf.function(make, input_signature=signature,
+                           autograph=False).get_concrete_function()
+    return function, specs
 
   def _one_by_one(self, client_ids, round_num):
     return [preprocess(self._train_data.create_tf_dataset_for_client(cid), self._config,
@@ -94,13 +98,15 @@ class RoundData:
       self._element_spec = first[0].element_spec
     if key not in self._functions:
       try:
-        function = self._trace(k)
+        self._functions[key] = self._trace(k)
       except Exception:  # pylint: disable=broad-except
         self._traceable = False  # e.g. a dataset function that runs Python on the client id
         return self._one_by_one(client_ids, round_num)
-      self._functions[key] = function
+    function, specs = self._functions[key]
+    if any(spec != self._element_spec for spec in specs):
+      self._traceable = False  # traced, the datasets would have other shapes or types
+      return self._one_by_one(client_ids, round_num)
     seeds = [shuffle_seed(config.seed, round_num, i) if config.shuffle_buffer > 0 else 0
              for i in range(k)]
-    variants = self._functions[key](tf.constant(list(client_ids), tf.string),
-                                  tf.constant(seeds, tf.int64))
+    variants = function(tf.constant(list(client_ids), tf.string), tf.constant(seeds, tf.int64))
     return [tf.data.experimental.from_variant(v, self._element_spec) for v in variants]

@@ -4,6 +4,7 @@ whose dataset function cannot be traced is read one client at a time."""
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiments import config as config_lib
@@ -79,6 +80,27 @@ class _EagerOnlyClientData(tff.simulation.datasets.ClientData):
 def test_untraceable_client_data_is_read_one_client_at_a_time():
   inner = _client_data('arrays')
   train = _EagerOnlyClientData(inner)
+  config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=0)
+  ids = train.client_ids[:2]
+  expected = [round_data.preprocess(inner.create_tf_dataset_for_client(cid), config,
+                                    round_num=1, client_index=i) for i, cid in enumerate(ids)]
+  _assert_same_datasets(round_data.RoundData(train, config)(ids, 1), expected)
+
+
+class _OtherShapesWhenTracedClientData(_EagerOnlyClientData):
+  """Client data whose traced dataset function loses the examples' shape (a traced dataset
+  would have another element spec than the eager one)."""
+
+  def _dataset_fn(self, client_id):
+    dataset = self._inner.serializable_dataset_fn(client_id)
+    if tf.executing_eagerly():
+      return dataset
+    return dataset.map(lambda e: {'x': tf.reshape(e['x'], [-1]), 'y': e['y']})
+
+
+def test_client_data_traced_to_other_shapes_is_read_one_client_at_a_time():
+  inner = _client_data('arrays')
+  train = _OtherShapesWhenTracedClientData(inner)
   config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=0)
   ids = train.client_ids[:2]
   expected = [round_data.preprocess(inner.create_tf_dataset_for_client(cid), config,
