@@ -131,6 +131,9 @@ with flags_lib.record_group('benchmark'):
   flags.DEFINE_enum('tuning_strategy', _D(_T, 'strategy'), ['staged', 'product'],
                     'staged: client lr first, then the method\'s grid; product: every '
                     'combination.')
+  flags.DEFINE_enum('tuning_schedule', _D(_T, 'schedule'), ['full', 'halving'],
+                    'full: every candidate runs every round; halving: successive halving over '
+                    'rounds (the best third of each rung runs 3x longer).')
   flags.DEFINE_integer('tuning_last_k', _D(_T, 'last_k'), 'A tuning run\'s score: mean validation accuracy of '
                        'its last K rounds.')
   flags.DEFINE_integer('tuning_edge_steps', _D(_T, 'edge_steps'), 'When a numeric grid\'s best '
@@ -350,7 +353,8 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         tune_epochs=_ints('tune_epochs'), client_lr_grid=_floats('client_lr_grid'),
         server_lr_grid=_floats('server_lr_grid'), tune_server_lr=FLAGS.tune_server_lr,
         grids=config_lib.parse_grids(FLAGS.grids),
-        strategy=FLAGS.tuning_strategy, last_k=FLAGS.tuning_last_k,
+        strategy=FLAGS.tuning_strategy, schedule=FLAGS.tuning_schedule,
+        last_k=FLAGS.tuning_last_k,
         edge_steps=FLAGS.tuning_edge_steps, edge_factor=FLAGS.tuning_edge_factor,
         validation_fraction=FLAGS.validation_fraction)
     return config_lib.BenchmarkConfig(

@@ -132,6 +132,8 @@ class TuningConfig:
     edge_steps: how many times a numeric grid whose best value is at its edge is extended past
       it (per dimension and side; 0: never); a best value still at an edge is reported.
     edge_factor: each extension multiplies (divides) the edge value by this factor (> 1).
+    schedule: 'full': every candidate runs every round; 'halving': successive halving over
+      rounds (`experiments.benchmarking.tuning`), only the best third of each rung runs longer.
   """
   tune: bool = True
   tuning_seeds: tuple = (100, 101)
@@ -146,6 +148,7 @@ class TuningConfig:
   validation_fraction: float = 0.2
   edge_steps: int = 3
   edge_factor: float = 3.0
+  schedule: str = 'full'
 
   def __post_init__(self):
     _require('tune', self.tune, isinstance(self.tune, bool), 'True or False')
@@ -159,6 +162,8 @@ class TuningConfig:
                'a non-empty list of finite numbers > 0')
     experiment_config.require('tuning_strategy', self.strategy,
                               experiment_config.one_of(('staged', 'product')))
+    experiment_config.require('tuning_schedule', self.schedule,
+                              experiment_config.one_of(('full', 'halving')))
     experiment_config.require('tuning_last_k', self.last_k, experiment_config.at_least(1))
     experiment_config.require('tuning_edge_steps', self.edge_steps, experiment_config.at_least(0))
     _require('tuning_edge_factor', self.edge_factor,

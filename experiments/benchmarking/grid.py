@@ -71,10 +71,13 @@ def _tune(plan: plan_lib.Plan, engine, progress) -> list[tuning_lib.Choice]:
   choices = []
   for task in plan.tuning:
 
-    def evaluate(candidate, task=task):
+    def evaluate(candidate, task=task, rounds=None):
       summaries = []
       for seed in task.seeds:
         spec = plan.tuning_spec(task, candidate, seed)
+        if rounds is not None and rounds != spec.rounds:  # a shorter rung of halving
+          spec = dataclasses.replace(spec, rounds=rounds,
+                                     candidate=f'{spec.candidate} @{rounds} rounds')
         progress.start_run(spec.rounds, spec.label())
         summaries.append(engine.run(spec))
         progress.end_run()

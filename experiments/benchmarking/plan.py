@@ -271,7 +271,9 @@ def _method_plan(config: config_lib.BenchmarkConfig, name: str) -> MethodPlan:
                              client_lrs=client_lrs, server_lr=server_lr, server_lrs=server_lrs,
                              strategy=config.tuning.strategy,
                              edge_steps=config.tuning.edge_steps,
-                             edge_factor=config.tuning.edge_factor)
+                             edge_factor=config.tuning.edge_factor,
+                             schedule=config.tuning.schedule, rounds=config.loop.rounds,
+                             min_rounds=config.tuning.last_k)
   return MethodPlan(method=method, given=tuple(sorted(given.items())), client_lr=client_lr,
                     server_lr=server_lr, search=search)
 

@@ -20,6 +20,14 @@ of a numeric dimension (client lr, server lr, a numeric grid argument) is the la
 tried, that grid is extended geometrically past the edge (`extend_edges`), every method alike; a
 value still at an edge after `edge_steps` extensions or at its valid range's bound is reported
 in `Choice.at_edge`.
+
+Schedule (`TuningConfig.schedule`): 'full' runs every candidate to the end; 'halving'
+(successive halving, Jamieson and Talwalkar, "Non-stochastic Best Arm Identification and
+Hyperparameter Optimization", AISTATS 2016, arXiv:1502.07943) runs each batch of at least
+`HALVING_RATE` new candidates (a stage, or the product) for `rounds / 3^s` rounds, keeps the best
+third, runs those 3x longer, and so on; only the last third runs to the end and gets a score. A
+candidate stopped early is recorded with score NaN and 0 finished seeds, and counts as tried
+for the edge extension (which runs its one candidate at a time to the end).
 """
 
 import dataclasses
@@ -93,6 +101,9 @@ class Search:
     edge_steps: how many times a numeric grid whose best value is at an edge is extended past
       that edge (per dimension and side); 0: never.
     edge_factor: each extension multiplies (or divides) the edge value by this factor.
+    schedule: 'full' or 'halving' (module docstring).
+    rounds: a run's rounds (halving's last rung).
+    min_rounds: halving's first rung has at least this many rounds (the score's last k).
   """
   method: methods_lib.Method
   given: tuple
@@ -102,6 +113,39 @@ class Search:
   strategy: str = 'staged'
   edge_steps: int = 0
   edge_factor: float = 3.0
+  schedule: str = 'full'
+  rounds: int = 0
+  min_rounds: int = 1
+
+
+HALVING_RATE = 3  # successive halving keeps the best 1 / HALVING_RATE at each rung
+
+
+def rungs(rounds: int, num_candidates: int, min_rounds: int) -> list[int]:
+  """Successive halving's run lengths, shortest first, the last `rounds`: `rounds // 3^j` for
+  j = s..0, s the most rungs below `rounds` that `num_candidates` fill (3^s <= num_candidates)
+  with at least `min_rounds` rounds each."""
+  s = 0
+  while (HALVING_RATE ** (s + 1) <= num_candidates
+         and rounds // HALVING_RATE ** (s + 1) >= max(min_rounds, 1)):
+    s += 1
+  return [rounds // HALVING_RATE ** j for j in range(s, -1, -1)]
+
+
+def halve(candidates: Sequence['Candidate'], lengths: Sequence[int],
+          evaluate: Callable[..., tuple[float, int]]) -> list['Candidate']:
+  """The candidates that survive every rung but the last of `lengths`: at each, every candidate
+  left runs that many rounds (`evaluate(candidate, rounds=n)`) and the best
+  ceil(n / HALVING_RATE) are kept (NaN scores last, ties: the first listed), in listed order."""
+  alive = list(candidates)
+  for length in lengths[:-1]:
+    scores = [evaluate(candidate, rounds=length)[0] for candidate in alive]
+    keep = max(1, math.ceil(len(alive) / HALVING_RATE))
+    order = sorted(range(len(alive)), key=lambda i: (not math.isfinite(scores[i]),
+                                                     -scores[i] if math.isfinite(scores[i])
+                                                     else 0.0, i))
+    alive = [alive[i] for i in sorted(order[:keep])]
+  return alive
 
 
 def _grid_product(method: methods_lib.Method, server_lrs: Sequence[float]):
@@ -235,15 +279,21 @@ RunFn = Callable[[Candidate], tuple[float, int]]
 def tune_method(search: Search, *, dataset: str, regime: str, epochs: int,
                 evaluate: RunFn) -> Choice:
   """Tunes one method; `evaluate(candidate)` runs it on every tuning seed and returns
-  (score, finished seeds)."""
+  (score, finished seeds); with halving, `evaluate(candidate, rounds=n)` runs n rounds."""
   scored: list[tuple[Candidate, float, int]] = []
   seen: dict[str, tuple[float, int]] = {}
 
   def try_all(candidates_):
-    for candidate in candidates_:
-      if candidate.name not in seen:
+    new = list({c.name: c for c in candidates_ if c.name not in seen}.values())
+    survivors = new
+    if search.schedule == 'halving' and len(new) >= HALVING_RATE:
+      survivors = halve(new, rungs(search.rounds, len(new), search.min_rounds), evaluate)
+    for candidate in new:
+      if candidate in survivors:
         seen[candidate.name] = evaluate(candidate)
-        scored.append((candidate, *seen[candidate.name]))
+      else:
+        seen[candidate.name] = (float('nan'), 0)  # stopped early by halving
+      scored.append((candidate, *seen[candidate.name]))
 
   if search.strategy == 'product':
     try_all(product(search))

@@ -160,3 +160,53 @@ def test_a_diverged_run_never_wins_even_at_a_finite_score():
   assert math.isnan(tuning.score([{'last_k_accuracy': 0.4, 'diverged': True},
                                   {'last_k_accuracy': 0.5, 'diverged': False}])[0])
   assert tuning.score([{'last_k_accuracy': 0.4, 'diverged': 'False'}]) == (0.4, 1)
+
+
+def test_rungs():
+  assert tuning.rungs(50, 9, 5) == [5, 16, 50]
+  assert tuning.rungs(50, 8, 5) == [16, 50]
+  assert tuning.rungs(50, 27, 5) == [5, 16, 50]  # 50 // 27 = 1 round is below the last k
+  assert tuning.rungs(50, 2, 5) == [50]
+  assert tuning.rungs(10, 9, 5) == [10]
+
+
+def _learning_curves(calls):
+  """A made-up validation score after `rounds` rounds: each candidate's curve rises to its own
+  level, faster for larger client lrs, with noise-free values; the best at 50 rounds is lr 0.1
+  with proximal_strength 0.01 (lr 0.3 leads early and is overtaken)."""
+  levels = {0.01: 0.60, 0.03: 0.70, 0.1: 0.80, 0.3: 0.74, 1.0: 0.20}
+  speeds = {0.01: 0.02, 0.03: 0.05, 0.1: 0.08, 0.3: 0.50, 1.0: 0.50}
+  mu_bonus = {0.001: 0.0, 0.01: 0.03, 0.1: 0.01, 1.0: -0.05}
+
+  def evaluate(candidate, rounds=50):
+    calls.append((candidate.name, rounds))
+    lr = candidate.client_lr
+    mu = dict(candidate.tuned)['proximal_strength']
+    return (levels[lr] + mu_bonus[mu]) * (1 - math.exp(-speeds[lr] * rounds)), 2
+  return evaluate
+
+
+def test_halving_chooses_as_the_full_search_with_fewer_full_runs():
+  """On a small grid (5 client lrs, then 4 proximal strengths, edges extended), successive
+  halving picks the full search's choice; it runs fewer candidates to the end and fewer rounds
+  in all."""
+  base = dict(method=methods.METHODS['fedprox'], given=(('proximal_strength', 0.01),),
+              client_lrs=(0.01, 0.03, 0.1, 0.3, 1.0), server_lr=1.0, server_lrs=(1.0,),
+              edge_steps=1, rounds=50, min_rounds=5)
+  choices, calls = {}, {}
+  for schedule in ('full', 'halving'):
+    calls[schedule] = []
+    choices[schedule] = tuning.tune_method(
+        tuning.Search(**base, schedule=schedule), dataset='digits', regime='digits:iid',
+        epochs=1, evaluate=_learning_curves(calls[schedule]))
+  full, halving = choices['full'], choices['halving']
+  assert (halving.client_lr, halving.server_lr, halving.values) == (
+      full.client_lr, full.server_lr, full.values) == (0.1, 1.0, {'proximal_strength': 0.01})
+  assert halving.score == full.score
+  to_the_end = lambda c: sum(rounds == 50 for _, rounds in c)
+  assert to_the_end(calls['halving']) < to_the_end(calls['full'])
+  assert sum(r for _, r in calls['halving']) < sum(r for _, r in calls['full'])
+  # Candidates stopped early are recorded (NaN, 0 seeds) and were never run to the end.
+  stopped = [n for n, s, k in halving.scores if k == 0]
+  assert stopped and all(math.isnan(s) for n, s, k in halving.scores if k == 0)
+  assert not {(n, 50) for n in stopped} & set(calls['halving'])
