@@ -1,7 +1,5 @@
-"""scikit-learn's bundled 8x8 digits, split over clients with Dirichlet label skew (offline).
-
-The default data of the README's main command and of the tests: no download, built in well under
-a second.
+"""scikit-learn's bundled 8x8 digits, split over clients with Dirichlet label skew (offline; the
+default data of the README's main command and of the tests).
 """
 
 import numpy as np

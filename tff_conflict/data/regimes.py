@@ -1,8 +1,5 @@
-"""Data regimes: a dataset and the way it is split over clients, by name.
-
-`parse_regime('DATASET:SPLIT[@K]')` or `'synthetic(ALPHA,BETA)'`, then `load_regime`; the splits
-are NIID-Bench's (`tff_conflict.data.partition`). The names, datasets and test splits:
-docs/methods.md, "Data sets and partitions".
+"""Data regimes by name (`parse_regime`, `load_regime`): a dataset and the way it is split over
+clients. The names: docs/methods.md, "Data sets and partitions".
 """
 
 import dataclasses
@@ -86,7 +83,9 @@ class Regime:
 
 
 def parse_regime(text: str) -> Regime:
-  """Parses a regime name (see the module docstring); `ValueError` naming the text otherwise."""
+  """Parses `'DATASET:SPLIT[@K]'` or `'synthetic(ALPHA,BETA)[@K]'`; `ValueError` naming the text
+  otherwise. The splits are NIID-Bench's (`tff_conflict.data.partition`); the names, datasets and
+  test splits: docs/methods.md, "Data sets and partitions"."""
   if not isinstance(text, str):
     raise ValueError(f'regime must be a string such as "digits:dir(0.1)", got {text!r}')
   body = text.strip()

@@ -1,10 +1,4 @@
-"""Synthetic(alpha, beta), the FedProx / LEAF synthetic data set: per client, a softmax-regression
-model drawn around `N(u_k, 1)`, `u_k ~ N(0, alpha^2)`, inputs around `N(B_k, 1)`,
-`B_k ~ N(0, beta^2)`; 60 features, 10 classes, a 90/10 train/test split per client.
-
-Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020), Sec. 5.1, Appendix C.1.
-The generative process and its properties: docs/methods.md, "Data sets and partitions".
-"""
+"""Synthetic(alpha, beta), the FedProx / LEAF synthetic data set, as arrays or TFF `ClientData`."""
 
 import collections
 import dataclasses
@@ -39,7 +33,7 @@ def feature_variances() -> np.ndarray:
 
 def synthetic_arrays(alpha, beta, *, num_clients=30, seed=0,
                      train_seed=None) -> SyntheticArrays:
-  """Samples Synthetic(alpha, beta) as numpy arrays (see the module docstring).
+  """Samples Synthetic(alpha, beta) as numpy arrays (the generative process: `synthetic`).
 
   With `train_seed`, each client's first `num_train[k]` examples (its training examples) are
   drawn again from the same client (`x ~ N(v_k, Sigma)`, `y = argmax(x W_k + b_k)`) with
@@ -82,6 +76,11 @@ def synthetic_arrays(alpha, beta, *, num_clients=30, seed=0,
 
 def synthetic(alpha, beta, *, num_clients=30, seed=0, train_seed=None):
   """Synthetic(alpha, beta) of FedProx / LEAF as TFF `ClientData` (train, test).
+
+  Per client k, a softmax-regression model drawn around `N(u_k, 1)`, `u_k ~ N(0, alpha^2)`, and
+  inputs around `N(B_k, 1)`, `B_k ~ N(0, beta^2)`; 60 features, 10 classes. Li et al., "Federated
+  Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127, Sec. 5.1 and Appendix
+  C.1; the generative process and its properties: docs/methods.md, "Data sets and partitions".
 
   Elements are UNBATCHED examples `OrderedDict(x=float32 [60], y=int32 scalar)`, 10 classes; the
   training code batches them. Each client's examples are split 90/10 (the first

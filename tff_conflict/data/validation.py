@@ -1,17 +1,4 @@
-"""A validation split carved from the clients' training data (for tuning without the test split).
-
-    fit, validation = split_validation(train, fraction=0.2, seed=0)
-
-Both results have the client ids of `train`. A client of n examples gives
-`held_out_count(n, fraction) = min(round(fraction n), n - 1)` of them (none if n = 0), chosen
-uniformly without replacement, to validation and keeps the others, in their order, for
-training (so it keeps at least one). Tuning trains on `fit` and scores on `validation`.
-`ArrayClientData` draws with `numpy.random.default_rng([seed, k])` (k: the client's index);
-any other `ClientData` (EMNIST's and LEAF's writers) with TF's stateless generator seeded by
-(seed, hash of the client id): the client's examples are read as one block and carved by index,
-so a round reads the data once and runs no per-example function (elements of varying shape
-take two passes, a count and a filter, with the same choice).
-"""
+"""A validation split carved from the clients' training data (for tuning without the test split)."""
 
 import numbers
 
@@ -126,8 +113,14 @@ def split_validation(client_data, fraction: float, *, seed: int):
     seed: integer >= 0; the same arguments give the same split.
 
   Returns:
-    `(fit, validation)`: two `ClientData` with the ids of `client_data` (see the module
-    docstring for how examples are chosen).
+    `(fit, validation)`: two `ClientData` with the ids of `client_data`. A client of n examples
+    gives `held_out_count(n, fraction)` of them, chosen uniformly without replacement, to
+    validation and keeps the others, in their order, for training (so it keeps at least one).
+    `ArrayClientData` draws with `numpy.random.default_rng([seed, k])` (k: the client's index);
+    any other `ClientData` (EMNIST's and LEAF's writers) with TF's stateless generator seeded by
+    (seed, hash of the client id): the client's examples are read as one block and carved by
+    index, so a round reads the data once and runs no per-example function (elements of varying
+    shape take two passes, a count and a filter, with the same choice).
 
   Raises:
     ValueError: a bad `fraction` or `seed`.

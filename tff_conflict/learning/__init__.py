@@ -1,12 +1,6 @@
-"""Client work and complete learning processes for the gradient-conflict methods.
-
-`build_process` (any client loss + any server aggregator, optionally the FedProx term) and the
-papers' methods and baselines `build_fedavg`, `build_fedprox`, `build_fednova`,
-`build_feddecorr`, `build_fedgh`, `build_fedmgc`, `build_fedga`, `build_fedld`,
-`build_fed_corrective`, `build_scaffold` (with `ClientControls`, its clients' state between
-rounds); the registries `ALGORITHMS`, `LOSSES`, `AGGREGATORS`; the
-client works and finalizers they use. Models: a function returning an uncompiled Keras model with
-`input_spec`, a `VariableModel` or a `FunctionalModel` (only Keras can take a replaced loss).
+"""Client work and complete learning processes for the gradient-conflict methods: `build_process`
+(any client loss with any server aggregator), the papers' methods and baselines (`build_*`) and
+the registries `ALGORITHMS`, `LOSSES`, `AGGREGATORS`.
 """
 
 from tff_conflict.learning.algorithms import ALGORITHMS

@@ -1,8 +1,5 @@
-"""Client work and finalizer for corrective gradient weights: each client trains as in FedAvg, then
-sends `OrderedDict(update=u_i, gradient=D_i, loss=L_i)` with weight `n_i`, `D_i` the gradient of
-its mean local loss `L_i` at its trained model (one more pass, `training=False`); a non-finite
-client sends zeros and weight 0. `build_update_field_finalizer` applies the aggregate's `update`
-field with the server optimizer. docs/methods.md, "Corrective gradient weights".
+"""Client work and finalizer for corrective gradient weights (docs/methods.md, "Corrective gradient
+weights").
 """
 
 import collections
@@ -29,7 +26,10 @@ def build_corrective_client_work(model_fn: Callable[[], tff.learning.models.Vari
                                  clip_norm=None) -> tff.learning.templates.ClientWorkProcess:
   """Client work sending `OrderedDict(update, gradient, loss)` with weight = number of examples.
 
-  See the module docstring. The local training is exactly that of
+  Each client trains as in FedAvg, then sends `OrderedDict(update=u_i, gradient=D_i, loss=L_i)`
+  with weight `n_i`, `D_i` the gradient of its mean local loss `L_i` at its trained model (one
+  more pass, `training=False`); a non-finite client sends zeros and weight 0 (docs/methods.md,
+  "Corrective gradient weights"). The local training is exactly that of
   `tff.learning.templates.build_model_delta_client_work` (same data order, same optimizer), so
   the `update` field equals FedAvg's delta.
 

@@ -1,9 +1,5 @@
-"""The models the learning builders accept, and the `model_fn` TFF's learning templates need.
-
-A builder takes a no-argument function returning a new uncompiled Keras model (`x` to logits,
-with `input_spec`), a `VariableModel` function or a `FunctionalModel`; `resolve_model` checks it
-before anything is built and `build_model_fn` wraps `tff.learning.models.from_keras_model`.
-Which methods need a Keras model, and what is refused: docs/design.md, "Models and client work".
+"""The models the learning builders accept (`resolve_model`), and the `model_fn` TFF's learning
+templates need (`build_model_fn`). What is refused: docs/design.md, "Models and client work".
 """
 
 import collections
@@ -257,7 +253,9 @@ def resolve_model(model_fn: ModelArg, input_spec: InputSpecArg = None) -> Resolv
   BUILD_NOTES.md).
 
   Args:
-    model_fn: see the module docstring.
+    model_fn: a no-argument function returning a new uncompiled Keras model (`x` to logits, with
+      `input_spec`), a function returning a `tff.learning.models.VariableModel`, or a
+      `tff.learning.models.FunctionalModel` (docs/design.md, "Models and client work").
     input_spec: required with a Keras model (`check_input_spec`); optional otherwise, and then it
       must match the model's own `input_spec`.
 

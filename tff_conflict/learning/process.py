@@ -1,18 +1,4 @@
-"""`build_process`: any client loss with any server aggregator, as one `LearningProcess`.
-
-The composition the named builders (`algorithms.py`) are thin wrappers of, via
-`tff.learning.templates.compose_learning_process`:
-
-  broadcast -> client work (local SGD on `loss`, optional proximal term, update weight) ->
-  aggregator (a `tff.aggregators.WeightedAggregationFactory`) -> finalizer (server optimizer
-  applies the aggregate as a gradient: `w <- w - server_lr * aggregate`, TFF's convention).
-
-The client work adapts to the parts chosen: `client_weighting="loss"` sends each client's mean
-training loss as its weight (FedMGC's DGC); a `CorrectiveGradientFactory` gets a client work that
-also sends the gradient at the trained model and its loss, and a finalizer that applies the
-aggregate's `update` field; a calibrated loss with `counts="dataset"` gets a client work that
-counts the labels of the whole local dataset before training.
-"""
+"""`build_process`: any client loss with any server aggregator, as one `LearningProcess`."""
 
 from collections.abc import Callable, Mapping
 from typing import Any, Optional, Union
@@ -133,6 +119,17 @@ def build_process(model_fn: models_lib.ModelArg, *,
                   clip_norm: Optional[float] = None) -> tff.learning.templates.LearningProcess:
   """Composes a client loss, optional FedProx term and gradient clipping, and a server
   aggregator into one process.
+
+  `tff.learning.templates.compose_learning_process` of broadcast -> client work (local SGD on
+  `loss`, optional proximal term, update weight) -> aggregator (a
+  `tff.aggregators.WeightedAggregationFactory`) -> finalizer (the server optimizer applies the
+  aggregate as a gradient, `w <- w - server_lr * aggregate`, TFF's convention); the named
+  builders (`algorithms.py`) are thin wrappers of it. The client work adapts to the parts
+  chosen: `client_weighting="loss"` sends each client's mean training loss as its weight
+  (FedMGC's DGC); a `CorrectiveGradientFactory` gets a client work that also sends the gradient
+  at the trained model and its loss, and a finalizer that applies the aggregate's `update` field;
+  a calibrated loss with `counts="dataset"` gets a client work that counts the labels of the
+  whole local dataset before training.
 
   Args:
     model_fn: a no-argument function returning a new, uncompiled `tf.keras.Model` that maps

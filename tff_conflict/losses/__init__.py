@@ -1,13 +1,6 @@
-"""Client losses of the gradient-conflict methods: a per-example kernel and a `tf.keras.losses.Loss`
-around it, on sparse labels and logits:
-
-  FocalLoss(gamma, beta)                         focal_loss             FedMGC
-  MarginControlLoss(margin_weight, margin_form)  margin_control_loss    FedLD
-  CalibratedLabelLoss(counts, form)              calibrated_label_loss  FedGA
-
-and FedDecorr's regularizer on representations, `decorrelation_loss(z, form)`.
-
-The formulas: docs/methods.md under each method.
+"""Client losses of the gradient-conflict methods on sparse labels and logits, each a per-example
+kernel and a Keras loss: focal (FedMGC), margin control (FedLD), calibrated labels (FedGA), and
+FedDecorr's `decorrelation_loss` on representations.
 """
 
 from tff_conflict.losses.calibrated import batch_class_counts

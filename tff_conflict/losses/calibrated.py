@@ -1,16 +1,4 @@
-"""FedGA's calibrated-label loss (docs/methods.md, FedGA).
-
-Xiao, Zuo, Wang, "FedGA: Federated Learning with Gradient Alignment for Error Asymmetry
-Mitigation", AAAI 2025, arXiv:2412.16582, eqs. 8-10 and Algorithm 1. For an example of class j
-with softmax output p (stop-gradient) the target is `q_j = 1`, `q_i = (N_j - N_i) / N_j * p_i`
-(N: class counts of the mini-batch, or of the client's dataset with `counts="dataset"`). The
-loss is `form="soft_target"` (default, the authors' code): `-sum_i q_i log p_i`, gradient
-`(sum q) p - q`, whose rows sum to 0; or `form="paper"`: `logsumexp(z) - q . z`, gradient
-exactly `p - q` (eq. 8), not invariant to a common shift of the logits. Dataset counts live in
-the loss's non-trainable variable `class_counts`, set by the client work before training (create
-the loss inside the TFF `model_fn`); an example whose own class has count 0 fails the
-computation (`tf.errors.InvalidArgumentError`).
-"""
+"""FedGA's calibrated-label loss (docs/methods.md, FedGA)."""
 
 import tensorflow as tf
 
@@ -56,6 +44,12 @@ def calibrated_label_loss(labels, logits, *, class_counts=None,
                           form: str = hparams.CALIBRATION_FORM.default) -> tf.Tensor:
   """Per-example calibrated-label loss with q the calibrated labels (fedga paper, eqs. 8-10).
 
+  Xiao, Zuo, Wang, "FedGA: Federated Learning with Gradient Alignment for Error Asymmetry
+  Mitigation", AAAI 2025, arXiv:2412.16582, eqs. 8-10 and Algorithm 1. For an example of class j
+  with softmax output p (stop-gradient) the target is `q_j = 1`, `q_i = (N_j - N_i) / N_j * p_i`
+  (N: the class counts). The `"soft_target"` gradient rows sum to 0; the `"paper"` form is not
+  invariant to a common shift of the logits.
+
   Args:
     labels: integer class indices, shape `[B]` or `[B, 1]`.
     logits: unnormalized scores z, shape `[B, C]`, a floating dtype.
@@ -95,12 +89,13 @@ class CalibratedLabelLoss(tf.keras.losses.Loss):
   Args:
     counts: `"batch"` (default, `hparams.CALIBRATION_COUNTS`) counts classes in each
       mini-batch (the paper's Algorithm 1 and the authors' code); `"dataset"` uses the counts
-      stored in the `class_counts` variable, which the client work sets before training (module
-      docstring).
+      stored in the loss's non-trainable variable `class_counts`, which the client work sets
+      before training (so create the loss inside the TFF `model_fn`); an example whose own class
+      has count 0 fails the computation (`tf.errors.InvalidArgumentError`).
     num_classes: with `counts="dataset"`, the length of `class_counts` (optional: without it the
       variable has shape `[None]` and takes counts of any length). Ignored for `"batch"`.
     form: `"soft_target"` (default, the authors' code, gradient `(sum q) p - q`) or `"paper"`
-      (eq. 8, gradient `p - q`); see the module docstring.
+      (eq. 8, gradient `p - q`); see `calibrated_label_loss`.
 
   The default reduction takes the mean over the batch.
   """

@@ -1,11 +1,4 @@
-"""Focal loss, FedMGC's client loss: `FL(p_t) = -beta (1 - p_t)^gamma log(p_t)` per example, the
-mean over the batch (`gamma = 0, beta = 1` is cross-entropy), computed from `log_softmax` with a
-hand-written gradient that stays finite when `p_t` rounds to 1.
-
-Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient Conflict
-in Federated Learning", eq. (10); Lin et al., "Focal Loss for Dense Object Detection", ICCV 2017.
-Numerics: docs/methods.md, "Focal loss (client)".
-"""
+"""Focal loss, FedMGC's client loss (docs/methods.md, "Focal loss (client)")."""
 
 import tensorflow as tf
 
@@ -14,7 +7,8 @@ from tff_conflict.losses import _common
 
 
 def _focal_of_log_prob(log_p, gamma: float, beta: float):
-  """Elementwise `-beta * (1 - exp(l))^gamma * l` with a finite, exact gradient (module doc)."""
+  """Elementwise `-beta * (1 - exp(l))^gamma * l` with a hand-written gradient that stays finite
+  and exact when `p_t = exp(l)` rounds to 1 (docs/methods.md, "Focal loss (client)")."""
 
   @tf.custom_gradient
   def focal(l):
@@ -37,7 +31,11 @@ def _focal_of_log_prob(log_p, gamma: float, beta: float):
 
 def focal_loss(labels, logits, *, gamma: float = hparams.FOCAL_GAMMA.default,
                beta: float = hparams.FOCAL_BETA.default) -> tf.Tensor:
-  """Per-example focal loss `-beta (1 - p_t)^gamma log p_t` (fedmgc paper, eq. 10).
+  """Per-example focal loss `FL(p_t) = -beta (1 - p_t)^gamma log p_t` (fedmgc paper, eq. 10).
+
+  Wang, Mao, Wang, Wu, Wu, "Joint Focal Loss and Dominant Gradient Correction for Gradient
+  Conflict in Federated Learning", eq. (10); Lin et al., "Focal Loss for Dense Object Detection",
+  ICCV 2017. Computed from `log_softmax`; `gamma = 0, beta = 1` is cross-entropy.
 
   Args:
     labels: integer class indices, shape `[B]` or `[B, 1]`.

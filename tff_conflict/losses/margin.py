@@ -1,13 +1,4 @@
-"""FedLD's margin-control loss (docs/methods.md, FedLD).
-
-Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via Loss
-Decomposition", MICCAI 2024, arXiv:2408.12300, eq. 3. `margin_form="logits"` (default, the
-paper): per example `CE(y, z) + lambda * log(1 + |z|_2^2)`, z that example's logits, mean over
-the batch; `log(1 + |z|^2)` is evaluated without overflow (`log1p_squared_norm`).
-`margin_form="batch_probabilities"` (the authors' code): `mean CE + lambda * log(1 + |P|_F^2)`,
-P the batch's `[B, C]` softmax probabilities under one norm (each example's loss carries the
-batch term, so the mean over the batch is that loss). `lambda = 0` is cross-entropy.
-"""
+"""FedLD's margin-control loss (docs/methods.md, FedLD)."""
 
 import tensorflow as tf
 
@@ -33,6 +24,12 @@ def margin_control_loss(labels, logits, *,
                         margin_weight: float = hparams.MARGIN_WEIGHT.default,
                         margin_form: str = hparams.MARGIN_FORM.default) -> tf.Tensor:
   """Per-example margin-control loss (fedld paper, eq. 3).
+
+  Zeng, Guo, Wang, Wang, Zhou, Qu, "Tackling Data Heterogeneity in Federated Learning via Loss
+  Decomposition", MICCAI 2024, arXiv:2408.12300, eq. 3. With `"logits"`, `log(1 + |z|^2)` is
+  evaluated without overflow (`log1p_squared_norm`); with `"batch_probabilities"` each example's
+  loss carries the batch term under one norm, so the mean over the batch is that loss.
+  `margin_weight = 0` is cross-entropy.
 
   Args:
     labels: integer class indices, shape `[B]` or `[B, 1]`.

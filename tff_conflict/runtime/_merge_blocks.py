@@ -1,11 +1,5 @@
 """Single-client accumulators merged in blocks, one TensorFlow call per block, for the in-process
-runner.
-
-`MergeBlocks(merge, specs)(singles)` merges up to `BLOCK` consecutive single-client accumulators
-by the runner's binary counter in one call (traced once per block size, run as built) and returns
-the counter's items. Blocks start at multiples of `BLOCK` (a power of two), so a full block is one
-complete subtree of the counter and the items pushed block by block give the tree, and the
-results, of merging client by client. Design: docs/design.md, "The in-process runner".
+runner (docs/design.md, "The in-process runner").
 """
 
 from collections.abc import Sequence
@@ -34,7 +28,14 @@ def push(stack: list[tuple[int, list[tf.Tensor]]], count: int, item: list[tf.Ten
 
 
 class MergeBlocks:
-  """Merges a block of single-client accumulators in one call (module docstring)."""
+  """Merges a block of single-client accumulators in one call.
+
+  `MergeBlocks(merge, specs)(singles)` merges up to `BLOCK` consecutive single-client
+  accumulators by the runner's binary counter in one call (traced once per block size, run as
+  built) and returns the counter's items. Blocks start at multiples of `BLOCK` (a power of two),
+  so a full block is one complete subtree of the counter and the items pushed block by block give
+  the tree, and the results, of merging client by client.
+  """
 
   def __init__(self, merge: _tf_stamp.StampedComputation, specs: Sequence[tf.TensorSpec]):
     self._merge = merge

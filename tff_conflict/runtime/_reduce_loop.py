@@ -1,8 +1,5 @@
-"""`ReduceDataset` ops of a stamped graph replaced by in-graph loops over a dataset iterator.
-
-`replace_reduce_datasets(graph_def)` rewrites each `ReduceDataset` (top level and library) into a
-call of a `While` loop that computes the same, so that its reduce function is instantiated once
-per stamped graph instead of at every call. Design: docs/design.md, "The in-process runner".
+"""`ReduceDataset` ops of a stamped graph replaced by in-graph loops over a dataset iterator
+(docs/design.md, "The in-process runner").
 """
 
 import copy
@@ -114,7 +111,9 @@ def _rename_outputs_in_function(function_def: Any, node_name: str) -> None:
 
 def replace_reduce_datasets(graph_def: Any) -> int:
   """Replaces, in place, every `ReduceDataset` of `graph_def` (top level and library) by a call of
-  an equivalent loop (module docstring). Returns how many were replaced.
+  an equivalent in-graph `While` loop over a dataset iterator, so that its reduce function is
+  instantiated once per stamped graph instead of at every call (docs/design.md, "The in-process
+  runner"). Returns how many were replaced.
 
   Raises:
     ValueError: if a `ReduceDataset`'s reduce function is not in `graph_def`'s library.

@@ -1,8 +1,5 @@
-"""Gathered stacks built in one preallocated buffer, for the in-process runner.
-
-`RowBuffer` takes a round's rows one by one into a buffer of K rows and hands the stack to
-TensorFlow without a copy (DLPack); `concatenated_leaves` finds the accumulator leaves for which
-that equals `merge`'s concatenation. Design: docs/design.md, "The in-process runner".
+"""Gathered stacks built in one preallocated buffer, for the in-process runner (docs/design.md, "The
+in-process runner").
 """
 
 from collections.abc import Callable, Sequence
@@ -32,7 +29,11 @@ def _to_tensor(array: np.ndarray) -> tf.Tensor:
 
 
 class RowBuffer:
-  """Rows of one `[None, ...]` accumulator leaf, appended in order into one buffer."""
+  """Rows of one `[None, ...]` accumulator leaf, appended in order into one buffer.
+
+  Takes a round's rows one by one into a buffer of K rows and hands the stack to TensorFlow
+  without a copy (DLPack).
+  """
 
   def __init__(self, row_shape: Sequence[int], dtype: tf.DType, capacity: int):
     self._row_shape = tuple(int(n) for n in row_shape)

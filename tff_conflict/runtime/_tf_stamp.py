@@ -1,9 +1,5 @@
-"""TFF TensorFlow computations stamped into functions of TF's eager context (in this process).
-
-`StampedComputation(comp, name)` is one TFF TensorFlow computation as `flat tensors -> flat
-tensors`: each call initializes the computation's variables, then computes its results, like one
-call in TFF's runtime. Values are flat lists in TFF's type order (`flatten_value`/`pack_value`);
-datasets are variant tensors. Design: docs/design.md, "The in-process runner".
+"""TFF TensorFlow computations stamped into functions of TF's eager context (in this process;
+docs/design.md, "The in-process runner").
 """
 
 import itertools
@@ -279,6 +275,10 @@ def extract_subgraph(graph_def: Any, fetches: list[str]) -> Any:
 
 class StampedComputation:
   """A TFF TensorFlow computation as one TF concrete function: `flat tensors -> flat tensors`.
+
+  Each call initializes the computation's variables, then computes its results, like one call in
+  TFF's runtime. Values are flat lists in TFF's type order (`flatten_value`/`pack_value`);
+  datasets are variant tensors.
 
   Attributes:
     name: label used in error messages.

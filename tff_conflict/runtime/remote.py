@@ -1,10 +1,5 @@
-"""TFF execution context on remote `worker_binary` processes (several machines), split by clients.
-
-`set_remote_context(['host:port', ...])` installs TFF's context on workers started with
-`python -m tff_conflict.runtime.worker --port=P`; several workers split each round's clients into
-contiguous shares and their partial aggregates are merged here in the order the workers finish.
-Every RPC has a deadline (`rpc_timeout_s`); a worker that dies, refuses or times out raises
-`WorkerError` naming it. Design: docs/design.md, "Execution backends".
+"""TFF execution context on remote `worker_binary` processes (several machines), split by clients
+(docs/design.md, "Execution backends").
 """
 
 import logging
@@ -124,7 +119,11 @@ def _executor_factory(stub):
 
 def create_remote_context(addresses: Union[str, Sequence[str]], *, rpc_timeout_s: float = 600.0,
                           connect_timeout_s: float = 30.0):
-  """The TFF execution context for `addresses` (see the module docstring); installs nothing.
+  """The TFF execution context for `addresses`; installs nothing.
+
+  Several workers split each round's clients into contiguous shares and their partial aggregates
+  are merged here in the order the workers finish. Every RPC has a deadline (`rpc_timeout_s`); a
+  worker that dies, refuses or times out raises `WorkerError` naming it.
 
   Args:
     addresses: `'host:port,...'` or a list of `'host:port'`, one per running worker.

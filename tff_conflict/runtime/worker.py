@@ -1,16 +1,6 @@
-"""Starts one TFF remote worker (TFF's shipped `worker_binary`) on this machine.
-
-    python -m tff_conflict.runtime.worker --port=8000 [--die_with_parent]
-
-The command finds the `worker_binary` of the installed TensorFlow Federated package and *becomes*
-it (`os.execv`: same PID), so ending this command (Ctrl-C, SIGTERM, `kill PID`) ends the worker
-and nothing is left behind. With `--die_with_parent` the kernel also ends it when the process that
-started it dies (Linux `PR_SET_PDEATHSIG`; tests use this). Point a driver at it with
-`tff_conflict.runtime.set_remote_context(['HOST:8000', ...])`. The worker serves gRPC without
-authentication or encryption: run it on a trusted network only.
-
-A bad flag ends the command with one line naming it (exit status 2); so do a port that cannot be
-served and a missing `worker_binary` (exit status 1).
+"""Starts one TFF remote worker (TFF's `worker_binary`, same PID) on this machine; it serves gRPC
+without authentication or encryption: run it on a trusted network only. A bad flag ends the
+command in one line (exit status 2); a port it cannot serve or a missing binary, exit status 1.
 """
 
 import argparse
