@@ -1,27 +1,6 @@
-"""Keras architectures of the experiment binaries: the papers' small networks, by name (`MODELS`).
-
-Every function returns a NEW, uncompiled `tf.keras.Model` that maps a batch of inputs to logits
-(no softmax), as `tff.learning.models.from_keras_model` and the project's losses expect. Every
-initializer is seeded from `seed`, so the same seed gives the same initial weights.
-
-| name | model | used by default for |
-|---|---|---|
-| `logistic_regression` | one dense layer (softmax regression) | synthetic (FedProx / LEAF Synthetic(a, b), Li et al. 2020, Sec. 5.1) |
-| `mlp` | FedAvg's "2NN": two hidden layers of 200 ReLU units (McMahan et al. 2017, Sec. 3) | - |
-| `digits_cnn` | a small CNN for 8x8 images: conv3x3(16) - pool - conv3x3(32) - dense(64) | digits |
-| `fedavg_cnn` | FedAvg's MNIST CNN: conv5x5(32) - pool - conv5x5(64) - pool - dense(512) (McMahan et al. 2017, Sec. 3) | mnist, fashion_mnist |
-| `emnist_cnn` | TFF's EMNIST CNN (`create_conv_dropout_model` of google-research/federated): conv3x3(32) - conv3x3(64) - pool - dropout(0.25) - dense(128) - dropout(0.5); about 1.2M parameters for 62 classes | emnist |
-| `cifar_cnn` | FedAvg's CIFAR CNN: conv5x5(64) - pool - conv5x5(64) - pool - dense(384) - dense(192) (McMahan et al. 2017, Sec. 3) | cifar10, cifar100 |
-| `leaf_femnist_cnn` | LEAF's FEMNIST CNN (`models/femnist/cnn.py`): conv5x5(32) - pool - conv5x5(64) - pool - dense(2048); about 6.6M parameters for 62 classes | leaf femnist |
-| `leaf_celeba_cnn` | LEAF's CelebA CNN (`models/celeba/cnn.py`): 4 x [conv3x3(32) - batch norm - pool - ReLU] - dense | leaf celeba |
-
-LEAF's models are from Caldas et al., "LEAF: A Benchmark for Federated Settings" (arXiv:1812.01097)
-and its repository (github.com/TalwalkarLab/leaf); LEAF Synthetic uses `logistic_regression`
-(LEAF's `models/synthetic/log_reg.py` squashes the logits with a sigmoid before the softmax; this
-is the plain multinomial logistic regression of the FedProx paper).
-
-Image models accept flat inputs whose length is a square (8x8 digits as 64 features, 28x28 as
-784), rank-2 images (H, W) or rank-3 images (H, W, C).
+"""Keras architectures of the experiment binaries, by name (`MODELS`): each returns a new,
+uncompiled `tf.keras.Model` from inputs to logits, its initializers seeded by `seed`. The models
+and their sources: docs/experiments.md, "Models".
 """
 
 import math
@@ -72,7 +51,12 @@ def _image_layers(input_shape):
 
 
 def logistic_regression(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
-  """Softmax regression: logits = x W + b (x flattened)."""
+  """Softmax regression: logits = x W + b (x flattened).
+
+  The multinomial logistic regression of FedProx's synthetic experiments (Li et al., "Federated
+  Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127, Sec. 5.1); LEAF's
+  `models/synthetic/log_reg.py` adds a sigmoid before the softmax, this does not.
+  """
   input_shape, num_classes = _check(input_shape, num_classes)
   seeds = _Seeds(seed)
   return tf.keras.Sequential([
@@ -83,7 +67,11 @@ def logistic_regression(input_shape: Sequence[int], num_classes: int, *, seed: i
 
 
 def mlp(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
-  """FedAvg's 2NN: dense(200, relu) - dense(200, relu) - dense(num_classes)."""
+  """FedAvg's 2NN: dense(200, relu) - dense(200, relu) - dense(num_classes).
+
+  McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data",
+  AISTATS 2017, arXiv:1602.05629, Sec. 3.
+  """
   input_shape, num_classes = _check(input_shape, num_classes)
   seeds = _Seeds(seed)
   return tf.keras.Sequential([
@@ -112,7 +100,11 @@ def digits_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
 
 
 def fedavg_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
-  """FedAvg's CNN for MNIST (McMahan et al. 2017): two 5x5 convolutions, dense(512)."""
+  """FedAvg's CNN for MNIST: two 5x5 convolutions, dense(512).
+
+  McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data",
+  AISTATS 2017, arXiv:1602.05629, Sec. 3.
+  """
   input_shape, num_classes = _check(input_shape, num_classes)
   seeds = _Seeds(seed)
   return tf.keras.Sequential(_image_layers(input_shape) + [
@@ -148,7 +140,11 @@ def emnist_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
 
 
 def cifar_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
-  """FedAvg's CIFAR CNN (McMahan et al. 2017): two 5x5 convolutions, dense(384), dense(192)."""
+  """FedAvg's CIFAR CNN: two 5x5 convolutions, dense(384), dense(192).
+
+  McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized Data",
+  AISTATS 2017, arXiv:1602.05629, Sec. 3.
+  """
   input_shape, num_classes = _check(input_shape, num_classes)
   seeds = _Seeds(seed)
   return tf.keras.Sequential(_image_layers(input_shape) + [
@@ -167,7 +163,11 @@ def cifar_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
 
 def leaf_femnist_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
   """LEAF's FEMNIST CNN: two 5x5 'same' convolutions (32, 64 filters, ReLU), each followed by a
-  2x2 max-pool of stride 2, then dense(2048, ReLU) and the logits."""
+  2x2 max-pool of stride 2, then dense(2048, ReLU) and the logits.
+
+  Caldas et al., "LEAF: A Benchmark for Federated Settings", arXiv:1812.01097
+  (github.com/TalwalkarLab/leaf, `models/femnist/cnn.py`).
+  """
   input_shape, num_classes = _check(input_shape, num_classes)
   seeds = _Seeds(seed)
   return tf.keras.Sequential(_image_layers(input_shape) + [
@@ -191,6 +191,9 @@ def leaf_celeba_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int =
   normalizes with the statistics of the batch at hand, in training and in evaluation alike; its
   moving averages are never used (so TFF's federated averaging, which averages trainable
   weights only, leaves nothing stale).
+
+  Caldas et al., "LEAF: A Benchmark for Federated Settings", arXiv:1812.01097
+  (github.com/TalwalkarLab/leaf, `models/celeba/cnn.py`).
   """
   input_shape, num_classes = _check(input_shape, num_classes)
   seeds = _Seeds(seed)

@@ -1,11 +1,6 @@
-"""Server-state checkpoints on `tff.program`'s interface: `CheckpointManager`, a
-`tff.program.ProgramStateManager` writing one `round_<r>.npz` per version, atomically.
-
-Version r is the state after round r, its leaves (flattened with dm-tree, as TFF flattens) the
-arrays of one NumPy `.npz`. Beyond TFF's contract: a save replaces an existing version, a load
-checks every leaf's shape and dtype (`CheckpointError`), `load_latest` skips unreadable versions,
-`remove_after(r)` drops later ones. Why not `tff.program.FileProgramStateManager`: docs/design.md,
-"Checkpoints" (and BENCHMARKS.md for its cost).
+"""Server-state checkpoints on `tff.program`'s interface: `CheckpointManager` writes one
+`round_<r>.npz` per version, atomically, and checks every leaf it loads. Why not TFF's
+`FileProgramStateManager`: docs/design.md, "Results on disk".
 """
 
 import os
@@ -33,6 +28,11 @@ class CheckpointError(ValueError):
 
 class CheckpointManager(tff.program.ProgramStateManager):
   """Saves and restores server state under `root_dir` (`round_<r>.npz` files).
+
+  Version r is the state after round r, its leaves (flattened with dm-tree, as TFF flattens) the
+  arrays of one NumPy `.npz`. Beyond TFF's contract: a save replaces an existing version, a load
+  checks every leaf's shape and dtype (`CheckpointError`), `load_latest` skips unreadable
+  versions, `remove_after(r)` drops later ones.
 
   The methods of `tff.program.ProgramStateManager` are coroutines (`asyncio.run(manager.save(
   state, r))` from synchronous code); `versions`, `path`, `remove_after` and `remove_all` are

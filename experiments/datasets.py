@@ -1,8 +1,5 @@
-"""The datasets of the experiment binaries: `DATASETS`, name -> `DatasetSpec`.
-
-A spec loads the (train, test) `ClientData` of a `config.DataConfig` through `tff_conflict.data`
-and gives its classes and default model (`experiments.architectures`); for `leaf` both follow the
-LEAF dataset found in `leaf_dir`.
+"""The datasets of the experiment binaries: `DATASETS`, name -> `DatasetSpec` (how to load a
+`config.DataConfig`'s (train, test) `ClientData`, its classes and default model).
 """
 
 import dataclasses
@@ -23,9 +20,9 @@ class DatasetSpec:
 
   Attributes:
     load: the loader.
-    num_classes: classes of the labels.
-    default_model: the model used when none is given: a model name, or a function of the
-      options giving one.
+    num_classes: classes of the labels (for `leaf`, those of the LEAF dataset in `leaf_dir`).
+    default_model: the model used when none is given (`experiments.architectures`): a model
+      name, or a function of the options giving one (for `leaf`, of the LEAF dataset found).
     source: the `DataConfig` field (and flag) naming where the data are read from (`leaf_dir`,
       `cache_dir`, `data_dir`), to which the loader's errors are attributed when it is set;
       otherwise they are attributed to `dataset`.

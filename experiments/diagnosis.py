@@ -1,9 +1,5 @@
-"""Why a method ties with or loses to FedAvg, from a runs table (one mapping per regime, method,
-seed and optionally E, with `RUN_COLUMNS`; the benchmark's runs.csv rows, or `load_runs` of a
-`compare` / `train` directory): `summarize_run` (one run's columns), `diagnose` (a method's
-Markdown section: its paired gap per regime, the measurement that explains it, its variants),
-`positive_control`, and `VARIANTS` (a method with one cause changed). What each section
-measures: docs/design.md, "The method comparison"; the causes: docs/methods.md.
+"""Why a method ties with or loses to FedAvg, measured from a runs table (`RUN_COLUMNS`); what each
+section measures: docs/design.md, "The method comparison"; the causes: docs/methods.md.
 """
 
 import collections
@@ -473,9 +469,10 @@ def diagnose(method: str, runs: Iterable[Mapping[str, Any]], *, baseline: Option
 
   Args:
     method: a method name of the table (e.g. 'fedga', or a variant such as 'fedga_paper').
-    runs: the runs table (module docstring): mappings with `regime`, `method`, `seed` (and
-      optionally `epochs`: regimes are then reported per number of local epochs) and the
-      `RUN_COLUMNS`; rows of the `VARIANTS` of `method` are used when present.
+    runs: the runs table (the benchmark's runs.csv rows, or `load_runs` of a `compare` / `train`
+      directory): mappings with `regime`, `method`, `seed` (and optionally `epochs`: regimes are
+      then reported per number of local epochs) and the `RUN_COLUMNS`; rows of the `VARIANTS` of
+      `method` are used when present.
     baseline: the reference method (default: `variant_baseline`, FedAvg unless `method` is a
       variant with its own baseline that ran, e.g. `fedavg_clip`); the method's variants are
       each compared with their own (`variant_baseline`).

@@ -1,14 +1,5 @@
 """Results on disk: `metrics.csv` and `per_client.csv` keyed by `round_num`, and `hparams.csv`.
-
-`metrics.csv` has one row per round: `round_num`, the headline columns (`HEADLINE_COLUMNS`), then
-every measurement flattened to `/`-joined names. A per-client vector (e.g.
-`aggregator/corrective_weights`, one value per client of the round) becomes the columns
-`<name>/min`, `/mean`, `/max`, `/count`, so the column set stays fixed when the cohort size
-changes; the values themselves go to `per_client.csv` (round_num, name, client_index, value).
-Each round appends its lines (`MetricsReleaseManager`, a `tff.program.ReleaseManager`); a
-header change or a resumed run rewrites a file atomically. `read_metrics` keeps a damaged file's
-intact rows. Design:
-docs/design.md, "Results on disk".
+Layout and guarantees: docs/design.md, "Results on disk".
 """
 
 import collections
@@ -201,7 +192,12 @@ def read_metrics(path: str) -> MetricsFile:
 
 
 class MetricsWriter:
-  """Writes `metrics.csv` one round at a time (see the module docstring).
+  """Writes `metrics.csv` one round at a time.
+
+  One row per round: `round_num`, the `HEADLINE_COLUMNS`, then every measurement flattened to
+  `/`-joined names (`flatten_metrics`; a per-client vector becomes its `/min`, `/mean`, `/max`,
+  `/count` columns). Each round appends its line; a header change or a resumed run rewrites the
+  file atomically (docs/design.md, "Results on disk").
 
   Args:
     path: the CSV file.

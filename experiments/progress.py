@@ -1,8 +1,5 @@
-"""Progress counted in rounds, over one run or a grid of runs: done/total, elapsed time, ETA.
-
-On a terminal it is a `tqdm` bar redrawn in place; otherwise (a pipe, a log file, CI) plain
-lines, at most one every `min_interval` seconds. The ETA is the mean time of the rounds run by
-this `Progress` times the rounds left; `skip` drops planned rounds that will not run.
+"""Progress counted in rounds, over one run or a grid of runs: done/total, elapsed time, ETA (a
+`tqdm` bar on a terminal, plain lines otherwise).
 """
 
 import sys
@@ -27,7 +24,9 @@ class Progress:
 
   A training run ticks each round with its latest figures (`tick(postfix=...)`); a grid of runs
   announces each run (`start_run(rounds, label)`), ticks its rounds and ends it (`end_run()`, which
-  drops the rounds it did not run from the total).
+  drops the rounds it did not run from the total). On a terminal it is a `tqdm` bar redrawn in
+  place; otherwise (a pipe, a log file, CI) plain lines. The ETA is the mean time of the rounds
+  ticked by this `Progress` times the rounds left.
 
   Args:
     total: the rounds planned (the last round of a run).

@@ -1,9 +1,6 @@
-"""Statistics over seeds, the one place every table computes them: mean and sample standard
-deviation (ddof = 1), Student-t confidence intervals of a mean and of paired differences with
-their two-sided p-values (scipy's t distribution), Holm's step-down adjustment over a table's
-comparisons, the minimal difference a paired t-test detects with a given power, and the seeds
-needed to detect a given difference. `mean(d) +- t_{(1 + c)/2, n - 1} sd(d) / sqrt(n)` excludes 0
-exactly when a two-sided (paired) t-test rejects a zero mean at level 1 - c."""
+"""Statistics over seeds, the one place every table computes them: means, spreads, Student-t
+intervals, paired differences, Holm's adjustment and the power of a paired t-test.
+"""
 
 import dataclasses
 import math
@@ -69,6 +66,10 @@ def _check_confidence(confidence: float) -> None:
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
   """Student's t interval of the mean of `values` (all finite; at least one).
 
+  `mean +- t_{(1 + c)/2, n - 1} sd / sqrt(n)` (sample sd, ddof = 1; scipy's t distribution)
+  excludes 0 exactly when the two-sided t-test of a zero mean, whose p-value it carries, rejects
+  at level 1 - c.
+
   Raises:
     ValueError: no values, a value that is not finite, or a confidence outside (0, 1).
   """
@@ -94,7 +95,8 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
 def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Optional[float]],
                       confidence: float = 0.95) -> Optional[Interval]:
   """`t_interval` of the differences x[k] - y[k] over the keys (seeds) both hold with finite
-  values; None when no key is shared."""
+  values (so its interval excludes 0 exactly when a paired t-test rejects); None when no key is
+  shared."""
   _check_confidence(confidence)
   keys = [k for k in set(x) & set(y) if _finite([x[k]]) and _finite([y[k]])]
   if not keys:

@@ -1,13 +1,5 @@
-"""The positive control: a published effect the harness must reproduce before its other
-numbers are trusted.
-
-FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020,
-arXiv:1812.06127, Fig. 1-2): on Synthetic(1, 1) with many local epochs, FedAvg's training loss
-oscillates or rises while FedProx with mu = 1 trains stably. The control runs FedAvg and
-FedProx (mu = 1) there with the paper's local work (E = 20, batch 10, client learning rate
-0.01), untuned, evaluating the global model's loss on the clients' training data every round
-(`eval_train_loss`), as a small benchmark of its own in `<root>/positive_control/`. The report
-reads it with `experiments.diagnosis.control_section`.
+"""The positive control: a published effect (FedProx against FedAvg on Synthetic(1, 1)) the harness
+must reproduce before its other numbers are trusted.
 """
 
 import dataclasses
@@ -22,6 +14,12 @@ CONTROL_DIR = 'positive_control'
 @dataclasses.dataclass(frozen=True)
 class PositiveControl:
   """The control's settings (defaults: the FedProx paper's Synthetic(1, 1) experiment).
+
+  Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127,
+  Fig. 1-2: with many local epochs FedAvg's training loss oscillates or rises while FedProx with
+  mu = 1 trains stably. The control runs both there, untuned, evaluating the global model's loss
+  on the clients' training data every round, in `<root>/positive_control/` (docs/design.md,
+  "The positive control").
 
   `data_seed`: the seed of the data every seed of the control uses (the paper's experiment has
   one dataset; seeds vary the initial model and the clients sampled); None: each seed draws its

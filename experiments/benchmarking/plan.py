@@ -1,7 +1,5 @@
 """A benchmark resolved once: `make_plan(config)` turns a `config.BenchmarkConfig` into a `Plan`
-(the regimes, the methods with their grids and given values, the tuning searches, the reporting
-runs and every run's settings). `grid` executes a plan with `engine` and writes the files the
-report reads; nothing after the plan reads the config.
+(regimes, methods with grids, tuning searches, reporting runs); nothing after it reads the config.
 """
 
 import dataclasses

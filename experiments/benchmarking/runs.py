@@ -1,13 +1,5 @@
-"""One benchmark run: its settings (`RunSpec`), its directory, its summary, its result file.
-
-A run is finished when its `result.json` exists: written last, atomically (temporary file, then
-rename), holding the run's settings and summary. A rerun of the benchmark skips a run whose
-`result.json` records the same settings; a run killed before writing it is run again from its
-first round. Each run directory also holds the run loop's `metrics.csv` (one row per round) and
-`hparams.csv`.
-
-Summaries hold the curves as text (`encode_curve`: values joined by ';'), so that `runs.csv`
-alone (one summary per reporting run) reproduces every number and plot of the report.
+"""One benchmark run: its settings (`RunSpec`), its directory, its summary, its result file
+(`result.json`: a run is finished when it exists).
 """
 
 import dataclasses
@@ -159,7 +151,7 @@ def candidate_values(name: str) -> dict[str, str]:
 
 
 def encode_curve(values: Sequence[Optional[float]]) -> str:
-  """Values joined by ';' (4 significant decimals; '' for a missing value, 'nan', 'inf')."""
+  """Values joined by ';' (6 significant digits; '' for a missing value, 'nan', 'inf')."""
   out = []
   for v in values:
     if v is None:

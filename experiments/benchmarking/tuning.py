@@ -1,33 +1,5 @@
-"""Choosing hyperparameters on a validation split, never on the test split.
-
-For each dataset, tuning runs on one regime (chosen by `plan.make_plan`) at each tuned
-local-epoch count, on the tuning seeds (disjoint from the reporting seeds). A tuning run trains on
-the fit part of every client's training data and is scored by its mean accuracy on the pooled
-validation part over its last `last_k` rounds; a candidate's score is the mean of its runs'
-scores over the tuning seeds (a run that diverges scores NaN, which never wins). The best score
-wins; ties go to the candidate listed first.
-
-Candidates of a method (`Search`; `TuningConfig.strategy`):
-* 'staged' (default): stage 1 tries every client learning rate of `client_lr_grid` with the
-  method's given values; stage 2 tries every combination of the method's own grid (and, for
-  methods that tune it, every server learning rate of `server_lr_grid`) at the learning rate
-  stage 1 chose. Candidates of stage 2 that stage 1 already ran are not run again. Every
-  method of a table gets the same learning-rate grids (`plan`), the baseline included.
-* 'product': every combination of the learning rates and the method's grid at once.
-
-A method without a grid of its own (FedAvg, FedGH) has stage 2's server learning rates only. Then, while the best value
-of a numeric dimension (client lr, server lr, a numeric grid argument) is the largest or smallest
-tried, that grid is extended geometrically past the edge (`extend_edges`), every method alike; a
-value still at an edge after `edge_steps` extensions or at its valid range's bound is reported
-in `Choice.at_edge`.
-
-Schedule (`TuningConfig.schedule`): 'full' runs every candidate to the end; 'halving'
-(successive halving, Jamieson and Talwalkar, "Non-stochastic Best Arm Identification and
-Hyperparameter Optimization", AISTATS 2016, arXiv:1502.07943) runs each batch of at least
-`HALVING_RATE` new candidates (a stage, or the product) for `rounds / 3^s` rounds, keeps the best
-third, runs those 3x longer, and so on; only the last third runs to the end and gets a score. A
-candidate stopped early is recorded with score NaN and 0 finished seeds, and counts as tried
-for the edge extension (which runs its one candidate at a time to the end).
+"""Choosing hyperparameters on a validation split, never on the test split: each method's candidates
+(`Search`), their scores and the choice. The rules: docs/design.md, "Tuning".
 """
 
 import dataclasses
@@ -97,11 +69,11 @@ class Search:
       rates are tuned).
     server_lrs: the server learning rates searched (the table's `server_lr_grid`, the same
       for every method; just `server_lr` when they are not tuned or the method fixes one).
-    strategy: 'staged' or 'product' (module docstring).
+    strategy: 'staged' or 'product' (docs/design.md, "Tuning").
     edge_steps: how many times a numeric grid whose best value is at an edge is extended past
       that edge (per dimension and side); 0: never.
     edge_factor: each extension multiplies (or divides) the edge value by this factor.
-    schedule: 'full' or 'halving' (module docstring).
+    schedule: 'full' or 'halving' (docs/design.md, "Tuning").
     rounds: a run's rounds (halving's last rung).
     min_rounds: halving's first rung has at least this many rounds (the score's last k).
   """
@@ -124,7 +96,11 @@ HALVING_RATE = 3  # successive halving keeps the best 1 / HALVING_RATE at each r
 def rungs(rounds: int, num_candidates: int, min_rounds: int) -> list[int]:
   """Successive halving's run lengths, shortest first, the last `rounds`: `rounds // 3^j` for
   j = s..0, s the most rungs below `rounds` that `num_candidates` fill (3^s <= num_candidates)
-  with at least `min_rounds` rounds each."""
+  with at least `min_rounds` rounds each.
+
+  Successive halving: Jamieson and Talwalkar, "Non-stochastic Best Arm Identification and
+  Hyperparameter Optimization", AISTATS 2016, arXiv:1502.07943.
+  """
   s = 0
   while (HALVING_RATE ** (s + 1) <= num_candidates
          and rounds // HALVING_RATE ** (s + 1) >= max(min_rounds, 1)):
