@@ -141,6 +141,12 @@ with flags_lib.record_group('benchmark'):
                        'the grid past it geometrically at most this many times per side; 0: '
                        'never. A best value still at an edge is marked in the report.')
   flags.DEFINE_float('tuning_edge_factor', _D(_T, 'edge_factor'), 'Factor of each extension.')
+  flags.DEFINE_integer('plateau_window', _D(_T, 'plateau_window'), 'The report\'s plateau '
+                       'criterion: the baseline\'s tuned validation accuracy has plateaued when '
+                       'the mean of its last K rounds is within --plateau_tolerance of the mean '
+                       'of the K before.')
+  flags.DEFINE_float('plateau_tolerance', _D(_T, 'plateau_tolerance'), 'Tolerance of the '
+                     'plateau criterion (accuracy).')
   flags.DEFINE_float('validation_fraction', _D(_T, 'validation_fraction'), 'Share of each client\'s training examples '
                      'held out for tuning.')
   flags.DEFINE_string('results_md', None, 'Also write this RESULTS.md (machine, date, command, '
@@ -358,7 +364,8 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         strategy=FLAGS.tuning_strategy, schedule=FLAGS.tuning_schedule,
         last_k=FLAGS.tuning_last_k,
         edge_steps=FLAGS.tuning_edge_steps, edge_factor=FLAGS.tuning_edge_factor,
-        validation_fraction=FLAGS.validation_fraction)
+        validation_fraction=FLAGS.validation_fraction,
+        plateau_window=FLAGS.plateau_window, plateau_tolerance=FLAGS.plateau_tolerance)
     return config_lib.BenchmarkConfig(
         regimes=tuple(config_lib.split_top_level(FLAGS.regimes)),
         methods=tuple(config_lib.split_top_level(FLAGS.methods)), epochs=_ints('epochs'),

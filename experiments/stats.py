@@ -1,5 +1,6 @@
 """Statistics over seeds, the one place every table computes them: means, spreads, Student-t
-intervals, paired differences, Holm's adjustment and the power of a paired t-test.
+intervals, paired differences, Holm's adjustment, the power of a paired t-test, and whether a
+curve has plateaued.
 """
 
 import dataclasses
@@ -189,3 +190,47 @@ def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: fl
   while n < maximum and paired_power(difference, sd, n, alpha) < power:
     n += 1
   return n
+
+
+@dataclasses.dataclass(frozen=True)
+class Plateau:
+  """`plateau`'s verdict on a curve.
+
+  Attributes:
+    last_mean: the mean of the curve's last `window` values (NaN without enough values).
+    previous_mean: the mean of the `window` values before those.
+    plateaued: whether |last_mean - previous_mean| <= tolerance (False when either is NaN).
+    window, tolerance: the criterion's parameters.
+  """
+  last_mean: float
+  previous_mean: float
+  plateaued: bool
+  window: int
+  tolerance: float
+
+  @property
+  def change(self) -> float:
+    return self.last_mean - self.previous_mean
+
+
+def plateau(values: Sequence[Optional[float]], *, window: int, tolerance: float) -> Plateau:
+  """Whether a curve (e.g. a validation accuracy per round) has plateaued: the mean of its last
+  `window` values lies within `tolerance` of the mean of the `window` values before them. Missing
+  values (None: a round not evaluated) are skipped; a curve with fewer than `2 window` values,
+  or a non-finite value among the last `2 window`, has not plateaued (its means NaN or the
+  non-finite mean).
+
+  Raises:
+    ValueError: `window` < 1 or `tolerance` not a finite number >= 0.
+  """
+  if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+    raise ValueError(f'window must be an integer >= 1, got {window!r}')
+  if not isinstance(tolerance, (int, float)) or not math.isfinite(tolerance) or tolerance < 0:
+    raise ValueError(f'tolerance must be a finite number >= 0, got {tolerance!r}')
+  present = [float(v) for v in values if v is not None]
+  if len(present) < 2 * window:
+    return Plateau(float('nan'), float('nan'), False, window, tolerance)
+  last = float(np.mean(present[-window:]))
+  previous = float(np.mean(present[-2 * window:-window]))
+  ok = math.isfinite(last) and math.isfinite(previous) and abs(last - previous) <= tolerance
+  return Plateau(last, previous, bool(ok), window, tolerance)

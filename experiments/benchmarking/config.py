@@ -134,6 +134,10 @@ class TuningConfig:
     edge_factor: each extension multiplies (divides) the edge value by this factor (> 1).
     schedule: 'full': every candidate runs every round; 'halving': successive halving over
       rounds (`experiments.benchmarking.tuning`), only the best third of each rung runs longer.
+    plateau_window, plateau_tolerance: the report's plateau criterion (`stats.plateau`): the
+      baseline's chosen candidate's validation accuracy (mean over the tuning seeds) has
+      plateaued when the mean of its last `plateau_window` rounds lies within
+      `plateau_tolerance` of the mean of the `plateau_window` rounds before.
   """
   tune: bool = True
   tuning_seeds: tuple = (100, 101)
@@ -149,6 +153,8 @@ class TuningConfig:
   edge_steps: int = 3
   edge_factor: float = 3.0
   schedule: str = 'full'
+  plateau_window: int = 10
+  plateau_tolerance: float = 0.01
 
   def __post_init__(self):
     _require('tune', self.tune, isinstance(self.tune, bool), 'True or False')
@@ -166,6 +172,11 @@ class TuningConfig:
                               experiment_config.one_of(('full', 'halving')))
     experiment_config.require('tuning_last_k', self.last_k, experiment_config.at_least(1))
     experiment_config.require('tuning_edge_steps', self.edge_steps, experiment_config.at_least(0))
+    experiment_config.require('plateau_window', self.plateau_window,
+                              experiment_config.at_least(1))
+    _require('plateau_tolerance', self.plateau_tolerance,
+             _is_real(self.plateau_tolerance) and self.plateau_tolerance >= 0,
+             'a finite number >= 0')
     _require('tuning_edge_factor', self.edge_factor,
              _is_real(self.edge_factor) and self.edge_factor > 1, 'a finite number > 1')
     _require('validation_fraction', self.validation_fraction,

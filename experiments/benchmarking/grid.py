@@ -10,6 +10,8 @@ Files under the benchmark's root besides the runs' directories (`runs/`, `tuning
   tuning.csv             one row per tuning candidate: its validation score and whether it won
   tuning_choices.json    the chosen values per (dataset, E, method); `at_edge`: the dimensions
                          whose chosen value is still at its grid's edge
+  validation_curves.csv  one row per tuning seed of each method's chosen candidate: its
+                         validation accuracy per round (`runs.encode_curve`)
   timing.json            one entry per invocation: wall time, building time, runs run/skipped
   regimes.json           each regime's client sizes and label skew (`describe_regimes`)
   report.md, plots/      the report (`report`)
@@ -36,6 +38,8 @@ CONFIG_FILE = 'config.json'
 RUNS_FILE = 'runs.csv'
 TUNING_FILE = 'tuning.csv'
 CHOICES_FILE = 'tuning_choices.json'
+CURVES_FILE = report_lib.CURVES_FILE
+CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', 'accuracy_curve')
 TIMING_FILE = 'timing.json'
 REGIMES_FILE = 'regimes.json'
 
@@ -120,6 +124,23 @@ def _tuning_rows(choices):
   return rows
 
 
+def validation_curve_rows(plan: plan_lib.Plan, choices) -> list[dict[str, Any]]:
+  """validation_curves.csv's rows: for each tuning task's choice (`_tune`'s order), the chosen
+  candidate's validation accuracy curve on each tuning seed whose full-length run finished."""
+  rows = []
+  for task, c in zip(plan.tuning, choices):
+    candidate = tuning_lib.Candidate(c.client_lr, c.server_lr, c.tuned)
+    for seed in task.seeds:
+      spec = plan.tuning_spec(task, candidate, seed)
+      result = runs_lib.read_result(spec.directory(plan.root))
+      if result is None:
+        continue
+      rows.append({'dataset': c.dataset, 'regime': c.regime, 'epochs': c.epochs,
+                   'method': c.method, 'candidate': candidate.name, 'seed': seed,
+                   'accuracy_curve': result['summary'].get('accuracy_curve', '')})
+  return rows
+
+
 def _write_json(path, value):
   files.write_json_atomically(path, value)
 
@@ -197,6 +218,8 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     choices = _tune(plan, engine, progress)
     _write_json(os.path.join(root, CHOICES_FILE), [choice_to_dict(c) for c in choices])
     report_lib.write_csv(os.path.join(root, TUNING_FILE), _tuning_rows(choices))
+    report_lib.write_csv(os.path.join(root, CURVES_FILE), validation_curve_rows(plan, choices),
+                         CURVE_COLUMNS)
     after_tuning()
     for spec in plan.report_specs(choices):
       progress.start_run(spec.rounds, spec.label())

@@ -345,11 +345,20 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
     ratio = _fmt(_mean(by_seed(per_seed, 'norm_ratio').values()), 3)
     seconds = _fmt(_mean(by_seed(per_seed, 'seconds_per_round').values()), 2)
     diverged = sum(_is_true(r.get('diverged')) for r in per_seed.values())
+    excluded = excluded_updates(per_seed)
+    if excluded:
+      diverged = f'{diverged} ({excluded} updates excluded)'
     collapsed = sum(_is_true(r.get('collapsed')) for r in per_seed.values())
     lines.append(f'| {method} | {len(per_seed)} | {diverged} | {collapsed} | '
                  f'{_fmt_mean_std(primary)} | {delta} | {p} | {_fmt_mean_std(finals)} | '
                  f'{last_delta} | {conflict} | {ratio} | {seconds} |')
   return '\n'.join(lines) + '\n'
+
+
+def excluded_updates(per_seed) -> int:
+  """The client updates the cell's runs excluded as non-finite (runs.csv's
+  `excluded_nonfinite_updates`, summed over seeds; 0 for runs that predate the column)."""
+  return int(sum(_num(r.get('excluded_nonfinite_updates')) or 0 for r in per_seed.values()))
 
 
 def detect_for(dataset: str, config: Mapping[str, Any]) -> float:
@@ -496,6 +505,103 @@ def losses_list(rows, config) -> str:
                 f'{row.get("hparams")}')
     lines.append(f'- {method}, {regime}, E={e}: ' + '; '.join(bits))
   return '\n'.join(lines) + '\n' if lines else 'No method loses where Holm agrees.\n'
+
+
+# --- validation curves ----------------------------------------------------------------------
+
+CURVES_FILE = 'validation_curves.csv'
+
+
+def plateau_settings(config: Mapping[str, Any]) -> tuple[int, float]:
+  """(window K, tolerance) of the plateau criterion (config.json's tuning; defaults for
+  benchmarks run before it was set)."""
+  tuning = config.get('tuning') or {}
+  defaults = config_lib.TuningConfig()
+  window = tuning.get('plateau_window')
+  tolerance = tuning.get('plateau_tolerance')
+  return (int(window) if window is not None else defaults.plateau_window,
+          float(tolerance) if tolerance is not None else defaults.plateau_tolerance)
+
+
+def _curve_groups(curve_rows) -> dict[tuple[str, int], dict[str, list[list[Optional[float]]]]]:
+  """(tuning regime, E) -> method -> one decoded validation curve per tuning seed."""
+  out: dict = {}
+  for row in curve_rows:
+    curve = runs_lib.decode_curve(row.get('accuracy_curve'))
+    if curve:
+      key = (str(row['regime']), int(row['epochs']))
+      out.setdefault(key, {}).setdefault(str(row['method']), []).append(curve)
+  return out
+
+
+def mean_curve(curves: Sequence[Sequence[Optional[float]]]) -> list[Optional[float]]:
+  """The mean over seeds per round (None where no seed has a value; NaN where one is NaN)."""
+  out = []
+  for i in range(max((len(c) for c in curves), default=0)):
+    values = [c[i] for c in curves if i < len(c) and c[i] is not None]
+    out.append(float(sum(values) / len(values)) if values else None)
+  return out
+
+
+def plateau_verdicts(curve_rows, config) -> list[tuple[str, int, stats.Plateau, int]]:
+  """(tuning regime, E, `stats.plateau` of the baseline's chosen candidate's validation
+  accuracy averaged over the tuning seeds, number of seeds), per tuning regime and E."""
+  baseline = config.get('baseline', 'fedavg')
+  window, tolerance = plateau_settings(config)
+  out = []
+  for (regime, epochs), per_method in _curve_groups(curve_rows).items():
+    if baseline in per_method:
+      curves = per_method[baseline]
+      out.append((regime, epochs, stats.plateau(mean_curve(curves), window=window,
+                                                tolerance=tolerance), len(curves)))
+  return out
+
+
+def plateau_lines(curve_rows, config) -> str:
+  """The Setup's rounds criterion and, per tuning regime and E, whether the baseline's validation
+  curve plateaued, with the two means."""
+  baseline = config.get('baseline', 'fedavg')
+  window, tolerance = plateau_settings(config)
+  head = (f'- Rounds: {config.get("rounds")}, enough when {baseline}\'s tuned validation '
+          f'accuracy (its chosen candidate, mean over the tuning seeds) has plateaued: the mean '
+          f'of its last {window} rounds within {tolerance:g} of the mean of the {window} before.')
+  if not config.get('tuning', {}).get('tune', True):
+    return head + ' Not checked: no tuning, so no validation curve.\n'
+  verdicts = plateau_verdicts(curve_rows, config)
+  if not verdicts:
+    return head + (f' Not checked: no validation curve of {baseline} recorded '
+                   f'(`{CURVES_FILE}`).\n')
+  lines = [head]
+  for regime, epochs, p, seeds in verdicts:
+    if not (math.isfinite(p.last_mean) and math.isfinite(p.previous_mean)):
+      what = (f'not plateaued (fewer than {2 * window} rounds or a non-finite value; last '
+              f'{_fmt(p.last_mean, 4)}, before {_fmt(p.previous_mean, 4)})')
+    else:
+      trend = ('' if p.plateaued else
+               ', still climbing' if p.change > 0 else ', falling')
+      what = (f'{"plateaued" if p.plateaued else "NOT plateaued"}: last {window} rounds '
+              f'{p.last_mean:.4f}, the {window} before {p.previous_mean:.4f} '
+              f'({p.change:+.4f}{trend})')
+    lines.append(f'  - `{regime}`, E={epochs} ({seeds} tuning seeds): {what}.')
+  return '\n'.join(lines) + '\n'
+
+
+def write_validation_plots(curve_rows, config, plots_dir: str) -> dict[tuple[str, int], str]:
+  """One plot per tuning regime and E of each method's chosen candidate's validation accuracy
+  (mean ± std over the tuning seeds); returns (regime, E) -> file name inside `plots_dir`."""
+  from experiments import plotting  # pylint: disable=g-import-not-at-top
+  written = {}
+  for (regime, epochs), per_method in _curve_groups(curve_rows).items():
+    os.makedirs(plots_dir, exist_ok=True)
+    curves = {m: [{i: v for i, v in enumerate(c, start=1) if v is not None} for c in seeds]
+              for m, seeds in per_method.items()}
+    name = f'validation_{runs_lib.slug(regime.replace("#C=", "C"))}_E{epochs}.png'
+    if plotting.plot_curves(curves, os.path.join(plots_dir, name),
+                            ylabel='validation accuracy',
+                            title=f'tuning on {regime}, E={epochs}: chosen candidates '
+                                  '(mean ± std over tuning seeds)'):
+      written[(regime, epochs)] = name
+  return written
 
 
 # --- plots ---------------------------------------------------------------------------------
@@ -707,7 +813,9 @@ def protocol_section(config, rows) -> str:
       'seeds (in the diagnosis tables\' gap column: ± the 95% t-interval\'s half-width); "Δ" a '
       'mean paired difference against the baseline, "[95% CI]" its Student-t interval; "Holm p" '
       'the Holm-adjusted p-value of the primary Δ; "diverged" / "collapsed" the runs so '
-      'flagged; "conflict before → after" the mean over rounds of the fraction of client pairs '
+      'flagged, "(n updates excluded)" beside them the client updates the cell\'s runs left out '
+      'of their rounds as non-finite (summed over rounds and seeds; shown when not 0, diverged '
+      'or not); "conflict before → after" the mean over rounds of the fraction of client pairs '
       'whose updates have a negative cosine, before and after the aggregator\'s correction; '
       '"norm ratio" the mean over rounds of the server step\'s norm over that of the plain '
       'weighted mean of the same updates (below 1: a shorter step); "s / round" the mean '
@@ -932,16 +1040,27 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   timing = _read_json(os.path.join(root, 'timing.json'), [])
   baseline = config.get('baseline', 'fedavg')
   plots = write_plots(rows, config, os.path.join(root, PLOTS_DIR)) if rows else {}
+  curves_path = os.path.join(root, CURVES_FILE)
+  curve_rows = read_runs(curves_path) if os.path.exists(curves_path) else []
+  validation_plots = write_validation_plots(curve_rows, config, os.path.join(root, PLOTS_DIR))
 
   def image(key, alt):
     return f'![{alt}]({plot_prefix}/{plots[key]})' if key in plots else ''
 
+  validation_images = [f'![validation accuracy, {r}, E={e}]({plot_prefix}/{name})'
+                       for (r, e), name in validation_plots.items()]
+
   parts = [f'# Benchmark `{config.get("experiment_name", os.path.basename(root))}`\n',
            '## Setup\n', 'Protocol:\n', protocol_section(config, rows),
            f'\nSettings ({len(rows)} reporting runs):\n', _setup_section(config),
+           plateau_lines(curve_rows, config),
            '## Regimes\n', _regimes_section(_read_json(os.path.join(root, 'regimes.json'), [])),
            '## Time\n', _time_section(timing, rows),
-           '## Tuning\n', _tuning_section(choices, config), variants_section(rows, config),
+           '## Tuning\n', _tuning_section(choices, config),
+           ('Validation accuracy per round of each method\'s chosen candidate (`'
+            + CURVES_FILE + '`):\n\n' + ' '.join(validation_images) + '\n'
+            if validation_images else ''),
+           variants_section(rows, config),
            '## Results\n']
   for regime, e, heading, table in result_tables(rows, config):
     parts.append(f'### `{regime}`, E={e}\n')
@@ -982,7 +1101,9 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
     parts.append(control_text)
   parts.append('## Files\n')
   parts.append('`runs.csv` (one row per reporting run, with its curves), `tuning.csv` (every '
-               'tuning candidate\'s validation score), `tuning_choices.json`, `config.json`, '
+               'tuning candidate\'s validation score), `validation_curves.csv` (the chosen '
+               'candidates\' validation accuracy per round and tuning seed), '
+               '`tuning_choices.json`, `config.json`, '
                '`timing.json`, `plots/`; each run\'s `metrics.csv` (every round\'s metrics) and '
                '`result.json` under `runs/<regime>/E<e>/<method>/seed<s>/`.\n')
   return '\n'.join(parts)
@@ -1048,7 +1169,7 @@ def write_report(root: str) -> str:
 
 
 RESULTS_FILES = ('runs.csv', 'tuning.csv', 'tuning_choices.json', 'config.json', 'timing.json',
-                 'regimes.json')
+                 'regimes.json', CURVES_FILE)
 
 
 def results_dir_for(results_md: str) -> str:

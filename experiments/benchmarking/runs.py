@@ -28,6 +28,11 @@ GLOBAL_TRAIN_LOSS = 'global_train_loss'
 TRAIN_EXAMPLES = 'train/num_examples'
 # A finalizer's count of rejected non-finite server updates (> 0: the round diverged).
 UPDATE_NON_FINITE = 'update_non_finite'
+# Counts of client updates left out of a round for non-finite values: the client work's (zeroed
+# and sent with weight 0) and the aggregator's (a NaN or Inf row it received), each under its
+# own prefix; a client zeroed by one stage arrives finite at the next, so their sum counts each
+# excluded update once.
+EXCLUDED_NON_FINITE = ('num_excluded_nonfinite', 'num_excluded_nonfinite_clients')
 # A run is collapsed when its final accuracy is within this of chance (1 / classes) or its final
 # model gives one class to at least `COLLAPSE_SHARE` of the evaluated examples.
 COLLAPSE_MARGIN = 0.02
@@ -119,7 +124,8 @@ RUN_COLUMNS = (
     'regime', 'dataset', 'method', 'algorithm', 'epochs', 'seed', 'data_seed', 'model', 'rounds',
     'clients_per_round', 'batch_size', 'client_lr', 'server_lr', 'hparams', 'final_accuracy',
     'best_accuracy', 'best_round', 'last_k_accuracy', 'final_loss', 'final_macro_f1',
-    'final_train_loss', 'diverged', 'diverged_round', 'zeroed_rounds', 'collapsed',
+    'final_train_loss', 'diverged', 'diverged_round', 'zeroed_rounds',
+    'excluded_nonfinite_updates', 'collapsed',
     'chance_accuracy', 'conflict_before', 'conflict_after', 'norm_ratio',
     'seconds_per_round', 'first_round_s', 'run_seconds', 'final_global_train_loss',
     'accuracy_curve', 'train_loss_curve', 'conflict_curve', 'global_train_loss_curve')
@@ -197,6 +203,16 @@ def _examples_column(rows) -> Optional[str]:
   return next((c for c in rows[0] if c.endswith(TRAIN_EXAMPLES)), None) if rows else None
 
 
+def excluded_nonfinite_updates(rows: Sequence[Mapping[str, Any]]) -> int:
+  """The client updates excluded as non-finite over the run: the sum over rounds of every
+  column whose last component is one of `EXCLUDED_NON_FINITE` (0 when the process reports
+  none)."""
+  columns = [c for c in (rows[0] if rows else ())
+             if c.rsplit('/', 1)[-1] in EXCLUDED_NON_FINITE]
+  return int(sum(float(r[c]) for r in rows for c in columns
+                 if r.get(c) is not None and math.isfinite(float(r[c]))))
+
+
 def _non_finite(value) -> bool:
   return value is not None and not math.isfinite(float(value))
 
@@ -241,7 +257,9 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
   rounds), `final_accuracy` (the last evaluated round's), `best_accuracy` and `best_round`
   (selected on the evaluated split: never a headline), `final_loss`, `final_macro_f1`,
   `final_train_loss`, `diverged` (`divergence_round`), `diverged_round`, `zeroed_rounds`
-  (rounds whose training metrics count no example), `chance_accuracy` (1 / `num_classes`),
+  (rounds whose training metrics count no example), `excluded_nonfinite_updates` (client
+  updates left out as non-finite, summed over rounds: a run where some clients were zeroed
+  without diverging shows here), `chance_accuracy` (1 / `num_classes`),
   `collapsed` (final accuracy within `COLLAPSE_MARGIN` of chance; `Engine` also flags a final
   model that predicts one class), `conflict_before`, `conflict_after`, `norm_ratio` (means over
   rounds of the aggregator's diagnostics; None when it does not report them), `seconds_per_round` (mean of rounds >= 2),
@@ -283,6 +301,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
       'diverged_round': diverged_round,
       'zeroed_rounds': (sum(1 for r in rows if r.get(examples) is not None
                             and float(r[examples]) == 0) if examples else 0),
+      'excluded_nonfinite_updates': excluded_nonfinite_updates(rows),
       'chance_accuracy': chance,
       'collapsed': bool(chance is not None and final is not None
                         and final <= chance + COLLAPSE_MARGIN),

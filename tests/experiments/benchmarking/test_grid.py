@@ -126,6 +126,17 @@ def test_tuning_never_reads_the_test_split(tiny):
   rows = metrics_io.read_csv(os.path.join(tuned_dir, candidate, 'seed7', 'metrics.csv'))
   assert 'val_accuracy' in rows[0] and not any(k.startswith('test') for k in rows[0])
   assert spec.client_lr == outcome.choices[0].client_lr
+  # The chosen candidates' validation curves, one row per method and tuning seed, as their runs
+  # recorded them.
+  curves = metrics_io.read_csv(os.path.join(config.root, grid.CURVES_FILE))
+  assert [(r['method'], r['seed']) for r in curves] == [('fedavg', 7), ('fedgh', 7)]
+  for row, choice in zip(curves, outcome.choices):
+    assert row['candidate'] == runs.candidate_name(choice.client_lr, choice.server_lr, {})
+    chosen = metrics_io.read_csv(os.path.join(
+        config.root, 'tuning', 'digits_C2_6', 'E1', row['method'], runs.slug(row['candidate']), 'seed7',
+        'metrics.csv'))
+    assert runs.decode_curve(row['accuracy_curve']) == pytest.approx(
+        [r['val_accuracy'] for r in chosen], abs=1e-5)
 
 
 def test_one_process_per_method_and_the_same_start_per_seed(tiny):

@@ -359,3 +359,57 @@ def test_what_a_variant_changes_is_read_from_its_runs():
   text = report.variants_section(rows, config)
   assert '- fedld_model against fedld (3 settings differ, not one):' in text
   assert '- fedld_projection against fedld: revision' in text
+
+
+def _curve_row(regime, epochs, method, seed, curve):
+  return {'dataset': regime.split(':')[0], 'regime': regime, 'epochs': epochs, 'method': method,
+          'candidate': 'clr=0.1,slr=1', 'seed': seed, 'accuracy_curve': runs.encode_curve(curve)}
+
+
+def test_plateau_verdicts_and_validation_plots(tmp_path):
+  root = str(tmp_path / 'bench')
+  _write_benchmark(root)
+  config = dict(_CONFIG, rounds=8, tuning=dict(_CONFIG['tuning'], plateau_window=3,
+                                                plateau_tolerance=0.01))
+  with open(os.path.join(root, 'config.json'), 'w') as f:
+    json.dump(config, f)
+  flat = [0.3, 0.6, 0.80, 0.81, 0.80, 0.81, 0.80, 0.81]  # last 3: 0.8067, 3 before: 0.8033
+  climbing = [0.1 * r for r in range(1, 9)]               # last 3: 0.7, 3 before: 0.4
+  rows = [_curve_row('digits:dir(0.1)', 1, 'fedavg', s, [v + 0.002 * (s - 100) for v in flat])
+          for s in (100, 101)]
+  rows += [_curve_row('digits:dir(0.1)', 5, 'fedavg', 100, climbing),
+           _curve_row('digits:dir(0.1)', 1, 'fedld', 100, climbing)]
+  report.write_csv(os.path.join(root, report.CURVES_FILE), rows)
+  verdicts = {(r, e): (p, n) for r, e, p, n in report.plateau_verdicts(rows, config)}
+  (p1, n1), (p5, n5) = verdicts[('digits:dir(0.1)', 1)], verdicts[('digits:dir(0.1)', 5)]
+  assert p1.plateaued and n1 == 2 and p1.last_mean == pytest.approx((0.81 + 0.80 + 0.81) / 3 + 0.001)
+  assert not p5.plateaued and n5 == 1 and p5.change == pytest.approx(0.3)
+  text = open(report.write_report(root)).read()
+  setup = text[text.index('## Setup'):text.index('## Regimes')]
+  assert ('the mean of its last 3 rounds within 0.01 of the mean of the 3 before' in setup)
+  assert ('`digits:dir(0.1)`, E=1 (2 tuning seeds): plateaued: last 3 rounds 0.8077, the 3 '
+          'before 0.8043 (+0.0033)' in setup)
+  assert ('`digits:dir(0.1)`, E=5 (1 tuning seeds): NOT plateaued: last 3 rounds 0.7000, the 3 '
+          'before 0.4000 (+0.3000, still climbing)' in setup)
+  tuning = text[text.index('## Tuning'):text.index('## Results')]
+  for name in ('validation_digits_dir_0.1_E1.png', 'validation_digits_dir_0.1_E5.png'):
+    assert os.path.getsize(os.path.join(root, 'plots', name)) > 0
+    assert f'plots/{name})' in tuning
+  # Without the file (a benchmark run before it was written) the report says so.
+  os.remove(os.path.join(root, report.CURVES_FILE))
+  text = open(report.write_report(root)).read()
+  assert 'Not checked: no validation curve of fedavg recorded' in text
+
+
+def test_excluded_non_finite_updates_shown_beside_the_diverged_count():
+  rows = _rows()
+  for row in rows:
+    if (row['regime'], row['epochs'], row['method']) == ('digits:#C=2', 1, 'fedgh'):
+      row['excluded_nonfinite_updates'] = row['seed']  # 0 + 1 + 2 over the seeds
+  cell = report.group(rows)[('digits:#C=2', 1)]
+  found = {m: c for (r, e, m), c in report.comparisons(rows, _CONFIG).items()
+           if (r, e) == ('digits:#C=2', 1)}
+  table = report.regime_table(cell, ['fedavg', 'fedgh', 'fedld'], baseline='fedavg',
+                              found=found, config=_CONFIG).splitlines()
+  assert table[2].startswith('| fedavg | 3 | 0 | 0 |')  # none excluded: nothing added
+  assert table[3].startswith('| fedgh | 3 | 0 (3 updates excluded) | 0 |')

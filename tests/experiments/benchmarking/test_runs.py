@@ -148,3 +148,20 @@ def test_run_row_puts_the_spec_first():
   row = runs.run_row(_spec(), {'final_accuracy': 0.9})
   assert list(row)[:3] == ['regime', 'dataset', 'method']
   assert row['hparams'] == '{"counts": "dataset"}' and row['final_accuracy'] == 0.9
+
+
+def test_partially_zeroed_clients_are_counted_without_diverging_the_run():
+  # Some clients' updates excluded as non-finite (by the client work, zeroed; by the aggregator,
+  # a NaN row it received; FedNova's wrapper): the run trains on and does not diverge, but its
+  # summary counts every excluded update over the rounds.
+  rows = _diverging([0.5, 0.6, 0.62], **{
+      'client_work/train/num_examples': [80, 60, 40],
+      'client_work/num_excluded_nonfinite': [0, 1, 2],
+      'aggregator/num_excluded_nonfinite': [0, 0, 1],
+      'aggregator/num_excluded_nonfinite_clients': [1, None, 0],
+      'aggregator/num_excluded_zero_weight': [5, 5, 5]})
+  s = runs.summarize(rows, prefix='test', num_classes=10)
+  assert s['diverged'] is False and s['zeroed_rounds'] == 0
+  assert s['excluded_nonfinite_updates'] == 5
+  assert runs.summarize(_diverging([0.5, 0.6]), prefix='test')['excluded_nonfinite_updates'] == 0
+  assert 'excluded_nonfinite_updates' in runs.RUN_COLUMNS
