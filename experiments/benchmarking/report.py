@@ -598,7 +598,7 @@ def write_validation_plots(curve_rows, config, plots_dir: str) -> dict[tuple[str
     name = f'validation_{runs_lib.slug(regime.replace("#C=", "C"))}_E{epochs}.png'
     if plotting.plot_curves(curves, os.path.join(plots_dir, name),
                             ylabel='validation accuracy',
-                            title=f'tuning on {regime}, E={epochs}: chosen candidates '
+                            title=f'tuning, {regime}, E={epochs} '
                                   '(mean ± std over tuning seeds)'):
       written[(regime, epochs)] = name
   return written

@@ -92,6 +92,8 @@ def test_the_parts_and_their_defaults_are_the_experiments():
     (dict(tuning=dict(strategy='random')), '--tuning_strategy must be one of'),
     (dict(tuning=dict(last_k=0)), '--tuning_last_k must be an integer >= 1'),
     (dict(tuning=dict(validation_fraction=1.0)), '--validation_fraction must be a number in'),
+    (dict(tuning=dict(plateau_window=0)), '--plateau_window must be an integer >= 1'),
+    (dict(tuning=dict(plateau_tolerance=-0.01)), '--plateau_tolerance must be a finite number'),
     (dict(regimes=('leaf_femnist:natural',)), "--leaf_dir must be LEAF's data/<name> folder"),
     (dict(methods=('fedavg', 'fedga[count=dataset]')),
      "--methods=fedga[count=dataset]: count='dataset': its builder (fedga) takes no argument"),

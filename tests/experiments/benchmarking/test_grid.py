@@ -133,8 +133,8 @@ def test_tuning_never_reads_the_test_split(tiny):
   for row, choice in zip(curves, outcome.choices):
     assert row['candidate'] == runs.candidate_name(choice.client_lr, choice.server_lr, {})
     chosen = metrics_io.read_csv(os.path.join(
-        config.root, 'tuning', 'digits_C2_6', 'E1', row['method'], runs.slug(row['candidate']), 'seed7',
-        'metrics.csv'))
+        config.root, 'tuning', 'digits_C2_6', 'E1', row['method'],
+        runs.slug(row['candidate']), 'seed7', 'metrics.csv'))
     assert runs.decode_curve(row['accuracy_curve']) == pytest.approx(
         [r['val_accuracy'] for r in chosen], abs=1e-5)
 
