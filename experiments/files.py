@@ -2,7 +2,8 @@
 
 Every write goes to a temporary file next to the target (`<name>.tmp-<random>`), is flushed to
 disk, then renamed over the target (`os.replace`); an error or a kill leaves the old file intact
-and at most a temporary file, which `remove_temporaries` clears.
+and at most a temporary file, which `remove_temporaries` clears. Files get the permissions the
+umask gives a new file (0644 under umask 022), as `open` would.
 """
 
 import contextlib
@@ -11,9 +12,19 @@ import json
 import math
 import os
 import tempfile
+import threading
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 TEMP_MARK = '.tmp-'
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+  """The process's umask (read by setting it and setting it back)."""
+  with _UMASK_LOCK:
+    mask = os.umask(0o022)
+    os.umask(mask)
+  return mask
 
 
 @contextlib.contextmanager
@@ -30,6 +41,7 @@ def atomic_open(path: str, mode: str = 'w', **kwargs: Any) -> Iterator[IO]:
   directory, name = os.path.split(os.path.abspath(path))
   fd, temp = tempfile.mkstemp(dir=directory, prefix=f'{name}{TEMP_MARK}')
   try:
+    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from collaborators
     with open(fd, mode, **kwargs) as f:
       yield f
       f.flush()
