@@ -359,7 +359,7 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         last_k=FLAGS.tuning_last_k,
         edge_steps=FLAGS.tuning_edge_steps, edge_factor=FLAGS.tuning_edge_factor,
         validation_fraction=FLAGS.validation_fraction)
-    return config_lib.BenchmarkConfig(
+    config = config_lib.BenchmarkConfig(
         regimes=tuple(config_lib.split_top_level(FLAGS.regimes)),
         methods=tuple(config_lib.split_top_level(FLAGS.methods)), epochs=_ints('epochs'),
         report_seeds=_ints('report_seeds'),
@@ -370,6 +370,26 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         detect=config_lib.parse_mapping('detect', FLAGS.detect, float), description=FLAGS.description, tuning=tuning,
         loop=parts.training, client=parts.client, server=parts.server, data=parts.data,
         output=parts.output, runtime=parts.runtime)
+  except experiment_config.ConfigError as e:
+    raise app.UsageError(e.flag_message()) from None
+  _check_method_flags_apply(FLAGS.methods)
+  return config
+
+
+def _check_method_flags_apply(methods: str) -> None:
+  """Refuses a method flag that no named method of `methods` reads (the given values reach the
+  methods through `given_values`, by algorithm)."""
+  algorithms = []
+  for name in config_lib.split_top_level(methods):
+    try:
+      algorithm = methods_lib.parse_method(name).algorithm
+    except ValueError:
+      return   # the plan refuses the name, in one line
+    if algorithm in experiment_lib.ALGORITHM_HPARAMS:
+      algorithms.append(experiment_config.AlgorithmConfig(algorithm))
+  given = {h.flag: FLAGS[h.flag].value for h in flags_lib.METHOD_HPARAMS if FLAGS[h.flag].present}
+  try:
+    experiment_config.check_method_flags_apply(given, algorithms)
   except experiment_config.ConfigError as e:
     raise app.UsageError(e.flag_message()) from None
 

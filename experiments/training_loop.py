@@ -103,7 +103,9 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
         'unknown and resuming it is refused. Use --noresume to start over, or another '
         '--experiment_name.') from None
   current = {k: metrics_io._hparam_str(v) for k, v in hparams.items()}  # pylint: disable=protected-access
-  ignored = lambda k: k in RESUMABLE_CHANGES or k.startswith('version/')
+  # A method flag the run does not read is not recorded (earlier versions recorded every one).
+  ignored = lambda k: (k in RESUMABLE_CHANGES or k.startswith('version/')
+                       or (k in config_lib.METHOD_FLAGS and k not in current))
   # A setting one side does not record at all counts as empty (e.g. a setting added later).
   diffs = sorted(k for k in set(stored) | set(current)
                  if not ignored(k) and stored.get(k, '') != current.get(k, ''))

@@ -116,6 +116,10 @@ def test_given_values_come_from_the_method_flags():
     (dict(alpha='0.5'), '--alpha does not apply to experiments.benchmark; use --regimes'),
     (dict(client_epochs='2'), '--client_epochs does not apply to experiments.benchmark; use '
      '--epochs'),
+    (dict(methods='fedavg,fedgh', proximal_strength='0.5'),
+     '--proximal_strength=0.5: does not apply to --algorithm=fedavg, --algorithm=fedgh'),
+    (dict(methods='fedavg,fedga', focal_gamma='2'),
+     '--focal_gamma=2.0: does not apply to --algorithm=fedavg, --algorithm=fedga'),
 ])
 def test_bad_flags_are_one_line_errors_naming_the_flag(flag_values, message):
   with flagsaver.as_parsed(**flag_values):

@@ -488,3 +488,15 @@ def test_scaffold_resumed_or_interrupted_equals_the_uninterrupted_run(tmp_path, 
   _assert_same_rows(full.rows, again.rows)
   for a, b in zip(process.get_model_weights(again.final_state).trainable, state_c.trainable):
     np.testing.assert_array_equal(a, b)
+
+
+def test_resume_ignores_method_flags_the_run_no_longer_records(tmp_path):
+  path = str(tmp_path / 'hparams.csv')
+  metrics_io.write_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',
+                                  'focal_gamma': 0.5})   # an earlier version recorded every flag
+  training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random'})  # pylint: disable=protected-access
+  with pytest.raises(training_loop.HparamsMismatchError, match='fedgh_order'):
+    training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'index'})  # pylint: disable=protected-access
+  with pytest.raises(training_loop.HparamsMismatchError, match='proximal_term'):
+    training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',  # pylint: disable=protected-access
+                                        'proximal_term': True})

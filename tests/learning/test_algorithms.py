@@ -242,3 +242,30 @@ def test_every_builder_passes_clip_norm_and_method_options_to_build_process(monk
   assert calls[-1]['loss_kwargs'] == dict(counts='batch', form='soft_target')
   _build('fedga', form='paper')
   assert calls[-1]['loss_kwargs']['form'] == 'paper'
+
+
+def test_every_builder_passes_the_proximal_term_to_build_process(monkeypatch):
+  from tff_conflict.learning import process as process_lib  # pylint: disable=g-import-not-at-top
+  calls = []
+  monkeypatch.setattr(process_lib, 'build_process', lambda *a, **kw: calls.append(kw))
+  for name in sorted(learning.ALGORITHMS):
+    _build(name, proximal_strength=0.5)
+    assert calls[-1]['proximal_strength'] == 0.5, name
+    _build(name)
+    expected = 0.01 if name == 'fedprox' else 0.0   # only FedProx adds it by default
+    assert calls[-1]['proximal_strength'] == expected, name
+
+
+def test_fedgh_with_the_proximal_term_is_fedprox_clients_with_fedgh_aggregation():
+  runs = {}
+  for mu in (0.0, 0.5):
+    fedgh = _build('fedgh', order='index', proximal_strength=mu)
+    composed = learning.build_process(
+        make_tiny_keras_model, input_spec=h.input_spec(),
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
+        aggregator='fedgh', aggregator_kwargs=dict(order='index'), proximal_strength=mu)
+    _, losses, _ = _run(fedgh, rounds=2)
+    _, composed_losses, _ = _run(composed, rounds=2)
+    np.testing.assert_allclose(losses, composed_losses, rtol=1e-6)
+    runs[mu] = losses
+  assert abs(runs[0.5][1] - runs[0.0][1]) > 1e-4   # the term changes local training
