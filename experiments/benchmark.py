@@ -56,6 +56,9 @@ from typing import Any
 # imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
 import tff_conflict
 tff_conflict.quiet()
+if __name__ == '__main__':   # Ctrl-C / SIGTERM while TensorFlow loads: exit 130 / 143 at once
+  from experiments import cli as _cli  # pylint: disable=g-import-not-at-top
+  _cli.exit_on_signals()
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags

@@ -7,6 +7,8 @@ import functools
 import io
 import math
 import os
+import signal
+import weakref
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ import tensorflow_federated as tff
 
 from experiments import architectures
 from experiments import checkpoints
+from experiments import cli
 from experiments import config as config_lib
 from experiments import metrics_io
 from experiments import training_loop
@@ -383,6 +386,37 @@ def test_ctrl_c_saves_the_last_finished_round_and_the_rerun_resumes_from_it(
   resumed = _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=2)
   assert resumed.resumed_from == 3
   _assert_same_rows(full_run, resumed.rows)
+
+
+class _DroppedSigtermRunner(_InterruptedRunner):
+  """Runs `process`; in its `at_round`-th round a SIGTERM arrives whose exception Python drops
+  (raised by the handler inside a weakref callback), so the round finishes normally."""
+
+  def next(self, state, data):
+    self._rounds += 1
+    if self._rounds == self._at_round:
+
+      class Referent:
+        pass
+
+      referent = Referent()
+      ref = weakref.ref(referent, lambda _: cli._raise_interrupt(signal.SIGTERM, None))  # pylint: disable=protected-access
+      del referent   # the callback runs now; its exception is printed and dropped
+      assert ref() is None
+    return self._process.next(state, data)
+
+
+@pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
+def test_a_sigterm_whose_exception_python_dropped_still_stops_the_run(
+    tmp_path, tiny, monkeypatch):
+  process, train, evaluate_fn = tiny
+  monkeypatch.setattr(cli, '_received', [])
+  with pytest.raises(cli.Terminated) as info:
+    _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=2,
+         runner=_DroppedSigtermRunner(process, at_round=2))
+  assert str(info.value).startswith('interrupted after round 2 of 4; the state after round 2 '
+                                    'is saved')
+  assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [2]
 
 
 def test_an_in_process_run_uses_no_tff_runtime_and_matches_the_cpp_run(
