@@ -444,6 +444,7 @@ def main(argv):
   command = 'python -m experiments.benchmark ' + ' '.join(sys.argv[1:])
   from experiments.benchmarking import engine as engine_lib  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import plan as plan_lib  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import report as report_lib  # pylint: disable=g-import-not-at-top
   started = datetime.datetime.now()
   load_before = _load()
@@ -456,6 +457,7 @@ def main(argv):
     failures = []
   else:
     try:
+      engine_lib.check_finished_runs(plan_lib.make_plan(config))   # before the control runs
       if FLAGS.positive_control:
         from experiments.benchmarking import control  # pylint: disable=g-import-not-at-top
         control_outcome = grid.run_benchmark(control.control_config(config), command=command)

@@ -171,12 +171,52 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     command: the command line, recorded in timing.json and the report.
 
   Raises:
-    engine.SettingsChangedError: a finished run on disk has other settings.
+    engine.SettingsChangedError: a finished run on disk has other settings; found before
+      anything is written (`engine.check_finished_runs`) or, for the values tuning chooses,
+      when the run comes; either way the files the report reads are left as they were.
   """
   stream = stream or sys.stdout
   plan = plan_lib.make_plan(config)
   root = plan.root
+  engine_lib.check_finished_runs(plan)   # before anything is written
   os.makedirs(root, exist_ok=True)
+  record = _read_record(root)
+  try:
+    return _run(config, plan, loader=loader, stream=stream, after_tuning=after_tuning,
+                command=command)
+  except engine_lib.SettingsChangedError:
+    _restore_record(root, record)   # a refused command leaves the record as it found it
+    raise
+
+
+# The files the report reads besides the runs' own (the module docstring).
+RECORD_FILES = (CONFIG_FILE, RUNS_FILE, TUNING_FILE, CHOICES_FILE, TIMING_FILE, REGIMES_FILE)
+
+
+def _read_record(root: str) -> dict[str, Optional[bytes]]:
+  record = {}
+  for name in RECORD_FILES:
+    try:
+      with open(os.path.join(root, name), 'rb') as f:
+        record[name] = f.read()
+    except FileNotFoundError:
+      record[name] = None
+  return record
+
+
+def _restore_record(root: str, record: dict[str, Optional[bytes]]) -> None:
+  for name, content in record.items():
+    path = os.path.join(root, name)
+    if content is None:
+      if os.path.exists(path):
+        os.remove(path)
+    else:
+      with files.atomic_open(path, 'wb') as f:
+        f.write(content)
+
+
+def _run(config, plan, *, loader, stream, after_tuning, command) -> Outcome:
+  root = plan.root
   _write_json(os.path.join(root, CONFIG_FILE),
               dict(config_lib.as_dict(config), plan=plan.describe()))
   start = time.monotonic()

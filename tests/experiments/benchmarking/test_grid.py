@@ -167,6 +167,33 @@ def test_finished_runs_are_skipped_and_settings_changes_refused(tiny):
                        stream=open(os.devnull, 'w'))
 
 
+def _record(root):
+  out = {}
+  for name in grid.RECORD_FILES:
+    path = os.path.join(root, name)
+    out[name] = open(path, 'rb').read() if os.path.exists(path) else None
+  return out
+
+
+def test_a_refused_rerun_leaves_the_record_byte_identical(tiny, monkeypatch):
+  config, loader, _ = tiny
+  before = _record(config.root)
+  assert before[grid.CONFIG_FILE] is not None and before[grid.RUNS_FILE] is not None
+  changed = _config(config.output.output_dir,
+                    loop=experiment_config.LoopConfig(rounds=2, clients_per_round=3,
+                                                      batch_size=10))
+  loads = len(loader.guards)
+  with pytest.raises(engine_lib.SettingsChangedError, match='batch_size: 32 -> 10'):
+    grid.run_benchmark(changed, loader=loader, stream=open(os.devnull, 'w'))
+  assert _record(config.root) == before
+  assert len(loader.guards) == loads   # refused before any data was loaded
+  # Found only when a run comes (as for the values tuning chooses): the record is restored.
+  monkeypatch.setattr(engine_lib, 'check_finished_runs', lambda plan: None)
+  with pytest.raises(engine_lib.SettingsChangedError, match='batch_size: 32 -> 10'):
+    grid.run_benchmark(changed, loader=loader, stream=open(os.devnull, 'w'))
+  assert _record(config.root) == before
+
+
 def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
   from tff_conflict import learning
   config = _config(tmp_path, tuning=config_lib.TuningConfig(tune=False))
