@@ -3,8 +3,8 @@
 `run(main)` parses the flags like `absl.app.run`, then calls `main`; a flag that does not parse or
 fails its validator, an `app.UsageError` or a `config.ConfigError` prints `<binary>: <message>`
 and exits 2, a `Failure` (files, machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 (after the
-run saved its last finished round; `exit_on_signals` and `raise_if_interrupted` make sure of it
-wherever the signal lands). Anything else is a bug and keeps its traceback.
+run saved its last finished round; `experiments.interrupts` makes sure of it wherever the signal
+lands). Anything else is a bug and keeps its traceback.
 """
 
 import os
@@ -12,28 +12,25 @@ import re
 import signal
 import sys
 import tempfile
-import threading
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from absl import app
 from absl import flags
 
 from experiments import config
+from experiments import files
+from experiments import interrupts
 
 FLAGS = flags.FLAGS
 
 USAGE_EXIT = 2
 FAILURE_EXIT = 1
+Terminated = interrupts.Terminated
 
 
 class Failure(Exception):
   """An error the user can fix that is not a flag's value (a damaged results file, an unreachable
   worker); printed as one line, exit status 1."""
-
-
-class Terminated(KeyboardInterrupt):
-  """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so that a run can save
-  its last finished round and end cleanly."""
 
 
 def _program() -> str:
@@ -75,119 +72,47 @@ def check_no_arguments(argv: Sequence[str]) -> None:
                          '(--helpfull lists them)')
 
 
-# Ctrl-C and SIGTERM. Python runs a signal handler in the main thread between two bytecodes,
-# wherever they are: an exception raised there can land inside a weakref or garbage-collector
-# callback, or an atexit hook, where Python prints "Exception ignored in ..." and drops it. So the
-# handler also records the signal (`_received`), and the record decides: `raise_if_interrupted`
-# raises it again at the run loop's safe points, `run` ends with 130/143 if one was received at
-# all, and before `main` starts (TensorFlow loading) and after it returned (everything is saved)
-# a signal ends the process at once with that status (`exit_on_signals`).
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_received: list[int] = []
-
-
-def _interrupt_for(signum: int) -> KeyboardInterrupt:
-  return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-
-def _raise_interrupt(signum, frame) -> None:
-  del frame
-  first = not _received
-  _received.append(signum)
-  if first:   # a second signal while the first one's exception unwinds (saving) is recorded only
-    raise _interrupt_for(signum)
-
-
-def _exit_now(signum, frame) -> None:
-  """Ends the process with 128 + signum: nothing is running that needs saving."""
-  del frame
-  _received.append(signum)
-  local = sys.modules.get('tff_conflict.runtime.local')   # never imported here: TFF is slow
-  if local is not None:
-    try:
-      local.shutdown_workers(timeout=5.0)
-    except Exception:  # pylint: disable=broad-except
-      pass   # the workers die with this process anyway (PR_SET_PDEATHSIG)
-  for stream in (sys.stdout, sys.stderr):
-    try:
-      stream.flush()
-    except Exception:  # pylint: disable=broad-except
-      pass
-  os._exit(128 + signum)  # pylint: disable=protected-access
-
-
-_OURS = (_raise_interrupt, _exit_now)
-
-
-def _quiet_dropped_interrupts(hook):
-  """A `sys.unraisablehook` that says nothing of an interrupt Python drops (the record above
-  handles it), and passes everything else to `hook`."""
-
-  def unraisable(info):
-    if isinstance(info.exc_value, KeyboardInterrupt) and _received:
-      return
-    hook(info)
-
-  unraisable.quiets_interrupts = True
-  return unraisable
-
-
-def _install(handler) -> None:
-  """`handler` for Ctrl-C and SIGTERM, unless the signal is ignored (a background job's SIGINT)
-  or handled by someone else; TFF runtime's handler (`tff_conflict.runtime.local`), which ends
-  the workers and then calls the handler it replaced, is replaced too."""
-  if threading.current_thread() is not threading.main_thread():
-    return
-  for signum in _SIGNALS:
-    current = signal.getsignal(signum)
-    if (current in (signal.SIG_DFL, None, signal.default_int_handler) or current in _OURS
-        or getattr(current, '__module__', '') == 'tff_conflict.runtime.local'):
-      signal.signal(signum, handler)
-
-
-def exit_on_signals() -> None:
-  """Ctrl-C and SIGTERM end the process at once with 130 / 143 (a binary calls it first, before
-  TensorFlow loads; `run` then takes over)."""
-  _install(_exit_now)
-
-
-def raise_if_interrupted() -> None:
-  """Raises the `KeyboardInterrupt` (Ctrl-C) or `Terminated` (SIGTERM) of a signal received
-  while `run` runs `main`, if one was: its first exception may have been dropped by Python (it
-  landed in a callback). The run loop calls it between rounds."""
-  if _received:
-    raise _interrupt_for(_received[0])
-
-
 def _end_if_interrupted() -> None:
   """After `main`: no signal handler raises any more (everything is saved: a signal ends the
   process at once), and a signal received, whose exception was dropped or surfaced as another
   error, ends the command with 128 + its number."""
-  _install(_exit_now)
-  if _received:
-    signum = _received[0]
+  interrupts.install(interrupts.exit_now)
+  signum = interrupts.received()
+  if signum is not None:
     fail('terminated (SIGTERM)' if signum == signal.SIGTERM else 'interrupted (Ctrl-C)',
          128 + signum)
+
+
+def _disk_message(error: OSError) -> str:
+  """A write the disk refused (full, over quota, read-only), with the file and --output_dir."""
+  where = f' {error.filename}' if error.filename else ''
+  output = f' (--output_dir={FLAGS.output_dir})' if 'output_dir' in FLAGS else ''
+  return (f'cannot write{where}: {error.strerror or error}{output}; free space or choose '
+          'another --output_dir, then rerun the same command (what was finished is kept)')
 
 
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) -> None:
   """`absl.app.run(main)` with the one-line errors of the module docstring."""
 
   def wrapped(args):
-    _install(_raise_interrupt)
-    if not getattr(sys.unraisablehook, 'quiets_interrupts', False):
-      sys.unraisablehook = _quiet_dropped_interrupts(sys.unraisablehook)
+    interrupts.install(interrupts.raise_interrupt)
+    interrupts.quiet_dropped_interrupts()
     try:
       result = main(args)
     except KeyboardInterrupt as e:
-      _install(_exit_now)
-      terminated = isinstance(e, Terminated) or signal.SIGTERM in _received[:1]
+      interrupts.install(interrupts.exit_now)
+      terminated = isinstance(e, Terminated) or interrupts.received() == signal.SIGTERM
       fail(str(e) or ('terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'),
            128 + (signal.SIGTERM if terminated else signal.SIGINT))
     except (app.UsageError, config.ConfigError, Failure) as e:
       _end_if_interrupted()
       message = e.flag_message() if isinstance(e, config.ConfigError) else str(e)
       fail(message, FAILURE_EXIT if isinstance(e, Failure) else USAGE_EXIT)
+    except OSError as e:
+      _end_if_interrupted()
+      if e.errno not in files.DISK_ERRNOS:
+        raise
+      fail(_disk_message(e), USAGE_EXIT)
     except BaseException:
       _end_if_interrupted()   # e.g. an interrupt that surfaced inside TensorFlow as its error
       raise

@@ -9,6 +9,10 @@ Under `<output_dir>/<experiment_name>/` (default `compare_<dataset>`): each run'
 round 2), accuracy.png and conflict_fraction.png (mean over seeds, band +- one std).
 """
 
+from experiments import interrupts  # pylint: disable=g-bad-import-order
+if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
+  interrupts.exit_on_signals()
+
 import dataclasses
 import os
 import sys
@@ -18,9 +22,6 @@ from typing import Any, Mapping, Optional, Sequence
 # imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
 import tff_conflict
 tff_conflict.quiet()
-if __name__ == '__main__':   # Ctrl-C / SIGTERM while TensorFlow loads: exit 130 / 143 at once
-  from experiments import cli as _cli  # pylint: disable=g-import-not-at-top
-  _cli.exit_on_signals()
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags

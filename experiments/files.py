@@ -8,6 +8,7 @@ umask gives a new file (0644 under umask 022), as `open` would.
 
 import contextlib
 import csv
+import errno
 import json
 import math
 import os
@@ -16,6 +17,8 @@ import threading
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 TEMP_MARK = '.tmp-'
+# errno of a write refused by the disk itself: full, over quota, read-only.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 _UMASK_LOCK = threading.Lock()
 
 

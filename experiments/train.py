@@ -8,15 +8,16 @@ Rerunning an interrupted command resumes after its last saved round, with the re
 uninterrupted run (`--noresume` starts over). A bad flag ends it in one line naming the flag.
 """
 
+from experiments import interrupts  # pylint: disable=g-bad-import-order
+if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
+  interrupts.exit_on_signals()
+
 import os
 
 # Quiet before TensorFlow is imported (its C++ logs read the environment then); TensorFlow must be
 # imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
 import tff_conflict
 tff_conflict.quiet()
-if __name__ == '__main__':   # Ctrl-C / SIGTERM while TensorFlow loads: exit 130 / 143 at once
-  from experiments import cli as _cli  # pylint: disable=g-import-not-at-top
-  _cli.exit_on_signals()
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
 from absl import flags  # pylint: disable=g-import-not-at-top
 

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from experiments import checkpoints as checkpoints_lib
-from experiments import cli
+from experiments import interrupts
 from experiments import config as config_lib
 from experiments import metrics_io
 from experiments import progress as progress_lib
@@ -345,7 +345,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
   latest_accuracy = None
   try:
     for round_num in range(done + 1, config.rounds + 1):
-      cli.raise_if_interrupted()   # a signal whose exception Python dropped in a callback
+      interrupts.raise_if_interrupted()   # a signal whose exception Python dropped in a callback
       sampled = sample_clients(client_ids, config.clients_per_round, seed=config.seed,
                                round_num=round_num)
       datasets = make_datasets(sampled, round_num)
@@ -380,7 +380,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
         events.run_until_complete(manager.save(client_state.checkpoint(state, round_num),
                                                round_num))
         saved_round = round_num
-      cli.raise_if_interrupted()
+      interrupts.raise_if_interrupted()
       if bar is not None:
         if accuracy is not None:
           latest_accuracy = accuracy

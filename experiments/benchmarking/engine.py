@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from experiments import diagnosis
+from experiments import files
 from experiments import architectures
 from experiments import config as experiment_config
 from experiments import experiment_lib
@@ -406,6 +407,8 @@ class Engine:
     try:
       summary, confusion = self._train(spec, run_dir)
     except Exception as e:  # pylint: disable=broad-except
+      if isinstance(e, OSError) and e.errno in files.DISK_ERRNOS:
+        raise   # a full or read-only disk fails every run: the command ends here
       message = f'{type(e).__name__}: {e}'
       self.failures.append((spec, message))
       with open(error_path, 'w') as f:

@@ -14,7 +14,7 @@ from tests.experiments import conftest
 # A binary whose main sends itself `SIG` from where the test puts it, then returns normally.
 _PROGRAM = textwrap.dedent('''
     import atexit, os, signal, sys, time, weakref
-    from experiments import cli
+    from experiments import cli, interrupts
     SIG = getattr(signal, sys.argv[1])
     WHERE = sys.argv[2]
 
@@ -34,10 +34,12 @@ _PROGRAM = textwrap.dedent('''
         atexit.register(send_and_spin)
       elif WHERE == 'main':
         send_and_spin()
+      elif WHERE == 'disk_full':
+        raise OSError(28, 'No space left on device', '/full/results/runs.csv')
       print('main returned', flush=True)
 
     if WHERE == 'before_main':
-      cli.exit_on_signals()
+      interrupts.exit_on_signals()
       send_and_spin()
     cli.run(main, argv=['program'])
 ''')
@@ -57,3 +59,14 @@ def test_a_signal_ends_the_binary_with_its_status_wherever_it_lands(where, name)
     reason = 'terminated (SIGTERM)' if name == 'SIGTERM' else 'interrupted (Ctrl-C)'
     assert result.stderr.splitlines() == [f'-c: {reason}'], result.stderr
   assert 'Traceback' not in result.stderr and 'Exception ignored' not in result.stderr
+
+
+def test_a_full_disk_ends_in_one_line_naming_the_file():
+  result = subprocess.run([sys.executable, '-c', _PROGRAM, 'SIGTERM', 'disk_full'],
+                          cwd=conftest.REPO_ROOT,
+                          env=dict(os.environ, PYTHONPATH=conftest.REPO_ROOT),
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == 2, result.stderr
+  assert result.stderr.splitlines() == [
+      '-c: cannot write /full/results/runs.csv: No space left on device; free space or choose '
+      'another --output_dir, then rerun the same command (what was finished is kept)']

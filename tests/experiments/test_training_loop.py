@@ -16,7 +16,7 @@ import tensorflow_federated as tff
 
 from experiments import architectures
 from experiments import checkpoints
-from experiments import cli
+from experiments import interrupts
 from experiments import config as config_lib
 from experiments import metrics_io
 from experiments import training_loop
@@ -400,7 +400,7 @@ class _DroppedSigtermRunner(_InterruptedRunner):
         pass
 
       referent = Referent()
-      ref = weakref.ref(referent, lambda _: cli._raise_interrupt(signal.SIGTERM, None))  # pylint: disable=protected-access
+      ref = weakref.ref(referent, lambda _: interrupts.raise_interrupt(signal.SIGTERM, None))
       del referent   # the callback runs now; its exception is printed and dropped
       assert ref() is None
     return self._process.next(state, data)
@@ -410,8 +410,8 @@ class _DroppedSigtermRunner(_InterruptedRunner):
 def test_a_sigterm_whose_exception_python_dropped_still_stops_the_run(
     tmp_path, tiny, monkeypatch):
   process, train, evaluate_fn = tiny
-  monkeypatch.setattr(cli, '_received', [])
-  with pytest.raises(cli.Terminated) as info:
+  monkeypatch.setattr(interrupts, '_received', [])
+  with pytest.raises(interrupts.Terminated) as info:
     _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=2,
          runner=_DroppedSigtermRunner(process, at_round=2))
   assert str(info.value).startswith('interrupted after round 2 of 4; the state after round 2 '
