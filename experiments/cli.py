@@ -1,8 +1,9 @@
 """Runs an absl binary so that every error a user can cause ends in one line naming the flag.
 
 `run(main)` parses the flags like `absl.app.run`, then calls `main`; a flag that does not parse or
-fails its validator, an `app.UsageError` or a `config.ConfigError` prints `<binary>: <message>`
-and exits 2, a `Failure` (files, machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 (after the
+fails its validator, an `app.UsageError`, a `config.ConfigError`, a full or read-only disk or a
+`tff_conflict.runtime.DataError` prints `<binary>: <message>` and exits 2, a `Failure` (files,
+machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 (after the
 run saved its last finished round; `experiments.interrupts` makes sure of it wherever the signal
 lands). Anything else is a bug and keeps its traceback.
 """
@@ -113,8 +114,11 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) 
       if e.errno not in files.DISK_ERRNOS:
         raise
       fail(_disk_message(e), USAGE_EXIT)
-    except BaseException:
+    except BaseException as e:
       _end_if_interrupted()   # e.g. an interrupt that surfaced inside TensorFlow as its error
+      runtime = sys.modules.get('tff_conflict.runtime')
+      if runtime is not None and isinstance(e, runtime.DataError):   # a fault of the data
+        fail(str(e), USAGE_EXIT)
       raise
     _end_if_interrupted()
     return result

@@ -6,6 +6,7 @@ A TFF build plus its first round takes tens of seconds on 2 shared cores, so the
 selection builds each named process once (FedAvg's run is shared with the alpha = 0 test).
 """
 
+import collections
 import functools
 
 import numpy as np
@@ -269,3 +270,27 @@ def test_fedgh_with_the_proximal_term_is_fedprox_clients_with_fedgh_aggregation(
     np.testing.assert_allclose(losses, composed_losses, rtol=1e-6)
     runs[mu] = losses
   assert abs(runs[0.5][1] - runs[0.0][1]) > 1e-4   # the term changes local training
+
+
+def _nan_pixel_clients():
+  clients = list(_data())
+  batches = [b for b in clients[1]]
+  x = batches[0]['x'].numpy().copy()
+  x[0, 0] = np.nan                       # one NaN feature in one client's data
+  batches[0] = collections.OrderedDict(x=tf.constant(x), y=batches[0]['y'])
+  bad = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=tf.concat([b['x'] for b in batches], 0),
+      y=tf.concat([b['y'] for b in batches], 0))).batch(8)
+  return [clients[0], bad, clients[2]]
+
+
+@pytest.mark.parametrize('name', [n if n in ('fedavg', 'fedga', 'fedgh')
+                                  else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(learning.ALGORITHMS)])
+def test_a_client_with_a_nan_input_is_counted_as_non_finite_by_every_method(name):
+  process = _build(name)
+  state = process.initialize()
+  output = process.next(state, _nan_pixel_clients())
+  assert int(output.metrics['client_work']['num_excluded_nonfinite']) == 1, name
+  clean = process.next(state, _data())
+  assert int(clean.metrics['client_work']['num_excluded_nonfinite']) == 0, name
