@@ -45,14 +45,26 @@ def atomic_open(path: str, mode: str = 'w', **kwargs: Any) -> Iterator[IO]:
   fd, temp = tempfile.mkstemp(dir=directory, prefix=f'{name}{TEMP_MARK}')
   try:
     os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from collaborators
-    with open(fd, mode, **kwargs) as f:
-      yield f
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(temp, path)
+    with _naming(path):
+      with open(fd, mode, **kwargs) as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+      os.replace(temp, path)
   finally:
     if os.path.exists(temp):
       os.remove(temp)
+
+
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+  """An `OSError` without a file name (a write or flush the disk refused) names `path`."""
+  try:
+    yield
+  except OSError as e:
+    if e.filename is None and e.errno is not None:
+      raise OSError(e.errno, e.strerror, path) from None
+    raise
 
 
 def write_text_atomically(path: str, text: str) -> None:
@@ -95,7 +107,7 @@ def append_csv_rows(path: str, columns: Sequence[str], rows: Iterable[Mapping[st
   `experiments.metrics_io.read_metrics` drops. Without `sync` a crash of the machine can lose the
   last rows (the fsync costs several milliseconds).
   """
-  with open(path, 'a', newline='') as f:
+  with _naming(path), open(path, 'a', newline='') as f:
     writer = csv.writer(f)
     for row in rows:
       writer.writerow([csv_cell(row.get(c)) for c in columns])

@@ -612,7 +612,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize='x-small', ncol=2)
     fig.tight_layout()
-    fig.savefig(os.path.join(plots_dir, 'gain_vs_conflict.png'))
+    plotting.save(fig, os.path.join(plots_dir, 'gain_vs_conflict.png'))
     written['gain_vs_conflict'] = 'gain_vs_conflict.png'
   plt.close(fig)
   # Effect of E.
@@ -640,7 +640,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
     ax.grid(True, axis='y', alpha=0.3)
     ax.legend(fontsize='small')
     fig.tight_layout()
-    fig.savefig(os.path.join(plots_dir, 'epochs_effect.png'))
+    plotting.save(fig, os.path.join(plots_dir, 'epochs_effect.png'))
     plt.close(fig)
     written['epochs_effect'] = 'epochs_effect.png'
   return written
