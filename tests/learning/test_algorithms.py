@@ -8,6 +8,7 @@ selection builds each named process once (FedAvg's run is shared with the alpha 
 
 import collections
 import functools
+import inspect
 
 import numpy as np
 import pytest
@@ -249,7 +250,10 @@ def test_every_builder_passes_the_proximal_term_to_build_process(monkeypatch):
   from tff_conflict.learning import process as process_lib  # pylint: disable=g-import-not-at-top
   calls = []
   monkeypatch.setattr(process_lib, 'build_process', lambda *a, **kw: calls.append(kw))
-  for name in sorted(learning.ALGORITHMS):
+  composable = [n for n, b in sorted(learning.ALGORITHMS.items())
+                if 'proximal_strength' in inspect.signature(b).parameters]
+  assert {'fedavg', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective'} <= set(composable)
+  for name in composable:
     _build(name, proximal_strength=0.5)
     assert calls[-1]['proximal_strength'] == 0.5, name
     _build(name)
@@ -290,7 +294,7 @@ def _nan_pixel_clients():
 def test_a_client_with_a_nan_input_is_counted_as_non_finite_by_every_method(name):
   process = _build(name)
   state = process.initialize()
-  output = process.next(state, _nan_pixel_clients())
+  output = process.next(state, h.client_inputs(process, _nan_pixel_clients()))
   assert int(output.metrics['client_work']['num_excluded_nonfinite']) == 1, name
-  clean = process.next(state, _data())
+  clean = process.next(state, h.client_inputs(process, _data()))
   assert int(clean.metrics['client_work']['num_excluded_nonfinite']) == 0, name

@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests.conftest import make_tiny_keras_model
+from tests.learning import conftest as h
 from tff_conflict import learning
 from tff_conflict import runtime
 from tff_conflict.runtime import _errors
@@ -25,8 +26,8 @@ def _client(label):
 
 
 def _process(name):
-  return learning.ALGORITHMS[name](
-      make_tiny_keras_model, input_spec=_client(0).element_spec,
+  return h.named_process(
+      name, make_tiny_keras_model, input_spec=_client(0).element_spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1))
 
 
@@ -46,10 +47,11 @@ _DEFAULT = ('fedavg', 'fedga')
                                   for n in sorted(learning.ALGORITHMS)])
 @pytest.mark.parametrize('label', [NUM_CLASSES, -1])
 def test_a_label_out_of_range_on_the_in_process_runner(name, label):
-  runner = runtime.make_runner(_process(name), 'inprocess')
+  process = _process(name)
+  runner = runtime.make_runner(process, 'inprocess')
   state = runner.initialize()
   with pytest.raises(runtime.DataError) as info:
-    runner.next(state, [_client(0), _client(label)])
+    runner.next(state, h.client_inputs(process, [_client(0), _client(label)]))
   _assert_clean(info, label)
 
 
@@ -59,7 +61,7 @@ def test_a_label_equal_to_the_number_of_classes_on_the_cpp_runtime(name):
   process = _process(name)
   state = process.initialize()
   with pytest.raises(runtime.DataError) as info:
-    process.next(state, [_client(0), _client(NUM_CLASSES)])
+    process.next(state, h.client_inputs(process, [_client(0), _client(NUM_CLASSES)]))
   _assert_clean(info, NUM_CLASSES)
 
 
