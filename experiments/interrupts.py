@@ -10,6 +10,7 @@ at once with that status (`exit_now`). No import here but the standard library's
 binary installs `exit_on_signals()` first.
 """
 
+import atexit
 import os
 import signal
 import sys
@@ -79,8 +80,20 @@ def install(handler) -> None:
 
 def exit_on_signals() -> None:
   """Ctrl-C and SIGTERM end the process at once with 130 / 143 (a binary calls it first, before
-  TensorFlow loads; `experiments.cli.run` then takes over)."""
+  TensorFlow loads; `experiments.cli.run` then takes over). Registered first, `_at_teardown`
+  runs as the last exit hook."""
   install(exit_now)
+  atexit.register(_at_teardown)
+
+
+def _at_teardown() -> None:
+  """The command is over (every other exit hook ran): a signal from now on is ignored, so that
+  the process ends with the command's own status. Python resets a Python handler to the
+  signal's default action while it tears down, which would end a finished command as killed."""
+  if threading.current_thread() is threading.main_thread():
+    for signum in _SIGNALS:
+      if signal.getsignal(signum) in (raise_interrupt, exit_now):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def raise_if_interrupted() -> None:

@@ -70,3 +70,21 @@ def test_a_full_disk_ends_in_one_line_naming_the_file():
   assert result.stderr.splitlines() == [
       '-c: cannot write /full/results/runs.csv: No space left on device; free space or choose '
       'another --output_dir, then rerun the same command (what was finished is kept)']
+
+
+def test_a_signal_while_python_tears_down_a_finished_command_keeps_its_status():
+  program = textwrap.dedent('''
+      import os, signal, time
+      from experiments import interrupts
+      interrupts.exit_on_signals()
+      class Late:
+        def __del__(self):   # runs while Python tears down, after the exit hooks
+          os.kill(os.getpid(), signal.SIGTERM)
+          time.sleep(0.2)
+      late = Late()
+      print('done', flush=True)
+  ''')
+  result = subprocess.run([sys.executable, '-c', program], cwd=conftest.REPO_ROOT,
+                          env=dict(os.environ, PYTHONPATH=conftest.REPO_ROOT),
+                          capture_output=True, text=True, timeout=120)
+  assert (result.returncode, result.stdout) == (0, 'done\n'), result.stderr
