@@ -45,6 +45,10 @@ flags (the given values: used where nothing is tuned), --data_seed (with --novar
 clients' training data every round, the FedProx paper's training loss, plotted in the report).
 """
 
+from experiments import interrupts  # pylint: disable=g-bad-import-order
+if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
+  interrupts.exit_on_signals()
+
 import datetime
 import os
 import platform
@@ -115,9 +119,10 @@ with flags_lib.record_group('benchmark'):
                     'given values (the learning-rate and method flags).')
   flags.DEFINE_list('tuning_seeds', _list(_T, 'tuning_seeds'), 'Seeds of the tuning runs (disjoint from '
                     '--report_seeds).')
-  flags.DEFINE_string('tuning_regimes', '', 'DATASET:REGIME,... tuned on (e.g. '
-                      'digits:digits:dir(0.1)); default digits:dir(0.1) for digits, '
-                      'synthetic(1,1) for synthetic, else the dataset\'s first regime.')
+  flags.DEFINE_string('tuning_regimes', '', 'Regimes tuned on, one per dataset (e.g. '
+                      'digits:dir(0.1),synthetic(1,1); DATASET:REGIME also works); default '
+                      'digits:dir(0.1) for digits, synthetic(1,1) for synthetic, else the '
+                      'dataset\'s first regime.')
   flags.DEFINE_list('tune_epochs', _list(_T, 'tune_epochs'), 'Local epochs tuned at (default: every --epochs); an '
                     'untuned E uses the nearest tuned E\'s values.')
   flags.DEFINE_list('client_lr_grid', _list(_T, 'client_lr_grid'), 'Client learning rates tried by '
@@ -357,7 +362,7 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
     parts = flags_lib.experiment_config()
     tuning = config_lib.TuningConfig(
         tune=FLAGS.tune, tuning_seeds=_ints('tuning_seeds'),
-        tuning_regimes=config_lib.parse_mapping('tuning_regimes', FLAGS.tuning_regimes),
+        tuning_regimes=config_lib.parse_tuning_regimes(FLAGS.tuning_regimes),
         tune_epochs=_ints('tune_epochs'), client_lr_grid=_floats('client_lr_grid'),
         server_lr_grid=_floats('server_lr_grid'), tune_server_lr=FLAGS.tune_server_lr,
         grids=config_lib.parse_grids(FLAGS.grids),
@@ -366,7 +371,7 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         edge_steps=FLAGS.tuning_edge_steps, edge_factor=FLAGS.tuning_edge_factor,
         validation_fraction=FLAGS.validation_fraction,
         plateau_window=FLAGS.plateau_window, plateau_tolerance=FLAGS.plateau_tolerance)
-    return config_lib.BenchmarkConfig(
+    config = config_lib.BenchmarkConfig(
         regimes=tuple(config_lib.split_top_level(FLAGS.regimes)),
         methods=tuple(config_lib.split_top_level(FLAGS.methods)), epochs=_ints('epochs'),
         report_seeds=_ints('report_seeds'),
@@ -374,9 +379,30 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
         vary_partition=FLAGS.vary_partition, baseline=FLAGS.baseline,
         primary_statistic=FLAGS.primary_statistic, variants_inherit=FLAGS.variants_inherit,
         equivalence_margin=FLAGS.equivalence_margin,
-        detect=config_lib.parse_mapping('detect', FLAGS.detect, float), description=FLAGS.description, tuning=tuning,
+        detect=config_lib.parse_mapping('detect', FLAGS.detect, float),
+        description=FLAGS.description, tuning=tuning,
         loop=parts.training, client=parts.client, server=parts.server, data=parts.data,
         output=parts.output, runtime=parts.runtime)
+  except experiment_config.ConfigError as e:
+    raise app.UsageError(e.flag_message()) from None
+  _check_method_flags_apply(FLAGS.methods)
+  return config
+
+
+def _check_method_flags_apply(methods: str) -> None:
+  """Refuses a method flag that no named method of `methods` reads (the given values reach the
+  methods through `given_values`, by algorithm)."""
+  algorithms = []
+  for name in config_lib.split_top_level(methods):
+    try:
+      algorithm = methods_lib.parse_method(name).algorithm
+    except ValueError:
+      return   # the plan refuses the name, in one line
+    if algorithm in experiment_lib.ALGORITHM_HPARAMS:
+      algorithms.append(experiment_config.AlgorithmConfig(algorithm))
+  given = {h.flag: FLAGS[h.flag].value for h in flags_lib.METHOD_HPARAMS if FLAGS[h.flag].present}
+  try:
+    experiment_config.check_method_flags_apply(given, algorithms)
   except experiment_config.ConfigError as e:
     raise app.UsageError(e.flag_message()) from None
 
@@ -428,6 +454,7 @@ def main(argv):
   command = 'python -m experiments.benchmark ' + ' '.join(sys.argv[1:])
   from experiments.benchmarking import engine as engine_lib  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import plan as plan_lib  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import report as report_lib  # pylint: disable=g-import-not-at-top
   started = datetime.datetime.now()
   load_before = _load()
@@ -436,11 +463,18 @@ def main(argv):
     if not os.path.isdir(config.root):
       raise app.UsageError(f'--report_only needs an existing benchmark directory, {config.root} '
                            'is missing')
-    report_path = report_lib.write_report(config.root)
+    try:
+      report_path = report_lib.write_report(config.root)
+    except report_lib.DamagedRunsFile as e:
+      raise cli.Failure(f'{e}; run the same command without --report_only: it rebuilds runs.csv '
+                        'from each run\'s result.json and runs only what is not finished') from None
     failures = []
   else:
     try:
-      if FLAGS.positive_control:
+      if FLAGS.positive_control:   # the checks of run_benchmark, before the control runs
+        plan = plan_lib.make_plan(config)
+        engine_lib.check_finished_runs(plan)
+        grid.check_regimes(plan, engine_lib.default_loader(plan))
         from experiments.benchmarking import control  # pylint: disable=g-import-not-at-top
         control_outcome = grid.run_benchmark(control.control_config(config), command=command)
         if control_outcome.failures:
@@ -471,8 +505,9 @@ def main(argv):
   if failures:
     for label, message in failures:
       print(f'failed: {label}: {message}', file=sys.stderr)
-    raise cli.Failure(f'{len(failures)} runs failed (each run directory holds its error.txt); '
-                      'run the same command again to retry them')
+    raise cli.Failure(f'{len(failures)} runs failed (the lines above; each run directory '
+                      'holds its error.txt); once the cause is fixed, the same command runs '
+                      'them again and keeps the finished ones')
 
 
 if __name__ == '__main__':

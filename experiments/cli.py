@@ -1,9 +1,11 @@
 """Runs an absl binary so that every error a user can cause ends in one line naming the flag.
 
 `run(main)` parses the flags like `absl.app.run`, then calls `main`; a flag that does not parse or
-fails its validator, an `app.UsageError` or a `config.ConfigError` prints `<binary>: <message>`
-and exits 2, a `Failure` (files, machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 (after the
-run saved its last finished round). Anything else is a bug and keeps its traceback.
+fails its validator, an `app.UsageError`, a `config.ConfigError`, a full or read-only disk or a
+`tff_conflict.runtime.DataError` prints `<binary>: <message>` and exits 2, a `Failure` (files,
+machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 (after the
+run saved its last finished round; `experiments.interrupts` makes sure of it wherever the signal
+lands). Anything else is a bug and keeps its traceback.
 """
 
 import os
@@ -17,21 +19,19 @@ from absl import app
 from absl import flags
 
 from experiments import config
+from experiments import files
+from experiments import interrupts
 
 FLAGS = flags.FLAGS
 
 USAGE_EXIT = 2
 FAILURE_EXIT = 1
+Terminated = interrupts.Terminated
 
 
 class Failure(Exception):
   """An error the user can fix that is not a flag's value (a damaged results file, an unreachable
   worker); printed as one line, exit status 1."""
-
-
-class Terminated(KeyboardInterrupt):
-  """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so that a run can save
-  its last finished round and end cleanly."""
 
 
 def _program() -> str:
@@ -73,32 +73,55 @@ def check_no_arguments(argv: Sequence[str]) -> None:
                          '(--helpfull lists them)')
 
 
-def _raise_terminated(signum, frame) -> None:
-  del signum, frame
-  raise Terminated()
+def _end_if_interrupted() -> None:
+  """After `main`: no signal handler raises any more (everything is saved: a signal ends the
+  process at once), and a signal received, whose exception was dropped or surfaced as another
+  error, ends the command with 128 + its number."""
+  interrupts.install(interrupts.exit_now)
+  signum = interrupts.received()
+  if signum is not None:
+    fail('terminated (SIGTERM)' if signum == signal.SIGTERM else 'interrupted (Ctrl-C)',
+         128 + signum)
 
 
-def _interrupt_status(error: KeyboardInterrupt) -> int:
-  return 128 + (signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT)
+def _disk_message(error: OSError) -> str:
+  """A write the disk refused (full, over quota, read-only), with the file and --output_dir."""
+  where = f' {error.filename}' if error.filename else ''
+  output = f' (--output_dir={FLAGS.output_dir})' if 'output_dir' in FLAGS else ''
+  return (f'cannot write{where}: {error.strerror or error}{output}; free space or choose '
+          'another --output_dir, then rerun the same command (what was finished is kept)')
 
 
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) -> None:
   """`absl.app.run(main)` with the one-line errors of the module docstring."""
 
   def wrapped(args):
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-      signal.signal(signal.SIGTERM, _raise_terminated)
+    interrupts.install(interrupts.raise_interrupt)
+    interrupts.quiet_dropped_interrupts()
     try:
-      return main(args)
-    except app.UsageError as e:
-      fail(str(e), USAGE_EXIT)
-    except config.ConfigError as e:
-      fail(e.flag_message(), USAGE_EXIT)
-    except Failure as e:
-      fail(str(e), FAILURE_EXIT)
+      result = main(args)
     except KeyboardInterrupt as e:
-      reason = 'terminated (SIGTERM)' if isinstance(e, Terminated) else 'interrupted (Ctrl-C)'
-      fail(str(e) or reason, _interrupt_status(e))
+      interrupts.install(interrupts.exit_now)
+      terminated = isinstance(e, Terminated) or interrupts.received() == signal.SIGTERM
+      fail(str(e) or ('terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'),
+           128 + (signal.SIGTERM if terminated else signal.SIGINT))
+    except (app.UsageError, config.ConfigError, Failure) as e:
+      _end_if_interrupted()
+      message = e.flag_message() if isinstance(e, config.ConfigError) else str(e)
+      fail(message, FAILURE_EXIT if isinstance(e, Failure) else USAGE_EXIT)
+    except OSError as e:
+      _end_if_interrupted()
+      if e.errno not in files.DISK_ERRNOS:
+        raise
+      fail(_disk_message(e), USAGE_EXIT)
+    except BaseException as e:
+      _end_if_interrupted()   # e.g. an interrupt that surfaced inside TensorFlow as its error
+      runtime = sys.modules.get('tff_conflict.runtime')
+      if runtime is not None and isinstance(e, runtime.DataError):   # a fault of the data
+        fail(str(e), USAGE_EXIT)
+      raise
+    _end_if_interrupted()
+    return result
 
   app.run(wrapped, argv=list(argv) if argv is not None else None, flags_parser=_parse_flags)
 

@@ -9,6 +9,10 @@ Under `<output_dir>/<experiment_name>/` (default `compare_<dataset>`): each run'
 round 2), accuracy.png and conflict_fraction.png (mean over seeds, band +- one std).
 """
 
+from experiments import interrupts  # pylint: disable=g-bad-import-order
+if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
+  interrupts.exit_on_signals()
+
 import dataclasses
 import os
 import sys
@@ -107,7 +111,7 @@ def check_flags() -> tuple[config.ExperimentConfig, ComparisonConfig]:
   Raises:
     app.UsageError: naming the flag and its value.
   """
-  experiment = flags_lib.check_common_flags()
+  experiment = flags_lib.check_common_flags(algorithms=FLAGS.algorithms)
   try:
     seeds = tuple(int(s) for s in FLAGS.seeds)
   except ValueError:
@@ -235,7 +239,8 @@ def run_comparison(experiment: config.ExperimentConfig, comparison: ComparisonCo
     hparams = experiment_lib.hparams_record(
         experiment, algorithms=list(comparison.algorithms), seeds=list(comparison.seeds),
         target_accuracy=comparison.target_accuracy)
-    for name in ('algorithm', 'client_loss', 'aggregator', 'seed'):  # set per run
+    hparams.update(dataclasses.asdict(experiment.hparams))  # every method's, read per run
+    for name in ('algorithm', 'client_loss', 'aggregator', 'seed', 'proximal_term'):  # per run
       hparams.pop(name, None)
   metrics_io.write_hparams(os.path.join(root, training_loop.HPARAMS_FILE), hparams)
   data = datasets.load(experiment.data)

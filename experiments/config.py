@@ -209,8 +209,10 @@ class AlgorithmConfig:
       fedld, fed_corrective), or 'custom': `client_loss` with `aggregator`.
     client_loss: with 'custom', a loss of `tff_conflict.learning.LOSSES`.
     aggregator: with 'custom', an aggregator of `tff_conflict.learning.AGGREGATORS`.
-    proximal_term: with 'custom', add FedProx's proximal term (strength
-      `MethodHparams.proximal_strength`); the binaries set it when `--proximal_strength` is given.
+    proximal_term: add FedProx's proximal term (strength `MethodHparams.proximal_strength`) to
+      a method whose own hyperparameters do not include it (a composed method, or e.g. FedGH:
+      FedProx's local objective with FedGH's aggregation); the binaries set it when
+      `--proximal_strength` is given.
   """
   name: str = setting('fedavg', flag='algorithm', check=NON_EMPTY_STRING)
   client_loss: Optional[str] = setting(None, flag='client_loss')
@@ -231,10 +233,43 @@ class AlgorithmConfig:
 
   @property
   def label(self) -> str:
-    """'fedgh', or 'focal+fedgh' for a composition."""
+    """'fedgh', 'focal+fedgh' for a composition, 'fedgh+proximal' with the proximal term added."""
     if self.name == CUSTOM_ALGORITHM:
       return f'{self.client_loss}+{self.aggregator}'
-    return self.name
+    return f'{self.name}+proximal' if self.adds_proximal_term else self.name
+
+  @property
+  def adds_proximal_term(self) -> bool:
+    """Whether the proximal term is added to a method that does not declare it."""
+    own = hparams_lib.PROXIMAL_STRENGTH in hparams_lib.ALGORITHM_HPARAMS.get(self.name, ())
+    return self.proximal_term and not own
+
+  def hparam_flags(self) -> Optional[tuple[str, ...]]:
+    """The method flags this method reads (`tff_conflict.hparams`: `ALGORITHM_HPARAMS`, or for
+    'custom' its loss's and aggregator's tables and `PROCESS_HPARAMS`), with --proximal_strength
+    when the proximal term is added; None for a name the tables do not know (the builder refuses
+    it)."""
+    if self.name == CUSTOM_ALGORITHM:
+      tables = (hparams_lib.LOSS_HPARAMS.get(self.client_loss),
+                hparams_lib.AGGREGATOR_HPARAMS.get(self.aggregator))
+      if None in tables:
+        return None
+      own = tables[0] + tables[1] + hparams_lib.PROCESS_HPARAMS
+    elif self.name in hparams_lib.ALGORITHM_HPARAMS:
+      own = hparams_lib.ALGORITHM_HPARAMS[self.name]
+    else:
+      return None
+    if self.proximal_term:
+      own += (hparams_lib.PROXIMAL_STRENGTH,)
+    return tuple(dict.fromkeys(h.flag for h in own if h.flag in METHOD_FLAGS))
+
+  def describe(self) -> str:
+    """How the command line names it: '--algorithm=fedgh' or '--algorithm=custom
+    --client_loss=focal --aggregator=fedgh'."""
+    if self.name == CUSTOM_ALGORITHM:
+      return (f'--algorithm={self.name} --client_loss={self.client_loss} '
+              f'--aggregator={self.aggregator}')
+    return f'--algorithm={self.name}'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -396,6 +431,32 @@ def _method_setting(hparam: hparams_lib.Hparam) -> Any:
 
 
 METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS if h.flag is not None and h.flag != 'seed')
+METHOD_FLAGS = frozenset(h.flag for h in METHOD_HPARAMS)
+
+
+def check_method_flags_apply(given: Mapping[str, Any],
+                             algorithms: Sequence[AlgorithmConfig]) -> None:
+  """Refuses a method flag that none of `algorithms` reads (`AlgorithmConfig.hparam_flags`):
+  a flag either changes the run or is refused.
+
+  Args:
+    given: flag name -> value of the flags given (other flags are ignored).
+    algorithms: the methods that run.
+
+  Raises:
+    ConfigError: naming the first such flag, its value and the methods.
+  """
+  tables = [a.hparam_flags() for a in algorithms]
+  if any(t is None for t in tables):
+    return
+  for flag, value in given.items():
+    if flag in METHOD_FLAGS and not any(flag in t for t in tables):
+      names = ', '.join(a.describe() for a in algorithms)
+      reads = sorted({f'--{f}' for t in tables for f in t})
+      hint = (' (a loss and an aggregator compose with --algorithm=custom --client_loss=... '
+              '--aggregator=...)') if len(algorithms) == 1 else ''
+      raise ConfigError(flag, value, reason=f'does not apply to {names}, which reads '
+                        f'{", ".join(reads) or "no method flag"}{hint}')
 
 # Every method's hyperparameters, one field per flag of `tff_conflict.hparams` (where each is
 # declared once with its default, range and paper source); each method reads its own
@@ -510,16 +571,21 @@ class ExperimentConfig:
   def flag_values(self) -> dict[str, Any]:
     """flag name -> value of every field a flag sets, section by section (for hparams.csv).
 
-    A composed method (`algorithm='custom'`) also records `proximal_term`.
+    Of the method hyperparameters only those the method reads are recorded
+    (`AlgorithmConfig.hparam_flags`); a composed method (`algorithm='custom'`), or one with the
+    proximal term added, also records `proximal_term`.
     """
     values: dict[str, Any] = {}
+    applied = self.algorithm.hparam_flags()
     for section, obj in self.sections():
       for field in dataclasses.fields(obj):
         flag = field.metadata.get('flag')
-        if flag is not None:
-          value = getattr(obj, field.name)
-          values[flag] = list(value) if isinstance(value, tuple) else value
-    if self.algorithm.name == CUSTOM_ALGORITHM:
+        if flag is None or (section == 'hparams' and applied is not None
+                            and flag not in applied):
+          continue
+        value = getattr(obj, field.name)
+        values[flag] = list(value) if isinstance(value, tuple) else value
+    if self.algorithm.name == CUSTOM_ALGORITHM or self.algorithm.adds_proximal_term:
       values['proximal_term'] = self.algorithm.proximal_term
     return values
 
@@ -576,8 +642,9 @@ def from_flag_values(values: Mapping[str, Any], *, proximal_term: Optional[bool]
     if cls is AlgorithmConfig:
       if proximal_term is None:
         proximal_term = bool(values.get('proximal_strength_present', False))
-      kwargs['proximal_term'] = (bool(proximal_term)
-                                 and kwargs.get('name', 'fedavg') == CUSTOM_ALGORITHM)
+      algorithm = kwargs.get('name', 'fedavg')
+      own = hparams_lib.PROXIMAL_STRENGTH in hparams_lib.ALGORITHM_HPARAMS.get(algorithm, ())
+      kwargs['proximal_term'] = bool(proximal_term) and not own
     if cls is RuntimeConfig and 'workers' in kwargs:
       kwargs['workers'] = tuple(kwargs['workers'] or ())
     sections[name] = cls(**kwargs)

@@ -125,13 +125,16 @@ def build_process(config: config_lib.ExperimentConfig, task: Task):
   """The learning process of `config.algorithm` with the config's optimizers and hyperparameters.
 
   A named algorithm is `tff_conflict.learning.ALGORITHMS[name]` with its hyperparameters
-  (`ALGORITHM_HPARAMS`); 'custom' is `tff_conflict.learning.build_process` with `client_loss`,
-  `aggregator` (their hyperparameters from the same `MethodHparams`) and the FedProx term when
+  (`ALGORITHM_HPARAMS`), and `proximal_strength` when `algorithm.proximal_term` adds FedProx's
+  term to it (its builder's keyword, passed to `tff_conflict.learning.build_process`); 'custom'
+  is `tff_conflict.learning.build_process` with `client_loss`, `aggregator` (their
+  hyperparameters from the same `MethodHparams`) and the FedProx term when
   `algorithm.proximal_term` is set.
 
   Raises:
-    config.ConfigError: an algorithm, loss or aggregator that is not registered, or a builder's
-      ValueError, attributed to the algorithm (`--algorithm=<name>: <the builder's message>`).
+    config.ConfigError: an algorithm, loss or aggregator that is not registered, a proximal
+      term for a builder without a `proximal_strength` argument, or a builder's ValueError,
+      attributed to the algorithm (`--algorithm=<name>: <the builder's message>`).
   """
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   algorithm = config.algorithm
@@ -155,8 +158,15 @@ def build_process(config: config_lib.ExperimentConfig, task: Task):
     config_lib.require('algorithm', algorithm.name,
                        config_lib.one_of(list(learning.ALGORITHMS) + [CUSTOM_ALGORITHM]),
                        field='name')
-    kwargs = hparam_kwargs(ALGORITHM_HPARAMS.get(algorithm.name, {}), hparams)
     builder = learning.ALGORITHMS[algorithm.name]
+    kwargs = hparam_kwargs(ALGORITHM_HPARAMS.get(algorithm.name, {}), hparams)
+    if algorithm.adds_proximal_term:
+      if 'proximal_strength' not in inspect.signature(builder).parameters:
+        raise config_lib.ConfigError(
+            'proximal_strength', config.hparams.proximal_strength,
+            reason=f'does not apply to --algorithm={algorithm.name}, whose builder has no '
+            'proximal term')
+      kwargs['proximal_strength'] = config.hparams.proximal_strength
     build = functools.partial(builder, task.keras_model_fn, **common, **kwargs,
                               **population_kwargs(builder, task.train_data))
   try:

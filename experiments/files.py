@@ -2,18 +2,32 @@
 
 Every write goes to a temporary file next to the target (`<name>.tmp-<random>`), is flushed to
 disk, then renamed over the target (`os.replace`); an error or a kill leaves the old file intact
-and at most a temporary file, which `remove_temporaries` clears.
+and at most a temporary file, which `remove_temporaries` clears. Files get the permissions the
+umask gives a new file (0644 under umask 022), as `open` would.
 """
 
 import contextlib
 import csv
+import errno
 import json
 import math
 import os
 import tempfile
+import threading
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 TEMP_MARK = '.tmp-'
+# errno of a write refused by the disk itself: full, over quota, read-only.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+  """The process's umask (read by setting it and setting it back)."""
+  with _UMASK_LOCK:
+    mask = os.umask(0o022)
+    os.umask(mask)
+  return mask
 
 
 @contextlib.contextmanager
@@ -30,14 +44,27 @@ def atomic_open(path: str, mode: str = 'w', **kwargs: Any) -> Iterator[IO]:
   directory, name = os.path.split(os.path.abspath(path))
   fd, temp = tempfile.mkstemp(dir=directory, prefix=f'{name}{TEMP_MARK}')
   try:
-    with open(fd, mode, **kwargs) as f:
-      yield f
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(temp, path)
+    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from collaborators
+    with _naming(path):
+      with open(fd, mode, **kwargs) as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+      os.replace(temp, path)
   finally:
     if os.path.exists(temp):
       os.remove(temp)
+
+
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+  """An `OSError` without a file name (a write or flush the disk refused) names `path`."""
+  try:
+    yield
+  except OSError as e:
+    if e.filename is None and e.errno is not None:
+      raise OSError(e.errno, e.strerror, path) from None
+    raise
 
 
 def write_text_atomically(path: str, text: str) -> None:
@@ -80,7 +107,7 @@ def append_csv_rows(path: str, columns: Sequence[str], rows: Iterable[Mapping[st
   `experiments.metrics_io.read_metrics` drops. Without `sync` a crash of the machine can lose the
   last rows (the fsync costs several milliseconds).
   """
-  with open(path, 'a', newline='') as f:
+  with _naming(path), open(path, 'a', newline='') as f:
     writer = csv.writer(f)
     for row in rows:
       writer.writerow([csv_cell(row.get(c)) for c in columns])

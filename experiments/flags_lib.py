@@ -140,16 +140,21 @@ with record_group('server'):
 
 
 def _method_flag_help(hparam, extra: str = '') -> str:
-  """Help text of a method flag: what it does, its range (tff_conflict.hparams)."""
-  return (f'{hparam.method} {hparam.component}: {hparam.description}{extra} Must be '
-          f'{hparam.valid_range}.')
+  """Help text of a method flag, as sentences: the component and its method, what it does, its
+  range (tff_conflict.hparams), e.g. 'Focal loss (FedMGC): focusing exponent ...'."""
+  component = hparam.component[:1].upper() + hparam.component[1:]
+  if hparam.method.lower() not in hparam.component.lower():
+    component += f' ({hparam.method})'
+  description = hparam.description.rstrip('.')
+  return f'{component}: {description}.{extra} Must be {hparam.valid_range}.'
 
 
 # Each method hyperparameter's default, range and description come from tff_conflict.hparams
 # (through config.MethodHparams, whose fields take the same defaults and checks).
 _METHOD_FLAG_EXTRA_HELP = {
-    'proximal_strength': ' Used by fedprox; with --algorithm=custom the proximal term is added '
-                         'only when this flag is given.',
+    'proximal_strength': ' Used by fedprox; given with another algorithm, its client training '
+                         'adds the proximal term (e.g. --algorithm=fedgh: FedProx\'s local '
+                         'objective with FedGH\'s aggregation).',
     'fedgh_order': ' The seed is --seed.',
     'client_clip_norm': ' Every algorithm takes it.',
 }
@@ -246,15 +251,21 @@ def apply_preset(presets: dict[str, dict[str, Any]]) -> None:
       FLAGS[name].value = value
 
 
-def check_common_flags() -> config.ExperimentConfig:
+def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.ExperimentConfig:
   """Cross-flag checks shared by the binaries, then the typed config of the flags.
+
+  Args:
+    algorithms: the methods the binary runs (compare's --algorithms); default the config's
+      algorithm (train's --algorithm, --client_loss, --aggregator). A method flag given that
+      none of them reads is refused (`config.check_method_flags_apply`).
 
   Returns:
     `experiment_config()`.
 
   Raises:
-    app.UsageError: a flag given for a dataset that does not read it, or a value or combination
-      the config refuses (`config.ConfigError`), in one line naming the flag and the value.
+    app.UsageError: a flag given for a dataset or method that does not read it, or a value or
+      combination the config refuses (`config.ConfigError`), in one line naming the flag and the
+      value.
   """
   dataset = FLAGS.dataset
   for name in _ALL_DATASET_FLAGS:
@@ -265,7 +276,12 @@ def check_common_flags() -> config.ExperimentConfig:
   if dataset == 'leaf' and not FLAGS.leaf_dir:
     raise app.UsageError('--dataset=leaf needs --leaf_dir (LEAF\'s dataset folder data/<name>)')
   try:
-    return experiment_config()
+    experiment = experiment_config()
+    methods = ([experiment.algorithm] if algorithms is None
+               else [config.AlgorithmConfig(name) for name in algorithms])
+    config.check_method_flags_apply(
+        {h.flag: FLAGS[h.flag].value for h in METHOD_HPARAMS if FLAGS[h.flag].present}, methods)
+    return experiment
   except config.ConfigError as e:
     raise app.UsageError(e.flag_message()) from None
 
@@ -275,7 +291,7 @@ def experiment_config(**overrides: Any) -> config.ExperimentConfig:
 
   Flags a binary does not define keep the config's defaults (e.g. `--algorithm` in compare).
   `overrides` (flag name -> value) replace flag values. `AlgorithmConfig.proximal_term` is
-  whether `--proximal_strength` was given.
+  whether `--proximal_strength` was given (to a method that does not declare it).
 
   Raises:
     config.ConfigError: naming the flag and the value.

@@ -4,6 +4,7 @@ With several seeds, each line is the mean over seeds and a shaded band shows +- 
 deviation.
 """
 
+import os
 from typing import Mapping, Sequence
 
 import matplotlib
@@ -11,6 +12,8 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
+
+from experiments import files  # pylint: disable=g-import-not-at-top
 
 
 def plot_curves(curves: Mapping[str, Sequence[Mapping[int, float]]], path: str, *,
@@ -53,6 +56,13 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[int, float]]], path: str, 
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize='small')
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
   plt.close(fig)
   return drawn
+
+
+def save(fig, path: str) -> None:
+  """Writes `fig` to `path` atomically (`experiments.files`: the umask's permissions, a refused
+  write names the file); the format is the file's extension."""
+  with files.atomic_open(path, 'wb') as f:
+    fig.savefig(f, format=os.path.splitext(path)[1][1:] or 'png')

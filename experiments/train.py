@@ -1,5 +1,5 @@
-"""Trains one federated algorithm on one dataset: metrics.csv, per_client.csv, hparams.csv and
-checkpoints under `<output_dir>/<experiment_name>/` (default `<dataset>_<algorithm>_seed<seed>`).
+"""Trains one federated algorithm on one dataset: metrics.csv, hparams.csv and checkpoints under
+`<output_dir>/<experiment_name>/` (default `<dataset>_<algorithm>_seed<seed>`).
 
     python -m experiments.train --algorithm=fedgh --dataset=digits --rounds=30
     python -m experiments.train --algorithm=custom --client_loss=focal --aggregator=fedgh
@@ -7,6 +7,10 @@ checkpoints under `<output_dir>/<experiment_name>/` (default `<dataset>_<algorit
 Rerunning an interrupted command resumes after its last saved round, with the results of an
 uninterrupted run (`--noresume` starts over). A bad flag ends it in one line naming the flag.
 """
+
+from experiments import interrupts  # pylint: disable=g-bad-import-order
+if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
+  interrupts.exit_on_signals()
 
 import os
 
@@ -62,13 +66,13 @@ def main(argv):
   runtime.set_local_context()
   cli.install_context(experiment)
   task = experiment_lib.load_task(experiment)
-  print(f'{experiment.algorithm.name} on {experiment.data.dataset} '
+  print(f'{experiment.algorithm.label} on {experiment.data.dataset} '
         f'({len(task.train_data.client_ids)} clients, '
         f'{experiment.training.clients_per_round} per round, model {task.model_name}) -> '
         f'{experiment_dir}', flush=True)
   try:
     result = experiment_lib.run_experiment(experiment, task=task,
-                                           label=experiment.algorithm.name)
+                                           label=experiment.algorithm.label)
   except training_loop.ResumeError as e:
     raise cli.Failure(str(e)) from None
   last = result.rows[-1]

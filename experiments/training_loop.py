@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from experiments import checkpoints as checkpoints_lib
+from experiments import interrupts
 from experiments import config as config_lib
 from experiments import metrics_io
 from experiments import progress as progress_lib
@@ -103,7 +104,9 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
         'unknown and resuming it is refused. Use --noresume to start over, or another '
         '--experiment_name.') from None
   current = {k: metrics_io._hparam_str(v) for k, v in hparams.items()}  # pylint: disable=protected-access
-  ignored = lambda k: k in RESUMABLE_CHANGES or k.startswith('version/')
+  # A method flag the run does not read is not recorded (earlier versions recorded every one).
+  ignored = lambda k: (k in RESUMABLE_CHANGES or k.startswith('version/')
+                       or (k in config_lib.METHOD_FLAGS and k not in current))
   # A setting one side does not record at all counts as empty (e.g. a setting added later).
   diffs = sorted(k for k in set(stored) | set(current)
                  if not ignored(k) and stored.get(k, '') != current.get(k, ''))
@@ -342,6 +345,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
   latest_accuracy = None
   try:
     for round_num in range(done + 1, config.rounds + 1):
+      interrupts.raise_if_interrupted()   # a signal whose exception Python dropped in a callback
       sampled = sample_clients(client_ids, config.clients_per_round, seed=config.seed,
                                round_num=round_num)
       datasets = make_datasets(sampled, round_num)
@@ -376,6 +380,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
         events.run_until_complete(manager.save(client_state.checkpoint(state, round_num),
                                                round_num))
         saved_round = round_num
+      interrupts.raise_if_interrupted()
       if bar is not None:
         if accuracy is not None:
           latest_accuracy = accuracy

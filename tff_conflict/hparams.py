@@ -2,8 +2,8 @@
 
 Each `Hparam` is the one source of its default (the paper's; `Hparam.source` names section and
 table) and of its check (`Hparam.check`), which the losses, kernels, aggregators, builders and
-experiment flags all use. Tables: `HPARAMS`, `ALGORITHM_HPARAMS`, `LOSS_HPARAMS`,
-`AGGREGATOR_HPARAMS`. The choices and the math: docs/methods.md, "Conventions" and each method.
+experiment flags all use. Tables: `HPARAMS`, `ALGORITHM_HPARAMS`, `PROCESS_HPARAMS`,
+`LOSS_HPARAMS`, `AGGREGATOR_HPARAMS`. The choices and the math: docs/methods.md, "Conventions" and each method.
 """
 
 import dataclasses
@@ -295,6 +295,10 @@ ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'fed_corrective': (CORRECTIVE_ALPHA, CLIENT_CLIP_NORM),
     'scaffold': (CLIENT_CLIP_NORM,),
 }
+
+# The hyperparameters `tff_conflict.learning.build_process` takes itself, with any loss and
+# aggregator (`proximal_strength`, `clip_norm`).
+PROCESS_HPARAMS: tuple[Hparam, ...] = (PROXIMAL_STRENGTH, CLIENT_CLIP_NORM)
 
 # The keyword arguments of each entry of `tff_conflict.learning.LOSSES`.
 LOSS_HPARAMS: dict[str, tuple[Hparam, ...]] = {

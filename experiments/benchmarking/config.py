@@ -86,6 +86,23 @@ def parse_mapping(argument: str, text: str, cast=str) -> dict[str, Any]:
   return mapping
 
 
+def parse_tuning_regimes(text: str) -> dict[str, str]:
+  """'digits:dir(0.1),synthetic(1,1)' -> {'digits': 'digits:dir(0.1)', 'synthetic':
+  'synthetic(1,1)'}: each entry a regime (its dataset is the key), or DATASET:REGIME."""
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
+  mapping = {}
+  for item in split_top_level(text):
+    try:
+      regime = data.parse_regime(item.strip())
+    except ValueError as e:
+      if ':' not in item:
+        raise ConfigError('tuning_regimes', item.strip(), reason=str(e)) from None
+      mapping.update(parse_mapping('tuning_regimes', item))
+      continue
+    mapping[regime.dataset] = item.strip()
+  return mapping
+
+
 def _is_int(value) -> bool:
   return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 

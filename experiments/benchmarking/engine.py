@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from experiments import diagnosis
+from experiments import files
 from experiments import architectures
 from experiments import config as experiment_config
 from experiments import experiment_lib
@@ -37,6 +38,62 @@ Loader = Callable[[Any, int], tuple[Any, Any]]
 
 class SettingsChangedError(ValueError):
   """A finished run on disk was made with other settings than the run asked for now."""
+
+
+def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSpec) -> None:
+  """Raises `SettingsChangedError` when the finished run in `run_dir` (its `result.json`'s
+  `recorded` settings) is not `spec`."""
+  if not runs_lib.same_spec(recorded, spec):
+    differences = '; '.join(runs_lib.spec_differences(recorded, spec))
+    raise SettingsChangedError(
+        f'{run_dir} holds a finished run with other settings ({differences}); use another '
+        '--experiment_name or --output_dir, or --noresume to run everything again')
+
+
+def check_finished_runs(plan: plan_lib.Plan) -> None:
+  """Compares every finished run on disk that `plan` would run again (same phase, regime, E,
+  method, seed and tuning candidate) with the settings `plan` gives it, before anything runs or
+  is written: the values that tuning chooses (builder arguments, learning rates) are taken as
+  recorded, since they are known only once tuning ran (`Engine.finished` checks them then).
+
+  Raises:
+    SettingsChangedError: the first such run whose settings differ.
+  """
+  if not plan.loop.resume:
+    return
+  methods = {m.name: m for m in plan.methods}
+  tasks = {(t.regime, t.epochs, t.method.name): t for t in plan.tuning}
+  for directory, _, names in sorted(os.walk(plan.root)):
+    if runs_lib.RESULT_FILE not in names:
+      continue
+    result = runs_lib.read_result(directory)
+    recorded = result['spec'] if result is not None else None
+    if not isinstance(recorded, dict) or recorded.get('method') not in methods:
+      continue
+    try:
+      phase, regime, epochs, seed = (recorded['phase'], recorded['regime'],
+                                     int(recorded['epochs']), int(recorded['seed']))
+      method = methods[recorded['method']]
+      if phase == runs_lib.REPORT_PHASE:
+        planned = (regime in plan.regimes and epochs in plan.epochs
+                   and seed in plan.report_seeds)
+      else:
+        task = tasks.get((regime, epochs, method.name))
+        planned = task is not None and seed in task.seeds
+      if not planned:
+        continue
+      if phase == runs_lib.REPORT_PHASE and not plan.tuning:
+        values = dict(kwargs=dict(method.given), client_lr=method.client_lr,
+                      server_lr=method.server_lr)
+      else:
+        values = dict(kwargs=dict(recorded['kwargs']), client_lr=recorded['client_lr'],
+                      server_lr=recorded['server_lr'])
+      spec = plan.spec(phase=phase, regime=regime, method=method, epochs=epochs, seed=seed,
+                       candidate=recorded.get('candidate', ''), **values)
+    except (KeyError, TypeError, ValueError):
+      continue   # not a run of this kind: its own check, when it runs, says what is wrong
+    if os.path.normpath(spec.directory(plan.root)) == os.path.normpath(directory):
+      check_same_spec(directory, recorded, spec)
 
 
 def default_loader(plan: plan_lib.Plan) -> Loader:
@@ -333,11 +390,7 @@ class Engine:
     result = runs_lib.read_result(run_dir)
     if result is None:
       return None
-    if not runs_lib.same_spec(result['spec'], spec):
-      differences = '; '.join(runs_lib.spec_differences(result['spec'], spec))
-      raise SettingsChangedError(
-          f'{run_dir} holds a finished run with other settings ({differences}); use another '
-          '--experiment_name or --output_dir, or --noresume to run everything again')
+    check_same_spec(run_dir, result['spec'], spec)
     return result['summary']
 
   def run(self, spec: runs_lib.RunSpec) -> Optional[dict[str, Any]]:
@@ -354,6 +407,8 @@ class Engine:
     try:
       summary, confusion = self._train(spec, run_dir)
     except Exception as e:  # pylint: disable=broad-except
+      if isinstance(e, OSError) and e.errno in files.DISK_ERRNOS:
+        raise   # a full or read-only disk fails every run: the command ends here
       message = f'{type(e).__name__}: {e}'
       self.failures.append((spec, message))
       with open(error_path, 'w') as f:

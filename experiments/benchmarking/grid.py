@@ -25,6 +25,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, TextIO
 
+from experiments import config as experiment_config
 from experiments import files
 from experiments import progress as progress_lib
 from experiments.benchmarking import config as config_lib
@@ -192,14 +193,83 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     command: the command line, recorded in timing.json and the report.
 
   Raises:
-    engine.SettingsChangedError: a finished run on disk has other settings.
+    experiments.config.ConfigError: a regime that cannot be loaded or is smaller than a round's
+      cohort (`check_regimes`), before anything is written.
+    engine.SettingsChangedError: a finished run on disk has other settings; found before
+      anything is written (`engine.check_finished_runs`) or, for the values tuning chooses,
+      when the run comes; either way the files the report reads are left as they were.
   """
   stream = stream or sys.stdout
   plan = plan_lib.make_plan(config)
   root = plan.root
+  engine_lib.check_finished_runs(plan)   # before anything is written
   os.makedirs(root, exist_ok=True)
-  _write_json(os.path.join(root, CONFIG_FILE),
-              dict(config_lib.as_dict(config), plan=plan.describe()))
+  record = _read_record(root)
+  try:
+    return _run(config, plan, loader=loader, stream=stream, after_tuning=after_tuning,
+                command=command)
+  except engine_lib.SettingsChangedError:
+    _restore_record(root, record)   # a refused command leaves the record as it found it
+    raise
+
+
+# The files the report reads besides the runs' own (the module docstring).
+RECORD_FILES = (CONFIG_FILE, RUNS_FILE, TUNING_FILE, CHOICES_FILE, TIMING_FILE, REGIMES_FILE)
+
+
+def _read_record(root: str) -> dict[str, Optional[bytes]]:
+  record = {}
+  for name in RECORD_FILES:
+    try:
+      with open(os.path.join(root, name), 'rb') as f:
+        record[name] = f.read()
+    except FileNotFoundError:
+      record[name] = None
+  return record
+
+
+def _restore_record(root: str, record: dict[str, Optional[bytes]]) -> None:
+  for name, content in record.items():
+    path = os.path.join(root, name)
+    if content is None:
+      if os.path.exists(path):
+        os.remove(path)
+    else:
+      with files.atomic_open(path, 'wb') as f:
+        f.write(content)
+
+
+def check_regimes(plan: plan_lib.Plan, data: Callable[[str, int], Any]) -> None:
+  """Loads every regime of `plan` (reporting and tuning) once and checks that its population
+  holds `clients_per_round`, so that a regime that cannot run fails before any run, in one line.
+
+  Args:
+    plan: the benchmark.
+    data: `(regime, seed) -> (train, test)` (`Engine.data`, which keeps what it loads).
+
+  Raises:
+    experiments.config.ConfigError: naming --regimes or --tuning_regimes and the regime (the
+      loader's error: a population the dataset cannot hold, a missing file), or
+      --clients_per_round and the population.
+  """
+  seed = plan.report_seeds[0] if plan.data_seed is None else plan.data_seed
+  tuned = [r for r in plan.tuning_regimes.values() if plan.tuning and r not in plan.regimes]
+  for regime in list(plan.regimes) + list(dict.fromkeys(tuned)):
+    flag = 'regimes' if regime in plan.regimes else 'tuning_regimes'
+    try:
+      train, _ = data(regime, seed)
+    except (ValueError, FileNotFoundError) as e:
+      raise experiment_config.ConfigError(flag, regime, reason=str(e)) from None
+    population = len(train.client_ids)
+    if plan.loop.clients_per_round > population:
+      raise experiment_config.ConfigError(
+          'clients_per_round', plan.loop.clients_per_round,
+          reason=f'regime {regime!r} has {population} clients: use at most {population}, or a '
+          'larger population (@K in the regime)')
+
+
+def _run(config, plan, *, loader, stream, after_tuning, command) -> Outcome:
+  root = plan.root
   start = time.monotonic()
   tuning_runs = plan.num_runs(runs_lib.TUNE_PHASE)
   report_runs = plan.num_runs(runs_lib.REPORT_PHASE)
@@ -208,6 +278,9 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
       min_interval=30.0,
       stream=sys.stderr if getattr(sys.stderr, 'isatty', lambda: False)() else stream)
   engine = engine_lib.Engine(plan, loader=loader, on_round=progress.tick, stream=stream)
+  check_regimes(plan, engine.data)
+  _write_json(os.path.join(root, CONFIG_FILE),
+              dict(config_lib.as_dict(config), plan=plan.describe()))
   print(f'benchmark: {len(plan.regimes)} regimes x {len(plan.methods)} methods x E in '
         f'{list(plan.epochs)} x {len(plan.report_seeds)} seeds = {report_runs} reporting runs, '
         f'up to {tuning_runs} tuning runs, {plan.rounds} rounds each -> {root}', file=stream,

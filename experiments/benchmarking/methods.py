@@ -41,6 +41,8 @@ import functools
 import re
 from typing import Any, Mapping, Optional, Sequence
 
+from tff_conflict import hparams as hparams_lib
+
 CUSTOM = 'custom'
 
 # Builder keyword arguments of each algorithm that a run's seed must not be baked into: FedGH's
@@ -121,6 +123,19 @@ def _check_algorithm(algorithm: str, name: str) -> None:
   if algorithm != CUSTOM and algorithm not in _algorithms():
     raise ValueError(f'method {name!r}: unknown algorithm {algorithm!r}; one of '
                      f'{_algorithms() + [CUSTOM]}')
+
+
+def _check_registered(text: str, algorithm: str, fixed: Mapping[str, Any]) -> None:
+  """Refuses, before anything runs, a custom variant's loss or aggregator that is not registered
+  (`tff_conflict.hparams`' tables of `tff_conflict.learning.LOSSES` and `AGGREGATORS`); the
+  builder arguments themselves are checked by `config.BenchmarkConfig`."""
+  if algorithm != CUSTOM:
+    return
+  for key, table in (('loss', hparams_lib.LOSS_HPARAMS),
+                     ('aggregator', hparams_lib.AGGREGATOR_HPARAMS)):
+    value = fixed.get(key)
+    if isinstance(value, str) and value not in table:
+      raise ValueError(f'method {text!r}: {key} must be one of {sorted(table)}, got {value!r}')
 
 
 def parse_value(text: str) -> Any:
@@ -230,6 +245,7 @@ def parse_method(text: str) -> Method:
     if not sep or not re.match(r'^[A-Za-z_][A-Za-z0-9_]*$', key):
       raise ValueError(f'method {text!r}: expected key=value inside [...], got {item!r}')
     fixed[key] = parse_value(value)
+  _check_registered(text, base.algorithm, fixed)
   grid = tuple((k, v) for k, v in base.grid if k not in fixed)
   return Method(text.replace(' ', ''), base.algorithm, fixed=tuple(fixed.items()), grid=grid,
                 client_lr=base.client_lr, server_lr=base.server_lr,

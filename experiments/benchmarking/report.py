@@ -21,7 +21,9 @@ Per regime and local epochs E, one table row per method:
 * seconds per round: the mean round time from round 2 on (round 1 includes TFF's warm-up).
 """
 
+import csv
 import dataclasses
+import io
 import json
 import math
 import os
@@ -56,8 +58,38 @@ def write_csv(path: str, rows: Sequence[Mapping[str, Any]],
   files.write_csv_atomically(path, names, rows)
 
 
+class DamagedRunsFile(ValueError):
+  """runs.csv cannot be read as written (cut short or edited)."""
+
+
+# The cells without which a runs.csv row cannot be placed in the report.
+_IDENTITY = ('regime', 'method', 'epochs', 'seed')
+
+
 def read_runs(path: str) -> list[dict[str, Any]]:
-  """runs.csv's rows with numbers parsed (curves stay text)."""
+  """runs.csv's rows with numbers parsed (curves stay text).
+
+  Raises:
+    DamagedRunsFile: a header without the run columns, or a row with another number of cells
+      than the header or without its regime, method, E or seed (a file cut short).
+  """
+  with open(path, newline='') as f:
+    text = f.read()
+  lines = list(csv.reader(io.StringIO(text)))
+  header = lines[0] if lines else []
+  missing = [c for c in _IDENTITY if c not in header]
+  problem = f'its header lacks {missing}' if missing else None
+  if not problem and not text.endswith('\n'):
+    problem = 'it ends in the middle of a line'  # every row written here ends with a newline
+  for number, cells in enumerate(lines[1:], start=2):
+    if problem:
+      break
+    if len(cells) != len(header):
+      problem = f'line {number} has {len(cells)} of {len(header)} cells'
+    elif any(not cells[header.index(c)] for c in _IDENTITY):
+      problem = f'line {number} lacks its {"/".join(_IDENTITY)}'
+  if problem:
+    raise DamagedRunsFile(f'{path} is damaged ({problem}): it was cut short or edited')
   rows = metrics_io.read_csv(path)
   for row in rows:
     for key in ('accuracy_curve', 'train_loss_curve', 'conflict_curve', 'hparams', 'regime',
@@ -686,7 +718,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize='x-small', ncol=2)
     fig.tight_layout()
-    fig.savefig(os.path.join(plots_dir, 'gain_vs_conflict.png'))
+    plotting.save(fig, os.path.join(plots_dir, 'gain_vs_conflict.png'))
     written['gain_vs_conflict'] = 'gain_vs_conflict.png'
   plt.close(fig)
   # Effect of E.
@@ -714,7 +746,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
     ax.grid(True, axis='y', alpha=0.3)
     ax.legend(fontsize='small')
     fig.tight_layout()
-    fig.savefig(os.path.join(plots_dir, 'epochs_effect.png'))
+    plotting.save(fig, os.path.join(plots_dir, 'epochs_effect.png'))
     plt.close(fig)
     written['epochs_effect'] = 'epochs_effect.png'
   return written

@@ -108,3 +108,18 @@ def test_eager_and_graph_creation_give_the_same_elements():
 def test_bad_input(x, y, partition, match):
   with pytest.raises(ValueError, match=match):
     data.partition_to_client_data(x, y, partition)
+
+
+def test_non_finite_inputs_and_labels_out_of_range_are_refused_at_load():
+  x = np.zeros((4, 2), np.float32)
+  y = np.array([0, 1, 2, 1])
+  parts = [np.array([0, 1]), np.array([2, 3])]
+  x[2, 1] = np.nan
+  with pytest.raises(ValueError, match=r'x must be finite: 1 examples hold NaN or inf \(the '
+                     r'first is example 2\)'):
+    client_data_lib.ArrayClientData(x, y, parts)
+  x[2, 1] = 0.0
+  with pytest.raises(ValueError, match=r'y must hold class indices in \[0, 2\), got label 2 '
+                     r'\(example 2\)'):
+    client_data_lib.ArrayClientData(x, y, parts, num_classes=2)
+  client_data_lib.ArrayClientData(x, y, parts, num_classes=3)

@@ -12,6 +12,7 @@ from absl.testing import flagsaver
 import pytest
 
 from experiments import benchmark
+from experiments import cli
 from tests.experiments import conftest
 
 FLAGS = flags.FLAGS
@@ -95,6 +96,14 @@ def test_fedgh_table_is_each_baseline_without_and_with_fedgh():
   assert config.loop.clients_per_round == 20 and config.loop.batch_size == 64
 
 
+def test_tuning_regimes_are_regimes_or_dataset_regime_pairs():
+  for value in ('digits:dir(0.1),synthetic(1,1)', 'digits:digits:dir(0.1),synthetic(1,1)'):
+    with flagsaver.as_parsed(tuning_regimes=value, regimes='digits:dir(0.1),synthetic(1,1)'):
+      config = benchmark.config_from_flags()
+    assert dict(config.tuning.tuning_regimes) == {'digits': 'digits:dir(0.1)',
+                                                  'synthetic': 'synthetic(1,1)'}
+
+
 def test_given_values_come_from_the_method_flags():
   with flagsaver.as_parsed(proximal_strength='0.5', tune='false'):
     config = benchmark.config_from_flags()
@@ -116,6 +125,17 @@ def test_given_values_come_from_the_method_flags():
     (dict(alpha='0.5'), '--alpha does not apply to experiments.benchmark; use --regimes'),
     (dict(client_epochs='2'), '--client_epochs does not apply to experiments.benchmark; use '
      '--epochs'),
+    (dict(methods='fedavg,custom[aggregator=median]'),
+     "--methods=custom[aggregator=median]: method 'custom[aggregator=median]': aggregator must "
+     "be one of ['corrective', 'dgc', 'fedgh', 'mean', 'measured_mean', 'principal'], got "
+     "'median'"),
+    (dict(methods='fedavg,fedgh[gamma=2]'),
+     "gamma=2: its builder (fedgh) takes no argument 'gamma'"),
+    (dict(tuning_regimes='dir(0.1)'), "--tuning_regimes=dir(0.1): regime 'dir(0.1)' must be"),
+    (dict(methods='fedavg,fedgh', proximal_strength='0.5'),
+     '--proximal_strength=0.5: does not apply to --algorithm=fedavg, --algorithm=fedgh'),
+    (dict(methods='fedavg,fedga', focal_gamma='2'),
+     '--focal_gamma=2.0: does not apply to --algorithm=fedavg, --algorithm=fedga'),
 ])
 def test_bad_flags_are_one_line_errors_naming_the_flag(flag_values, message):
   with flagsaver.as_parsed(**flag_values):
@@ -181,3 +201,14 @@ def test_report_only_and_results_md_from_the_files_on_disk(tmp_path, capsys):
   with flagsaver.as_parsed(report_only='true', output_dir=str(tmp_path / 'none')):
     with pytest.raises(app.UsageError, match='--report_only needs an existing benchmark'):
       benchmark.main(['benchmark'])
+  runs_csv = tmp_path / 'unit' / 'runs.csv'
+  text = runs_csv.read_text()
+  for cut in (len(text) // 2, len(text.splitlines()[0]) // 2):   # a row, the header cut short
+    runs_csv.write_text(text[:cut])
+    with flagsaver.as_parsed(report_only='true', output_dir=str(tmp_path),
+                             experiment_name='unit', methods='fedavg,fedgh,fedld',
+                             regimes='digits:iid,digits:#C=2'):
+      with pytest.raises(cli.Failure, match=r'runs.csv is damaged \(.*\): it was cut short or '
+                         'edited; run the same command without --report_only: it rebuilds '
+                         'runs.csv'):
+        benchmark.main(['benchmark'])

@@ -266,7 +266,9 @@ def test_compare_refuses_a_bad_flag_in_one_line(tmp_path):
   result = conftest.run_binary('experiments.compare', '--algorithms=fedavg,fedavg',
                                f'--output_dir={tmp_path}', token=token, timeout=300)
   assert result.returncode == 2 and 'Traceback' not in result.stdout + result.stderr
-  assert result.stderr.splitlines() == [
-      "compare: --algorithms must be a non-empty list of distinct algorithms of ['fedavg', "
-      "'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective', 'scaffold'], got "
-      "['fedavg', 'fedavg']"]
+  lines = result.stderr.splitlines()
+  assert len(lines) == 1 and lines[0].startswith('compare: --algorithms must be a non-empty '
+                                                 'list of distinct algorithms of [')
+  assert lines[0].endswith("got ['fedavg', 'fedavg']")
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  assert all(f"'{name}'" in lines[0] for name in learning.ALGORITHMS)

@@ -57,6 +57,8 @@ def test_unknown_preset_is_refused():
     (dict(algorithms='fedavg,fedavg'), '--algorithms must be a non-empty list of distinct'),
     (dict(seeds='0,x'), '--seeds must be non-negative integers'),
     (dict(target_accuracy='1.5'), r'--target_accuracy must be a number in \(0, 1\], got 1.5'),
+    (dict(algorithms='fedavg,fedgh', focal_gamma='2'),
+     '--focal_gamma=2.0: does not apply to --algorithm=fedavg, --algorithm=fedgh'),
 ])
 def test_cross_flag_checks(flag_values, message):
   from absl import app  # pylint: disable=g-import-not-at-top

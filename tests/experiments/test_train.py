@@ -71,7 +71,7 @@ def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
     train.main(['train'])
   out = capfd.readouterr().out
   experiment_dir = tmp_path / 'smoke'
-  assert 'custom on digits (6 clients, 3 per round, model logistic_regression)' in out
+  assert 'focal+fedgh on digits (6 clients, 3 per round, model logistic_regression)' in out
   assert str(experiment_dir / 'metrics.csv') in out
   rows = metrics_io.read_csv(str(experiment_dir / 'metrics.csv'))
   assert [r['round_num'] for r in rows] == [1, 2]
@@ -89,6 +89,7 @@ def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
   hparams = metrics_io.read_hparams(str(experiment_dir / 'hparams.csv'))
   assert hparams['seed'] == '3' and hparams['aggregator'] == 'fedgh'
   assert hparams['proximal_strength'] == '0.1' and hparams['rounds'] == '2'
+  assert 'focal_gamma' in hparams and 'corrective_alpha' not in hparams  # what it reads
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   assert hparams['version/tensorflow-federated'] == tff.__version__
   manager = checkpoints.CheckpointManager(str(experiment_dir / 'checkpoints'))
@@ -132,3 +133,53 @@ def test_scaffold_keeps_its_client_controls_in_the_checkpoint_and_resumes(tmp_pa
   rows = metrics_io.read_csv(str(tmp_path / 'sc' / 'metrics.csv'))
   assert [r['round_num'] for r in rows] == [1, 2, 3]
   assert not any(c.startswith('client_controls') for c in rows[0])
+
+
+@pytest.mark.parametrize('flag_values, message', [
+    (dict(algorithm='fedgh', focal_gamma='2'),
+     r'--focal_gamma=2.0: does not apply to --algorithm=fedgh, which reads --client_clip_norm, '
+     r'--fedgh_order'),
+    (dict(algorithm='custom', client_loss='focal', aggregator='corrective',
+          calibration_counts='dataset'),
+     r"--calibration_counts=dataset: does not apply to --algorithm=custom --client_loss=focal "
+     r'--aggregator=corrective, which reads --client_clip_norm, --corrective_alpha, '
+     r'--focal_beta, --focal_gamma, --proximal_strength'),
+    (dict(algorithm='fedavg', selection_ratio='0.3'),
+     '--selection_ratio=0.3: does not apply to --algorithm=fedavg'),
+])
+def test_a_method_flag_the_method_does_not_read_is_refused(flag_values, message):
+  with flagsaver.as_parsed(**flag_values):
+    with pytest.raises(app.UsageError, match=message):
+      train.check_flags()
+
+
+def test_the_proximal_term_composes_with_a_method_and_is_recorded_as_such():
+  with flagsaver.as_parsed(algorithm='fedgh', proximal_strength='0.5'):
+    experiment = train.check_flags()
+  assert experiment.algorithm.adds_proximal_term
+  assert experiment.algorithm.label == 'fedgh+proximal'
+  assert experiment.experiment_name == 'digits_fedgh+proximal_seed0'
+  values = experiment.flag_values()
+  assert values['proximal_term'] is True and values['proximal_strength'] == 0.5
+  # Only the flags the method reads are recorded.
+  assert 'focal_gamma' not in values and values['fedgh_order'] == 'random'
+  with flagsaver.as_parsed(algorithm='fedgh'):
+    plain = train.check_flags()
+  assert 'proximal_term' not in plain.flag_values()
+  assert 'proximal_strength' not in plain.flag_values()
+  with flagsaver.as_parsed(algorithm='fedprox', proximal_strength='0.5'):
+    fedprox = train.check_flags()
+  assert not fedprox.algorithm.proximal_term and fedprox.algorithm.label == 'fedprox'
+
+
+def test_method_flag_help_reads_as_sentences():
+  from experiments import flags_lib  # pylint: disable=g-import-not-at-top
+  helps = {name: flags.FLAGS[name].help for name in ('corrective_alpha', 'client_clip_norm',
+                                                     'focal_gamma')}
+  assert helps['corrective_alpha'].startswith('Corrective gradient weights: alpha of c')
+  assert helps['client_clip_norm'].startswith('Client training (every method): global L2 norm')
+  assert helps['focal_gamma'].startswith('Focal loss (FedMGC): focusing exponent')
+  for text in helps.values():
+    assert '..' not in text and text.endswith('.')
+  assert flags_lib.groups()['method']
+  assert 'per_client.csv' not in train.__doc__   # train writes none

@@ -7,6 +7,8 @@ import functools
 import io
 import math
 import os
+import signal
+import weakref
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ import tensorflow_federated as tff
 
 from experiments import architectures
 from experiments import checkpoints
+from experiments import interrupts
 from experiments import config as config_lib
 from experiments import metrics_io
 from experiments import training_loop
@@ -385,6 +388,37 @@ def test_ctrl_c_saves_the_last_finished_round_and_the_rerun_resumes_from_it(
   _assert_same_rows(full_run, resumed.rows)
 
 
+class _DroppedSigtermRunner(_InterruptedRunner):
+  """Runs `process`; in its `at_round`-th round a SIGTERM arrives whose exception Python drops
+  (raised by the handler inside a weakref callback), so the round finishes normally."""
+
+  def next(self, state, data):
+    self._rounds += 1
+    if self._rounds == self._at_round:
+
+      class Referent:
+        pass
+
+      referent = Referent()
+      ref = weakref.ref(referent, lambda _: interrupts.raise_interrupt(signal.SIGTERM, None))
+      del referent   # the callback runs now; its exception is printed and dropped
+      assert ref() is None
+    return self._process.next(state, data)
+
+
+@pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
+def test_a_sigterm_whose_exception_python_dropped_still_stops_the_run(
+    tmp_path, tiny, monkeypatch):
+  process, train, evaluate_fn = tiny
+  monkeypatch.setattr(interrupts, '_received', [])
+  with pytest.raises(interrupts.Terminated) as info:
+    _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=2,
+         runner=_DroppedSigtermRunner(process, at_round=2))
+  assert str(info.value).startswith('interrupted after round 2 of 4; the state after round 2 '
+                                    'is saved')
+  assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [2]
+
+
 def test_an_in_process_run_uses_no_tff_runtime_and_matches_the_cpp_run(
     tmp_path, tiny, full_run, no_tff_runtime):
   # Rounds, evaluation (the runner's get_model_weights) and checkpoints all stay in this process:
@@ -488,3 +522,15 @@ def test_scaffold_resumed_or_interrupted_equals_the_uninterrupted_run(tmp_path, 
   _assert_same_rows(full.rows, again.rows)
   for a, b in zip(process.get_model_weights(again.final_state).trainable, state_c.trainable):
     np.testing.assert_array_equal(a, b)
+
+
+def test_resume_ignores_method_flags_the_run_no_longer_records(tmp_path):
+  path = str(tmp_path / 'hparams.csv')
+  metrics_io.write_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',
+                                  'focal_gamma': 0.5})   # an earlier version recorded every flag
+  training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random'})  # pylint: disable=protected-access
+  with pytest.raises(training_loop.HparamsMismatchError, match='fedgh_order'):
+    training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'index'})  # pylint: disable=protected-access
+  with pytest.raises(training_loop.HparamsMismatchError, match='proximal_term'):
+    training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',  # pylint: disable=protected-access
+                                        'proximal_term': True})

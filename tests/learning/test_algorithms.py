@@ -6,7 +6,9 @@ A TFF build plus its first round takes tens of seconds on 2 shared cores, so the
 selection builds each named process once (FedAvg's run is shared with the alpha = 0 test).
 """
 
+import collections
 import functools
+import inspect
 
 import numpy as np
 import pytest
@@ -242,3 +244,57 @@ def test_every_builder_passes_clip_norm_and_method_options_to_build_process(monk
   assert calls[-1]['loss_kwargs'] == dict(counts='batch', form='soft_target')
   _build('fedga', form='paper')
   assert calls[-1]['loss_kwargs']['form'] == 'paper'
+
+
+def test_every_builder_passes_the_proximal_term_to_build_process(monkeypatch):
+  from tff_conflict.learning import process as process_lib  # pylint: disable=g-import-not-at-top
+  calls = []
+  monkeypatch.setattr(process_lib, 'build_process', lambda *a, **kw: calls.append(kw))
+  composable = [n for n, b in sorted(learning.ALGORITHMS.items())
+                if 'proximal_strength' in inspect.signature(b).parameters]
+  assert {'fedavg', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective'} <= set(composable)
+  for name in composable:
+    _build(name, proximal_strength=0.5)
+    assert calls[-1]['proximal_strength'] == 0.5, name
+    _build(name)
+    expected = 0.01 if name == 'fedprox' else 0.0   # only FedProx adds it by default
+    assert calls[-1]['proximal_strength'] == expected, name
+
+
+def test_fedgh_with_the_proximal_term_is_fedprox_clients_with_fedgh_aggregation():
+  runs = {}
+  for mu in (0.0, 0.5):
+    fedgh = _build('fedgh', order='index', proximal_strength=mu)
+    composed = learning.build_process(
+        make_tiny_keras_model, input_spec=h.input_spec(),
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
+        aggregator='fedgh', aggregator_kwargs=dict(order='index'), proximal_strength=mu)
+    _, losses, _ = _run(fedgh, rounds=2)
+    _, composed_losses, _ = _run(composed, rounds=2)
+    np.testing.assert_allclose(losses, composed_losses, rtol=1e-6)
+    runs[mu] = losses
+  assert abs(runs[0.5][1] - runs[0.0][1]) > 1e-4   # the term changes local training
+
+
+def _nan_pixel_clients():
+  clients = list(_data())
+  batches = [b for b in clients[1]]
+  x = batches[0]['x'].numpy().copy()
+  x[0, 0] = np.nan                       # one NaN feature in one client's data
+  batches[0] = collections.OrderedDict(x=tf.constant(x), y=batches[0]['y'])
+  bad = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=tf.concat([b['x'] for b in batches], 0),
+      y=tf.concat([b['y'] for b in batches], 0))).batch(8)
+  return [clients[0], bad, clients[2]]
+
+
+@pytest.mark.parametrize('name', [n if n in ('fedavg', 'fedga', 'fedgh')
+                                  else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(learning.ALGORITHMS)])
+def test_a_client_with_a_nan_input_is_counted_as_non_finite_by_every_method(name):
+  process = _build(name)
+  state = process.initialize()
+  output = process.next(state, h.client_inputs(process, _nan_pixel_clients()))
+  assert int(output.metrics['client_work']['num_excluded_nonfinite']) == 1, name
+  clean = process.next(state, h.client_inputs(process, _data()))
+  assert int(clean.metrics['client_work']['num_excluded_nonfinite']) == 0, name

@@ -1,5 +1,6 @@
 """`tff.aggregators` factories for the gradient-conflict server methods, weighted, for TFF's
-`model_aggregator=` (docs/design.md, "The gather"; docs/methods.md for the math)."""
+`model_aggregator=` (docs/design.md, "The gather"; docs/methods.md for the math); they read every
+client's update in the clear, so central DP and secure aggregation refuse them (`privacy`)."""
 
 from tff_conflict.aggregators._gather import gather_memory_limit
 from tff_conflict.aggregators._gather import max_gather_bytes
@@ -9,6 +10,9 @@ from tff_conflict.aggregators.dominant import DominantGradientCorrectionFactory
 from tff_conflict.aggregators.harmonization import GradientHarmonizationFactory
 from tff_conflict.aggregators.mean import MeasuredMeanFactory
 from tff_conflict.aggregators.principal import PrincipalGradientFactory
+from tff_conflict.aggregators.privacy import check_private_composition
+from tff_conflict.aggregators.privacy import differentially_private_factory
+from tff_conflict.aggregators.privacy import PrivacyCompositionError
 
 __all__ = [
     'CorrectiveGradientFactory',
@@ -16,6 +20,9 @@ __all__ = [
     'GradientHarmonizationFactory',
     'MeasuredMeanFactory',
     'PrincipalGradientFactory',
+    'PrivacyCompositionError',
+    'check_private_composition',
+    'differentially_private_factory',
     'gather_memory_limit',
     'max_gather_bytes',
     'set_max_gather_bytes',

@@ -32,8 +32,9 @@ class ArrayClientData(tff.simulation.datasets.ClientData):
     """Builds the client data.
 
     Args:
-      x: [N, ...] features, stored as given (`transform` turns them into the elements' x).
-      y: [N] integer labels >= 0.
+      x: [N, ...] features, stored as given (`transform` turns them into the elements' x);
+        finite, when floating-point.
+      y: [N] integer labels >= 0 (< num_classes when it is given).
       partition: list of K 1-D integer index arrays into the N examples.
       transform: optional traceable elementwise map of a block of stored rows `[n, ...]` to the
         elements' `x` `[n, ...]` (applied to a client's rows at once); by default a cast to
@@ -47,7 +48,16 @@ class ArrayClientData(tff.simulation.datasets.ClientData):
       raise ValueError(f'x must be [N, ...] and y [N] with the same N, got x shape {x.shape} and '
                        f'y shape {y.shape}')
     if y.size and (not np.issubdtype(y.dtype, np.integer) or y.min() < 0):
-      raise ValueError(f'y must hold integer labels >= 0, got dtype {y.dtype}')
+      raise ValueError(f'y must hold integer labels >= 0, got dtype {y.dtype}'
+                       + (f' and labels down to {y.min()}' if y.size and
+                          np.issubdtype(y.dtype, np.integer) else ''))
+    if num_classes and y.size and y.max() >= num_classes:
+      raise ValueError(f'y must hold class indices in [0, {num_classes}), got label {y.max()} '
+                       f'(example {int(np.argmax(y))})')
+    if np.issubdtype(x.dtype, np.inexact) and x.size and not np.isfinite(x).all():
+      bad = ~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
+      raise ValueError(f'x must be finite: {int(bad.sum())} examples hold NaN or inf (the first '
+                       f'is example {int(np.argmax(bad))})')
     parts = partition_lib.check_partition(partition, x.shape[0])
     self._x = x
     self._y = y.astype(np.int32)

@@ -12,7 +12,10 @@ their data). The baselines the papers compare with (`build_fedavg`, `build_fedpr
 `aggregator_kwargs=` as `build_process` does (default 'mean'), so that any conflict aggregator
 runs on top of them (e.g. FedGH's Table II, "+FedGH"). `clip_norm` (every builder,
 `hparams.CLIENT_CLIP_NORM`): None, or c > 0 to clip each local step's gradient to global L2 norm
-c, so that a baseline can be clipped exactly as a method is. `model_fn` is what TFF's own
+c, so that a baseline can be clipped exactly as a method is. `proximal_strength` (FedAvg, FedGH,
+FedMGC, FedGA, FedLD, corrective; 0, none): FedProx's proximal term `mu/2 |w - w0|^2` added to
+the method's local objective, e.g. `build_fedgh(..., proximal_strength=0.5)` is FedProx's
+clients with FedGH's aggregation. `model_fn` is what TFF's own
 builders take (a function returning a `tff.learning.models.VariableModel`, or a
 `tff.learning.models.FunctionalModel`) or a function returning an uncompiled Keras model, which
 then needs `input_spec` (`OrderedDict(x=..., y=...)` or `(x, y)`); see
@@ -47,6 +50,7 @@ def build_fedavg(model_fn: models_lib.ModelArg, *,
                  metrics: models_lib.MetricsArg = None,
                  aggregator: process_lib.AggregatorArg = 'mean',
                  aggregator_kwargs: Optional[Mapping[str, Any]] = None,
+                 proximal_strength: float = 0.0,
                  clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedAvg (McMahan et al., "Communication-Efficient Learning of Deep Networks from
   Decentralized Data", AISTATS 2017, Algorithm 1): local SGD on cross-entropy (a Keras model) or
@@ -61,7 +65,8 @@ def build_fedavg(model_fn: models_lib.ModelArg, *,
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss=None, aggregator=aggregator,
       aggregator_kwargs=aggregator_kwargs,
-      client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
+      client_weighting=client_weighting, metrics=metrics, proximal_strength=proximal_strength,
+      clip_norm=clip_norm)
 
 
 def build_fedprox(model_fn: models_lib.ModelArg, *,
@@ -174,6 +179,7 @@ def build_fedgh(model_fn: models_lib.ModelArg, *,
                 metrics: models_lib.MetricsArg = None,
                 order: str = hparams.FEDGH_ORDER.default,
                 seed: Optional[int] = hparams.FEDGH_SEED.default,
+                proximal_strength: float = 0.0,
                 clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedGH ("Tackling the Non-IID Issue in Heterogeneous Federated Learning by Gradient
   Harmonization", Algorithm 1; docs/methods.md, FedGH): local SGD on cross-entropy (a Keras
@@ -190,7 +196,8 @@ def build_fedgh(model_fn: models_lib.ModelArg, *,
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='fedgh',
       aggregator_kwargs=dict(order=order, seed=seed), client_weighting=client_weighting,
-      metrics=metrics, clip_norm=clip_norm)
+      metrics=metrics, proximal_strength=proximal_strength,
+      clip_norm=clip_norm)
 
 
 def build_fedmgc(model_fn: models_lib.ModelArg, *,
@@ -201,6 +208,7 @@ def build_fedmgc(model_fn: models_lib.ModelArg, *,
                  gamma: float = hparams.FOCAL_GAMMA.default,
                  beta: float = hparams.FOCAL_BETA.default,
                  selection_ratio: float = hparams.DGC_SELECTION_RATIO.default,
+                 proximal_strength: float = 0.0,
                  clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedMGC ("Joint Focal Loss and Dominant Gradient Correction for Gradient Conflict in Federated
   Learning"; docs/methods.md, FedMGC). Needs a Keras model (it replaces the loss).
@@ -224,7 +232,8 @@ def build_fedmgc(model_fn: models_lib.ModelArg, *,
       server_optimizer_fn=server_optimizer_fn, loss='focal',
       loss_kwargs=dict(gamma=gamma, beta=beta), aggregator='dgc',
       aggregator_kwargs=dict(selection_ratio=selection_ratio, weights_are_losses=True),
-      client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
+      client_weighting=client_weighting, metrics=metrics, proximal_strength=proximal_strength,
+      clip_norm=clip_norm)
 
 
 def build_fedga(model_fn: models_lib.ModelArg, *,
@@ -234,6 +243,7 @@ def build_fedga(model_fn: models_lib.ModelArg, *,
                 metrics: models_lib.MetricsArg = None,
                 counts: str = hparams.CALIBRATION_COUNTS.default,
                 form: str = hparams.CALIBRATION_FORM.default,
+                proximal_strength: float = 0.0,
                 clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedGA ("FedGA: Federated Learning with Gradient Alignment for Error Asymmetry Mitigation",
   eqs. 8-10, Algorithm 1; docs/methods.md, FedGA): clients train on the calibrated-label loss with
@@ -252,7 +262,8 @@ def build_fedga(model_fn: models_lib.ModelArg, *,
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss='calibrated',
       loss_kwargs=dict(counts=counts, form=form), aggregator='mean',
-      client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
+      client_weighting=client_weighting, metrics=metrics, proximal_strength=proximal_strength,
+      clip_norm=clip_norm)
 
 
 def build_fedld(model_fn: models_lib.ModelArg, *,
@@ -267,6 +278,7 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
                 granularity: str = hparams.PRINCIPAL_GRANULARITY.default,
                 first_round_plain_mean: bool = hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN.default,
                 revision: str = hparams.PRINCIPAL_REVISION.default,
+                proximal_strength: float = 0.0,
                 clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
   """FedLD ("Tackling Data Heterogeneity in Federated Learning via Loss Decomposition";
   docs/methods.md, FedLD): margin control + principal-gradient aggregation. Needs a Keras model
@@ -299,7 +311,8 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
       aggregator_kwargs=dict(component_ratio=component_ratio, preserve_norms=preserve_norms,
                              granularity=granularity,
                              first_round_plain_mean=first_round_plain_mean, revision=revision),
-      client_weighting=client_weighting, metrics=metrics, clip_norm=clip_norm)
+      client_weighting=client_weighting, metrics=metrics, proximal_strength=proximal_strength,
+      clip_norm=clip_norm)
 
 
 def build_fed_corrective(model_fn: models_lib.ModelArg, *,
@@ -308,6 +321,7 @@ def build_fed_corrective(model_fn: models_lib.ModelArg, *,
                          client_weighting: client_work_lib.WeightingArg = None,
                          metrics: models_lib.MetricsArg = None,
                          alpha: float = hparams.CORRECTIVE_ALPHA.default,
+                         proximal_strength: float = 0.0,
                          clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default
                          ) -> Process:
   """Corrective gradient weights ("A Novel Approach for Improving Generalization in Federated
@@ -328,6 +342,7 @@ def build_fed_corrective(model_fn: models_lib.ModelArg, *,
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='corrective',
       aggregator_kwargs=dict(alpha=alpha), client_weighting=client_weighting, metrics=metrics,
+      proximal_strength=proximal_strength,
       clip_norm=clip_norm)
 
 

@@ -3,8 +3,10 @@
 One training loop serves every method, with options: `weighting` (examples, uniform, or the mean
 training loss for FedMGC's DGC), `proximal_strength` (FedProx's `mu (w - w0)` added to every local
 gradient; Li et al., MLSys 2020, arXiv:1812.06127), `count_labels` (FedGA's dataset counts) and
-`clip_norm` (`tf.clip_by_global_norm` of every local step). Conventions and why not TFF's FedProx:
-docs/design.md, "Models and client work"; the math: docs/methods.md.
+`clip_norm` (`tf.clip_by_global_norm` of every local step). A client whose update is non-finite
+(e.g. a NaN in its data) sends zeros with weight 0 and is counted in the client work's measurement
+`num_excluded_nonfinite` (beside `train`, the model's metrics). Conventions and why not TFF's
+FedProx: docs/design.md, "Models and client work"; the math: docs/methods.md.
 """
 
 import collections
@@ -75,8 +77,11 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
                         proximal_strength: float = 0.0, corrective: bool = False,
                         num_classes_to_count: Optional[int] = None,
                         set_counts: Optional[Callable[[Any, tf.Tensor], Any]] = None,
-                        clip_norm: Optional[float] = None, normalized: bool = False):
-  """The `tf.function` run on each client.
+                        clip_norm: Optional[float] = None, normalized: bool = False,
+                        report_non_finite: bool = False):
+  """The `tf.function` run on each client: `(ClientResult, unfinalized metrics)`, and with
+  `report_non_finite` a third output, int32 1 if the client's update (or its loss, when it is
+  the weight) was non-finite and so sent as zeros with weight 0, else 0.
 
   Args:
     model_fn: no-argument callable returning a `tff.learning.models.VariableModel`, or (when
@@ -189,7 +194,10 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
     if has_non_finite > 0:
       model.reset_metrics()
     metrics = model.report_local_unfinalized_metrics()
-    return tff.learning.templates.ClientResult(update=value, update_weight=weight), metrics
+    result = tff.learning.templates.ClientResult(update=value, update_weight=weight)
+    if report_non_finite:
+      return result, metrics, tf.cast(has_non_finite > 0, tf.int32)
+    return result, metrics
 
   return client_update
 
@@ -233,7 +241,7 @@ def _build_client_work_process(model_fn: Callable[[], Any], optimizer, *, update
 
   @tff.tensorflow.computation(state_type, weights_type, data_type)
   def client_update_computation(hparams, initial_weights, dataset):
-    client_update = _make_client_update(model_fn, **update_kwargs)
+    client_update = _make_client_update(model_fn, report_non_finite=True, **update_kwargs)
     return client_update(optimizer, hparams, initial_weights, dataset)
 
   @tff.federated_computation(init_fn.type_signature.result,
@@ -241,10 +249,13 @@ def _build_client_work_process(model_fn: Callable[[], Any], optimizer, *, update
                              tff.FederatedType(data_type, tff.CLIENTS))
   def next_fn(state, weights, client_data):
     state_at_clients = tff.federated_broadcast(state)
-    client_result, model_outputs = tff.federated_map(
+    client_result, model_outputs, non_finite = tff.federated_map(
         client_update_computation, (state_at_clients, weights, client_data))
     train_metrics = metrics_aggregation_fn(model_outputs)
-    measurements = tff.federated_zip(collections.OrderedDict(train=train_metrics))
+    # Clients whose update was non-finite (e.g. a NaN in their data): sent as zeros with weight
+    # 0, so the aggregator sees only a zero weight; counted here as what they are.
+    measurements = tff.federated_zip(collections.OrderedDict(
+        train=train_metrics, num_excluded_nonfinite=tff.federated_sum(non_finite)))
     return tff.templates.MeasuredProcessOutput(state, client_result, measurements)
 
   return tff.learning.templates.ClientWorkProcess(

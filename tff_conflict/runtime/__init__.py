@@ -6,12 +6,15 @@ it first), `set_remote_context('host:port,...')` (workers started with
 `InProcessRunner(process)` / `make_runner(process, 'cpp'|'inprocess')` (rounds run in this Python
 process from TFF's MapReduceForm graphs: no worker, GPU-capable), with `shutdown_workers()`,
 `worker_pids()`, `workers_with_environment(name, value)` and
-`parse_worker_addresses(addresses)`. `InProcessRunner` and `make_runner` load TFF on first use.
+`parse_worker_addresses(addresses)`. `InProcessRunner` and `make_runner` load TFF on first use. A
+check on client data that fails while a round runs (a label outside [0, classes)) is raised by
+both the local context and the in-process runner as one `DataError` line.
 Design: docs/design.md, "Execution backends".
 """
 
 import importlib
 
+from tff_conflict.runtime._errors import DataError
 from tff_conflict.runtime.local import set_local_context
 from tff_conflict.runtime.local import shutdown_workers
 from tff_conflict.runtime.local import worker_pids
@@ -23,6 +26,7 @@ from tff_conflict.runtime.remote import WorkerError
 _LAZY = {'InProcessRunner': 'inprocess', 'make_runner': 'inprocess'}
 
 __all__ = [
+    'DataError',
     'InProcessRunner',
     'WorkerError',
     'make_runner',

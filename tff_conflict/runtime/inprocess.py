@@ -19,6 +19,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_conflict import _compat
+from tff_conflict.runtime import _errors
 from tff_conflict.runtime import _merge_blocks
 from tff_conflict.runtime import _row_buffer
 from tff_conflict.runtime import _tf_stamp
@@ -236,6 +237,14 @@ class InProcessRunner:
     return self._to_python(flat, self._initialize_type, remember_state=True)
 
   def next(self, state: Any, client_data: Sequence[Any]) -> Any:
+    """One round: `learning_process.next(state, client_data)`, run in this process.
+
+    Raises `tff_conflict.runtime.DataError` (one line) when a check on a client's data fails,
+    e.g. a label outside `[0, num_classes)`; see `_next` for the rest.
+    """
+    return _errors.translating(self._next)(state, client_data)
+
+  def _next(self, state: Any, client_data: Sequence[Any]) -> Any:
     """One round: `learning_process.next(state, client_data)`, run in this process.
 
     Args:

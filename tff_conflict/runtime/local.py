@@ -16,6 +16,8 @@ import sys
 import threading
 from typing import Optional
 
+from tff_conflict.runtime import _errors
+
 _WORKER_NAME = 'worker_binary'
 _SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -186,6 +188,10 @@ def set_local_context(*, max_concurrent_computation_calls: int = -1) -> None:
   install_exit_hooks()
   tff.backends.native.set_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=value)
+  context = tff.framework.get_context_stack().current
+  # A failed check on client data (a label out of range) is raised as one `DataError` line, not
+  # inside the worker's gRPC error.
+  context.invoke = _errors.translating(context.invoke)
   # A replaced context's worker can no longer be reached: let TFF end it, then end what is left.
   import gc  # pylint: disable=g-import-not-at-top
   gc.collect()

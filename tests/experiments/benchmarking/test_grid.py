@@ -178,6 +178,33 @@ def test_finished_runs_are_skipped_and_settings_changes_refused(tiny):
                        stream=open(os.devnull, 'w'))
 
 
+def _record(root):
+  out = {}
+  for name in grid.RECORD_FILES:
+    path = os.path.join(root, name)
+    out[name] = open(path, 'rb').read() if os.path.exists(path) else None
+  return out
+
+
+def test_a_refused_rerun_leaves_the_record_byte_identical(tiny, monkeypatch):
+  config, loader, _ = tiny
+  before = _record(config.root)
+  assert before[grid.CONFIG_FILE] is not None and before[grid.RUNS_FILE] is not None
+  changed = _config(config.output.output_dir,
+                    loop=experiment_config.LoopConfig(rounds=2, clients_per_round=3,
+                                                      batch_size=10))
+  loads = len(loader.guards)
+  with pytest.raises(engine_lib.SettingsChangedError, match='batch_size: 32 -> 10'):
+    grid.run_benchmark(changed, loader=loader, stream=open(os.devnull, 'w'))
+  assert _record(config.root) == before
+  assert len(loader.guards) == loads   # refused before any data was loaded
+  # Found only when a run comes (as for the values tuning chooses): the record is restored.
+  monkeypatch.setattr(engine_lib, 'check_finished_runs', lambda plan: None)
+  with pytest.raises(engine_lib.SettingsChangedError, match='batch_size: 32 -> 10'):
+    grid.run_benchmark(changed, loader=loader, stream=open(os.devnull, 'w'))
+  assert _record(config.root) == before
+
+
 def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
   from tff_conflict import learning
   config = _config(tmp_path, tuning=config_lib.TuningConfig(tune=False))
@@ -257,3 +284,43 @@ def test_a_leaf_regime_takes_its_shape_and_classes_from_the_files(tmp_path):
   row = outcome.rows[0]
   assert len(runs.decode_curve(row['global_train_loss_curve'])) == 1
   assert row['final_global_train_loss'] > 0
+
+
+def test_a_full_disk_ends_the_benchmark_instead_of_failing_each_run(tmp_path, monkeypatch):
+  import errno  # pylint: disable=g-import-not-at-top
+  plan = plan_lib.make_plan(_config(tmp_path, tuning=config_lib.TuningConfig(tune=False)))
+  engine = engine_lib.Engine(plan)
+  spec = plan.report_specs([])[0]
+
+  def train(error):
+    def fail(*args):
+      raise error
+    return fail
+
+  monkeypatch.setattr(engine, '_train', train(ValueError('a bad run')))
+  assert engine.run(spec) is None and len(engine.failures) == 1   # a run's own failure
+  monkeypatch.setattr(engine, '_train',
+                      train(OSError(errno.ENOSPC, 'No space left on device', 'x')))
+  with pytest.raises(OSError, match='No space left'):
+    engine.run(spec)
+
+
+@pytest.mark.parametrize('changes, message', [
+    (dict(regimes=('digits:iid@360',)),
+     "--regimes=digits:iid@360: regime 'digits:iid@360': num_clients must be at most 359"),
+    (dict(regimes=('digits:iid@2',)),
+     "--clients_per_round=3: regime 'digits:iid@2' has 2 clients: use at most 2"),
+    (dict(regimes=('emnist:natural',), models={}),
+     '--regimes=emnist:natural: Federated EMNIST needs'),
+    (dict(tuning=config_lib.TuningConfig(tuning_seeds=(7,),
+                                         tuning_regimes={'digits': 'digits:iid@2'})),
+     "--clients_per_round=3: regime 'digits:iid@2' has 2 clients"),
+])
+def test_a_regime_that_cannot_run_is_refused_before_anything_is_written(tmp_path, changes,
+                                                                        message):
+  config = _config(tmp_path, data=experiment_config.DataConfig(cache_dir=str(tmp_path / 'no')),
+                   **changes)
+  with pytest.raises(experiment_config.ConfigError) as info:
+    grid.run_benchmark(config, stream=open(os.devnull, 'w'))
+  assert message in info.value.flag_message()
+  assert not os.path.exists(os.path.join(config.root, grid.CONFIG_FILE))

@@ -1,0 +1,63 @@
+"""experiments.files: atomic writes that follow the umask."""
+
+import os
+import stat
+
+import pytest
+
+from experiments import files
+
+
+@pytest.fixture
+def umask_022():
+  previous = os.umask(0o022)
+  yield
+  os.umask(previous)
+
+
+@pytest.mark.parametrize('write', [
+    lambda path: files.write_text_atomically(path, 'x\n'),
+    lambda path: files.write_json_atomically(path, {'a': 1}),
+    lambda path: files.write_csv_atomically(path, ['a'], [{'a': 1}]),
+])
+def test_files_get_the_permissions_of_the_umask(tmp_path, umask_022, write):
+  path = str(tmp_path / 'out')
+  write(path)
+  assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+  os.umask(0o077)
+  write(path)   # replacing a file: the new one follows the umask too
+  assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+  path = tmp_path / 'out'
+  files.write_text_atomically(str(path), 'old')
+  with pytest.raises(RuntimeError):
+    with files.atomic_open(str(path)) as f:
+      f.write('new')
+      raise RuntimeError('boom')
+  assert path.read_text() == 'old'
+  assert os.listdir(tmp_path) == ['out']
+
+
+def test_a_write_the_disk_refuses_names_the_file(tmp_path, monkeypatch):
+  import errno  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path / 'runs.csv')
+
+  class FullDisk:
+    def write(self, data):
+      raise OSError(errno.ENOSPC, 'No space left on device')   # as a write() raises it
+
+  with pytest.raises(OSError) as info:
+    with files.atomic_open(path) as f:
+      FullDisk().write('x')
+  assert info.value.errno == errno.ENOSPC and info.value.filename == path
+  assert os.listdir(tmp_path) == []
+
+
+def test_plots_are_written_atomically_with_the_umask(tmp_path, umask_022):
+  from experiments import plotting  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'curve.png'
+  assert plotting.plot_curves({'a': [{1: 1.0, 2: 0.5}]}, str(path), ylabel='y')
+  assert path.read_bytes()[:4] == b'\x89PNG' and stat.S_IMODE(os.stat(path).st_mode) == 0o644
+  assert os.listdir(tmp_path) == ['curve.png']
