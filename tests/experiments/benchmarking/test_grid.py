@@ -258,13 +258,16 @@ def test_a_diverging_run_completes_is_recorded_and_counts_at_chance(tmp_path):
   # (the clients report loss 0 and no example); the run is recorded (never a failed run),
   # diverged, collapsed, at chance in the statistics.
   config = _config(tmp_path, runtime='inprocess', regimes=('digits:iid@6',), methods=('fedavg',),
-                   report_seeds=(0,), rounds=3, models={'digits': 'mlp'}, tuning=config_lib.TuningConfig(tune=False),
+                   report_seeds=(0,), rounds=3, models={'digits': 'mlp'},
+                   tuning=config_lib.TuningConfig(tune=False),
                    client=experiment_config.ClientConfig(learning_rate=1e6))
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert outcome.failures == [] and len(outcome.rows) == 1
   row = outcome.rows[0]
   assert row['diverged'] is True and row['collapsed'] is True
   assert row['final_accuracy'] == pytest.approx(0.1) and row['diverged_round'] >= 1
+  # The zeroed updates are counted as what they are (FedAvg's client work counts them).
+  assert row['excluded_nonfinite_updates'] > 0
 
 
 def test_a_leaf_regime_takes_its_shape_and_classes_from_the_files(tmp_path):
