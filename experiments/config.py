@@ -205,10 +205,12 @@ class AlgorithmConfig:
   """Which method runs.
 
   Attributes:
-    name: a method of `tff_conflict.learning.ALGORITHMS` (fedavg, fedprox, fedgh, fedmgc, fedga,
-      fedld, fed_corrective), or 'custom': `client_loss` with `aggregator`.
+    name: a method of `tff_conflict.learning.ALGORITHMS`, or 'custom': `client_loss` with
+      `aggregator`.
     client_loss: with 'custom', a loss of `tff_conflict.learning.LOSSES`.
-    aggregator: with 'custom', an aggregator of `tff_conflict.learning.AGGREGATORS`.
+    aggregator: with 'custom', an aggregator of `tff_conflict.learning.AGGREGATORS`; with a
+      baseline whose builder takes `aggregator=` (fedavg, fedprox, fednova, feddecorr,
+      scaffold), the aggregator on top of it (e.g. FedNova + FedGH).
     proximal_term: add FedProx's proximal term (strength `MethodHparams.proximal_strength`) to
       a method whose own hyperparameters do not include it (a composed method, or e.g. FedGH:
       FedProx's local objective with FedGH's aggregation); the binaries set it when
@@ -225,18 +227,17 @@ class AlgorithmConfig:
       for field in ('client_loss', 'aggregator'):
         if getattr(self, field) is None:
           raise _error(self, field, f'given when the algorithm is {CUSTOM_ALGORITHM!r}')
-    else:
-      for field in ('client_loss', 'aggregator'):
-        if getattr(self, field) is not None:
-          raise _error(self, field, f'left unset unless the algorithm is {CUSTOM_ALGORITHM!r} (it '
-                       f'composes a method; the algorithm is {self.name!r})')
+    elif self.client_loss is not None:
+      raise _error(self, 'client_loss', f'left unset unless the algorithm is '
+                   f'{CUSTOM_ALGORITHM!r} (it composes a method; the algorithm is {self.name!r})')
 
   @property
   def label(self) -> str:
     """'fedgh', 'focal+fedgh' for a composition, 'fedgh+proximal' with the proximal term added."""
     if self.name == CUSTOM_ALGORITHM:
       return f'{self.client_loss}+{self.aggregator}'
-    return f'{self.name}+proximal' if self.adds_proximal_term else self.name
+    name = f'{self.name}+{self.aggregator}' if self.aggregator else self.name
+    return f'{name}+proximal' if self.adds_proximal_term else name
 
   @property
   def adds_proximal_term(self) -> bool:
@@ -257,6 +258,10 @@ class AlgorithmConfig:
       own = tables[0] + tables[1] + hparams_lib.PROCESS_HPARAMS
     elif self.name in hparams_lib.ALGORITHM_HPARAMS:
       own = hparams_lib.ALGORITHM_HPARAMS[self.name]
+      if self.aggregator is not None:
+        if self.aggregator not in hparams_lib.AGGREGATOR_HPARAMS:
+          return None
+        own += hparams_lib.AGGREGATOR_HPARAMS[self.aggregator]
     else:
       return None
     if self.proximal_term:
@@ -269,6 +274,8 @@ class AlgorithmConfig:
     if self.name == CUSTOM_ALGORITHM:
       return (f'--algorithm={self.name} --client_loss={self.client_loss} '
               f'--aggregator={self.aggregator}')
+    if self.aggregator is not None:
+      return f'--algorithm={self.name} --aggregator={self.aggregator}'
     return f'--algorithm={self.name}'
 
 

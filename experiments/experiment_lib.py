@@ -121,6 +121,29 @@ def load_task(config: config_lib.ExperimentConfig, *,
               model_name=model_name, keras_model_fn=keras_model_fn)
 
 
+def check_composition(algorithm: config_lib.AlgorithmConfig) -> None:
+  """Refuses `--aggregator` on a named algorithm whose builder takes none, or an unknown one.
+
+  Raises:
+    config.ConfigError: naming --aggregator, its value and the builders that take one.
+  """
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  if algorithm.name == CUSTOM_ALGORITHM or algorithm.aggregator is None:
+    return
+  builder = learning.ALGORITHMS.get(algorithm.name)
+  if builder is None:
+    return   # the builder's own check names the algorithm
+  if 'aggregator' not in inspect.signature(builder).parameters:
+    takers = [n for n, b in learning.ALGORITHMS.items()
+              if 'aggregator' in inspect.signature(b).parameters]
+    raise config_lib.ConfigError(
+        'aggregator', algorithm.aggregator,
+        reason=f'does not apply to --algorithm={algorithm.name}, whose builder fixes its '
+        f'aggregator (the baselines that take one: {", ".join(takers)})')
+  config_lib.require('aggregator', algorithm.aggregator,
+                     config_lib.one_of(list(AGGREGATOR_HPARAMS)))
+
+
 def build_process(config: config_lib.ExperimentConfig, task: Task):
   """The learning process of `config.algorithm` with the config's optimizers and hyperparameters.
 
@@ -167,6 +190,10 @@ def build_process(config: config_lib.ExperimentConfig, task: Task):
             reason=f'does not apply to --algorithm={algorithm.name}, whose builder has no '
             'proximal term')
       kwargs['proximal_strength'] = config.hparams.proximal_strength
+    if algorithm.aggregator is not None:
+      check_composition(algorithm)
+      kwargs.update(aggregator=algorithm.aggregator, aggregator_kwargs=hparam_kwargs(
+          AGGREGATOR_HPARAMS[algorithm.aggregator], hparams))
     build = functools.partial(builder, task.keras_model_fn, **common, **kwargs,
                               **population_kwargs(builder, task.train_data))
   try:

@@ -279,6 +279,8 @@ def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.Exp
     experiment = experiment_config()
     methods = ([experiment.algorithm] if algorithms is None
                else [config.AlgorithmConfig(name) for name in algorithms])
+    from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+    experiment_lib.check_composition(experiment.algorithm)
     config.check_method_flags_apply(
         {h.flag: FLAGS[h.flag].value for h in METHOD_HPARAMS if FLAGS[h.flag].present}, methods)
     return experiment

@@ -39,8 +39,9 @@ with flags_lib.record_group('algorithm'):
   flags.DEFINE_enum('client_loss', None, list(experiment_lib.LOSS_HPARAMS),
                     'With --algorithm=custom: the client loss (tff_conflict.learning.LOSSES).')
   flags.DEFINE_enum('aggregator', None, list(experiment_lib.AGGREGATOR_HPARAMS),
-                    'With --algorithm=custom: the server aggregator '
-                    '(tff_conflict.learning.AGGREGATORS).')
+                    'The server aggregator (tff_conflict.learning.AGGREGATORS): with '
+                    '--algorithm=custom, or on top of a baseline whose builder takes one '
+                    '(fedavg, fedprox, fednova, feddecorr, scaffold).')
   flags.DEFINE_integer('seed', config.default(config.LoopConfig, 'seed'),
                        'Seed of the model initialisation, client sampling, local shuffling and '
                        'randomized aggregators.', lower_bound=0)

@@ -62,6 +62,27 @@ def test_defaults_pass_the_checks():
     train.check_flags()
 
 
+def test_a_baseline_with_an_aggregator_on_top(tmp_path, capfd):
+  with flagsaver.as_parsed(
+      algorithm='fednova', aggregator='fedgh', fedgh_order='index', dataset='digits',
+      num_clients='6', clients_per_round='3', model='logistic_regression', rounds='1',
+      client_batch_size='32', output_dir=str(tmp_path), experiment_name='nova_gh', seed='3'):
+    train.main(['train'])
+  assert 'fednova+fedgh on digits' in capfd.readouterr().out
+  hparams = metrics_io.read_hparams(str(tmp_path / 'nova_gh' / 'hparams.csv'))
+  assert hparams['aggregator'] == 'fedgh' and hparams['fedgh_order'] == 'index'
+  columns = metrics_io.read_columns(str(tmp_path / 'nova_gh' / 'metrics.csv'))
+  assert any(c.endswith('tau_eff') for c in columns)   # FedNova's server wrapper ran
+  assert any(c.endswith('num_projections') for c in columns)   # FedGH ran inside it
+
+
+def test_an_aggregator_on_a_builder_that_fixes_its_own_is_refused_before_any_work():
+  with flagsaver.as_parsed(algorithm='fedgh', aggregator='dgc'):
+    with pytest.raises(app.UsageError, match='--aggregator=dgc: does not apply to '
+                       '--algorithm=fedgh, whose builder fixes its aggregator'):
+      train.check_flags()
+
+
 def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
   with flagsaver.as_parsed(
       algorithm='custom', client_loss='focal', aggregator='fedgh', proximal_strength='0.1',
