@@ -390,3 +390,20 @@ def test_a_flag_name_in_the_message_when_asked():
   with pytest.raises(ValueError, match='--corrective_alpha must be a number in \\[0, 1\\], got '
                                        '-1.0'):
     hparams.CORRECTIVE_ALPHA.check(-1.0, name='--corrective_alpha')
+
+
+def test_every_tuning_grid_lies_in_its_hparams_range():
+  for h in hparams.HPARAMS:
+    assert [h.check(v) for v in h.grid] == list(h.grid), h.keyword
+    assert len(set(h.grid)) == len(h.grid), h.keyword
+
+
+def test_the_benchmarks_default_grids_are_the_hparams_grids():
+  from experiments.benchmarking import methods  # pylint: disable=g-import-not-at-top
+  assert dict(methods.METHODS['fedld'].grid) == {
+      'margin_weight': hparams.MARGIN_WEIGHT.grid,
+      'component_ratio': hparams.PRINCIPAL_COMPONENT_RATIO.grid}
+  assert dict(methods.parse_method('fedprox+dgc').grid) == {
+      'proximal_strength': hparams.PROXIMAL_STRENGTH.grid,
+      'selection_ratio': hparams.DGC_SELECTION_RATIO.grid}
+  assert methods.METHODS['fedavg'].grid == ()

@@ -1,10 +1,5 @@
-"""Every method hyperparameter of `tff_conflict`, declared once: default, valid range, meaning.
-
-Each `Hparam` is the one source of its default (the paper's; `Hparam.source` names section and
-table) and of its check (`Hparam.check`), which the losses, kernels, aggregators, builders and
-experiment flags all use. Tables: `HPARAMS`, `ALGORITHM_HPARAMS`, `PROCESS_HPARAMS`,
-`LOSS_HPARAMS`, `AGGREGATOR_HPARAMS`. The choices and the math: docs/methods.md, "Conventions" and each method.
-"""
+"""Every method hyperparameter, declared once: default, valid range, source, and the grid a
+benchmark tunes it over; the builders, flags, grids and docs derive from these tables."""
 
 import dataclasses
 from collections.abc import Sequence
@@ -47,6 +42,7 @@ class Hparam:
     description: what it does, in one line.
     source: where the default (and the range) come from.
     choices: the accepted strings of a CHOICE.
+    grid: the values a benchmark tunes it over by default (empty: not tuned).
   """
   method: str
   component: str
@@ -57,6 +53,7 @@ class Hparam:
   description: str
   source: str
   choices: tuple[str, ...] = ()
+  grid: tuple[Any, ...] = ()
 
   @property
   def valid_range(self) -> str:
@@ -93,7 +90,7 @@ class Hparam:
 
 PROXIMAL_STRENGTH = Hparam(
     method='FedProx', component='proximal term', keyword='proximal_strength',
-    flag='proximal_strength', default=0.01, kind=NONNEGATIVE,
+    flag='proximal_strength', default=0.01, kind=NONNEGATIVE, grid=(0.001, 0.01, 0.1, 1.0),
     description='mu of the proximal term mu/2 |w - w0|^2 added to each local objective; 0 is '
     'FedAvg.',
     source='FedProx, Sec. 5 (experiments): mu is tuned in {0.001, 0.01, 0.1, 1} per dataset; '
@@ -104,7 +101,7 @@ PROXIMAL_STRENGTH = Hparam(
 
 FEDDECORR_BETA = Hparam(
     method='FedDecorr', component='decorrelation loss', keyword='beta', flag='decorr_beta',
-    default=0.1, kind=NONNEGATIVE,
+    default=0.1, kind=NONNEGATIVE, grid=(0.01, 0.05, 0.1),
     description='weight beta of the decorrelation term in the client loss CE + beta L_decorr(z), '
     'z the representations feeding the classifier layer; 0 is FedAvg.',
     source='FedGH, Sec. IV-A (beta = 0.1 in FedDecorr, its baseline); the FedDecorr paper '
@@ -140,7 +137,7 @@ FEDGH_SEED = Hparam(
 
 FOCAL_GAMMA = Hparam(
     method='FedMGC', component='focal loss', keyword='gamma', flag='focal_gamma',
-    default=0.5, kind=NONNEGATIVE,
+    default=0.5, kind=NONNEGATIVE, grid=(0.5, 1.0, 2.0),
     description='focusing exponent gamma of -beta (1 - p_t)^gamma log p_t; 0 is cross-entropy '
     'times beta.',
     source='FedMGC, Sec. V-A 2 ("Hyperparameter Settings"): gamma is tuned in '
@@ -157,7 +154,7 @@ FOCAL_BETA = Hparam(
 
 DGC_SELECTION_RATIO = Hparam(
     method='FedMGC', component='dominant gradient correction', keyword='selection_ratio',
-    flag='selection_ratio', default=0.5, kind=RATIO,
+    flag='selection_ratio', default=0.5, kind=RATIO, grid=(0.3, 0.5, 0.7),
     description='fraction lambda of the round\'s clients chosen as dominant '
     '(ceil(lambda K) clients).',
     source='FedMGC, Algorithm 1 (lambda in (0, 1]) and Sec. V-B, Fig. 7: best of '
@@ -176,6 +173,7 @@ DGC_WEIGHTS_ARE_LOSSES = Hparam(
 CALIBRATION_COUNTS = Hparam(
     method='FedGA', component='calibrated-label loss', keyword='counts',
     flag='calibration_counts', default='batch', kind=CHOICE, choices=('batch', 'dataset'),
+    grid=('batch', 'dataset'),
     description='class counts N of the calibrated labels: of each mini-batch, or of the '
     'client\'s whole local dataset (counted in one extra pass before training).',
     source='FedGA, Algorithm 1 line 5 ("batch calibrated label"), as in the authors\' code.')
@@ -204,7 +202,7 @@ CLIENT_CLIP_NORM = Hparam(
 
 MARGIN_WEIGHT = Hparam(
     method='FedLD', component='margin-control loss', keyword='margin_weight',
-    flag='margin_weight', default=0.01, kind=NONNEGATIVE,
+    flag='margin_weight', default=0.01, kind=NONNEGATIVE, grid=(0.01, 0.1),
     description='weight lambda of the margin control lambda log(1 + |z|^2) on each example\'s '
     'logits z; 0 is cross-entropy.',
     source='FedLD, Sec. 3.1: 0.01 on COVID-FL, the paper\'s real-world federated dataset (its '
@@ -221,7 +219,7 @@ MARGIN_FORM = Hparam(
 
 PRINCIPAL_COMPONENT_RATIO = Hparam(
     method='FedLD', component='principal-gradient aggregation', keyword='component_ratio',
-    flag='component_ratio', default=0.8, kind=RATIO,
+    flag='component_ratio', default=0.8, kind=RATIO, grid=(0.5, 0.8),
     description='fraction rho of principal directions kept (L = max(1, floor(rho K))).',
     source='FedLD, Sec. 3.1 ("L = 0.8m").')
 
@@ -267,7 +265,7 @@ PRINCIPAL_FIRST_ROUND_PLAIN_MEAN = Hparam(
 
 CORRECTIVE_ALPHA = Hparam(
     method='corrective', component='corrective gradient weights', keyword='alpha',
-    flag='corrective_alpha', default=0.1, kind=UNIT_INTERVAL,
+    flag='corrective_alpha', default=0.1, kind=UNIT_INTERVAL, grid=(0.1, 0.3, 0.5),
     description='alpha of c = min_i alpha L_i / |D_i|: the predicted change of each client\'s '
     'loss is bounded by the fraction alpha of that loss; 0 is FedAvg.',
     source='corrective, eqs. (12)-(13): alpha in [0, 1]; Table 1 (non-IID) tries 0-0.4 and '

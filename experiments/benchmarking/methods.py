@@ -1,40 +1,6 @@
-"""The methods a benchmark compares: named algorithms, variants with fixed extra hyperparameters,
-and the small grids their own hyperparameters are tuned on.
-
-A method is a `tff_conflict.learning.ALGORITHMS` builder (or 'custom':
-`tff_conflict.learning.build_process`, any client loss with any aggregator) plus keyword
-arguments fixed for it, and optionally fixed learning rates:
-
-    METHODS['fedga']                      # build_fedga, tuned over counts in {batch, dataset}
-    parse_method('fedga_paper')           # a variant of `experiments.diagnosis.VARIANTS`
-    parse_method('fedga[form=paper,clip_norm=5]')   # an ad-hoc variant, named as written
-    parse_method('fednova+fedgh')         # a baseline with an aggregator on top (`compose`)
-    method_from_flags('fedld_server_lr', 'fedld', {'server_learning_rate': 2.0})
-
-The client and server learning rates are not builder arguments: every method of a table searches
-the same grids of both (`TuningConfig.client_lr_grid`, `server_lr_grid`, unless a method fixes
-a rate), and the benchmark sets them in each run's initial server state (`process.set_hparams`),
-so one built process serves every rate.
-
-A composition `BASELINE+AGGREGATOR` (any builder of `ALGORITHMS` that takes `aggregator=`, with
-any name of `tff_conflict.learning.AGGREGATORS`) is tuned on the baseline's grid plus the
-aggregator's own hyperparameters' grid (taken from the method that tunes them, e.g. DGC's
-selection_ratio from fedmgc); the aggregator's keyword arguments reach the builder as
-`aggregator_kwargs` (`builder_kwargs`).
-
-Default grids (`Method.grid`; the benchmark's `--grids` flag overrides them):
-
-| method | tuned builder arguments |
-|---|---|
-| fedavg, fedgh, scaffold | - |
-| fedprox | proximal_strength (mu) in {0.001, 0.01, 0.1, 1} (FedProx's grid) |
-| fednova | - (its normalisation follows the client optimizer) |
-| feddecorr | beta in {0.01, 0.05, 0.1} (the FedDecorr paper's range) |
-| fedmgc | gamma in {0.5, 1, 2}, selection_ratio in {0.3, 0.5, 0.7} |
-| fedga | counts in {batch, dataset} |
-| fedld | margin_weight (lambda) in {0.01, 0.1}, component_ratio (rho) in {0.5, 0.8} |
-| fed_corrective | alpha in {0.1, 0.3, 0.5} |
-"""
+"""The methods a benchmark compares: `tff_conflict.learning.ALGORITHMS` builders (or 'custom'),
+compositions `BASELINE+AGGREGATOR` and variants, with their default tuning grids from
+`tff_conflict.hparams` (`Hparam.grid`); docs/design.md, "The method comparison"."""
 
 import dataclasses
 import functools
@@ -96,20 +62,15 @@ class Method:
     return dataclasses.replace(self, grid=tuple((k, tuple(v)) for k, v in grid.items()))
 
 
-_DEFAULTS = (
-    Method('fedavg', 'fedavg'),
-    Method('fedprox', 'fedprox', grid=(('proximal_strength', (0.001, 0.01, 0.1, 1.0)),)),
-    Method('fednova', 'fednova'),
-    Method('feddecorr', 'feddecorr', grid=(('beta', (0.01, 0.05, 0.1)),)),
-    Method('fedgh', 'fedgh'),
-    Method('fedmgc', 'fedmgc', grid=(('gamma', (0.5, 1.0, 2.0)),
-                                     ('selection_ratio', (0.3, 0.5, 0.7)))),
-    Method('fedga', 'fedga', grid=(('counts', ('batch', 'dataset')),)),
-    Method('fedld', 'fedld', grid=(('margin_weight', (0.01, 0.1)),
-                                   ('component_ratio', (0.5, 0.8)))),
-    Method('fed_corrective', 'fed_corrective', grid=(('alpha', (0.1, 0.3, 0.5)),)),
-    Method('scaffold', 'scaffold'),
-)
+def default_grid(algorithm: str) -> tuple:
+  """(keyword, values) of each hyperparameter of `algorithm` with a tuning grid
+  (`tff_conflict.hparams`, `Hparam.grid`)."""
+  return tuple((h.keyword, h.grid) for h in hparams_lib.ALGORITHM_HPARAMS.get(algorithm, ())
+               if h.grid)
+
+
+_DEFAULTS = tuple(Method(name, name, grid=default_grid(name))
+                  for name in hparams_lib.ALGORITHM_HPARAMS)
 
 METHODS: dict[str, Method] = {m.name: m for m in _DEFAULTS}
 
@@ -167,17 +128,9 @@ def composable_algorithms() -> list[str]:
 
 
 def aggregator_grid(aggregator: str) -> dict[str, tuple]:
-  """The default grid of `aggregator`'s own hyperparameters: the grid entries of the methods
-  whose algorithm has that very hyperparameter (`tff_conflict.hparams`)."""
-  from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
-  own = {h.keyword: h for h in hparams.AGGREGATOR_HPARAMS.get(aggregator, ())}
-  grid: dict[str, tuple] = {}
-  for method in _DEFAULTS:
-    algorithm_hparams = hparams.ALGORITHM_HPARAMS.get(method.algorithm, ())
-    for keyword, values in method.grid:
-      if keyword in own and own[keyword] in algorithm_hparams:
-        grid.setdefault(keyword, tuple(values))
-  return grid
+  """The default grid of `aggregator`'s own hyperparameters (`Hparam.grid`)."""
+  return {h.keyword: h.grid for h in hparams_lib.AGGREGATOR_HPARAMS.get(aggregator, ())
+          if h.grid}
 
 
 def compose(baseline: str, aggregator: str) -> Method:
