@@ -1,49 +1,6 @@
 """Benchmarks every method against FedAvg over data regimes, local epochs and seeds, tuned on a
-validation split, with paired confidence intervals.
-
-    python -m experiments.benchmark --preset=smoke --output_dir=/tmp/bench   # seconds, no tuning
-    python -m experiments.benchmark --preset=results --results_md=RESULTS.md   # RESULTS.md
-    python -m experiments.benchmark --preset=diagnosis   # the variants beside their parents
-    python -m experiments.benchmark --preset=fedga_setting   # FedGA's federation, on other data
-    python -m experiments.benchmark --preset=fedgh_table     # a paper's table (also fedmgc_table,
-                                                             # fedld_table, fedga_table)
-    python -m experiments.benchmark --regimes='digits:dir(0.1),synthetic(1,1)' \\
-        --methods=fedavg,fedprox,'fedga[counts=dataset]' --epochs=1,5 --report_seeds=0,1,2
-
-The grid is regimes x methods x local epochs E x reporting seeds (`--regimes`, `--methods`,
-`--epochs`, `--report_seeds`). Regimes are named as NIID-Bench names its splits
-(`tff_conflict.data.regimes`): `digits:iid`, `digits:dir(ALPHA)`, `digits:#C=K`,
-`digits:qty(BETA)`, `synthetic(ALPHA,BETA)`, `emnist:natural`, `mnist:dir(0.5)`, ... with `@K`
-for a population of K clients. Methods are `tff_conflict.learning.ALGORITHMS` names, registered
-variants, compositions `BASELINE+AGGREGATOR` (`fednova+fedgh`), or ad-hoc variants
-`ALGORITHM[key=value,...]` (`experiments.benchmarking.methods`).
-
-For a given seed every method sees the same partition, initial model and clients per round;
-every seed tests on the same fixed test split. Unless `--tune=false`, the client and server
-learning rates (the same grids for every method, the baseline included) and each method's own
-hyperparameters are first chosen on a validation split carved from the clients' training data,
-on `--tuning_seeds`, per dataset on one regime (`--tuning_regimes`; default digits:dir(0.1) and
-synthetic(1,1)) and per E (`--tune_epochs`); see `experiments.benchmarking.tuning`. A variant
-whose parent is in `--methods` runs at the parent's tuned values (`--variants_inherit`). The
-report compares `--primary_statistic` by seed with Holm-adjusted p-values (docs/experiments.md,
-the protocol). Each learning process is built once per (method,
-hyperparameters, model) and reused across regimes, E and seeds.
-
-Outputs under `<output_dir>/<experiment_name>/` (`experiments.benchmarking.grid`): report.md,
-runs.csv (one row per reporting run), tuning.csv, plots/, and each run's directory. Finished
-runs are skipped when the same command runs again, so a killed benchmark continues where it
-stopped. `--report_only` rewrites the report from what is on disk; `--results_md=PATH` also
-writes PATH (the machine, date, command and wall time, then the report) and copies runs.csv and
-the plots to `docs/results/` beside it.
-
-Flags shared with `train` / `compare` that the benchmark uses: --rounds, --clients_per_round,
---client_batch_size, --client_shuffle_buffer, --client_learning_rate, --client_momentum and
---server_learning_rate (the learning rates only with --tune=false), the method hyperparameter
-flags (the given values: used where nothing is tuned), --data_seed (with --novary_partition),
---cache_dir, --data_dir, --leaf_dir, --output_dir, --experiment_name, --resume, --progress,
---runtime, and --eval_train_loss where the binaries define it (the global model's loss on the
-clients' training data every round, the FedProx paper's training loss, plotted in the report).
-"""
+validation split: `python -m experiments.benchmark --preset=smoke --output_dir=/tmp/bench` writes
+report.md, runs.csv and plots under `<output_dir>/<experiment_name>/` (docs/experiments.md)."""
 
 from experiments import interrupts  # pylint: disable=g-bad-import-order
 if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once

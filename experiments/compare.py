@@ -1,13 +1,6 @@
-"""Compares federated algorithms (and seeds) on the same data, initial models and clients per round.
-
-    python -m experiments.compare --preset=readme      # the README's main command (digits)
-    python -m experiments.compare --algorithms=fedavg,fedgh --seeds=0,1,2 --rounds=50
-
-Under `<output_dir>/<experiment_name>/` (default `compare_<dataset>`): each run's directory
-`<algorithm>/seed<seed>/` (as `experiments.train` writes it, resumable), hparams.csv, summary.md
-(final and best test accuracy, macro-F1, rounds to `--target_accuracy`, mean round time from
-round 2), accuracy.png and conflict_fraction.png (mean over seeds, band +- one std).
-"""
+"""Compares federated algorithms (and seeds) on the same data, initial models and clients per round:
+`python -m experiments.compare --algorithms=fedavg,fedgh --seeds=0,1,2` writes each run, summary.md
+and plots under `<output_dir>/compare_<dataset>/` (`--preset=readme`: the README's command)."""
 
 from experiments import interrupts  # pylint: disable=g-bad-import-order
 if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once

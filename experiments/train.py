@@ -1,12 +1,6 @@
-"""Trains one federated algorithm on one dataset: metrics.csv, hparams.csv and checkpoints under
-`<output_dir>/<experiment_name>/` (default `<dataset>_<algorithm>_seed<seed>`).
-
-    python -m experiments.train --algorithm=fedgh --dataset=digits --rounds=30
-    python -m experiments.train --algorithm=custom --client_loss=focal --aggregator=fedgh
-
-Rerunning an interrupted command resumes after its last saved round, with the results of an
-uninterrupted run (`--noresume` starts over). A bad flag ends it in one line naming the flag.
-"""
+"""Trains one federated algorithm on one dataset, e.g. `python -m experiments.train --algorithm=fedgh
+--dataset=digits`: metrics.csv, hparams.csv and checkpoints under `<output_dir>/<experiment_name>/`;
+rerunning an interrupted command resumes it (`--noresume` starts over)."""
 
 from experiments import interrupts  # pylint: disable=g-bad-import-order
 if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once

@@ -1,9 +1,5 @@
-"""A benchmark's settings as checked, frozen values: the grid, `TuningConfig`, and the parts of
-`experiments.config.ExperimentConfig` every run shares (`LoopConfig`, `ClientConfig`,
-`ServerConfig`, `DataConfig`, `OutputConfig`, `RuntimeConfig`), with their defaults. A bad value
-raises `experiments.config.ConfigError` naming its flag. `plan.make_plan` resolves a config into
-the runs.
-"""
+"""A benchmark's settings as checked, frozen values (the grid, tuning and the run settings every
+run shares); a bad value raises `experiments.config.ConfigError` naming its flag."""
 
 import dataclasses
 import math

@@ -1,9 +1,5 @@
-"""Runs one `RunSpec` at a time on TFF (`Engine.run`: the run loop, then its `result.json`),
-skipping runs finished on disk with the same settings. Learning processes are built once per
-(algorithm, builder arguments, model, dataset, batch size, momentum) and reused with each run's
-model, learning rates and seed set in the initial state; data is loaded once per (regime, data
-seed); tuning runs never read the test split (docs/design.md, "The method comparison").
-"""
+"""Runs one `RunSpec` at a time on TFF (`Engine.run`), skipping runs finished on disk with the same
+settings (docs/design.md, "The method comparison")."""
 
 import collections
 import dataclasses
@@ -174,7 +170,7 @@ def _assign_function(model: tf.keras.Model) -> Callable[[list], None]:
 
 
 class Engine:
-  """Builds, caches and runs (see the module docstring).
+  """Builds, caches and runs (docs/design.md, "The method comparison", what runs share).
 
   Args:
     plan: the benchmark (`plan.Plan`).

@@ -1,21 +1,5 @@
-"""A whole benchmark, one way: config -> `plan.make_plan` -> the plan's tuning tasks and
-reporting runs, each run by `engine` (finished runs on disk are skipped) -> the files below ->
-`report.write_report`.
-
-    outcome = run_benchmark(config)
-
-Files under the benchmark's root besides the runs' directories (`runs/`, `tuning/`):
-  config.json            the benchmark's settings, and its plan under `plan` (`Plan.describe`)
-  runs.csv               one row per finished reporting run (`runs.RUN_COLUMNS`)
-  tuning.csv             one row per tuning candidate: its validation score and whether it won
-  tuning_choices.json    the chosen values per (dataset, E, method); `at_edge`: the dimensions
-                         whose chosen value is still at its grid's edge
-  validation_curves.csv  one row per tuning seed of each method's chosen candidate: its
-                         validation accuracy per round (`runs.encode_curve`)
-  timing.json            one entry per invocation: wall time, building time, runs run/skipped
-  regimes.json           each regime's client sizes and label skew (`describe_regimes`)
-  report.md, plots/      the report (`report`)
-"""
+"""A whole benchmark, one way: `run_benchmark(config)` runs the plan's tuning tasks and reporting
+runs (`plan`, `engine`; finished runs on disk are skipped), writes the record files and the report."""
 
 import dataclasses
 import datetime
@@ -183,7 +167,19 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
                   loader: Optional[engine_lib.Loader] = None, stream: Optional[TextIO] = None,
                   after_tuning: Callable[[], None] = lambda: None,
                   command: str = '') -> Outcome:
-  """Runs the benchmark (see the module docstring) and writes its report.
+  """Runs the benchmark and writes its report.
+
+  Files under the benchmark's root besides the runs' directories (`runs/`, `tuning/`):
+    config.json            the benchmark's settings, and its plan under `plan` (`Plan.describe`)
+    runs.csv               one row per finished reporting run (`runs.RUN_COLUMNS`)
+    tuning.csv             one row per tuning candidate: its validation score and whether it won
+    tuning_choices.json    the chosen values per (dataset, E, method); `at_edge`: the dimensions
+                           whose chosen value is still at its grid's edge
+    validation_curves.csv  one row per tuning seed of each method's chosen candidate: its
+                           validation accuracy per round (`runs.encode_curve`)
+    timing.json            one entry per invocation: wall time, building time, runs run/skipped
+    regimes.json           each regime's client sizes and label skew (`describe_regimes`)
+    report.md, plots/      the report (`report`)
 
   Args:
     config: the benchmark, resolved once into its plan (`plan.make_plan`).
@@ -213,7 +209,7 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     raise
 
 
-# The files the report reads besides the runs' own (the module docstring).
+# The files the report reads besides the runs' own (`run_benchmark`'s docstring).
 RECORD_FILES = (CONFIG_FILE, RUNS_FILE, TUNING_FILE, CHOICES_FILE, TIMING_FILE, REGIMES_FILE)
 
 

@@ -1,25 +1,5 @@
-"""The benchmark's report: `report.md` and `plots/` from the files a benchmark leaves on disk.
-
-`write_report(root)` reads `config.json`, `runs.csv`, `tuning_choices.json` and `timing.json`
-under `root` (see `grid`) and writes `root/report.md` and `root/plots/*.png`; it needs no TFF,
-so `--report_only` regenerates a report. Every number of the result tables comes from runs.csv
-alone (`result_tables`), which is what `RESULTS.md`'s test checks.
-
-Per regime and local epochs E, one table row per method:
-* final and best test accuracy: mean ± sample standard deviation over the reporting seeds;
-* Δ final vs the baseline: the mean paired difference over the seeds both ran (same partition,
-  initial model and clients), with its 95% Student-t confidence interval; **bold** with a dagger
-  where the interval excludes 0;
-* rounds to target: the first round whose test accuracy reaches the target (mean over the seeds
-  that reach it, and how many do), the target being the dataset's `targets` entry or
-  `target_fraction` x the baseline's mean final accuracy in that regime and E;
-* conflict before -> after: the aggregator's fraction of client pairs with a negative cosine,
-  before and after its correction, averaged over rounds and seeds (methods with a plain mean
-  report none unless their aggregator measures it);
-* norm ratio: the aggregate's norm over the plain weighted mean's, averaged likewise (where the
-  aggregator reports `norm_ratio`);
-* seconds per round: the mean round time from round 2 on (round 1 includes TFF's warm-up).
-"""
+"""The benchmark's report: `write_report(root)` writes `report.md` and `plots/` from the files a
+benchmark leaves on disk alone, with no TFF (so `--report_only` regenerates a report)."""
 
 import csv
 import dataclasses
@@ -351,7 +331,8 @@ def _primary_cell(c: Optional[Comparison], secondary: bool = False) -> str:
 
 def regime_table(cell, methods: Sequence[str], *, baseline: str,
                  found: Mapping[str, Comparison], config: Mapping[str, Any]) -> str:
-  """The Markdown table of one (regime, E) cell (see the module docstring)."""
+  """The Markdown table of one (regime, E) cell, one row per method; the columns:
+  docs/experiments.md, "The benchmark: does a method help?"."""
   key = primary_statistic(config)
   label = statistic_label(key, config)
   lines = [f'| method | seeds | diverged | collapsed | {label} | Δ vs {baseline} [95% CI] | '
@@ -1192,7 +1173,11 @@ def _control_section(root: str, plot_prefix: str) -> Optional[str]:
 
 
 def write_report(root: str) -> str:
-  """Writes `root/report.md` (and the plots); returns its path."""
+  """Writes `root/report.md` (and the plots) from `config.json`, `runs.csv`,
+  `tuning_choices.json` and `timing.json` under `root` (`grid.run_benchmark`); returns its path.
+
+  Every number of the result tables comes from runs.csv alone (`result_tables`).
+  """
   body = render(root)
   path = os.path.join(root, REPORT_FILE)
   with open(path, 'w') as f:
