@@ -1,12 +1,5 @@
-"""Runs an absl binary so that every error a user can cause ends in one line naming the flag.
-
-`run(main)` parses the flags like `absl.app.run`, then calls `main`; a flag that does not parse or
-fails its validator, an `app.UsageError`, a `config.ConfigError`, a full or read-only disk or a
-`tff_conflict.runtime.DataError` prints `<binary>: <message>` and exits 2, a `Failure` (files,
-machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 (after the
-run saved its last finished round; `experiments.interrupts` makes sure of it wherever the signal
-lands). Anything else is a bug and keeps its traceback.
-"""
+"""Runs an absl binary so that every error a user can cause ends in one line naming the flag
+(see `run`; docs/design.md, "Experiments")."""
 
 import os
 import re
@@ -93,7 +86,13 @@ def _disk_message(error: OSError) -> str:
 
 
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) -> None:
-  """`absl.app.run(main)` with the one-line errors of the module docstring."""
+  """`absl.app.run(main)` where every error a user can cause ends in one line naming the flag.
+
+  A flag that does not parse or fails its validator, an `app.UsageError`, a `config.ConfigError`, a
+  full or read-only disk or a `tff_conflict.runtime.DataError` prints `<binary>: <message>` and
+  exits 2, a `Failure` (files, machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 after the run
+  saved its last finished round (`experiments.interrupts`). Anything else keeps its traceback.
+  """
 
   def wrapped(args):
     interrupts.install(interrupts.raise_interrupt)

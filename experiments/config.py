@@ -1,10 +1,5 @@
 """The settings of an experiment as typed values: one frozen dataclass per concern, checked when
-created, and the one error type of bad settings, `ConfigError`.
-
-Fields set by a flag name it (`setting(flag=...)`) and the flag defaults to the field's default;
-`ExperimentConfig` holds every section. Checks: `Check`, `require`, `check_fields`. Design:
-docs/design.md, "Experiments".
-"""
+created, and the one error type of bad settings, `ConfigError` (docs/design.md, "Experiments")."""
 
 import dataclasses
 import math

@@ -1,10 +1,5 @@
-"""From an `ExperimentConfig` to the parts of a run: data, model, learning process, evaluation,
-runner, and the whole run (`run_experiment`); also the tables from method names to the settings
-their builders take (`ALGORITHM_HPARAMS`, `LOSS_HPARAMS`, `AGGREGATOR_HPARAMS`) and the optimizers.
-
-Errors a setting causes are `config.ConfigError`s naming the setting, raised before training.
-Usage: docs/design.md, "Experiments".
-"""
+"""From an `ExperimentConfig` to the parts of a run (data, model, learning process, evaluation,
+runner) and the whole run (`run_experiment`); a bad setting raises a `config.ConfigError` first."""
 
 import collections
 import dataclasses

@@ -1,10 +1,4 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one.
-
-Every write goes to a temporary file next to the target (`<name>.tmp-<random>`), is flushed to
-disk, then renamed over the target (`os.replace`); an error or a kill leaves the old file intact
-and at most a temporary file, which `remove_temporaries` clears. Files get the permissions the
-umask gives a new file (0644 under umask 022), as `open` would.
-"""
+"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
 
 import contextlib
 import csv
@@ -33,6 +27,11 @@ def _umask() -> int:
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = 'w', **kwargs: Any) -> Iterator[IO]:
   """A file to write `path`'s new content to; `path` is replaced when the block ends cleanly.
+
+  The content goes to a temporary file next to the target (`<name>.tmp-<random>`), is flushed to
+  disk, then renamed over the target (`os.replace`); an error or a kill leaves the old file intact
+  and at most a temporary file, which `remove_temporaries` clears. The file gets the permissions
+  the umask gives a new file (0644 under umask 022), as `open` would.
 
   Args:
     path: the target.

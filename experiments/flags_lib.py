@@ -1,10 +1,5 @@
-"""Flags shared by the experiment binaries, declared in recorded groups (`record_group`, as in
-google-research/federated), each defaulting to the config field it sets and validated by that
-field's check.
-
-`experiment_config()` is the one place flag values become an `ExperimentConfig`;
-`check_common_flags()` adds the cross-flag checks; `hparams()` lists the flags of the groups.
-"""
+"""Flags shared by the experiment binaries, in recorded groups, each defaulting to the config field
+it sets and validated by that field's check; `experiment_config()` makes the `ExperimentConfig`."""
 
 import contextlib
 from typing import Any, Iterator, Optional, Sequence

@@ -1,14 +1,5 @@
-"""Ctrl-C and SIGTERM that cannot be lost: a binary ends with 130 / 143 and a saved state.
-
-Python runs a signal handler in the main thread between two bytecodes, wherever they are: an
-exception raised there can land inside a weakref or garbage-collector callback, or an atexit hook,
-where Python prints "Exception ignored in ..." and drops it. So `raise_interrupt` also records the
-signal, and the record decides: `raise_if_interrupted` raises it again at the run loop's safe
-points and `experiments.cli.run` ends with 128 + the signal if one was received at all. Before a
-binary's `main` (TensorFlow loading) and after it (everything is saved) a signal ends the process
-at once with that status (`exit_now`). No import here but the standard library's, so that a
-binary installs `exit_on_signals()` first.
-"""
+"""Ctrl-C and SIGTERM that cannot be lost: a binary ends with 130 / 143 and a saved state
+(docs/design.md, "Experiments", signals). Imports only the standard library."""
 
 import atexit
 import os

@@ -1,8 +1,4 @@
-"""PNG line plots of a metric per round, one line per algorithm (matplotlib, Agg backend).
-
-With several seeds, each line is the mean over seeds and a shaded band shows +- one standard
-deviation.
-"""
+"""PNG line plots of a metric per round, one line per algorithm (matplotlib, Agg backend)."""
 
 import os
 from typing import Mapping, Sequence
@@ -18,7 +14,8 @@ from experiments import files  # pylint: disable=g-import-not-at-top
 
 def plot_curves(curves: Mapping[str, Sequence[Mapping[int, float]]], path: str, *,
                 ylabel: str, title: str = '') -> bool:
-  """Writes a PNG with one line per label.
+  """Writes a PNG with one line per label: the mean over seeds, with a shaded band of +- one
+  standard deviation where there are several.
 
   Args:
     curves: label -> one dict `round_num -> value` per seed. Rounds missing from a seed (e.g.

@@ -1,12 +1,5 @@
 """The run loop of `experiments.train` and `experiments.compare`: rounds, evaluation, metrics,
-checkpoints, resume.
-
-`run_training(process, ...)` writes metrics.csv and per_client.csv (`metrics_io`, through
-`tff.program` release managers), hparams.csv and `checkpoints/` (`checkpoints`, a
-`tff.program.ProgramStateManager`) under `experiment_dir`. A resumed run reproduces the
-uninterrupted run exactly (all randomness is a function of the seeds and the round). Design:
-docs/design.md, "Experiments".
-"""
+checkpoints, and an exact resume (docs/design.md, "Experiments")."""
 
 import asyncio
 import collections

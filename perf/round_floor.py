@@ -95,7 +95,8 @@ def _datasets(w: Workload):
 
 
 def _floor(w: Workload):
-  """The fused round (module docstring); a new Keras model (create it after TFF's tracing)."""
+  """The floor: one `tf.function` of the K clients' local SGD steps (batches as constants) and
+  the example-weighted mean; a new Keras model (create it after TFF's tracing)."""
   clients = []
   for c in w.client_ids:
     batches = list(w.train.create_tf_dataset_for_client(c).batch(BATCH).as_numpy_iterator())

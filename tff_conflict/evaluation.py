@@ -158,7 +158,7 @@ def classification_metrics(labels, predictions, num_classes: int) -> collections
 
   Returns:
     OrderedDict with `accuracy`, `macro_f1` (floats), `per_class_accuracy`, `per_class_f1`
-    (float64 `[C]`, NaN where undefined, see the module docstring), `per_class_num_examples`
+    (float64 `[C]`, NaN where undefined, docs/methods.md, "Evaluation"), `per_class_num_examples`
     (int64 `[C]`), `confusion_matrix` (int64 `[C, C]`, rows true), `num_examples` (int).
 
   Raises:
@@ -421,14 +421,14 @@ def evaluate(keras_model_fn: Callable[[], tf.keras.Model], model_weights: Any,
   Returns:
     OrderedDict with `accuracy`, `loss`, `macro_f1`, `mean_logit`, `per_class_accuracy`,
     `per_class_f1`, `per_class_num_examples`, `confusion_matrix`, `num_examples` (see
-    `classification_metrics` and the module docstring),
+    `classification_metrics` and docs/methods.md, "Evaluation"),
     and, when `per_client=True`:
       `per_client`: OrderedDict(`client_ids` list, `accuracy`, `loss` float64 `[K]`,
         `num_examples` int64 `[K]`) over the clients with at least one example;
       `per_client_accuracy_summary`: OrderedDict(`mean`, `std`, `min`, `p10`, `p25`, `p50`, `p75`,
         `p90`, `max`) of the per-client accuracies (unweighted: each client counts once).
 
-    With non-finite logits the prediction-based metrics are NaN (module docstring).
+    With non-finite logits the prediction-based metrics are NaN (docs/methods.md, "Evaluation").
 
   Raises:
     ValueError: for bad arguments (before any model is built), an empty test split, weights that

@@ -1,8 +1,5 @@
 """Privacy and the conflict aggregators: they read every client's update in the clear, so they
-refuse central differential privacy and secure aggregation (`differentially_private_factory`,
-`check_private_composition`); clipping, zeroing and client-side noise compose. docs/methods.md,
-"Privacy".
-"""
+refuse central differential privacy and secure aggregation (docs/methods.md, "Privacy")."""
 
 from typing import Any, Optional
 

@@ -143,7 +143,7 @@ class SplitIndex:
 
 @dataclasses.dataclass(frozen=True)
 class LeafCache:
-  """An opened cache (see the module docstring)."""
+  """An opened cache (docs/design.md, "Data", the LEAF cache)."""
   path: str
   source: Source
   split_kind: str  # 'sample', 'user' or 'mixed'

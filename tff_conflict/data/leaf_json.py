@@ -256,7 +256,7 @@ def parse_file(path: str, sink: Sink, *, x_kind: str, row_length: Optional[int] 
     it drops), which the caller should discard.
 
   Raises:
-    LeafFormatError: the file does not have LEAF's structure (see the module docstring).
+    LeafFormatError: the file does not have LEAF's structure; names the file and the byte offset.
   """
   if x_kind not in ('numeric', 'names'):
     raise ValueError(f"x_kind must be 'numeric' or 'names', got {x_kind!r}")

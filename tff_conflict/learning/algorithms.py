@@ -1,30 +1,5 @@
-"""Each paper's whole method as one call returning a `tff.learning.templates.LearningProcess`.
-
-Every builder is a thin wrapper of `build_process` with the same core keywords,
-
-    build_X(model_fn, *, input_spec=None, client_optimizer_fn, server_optimizer_fn=None,
-            client_weighting=None, metrics=None, <method hyperparameters>, clip_norm=None)
-
-so that a binary can call any entry of `ALGORITHMS` the same way (SCAFFOLD,
-`scaffold.build_scaffold`, also takes `num_clients`, and its clients take their controls with
-their data). The baselines the papers compare with (`build_fedavg`, `build_fedprox`,
-`build_fednova`, `build_feddecorr`, `build_scaffold`) also take `aggregator=` and
-`aggregator_kwargs=` as `build_process` does (default 'mean'), so that any conflict aggregator
-runs on top of them (e.g. FedGH's Table II, "+FedGH"). `clip_norm` (every builder,
-`hparams.CLIENT_CLIP_NORM`): None, or c > 0 to clip each local step's gradient to global L2 norm
-c, so that a baseline can be clipped exactly as a method is. `proximal_strength` (FedAvg, FedGH,
-FedMGC, FedGA, FedLD, corrective; 0, none): FedProx's proximal term `mu/2 |w - w0|^2` added to
-the method's local objective, e.g. `build_fedgh(..., proximal_strength=0.5)` is FedProx's
-clients with FedGH's aggregation. `model_fn` is what TFF's own
-builders take (a function returning a `tff.learning.models.VariableModel`, or a
-`tff.learning.models.FunctionalModel`) or a function returning an uncompiled Keras model, which
-then needs `input_spec` (`OrderedDict(x=..., y=...)` or `(x, y)`); see
-`tff_conflict.learning.models`. FedMGC, FedGA, FedLD and FedDecorr change the client loss and
-so need a Keras model. The method hyperparameters' defaults and ranges are
-`tff_conflict.hparams`'s (the papers' values, with their sources). The papers' local-training
-settings (optimizer, learning rate, batch size, epochs) are the caller's `client_optimizer_fn`
-and data pipeline; each docstring lists them for reference.
-"""
+"""Each paper's whole method as one call returning a `tff.learning.templates.LearningProcess`, every
+builder with the same core keywords (docs/design.md, "Models and client work")."""
 
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
@@ -55,11 +30,11 @@ def build_fedavg(model_fn: models_lib.ModelArg, *,
   """FedAvg (McMahan et al., "Communication-Efficient Learning of Deep Networks from
   Decentralized Data", AISTATS 2017, Algorithm 1): local SGD on cross-entropy (a Keras model) or
   the model's own loss, weighted mean of the deltas (weights `n_k / n`), applied with the server
-  optimizer (default SGD, lr 1.0). Any model (module docstring).
+  optimizer (default SGD, lr 1.0). Any model (docs/design.md, "Models and client work").
 
   Hyperparameters: none besides the optimizers; `client_weighting` 'num_examples' (default) or
   'uniform'; `aggregator` / `aggregator_kwargs` as every baseline builder and `clip_norm` as
-  every builder (module docstring).
+  every builder (docs/design.md, "Models and client work").
   """
   return process_lib.build_process(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
@@ -185,7 +160,7 @@ def build_fedgh(model_fn: models_lib.ModelArg, *,
   Harmonization", Algorithm 1; docs/methods.md, FedGH): local SGD on cross-entropy (a Keras
   model) or the model's own loss; at the server each client delta is projected off every other
   ORIGINAL delta it conflicts with (negative inner product), then the weighted mean
-  `sum_k n_k/n u_k`. Any model (module docstring).
+  `sum_k n_k/n u_k`. Any model (docs/design.md, "Models and client work").
 
   Hyperparameters: `order` of the other clients, 'random' (default, the paper's random order,
   drawn per round from `seed`) or 'index' (`hparams.FEDGH_ORDER`); `seed`, None (default) or an
@@ -326,7 +301,7 @@ def build_fed_corrective(model_fn: models_lib.ModelArg, *,
                          ) -> Process:
   """Corrective gradient weights ("A Novel Approach for Improving Generalization in Federated
   Learning Through Corrective Gradient Weights", eqs. 3-8, 13, 24-29; docs/methods.md,
-  corrective gradient weights). Any model (module docstring).
+  corrective gradient weights). Any model (docs/design.md, "Models and client work").
 
   Clients train as in FedAvg, then send their delta, the gradient `D_i` of their mean local
   loss at the trained model over the whole local dataset (an extra pass) and that loss `L_i`;

@@ -1,13 +1,5 @@
-"""Client work: local training that returns a model delta and a weight.
-
-One training loop serves every method, with options: `weighting` (examples, uniform, or the mean
-training loss for FedMGC's DGC), `proximal_strength` (FedProx's `mu (w - w0)` added to every local
-gradient; Li et al., MLSys 2020, arXiv:1812.06127), `count_labels` (FedGA's dataset counts) and
-`clip_norm` (`tf.clip_by_global_norm` of every local step). A client whose update is non-finite
-(e.g. a NaN in its data) sends zeros with weight 0 and is counted in the client work's measurement
-`num_excluded_nonfinite` (beside `train`, the model's metrics). Conventions and why not TFF's
-FedProx: docs/design.md, "Models and client work"; the math: docs/methods.md.
-"""
+"""Client work: local training that returns a model delta and a weight, one loop for every method
+(docs/design.md, "Models and client work")."""
 
 import collections
 import enum
@@ -271,7 +263,9 @@ def build_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
   optional gradient clipping.
 
   With `client_weighting` 'num_examples' or 'uniform' and `proximal_strength=0` it computes
-  exactly what `tff.learning.templates.build_model_delta_client_work` computes.
+  exactly what `tff.learning.templates.build_model_delta_client_work` computes. A client whose
+  update is non-finite sends zeros with weight 0 and is counted in the measurement
+  `num_excluded_nonfinite` (beside `train`, the model's metrics).
 
   Args:
     model_fn: no-argument callable returning a new `tff.learning.models.VariableModel`.
@@ -279,7 +273,8 @@ def build_client_work(model_fn: Callable[[], tff.learning.models.VariableModel],
     client_weighting: 'num_examples' (default), 'uniform', 'loss' (the client's mean training
       loss this round) or a `tff.learning.ClientWeighting`.
     proximal_strength: FedProx's mu >= 0 (0: plain local SGD). The local objective is
-      `F_k(w) + mu/2 |w - w0|^2`, w0 the global model received this round.
+      `F_k(w) + mu/2 |w - w0|^2`, w0 the global model received this round (Li et al.,
+      "Federated Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127).
     metrics_aggregator: as in TFF (`tff.learning.metrics.sum_then_finalize` by default).
     clip_norm: None (default: no clipping) or a finite c > 0: every local step's gradient
       (proximal term included) is clipped to global L2 norm c, `g * c / max(|g|, c)`.

@@ -1,16 +1,5 @@
-"""Execution backends: where a TFF learning process's rounds run, with no worker left behind.
-
-`set_local_context()` (TFF's local C++ runtime, its `worker_binary` ended with this process; call
-it first), `set_remote_context('host:port,...')` (workers started with
-`python -m tff_conflict.runtime.worker --port=P`, failures raised as `WorkerError`), and
-`InProcessRunner(process)` / `make_runner(process, 'cpp'|'inprocess')` (rounds run in this Python
-process from TFF's MapReduceForm graphs: no worker, GPU-capable), with `shutdown_workers()`,
-`worker_pids()`, `workers_with_environment(name, value)` and
-`parse_worker_addresses(addresses)`. `InProcessRunner` and `make_runner` load TFF on first use. A
-check on client data that fails while a round runs (a label outside [0, classes)) is raised by
-both the local context and the in-process runner as one `DataError` line.
-Design: docs/design.md, "Execution backends".
-"""
+"""Execution backends: where a TFF learning process's rounds run, with no worker left behind
+(docs/design.md, "Execution backends")."""
 
 import importlib
 

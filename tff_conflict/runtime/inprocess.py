@@ -1,12 +1,5 @@
-"""Runs a TFF learning process's rounds in this Python process with TensorFlow (GPU-capable).
-
-`InProcessRunner(process)` compiles `process.next` with TFF's
-`tff.backends.mapreduce.get_map_reduce_form_for_computation`, stamps each MapReduceForm component
-into a TensorFlow function (`_tf_stamp`) and drives the round from Python: no `worker_binary`.
-Results equal TFF's C++ runtime's to float round-off. `accumulation` chooses the order of
-`federated_aggregate` ('sequential': TFF's; 'tree'; 'buffered', the default: gathered stacks written
-row by row into one buffer). Design: docs/design.md, "The in-process runner".
-"""
+"""Runs a TFF learning process's rounds in this Python process from its MapReduceForm (no
+`worker_binary`, GPU-capable; docs/design.md, "The in-process runner")."""
 import collections
 import concurrent.futures
 import functools
@@ -121,8 +114,8 @@ class InProcessRunner:
         `tff.templates.IterativeProcess` whose `next` takes `(state@SERVER, data@CLIENTS)` and
         returns `(state@SERVER, output@SERVER)`.
       num_threads: how many clients' `work` run at once (>= 1).
-      accumulation: 'buffered' (default), 'tree' or 'sequential' (TFF's order); see the module
-        docstring.
+      accumulation: 'buffered' (default), 'tree' or 'sequential' (TFF's order); docs/design.md,
+        "Aggregation order".
 
     Raises:
       ValueError: for a bad argument, or if `next`/`initialize` cannot be compiled to
@@ -166,7 +159,7 @@ class InProcessRunner:
 
     # The accumulator's declared type (`merge`'s, with `[None, ...]` for gathered stacks). A chain
     # accumulate(acc, update_k) over the clients (TFF's order) where nothing can grow with the
-    # number of clients; else single-client accumulators combined by `merge` (module docstring).
+    # number of clients; else single-client accumulators combined by `merge` (docs/design.md, "Aggregation order").
     self._accumulator_specs = _tf_stamp.flat_specs(mrf.merge.type_signature.parameter[0])
     growing = any(not s.shape.is_fully_defined() for s in self._accumulator_specs)
     self._chain = accumulation == 'sequential' or (accumulation == 'buffered' and not growing)

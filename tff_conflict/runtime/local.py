@@ -1,10 +1,5 @@
-"""TFF's local C++ runtime, with every `worker_binary` it starts ended with this Python process.
-
-`set_local_context()` installs TFF's local C++ runtime; each worker it starts is recorded, killed
-by the kernel if this process dies (Linux `PR_SET_PDEATHSIG`), and ended at exit, after an
-uncaught exception, on Ctrl-C and on SIGTERM/SIGHUP. `shutdown_workers()` ends them now. Why TFF's
-own worker outlives Python: docs/design.md, "The TFF runtime" and "Execution backends".
-"""
+"""TFF's local C++ runtime, with every `worker_binary` it starts ended with this Python process
+(docs/design.md, "The TFF runtime")."""
 
 import atexit
 import contextlib
