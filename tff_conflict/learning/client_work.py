@@ -138,7 +138,6 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
         (tf.constant(0, tf.int64), tf.constant(0.0, tf.float32), tf.constant(0, tf.int64),
          optimizer_state), reduce_fn)
     delta = tf.nest.map_structure(tf.subtract, initial_weights.trainable, model_weights.trainable)
-    has_examples = num_examples > 0
     mean_loss = tf.math.divide_no_nan(loss_sum, tf.cast(num_examples, tf.float32))
 
     if corrective:
@@ -163,20 +162,14 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
           initial_weights.trainable, [tf.math.divide_no_nan(g, eval_num) for g in grad_sum])
       eval_loss = tf.math.divide_no_nan(eval_loss_sum, eval_num)
       value = collections.OrderedDict(update=delta, gradient=gradient, loss=eval_loss)
-      value, has_non_finite = _zero_all_if_any_non_finite(value)
+      value, has_non_finite = zero_if_any_non_finite(value)
     elif normalized:
       value, has_non_finite = fednova_lib.client_value(delta, num_steps, optimizer_hparams, mu)
     else:
-      value, has_non_finite = _zero_all_if_any_non_finite(delta)
+      value, has_non_finite = zero_if_any_non_finite(delta)
 
-    if weighting == 'num_examples':
-      weight = tf.cast(num_examples, tf.float32)
-    elif weighting == 'uniform':
-      weight = tf.constant(1.0, tf.float32)
-    else:  # 'loss'
-      finite_loss = tf.math.is_finite(mean_loss)
-      weight = tf.where(finite_loss & has_examples,
-                        tf.maximum(mean_loss, MIN_REPORTED_LOSS), 0.0)
+    weight, finite_loss = update_weight(weighting, num_examples, mean_loss)
+    if weighting == 'loss':
       has_non_finite = tf.maximum(has_non_finite, tf.cast(~finite_loss, has_non_finite.dtype))
       value = tf.nest.map_structure(
           lambda t: tf.where(finite_loss, t, tf.zeros_like(t)), value)
@@ -194,7 +187,22 @@ def _make_client_update(model_fn: Callable[[], Any], *, weighting: str,
   return client_update
 
 
-def _zero_all_if_any_non_finite(structure):
+def update_weight(weighting: str, num_examples: tf.Tensor, mean_loss: tf.Tensor):
+  """(weight, finite_loss) of a client's update under `weighting`: its number of examples, 1, or
+  (`'loss'`) its mean training loss, at least `MIN_REPORTED_LOSS`, 0 without examples or with a
+  non-finite loss; `finite_loss` is None unless `weighting == 'loss'` (then the caller zeroes the
+  update where it is False)."""
+  if weighting == 'num_examples':
+    return tf.cast(num_examples, tf.float32), None
+  if weighting == 'uniform':
+    return tf.constant(1.0, tf.float32), None
+  finite_loss = tf.math.is_finite(mean_loss)
+  weight = tf.where(finite_loss & (num_examples > 0), tf.maximum(mean_loss, MIN_REPORTED_LOSS),
+                    0.0)
+  return weight, finite_loss
+
+
+def zero_if_any_non_finite(structure):
   """(structure, 0) if every entry is finite, else (zeros, 1) -- as TFF's `tensor_utils`."""
   flat = tf.nest.flatten(structure)
   all_finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in flat])

@@ -87,6 +87,19 @@ def resolve_aggregator(aggregator: AggregatorArg,
                    f'tff.aggregators factory, got {aggregator!r}')
 
 
+def resolve_weighting_for(client_weighting: client_work_lib.WeightingArg, factory, *,
+                          default: str) -> str:
+  """The client weighting: 'loss' by default and required for an aggregator with
+  `weights_are_losses=True` (DGC as published), else `client_weighting` or `default`."""
+  weights_are_losses = registry.weights_are_losses(factory)
+  weighting = client_work_lib.resolve_weighting(
+      client_weighting, default='loss' if weights_are_losses else default)
+  if weights_are_losses and weighting != 'loss':
+    raise ValueError('client_weighting must be "loss" for an aggregator with '
+                     f'weights_are_losses=True, got {client_weighting!r}')
+  return weighting
+
+
 def _dataset_counts_of(loss_fn: Callable[[], tf.keras.losses.Loss]) -> bool:
   with tf.Graph().as_default():
     return getattr(loss_fn(), 'counts', None) == 'dataset'
@@ -196,12 +209,7 @@ def build_process(model_fn: models_lib.ModelArg, *,
   loss_fn = resolve_loss('ce' if loss is None else loss, loss_kwargs)
   factory = resolve_aggregator(aggregator, aggregator_kwargs)
   metrics_fn = models_lib.resolve_metrics(metrics)
-  weights_are_losses = registry.weights_are_losses(factory)
-  weighting = client_work_lib.resolve_weighting(
-      client_weighting, default='loss' if weights_are_losses else 'num_examples')
-  if weights_are_losses and weighting != 'loss':
-    raise ValueError('client_weighting must be "loss" for an aggregator with '
-                     f'weights_are_losses=True, got {client_weighting!r}')
+  weighting = resolve_weighting_for(client_weighting, factory, default='num_examples')
   corrective = registry.is_corrective_factory(factory)
   if corrective and weighting != 'num_examples':
     raise ValueError('client_weighting must be "num_examples" with the corrective aggregator '

@@ -49,14 +49,6 @@ def plain_sgd_learning_rate(name: str, optimizer: Any) -> tuple[Any, float]:
   return opt, float(tf.get_static_value(hparams_['learning_rate']))
 
 
-def _zero_if_any_non_finite(values):
-  """(values, 0) if every tensor of `values` is finite, else (zeros, 1)."""
-  flat = tf.nest.flatten(values)
-  finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in flat])
-  return tf.cond(finite, lambda: (values, tf.constant(0, tf.int32)),
-                 lambda: (tf.nest.map_structure(tf.zeros_like, values), tf.constant(1, tf.int32)))
-
-
 def _make_client_update(model_fn, *, weighting: str, clip_norm: Optional[float]):
   """The `tf.function` run on each client (Algorithm 1, lines 7-13, option II).
 
@@ -106,16 +98,11 @@ def _make_client_update(model_fn, *, weighting: str, clip_norm: Optional[float])
     k_lr = tf.cast(steps, dtype) * tf.cast(learning_rate, dtype)
     control_delta = tf.where(steps > 0, u / tf.where(steps > 0, k_lr, tf.ones_like(k_lr))
                              - server_control, tf.zeros_like(u))
-    (delta, control_delta), non_finite = _zero_if_any_non_finite((delta, control_delta))
+    (delta, control_delta), non_finite = client_work_lib.zero_if_any_non_finite(
+        (delta, control_delta))
     mean_loss = tf.math.divide_no_nan(loss_sum, tf.cast(num_examples, tf.float32))
-    if weighting == 'num_examples':
-      weight = tf.cast(num_examples, tf.float32)
-    elif weighting == 'uniform':
-      weight = tf.constant(1.0, tf.float32)
-    else:  # 'loss'
-      finite_loss = tf.math.is_finite(mean_loss)
-      weight = tf.where(finite_loss & (num_examples > 0),
-                        tf.maximum(mean_loss, client_work_lib.MIN_REPORTED_LOSS), 0.0)
+    weight, finite_loss = client_work_lib.update_weight(weighting, num_examples, mean_loss)
+    if weighting == 'loss':
       non_finite = tf.maximum(non_finite, tf.cast(~finite_loss, tf.int32))
       delta = tf.nest.map_structure(lambda t: tf.where(finite_loss, t, tf.zeros_like(t)), delta)
       control_delta = tf.where(finite_loss, control_delta, tf.zeros_like(control_delta))
@@ -214,12 +201,7 @@ def build_scaffold(model_fn: models_lib.ModelArg, *,
     raise ValueError('aggregator: the corrective aggregator cannot be composed with SCAFFOLD '
                      '(its clients must send gradients at the trained model), got '
                      f'{aggregator!r}')
-  losses_weight = registry.weights_are_losses(factory)
-  weighting = client_work_lib.resolve_weighting(
-      client_weighting, default='loss' if losses_weight else 'uniform')
-  if losses_weight and weighting != 'loss':
-    raise ValueError('client_weighting must be "loss" for an aggregator with '
-                     f'weights_are_losses=True, got {client_weighting!r}')
+  weighting = process_lib.resolve_weighting_for(client_weighting, factory, default='uniform')
   metrics_fn = models_lib.resolve_metrics(metrics)
   model = models_lib.resolve_model(model_fn, input_spec)
   if metrics is not None and model.kind == models_lib.VARIABLE:
