@@ -21,18 +21,18 @@ def test_summary_and_table_from_hand_made_rows():
   seed1 = _rows([0.6, 0.85, 0.7], f1=0.6)
   summary = compare.summarize('fedgh', [seed0, seed1], target_accuracy=0.8)
   assert summary.final_accuracy == [0.9, 0.7]
-  assert summary.best_accuracy == [0.9, 0.85]
+  assert summary.last_k_accuracy == pytest.approx([0.7, (0.6 + 0.85 + 0.7) / 3])
   assert summary.final_macro_f1 == [0.4, 0.6]
   assert summary.rounds_to_target == [3, 2]
   assert summary.mean_round_time == pytest.approx(2.0)  # rounds >= 2 only: (1 + 3) / 2
   never = compare.summarize('fedavg', [_rows([0.1, 0.2, 0.3])], target_accuracy=0.8)
   table = compare.markdown_table([summary, never], 0.8)
   lines = table.splitlines()
-  assert lines[0] == ('| algorithm | final test accuracy | best test accuracy | final macro-F1 '
-                      '| rounds to 0.8 accuracy | mean round time (s) |')
-  assert lines[2] == ('| fedgh | 0.8000 ± 0.1000 | 0.8750 ± 0.0250 | 0.5000 ± 0.1000 | '
+  assert lines[0] == ('| algorithm | test accuracy, mean of last 5 rounds | final test accuracy '
+                      '| final macro-F1 | first round at 0.8 test accuracy | mean round time (s) |')
+  assert lines[2] == ('| fedgh | 0.7083 ± 0.0083 | 0.8000 ± 0.1000 | 0.5000 ± 0.1000 | '
                       '2.5 (2/2 seeds) | 2.00 |')
-  assert lines[3] == '| fedavg | 0.3000 | 0.3000 | 0.5000 | not reached | 2.00 |'
+  assert lines[3] == '| fedavg | 0.2000 | 0.3000 | 0.5000 | not reached | 2.00 |'
 
 
 def test_preset_fills_only_flags_not_given():
