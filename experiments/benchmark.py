@@ -254,7 +254,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                       methods=','.join(DIAGNOSIS_METHODS), epochs=['1'],
                       report_seeds=RESULTS_SEEDS, rounds=50, clients_per_round=10,
                       client_batch_size=20, models='digits:mlp', tune=True,
-                      tuning_seeds=['100', '101'], tune_server_lr=True, variants_inherit=True,
+                      tuning_seeds=['100'], tune_server_lr=True, variants_inherit=True,
                       eval_train_loss=True, runtime='inprocess', experiment_name='diagnosis',
                       description='The diagnosis variants (`--preset=diagnosis`): each '
                       'variant beside its parent, at the parent\'s tuned values with one '
