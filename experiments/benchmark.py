@@ -145,14 +145,14 @@ _NOT_HERE = {
 # `digits:dir(0.1)@50` (more clients with fewer examples, about 29 each: updates of smaller
 # clients conflict more often) and `digits:#C=1` (the strongest label skew, one class per
 # client: every pair of clients of different classes conflicts). E = 1 with one tuning seed: E in
-# {1, 5} with two tuning seeds estimates at 6 h 39 min, beyond a working session
-# (`python -m perf.benchmark_grid --preset=results`; BENCHMARKS.md); `--epochs=1,5` runs E = 5.
+# {1, 5} with two tuning seeds does not fit a working session (`python -m perf.benchmark_grid
+# --preset=results`; BENCHMARKS.md); `--epochs=1,5` runs E = 5.
 RESULTS_REGIMES = ('digits:dir(0.1)', 'digits:#C=2', 'synthetic(1,1)', 'digits:dir(0.1)@50',
                    'digits:#C=1')
 RESULTS_SEEDS = [str(s) for s in range(10)]
 # The seeds' baselines (FedNova, SCAFFOLD, FedDecorr, FedGH on FedAvg and FedProx), every method
-# at its defaults, then the compositions of the methods' own halves no single paper runs: FedGA's calibrated loss, FedMGC's focal loss and FedLD's margin loss, each with
-# FedGH's harmonization.
+# at its defaults, then the compositions of the methods' own halves no single paper runs: FedGA's
+# calibrated loss, FedMGC's focal loss and FedLD's margin loss, each with FedGH's harmonization.
 RESULTS_METHODS = ('fedavg', 'fedprox', 'fednova', 'scaffold', 'feddecorr', 'fedavg+fedgh',
                    'fedprox+fedgh', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective',
                    'custom[loss=calibrated,aggregator=fedgh]',
@@ -164,7 +164,8 @@ RESULTS_DESCRIPTION = (
     'of the methods\' own halves with FedGH, 10 reporting seeds (the 3-seed pilot, run before '
     'the test split was fixed, asked 5-14 for one point on digits and 9 for two on Synthetic at '
     '80% power; each regime\'s minimal detectable difference is below), one tuning seed, 50 '
-    'rounds, E = 1 (E in {1, 5} with two tuning seeds estimates at 6 h 39 min on a 2-core CPU); '
+    'rounds, E = 1 (E in {1, 5} with two tuning seeds does not fit a working session: '
+    'BENCHMARKS.md); '
     'regimes chosen before the runs: digits Dirichlet 0.1 and #C=2 and '
     'Synthetic(1, 1) as before, digits Dirichlet 0.1 over 50 clients (more clients with fewer '
     'examples) and digits #C=1 (one class per client, the strongest skew). The diagnosis '
@@ -262,7 +263,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                       'before this protocol.'),
     'fedga_setting': dict(regimes='digits:client_dir(0.1)@100,synthetic(1,1)@100',
                           methods=','.join(FEDGA_SETTING_METHODS), epochs=['2'],
-                          report_seeds=['0', '1', '2'], rounds=50, clients_per_round=10,
+                          report_seeds=RESULTS_SEEDS, rounds=50, clients_per_round=10,
                           client_batch_size=64, models='digits:mlp', tune=True,
                           tune_epochs=['2'], tuning_seeds=['100'],
                           tuning_regimes='digits:digits:client_dir(0.1)@100,'
@@ -272,7 +273,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                           '100 clients of equal size (per-client Dirichlet 0.1 on digits), 10 '
                           'per round, E = 2, batch 64, 50 rounds; FedGA\'s two forms with and '
                           'without clipping at 5.0, the clipped ones against FedAvg clipped '
-                          'alike; tuned on the same regimes with one tuning seed.'),
+                          'alike; tuned on the same regimes with one tuning seed; 10 reporting '
+                          'seeds.'),
     **PAPER_TABLES,
 }
 
