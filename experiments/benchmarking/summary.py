@@ -181,11 +181,24 @@ def _norm_ratios(results: Results, method: str) -> str:
   return f'{min(means):.2f}-{max(means):.2f}' if means else ''
 
 
+def _scope(results: Results, methods: Sequence[str]) -> str:
+  """What ran: methods, regimes, seeds, rounds, E and the search, from the config."""
+  regimes = ', '.join(f'`{r}`' for r in results.config.get('regimes', []))
+  epochs = ', '.join(str(e) for e in results.config.get('epochs', []))
+  tuning = results.config.get('tuning') or {}
+  search = ('each tuned on a validation split of the training clients, every method over the '
+            'same client' + (' and server' if tuning.get('tune_server_lr') else '')
+            + ' learning rates, then its own grid' if tuning.get('tune') else 'untuned')
+  return (f'{len(methods)} methods in {len(results.config.get("regimes", []))} regimes '
+          f'({regimes}), {len(results.config.get("report_seeds", []))} seeds, '
+          f'{results.config.get("rounds")} rounds, E = {epochs}; {search}.')
+
+
 def readme(results: Results) -> str:
   """The README's summary: every method against the baseline in every regime."""
   methods = report.orders(results.rows, results.config)[1]
   pairs = [(m, results.baseline) for m in methods if m != results.baseline]
-  lines = [_provisional(results), '', _rule(results, pairs), '']
+  lines = [_provisional(results), '', _scope(results, methods), '', _rule(results, pairs), '']
   lines += verdict_lines(results, pairs)
   extra = [_power(results)]
   ratio = _norm_ratios(results, 'fedld')
