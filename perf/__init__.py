@@ -1,9 +1,7 @@
-"""Speed and memory scripts (`python -m perf.<name>`); their figures are in BENCHMARKS.md.
-
-Like the experiment binaries, a script here runs quietly: importing this package (which
-`python -m perf.<name>` does before the script's own imports) calls `tff_conflict.quiet()`.
-"""
+"""Speed and memory scripts, run as `python -m perf.<name>`; their figures are in BENCHMARKS.md."""
 
 import tff_conflict
 
+# Quiet like the binaries: `python -m perf.<name>` imports this package before the script's own
+# imports.
 tff_conflict.quiet()

@@ -1,38 +1,6 @@
-"""Conflict aggregators inside `build_weighted_fed_avg`: round time and peak memory vs MeanFactory.
-
-    .venv/bin/python -m perf.aggregators                          # 10, 50, 100 clients, CNN
-    .venv/bin/python -m perf.aggregators --clients=3 --small --rounds=2   # quick check
-    .venv/bin/python -m perf.aggregators --runner=inprocess --clients=100
-
-Same learning process (TFF's `build_weighted_fed_avg`, SGD client lr 0.05, server lr 1), same
-synthetic client data (`--examples` 28x28 images per client, one batch) and same model for every
-aggregator: an EMNIST-sized CNN (conv32-conv64-maxpool-dense128-dense62, 1,206,590 parameters) or,
-with `--small`, a 784-62 softmax model. Per cohort size and aggregator it reports the first round
-(compilation included), the later rounds, their ratio to MeanFactory's, and the peak
-resident memory of the Python process and of TFF's `worker_binary` over all rounds above their
-level after `initialize` (sampled every 5 ms), next to one K x d float32 stack. Each (K,
-aggregator) case runs in a fresh Python process (and, in the C++ runtime, a fresh worker), so no
-case inherits memory that an earlier one left with the allocator; "+GB vs mean" is the peak above
-MeanFactory's for the same K, i.e. what the aggregator costs. Round times on a shared virtual
-machine swing by up to 2x from run to run, so every case runs `--repeats` times (default 3),
-interleaved with the others, and the table shows medians: the first round's over runs, and
-over runs the median of each run's later rounds.
-
-Runners: `cpp` (TFF's C++ runtime, the default). There the gather's memory guard refuses rounds
-above `aggregators.max_gather_bytes()` (see `tff_conflict.aggregators`); such a round is
-reported as `refused` with the guard's K_max. `inprocess`: `tff_conflict.runtime.inprocess.InProcessRunner`
-(MapReduceForm graphs run in this process, `--threads` clients at once; its default 'buffered'
-accumulation writes the gathered stacks into one preallocated buffer), with the guard disabled.
-
-`corrective` is `CorrectiveGradientFactory`, which is not a drop-in `model_aggregator` (its value
-carries each client's gradient and loss too): it runs in its own pipeline,
-`tff_conflict.learning.build_fed_corrective` (same model, data and optimizers), so its ratio also
-holds the clients' extra gradient pass, and it gathers two K x d stacks (updates and gradients).
-`corrective_client_mean` is that pipeline with `MeanFactory` in place of the corrective factory:
-the corrective factory's own cost is its time and memory above that row's.
-
-Prints a Markdown table. The machine running it may be shared: compare ratios within one run.
-"""
+"""Round time and peak memory of the conflict aggregators inside `build_weighted_fed_avg`, against
+MeanFactory's: `python -m perf.aggregators --clients=10,50,100 [--runner=inprocess] [--small]`
+prints a Markdown table (`--clients=3 --small --rounds=2`: a quick check)."""
 
 import argparse
 import json
@@ -116,6 +84,10 @@ def _corrective_client_work_with_mean(keras_fn, spec):
 
 
 def _run_one(name, keras_fn, data, rounds, runner_kind, threads):
+  """Round times and peak memory growth (own, worker) over `initialize`'s level, sampled by PeakRss.
+
+  In the C++ runtime the gather guard keeps its default limit; the in-process runner runs without.
+  """
   from tff_conflict import aggregators  # pylint: disable=g-import-not-at-top
   limit = None if runner_kind == 'inprocess' else aggregators.max_gather_bytes()
   with aggregators.gather_memory_limit(limit):
@@ -135,7 +107,7 @@ def _run_one(name, keras_fn, data, rounds, runner_kind, threads):
 
 
 def _parser():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--clients', default='10,50,100', help='comma-separated cohort sizes')
   parser.add_argument('--rounds', type=int, default=3, help='rounds per run (first = compile)')
   parser.add_argument('--examples', type=int, default=20, help='examples per client')
@@ -169,6 +141,8 @@ def _child(args):
 
 
 def _run_case(args, k, name):
+  """One (K, factory) case in a fresh Python process (and, in the C++ runtime, a fresh worker),
+  so that no case inherits memory an earlier one left with the allocator; its JSON or an error."""
   argv = [sys.executable, '-m', 'perf.aggregators', f'--one={k},{name}',
           f'--clients={args.clients}', f'--rounds={args.rounds}', f'--examples={args.examples}',
           f'--runner={args.runner}', f'--threads={args.threads}'] + (
