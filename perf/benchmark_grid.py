@@ -1,30 +1,6 @@
-"""Estimates how long a benchmark grid takes (e.g. `--preset=results`) from a sample of its runs.
-
-    .venv/bin/python -m perf.benchmark_grid --preset=results --sample_rounds=6
-
-Takes every flag of `python -m experiments.benchmark`. It runs, for every (method, dataset) of the
-grid and every local-epoch count E, one untuned run of `--sample_rounds` rounds on the dataset's
-tuning regime (seed 0), in a temporary directory, and measures:
-
-* steady seconds per round: `(run time - first round) / (rounds - 1)`, i.e. training, evaluation
-  and the run loop's own work per round;
-* per-run extra: the first round's excess over a steady one in a run whose process was already
-  warm (the E > min E runs);
-* per-process cost: building the process (mean over the sample's builds) plus the first round's
-  warm-up in its first run.
-
-The estimate of the grid is then
-`sum over (phase, method, dataset, E) of runs x (rounds x steady + per-run extra)
- + sum over (method, dataset) of processes x per-process cost`,
-with the counts of the benchmark's plan (`experiments.benchmarking.plan.Plan.planned_runs` /
-`planned_processes`; tuning
-counted at its upper bound). It prints the table, the estimate, the CPU time the sample used
-(this process and its TFF workers) against its wall time, and the load average: a figure taken
-on a loaded machine should be re-taken on a quiet one. `CPU-time estimate` scales the estimate by
-the sample's CPU/wall ratio: under heavy load (ratio well below 1) it approaches the wall time on
-an idle machine for a run using one core at a time; a ratio above 1 means the run used both cores
-and the wall-time estimate is the one to read.
-"""
+"""Estimates a benchmark grid's wall time from one short run per method, dataset and E:
+`python -m perf.benchmark_grid --preset=results [--sample_rounds=6]` takes every flag of
+`python -m experiments.benchmark` and prints the per-run table and the estimate."""
 
 import collections
 import dataclasses
@@ -63,6 +39,17 @@ def _duration(seconds: float) -> str:
 
 
 def main(argv):
+  """Runs the sample and prints the estimate.
+
+  The sample: one untuned run of `--sample_rounds` rounds per (method, dataset, E) on the dataset's
+  tuning regime, seed 0. From it, per (method, dataset, E) the steady seconds per round
+  `(run time - first round) / (rounds - 1)`; per (method, dataset) the per-run extra (the first
+  round's excess over a steady one in a warm process: the E > min E runs) and the per-process
+  cost (building, the sample's mean, plus the first run's warm-up). The estimate is
+  `sum of runs x (rounds x steady + per-run extra) + sum of processes x per-process cost` with the
+  plan's counts (`Plan.planned_runs`, `planned_processes`; tuning at its upper bound); the
+  CPU-time estimate scales it by the sample's CPU / wall ratio (this process and its workers).
+  """
   del argv
   flags_lib.quiet_logs()
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
