@@ -1,30 +1,6 @@
-"""A round of the in-process runner, and of the benchmark's run loop, against its compute floor.
-
-    .venv/bin/python -m perf.round_floor                     # every workload and aggregator
-    .venv/bin/python -m perf.round_floor --workloads=digits10 --aggregators=mean,fedgh
-    .venv/bin/python -m perf.round_floor --estimate          # also the results preset's wall time
-
-The floor of a workload is one `tf.function` that runs the same local SGD steps of its K clients
-(batches held as constants, the same Keras model) and the example-weighted mean: its arithmetic,
-with no per-client call, pipeline or structure conversion. A round is making the K client
-datasets (`create_tf_dataset_for_client(c).batch(20)`) plus
-`runtime.make_runner(process, 'inprocess').next`, for `learning.build_process` with each
-aggregator. Every round and the floor are timed side by side, interleaved in one process
-(medians of `--repeats`); the ratio is a round's median over the floor's.
-
-Workloads: `digits10` (10 clients of `data.digits(num_clients=20, alpha=0.1, seed=0)`, the MLP
-200-200 of `experiments.architectures`, batch 20, E = 1), `digits100` (the 100 clients of
-`data.digits(num_clients=100, alpha=0.1, seed=0)`), `cnn10` (`experiments.architectures.emnist_cnn`,
-10 clients of 60 random 28x28 examples of 62 classes).
-
-`--benchmark_rounds=N` (default 20) also runs `experiments.benchmark`'s engine on the digits10
-setting (FedAvg, `digits:dir(0.1)`, 10 clients per round, batch 20, E = 1, untuned, in process)
-and prints its `seconds_per_round` (the runner's round) and its whole round (`(run_seconds -
-first_round_s) / (N - 1)`: datasets, round, evaluation, metrics) in the second of two runs (seeds
-0 and 1 on one partition; the first builds the process and traces what runs reuse) against the digits10 floor
-measured before and after it. `--estimate` then runs `python -m perf.benchmark_grid
---preset=results` (the results preset's estimated wall time; several minutes).
-"""
+"""A round of the in-process runner, and of the benchmark's run loop, against its compute floor:
+`python -m perf.round_floor [--workloads=digits10] [--aggregators=mean,fedgh] [--estimate]` prints
+each round's median time and its ratio to the floor (`--estimate`: the results preset's too)."""
 
 import collections
 import dataclasses
@@ -127,6 +103,8 @@ def _floor(w: Workload):
 
 
 def _runner_round(w: Workload, aggregator: str):
+  """A round: the K client datasets made anew and the in-process runner's `next`, for
+  `learning.build_process` with `aggregator`; warmed up by two rounds."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
@@ -147,6 +125,7 @@ def _runner_round(w: Workload, aggregator: str):
 
 
 def _interleaved(functions: dict, repeats: int) -> dict:
+  """Median seconds of each function, called in turn `repeats` times in one process."""
   times = collections.defaultdict(list)
   for _ in range(repeats):
     for name, fn in functions.items():
