@@ -1,34 +1,6 @@
-"""Execution backends: the in-process runner vs TFF's C++ runtime, side by side in one run.
-
-    .venv/bin/python -m perf.runtime                     # the grid below (a few minutes)
-    .venv/bin/python -m perf.runtime --presets=digits --algorithms=fedavg --clients=10
-    .venv/bin/python -m perf.runtime --threads=2         # adds a 2-thread in-process row
-
-Grid: `--presets` x `--algorithms` x `--clients`.
-  digits  the README's task: scikit-learn's 8x8 digits split over max(20, K) clients (Dirichlet
-          alpha 0.1), FedAvg's 2NN (`experiments.architectures.mlp`), 2 local epochs, batch 20, client
-          SGD lr 0.1, each client's data shuffled per round as the training loop does.
-  cnn     an EMNIST-sized CNN (conv32-conv64-maxpool-dense128-dense62, 1,206,590 parameters) on
-          synthetic 28x28 clients of `--examples` examples, one epoch, batch 20, client SGD lr 0.05.
-  fedavg and fedgh are `tff_conflict.learning.ALGORITHMS[...]` with those models and optimizers.
-
-Per case both backends run the same process on the same data, one after the other, each from the
-same initial state (the C++ runtime's `initialize()`; FedGH draws a seed there):
-  cold   from the built learning process to the first round's result: the C++ runtime's
-         `initialize()` (which starts a fresh `worker_binary`) and first `next` (which compiles
-         the round); the in-process runner's construction (MapReduceForm compilation, stamping),
-         `initialize()` and first `next`. Measured after TensorFlow's one-time start-up costs,
-         which this process paid earlier.
-  later  the mean of rounds 2..`--rounds`.
-Wall-clock seconds, and CPU seconds (this process, plus `worker_binary` for the C++ runtime),
-whose ratios are less disturbed by other jobs on a shared machine. `ratio` columns are
-in-process / C++ (below 1: the in-process runner is faster). Memory: the peak resident memory of
-this process and of the current `worker_binary` above their levels before the backend's first
-round was built (the C++ runtime starts a fresh worker: its whole peak; sampled every 5 ms over
-all rounds), next to one K x d float32 stack (d: the model's trainable parameters), which FedGH
-gathers each round. `max |dw|` is the largest difference between the two backends' model
-weights after the last round. The load average is printed with every case.
-"""
+"""Execution backends: the in-process runner vs TFF's C++ runtime, side by side in one run:
+`python -m perf.runtime [--presets=digits,cnn] [--algorithms=fedavg,fedgh] [--clients=10,50]`
+prints cold and later rounds' wall and CPU time, peak memory and the weights' difference."""
 
 import argparse
 import collections
@@ -67,8 +39,9 @@ def cpu_seconds() -> float:
 
 
 def digits_case(algorithm: str, num_clients: int) -> Case:
-  """The README's digits task (Dirichlet 0.1, the MLP, E = 2, batch 20) for `num_clients` clients
-  per round."""
+  """The README's digits task for `num_clients` clients per round: digits over max(20, K) clients
+  (Dirichlet 0.1), the MLP, E = 2, batch 20, client SGD lr 0.1, data shuffled per round as the
+  training loop does."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from experiments import config as experiment_config  # pylint: disable=g-import-not-at-top
   from experiments import architectures  # pylint: disable=g-import-not-at-top
@@ -93,7 +66,8 @@ def digits_case(algorithm: str, num_clients: int) -> Case:
 
 
 def cnn_case(algorithm: str, num_clients: int, examples: int) -> Case:
-  """The EMNIST-sized CNN (`workloads.emnist_sized_cnn`) on random synthetic clients."""
+  """The EMNIST-sized CNN (`workloads.emnist_sized_cnn`) on random synthetic clients of
+  `examples` examples, E = 1, batch 20, client SGD lr 0.05."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   clients = workloads.random_emnist_clients(num_clients, examples, 20)
@@ -104,7 +78,11 @@ def cnn_case(algorithm: str, num_clients: int, examples: int) -> Case:
 
 
 def run_backend(make_runner, initial_state, datasets, rounds):
-  """(cold wall, cold CPU, later walls, later CPUs, final state, (+GB python, GB worker))."""
+  """(cold wall, cold CPU, later walls, later CPUs, final state, (+GB python, GB worker)).
+
+  Cold is from `make_runner()` through `initialize()` and the first `next`; the rounds start from
+  `initial_state`, so both backends run the same rounds (FedGH draws its seed in `initialize`).
+  """
   with PeakRss() as rss:
     cpu_start, start = cpu_seconds(), time.perf_counter()
     runner = make_runner()
