@@ -1,11 +1,5 @@
-"""How fast a bad input ends `python -m experiments.train`: seconds to the one-line error.
-
-    .venv/bin/python -m perf.binary_errors [--repeats=3]
-
-Each case is run as a user runs it (a new Python process), one at a time; the table gives the
-median wall-clock seconds from start to exit, the exit status and the line printed. For scale, the
-first row is `--helpfull` (importing TensorFlow and parsing flags, nothing else).
-"""
+"""How fast a bad input ends `python -m experiments.train`: `python -m perf.binary_errors
+[--repeats=3]` prints a Markdown table of seconds to exit, exit status and last line per input."""
 
 import argparse
 import os
@@ -19,6 +13,7 @@ _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cases(tmp):
+  """(label, flags) per bad input; first `--helpfull`, the floor (imports and flags, nothing else)."""
   blocker = os.path.join(tmp, 'a_file')
   with open(blocker, 'w') as f:
     f.write('in the way\n')
@@ -50,7 +45,7 @@ def main():
   with tempfile.TemporaryDirectory() as tmp:
     for name, flags in _cases(tmp):
       times, result = [], None
-      for _ in range(args.repeats):
+      for _ in range(args.repeats):  # a new process each time, as a user runs it
         start = time.perf_counter()
         result = subprocess.run(
             [sys.executable, '-m', 'experiments.train', *flags, f'--output_dir={tmp}/out']

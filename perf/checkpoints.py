@@ -1,24 +1,6 @@
-"""Checkpoint cost: saving the server state every round (`experiments.checkpoints`) vs a round.
-
-    .venv/bin/python -m perf.checkpoints                 # defaults below
-    .venv/bin/python -m perf.checkpoints --rounds=3 --repeats=3
-
-The binaries save the server state after every round by default (`--checkpoint_every=1`). For
-each case this measures, in one process and side by side: a FedAvg round on TFF's C++ runtime
-(mean of rounds 2.., round 1 holds TFF's start-up), one save of the state after that round
-(`CheckpointManager.save`, keeping 3 as the binaries do; median of `--repeats`), one load, the
-checkpoint's size on disk, and the same save with TFF's `tff.program.FileProgramStateManager`
-(a SavedModel per version), which the project used before. Cases:
-
-  digits 2NN      the README main command's setup: scikit-learn digits over 20 clients
-                  (Dirichlet 0.1), 10 clients per round, 2 local epochs of batch 20, FedAvg's 2NN
-                  (55k parameters)
-  EMNIST-size CNN TFF's EMNIST CNN (1.2M parameters), 10 clients of 32 random 28x28 images,
-                  1 epoch of batch 16
-
-each with the server optimizer sgd (the state is mostly the model) and adam (two more copies of
-the weights). Prints a Markdown table; figures are wall-clock on whatever machine runs it.
-"""
+"""Cost of saving the server state every round (`experiments.checkpoints`) against a round:
+`python -m perf.checkpoints [--rounds=4] [--repeats=5]` prints a Markdown table of round, save and
+load times and checkpoint sizes, beside TFF's `FileProgramStateManager`."""
 
 import argparse
 import asyncio
@@ -58,6 +40,11 @@ def _emnist_case(clients):
 
 
 def _measure(keras_fn, data, server_optimizer, rounds, repeats):
+  """(parameters, mean round of rounds 2.., median save, median load, bytes, median TFF save).
+
+  FedAvg on TFF's C++ runtime; round 1, which holds TFF's start-up, is not counted. Saves keep 3
+  checkpoints, as the binaries do.
+  """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   server = (tff.learning.optimizers.build_adam(learning_rate=0.01) if server_optimizer == 'adam'

@@ -39,9 +39,8 @@ def cpu_seconds() -> float:
 
 
 def digits_case(algorithm: str, num_clients: int) -> Case:
-  """The README's digits task for `num_clients` clients per round: digits over max(20, K) clients
-  (Dirichlet 0.1), the MLP, E = 2, batch 20, client SGD lr 0.1, data shuffled per round as the
-  training loop does."""
+  """The README's digits task (Dirichlet 0.1, the MLP, E = 2, batch 20) for `num_clients` clients
+  per round."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from experiments import config as experiment_config  # pylint: disable=g-import-not-at-top
   from experiments import architectures  # pylint: disable=g-import-not-at-top
@@ -66,8 +65,7 @@ def digits_case(algorithm: str, num_clients: int) -> Case:
 
 
 def cnn_case(algorithm: str, num_clients: int, examples: int) -> Case:
-  """The EMNIST-sized CNN (`workloads.emnist_sized_cnn`) on random synthetic clients of
-  `examples` examples, E = 1, batch 20, client SGD lr 0.05."""
+  """The EMNIST-sized CNN (`workloads.emnist_sized_cnn`) on random synthetic clients."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   clients = workloads.random_emnist_clients(num_clients, examples, 20)
