@@ -1,17 +1,6 @@
-"""Rounds of 1, 10, 100 and 500 clients per round, per method and runtime: time and peak memory.
-
-    .venv/bin/python -m perf.cohorts [--sizes=1,10,100,500] [--methods=...] [--runtimes=...]
-
-For each method (FedAvg, FedGH, FedMGC's DGC, FedLD's principal gradient, FedCorrective) and
-runtime ('inprocess', 'cpp'), a fresh child process builds the method on random data (600
-clients of 20 examples of 64 features, 10 classes; the 2-layer MLP, 200 units, 55k parameters;
-batch 20, E = 1), runs one warm-up round of 10 clients, then one round per cohort size, and
-prints a line per size: the wall time of `next` and the peak resident memory (this process plus
-its TFF workers, sampled every 5 ms) during that round. Before each cpp round it prints the
-conflict aggregators' gather estimate (`aggregators.estimated_gather_bytes`) beside the limit
-the process was built with; a round the C++ runtime's gather guard refuses is reported as
-refused, with the guard's message.
-"""
+"""Time and peak memory of rounds of 1 to 500 clients, per method and runtime:
+`python -m perf.cohorts [--sizes=1,10,100,500] [--methods=fedavg,fedgh] [--runtimes=cpp]` prints
+a Markdown table."""
 
 import argparse
 import os
@@ -29,6 +18,9 @@ NUM_CLIENTS, EXAMPLES, FEATURES, CLASSES = 600, 20, 64, 10
 
 
 def _child(method, kind, sizes):
+  """Builds `method`, runs a warm-up round of 10 clients, then prints a ROW line per cohort size:
+  the wall time of `next` (or the C++ gather guard's refusal) and the peak RSS of this process
+  plus its TFF workers; before a C++ round, the gather estimate beside the limit."""
   import collections  # pylint: disable=g-import-not-at-top
   import functools  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -89,7 +81,7 @@ def _child(method, kind, sizes):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--sizes', default='1,10,100,500')
   parser.add_argument('--methods', default=','.join(METHODS.values()))
   parser.add_argument('--runtimes', default='inprocess,cpp')
@@ -103,7 +95,7 @@ def main():
   print('| method | runtime | clients per round | round (s) | peak RSS, process + workers (MB) '
         '| note |\n|---|---|---|---|---|---|', flush=True)
   for method in args.methods.split(','):
-    for kind in args.runtimes.split(','):
+    for kind in args.runtimes.split(','):  # a fresh process per method and runtime
       result = subprocess.run(
           [sys.executable, '-m', 'perf.cohorts', f'--sizes={args.sizes}', '--child',
            method, kind], capture_output=True, text=True, check=False,
