@@ -1,27 +1,6 @@
-"""Times the conflict kernels (`tff_conflict.conflict`) side by side in one run.
-
-For each K x d it prints, per kernel, the median time of the Gram-matrix kernel (with and without
-its diagnostics) inside a `tf.function`, called eagerly (the public function called with eager
-tensors, which runs a cached graph), and executed op by op (the same call with
-`tf.config.run_functions_eagerly(True)`: how eager calls ran before they were dispatched to
-graphs), and its ratio to
-  (a) a loop reference (numpy, the input dtype, loops over clients and d-vectors: what the papers'
-      pseudo-code does; FedLD takes an SVD of the d x K matrix),
-  (b) the weighted mean `w^T U` (FedAvg's aggregation),
-  (c) the floor of this family: the Gram matrix `U U^T` plus one weighted sum (for the corrective
-      aggregate: the gradients' Gram matrix plus two weighted sums, `w^T U + x^T D`).
-The graph variants are `tf.function`s traced with input signature [None, d] (as TFF uses them); every
-variant is warmed up before timing; repeats are interleaved (every method once per repeat) so that load from other
-processes on a shared machine hits all of them alike; medians are reported.
-
-    .venv/bin/python -m perf.conflict_kernels                    # the full grid
-    .venv/bin/python -m perf.conflict_kernels --K 50 --d 1e6     # one size
-    .venv/bin/python -m perf.conflict_kernels --quick            # K=10, d=1e5, 3 repeats
-    .venv/bin/python -m perf.conflict_kernels --memory --K 50 --d 1e6   # peak memory
-
-`--memory` runs each method in a fresh process and prints its peak-RSS growth next to the size
-of one [K, d] stack: a second K x d intermediate would show up as about one more stack.
-"""
+"""Times the conflict kernels (`tff_conflict.conflict`) against their floor, the weighted mean and
+loop references: `python -m perf.conflict_kernels [--K 50 --d 1e6 | --quick] [--memory]` prints
+each kernel's median time and ratios (`--memory`: each method's peak-RSS growth)."""
 
 import argparse
 import math
@@ -40,6 +19,7 @@ from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
 
 
 # ----------------------------------------------------------------------------- loop references
+# numpy in the input dtype, loops over clients and d-vectors: what the papers' pseudo-code does.
 def _loop_fedgh(u, w, orders):
   out = []
   for k in range(len(u)):
@@ -209,6 +189,12 @@ def _time(fn, args):
 
 
 def bench(num_clients, dim, repeats, loop_limit, dtype=np.float32):
+  """Prints and returns each kernel's median time and ratios to its floor at one K x d.
+
+  Every variant is traced and warmed up first; repeats are interleaved (every variant once per
+  repeat), so that load from other processes hits all alike. Asserts that the eager and op-by-op
+  variants equal the graph one bitwise; the loop references run where K^2 d <= `loop_limit`.
+  """
   rng = np.random.default_rng(0)
   centers = rng.normal(size=(3, dim)).astype(dtype)
   u_np = np.empty((num_clients, dim), dtype)
@@ -305,7 +291,8 @@ def _memory_child(name, num_clients, dim):
 
 
 def memory(num_clients, dim):
-  """Peak-RSS growth of each method, each in a fresh process (stack size for comparison)."""
+  """Peak-RSS growth of each method, each in a fresh process, beside one [K, d] stack's size: a
+  second K x d intermediate would show as about one more stack."""
   import subprocess  # pylint: disable=g-import-not-at-top
   stack_mb = num_clients * dim * 4 / 2**20
   print(f'\nmemory: K = {num_clients}, d = {dim:.0e} float32, one [K, d] stack = '
@@ -321,7 +308,7 @@ def memory(num_clients, dim):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--K', default='10,50,100', help='comma-separated numbers of clients')
   parser.add_argument('--d', default='1e5,1e6,4e6', help='comma-separated dimensions')
   parser.add_argument('--repeats', type=int, default=5)
