@@ -13,7 +13,7 @@ _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cases(tmp):
-  """(label, flags) per bad input; first `--helpfull`, the floor (imports and flags, nothing else)."""
+  """(label, flags) per bad input; first `--helpfull`, the floor (imports and flags only)."""
   blocker = os.path.join(tmp, 'a_file')
   with open(blocker, 'w') as f:
     f.write('in the way\n')

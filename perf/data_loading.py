@@ -1,16 +1,6 @@
-"""Time and memory of building the federated data sets (`tff_conflict.data`).
-
-    .venv/bin/python -m perf.data_loading [--emnist_clients=3400] [--emnist_examples=20]
-
-Prints, each measured in this one run:
-* `data.digits()` cold (first call: scikit-learn import and TF's first ops) and warm;
-* `data.synthetic(1, 1)`;
-* `dirichlet_partition` of 50,000 labels (CIFAR-10-sized) over 100 clients, alpha 0.1;
-* an `ArrayClientData` over CIFAR-sized uint8 images (50,000 x 32 x 32 x 3, random): build time,
-  one client's dataset, and the process RSS growth beside the size of the images themselves;
-* `data.emnist()` on a fake SQLite file in TFF's format with 3,400 clients: build time and RSS
-  growth beside the file size, showing that nothing per client is materialised at build time.
-"""
+"""Time and memory of building the federated data sets (`tff_conflict.data`):
+`python -m perf.data_loading [--emnist_clients=3400]` prints a line each for digits, synthetic,
+the Dirichlet partition, a CIFAR-sized `ArrayClientData` and EMNIST on a fake SQLite file."""
 
 import argparse
 import os
@@ -38,6 +28,7 @@ def _timed(fn):
 
 
 def _fake_emnist(path, num_clients, per_client):
+  """An SQLite file in TFF's EMNIST format: `num_clients` clients, `per_client` examples a split."""
   rng = np.random.default_rng(0)
   connection = sqlite3.connect(path)
   connection.execute('CREATE TABLE examples (split_name TEXT, client_id TEXT, '
@@ -60,7 +51,7 @@ def _fake_emnist(path, num_clients, per_client):
 
 
 def main():
-  parser = argparse.ArgumentParser()
+  parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--emnist_clients', type=int, default=3400)
   parser.add_argument('--emnist_examples', type=int, default=20)
   args = parser.parse_args()

@@ -1,23 +1,6 @@
-"""`data.leaf` at FEMNIST's scale: conversion time and peak memory, reopening, per-client reads.
-
-    .venv/bin/python -m perf.leaf_data [--users=3500] [--mean_samples=230] [--dir=/tmp]
-
-Writes a LEAF-format FEMNIST fixture (`perf.leaf_fixture`: 3,500 writers and about
-805,000 examples by default, about 12 GB of JSON in 70 files of up to about 330 MB) into a
-temporary folder under `--dir`, then measures, in this one run:
-
-* the first `data.leaf()` call, which converts the JSON into the cache: wall and CPU time (the
-  CPU time says more on a shared machine), and the process's peak resident memory during the
-  call (sampled every 20 ms) beside the size of the JSON text;
-* a second `data.leaf()` call, which opens the cache;
-* reading one client's dataset (20 random clients: create and iterate), and `describe`, whose
-  client and example counts are checked against what the fixture wrote;
-* a 2-round `python -m experiments.train --dataset=leaf` run on the fixture (LEAF's FEMNIST CNN,
-  10 clients per round, evaluated after the last round), which must finish and leave no TFF
-  worker behind.
-
-The folder is deleted at the end (`--keep` keeps it). Needs about 13 GB of free disk by default.
-"""
+"""`data.leaf` at FEMNIST's scale: conversion, reopening, per-client reads and a training run on a
+fixture: `python -m perf.leaf_data [--users=3500] [--dir=/tmp]` (the default size needs about 13 GB
+of free disk under `--dir`)."""
 
 import argparse
 import os
@@ -55,12 +38,13 @@ def _load():
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--users', type=int, default=3500)
   parser.add_argument('--mean_samples', type=int, default=230)
   parser.add_argument('--dir', default=None, help='where to create the temporary folder')
-  parser.add_argument('--keep', action='store_true')
-  parser.add_argument('--skip_train', action='store_true')
+  parser.add_argument('--keep', action='store_true',
+                      help='keep the fixture folder (deleted at the end otherwise)')
+  parser.add_argument('--skip_train', action='store_true', help='no training run')
   args = parser.parse_args()
   runtime.set_local_context()
   from tff_conflict import data  # pylint: disable=g-import-not-at-top

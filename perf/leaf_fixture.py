@@ -1,18 +1,6 @@
-"""Writes a LEAF-format FEMNIST fixture of any size: random pixels, LEAF's files byte for byte.
-
-    .venv/bin/python -m perf.leaf_fixture DIR [--users=3500] [--mean_samples=230]
-
-writes `DIR/data/femnist/data/{train,test}/*.json` as LEAF's `preprocess.sh -s niid --sf 1.0
--k 0 -t sample` would for FEMNIST: 100 writers per file (LEAF's `data_to_json.py`), each
-writer's examples split by `split_data.py`'s rule (`max(1, int(0.9 n))` train, the rest test),
-the text exactly as Python's `json.dump` writes it (', ' and ': ' separators). Pixel values are
-k / 255 for uniformly random k (the longest text per value, about 19 bytes); to write hundreds
-of MB quickly, the examples are drawn from a pool of pre-rendered random rows. Labels are
-uniform in 0..61. Writer sizes are uniform in [mean / 2, 3 mean / 2].
-
-The full-scale default (3,500 writers, about 805,000 examples, as LEAF's FEMNIST) writes about
-12 GB: put it on a disk with room, and delete it after.
-"""
+"""Writes a LEAF-format FEMNIST fixture of any size, random pixels in LEAF's files and JSON text:
+`python -m perf.leaf_fixture DIR [--users=3500] [--mean_samples=230]` (the full-scale default
+writes about 12 GB under DIR)."""
 
 import argparse
 import dataclasses
@@ -52,8 +40,14 @@ def write_femnist(root: str, *, users: int = 3500, mean_samples: int = 230, seed
                   pool_rows: int = 4096) -> FixtureStats:
   """Writes the fixture under `root` (LEAF's checkout layout); returns what it wrote.
 
-  Files are written user by user (the users' sizes are drawn first, so that `users` and
-  `num_samples` can precede `user_data` as in LEAF's files): memory stays at one user's text.
+  `root/data/femnist/data/{train,test}/*.json` as LEAF's `preprocess.sh -s niid --sf 1.0 -k 0 -t
+  sample` writes them for FEMNIST: 100 writers per file (`data_to_json.py`), each writer's examples
+  split by `split_data.py`'s rule (`max(1, int(0.9 n))` train, the rest test), the text as
+  `json.dump` writes it (', ' and ': ' separators). Writer sizes are uniform in
+  [mean / 2, 3 mean / 2], labels uniform in 0..61, pixels k / 255 for uniform k (the longest text
+  per value), drawn from a pool of `pool_rows` pre-rendered rows to write quickly. Files are
+  written user by user (the users' sizes are drawn first, so that `users` and `num_samples` can
+  precede `user_data` as in LEAF's files): memory stays at one user's text.
   """
   rng = np.random.default_rng(seed)
   pool = _render_rows(rng, pool_rows)
@@ -91,7 +85,7 @@ def write_femnist(root: str, *, users: int = 3500, mean_samples: int = 230, seed
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('root')
   parser.add_argument('--users', type=int, default=3500)
   parser.add_argument('--mean_samples', type=int, default=230)
