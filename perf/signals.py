@@ -1,17 +1,6 @@
-"""SIGTERM at random moments: does every binary end with 143 (and no TFF worker left)?
-
-    .venv/bin/python -m perf.signals                       # 30 x train, 30 x benchmark --report_only
-    .venv/bin/python -m perf.signals --trials=5 --max_delay=8
-
-Each trial starts a new process as a user would, sends one SIGTERM (or SIGINT with
-`--signal=INT`) after a delay drawn uniformly from [0, --max_delay] seconds (TensorFlow loading,
-flag parsing, data loading, training rounds or the report), and records its exit status, whether
-Python printed an exception it dropped ("Exception ignored in"), and the TFF workers it left.
-`train` runs `--algorithm=fedgh --rounds=60` on digits, long enough that every delay lands inside
-it; `report_only` rewrites the report of a smoke benchmark made once beforehand, and its delays
-are drawn up to 0.9 x the time of an uninterrupted `--report_only` (or --max_delay if shorter).
-Prints a Markdown table of the exit statuses per binary.
-"""
+"""SIGTERM (or SIGINT) at random moments to `train` and `benchmark --report_only`: does each end
+with 128 + signal and no TFF worker left? `python -m perf.signals [--trials=30] [--max_delay=12]`
+prints a Markdown table of exit statuses per binary."""
 
 import argparse
 import collections
@@ -36,7 +25,8 @@ def _env(token):
 
 
 def _trial(command, delay, signum):
-  """(exit status, dropped-exception message seen, workers left, seconds)."""
+  """(exit status, dropped-exception message seen, workers left, seconds, output) of `command`
+  started as a user would, sent `signum` after `delay` seconds unless it finished first."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   token = uuid.uuid4().hex
   start = time.monotonic()
@@ -71,7 +61,7 @@ def main():
   rows = []
   max_delays = {'train': args.max_delay}   # report_only: 0.9 x an uninterrupted one's time
   with tempfile.TemporaryDirectory() as tmp:
-    commands = {
+    commands = {  # train: long enough that every delay lands inside it
         'train': lambda i: _command('experiments.train', '--algorithm=fedgh', '--rounds=60',
                                     f'--output_dir={tmp}/train{i}', '--noprogress'),
     }

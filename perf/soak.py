@@ -1,15 +1,6 @@
-"""A long in-process run through the experiments' run loop: is memory flat, is time per round flat?
-
-    .venv/bin/python -m perf.soak [--rounds=1000] [--algorithm=fedavg] [--every=100]
-
-Trains `--algorithm` on digits (20 clients, Dirichlet 0.5; logistic regression; 10 clients per
-round, batch 20, E = 1) with the in-process runner, through `experiments.training_loop.
-run_training` (sampling, dataset creation, metrics.csv written every round; no evaluation, no
-checkpoints). Every `--every` rounds it prints the median and the 90th percentile of the round
-times of that block (wall time from one round's release to the next: data, round and metrics
-writing), the median CPU time of this process per round (all its threads: less sensitive to
-other jobs), and the process's resident memory at the block's end.
-"""
+"""A long in-process run through the experiments' run loop: are memory and time per round flat?
+`python -m perf.soak [--rounds=1000] [--every=100]` prints, per block of rounds, the round's median
+and 90th percentile, the median CPU time per round and the resident memory."""
 
 import argparse
 import functools
@@ -27,7 +18,7 @@ MB = 2**20
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--rounds', type=int, default=1000)
   parser.add_argument('--every', type=int, default=100)
   parser.add_argument('--algorithm', default='fedavg')
@@ -53,7 +44,8 @@ def main():
   stamps = []
 
   class Probe(tff.program.ReleaseManager):
-    """Records the time and resident memory at every round's release."""
+    """Records the time, CPU time and resident memory at every round's release; a round is the
+    time from one release to the next (data, round, metrics writing)."""
 
     async def release(self, value, key):
       del value

@@ -1,17 +1,6 @@
-"""A tuning round (on `data.split_validation`'s fit part) beside the same round on the unsplit
-data, on LEAF-format FEMNIST: the split must cost no more per round than the data itself.
-
-    .venv/bin/python -m perf.validation_split [--users=49] [--rounds=20] [--runtime=cpp]
-
-Writes a LEAF FEMNIST fixture (`perf.leaf_fixture`, `--users` writers of about 230
-examples) into a temporary folder, opens it with `data.leaf`, splits it (fraction 0.2, seed 0)
-and builds FedAvg on the 2-layer MLP (200 units, 210k parameters; batch 20, E = 1, 10 clients per
-round). Each round samples 10 writers and runs, side by side in alternating order, a round on
-their unsplit data, on their fit part, and on the fit part of the per-example split this
-module's split replaced (`_per_example_split`, kept here for the comparison only). A round is
-what `experiments.training_loop` does: create and preprocess the 10 datasets ("data"), then
-`next` ("next"). Prints the medians and the ratios to the unsplit round.
-"""
+"""A tuning round on `data.split_validation`'s fit part beside the same round on the unsplit data,
+on LEAF-format FEMNIST: `python -m perf.validation_split [--users=49] [--runtime=cpp]` prints a
+Markdown table of median data and round times and their ratio to the unsplit round."""
 
 import argparse
 import functools
@@ -28,7 +17,8 @@ from perf import leaf_fixture  # pylint: disable=g-import-not-at-top
 
 
 def _per_example_split(client_data, fraction, seed):
-  """The fit part of the split before this change: a stateless draw per example, filtered."""
+  """The fit part of the per-example split `split_validation` replaced, kept for the comparison:
+  a stateless draw per example, filtered."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   base_fn = client_data.serializable_dataset_fn
@@ -48,7 +38,7 @@ def _per_example_split(client_data, fraction, seed):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--users', type=int, default=49)
   parser.add_argument('--mean_samples', type=int, default=230)
   parser.add_argument('--rounds', type=int, default=20)

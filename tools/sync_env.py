@@ -1,18 +1,5 @@
-"""Creates or updates `.venv` so that it holds exactly the packages in `requirements.lock`.
-
-Usage: python3.11 tools/sync_env.py [--lock requirements.lock] [--venv .venv]
-
-* Installs with `pip install --no-deps -r <lock>`: every transitive package is pinned in the lock,
-  so pip never resolves tensorflow-federated 0.87.0's own `jaxlib==0.4.14` pin, which no package
-  registry serves (see BUILD_NOTES.md).
-* Idempotent and fast: the SHA-256 of the lock (and of this script) is stored in
-  `<venv>/.tff_conflict-lock.sha256`; when it matches, nothing is installed (a second run takes
-  well under a second).
-* When the lock changes, the environment follows: changed pins are re-installed and packages that
-  are no longer in the lock are uninstalled.
-* The repository root is put on the venv's `sys.path` with a `.pth` file, so `tff_conflict` and
-  `experiments` import from any working directory without a build step.
-"""
+"""Creates or updates `.venv` so that it holds exactly the packages in `requirements.lock`
+(BUILD_NOTES.md): `python3.11 tools/sync_env.py [--lock requirements.lock] [--venv .venv]`."""
 
 import argparse
 import hashlib
@@ -72,6 +59,7 @@ def _ensure_venv(venv: pathlib.Path) -> None:
 
 
 def _digest(lock: pathlib.Path) -> str:
+  """SHA-256 of the lock and of this script: a venv stamped with it is up to date."""
   h = hashlib.sha256()
   h.update(lock.read_bytes())
   h.update(pathlib.Path(__file__).read_bytes())
@@ -84,7 +72,7 @@ def _site_packages(venv: pathlib.Path) -> pathlib.Path:
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--lock', default=str(_REPO_ROOT / 'requirements.lock'))
   parser.add_argument('--venv', default=str(_REPO_ROOT / '.venv'))
   args = parser.parse_args()
