@@ -236,7 +236,8 @@ def test_max_clients_for(row_bytes, small, limit):
 
 
 def test_max_clients_for_d_1_2m_float32_in_12_gib():
-  # The figure BENCHMARKS.md quotes: half of a 24 GiB machine, d = 1.2M float32 update rows.
+  # Half of a 24 GiB machine, d = 1.2M float32 update rows (BENCHMARKS.md quotes the guard for
+  # the real model, d = 1,206,590 on the measured free memory).
   assert gather.max_clients_for(4 * 1_200_000, 12 * 2**30, small_row_bytes=4) == 408
   assert gather.max_clients_for(10, 49) == 0
 
