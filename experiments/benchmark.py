@@ -415,6 +415,8 @@ def main(argv):
   from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import plan as plan_lib  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import report as report_lib  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import results  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import tables  # pylint: disable=g-import-not-at-top
   started = datetime.datetime.now()
   load_before = _load()
   start = time.monotonic()
@@ -424,7 +426,7 @@ def main(argv):
                            'is missing')
     try:
       report_path = report_lib.write_report(config.root)
-    except report_lib.DamagedRunsFile as e:
+    except results.DamagedRunsFile as e:
       raise cli.Failure(f'{e}; run the same command without --report_only: it rebuilds runs.csv '
                         'from each run\'s result.json and runs only what is not finished') from None
     failures = []
@@ -454,9 +456,9 @@ def main(argv):
         'Date': started.isoformat(timespec='seconds'),
         'Machine': machine_description(),
         'Load average (1, 5, 15 min) at start / end': f'{load_before} / {_load()}',
-        'Wall time of this command': report_lib._duration(wall),  # pylint: disable=protected-access
-        'Wall time of the benchmark (every invocation, see Time)': report_lib._duration(  # pylint: disable=protected-access
-            report_lib.total_wall_seconds(config.root)),
+        'Wall time of this command': tables.duration(wall),
+        'Wall time of the benchmark (every invocation, see Time)': tables.duration(
+            results.total_wall_seconds(config.root)),
         'Git commit': flags_lib.hparams(()).get('git_commit') or 'unknown',
     }
     target = report_lib.write_results_md(FLAGS.results_md, config.root, header=header)

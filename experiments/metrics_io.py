@@ -114,11 +114,6 @@ def read_csv(path: str) -> list[dict[str, Any]]:
             for row in csv.DictReader(f)]
 
 
-def read_columns(path: str) -> list[str]:
-  with open(path, newline='') as f:
-    return next(csv.reader(f), [])
-
-
 @dataclasses.dataclass
 class MetricsFile:
   """What `read_metrics` found in a metrics.csv.

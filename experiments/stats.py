@@ -1,7 +1,6 @@
 """Statistics over seeds, the one place every table computes them: means, spreads, Student-t
-intervals, paired differences, Holm's adjustment, the power of a paired t-test, and whether a
-curve has plateaued.
-"""
+intervals, paired differences, Holm's adjustment, the power of a paired t-test, and curves (mean
+over seeds, plateau, largest rise)."""
 
 import dataclasses
 import math
@@ -234,3 +233,24 @@ def plateau(values: Sequence[Optional[float]], *, window: int, tolerance: float)
   previous = float(np.mean(present[-2 * window:-window]))
   ok = math.isfinite(last) and math.isfinite(previous) and abs(last - previous) <= tolerance
   return Plateau(last, previous, bool(ok), window, tolerance)
+
+
+def train_loss_rise(losses: Sequence[float]) -> float:
+  """The largest rise of the training loss above its running minimum, `max_r (l_r - min_{s<r}
+  l_s)` (0 for a loss that never rises): how far training went back up, the instability the
+  FedProx paper shows for FedAvg with many local epochs (Fig. 1-2)."""
+  rise, low = 0.0, math.inf
+  for loss in losses:
+    if loss > low:
+      rise = max(rise, loss - low)
+    low = min(low, loss)
+  return rise
+
+
+def mean_curve(curves: Sequence[Sequence[Optional[float]]]) -> list[Optional[float]]:
+  """The mean over seeds per round (None where no seed has a value; NaN where one is NaN)."""
+  out = []
+  for i in range(max((len(c) for c in curves), default=0)):
+    values = [c[i] for c in curves if i < len(c) and c[i] is not None]
+    out.append(float(sum(values) / len(values)) if values else None)
+  return out

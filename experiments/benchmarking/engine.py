@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, TextIO
 import numpy as np
 import tensorflow as tf
 
-from experiments import diagnosis
+from experiments.benchmarking import results as results_lib
 from experiments import files
 from experiments import architectures
 from experiments import config as experiment_config
@@ -451,7 +451,7 @@ class Engine:
     summary['collapsed'] = bool(summary['collapsed'] or summary['diverged']
                                 or runs_lib.predicts_one_class(last.get('confusion_matrix')))
     if spec.phase == runs_lib.REPORT_PHASE:
-      for key, value in diagnosis.benchmark_summary(result.rows).items():
+      for key, value in results_lib.summarize_run(result.rows).items():
         summary.setdefault(key, value)
     summary['run_seconds'] = seconds
     return summary, last.get('confusion_matrix')

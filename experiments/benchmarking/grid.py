@@ -16,6 +16,7 @@ from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
 from experiments.benchmarking import plan as plan_lib
 from experiments.benchmarking import report as report_lib
+from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import runs as runs_lib
 from experiments.benchmarking import tuning as tuning_lib
 
@@ -23,7 +24,7 @@ CONFIG_FILE = 'config.json'
 RUNS_FILE = 'runs.csv'
 TUNING_FILE = 'tuning.csv'
 CHOICES_FILE = 'tuning_choices.json'
-CURVES_FILE = report_lib.CURVES_FILE
+CURVES_FILE = results_lib.CURVES_FILE
 CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', 'accuracy_curve')
 TIMING_FILE = 'timing.json'
 REGIMES_FILE = 'regimes.json'
@@ -286,8 +287,8 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> Outcome:
     _write_json(os.path.join(root, REGIMES_FILE), describe_regimes(plan, engine))
     choices = _tune(plan, engine, progress)
     _write_json(os.path.join(root, CHOICES_FILE), [choice_to_dict(c) for c in choices])
-    report_lib.write_csv(os.path.join(root, TUNING_FILE), _tuning_rows(choices))
-    report_lib.write_csv(os.path.join(root, CURVES_FILE), validation_curve_rows(plan, choices),
+    results_lib.write_csv(os.path.join(root, TUNING_FILE), _tuning_rows(choices))
+    results_lib.write_csv(os.path.join(root, CURVES_FILE), validation_curve_rows(plan, choices),
                          CURVE_COLUMNS)
     after_tuning()
     for spec in plan.report_specs(choices):
@@ -296,7 +297,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> Outcome:
       progress.end_run()
       if summary is not None:
         rows.append(runs_lib.run_row(spec, summary))
-        report_lib.write_csv(os.path.join(root, RUNS_FILE), rows, runs_lib.RUN_COLUMNS)
+        results_lib.write_csv(os.path.join(root, RUNS_FILE), rows, runs_lib.RUN_COLUMNS)
   finally:
     progress.close()
     wall = time.monotonic() - start
@@ -306,7 +307,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> Outcome:
         'processes_built': engine.num_processes, 'runs_done': engine.runs_done,
         'runs_skipped': engine.runs_skipped, 'runs_failed': len(engine.failures),
         'rounds_done': engine.rounds_done, 'command': command})
-  report_lib.write_csv(os.path.join(root, RUNS_FILE), rows, runs_lib.RUN_COLUMNS)
+  results_lib.write_csv(os.path.join(root, RUNS_FILE), rows, runs_lib.RUN_COLUMNS)
   report_path = report_lib.write_report(root)
   return Outcome(root=root, report=report_path, rows=rows, choices=choices,
                  failures=[(s.label(), m) for s, m in engine.failures], wall_seconds=wall,

@@ -169,7 +169,7 @@ def _registered(name: str) -> Optional[Method]:
 
 
 def parse_method(text: str) -> Method:
-  """A method from `METHODS` or `diagnosis_variants()` by name, or an ad-hoc variant
+  """A method from `METHODS` or `VARIANTS` by name, or an ad-hoc variant
   `algorithm[key=value,...]`.
 
   An ad-hoc variant starts from the algorithm's registered method (its grid, minus the keys it
@@ -269,14 +269,104 @@ def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
                 parent=parent)
 
 
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """A method with one cause changed, to test a diagnosis (`diagnosis_variants()` makes it a
+  `Method`).
+
+  Attributes:
+    name: the method name it runs under in a runs table (e.g. 'fedga_paper').
+    diagnoses: the method whose loss it explains (e.g. 'fedga').
+    algorithm: a name of `tff_conflict.learning.ALGORITHMS`, or 'custom' (`--client_loss`,
+      `--aggregator`).
+    flags: the flag values that differ from the method's run (binaries' flag names), e.g.
+      `{'calibration_form': 'paper'}` or `{'server_learning_rate': 2.0}`.
+    question: what its result answers.
+    baseline: the method its gap is measured against (e.g. 'fedavg_clip' for a clipped
+      variant); None: the report's baseline.
+    parent: the method it changes one thing of, when that is not its algorithm's own method
+      (e.g. 'fedga_clip' for the clipped paper form); None: the algorithm's method (a 'custom'
+      variant: the method it diagnoses).
+  """
+  name: str
+  diagnoses: str
+  algorithm: str
+  flags: Mapping[str, Any]
+  question: str
+  baseline: Optional[str] = None
+  parent: Optional[str] = None
+
+
+# The diagnosis variants: each changes one cause of its method's result (the report's Diagnosis).
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant('fedga_paper', 'fedga', 'fedga', {'calibration_form': 'paper'},
+            'Does the paper\'s eq. (8) taken literally (gradient p - q: classes absent from a '
+            'batch muted, logits free to drift) lose what the authors\' soft-target form '
+            '(the default) keeps?'),
+    Variant('fedga_paper_clip', 'fedga', 'fedga',
+            {'calibration_form': 'paper', 'client_clip_norm': 5.0},
+            'Does the authors\' gradient clipping at 5.0 tame the paper\'s form? (compared '
+            'with FedAvg clipped alike, `fedavg_clip`)', baseline='fedavg_clip',
+            parent='fedga_clip'),
+    Variant('fedga_clip', 'fedga', 'fedga', {'client_clip_norm': 5.0},
+            'FedGA as the authors\' code trains it (soft-target form, clipping at 5.0), '
+            'compared with FedAvg clipped alike (`fedavg_clip`).', baseline='fedavg_clip'),
+    Variant('fedavg_clip', 'fedavg', 'fedavg', {'client_clip_norm': 5.0},
+            'FedAvg with the clients\' gradients clipped at 5.0: the baseline of the clipped '
+            'variants (the authors\' code clips every method).'),
+    Variant('fedga_dataset', 'fedga', 'fedga', {'calibration_counts': 'dataset'},
+            'Do counts over the client\'s whole dataset (fewer absent classes than a '
+            'mini-batch) help?'),
+    Variant('fedld_server_lr', 'fedld', 'fedld', {'server_learning_rate': 4.0},
+            'Does a server learning rate that compensates the shorter server step close the '
+            'gap?'),
+    Variant('fedld_preserve_norms', 'fedld', 'fedld', {'principal_preserve_norms': True},
+            'Does keeping each revised update at its original length (the paper\'s stated '
+            'intent for eq. (7)) close the gap without tuning a server learning rate?'),
+    Variant('fedld_projection', 'fedld', 'fedld', {'principal_revision': 'projection'},
+            'Is eq. (7)\'s re-weighting what loses? The plain orthogonal projection on the same '
+            'principal directions instead (no lambda_l / S weights).'),
+    Variant('fedld_model', 'fedld', 'fedld', {'principal_granularity': 'model'},
+            'Does one principal decomposition of the whole-model updates (the paper\'s text) '
+            'differ from the per-tensor one (the default, the authors\' code)?'),
+    Variant('fedld_authors', 'fedld', 'fedld',
+            {'principal_first_round_plain_mean': True, 'margin_form': 'batch_probabilities',
+             'client_weighting': 'uniform'},
+            'FedLD as the authors\' code runs it: the first round a plain mean, the margin on '
+            'the batch\'s probabilities, the unweighted mean of the revised updates.'),
+    Variant('fedld_margin_only', 'fedld', 'custom',
+            {'client_loss': 'margin', 'aggregator': 'measured_mean'},
+            'What does margin control alone (FedAvg aggregation) cost or gain?'),
+    Variant('fedld_principal_only', 'fedld', 'custom',
+            {'client_loss': 'ce', 'aggregator': 'principal'},
+            'What does principal-gradient aggregation alone (cross-entropy) cost or gain?'),
+    Variant('fedmgc_focal_only', 'fedmgc', 'custom',
+            {'client_loss': 'focal', 'aggregator': 'measured_mean'},
+            'What does the focal loss alone (FedAvg aggregation) cost or gain?'),
+    Variant('fedmgc_dgc_only', 'fedmgc', 'custom', {'client_loss': 'ce', 'aggregator': 'dgc'},
+            'What does dominant gradient correction alone (cross-entropy) cost or gain?'),
+    Variant('fedavg_uniform', 'fedmgc', 'fedavg', {'client_weighting': 'uniform'},
+            'Is the cost of dominant gradient correction its unweighted mean of the clients '
+            '(Algorithm 2, line 9) rather than the correction?'),
+    Variant('fedavg_measured', 'fedavg', 'custom',
+            {'client_loss': 'ce', 'aggregator': 'measured_mean'},
+            'FedAvg with the conflict diagnostics: the regime\'s conflict fraction and client '
+            'step length.'),
+    Variant('fedprox_mu1', 'fedprox', 'fedprox', {'proximal_strength': 1.0},
+            'Does the strongest proximal pull of the paper\'s grid change anything?'),
+    Variant('fed_corrective_alpha1', 'fed_corrective', 'fed_corrective',
+            {'corrective_alpha': 1.0},
+            'Does the largest alpha change anything?'),
+)}
+
+
 @functools.cache
 def diagnosis_variants() -> dict[str, Method]:
-  """The method variants of `experiments.diagnosis.VARIANTS`, by name (`method_from_flags`)."""
-  from experiments import diagnosis  # pylint: disable=g-import-not-at-top
+  """The `VARIANTS` as methods, by name (`method_from_flags`)."""
   return {v.name: method_from_flags(
       v.name, v.algorithm, dict(v.flags),
       parent=v.parent or (v.diagnoses if v.algorithm == CUSTOM else None))
-          for v in diagnosis.VARIANTS.values()}
+          for v in VARIANTS.values()}
 
 
 def given_kwargs(given: Mapping[str, Mapping[str, Any]], method: Method) -> dict[str, Any]:

@@ -49,7 +49,7 @@ def test_release_manager_keeps_columns_when_the_cohort_changes_size(tmp_path):
   for r, vector in vectors.items():
     asyncio.run(manager.release({'train_loss': 1.0 / r, 'aggregator': {'w': vector}}, r))
   rows = metrics_io.read_csv(str(tmp_path / 'metrics.csv'))
-  assert metrics_io.read_columns(str(tmp_path / 'metrics.csv')) == [
+  assert metrics_io.read_metrics(str(tmp_path / 'metrics.csv')).columns == [
       'round_num', 'train_loss', 'test_accuracy', 'aggregator/w/min', 'aggregator/w/mean',
       'aggregator/w/max', 'aggregator/w/count']
   for row, vector in zip(rows, vectors.values()):
@@ -81,7 +81,7 @@ def test_writer_orders_headline_columns_and_round_trips_floats_exactly(tmp_path)
                     'test_accuracy': None})
   writer.append(2, {'aggregator/x': float('nan'), 'round_time_s': 1.0, 'train_loss': 1.0,
                     'test_accuracy': 0.5})
-  assert metrics_io.read_columns(path) == ['round_num', 'train_loss', 'test_accuracy',
+  assert metrics_io.read_metrics(path).columns == ['round_num', 'train_loss', 'test_accuracy',
                                            'round_time_s', 'aggregator/x']
   rows = metrics_io.read_csv(path)
   assert rows[0]['aggregator/x'] == value
@@ -100,7 +100,7 @@ def test_writer_appends_a_round_in_place_and_the_file_equals_a_full_rewrite(tmp_
     writer.append(r, {'train_loss': 1.0 / r, 'a': None if r == 3 else 0.1 * r})
     # The same file, one line longer: a round's cost does not grow with the number of rounds.
     assert os.stat(path).st_ino == inode and os.path.getsize(path) > before
-  files.write_csv_atomically(full, metrics_io.read_columns(path), writer.rows)
+  files.write_csv_atomically(full, metrics_io.read_metrics(path).columns, writer.rows)
   with open(path) as appended, open(full) as rewritten:
     assert appended.read() == rewritten.read()
 
