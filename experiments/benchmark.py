@@ -170,7 +170,7 @@ RESULTS_DESCRIPTION = (
     'Synthetic(1, 1) as before, digits Dirichlet 0.1 over 50 clients (more clients with fewer '
     'examples) and digits #C=1 (one class per client, the strongest skew). The diagnosis '
     'variants have their own preset (`--preset=diagnosis`).')
-# The diagnosis variants (`experiments.diagnosis.VARIANTS`) beside their parents: each runs at
+# The diagnosis variants (`benchmarking.methods.VARIANTS`) beside their parents: each runs at
 # its parent's tuned values and changes one thing (`--variants_inherit`).
 DIAGNOSIS_METHODS = ('fedavg', 'fedga', 'fedld', 'fedmgc', 'fed_corrective',
                      'fedga_paper', 'fedga_clip', 'fedga_paper_clip', 'fedavg_clip',

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from experiments.benchmarking import report
+from experiments.benchmarking import results
 from experiments.benchmarking import runs
 from experiments.benchmarking import summary
 
@@ -59,7 +59,7 @@ def _results(directory, pairs_by_seed):
                    'server_lr': 1.0, 'hparams': '{}', 'final_accuracy': value,
                    'last_k_accuracy': value, 'diverged': False, 'diverged_round': None,
                    'collapsed': False, 'accuracy_curve': runs.encode_curve([value])})
-  report.write_csv(os.path.join(directory, 'runs.csv'), rows, runs.RUN_COLUMNS)
+  results.write_csv(os.path.join(directory, 'runs.csv'), rows, runs.RUN_COLUMNS)
   with open(os.path.join(directory, 'config.json'), 'w') as f:
     json.dump({'baseline': 'fedavg', 'regimes': ['digits:iid'],
                'methods': ['fedavg', 'fedgh', 'fedprox'], 'epochs': [1], 'protocol': 2,
@@ -77,7 +77,7 @@ def test_words_follow_holm_and_the_equivalence_margin(tmp_path):
   # Three seeds where fedgh's raw interval excludes 0 but Holm's adjustment does not keep it.
   few = [(0.80, 0.83, 0.79), (0.80, 0.82, 0.80), (0.80, 0.84, 0.82)]
   _results(str(tmp_path / 'b'), few)
-  found = report.comparisons(summary.load(str(tmp_path / 'b')).rows,
+  found = results.comparisons(summary.load(str(tmp_path / 'b')).rows,
                              summary.load(str(tmp_path / 'b')).config)
   assert found[('digits:iid', 1, 'fedgh')].primary.excludes_zero
   assert not found[('digits:iid', 1, 'fedgh')].significant

@@ -160,7 +160,7 @@ def test_smoke_preset_end_to_end_leaves_no_worker(tmp_path):
   assert sorted(keys) == sorted((g, m, s) for g in ('digits:iid@8', 'digits:#C=2@8')
                                 for m in ('fedavg', 'fedgh') for s in ('0', '1'))
   assert all(r['epochs'] == '1' and r['final_accuracy'] for r in rows)
-  # The diagnosis columns (experiments.diagnosis) of every reporting run: the mean logit, and
+  # The diagnosis columns (`results.summarize_run`) of every reporting run: the mean logit, and
   # the errors between classes that rarely share a client (#C=2 has pairs sharing none).
   assert all(r['final_mean_logit'] and r['final_common_pair_error'] for r in rows)
   assert all(r['final_rare_pair_error'] for r in rows if r['regime'] == 'digits:#C=2@8')
@@ -183,7 +183,6 @@ def test_a_bad_flag_ends_in_one_line_without_traceback(tmp_path):
 
 
 def test_report_only_and_results_md_from_the_files_on_disk(tmp_path, capsys):
-  from experiments.benchmarking import report  # pylint: disable=g-import-not-at-top
   from tests.experiments.benchmarking import test_report  # pylint: disable=g-import-not-at-top
   test_report._write_benchmark(str(tmp_path / 'unit'))  # pylint: disable=protected-access
   results_md = tmp_path / 'RESULTS.md'
@@ -196,7 +195,7 @@ def test_report_only_and_results_md_from_the_files_on_disk(tmp_path, capsys):
   assert (tmp_path / 'unit' / 'report.md').stat().st_size > 0
   text = results_md.read_text()
   assert '- Command: `python -m experiments.benchmark ' in text and '- Machine: ' in text
-  assert report.check_results_md(str(results_md)) == []
+  assert test_report.tables_not_in(str(results_md)) == []
   assert (tmp_path / 'docs' / 'results' / 'runs.csv').exists()
   with flagsaver.as_parsed(report_only='true', output_dir=str(tmp_path / 'none')):
     with pytest.raises(app.UsageError, match='--report_only needs an existing benchmark'):

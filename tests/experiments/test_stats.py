@@ -126,3 +126,14 @@ def test_plateau_compares_the_last_window_with_the_window_before():
               dict(window=2, tolerance=float('nan'))):
     with pytest.raises(ValueError, match='window|tolerance'):
       stats.plateau(flat, **bad)
+
+
+def test_train_loss_rise():
+  assert stats.train_loss_rise([3.0, 2.0, 1.0]) == 0.0
+  # Running minimum 1.0 before the rise to 2.5, later 0.5 before 0.7: the largest rise is 1.5.
+  assert stats.train_loss_rise([3.0, 1.0, 2.5, 0.5, 0.7]) == pytest.approx(1.5)
+
+
+def test_mean_curve_skips_missing_rounds():
+  assert stats.mean_curve([[0.2, None, 0.6], [0.4, 0.5]]) == pytest.approx([0.3, 0.5, 0.6])
+  assert stats.mean_curve([[None], [None]]) == [None] and stats.mean_curve([]) == []

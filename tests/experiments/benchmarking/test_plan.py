@@ -78,7 +78,7 @@ def test_without_tuning_the_given_values_run():
 
 def test_the_plan_as_the_report_reads_it():
   import json  # pylint: disable=g-import-not-at-top
-  from experiments.benchmarking import report  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import tables  # pylint: disable=g-import-not-at-top
   config = config_lib.BenchmarkConfig(regimes=('digits:iid@8',), methods=('fedavg', 'fedprox'),
                                       epochs=(1,), report_seeds=(0, 1))
   plan = plan_lib.make_plan(config)
@@ -87,7 +87,7 @@ def test_the_plan_as_the_report_reads_it():
   assert described['tuning_regimes'] == {'digits': 'digits:dir(0.1)'}
   assert described['methods'][1]['grid'] == {'proximal_strength': [0.001, 0.01, 0.1, 1.0]}
   assert described['runs'] == {'tune': plan.num_runs(runs.TUNE_PHASE), 'report': 4}
-  setup = report._setup_section(config_lib.flat_settings(  # pylint: disable=protected-access
+  setup = tables.setup_section(config_lib.flat_settings(
       dict(config_lib.as_dict(config), plan=described)))
   assert '- Models: digits: digits_cnn.' in setup and 'digits: `digits:dir(0.1)`' in setup
   assert 'fedprox: proximal_strength in [0.001, 0.01, 0.1, 1.0]' in setup

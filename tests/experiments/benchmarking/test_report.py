@@ -7,9 +7,11 @@ import os
 import numpy as np
 import pytest
 
-from experiments import diagnosis
 from experiments import stats
+from experiments.benchmarking import diagnosis
 from experiments.benchmarking import report
+from experiments.benchmarking import results
+from experiments.benchmarking import tables
 from experiments.benchmarking import runs
 
 # final accuracy per (regime, E, method, seed)
@@ -61,7 +63,7 @@ def _holm_reference(p_values):
 def test_regime_table_numbers_and_holm_over_every_comparison():
   from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
   rows = _rows()
-  found = report.comparisons(rows, _CONFIG)
+  found = results.comparisons(rows, _CONFIG)
   assert len(found) == 6  # 3 (regime, E) cells x 2 methods against fedavg: one family
   keys = sorted(found)
 
@@ -74,9 +76,9 @@ def test_regime_table_numbers_and_holm_over_every_comparison():
   holm = dict(zip(keys, _holm_reference([p_value(*k) for k in keys])))
   for key, p in holm.items():
     assert found[key].holm_p == pytest.approx(p)
-  cell = report.group(rows)[('digits:#C=2', 1)]
+  cell = results.group(rows)[('digits:#C=2', 1)]
   mine = {m: c for (r, e, m), c in found.items() if (r, e) == ('digits:#C=2', 1)}
-  table = report.regime_table(cell, ['fedavg', 'fedgh', 'fedld'], baseline='fedavg',
+  table = tables.regime_table(cell, ['fedavg', 'fedgh', 'fedld'], baseline='fedavg',
                               found=mine, config=_CONFIG).splitlines()
   assert table[0].startswith('| method | seeds | diverged | collapsed | mean accuracy, last 5 '
                              'rounds | Δ vs fedavg [95% CI] | Holm p | last-round accuracy |')
@@ -91,21 +93,21 @@ def test_regime_table_numbers_and_holm_over_every_comparison():
                              '+0.0548] | 0.400 → 0.100 | - | 0.50 |')
   fedld = holm[('digits:#C=2', 1, 'fedld')]
   assert fedld < 0.05 and '**-0.1000 [-0.1248, -0.0752]** †' in table[4]
-  assert report.verdict(mine['fedld'], 0.01) == 'loses'
-  assert report.verdict(mine['fedgh'], 0.01) == 'inconclusive'
+  assert results.verdict(mine['fedld'], 0.01) == 'loses'
+  assert results.verdict(mine['fedgh'], 0.01) == 'inconclusive'
 
 
 def test_identical_and_all_chance_comparisons_say_so():
   rows = _rows()
-  same = report.comparisons(rows, _CONFIG)[('digits:iid', 5, 'fedgh')]
-  assert same.identical and '(identical in every seed)' in report._primary_cell(same)  # pylint: disable=protected-access
+  same = results.comparisons(rows, _CONFIG)[('digits:iid', 5, 'fedgh')]
+  assert same.identical and '(identical in every seed)' in tables._primary_cell(same)  # pylint: disable=protected-access
   chance = [dict(r, collapsed=True) for r in rows]
-  c = report.comparisons(chance, _CONFIG)[('digits:#C=2', 1, 'fedld')]
-  assert c.at_chance and not c.significant and report.verdict(c, 0.01) == 'at chance'
-  assert 'both at chance: no comparison' in report._primary_cell(c)  # pylint: disable=protected-access
-  assert 'both at chance' in report._primary_cell(c, secondary=True)  # pylint: disable=protected-access
-  cell = report.group(chance)[('digits:#C=2', 1)]
-  table = report.regime_table(cell, ['fedavg', 'fedld'], baseline='fedavg',
+  c = results.comparisons(chance, _CONFIG)[('digits:#C=2', 1, 'fedld')]
+  assert c.at_chance and not c.significant and results.verdict(c, 0.01) == 'at chance'
+  assert 'both at chance: no comparison' in tables._primary_cell(c)  # pylint: disable=protected-access
+  assert 'both at chance' in tables._primary_cell(c, secondary=True)  # pylint: disable=protected-access
+  cell = results.group(chance)[('digits:#C=2', 1)]
+  table = tables.regime_table(cell, ['fedavg', 'fedld'], baseline='fedavg',
                               found={'fedld': c}, config=_CONFIG)
   assert '†' not in table and table.count('both at chance') == 2
 
@@ -116,20 +118,20 @@ def test_ties_only_inside_the_equivalence_margin():
     for method, value in (('fedavg', a), ('fedgh', b)):
       rows.append({'regime': 'digits:iid', 'dataset': 'digits', 'method': method, 'epochs': 1,
                    'seed': seed, 'last_k_accuracy': value, 'final_accuracy': value})
-  c = report.comparisons(rows, _CONFIG)[('digits:iid', 1, 'fedgh')]
-  assert report.verdict(c, 0.01) == 'ties' and report.verdict(c, 0.0005) == 'inconclusive'
+  c = results.comparisons(rows, _CONFIG)[('digits:iid', 1, 'fedgh')]
+  assert results.verdict(c, 0.01) == 'ties' and results.verdict(c, 0.0005) == 'inconclusive'
 
 
 def test_power_line_from_the_median_paired_sd():
-  cell = report.group(_rows())[('digits:#C=2', 1)]
-  line = report.power_line(cell, 'digits', baseline='fedavg', config=_CONFIG)
+  cell = results.group(_rows())[('digits:#C=2', 1)]
+  line = tables.power_line(cell, 'digits', baseline='fedavg', config=_CONFIG)
   # Paired sds: fedgh 0.01, fedld 0.01 -> median 0.01, 3 seeds.
   mdd = stats.minimal_detectable_difference(0.01, 3)
   assert line.startswith(f'Minimal detectable difference {mdd:.4f} (paired t-test, 3 seeds, '
                          'median paired sd 0.0100')
   assert f'detecting 0.01 at that power takes {stats.seeds_needed(0.01, 0.01)} seeds' in line
-  assert report.detect_for('synthetic', _CONFIG) == 0.02
-  assert report.detect_for('synthetic', dict(_CONFIG, detect={'synthetic': 0.05})) == 0.05
+  assert results.detect_for('synthetic', _CONFIG) == 0.02
+  assert results.detect_for('synthetic', dict(_CONFIG, detect={'synthetic': 0.05})) == 0.05
 
 
 def test_old_rows_get_the_divergence_rule_from_their_curves():
@@ -138,23 +140,23 @@ def test_old_rows_get_the_divergence_rule_from_their_curves():
          'final_accuracy': nan, 'last_k_accuracy': nan, 'diverged': False,
          'accuracy_curve': runs.encode_curve([0.5, 0.6, nan, nan]),
          'train_loss_curve': runs.encode_curve([1.0, 1.0, 1.0, 1.0])}
-  row, = report.with_divergence_rule([old], dict(_CONFIG, tuning={'last_k': 3}))
+  row, = results.with_divergence_rule([old], dict(_CONFIG, tuning={'last_k': 3}))
   assert row['diverged'] is True and row['diverged_round'] == 3 and row['collapsed'] is True
   assert row['final_accuracy'] == pytest.approx(0.1)
   assert row['last_k_accuracy'] == pytest.approx((0.6 + 0.1 + 0.1) / 3)
   recorded = dict(old, diverged_round=None)
-  assert report.with_divergence_rule([recorded], _CONFIG)[0] is recorded
+  assert results.with_divergence_rule([recorded], _CONFIG)[0] is recorded
 
 
 def test_the_protocol_comes_first_and_says_what_the_runs_did():
   rows = _rows()
-  old = report.protocol_section(dict(_CONFIG, plan={'methods': [
+  old = tables.protocol_section(dict(_CONFIG, plan={'methods': [
       {'name': 'fedavg'}, {'name': 'fedld', 'tune_server_lr': True}]},
       tuning=dict(_CONFIG['tuning'], server_lr_grid=[1.0, 2.0])), rows)
   assert old.startswith('- **Provisional.**')
   assert 'UNEQUAL: fedld searched server learning rates that fedavg did not' in old
   assert '3 reporting seeds (fewer than 10' in old and 'over the 6 comparisons' in old
-  new = report.protocol_section(dict(_CONFIG, protocol=2, plan={'methods': [
+  new = tables.protocol_section(dict(_CONFIG, protocol=2, plan={'methods': [
       {'name': 'fedavg', 'server_lrs': [1.0, 2.0]},
       {'name': 'fedld', 'server_lrs': [1.0, 2.0]}]}), rows)
   assert new.startswith('- Test split: fixed for every seed and never read by tuning')
@@ -165,12 +167,12 @@ def test_the_protocol_comes_first_and_says_what_the_runs_did():
 
 def test_epoch_effect_and_losses():
   rows = _rows()
-  effect = report.epoch_effect_table(rows, _CONFIG).splitlines()
+  effect = tables.epoch_effect_table(rows, _CONFIG).splitlines()
   assert effect[0] == ('| method | E=1: mean Δ (Holm > 0 / Holm < 0) | E=5: mean Δ (Holm > 0 / '
                        'Holm < 0) |')
   # fedgh gains exactly 0.02 on every seed of digits:iid (a zero-width interval, p = 0).
   assert effect[2].startswith('| fedgh | +0.0250 (1 / 0 of 2) | +0.0000 (0 / 0 of 1) |')
-  losses = report.losses_list(rows, _CONFIG)
+  losses = tables.losses_list(rows, _CONFIG)
   assert '- fedld, digits:#C=2, E=1: Δ -0.1000 [-0.1248, -0.0752], Holm p' in losses
   assert 'norm ratio 0.800' in losses
   assert 'fedld, digits:iid, E=1' not in losses  # its interval straddles 0
@@ -180,7 +182,7 @@ def _write_benchmark(root, rows=None):
   os.makedirs(root, exist_ok=True)
   with open(os.path.join(root, 'config.json'), 'w') as f:
     json.dump(_CONFIG, f)
-  report.write_csv(os.path.join(root, 'runs.csv'), rows or _rows(), runs.RUN_COLUMNS)
+  results.write_csv(os.path.join(root, 'runs.csv'), rows or _rows(), runs.RUN_COLUMNS)
   choices = [{'dataset': 'digits', 'regime': 'digits:dir(0.1)', 'epochs': 1, 'method': 'fedld',
               'client_lr': 0.1, 'server_lr': 2.0, 'tuned': {'margin_weight': 0.01},
               'score': 0.8, 'scores': [{'candidate': 'a', 'score': 0.8, 'seeds': 2},
@@ -203,7 +205,7 @@ def test_write_report_from_files(tmp_path):
                'gain_vs_conflict.png', 'epochs_effect.png'):
     assert os.path.getsize(os.path.join(root, 'plots', name)) > 0
     assert f'plots/{name}' in text
-  # experiments.diagnosis explains each method against FedAvg from the runs.csv columns.
+  # The diagnosis explains each method against FedAvg from the runs.csv columns.
   diagnoses = text[text.index('## Diagnosis'):]
   assert '### fedld\n\nThe revised update of client i has norm' in diagnoses
   assert '| digits:#C=2, E=1 | 0.800 ± 0.000 | 1.25 | 0.400 ± 0.000 |' in diagnoses
@@ -215,28 +217,28 @@ def test_a_value_at_a_grids_edge_is_flagged():
             'client_lr': 2.7, 'server_lr': 1.0, 'tuned': {}, 'score': 0.8,
             'scores': [{'candidate': 'a', 'score': 0.8, 'seeds': 2}], 'at_edge': ['client_lr']}
   config = dict(_CONFIG, tuning=dict(_CONFIG['tuning'], edge_steps=3, edge_factor=3.0))
-  text = report._tuning_section([choice], config)  # pylint: disable=protected-access
+  text = tables.tuning_section([choice], config)
   assert '| fedavg (at edge: client_lr) | 2.7 | 1 | - | 0.8000 |' in text
-  assert 'x or / 3, at most 3 times per side' in report._setup_section(config)  # pylint: disable=protected-access
+  assert 'x or / 3, at most 3 times per side' in tables.setup_section(config)
 
 
 def test_a_failing_diagnosis_is_shown_not_raised(tmp_path, monkeypatch):
   root = str(tmp_path / 'bench')
   _write_benchmark(root)
-  real = diagnosis.report_section
+  real = diagnosis.section
 
-  def report_section(method, algorithm, rows, *, baseline, statistic):
+  def section(method, algorithm, rows, *, baseline, statistic):
     if method == 'fedgh':
       raise RuntimeError('no data')
     return real(method, algorithm, rows, baseline=baseline, statistic=statistic)
 
-  monkeypatch.setattr(diagnosis, 'report_section', report_section)
+  monkeypatch.setattr(diagnosis, 'section', section)
   text = open(report.write_report(root)).read()
   assert '### fedld\n\nThe revised update of client i has norm' in text
   assert '### fedgh\n\nThe diagnosis failed' in text and 'RuntimeError: no data' in text
 
 
-def test_results_md_and_its_check(tmp_path):
+def test_results_md_holds_the_tables_of_its_runs_csv(tmp_path):
   root = str(tmp_path / 'bench')
   _write_benchmark(root)
   results_md = str(tmp_path / 'RESULTS.md')
@@ -247,12 +249,18 @@ def test_results_md_and_its_check(tmp_path):
   assert '## Benchmark `unit`' in text and '### Results' in text
   assert '(docs/results/plots/gain_vs_conflict.png)' in text
   assert os.path.exists(os.path.join(target, 'runs.csv'))
-  assert report.check_results_md(results_md) == []
-  tampered = text.replace('0.6500 ± 0.0265', '0.6600 ± 0.0265')
-  with open(results_md, 'w') as f:
-    f.write(tampered)
-  missing = report.check_results_md(results_md)
-  assert len(missing) == 1 and '| fedgh | 3 | 0 | 0 | 0.6500 ± 0.0265' in missing[0]
+  assert tables_not_in(results_md) == []
+  assert '| fedgh | 3 | 0 | 0 | 0.6500 ± 0.0265' in text
+
+
+def tables_not_in(results_md: str) -> list[str]:
+  """The lines of the result tables, regenerated from the runs.csv published beside
+  `results_md` (`report.results_dir_for`), that `results_md` lacks."""
+  rows, config = results.load(report.results_dir_for(results_md))
+  with open(results_md) as f:
+    present = set(f.read().splitlines())
+  return [line for _, _, heading, table in tables.result_tables(rows, config)
+          for line in [heading] + table.splitlines() if line not in present]
 
 
 def _control_rows(fedavg_losses, fedprox_losses):
@@ -280,7 +288,7 @@ def _write_control(root, rows):
   sub = os.path.join(root, 'positive_control')
   os.makedirs(sub)
   columns = list(runs.RUN_COLUMNS) + [c for c in rows[0] if c not in runs.RUN_COLUMNS]
-  report.write_csv(os.path.join(sub, 'runs.csv'), rows, columns)
+  results.write_csv(os.path.join(sub, 'runs.csv'), rows, columns)
   with open(os.path.join(sub, 'config.json'), 'w') as f:
     json.dump({'baseline': 'fedavg', 'regimes': ['synthetic(1,1)'],
                'methods': ['fedavg', 'fedprox_mu1'], 'epochs': [20]}, f)
@@ -330,7 +338,7 @@ def test_composition_table_compares_with_its_baseline_and_with_fedavg():
                last_k_accuracy=f, seed=seed, data_seed=seed)
           for m, fs in finals.items() for seed, f in enumerate(fs)]
   config = dict(_CONFIG, methods=list(finals))
-  table = report.composition_table(rows, config).splitlines()
+  table = tables.composition_table(rows, config).splitlines()
   assert table[0].startswith('| regime | E | composition | its baseline |')
   # fednova+fedgh - fednova = (0.03, 0.02, 0.03); - fedavg = (0.04, 0.02, 0.05);
   # fednova - fedavg = (0.01, 0.00, 0.02).
@@ -338,7 +346,7 @@ def test_composition_table_compares_with_its_baseline_and_with_fedavg():
   assert table[2].endswith('| +0.0367 [-0.0013, +0.0746] | +0.0100 [-0.0148, +0.0348] |')
   # One comparison: Holm's p is the paired t-test's (t = 8.0, 2 df).
   assert '| 0.015 |' in table[2], table[2]
-  assert report.composition_table(_rows(), _CONFIG) == ''
+  assert tables.composition_table(_rows(), _CONFIG) == ''
 
 
 def test_what_a_variant_changes_is_read_from_its_runs():
@@ -353,10 +361,10 @@ def test_what_a_variant_changes_is_read_from_its_runs():
                    'seed': seed, 'client_lr': lr, 'server_lr': 1.0,
                    'hparams': json.dumps(hparams), 'last_k_accuracy': 0.9})
   config = dict(_CONFIG, methods=['fedld', 'fedld_projection', 'fedld_model'])
-  found = {m: (p, d) for m, p, d in report.variant_differences(rows, config)}
+  found = {m: (p, d) for m, p, d in tables.variant_differences(rows, config)}
   assert found['fedld_projection'] == ('fedld', ['revision: - -> projection (digits:iid)'])
   assert len(found['fedld_model'][1]) == 3  # client lr, granularity and margin weight
-  text = report.variants_section(rows, config)
+  text = tables.variants_section(rows, config)
   assert '- fedld_model against fedld (3 settings differ, not one):' in text
   assert '- fedld_projection against fedld: revision' in text
 
@@ -379,8 +387,8 @@ def test_plateau_verdicts_and_validation_plots(tmp_path):
           for s in (100, 101)]
   rows += [_curve_row('digits:dir(0.1)', 5, 'fedavg', 100, climbing),
            _curve_row('digits:dir(0.1)', 1, 'fedld', 100, climbing)]
-  report.write_csv(os.path.join(root, report.CURVES_FILE), rows)
-  verdicts = {(r, e): (p, n) for r, e, p, n in report.plateau_verdicts(rows, config)}
+  results.write_csv(os.path.join(root, results.CURVES_FILE), rows)
+  verdicts = {(r, e): (p, n) for r, e, p, n in results.plateau_verdicts(rows, config)}
   (p1, n1), (p5, n5) = verdicts[('digits:dir(0.1)', 1)], verdicts[('digits:dir(0.1)', 5)]
   assert p1.plateaued and n1 == 2
   assert p1.last_mean == pytest.approx((0.81 + 0.80 + 0.81) / 3 + 0.001)
@@ -397,7 +405,7 @@ def test_plateau_verdicts_and_validation_plots(tmp_path):
     assert os.path.getsize(os.path.join(root, 'plots', name)) > 0
     assert f'plots/{name})' in tuning
   # Without the file (a benchmark run before it was written) the report says so.
-  os.remove(os.path.join(root, report.CURVES_FILE))
+  os.remove(os.path.join(root, results.CURVES_FILE))
   text = open(report.write_report(root)).read()
   assert 'Not checked: no validation curve of fedavg recorded' in text
 
@@ -407,10 +415,10 @@ def test_excluded_non_finite_updates_shown_beside_the_diverged_count():
   for row in rows:
     if (row['regime'], row['epochs'], row['method']) == ('digits:#C=2', 1, 'fedgh'):
       row['excluded_nonfinite_updates'] = row['seed']  # 0 + 1 + 2 over the seeds
-  cell = report.group(rows)[('digits:#C=2', 1)]
-  found = {m: c for (r, e, m), c in report.comparisons(rows, _CONFIG).items()
+  cell = results.group(rows)[('digits:#C=2', 1)]
+  found = {m: c for (r, e, m), c in results.comparisons(rows, _CONFIG).items()
            if (r, e) == ('digits:#C=2', 1)}
-  table = report.regime_table(cell, ['fedavg', 'fedgh', 'fedld'], baseline='fedavg',
+  table = tables.regime_table(cell, ['fedavg', 'fedgh', 'fedld'], baseline='fedavg',
                               found=found, config=_CONFIG).splitlines()
   assert table[2].startswith('| fedavg | 3 | 0 | 0 |')  # none excluded: nothing added
   assert table[3].startswith('| fedgh | 3 | 0 (3 updates excluded) | 0 |')

@@ -1,0 +1,46 @@
+"""The runs.csv columns a reporting run adds from its metrics rows (`results.summarize_run`)."""
+
+import pytest
+
+from experiments.benchmarking import results
+
+
+def _rows(accuracies, losses=None, **columns):
+  rows = []
+  for k, acc in enumerate(accuracies):
+    row = {'round_num': k + 1, 'test_accuracy': acc,
+           'train_loss': None if losses is None else losses[k]}
+    for name, values in columns.items():
+      row[name] = values[k]
+    rows.append(row)
+  return rows
+
+
+def test_summarize_run():
+  rows = _rows([0.5, 0.8, 0.7, None], [2.0, 1.0, 1.4, 1.2],
+               test_rare_pair_error=[None, 0.1, 0.3, None], test_mean_logit=[0.1, 2.0, 3.0, None],
+               **{'aggregator/mean_update_norm': [0.5, 0.7, 0.6, 0.8],
+                  'aggregator/max_mean_update_norm': [9.0, 9.0, 9.0, 9.0]})
+  out = results.summarize_run(rows)
+  assert out['accuracy_drop'] == pytest.approx(0.1)   # best 0.8 - final 0.7
+  assert out['train_loss_rise'] == pytest.approx(0.4)
+  assert out['final_rare_pair_error'] == 0.3           # the last evaluated round's
+  assert out['final_mean_logit'] == 3.0
+  assert out['final_common_pair_error'] is None         # not measured
+  assert out['mean_update_norm'] == pytest.approx(0.65)  # not the max_mean_update_norm column
+  assert out['final_global_train_loss'] is None and out['tail_global_train_loss'] is None
+  with pytest.raises(ValueError, match='no test_accuracy'):
+    results.summarize_run(_rows([None]))
+  # A run that diverged in its first round is recorded, not refused.
+  nan = results.summarize_run(_rows([float('nan'), float('nan')], [float('nan')] * 2))
+  assert nan['accuracy_drop'] is None and nan['train_loss_rise'] is None
+  with pytest.raises(ValueError, match='at least one'):
+    results.summarize_run([])
+
+
+def test_summarize_run_global_training_loss():
+  losses = [3.0, 2.0, 2.5, 1.0, 1.5, 1.2, 1.1, 0.9]
+  out = results.summarize_run(_rows([0.5] * 8, global_train_loss=losses))
+  assert out['final_global_train_loss'] == 0.9
+  assert out['tail_global_train_loss'] == pytest.approx((1.1 + 0.9) / 2)  # last 8 // 4 rounds
+  assert out['global_train_loss_rise'] == pytest.approx(0.5)
