@@ -152,7 +152,7 @@ def write_report(root: str) -> str:
   """Writes `root/report.md` (and the plots) from `config.json`, `runs.csv`,
   `tuning_choices.json` and `timing.json` under `root` (`grid.run_benchmark`); returns its path.
 
-  Every number of the result tables comes from runs.csv alone (`result_tables`).
+  Every number of the result tables comes from runs.csv alone (`tables.result_tables`).
   """
   body = render(root)
   path = os.path.join(root, REPORT_FILE)
