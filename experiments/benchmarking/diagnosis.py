@@ -1,6 +1,7 @@
 """The report's Diagnosis and positive-control sections: each method's paired gap to FedAvg, the
 measurement that tests why, its variants' gaps (exploratory); readings in docs/experiments.md."""
 
+import math
 import os
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -26,13 +27,9 @@ def fmt_gap(g: Optional[stats.Interval]) -> str:
 
 
 def _by_seed(runs, regime, method, column) -> dict[Any, float]:
-  out = {}
-  for r in runs:
-    if r['regime'] == regime and r['method'] == method:
-      value = results.finite(r.get(column))
-      if value is not None:
-        out[r['seed']] = value
-  return out
+  """seed -> the finite or infinite value of `column` of `method`'s runs in `regime`."""
+  per_seed = {r['seed']: r for r in runs if r['regime'] == regime and r['method'] == method}
+  return {s: v for s, v in results.by_seed(per_seed, column).items() if not math.isnan(v)}
 
 
 def gap(runs, regime, method, column='final_accuracy', baseline=BASELINE

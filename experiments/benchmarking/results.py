@@ -84,10 +84,7 @@ def load(root: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
   return with_divergence_rule(read_runs(path) if os.path.exists(path) else [], config), config
 
 
-ALPHA = 0.05
-
-
-POWER = 0.8
+ALPHA, POWER = 0.05, 0.8  # the level of every test, the power the seed counts aim at
 
 
 def num(value) -> Optional[float]:
@@ -100,7 +97,7 @@ def num(value) -> Optional[float]:
     return None
 
 
-def finite(value) -> Optional[float]:
+def _finite(value) -> Optional[float]:
   """`num`, with NaN as None."""
   value = num(value)
   return None if value is None or math.isnan(value) else value
@@ -120,12 +117,9 @@ def group(rows) -> dict[tuple[str, int], dict[str, dict[int, Mapping[str, Any]]]
 
 
 def by_seed(per_seed, key) -> dict[int, float]:
-  out = {}
-  for seed, row in per_seed.items():
-    value = num(row.get(key))
-    if value is not None:
-      out[seed] = value
-  return out
+  """seed -> the number in column `key` (NaN kept), for the seeds that have one."""
+  values = {seed: num(row.get(key)) for seed, row in per_seed.items()}
+  return {seed: value for seed, value in values.items() if value is not None}
 
 
 def primary_statistic(config: Mapping[str, Any]) -> str:
@@ -375,7 +369,7 @@ def _column(rows: Sequence[Mapping[str, Any]], name: str) -> list[float]:
   last path component it is (the aggregator's `.../norm_ratio`, not `.../mean_norm_ratio`)."""
   if name.startswith('/'):
     name = next((c for c in (rows[0] if rows else ()) if '/' in c and c.endswith(name)), None)
-  values = (finite(r.get(name)) for r in rows) if name else ()
+  values = (_finite(r.get(name)) for r in rows) if name else ()
   return [v for v in values if v is not None]
 
 
@@ -403,7 +397,7 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float
   if not any(r.get('test_accuracy') not in (None, '') for r in rows):
     raise ValueError('rows hold no test_accuracy: was the run evaluated?')
   accuracies = _column(rows, 'test_accuracy')
-  last = ([r for r in rows if finite(r.get('test_accuracy')) is not None] or list(rows))[-1]
+  last = ([r for r in rows if _finite(r.get('test_accuracy')) is not None] or list(rows))[-1]
   losses = _column(rows, 'train_loss')
   global_losses = _column(rows, 'global_train_loss')
   out = {
@@ -412,8 +406,8 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float
       'final_global_train_loss': global_losses[-1] if global_losses else None,
       'tail_global_train_loss': _mean(global_losses[-max(1, len(global_losses) // 4):]),
       'global_train_loss_rise': stats.train_loss_rise(global_losses) if global_losses else None,
-      'final_mean_logit': finite(last.get('test_mean_logit'))}
+      'final_mean_logit': _finite(last.get('test_mean_logit'))}
   for name in ('rare_pair_error', 'common_pair_error', 'rare_error_share'):
-    out[f'final_{name}'] = finite(last.get(f'test_{name}'))
+    out[f'final_{name}'] = _finite(last.get(f'test_{name}'))
   out['mean_update_norm'] = _mean(_column(rows, '/mean_update_norm'))
   return out
