@@ -1,188 +1,24 @@
-"""The report from runs.csv rows made by hand (no TFF): tables, targets, plots, the diagnosis
-diagnoses, and RESULTS.md's check."""
+"""The report written from a benchmark's files (no TFF): report.md with its plots, the diagnosis
+and positive-control sections, RESULTS.md and its data."""
 
 import json
 import os
 
-import numpy as np
 import pytest
 
-from experiments import stats
 from experiments.benchmarking import diagnosis
 from experiments.benchmarking import report
 from experiments.benchmarking import results
-from experiments.benchmarking import tables
 from experiments.benchmarking import runs
-
-# final accuracy per (regime, E, method, seed)
-_FINALS = {
-    ('digits:iid', 1): {'fedavg': [0.80, 0.82, 0.84], 'fedgh': [0.82, 0.84, 0.86],
-                        'fedld': [0.70, 0.80, 0.90]},
-    ('digits:#C=2', 1): {'fedavg': [0.60, 0.62, 0.64], 'fedgh': [0.63, 0.64, 0.68],
-                         'fedld': [0.50, 0.51, 0.55]},
-    ('digits:iid', 5): {'fedavg': [0.85, 0.86, 0.87], 'fedgh': [0.85, 0.86, 0.87],
-                        'fedld': [0.80, 0.81, 0.83]},
-}
-_CONFIG = {'regimes': ['digits:iid', 'digits:#C=2'], 'methods': ['fedavg', 'fedgh', 'fedld'],
-           'baseline': 'fedavg', 'epochs': [1, 5], 'report_seeds': [0, 1, 2],
-           'experiment_name': 'unit',
-           'tuning': {'tune': True, 'strategy': 'staged'}}
-
-
-def _rows():
-  rows = []
-  for (regime, e), per_method in _FINALS.items():
-    for method, finals in per_method.items():
-      for seed, final in enumerate(finals):
-        curve = [final * r / 4 for r in range(1, 5)]
-        rows.append({
-            'regime': regime, 'dataset': 'digits', 'method': method,
-            'algorithm': method, 'epochs': e, 'seed': seed, 'data_seed': seed, 'model': 'mlp',
-            'client_lr': 0.1, 'server_lr': 1.0, 'hparams': '{}', 'final_accuracy': final,
-            'last_k_accuracy': final, 'best_accuracy': final, 'diverged': False,
-            'diverged_round': None, 'collapsed': False,
-            'conflict_before': None if method == 'fedavg' else 0.4,
-            'conflict_after': None if method == 'fedavg' else 0.1,
-            'norm_ratio': 0.8 if method == 'fedld' else None, 'seconds_per_round': 0.5,
-            'run_seconds': 2.0, 'accuracy_curve': runs.encode_curve(curve),
-            'train_loss_curve': runs.encode_curve([1.0, 0.8, 0.6, 0.5]),
-            'conflict_curve': ''})
-  return rows
-
-
-def _holm_reference(p_values):
-  """Holm's adjustment as a plain loop: p_(i) (m - i + 1), then the running maximum."""
-  order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-  out, running = [0.0] * len(p_values), 0.0
-  for rank, i in enumerate(order):
-    running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
-    out[i] = running
-  return out
-
-
-def test_regime_table_numbers_and_holm_over_every_comparison():
-  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
-  rows = _rows()
-  found = results.comparisons(rows, _CONFIG)
-  assert len(found) == 6  # 3 (regime, E) cells x 2 methods against fedavg: one family
-  keys = sorted(found)
-
-  def p_value(r, e, m):
-    d = np.subtract(_FINALS[(r, e)][m], _FINALS[(r, e)]['fedavg'])
-    if np.std(d) < 1e-12:  # a constant difference: certain (0) unless it is 0 (1)
-      return 0.0 if abs(d.mean()) > 1e-12 else 1.0
-    return scipy_stats.ttest_rel(_FINALS[(r, e)][m], _FINALS[(r, e)]['fedavg']).pvalue
-
-  holm = dict(zip(keys, _holm_reference([p_value(*k) for k in keys])))
-  for key, p in holm.items():
-    assert found[key].holm_p == pytest.approx(p)
-  cell = results.group(rows)[('digits:#C=2', 1)]
-  mine = {m: c for (r, e, m), c in found.items() if (r, e) == ('digits:#C=2', 1)}
-  table = tables.regime_table(cell, ['fedavg', 'fedgh', 'fedld'], baseline='fedavg',
-                              found=mine, config=_CONFIG).splitlines()
-  assert table[0].startswith('| method | seeds | diverged | collapsed | mean accuracy, last 5 '
-                             'rounds | Δ vs fedavg [95% CI] | Holm p | last-round accuracy |')
-  assert table[2] == ('| fedavg | 3 | 0 | 0 | 0.6200 ± 0.0200 | — | — | 0.6200 ± 0.0200 | — | '
-                      '- | - | 0.50 |')
-  # fedgh - fedavg = (0.03, 0.02, 0.04): mean 0.03, sd 0.01, half 4.302653 * 0.01 / sqrt 3;
-  # raw p 0.035 but Holm's is above 0.05: no mark.
-  fedgh = holm[('digits:#C=2', 1, 'fedgh')]
-  assert fedgh > 0.05
-  assert table[3].startswith(f'| fedgh | 3 | 0 | 0 | 0.6500 ± 0.0265 | +0.0300 [+0.0052, '
-                             f'+0.0548] | {fedgh:.3f} | 0.6500 ± 0.0265 | +0.0300 [+0.0052, '
-                             '+0.0548] | 0.400 → 0.100 | - | 0.50 |')
-  fedld = holm[('digits:#C=2', 1, 'fedld')]
-  assert fedld < 0.05 and '**-0.1000 [-0.1248, -0.0752]** †' in table[4]
-  assert results.verdict(mine['fedld'], 0.01) == 'loses'
-  assert results.verdict(mine['fedgh'], 0.01) == 'inconclusive'
-
-
-def test_identical_and_all_chance_comparisons_say_so():
-  rows = _rows()
-  same = results.comparisons(rows, _CONFIG)[('digits:iid', 5, 'fedgh')]
-  assert same.identical and '(identical in every seed)' in tables._primary_cell(same)  # pylint: disable=protected-access
-  chance = [dict(r, collapsed=True) for r in rows]
-  c = results.comparisons(chance, _CONFIG)[('digits:#C=2', 1, 'fedld')]
-  assert c.at_chance and not c.significant and results.verdict(c, 0.01) == 'at chance'
-  assert 'both at chance: no comparison' in tables._primary_cell(c)  # pylint: disable=protected-access
-  assert 'both at chance' in tables._primary_cell(c, secondary=True)  # pylint: disable=protected-access
-  cell = results.group(chance)[('digits:#C=2', 1)]
-  table = tables.regime_table(cell, ['fedavg', 'fedld'], baseline='fedavg',
-                              found={'fedld': c}, config=_CONFIG)
-  assert '†' not in table and table.count('both at chance') == 2
-
-
-def test_ties_only_inside_the_equivalence_margin():
-  rows = []
-  for seed, (a, b) in enumerate([(0.900, 0.901), (0.910, 0.909), (0.920, 0.921), (0.93, 0.93)]):
-    for method, value in (('fedavg', a), ('fedgh', b)):
-      rows.append({'regime': 'digits:iid', 'dataset': 'digits', 'method': method, 'epochs': 1,
-                   'seed': seed, 'last_k_accuracy': value, 'final_accuracy': value})
-  c = results.comparisons(rows, _CONFIG)[('digits:iid', 1, 'fedgh')]
-  assert results.verdict(c, 0.01) == 'ties' and results.verdict(c, 0.0005) == 'inconclusive'
-
-
-def test_power_line_from_the_median_paired_sd():
-  cell = results.group(_rows())[('digits:#C=2', 1)]
-  line = tables.power_line(cell, 'digits', baseline='fedavg', config=_CONFIG)
-  # Paired sds: fedgh 0.01, fedld 0.01 -> median 0.01, 3 seeds.
-  mdd = stats.minimal_detectable_difference(0.01, 3)
-  assert line.startswith(f'Minimal detectable difference {mdd:.4f} (paired t-test, 3 seeds, '
-                         'median paired sd 0.0100')
-  assert f'detecting 0.01 at that power takes {stats.seeds_needed(0.01, 0.01)} seeds' in line
-  assert results.detect_for('synthetic', _CONFIG) == 0.02
-  assert results.detect_for('synthetic', dict(_CONFIG, detect={'synthetic': 0.05})) == 0.05
-
-
-def test_old_rows_get_the_divergence_rule_from_their_curves():
-  nan = float('nan')
-  old = {'regime': 'digits:iid', 'dataset': 'digits', 'method': 'fedga', 'epochs': 1, 'seed': 0,
-         'final_accuracy': nan, 'last_k_accuracy': nan, 'diverged': False,
-         'accuracy_curve': runs.encode_curve([0.5, 0.6, nan, nan]),
-         'train_loss_curve': runs.encode_curve([1.0, 1.0, 1.0, 1.0])}
-  row, = results.with_divergence_rule([old], dict(_CONFIG, tuning={'last_k': 3}))
-  assert row['diverged'] is True and row['diverged_round'] == 3 and row['collapsed'] is True
-  assert row['final_accuracy'] == pytest.approx(0.1)
-  assert row['last_k_accuracy'] == pytest.approx((0.6 + 0.1 + 0.1) / 3)
-  recorded = dict(old, diverged_round=None)
-  assert results.with_divergence_rule([recorded], _CONFIG)[0] is recorded
-
-
-def test_the_protocol_comes_first_and_says_what_the_runs_did():
-  rows = _rows()
-  old = tables.protocol_section(dict(_CONFIG, plan={'methods': [
-      {'name': 'fedavg'}, {'name': 'fedld', 'tune_server_lr': True}]},
-      tuning=dict(_CONFIG['tuning'], server_lr_grid=[1.0, 2.0])), rows)
-  assert old.startswith('- **Provisional.**')
-  assert 'UNEQUAL: fedld searched server learning rates that fedavg did not' in old
-  assert '3 reporting seeds (fewer than 10' in old and 'over the 6 comparisons' in old
-  new = tables.protocol_section(dict(_CONFIG, protocol=2, plan={'methods': [
-      {'name': 'fedavg', 'server_lrs': [1.0, 2.0]},
-      {'name': 'fedld', 'server_lrs': [1.0, 2.0]}]}), rows)
-  assert new.startswith('- Test split: fixed for every seed and never read by tuning')
-  assert 'the baseline included, searched the same' in new
-  for symbol in ('"a ± b"', '"Holm p"', '"norm ratio"', '"collapsed"', '"Δ"'):
-    assert symbol in new
-
-
-def test_epoch_effect_and_losses():
-  rows = _rows()
-  effect = tables.epoch_effect_table(rows, _CONFIG).splitlines()
-  assert effect[0] == ('| method | E=1: mean Δ (Holm > 0 / Holm < 0) | E=5: mean Δ (Holm > 0 / '
-                       'Holm < 0) |')
-  # fedgh gains exactly 0.02 on every seed of digits:iid (a zero-width interval, p = 0).
-  assert effect[2].startswith('| fedgh | +0.0250 (1 / 0 of 2) | +0.0000 (0 / 0 of 1) |')
-  losses = tables.losses_list(rows, _CONFIG)
-  assert '- fedld, digits:#C=2, E=1: Δ -0.1000 [-0.1248, -0.0752], Holm p' in losses
-  assert 'norm ratio 0.800' in losses
-  assert 'fedld, digits:iid, E=1' not in losses  # its interval straddles 0
+from experiments.benchmarking import tables
+from tests.experiments.benchmarking import report_rows
 
 
 def _write_benchmark(root, rows=None):
   os.makedirs(root, exist_ok=True)
   with open(os.path.join(root, 'config.json'), 'w') as f:
-    json.dump(_CONFIG, f)
-  results.write_csv(os.path.join(root, 'runs.csv'), rows or _rows(), runs.RUN_COLUMNS)
+    json.dump(report_rows.CONFIG, f)
+  results.write_csv(os.path.join(root, 'runs.csv'), rows or report_rows.rows(), runs.RUN_COLUMNS)
   choices = [{'dataset': 'digits', 'regime': 'digits:dir(0.1)', 'epochs': 1, 'method': 'fedld',
               'client_lr': 0.1, 'server_lr': 2.0, 'tuned': {'margin_weight': 0.01},
               'score': 0.8, 'scores': [{'candidate': 'a', 'score': 0.8, 'seeds': 2},
@@ -210,16 +46,6 @@ def test_write_report_from_files(tmp_path):
   assert '### fedld\n\nThe revised update of client i has norm' in diagnoses
   assert '| digits:#C=2, E=1 | 0.800 ± 0.000 | 1.25 | 0.400 ± 0.000 |' in diagnoses
   assert '### fedavg' not in diagnoses
-
-
-def test_a_value_at_a_grids_edge_is_flagged():
-  choice = {'dataset': 'digits', 'regime': 'digits:dir(0.1)', 'epochs': 1, 'method': 'fedavg',
-            'client_lr': 2.7, 'server_lr': 1.0, 'tuned': {}, 'score': 0.8,
-            'scores': [{'candidate': 'a', 'score': 0.8, 'seeds': 2}], 'at_edge': ['client_lr']}
-  config = dict(_CONFIG, tuning=dict(_CONFIG['tuning'], edge_steps=3, edge_factor=3.0))
-  text = tables.tuning_section([choice], config)
-  assert '| fedavg (at edge: client_lr) | 2.7 | 1 | - | 0.8000 |' in text
-  assert 'x or / 3, at most 3 times per side' in tables.setup_section(config)
 
 
 def test_a_failing_diagnosis_is_shown_not_raised(tmp_path, monkeypatch):
@@ -331,44 +157,6 @@ def test_positive_control_not_reproduced_and_absent(tmp_path):
   assert 'the published effect is not reproduced' in text
 
 
-def test_composition_table_compares_with_its_baseline_and_with_fedavg():
-  finals = {'fedavg': [0.60, 0.62, 0.64], 'fednova': [0.61, 0.62, 0.66],
-            'fednova+fedgh': [0.64, 0.64, 0.69]}
-  rows = [dict(_rows()[0], method=m, algorithm=m.split('+')[0], final_accuracy=f,
-               last_k_accuracy=f, seed=seed, data_seed=seed)
-          for m, fs in finals.items() for seed, f in enumerate(fs)]
-  config = dict(_CONFIG, methods=list(finals))
-  table = tables.composition_table(rows, config).splitlines()
-  assert table[0].startswith('| regime | E | composition | its baseline |')
-  # fednova+fedgh - fednova = (0.03, 0.02, 0.03); - fedavg = (0.04, 0.02, 0.05);
-  # fednova - fedavg = (0.01, 0.00, 0.02).
-  assert table[2].startswith('| `digits:iid` | 1 | fednova+fedgh | fednova | **+0.0267 [')
-  assert table[2].endswith('| +0.0367 [-0.0013, +0.0746] | +0.0100 [-0.0148, +0.0348] |')
-  # One comparison: Holm's p is the paired t-test's (t = 8.0, 2 df).
-  assert '| 0.015 |' in table[2], table[2]
-  assert tables.composition_table(_rows(), _CONFIG) == ''
-
-
-def test_what_a_variant_changes_is_read_from_its_runs():
-  rows = []
-  for seed in (0, 1):
-    for method, hparams, lr in (('fedld', {'margin_weight': 0.9}, 0.1),
-                                ('fedld_projection', {'margin_weight': 0.9,
-                                                      'revision': 'projection'}, 0.1),
-                                ('fedld_model', {'margin_weight': 0.01,
-                                                 'granularity': 'model'}, 0.3)):
-      rows.append({'regime': 'digits:iid', 'dataset': 'digits', 'method': method, 'epochs': 1,
-                   'seed': seed, 'client_lr': lr, 'server_lr': 1.0,
-                   'hparams': json.dumps(hparams), 'last_k_accuracy': 0.9})
-  config = dict(_CONFIG, methods=['fedld', 'fedld_projection', 'fedld_model'])
-  found = {m: (p, d) for m, p, d in tables.variant_differences(rows, config)}
-  assert found['fedld_projection'] == ('fedld', ['revision: - -> projection (digits:iid)'])
-  assert len(found['fedld_model'][1]) == 3  # client lr, granularity and margin weight
-  text = tables.variants_section(rows, config)
-  assert '- fedld_model against fedld (3 settings differ, not one):' in text
-  assert '- fedld_projection against fedld: revision' in text
-
-
 def _curve_row(regime, epochs, method, seed, curve):
   return {'dataset': regime.split(':')[0], 'regime': regime, 'epochs': epochs, 'method': method,
           'candidate': 'clr=0.1,slr=1', 'seed': seed, 'accuracy_curve': runs.encode_curve(curve)}
@@ -377,7 +165,7 @@ def _curve_row(regime, epochs, method, seed, curve):
 def test_plateau_verdicts_and_validation_plots(tmp_path):
   root = str(tmp_path / 'bench')
   _write_benchmark(root)
-  config = dict(_CONFIG, rounds=8, tuning=dict(_CONFIG['tuning'], plateau_window=3,
+  config = dict(report_rows.CONFIG, rounds=8, tuning=dict(report_rows.CONFIG['tuning'], plateau_window=3,
                                                 plateau_tolerance=0.01))
   with open(os.path.join(root, 'config.json'), 'w') as f:
     json.dump(config, f)
@@ -408,17 +196,3 @@ def test_plateau_verdicts_and_validation_plots(tmp_path):
   os.remove(os.path.join(root, results.CURVES_FILE))
   text = open(report.write_report(root)).read()
   assert 'Not checked: no validation curve of fedavg recorded' in text
-
-
-def test_excluded_non_finite_updates_shown_beside_the_diverged_count():
-  rows = _rows()
-  for row in rows:
-    if (row['regime'], row['epochs'], row['method']) == ('digits:#C=2', 1, 'fedgh'):
-      row['excluded_nonfinite_updates'] = row['seed']  # 0 + 1 + 2 over the seeds
-  cell = results.group(rows)[('digits:#C=2', 1)]
-  found = {m: c for (r, e, m), c in results.comparisons(rows, _CONFIG).items()
-           if (r, e) == ('digits:#C=2', 1)}
-  table = tables.regime_table(cell, ['fedavg', 'fedgh', 'fedld'], baseline='fedavg',
-                              found=found, config=_CONFIG).splitlines()
-  assert table[2].startswith('| fedavg | 3 | 0 | 0 |')  # none excluded: nothing added
-  assert table[3].startswith('| fedgh | 3 | 0 (3 updates excluded) | 0 |')

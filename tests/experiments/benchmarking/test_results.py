@@ -1,8 +1,11 @@
-"""The runs.csv columns a reporting run adds from its metrics rows (`results.summarize_run`)."""
+"""runs.csv compared and summarized: paired comparisons and their verdicts, the divergence rule for
+old rows, the columns a reporting run adds from its metrics rows."""
 
 import pytest
 
 from experiments.benchmarking import results
+from experiments.benchmarking import runs
+from tests.experiments.benchmarking import report_rows
 
 
 def _rows(accuracies, losses=None, **columns):
@@ -44,3 +47,27 @@ def test_summarize_run_global_training_loss():
   assert out['final_global_train_loss'] == 0.9
   assert out['tail_global_train_loss'] == pytest.approx((1.1 + 0.9) / 2)  # last 8 // 4 rounds
   assert out['global_train_loss_rise'] == pytest.approx(0.5)
+
+
+def test_ties_only_inside_the_equivalence_margin():
+  rows = []
+  for seed, (a, b) in enumerate([(0.900, 0.901), (0.910, 0.909), (0.920, 0.921), (0.93, 0.93)]):
+    for method, value in (('fedavg', a), ('fedgh', b)):
+      rows.append({'regime': 'digits:iid', 'dataset': 'digits', 'method': method, 'epochs': 1,
+                   'seed': seed, 'last_k_accuracy': value, 'final_accuracy': value})
+  c = results.comparisons(rows, report_rows.CONFIG)[('digits:iid', 1, 'fedgh')]
+  assert results.verdict(c, 0.01) == 'ties' and results.verdict(c, 0.0005) == 'inconclusive'
+
+
+def test_old_rows_get_the_divergence_rule_from_their_curves():
+  nan = float('nan')
+  old = {'regime': 'digits:iid', 'dataset': 'digits', 'method': 'fedga', 'epochs': 1, 'seed': 0,
+         'final_accuracy': nan, 'last_k_accuracy': nan, 'diverged': False,
+         'accuracy_curve': runs.encode_curve([0.5, 0.6, nan, nan]),
+         'train_loss_curve': runs.encode_curve([1.0, 1.0, 1.0, 1.0])}
+  row, = results.with_divergence_rule([old], dict(report_rows.CONFIG, tuning={'last_k': 3}))
+  assert row['diverged'] is True and row['diverged_round'] == 3 and row['collapsed'] is True
+  assert row['final_accuracy'] == pytest.approx(0.1)
+  assert row['last_k_accuracy'] == pytest.approx((0.6 + 0.1 + 0.1) / 3)
+  recorded = dict(old, diverged_round=None)
+  assert results.with_divergence_rule([recorded], report_rows.CONFIG)[0] is recorded

@@ -1,0 +1,178 @@
+"""The report's Markdown tables from runs.csv rows made by hand: numbers, Holm, the power line,
+the protocol, the effect of E, compositions, variants, tuning."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import stats
+from experiments.benchmarking import results
+from experiments.benchmarking import tables
+from tests.experiments.benchmarking import report_rows
+
+
+def _holm_reference(p_values):
+  """Holm's adjustment as a plain loop: p_(i) (m - i + 1), then the running maximum."""
+  order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+  out, running = [0.0] * len(p_values), 0.0
+  for rank, i in enumerate(order):
+    running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+    out[i] = running
+  return out
+
+
+def test_regime_table_numbers_and_holm_over_every_comparison():
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+  rows = report_rows.rows()
+  found = results.comparisons(rows, report_rows.CONFIG)
+  assert len(found) == 6  # 3 (regime, E) cells x 2 methods against fedavg: one family
+  keys = sorted(found)
+
+  def p_value(r, e, m):
+    d = np.subtract(report_rows.FINALS[(r, e)][m], report_rows.FINALS[(r, e)]['fedavg'])
+    if np.std(d) < 1e-12:  # a constant difference: certain (0) unless it is 0 (1)
+      return 0.0 if abs(d.mean()) > 1e-12 else 1.0
+    return scipy_stats.ttest_rel(report_rows.FINALS[(r, e)][m], report_rows.FINALS[(r, e)]['fedavg']).pvalue
+
+  holm = dict(zip(keys, _holm_reference([p_value(*k) for k in keys])))
+  for key, p in holm.items():
+    assert found[key].holm_p == pytest.approx(p)
+  cell = results.group(rows)[('digits:#C=2', 1)]
+  mine = {m: c for (r, e, m), c in found.items() if (r, e) == ('digits:#C=2', 1)}
+  table = tables.regime_table(cell, ['fedavg', 'fedgh', 'fedld'], baseline='fedavg',
+                              found=mine, config=report_rows.CONFIG).splitlines()
+  assert table[0].startswith('| method | seeds | diverged | collapsed | mean accuracy, last 5 '
+                             'rounds | Δ vs fedavg [95% CI] | Holm p | last-round accuracy |')
+  assert table[2] == ('| fedavg | 3 | 0 | 0 | 0.6200 ± 0.0200 | — | — | 0.6200 ± 0.0200 | — | '
+                      '- | - | 0.50 |')
+  # fedgh - fedavg = (0.03, 0.02, 0.04): mean 0.03, sd 0.01, half 4.302653 * 0.01 / sqrt 3;
+  # raw p 0.035 but Holm's is above 0.05: no mark.
+  fedgh = holm[('digits:#C=2', 1, 'fedgh')]
+  assert fedgh > 0.05
+  assert table[3].startswith(f'| fedgh | 3 | 0 | 0 | 0.6500 ± 0.0265 | +0.0300 [+0.0052, '
+                             f'+0.0548] | {fedgh:.3f} | 0.6500 ± 0.0265 | +0.0300 [+0.0052, '
+                             '+0.0548] | 0.400 → 0.100 | - | 0.50 |')
+  fedld = holm[('digits:#C=2', 1, 'fedld')]
+  assert fedld < 0.05 and '**-0.1000 [-0.1248, -0.0752]** †' in table[4]
+  assert results.verdict(mine['fedld'], 0.01) == 'loses'
+  assert results.verdict(mine['fedgh'], 0.01) == 'inconclusive'
+
+
+def test_power_line_from_the_median_paired_sd():
+  cell = results.group(report_rows.rows())[('digits:#C=2', 1)]
+  line = tables.power_line(cell, 'digits', baseline='fedavg', config=report_rows.CONFIG)
+  # Paired sds: fedgh 0.01, fedld 0.01 -> median 0.01, 3 seeds.
+  mdd = stats.minimal_detectable_difference(0.01, 3)
+  assert line.startswith(f'Minimal detectable difference {mdd:.4f} (paired t-test, 3 seeds, '
+                         'median paired sd 0.0100')
+  assert f'detecting 0.01 at that power takes {stats.seeds_needed(0.01, 0.01)} seeds' in line
+  assert results.detect_for('synthetic', report_rows.CONFIG) == 0.02
+  assert results.detect_for('synthetic', dict(report_rows.CONFIG, detect={'synthetic': 0.05})) == 0.05
+
+
+def test_the_protocol_comes_first_and_says_what_the_runs_did():
+  rows = report_rows.rows()
+  old = tables.protocol_section(dict(report_rows.CONFIG, plan={'methods': [
+      {'name': 'fedavg'}, {'name': 'fedld', 'tune_server_lr': True}]},
+      tuning=dict(report_rows.CONFIG['tuning'], server_lr_grid=[1.0, 2.0])), rows)
+  assert old.startswith('- **Provisional.**')
+  assert 'UNEQUAL: fedld searched server learning rates that fedavg did not' in old
+  assert '3 reporting seeds (fewer than 10' in old and 'over the 6 comparisons' in old
+  new = tables.protocol_section(dict(report_rows.CONFIG, protocol=2, plan={'methods': [
+      {'name': 'fedavg', 'server_lrs': [1.0, 2.0]},
+      {'name': 'fedld', 'server_lrs': [1.0, 2.0]}]}), rows)
+  assert new.startswith('- Test split: fixed for every seed and never read by tuning')
+  assert 'the baseline included, searched the same' in new
+  for symbol in ('"a ± b"', '"Holm p"', '"norm ratio"', '"collapsed"', '"Δ"'):
+    assert symbol in new
+
+
+def test_epoch_effect_and_losses():
+  rows = report_rows.rows()
+  effect = tables.epoch_effect_table(rows, report_rows.CONFIG).splitlines()
+  assert effect[0] == ('| method | E=1: mean Δ (Holm > 0 / Holm < 0) | E=5: mean Δ (Holm > 0 / '
+                       'Holm < 0) |')
+  # fedgh gains exactly 0.02 on every seed of digits:iid (a zero-width interval, p = 0).
+  assert effect[2].startswith('| fedgh | +0.0250 (1 / 0 of 2) | +0.0000 (0 / 0 of 1) |')
+  losses = tables.losses_list(rows, report_rows.CONFIG)
+  assert '- fedld, digits:#C=2, E=1: Δ -0.1000 [-0.1248, -0.0752], Holm p' in losses
+  assert 'norm ratio 0.800' in losses
+  assert 'fedld, digits:iid, E=1' not in losses  # its interval straddles 0
+
+
+def test_a_value_at_a_grids_edge_is_flagged():
+  choice = {'dataset': 'digits', 'regime': 'digits:dir(0.1)', 'epochs': 1, 'method': 'fedavg',
+            'client_lr': 2.7, 'server_lr': 1.0, 'tuned': {}, 'score': 0.8,
+            'scores': [{'candidate': 'a', 'score': 0.8, 'seeds': 2}], 'at_edge': ['client_lr']}
+  config = dict(report_rows.CONFIG, tuning=dict(report_rows.CONFIG['tuning'], edge_steps=3, edge_factor=3.0))
+  text = tables.tuning_section([choice], config)
+  assert '| fedavg (at edge: client_lr) | 2.7 | 1 | - | 0.8000 |' in text
+  assert 'x or / 3, at most 3 times per side' in tables.setup_section(config)
+
+
+def test_composition_table_compares_with_its_baseline_and_with_fedavg():
+  finals = {'fedavg': [0.60, 0.62, 0.64], 'fednova': [0.61, 0.62, 0.66],
+            'fednova+fedgh': [0.64, 0.64, 0.69]}
+  rows = [dict(report_rows.rows()[0], method=m, algorithm=m.split('+')[0], final_accuracy=f,
+               last_k_accuracy=f, seed=seed, data_seed=seed)
+          for m, fs in finals.items() for seed, f in enumerate(fs)]
+  config = dict(report_rows.CONFIG, methods=list(finals))
+  table = tables.composition_table(rows, config).splitlines()
+  assert table[0].startswith('| regime | E | composition | its baseline |')
+  # fednova+fedgh - fednova = (0.03, 0.02, 0.03); - fedavg = (0.04, 0.02, 0.05);
+  # fednova - fedavg = (0.01, 0.00, 0.02).
+  assert table[2].startswith('| `digits:iid` | 1 | fednova+fedgh | fednova | **+0.0267 [')
+  assert table[2].endswith('| +0.0367 [-0.0013, +0.0746] | +0.0100 [-0.0148, +0.0348] |')
+  # One comparison: Holm's p is the paired t-test's (t = 8.0, 2 df).
+  assert '| 0.015 |' in table[2], table[2]
+  assert tables.composition_table(report_rows.rows(), report_rows.CONFIG) == ''
+
+
+def test_what_a_variant_changes_is_read_from_its_runs():
+  rows = []
+  for seed in (0, 1):
+    for method, hparams, lr in (('fedld', {'margin_weight': 0.9}, 0.1),
+                                ('fedld_projection', {'margin_weight': 0.9,
+                                                      'revision': 'projection'}, 0.1),
+                                ('fedld_model', {'margin_weight': 0.01,
+                                                 'granularity': 'model'}, 0.3)):
+      rows.append({'regime': 'digits:iid', 'dataset': 'digits', 'method': method, 'epochs': 1,
+                   'seed': seed, 'client_lr': lr, 'server_lr': 1.0,
+                   'hparams': json.dumps(hparams), 'last_k_accuracy': 0.9})
+  config = dict(report_rows.CONFIG, methods=['fedld', 'fedld_projection', 'fedld_model'])
+  found = {m: (p, d) for m, p, d in tables.variant_differences(rows, config)}
+  assert found['fedld_projection'] == ('fedld', ['revision: - -> projection (digits:iid)'])
+  assert len(found['fedld_model'][1]) == 3  # client lr, granularity and margin weight
+  text = tables.variants_section(rows, config)
+  assert '- fedld_model against fedld (3 settings differ, not one):' in text
+  assert '- fedld_projection against fedld: revision' in text
+
+
+def test_excluded_non_finite_updates_shown_beside_the_diverged_count():
+  rows = report_rows.rows()
+  for row in rows:
+    if (row['regime'], row['epochs'], row['method']) == ('digits:#C=2', 1, 'fedgh'):
+      row['excluded_nonfinite_updates'] = row['seed']  # 0 + 1 + 2 over the seeds
+  cell = results.group(rows)[('digits:#C=2', 1)]
+  found = {m: c for (r, e, m), c in results.comparisons(rows, report_rows.CONFIG).items()
+           if (r, e) == ('digits:#C=2', 1)}
+  table = tables.regime_table(cell, ['fedavg', 'fedgh', 'fedld'], baseline='fedavg',
+                              found=found, config=report_rows.CONFIG).splitlines()
+  assert table[2].startswith('| fedavg | 3 | 0 | 0 |')  # none excluded: nothing added
+  assert table[3].startswith('| fedgh | 3 | 0 (3 updates excluded) | 0 |')
+
+
+def test_identical_and_all_chance_comparisons_say_so():
+  rows = report_rows.rows()
+  same = results.comparisons(rows, report_rows.CONFIG)[('digits:iid', 5, 'fedgh')]
+  assert same.identical and '(identical in every seed)' in tables._primary_cell(same)  # pylint: disable=protected-access
+  chance = [dict(r, collapsed=True) for r in rows]
+  c = results.comparisons(chance, report_rows.CONFIG)[('digits:#C=2', 1, 'fedld')]
+  assert c.at_chance and not c.significant and results.verdict(c, 0.01) == 'at chance'
+  assert 'both at chance: no comparison' in tables._primary_cell(c)  # pylint: disable=protected-access
+  assert 'both at chance' in tables._primary_cell(c, secondary=True)  # pylint: disable=protected-access
+  cell = results.group(chance)[('digits:#C=2', 1)]
+  table = tables.regime_table(cell, ['fedavg', 'fedld'], baseline='fedavg',
+                              found={'fedld': c}, config=report_rows.CONFIG)
+  assert '†' not in table and table.count('both at chance') == 2
