@@ -59,7 +59,7 @@ def variant_baseline(method: str, runs: Iterable[Mapping[str, Any]],
                      default: str = BASELINE) -> str:
   """The method `method` is compared with: its variant's `baseline` where that ran in `runs`
   (a clipped variant against FedAvg clipped alike), else `default`."""
-  own = methods_lib.VARIANTS[method].baseline if method in methods_lib.VARIANTS else None
+  own = getattr(methods_lib.VARIANTS.get(method), 'baseline', None)
   if own is not None and any(r['method'] == own for r in runs):
     return own
   return default
