@@ -280,9 +280,7 @@ class Engine:
             f'model_fns[{model!r}]', own, reason=f'the dataset {dataset!r} has {need}, the model '
             f'gives {logits} logits: one per class is needed')
       classes = logits
-    if classes is None:
-      if top is None:
-        raise ValueError(f'the number of classes of {dataset!r} is unknown')
+    if classes is None:   # your data, a built-in model
       if top < 1:
         raise experiment_config.ConfigError(f'datasets[{dataset!r}]', top + 1,
                                             'data of at least 2 classes (labels 0 and 1 at least)')
