@@ -5,7 +5,8 @@ import dataclasses
 import math
 import numbers
 import os
-from typing import Any, Mapping
+import re
+from typing import Any, Callable, Collection, Mapping, NamedTuple
 
 from experiments import config as experiment_config
 from experiments.benchmarking import methods as methods_lib
@@ -118,6 +119,69 @@ def _check_ints(argument, values, minimum, *, allow_empty=False):
 def _require(argument, value, ok: bool, requirement: str):
   if not ok:
     raise ConfigError(argument, value, requirement)
+
+
+class OwnRegime(NamedTuple):
+  """A dataset of your own (`BenchmarkConfig.datasets`) as a regime: its clients as given, its
+  name the regime's and the dataset's."""
+  name: str
+
+  dataset = slug = property(lambda self: self.name)
+
+
+def parse_regime(name: str, own: Collection[str] = ()):
+  """`OwnRegime(name)` for a dataset of your own (a name in `own`), else
+  `tff_conflict.data.parse_regime(name)`."""
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
+  return OwnRegime(name) if isinstance(name, str) and name in own else data.parse_regime(name)
+
+
+_OWN_NAME = re.compile(r'^[A-Za-z0-9_.-]+$')
+_OWN_ELEMENT = ('client data of unbatched examples OrderedDict(x=float32 tensor of a fixed '
+                'shape, y=integer class label of shape [])')
+
+
+def _check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[], Any]],
+               models: Mapping[str, str]) -> None:
+  """Your own datasets and models: names of your own (letters, digits, '_', '.', '-'; no
+  built-in dataset or model), `(train, test)` ClientData pairs of `_OWN_ELEMENT`, callables,
+  and a model for each dataset. The models themselves are checked on the data (`engine`)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
+  for argument, value, builtin in (('datasets', datasets, regimes.DATASETS),
+                                   ('model_fns', model_fns, architectures.MODELS)):
+    _require(argument, value, isinstance(value, Mapping), 'a dict of name -> value')
+    for name in value:
+      _require(argument, name, isinstance(name, str) and bool(_OWN_NAME.match(name))
+               and name not in builtin, 'names of letters, digits, "_", "." and "-" other than '
+               f'the built-in ones {sorted(builtin)}')
+  for name, pair in datasets.items():
+    argument = f'datasets[{name!r}]'
+    _require(argument, pair, isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
+        isinstance(c, tff.simulation.datasets.ClientData) for c in pair),
+             'a pair (train, test) of tff.simulation.datasets.ClientData')
+    specs = []
+    for part, client_data in zip(('train', 'test'), pair):
+      _require(f'{argument} {part}', client_data, bool(client_data.client_ids),
+               'client data with at least one client')
+      spec = client_data.element_type_structure
+      _require(f'{argument} {part}', spec, isinstance(spec, Mapping) and set(spec) == {'x', 'y'}
+               and all(type(s) is tf.TensorSpec for s in spec.values())  # pylint: disable=unidiomatic-typecheck
+               and spec['x'].dtype == tf.float32 and spec['x'].shape.rank
+               and spec['x'].shape.is_fully_defined() and spec['y'].dtype.is_integer
+               and spec['y'].shape.rank == 0, _OWN_ELEMENT)
+      specs.append(spec['x'])
+    _require(f'{argument} test', specs[1], specs[0] == specs[1],
+             f'examples of the training data\'s x {specs[0]}')
+    if name not in models and len(model_fns) != 1:
+      raise ConfigError('models', dict(models), f'an entry for your dataset {name!r} (a name '
+                        'of model_fns or of experiments.architectures.MODELS), unless '
+                        'model_fns holds one model')
+  for name, model_fn in model_fns.items():
+    _require(f'model_fns[{name!r}]', model_fn, callable(model_fn),
+             'a no-argument function returning a new uncompiled tf.keras.Model')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,6 +297,13 @@ class BenchmarkConfig:
     client, server: the SGD optimizers (learning rates tuned unless `tuning.tune` is False).
     data: data_seed (without `vary_partition`) and where datasets are (cache_dir, data_dir,
       leaf_dir); the dataset itself comes from each regime.
+    datasets: your own data, name -> `(train, test)` `tff.simulation.datasets.ClientData` of
+      unbatched `OrderedDict(x=float, y=int)`: each name is a regime of its own (list it in
+      `regimes`); runs.csv and the report name it so (docs/experiments.md, "Your own data and
+      model").
+    model_fns: your own models, name -> a no-argument function returning a new uncompiled Keras
+      model from x to logits; `models` maps a dataset to one (a dataset of your own with no
+      entry there takes your only model).
     output: outputs go to `output.output_dir/output.experiment_name/` ('benchmark' when None);
       `output.progress` shows the grid's progress.
     runtime: `runtime.runtime`, 'inprocess' or 'cpp' (local workers only).
@@ -257,21 +328,25 @@ class BenchmarkConfig:
   data: experiment_config.DataConfig = _DEFAULTS.data
   output: experiment_config.OutputConfig = _DEFAULTS.output
   runtime: experiment_config.RuntimeConfig = _DEFAULTS.runtime
+  datasets: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+  model_fns: Mapping[str, Callable[[], Any]] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
-    from tff_conflict import data  # pylint: disable=g-import-not-at-top
     from experiments import architectures  # pylint: disable=g-import-not-at-top
+    _check_own(self.datasets, self.model_fns, self.models)
     _require('regimes', self.regimes, bool(self.regimes), 'a non-empty list of regimes')
     parsed = []
     for name in self.regimes:
       try:
-        parsed.append(data.parse_regime(name))
+        parsed.append(parse_regime(name, self.datasets))
       except ValueError as e:
         raise ConfigError('regimes', name, reason=str(e)) from None
     names = [r.name for r in parsed]
     _require('regimes', list(self.regimes), len(set(names)) == len(names) and len(
         {r.slug for r in parsed}) == len(parsed), 'distinct regimes')
     object.__setattr__(self, 'regimes', tuple(names))
+    for name in self.datasets:
+      _require('datasets', name, name in names, 'listed in regimes (your dataset is a regime)')
     _require('methods', self.methods, bool(self.methods), 'a non-empty list of methods')
     resolved = []
     for name in self.methods:
@@ -320,8 +395,8 @@ class BenchmarkConfig:
     for dataset, model in self.models.items():
       _require('models', f'{dataset}:{model}', dataset in datasets,
                f'entries of the regimes\' datasets {sorted(datasets)}')
-      experiment_config.require('models', model,
-                                experiment_config.one_of(sorted(architectures.MODELS)))
+      experiment_config.require('models', model, experiment_config.one_of(
+          sorted(architectures.MODELS) + sorted(self.model_fns)))
     _require('variants_inherit', self.variants_inherit,
              isinstance(self.variants_inherit, bool), 'True or False')
     experiment_config.require('primary_statistic', self.primary_statistic,
@@ -336,7 +411,7 @@ class BenchmarkConfig:
                'differences in (0, 1)')
     for dataset, regime in self.tuning.tuning_regimes.items():
       try:
-        tuned = data.parse_regime(regime)
+        tuned = parse_regime(regime, self.datasets)
       except ValueError as e:
         raise ConfigError('tuning_regimes', regime, reason=str(e)) from None
       _require('tuning_regimes', f'{dataset}:{regime}', tuned.dataset == dataset,
@@ -414,7 +489,10 @@ def as_dict(config: BenchmarkConfig) -> dict[str, Any]:
     if isinstance(value, (list, tuple)):
       return [plain(v) for v in value]
     return value
-  out = plain(config)
+  own = ('datasets', 'model_fns')   # your own data and models: their names
+  out = {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)
+         if f.name not in own}
+  out.update({name: sorted(getattr(config, name)) for name in own if getattr(config, name)})
   out['experiment_name'] = config.experiment_name
   out['protocol'] = PROTOCOL
   return out

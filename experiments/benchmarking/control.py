@@ -71,7 +71,8 @@ def control_config(config: config_lib.BenchmarkConfig,
   runtime, outputs and data directories."""
   return dataclasses.replace(
       config, regimes=(control.regime,), methods=(control.baseline, control.method),
-      epochs=(control.epochs,), models={}, baseline=control.baseline, detect={},
+      epochs=(control.epochs,), models={}, datasets={}, model_fns={},
+      baseline=control.baseline, detect={},
       vary_partition=control.data_seed is None,
       data=dataclasses.replace(config.data, data_seed=control.data_seed or 0),
       loop=dataclasses.replace(config.loop, rounds=control.rounds,

@@ -148,6 +148,11 @@ def _pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
   return np.concatenate(xs), np.concatenate(ys)
 
 
+def _labels(client_data) -> np.ndarray:
+  return np.concatenate([np.reshape(y, -1) for y in client_data.create_tf_dataset_from_all_clients(
+  ).map(lambda e: e['y']).batch(4096).as_numpy_iterator()] + [np.zeros(0, np.int64)])
+
+
 _assign_functions: 'weakref.WeakKeyDictionary[tf.keras.Model, Any]' = weakref.WeakKeyDictionary()
 
 
@@ -191,6 +196,7 @@ class Engine:
     self._arrays: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     self._weights: dict[tuple, Any] = {}
     self._eval_models: dict[tuple, tf.keras.Model] = {}
+    self._shapes: dict[tuple, tuple[tuple, int]] = {}
     self.build_seconds = 0.0
     self.builds: list[tuple[str, float]] = []
     self.runs_done = 0
@@ -200,15 +206,14 @@ class Engine:
 
   # --- data -------------------------------------------------------------------------------
 
-  def _regime(self, name):
-    from tff_conflict import data  # pylint: disable=g-import-not-at-top
-    return data.parse_regime(name)
-
   def data(self, regime: str, seed: int) -> tuple[Any, Any]:
-    """`(train, test)` of a regime and data seed (loaded once)."""
+    """`(train, test)` of a regime and data seed (loaded once; your own data as given)."""
+    if regime in self._plan.own_data:
+      return tuple(self._plan.own_data[regime])
     key = (regime, seed)
     if key not in self._data:
-      self._data[key] = self._loader(self._regime(regime), seed)
+      from tff_conflict import data  # pylint: disable=g-import-not-at-top
+      self._data[key] = self._loader(data.parse_regime(regime), seed)
     return self._data[key]
 
   def _train_and_eval(self, spec: runs_lib.RunSpec):
@@ -222,19 +227,90 @@ class Engine:
           train, self._plan.validation_fraction, seed=spec.data_seed)
     return self._splits[key]
 
-  def _shape_and_classes(self, spec):
-    """The example shape and number of classes: the dataset's, else (LEAF Synthetic) the
-    loaded data's `info`."""
-    from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
-    regime = self._regime(spec.regime)
+  def shape_and_classes(self, regime: str, seed: int, model: str) -> tuple[tuple, int]:
+    """The example shape and number of classes of `regime`'s data under `model`: the dataset's
+    (`tff_conflict.data.dataset_info`), else the loaded data's `info` (LEAF Synthetic), else
+    (your own data) x's shape and the largest label + 1; with your own model, its number of
+    logits, which must hold every label (and equal the dataset's classes where it has them).
+
+    Raises:
+      experiments.config.ConfigError: your model is not an uncompiled Keras model from x to
+        logits (`tff_conflict.learning.models.resolve_model`), or does not fit the labels; your
+        data holds a label < 0 or fewer than 2 classes.
+    """
+    key = (self._plan.dataset_of[regime], model)
+    if key not in self._shapes:
+      self._shapes[key] = self._find_shape_and_classes(regime, seed, *key)
+    return self._shapes[key]
+
+  def _find_shape_and_classes(self, regime, seed, dataset, model):
+    from tff_conflict import data  # pylint: disable=g-import-not-at-top
+    from tff_conflict.learning import models  # pylint: disable=g-import-not-at-top
     try:
-      return tuple(regimes.element_shape(regime)), regimes.num_classes(regime)
+      info = data.dataset_info(dataset)
     except ValueError:
-      train, test = self.data(spec.regime, spec.data_seed)
-      info = getattr(train, 'info', None) or getattr(test, 'info', None)
-      if info is None:
-        raise
+      info = None
+    own = self._plan.model_fns.get(model)
+    if info is not None and own is None:
       return tuple(info.element_shape), info.num_classes
+    train, test = self.data(regime, seed)
+    info = info or getattr(train, 'info', None) or getattr(test, 'info', None)
+    shape = tuple(train.element_type_structure['x'].shape) if info is None else tuple(
+        info.element_shape)
+    classes = None if info is None else info.num_classes
+    top = None
+    if dataset in self._plan.own_data:
+      labels = np.concatenate([_labels(train), _labels(test)])
+      top = int(labels.max()) if labels.size else -1
+      if labels.size and labels.min() < 0:
+        raise experiment_config.ConfigError(f'datasets[{dataset!r}]', int(labels.min()),
+                                            'class labels 0, 1, ... (a label < 0 was found)')
+    if own is not None:
+      element = train.element_type_structure
+      batched = collections.OrderedDict(
+          (k, tf.TensorSpec([None] + element[k].shape.as_list(), element[k].dtype))
+          for k in ('x', 'y'))
+      try:
+        logits = models.resolve_model(own, batched).num_classes
+      except ValueError as e:
+        raise experiment_config.ConfigError(f'model_fns[{model!r}]', own, reason=str(e)) from None
+      if (classes is not None and logits != classes) or (top is not None and top >= logits):
+        need = f'{classes} classes' if classes is not None else f'labels up to {top}'
+        raise experiment_config.ConfigError(
+            f'model_fns[{model!r}]', own, reason=f'the dataset {dataset!r} has {need}, the model '
+            f'gives {logits} logits: one per class is needed')
+      classes = logits
+    if classes is None:   # your data, a built-in model
+      if top < 1:
+        raise experiment_config.ConfigError(f'datasets[{dataset!r}]', top + 1,
+                                            'data of at least 2 classes (labels 0 and 1 at least)')
+      classes = top + 1
+    return shape, classes
+
+  def check_models(self) -> None:
+    """Checks, before any run, each dataset's model on the data where either is your own
+    (`shape_and_classes`)."""
+    seed = self._plan.report_seeds[0] if self._plan.data_seed is None else self._plan.data_seed
+    for dataset, model in self._plan.models.items():
+      if dataset in self._plan.own_data or model in self._plan.model_fns:
+        self.shape_and_classes(self._plan.regimes_of(dataset)[0], seed, model)
+
+  def _shape_and_classes(self, spec):
+    return self.shape_and_classes(spec.regime, spec.data_seed, spec.model)
+
+  def _model_fn(self, spec, seed: int) -> Callable[[], tf.keras.Model]:
+    """A no-argument function returning a new `spec.model` initialised by `seed`: a built-in
+    model's initializers are seeded; your model is built under
+    `tf.keras.utils.set_random_seed(seed)` (its initializers left unseeded)."""
+    own = self._plan.model_fns.get(spec.model)
+    if own is None:
+      shape, classes = self._shape_and_classes(spec)
+      return functools.partial(architectures.get(spec.model), shape, classes, seed=seed)
+
+    def seeded():
+      tf.keras.utils.set_random_seed(seed)
+      return own()
+    return seeded
 
   # --- processes ----------------------------------------------------------------------------
 
@@ -248,11 +324,10 @@ class Engine:
     from tff_conflict import learning  # pylint: disable=g-import-not-at-top
     from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
     start = time.monotonic()
-    shape, classes = self._shape_and_classes(spec)
     loop = experiment_config.LoopConfig(rounds=1, clients_per_round=1, batch_size=spec.batch_size)
     example = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
                                        loop)
-    keras_model_fn = functools.partial(architectures.get(spec.model), shape, classes, seed=0)
+    keras_model_fn = self._model_fn(spec, 0)
     build = (learning.build_process if spec.algorithm == methods_lib.CUSTOM
              else learning.ALGORITHMS[spec.algorithm])
     process = build(
@@ -286,8 +361,7 @@ class Engine:
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
     key = (spec.model, spec.dataset, spec.seed)
     if key not in self._weights:
-      shape, classes = self._shape_and_classes(spec)
-      model = architectures.get(spec.model)(shape, classes, seed=spec.seed)
+      model = self._model_fn(spec, spec.seed)()
       self._weights[key] = tff.learning.models.ModelWeights(
           trainable=[v.numpy() for v in model.trainable_variables],
           non_trainable=[v.numpy() for v in model.non_trainable_variables])
@@ -318,7 +392,7 @@ class Engine:
   def _evaluator(self, spec, eval_data):
     from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
     prefix = spec.eval_prefix
-    shape, classes = self._shape_and_classes(spec)
+    _, classes = self._shape_and_classes(spec)
     arrays_key = (spec.phase, spec.regime, spec.data_seed)
     per_class = spec.phase == runs_lib.REPORT_PHASE
     train_loss = per_class and self._plan.loop.eval_train_loss
@@ -345,7 +419,7 @@ class Engine:
       x, y = arrays(arrays_key, eval_data)
       model_key = (spec.model, spec.dataset)
       if model_key not in self._eval_models:
-        self._eval_models[model_key] = architectures.get(spec.model)(shape, classes, seed=0)
+        self._eval_models[model_key] = self._model_fn(spec, 0)()
       model = self._eval_models[model_key]
       _assign_function(model)(list(model_weights.trainable) + list(model_weights.non_trainable))
       result = evaluation.evaluate_arrays(model, x, y, num_classes=classes)

@@ -191,7 +191,8 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
 
   Raises:
     experiments.config.ConfigError: a regime that cannot be loaded or is smaller than a round's
-      cohort (`check_regimes`), before anything is written.
+      cohort (`check_regimes`), or your own data or model that do not fit
+      (`Engine.check_models`), before anything is written.
     engine.SettingsChangedError: a finished run on disk has other settings; found before
       anything is written (`engine.check_finished_runs`) or, for the values tuning chooses,
       when the run comes; either way the files the report reads are left as they were.
@@ -276,6 +277,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> Outcome:
       stream=sys.stderr if getattr(sys.stderr, 'isatty', lambda: False)() else stream)
   engine = engine_lib.Engine(plan, loader=loader, on_round=progress.tick, stream=stream)
   check_regimes(plan, engine.data)
+  engine.check_models()
   _write_json(os.path.join(root, CONFIG_FILE),
               dict(config_lib.as_dict(config), plan=plan.describe()))
   print(f'benchmark: {len(plan.regimes)} regimes x {len(plan.methods)} methods x E in '

@@ -67,6 +67,9 @@ class Plan:
     last_k, validation_fraction: tuning's score and validation split.
     runtime: 'inprocess' or 'cpp'; cache_dir, data_dir, leaf_dir: where datasets are.
     progress: show the grid's progress.
+    dataset_of: regime -> its dataset, for every regime run (tuning regimes included).
+    own_data, model_fns: your own datasets (name -> (train, test)) and models (name -> model
+      function), `BenchmarkConfig.datasets` and `model_fns`.
   """
   root: str
   regimes: tuple
@@ -89,21 +92,22 @@ class Plan:
   data_dir: Optional[str]
   leaf_dir: Optional[str]
   progress: bool
+  dataset_of: Mapping[str, str]
+  own_data: Mapping[str, tuple]
+  model_fns: Mapping[str, Any]
 
   @property
   def rounds(self) -> int:
     return self.loop.rounds
 
   def regimes_of(self, dataset: str) -> list[str]:
-    from tff_conflict import data  # pylint: disable=g-import-not-at-top
-    return [r for r in self.regimes if data.parse_regime(r).dataset == dataset]
+    return [r for r in self.regimes if self.dataset_of[r] == dataset]
 
   def spec(self, *, phase: str, regime: str, method: MethodPlan, kwargs: Mapping[str, Any],
            client_lr: float, server_lr: float, epochs: int, seed: int,
            candidate: str = '') -> runs_lib.RunSpec:
     """One run's settings."""
-    from tff_conflict import data  # pylint: disable=g-import-not-at-top
-    dataset = data.parse_regime(regime).dataset
+    dataset = self.dataset_of[regime]
     return runs_lib.RunSpec(
         phase=phase, regime=regime, dataset=dataset, method=method.name,
         algorithm=method.method.algorithm,
@@ -231,6 +235,8 @@ def _model_for(config: config_lib.BenchmarkConfig, dataset: str) -> str:
   from experiments import datasets  # pylint: disable=g-import-not-at-top
   if dataset in config.models:
     return config.models[dataset]
+  if dataset in config.datasets:   # your only model (`BenchmarkConfig` checks there is one)
+    return next(iter(config.model_fns))
   if dataset.startswith('leaf_'):
     return datasets.LEAF_MODELS[dataset[len('leaf_'):]]
   if dataset in datasets.DATASETS:
@@ -297,8 +303,7 @@ def _with_inheritance(config: config_lib.BenchmarkConfig, methods: tuple) -> tup
 
 def make_plan(config: config_lib.BenchmarkConfig) -> Plan:
   """Resolves `config` (see `Plan`)."""
-  from tff_conflict import data  # pylint: disable=g-import-not-at-top
-  parsed = [data.parse_regime(r) for r in config.regimes]
+  parsed = [config_lib.parse_regime(r, config.datasets) for r in config.regimes]
   datasets = tuple(dict.fromkeys(r.dataset for r in parsed))
   methods = _with_inheritance(config, tuple(_method_plan(config, name)
                                             for name in config.methods))
@@ -323,4 +328,7 @@ def make_plan(config: config_lib.BenchmarkConfig) -> Plan:
       last_k=config.tuning.last_k, validation_fraction=config.tuning.validation_fraction,
       runtime=config.runtime.runtime, cache_dir=config.data.cache_dir,
       data_dir=config.data.data_dir, leaf_dir=config.data.leaf_dir,
-      progress=config.output.progress)
+      progress=config.output.progress,
+      dataset_of={r: config_lib.parse_regime(r, config.datasets).dataset
+                  for r in list(config.regimes) + list(tuning_regimes.values())},
+      own_data=dict(config.datasets), model_fns=dict(config.model_fns))

@@ -134,11 +134,6 @@ def num_classes(regime: Regime) -> int:
   return info_lib.dataset_info(regime.dataset).num_classes
 
 
-def element_shape(regime: Regime) -> tuple:
-  """The shape of an example's x (`ValueError` for LEAF Synthetic, as `num_classes`)."""
-  return info_lib.dataset_info(regime.dataset).element_shape
-
-
 def partition_for(regime: Regime, labels: np.ndarray, num_clients: int, *,
                   seed: int) -> list[np.ndarray]:
   """The partition of training `labels` over `num_clients` clients by an array split."""
