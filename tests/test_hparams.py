@@ -30,13 +30,14 @@ W = np.array([1.0, 1.0, 2.0])
 
 
 class _Built(Exception):
-  """Raised where a builder's composition would start: every argument check has passed."""
+  """Raised where a builder's composition would start: every argument check has passed; holds
+  the composition's keyword arguments (`loss_fn`, `factory`, ...)."""
 
 
 @pytest.fixture(autouse=True)
 def stop_builders_at_composition(monkeypatch):
   def built(*args, **kwargs):
-    raise _Built()
+    raise _Built(kwargs)
   monkeypatch.setattr(process_lib, '_compose', built)
   monkeypatch.setattr(scaffold_lib, '_compose', built)
 
@@ -81,16 +82,10 @@ def _loss_kernel(fn, keyword):
                lambda v: fn([0, 1], [[0.0, 1.0], [2.0, -1.0]], **{keyword: v}))
 
 
-def _object(cls, keyword, prefix, **fixed):
-  """A class whose instances expose the hyperparameter as an attribute or property."""
-  return Layer(f'{prefix}.{cls.__name__}', lambda: getattr(cls(**fixed), keyword),
-               lambda v: cls(**fixed, **{keyword: v}))
-
-
-def _registry(table, name, keyword):
-  fn = table[name]
-  return Layer(f'registry[{name!r}]', lambda: _signature_default(fn, keyword),
-               lambda v: fn(**{keyword: v}))
+def _entry(entry, keyword):
+  """A registry entry: the object it builds exposes the hyperparameter as an attribute."""
+  return Layer(f'{entry.kind} {entry.name!r}', lambda: getattr(entry(), keyword),
+               lambda v: entry(**{keyword: v}))
 
 
 def _build(builder, keyword, check_default=True):
@@ -99,129 +94,55 @@ def _build(builder, keyword, check_default=True):
                lambda v: _builder(builder, **{keyword: v})())
 
 
-def _flag(flag):
-  return Layer(f'--{flag}', lambda: flags.FLAGS[flag].default, None)
-
-
-LAYERS = {
-    hparams.PROXIMAL_STRENGTH: [
-        _build(learning.build_fedprox, 'proximal_strength'),
-        # build_process's own default is 0 ("no proximal term"): only its check is shared.
-        _build(learning.build_process, 'proximal_strength', check_default=False),
-        _flag('proximal_strength')],
-    hparams.FEDDECORR_BETA: [
-        _build(learning.build_feddecorr, 'beta'),
-        _flag('decorr_beta')],
+# The kernels that read each hyperparameter besides the classes the registries build.
+KERNELS = {
     hparams.FEDDECORR_FORM: [
         Layer('losses.decorrelation_loss',
               lambda: _signature_default(losses.decorrelation_loss, 'form'),
-              lambda v: losses.decorrelation_loss([[0.0, 1.0], [2.0, -1.0]], form=v)),
-        _build(learning.build_feddecorr, 'form'),
-        _flag('decorr_form')],
-    hparams.FEDGH_ORDER: [
-        _kernel(conflict.harmonize, 'order', U, W),
-        _kernel(conflict.harmonize_with_diagnostics, 'order', U, W),
-        _object(aggregators.GradientHarmonizationFactory, 'order', 'aggregators'),
-        _registry(learning.AGGREGATORS, 'fedgh', 'order'),
-        _build(learning.build_fedgh, 'order'),
-        _flag('fedgh_order')],
-    hparams.FEDGH_SEED: [
-        _object(aggregators.GradientHarmonizationFactory, 'seed', 'aggregators'),
-        _registry(learning.AGGREGATORS, 'fedgh', 'seed'),
-        _build(learning.build_fedgh, 'seed')],
-    hparams.FOCAL_GAMMA: [
-        _loss_kernel(losses.focal_loss, 'gamma'),
-        _object(losses.FocalLoss, 'gamma', 'losses'),
-        _registry(learning.LOSSES, 'focal', 'gamma'),
-        _build(learning.build_fedmgc, 'gamma'),
-        _flag('focal_gamma')],
-    hparams.FOCAL_BETA: [
-        _loss_kernel(losses.focal_loss, 'beta'),
-        _object(losses.FocalLoss, 'beta', 'losses'),
-        _registry(learning.LOSSES, 'focal', 'beta'),
-        _build(learning.build_fedmgc, 'beta'),
-        _flag('focal_beta')],
+              lambda v: losses.decorrelation_loss([[0.0, 1.0], [2.0, -1.0]], form=v))],
+    hparams.FEDGH_ORDER: [_kernel(conflict.harmonize, 'order', U, W),
+                          _kernel(conflict.harmonize_with_diagnostics, 'order', U, W)],
+    hparams.FOCAL_GAMMA: [_loss_kernel(losses.focal_loss, 'gamma')],
+    hparams.FOCAL_BETA: [_loss_kernel(losses.focal_loss, 'beta')],
     hparams.DGC_SELECTION_RATIO: [
         _kernel(conflict.dominant_correction, 'selection_ratio', U, L),
-        _kernel(conflict.dominant_correction_with_diagnostics, 'selection_ratio', U, L),
-        _object(aggregators.DominantGradientCorrectionFactory, 'selection_ratio', 'aggregators',
-                weights_are_losses=True),
-        _registry(learning.AGGREGATORS, 'dgc', 'selection_ratio'),
-        _build(learning.build_fedmgc, 'selection_ratio'),
-        _flag('selection_ratio')],
+        _kernel(conflict.dominant_correction_with_diagnostics, 'selection_ratio', U, L)],
     hparams.DGC_WEIGHTS_ARE_LOSSES: [
         # Required by the factory (no default to compare): only its checks are shared.
         Layer('aggregators.DominantGradientCorrectionFactory', None,
-              lambda v: aggregators.DominantGradientCorrectionFactory(weights_are_losses=v)),
-        _registry(learning.AGGREGATORS, 'dgc', 'weights_are_losses')],
-    hparams.CALIBRATION_COUNTS: [
-        _object(losses.CalibratedLabelLoss, 'counts', 'losses'),
-        _registry(learning.LOSSES, 'calibrated', 'counts'),
-        _build(learning.build_fedga, 'counts'),
-        _flag('calibration_counts')],
-    hparams.CALIBRATION_FORM: [
-        _loss_kernel(losses.calibrated_label_loss, 'form'),
-        _object(losses.CalibratedLabelLoss, 'form', 'losses'),
-        _registry(learning.LOSSES, 'calibrated', 'form'),
-        _build(learning.build_fedga, 'form'),
-        _flag('calibration_form')],
-    hparams.CLIENT_CLIP_NORM: [
-        *[_build(builder, 'clip_norm') for builder in learning.ALGORITHMS.values()],
-        _build(learning.build_process, 'clip_norm'),
-        _flag('client_clip_norm')],
-    hparams.MARGIN_WEIGHT: [
-        _loss_kernel(losses.margin_control_loss, 'margin_weight'),
-        _object(losses.MarginControlLoss, 'margin_weight', 'losses'),
-        _registry(learning.LOSSES, 'margin', 'margin_weight'),
-        _build(learning.build_fedld, 'margin_weight'),
-        _flag('margin_weight')],
-    hparams.MARGIN_FORM: [
-        _loss_kernel(losses.margin_control_loss, 'margin_form'),
-        _object(losses.MarginControlLoss, 'margin_form', 'losses'),
-        _registry(learning.LOSSES, 'margin', 'margin_form'),
-        _build(learning.build_fedld, 'margin_form'),
-        _flag('margin_form')],
-    hparams.PRINCIPAL_COMPONENT_RATIO: [
-        _kernel(conflict.principal_aggregate, 'component_ratio', U, W),
-        _kernel(conflict.principal_aggregate_with_diagnostics, 'component_ratio', U, W),
-        _object(aggregators.PrincipalGradientFactory, 'component_ratio', 'aggregators'),
-        _registry(learning.AGGREGATORS, 'principal', 'component_ratio'),
-        _build(learning.build_fedld, 'component_ratio'),
-        _flag('component_ratio')],
-    hparams.PRINCIPAL_PRESERVE_NORMS: [
-        _kernel(conflict.principal_aggregate, 'preserve_norms', U, W),
-        _kernel(conflict.principal_aggregate_with_diagnostics, 'preserve_norms', U, W),
-        _object(aggregators.PrincipalGradientFactory, 'preserve_norms', 'aggregators'),
-        _registry(learning.AGGREGATORS, 'principal', 'preserve_norms'),
-        _build(learning.build_fedld, 'preserve_norms'),
-        _flag('principal_preserve_norms')],
-    hparams.PRINCIPAL_GRANULARITY: [
-        _kernel(conflict.principal_aggregate, 'granularity', U, W),
-        _kernel(conflict.principal_aggregate_with_diagnostics, 'granularity', U, W),
-        _object(aggregators.PrincipalGradientFactory, 'granularity', 'aggregators'),
-        _registry(learning.AGGREGATORS, 'principal', 'granularity'),
-        _build(learning.build_fedld, 'granularity'),
-        _flag('principal_granularity')],
-    hparams.PRINCIPAL_REVISION: [
-        _kernel(conflict.principal_aggregate, 'revision', U, W),
-        _kernel(conflict.principal_aggregate_with_diagnostics, 'revision', U, W),
-        _object(aggregators.PrincipalGradientFactory, 'revision', 'aggregators'),
-        _registry(learning.AGGREGATORS, 'principal', 'revision'),
-        _build(learning.build_fedld, 'revision'),
-        _flag('principal_revision')],
-    hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN: [
-        _object(aggregators.PrincipalGradientFactory, 'first_round_plain_mean', 'aggregators'),
-        _registry(learning.AGGREGATORS, 'principal', 'first_round_plain_mean'),
-        _build(learning.build_fedld, 'first_round_plain_mean'),
-        _flag('principal_first_round_plain_mean')],
-    hparams.CORRECTIVE_ALPHA: [
-        _kernel(conflict.corrective_weights, 'alpha', U, L),
-        _kernel(conflict.corrective_aggregate, 'alpha', U, U, L, W),
-        _object(aggregators.CorrectiveGradientFactory, 'alpha', 'aggregators'),
-        _registry(learning.AGGREGATORS, 'corrective', 'alpha'),
-        _build(learning.build_fed_corrective, 'alpha'),
-        _flag('corrective_alpha')],
+              lambda v: aggregators.DominantGradientCorrectionFactory(weights_are_losses=v))],
+    hparams.CALIBRATION_FORM: [_loss_kernel(losses.calibrated_label_loss, 'form')],
+    hparams.MARGIN_WEIGHT: [_loss_kernel(losses.margin_control_loss, 'margin_weight')],
+    hparams.MARGIN_FORM: [_loss_kernel(losses.margin_control_loss, 'margin_form')],
+    **{h: [_kernel(conflict.principal_aggregate, h.keyword, U, W),
+           _kernel(conflict.principal_aggregate_with_diagnostics, h.keyword, U, W)]
+       for h in (hparams.PRINCIPAL_COMPONENT_RATIO, hparams.PRINCIPAL_PRESERVE_NORMS,
+                 hparams.PRINCIPAL_GRANULARITY, hparams.PRINCIPAL_REVISION)},
+    hparams.CORRECTIVE_ALPHA: [_kernel(conflict.corrective_weights, 'alpha', U, L),
+                               _kernel(conflict.corrective_aggregate, 'alpha', U, U, L, W)],
 }
+
+
+def _layers(hparam):
+  """Every place `hparam` enters: its kernels, and from the spec the registry entries, builders
+  and flag that take it."""
+  layers = list(KERNELS.get(hparam, []))
+  for entry in [*learning.LOSSES.values(), *learning.AGGREGATORS.values()]:
+    if hparam in entry.hparams:
+      layers.append(_entry(entry, hparam.keyword))
+  for name, table in hparams.ALGORITHM_HPARAMS.items():
+    builder = learning.ALGORITHMS[name]
+    if hparam in table:
+      layers.append(_build(builder, hparam.keyword,
+                           hparam.keyword in inspect.signature(builder).parameters))
+  if hparam in hparams.PROCESS_HPARAMS:
+    # build_process's own proximal default is 0 ("no proximal term"): only its check is shared.
+    layers.append(_build(learning.build_process, hparam.keyword,
+                         hparam is not hparams.PROXIMAL_STRENGTH))
+  if hparam.flag in flags_lib.groups()['method']:
+    layers.append(Layer(f'--{hparam.flag}', lambda: flags.FLAGS[hparam.flag].default, None))
+  return layers
+
 
 # Values outside each kind's range (NaN, infinities, negatives, out-of-range ratios, wrong types).
 BAD = {
@@ -253,45 +174,31 @@ def _values(hparam, table):
 
 
 def _cases(table):
-  for hparam, layers in LAYERS.items():
-    for layer in layers:
+  for hparam in hparams.HPARAMS:
+    for layer in _layers(hparam):
       if layer.apply is None:
         continue
       for value in _values(hparam, table):
         yield pytest.param(hparam, layer, value, id=f'{hparam.keyword}-{layer.name}-{value!r}')
 
 
-def test_every_hparam_is_checked_in_every_layer_table():
-  assert set(LAYERS) == set(hparams.HPARAMS)
+def test_keywords_and_flags_name_one_hyperparameter():
   # A keyword names one hyperparameter per method; a flag names one everywhere.
   assert len({(h.method, h.keyword) for h in hparams.HPARAMS}) == len(hparams.HPARAMS)
   flagged = [h.flag for h in hparams.HPARAMS if h.flag is not None]
   assert len(set(flagged)) == len(flagged)
+  for name, spec in hparams.METHODS.items():
+    keywords = [h.keyword for h in spec.hparams]
+    assert len(set(keywords)) == len(keywords), name
+    assert set(spec.hparams) <= set(hparams.HPARAMS), name
 
 
 @pytest.mark.parametrize('hparam', hparams.HPARAMS, ids=lambda h: h.keyword)
 def test_every_layer_exposes_the_same_default(hparam):
-  for layer in LAYERS[hparam]:
+  for layer in _layers(hparam):
     if layer.default is not None:
       assert layer.default() == hparam.default, (layer.name, layer.default(), hparam.default)
   assert hparam.check(hparam.default) == hparam.default
-
-
-def test_defaults_named_by_the_task():
-  # The disagreements that were: FocalLoss gamma 2 vs the registry's 0.5, DGC's weights_are_losses
-  # False vs True, focal beta >= 0 vs > 0, corrective alpha [0, 1] vs >= 0.
-  assert losses.FocalLoss().gamma == _signature_default(learning.build_fedmgc, 'gamma') == (
-      _signature_default(learning.LOSSES['focal'], 'gamma')) == flags.FLAGS[
-          'focal_gamma'].default == 0.5
-  # The factory makes the caller choose; the registry's 'dgc' (build_process, which sends the
-  # losses) reads losses.
-  with pytest.raises(TypeError, match='weights_are_losses'):
-    aggregators.DominantGradientCorrectionFactory()
-  assert learning.resolve_aggregator('dgc').weights_are_losses is True
-  with pytest.raises(ValueError, match='beta must be a finite number > 0, got 0.0'):
-    learning.LOSSES['focal'](beta=0.0)
-  with pytest.raises(ValueError, match=r'alpha must be a number in \[0, 1\], got 2.0'):
-    aggregators.CorrectiveGradientFactory(alpha=2.0)
 
 
 @pytest.mark.parametrize('hparam,layer,value', list(_cases(BAD)))
@@ -355,28 +262,67 @@ def test_nan_focal_gamma_flag_message():
       pass
 
 
-def test_builder_and_registry_keywords_are_the_tables():
-  # The core keywords, and the baselines' composition with an aggregator (not hyperparameters).
+def _other_value(hparam):
+  """A valid value of `hparam` other than its default."""
+  return next(v for v in _values(hparam, GOOD) if hparam.check(v) != hparam.default)
+
+
+def _composition(builder, **kwargs):
+  with pytest.raises(_Built) as built:
+    _builder(builder, **kwargs)()
+  return built.value.args[0]
+
+
+@pytest.mark.parametrize('name', [n for n, s in hparams.METHODS.items() if s.loss or s.aggregator])
+def test_every_builder_hands_each_option_to_its_loss_or_aggregator(name):
+  spec, builder = hparams.METHODS[name], learning.ALGORITHMS[name]
+  defaults = _composition(builder)
+  for hparam in spec.hparams:
+    if hparam in spec.own:
+      continue
+    value = _other_value(hparam)
+    got = _composition(builder, **{hparam.keyword: value})
+    reader = got['factory'] if hparam in hparams.AGGREGATOR_HPARAMS[spec.aggregator] else (
+        got['loss_fn']())
+    assert getattr(reader, hparam.keyword) == hparam.check(value), (name, hparam.keyword)
+  for keyword, value in spec.fixed:
+    assert getattr(defaults['factory'], keyword) == value
+  assert isinstance(defaults['factory'], type(learning.AGGREGATORS[spec.aggregator]()))
+  if spec.loss:
+    assert isinstance(defaults['loss_fn'](), type(learning.LOSSES[spec.loss]()))
+
+
+def test_builder_keywords_are_their_specs():
+  # The core keywords, the proximal term composed with a method (off unless given), and the
+  # baselines' composition with an aggregator are not method hyperparameters.
   core = {'model_fn', 'input_spec', 'client_optimizer_fn', 'server_optimizer_fn',
-          'client_weighting', 'metrics', 'num_clients', 'aggregator', 'aggregator_kwargs'}
+          'client_weighting', 'metrics', 'num_clients', 'aggregator', 'aggregator_kwargs',
+          'options'}
+  assert list(learning.ALGORITHMS) == list(hparams.METHODS)
   for name, builder in learning.ALGORITHMS.items():
-    keywords = [k for k in inspect.signature(builder).parameters if k not in core]
+    parameters = inspect.signature(builder).parameters
+    keywords = [k for k in parameters if k not in core]
     own = [h.keyword for h in hparams.ALGORITHM_HPARAMS[name]]
     if 'proximal_strength' not in own and 'proximal_strength' in keywords:
-      # The proximal term composed with the method, off unless given.
-      assert inspect.signature(builder).parameters['proximal_strength'].default == 0.0, name
+      assert parameters['proximal_strength'].default == 0.0, name
       keywords.remove('proximal_strength')
-    assert keywords == own, name
-  for name, fn in learning.LOSSES.items():
-    assert list(inspect.signature(fn).parameters) == [
-        h.keyword for h in hparams.LOSS_HPARAMS[name]], name
-  for name, fn in learning.AGGREGATORS.items():
-    keywords = [k for k in inspect.signature(fn).parameters if k != 'max_gather_bytes']
-    assert keywords == [h.keyword for h in hparams.AGGREGATOR_HPARAMS[name]], name
-  assert experiment_lib.ALGORITHM_HPARAMS['fedmgc'] == {
-      'gamma': 'focal_gamma', 'beta': 'focal_beta', 'selection_ratio': 'selection_ratio',
-      'clip_norm': 'client_clip_norm'}
-  assert experiment_lib.AGGREGATOR_HPARAMS['dgc'] == {'selection_ratio': 'selection_ratio'}
+    if 'options' in parameters:   # the further options of its loss and aggregator
+      assert keywords == [k for k in own if k in keywords], name
+    else:
+      assert keywords == own, name
+
+
+@pytest.mark.parametrize('call, where', [
+    (lambda: learning.LOSSES['focal'](gama=1.0), "loss 'focal'"),
+    (lambda: learning.AGGREGATORS['principal'](ratio=0.5), "aggregator 'principal'"),
+    (_builder(learning.build_fedld, ratio=0.5), 'build_fedld()'),
+    (_builder(learning.build_fedmgc, weights_are_losses=False), 'build_fedmgc()'),
+])
+def test_an_unknown_option_is_named_with_the_accepted_ones(call, where):
+  with pytest.raises(TypeError) as info:
+    call()
+  message = str(info.value)
+  assert message.startswith(f'{where} got unexpected keyword arguments [') and 'it takes' in message
 
 
 def test_markdown_table_lists_every_hparam():

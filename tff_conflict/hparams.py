@@ -1,8 +1,8 @@
-"""Every method hyperparameter, declared once: default, valid range, source, and the grid a
-benchmark tunes it over; the builders, flags, grids and docs derive from these tables."""
+"""Every method hyperparameter, declared once (default, valid range, source, benchmark grid), and
+each method's spec (`METHODS`); the registries, builders, flags, grids and docs derive from them."""
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 from tff_conflict import _checks
@@ -278,27 +278,8 @@ HPARAMS: tuple[Hparam, ...] = (
     PRINCIPAL_PRESERVE_NORMS, PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN,
     PRINCIPAL_REVISION, CORRECTIVE_ALPHA)
 
-# The method hyperparameters of each builder of `tff_conflict.learning.ALGORITHMS`.
-ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
-    'fedavg': (CLIENT_CLIP_NORM,),
-    'fedprox': (PROXIMAL_STRENGTH, CLIENT_CLIP_NORM),
-    'fednova': (CLIENT_CLIP_NORM,),
-    'feddecorr': (FEDDECORR_BETA, FEDDECORR_FORM, CLIENT_CLIP_NORM),
-    'fedgh': (FEDGH_ORDER, FEDGH_SEED, CLIENT_CLIP_NORM),
-    'fedmgc': (FOCAL_GAMMA, FOCAL_BETA, DGC_SELECTION_RATIO, CLIENT_CLIP_NORM),
-    'fedga': (CALIBRATION_COUNTS, CALIBRATION_FORM, CLIENT_CLIP_NORM),
-    'fedld': (MARGIN_WEIGHT, MARGIN_FORM, PRINCIPAL_COMPONENT_RATIO, PRINCIPAL_PRESERVE_NORMS,
-              PRINCIPAL_GRANULARITY, PRINCIPAL_FIRST_ROUND_PLAIN_MEAN, PRINCIPAL_REVISION,
-              CLIENT_CLIP_NORM),
-    'fed_corrective': (CORRECTIVE_ALPHA, CLIENT_CLIP_NORM),
-    'scaffold': (CLIENT_CLIP_NORM,),
-}
-
-# The hyperparameters `tff_conflict.learning.build_process` takes itself, with any loss and
-# aggregator (`proximal_strength`, `clip_norm`).
-PROCESS_HPARAMS: tuple[Hparam, ...] = (PROXIMAL_STRENGTH, CLIENT_CLIP_NORM)
-
-# The keyword arguments of each entry of `tff_conflict.learning.LOSSES`.
+# The keyword arguments of each entry of `tff_conflict.learning.LOSSES`, which builds its class
+# with these defaults.
 LOSS_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'ce': (),
     'focal': (FOCAL_GAMMA, FOCAL_BETA),
@@ -306,7 +287,8 @@ LOSS_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'calibrated': (CALIBRATION_COUNTS, CALIBRATION_FORM),
 }
 
-# The hyperparameter keyword arguments of each entry of `tff_conflict.learning.AGGREGATORS`.
+# The hyperparameter keyword arguments of each entry of `tff_conflict.learning.AGGREGATORS`, which
+# builds its factory with these defaults.
 AGGREGATOR_HPARAMS: dict[str, tuple[Hparam, ...]] = {
     'mean': (),
     'measured_mean': (),
@@ -316,6 +298,76 @@ AGGREGATOR_HPARAMS: dict[str, tuple[Hparam, ...]] = {
                   PRINCIPAL_FIRST_ROUND_PLAIN_MEAN, PRINCIPAL_REVISION),
     'corrective': (CORRECTIVE_ALPHA,),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodSpec:
+  """One builder of `tff_conflict.learning.ALGORITHMS`: the registry loss and aggregator it
+  composes and the hyperparameters it reads itself; its options are theirs, in that order.
+
+  Attributes:
+    loss: the `LOSS_HPARAMS` entry its clients train on, or None (cross-entropy or the model's
+      own loss, or a loss of the builder's own).
+    aggregator: the `AGGREGATOR_HPARAMS` entry its server runs, or None (the builder's
+      `aggregator` argument, or an aggregation of its own).
+    fixed: (keyword, value) of the aggregator's hyperparameters the method fixes.
+    own: the hyperparameters the builder reads itself.
+  """
+  loss: Optional[str] = None
+  aggregator: Optional[str] = None
+  fixed: tuple[tuple[str, Any], ...] = ()
+  own: tuple[Hparam, ...] = (CLIENT_CLIP_NORM,)
+
+  @property
+  def hparams(self) -> tuple[Hparam, ...]:
+    """Every hyperparameter the builder takes: the loss's, the aggregator's not fixed, `own`."""
+    fixed = dict(self.fixed)
+    return (LOSS_HPARAMS.get(self.loss, ())
+            + tuple(h for h in AGGREGATOR_HPARAMS.get(self.aggregator, ())
+                    if h.keyword not in fixed) + self.own)
+
+  def split(self, where: str, options: Mapping[str, Any]
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`options` (keyword -> value) as `(loss_kwargs, aggregator_kwargs)`, the aggregator's with
+    `fixed`; `TypeError` naming `where`, any keyword neither takes and the accepted ones."""
+    loss = [h.keyword for h in LOSS_HPARAMS.get(self.loss, ())]
+    aggregator = [h.keyword for h in AGGREGATOR_HPARAMS.get(self.aggregator, ())
+                  if h.keyword not in dict(self.fixed)]
+    check_keywords(where, options, loss + aggregator)
+    return ({k: v for k, v in options.items() if k in loss},
+            dict({k: v for k, v in options.items() if k in aggregator}, **dict(self.fixed)))
+
+
+# Every builder of `tff_conflict.learning.ALGORITHMS`, by name.
+METHODS: dict[str, MethodSpec] = {
+    'fedavg': MethodSpec(),
+    'fedprox': MethodSpec(own=(PROXIMAL_STRENGTH, CLIENT_CLIP_NORM)),
+    'fednova': MethodSpec(),
+    'feddecorr': MethodSpec(own=(FEDDECORR_BETA, FEDDECORR_FORM, CLIENT_CLIP_NORM)),
+    'fedgh': MethodSpec(aggregator='fedgh'),
+    'fedmgc': MethodSpec(loss='focal', aggregator='dgc', fixed=(('weights_are_losses', True),)),
+    'fedga': MethodSpec(loss='calibrated', aggregator='mean'),
+    'fedld': MethodSpec(loss='margin', aggregator='principal'),
+    'fed_corrective': MethodSpec(aggregator='corrective'),
+    'scaffold': MethodSpec(),
+}
+
+# The method hyperparameters of each builder of `tff_conflict.learning.ALGORITHMS`.
+ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {
+    name: method.hparams for name, method in METHODS.items()}
+
+# The hyperparameters `tff_conflict.learning.build_process` takes itself, with any loss and
+# aggregator (`proximal_strength`, `clip_norm`).
+PROCESS_HPARAMS: tuple[Hparam, ...] = (PROXIMAL_STRENGTH, CLIENT_CLIP_NORM)
+
+
+def check_keywords(where: str, given: Iterable[str], accepted: Sequence[str]) -> None:
+  """`TypeError` (as Python's for a call) naming `where`, the keywords of `given` not in
+  `accepted`, and the accepted ones."""
+  unknown = [k for k in given if k not in accepted]
+  if unknown:
+    raise TypeError(f'{where} got unexpected keyword arguments {unknown}; it takes '
+                    f'{list(accepted) or "none"}')
 
 
 def flag_table(hparams: Sequence[Hparam]) -> dict[str, str]:

@@ -437,19 +437,22 @@ def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any
   """Every fixed or tuned builder argument of `method` is one its builder takes, with a value in
   its range (`tff_conflict.hparams`), so that a typo fails before any run."""
   import inspect  # pylint: disable=g-import-not-at-top
+  from tff_conflict import hparams as hparams_lib  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   build = (learning.build_process if method.algorithm == methods_lib.CUSTOM
            else learning.ALGORITHMS[method.algorithm])
   parameters = inspect.signature(build).parameters
-  open_ended = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
   ranges = methods_lib.hparam_ranges(method)   # with a composition's aggregator's
+  # A library builder's `**options` take exactly its spec's further hyperparameters (in ranges).
+  named = {n for n, p in parameters.items() if p.kind != p.VAR_KEYWORD}
+  open_ended = method.algorithm not in hparams_lib.METHODS and len(named) < len(parameters)
   aggregator_keywords = methods_lib.aggregator_keywords(method)
   fixed = dict(method.fixed)
   checks = [('methods', k, v) for k, v in fixed.items()]
   checks += [('grids', k, v) for k, values in method.grid for v in values]
   checks += [('methods', k, v) for k, v in given.items() if k not in fixed]
   for argument, keyword, value in checks:
-    if not open_ended and keyword not in parameters and keyword not in aggregator_keywords:
+    if not open_ended and keyword not in {*named, *ranges, *aggregator_keywords}:
       raise ConfigError(argument, method.name, reason=f'{keyword}={value!r}: its builder '
                         f'({method.algorithm}) takes no argument {keyword!r}')
     if keyword in ranges:

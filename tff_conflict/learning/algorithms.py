@@ -18,6 +18,18 @@ KerasModelFn = Callable[[], tf.keras.Model]
 Process = tff.learning.templates.LearningProcess
 
 
+def _method_process(method: str, model_fn: models_lib.ModelArg, options: Mapping[str, Any],
+                    **process_kwargs: Any) -> Process:
+  """`build_process` with the loss and aggregator of `hparams.METHODS[method]`, each given its
+  share of `options` (the builder's hyperparameter keywords and further `**options`); a
+  `TypeError` names a keyword neither takes."""
+  spec = hparams.METHODS[method]
+  loss_kwargs, aggregator_kwargs = spec.split(f'build_{method}()', options)
+  return process_lib.build_process(model_fn, loss=spec.loss, loss_kwargs=loss_kwargs,
+                                   aggregator=spec.aggregator,
+                                   aggregator_kwargs=aggregator_kwargs, **process_kwargs)
+
+
 def build_fedavg(model_fn: models_lib.ModelArg, *,
                  input_spec: models_lib.InputSpecArg = None,
                  client_optimizer_fn: Any, server_optimizer_fn: Any = None,
@@ -155,7 +167,8 @@ def build_fedgh(model_fn: models_lib.ModelArg, *,
                 order: str = hparams.FEDGH_ORDER.default,
                 seed: Optional[int] = hparams.FEDGH_SEED.default,
                 proximal_strength: float = 0.0,
-                clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
+                clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default,
+                **options: Any) -> Process:
   """FedGH ("Tackling the Non-IID Issue in Heterogeneous Federated Learning by Gradient
   Harmonization", Algorithm 1; docs/methods.md, FedGH): local SGD on cross-entropy (a Keras
   model) or the model's own loss; at the server each client delta is projected off every other
@@ -165,13 +178,13 @@ def build_fedgh(model_fn: models_lib.ModelArg, *,
   Hyperparameters: `order` of the other clients, 'random' (default, the paper's random order,
   drawn per round from `seed`) or 'index' (`hparams.FEDGH_ORDER`); `seed`, None (default) or an
   int64 integer (`hparams.FEDGH_SEED`). The paper trains locally with SGD, momentum 0.9, lr 0.01,
-  batch 64, E = 5 (CIFAR) or 1 (LEAF) local epochs (Table I).
+  batch 64, E = 5 (CIFAR) or 1 (LEAF) local epochs (Table I). `**options`: any further
+  hyperparameter of its aggregator (`hparams.METHODS['fedgh']`).
   """
-  return process_lib.build_process(
-      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='fedgh',
-      aggregator_kwargs=dict(order=order, seed=seed), client_weighting=client_weighting,
-      metrics=metrics, proximal_strength=proximal_strength,
+  return _method_process(
+      'fedgh', model_fn, dict(options, order=order, seed=seed), input_spec=input_spec,
+      client_optimizer_fn=client_optimizer_fn, server_optimizer_fn=server_optimizer_fn,
+      client_weighting=client_weighting, metrics=metrics, proximal_strength=proximal_strength,
       clip_norm=clip_norm)
 
 
@@ -184,7 +197,8 @@ def build_fedmgc(model_fn: models_lib.ModelArg, *,
                  beta: float = hparams.FOCAL_BETA.default,
                  selection_ratio: float = hparams.DGC_SELECTION_RATIO.default,
                  proximal_strength: float = 0.0,
-                 clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
+                 clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default,
+                 **options: Any) -> Process:
   """FedMGC ("Joint Focal Loss and Dominant Gradient Correction for Gradient Conflict in Federated
   Learning"; docs/methods.md, FedMGC). Needs a Keras model (it replaces the loss).
 
@@ -200,15 +214,14 @@ def build_fedmgc(model_fn: models_lib.ModelArg, *,
   `selection_ratio` lambda in (0, 1], default 0.5, the paper's best (Fig. 7). To run DGC with a
   model that is not Keras (its own loss), use `build_process(model_fn, aggregator='dgc')`.
   `client_weighting` must be 'loss' (the default). The paper trains locally with SGD, lr 0.001,
-  batch 128, 10 local epochs.
+  batch 128, 10 local epochs. `**options`: any further hyperparameter of its loss or
+  aggregator (`hparams.METHODS['fedmgc']`).
   """
-  return process_lib.build_process(
-      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss='focal',
-      loss_kwargs=dict(gamma=gamma, beta=beta), aggregator='dgc',
-      aggregator_kwargs=dict(selection_ratio=selection_ratio, weights_are_losses=True),
-      client_weighting=client_weighting, metrics=metrics, proximal_strength=proximal_strength,
-      clip_norm=clip_norm)
+  return _method_process(
+      'fedmgc', model_fn, dict(options, gamma=gamma, beta=beta, selection_ratio=selection_ratio),
+      input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn, client_weighting=client_weighting,
+      metrics=metrics, proximal_strength=proximal_strength, clip_norm=clip_norm)
 
 
 def build_fedga(model_fn: models_lib.ModelArg, *,
@@ -219,7 +232,8 @@ def build_fedga(model_fn: models_lib.ModelArg, *,
                 counts: str = hparams.CALIBRATION_COUNTS.default,
                 form: str = hparams.CALIBRATION_FORM.default,
                 proximal_strength: float = 0.0,
-                clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
+                clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default,
+                **options: Any) -> Process:
   """FedGA ("FedGA: Federated Learning with Gradient Alignment for Error Asymmetry Mitigation",
   eqs. 8-10, Algorithm 1; docs/methods.md, FedGA): clients train on the calibrated-label loss with
   targets `q_j = 1`, `q_i = (N_j - N_i)/N_j p_i`; FedAvg aggregation. Needs a Keras model (it
@@ -231,12 +245,12 @@ def build_fedga(model_fn: models_lib.ModelArg, *,
   the soft-target cross-entropy `-sum_i q_i log p_i`, gradient `(sum q) p - q`, invariant to a
   common shift of the logits) or 'paper' (eq. 8 literally, gradient `p - q`; see
   `tff_conflict.losses.CalibratedLabelLoss`); `clip_norm` as every builder (the authors' code
-  clips every method at 5.0).
+  clips every method at 5.0); `**options`: any further hyperparameter of its loss
+  (`hparams.METHODS['fedga']`).
   """
-  return process_lib.build_process(
-      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss='calibrated',
-      loss_kwargs=dict(counts=counts, form=form), aggregator='mean',
+  return _method_process(
+      'fedga', model_fn, dict(options, counts=counts, form=form), input_spec=input_spec,
+      client_optimizer_fn=client_optimizer_fn, server_optimizer_fn=server_optimizer_fn,
       client_weighting=client_weighting, metrics=metrics, proximal_strength=proximal_strength,
       clip_norm=clip_norm)
 
@@ -254,7 +268,8 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
                 first_round_plain_mean: bool = hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN.default,
                 revision: str = hparams.PRINCIPAL_REVISION.default,
                 proximal_strength: float = 0.0,
-                clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default) -> Process:
+                clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default,
+                **options: Any) -> Process:
   """FedLD ("Tackling Data Heterogeneity in Federated Learning via Loss Decomposition";
   docs/methods.md, FedLD): margin control + principal-gradient aggregation. Needs a Keras model
   (it replaces the loss); the principal-gradient server alone, with any model, is
@@ -274,20 +289,20 @@ def build_fedld(model_fn: models_lib.ModelArg, *,
   `pcgrad_svd`) or 'model' (the paper's one matrix of whole-model updates);
   `first_round_plain_mean`, default False, True aggregates the first round with the plain mean
   as the authors' code; `revision` 'eigenvalue_share' (default, eq. 7) or 'projection' (the
-  plain projection on the kept directions, a diagnosis); `clip_norm` as every builder. The authors' uniform final mean is
-  `client_weighting='uniform'`. The paper trains with SGD, lr 0.01 (Retina) / 0.005 (COVID-FL),
-  batch 50, 1 local epoch.
+  plain projection on the kept directions, a diagnosis); `clip_norm` as every builder;
+  `**options`: any further hyperparameter of its loss or aggregator (`hparams.METHODS['fedld']`).
+  The authors' uniform final mean is `client_weighting='uniform'`. The paper trains with SGD,
+  lr 0.01 (Retina) / 0.005 (COVID-FL), batch 50, 1 local epoch.
   """
-  return process_lib.build_process(
-      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss='margin',
-      loss_kwargs=dict(margin_weight=margin_weight, margin_form=margin_form),
-      aggregator='principal',
-      aggregator_kwargs=dict(component_ratio=component_ratio, preserve_norms=preserve_norms,
-                             granularity=granularity,
-                             first_round_plain_mean=first_round_plain_mean, revision=revision),
-      client_weighting=client_weighting, metrics=metrics, proximal_strength=proximal_strength,
-      clip_norm=clip_norm)
+  return _method_process(
+      'fedld', model_fn,
+      dict(options, margin_weight=margin_weight, margin_form=margin_form,
+           component_ratio=component_ratio, preserve_norms=preserve_norms,
+           granularity=granularity, first_round_plain_mean=first_round_plain_mean,
+           revision=revision),
+      input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn, client_weighting=client_weighting,
+      metrics=metrics, proximal_strength=proximal_strength, clip_norm=clip_norm)
 
 
 def build_fed_corrective(model_fn: models_lib.ModelArg, *,
@@ -297,8 +312,8 @@ def build_fed_corrective(model_fn: models_lib.ModelArg, *,
                          metrics: models_lib.MetricsArg = None,
                          alpha: float = hparams.CORRECTIVE_ALPHA.default,
                          proximal_strength: float = 0.0,
-                         clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default
-                         ) -> Process:
+                         clip_norm: Optional[float] = hparams.CLIENT_CLIP_NORM.default,
+                         **options: Any) -> Process:
   """Corrective gradient weights ("A Novel Approach for Improving Generalization in Federated
   Learning Through Corrective Gradient Weights", eqs. 3-8, 13, 24-29; docs/methods.md,
   corrective gradient weights). Any model (docs/design.md, "Models and client work").
@@ -311,13 +326,13 @@ def build_fed_corrective(model_fn: models_lib.ModelArg, *,
 
   Hyperparameters: `alpha` in [0, 1] (eq. 12), default 0.1 (`hparams.CORRECTIVE_ALPHA`);
   alpha = 0 is exactly FedAvg (paper Sec. 4).
-  `client_weighting` must be 'num_examples' (the default).
+  `client_weighting` must be 'num_examples' (the default). `**options`: any further
+  hyperparameter of its aggregator (`hparams.METHODS['fed_corrective']`).
   """
-  return process_lib.build_process(
-      model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator='corrective',
-      aggregator_kwargs=dict(alpha=alpha), client_weighting=client_weighting, metrics=metrics,
-      proximal_strength=proximal_strength,
+  return _method_process(
+      'fed_corrective', model_fn, dict(options, alpha=alpha), input_spec=input_spec,
+      client_optimizer_fn=client_optimizer_fn, server_optimizer_fn=server_optimizer_fn,
+      client_weighting=client_weighting, metrics=metrics, proximal_strength=proximal_strength,
       clip_norm=clip_norm)
 
 

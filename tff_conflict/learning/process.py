@@ -234,7 +234,7 @@ def build_process(model_fn: models_lib.ModelArg, *,
   if model.kind != models_lib.KERAS:
     if loss is not None or loss_kwargs:
       name = loss if isinstance(loss, str) else type(loss).__name__
-      method = registry.LOSS_METHODS.get(name)
+      method = registry.LOSSES[name].method if name in registry.LOSSES else None
       raise ValueError(
           f'loss {name!r}{f" ({method})" if method else ""} replaces the model\'s loss and needs '
           f'a Keras model (model_fn returning a tf.keras.Model), got {model.description}, '

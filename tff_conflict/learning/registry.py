@@ -1,16 +1,61 @@
 """Name registries: `LOSSES[name](**kwargs)` -> a Keras loss, `AGGREGATORS[name](**kwargs)` -> a
-weighted aggregation factory, with the keyword arguments, defaults and checks of
-`tff_conflict.hparams`.
-"""
+weighted aggregation factory, each entry a class with the keywords and defaults of
+`tff_conflict.hparams`."""
 
-from typing import Optional
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any, Generic, Optional, TypeVar
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_conflict import aggregators
-from tff_conflict import hparams
+from tff_conflict import hparams as hparams_lib
 from tff_conflict import losses
+
+T = TypeVar('T')
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry(Generic[T]):
+  """A registry entry: `entry(**kwargs)` is `make(**kwargs)` with each hyperparameter of
+  `hparams` at its default unless given; `TypeError` on a keyword it does not take.
+
+  Attributes:
+    kind: 'loss' or 'aggregator' (for messages).
+    name: its name in the registry.
+    make: the class (or function) it builds; it checks the values.
+    hparams: the method hyperparameters it takes (`tff_conflict.hparams`).
+    settings: further keywords of `make` it passes on when given (not method hyperparameters).
+  """
+  kind: str
+  name: str
+  make: Callable[..., T]
+  hparams: tuple[hparams_lib.Hparam, ...]
+  settings: tuple[str, ...] = ()
+
+  @property
+  def keywords(self) -> tuple[str, ...]:
+    return tuple(h.keyword for h in self.hparams) + self.settings
+
+  @property
+  def method(self) -> Optional[str]:
+    """The method whose hyperparameters it takes ('FedMGC'), or None."""
+    return self.hparams[0].method if self.hparams else None
+
+  @property
+  def __signature__(self) -> inspect.Signature:
+    """Its keywords and their defaults, for `inspect.signature` and `help`."""
+    return inspect.Signature(
+        [inspect.Parameter(h.keyword, inspect.Parameter.KEYWORD_ONLY, default=h.default)
+         for h in self.hparams]
+        + [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None)
+           for k in self.settings])
+
+  def __call__(self, **kwargs: Any) -> T:
+    hparams_lib.check_keywords(f'{self.kind} {self.name!r}', kwargs, self.keywords)
+    return self.make(**dict({h.keyword: h.default for h in self.hparams}, **kwargs))
 
 
 def cross_entropy_loss() -> tf.keras.losses.Loss:
@@ -18,116 +63,33 @@ def cross_entropy_loss() -> tf.keras.losses.Loss:
   return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def focal_loss(gamma: float = hparams.FOCAL_GAMMA.default,
-               beta: float = hparams.FOCAL_BETA.default) -> tf.keras.losses.Loss:
-  """FedMGC's focal loss `-beta (1 - p_t)^gamma log p_t`: `tff_conflict.losses.FocalLoss`.
-
-  `hparams.FOCAL_GAMMA` (default 0.5, >= 0), `hparams.FOCAL_BETA` (default 1.0, > 0).
-  """
-  return losses.FocalLoss(gamma=gamma, beta=beta)
-
-
-def margin_loss(margin_weight: float = hparams.MARGIN_WEIGHT.default,
-                margin_form: str = hparams.MARGIN_FORM.default) -> tf.keras.losses.Loss:
-  """FedLD's margin-control loss `CE + lambda log(1 + |z|^2)`: `losses.MarginControlLoss`.
-
-  `hparams.MARGIN_WEIGHT` (default 0.01, >= 0); `hparams.MARGIN_FORM`: "logits" (default, eq. 3)
-  or "batch_probabilities" (the authors' code).
-  """
-  return losses.MarginControlLoss(margin_weight=margin_weight, margin_form=margin_form)
-
-
-def calibrated_loss(counts: str = hparams.CALIBRATION_COUNTS.default,
-                    form: str = hparams.CALIBRATION_FORM.default) -> tf.keras.losses.Loss:
-  """FedGA's calibrated-label loss: `tff_conflict.losses.CalibratedLabelLoss`.
-
-  `hparams.CALIBRATION_COUNTS`: "batch" (default) counts the classes of each mini-batch;
-  "dataset" those of the client's whole local dataset, counted by the client work in one extra
-  pass before training. `hparams.CALIBRATION_FORM`: "soft_target" (default, the authors' code,
-  gradient `(sum q) p - q`) or "paper" (eq. 8, gradient `p - q`).
-  """
-  return losses.CalibratedLabelLoss(counts=counts, form=form)
-
-
-LOSSES = {
+_LOSS_CLASSES: dict[str, Callable[..., tf.keras.losses.Loss]] = {
     'ce': cross_entropy_loss,
-    'focal': focal_loss,
-    'margin': margin_loss,
-    'calibrated': calibrated_loss,
+    'focal': losses.FocalLoss,                   # FedMGC, eq. 10
+    'margin': losses.MarginControlLoss,          # FedLD, eq. 3
+    'calibrated': losses.CalibratedLabelLoss,    # FedGA, eq. 8
 }
 
-# The method whose client loss each entry of LOSSES is (for error messages).
-LOSS_METHODS = {'focal': 'FedMGC', 'margin': 'FedLD', 'calibrated': 'FedGA'}
+# name -> the Keras loss of `hparams.LOSS_HPARAMS[name]`.
+LOSSES: dict[str, Entry[tf.keras.losses.Loss]] = {
+    name: Entry('loss', name, _LOSS_CLASSES[name], table)
+    for name, table in hparams_lib.LOSS_HPARAMS.items()}
 
-
-def mean_aggregator() -> tff.aggregators.WeightedAggregationFactory:
-  """FedAvg's weighted mean, `tff.aggregators.MeanFactory()`."""
-  return tff.aggregators.MeanFactory()
-
-
-def measured_mean_aggregator(max_gather_bytes: Optional[int] = None
-                             ) -> tff.aggregators.WeightedAggregationFactory:
-  """FedAvg's weighted mean with the conflict diagnostics: `aggregators.MeasuredMeanFactory`
-  (the same aggregate as 'mean', gathered at the server to measure it)."""
-  return aggregators.MeasuredMeanFactory(max_gather_bytes=max_gather_bytes)
-
-
-def fedgh_aggregator(order: str = hparams.FEDGH_ORDER.default,
-                     seed: Optional[int] = hparams.FEDGH_SEED.default,
-                     max_gather_bytes: Optional[int] = None
-                     ) -> tff.aggregators.WeightedAggregationFactory:
-  """FedGH gradient harmonization: `tff_conflict.aggregators.GradientHarmonizationFactory`."""
-  return aggregators.GradientHarmonizationFactory(order=order, seed=seed,
-                                                  max_gather_bytes=max_gather_bytes)
-
-
-def dgc_aggregator(selection_ratio: float = hparams.DGC_SELECTION_RATIO.default,
-                   weights_are_losses: bool = hparams.DGC_WEIGHTS_ARE_LOSSES.default,
-                   max_gather_bytes: Optional[int] = None
-                   ) -> tff.aggregators.WeightedAggregationFactory:
-  """FedMGC dominant gradient correction: `aggregators.DominantGradientCorrectionFactory`.
-
-  With `weights_are_losses=True` (default, the method as published) `build_process` sends each
-  client's mean training loss as its weight; False treats every loss as equal.
-  """
-  return aggregators.DominantGradientCorrectionFactory(
-      selection_ratio=selection_ratio, weights_are_losses=weights_are_losses,
-      max_gather_bytes=max_gather_bytes)
-
-
-def principal_aggregator(component_ratio: float = hparams.PRINCIPAL_COMPONENT_RATIO.default,
-                         max_gather_bytes: Optional[int] = None,
-                         preserve_norms: bool = hparams.PRINCIPAL_PRESERVE_NORMS.default,
-                         granularity: str = hparams.PRINCIPAL_GRANULARITY.default,
-                         first_round_plain_mean: bool = (
-                             hparams.PRINCIPAL_FIRST_ROUND_PLAIN_MEAN.default),
-                         revision: str = hparams.PRINCIPAL_REVISION.default
-                         ) -> tff.aggregators.WeightedAggregationFactory:
-  """FedLD principal-gradient aggregation: `aggregators.PrincipalGradientFactory` (per model
-  tensor by default, `granularity="model"` for the paper's one matrix)."""
-  return aggregators.PrincipalGradientFactory(component_ratio=component_ratio,
-                                              max_gather_bytes=max_gather_bytes,
-                                              preserve_norms=preserve_norms,
-                                              granularity=granularity,
-                                              first_round_plain_mean=first_round_plain_mean,
-                                              revision=revision)
-
-
-def corrective_aggregator(alpha: float = hparams.CORRECTIVE_ALPHA.default,
-                          max_gather_bytes: Optional[int] = None
-                          ) -> tff.aggregators.WeightedAggregationFactory:
-  """Corrective gradient weights: `aggregators.CorrectiveGradientFactory` (alpha in [0, 1])."""
-  return aggregators.CorrectiveGradientFactory(alpha=alpha, max_gather_bytes=max_gather_bytes)
-
-
-AGGREGATORS = {
-    'mean': mean_aggregator,
-    'measured_mean': measured_mean_aggregator,
-    'fedgh': fedgh_aggregator,
-    'dgc': dgc_aggregator,
-    'principal': principal_aggregator,
-    'corrective': corrective_aggregator,
+_AGGREGATOR_CLASSES: dict[str, Callable[..., tff.aggregators.WeightedAggregationFactory]] = {
+    'mean': tff.aggregators.MeanFactory,                           # FedAvg
+    'measured_mean': aggregators.MeasuredMeanFactory,              # FedAvg, measured
+    'fedgh': aggregators.GradientHarmonizationFactory,             # FedGH
+    'dgc': aggregators.DominantGradientCorrectionFactory,          # FedMGC
+    'principal': aggregators.PrincipalGradientFactory,             # FedLD
+    'corrective': aggregators.CorrectiveGradientFactory,           # corrective weights
 }
+
+# name -> the weighted aggregation factory of `hparams.AGGREGATOR_HPARAMS[name]`; the factories
+# of the package also take `max_gather_bytes` (the memory limit of their gather).
+AGGREGATORS: dict[str, Entry[tff.aggregators.WeightedAggregationFactory]] = {
+    name: Entry('aggregator', name, _AGGREGATOR_CLASSES[name], table,
+                settings=() if name == 'mean' else ('max_gather_bytes',))
+    for name, table in hparams_lib.AGGREGATOR_HPARAMS.items()}
 
 
 def is_corrective_factory(factory) -> bool:
