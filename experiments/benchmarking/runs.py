@@ -356,13 +356,17 @@ def _json_default(value):
 
 
 def _builder_defaults(algorithm: Any) -> dict[str, Any]:
-  """The keyword defaults of `algorithm`'s builder (`build_process` for 'custom'), as JSON."""
+  """The keyword defaults of `algorithm`'s builder (`build_process` for 'custom'), its spec's
+  options included (`tff_conflict.hparams.ALGORITHM_HPARAMS`), as JSON."""
   import inspect  # pylint: disable=g-import-not-at-top
+  from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   builder = learning.ALGORITHMS.get(algorithm, learning.build_process)
-  return {name: json.loads(json.dumps(p.default, default=_json_default))
-          for name, p in inspect.signature(builder).parameters.items()
-          if p.kind == p.KEYWORD_ONLY and p.default is not inspect.Parameter.empty}
+  defaults = {h.keyword: h.default for h in hparams.ALGORITHM_HPARAMS.get(algorithm, ())}
+  defaults.update((name, p.default) for name, p in inspect.signature(builder).parameters.items()
+                  if p.kind == p.KEYWORD_ONLY and p.default is not inspect.Parameter.empty)
+  return {name: json.loads(json.dumps(value, default=_json_default))
+          for name, value in defaults.items()}
 
 
 def identity(settings: Mapping[str, Any]) -> dict[str, Any]:

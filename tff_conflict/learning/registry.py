@@ -1,5 +1,5 @@
 """Name registries: `LOSSES[name](**kwargs)` -> a Keras loss, `AGGREGATORS[name](**kwargs)` -> a
-weighted aggregation factory, each entry a class with the keywords and defaults of
+weighted aggregation factory; each entry is its class bound to the keywords and defaults of
 `tff_conflict.hparams`."""
 
 import dataclasses

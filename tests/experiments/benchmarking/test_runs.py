@@ -144,6 +144,19 @@ def test_a_run_stays_finished_when_an_option_is_added_at_its_default():
   assert not runs.same_spec(recorded, _spec(client_momentum=0.9))
 
 
+def test_a_spec_option_the_builder_takes_through_options_is_filled_in_too(monkeypatch):
+  from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
+  smoothing = hparams.Hparam('FedGA', 'calibrated-label loss', 'smoothing', None, 0.0,
+                             hparams.UNIT_INTERVAL, 'a later option', 'a test')
+  monkeypatch.setitem(hparams.ALGORITHM_HPARAMS, 'fedga',
+                      hparams.ALGORITHM_HPARAMS['fedga'] + (smoothing,))
+  recorded = _spec().to_dict()
+  assert runs.same_spec(recorded, _spec(kwargs=(('counts', 'dataset'), ('smoothing', 0.0))))
+  assert runs.spec_differences(recorded, _spec(kwargs=(('counts', 'dataset'),
+                                                       ('smoothing', 0.1)))) == [
+      'kwargs.smoothing: 0.0 -> 0.1']
+
+
 def test_run_row_puts_the_spec_first():
   row = runs.run_row(_spec(), {'final_accuracy': 0.9})
   assert list(row)[:3] == ['regime', 'dataset', 'method']
