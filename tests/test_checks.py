@@ -1,13 +1,21 @@
-"""`tff_conflict._checks`: one argument order `(name, value)`, normalized results, and an error
-naming the argument and the value for everything outside the range."""
+"""`tff_conflict._checks`: one argument order `(name, value)`, normalized results, and one error,
+`tff_conflict.ArgumentError`, naming the argument and the value (also from builders, losses, kernels
+and aggregators, eagerly and inside `tf.function`)."""
 
 import math
 import re
 
 import numpy as np
 import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
 
+import tff_conflict
 from tff_conflict import _checks
+from tff_conflict import aggregators
+from tff_conflict import conflict
+from tff_conflict import learning
+from tff_conflict import losses
 
 
 @pytest.mark.parametrize('check,good,bad,wording', [
@@ -60,3 +68,58 @@ def test_choice_and_bool():
   for bad in (0, 1, 'True', None):
     with pytest.raises(ValueError, match=f'flag must be a Python bool, got {bad!r}'):
       _checks.check_bool('flag', bad)
+
+
+def _raised(call):
+  with pytest.raises(tff_conflict.ArgumentError) as info:
+    call()
+  return info.value
+
+
+def test_the_error_carries_the_argument_and_the_value():
+  error = _raised(lambda: _checks.check_ratio('selection_ratio', 1.5))
+  assert (error.argument, error.value) == ('selection_ratio', 1.5)
+  assert isinstance(error, ValueError) and not isinstance(error, TypeError)
+  assert str(error) == 'selection_ratio must be a number in (0, 1], got 1.5'
+  wrong_type = tff_conflict.ArgumentTypeError.must_be('inner', 3, 'a factory')
+  assert isinstance(wrong_type, tff_conflict.ArgumentError) and isinstance(wrong_type, TypeError)
+  assert (wrong_type.argument, wrong_type.value, str(wrong_type)) == (
+      'inner', 3, 'inner must be a factory, got 3')
+
+
+def test_builders_losses_kernels_and_aggregators_raise_it(tiny_keras_model_fn):
+  spec = (tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None], tf.int32))
+  sgd = lambda: tff.learning.optimizers.build_sgdm(learning_rate=0.1)
+  cases = [
+      (lambda: learning.build_fedprox(tiny_keras_model_fn, input_spec=spec,
+                                      client_optimizer_fn=sgd, proximal_strength=-1.0),
+       'proximal_strength', -1.0),
+      (lambda: learning.build_fedavg(tiny_keras_model_fn, input_spec=spec,
+                                     client_optimizer_fn=sgd, clip_norm=0.0), 'clip_norm', 0.0),
+      (lambda: losses.FocalLoss(gamma=float('nan')), 'gamma', None),
+      (lambda: conflict.harmonize(np.ones([3, 4], np.int32), np.ones(3)), 'updates', None),
+      (lambda: conflict.harmonize(np.ones([3, 4]), np.ones(3), seed=True), 'seed', True),
+      (lambda: aggregators.DominantGradientCorrectionFactory(selection_ratio=0.0,
+                                                             weights_are_losses=True),
+       'selection_ratio', 0.0),
+  ]
+  for call, argument, value in cases:
+    error = _raised(call)
+    assert error.argument == argument and error.argument in str(error), str(error)
+    if value is not None:
+      assert error.value == value and repr(value) in str(error), str(error)
+  error = _raised(lambda: learning.build_fedavg(tiny_keras_model_fn, input_spec=spec,
+                                                client_optimizer_fn=object()))
+  assert error.argument == 'client_optimizer_fn' and 'object object' in str(error)
+  # A value only a trace sees: the same error, not TF's StagingError, with its attributes.
+  focal = losses.FocalLoss()
+  error = _raised(tf.function(lambda: focal(tf.zeros([2, 3], tf.int32), tf.zeros([2, 3]))))
+  assert error.argument == 'labels' and 'got shape (2, 3)' in str(error)
+  error = _raised(lambda: tf.function(
+      lambda u: conflict.principal_aggregate(u, tf.ones(3), tensor_sizes=(2, 0)))(tf.ones([3, 2])))
+  assert (error.argument, error.value) == ('tensor_sizes', 0)
+  # A wrong type is also a TypeError (TFF's factories raise TypeError for an unusable type).
+  factory = aggregators.DominantGradientCorrectionFactory(weights_are_losses=True)
+  with pytest.raises(tff_conflict.ArgumentTypeError) as info:
+    factory.create(tff.TensorType(np.int32, [3]), tff.TensorType(np.float32))
+  assert isinstance(info.value, TypeError) and info.value.argument == 'value_type'

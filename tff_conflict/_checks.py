@@ -1,5 +1,6 @@
-"""Argument checks of Python scalars: each returns the value normalized or raises `ValueError`
-naming the argument and the value (booleans are never numbers)."""
+"""The library's one error of bad arguments, `ArgumentError` (naming the argument and the value),
+and the checks of Python scalars: each returns the value normalized or raises it (booleans are
+never numbers)."""
 
 import math
 import numbers
@@ -10,6 +11,30 @@ import numpy as np
 
 INT64_MIN = -2**63
 INT64_MAX = 2**63 - 1
+
+
+class ArgumentError(ValueError):
+  """A bad argument value, raised before any work starts; its message names both.
+
+  Attributes:
+    argument: the argument's name (a flag's in the experiment binaries), or None.
+    value: the value refused.
+  """
+  # TF's AutoGraph re-raises an error from converted code as it is (a StagingError otherwise).
+  ag_pass_through = True
+
+  def __init__(self, message: str, *, argument: Optional[str] = None, value: Any = None):
+    super().__init__(message)
+    self.argument, self.value = argument, value
+
+  @classmethod
+  def must_be(cls, argument: str, value: Any, requirement: str) -> 'ArgumentError':
+    """The error '<argument> must be <requirement>, got <value!r>'."""
+    return cls(f'{argument} must be {requirement}, got {value!r}', argument=argument, value=value)
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+  """An `ArgumentError` whose value has the wrong type (also a `TypeError`)."""
 
 
 def _is_real(value: Any) -> bool:
@@ -23,35 +48,35 @@ def _is_int(value: Any) -> bool:
 def check_finite(name: str, value: Any) -> float:
   """A finite real number."""
   if not _is_real(value) or not math.isfinite(value):
-    raise ValueError(f'{name} must be a finite number, got {value!r}')
+    raise ArgumentError.must_be(name, value, 'a finite number')
   return float(value)
 
 
 def check_nonnegative(name: str, value: Any) -> float:
   """A finite real number >= 0."""
   if not _is_real(value) or not math.isfinite(value) or value < 0:
-    raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
+    raise ArgumentError.must_be(name, value, 'a finite number >= 0')
   return float(value)
 
 
 def check_positive(name: str, value: Any) -> float:
   """A finite real number > 0."""
   if not _is_real(value) or not math.isfinite(value) or value <= 0:
-    raise ValueError(f'{name} must be a finite number > 0, got {value!r}')
+    raise ArgumentError.must_be(name, value, 'a finite number > 0')
   return float(value)
 
 
 def check_ratio(name: str, value: Any) -> float:
   """A real number in (0, 1] (a fraction of the clients that must select at least one)."""
   if not _is_real(value) or not 0.0 < value <= 1.0:  # NaN fails the comparison.
-    raise ValueError(f'{name} must be a number in (0, 1], got {value!r}')
+    raise ArgumentError.must_be(name, value, 'a number in (0, 1]')
   return float(value)
 
 
 def check_unit_interval(name: str, value: Any) -> float:
   """A real number in [0, 1]."""
   if not _is_real(value) or not 0.0 <= value <= 1.0:
-    raise ValueError(f'{name} must be a number in [0, 1], got {value!r}')
+    raise ArgumentError.must_be(name, value, 'a number in [0, 1]')
   return float(value)
 
 
@@ -60,7 +85,7 @@ def check_optional_positive(name: str, value: Any) -> Optional[float]:
   if value is None:
     return None
   if not _is_real(value) or not math.isfinite(value) or value <= 0:
-    raise ValueError(f'{name} must be None or a finite number > 0, got {value!r}')
+    raise ArgumentError.must_be(name, value, 'None or a finite number > 0')
   return float(value)
 
 
@@ -68,7 +93,7 @@ def check_int(name: str, value: Any, *, minimum: Optional[int] = None) -> int:
   """An integer, >= `minimum` when one is given."""
   if not _is_int(value) or (minimum is not None and value < minimum):
     bound = '' if minimum is None else f' >= {minimum}'
-    raise ValueError(f'{name} must be an integer{bound}, got {value!r}')
+    raise ArgumentError.must_be(name, value, f'an integer{bound}')
   return int(value)
 
 
@@ -78,26 +103,26 @@ def check_optional_int(name: str, value: Any, *, minimum: Optional[int] = None) 
     return None
   if not _is_int(value) or (minimum is not None and value < minimum):
     bound = '' if minimum is None else f' >= {minimum}'
-    raise ValueError(f'{name} must be None or an integer{bound}, got {value!r}')
+    raise ArgumentError.must_be(name, value, f'None or an integer{bound}')
   return int(value)
 
 
 def check_seed(name: str, value: Any) -> Optional[int]:
   """None (draw one at random) or an integer that fits in int64 (a TensorFlow seed)."""
   if value is not None and (not _is_int(value) or not INT64_MIN <= value <= INT64_MAX):
-    raise ValueError(f'{name} must be None or an integer in [-2**63, 2**63), got {value!r}')
+    raise ArgumentError.must_be(name, value, 'None or an integer in [-2**63, 2**63)')
   return None if value is None else int(value)
 
 
 def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
   """One of the strings `choices`."""
   if not isinstance(value, str) or value not in choices:
-    raise ValueError(f'{name} must be one of {", ".join(map(repr, choices))}, got {value!r}')
+    raise ArgumentError.must_be(name, value, f'one of {", ".join(map(repr, choices))}')
   return value
 
 
 def check_bool(name: str, value: Any) -> bool:
   """A Python (or NumPy) bool; 0 and 1 are refused."""
   if not isinstance(value, (bool, np.bool_)):
-    raise ValueError(f'{name} must be a Python bool, got {value!r}')
+    raise ArgumentError.must_be(name, value, 'a Python bool')
   return bool(value)

@@ -129,9 +129,7 @@ def confusion_by_cooccurrence(confusion, cooccurrence, *,
   if cooccurrence.shape != confusion.shape:
     raise ValueError(f'cooccurrence must have the shape of confusion {confusion.shape}, got '
                      f'{cooccurrence.shape}')
-  if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) or \
-      not np.isfinite(threshold):
-    raise ValueError(f'threshold must be a finite number, got {threshold!r}')
+  _checks.check_finite('threshold', threshold)
   support = confusion.sum(axis=1)
   off_diagonal = ~np.eye(confusion.shape[0], dtype=bool)
   valid = off_diagonal & (support[:, np.newaxis] > 0) & np.isfinite(cooccurrence)

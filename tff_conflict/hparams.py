@@ -69,7 +69,7 @@ class Hparam:
     return f'a {self.kind}'
 
   def check(self, value: Any, name: Optional[str] = None) -> Any:
-    """`value`, normalized (float, bool, str or int); `ValueError` naming `name` otherwise.
+    """`value`, normalized (float, bool, str or int); `ArgumentError` naming `name` otherwise.
 
     Args:
       value: the value to check.

@@ -9,23 +9,30 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict._checks import ArgumentTypeError
+
 
 def check_value_type(value_type, name: str = 'value_type') -> None:
-  """Raises `TypeError` unless `value_type` is a non-empty structure of fully defined float tensors.
+  """Raises `ArgumentTypeError` (a `TypeError`) unless `value_type` is a non-empty structure of
+  fully defined float tensors.
 
   TFF's own factories raise `TypeError` for an unusable type (`MeanFactory.create`); so does this.
   """
   if not isinstance(value_type, (tff.TensorType, tff.StructType)):
-    raise TypeError(f'{name} must be a tff.TensorType or tff.StructType of float tensors, '
-                    f'got {value_type!r}')
+    raise ArgumentTypeError(argument=name, value=value_type, message=(
+        f'{name} must be a tff.TensorType or tff.StructType of float tensors, '
+        f'got {value_type!r}'))
   leaves = leaf_types(value_type)
   if not leaves:
-    raise TypeError(f'{name} must contain at least one float tensor, got {value_type}')
+    raise ArgumentTypeError(argument=name, value=value_type, message=(
+        f'{name} must contain at least one float tensor, got {value_type}'))
   for leaf in leaves:
     if not np.issubdtype(leaf.dtype, np.floating):
-      raise TypeError(f'{name} must contain only float tensors, got {value_type}')
+      raise ArgumentTypeError(argument=name, value=value_type, message=(
+          f'{name} must contain only float tensors, got {value_type}'))
     if leaf.shape is None or any(dim is None for dim in leaf.shape):
-      raise TypeError(f'{name} must contain only tensors of fully defined shape, got {value_type}')
+      raise ArgumentTypeError(argument=name, value=value_type, message=(
+          f'{name} must contain only tensors of fully defined shape, got {value_type}'))
 
 
 def leaf_types(value_type) -> list:

@@ -8,16 +8,18 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict._checks import ArgumentTypeError
 from tff_conflict.aggregators import _flatten as flatten
 from tff_conflict.aggregators import _gather as gather
 
 
 def check_weight_type(weight_type, name: str = 'weight_type') -> None:
-  """Raises `TypeError` unless `weight_type` is a real scalar tensor type."""
+  """Raises `ArgumentTypeError` (a `TypeError`) unless `weight_type` is a real scalar tensor
+  type."""
   if (not isinstance(weight_type, tff.TensorType) or tuple(weight_type.shape) != ()
       or not (np.issubdtype(weight_type.dtype, np.floating)
               or np.issubdtype(weight_type.dtype, np.integer))):
-    raise TypeError(f'{name} must be a scalar float or integer tff.TensorType, got {weight_type!r}')
+    raise ArgumentTypeError.must_be(name, weight_type, 'a scalar float or integer tff.TensorType')
 
 
 def empty_safe(stacks, first_field: str):

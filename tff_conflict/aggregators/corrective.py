@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_conflict import hparams
+from tff_conflict._checks import ArgumentTypeError
 from tff_conflict.aggregators import _process
 from tff_conflict.aggregators import _flatten as flatten
 from tff_conflict.aggregators import _gather as gather
@@ -21,21 +22,22 @@ def _field(value, name):
 
 
 def check_corrective_value_type(value_type) -> None:
-  """TypeError unless `value_type` is `<update=S, gradient=S, loss=float scalar>` (this order)."""
+  """`ArgumentTypeError` (a `TypeError`) unless `value_type` is `<update=S, gradient=S,
+  loss=float scalar>` (this order)."""
   message = ('value_type must be <update=S, gradient=S, loss=float32> (in this order) with S a '
              f'structure of float tensors, got {value_type}')
   if not isinstance(value_type, tff.StructType):
-    raise TypeError(message)
+    raise ArgumentTypeError(argument='value_type', value=value_type, message=message)
   names = tuple(tff.structure.name_list_with_nones(value_type))
   if names != FIELDS:
-    raise TypeError(message)
+    raise ArgumentTypeError(argument='value_type', value=value_type, message=message)
   flatten.check_value_type(value_type.update, 'value_type.update')
   if not value_type.gradient.is_equivalent_to(value_type.update):
-    raise TypeError(message)
+    raise ArgumentTypeError(argument='value_type', value=value_type, message=message)
   loss = value_type.loss
   if (not isinstance(loss, tff.TensorType) or tuple(loss.shape) != ()
       or not np.issubdtype(loss.dtype, np.floating)):
-    raise TypeError(message)
+    raise ArgumentTypeError(argument='value_type', value=value_type, message=message)
 
 
 class CorrectiveGradientFactory(tff.aggregators.WeightedAggregationFactory):

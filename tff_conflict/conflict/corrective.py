@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from tff_conflict import _checks
 from tff_conflict import hparams
 from tff_conflict.conflict import _eager
 from tff_conflict.conflict import _validation
@@ -30,8 +31,9 @@ def _check_pair(updates, gradients):
   u, checks = _validation.stack(updates, 'updates')
   grads, more = _validation.stack(gradients, 'gradients')
   if u.dtype != grads.dtype:
-    raise ValueError('updates and gradients must have the same dtype, got '
-                     f'{u.dtype.name} and {grads.dtype.name}')
+    raise _checks.ArgumentError(argument='gradients', value=gradients, message=(
+        'updates and gradients must have the same dtype, got '
+        f'{u.dtype.name} and {grads.dtype.name}'))
   checks += more + _validation.same_shape(u, 'updates', grads, 'gradients')
   if checks:
     with tf.control_dependencies(checks):

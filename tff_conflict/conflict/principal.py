@@ -19,15 +19,16 @@ def _check_tensor_sizes(tensor_sizes, num_columns=None):
   try:
     sizes = tuple(tensor_sizes)
   except TypeError:
-    raise ValueError(f'tensor_sizes must be None or a sequence of integers >= 1, got '
-                     f'{tensor_sizes!r}') from None
+    raise _checks.ArgumentError.must_be('tensor_sizes', tensor_sizes,
+                                        'None or a sequence of integers >= 1') from None
   if not sizes:
-    raise ValueError('tensor_sizes must be None or a non-empty sequence of integers >= 1, got '
-                     f'{tensor_sizes!r}')
+    raise _checks.ArgumentError.must_be('tensor_sizes', tensor_sizes,
+                                        'None or a non-empty sequence of integers >= 1')
   sizes = tuple(_checks.check_int('tensor_sizes', n, minimum=1) for n in sizes)
   if num_columns is not None and sum(sizes) != num_columns:
-    raise ValueError(f'tensor_sizes must sum to the number of columns of updates, '
-                     f'{num_columns}, got {tensor_sizes!r} (sum {sum(sizes)})')
+    raise _checks.ArgumentError(argument='tensor_sizes', value=tensor_sizes, message=(
+        f'tensor_sizes must sum to the number of columns of updates, {num_columns}, got '
+        f'{tensor_sizes!r} (sum {sum(sizes)})'))
   return sizes
 
 

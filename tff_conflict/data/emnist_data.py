@@ -4,6 +4,8 @@ missing file fails at once, naming it; clients are read lazily (TFF's `SqlClient
 import collections
 import os
 
+from tff_conflict import _checks
+
 EMNIST_FILENAME = 'emnist_all.sqlite'
 EMNIST_URL = 'https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma'
 IMAGE_SHAPE = (28, 28, 1)
@@ -57,8 +59,7 @@ def emnist(*, only_digits=False, cache_dir=None):
     ValueError: `only_digits` is not a bool.
     FileNotFoundError: `<cache_dir>/emnist_all.sqlite` does not exist (nothing is downloaded).
   """
-  if not isinstance(only_digits, bool):
-    raise ValueError(f'only_digits must be True or False, got {only_digits!r}')
+  only_digits = _checks.check_bool('only_digits', only_digits)
   path = emnist_path(cache_dir)
   if not os.path.isfile(path):
     raise FileNotFoundError(

@@ -2,6 +2,8 @@
 
 import dataclasses
 
+from tff_conflict import _checks
+
 
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
@@ -37,6 +39,4 @@ def dataset_info(name: str) -> DatasetInfo:
   """The `DatasetInfo` of 'digits', 'synthetic', 'emnist', 'emnist_digits', 'mnist',
   'fashion_mnist', 'cifar10', 'cifar100', 'leaf_femnist' or 'leaf_celeba'; `ValueError` for any
   other name (LEAF Synthetic's is `data.leaf(...)[0].info`)."""
-  if name not in _INFOS:
-    raise ValueError(f'name must be one of {list(DATASET_NAMES)}, got {name!r}')
-  return _INFOS[name]
+  return _INFOS[_checks.check_choice('name', name, DATASET_NAMES)]

@@ -9,6 +9,8 @@ from typing import Optional, Protocol
 
 import numpy as np
 
+from tff_conflict import _checks
+
 CHUNK_BYTES = 1 << 23  # bytes read at a time (8 MiB)
 
 _WHITESPACE = re.compile(rb'[ \t\r\n]*')
@@ -258,8 +260,7 @@ def parse_file(path: str, sink: Sink, *, x_kind: str, row_length: Optional[int] 
   Raises:
     LeafFormatError: the file does not have LEAF's structure; names the file and the byte offset.
   """
-  if x_kind not in ('numeric', 'names'):
-    raise ValueError(f"x_kind must be 'numeric' or 'names', got {x_kind!r}")
+  _checks.check_choice('x_kind', x_kind, ('numeric', 'names'))
   with open(path, 'rb') as f:
     s = _Stream(f, os.fspath(path), chunk_bytes or CHUNK_BYTES)
     rows = _RowParser(s, row_length)

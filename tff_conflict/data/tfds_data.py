@@ -34,8 +34,7 @@ def load_arrays(name: str, data_dir=None):
     ValueError: unknown `name`.
     FileNotFoundError: the dataset is not prepared in `data_dir` (no download is tried).
   """
-  if name not in DATASETS:
-    raise ValueError(f'name must be one of {sorted(DATASETS)}, got {name!r}')
+  _checks.check_choice('name', name, sorted(DATASETS))
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   where = os.fspath(data_dir) if data_dir is not None else _default_data_dir(tfds)
   try:
@@ -91,8 +90,7 @@ def tfds_dirichlet(name, *, num_clients, alpha, seed=0, data_dir=None):
     ValueError: bad argument (named in the message).
     FileNotFoundError: the dataset is not prepared in `data_dir`.
   """
-  if name not in DATASETS:
-    raise ValueError(f'name must be one of {sorted(DATASETS)}, got {name!r}')
+  _checks.check_choice('name', name, sorted(DATASETS))
   num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
   alpha = _checks.check_positive('alpha', alpha)
   seed = _checks.check_int('seed', seed, minimum=0)

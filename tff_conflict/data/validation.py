@@ -14,7 +14,7 @@ _WHOLE = 2**62
 def _check_fraction(fraction) -> float:
   if (isinstance(fraction, bool) or not isinstance(fraction, numbers.Real)
       or not 0 < fraction < 1):
-    raise ValueError(f'fraction must be a number in (0, 1), got {fraction!r}')
+    raise _checks.ArgumentError.must_be('fraction', fraction, 'a number in (0, 1)')
   return float(fraction)
 
 

@@ -1,12 +1,13 @@
-"""Optimizer argument checks of the learning builders; each raises ValueError before anything is
-built, naming the argument and the value. (Scalar checks: `tff_conflict._checks`; model functions
-and input specs: `tff_conflict.learning.models`.)"""
+"""Optimizer argument checks of the learning builders: an `ArgumentError` before anything is built
+(scalar checks: `tff_conflict._checks`; model functions: `tff_conflict.learning.models`)."""
 
 import math
 from typing import Any
 
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from tff_conflict._checks import ArgumentError
 
 
 def resolve_optimizer(name: str, optimizer: Any) -> tff.learning.optimizers.Optimizer:
@@ -20,14 +21,15 @@ def resolve_optimizer(name: str, optimizer: Any) -> tff.learning.optimizers.Opti
       opt, tf.keras.optimizers.Optimizer):
     opt = opt()
   if not isinstance(opt, tff.learning.optimizers.Optimizer):
-    raise ValueError(f'{name} must be a tff.learning.optimizers.Optimizer (e.g. '
-                     f'tff.learning.optimizers.build_sgdm(learning_rate=0.1)) or a no-argument '
-                     f'callable returning one, got {optimizer!r}')
+    raise ArgumentError.must_be(name, optimizer, 'a tff.learning.optimizers.Optimizer (e.g. '
+                                'tff.learning.optimizers.build_sgdm(learning_rate=0.1)) or a '
+                                'no-argument callable returning one')
   hparams = opt.get_hparams(opt.initialize(tf.TensorSpec([], tf.float32)))
   if 'learning_rate' in hparams:
     lr = float(tf.get_static_value(hparams['learning_rate']))
     if not math.isfinite(lr) or lr <= 0:
-      raise ValueError(f'{name}: learning_rate must be a finite number > 0, got {lr!r}')
+      raise ArgumentError(argument=name, value=lr, message=(
+          f'{name}: learning_rate must be a finite number > 0, got {lr!r}'))
   return opt
 
 

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tff_conflict import _checks
 from tff_conflict.learning import scaffold
 
 _FIELDS = ('controls', 'participated', 'version')
@@ -54,8 +55,7 @@ class ClientControls:
       if cid in index:
         raise ValueError(f'client_ids must be distinct, got {cid!r} twice')
       index[cid] = i
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-      raise ValueError(f'size must be an integer >= 1, got {size!r}')
+    size = _checks.check_int('size', size, minimum=1)
     self._ids = ids
     self._index = index
     self._controls = np.zeros((len(ids), int(size)), np.dtype(dtype))

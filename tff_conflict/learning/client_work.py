@@ -36,9 +36,10 @@ def resolve_weighting(client_weighting: WeightingArg, default: str = 'num_exampl
       return mapping[client_weighting]
   elif isinstance(client_weighting, str) and client_weighting.lower() in WEIGHTINGS:
     return client_weighting.lower()
-  raise ValueError('client_weighting must be one of tff.learning.ClientWeighting.NUM_EXAMPLES, '
-                   f'tff.learning.ClientWeighting.UNIFORM or a name in {WEIGHTINGS}, got '
-                   f'{client_weighting!r}')
+  raise _checks.ArgumentError(argument='client_weighting', value=client_weighting, message=(
+      'client_weighting must be one of tff.learning.ClientWeighting.NUM_EXAMPLES, '
+      f'tff.learning.ClientWeighting.UNIFORM or a name in {WEIGHTINGS}, got '
+      f'{client_weighting!r}'))
 
 
 def _num_examples(output, batch) -> tf.Tensor:

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict._checks import ArgumentTypeError
 from tff_conflict.learning import _validation
 
 
@@ -116,7 +117,8 @@ class NormalizedAveragingFactory(tff.aggregators.WeightedAggregationFactory):
 
   def __init__(self, inner: tff.aggregators.WeightedAggregationFactory):
     if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
-      raise TypeError(f'inner must be a tff.aggregators.WeightedAggregationFactory, got {inner!r}')
+      raise ArgumentTypeError.must_be('inner', inner,
+                                      'a tff.aggregators.WeightedAggregationFactory')
     self._inner = inner
 
   @property

@@ -24,8 +24,9 @@ def _call_with_kwargs(kind: str, name: str, fn: Callable[..., Any], kwargs: Mapp
   try:
     return fn(**kwargs)
   except TypeError as e:
-    raise ValueError(f'{kind} {name!r} does not accept the keyword arguments {dict(kwargs)!r}: '
-                     f'{e}') from e
+    raise _checks.ArgumentError(argument=f'{kind}_kwargs', value=dict(kwargs), message=(
+        f'{kind} {name!r} does not accept the keyword arguments {dict(kwargs)!r}: '
+        f'{e}')) from e
 
 
 def resolve_loss(loss: LossArg, loss_kwargs: Optional[Mapping[str, Any]] = None
@@ -39,28 +40,33 @@ def resolve_loss(loss: LossArg, loss_kwargs: Optional[Mapping[str, Any]] = None
   kwargs = dict(loss_kwargs or {})
   if isinstance(loss, str):
     if loss not in registry.LOSSES:
-      raise ValueError(f'loss must be one of {sorted(registry.LOSSES)} or a '
-                       f'tf.keras.losses.Loss, got {loss!r}')
+      raise _checks.ArgumentError(argument='loss', value=loss, message=(
+          f'loss must be one of {sorted(registry.LOSSES)} or a '
+          f'tf.keras.losses.Loss, got {loss!r}'))
     make = registry.LOSSES[loss]
     with tf.Graph().as_default():
       _call_with_kwargs('loss', loss, make, kwargs)
     return lambda: make(**kwargs)
   if isinstance(loss, tf.keras.losses.Loss):
     if kwargs:
-      raise ValueError(f'loss_kwargs must be empty when loss is an object, got {kwargs!r}')
+      raise _checks.ArgumentError(argument='loss_kwargs', value=kwargs, message=(
+          f'loss_kwargs must be empty when loss is an object, got {kwargs!r}'))
     cls, config = type(loss), loss.get_config()
     if config.get('from_logits') is False:
-      raise ValueError(f'loss {loss.name!r} ({cls.__name__}) has from_logits=False, so it reads '
-                       'the model\'s output as probabilities; the models here output logits '
-                       f'(a softmax output is refused): pass {cls.__name__}(from_logits=True)')
+      raise _checks.ArgumentError(argument='loss', value=loss, message=(
+          f'loss {loss.name!r} ({cls.__name__}) has from_logits=False, so it reads '
+          'the model\'s output as probabilities; the models here output logits '
+          f'(a softmax output is refused): pass {cls.__name__}(from_logits=True)'))
     if isinstance(loss, (tf.keras.losses.CategoricalCrossentropy,
                          tf.keras.losses.BinaryCrossentropy)):
-      raise ValueError(f'loss {loss.name!r} ({cls.__name__}) takes one-hot or binary labels; '
-                       'the labels here are sparse class indices: use '
-                       'tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)')
+      raise _checks.ArgumentError(argument='loss', value=loss, message=(
+          f'loss {loss.name!r} ({cls.__name__}) takes one-hot or binary labels; '
+          'the labels here are sparse class indices: use '
+          'tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)'))
     return lambda: cls.from_config(config)
-  raise ValueError(f'loss must be one of {sorted(registry.LOSSES)} or a tf.keras.losses.Loss, '
-                   f'got {loss!r}')
+  raise _checks.ArgumentError(argument='loss', value=loss, message=(
+      f'loss must be one of {sorted(registry.LOSSES)} or a tf.keras.losses.Loss, '
+      f'got {loss!r}'))
 
 
 def resolve_aggregator(aggregator: AggregatorArg,
@@ -73,18 +79,21 @@ def resolve_aggregator(aggregator: AggregatorArg,
   kwargs = dict(aggregator_kwargs or {})
   if isinstance(aggregator, str):
     if aggregator not in registry.AGGREGATORS:
-      raise ValueError(f'aggregator must be one of {sorted(registry.AGGREGATORS)} or a '
-                       f'tff.aggregators factory, got {aggregator!r}')
+      raise _checks.ArgumentError(argument='aggregator', value=aggregator, message=(
+          f'aggregator must be one of {sorted(registry.AGGREGATORS)} or a '
+          f'tff.aggregators factory, got {aggregator!r}'))
     return _call_with_kwargs('aggregator', aggregator, registry.AGGREGATORS[aggregator], kwargs)
   if kwargs:
-    raise ValueError(f'aggregator_kwargs must be empty when aggregator is an object, got '
-                     f'{kwargs!r}')
+    raise _checks.ArgumentError(argument='aggregator_kwargs', value=kwargs, message=(
+        f'aggregator_kwargs must be empty when aggregator is an object, got '
+        f'{kwargs!r}'))
   if isinstance(aggregator, tff.aggregators.WeightedAggregationFactory):
     return aggregator
   if isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
     return tff.aggregators.as_weighted_aggregator(aggregator)
-  raise ValueError(f'aggregator must be one of {sorted(registry.AGGREGATORS)} or a '
-                   f'tff.aggregators factory, got {aggregator!r}')
+  raise _checks.ArgumentError(argument='aggregator', value=aggregator, message=(
+      f'aggregator must be one of {sorted(registry.AGGREGATORS)} or a '
+      f'tff.aggregators factory, got {aggregator!r}'))
 
 
 def resolve_weighting_for(client_weighting: client_work_lib.WeightingArg, factory, *,
@@ -95,8 +104,9 @@ def resolve_weighting_for(client_weighting: client_work_lib.WeightingArg, factor
   weighting = client_work_lib.resolve_weighting(
       client_weighting, default='loss' if weights_are_losses else default)
   if weights_are_losses and weighting != 'loss':
-    raise ValueError('client_weighting must be "loss" for an aggregator with '
-                     f'weights_are_losses=True, got {client_weighting!r}')
+    raise _checks.ArgumentError(argument='client_weighting', value=client_weighting, message=(
+        'client_weighting must be "loss" for an aggregator with '
+        f'weights_are_losses=True, got {client_weighting!r}'))
   return weighting
 
 

@@ -2,6 +2,8 @@
 
 import tensorflow as tf
 
+from tff_conflict._checks import ArgumentError
+
 
 def prepare(labels, logits):
   """Converts to `(labels int32 [B], logits float [B, C])`.
@@ -11,16 +13,20 @@ def prepare(labels, logits):
   """
   logits = tf.convert_to_tensor(logits)
   if not logits.dtype.is_floating:
-    raise ValueError(f'logits must have a floating dtype, got {logits.dtype!r}')
+    raise ArgumentError(argument='logits', value=logits, message=(
+        f'logits must have a floating dtype, got {logits.dtype!r}'))
   if logits.shape.rank is not None and logits.shape.rank != 2:
-    raise ValueError(f'logits must have shape [batch, num_classes], got shape {logits.shape}')
+    raise ArgumentError(argument='logits', value=logits, message=(
+        f'logits must have shape [batch, num_classes], got shape {logits.shape}'))
   labels = tf.convert_to_tensor(labels)
   if labels.shape.rank == 2:
     if labels.shape[1] is not None and labels.shape[1] != 1:
-      raise ValueError(f'labels must have shape [batch] or [batch, 1], got shape {labels.shape}')
+      raise ArgumentError(argument='labels', value=labels, message=(
+          f'labels must have shape [batch] or [batch, 1], got shape {labels.shape}'))
     labels = tf.reshape(labels, [-1])
   elif labels.shape.rank is not None and labels.shape.rank != 1:
-    raise ValueError(f'labels must have shape [batch] or [batch, 1], got shape {labels.shape}')
+    raise ArgumentError(argument='labels', value=labels, message=(
+        f'labels must have shape [batch] or [batch, 1], got shape {labels.shape}'))
   labels = tf.cast(labels, tf.int32)
   return labels, logits
 

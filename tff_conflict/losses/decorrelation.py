@@ -6,6 +6,7 @@ of the classifier layer): the authors' form (default) or the paper's text's. doc
 import tensorflow as tf
 
 from tff_conflict import hparams
+from tff_conflict._checks import ArgumentError
 
 EPSILON = 1e-8  # the authors' eps inside sqrt(eps + var)
 
@@ -34,9 +35,11 @@ def decorrelation_loss(representations, *, form: str = hparams.FEDDECORR_FORM.de
   form = hparams.FEDDECORR_FORM.check(form)
   z = tf.convert_to_tensor(representations)
   if not z.dtype.is_floating:
-    raise ValueError(f'representations must be a float tensor, got dtype {z.dtype.name}')
+    raise ArgumentError(argument='representations', value=z, message=(
+        f'representations must be a float tensor, got dtype {z.dtype.name}'))
   if z.shape.rank is not None and z.shape.rank < 2:
-    raise ValueError(f'representations must be [N, m] (one row per example), got shape {z.shape}')
+    raise ArgumentError(argument='representations', value=z, message=(
+        f'representations must be [N, m] (one row per example), got shape {z.shape}'))
   z = tf.reshape(z, [tf.shape(z)[0], -1])
   n = tf.cast(tf.shape(z)[0], z.dtype)
   m = tf.cast(tf.shape(z)[1], z.dtype)

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _checks
 from tff_conflict import _compat
 from tff_conflict.runtime import _errors
 from tff_conflict.runtime import _merge_blocks
@@ -121,10 +122,8 @@ class InProcessRunner:
       ValueError: for a bad argument, or if `next`/`initialize` cannot be compiled to
         MapReduceForm (the message says why).
     """
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-      raise ValueError(f'num_threads must be a positive integer, got {num_threads!r}')
-    if accumulation not in _ACCUMULATIONS:
-      raise ValueError(f'accumulation must be one of {_ACCUMULATIONS}, got {accumulation!r}')
+    num_threads = _checks.check_int('num_threads', num_threads, minimum=1)
+    _checks.check_choice('accumulation', accumulation, _ACCUMULATIONS)
     for attr in ('initialize', 'next'):
       if not hasattr(learning_process, attr):
         raise ValueError(f'learning_process must have `initialize` and `next`, got '
@@ -477,10 +476,8 @@ def make_runner(learning_process: Any, kind: str = 'cpp', **kwargs: Any) -> Any:
   Raises:
     ValueError: for an unknown `kind`, or kwargs given with 'cpp'.
   """
-  if kind == 'cpp':
+  if _checks.check_choice('kind', kind, ('cpp', 'inprocess')) == 'cpp':
     if kwargs:
       raise ValueError(f'make_runner: options {sorted(kwargs)} apply only to kind="inprocess"')
     return learning_process
-  if kind == 'inprocess':
-    return InProcessRunner(learning_process, **kwargs)
-  raise ValueError(f"kind must be 'cpp' or 'inprocess', got {kind!r}")
+  return InProcessRunner(learning_process, **kwargs)

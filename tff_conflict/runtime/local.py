@@ -11,6 +11,7 @@ import sys
 import threading
 from typing import Optional
 
+from tff_conflict import _checks
 from tff_conflict.runtime import _errors
 
 _WORKER_NAME = 'worker_binary'
@@ -174,8 +175,8 @@ def set_local_context(*, max_concurrent_computation_calls: int = -1) -> None:
   """
   value = max_concurrent_computation_calls
   if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
-    raise ValueError('max_concurrent_computation_calls must be -1 (no limit) or a positive '
-                     f'integer, got {value!r}')
+    raise _checks.ArgumentError.must_be('max_concurrent_computation_calls', value,
+                                        '-1 (no limit) or a positive integer')
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_conflict import _compat  # pylint: disable=g-import-not-at-top
   _compat.check_versions()

@@ -9,6 +9,7 @@ from typing import Union
 
 import grpc
 
+from tff_conflict import _checks
 from tff_conflict.runtime import local
 
 _ADDRESS = re.compile(r'^(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(?P<port>[0-9]{1,5})$')
@@ -135,9 +136,8 @@ def create_remote_context(addresses: Union[str, Sequence[str]], *, rpc_timeout_s
     WorkerError: if a worker is not reachable within `connect_timeout_s`.
   """
   workers = parse_worker_addresses(addresses)
-  for name, value in (('rpc_timeout_s', rpc_timeout_s), ('connect_timeout_s', connect_timeout_s)):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-      raise ValueError(f'{name} must be a positive number of seconds, got {value!r}')
+  _checks.check_positive('rpc_timeout_s', rpc_timeout_s)
+  _checks.check_positive('connect_timeout_s', connect_timeout_s)
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_conflict import _compat  # pylint: disable=g-import-not-at-top
   _compat.check_versions()
