@@ -14,6 +14,7 @@ from absl import flags
 from experiments import config
 from experiments import files
 from experiments import interrupts
+from tff_conflict import _checks
 
 FLAGS = flags.FLAGS
 
@@ -88,10 +89,11 @@ def _disk_message(error: OSError) -> str:
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) -> None:
   """`absl.app.run(main)` where every error a user can cause ends in one line naming the flag.
 
-  A flag that does not parse or fails its validator, an `app.UsageError`, a `config.ConfigError`, a
-  full or read-only disk or a `tff_conflict.runtime.DataError` prints `<binary>: <message>` and
-  exits 2, a `Failure` (files, machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 after the run
-  saved its last finished round (`experiments.interrupts`). Anything else keeps its traceback.
+  A flag that does not parse or fails its validator, an `app.UsageError`, a
+  `tff_conflict.ArgumentError` (a `config.ConfigError` names the flag), a full or read-only disk
+  or a `tff_conflict.runtime.DataError` prints `<binary>: <message>` and exits 2, a `Failure`
+  (files, machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 after the run saved its last
+  finished round (`experiments.interrupts`). Anything else keeps its traceback.
   """
 
   def wrapped(args):
@@ -104,7 +106,7 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) 
       terminated = isinstance(e, Terminated) or interrupts.received() == signal.SIGTERM
       fail(str(e) or ('terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'),
            128 + (signal.SIGTERM if terminated else signal.SIGINT))
-    except (app.UsageError, config.ConfigError, Failure) as e:
+    except (app.UsageError, _checks.ArgumentError, Failure) as e:
       _end_if_interrupted()
       message = e.flag_message() if isinstance(e, config.ConfigError) else str(e)
       fail(message, FAILURE_EXIT if isinstance(e, Failure) else USAGE_EXIT)

@@ -1,5 +1,5 @@
 """The settings of an experiment as typed values: one frozen dataclass per concern, checked when
-created, and the one error type of bad settings, `ConfigError` (docs/design.md, "Experiments")."""
+created by `require`, whose `ConfigError` is the library's `ArgumentError` naming the flag."""
 
 import dataclasses
 import math
@@ -10,6 +10,7 @@ import types
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from tff_conflict import hparams as hparams_lib
+from tff_conflict._checks import ArgumentError
 
 DATASETS = ('digits', 'emnist', 'synthetic', 'mnist', 'fashion_mnist', 'cifar10', 'cifar100',
             'leaf')
@@ -20,8 +21,8 @@ RUNTIMES = ('inprocess', 'cpp')
 CUSTOM_ALGORITHM = 'custom'
 
 
-class ConfigError(ValueError):
-  """A setting with a bad value, raised before any work starts.
+class ConfigError(ArgumentError):
+  """A setting with a bad value, raised before any work starts (`tff_conflict.ArgumentError`).
 
   Attributes:
     argument: the flag that sets it (the field's name when no flag does); the binaries print
@@ -37,12 +38,9 @@ class ConfigError(ValueError):
                field: Optional[str] = None, reason: Optional[str] = None):
     if (requirement is None) == (reason is None):
       raise TypeError('ConfigError takes exactly one of requirement and reason')
-    self.argument = argument
-    self.field = field or argument
-    self.value = value
-    self.requirement = requirement
+    self.field, self.value, self.requirement = field or argument, value, requirement
     self.reason = None if reason is None else ' '.join(str(reason).split())
-    super().__init__(self._text(self.field))
+    super().__init__(self._text(self.field), argument=argument, value=value)
 
   def _text(self, name: str) -> str:
     if self.requirement is not None:
@@ -153,8 +151,9 @@ def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
 def require(argument: str, value: Any, check: Check, *, field: Optional[str] = None) -> Any:
   """`value` when it passes `check`; else raises `ConfigError(argument, value, ...)`.
 
-  The one validation idiom: dataclass fields declare their `check` (`setting`, run by
-  `check_fields`); other values call this.
+  The one validation idiom of settings: dataclass fields declare their `check` (`setting`, run by
+  `check_fields`), other values and conditions on several settings call this, and the binaries'
+  flag validators run the fields' checks (`flags_lib.register_validators`).
   """
   if not check(value):
     raise ConfigError(argument, value, check.requirement, field=field)
@@ -420,7 +419,7 @@ def hparam_check(hparam: hparams_lib.Hparam) -> Check:
   def test(value) -> bool:
     try:
       hparam.check(value)
-    except ValueError:
+    except ArgumentError:
       return False
     return True
 

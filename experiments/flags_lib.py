@@ -48,14 +48,13 @@ with record_group('data'):
   flags.DEFINE_integer('num_clients', _D(config.DataConfig, 'num_clients'),
                        'Clients in the population. Default: the dataset\'s (digits 20, synthetic '
                        '30, tfds datasets 100, emnist and leaf every writer or user). For emnist '
-                       'and leaf, the first N writers or users (sorted ids).', lower_bound=1)
+                       'and leaf, the first N writers or users (sorted ids).')
   flags.DEFINE_float('alpha', _D(config.DataConfig, 'alpha'),
                      'Dirichlet concentration of the label-skew split (digits and tfds datasets); '
                      'smaller is more skewed.')
   flags.DEFINE_integer('data_seed', _D(config.DataConfig, 'data_seed'),
                        'Seed of the data partition (and of Synthetic\'s generative process). Kept '
-                       'apart from --seed so that runs with several seeds share the same data.',
-                       lower_bound=0)
+                       'apart from --seed so that runs with several seeds share the same data.')
   flags.DEFINE_string('cache_dir', _D(config.DataConfig, 'cache_dir'),
                       'emnist: directory holding emnist_all.sqlite. leaf: where to keep the '
                       'converted cache (default: next to the data).')
@@ -85,19 +84,18 @@ with record_group('model'):
 _LOOP = config.ExperimentConfig().training  # the loop's flag defaults
 
 with record_group('training'):
-  flags.DEFINE_integer('rounds', _LOOP.rounds, 'Federated rounds.', lower_bound=1)
+  flags.DEFINE_integer('rounds', _LOOP.rounds, 'Federated rounds.')
   flags.DEFINE_integer('clients_per_round', _LOOP.clients_per_round,
                        'Clients sampled per round (without replacement; the sample of round r '
-                       'depends only on --seed and r).', lower_bound=1)
-  flags.DEFINE_integer('client_epochs', _LOOP.client_epochs, 'Local epochs per round.',
-                       lower_bound=1)
-  flags.DEFINE_integer('client_batch_size', _LOOP.batch_size, 'Local batch size.', lower_bound=1)
+                       'depends only on --seed and r).')
+  flags.DEFINE_integer('client_epochs', _LOOP.client_epochs, 'Local epochs per round.')
+  flags.DEFINE_integer('client_batch_size', _LOOP.batch_size, 'Local batch size.')
   flags.DEFINE_integer('client_shuffle_buffer', _LOOP.shuffle_buffer,
                        'Shuffle buffer of each client dataset (0: no shuffling). The shuffle seed '
-                       'is derived from --seed, the round and the client.', lower_bound=0)
+                       'is derived from --seed, the round and the client.')
   flags.DEFINE_integer('eval_every', _LOOP.eval_every,
                        'Evaluate the global model on the test split every N rounds (and after the '
-                       'last round); 0: only after the last round.', lower_bound=0)
+                       'last round); 0: only after the last round.')
   flags.DEFINE_bool('eval_train_loss', _LOOP.eval_train_loss,
                     'Also evaluate the global model on the union of the clients\' training data '
                     'on evaluation rounds (columns global_train_loss, global_train_accuracy: the '
@@ -106,9 +104,9 @@ with record_group('training'):
                        'Save the server state every N rounds, after the last round, and when '
                        'Ctrl-C or SIGTERM stops the run; 0: never. The default, 1, keeps every '
                        'finished round even when the process is killed (a save costs a few '
-                       'milliseconds, BENCHMARKS.md).', lower_bound=0)
+                       'milliseconds, BENCHMARKS.md).')
   flags.DEFINE_integer('keep_checkpoints', _LOOP.keep_checkpoints,
-                       'Checkpoints to keep; 0 keeps all.', lower_bound=0)
+                       'Checkpoints to keep; 0 keeps all.')
 
 # `--batch_size` is another name of `--client_batch_size`.
 flags.DEFINE_alias('batch_size', 'client_batch_size')

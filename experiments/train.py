@@ -38,7 +38,7 @@ with flags_lib.record_group('algorithm'):
                     '(fedavg, fedprox, fednova, feddecorr, scaffold).')
   flags.DEFINE_integer('seed', config.default(config.LoopConfig, 'seed'),
                        'Seed of the model initialisation, client sampling, local shuffling and '
-                       'randomized aggregators.', lower_bound=0)
+                       'randomized aggregators.')
 
 
 flags_lib.register_validators()

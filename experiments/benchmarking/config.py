@@ -2,8 +2,6 @@
 run shares); a bad value raises `experiments.config.ConfigError` naming its flag."""
 
 import dataclasses
-import math
-import numbers
 import os
 import re
 from typing import Any, Callable, Collection, Mapping, NamedTuple
@@ -100,25 +98,17 @@ def parse_tuning_regimes(text: str) -> dict[str, str]:
   return mapping
 
 
-def _is_int(value) -> bool:
-  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+# The one validation idiom of settings (`experiments.config.require`).
+require, Check = experiment_config.require, experiment_config.Check
+_FRACTION = Check('a number in (0, 1)', lambda v: experiment_config.RATIO(v) and v < 1)
+_POSITIVES = Check('a non-empty list of finite numbers > 0',
+                   lambda v: bool(v) and all(map(experiment_config.POSITIVE, v)))
 
 
-def _is_real(value) -> bool:
-  return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _check_ints(argument, values, minimum, *, allow_empty=False):
-  requirement = (f'{"a" if allow_empty else "a non-empty"} list of distinct integers >= '
-                 f'{minimum}')
-  if ((not values and not allow_empty) or not all(_is_int(v) and v >= minimum for v in values)
-      or len(set(values)) != len(values)):
-    raise ConfigError(argument, values, requirement)
-
-
-def _require(argument, value, ok: bool, requirement: str):
-  if not ok:
-    raise ConfigError(argument, value, requirement)
+def _distinct_ints(minimum: int, *, allow_empty: bool = False) -> Check:
+  return Check(f'{"a" if allow_empty else "a non-empty"} list of distinct integers >= {minimum}',
+               lambda v: (allow_empty or bool(v)) and len(set(v)) == len(v)
+               and all(map(experiment_config.at_least(minimum), v)))
 
 
 class OwnRegime(NamedTuple):
@@ -152,36 +142,39 @@ def _check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[
   from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
   for argument, value, builtin in (('datasets', datasets, regimes.DATASETS),
                                    ('model_fns', model_fns, architectures.MODELS)):
-    _require(argument, value, isinstance(value, Mapping), 'a dict of name -> value')
+    require(argument, value, Check('a dict of name -> value', lambda v: isinstance(v, Mapping)))
     for name in value:
-      _require(argument, name, isinstance(name, str) and bool(_OWN_NAME.match(name))
-               and name not in builtin, 'names of letters, digits, "_", "." and "-" other than '
-               f'the built-in ones {sorted(builtin)}')
+      require(argument, name, Check(
+          'names of letters, digits, "_", "." and "-" other than the built-in ones '
+          f'{sorted(builtin)}',
+          lambda n: isinstance(n, str) and bool(_OWN_NAME.match(n)) and n not in builtin))
   for name, pair in datasets.items():
     argument = f'datasets[{name!r}]'
-    _require(argument, pair, isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
-        isinstance(c, tff.simulation.datasets.ClientData) for c in pair),
-             'a pair (train, test) of tff.simulation.datasets.ClientData')
+    require(argument, pair, Check(
+        'a pair (train, test) of tff.simulation.datasets.ClientData',
+        lambda p: isinstance(p, (tuple, list)) and len(p) == 2
+        and all(isinstance(c, tff.simulation.datasets.ClientData) for c in p)))
     specs = []
     for part, client_data in zip(('train', 'test'), pair):
-      _require(f'{argument} {part}', client_data, bool(client_data.client_ids),
-               'client data with at least one client')
+      require(f'{argument} {part}', client_data,
+              Check('client data with at least one client', lambda c: bool(c.client_ids)))
       spec = client_data.element_type_structure
-      _require(f'{argument} {part}', spec, isinstance(spec, Mapping) and set(spec) == {'x', 'y'}
-               and all(type(s) is tf.TensorSpec for s in spec.values())  # pylint: disable=unidiomatic-typecheck
-               and spec['x'].dtype == tf.float32 and spec['x'].shape.rank
-               and spec['x'].shape.is_fully_defined() and spec['y'].dtype.is_integer
-               and spec['y'].shape.rank == 0, _OWN_ELEMENT)
+      require(f'{argument} {part}', spec, Check(_OWN_ELEMENT, lambda s: (
+          isinstance(s, Mapping) and set(s) == {'x', 'y'}
+          and all(type(t) is tf.TensorSpec for t in s.values())  # pylint: disable=unidiomatic-typecheck
+          and s['x'].dtype == tf.float32 and s['x'].shape.rank
+          and s['x'].shape.is_fully_defined() and s['y'].dtype.is_integer
+          and s['y'].shape.rank == 0)))
       specs.append(spec['x'])
-    _require(f'{argument} test', specs[1], specs[0] == specs[1],
-             f'examples of the training data\'s x {specs[0]}')
+    require(f'{argument} test', specs[1], Check(
+        f'examples of the training data\'s x {specs[0]}', lambda s: s == specs[0]))
     if name not in models and len(model_fns) != 1:
       raise ConfigError('models', dict(models), f'an entry for your dataset {name!r} (a name '
                         'of model_fns or of experiments.architectures.MODELS), unless '
                         'model_fns holds one model')
   for name, model_fn in model_fns.items():
-    _require(f'model_fns[{name!r}]', model_fn, callable(model_fn),
-             'a no-argument function returning a new uncompiled tf.keras.Model')
+    require(f'model_fns[{name!r}]', model_fn, Check(
+        'a no-argument function returning a new uncompiled tf.keras.Model', callable))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,15 +227,12 @@ class TuningConfig:
   plateau_tolerance: float = 0.01
 
   def __post_init__(self):
-    _require('tune', self.tune, isinstance(self.tune, bool), 'True or False')
-    _require('tune_server_lr', self.tune_server_lr, isinstance(self.tune_server_lr, bool),
-             'True or False')
-    _check_ints('tuning_seeds', self.tuning_seeds, 0)
-    _check_ints('tune_epochs', self.tune_epochs, 1, allow_empty=True)
+    require('tune', self.tune, experiment_config.BOOL)
+    require('tune_server_lr', self.tune_server_lr, experiment_config.BOOL)
+    require('tuning_seeds', self.tuning_seeds, _distinct_ints(0))
+    require('tune_epochs', self.tune_epochs, _distinct_ints(1, allow_empty=True))
     for argument in ('client_lr_grid', 'server_lr_grid'):
-      values = getattr(self, argument)
-      _require(argument, values, bool(values) and all(_is_real(v) and v > 0 for v in values),
-               'a non-empty list of finite numbers > 0')
+      require(argument, getattr(self, argument), _POSITIVES)
     experiment_config.require('tuning_strategy', self.strategy,
                               experiment_config.one_of(('staged', 'product')))
     experiment_config.require('tuning_schedule', self.schedule,
@@ -251,14 +241,10 @@ class TuningConfig:
     experiment_config.require('tuning_edge_steps', self.edge_steps, experiment_config.at_least(0))
     experiment_config.require('plateau_window', self.plateau_window,
                               experiment_config.at_least(1))
-    _require('plateau_tolerance', self.plateau_tolerance,
-             _is_real(self.plateau_tolerance) and self.plateau_tolerance >= 0,
-             'a finite number >= 0')
-    _require('tuning_edge_factor', self.edge_factor,
-             _is_real(self.edge_factor) and self.edge_factor > 1, 'a finite number > 1')
-    _require('validation_fraction', self.validation_fraction,
-             _is_real(self.validation_fraction) and 0 < self.validation_fraction < 1,
-             'a number in (0, 1)')
+    require('plateau_tolerance', self.plateau_tolerance, experiment_config.NON_NEGATIVE)
+    require('tuning_edge_factor', self.edge_factor,
+            Check('a finite number > 1', lambda v: experiment_config.POSITIVE(v) and v > 1))
+    require('validation_fraction', self.validation_fraction, _FRACTION)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,7 +320,7 @@ class BenchmarkConfig:
   def __post_init__(self):
     from experiments import architectures  # pylint: disable=g-import-not-at-top
     _check_own(self.datasets, self.model_fns, self.models)
-    _require('regimes', self.regimes, bool(self.regimes), 'a non-empty list of regimes')
+    require('regimes', self.regimes, Check('a non-empty list of regimes', bool))
     parsed = []
     for name in self.regimes:
       try:
@@ -342,12 +328,13 @@ class BenchmarkConfig:
       except ValueError as e:
         raise ConfigError('regimes', name, reason=str(e)) from None
     names = [r.name for r in parsed]
-    _require('regimes', list(self.regimes), len(set(names)) == len(names) and len(
-        {r.slug for r in parsed}) == len(parsed), 'distinct regimes')
+    require('regimes', list(self.regimes), Check('distinct regimes', lambda _: len(
+        set(names)) == len(names) and len({r.slug for r in parsed}) == len(parsed)))
     object.__setattr__(self, 'regimes', tuple(names))
     for name in self.datasets:
-      _require('datasets', name, name in names, 'listed in regimes (your dataset is a regime)')
-    _require('methods', self.methods, bool(self.methods), 'a non-empty list of methods')
+      require('datasets', name, Check('listed in regimes (your dataset is a regime)',
+                                      lambda v: v in names))
+    require('methods', self.methods, Check('a non-empty list of methods', bool))
     resolved = []
     for name in self.methods:
       try:
@@ -355,20 +342,18 @@ class BenchmarkConfig:
       except ValueError as e:
         raise ConfigError('methods', name, reason=str(e)) from None
     method_names = [m.name for m in resolved]
-    _require('methods', list(self.methods), len(set(method_names)) == len(method_names),
-             'distinct methods')
+    require('methods', list(self.methods),
+            Check('distinct methods', lambda _: len(set(method_names)) == len(method_names)))
     object.__setattr__(self, 'methods', tuple(method_names))
     experiment_config.require('baseline', self.baseline,
                               experiment_config.one_of(method_names))
-    _check_ints('epochs', self.epochs, 1)
-    _check_ints('report_seeds', self.report_seeds, 0)
-    overlap = set(self.report_seeds) & set(self.tuning.tuning_seeds)
-    _require('tuning_seeds', list(self.tuning.tuning_seeds),
-             not (self.tuning.tune and overlap),
-             f'disjoint from --report_seeds {list(self.report_seeds)}')
-    _require('tune_epochs', list(self.tuning.tune_epochs),
-             set(self.tuning.tune_epochs) <= set(self.epochs),
-             f'among --epochs {list(self.epochs)}')
+    require('epochs', self.epochs, _distinct_ints(1))
+    require('report_seeds', self.report_seeds, _distinct_ints(0))
+    require('tuning_seeds', list(self.tuning.tuning_seeds),
+            Check(f'disjoint from --report_seeds {list(self.report_seeds)}',
+                  lambda v: not (self.tuning.tune and set(v) & set(self.report_seeds))))
+    require('tune_epochs', list(self.tuning.tune_epochs),
+            Check(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs)))
     for part, cls in PARTS.items():
       if not isinstance(getattr(self, part), cls):
         raise TypeError(f'BenchmarkConfig.{part} must be a {cls.__name__}, got '
@@ -380,42 +365,40 @@ class BenchmarkConfig:
     experiment_config.require('server_momentum', self.server.momentum,
                               experiment_config.one_of((0, 0.0)))
     plain_sgd = [m.name for m in resolved if m.algorithm == 'scaffold']
-    _require('client_momentum', self.client.momentum, not (plain_sgd and self.client.momentum),
-             f'0 with the methods {plain_sgd} (SCAFFOLD\'s local steps are plain SGD)')
-    _require('client_weighting', self.client.weighting, self.client.weighting is None,
-             'unset (a method variant sets it: METHOD[client_weighting=...])')
-    _require('workers', list(self.runtime.workers), not self.runtime.workers,
-             'empty (the benchmark runs on local runtimes)')
+    require('client_momentum', self.client.momentum, Check(
+        f'0 with the methods {plain_sgd} (SCAFFOLD\'s local steps are plain SGD)',
+        lambda v: not (plain_sgd and v)))
+    require('client_weighting', self.client.weighting, Check(
+        'unset (a method variant sets it: METHOD[client_weighting=...])', lambda v: v is None))
+    require('workers', list(self.runtime.workers),
+            Check('empty (the benchmark runs on local runtimes)', lambda v: not v))
     datasets = {r.dataset for r in parsed}
     leaf = sorted(d for d in datasets if d.startswith('leaf_'))
-    _require('leaf_dir', self.data.leaf_dir, not leaf or bool(self.data.leaf_dir),
-             f'LEAF\'s data/<name> folder for the regimes of {leaf}')
-    _require('regimes', list(self.regimes), len(leaf) <= 1,
-             f'regimes of one LEAF dataset (one --leaf_dir), not {leaf}')
+    require('leaf_dir', self.data.leaf_dir, Check(
+        f'LEAF\'s data/<name> folder for the regimes of {leaf}', lambda v: not leaf or bool(v)))
+    require('regimes', list(self.regimes), Check(
+        f'regimes of one LEAF dataset (one --leaf_dir), not {leaf}', lambda _: len(leaf) <= 1))
+    of_datasets = Check(f'entries of the regimes\' datasets {sorted(datasets)}',
+                        lambda entry: entry.partition(':')[0] in datasets)
     for dataset, model in self.models.items():
-      _require('models', f'{dataset}:{model}', dataset in datasets,
-               f'entries of the regimes\' datasets {sorted(datasets)}')
+      require('models', f'{dataset}:{model}', of_datasets)
       experiment_config.require('models', model, experiment_config.one_of(
           sorted(architectures.MODELS) + sorted(self.model_fns)))
-    _require('variants_inherit', self.variants_inherit,
-             isinstance(self.variants_inherit, bool), 'True or False')
+    require('variants_inherit', self.variants_inherit, experiment_config.BOOL)
     experiment_config.require('primary_statistic', self.primary_statistic,
                               experiment_config.one_of(PRIMARY_STATISTICS))
-    _require('equivalence_margin', self.equivalence_margin,
-             _is_real(self.equivalence_margin) and 0 < self.equivalence_margin < 1,
-             'a number in (0, 1)')
+    require('equivalence_margin', self.equivalence_margin, _FRACTION)
     for dataset, difference in self.detect.items():
-      _require('detect', f'{dataset}:{difference}', dataset in datasets,
-               f'entries of the regimes\' datasets {sorted(datasets)}')
-      _require('detect', difference, _is_real(difference) and 0 < difference < 1,
-               'differences in (0, 1)')
+      require('detect', f'{dataset}:{difference}', of_datasets)
+      require('detect', difference, Check('differences in (0, 1)', _FRACTION))
     for dataset, regime in self.tuning.tuning_regimes.items():
       try:
         tuned = parse_regime(regime, self.datasets)
       except ValueError as e:
         raise ConfigError('tuning_regimes', regime, reason=str(e)) from None
-      _require('tuning_regimes', f'{dataset}:{regime}', tuned.dataset == dataset,
-               'entries DATASET:REGIME with a regime of that dataset')
+      require('tuning_regimes', f'{dataset}:{regime}',
+              Check('entries DATASET:REGIME with a regime of that dataset',
+                    lambda _: tuned.dataset == dataset))
     for method in self.tuning.grids:
       experiment_config.require('grids', method, experiment_config.one_of(method_names))
     for method in resolved:

@@ -64,7 +64,7 @@ _BAD_INPUTS = [
      ['--output_dir=', 'cannot write the results directory'], 2),
     ('output dir blocked by a file', lambda tmp: [f'--output_dir={_blocked_dir(tmp)}'],
      ['--output_dir=', 'Not a directory'], 2),
-    ('zero rounds', lambda tmp: ['--rounds=0'], ['--rounds=0'], 2),
+    ('zero rounds', lambda tmp: ['--rounds=0'], ['--rounds must be an integer >= 1, got 0'], 2),
     ('unknown algorithm', lambda tmp: ['--algorithm=bogus'], ['--algorithm=bogus'], 2),
     ('a positional argument', lambda tmp: ['fedgh'], ["unexpected arguments ['fedgh']"], 2),
     ('leaf without its files', lambda tmp: ['--dataset=leaf', f'--leaf_dir={tmp}/no_leaf'],

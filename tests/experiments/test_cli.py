@@ -36,6 +36,12 @@ _PROGRAM = textwrap.dedent('''
         send_and_spin()
       elif WHERE == 'disk_full':
         raise OSError(28, 'No space left on device', '/full/results/runs.csv')
+      elif WHERE == 'setting':
+        from experiments import config
+        config.require('client_batch_size', 0, config.at_least(1), field='batch_size')
+      elif WHERE == 'library':
+        from tff_conflict import _checks
+        _checks.check_ratio('selection_ratio', 2)
       print('main returned', flush=True)
 
     if WHERE == 'before_main':
@@ -70,6 +76,18 @@ def test_a_full_disk_ends_in_one_line_naming_the_file():
   assert result.stderr.splitlines() == [
       '-c: cannot write /full/results/runs.csv: No space left on device; free space or choose '
       'another --output_dir, then rerun the same command (what was finished is kept)']
+
+
+@pytest.mark.parametrize('where, line', [
+    ('setting', '--client_batch_size must be an integer >= 1, got 0'),
+    ('library', 'selection_ratio must be a number in (0, 1], got 2')])
+def test_a_bad_argument_ends_in_one_line_naming_it_and_the_value(where, line):
+  result = subprocess.run([sys.executable, '-c', _PROGRAM, 'SIGTERM', where],
+                          cwd=conftest.REPO_ROOT,
+                          env=dict(os.environ, PYTHONPATH=conftest.REPO_ROOT),
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == 2, result.stderr
+  assert result.stderr.splitlines() == [f'-c: {line}'], result.stderr
 
 
 def test_a_signal_while_python_tears_down_a_finished_command_keeps_its_status():

@@ -12,6 +12,7 @@ from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import metrics_io
 from experiments import train  # pylint: disable=unused-import  (defines --algorithm, --seed)
+import tff_conflict
 
 FLAGS = flags.FLAGS
 
@@ -108,6 +109,32 @@ def test_config_errors_name_the_field_and_the_flag(build, field, flag, message):
   assert (error.field, error.argument) == (field, flag)
   assert error.flag_message().startswith(message), error.flag_message()
   assert str(error).startswith(f'{field} must be '), str(error)
+
+
+def test_a_bad_setting_is_the_library_error_naming_the_flag_and_the_value():
+  with pytest.raises(tff_conflict.ArgumentError) as info:
+    config.ClientConfig(learning_rate=0.0)
+  error = info.value
+  assert isinstance(error, config.ConfigError)
+  assert (error.argument, error.field, error.value) == (
+      'client_learning_rate', 'learning_rate', 0.0)
+  assert error.flag_message() == '--client_learning_rate must be a finite number > 0, got 0.0'
+
+
+@pytest.mark.parametrize('flag, value, requirement', [
+    ('rounds', 0, 'an integer >= 1'), ('num_clients', 0, 'an integer >= 1'),
+    ('seed', -1, 'an integer >= 0'), ('client_shuffle_buffer', -1, 'an integer >= 0')])
+def test_an_integer_flag_is_refused_by_its_setting_check(flag, value, requirement):
+  message = f'--{flag} must be {requirement}, got {value}'
+  with pytest.raises(flags.IllegalFlagValueError) as info:   # when parsed
+    with flagsaver.as_parsed(**{flag: str(value)}):
+      pass
+  assert str(info.value).endswith(message), str(info.value)
+  with flagsaver.flagsaver():   # and by the binaries' config path
+    with pytest.raises(tff_conflict.ArgumentError) as info:
+      flags_lib.experiment_config(**{flag: value})
+  assert (info.value.argument, info.value.value) == (flag, value)
+  assert info.value.flag_message() == message
 
 
 def test_booleans_are_not_numbers_and_sections_are_typed():

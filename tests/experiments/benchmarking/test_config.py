@@ -7,6 +7,7 @@ import pytest
 
 from experiments import config as experiment_config
 from experiments.benchmarking import config as config_lib
+import tff_conflict
 
 
 def _config(**changes):
@@ -107,6 +108,18 @@ def test_bad_settings_name_the_flag(changes, message):
   with pytest.raises(experiment_config.ConfigError) as info:
     _config(**changes)
   assert info.value.flag_message().startswith(message), info.value.flag_message()
+
+
+@pytest.mark.parametrize('changes, argument, value', [
+    (dict(tuning=dict(validation_fraction=1.0)), 'validation_fraction', 1.0),
+    (dict(tuning=dict(client_lr_grid=(0.1, -1))), 'client_lr_grid', (0.1, -1)),
+    (dict(report_seeds=(100,)), 'tuning_seeds', [100, 101]),
+    (dict(detect={'digits': 1.5}), 'detect', 1.5),
+    (dict(client=dict(weighting='uniform')), 'client_weighting', 'uniform')])
+def test_a_bad_setting_is_the_library_error_with_the_flag_and_the_value(changes, argument, value):
+  with pytest.raises(tff_conflict.ArgumentError) as info:
+    _config(**changes)
+  assert (info.value.argument, info.value.value) == (argument, value)
 
 
 def test_overlapping_seeds_are_fine_without_tuning():
