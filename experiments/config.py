@@ -1,5 +1,5 @@
 """The settings of an experiment as typed values: one frozen dataclass per concern, checked when
-created by `require`, whose `ConfigError` is the library's `ArgumentError` naming the flag."""
+created (`require`); a bad one raises `ConfigError`, the library's `ArgumentError` with its flag."""
 
 import dataclasses
 import math
