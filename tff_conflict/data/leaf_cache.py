@@ -15,6 +15,7 @@ from typing import Optional
 from absl import logging
 import numpy as np
 
+from tff_conflict import _checks
 from tff_conflict.data import leaf_json
 
 CACHE_VERSION = 1
@@ -82,8 +83,9 @@ def resolve_source(root, name: Optional[str], image_dir=None) -> Source:
     ValueError: unknown, unsupported or contradicting `name`.
   """
   if name is not None and (not isinstance(name, str) or name not in SPECS):
-    raise ValueError(unsupported_message(name) if name in UNSUPPORTED else
-                     f'name must be one of {sorted(SPECS)} or None, got {name!r}')
+    raise _checks.ArgumentError(argument='name', value=name, message=(
+        unsupported_message(name) if name in UNSUPPORTED else
+        f'name must be one of {sorted(SPECS)} or None, got {name!r}'))
   root = os.path.abspath(os.path.expanduser(os.fspath(root)))
   if not os.path.isdir(root):
     raise FileNotFoundError(f'LEAF root {root!r} does not exist or is not a directory')

@@ -330,8 +330,9 @@ def build_loss_weighted_client_work(model_fn: Callable[[], tff.learning.models.V
       `tff.learning.LoopImplementation.DATASET_REDUCE` (the default) is supported.
   """
   if loop_implementation not in (None, tff.learning.LoopImplementation.DATASET_REDUCE):
-    raise ValueError('loop_implementation: only tff.learning.LoopImplementation.DATASET_REDUCE '
-                     f'is supported, got {loop_implementation!r}')
+    raise _checks.ArgumentError(argument='loop_implementation', value=loop_implementation, message=(
+        'loop_implementation: only tff.learning.LoopImplementation.DATASET_REDUCE '
+        f'is supported, got {loop_implementation!r}'))
   return build_client_work(model_fn, optimizer, client_weighting='loss',
                            metrics_aggregator=metrics_aggregator)
 
