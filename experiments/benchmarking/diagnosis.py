@@ -129,8 +129,7 @@ def _variant_table(runs, method, regimes, baseline, statistic='final_accuracy') 
       base = gap(runs, regime, method, statistic, baseline=baseline)
       ours = gap(runs, regime, v.name, statistic, baseline=reference)
       cells.append('-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})')
-    changes = ', '.join(f'{k}={val}' for k, val in v.flags.items())
-    lines.append(f'| {v.name} | {changes} | {v.question} | {reference} | '
+    lines.append(f'| {v.name} | {v.described} | {v.question} | {reference} | '
                  + ' | '.join(cells) + ' |')
   return lines
 

@@ -5,7 +5,7 @@ compositions `BASELINE+AGGREGATOR` and variants, with their default tuning grids
 import dataclasses
 import functools
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from tff_conflict import hparams as hparams_lib
 
@@ -182,12 +182,11 @@ def parse_method(text: str) -> Method:
   registered = _registered(text.replace(' ', ''))
   if registered is not None:
     return registered
-  variants = diagnosis_variants()
-  if text in variants:
-    return variants[text]
+  if text in VARIANTS:
+    return _variant_method(text)
   match = _VARIANT.match(text.replace(' ', ''))
   if not match:
-    raise ValueError(f'unknown method {text!r}: use one of {sorted(METHODS) + sorted(variants)}, '
+    raise ValueError(f'unknown method {text!r}: use one of {sorted(METHODS) + sorted(VARIANTS)}, '
                      'BASELINE+AGGREGATOR or ALGORITHM[key=value,...]')
   algorithm, body = match[1], match[2]
   base = _registered(algorithm) or Method(algorithm, algorithm)
@@ -205,168 +204,108 @@ def parse_method(text: str) -> Method:
                 parent=base.name if base.name in METHODS else None)
 
 
-# Flags of the binaries that are not a builder argument of the algorithm's flag table.
-_LR_FLAGS = {'client_learning_rate': 'client_lr', 'server_learning_rate': 'server_lr'}
-_COMMON_FLAGS = {'client_weighting': 'client_weighting', 'client_clip_norm': 'clip_norm',
-                 'proximal_strength': 'proximal_strength'}
-
-
-def method_from_flags(name: str, algorithm: str, flag_values: Mapping[str, Any],
-                      base: Optional[Method] = None, parent: Optional[str] = None) -> Method:
-  """A method given as the binaries' flag values, e.g. ('fedld_server_lr', 'fedld',
-  {'server_learning_rate': 2.0}) or ('fedld_margin_only', 'custom', {'client_loss': 'margin',
-  'aggregator': 'mean', 'margin_weight': 0.1}).
-
-  Flags map to builder arguments through `experiments.experiment_lib` (`ALGORITHM_HPARAMS`, and for
-  'custom' `--client_loss` / `--aggregator` with `LOSS_HPARAMS` / `AGGREGATOR_HPARAMS`);
-  `--client_learning_rate` / `--server_learning_rate` fix the method's learning rates,
-  `--client_weighting`, `--client_clip_norm` and `--proximal_strength` pass through. The grid
-  of `base` (default: the algorithm's registered method) is kept for the arguments not fixed.
-
-  `parent` names the method it is a variant of (default: `base`'s name, or the algorithm's
-  registered method).
-
-  Raises:
-    ValueError: a flag with no builder argument for `algorithm`.
-  """
-  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
-  _check_algorithm(algorithm, name)
-  values = dict(flag_values)
-  kwargs: dict[str, Any] = {}
-  rates: dict[str, float] = {}
-  if algorithm == CUSTOM:
-    loss = values.pop('client_loss', 'ce') or 'ce'
-    aggregator = values.pop('aggregator', 'mean') or 'mean'
-    kwargs.update(loss=loss, aggregator=aggregator)
-    loss_flags = {f: k for k, f in experiment_lib.LOSS_HPARAMS.get(loss, {}).items()}
-    aggregator_flags = {f: k for k, f in experiment_lib.AGGREGATOR_HPARAMS.get(aggregator, {}).items()
-                        if k != 'seed'}
-  else:
-    table = {f: k for k, f in experiment_lib.ALGORITHM_HPARAMS.get(algorithm, {}).items()
-             if k != 'seed'}
-  for flag, value in values.items():
-    if flag in _LR_FLAGS:
-      rates[_LR_FLAGS[flag]] = float(value)
-    elif algorithm == CUSTOM and flag in loss_flags:
-      kwargs.setdefault('loss_kwargs', {})[loss_flags[flag]] = value
-    elif algorithm == CUSTOM and flag in aggregator_flags:
-      kwargs.setdefault('aggregator_kwargs', {})[aggregator_flags[flag]] = value
-    elif algorithm != CUSTOM and flag in table:
-      kwargs[table[flag]] = value
-    elif flag in _COMMON_FLAGS:
-      kwargs[_COMMON_FLAGS[flag]] = value
-    else:
-      raise ValueError(f'method {name!r}: flag --{flag} is no builder argument of {algorithm}')
-  if base is None:
-    base = METHODS.get(algorithm) or Method(algorithm, algorithm)
-  if parent is None and base.name in METHODS and algorithm != CUSTOM:
-    parent = base.name
-  if algorithm == CUSTOM:
-    base = Method(name, CUSTOM)
-  grid = tuple((k, v) for k, v in base.grid if k not in kwargs)
-  return Method(name, algorithm, fixed=tuple(kwargs.items()), grid=grid,
-                client_lr=rates.get('client_lr'), server_lr=rates.get('server_lr'),
-                parent=parent)
-
-
 @dataclasses.dataclass(frozen=True)
 class Variant:
-  """A method with one cause changed, to test a diagnosis (`diagnosis_variants()` makes it a
-  `Method`).
+  """A method with one cause changed, to test a diagnosis (`parse_method` makes it a `Method`).
 
   Attributes:
     name: the method name it runs under in a runs table (e.g. 'fedga_paper').
-    diagnoses: the method whose loss it explains (e.g. 'fedga').
-    algorithm: a name of `tff_conflict.learning.ALGORITHMS`, or 'custom' (`--client_loss`,
-      `--aggregator`).
-    flags: the flag values that differ from the method's run (binaries' flag names), e.g.
-      `{'calibration_form': 'paper'}` or `{'server_learning_rate': 2.0}`.
+    diagnoses: the method whose result it explains (e.g. 'fedga').
+    changes: what differs from its parent, in builder terms: keyword arguments (`Method.fixed`)
+      and fixed learning rates (`client_lr`, `server_lr`), e.g. `{'form': 'paper'}`; or, for
+      another algorithm, a method as `parse_method` reads it, e.g.
+      'custom[loss=margin,aggregator=measured_mean]' (run instead of the parent).
     question: what its result answers.
     baseline: the method its gap is measured against (e.g. 'fedavg_clip' for a clipped
       variant); None: the report's baseline.
-    parent: the method it changes one thing of, when that is not its algorithm's own method
-      (e.g. 'fedga_clip' for the clipped paper form); None: the algorithm's method (a 'custom'
-      variant: the method it diagnoses).
+    parent: the method (or variant) it changes; None: `diagnoses`.
   """
   name: str
   diagnoses: str
-  algorithm: str
-  flags: Mapping[str, Any]
+  changes: Union[Mapping[str, Any], str]
   question: str
   baseline: Optional[str] = None
   parent: Optional[str] = None
 
+  @property
+  def described(self) -> str:
+    """`changes` as the report shows them: 'form=paper', 'fedga_clip with form=paper' (a
+    parent other than `diagnoses`), 'custom[loss=ce,aggregator=dgc]'."""
+    text = (self.changes if isinstance(self.changes, str)
+            else ', '.join(f'{k}={v}' for k, v in self.changes.items()))
+    return text if self.parent in (None, self.diagnoses) else f'{self.parent} with {text}'
+
 
 # The diagnosis variants: each changes one cause of its method's result (the report's Diagnosis).
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant('fedga_paper', 'fedga', 'fedga', {'calibration_form': 'paper'},
+    Variant('fedga_paper', 'fedga', {'form': 'paper'},
             'Does the paper\'s eq. (8) taken literally (gradient p - q: classes absent from a '
             'batch muted, logits free to drift) lose what the authors\' soft-target form '
             '(the default) keeps?'),
-    Variant('fedga_paper_clip', 'fedga', 'fedga',
-            {'calibration_form': 'paper', 'client_clip_norm': 5.0},
+    Variant('fedga_paper_clip', 'fedga', {'form': 'paper'},
             'Does the authors\' gradient clipping at 5.0 tame the paper\'s form? (compared '
             'with FedAvg clipped alike, `fedavg_clip`)', baseline='fedavg_clip',
             parent='fedga_clip'),
-    Variant('fedga_clip', 'fedga', 'fedga', {'client_clip_norm': 5.0},
+    Variant('fedga_clip', 'fedga', {'clip_norm': 5.0},
             'FedGA as the authors\' code trains it (soft-target form, clipping at 5.0), '
             'compared with FedAvg clipped alike (`fedavg_clip`).', baseline='fedavg_clip'),
-    Variant('fedavg_clip', 'fedavg', 'fedavg', {'client_clip_norm': 5.0},
+    Variant('fedavg_clip', 'fedavg', {'clip_norm': 5.0},
             'FedAvg with the clients\' gradients clipped at 5.0: the baseline of the clipped '
             'variants (the authors\' code clips every method).'),
-    Variant('fedga_dataset', 'fedga', 'fedga', {'calibration_counts': 'dataset'},
+    Variant('fedga_dataset', 'fedga', {'counts': 'dataset'},
             'Do counts over the client\'s whole dataset (fewer absent classes than a '
             'mini-batch) help?'),
-    Variant('fedld_server_lr', 'fedld', 'fedld', {'server_learning_rate': 4.0},
+    Variant('fedld_server_lr', 'fedld', {'server_lr': 4.0},
             'Does a server learning rate that compensates the shorter server step close the '
             'gap?'),
-    Variant('fedld_preserve_norms', 'fedld', 'fedld', {'principal_preserve_norms': True},
+    Variant('fedld_preserve_norms', 'fedld', {'preserve_norms': True},
             'Does keeping each revised update at its original length (the paper\'s stated '
             'intent for eq. (7)) close the gap without tuning a server learning rate?'),
-    Variant('fedld_projection', 'fedld', 'fedld', {'principal_revision': 'projection'},
+    Variant('fedld_projection', 'fedld', {'revision': 'projection'},
             'Is eq. (7)\'s re-weighting what loses? The plain orthogonal projection on the same '
             'principal directions instead (no lambda_l / S weights).'),
-    Variant('fedld_model', 'fedld', 'fedld', {'principal_granularity': 'model'},
+    Variant('fedld_model', 'fedld', {'granularity': 'model'},
             'Does one principal decomposition of the whole-model updates (the paper\'s text) '
             'differ from the per-tensor one (the default, the authors\' code)?'),
-    Variant('fedld_authors', 'fedld', 'fedld',
-            {'principal_first_round_plain_mean': True, 'margin_form': 'batch_probabilities',
+    Variant('fedld_authors', 'fedld',
+            {'first_round_plain_mean': True, 'margin_form': 'batch_probabilities',
              'client_weighting': 'uniform'},
             'FedLD as the authors\' code runs it: the first round a plain mean, the margin on '
             'the batch\'s probabilities, the unweighted mean of the revised updates.'),
-    Variant('fedld_margin_only', 'fedld', 'custom',
-            {'client_loss': 'margin', 'aggregator': 'measured_mean'},
+    Variant('fedld_margin_only', 'fedld', 'custom[loss=margin,aggregator=measured_mean]',
             'What does margin control alone (FedAvg aggregation) cost or gain?'),
-    Variant('fedld_principal_only', 'fedld', 'custom',
-            {'client_loss': 'ce', 'aggregator': 'principal'},
+    Variant('fedld_principal_only', 'fedld', 'custom[loss=ce,aggregator=principal]',
             'What does principal-gradient aggregation alone (cross-entropy) cost or gain?'),
-    Variant('fedmgc_focal_only', 'fedmgc', 'custom',
-            {'client_loss': 'focal', 'aggregator': 'measured_mean'},
+    Variant('fedmgc_focal_only', 'fedmgc', 'custom[loss=focal,aggregator=measured_mean]',
             'What does the focal loss alone (FedAvg aggregation) cost or gain?'),
-    Variant('fedmgc_dgc_only', 'fedmgc', 'custom', {'client_loss': 'ce', 'aggregator': 'dgc'},
+    Variant('fedmgc_dgc_only', 'fedmgc', 'custom[loss=ce,aggregator=dgc]',
             'What does dominant gradient correction alone (cross-entropy) cost or gain?'),
-    Variant('fedavg_uniform', 'fedmgc', 'fedavg', {'client_weighting': 'uniform'},
+    Variant('fedavg_uniform', 'fedmgc', {'client_weighting': 'uniform'},
             'Is the cost of dominant gradient correction its unweighted mean of the clients '
-            '(Algorithm 2, line 9) rather than the correction?'),
-    Variant('fedavg_measured', 'fedavg', 'custom',
-            {'client_loss': 'ce', 'aggregator': 'measured_mean'},
+            '(Algorithm 2, line 9) rather than the correction?', parent='fedavg'),
+    Variant('fedavg_measured', 'fedavg', 'custom[loss=ce,aggregator=measured_mean]',
             'FedAvg with the conflict diagnostics: the regime\'s conflict fraction and client '
             'step length.'),
-    Variant('fedprox_mu1', 'fedprox', 'fedprox', {'proximal_strength': 1.0},
+    Variant('fedprox_mu1', 'fedprox', {'proximal_strength': 1.0},
             'Does the strongest proximal pull of the paper\'s grid change anything?'),
-    Variant('fed_corrective_alpha1', 'fed_corrective', 'fed_corrective',
-            {'corrective_alpha': 1.0},
+    Variant('fed_corrective_alpha1', 'fed_corrective', {'alpha': 1.0},
             'Does the largest alpha change anything?'),
 )}
 
 
 @functools.cache
-def diagnosis_variants() -> dict[str, Method]:
-  """The `VARIANTS` as methods, by name (`method_from_flags`)."""
-  return {v.name: method_from_flags(
-      v.name, v.algorithm, dict(v.flags),
-      parent=v.parent or (v.diagnoses if v.algorithm == CUSTOM else None))
-          for v in VARIANTS.values()}
+def _variant_method(name: str) -> Method:
+  """`VARIANTS[name]` as a method: its parent's (grid minus what it fixes) with `changes`."""
+  v = VARIANTS[name]
+  parent = v.parent or v.diagnoses
+  if isinstance(v.changes, str):
+    return dataclasses.replace(parse_method(v.changes), name=name, parent=parent)
+  base = _variant_method(parent) if parent in VARIANTS else METHODS[parent]
+  changes = dict(v.changes)
+  rates = {k: float(changes.pop(k)) for k in ('client_lr', 'server_lr') if k in changes}
+  fixed = dict(base.fixed, **changes)
+  return dataclasses.replace(base, name=name, fixed=tuple(fixed.items()), parent=parent,
+                             grid=tuple((k, g) for k, g in base.grid if k not in fixed), **rates)
 
 
 def given_kwargs(given: Mapping[str, Mapping[str, Any]], method: Method) -> dict[str, Any]:

@@ -37,20 +37,74 @@ def test_bad_methods(text, match):
     methods.parse_method(text)
 
 
-def test_diagnosis_variants_are_methods_by_name():
-  for name, variant in methods.VARIANTS.items():
-    method = methods.parse_method(name)
-    assert method.name == name and method.algorithm == variant.algorithm, name
-  soft = methods.parse_method('fedga_paper')
-  assert soft.algorithm == 'fedga' and soft.fixed_kwargs == {'form': 'paper'}
-  assert dict(soft.grid) == {'counts': ('batch', 'dataset')}  # the rest of fedga's grid
-  server = methods.parse_method('fedld_server_lr')
-  assert server.server_lr == 4.0
-  custom = methods.parse_method('fedmgc_dgc_only')
-  assert custom.algorithm == methods.CUSTOM and custom.fixed_kwargs == {
-      'loss': 'ce', 'aggregator': 'dgc'}
+# Each variant's method as it was when variants were written as the binaries' flags: a
+# variant must keep running exactly this (algorithm, fixed arguments, grid, learning rates).
+_VARIANT_METHODS = (
+    methods.Method('fedga_paper', 'fedga', fixed=(('form', 'paper'),),
+                   grid=(('counts', ('batch', 'dataset')),), parent='fedga'),
+    methods.Method('fedga_paper_clip', 'fedga', fixed=(('clip_norm', 5.0), ('form', 'paper')),
+                   grid=(('counts', ('batch', 'dataset')),), parent='fedga_clip'),
+    methods.Method('fedga_clip', 'fedga', fixed=(('clip_norm', 5.0),),
+                   grid=(('counts', ('batch', 'dataset')),), parent='fedga'),
+    methods.Method('fedavg_clip', 'fedavg', fixed=(('clip_norm', 5.0),), parent='fedavg'),
+    methods.Method('fedga_dataset', 'fedga', fixed=(('counts', 'dataset'),), parent='fedga'),
+    methods.Method('fedld_server_lr', 'fedld', grid=(('margin_weight', (0.01, 0.1)),
+                                                     ('component_ratio', (0.5, 0.8))),
+                   server_lr=4.0, parent='fedld'),
+    methods.Method('fedld_preserve_norms', 'fedld', fixed=(('preserve_norms', True),),
+                   grid=(('margin_weight', (0.01, 0.1)), ('component_ratio', (0.5, 0.8))),
+                   parent='fedld'),
+    methods.Method('fedld_projection', 'fedld', fixed=(('revision', 'projection'),),
+                   grid=(('margin_weight', (0.01, 0.1)), ('component_ratio', (0.5, 0.8))),
+                   parent='fedld'),
+    methods.Method('fedld_model', 'fedld', fixed=(('granularity', 'model'),),
+                   grid=(('margin_weight', (0.01, 0.1)), ('component_ratio', (0.5, 0.8))),
+                   parent='fedld'),
+    methods.Method('fedld_authors', 'fedld', fixed=(
+        ('client_weighting', 'uniform'), ('first_round_plain_mean', True),
+        ('margin_form', 'batch_probabilities')),
+                   grid=(('margin_weight', (0.01, 0.1)), ('component_ratio', (0.5, 0.8))),
+                   parent='fedld'),
+    methods.Method('fedld_margin_only', 'custom',
+                   fixed=(('aggregator', 'measured_mean'), ('loss', 'margin')), parent='fedld'),
+    methods.Method('fedld_principal_only', 'custom',
+                   fixed=(('aggregator', 'principal'), ('loss', 'ce')), parent='fedld'),
+    methods.Method('fedmgc_focal_only', 'custom',
+                   fixed=(('aggregator', 'measured_mean'), ('loss', 'focal')), parent='fedmgc'),
+    methods.Method('fedmgc_dgc_only', 'custom', fixed=(('aggregator', 'dgc'), ('loss', 'ce')),
+                   parent='fedmgc'),
+    methods.Method('fedavg_uniform', 'fedavg', fixed=(('client_weighting', 'uniform'),),
+                   parent='fedavg'),
+    methods.Method('fedavg_measured', 'custom',
+                   fixed=(('aggregator', 'measured_mean'), ('loss', 'ce')), parent='fedavg'),
+    methods.Method('fedprox_mu1', 'fedprox', fixed=(('proximal_strength', 1.0),),
+                   parent='fedprox'),
+    methods.Method('fed_corrective_alpha1', 'fed_corrective', fixed=(('alpha', 1.0),),
+                   parent='fed_corrective'),
+)
+
+
+def test_each_variant_runs_its_parent_with_what_it_changes():
+  assert list(methods.VARIANTS) == [m.name for m in _VARIANT_METHODS]
+  for expected in _VARIANT_METHODS:   # repr: 5.0 is not 5, True is not 1
+    assert repr(methods.parse_method(expected.name)) == repr(expected)
+  assert methods.VARIANTS['fedga_paper_clip'].described == 'fedga_clip with form=paper'
+  assert methods.VARIANTS['fedld_authors'].described == (
+      'first_round_plain_mean=True, margin_form=batch_probabilities, client_weighting=uniform')
+  assert methods.VARIANTS['fedmgc_dgc_only'].described == 'custom[loss=ce,aggregator=dgc]'
   with pytest.raises(ValueError, match='both fixes and tunes'):
     methods.Method('y', 'fedga', fixed=(('counts', 'batch'),), grid=(('counts', ('batch',)),))
+
+
+def test_variants_are_valid_methods_of_a_benchmark():
+  from experiments.benchmarking import config as config_lib
+  config = config_lib.BenchmarkConfig(   # checks every fixed argument against its builder
+      regimes=('digits:iid',), methods=('fedavg', *methods.VARIANTS))
+  assert config.methods[1:] == tuple(methods.VARIANTS)
+  for v in methods.VARIANTS.values():
+    assert v.diagnoses in methods.METHODS, v.name
+    assert (v.parent or v.diagnoses) in {*methods.METHODS, *methods.VARIANTS}, v.name
+    assert v.baseline is None or v.baseline in methods.VARIANTS, v.name
 
 
 def test_builder_kwargs_fix_fedghs_order_seed_in_the_process():
@@ -63,27 +117,6 @@ def test_builder_kwargs_fix_fedghs_order_seed_in_the_process():
 def test_parse_value():
   assert [methods.parse_value(v) for v in ('5', '0.5', 'True', 'none', 'soft_target')] == [
       5, 0.5, True, None, 'soft_target']
-
-
-def test_methods_from_the_binaries_flag_values():
-  ld = methods.method_from_flags('fedld_server_lr', 'fedld', {'server_learning_rate': 2.0,
-                                                              'margin_weight': 0.1})
-  assert ld.server_lr == 2.0 and ld.client_lr is None
-  assert ld.fixed_kwargs == {'margin_weight': 0.1}
-  assert dict(ld.grid) == {'component_ratio': (0.5, 0.8)}
-  custom = methods.method_from_flags('fedld_margin_only', 'custom', {
-      'client_loss': 'margin', 'aggregator': 'mean', 'margin_weight': 0.1,
-      'client_weighting': 'uniform'})
-  assert custom.algorithm == 'custom' and custom.grid == ()
-  assert custom.fixed_kwargs == {'loss': 'margin', 'aggregator': 'mean',
-                                 'loss_kwargs': {'margin_weight': 0.1},
-                                 'client_weighting': 'uniform'}
-  dgc = methods.method_from_flags('dgc_only', 'custom', {'aggregator': 'dgc',
-                                                         'selection_ratio': 0.3})
-  assert dgc.fixed_kwargs == {'loss': 'ce', 'aggregator': 'dgc',
-                              'aggregator_kwargs': {'selection_ratio': 0.3}}
-  with pytest.raises(ValueError, match='flag --focal_gamma is no builder argument of fedga'):
-    methods.method_from_flags('x', 'fedga', {'focal_gamma': 1.0})
 
 
 def test_fixed_learning_rates_are_not_tuned():
