@@ -85,7 +85,6 @@ _VARIANT_METHODS = (
 
 
 def test_each_variant_runs_its_parent_with_what_it_changes():
-  assert list(methods.VARIANTS) == [m.name for m in _VARIANT_METHODS]
   for expected in _VARIANT_METHODS:   # repr: 5.0 is not 5, True is not 1
     assert repr(methods.parse_method(expected.name)) == repr(expected)
   assert methods.VARIANTS['fedga_paper_clip'].described == 'fedga_clip with form=paper'
