@@ -10,6 +10,7 @@ from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import runs as runs_lib
 from experiments.benchmarking import tuning as tuning_lib
+from tff_conflict import hparams as hparams_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,18 +215,15 @@ class Plan:
 def _custom_with_parent_values(kwargs: Mapping[str, Any], algorithm: str,
                                values: Mapping[str, Any]) -> dict[str, Any]:
   """A 'custom' variant's builder arguments with its parent's tuned values where its loss or
-  aggregator takes the same hyperparameter (matched by flag, `experiments.experiment_lib`; e.g.
-  FedLD's tuned margin_weight for `loss='margin'`); values it fixes itself win."""
-  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
-  by_flag = {flag: values[keyword] for keyword, flag in
-             experiment_lib.ALGORITHM_HPARAMS.get(algorithm, {}).items() if keyword in values}
+  aggregator takes the same hyperparameter (`tff_conflict.hparams`; e.g. FedLD's tuned
+  margin_weight for `loss='margin'`); values it fixes itself win."""
+  tuned = [h for h in hparams_lib.ALGORITHM_HPARAMS.get(algorithm, ()) if h.keyword in values]
   out = dict(kwargs)
-  for part, tables in (('loss', experiment_lib.LOSS_HPARAMS),
-                       ('aggregator', experiment_lib.AGGREGATOR_HPARAMS)):
+  for part, tables in (('loss', hparams_lib.LOSS_HPARAMS),
+                       ('aggregator', hparams_lib.AGGREGATOR_HPARAMS)):
     own = dict(out.get(f'{part}_kwargs') or {})
-    for keyword, flag in tables.get(out.get(part), {}).items():
-      if flag in by_flag and keyword not in own:
-        own[keyword] = by_flag[flag]
+    own.update({h.keyword: values[h.keyword] for h in tables.get(out.get(part), ())
+                if h in tuned and h.keyword not in own})
     if own:
       out[f'{part}_kwargs'] = own
   return out
