@@ -58,7 +58,7 @@ class Outcome:
 
 
 def _tune(plan: plan_lib.Plan, engine, progress) -> list[tuning_lib.Choice]:
-  choices = []
+  choices, evaluators = [], {}
   for task in plan.tuning:
 
     def evaluate(candidate, task=task, rounds=None):
@@ -79,7 +79,23 @@ def _tune(plan: plan_lib.Plan, engine, progress) -> list[tuning_lib.Choice]:
                + tuning_lib.max_extensions(task.method.search) - len(choice.scores))
     progress.skip(untried * len(task.seeds) * plan.rounds)
     choices.append(choice)
-  return choices
+    evaluators[(task.dataset, task.epochs, task.method.name)] = evaluate
+  return _baseline_searched_every_server_lr(plan, choices, evaluators)
+
+
+def _baseline_searched_every_server_lr(plan, choices, evaluators):
+  """The baseline's choice, in each (dataset, E), after it also tried the server lrs other
+  methods reached by edge extension (`tuning.widen_server_lrs`), when server lrs are tuned."""
+  out = []
+  for choice in choices:
+    key = (choice.dataset, choice.epochs, choice.method)
+    if choice.method == plan.baseline and key in evaluators:
+      reached = {lr for c in choices if (c.dataset, c.epochs) == key[:2]
+                 for lr in searched(c)['server_lrs_tried']}
+      if len(searched(choice)['server_lrs_tried']) > 1:   # its server lr was tuned
+        choice = tuning_lib.widen_server_lrs(choice, sorted(reached), evaluators[key])
+    out.append(choice)
+  return out
 
 
 def choice_to_dict(choice: tuning_lib.Choice) -> dict[str, Any]:

@@ -284,6 +284,27 @@ def tune_method(search: Search, *, dataset: str, regime: str, epochs: int,
                 score=top, scores=tuple((c.name, s, n) for c, s, n in scored), at_edge=at_edge)
 
 
+def widen_server_lrs(choice: Choice, server_lrs: Sequence[float], evaluate: RunFn) -> Choice:
+  """`choice` after also trying, at its chosen client lr and own values, each of `server_lrs`
+  it has not tried (those other methods' edge extensions reached), so that the baseline
+  searched every server lr any method searched; a new candidate is chosen if it scores higher
+  (ties: the earlier choice)."""
+  tried = [float(runs_lib.candidate_values(n).get('slr', 'nan')) for n, _, _ in choice.scores]
+  new = [Candidate(choice.client_lr, lr, choice.tuned) for lr in sorted(server_lrs)
+         if not any(math.isclose(lr, t, rel_tol=1e-5) for t in tried)]
+  if not new:
+    return choice
+  scored = [(c, *evaluate(c)) for c in new]
+  winner, top = best([(None, choice.score, 0)] + scored)
+  server_lr = choice.server_lr if winner is None else winner.server_lr
+  at_edge = tuple(d for d in choice.at_edge if d != 'server_lr')
+  if _edge(tried + [c.server_lr for c in new], server_lr) is not None:
+    at_edge += ('server_lr',)
+  return dataclasses.replace(
+      choice, server_lr=server_lr, score=choice.score if winner is None else top,
+      at_edge=at_edge, scores=choice.scores + tuple((c.name, s, n) for c, s, n in scored))
+
+
 def extend_edges(search: Search, scored: list, try_all: Callable[[list], None]) -> tuple:
   """While the best candidate's value of a numeric dimension is the largest (smallest) of that
   dimension's values tried, tries it (with the winner's other values) times (divided by)

@@ -210,3 +210,29 @@ def test_halving_chooses_as_the_full_search_with_fewer_full_runs():
   stopped = [n for n, s, k in halving.scores if k == 0]
   assert stopped and all(math.isnan(s) for n, s, k in halving.scores if k == 0)
   assert not {(n, 50) for n in stopped} & set(calls['halving'])
+
+
+def _choice(server_lr, scores, at_edge=()):
+  return tuning.Choice(dataset='digits', regime='digits:dir(0.1)', epochs=1, method='fedavg',
+                       client_lr=0.3, server_lr=server_lr, tuned=(), at_edge=at_edge,
+                       score=max(s for _, s, _ in scores), scores=tuple(scores))
+
+
+def test_the_baseline_tries_the_server_lrs_others_reached_and_keeps_the_best():
+  choice = _choice(1.0, [('clr=0.1,slr=1', 0.90, 1), ('clr=0.3,slr=1', 0.95, 1),
+                         ('clr=0.3,slr=2', 0.94, 1), ('clr=0.3,slr=3', 0.93, 1)])
+  tried = []
+
+  def evaluate(candidate):
+    tried.append(candidate.name)
+    return {9.0: 0.96, 1 / 3: 0.5}[candidate.server_lr], 1
+
+  widened = tuning.widen_server_lrs(choice, [1.0, 2.0, 3.0, 9.0, 1 / 3], evaluate)
+  assert tried == ['clr=0.3,slr=0.333333', 'clr=0.3,slr=9']   # only the missing ones
+  assert (widened.server_lr, widened.score, widened.client_lr) == (9.0, 0.96, 0.3)
+  assert widened.at_edge == ('server_lr',)   # 9 is the largest tried
+  assert [n for n, _, _ in widened.scores][-2:] == tried
+  # A new candidate that scores lower leaves the choice as it was (its runs recorded).
+  kept = tuning.widen_server_lrs(choice, [9.0], lambda c: (0.5, 1))
+  assert (kept.server_lr, kept.score, len(kept.scores)) == (1.0, 0.95, 5)
+  assert tuning.widen_server_lrs(choice, [1.0, 2.0], evaluate) is choice
