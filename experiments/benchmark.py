@@ -18,8 +18,7 @@ from typing import Any
 import tff_conflict
 tff_conflict.quiet()
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
-from absl import app  # pylint: disable=g-import-not-at-top
-from absl import flags
+from absl import flags  # pylint: disable=g-import-not-at-top
 
 from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config as experiment_config
@@ -284,18 +283,8 @@ def apply_preset() -> None:
   flags_lib.apply_preset(PRESETS)
 
 
-def _ints(flag: str) -> tuple:
-  try:
-    return tuple(int(v) for v in FLAGS[flag].value)
-  except ValueError:
-    raise app.UsageError(f'--{flag} must be integers, got {FLAGS[flag].value}') from None
-
-
-def _floats(flag: str) -> tuple:
-  try:
-    return tuple(float(v) for v in FLAGS[flag].value)
-  except ValueError:
-    raise app.UsageError(f'--{flag} must be numbers, got {FLAGS[flag].value}') from None
+def _numbers(flag: str, cast: type = int) -> tuple:
+  return experiment_config.parse_numbers(flag, FLAGS[flag].value, cast)
 
 
 def given_values() -> dict[str, dict[str, Any]]:
@@ -312,38 +301,36 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
   grid and tuning.
 
   Raises:
-    app.UsageError: a flag that does not apply, or a bad value (one line naming the flag).
+    experiment_config.ConfigError: a flag that does not apply, or a bad value.
   """
   for name, instead in _NOT_HERE.items():
     if name in FLAGS and FLAGS[name].present:
-      raise app.UsageError(f'--{name} does not apply to experiments.benchmark; use {instead}')
-  try:
-    parts = flags_lib.experiment_config()
-    tuning = config_lib.TuningConfig(
-        tune=FLAGS.tune, tuning_seeds=_ints('tuning_seeds'),
-        tuning_regimes=config_lib.parse_tuning_regimes(FLAGS.tuning_regimes),
-        tune_epochs=_ints('tune_epochs'), client_lr_grid=_floats('client_lr_grid'),
-        server_lr_grid=_floats('server_lr_grid'), tune_server_lr=FLAGS.tune_server_lr,
-        grids=config_lib.parse_grids(FLAGS.grids),
-        strategy=FLAGS.tuning_strategy, schedule=FLAGS.tuning_schedule,
-        last_k=FLAGS.tuning_last_k,
-        edge_steps=FLAGS.tuning_edge_steps, edge_factor=FLAGS.tuning_edge_factor,
-        validation_fraction=FLAGS.validation_fraction,
-        plateau_window=FLAGS.plateau_window, plateau_tolerance=FLAGS.plateau_tolerance)
-    config = config_lib.BenchmarkConfig(
-        regimes=tuple(config_lib.split_top_level(FLAGS.regimes)),
-        methods=tuple(config_lib.split_top_level(FLAGS.methods)), epochs=_ints('epochs'),
-        report_seeds=_ints('report_seeds'),
-        models=config_lib.parse_mapping('models', FLAGS.models), given=given_values(),
-        vary_partition=FLAGS.vary_partition, baseline=FLAGS.baseline,
-        primary_statistic=FLAGS.primary_statistic, variants_inherit=FLAGS.variants_inherit,
-        equivalence_margin=FLAGS.equivalence_margin,
-        detect=config_lib.parse_mapping('detect', FLAGS.detect, float),
-        description=FLAGS.description, tuning=tuning,
-        loop=parts.training, client=parts.client, server=parts.server, data=parts.data,
-        output=parts.output, runtime=parts.runtime)
-  except experiment_config.ConfigError as e:
-    raise app.UsageError(e.flag_message()) from None
+      raise experiment_config.ConfigError(
+          name, FLAGS[name].value, reason=f'does not apply to experiments.benchmark; use {instead}')
+  parts = flags_lib.experiment_config()
+  tuning = config_lib.TuningConfig(
+      tune=FLAGS.tune, tuning_seeds=_numbers('tuning_seeds'),
+      tuning_regimes=config_lib.parse_tuning_regimes(FLAGS.tuning_regimes),
+      tune_epochs=_numbers('tune_epochs'), client_lr_grid=_numbers('client_lr_grid', float),
+      server_lr_grid=_numbers('server_lr_grid', float), tune_server_lr=FLAGS.tune_server_lr,
+      grids=config_lib.parse_grids(FLAGS.grids),
+      strategy=FLAGS.tuning_strategy, schedule=FLAGS.tuning_schedule,
+      last_k=FLAGS.tuning_last_k,
+      edge_steps=FLAGS.tuning_edge_steps, edge_factor=FLAGS.tuning_edge_factor,
+      validation_fraction=FLAGS.validation_fraction,
+      plateau_window=FLAGS.plateau_window, plateau_tolerance=FLAGS.plateau_tolerance)
+  config = config_lib.BenchmarkConfig(
+      regimes=tuple(config_lib.split_top_level(FLAGS.regimes)),
+      methods=tuple(config_lib.split_top_level(FLAGS.methods)), epochs=_numbers('epochs'),
+      report_seeds=_numbers('report_seeds'),
+      models=config_lib.parse_mapping('models', FLAGS.models), given=given_values(),
+      vary_partition=FLAGS.vary_partition, baseline=FLAGS.baseline,
+      primary_statistic=FLAGS.primary_statistic, variants_inherit=FLAGS.variants_inherit,
+      equivalence_margin=FLAGS.equivalence_margin,
+      detect=config_lib.parse_mapping('detect', FLAGS.detect, float),
+      description=FLAGS.description, tuning=tuning,
+      loop=parts.training, client=parts.client, server=parts.server, data=parts.data,
+      output=parts.output, runtime=parts.runtime)
   _check_method_flags_apply(FLAGS.methods)
   return config
 
@@ -360,10 +347,7 @@ def _check_method_flags_apply(methods: str) -> None:
     if algorithm in experiment_lib.ALGORITHM_HPARAMS:
       algorithms.append(experiment_config.AlgorithmConfig(algorithm))
   given = {h.flag: FLAGS[h.flag].value for h in flags_lib.METHOD_HPARAMS if FLAGS[h.flag].present}
-  try:
-    experiment_config.check_method_flags_apply(given, algorithms)
-  except experiment_config.ConfigError as e:
-    raise app.UsageError(e.flag_message()) from None
+  experiment_config.check_method_flags_apply(given, algorithms)
 
 
 def _cpu_model() -> str:
@@ -422,8 +406,9 @@ def main(argv):
   start = time.monotonic()
   if FLAGS.report_only:
     if not os.path.isdir(config.root):
-      raise app.UsageError(f'--report_only needs an existing benchmark directory, {config.root} '
-                           'is missing')
+      raise experiment_config.ConfigError('output_dir', FLAGS.output_dir, reason='--report_only '
+                                          f'needs an existing benchmark directory, {config.root} '
+                                          'is missing')
     try:
       report_path = report_lib.write_report(config.root)
     except results.DamagedRunsFile as e:

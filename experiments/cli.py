@@ -63,8 +63,8 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
 def check_no_arguments(argv: Sequence[str]) -> None:
   """Refuses positional arguments (a flag without its `--`, a stray word)."""
   if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments {list(argv[1:])}: every setting is a --flag '
-                         '(--helpfull lists them)')
+    raise _checks.ArgumentError(f'unexpected arguments {list(argv[1:])}: every setting is a '
+                                '--flag (--helpfull lists them)', value=list(argv[1:]))
 
 
 def _end_if_interrupted() -> None:
@@ -89,8 +89,8 @@ def _disk_message(error: OSError) -> str:
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) -> None:
   """`absl.app.run(main)` where every error a user can cause ends in one line naming the flag.
 
-  A flag that does not parse or fails its validator, an `app.UsageError`, a
-  `tff_conflict.ArgumentError` (a `config.ConfigError` names the flag), a full or read-only disk
+  A flag that does not parse or fails its validator, a `tff_conflict.ArgumentError` (the one
+  error of bad settings; a `config.ConfigError` names the flag), a full or read-only disk
   or a `tff_conflict.runtime.DataError` prints `<binary>: <message>` and exits 2, a `Failure`
   (files, machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 after the run saved its last
   finished round (`experiments.interrupts`). Anything else keeps its traceback.
@@ -106,7 +106,7 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) 
       terminated = isinstance(e, Terminated) or interrupts.received() == signal.SIGTERM
       fail(str(e) or ('terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'),
            128 + (signal.SIGTERM if terminated else signal.SIGINT))
-    except (app.UsageError, _checks.ArgumentError, Failure) as e:
+    except (_checks.ArgumentError, Failure) as e:
       _end_if_interrupted()
       message = e.flag_message() if isinstance(e, config.ConfigError) else str(e)
       fail(message, FAILURE_EXIT if isinstance(e, Failure) else USAGE_EXIT)
@@ -134,7 +134,7 @@ def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
     `path`.
 
   Raises:
-    app.UsageError: naming `--flag` and its value, when the directory cannot be created or
+    config.ConfigError: naming `--flag` and its value, when the directory cannot be created or
       written (a file in the way, no permission, a read-only file system).
   """
   value = FLAGS[flag].value if flag in FLAGS else path
@@ -145,8 +145,8 @@ def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
   except OSError as e:
     reason = e.strerror or type(e).__name__
     where = e.filename if getattr(e, 'filename', None) else path
-    raise app.UsageError(f'--{flag}={value}: cannot write the results directory {path} '
-                         f'({reason}: {where})') from None
+    raise config.ConfigError(flag, value, reason=f'cannot write the results directory {path} '
+                             f'({reason}: {where})') from None
   return path
 
 

@@ -45,11 +45,8 @@ flags_lib.register_validators()
 
 
 def check_flags() -> config.ExperimentConfig:
-  """The typed config of the flags, after the cross-flag checks (`flags_lib.check_common_flags`).
-
-  Raises:
-    app.UsageError: naming the flag and its value.
-  """
+  """The typed config of the flags, after the cross-flag checks (`flags_lib.check_common_flags`);
+  raises `config.ConfigError`."""
   return flags_lib.check_common_flags()
 
 
