@@ -331,23 +331,12 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
       description=FLAGS.description, tuning=tuning,
       loop=parts.training, client=parts.client, server=parts.server, data=parts.data,
       output=parts.output, runtime=parts.runtime)
-  _check_method_flags_apply(FLAGS.methods)
+  # The method flags reach the methods by algorithm (`given_values`): refuse one none reads.
+  flags_lib.check_method_flags_apply([
+      experiment_config.AlgorithmConfig(m.algorithm)
+      for m in map(methods_lib.parse_method, config.methods)
+      if m.algorithm in experiment_lib.ALGORITHM_HPARAMS])
   return config
-
-
-def _check_method_flags_apply(methods: str) -> None:
-  """Refuses a method flag that no named method of `methods` reads (the given values reach the
-  methods through `given_values`, by algorithm)."""
-  algorithms = []
-  for name in config_lib.split_top_level(methods):
-    try:
-      algorithm = methods_lib.parse_method(name).algorithm
-    except ValueError:
-      return   # the plan refuses the name, in one line
-    if algorithm in experiment_lib.ALGORITHM_HPARAMS:
-      algorithms.append(experiment_config.AlgorithmConfig(algorithm))
-  given = {h.flag: FLAGS[h.flag].value for h in flags_lib.METHOD_HPARAMS if FLAGS[h.flag].present}
-  experiment_config.check_method_flags_apply(given, algorithms)
 
 
 def _cpu_model() -> str:

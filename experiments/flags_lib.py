@@ -267,9 +267,14 @@ def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.Exp
              else [config.AlgorithmConfig(name) for name in algorithms])
   from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
   experiment_lib.check_composition(experiment.algorithm)
-  config.check_method_flags_apply(
-      {h.flag: FLAGS[h.flag].value for h in METHOD_HPARAMS if FLAGS[h.flag].present}, methods)
+  check_method_flags_apply(methods)
   return experiment
+
+
+def check_method_flags_apply(algorithms: Sequence[config.AlgorithmConfig]) -> None:
+  """Refuses a method flag given that none of `algorithms` reads; raises `config.ConfigError`."""
+  config.check_method_flags_apply(
+      {h.flag: FLAGS[h.flag].value for h in METHOD_HPARAMS if FLAGS[h.flag].present}, algorithms)
 
 
 def experiment_config(**overrides: Any) -> config.ExperimentConfig:
