@@ -374,8 +374,7 @@ def _load() -> str:
     return 'unknown'
 
 
-def main(argv):
-  cli.check_no_arguments(argv)
+def main(unused_argv):
   flags_lib.quiet_logs()
   apply_preset()
   config = config_from_flags()

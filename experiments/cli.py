@@ -55,16 +55,13 @@ def _flag_error_message(error: flags.Error) -> str:
 
 def _parse_flags(argv: Sequence[str]) -> list[str]:
   try:
-    return FLAGS(argv)
+    rest = FLAGS(argv)
   except flags.Error as e:
     fail(f'{_flag_error_message(e)} (--helpfull lists every flag)', USAGE_EXIT)
-
-
-def check_no_arguments(argv: Sequence[str]) -> None:
-  """Refuses positional arguments (a flag without its `--`, a stray word)."""
-  if len(argv) > 1:
-    raise _checks.ArgumentError(f'unexpected arguments {list(argv[1:])}: every setting is a '
-                                '--flag (--helpfull lists them)', value=list(argv[1:]))
+  if len(rest) > 1:   # a flag without its `--`, a stray word
+    fail(f'unexpected arguments {rest[1:]}: every setting is a --flag (--helpfull lists them)',
+         USAGE_EXIT)
+  return rest
 
 
 def _end_if_interrupted() -> None:
@@ -89,7 +86,7 @@ def _disk_message(error: OSError) -> str:
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) -> None:
   """`absl.app.run(main)` where every error a user can cause ends in one line naming the flag.
 
-  A flag that does not parse or fails its validator, a `tff_conflict.ArgumentError` (the one
+  A flag that does not parse or fails its validator, a positional argument, a `tff_conflict.ArgumentError` (the one
   error of bad settings; a `config.ConfigError` names the flag), a full or read-only disk
   or a `tff_conflict.runtime.DataError` prints `<binary>: <message>` and exits 2, a `Failure`
   (files, machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 after the run saved its last

@@ -261,8 +261,7 @@ def run_comparison(experiment: config.ExperimentConfig, comparison: ComparisonCo
   return table, plots, root
 
 
-def main(argv):
-  cli.check_no_arguments(argv)
+def main(unused_argv):
   flags_lib.quiet_logs()
   apply_preset()
   experiment, comparison = check_flags()

@@ -50,8 +50,7 @@ def check_flags() -> config.ExperimentConfig:
   return flags_lib.check_common_flags()
 
 
-def main(argv):
-  cli.check_no_arguments(argv)
+def main(unused_argv):
   flags_lib.quiet_logs()
   experiment = check_flags()
   experiment_dir = cli.prepare_output_dir(experiment.experiment_dir)
