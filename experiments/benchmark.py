@@ -404,18 +404,15 @@ def main(unused_argv):
                         'from each run\'s result.json and runs only what is not finished') from None
     failures = []
   else:
-    try:
-      if FLAGS.positive_control:   # the checks of run_benchmark, before the control runs
-        plan = plan_lib.make_plan(config)
-        engine_lib.check_finished_runs(plan)
-        grid.check_regimes(plan, engine_lib.default_loader(plan))
-        from experiments.benchmarking import control  # pylint: disable=g-import-not-at-top
-        control_outcome = grid.run_benchmark(control.control_config(config), command=command)
-        if control_outcome.failures:
-          print(f'positive control: {len(control_outcome.failures)} runs failed', flush=True)
-      outcome = grid.run_benchmark(config, command=command)
-    except engine_lib.SettingsChangedError as e:
-      raise cli.Failure(str(e)) from None
+    if FLAGS.positive_control:   # the checks of run_benchmark, before the control runs
+      plan = plan_lib.make_plan(config)
+      engine_lib.check_finished_runs(plan)
+      grid.check_regimes(plan, engine_lib.default_loader(plan))
+      from experiments.benchmarking import control  # pylint: disable=g-import-not-at-top
+      control_outcome = grid.run_benchmark(control.control_config(config), command=command)
+      if control_outcome.failures:
+        print(f'positive control: {len(control_outcome.failures)} runs failed', flush=True)
+    outcome = grid.run_benchmark(config, command=command)
     report_path, failures = outcome.report, outcome.failures
     print(f'\n{outcome.runs_done} runs run, {outcome.runs_skipped} found finished, '
           f'{len(failures)} failed; {outcome.num_processes} learning processes built in '

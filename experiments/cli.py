@@ -23,9 +23,7 @@ FAILURE_EXIT = 1
 Terminated = interrupts.Terminated
 
 
-class Failure(Exception):
-  """An error the user can fix that is not a flag's value (a damaged results file, an unreachable
-  worker); printed as one line, exit status 1."""
+Failure = files.Failure
 
 
 def _program() -> str:

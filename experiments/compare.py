@@ -268,10 +268,7 @@ def main(unused_argv):
   cli.prepare_output_dir(os.path.join(experiment.output.output_dir, comparison_name(experiment)))
   runtime.set_local_context()
   cli.install_context(experiment)
-  try:
-    table, plots, root = run_comparison(experiment, comparison)
-  except training_loop.ResumeError as e:
-    raise cli.Failure(str(e)) from None
+  table, plots, root = run_comparison(experiment, comparison)
   print()
   print(table)
   print(f'table: {os.path.join(root, "summary.md")}')
