@@ -2,7 +2,6 @@
 (see `run`; docs/design.md, "Experiments")."""
 
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -43,19 +42,12 @@ def fail(message: str, exit_status: int) -> NoReturn:
   sys.exit(exit_status)
 
 
-def _flag_error_message(error: flags.Error) -> str:
-  """absl's message, without its `flag --x=v: ` prefix when the rest names the flag itself
-  (the validators' `--x must be ..., got v`)."""
-  message = str(error)
-  match = re.match(r'flag (--[\w-]+)=.*?: (\1 .*)$', message, re.S)
-  return match.group(2) if match else message
-
-
 def _parse_flags(argv: Sequence[str]) -> list[str]:
   try:
     rest = FLAGS(argv)
-  except flags.Error as e:
-    fail(f'{_flag_error_message(e)} (--helpfull lists every flag)', USAGE_EXIT)
+  except (flags.Error, config.ConfigError) as e:   # ConfigError: a validator (flags_lib)
+    message = e.flag_message() if isinstance(e, config.ConfigError) else e
+    fail(f'{message} (--helpfull lists every flag)', USAGE_EXIT)
   if len(rest) > 1:   # a flag without its `--`, a stray word
     fail(f'unexpected arguments {rest[1:]}: every setting is a --flag (--helpfull lists them)',
          USAGE_EXIT)

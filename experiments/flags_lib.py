@@ -189,11 +189,9 @@ with record_group('runtime'):
 
 
 def _validator(name: str, check: config.Check):
+  """absl lets the validator's `ConfigError` through: `cli.run` prints it like any other."""
   def validate(value) -> bool:
-    try:
-      config.require(name, value, check)
-    except config.ConfigError as e:
-      raise flags.ValidationError(e.flag_message()) from None
+    config.require(name, value, check)
     return True
   return validate
 

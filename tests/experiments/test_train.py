@@ -52,7 +52,7 @@ def test_cross_flag_checks(flag_values, message):
     (dict(experiment_name='../x'), "--experiment_name must be a relative name .*, got '../x'"),
 ])
 def test_single_flag_values_are_refused_when_parsed(flag_values, message):
-  with pytest.raises(flags.IllegalFlagValueError, match=message):
+  with conftest.flag_error(message):
     with flagsaver.as_parsed(**flag_values):
       pass
 
