@@ -18,8 +18,7 @@ from typing import Any
 import tff_conflict
 tff_conflict.quiet()
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
-from absl import app  # pylint: disable=g-import-not-at-top
-from absl import flags
+from absl import flags  # pylint: disable=g-import-not-at-top
 
 from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config as experiment_config
@@ -284,18 +283,8 @@ def apply_preset() -> None:
   flags_lib.apply_preset(PRESETS)
 
 
-def _ints(flag: str) -> tuple:
-  try:
-    return tuple(int(v) for v in FLAGS[flag].value)
-  except ValueError:
-    raise app.UsageError(f'--{flag} must be integers, got {FLAGS[flag].value}') from None
-
-
-def _floats(flag: str) -> tuple:
-  try:
-    return tuple(float(v) for v in FLAGS[flag].value)
-  except ValueError:
-    raise app.UsageError(f'--{flag} must be numbers, got {FLAGS[flag].value}') from None
+def _numbers(flag: str, cast: type = int) -> tuple:
+  return experiment_config.parse_numbers(flag, FLAGS[flag].value, cast)
 
 
 def given_values() -> dict[str, dict[str, Any]]:
@@ -312,58 +301,42 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
   grid and tuning.
 
   Raises:
-    app.UsageError: a flag that does not apply, or a bad value (one line naming the flag).
+    experiment_config.ConfigError: a flag that does not apply, or a bad value.
   """
   for name, instead in _NOT_HERE.items():
     if name in FLAGS and FLAGS[name].present:
-      raise app.UsageError(f'--{name} does not apply to experiments.benchmark; use {instead}')
-  try:
-    parts = flags_lib.experiment_config()
-    tuning = config_lib.TuningConfig(
-        tune=FLAGS.tune, tuning_seeds=_ints('tuning_seeds'),
-        tuning_regimes=config_lib.parse_tuning_regimes(FLAGS.tuning_regimes),
-        tune_epochs=_ints('tune_epochs'), client_lr_grid=_floats('client_lr_grid'),
-        server_lr_grid=_floats('server_lr_grid'), tune_server_lr=FLAGS.tune_server_lr,
-        grids=config_lib.parse_grids(FLAGS.grids),
-        strategy=FLAGS.tuning_strategy, schedule=FLAGS.tuning_schedule,
-        last_k=FLAGS.tuning_last_k,
-        edge_steps=FLAGS.tuning_edge_steps, edge_factor=FLAGS.tuning_edge_factor,
-        validation_fraction=FLAGS.validation_fraction,
-        plateau_window=FLAGS.plateau_window, plateau_tolerance=FLAGS.plateau_tolerance)
-    config = config_lib.BenchmarkConfig(
-        regimes=tuple(config_lib.split_top_level(FLAGS.regimes)),
-        methods=tuple(config_lib.split_top_level(FLAGS.methods)), epochs=_ints('epochs'),
-        report_seeds=_ints('report_seeds'),
-        models=config_lib.parse_mapping('models', FLAGS.models), given=given_values(),
-        vary_partition=FLAGS.vary_partition, baseline=FLAGS.baseline,
-        primary_statistic=FLAGS.primary_statistic, variants_inherit=FLAGS.variants_inherit,
-        equivalence_margin=FLAGS.equivalence_margin,
-        detect=config_lib.parse_mapping('detect', FLAGS.detect, float),
-        description=FLAGS.description, tuning=tuning,
-        loop=parts.training, client=parts.client, server=parts.server, data=parts.data,
-        output=parts.output, runtime=parts.runtime)
-  except experiment_config.ConfigError as e:
-    raise app.UsageError(e.flag_message()) from None
-  _check_method_flags_apply(FLAGS.methods)
+      raise experiment_config.ConfigError(
+          name, FLAGS[name].value, reason=f'does not apply to experiments.benchmark; use {instead}')
+  parts = flags_lib.experiment_config()
+  tuning = config_lib.TuningConfig(
+      tune=FLAGS.tune, tuning_seeds=_numbers('tuning_seeds'),
+      tuning_regimes=config_lib.parse_tuning_regimes(FLAGS.tuning_regimes),
+      tune_epochs=_numbers('tune_epochs'), client_lr_grid=_numbers('client_lr_grid', float),
+      server_lr_grid=_numbers('server_lr_grid', float), tune_server_lr=FLAGS.tune_server_lr,
+      grids=config_lib.parse_grids(FLAGS.grids),
+      strategy=FLAGS.tuning_strategy, schedule=FLAGS.tuning_schedule,
+      last_k=FLAGS.tuning_last_k,
+      edge_steps=FLAGS.tuning_edge_steps, edge_factor=FLAGS.tuning_edge_factor,
+      validation_fraction=FLAGS.validation_fraction,
+      plateau_window=FLAGS.plateau_window, plateau_tolerance=FLAGS.plateau_tolerance)
+  config = config_lib.BenchmarkConfig(
+      regimes=tuple(config_lib.split_top_level(FLAGS.regimes)),
+      methods=tuple(config_lib.split_top_level(FLAGS.methods)), epochs=_numbers('epochs'),
+      report_seeds=_numbers('report_seeds'),
+      models=config_lib.parse_mapping('models', FLAGS.models), given=given_values(),
+      vary_partition=FLAGS.vary_partition, baseline=FLAGS.baseline,
+      primary_statistic=FLAGS.primary_statistic, variants_inherit=FLAGS.variants_inherit,
+      equivalence_margin=FLAGS.equivalence_margin,
+      detect=config_lib.parse_mapping('detect', FLAGS.detect, float),
+      description=FLAGS.description, tuning=tuning,
+      loop=parts.training, client=parts.client, server=parts.server, data=parts.data,
+      output=parts.output, runtime=parts.runtime)
+  # The method flags reach the methods by algorithm (`given_values`): refuse one none reads.
+  flags_lib.check_method_flags_apply([
+      experiment_config.AlgorithmConfig(m.algorithm)
+      for m in map(methods_lib.parse_method, config.methods)
+      if m.algorithm in experiment_lib.ALGORITHM_HPARAMS])
   return config
-
-
-def _check_method_flags_apply(methods: str) -> None:
-  """Refuses a method flag that no named method of `methods` reads (the given values reach the
-  methods through `given_values`, by algorithm)."""
-  algorithms = []
-  for name in config_lib.split_top_level(methods):
-    try:
-      algorithm = methods_lib.parse_method(name).algorithm
-    except ValueError:
-      return   # the plan refuses the name, in one line
-    if algorithm in experiment_lib.ALGORITHM_HPARAMS:
-      algorithms.append(experiment_config.AlgorithmConfig(algorithm))
-  given = {h.flag: FLAGS[h.flag].value for h in flags_lib.METHOD_HPARAMS if FLAGS[h.flag].present}
-  try:
-    experiment_config.check_method_flags_apply(given, algorithms)
-  except experiment_config.ConfigError as e:
-    raise app.UsageError(e.flag_message()) from None
 
 
 def _cpu_model() -> str:
@@ -401,8 +374,7 @@ def _load() -> str:
     return 'unknown'
 
 
-def main(argv):
-  cli.check_no_arguments(argv)
+def main(unused_argv):
   flags_lib.quiet_logs()
   apply_preset()
   config = config_from_flags()
@@ -422,8 +394,9 @@ def main(argv):
   start = time.monotonic()
   if FLAGS.report_only:
     if not os.path.isdir(config.root):
-      raise app.UsageError(f'--report_only needs an existing benchmark directory, {config.root} '
-                           'is missing')
+      raise experiment_config.ConfigError('output_dir', FLAGS.output_dir, reason='--report_only '
+                                          f'needs an existing benchmark directory, {config.root} '
+                                          'is missing')
     try:
       report_path = report_lib.write_report(config.root)
     except results.DamagedRunsFile as e:
@@ -431,18 +404,15 @@ def main(argv):
                         'from each run\'s result.json and runs only what is not finished') from None
     failures = []
   else:
-    try:
-      if FLAGS.positive_control:   # the checks of run_benchmark, before the control runs
-        plan = plan_lib.make_plan(config)
-        engine_lib.check_finished_runs(plan)
-        grid.check_regimes(plan, engine_lib.default_loader(plan))
-        from experiments.benchmarking import control  # pylint: disable=g-import-not-at-top
-        control_outcome = grid.run_benchmark(control.control_config(config), command=command)
-        if control_outcome.failures:
-          print(f'positive control: {len(control_outcome.failures)} runs failed', flush=True)
-      outcome = grid.run_benchmark(config, command=command)
-    except engine_lib.SettingsChangedError as e:
-      raise cli.Failure(str(e)) from None
+    if FLAGS.positive_control:   # the checks of run_benchmark, before the control runs
+      plan = plan_lib.make_plan(config)
+      engine_lib.check_finished_runs(plan)
+      grid.check_regimes(plan, engine_lib.default_loader(plan))
+      from experiments.benchmarking import control  # pylint: disable=g-import-not-at-top
+      control_outcome = grid.run_benchmark(control.control_config(config), command=command)
+      if control_outcome.failures:
+        print(f'positive control: {len(control_outcome.failures)} runs failed', flush=True)
+    outcome = grid.run_benchmark(config, command=command)
     report_path, failures = outcome.report, outcome.failures
     print(f'\n{outcome.runs_done} runs run, {outcome.runs_skipped} found finished, '
           f'{len(failures)} failed; {outcome.num_processes} learning processes built in '

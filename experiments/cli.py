@@ -2,7 +2,6 @@
 (see `run`; docs/design.md, "Experiments")."""
 
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -23,9 +22,7 @@ FAILURE_EXIT = 1
 Terminated = interrupts.Terminated
 
 
-class Failure(Exception):
-  """An error the user can fix that is not a flag's value (a damaged results file, an unreachable
-  worker); printed as one line, exit status 1."""
+Failure = files.Failure
 
 
 def _program() -> str:
@@ -45,26 +42,16 @@ def fail(message: str, exit_status: int) -> NoReturn:
   sys.exit(exit_status)
 
 
-def _flag_error_message(error: flags.Error) -> str:
-  """absl's message, without its `flag --x=v: ` prefix when the rest names the flag itself
-  (the validators' `--x must be ..., got v`)."""
-  message = str(error)
-  match = re.match(r'flag (--[\w-]+)=.*?: (\1 .*)$', message, re.S)
-  return match.group(2) if match else message
-
-
 def _parse_flags(argv: Sequence[str]) -> list[str]:
   try:
-    return FLAGS(argv)
-  except flags.Error as e:
-    fail(f'{_flag_error_message(e)} (--helpfull lists every flag)', USAGE_EXIT)
-
-
-def check_no_arguments(argv: Sequence[str]) -> None:
-  """Refuses positional arguments (a flag without its `--`, a stray word)."""
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments {list(argv[1:])}: every setting is a --flag '
-                         '(--helpfull lists them)')
+    rest = FLAGS(argv)
+  except (flags.Error, config.ConfigError) as e:   # ConfigError: a validator (flags_lib)
+    message = e.flag_message() if isinstance(e, config.ConfigError) else e
+    fail(f'{message} (--helpfull lists every flag)', USAGE_EXIT)
+  if len(rest) > 1:   # a flag without its `--`, a stray word
+    fail(f'unexpected arguments {rest[1:]}: every setting is a --flag (--helpfull lists them)',
+         USAGE_EXIT)
+  return rest
 
 
 def _end_if_interrupted() -> None:
@@ -89,8 +76,8 @@ def _disk_message(error: OSError) -> str:
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) -> None:
   """`absl.app.run(main)` where every error a user can cause ends in one line naming the flag.
 
-  A flag that does not parse or fails its validator, an `app.UsageError`, a
-  `tff_conflict.ArgumentError` (a `config.ConfigError` names the flag), a full or read-only disk
+  A flag that does not parse or fails its validator, a positional argument, a `tff_conflict.ArgumentError` (the one
+  error of bad settings; a `config.ConfigError` names the flag), a full or read-only disk
   or a `tff_conflict.runtime.DataError` prints `<binary>: <message>` and exits 2, a `Failure`
   (files, machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 after the run saved its last
   finished round (`experiments.interrupts`). Anything else keeps its traceback.
@@ -106,7 +93,7 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) 
       terminated = isinstance(e, Terminated) or interrupts.received() == signal.SIGTERM
       fail(str(e) or ('terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'),
            128 + (signal.SIGTERM if terminated else signal.SIGINT))
-    except (app.UsageError, _checks.ArgumentError, Failure) as e:
+    except (_checks.ArgumentError, Failure) as e:
       _end_if_interrupted()
       message = e.flag_message() if isinstance(e, config.ConfigError) else str(e)
       fail(message, FAILURE_EXIT if isinstance(e, Failure) else USAGE_EXIT)
@@ -134,7 +121,7 @@ def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
     `path`.
 
   Raises:
-    app.UsageError: naming `--flag` and its value, when the directory cannot be created or
+    config.ConfigError: naming `--flag` and its value, when the directory cannot be created or
       written (a file in the way, no permission, a read-only file system).
   """
   value = FLAGS[flag].value if flag in FLAGS else path
@@ -145,8 +132,8 @@ def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
   except OSError as e:
     reason = e.strerror or type(e).__name__
     where = e.filename if getattr(e, 'filename', None) else path
-    raise app.UsageError(f'--{flag}={value}: cannot write the results directory {path} '
-                         f'({reason}: {where})') from None
+    raise config.ConfigError(flag, value, reason=f'cannot write the results directory {path} '
+                             f'({reason}: {where})') from None
   return path
 
 

@@ -16,8 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 import tff_conflict
 tff_conflict.quiet()
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
-from absl import app  # pylint: disable=g-import-not-at-top
-from absl import flags
+from absl import flags  # pylint: disable=g-import-not-at-top
 import numpy as np
 
 from experiments import cli  # pylint: disable=g-import-not-at-top
@@ -102,21 +101,11 @@ class ComparisonConfig:
 
 
 def check_flags() -> tuple[config.ExperimentConfig, ComparisonConfig]:
-  """Cross-flag checks; returns the typed settings of the flags.
-
-  Raises:
-    app.UsageError: naming the flag and its value.
-  """
+  """The typed settings of the flags, after the cross-flag checks; raises `config.ConfigError`."""
   experiment = flags_lib.check_common_flags(algorithms=FLAGS.algorithms)
-  try:
-    seeds = tuple(int(s) for s in FLAGS.seeds)
-  except ValueError:
-    raise app.UsageError(f'--seeds must be non-negative integers, got {FLAGS.seeds}') from None
-  try:
-    return experiment, ComparisonConfig(algorithms=tuple(FLAGS.algorithms), seeds=seeds,
-                                        target_accuracy=FLAGS.target_accuracy)
-  except config.ConfigError as e:
-    raise app.UsageError(e.flag_message()) from None
+  return experiment, ComparisonConfig(algorithms=tuple(FLAGS.algorithms),
+                                      seeds=config.parse_numbers('seeds', FLAGS.seeds),
+                                      target_accuracy=FLAGS.target_accuracy)
 
 
 @dataclasses.dataclass
@@ -272,18 +261,14 @@ def run_comparison(experiment: config.ExperimentConfig, comparison: ComparisonCo
   return table, plots, root
 
 
-def main(argv):
-  cli.check_no_arguments(argv)
+def main(unused_argv):
   flags_lib.quiet_logs()
   apply_preset()
   experiment, comparison = check_flags()
   cli.prepare_output_dir(os.path.join(experiment.output.output_dir, comparison_name(experiment)))
   runtime.set_local_context()
   cli.install_context(experiment)
-  try:
-    table, plots, root = run_comparison(experiment, comparison)
-  except training_loop.ResumeError as e:
-    raise cli.Failure(str(e)) from None
+  table, plots, root = run_comparison(experiment, comparison)
   print()
   print(table)
   print(f'table: {os.path.join(root, "summary.md")}')

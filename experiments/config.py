@@ -66,6 +66,14 @@ def from_library_error(error: Exception, argument: str, value: Any, *,
   return ConfigError(argument, value, reason=str(error) or type(error).__name__)
 
 
+def parse_numbers(argument: str, values: Sequence[Any], cast: type = int) -> tuple:
+  """A list flag's `values` as `cast`s (int or float); raises `ConfigError` naming `argument`."""
+  try:
+    return tuple(cast(v) for v in values)
+  except (TypeError, ValueError):
+    raise ConfigError(argument, values, 'integers' if cast is int else 'numbers') from None
+
+
 def show(value: Any) -> str:
   """A value as messages show it: strings quoted, tuples as lists."""
   if isinstance(value, tuple):

@@ -99,8 +99,6 @@ def _tfds_num_clients_default(load):
 @functools.lru_cache(maxsize=2)
 def _leaf_data(leaf_dir, leaf_name, cache_dir):
   """`data.leaf(...)` once per source: the loader, the classes and the model all need it."""
-  if leaf_dir is None:
-    raise ValueError('--dataset=leaf needs --leaf_dir (the LEAF dataset folder data/<name>)')
   return _data().leaf(leaf_dir, name=leaf_name, cache_dir=cache_dir)
 
 

@@ -16,6 +16,11 @@ DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 _UMASK_LOCK = threading.Lock()
 
 
+class Failure(Exception):
+  """An error the user can fix that is not a flag's value (a damaged or different earlier output,
+  an unreachable worker): the binaries print it as one line and exit with status 1."""
+
+
 def _umask() -> int:
   """The process's umask (read by setting it and setting it back)."""
   with _UMASK_LOCK:

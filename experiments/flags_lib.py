@@ -4,7 +4,6 @@ it sets and validated by that field's check; `experiment_config()` makes the `Ex
 import contextlib
 from typing import Any, Iterator, Optional, Sequence
 
-from absl import app
 from absl import flags
 
 from experiments import config
@@ -190,11 +189,9 @@ with record_group('runtime'):
 
 
 def _validator(name: str, check: config.Check):
+  """absl lets the validator's `ConfigError` through: `cli.run` prints it like any other."""
   def validate(value) -> bool:
-    try:
-      config.require(name, value, check)
-    except config.ConfigError as e:
-      raise flags.ValidationError(e.flag_message()) from None
+    config.require(name, value, check)
     return True
   return validate
 
@@ -233,12 +230,11 @@ def apply_preset(presets: dict[str, dict[str, Any]]) -> None:
   without --preset.
 
   Raises:
-    app.UsageError: an unknown --preset.
+    config.ConfigError: an unknown --preset.
   """
   if FLAGS.preset is None:
     return
-  if FLAGS.preset not in presets:
-    raise app.UsageError(f'--preset must be one of {sorted(presets)}, got {FLAGS.preset!r}')
+  config.require('preset', FLAGS.preset, config.one_of(sorted(presets)))
   for name, value in presets[FLAGS.preset].items():
     if not FLAGS[name].present:
       FLAGS[name].value = value
@@ -256,29 +252,27 @@ def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.Exp
     `experiment_config()`.
 
   Raises:
-    app.UsageError: a flag given for a dataset or method that does not read it, or a value or
-      combination the config refuses (`config.ConfigError`), in one line naming the flag and the
-      value.
+    config.ConfigError: a flag given for a dataset or method that does not read it, or a value
+      or combination the config refuses, naming the flag and the value.
   """
-  dataset = FLAGS.dataset
   for name in _ALL_DATASET_FLAGS:
-    if FLAGS[name].present and name not in DATASET_FLAGS[dataset]:
+    if FLAGS[name].present and name not in DATASET_FLAGS[FLAGS.dataset]:
       users = sorted(d for d, names in DATASET_FLAGS.items() if name in names)
-      raise app.UsageError(f'--{name} applies only to --dataset in {users}, not '
-                           f'--dataset={dataset}')
-  if dataset == 'leaf' and not FLAGS.leaf_dir:
-    raise app.UsageError('--dataset=leaf needs --leaf_dir (LEAF\'s dataset folder data/<name>)')
-  try:
-    experiment = experiment_config()
-    methods = ([experiment.algorithm] if algorithms is None
-               else [config.AlgorithmConfig(name) for name in algorithms])
-    from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
-    experiment_lib.check_composition(experiment.algorithm)
-    config.check_method_flags_apply(
-        {h.flag: FLAGS[h.flag].value for h in METHOD_HPARAMS if FLAGS[h.flag].present}, methods)
-    return experiment
-  except config.ConfigError as e:
-    raise app.UsageError(e.flag_message()) from None
+      raise config.ConfigError(name, FLAGS[name].value, reason='applies only to --dataset in '
+                               f'{users}, not --dataset={FLAGS.dataset}')
+  experiment = experiment_config()
+  methods = ([experiment.algorithm] if algorithms is None
+             else [config.AlgorithmConfig(name) for name in algorithms])
+  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+  experiment_lib.check_composition(experiment.algorithm)
+  check_method_flags_apply(methods)
+  return experiment
+
+
+def check_method_flags_apply(algorithms: Sequence[config.AlgorithmConfig]) -> None:
+  """Refuses a method flag given that none of `algorithms` reads; raises `config.ConfigError`."""
+  config.check_method_flags_apply(
+      {h.flag: FLAGS[h.flag].value for h in METHOD_HPARAMS if FLAGS[h.flag].present}, algorithms)
 
 
 def experiment_config(**overrides: Any) -> config.ExperimentConfig:

@@ -45,16 +45,12 @@ flags_lib.register_validators()
 
 
 def check_flags() -> config.ExperimentConfig:
-  """The typed config of the flags, after the cross-flag checks (`flags_lib.check_common_flags`).
-
-  Raises:
-    app.UsageError: naming the flag and its value.
-  """
+  """The typed config of the flags, after the cross-flag checks (`flags_lib.check_common_flags`);
+  raises `config.ConfigError`."""
   return flags_lib.check_common_flags()
 
 
-def main(argv):
-  cli.check_no_arguments(argv)
+def main(unused_argv):
   flags_lib.quiet_logs()
   experiment = check_flags()
   experiment_dir = cli.prepare_output_dir(experiment.experiment_dir)
@@ -65,11 +61,8 @@ def main(argv):
         f'({len(task.train_data.client_ids)} clients, '
         f'{experiment.training.clients_per_round} per round, model {task.model_name}) -> '
         f'{experiment_dir}', flush=True)
-  try:
-    result = experiment_lib.run_experiment(experiment, task=task,
-                                           label=experiment.algorithm.label)
-  except training_loop.ResumeError as e:
-    raise cli.Failure(str(e)) from None
+  result = experiment_lib.run_experiment(experiment, task=task,
+                                         label=experiment.algorithm.label)
   last = result.rows[-1]
   print(f'round {last["round_num"]}: test_accuracy {last["test_accuracy"]:.4f}  '
         f'test_macro_f1 {last["test_macro_f1"]:.4f}  test_loss {last["test_loss"]:.4f}')

@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 from experiments import checkpoints as checkpoints_lib
 from experiments import interrupts
 from experiments import config as config_lib
+from experiments import files
 from experiments import metrics_io
 from experiments import progress as progress_lib
 from experiments import round_data
@@ -38,7 +39,7 @@ _TRAIN_ACCURACY = 'client_work/train/sparse_categorical_accuracy'
 
 TEST_COLUMNS = ('test_accuracy', 'test_loss', 'test_macro_f1')
 
-class ResumeError(ValueError):
+class ResumeError(files.Failure, ValueError):
   """An earlier run's outputs cannot be resumed as they are (damaged or other settings); the
   message names the file and what to do."""
 

@@ -32,7 +32,7 @@ PAIR_ERROR_COLUMNS = ('rare_pair_error', 'common_pair_error', 'rare_error_share'
 Loader = Callable[[Any, int], tuple[Any, Any]]
 
 
-class SettingsChangedError(ValueError):
+class SettingsChangedError(files.Failure, ValueError):
   """A finished run on disk was made with other settings than the run asked for now."""
 
 

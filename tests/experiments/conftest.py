@@ -1,7 +1,9 @@
 """Fixtures of the experiment-binary tests: parsed absl flags, tiny federated data, subprocesses."""
 
 import collections
+import contextlib
 import os
+import re
 import subprocess
 import sys
 
@@ -9,6 +11,7 @@ from absl import flags
 import numpy as np
 import pytest
 
+from experiments import config
 from tests import conftest as root_conftest
 from tff_conflict import runtime
 
@@ -20,6 +23,16 @@ def parsed_flags():
   """absl flags marked as parsed (pytest does not run app.run), defaults otherwise."""
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
+
+
+@contextlib.contextmanager
+def flag_error(pattern: str):
+  """Expects a `config.ConfigError` whose command-line message (what `cli.run` prints) matches
+  the regular expression `pattern`, on one line."""
+  with pytest.raises(config.ConfigError) as info:
+    yield
+  message = info.value.flag_message()
+  assert re.search(pattern, message) and '\n' not in message, message
 
 
 def make_tiny_client_data(num_clients=4, examples_per_client=12, num_features=4, num_classes=3,

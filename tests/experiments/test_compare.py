@@ -7,6 +7,7 @@ import pytest
 
 from experiments import compare
 from experiments import metrics_io
+from tests.experiments import conftest
 
 FLAGS = flags.FLAGS
 
@@ -46,24 +47,23 @@ def test_preset_fills_only_flags_not_given():
 
 
 def test_unknown_preset_is_refused():
-  from absl import app  # pylint: disable=g-import-not-at-top
   with flagsaver.as_parsed(preset='smoke'):
-    with pytest.raises(app.UsageError, match=r"--preset must be one of \['readme'\], got 'smoke'"):
+    with conftest.flag_error(r"--preset must be one of \['readme'\], got 'smoke'"):
       compare.apply_preset()
 
 
 @pytest.mark.parametrize('flag_values, message', [
     (dict(algorithms='fedavg,sgd'), '--algorithms must be a non-empty list'),
     (dict(algorithms='fedavg,fedavg'), '--algorithms must be a non-empty list of distinct'),
-    (dict(seeds='0,x'), '--seeds must be non-negative integers'),
+    (dict(seeds='0,x'), r"--seeds must be integers, got \['0', 'x'\]"),
+    (dict(seeds='0,-1'), r'--seeds must be distinct non-negative integers, got \[0, -1\]'),
     (dict(target_accuracy='1.5'), r'--target_accuracy must be a number in \(0, 1\], got 1.5'),
     (dict(algorithms='fedavg,fedgh', focal_gamma='2'),
      '--focal_gamma=2.0: does not apply to --algorithm=fedavg, --algorithm=fedgh'),
 ])
 def test_cross_flag_checks(flag_values, message):
-  from absl import app  # pylint: disable=g-import-not-at-top
   with flagsaver.as_parsed(**flag_values):
-    with pytest.raises(app.UsageError, match=message):
+    with conftest.flag_error(message):
       compare.check_flags()
 
 

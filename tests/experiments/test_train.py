@@ -2,7 +2,6 @@
 
 import os
 
-from absl import app
 from absl import flags
 from absl.testing import flagsaver
 import pytest
@@ -10,15 +9,18 @@ import pytest
 from experiments import checkpoints
 from experiments import metrics_io
 from experiments import train
+from tests.experiments import conftest
 
 
 @pytest.mark.parametrize('flag_values, message', [
     (dict(num_clients='5', clients_per_round='6'),
      '--clients_per_round must be at most num_clients=5, got 6'),
-    (dict(cache_dir='/tmp'), "--cache_dir applies only to --dataset in \\['emnist', 'leaf'\\]"),
-    (dict(leaf_dir='/tmp'), "--leaf_dir applies only to --dataset in \\['leaf'\\]"),
-    (dict(dataset='leaf'), '--dataset=leaf needs --leaf_dir'),
-    (dict(dataset='synthetic', alpha='0.5'), '--alpha applies only to --dataset in'),
+    (dict(cache_dir='/tmp'),
+     r"--cache_dir=/tmp: applies only to --dataset in \['emnist', 'leaf'\], not --dataset=digits"),
+    (dict(leaf_dir='/tmp'), r"--leaf_dir=/tmp: applies only to --dataset in \['leaf'\]"),
+    (dict(dataset='leaf'), "--leaf_dir must be given with dataset 'leaf' .*got None"),
+    (dict(dataset='synthetic', alpha='0.5'),
+     '--alpha=0.5: applies only to --dataset in .*, not --dataset=synthetic'),
     (dict(client_loss='focal'),
      "--client_loss must be left unset unless the algorithm is 'custom'.*got 'focal'"),
     (dict(algorithm='custom', client_loss='focal'),
@@ -32,7 +34,7 @@ from experiments import train
 ])
 def test_cross_flag_checks(flag_values, message):
   with flagsaver.as_parsed(**flag_values):
-    with pytest.raises(app.UsageError, match=message):
+    with conftest.flag_error(message):
       train.check_flags()
 
 
@@ -50,7 +52,7 @@ def test_cross_flag_checks(flag_values, message):
     (dict(experiment_name='../x'), "--experiment_name must be a relative name .*, got '../x'"),
 ])
 def test_single_flag_values_are_refused_when_parsed(flag_values, message):
-  with pytest.raises(flags.IllegalFlagValueError, match=message):
+  with conftest.flag_error(message):
     with flagsaver.as_parsed(**flag_values):
       pass
 
@@ -78,7 +80,7 @@ def test_a_baseline_with_an_aggregator_on_top(tmp_path, capfd):
 
 def test_an_aggregator_on_a_builder_that_fixes_its_own_is_refused_before_any_work():
   with flagsaver.as_parsed(algorithm='fedgh', aggregator='dgc'):
-    with pytest.raises(app.UsageError, match='--aggregator=dgc: does not apply to '
+    with conftest.flag_error('--aggregator=dgc: does not apply to '
                        '--algorithm=fedgh, whose builder fixes its aggregator'):
       train.check_flags()
 
@@ -170,7 +172,7 @@ def test_scaffold_keeps_its_client_controls_in_the_checkpoint_and_resumes(tmp_pa
 ])
 def test_a_method_flag_the_method_does_not_read_is_refused(flag_values, message):
   with flagsaver.as_parsed(**flag_values):
-    with pytest.raises(app.UsageError, match=message):
+    with conftest.flag_error(message):
       train.check_flags()
 
 
