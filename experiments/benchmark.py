@@ -136,8 +136,8 @@ _NOT_HERE = {
 
 # The results preset: RESULTS.md under the protocol its report states (a fixed test split, the
 # same learning-rate search for every method, the primary statistic named before the runs,
-# divergence at chance, Holm), with 10 reporting seeds: the 3-seed pilot in docs/results/ (run
-# before the test split was fixed, which made seeds differ more) asks 5 and 14 seeds for one
+# divergence at chance, Holm), with 10 reporting seeds: a 3-seed pilot (run before the test
+# split was fixed, which made seeds differ more) asked 5 and 14 seeds for one
 # point on the digits regimes and 9 for two on Synthetic at 80% power (`stats.seeds_needed`);
 # the report prints each regime's minimal detectable difference, so a shortfall shows.
 # Regimes, chosen before the runs: today's three, plus two where differences can show:

@@ -31,6 +31,7 @@ class Results:
   """A results directory read once: its rows (with the divergence rule) and config."""
   rows: list
   config: Mapping[str, Any]
+  curves: list = ()   # validation_curves.csv's rows
 
   @property
   def baseline(self) -> str:
@@ -42,7 +43,23 @@ class Results:
 
 
 def load(directory: str) -> Results:
-  return Results(*results_lib.load(directory))
+  path = os.path.join(directory, results_lib.CURVES_FILE)
+  curves = results_lib.read_runs(path) if os.path.exists(path) else []
+  return Results(*results_lib.load(directory), curves)
+
+
+def _plateau(results: Results) -> str:
+  """Whether the baseline's validation curve plateaued, per tuning regime (the report's
+  criterion), said where it did not."""
+  window, tolerance = results_lib.plateau_settings(results.config)
+  open_ = [f'`{r}` ({p.change:+.3f})' for r, _, p, _ in
+           results_lib.plateau_verdicts(results.curves, results.config) if not p.plateaued]
+  if not open_:
+    return ''
+  return (f'{results.baseline}\'s validation accuracy had not plateaued at round '
+          f'{results.config.get("rounds")} (last {window} rounds against the {window} before, '
+          f'tolerance {tolerance:g}): {", ".join(open_)}; the differences below are at that '
+          'round, not at convergence.')
 
 
 def pair_comparisons(results: Results, pairs: Sequence[tuple[str, str]]
@@ -194,7 +211,8 @@ def readme(results: Results) -> str:
   """The README's summary: every method against the baseline in every regime."""
   methods = results_lib.orders(results.rows, results.config)[1]
   pairs = [(m, results.baseline) for m in methods if m != results.baseline]
-  lines = [_provisional(results), '', _scope(results, methods), '', _rule(results, pairs), '']
+  lines = [_provisional(results), '', _scope(results, methods) + ' ' + _plateau(results), '',
+           _rule(results, pairs), '']
   lines += verdict_lines(results, pairs)
   extra = [_power(results)]
   ratio = _norm_ratios(results, 'fedld')
