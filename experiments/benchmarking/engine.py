@@ -2,11 +2,13 @@
 settings (docs/design.md, "The method comparison")."""
 
 import collections
+import contextlib
 import dataclasses
 import datetime
 import functools
 import json
 import os
+import random
 import time
 import traceback
 import weakref
@@ -100,6 +102,24 @@ def default_loader(plan: plan_lib.Plan) -> Loader:
     return data.load_regime(regime, seed=seed, cache_dir=plan.cache_dir,
                             data_dir=plan.data_dir, leaf_dir=plan.leaf_dir)
   return load
+
+
+@contextlib.contextmanager
+def seeded(seed: int):
+  """Python's, NumPy's and TensorFlow's global seeds set to `seed` inside, and restored on exit,
+  so that a user's model function is seeded without changing what the process draws after
+  it (a later run in the same process draws as in a fresh one)."""
+  python_state, numpy_state = random.getstate(), np.random.get_state()
+  tf_seed = tf.compat.v1.get_seed(None)[0]
+  random.seed(seed)
+  np.random.seed(seed)
+  tf.random.set_seed(seed)
+  try:
+    yield
+  finally:
+    random.setstate(python_state)
+    np.random.set_state(numpy_state)
+    tf.random.set_seed(tf_seed)
 
 
 @dataclasses.dataclass
@@ -300,17 +320,17 @@ class Engine:
 
   def _model_fn(self, spec, seed: int) -> Callable[[], tf.keras.Model]:
     """A no-argument function returning a new `spec.model` initialised by `seed`: a built-in
-    model's initializers are seeded; your model is built under
-    `tf.keras.utils.set_random_seed(seed)` (its initializers left unseeded)."""
+    model's initializers are seeded; your model is built under `seeded(seed)` (its
+    initializers left unseeded)."""
     own = self._plan.model_fns.get(spec.model)
     if own is None:
       shape, classes = self._shape_and_classes(spec)
       return functools.partial(architectures.get(spec.model), shape, classes, seed=seed)
 
-    def seeded():
-      tf.keras.utils.set_random_seed(seed)
-      return own()
-    return seeded
+    def build():
+      with seeded(seed):
+        return own()
+    return build
 
   # --- processes ----------------------------------------------------------------------------
 

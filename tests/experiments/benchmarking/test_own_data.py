@@ -155,3 +155,19 @@ def test_a_model_that_does_not_fit_the_data_is_refused_before_anything_is_writte
     grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert error.value.argument == argument and words in str(error.value)
   assert os.listdir(config.root) == []
+
+
+def test_seeding_a_users_model_leaves_the_global_generators_as_they_were():
+  import random  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import engine  # pylint: disable=g-import-not-at-top
+  random.seed(7)
+  np.random.seed(7)
+  expected = (random.random(), np.random.rand(), tf.compat.v1.get_seed(None)[0])
+  random.seed(7)
+  np.random.seed(7)
+  with engine.seeded(3):
+    inside = (random.random(), np.random.rand(), tf.compat.v1.get_seed(None)[0])
+  assert inside[2] == 3 and inside[:2] != expected[:2]
+  assert (random.random(), np.random.rand(), tf.compat.v1.get_seed(None)[0]) == expected
