@@ -70,18 +70,17 @@ def build_fedprox(model_fn: models_lib.ModelArg, *,
   gradient `grad F_k(w) + mu (w - w0)`; FedAvg aggregation.
 
   Hyperparameters: `proximal_strength` mu, a finite number >= 0, default 0.01
-  (`hparams.PROXIMAL_STRENGTH`: the paper tunes mu in {0.001, 0.01, 0.1, 1}). Any model (module
-  docstring). Not TFF 0.87's `build_weighted_fed_prox`, whose proximal gradient has
+  (`hparams.PROXIMAL_STRENGTH`: the paper tunes mu in {0.001, 0.01, 0.1, 1}). Any model
+  (docs/design.md, "Models and client work"). `build_fedavg` with a default mu. Not TFF 0.87's `build_weighted_fed_prox`, whose proximal gradient has
   the wrong sign (`mu (w0 - w)`, it pushes clients away from the global model); see
   `tff_conflict.learning.client_work`. `aggregator` (default 'mean') combines the proximal
   clients' deltas, e.g. 'fedgh' for FedProx + FedGH.
   """
-  return process_lib.build_process(
+  return build_fedavg(
       model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn, loss=None, aggregator=aggregator,
-      aggregator_kwargs=aggregator_kwargs,
-      proximal_strength=proximal_strength, client_weighting=client_weighting, metrics=metrics,
-      clip_norm=clip_norm)
+      server_optimizer_fn=server_optimizer_fn, client_weighting=client_weighting,
+      metrics=metrics, aggregator=aggregator, aggregator_kwargs=aggregator_kwargs,
+      proximal_strength=proximal_strength, clip_norm=clip_norm)
 
 
 def build_fednova(model_fn: models_lib.ModelArg, *,
