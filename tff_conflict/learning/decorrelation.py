@@ -8,6 +8,7 @@ from collections.abc import Callable
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _compat
 from tff_conflict import hparams
 from tff_conflict import losses
 from tff_conflict.learning import models as models_lib
@@ -16,8 +17,7 @@ from tff_conflict.learning import models as models_lib
 def classifier_layer(model: tf.keras.Model) -> tf.keras.layers.Dense:
   """The last layer of a Sequential or functional Keras model when it is a `Dense` layer (the
   classifier, whose input is the representation); ValueError otherwise."""
-  graph_network = isinstance(model, tf.keras.Sequential) or getattr(
-      model, '_is_graph_network', False)
+  graph_network = isinstance(model, tf.keras.Sequential) or _compat.keras_is_functional(model)
   if not graph_network or not model.layers:
     raise ValueError(
         'FedDecorr regularizes the representations feeding the model\'s last (classifier) layer: '
