@@ -1,41 +1,15 @@
-"""The datasets of the experiment binaries: `DATASETS`, name -> `DatasetSpec` (how to load a
-`config.DataConfig`'s (train, test) `ClientData`, its classes and default model).
-"""
+"""The binaries' datasets: a `config.DataConfig`'s (train, test) `ClientData` (`load`), its
+classes (`num_classes`) and default model (`default_model`), from `tff_conflict.data`."""
 
-import dataclasses
 import functools
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
+from experiments import architectures
 from experiments import config
 
-
-def _tff():
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  return tff
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetSpec:
-  """How to load a dataset: `load(options) -> (train, test)` ClientData, and its defaults.
-
-  Attributes:
-    load: the loader.
-    num_classes: classes of the labels (for `leaf`, those of the LEAF dataset in `leaf_dir`).
-    default_model: the model used when none is given (`experiments.architectures`): a model
-      name, or a function of the options giving one (for `leaf`, of the LEAF dataset found).
-    source: the `DataConfig` field (and flag) naming where the data are read from (`leaf_dir`,
-      `cache_dir`, `data_dir`), to which the loader's errors are attributed when it is set;
-      otherwise they are attributed to `dataset`.
-  """
-  load: Callable[[config.DataConfig], tuple[Any, Any]]
-  num_classes: Callable[[config.DataConfig], int]
-  default_model: Union[str, Callable[[config.DataConfig], str]]
-  source: Optional[str] = None
-
-  def default_model_for(self, options: config.DataConfig) -> str:
-    if callable(self.default_model):
-      return self.default_model(options)
-    return self.default_model
+_TFDS = ('mnist', 'fashion_mnist', 'cifar10', 'cifar100')
+# The DataConfig field (and flag) a loader reads from: its errors name it when it is set.
+_SOURCE = {'emnist': 'cache_dir', 'leaf': 'leaf_dir', **{name: 'data_dir' for name in _TFDS}}
 
 
 def _data():
@@ -43,128 +17,74 @@ def _data():
   return data
 
 
-def _kwargs(options: config.DataConfig, **kwargs):
-  if options.num_clients is not None:
-    kwargs['num_clients'] = options.num_clients
-  return kwargs
-
-
-def _load_digits(options):
-  return _data().digits(**_kwargs(options, alpha=options.alpha, seed=options.data_seed))
-
-
-def _load_emnist(options):
-  train, test = _data().emnist(only_digits=options.emnist_only_digits,
-                               cache_dir=options.cache_dir)
-  if options.num_clients is not None:
-    ids = sorted(train.client_ids)
-    if options.num_clients > len(ids):
-      raise ValueError(f'num_clients={options.num_clients} is larger than the {len(ids)} EMNIST '
-                       'writers')
-    keep = set(ids[:options.num_clients])
-    train = _select(train, keep)
-    test = _select(test, keep & set(test.client_ids))
-  return train, test
-
-
-def _select(client_data, keep):
-  """`client_data` restricted to the clients in `keep`."""
-  ids = [c for c in client_data.client_ids if c in keep]
-  return _tff().simulation.datasets.ClientData.from_clients_and_tf_fn(
-      ids, client_data.serializable_dataset_fn)
-
-
-def _load_synthetic(options):
-  return _data().synthetic(options.synthetic_alpha, options.synthetic_beta,
-                           **_kwargs(options, seed=options.data_seed))
-
-
-def _tfds_loader(name):
-  def load(options):
-    return _data().tfds_dirichlet(name, **_kwargs(options, alpha=options.alpha,
-                                                  seed=options.data_seed,
-                                                  data_dir=options.data_dir))
-  return load
-
-
-def _tfds_num_clients_default(load):
-  """tfds_dirichlet has no default population size; use 100 clients unless given."""
-  def wrapped(options):
-    if options.num_clients is None:
-      options = dataclasses.replace(options, num_clients=100)
-    return load(options)
-  return wrapped
-
-
 @functools.lru_cache(maxsize=2)
-def _leaf_data(leaf_dir, leaf_name, cache_dir):
+def _leaf(leaf_dir, leaf_name, cache_dir):
   """`data.leaf(...)` once per source: the loader, the classes and the model all need it."""
   return _data().leaf(leaf_dir, name=leaf_name, cache_dir=cache_dir)
 
 
-def _leaf_of(options):
-  return _leaf_data(options.leaf_dir, options.leaf_name, options.cache_dir)
+def _select(client_data, keep):
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+      [c for c in client_data.client_ids if c in keep], client_data.serializable_dataset_fn)
 
 
-def _load_leaf(options):
-  """LEAF's own train/test files; with --num_clients, the first N users (sorted) of train, and
-  of test the same users for a sample-based split (all test users for a user-based one)."""
-  train, test = _leaf_of(options)
-  if options.num_clients is None:
-    return train, test
-  ids = train.client_ids
-  if options.num_clients > len(ids):
-    raise ValueError(f'num_clients={options.num_clients} is larger than the {len(ids)} users of '
-                     f'LEAF {train.name}')
-  keep = set(ids[:options.num_clients])
-  if train.split_kind == 'user':
-    return _select(train, keep), test
-  return _select(train, keep), _select(test, keep & set(test.client_ids))
+def _first(train, test, n, what, all_test=False):
+  """The first `n` clients of train (sorted ids), and of test the same ones (all with
+  `all_test`)."""
+  ids = sorted(train.client_ids)
+  if n > len(ids):
+    raise ValueError(f'num_clients={n} is larger than the {len(ids)} {what}')
+  keep = set(ids[:n])
+  return _select(train, keep), test if all_test else _select(test, keep)
 
 
-# Default model per LEAF dataset: LEAF's reference models.
-LEAF_MODELS = {'femnist': 'leaf_femnist_cnn', 'synthetic': 'logistic_regression',
-               'celeba': 'leaf_celeba_cnn'}
-
-
-def _num_classes(name):
-  return lambda options: _data().dataset_info(name).num_classes
-
-
-def _tfds(name, model):
-  return DatasetSpec(_tfds_num_clients_default(_tfds_loader(name)), _num_classes(name), model,
-                     'data_dir')
-
-
-DATASETS: dict[str, DatasetSpec] = {
-    'digits': DatasetSpec(_load_digits, _num_classes('digits'), 'digits_cnn'),
-    'emnist': DatasetSpec(
-        _load_emnist,
-        lambda o: _data().dataset_info('emnist_digits' if o.emnist_only_digits else 'emnist'
-                                       ).num_classes,
-        'emnist_cnn', 'cache_dir'),
-    'synthetic': DatasetSpec(_load_synthetic, _num_classes('synthetic'), 'logistic_regression'),
-    'mnist': _tfds('mnist', 'fedavg_cnn'),
-    'fashion_mnist': _tfds('fashion_mnist', 'fedavg_cnn'),
-    'cifar10': _tfds('cifar10', 'cifar_cnn'),
-    'cifar100': _tfds('cifar100', 'cifar_cnn'),
-    'leaf': DatasetSpec(_load_leaf, lambda o: _leaf_of(o)[0].num_classes,
-                        lambda o: LEAF_MODELS[_leaf_of(o)[0].name], 'leaf_dir'),
-}
+def _load(o: config.DataConfig):
+  data, n = _data(), o.num_clients
+  sized = {} if n is None else {'num_clients': n}
+  if o.dataset == 'digits':
+    return data.digits(alpha=o.alpha, seed=o.data_seed, **sized)
+  if o.dataset == 'synthetic':
+    return data.synthetic(o.synthetic_alpha, o.synthetic_beta, seed=o.data_seed, **sized)
+  if o.dataset in _TFDS:
+    return data.tfds_dirichlet(o.dataset, num_clients=100 if n is None else n, alpha=o.alpha,
+                               seed=o.data_seed, data_dir=o.data_dir)
+  if o.dataset == 'emnist':
+    train, test = data.emnist(only_digits=o.emnist_only_digits, cache_dir=o.cache_dir)
+    return (train, test) if n is None else _first(train, test, n, 'EMNIST writers')
+  # LEAF's own split; with num_clients, a user-based split keeps every test user.
+  train, test = _leaf(o.leaf_dir, o.leaf_name, o.cache_dir)
+  return (train, test) if n is None else _first(
+      train, test, n, f'users of LEAF {train.name}', all_test=train.split_kind == 'user')
 
 
 def load(data: config.DataConfig) -> tuple[Any, Any]:
-  """(train, test) `ClientData` of `data.dataset`.
+  """(train, test) `ClientData` of `data.dataset` (tfds datasets: 100 clients by default).
 
   Raises:
-    config.ConfigError: the loader refused a setting or what it points at (too many clients, a
-      missing or malformed data file: the loaders' ValueError and OSError), attributed to the
-      spec's `source` when it is set, else to `dataset`; the message is the loader's.
+    config.ConfigError: the loader's ValueError or OSError (too many clients, a missing or
+      malformed file), naming the `_SOURCE` setting when it is set, else `dataset`.
   """
-  spec = DATASETS[data.dataset]
   try:
-    return spec.load(data)
+    return _load(data)
   except (ValueError, OSError) as e:
-    source = spec.source if spec.source and getattr(data, spec.source) else None
-    argument, value = (source, getattr(data, source)) if source else ('dataset', data.dataset)
-    raise config.from_library_error(e, argument, value) from e
+    source = _SOURCE.get(data.dataset)
+    argument = source if source and getattr(data, source) else 'dataset'
+    raise config.from_library_error(e, argument, getattr(data, argument)) from e
+
+
+def _name(data: config.DataConfig) -> str:
+  """The dataset's name in `tff_conflict.data.dataset_info` and `architectures.DEFAULT_MODELS`."""
+  if data.dataset == 'leaf':
+    return 'leaf_' + _leaf(data.leaf_dir, data.leaf_name, data.cache_dir)[0].name
+  return 'emnist_digits' if data.dataset == 'emnist' and data.emnist_only_digits else data.dataset
+
+
+def num_classes(data: config.DataConfig) -> int:
+  if data.dataset == 'leaf':  # LEAF Synthetic's classes are its files'
+    return _leaf(data.leaf_dir, data.leaf_name, data.cache_dir)[0].num_classes
+  return _data().dataset_info(_name(data)).num_classes
+
+
+def default_model(data: config.DataConfig) -> str:
+  return architectures.DEFAULT_MODELS[_name(data)]

@@ -87,9 +87,8 @@ def load_task(config: config_lib.ExperimentConfig, *,
     config.ConfigError: a dataset the loader refuses (`datasets.load`), an unknown model, a model
       that cannot take the inputs, or clients_per_round larger than the population.
   """
-  spec = datasets.DATASETS[config.data.dataset]
   train, test = datasets.load(config.data) if data is None else data
-  model_name = config.model.name or spec.default_model_for(config.data)
+  model_name = config.model.name or datasets.default_model(config.data)
   config_lib.require('model', model_name, config_lib.one_of(sorted(architectures.MODELS)),
                      field='name')
   num_clients = len(train.client_ids)
@@ -100,7 +99,7 @@ def load_task(config: config_lib.ExperimentConfig, *,
   example = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
                                      config.training)
   input_spec = example.element_spec
-  num_classes = spec.num_classes(config.data)
+  num_classes = datasets.num_classes(config.data)
   input_shape = tuple(input_spec['x'].shape[1:])
   keras_model_fn = functools.partial(architectures.get(model_name), input_shape, num_classes,
                                      seed=config.seed)

@@ -230,16 +230,12 @@ def _custom_with_parent_values(kwargs: Mapping[str, Any], algorithm: str,
 
 
 def _model_for(config: config_lib.BenchmarkConfig, dataset: str) -> str:
-  from experiments import datasets  # pylint: disable=g-import-not-at-top
+  from experiments import architectures  # pylint: disable=g-import-not-at-top
   if dataset in config.models:
     return config.models[dataset]
   if dataset in config.datasets:   # your only model (`BenchmarkConfig` checks there is one)
     return next(iter(config.model_fns))
-  if dataset.startswith('leaf_'):
-    return datasets.LEAF_MODELS[dataset[len('leaf_'):]]
-  if dataset in datasets.DATASETS:
-    return datasets.DATASETS[dataset].default_model_for(experiment_config.DataConfig(dataset))
-  return 'emnist_cnn' if dataset.startswith('emnist') else 'logistic_regression'
+  return architectures.DEFAULT_MODELS[dataset]
 
 
 def _tuning_regime(config: config_lib.BenchmarkConfig, parsed, dataset: str) -> str:

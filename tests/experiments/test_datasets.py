@@ -8,8 +8,8 @@ from experiments import datasets
 from tests.data import leaf_fixtures
 
 
-def _spec_and_options(leaf_dir, **kwargs):
-  return datasets.DATASETS['leaf'], config.DataConfig(dataset='leaf', leaf_dir=leaf_dir, **kwargs)
+def _options(leaf_dir, **kwargs):
+  return config.DataConfig(dataset='leaf', leaf_dir=leaf_dir, **kwargs)
 
 
 @pytest.mark.parametrize('make, name, model, num_classes', [
@@ -19,26 +19,26 @@ def _spec_and_options(leaf_dir, **kwargs):
 ])
 def test_leaf_datasets_get_leafs_models(tmp_path, make, name, model, num_classes):
   _, expected = make(str(tmp_path))
-  spec, options = _spec_and_options(str(tmp_path / 'data' / name))
-  train, test = spec.load(options)
+  options = _options(str(tmp_path / 'data' / name))
+  train, test = datasets.load(options)
   assert train.client_ids == sorted(expected['train'])
   assert test.client_ids == sorted(expected['test'])
-  assert spec.default_model_for(options) == model
-  assert spec.num_classes(options) == (num_classes or train.num_classes)
+  assert datasets.default_model(options) == model
+  assert datasets.num_classes(options) == (num_classes or train.num_classes)
 
 
 def test_num_clients_keeps_the_first_users(tmp_path):
   leaf_fixtures.femnist(str(tmp_path / 'sample'), num_users=5)
-  spec, options = _spec_and_options(str(tmp_path / 'sample' / 'data' / 'femnist'), num_clients=2)
-  train, test = spec.load(options)
+  options = _options(str(tmp_path / 'sample' / 'data' / 'femnist'), num_clients=2)
+  train, test = datasets.load(options)
   assert train.client_ids == test.client_ids == ['f0000_00', 'f0001_01']
   leaf_fixtures.femnist(str(tmp_path / 'user'), num_users=6, split='user')
-  spec, options = _spec_and_options(str(tmp_path / 'user' / 'data' / 'femnist'), num_clients=2)
-  train, test = spec.load(options)
+  options = _options(str(tmp_path / 'user' / 'data' / 'femnist'), num_clients=2)
+  train, test = datasets.load(options)
   assert train.client_ids == ['f0000_00', 'f0002_02']
   assert test.client_ids == ['f0001_01', 'f0003_03', 'f0005_05']  # every test user
   with pytest.raises(ValueError, match='num_clients=4 is larger than the 3 users of LEAF femnist'):
-    spec.load(config.DataConfig(dataset='leaf', leaf_dir=options.leaf_dir, num_clients=4))
+    datasets.load(config.DataConfig(dataset='leaf', leaf_dir=options.leaf_dir, num_clients=4))
 
 
 def test_load_attributes_loader_errors_to_the_setting_that_points_at_the_data(tmp_path):
@@ -52,3 +52,13 @@ def test_load_attributes_loader_errors_to_the_setting_that_points_at_the_data(tm
     datasets.load(config.DataConfig(num_clients=100000))  # digits has no `source`
   assert (info.value.argument, info.value.value) == ('dataset', 'digits')
   assert info.value.flag_message().startswith("--dataset=digits: ")
+
+
+@pytest.mark.parametrize('options, classes, model', [
+    (config.DataConfig(), 10, 'digits_cnn'),
+    (config.DataConfig(dataset='emnist'), 62, 'emnist_cnn'),
+    (config.DataConfig(dataset='emnist', emnist_only_digits=True), 10, 'emnist_cnn'),
+    (config.DataConfig(dataset='cifar100'), 100, 'cifar_cnn'),
+])
+def test_classes_and_default_model_follow_the_dataset(options, classes, model):
+  assert (datasets.num_classes(options), datasets.default_model(options)) == (classes, model)
