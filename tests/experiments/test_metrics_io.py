@@ -30,10 +30,6 @@ def test_flatten_metrics_joins_nested_names_and_summarizes_vectors():
   assert [flat[c] for c in summary('weights')] == pytest.approx([0.1, 0.25, 0.4, 2])
   assert [flat[c] for c in summary('single')] == [3.0, 3.0, 3.0, 1]
   assert [flat[c] for c in summary('listed')] == [1.0, 3.0, 6.0, 3]
-  scalars, vectors = metrics_io.split_metrics(metrics)
-  assert list(vectors) == ['aggregator/weights', 'aggregator/single', 'aggregator/listed']
-  np.testing.assert_array_equal(vectors['aggregator/listed'], [1.0, 2.0, 6.0])
-  assert 'aggregator/conflict_fraction_before' in scalars
 
 
 def test_an_empty_vector_has_count_0_and_nan_statistics():
@@ -73,14 +69,19 @@ def test_flatten_metrics_rejects_strings():
     metrics_io.flatten_metrics({'a': {'b': 'text'}})
 
 
-def test_writer_orders_headline_columns_and_round_trips_floats_exactly(tmp_path):
+def _writer(tmp_path):
+  manager = metrics_io.MetricsReleaseManager(str(tmp_path))
+  return manager, lambda r, row: asyncio.run(manager.release(row, r))
+
+
+def test_rows_order_headline_columns_and_round_trip_floats_exactly(tmp_path):
   path = str(tmp_path / 'metrics.csv')
-  writer = metrics_io.MetricsWriter(path)
+  _, append = _writer(tmp_path)
   value = 0.1 + 0.2  # not representable in short decimal form
-  writer.append(1, {'aggregator/x': value, 'round_time_s': 1.5, 'train_loss': 2.0,
-                    'test_accuracy': None})
-  writer.append(2, {'aggregator/x': float('nan'), 'round_time_s': 1.0, 'train_loss': 1.0,
-                    'test_accuracy': 0.5})
+  append(1, {'aggregator/x': value, 'round_time_s': 1.5, 'train_loss': 2.0,
+             'test_accuracy': None})
+  append(2, {'aggregator/x': float('nan'), 'round_time_s': 1.0, 'train_loss': 1.0,
+             'test_accuracy': 0.5})
   assert metrics_io.read_metrics(path).columns == ['round_num', 'train_loss', 'test_accuracy',
                                            'round_time_s', 'aggregator/x']
   rows = metrics_io.read_csv(path)
@@ -90,43 +91,45 @@ def test_writer_orders_headline_columns_and_round_trips_floats_exactly(tmp_path)
   assert rows[1]['round_num'] == 2 and isinstance(rows[1]['round_num'], int)
 
 
-def test_writer_appends_a_round_in_place_and_the_file_equals_a_full_rewrite(tmp_path):
+def test_a_round_is_appended_in_place_and_the_file_equals_a_full_rewrite(tmp_path):
   path, full = str(tmp_path / 'metrics.csv'), str(tmp_path / 'full.csv')
-  writer = metrics_io.MetricsWriter(path)
-  writer.append(1, {'train_loss': 1.0, 'a': 0.5})
-  inode = os.stat(path).st_ino
+  writer, append = _writer(tmp_path)
+  append(1, {'train_loss': 1.0, 'a': 0.5, 'v': np.ones(2)})
+  inodes = os.stat(path).st_ino, os.stat(tmp_path / 'per_client.csv').st_ino
   for r in range(2, 6):
     before = os.path.getsize(path)
-    writer.append(r, {'train_loss': 1.0 / r, 'a': None if r == 3 else 0.1 * r})
-    # The same file, one line longer: a round's cost does not grow with the number of rounds.
-    assert os.stat(path).st_ino == inode and os.path.getsize(path) > before
+    append(r, {'train_loss': 1.0 / r, 'a': None if r == 3 else 0.1 * r, 'v': np.ones(2)})
+    # The same files, longer: a round's cost does not grow with the number of rounds.
+    assert (os.stat(path).st_ino, os.stat(tmp_path / 'per_client.csv').st_ino) == inodes
+    assert os.path.getsize(path) > before
   files.write_csv_atomically(full, metrics_io.read_metrics(path).columns, writer.rows)
   with open(path) as appended, open(full) as rewritten:
     assert appended.read() == rewritten.read()
 
 
-def test_writer_refuses_a_changed_column_set_and_non_increasing_rounds(tmp_path):
-  writer = metrics_io.MetricsWriter(str(tmp_path / 'm.csv'))
-  writer.append(1, {'a': 1.0})
+def test_a_changed_column_set_and_non_increasing_rounds_are_refused(tmp_path):
+  _, append = _writer(tmp_path)
+  append(1, {'a': 1.0})
   with pytest.raises(ValueError, match=r"missing \['a'\], new \['b'\]"):
-    writer.append(2, {'b': 1.0})
+    append(2, {'b': 1.0})
   with pytest.raises(ValueError, match='must increase'):
-    writer.append(1, {'a': 1.0})
+    append(1, {'a': 1.0})
 
 
-def test_writer_keeps_rows_through_the_resumed_round_and_drops_later_ones(tmp_path):
-  path = str(tmp_path / 'm.csv')
-  writer = metrics_io.MetricsWriter(path)
+def test_a_resumed_run_keeps_the_rows_given_and_a_new_one_none(tmp_path):
+  path = str(tmp_path / 'metrics.csv')
+  _, append = _writer(tmp_path)
   for r in range(1, 5):
-    writer.append(r, {'a': float(r)})
-  resumed = metrics_io.MetricsWriter(path, keep_through_round=2)
+    append(r, {'a': float(r)})
+  resumed = metrics_io.MetricsReleaseManager(str(tmp_path),
+                                             rows=metrics_io.read_metrics(path).rows[:2])
   assert [r['round_num'] for r in metrics_io.read_csv(path)] == [1, 2]
-  resumed.append(3, {'a': 30.0})
+  asyncio.run(resumed.release({'a': 30.0}, 3))
   assert [(r['round_num'], r['a']) for r in metrics_io.read_csv(path)] == [
       (1, 1.0), (2, 2.0), (3, 30.0)]
-  fresh = metrics_io.MetricsWriter(path)
+  fresh = metrics_io.MetricsReleaseManager(str(tmp_path))
   assert fresh.rows == [] and metrics_io.read_csv(path) == []
-  assert not os.path.exists(path + '.tmp')
+  assert os.listdir(tmp_path) == ['metrics.csv']
 
 
 def test_non_timing_drops_only_timing_columns():
@@ -142,17 +145,11 @@ def test_hparams_round_trip(tmp_path):
                                            'cache_dir': '', 'lr': '0.1'}
 
 
-def test_writer_rejects_negative_keep_through_round(tmp_path):
-  with pytest.raises(ValueError, match='keep_through_round'):
-    metrics_io.MetricsWriter(str(tmp_path / 'm.csv'), keep_through_round=-1)
-
-
 def _written(tmp_path, rounds=4):
-  path = str(tmp_path / 'metrics.csv')
-  writer = metrics_io.MetricsWriter(path)
+  _, append = _writer(tmp_path)
   for r in range(1, rounds + 1):
-    writer.append(r, {'train_loss': 1.0 / r, 'test_accuracy': None if r % 2 else 0.5})
-  return path
+    append(r, {'train_loss': 1.0 / r, 'test_accuracy': None if r % 2 else 0.5})
+  return str(tmp_path / 'metrics.csv')
 
 
 def test_read_metrics_of_an_intact_file(tmp_path):
@@ -182,9 +179,6 @@ def test_read_metrics_keeps_the_intact_rows_of_a_damaged_file(tmp_path, damage, 
   found = metrics_io.read_metrics(path)
   assert [r['round_num'] for r in found.rows] == list(range(1, intact + 1))
   assert found.problem is not None and found.problem.startswith(problem), found.problem
-  # The writer's resume path reads the same intact rows instead of crashing.
-  kept = metrics_io.MetricsWriter(path, keep_through_round=4)
-  assert [r['round_num'] for r in kept.rows] == list(range(1, intact + 1))
 
 
 def test_read_metrics_of_a_binary_file(tmp_path):
