@@ -1,6 +1,5 @@
-"""Statistics over seeds, the one place every table computes them: means, spreads, Student-t
-intervals, paired differences, Holm's adjustment, the power of a paired t-test, and curves (mean
-over seeds, plateau, largest rise)."""
+"""Statistics over seeds for every table: means, Student-t intervals of paired differences,
+Holm's adjustment, the power of a paired t-test, and curves (mean, plateau, largest rise)."""
 
 import dataclasses
 import math
@@ -11,22 +10,13 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class Interval:
-  """A mean with its confidence interval.
-
-  Attributes:
-    mean: the mean.
-    low, high: the interval's ends (NaN with fewer than two values).
-    n: the number of values (pairs, for a paired difference).
-    confidence: the interval's level, e.g. 0.95.
-    p_value: the two-sided one-sample t-test's p-value of a zero mean (NaN with fewer than two
-      values; 0 when every value is the same nonzero number, 1 when they are all 0).
-    sd: the values' sample standard deviation (NaN with fewer than two).
-  """
+  """The mean of n values (pairs) with its confidence interval [low, high], the
+  two-sided t-test's `p_value` of a zero mean and the sample `sd`; low, high, p_value and sd are
+  NaN with fewer than two values (p_value 0 when all values are one nonzero number, 1 when 0)."""
   mean: float
   low: float
   high: float
   n: int
-  confidence: float = 0.95
   p_value: float = float('nan')
   sd: float = float('nan')
 
@@ -58,9 +48,9 @@ def mean_std(values: Sequence[Optional[float]]) -> tuple[float, float]:
   return float(np.mean(finite)), float(np.std(finite, ddof=1))
 
 
-def _check_confidence(confidence: float) -> None:
-  if not 0 < confidence < 1:
-    raise ValueError(f'confidence must be in (0, 1), got {confidence!r}')
+def _check(name: str, value: float) -> None:
+  if not 0 < value < 1:
+    raise ValueError(f'{name} must be in (0, 1), got {value!r}')
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
@@ -73,7 +63,7 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
   Raises:
     ValueError: no values, a value that is not finite, or a confidence outside (0, 1).
   """
-  _check_confidence(confidence)
+  _check('confidence', confidence)
   d = np.asarray(list(values), dtype=np.float64)
   if d.size == 0:
     raise ValueError('values must hold at least one value, got none')
@@ -81,7 +71,7 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     raise ValueError(f'values must be finite, got {d.tolist()}')
   n, mean = int(d.size), float(d.mean())
   if n < 2:
-    return Interval(mean, float('nan'), float('nan'), n, confidence)
+    return Interval(mean, float('nan'), float('nan'), n)
   from scipy import stats  # pylint: disable=g-import-not-at-top
   sd = float(d.std(ddof=1))
   half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
@@ -89,7 +79,7 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     p_value = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
   else:
     p_value = 1.0 if mean == 0 else 0.0
-  return Interval(mean, mean - half, mean + half, n, confidence, p_value, sd)
+  return Interval(mean, mean - half, mean + half, n, p_value, sd)
 
 
 def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Optional[float]],
@@ -97,7 +87,7 @@ def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Op
   """`t_interval` of the differences x[k] - y[k] over the keys (seeds) both hold with finite
   values (so its interval excludes 0 exactly when a paired t-test rejects); None when no key is
   shared."""
-  _check_confidence(confidence)
+  _check('confidence', confidence)
   keys = [k for k in set(x) & set(y) if _finite([x[k]]) and _finite([y[k]])]
   if not keys:
     return None
@@ -128,13 +118,6 @@ def holm(p_values: Sequence[float]) -> list[float]:
   return out
 
 
-def _check_power(alpha: float, power: float) -> None:
-  if not 0 < alpha < 1:
-    raise ValueError(f'alpha must be in (0, 1), got {alpha!r}')
-  if not 0 < power < 1:
-    raise ValueError(f'power must be in (0, 1), got {power!r}')
-
-
 def paired_power(difference: float, sd: float, n: int, alpha: float = 0.05) -> float:
   """The power of a two-sided paired t-test at level `alpha` with `n` pairs whose differences
   have mean `difference` and standard deviation `sd`: `P(|T| > t_{1 - alpha/2, n-1})`, T
@@ -154,7 +137,8 @@ def minimal_detectable_difference(sd: float, n: int, *, alpha: float = 0.05,
   """The smallest |mean difference| a two-sided paired t-test with `n` pairs of difference
   standard deviation `sd` detects with probability `power` at level `alpha` (`paired_power`
   solved by bisection); NaN for n < 2 or a non-finite sd."""
-  _check_power(alpha, power)
+  _check('alpha', alpha)
+  _check('power', power)
   if n < 2 or not math.isfinite(sd) or sd < 0:
     return float('nan')
   if sd == 0:
@@ -180,7 +164,8 @@ def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: fl
   Raises:
     ValueError: a difference <= 0, a negative or non-finite sd, alpha or power outside (0, 1).
   """
-  _check_power(alpha, power)
+  _check('alpha', alpha)
+  _check('power', power)
   if not difference > 0:
     raise ValueError(f'difference must be > 0, got {difference!r}')
   if not math.isfinite(sd) or sd < 0:
@@ -193,19 +178,11 @@ def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: fl
 
 @dataclasses.dataclass(frozen=True)
 class Plateau:
-  """`plateau`'s verdict on a curve.
-
-  Attributes:
-    last_mean: the mean of the curve's last `window` values (NaN without enough values).
-    previous_mean: the mean of the `window` values before those.
-    plateaued: whether |last_mean - previous_mean| <= tolerance (False when either is NaN).
-    window, tolerance: the criterion's parameters.
-  """
+  """`plateau`'s verdict: the means of a curve's last `window` values and of the `window`
+  before, and whether they lie within `tolerance`."""
   last_mean: float
   previous_mean: float
   plateaued: bool
-  window: int
-  tolerance: float
 
   @property
   def change(self) -> float:
@@ -228,11 +205,11 @@ def plateau(values: Sequence[Optional[float]], *, window: int, tolerance: float)
     raise ValueError(f'tolerance must be a finite number >= 0, got {tolerance!r}')
   present = [float(v) for v in values if v is not None]
   if len(present) < 2 * window:
-    return Plateau(float('nan'), float('nan'), False, window, tolerance)
+    return Plateau(float('nan'), float('nan'), False)
   last = float(np.mean(present[-window:]))
   previous = float(np.mean(present[-2 * window:-window]))
   ok = math.isfinite(last) and math.isfinite(previous) and abs(last - previous) <= tolerance
-  return Plateau(last, previous, bool(ok), window, tolerance)
+  return Plateau(last, previous, bool(ok))
 
 
 def train_loss_rise(losses: Sequence[float]) -> float:
