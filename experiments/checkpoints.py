@@ -1,13 +1,11 @@
-"""Server-state checkpoints on `tff.program`'s interface: `CheckpointManager` writes one
-`round_<r>.npz` per version, atomically, and checks every leaf it loads. Why not TFF's
-`FileProgramStateManager`: docs/design.md, "Results on disk".
-"""
+"""Server-state checkpoints on `tff.program`'s interface, one `round_<r>.npz` per version,
+written atomically and checked leaf by leaf when loaded (why not TFF's `FileProgramStateManager`:
+docs/design.md, "Results on disk")."""
 
 import os
 import re
 from typing import Any, Optional
 
-from absl import logging
 import numpy as np
 import tensorflow_federated as tff
 import tree
@@ -27,41 +25,28 @@ class CheckpointError(ValueError):
 
 
 class CheckpointManager(tff.program.ProgramStateManager):
-  """Saves and restores server state under `root_dir` (`round_<r>.npz` files).
+  """Saves and restores server state under `root_dir` (created if missing; temporaries of saves
+  cut short are removed), keeping the newest `keep_total` versions (<= 0: all).
 
   Version r is the state after round r, its leaves (flattened with dm-tree, as TFF flattens) the
-  arrays of one NumPy `.npz`. Beyond TFF's contract: a save replaces an existing version, a load
-  checks every leaf's shape and dtype (`CheckpointError`), `load_latest` skips unreadable
-  versions, `remove_after(r)` drops later ones.
-
-  The methods of `tff.program.ProgramStateManager` are coroutines (`asyncio.run(manager.save(
-  state, r))` from synchronous code); `versions`, `path`, `remove_after` and `remove_all` are
-  plain methods.
-
-  Args:
-    root_dir: the directory holding the checkpoints; created if missing. Temporary files left
-      by a save that was cut short are removed.
-    keep_total: how many checkpoints to keep (the newest ones); <= 0 keeps all.
+  arrays of one `.npz`. Beyond TFF's contract, a save replaces an existing version and a load
+  checks every leaf's shape and dtype (`CheckpointError`). TFF's methods are coroutines;
+  `versions`, `path` and `remove_after` are plain methods.
   """
 
   def __init__(self, root_dir: str, keep_total: int = 3):
-    self._root_dir = root_dir
-    self._keep_total = int(keep_total)
+    self.root_dir, self._keep_total = root_dir, int(keep_total)
     os.makedirs(root_dir, exist_ok=True)
     files.remove_temporaries(root_dir, _PREFIX)
 
-  @property
-  def root_dir(self) -> str:
-    return self._root_dir
-
   def versions(self) -> list[int]:
     """Saved round numbers, ascending."""
-    found = (_VERSION.match(name) for name in os.listdir(self._root_dir))
+    found = (_VERSION.match(name) for name in os.listdir(self.root_dir))
     return sorted(int(m.group(1)) for m in found if m)
 
   def path(self, version: int) -> str:
     """The file of the checkpoint of round `version`."""
-    return os.path.join(self._root_dir, f'{_PREFIX}{version}{_SUFFIX}')
+    return os.path.join(self.root_dir, f'{_PREFIX}{version}{_SUFFIX}')
 
   async def get_versions(self) -> Optional[list[int]]:
     """Saved round numbers, ascending; None when there is none (TFF's contract)."""
@@ -82,12 +67,8 @@ class CheckpointManager(tff.program.ProgramStateManager):
         os.remove(self.path(old))
 
   async def load(self, version: int, structure: Any) -> Any:
-    """The state saved after round `version`.
-
-    Args:
-      version: a version in `versions()`.
-      structure: a server state of the same process (e.g. `process.initialize()`), giving the
-        structure, shapes and dtypes to restore.
+    """The state saved after round `version`, of the structure, shapes and dtypes of
+    `structure` (a state of the same process, e.g. `process.initialize()`).
 
     Raises:
       tff.program.ProgramStateNotFoundError: no checkpoint of `version`.
@@ -114,25 +95,11 @@ class CheckpointManager(tff.program.ProgramStateManager):
       raise CheckpointError(f'{path} cannot be read ({type(e).__name__}: {e})') from None
     return tree.unflatten_as(structure, leaves)
 
-  async def load_latest(self, structure: Any) -> tuple[Optional[Any], int]:
-    """The newest readable state and its round number, or `(None, 0)` when there is none; an
-    unreadable version is skipped with a warning."""
-    for version in reversed(self.versions()):
-      try:
-        return await self.load(version, structure), version
-      except CheckpointError as e:
-        logging.warning('%s; trying an older checkpoint.', e)
-    return None, 0
-
   def remove_after(self, round_num: int) -> None:
     """Removes checkpoints of rounds after `round_num`."""
     for version in self.versions():
       if version > round_num:
         os.remove(self.path(version))
-
-  def remove_all(self) -> None:
-    for version in self.versions():
-      os.remove(self.path(version))
 
 
 def _restore_leaf(array: np.ndarray, template: Any, path: str, index: int) -> Any:

@@ -21,34 +21,21 @@ class Failure(Exception):
   an unreachable worker): the binaries print it as one line and exit with status 1."""
 
 
-def _umask() -> int:
-  """The process's umask (read by setting it and setting it back)."""
-  with _UMASK_LOCK:
-    mask = os.umask(0o022)
-    os.umask(mask)
-  return mask
-
-
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = 'w', **kwargs: Any) -> Iterator[IO]:
-  """A file to write `path`'s new content to; `path` is replaced when the block ends cleanly.
-
-  The content goes to a temporary file next to the target (`<name>.tmp-<random>`), is flushed to
-  disk, then renamed over the target (`os.replace`); an error or a kill leaves the old file intact
-  and at most a temporary file, which `remove_temporaries` clears. The file gets the permissions
-  the umask gives a new file (0644 under umask 022), as `open` would.
-
-  Args:
-    path: the target.
-    mode: 'w' (text) or 'wb' (binary).
-    **kwargs: for `open` (e.g. `newline=''`).
-  """
+  """A file (mode 'w' or 'wb', `open`'s `kwargs`) whose content replaces `path` when the block
+  ends cleanly: written to `<name>.tmp-<random>` beside it, synced, renamed over it. An error or
+  a kill leaves the old file and at most a temporary (`remove_temporaries`). The file gets the
+  umask's permissions, as `open` would give it."""
   if mode not in ('w', 'wb'):
     raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
   directory, name = os.path.split(os.path.abspath(path))
   fd, temp = tempfile.mkstemp(dir=directory, prefix=f'{name}{TEMP_MARK}')
   try:
-    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from collaborators
+    with _UMASK_LOCK:  # read by setting it and setting it back
+      umask = os.umask(0o022)
+      os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would hide results from collaborators
     with _naming(path):
       with open(fd, mode, **kwargs) as f:
         yield f
@@ -92,29 +79,25 @@ def csv_cell(value: Any) -> str:
   return str(value)
 
 
+def _write_rows(f: IO, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
+  csv.writer(f).writerows([csv_cell(row.get(c)) for c in columns] for row in rows)
+
+
 def write_csv_atomically(path: str, columns: Sequence[str],
                          rows: Iterable[Mapping[str, Any]]) -> None:
   """A header of `columns`, then one line per row (cells by `csv_cell`, '' where missing)."""
   with atomic_open(path, 'w', newline='') as f:
-    writer = csv.writer(f)
-    writer.writerow(list(columns))
-    for row in rows:
-      writer.writerow([csv_cell(row.get(c)) for c in columns])
+    csv.writer(f).writerow(list(columns))
+    _write_rows(f, columns, rows)
 
 
 def append_csv_rows(path: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]], *,
                     sync: bool = True) -> None:
-  """Appends `rows` to a CSV whose header is `columns` (as `write_csv_atomically` wrote it).
-
-  Not atomic, but cheap (a round's row, not the whole file): flushed and, with `sync`, synced, so
-  a write cut short leaves at most one partial last line, which
-  `experiments.metrics_io.read_metrics` drops. Without `sync` a crash of the machine can lose the
-  last rows (the fsync costs several milliseconds).
-  """
+  """Appends `rows` to a CSV whose header is `columns`: not atomic but cheap, and flushed (and
+  with `sync` synced, some milliseconds), so a write cut short leaves at most a partial last
+  line (which `metrics_io.read_metrics` drops); without `sync` a machine crash can lose rows."""
   with _naming(path), open(path, 'a', newline='') as f:
-    writer = csv.writer(f)
-    for row in rows:
-      writer.writerow([csv_cell(row.get(c)) for c in columns])
+    _write_rows(f, columns, rows)
     f.flush()
     if sync:
       os.fsync(f.fileno())
