@@ -1,9 +1,10 @@
 """PNG plots (matplotlib, Agg backend): a metric per round, one line per method; the benchmark's
 plots from runs.csv's rows."""
 
+import itertools
 import math
 import os
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import matplotlib
 
@@ -17,182 +18,149 @@ from experiments.benchmarking import results  # pylint: disable=g-import-not-at-
 from experiments.benchmarking import runs as runs_lib  # pylint: disable=g-import-not-at-top
 
 
-def plot_curves(curves: Mapping[str, Sequence[Mapping[int, float]]], path: str, *,
-                ylabel: str, title: str = '') -> bool:
-  """Writes a PNG with one line per label: the mean over seeds, with a shaded band of +- one
-  standard deviation where there are several.
+def plot_curves(curves: Mapping[str, Sequence[Any]], path: str, *, ylabel: str,
+                title: str = '') -> bool:
+  """Writes a PNG of one line per label: the mean over seeds, shaded +- one standard deviation
+  where there are several; returns whether a line was drawn (no file otherwise).
 
-  Args:
-    curves: label -> one dict `round_num -> value` per seed. Rounds missing from a seed (e.g.
-      rounds without evaluation) are skipped; a label with no value at all gets no line.
-    path: the PNG file to write.
-    ylabel: the y-axis label.
-    title: the figure title.
-
-  Returns:
-    Whether any line was drawn (no file is written otherwise).
+  `curves`: label -> per seed a mapping round -> value, or a sequence of values of rounds 1, 2,
+  ...; None, a non-finite value or a missing round is skipped, a label without values not drawn.
   """
   fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
   drawn = False
   for label, per_seed in curves.items():
-    rounds = sorted(set().union(*[set(s) for s in per_seed])) if per_seed else []
+    per_seed = [s if isinstance(s, Mapping) else dict(enumerate(s, start=1)) for s in per_seed]
     xs, means, stds = [], [], []
-    for r in rounds:
+    for r in sorted(set().union(*per_seed)) if per_seed else []:
       values = [s[r] for s in per_seed if r in s and s[r] is not None and np.isfinite(s[r])]
       if values:
         xs.append(r)
         means.append(float(np.mean(values)))
         stds.append(float(np.std(values)))
-    if not xs:
-      continue
-    means, stds = np.array(means), np.array(stds)
-    (line,) = ax.plot(xs, means, label=label, linewidth=1.6, marker='.' if len(xs) < 30 else None)
-    if len(per_seed) > 1:
-      ax.fill_between(xs, means - stds, means + stds, color=line.get_color(), alpha=0.15)
-    drawn = True
+    if xs:
+      means, stds = np.array(means), np.array(stds)
+      (line,) = ax.plot(xs, means, label=label, linewidth=1.6,
+                        marker='.' if len(xs) < 30 else None)
+      if len(per_seed) > 1:
+        ax.fill_between(xs, means - stds, means + stds, color=line.get_color(), alpha=0.15)
+      drawn = True
   if drawn:
     ax.set_xlabel('round')
-    ax.set_ylabel(ylabel)
     if title:
       ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize='small')
-    fig.tight_layout()
-    save(fig, path)
+    _save(fig, ax, path, ylabel)
   plt.close(fig)
   return drawn
 
 
-def save(fig, path: str) -> None:
-  """Writes `fig` to `path` atomically (`experiments.files`: the umask's permissions, a refused
-  write names the file); the format is the file's extension."""
+def _save(fig, ax, path: str, ylabel: str, legend: str = 'small', **legend_kwargs) -> None:
+  """Labels `ax`, then writes `fig` atomically (`files.atomic_open`) in `path`'s format."""
+  ax.set_ylabel(ylabel)
+  ax.grid(True, alpha=0.3, **({'axis': 'y'} if legend_kwargs.pop('y_grid', False) else {}))
+  ax.legend(fontsize=legend, **legend_kwargs)
+  fig.tight_layout()
   with files.atomic_open(path, 'wb') as f:
     fig.savefig(f, format=os.path.splitext(path)[1][1:] or 'png')
 
 
-def _curves(per_method, key):
-  out = {}
-  for method, per_seed in per_method.items():
-    out[method] = [{i: v for i, v in enumerate(runs_lib.decode_curve(row.get(key)), start=1)
-                    if v is not None} for row in per_seed.values()]
-  return out
+def _stem(regime: str, epochs: int) -> str:
+  return f'{runs_lib.slug(regime.replace("#C=", "C"))}_E{epochs}'
 
 
 def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
-  """Writes the plots; returns name -> file name (inside `plots_dir`)."""
+  """Writes the benchmark's plots of runs.csv's `rows`: per regime and E the test accuracy and
+  training loss per round, each method's gain against the regime's conflict, and (several E)
+  the effect of E; returns name -> file name inside `plots_dir`."""
   os.makedirs(plots_dir, exist_ok=True)
   baseline = config.get('baseline', 'fedavg')
   statistic = results.primary_statistic(config)
+  gain = f'{results.statistic_label(statistic, config)} − {baseline}'
   regimes, methods, epochs = results.orders(rows, config)
+  others = [m for m in methods if m != baseline]
   cells = results.group(rows)
   written = {}
-  for regime in regimes:
-    for e in epochs:
-      cell = cells.get((regime, e))
-      if not cell:
-        continue
-      ordered = {m: cell[m] for m in methods if m in cell}
-      stem = f'{runs_lib.slug(regime.replace("#C=", "C"))}_E{e}'
-      global_loss = any(row.get('global_train_loss_curve') for per_seed in ordered.values()
-                        for row in per_seed.values())
-      # One loss comparable across methods: the global model's cross-entropy on the training
-      # data. Without it, the clients' mean training loss is each method's own objective
-      # (focal, calibrated, margin ...): labelled so, not comparable across methods.
-      loss_curve, loss_label = (
-          ('global_train_loss_curve', 'global model\'s cross-entropy on the training data')
-          if global_loss else
-          ('train_loss_curve', 'each method\'s own training objective\n(not comparable '
-           'across methods)'))
-      for key, what, ylabel in (('accuracy_curve', 'accuracy', 'test accuracy'),
-                                (loss_curve, 'train_loss', loss_label)):
-        name = f'{what}_{stem}.png'
-        if plot_curves(_curves(ordered, key), os.path.join(plots_dir, name),
-                                ylabel=ylabel, title=f'{regime}, E={e} (mean ± std over seeds)'):
-          written[f'{what}:{regime}:{e}'] = name
-  # Gain against conflict.
+  for (regime, e), cell in ((k, cells[k]) for k in itertools.product(regimes, epochs)
+                            if cells.get(k)):
+    ordered = {m: cell[m].values() for m in methods if m in cell}
+    # One loss comparable across methods: the global model's cross-entropy on the training
+    # data. Without it, the clients' mean training loss is each method's own objective
+    # (focal, calibrated, margin ...): labelled so, not comparable across methods.
+    loss_curve, loss_label = (
+        ('global_train_loss_curve', 'global model\'s cross-entropy on the training data')
+        if any(row.get('global_train_loss_curve') for runs in ordered.values() for row in runs)
+        else ('train_loss_curve', 'each method\'s own training objective\n(not comparable '
+              'across methods)'))
+    for key, what, ylabel in (('accuracy_curve', 'accuracy', 'test accuracy'),
+                              (loss_curve, 'train_loss', loss_label)):
+      name = f'{what}_{_stem(regime, e)}.png'
+      curves = {m: [runs_lib.decode_curve(row.get(key)) for row in runs]
+                for m, runs in ordered.items()}
+      if plot_curves(curves, os.path.join(plots_dir, name), ylabel=ylabel,
+                     title=f'{regime}, E={e} (mean ± std over seeds)'):
+        written[f'{what}:{regime}:{e}'] = name
   markers = ['o', 's', '^', 'D', 'v', 'P']
   fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
-  drawn = False
   all_means = []
-  for i, method in enumerate(m for m in methods if m != baseline):
-    for j, e in enumerate(epochs):
-      xs, ys, lows, highs = [], [], [], []
-      for regime in regimes:
-        cell = cells.get((regime, e))
-        if not cell:
-          continue
+  for (i, method), (j, e) in itertools.product(enumerate(others), enumerate(epochs)):
+    points = []  # (conflict, difference) per regime
+    for regime in regimes:
+      cell = cells.get((regime, e))
+      if cell:
         conflict, _ = results.regime_conflict(cell, baseline)
         d = results.difference(cell, method, baseline, statistic)
-        if conflict is None or d is None:
-          continue
-        xs.append(conflict)
-        ys.append(d.mean)
-        all_means.append(d.mean)
-        lows.append(d.mean - d.low if d.n >= 2 else 0.0)
-        highs.append(d.high - d.mean if d.n >= 2 else 0.0)
-      if xs:
-        ax.errorbar(xs, ys, yerr=[lows, highs], fmt=markers[j % len(markers)],
-                    color=f'C{i % 10}', capsize=2, alpha=0.85,
-                    label=f'{method} E={e}')
-        drawn = True
-  if drawn:
+        if conflict is not None and d is not None:
+          points.append((conflict, d))
+    if points:
+      ds = [d for _, d in points]
+      all_means += [d.mean for d in ds]
+      ax.errorbar([c for c, _ in points], [d.mean for d in ds],
+                  yerr=[[d.mean - d.low if d.n >= 2 else 0.0 for d in ds],
+                        [d.high - d.mean if d.n >= 2 else 0.0 for d in ds]],
+                  fmt=markers[j % len(markers)], color=f'C{i % 10}', capsize=2, alpha=0.85,
+                  label=f'{method} E={e}')
+  if all_means:
     # The means decide the range; intervals wider than it (few seeds) run off the axes.
     low, high = min(all_means + [0.0]), max(all_means + [0.0])
     pad = max(0.01, 0.5 * (high - low))
     ax.set_ylim(low - pad, high + pad)
     ax.axhline(0.0, color='black', linewidth=0.8)
     ax.set_xlabel(f'measured conflict fraction of the regime ({baseline} or mean of methods)')
-    ax.set_ylabel(f'{results.statistic_label(statistic, config)} − {baseline} (95% CI)')
     ax.set_title('Gain over the baseline against gradient conflict')
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize='x-small', ncol=2)
-    fig.tight_layout()
-    save(fig, os.path.join(plots_dir, 'gain_vs_conflict.png'))
+    _save(fig, ax, os.path.join(plots_dir, 'gain_vs_conflict.png'), f'{gain} (95% CI)',
+          'x-small', ncol=2)
     written['gain_vs_conflict'] = 'gain_vs_conflict.png'
   plt.close(fig)
-  # Effect of E.
-  others = [m for m in methods if m != baseline]
   if others and len(epochs) > 1:
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
     width = 0.8 / len(epochs)
     for j, e in enumerate(epochs):
-      means, spreads = [], []
-      for method in others:
-        ds = [results.difference(cells[(r, e)], method, baseline, statistic) for r in regimes
-              if (r, e) in cells]
-        values = [d.mean for d in ds if d is not None]
-        mean, std = stats.mean_std(values)
-        means.append(0.0 if math.isnan(mean) else mean)
-        spreads.append(0.0 if math.isnan(std) else std)
-      ax.bar([k + j * width for k in range(len(others))], means, width, yerr=spreads,
-             capsize=2, label=f'E={e}')
+      spread = [stats.mean_std([d.mean for d in (
+          results.difference(cells[(r, e)], m, baseline, statistic) for r in regimes
+          if (r, e) in cells) if d is not None]) for m in others]
+      ax.bar([k + j * width for k in range(len(others))],
+             [0.0 if math.isnan(mean) else mean for mean, _ in spread], width,
+             yerr=[0.0 if math.isnan(std) else std for _, std in spread], capsize=2,
+             label=f'E={e}')
     ax.axhline(0.0, color='black', linewidth=0.8)
     ax.set_xticks([k + width * (len(epochs) - 1) / 2 for k in range(len(others))])
     ax.set_xticklabels(others, rotation=20, fontsize='small')
-    ax.set_ylabel(f'{results.statistic_label(statistic, config)} − {baseline}\nmean over regimes '
-                  '(± std over regimes)')
     ax.set_title('Effect of local epochs on each method\'s gain')
-    ax.grid(True, axis='y', alpha=0.3)
-    ax.legend(fontsize='small')
-    fig.tight_layout()
-    save(fig, os.path.join(plots_dir, 'epochs_effect.png'))
+    _save(fig, ax, os.path.join(plots_dir, 'epochs_effect.png'),
+          f'{gain}\nmean over regimes (± std over regimes)', y_grid=True)
     plt.close(fig)
     written['epochs_effect'] = 'epochs_effect.png'
   return written
 
 
 def write_validation_plots(curve_rows, config, plots_dir: str) -> dict[tuple[str, int], str]:
-  """One plot per tuning regime and E of each method's chosen candidate's validation accuracy
-  (mean ± std over the tuning seeds); returns (regime, E) -> file name inside `plots_dir`."""
+  """Per tuning regime and E, each method's chosen candidate's validation accuracy (mean ± std
+  over the tuning seeds); returns (regime, E) -> file name inside `plots_dir`."""
+  del config  # the same signature as write_plots
   written = {}
-  for (regime, epochs), per_method in results.curve_groups(curve_rows).items():
+  for (regime, epochs), curves in results.curve_groups(curve_rows).items():
     os.makedirs(plots_dir, exist_ok=True)
-    curves = {m: [{i: v for i, v in enumerate(c, start=1) if v is not None} for c in seeds]
-              for m, seeds in per_method.items()}
-    name = f'validation_{runs_lib.slug(regime.replace("#C=", "C"))}_E{epochs}.png'
-    if plot_curves(curves, os.path.join(plots_dir, name),
-                            ylabel='validation accuracy',
-                            title=f'tuning, {regime}, E={epochs} '
-                                  '(mean ± std over tuning seeds)'):
+    name = f'validation_{_stem(regime, epochs)}.png'
+    if plot_curves(curves, os.path.join(plots_dir, name), ylabel='validation accuracy',
+                   title=f'tuning, {regime}, E={epochs} (mean ± std over tuning seeds)'):
       written[(regime, epochs)] = name
   return written
