@@ -1,6 +1,5 @@
-"""Results on disk: `metrics.csv` and `per_client.csv` keyed by `round_num`, and `hparams.csv`.
-Layout and guarantees: docs/design.md, "Results on disk".
-"""
+"""Results on disk: `metrics.csv` and `per_client.csv` keyed by `round_num`, and `hparams.csv`
+(layout and guarantees: docs/design.md, "Results on disk")."""
 
 import collections
 import csv
@@ -82,25 +81,11 @@ def read_csv(path: str) -> list[dict[str, Any]]:
 
 @dataclasses.dataclass
 class MetricsFile:
-  """What `read_metrics` found in a metrics.csv.
-
-  Attributes:
-    columns: the header ([] when it is damaged).
-    rows: the intact rows, which hold rounds 1, 2, ..., len(rows) in order.
-    problem: why reading stopped before the end of the file (e.g. 'has a row cut short after
-      round 3'), or None when every row is intact.
-  """
+  """A metrics.csv's header ([] when damaged), its intact rows (rounds 1, 2, ... in order), and
+  why reading stopped before the end (e.g. 'ends in a line cut short after round 3') or None."""
   columns: list[str]
   rows: list[dict[str, Any]]
   problem: Optional[str] = None
-
-
-def _is_number(cell: str) -> bool:
-  try:
-    float(cell)
-  except ValueError:
-    return False
-  return True
 
 
 def read_metrics(path: str) -> MetricsFile:
@@ -130,7 +115,8 @@ def read_metrics(path: str) -> MetricsFile:
     return MetricsFile([], [], f'has no valid header (its first line must start with '
                        f'{ROUND_COLUMN!r} and name each column once)')
   for r, cells in enumerate(lines[1:], start=1):
-    bad = next((c for c, cell in zip(columns, cells) if cell and not _is_number(cell)), None)
+    row = {c: _parse(cell) for c, cell in zip(columns, cells)}
+    bad = next((c for c, value in row.items() if isinstance(value, str)), None)
     problem = (
         f'has {len(cells)} cells in row {r}, where the header has {len(columns)}'
         if len(cells) != len(columns) else
@@ -138,7 +124,7 @@ def read_metrics(path: str) -> MetricsFile:
         None if bad is None else f'holds a cell that is not a number in row {r} (column {bad!r})')
     if problem:
       return MetricsFile(columns, rows, problem)
-    rows.append({c: _parse(cell) for c, cell in zip(columns, cells)})
+    rows.append(row)
   return MetricsFile(columns, rows, cut and f'{cut} after round {len(rows)}')
 
 
