@@ -64,7 +64,9 @@ def _results(directory, pairs_by_seed):
     json.dump({'baseline': 'fedavg', 'regimes': ['digits:iid'],
                'methods': ['fedavg', 'fedgh', 'fedprox'], 'epochs': [1], 'protocol': 2,
                'report_seeds': list(range(len(pairs_by_seed))), 'equivalence_margin': 0.01,
-               'tuning': {'tune': False}}, f)
+               'tuning': {'tune': False, 'last_k': 5},
+               'plan': {'methods': [{'name': m, 'server_lrs': [1.0]}
+                                    for m in ('fedavg', 'fedgh', 'fedprox')]}}, f)
 
 
 def test_words_follow_holm_and_the_equivalence_margin(tmp_path):
@@ -77,10 +79,10 @@ def test_words_follow_holm_and_the_equivalence_margin(tmp_path):
   # Three seeds where fedgh's raw interval excludes 0 but Holm's adjustment does not keep it.
   few = [(0.80, 0.83, 0.79), (0.80, 0.82, 0.80), (0.80, 0.84, 0.82)]
   _results(str(tmp_path / 'b'), few)
-  found = results.comparisons(summary.load(str(tmp_path / 'b')).rows,
-                             summary.load(str(tmp_path / 'b')).config)
-  assert found[('digits:iid', 1, 'fedgh')].primary.excludes_zero
-  assert not found[('digits:iid', 1, 'fedgh')].significant
+  rows, config, _ = results.load(str(tmp_path / 'b'))
+  raw = results.difference(results.group(rows)[('digits:iid', 1)], 'fedgh', 'fedavg')
+  assert raw.excludes_zero and raw.p_value < results.ALPHA
+  assert not results.significant(results.comparisons(rows, config)[('digits:iid', 1, 'fedgh')])
   text = summary.render('readme', 'b', root=str(tmp_path))
   assert 'beats:' not in text and 'inconclusive: fedgh +0.030' in text
   assert '**Provisional**: 3 seeds.' in text

@@ -1,13 +1,13 @@
 """The report's Diagnosis and positive-control sections: each method's paired gap to FedAvg, the
 measurement that tests why, its variants' gaps (exploratory); readings in docs/experiments.md."""
 
-import math
 import os
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from experiments import stats
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import results
+from experiments.benchmarking import tables
 
 _DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                      'docs', 'experiments.md')
@@ -21,84 +21,38 @@ def fmt_gap(g: Optional[stats.Interval]) -> str:
   the benchmark's Results tables mark what Holm's adjustment keeps."""
   if g is None:
     return '-'
-  if g.n < 2:
-    return f'{g.mean:+.3f} (n=1)'
-  return f'{g.mean:+.3f} ± {g.half_width:.3f}'
+  return f'{g.mean:+.3f} (n=1)' if g.n < 2 else f'{g.mean:+.3f} ± {g.half_width:.3f}'
 
 
-def _by_seed(runs, regime, method, column) -> dict[Any, float]:
-  """seed -> the finite or infinite value of `column` of `method`'s runs in `regime`."""
-  per_seed = {r['seed']: r for r in runs if r['regime'] == regime and r['method'] == method}
-  return {s: v for s, v in results.by_seed(per_seed, column).items() if not math.isnan(v)}
+def cells_of(rows, method: str) -> list[tuple[str, Mapping[str, Any]]]:
+  """('regime, E=e', method -> seed -> row) of every (regime, E) `method` ran in."""
+  return [(f'{r}, E={e}', cell) for (r, e), cell in results.group(rows).items() if method in cell]
 
 
-def gap(runs, regime, method, column='final_accuracy', baseline=BASELINE
+def gap(cell, method: str, column: str = 'final_accuracy', baseline: str = BASELINE
         ) -> Optional[stats.Interval]:
-  """`method - baseline` on `column`, paired over the seeds both ran in `regime`, with its 95%
-  t-interval (`stats.paired_difference`); None if they share no seed."""
-  return stats.paired_difference(_by_seed(runs, regime, method, column),
-                                 _by_seed(runs, regime, baseline, column))
+  """`method - baseline` on `column`, paired over the seeds both ran (`results.difference`)."""
+  return results.difference(cell, method, baseline, column)
 
 
-def _mean_std(runs, regime, method, column) -> Optional[tuple[float, float, int]]:
-  """Mean, sample standard deviation (`stats.mean_std`) and count over seeds; None for none."""
-  values = list(_by_seed(runs, regime, method, column).values())
-  if not values:
-    return None
-  return (*stats.mean_std(values), len(values))
+def _ms(cell, method, column, digits=3) -> str:
+  return tables.fmt_mean_std(list(results.by_seed(cell.get(method, {}), column).values()), digits)
 
 
-def _fmt(stat: Optional[tuple[float, float, int]], digits: int = 3) -> str:
-  if stat is None:
-    return '-'
-  mean, std, n = stat
-  return f'{mean:.{digits}f}' if n == 1 else f'{mean:.{digits}f} ± {std:.{digits}f}'
+def _mean(cell, method, column) -> float:
+  return stats.mean_std(list(results.by_seed(cell.get(method, {}), column).values()))[0]
 
 
-def variant_baseline(method: str, runs: Iterable[Mapping[str, Any]],
-                     default: str = BASELINE) -> str:
-  """The method `method` is compared with: its variant's `baseline` where that ran in `runs`
+def variant_baseline(method: str, rows, default: str = BASELINE) -> str:
+  """The method `method` is compared with: its variant's `baseline` where that ran in `rows`
   (a clipped variant against FedAvg clipped alike), else `default`."""
   own = getattr(methods_lib.VARIANTS.get(method), 'baseline', None)
-  if own is not None and any(r['method'] == own for r in runs):
-    return own
-  return default
+  return own if own is not None and any(r['method'] == own for r in rows) else default
 
 
 def variants_of(method: str) -> list[methods_lib.Variant]:
   """The `VARIANTS` that diagnose `method`, in declaration order."""
   return [v for v in methods_lib.VARIANTS.values() if v.diagnoses == method]
-
-
-def _regimes(runs, method) -> list[str]:
-  seen = []
-  for r in runs:
-    if r['method'] == method and r['regime'] not in seen:
-      seen.append(r['regime'])
-  return seen
-
-
-def _has(runs, regime, method, column) -> bool:
-  return bool(_by_seed(runs, regime, method, column))
-
-
-_STATISTIC_NAMES = {'final_accuracy': 'final accuracy',
-                    'last_k_accuracy': 'mean accuracy of the last rounds'}
-
-
-def _gap_table(runs, method, regimes, baseline, statistic='final_accuracy') -> list[str]:
-  name = _STATISTIC_NAMES.get(statistic, statistic)
-  lines = [f'| regime | {baseline} {name} | {method} {name} | gap (paired, 95% CI) '
-           f'| best (test-selected) - final: {method} / {baseline} |', '|---|---|---|---|---|']
-  for regime in regimes:
-    g = gap(runs, regime, method, statistic, baseline=baseline)
-    lines.append(
-        f'| {regime} | {_fmt(_mean_std(runs, regime, baseline, statistic))} | '
-        f'{_fmt(_mean_std(runs, regime, method, statistic))} | '
-        f'{fmt_gap(g)} | '
-        f'{_fmt(_mean_std(runs, regime, method, "accuracy_drop"))} / '
-        f'{_fmt(_mean_std(runs, regime, baseline, "accuracy_drop"))} |')
-  return lines
 
 
 def _verdict(base: Optional[stats.Interval], variant: Optional[stats.Interval]) -> str:
@@ -113,30 +67,26 @@ def _verdict(base: Optional[stats.Interval], variant: Optional[stats.Interval]) 
   return f'{"narrows" if change > 0 else "widens"} the gap by {abs(change):.3f}'
 
 
-def _variant_table(runs, method, regimes, baseline, statistic='final_accuracy') -> list[str]:
-  present = [v for v in variants_of(method)
-             if any(r['method'] == v.name for r in runs)]
+def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
+  present = [v for v in variants_of(method) if any(r['method'] == v.name for r in rows)]
   if not present:
     return [f'No variant of {method} was run (see `experiments.benchmarking.methods.VARIANTS`: '
             f'{", ".join(v.name for v in variants_of(method)) or "none"}).']
   lines = ['| variant | changes | question | compared with | ' + ' | '.join(
-      f'{regime}: gap' for regime in regimes) + ' |',
-           '|---|---|---|---|' + '---|' * len(regimes)]
+      f'{label}: gap' for label, _ in cells) + ' |', '|---|---|---|---|' + '---|' * len(cells)]
   for v in present:
-    reference = variant_baseline(v.name, runs, baseline)
-    cells = []
-    for regime in regimes:
-      base = gap(runs, regime, method, statistic, baseline=baseline)
-      ours = gap(runs, regime, v.name, statistic, baseline=reference)
-      cells.append('-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})')
-    lines.append(f'| {v.name} | {v.described} | {v.question} | {reference} | '
-                 + ' | '.join(cells) + ' |')
+    reference = variant_baseline(v.name, rows, baseline)
+    gaps = [(gap(cell, method, statistic, baseline), gap(cell, v.name, statistic, reference))
+            for _, cell in cells]
+    lines.append(f'| {v.name} | {v.described} | {v.question} | {reference} | ' + ' | '.join(
+        '-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})'
+        for base, ours in gaps) + ' |')
   return lines
 
 
-def _pair_error_lines(runs, method, regimes, baseline) -> list[str]:
-  rows = [r for r in regimes if _has(runs, r, method, 'final_rare_pair_error')]
-  if not rows:
+def _pair_error_lines(cells, method, baseline) -> list[str]:
+  cells = [(label, c) for label, c in cells if _has(c, method, 'final_rare_pair_error')]
+  if not cells:
     return ['The runs carry no class-pair errors (`test_rare_pair_error`: the training data did '
             'not provide label counts).']
   lines = ['Test errors between classes that rarely share a client in the training partition '
@@ -146,74 +96,61 @@ def _pair_error_lines(runs, method, regimes, baseline) -> list[str]:
            f'| excess on rare pairs (paired) | excess on common pairs (paired) |',
            '|---|---|---|---|---|']
   findings = []
-  for regime in rows:
-    rare = gap(runs, regime, method, 'final_rare_pair_error', baseline)
-    common = gap(runs, regime, method, 'final_common_pair_error', baseline)
+  for label, c in cells:
+    rare = gap(c, method, 'final_rare_pair_error', baseline)
+    common = gap(c, method, 'final_common_pair_error', baseline)
     lines.append(
-        f'| {regime} | {_fmt(_mean_std(runs, regime, method, "final_rare_pair_error"))} / '
-        f'{_fmt(_mean_std(runs, regime, baseline, "final_rare_pair_error"))} | '
-        f'{_fmt(_mean_std(runs, regime, method, "final_common_pair_error"))} / '
-        f'{_fmt(_mean_std(runs, regime, baseline, "final_common_pair_error"))} | '
-        f'{fmt_gap(rare)} | {fmt_gap(common)} |')
+        f'| {label} | {_ms(c, method, "final_rare_pair_error")} / '
+        f'{_ms(c, baseline, "final_rare_pair_error")} | '
+        f'{_ms(c, method, "final_common_pair_error")} / '
+        f'{_ms(c, baseline, "final_common_pair_error")} | {fmt_gap(rare)} | {fmt_gap(common)} |')
     if rare is not None and common is not None:
-      if rare.mean > 0 and rare.mean > 2 * max(common.mean, 0.0):
-        findings.append(f'{regime}: the extra errors concentrate on rarely co-located pairs '
-                        f'({rare.mean:+.3f} per pair against {common.mean:+.3f})')
-      else:
-        findings.append(f'{regime}: the extra errors do not concentrate on rarely co-located '
-                        f'pairs ({rare.mean:+.3f} per pair against {common.mean:+.3f} on the '
-                        f'others)')
-  if findings:
-    lines += ['', 'Reading: ' + '; '.join(findings) + '.']
-  return lines
+      where = ('concentrate on rarely co-located pairs' if rare.mean > 0
+               and rare.mean > 2 * max(common.mean, 0.0) else
+               'do not concentrate on rarely co-located pairs')
+      findings.append(f'{label}: the extra errors {where} ({rare.mean:+.3f} per pair against '
+                      f'{common.mean:+.3f}' + ('' if where[0] == 'c' else ' on the others') + ')')
+  return lines + (['', 'Reading: ' + '; '.join(findings) + '.'] if findings else [])
 
 
-def _logit_lines(runs, method, regimes, baseline) -> list[str]:
-  rows = [r for r in regimes if _has(runs, r, method, 'final_mean_logit')]
-  if not rows:
+def _logit_lines(cells, method, baseline) -> list[str]:
+  cells = [(label, c) for label, c in cells if _has(c, method, 'final_mean_logit')]
+  if not cells:
     return []
-  lines = ['Mean logit of the final global model on the test split (`test_mean_logit`; softmax '
-           'ignores it, cross-entropy does not move it directly):', '',
-           f'| regime | {method} | {baseline} | difference (paired) |', '|---|---|---|---|']
-  for regime in rows:
-    g = gap(runs, regime, method, 'final_mean_logit', baseline)
-    lines.append(f'| {regime} | {_fmt(_mean_std(runs, regime, method, "final_mean_logit"), 2)} | '
-                 f'{_fmt(_mean_std(runs, regime, baseline, "final_mean_logit"), 2)} | '
-                 f'{fmt_gap(g)} |')
-  return lines
+  return ['Mean logit of the final global model on the test split (`test_mean_logit`; softmax '
+          'ignores it, cross-entropy does not move it directly):', '',
+          f'| regime | {method} | {baseline} | difference (paired) |', '|---|---|---|---|'] + [
+              f'| {label} | {_ms(c, method, "final_mean_logit", 2)} | '
+              f'{_ms(c, baseline, "final_mean_logit", 2)} | '
+              f'{fmt_gap(gap(c, method, "final_mean_logit", baseline))} |' for label, c in cells
+          ] + ['']
 
 
-def _norm_ratio_lines(runs, method, regimes) -> list[str]:
-  rows = [r for r in regimes if _has(runs, r, method, 'norm_ratio')]
-  if not rows:
+def _norm_ratio_lines(cells, method) -> list[str]:
+  cells = [(label, c) for label, c in cells if _has(c, method, 'norm_ratio')]
+  if not cells:
     return [f'The runs of {method} carry no `aggregator/norm_ratio`.']
-  lines = ['Server-step length against the plain weighted mean of the same updates '
-           '(`aggregator/norm_ratio`, mean over rounds; below 1 the server step is shorter):', '',
-           '| regime | norm ratio | server learning rate that compensates it (1 / ratio) | '
-           'conflict fraction before |', '|---|---|---|---|']
-  for regime in rows:
-    ratio = _mean_std(runs, regime, method, 'norm_ratio')
-    conflict = _mean_std(runs, regime, method, 'conflict_before')
-    lines.append(f'| {regime} | {_fmt(ratio)} | {1.0 / ratio[0]:.2f} | {_fmt(conflict)} |')
-  return lines
+  return ['Server-step length against the plain weighted mean of the same updates '
+          '(`aggregator/norm_ratio`, mean over rounds; below 1 the server step is shorter):', '',
+          '| regime | norm ratio | server learning rate that compensates it (1 / ratio) | '
+          'conflict fraction before |', '|---|---|---|---|'] + [
+              f'| {label} | {_ms(c, method, "norm_ratio")} | '
+              f'{1.0 / _mean(c, method, "norm_ratio"):.2f} | '
+              f'{_ms(c, method, "conflict_before")} |' for label, c in cells]
 
 
-def _conflict_lines(runs, method, regimes) -> list[str]:
-  rows = [r for r in regimes if _has(runs, r, method, 'conflict_before')]
-  if not rows:
+def _conflict_lines(cells, method) -> list[str]:
+  cells = [(label, c) for label, c in cells if _has(c, method, 'conflict_before')]
+  if not cells:
     return []
-  lines = ['Aggregator diagnostics (means over rounds):', '',
-           '| regime | conflict fraction before | norm ratio |', '|---|---|---|']
-  for regime in rows:
-    lines.append(f'| {regime} | {_fmt(_mean_std(runs, regime, method, "conflict_before"))}'
-                 f' | {_fmt(_mean_std(runs, regime, method, "norm_ratio"))} |')
-  return lines
+  return ['Aggregator diagnostics (means over rounds):', '',
+          '| regime | conflict fraction before | norm ratio |', '|---|---|---|'] + [
+              f'| {label} | {_ms(c, method, "conflict_before")} | {_ms(c, method, "norm_ratio")} |'
+              for label, c in cells] + ['']
 
 
-def _regime_label(row: Mapping[str, Any]) -> str:
-  """The row's regime, with its local epochs when the table has them (`epochs`)."""
-  epochs = row.get('epochs')
-  return row['regime'] if epochs in (None, '') else f'{row["regime"]}, E={int(epochs)}'
+def _has(cell, method, column) -> bool:
+  return bool(results.by_seed(cell.get(method, {}), column))
 
 
 def _reading(algorithm: str) -> Optional[str]:
@@ -238,45 +175,44 @@ def _reading(algorithm: str) -> Optional[str]:
 def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
             baseline: str = BASELINE, statistic: str = 'final_accuracy') -> Optional[str]:
   """The report's Markdown diagnosis of `method` (a method of `algorithm`, or one of its
-  `methods.VARIANTS`) from runs.csv's rows: the paired gap against `baseline` (a variant's own
-  baseline where that ran, `variant_baseline`) per regime (and E), the measurement that tests the
-  algorithm's reading (`_reading`), and its variants' gaps; None for the baseline itself.
-
-  `statistic` is the column the gaps compare (the benchmark's primary statistic); columns a run
-  lacks show as '-'.
+  `methods.VARIANTS`) from runs.csv's rows, on column `statistic`: the paired gap against
+  `baseline` (a variant's own baseline where that ran) per regime and E, the measurement that
+  tests the algorithm's reading (`_reading`), and its variants' gaps; None for the baseline.
 
   Raises:
     ValueError: if `method` has no run in `rows`.
   """
   if method == baseline:
     return None
-  runs = [dict(r, regime=_regime_label(r)) for r in rows]
-  if not any(r['method'] == method for r in runs):
+  cells = cells_of(rows, method)
+  if not cells:
     raise ValueError(f'method {method!r} has no run in the runs table')
   variant = methods_lib.VARIANTS.get(method)
   algorithm = variant.diagnoses if variant else algorithm
-  baseline = variant_baseline(method, runs, baseline)
-  regimes = _regimes(runs, method)
+  baseline = variant_baseline(method, rows, baseline)
   reading = f'A variant of {algorithm}: {variant.question}' if variant else _reading(algorithm)
+  name = {'final_accuracy': 'final accuracy',
+          'last_k_accuracy': 'mean accuracy of the last rounds'}.get(statistic, statistic)
   lines = [reading, ''] if reading else []
-  lines += _gap_table(runs, method, regimes, baseline, statistic)
+  lines += [f'| regime | {baseline} {name} | {method} {name} | gap (paired, 95% CI) '
+            f'| best (test-selected) - final: {method} / {baseline} |', '|---|---|---|---|---|']
+  lines += [f'| {label} | {_ms(c, baseline, statistic)} | {_ms(c, method, statistic)} | '
+            f'{fmt_gap(gap(c, method, statistic, baseline))} | '
+            f'{_ms(c, method, "accuracy_drop")} / {_ms(c, baseline, "accuracy_drop")} |'
+            for label, c in cells]
   lines += ['', '(gap: mean over seeds of the paired difference, ± the 95% t-interval\'s '
             'half-width; exploratory, without a multiplicity correction and so without a '
             'significance mark.)', '']
   if algorithm == 'fedga':
-    lines += _pair_error_lines(runs, method, regimes, baseline) + ['']
-    logits = _logit_lines(runs, method, regimes, baseline)
-    if logits:
-      lines += logits + ['']
+    lines += _pair_error_lines(cells, method, baseline) + ['']
+    lines += _logit_lines(cells, method, baseline)
   elif algorithm in ('fedld', 'fed_corrective'):
-    lines += _norm_ratio_lines(runs, method, regimes) + ['']
+    lines += _norm_ratio_lines(cells, method) + ['']
   else:
-    extra = _conflict_lines(runs, method, regimes)
-    if extra:
-      lines += extra + ['']
+    lines += _conflict_lines(cells, method)
   if not variant:
     lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '']
-    lines += _variant_table(runs, method, regimes, baseline, statistic)
+    lines += _variant_table(rows, cells, method, baseline, statistic)
   return '\n'.join(lines) + '\n'
 
 
@@ -298,32 +234,27 @@ def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline:
     ValueError: `method` has no run in `rows`, or either method has no run in that regime
       carrying the global training loss.
   """
-  runs = [dict(r, regime=_regime_label(r)) for r in rows]
-  regimes = sorted({r['regime'] for r in runs if r['method'] == method})
-  if not regimes:
+  cells = sorted(cells_of(rows, method), key=lambda x: x[0])
+  if not cells:
     raise ValueError(f'the positive control has no run of {method!r}')
-  regime = regimes[0]
+  regime, cell = cells[0]
   for name in (method, baseline):
-    if not _has(runs, regime, name, 'tail_global_train_loss'):
+    if not _has(cell, name, 'tail_global_train_loss'):
       raise ValueError(f'{name!r} has no run in regime {regime!r} with the global training '
                        'loss (run with --eval_train_loss)')
   lines = [f'| measure | {baseline} | {method} | difference (paired, 95% CI) |',
            '|---|---|---|---|']
-  verdicts = {}
   for column, label in (('tail_global_train_loss',
                          'training loss (global model), mean of the last quarter of rounds'),
                         ('global_train_loss_rise', 'largest rise of the training loss'),
                         ('final_accuracy', 'final test accuracy')):
-    g = gap(runs, regime, method, column, baseline)
-    verdicts[column] = g
-    lines.append(f'| {label} | {_fmt(_mean_std(runs, regime, baseline, column))} | '
-                 f'{_fmt(_mean_std(runs, regime, method, column))} | '
-                 f'{fmt_gap(g)} |')
-  loss, rise = verdicts['tail_global_train_loss'], verdicts['global_train_loss_rise']
-  baseline_rise = _mean_std(runs, regime, baseline, 'global_train_loss_rise')
+    lines.append(f'| {label} | {_ms(cell, baseline, column)} | {_ms(cell, method, column)} | '
+                 f'{fmt_gap(gap(cell, method, column, baseline))} |')
+  loss = gap(cell, method, 'tail_global_train_loss', baseline)
+  rise = gap(cell, method, 'global_train_loss_rise', baseline)
   reproduced = (loss is not None and rise is not None and loss.excludes_zero and loss.mean < 0
                 and rise.excludes_zero and rise.mean < 0
-                and rise.mean <= -0.5 * baseline_rise[0])
+                and rise.mean <= -0.5 * _mean(cell, baseline, 'global_train_loss_rise'))
   lines += ['', 'Reading: the published effect is ' + (
       'reproduced: lower and steadier training loss.' if reproduced else
       'not reproduced by these runs (it needs a lower late training loss and a largest rise at '

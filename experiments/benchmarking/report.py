@@ -6,10 +6,9 @@ import os
 import posixpath
 import shutil
 import traceback
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional
 
 from experiments import plotting
-from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import control as control_lib
 from experiments.benchmarking import diagnosis
 from experiments.benchmarking import results
@@ -22,72 +21,64 @@ PLOTS_DIR = 'plots'
 def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   """The report's Markdown body from the files under `root`; writes the plots under
   `root/plots`."""
-  rows, config = results.load(root)
-  choices = results.read_json(os.path.join(root, 'tuning_choices.json'), [])
-  timing = results.read_json(os.path.join(root, 'timing.json'), [])
+  rows, config, curve_rows = results.load(root)
   baseline = config.get('baseline', 'fedavg')
-  plots = plotting.write_plots(rows, config, os.path.join(root, PLOTS_DIR)) if rows else {}
-  curves_path = os.path.join(root, results.CURVES_FILE)
-  curve_rows = results.read_runs(curves_path) if os.path.exists(curves_path) else []
-  validation_plots = plotting.write_validation_plots(curve_rows, config,
-                                                     os.path.join(root, PLOTS_DIR))
+  plots_dir = os.path.join(root, PLOTS_DIR)
+  plots = plotting.write_plots(rows, config, plots_dir) if rows else {}
+  validation = [f'![validation accuracy, {r}, E={e}]({plot_prefix}/{name})' for (r, e), name
+                in plotting.write_validation_plots(curve_rows, config, plots_dir).items()]
 
   def image(key, alt):
     return f'![{alt}]({plot_prefix}/{plots[key]})' if key in plots else ''
 
-  validation_images = [f'![validation accuracy, {r}, E={e}]({plot_prefix}/{name})'
-                       for (r, e), name in validation_plots.items()]
+  def read(name, default):
+    return results.read_json(os.path.join(root, name), default)
 
   parts = [f'# Benchmark `{config.get("experiment_name", os.path.basename(root))}`\n',
            '## Setup\n', 'Protocol:\n', tables.protocol_section(config, rows),
            f'\nSettings ({len(rows)} reporting runs):\n', tables.setup_section(config),
            tables.plateau_lines(curve_rows, config),
-           '## Regimes\n',
-           tables.regimes_section(results.read_json(os.path.join(root, 'regimes.json'), [])),
-           '## Time\n', tables.time_section(timing, rows),
-           '## Tuning\n', tables.tuning_section(choices, config),
+           '## Regimes\n', tables.regimes_section(read('regimes.json', [])),
+           '## Time\n', tables.time_section(read('timing.json', []), rows),
+           '## Tuning\n', tables.tuning_section(read('tuning_choices.json', []), config),
            ('Validation accuracy per round of each method\'s chosen candidate (`'
-            + results.CURVES_FILE + '`):\n\n' + ' '.join(validation_images) + '\n'
-            if validation_images else ''),
+            f'{results.CURVES_FILE}`):\n\n' + ' '.join(validation) + '\n' if validation else ''),
            tables.variants_section(rows, config),
            '## Results\n']
   for regime, e, heading, table in tables.result_tables(rows, config):
-    parts.append(f'### `{regime}`, E={e}\n')
-    parts.append(heading + '\n')
-    parts.append(table)
+    parts += [f'### `{regime}`, E={e}\n', heading + '\n', table]
     images = ' '.join(filter(None, (image(f'accuracy:{regime}:{e}', 'test accuracy'),
                                     image(f'train_loss:{regime}:{e}', 'training loss'))))
     if images:
       parts.append(images + '\n')
   compositions = tables.composition_table(rows, config)
   if compositions:
-    parts.append('## Aggregators on top of the baselines\n')
-    parts.append('Each `BASELINE+AGGREGATOR` against its own baseline and against '
-                 f'{baseline} (paired over seeds).\n')
-    parts.append(compositions)
-  parts.append(f'## Gain over {baseline} against gradient conflict\n')
-  parts.append('Does a method help more where clients conflict more? x: the regime\'s measured '
-               'conflict fraction; y: the method\'s mean paired gain in the primary statistic '
-               'with its (unadjusted) 95% interval.\n')
-  parts.append((image('gain_vs_conflict', 'gain against conflict') or 'No plot (no conflict '
-                'measured).') + '\n')
-  parts.append('## Effect of local epochs\n')
-  parts.append(tables.epoch_effect_table(rows, config))
+    parts += ['## Aggregators on top of the baselines\n',
+              'Each `BASELINE+AGGREGATOR` against its own baseline and against '
+              f'{baseline} (paired over seeds).\n', compositions]
+  parts += [f'## Gain over {baseline} against gradient conflict\n',
+            'Does a method help more where clients conflict more? x: the regime\'s measured '
+            'conflict fraction; y: the method\'s mean paired gain in the primary statistic '
+            'with its (unadjusted) 95% interval.\n',
+            (image('gain_vs_conflict', 'gain against conflict') or 'No plot (no conflict '
+             'measured).') + '\n',
+            '## Effect of local epochs\n', tables.epoch_effect_table(rows, config)]
   if 'epochs_effect' in plots:
     parts.append(image('epochs_effect', 'effect of local epochs') + '\n')
-  parts.append(f'## Where a method loses to {baseline} (Holm)\n')
-  parts.append(tables.losses_list(rows, config))
-  sections = diagnosis_sections(rows, results.orders(rows, config)[1], baseline,
-                                results.primary_statistic(config))
-  if sections:
-    parts.append('## Diagnosis\n')
-    for method, text in sections:
-      parts.append(f'### {method}\n')
-      parts.append(text + '\n')
+  parts += [f'## Where a method loses to {baseline} (Holm)\n', tables.losses_list(rows, config)]
+  diagnoses = []
+  for method in results.orders(rows, config)[1]:
+    algorithm = next((r['algorithm'] for r in rows if r['method'] == method), method)
+    text = _shown_on_failure(lambda m=method, a=algorithm: diagnosis.section(
+        m, a, rows, baseline=baseline, statistic=results.primary_statistic(config)),
+                             'The diagnosis')
+    if text:
+      diagnoses += [f'### {method}\n', text.strip() + '\n']
+  if diagnoses:
+    parts += ['## Diagnosis\n'] + diagnoses
   control_text = _control_section(root, plot_prefix)
   if control_text:
-    parts.append('## Positive control\n')
-    parts.append(control_text)
+    parts += ['## Positive control\n', control_text]
   parts.append('## Files\n')
   parts.append('`runs.csv` (one row per reporting run, with its curves), `tuning.csv` (every '
                'tuning candidate\'s validation score), `validation_curves.csv` (the chosen '
@@ -106,38 +97,23 @@ def _shown_on_failure(make: Callable[[], Optional[str]], what: str) -> Optional[
     return f'{what} failed:\n\n```\n' + traceback.format_exc(limit=5) + '```'
 
 
-def diagnosis_sections(rows, methods: Sequence[str], baseline: str,
-                       statistic: str = 'final_accuracy') -> list[tuple[str, str]]:
-  """(method, Markdown) of `diagnosis.section` for every method but the
-  baseline (a failing diagnosis shows its traceback)."""
-  out = []
-  for method in methods:
-    algorithm = next((r['algorithm'] for r in rows if r['method'] == method), method)
-    text = _shown_on_failure(lambda m=method, a=algorithm: diagnosis.section(
-        m, a, rows, baseline=baseline, statistic=statistic), 'The diagnosis')
-    if text:
-      out.append((method, text.strip()))
-  return out
-
-
 def _control_section(root: str, plot_prefix: str) -> Optional[str]:
-  """The positive control's section (`control`), from `root/positive_control/` if it ran."""
+  """The positive control's section, from `root/positive_control/` if it ran."""
   sub = control_lib.control_root(root)
   if sub is None:
     return None
-  rows = results.read_runs(os.path.join(sub, 'runs.csv'))
-  config = config_lib.flat_settings(results.read_json(os.path.join(sub, 'config.json'), {}))
+  rows, config, _ = results.load(sub)
   settings = control_lib.PositiveControl.from_config(config)
   seconds = results.total_wall_seconds(sub)
-  seeds = sorted({int(r['seed']) for r in rows})
   parts = ['Can the harness reproduce a published effect? FedProx (Li et al., "Federated '
            'Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127, Fig. 1-2): '
            'with many local epochs on Synthetic(1, 1), FedProx with mu = 1 trains stably where '
            'FedAvg\'s training loss oscillates or rises. Runs: ' + settings.describe() +
-           f'; seeds {seeds}' + (f'; {tables.duration(seconds)} wall' if seconds else '') +
-           f' (`{control_lib.CONTROL_DIR}/runs.csv`).\n']
-  parts.append(_shown_on_failure(lambda: diagnosis.control_section(
-      rows, method=settings.method, baseline=settings.baseline), 'The reading') + '\n')
+           f'; seeds {sorted({int(r["seed"]) for r in rows})}'
+           + (f'; {tables.duration(seconds)} wall' if seconds else '') +
+           f' (`{control_lib.CONTROL_DIR}/runs.csv`).\n',
+           _shown_on_failure(lambda: diagnosis.control_section(
+               rows, method=settings.method, baseline=settings.baseline), 'The reading') + '\n']
   plots = plotting.write_plots(rows, config, os.path.join(sub, PLOTS_DIR)) if rows else {}
   prefix = posixpath.join(posixpath.dirname(plot_prefix), control_lib.CONTROL_DIR, PLOTS_DIR)
   images = [f'![{alt}]({prefix}/{name})' for key, name in sorted(plots.items())
@@ -149,11 +125,7 @@ def _control_section(root: str, plot_prefix: str) -> Optional[str]:
 
 
 def write_report(root: str) -> str:
-  """Writes `root/report.md` (and the plots) from `config.json`, `runs.csv`,
-  `tuning_choices.json` and `timing.json` under `root` (`grid.run_benchmark`); returns its path.
-
-  Every number of the result tables comes from runs.csv alone (`tables.result_tables`).
-  """
+  """Writes `root/report.md` (and the plots) from the files under `root`; returns its path."""
   body = render(root)
   path = os.path.join(root, REPORT_FILE)
   with open(path, 'w') as f:

@@ -4,16 +4,13 @@
 """
 
 import argparse
-import dataclasses
-import math
 import os
 import re
 import sys
 import textwrap
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from experiments import stats
-from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import tables
 
@@ -26,244 +23,190 @@ END = '<!-- end measured -->'
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@dataclasses.dataclass(frozen=True)
-class Results:
-  """A results directory read once: its rows (with the divergence rule) and config."""
-  rows: list
-  config: Mapping[str, Any]
-  curves: list = ()   # validation_curves.csv's rows
-
-  @property
-  def baseline(self) -> str:
-    return self.config.get('baseline', 'fedavg')
-
-  @property
-  def margin(self) -> float:
-    return float(self.config.get('equivalence_margin') or 0.01)
+def _baseline(config) -> str:
+  return config.get('baseline', 'fedavg')
 
 
-def load(directory: str) -> Results:
-  path = os.path.join(directory, results_lib.CURVES_FILE)
-  curves = results_lib.read_runs(path) if os.path.exists(path) else []
-  return Results(*results_lib.load(directory), curves)
+def _margin(config) -> float:
+  return float(config.get('equivalence_margin') or 0.01)
 
 
-def _plateau(results: Results) -> str:
+def _plateau(config, curves) -> str:
   """Whether the baseline's validation curve plateaued, per tuning regime (the report's
   criterion), said where it did not."""
-  window, tolerance = results_lib.plateau_settings(results.config)
-  open_ = [f'`{r}` ({p.change:+.3f})' for r, _, p, _ in
-           results_lib.plateau_verdicts(results.curves, results.config) if not p.plateaued]
+  tuning = config['tuning']
+  open_ = [f'`{r}` ({p.change:+.3f})' for r, _, p, _ in results_lib.plateau_verdicts(
+      curves, config) if not p.plateaued]
   if not open_:
     return ''
-  return (f'{results.baseline}\'s validation accuracy had not plateaued at round '
-          f'{results.config.get("rounds")} (last {window} rounds against the {window} before, '
-          f'tolerance {tolerance:g}): {", ".join(open_)}; the differences below are at that '
-          'round, not at convergence.')
+  return (f'{_baseline(config)}\'s validation accuracy had not plateaued at round '
+          f'{config.get("rounds")} (last {tuning["plateau_window"]} rounds against the '
+          f'{tuning["plateau_window"]} before, tolerance {tuning["plateau_tolerance"]:g}): '
+          f'{", ".join(open_)}; the differences below are at that round, not at convergence.')
 
 
-def pair_comparisons(results: Results, pairs: Sequence[tuple[str, str]]
-                     ) -> dict[tuple[str, int, str, str], results_lib.Comparison]:
-  """(regime, E, method, against) -> `results.Comparison` for each (method, against) pair in
-  every cell: against the config's baseline, the report's own (Holm over the Results tables);
-  against another method, Holm over those other pairs together."""
-  main = results_lib.comparisons(results.rows, results.config)
-  out = {(r, e, m, results.baseline): c for (r, e, m), c in main.items()
-         if (m, results.baseline) in pairs}
-  others = [(m, b) for m, b in pairs if b != results.baseline]
-  found = []
-  cells = results_lib.group(results.rows)
-  key = results_lib.primary_statistic(results.config)
-  for (regime, e), cell in sorted(cells.items()):
-    for method, against in others:
-      if method in cell and against in cell:
-        primary = results_lib.difference(cell, method, against, key)
-        if primary is not None:
-          found.append((regime, e, method, against, primary,
-                        results_lib.difference(cell, method, against, 'final_accuracy'),
-                        results_lib.all_collapsed(cell[method])
-                        and results_lib.all_collapsed(cell[against])))
-  adjusted = stats.holm([f[4].p_value for f in found])
-  for (r, e, m, b, p, s, chance), h in zip(found, adjusted):
-    out[(r, e, m, b)] = results_lib.Comparison(r, e, m, b, p, s, h, chance)
-  return out
+def _comparisons(rows, config, pairs):
+  """(regime, E, method) -> `results.comparisons` of each (method, against) of `pairs`: against
+  the config's baseline, the report's own (Holm over the Results tables); against another
+  method, Holm over those other pairs together."""
+  found = {k: d for k, d in results_lib.comparisons(rows, config).items()
+           if (k[2], _baseline(config)) in pairs}
+  others = [(m, b) for m, b in pairs if b != _baseline(config)]
+  return {**found, **(results_lib.comparisons(rows, config, others) if others else {})}
 
 
-def _name(regime: str, e: int, epochs: Sequence[int]) -> str:
-  return f'`{regime}`' if len(epochs) == 1 else f'`{regime}`, E={e}'
+def _cells(rows, config):
+  """[(name, cell)] in the report's order; the name carries E where the runs have several."""
+  regimes, _, epochs = results_lib.orders(rows, config)
+  cells = results_lib.group(rows)
+  return [(f'`{r}`' if len(epochs) == 1 else f'`{r}`, E={e}', r, e, cells[(r, e)])
+          for r in regimes for e in epochs if (r, e) in cells]
 
 
-def _delta(c: results_lib.Comparison, *, interval: bool) -> str:
-  d = c.primary
-  if d.n < 2:
-    return f'{d.mean:+.3f} (one seed)'
-  text = f'{d.mean:+.3f}'
-  if interval:
-    text += f' [{d.low:+.3f}, {d.high:+.3f}], Holm p {tables.fmt_p(c.holm_p)}'
-  return text
-
-
-def _cells(results: Results):
-  regimes, _, epochs = results_lib.orders(results.rows, results.config)
-  return [(r, e) for r in regimes for e in epochs if (r, e) in results_lib.group(results.rows)]
-
-
-def verdict_lines(results: Results, pairs: Sequence[tuple[str, str]]) -> list[str]:
+def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
   """One line per cell: the methods grouped by verdict, with their Δ (and, for beats / loses,
   the interval and Holm p)."""
-  found = pair_comparisons(results, pairs)
-  epochs = sorted({int(r['epochs']) for r in results.rows})
-  key = results_lib.primary_statistic(results.config)
+  found = _comparisons(rows, config, pairs)
+  baseline = _baseline(config)
   lines = []
-  for regime, e in _cells(results):
+  for name, regime, e, cell in _cells(rows, config):
     groups: dict[str, list[str]] = {}
     for method, against in pairs:
-      c = found.get((regime, e, method, against))
-      if c is None:
+      d = found.get((regime, e, method))
+      if d is None:
         continue
-      word = results_lib.verdict(c, results.margin)
-      label = method if against == results.baseline else f'{method} (against {against})'
-      groups.setdefault(word, []).append(
-          f'{label} {_delta(c, interval=word in ("beats", "loses"))}')
-    base = results_lib.group(results.rows)[(regime, e)].get(results.baseline, {})
-    values = list(results_lib.by_seed(base, key).values())
+      word = results_lib.verdict(d, _margin(config), results_lib.at_chance(cell, method, against))
+      text = f'{d.mean:+.3f} (one seed)' if d.n < 2 else f'{d.mean:+.3f}'
+      if d.n >= 2 and word in ('beats', 'loses'):
+        text += f' [{d.low:+.3f}, {d.high:+.3f}], Holm p {tables.fmt_p(d.p_value)}'
+      label = method if against == baseline else f'{method} (against {against})'
+      groups.setdefault(word, []).append(f'{label} {text}')
+    values = list(results_lib.by_seed(cell.get(baseline, {}),
+                                      results_lib.primary_statistic(config)).values())
     mean = f'{sum(values) / len(values):.3f}' if values else '-'
     parts = [f'{word}: {", ".join(groups[word])}'
              for word in ('beats', 'loses', 'ties', 'inconclusive', 'at chance') if word in groups]
-    lines.append(f'- {_name(regime, e, epochs)} ({results.baseline} {mean}): '
-                 + '; '.join(parts) + '.')
+    lines.append(f'- {name} ({baseline} {mean}): ' + '; '.join(parts) + '.')
   return lines
 
 
-def _provisional(results: Results) -> str:
+def _provisional(config) -> str:
   """The protocol flaws of the runs, from their config."""
-  flaws = []
-  if int(results.config.get('protocol') or 1) < config_lib.PROTOCOL:
-    flaws.append('the test split was drawn with each seed, so tuning saw test images')
-  searched = results_lib.searched_server_lrs(results.config)
-  base = set(searched.get(results.baseline, []))
-  extra = sorted(m for m, lrs in searched.items() if not set(lrs) <= base)
-  if extra:
-    flaws.append(f'only {", ".join(extra)} searched server learning rates {results.baseline} '
-                 'did not')
-  seeds = results.config.get('report_seeds') or []
+  extra = results_lib.unequal_search(config)[0]
+  flaws = [f'only {", ".join(extra)} searched server learning rates {_baseline(config)} did '
+           'not'] if extra else []
+  seeds = config.get('report_seeds') or []
   if len(seeds) < 10:
     flaws.append(f'{len(seeds)} seeds')
-  if not flaws:
-    return ''
-  return ('**Provisional**: ' + '; '.join(flaws) + '. Read every number below as a pilot.')
+  return '**Provisional**: ' + '; '.join(flaws) + '. Read every number below as a pilot.' if (
+      flaws) else ''
 
 
-def _rule(results: Results, pairs) -> str:
-  found = pair_comparisons(results, pairs)
-  main = len(results_lib.comparisons(results.rows, results.config))
-  others = sum(1 for (_, _, _, b) in found if b != results.baseline)
-  family = (f'Holm over the {main} comparisons against {results.baseline} of the results\' '
+def _rule(rows, config, pairs) -> str:
+  main = len(results_lib.comparisons(rows, config))
+  others = sum(1 for (_, _, m), d in _comparisons(rows, config, pairs).items()
+               if dict(pairs)[m] != _baseline(config))
+  family = (f'Holm over the {main} comparisons against {_baseline(config)} of the results\' '
             'tables' + (f', and over the {others} against other baselines here' if others
                         else ''))
-  label = results_lib.statistic_label(results_lib.primary_statistic(results.config), results.config)
+  label = results_lib.statistic_label(results_lib.primary_statistic(config), config)
   return (f'Statistic: {label} on the test split, paired by seed; "beats" / "loses": '
           f'Holm-adjusted p < {results_lib.ALPHA:g} ({family}); "ties": the 95% interval inside '
-          f'±{results.margin:g}; otherwise "inconclusive".')
+          f'±{_margin(config):g}; otherwise "inconclusive".')
 
 
-def _power(results: Results) -> str:
-  cells = results_lib.group(results.rows)
+def _power(rows, config) -> str:
   parts = []
-  epochs = sorted({int(r['epochs']) for r in results.rows})
-  for regime, e in _cells(results):
-    cell = cells[(regime, e)]
-    dataset = next(iter(next(iter(cell.values())).values()))['dataset']
-    line = tables.power_line(cell, dataset, baseline=results.baseline, config=results.config)
-    match = re.match(r'Minimal detectable difference ([0-9.]+) .*takes ([0-9]+) seeds', line)
-    if match:
-      parts.append(f'{_name(regime, e, epochs)} {match[1]} ({match[2]} seeds to detect '
-                   f'{results_lib.detect_for(dataset, results.config):g})')
+  for name, _, _, cell in _cells(rows, config):
+    found = results_lib.power(cell, _baseline(config), config)
+    if found:
+      target = results_lib.detect_for(tables.dataset_of(cell), config)
+      mdd = stats.minimal_detectable_difference(*found, alpha=results_lib.ALPHA,
+                                                power=results_lib.POWER)
+      needed = stats.seeds_needed(found[0], target, alpha=results_lib.ALPHA,
+                                  power=results_lib.POWER)
+      parts.append(f'{name} {mdd:.4f} ({needed} seeds to detect {target:g})')
   return ('Minimal detectable differences at 80% power: ' + ', '.join(parts) + '.'
           if parts else '')
 
 
-def _norm_ratios(results: Results, method: str) -> str:
+def _norm_ratios(rows, method: str) -> str:
   """The range over cells of `method`'s mean norm ratio ('' where it reports none)."""
-  means = []
-  for cell in results_lib.group(results.rows).values():
-    values = list(results_lib.by_seed(cell.get(method, {}), 'norm_ratio').values())
-    values = [v for v in values if math.isfinite(v)]
-    if values:
-      means.append(sum(values) / len(values))
+  means = [stats.mean_std(list(results_lib.by_seed(cell[method], 'norm_ratio').values()))[0]
+           for cell in results_lib.group(rows).values() if method in cell]
+  means = [m for m in means if m == m]
   return f'{min(means):.2f}-{max(means):.2f}' if means else ''
 
 
-def _scope(results: Results, methods: Sequence[str]) -> str:
+def _scope(config, methods: Sequence[str]) -> str:
   """What ran: methods, regimes, seeds, rounds, E and the search, from the config."""
-  regimes = ', '.join(f'`{r}`' for r in results.config.get('regimes', []))
-  epochs = ', '.join(str(e) for e in results.config.get('epochs', []))
-  tuning = results.config.get('tuning') or {}
+  regimes = ', '.join(f'`{r}`' for r in config.get('regimes', []))
+  epochs = ', '.join(str(e) for e in config.get('epochs', []))
+  tuning = config['tuning']
   search = ('each tuned on a validation split of the training clients, every method over the '
             'same client' + (' and server' if tuning.get('tune_server_lr') else '')
             + ' learning rates, then its own grid' if tuning.get('tune') else 'untuned')
-  return (f'{len(methods)} methods in {len(results.config.get("regimes", []))} regimes '
-          f'({regimes}), {len(results.config.get("report_seeds", []))} seeds, '
-          f'{results.config.get("rounds")} rounds, E = {epochs}; {search}.')
+  return (f'{len(methods)} methods in {len(config.get("regimes", []))} regimes '
+          f'({regimes}), {len(config.get("report_seeds", []))} seeds, '
+          f'{config.get("rounds")} rounds, E = {epochs}; {search}.')
 
 
-def readme(results: Results) -> str:
+def _block(rows, config, pairs, methods=None) -> list[str]:
+  """The provisional note, the statistic's rule and one verdict line per cell; with `methods`,
+  what each of them ran with that its parent did not (`tables.variant_differences`): a variant
+  that changes more than one thing is said to."""
+  lines = [_provisional(config), '', _rule(rows, config, pairs), '']
+  lines += verdict_lines(rows, config, pairs)
+  differ = []
+  for method, parent, found in tables.variant_differences(rows, config):
+    if method in (methods or ()):
+      keys = sorted({t.split(':')[0] for t in found})
+      differ.append(f'{method} ran with {len(keys)} setting{"s" if len(keys) != 1 else ""} '
+                    f'other than {parent}\'s ({", ".join(keys) or "none"})'
+                    + ('' if len(keys) <= 1 else ': more than the one it is meant to change'))
+  return lines + (['', 'Against their parents: ' + '; '.join(differ) + '.'] if differ else [])
+
+
+def readme(rows, config, curves) -> str:
   """The README's summary: every method against the baseline in every regime."""
-  methods = results_lib.orders(results.rows, results.config)[1]
-  pairs = [(m, results.baseline) for m in methods if m != results.baseline]
-  lines = [_provisional(results), '', _scope(results, methods) + ' ' + _plateau(results), '',
-           _rule(results, pairs), '']
-  lines += verdict_lines(results, pairs)
-  extra = [_power(results)]
-  ratio = _norm_ratios(results, 'fedld')
+  methods = results_lib.orders(rows, config)[1]
+  pairs = [(m, _baseline(config)) for m in methods if m != _baseline(config)]
+  lines = [_provisional(config), '', _scope(config, methods) + ' ' + _plateau(config, curves), '']
+  lines += _block(rows, config, pairs)[2:]
+  extra = [_power(rows, config)]
+  ratio = _norm_ratios(rows, 'fedld')
   if ratio:
     extra.append(f'FedLD\'s server step is {ratio} of the plain mean\'s (norm ratio, per '
                  'regime).')
   return '\n'.join(lines + [''] + [' '.join(e for e in extra if e)]).strip() + '\n'
 
 
-def _variant_lines(results: Results, methods: Sequence[str]) -> list[str]:
-  """What each of `methods` ran with that its parent did not (`tables.variant_differences`),
-  by setting name: a variant that changes more than one thing is said to."""
-  lines = []
-  for method, parent, found in tables.variant_differences(results.rows, results.config):
-    if method not in methods:
-      continue
-    keys = sorted({t.split(':')[0] for t in found})
-    lines.append(f'{method} ran with {len(keys)} setting{"s" if len(keys) != 1 else ""} '
-                 f'other than {parent}\'s ({", ".join(keys) or "none"})'
-                 + ('' if len(keys) <= 1 else ': more than the one it is meant to change'))
-  return ['', 'Against their parents: ' + '; '.join(lines) + '.'] if lines else []
-
-
-def fedga_forms(results: Results) -> str:
+def fedga_forms(rows, config, curves) -> str:
   """FedGA's two forms, clipped or not, each against its own baseline."""
-  clipped = 'fedavg_clip' if any(r['method'] == 'fedavg_clip' for r in results.rows) else None
-  pairs = [(m, results.baseline) for m in ('fedga', 'fedga_paper')]
-  if clipped:
-    pairs += [(m, clipped) for m in ('fedga_clip', 'fedga_paper_clip')]
-  present = {r['method'] for r in results.rows}
+  del curves
+  present = {r['method'] for r in rows}
+  pairs = [(m, _baseline(config)) for m in ('fedga', 'fedga_paper')]
+  if 'fedavg_clip' in present:
+    pairs += [(m, 'fedavg_clip') for m in ('fedga_clip', 'fedga_paper_clip')]
   pairs = [(m, b) for m, b in pairs if m in present]
-  return '\n'.join([_provisional(results), '', _rule(results, pairs), '']
-                   + verdict_lines(results, pairs)
-                   + _variant_lines(results, [m for m, _ in pairs])).strip() + '\n'
+  return '\n'.join(_block(rows, config, pairs, [m for m, _ in pairs])).strip() + '\n'
 
 
-def fedld_revisions(results: Results) -> str:
+def fedld_revisions(rows, config, curves) -> str:
   """FedLD and its variants against the baseline, with the norm ratios."""
-  present = {r['method'] for r in results.rows}
-  pairs = [(m, results.baseline) for m in ('fedld', 'fedld_projection', 'fedld_model')
+  del curves
+  present = {r['method'] for r in rows}
+  pairs = [(m, _baseline(config)) for m in ('fedld', 'fedld_projection', 'fedld_model')
            if m in present]
-  lines = [_provisional(results), '', _rule(results, pairs), ''] + verdict_lines(results, pairs)
-  lines += _variant_lines(results, [m for m, _ in pairs])
-  ratios = [f'{m} {_norm_ratios(results, m)}' for m, _ in pairs if _norm_ratios(results, m)]
+  lines = _block(rows, config, pairs, [m for m, _ in pairs])
+  ratios = [f'{m} {_norm_ratios(rows, m)}' for m, _ in pairs if _norm_ratios(rows, m)]
   if ratios:
     lines += ['', 'Norm ratio (server step over the plain mean\'s, range over regimes): '
               + ', '.join(ratios) + '.']
   return '\n'.join(lines).strip() + '\n'
 
 
-BLOCKS: dict[str, Callable[[Results], str]] = {
+BLOCKS: dict[str, Callable[..., str]] = {
     'readme': readme, 'fedga_forms': fedga_forms, 'fedld_revisions': fedld_revisions}
 
 
@@ -289,7 +232,7 @@ def render(name: str, directory: str, root: str = ROOT) -> str:
   """
   if name not in BLOCKS:
     raise ValueError(f'unknown measured block {name!r}; one of {sorted(BLOCKS)}')
-  return _wrap(BLOCKS[name](load(os.path.join(root, directory))))
+  return _wrap(BLOCKS[name](*results_lib.load(os.path.join(root, directory))))
 
 
 def _blocks(text: str):

@@ -1,128 +1,127 @@
-"""The report's Markdown tables and sections, from runs.csv's rows (`results`) and config.json:
-setup, protocol, regimes, time, tuning, results per (regime, E), compositions, effect of E."""
+"""The report's Markdown tables and lists, from runs.csv's rows (`results`) and config.json:
+protocol, setup, regimes, time, tuning, variants, results per (regime, E) and their summaries."""
 
 import json
 import math
-import statistics
 from typing import Any, Mapping, Optional, Sequence
 
 from experiments import stats
-from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import results
 from experiments.benchmarking import runs as runs_lib
 
-
 DAGGER = '†'
 
 
-def _fmt_mean_std(values, digits=4) -> str:
+def fmt(value: Optional[float], digits: int = 2) -> str:
+  return '-' if value is None or not math.isfinite(value) else f'{value:.{digits}f}'
+
+
+def fmt_mean_std(values: Sequence[float], digits: int = 4) -> str:
+  """'mean ± sample sd' of the finite values ('mean' alone for one value, '-' for none)."""
   mean, std = stats.mean_std(values)
   if math.isnan(mean):
     return '-'
   return f'{mean:.{digits}f} ± {std:.{digits}f}' if len(values) > 1 else f'{mean:.{digits}f}'
 
 
-def _fmt(value: Optional[float], digits=2) -> str:
-  return '-' if value is None or not math.isfinite(value) else f'{value:.{digits}f}'
+def fmt_p(p: float) -> str:
+  return '-' if not math.isfinite(p) else '<0.001' if p < 0.001 else f'{p:.3f}'
 
 
-def _mean(values) -> Optional[float]:
-  finite = [v for v in values if v is not None and math.isfinite(v)]
-  return sum(finite) / len(finite) if finite else None
-
-
-def _fmt_difference(d: Optional[stats.PairedDifference], *, mark: bool = False) -> str:
+def fmt_difference(d: Optional[stats.PairedDifference], *, mark: bool = False,
+                   digits: int = 4) -> str:
+  """'+m [+low, +high]' (bold with a dagger where `mark`), '+m (n=1)' for one seed."""
   if d is None:
     return '-'
   if d.n < 2:
-    return f'{d.mean:+.4f} (n=1)'
-  text = f'{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]'
+    return f'{d.mean:+.{digits}f} (n=1)'
+  text = f'{d.mean:+.{digits}f} [{d.low:+.{digits}f}, {d.high:+.{digits}f}]'
   return f'**{text}** {DAGGER}' if mark else text
 
 
-def fmt_p(p: float) -> str:
-  if not math.isfinite(p):
-    return '-'
-  return '<0.001' if p < 0.001 else f'{p:.3f}'
+def _mean(values) -> Optional[float]:
+  finite = [v for v in values if math.isfinite(v)]
+  return sum(finite) / len(finite) if finite else None
 
 
-def _primary_cell(c: Optional[results.Comparison], secondary: bool = False) -> str:
-  """A comparison's Δ cell: the interval (marked where Holm agrees, primary only), or what
-  makes it no comparison (both sides at chance) or a degenerate one (identical runs)."""
-  if c is None:
-    return '—'
-  d = c.secondary if secondary else c.primary
+def _mean_of(per_seed, key) -> Optional[float]:
+  return _mean(results.by_seed(per_seed, key).values())
+
+
+def _diverged(per_seed) -> int:
+  return sum(results.is_true(r.get('diverged')) for r in per_seed.values())
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+  lines = ['| ' + ' | '.join(str(c) for c in line) + ' |' for line in [header, *rows]]
+  return '\n'.join([lines[0], '|' + '---|' * len(header)] + lines[1:]) + '\n'
+
+
+def delta_cell(d: Optional[stats.PairedDifference], chance: bool, *, mark: bool) -> str:
+  """A comparison's Δ cell: the interval (marked where `mark`), or what makes it no comparison
+  (both sides at chance) or a degenerate one (identical runs)."""
   if d is None:
     return '-'
-  if c.at_chance:
+  if chance:
     return f'{d.mean:+.4f} (both at chance: no comparison)'
   if d.n >= 2 and d.sd == 0 and d.mean == 0:
     return '+0.0000 (identical in every seed)'
-  return _fmt_difference(d, mark=c.significant and not secondary)
+  return fmt_difference(d, mark=mark)
 
 
 def regime_table(cell, methods: Sequence[str], *, baseline: str,
-                 found: Mapping[str, results.Comparison], config: Mapping[str, Any]) -> str:
-  """The Markdown table of one (regime, E) cell, one row per method; the columns:
-  docs/experiments.md, "The benchmark: does a method help?"."""
+                 found: Mapping[str, stats.PairedDifference], config: Mapping[str, Any]) -> str:
+  """The Markdown table of one (regime, E) cell, one row per method, `found` its comparisons
+  (`results.comparisons`); the columns: docs/experiments.md, "The benchmark: does a method help?"."""
   key = results.primary_statistic(config)
-  label = results.statistic_label(key, config)
-  lines = [f'| method | seeds | diverged | collapsed | {label} | Δ vs {baseline} [95% CI] | '
-           'Holm p | last-round accuracy | Δ last round [95% CI] | conflict before → after | '
-           'norm ratio | s / round |',
-           '|---|---|---|---|---|---|---|---|---|---|---|---|']
-  for method in methods:
-    per_seed = cell.get(method)
-    if not per_seed:
-      continue
-    primary = list(results.by_seed(per_seed, key).values())
-    finals = list(results.by_seed(per_seed, 'final_accuracy').values())
-    c = found.get(method)
+  out = []
+  for method in [m for m in methods if cell.get(m)]:
+    per_seed = cell[method]
+    d, chance = found.get(method), results.at_chance(cell, method, baseline)
     if method == baseline:
-      delta, p, last_delta = '—', '—', '—'
+      delta = p = last_delta = '—'
+    elif d is None:
+      delta, p, last_delta = '—', '-', '-'
     else:
-      delta = _primary_cell(c)
-      p = fmt_p(c.holm_p) if c is not None else '-'
-      last_delta = _primary_cell(c, secondary=True) if c is not None else '-'
-    before = _mean(results.by_seed(per_seed, 'conflict_before').values())
-    after = _mean(results.by_seed(per_seed, 'conflict_after').values())
-    conflict = '-' if before is None else f'{before:.3f} → {_fmt(after, 3)}'
-    ratio = _fmt(_mean(results.by_seed(per_seed, 'norm_ratio').values()), 3)
-    seconds = _fmt(_mean(results.by_seed(per_seed, 'seconds_per_round').values()), 2)
-    diverged = sum(results.is_true(r.get('diverged')) for r in per_seed.values())
-    excluded = results.excluded_updates(per_seed)
-    if excluded:
-      diverged = f'{diverged} ({excluded} updates excluded)'
-    collapsed = sum(results.is_true(r.get('collapsed')) for r in per_seed.values())
-    lines.append(f'| {method} | {len(per_seed)} | {diverged} | {collapsed} | '
-                 f'{_fmt_mean_std(primary)} | {delta} | {p} | {_fmt_mean_std(finals)} | '
-                 f'{last_delta} | {conflict} | {ratio} | {seconds} |')
-  return '\n'.join(lines) + '\n'
+      delta = delta_cell(d, chance, mark=results.significant(d, chance))
+      p = fmt_p(d.p_value)
+      last_delta = delta_cell(results.difference(cell, method, baseline, 'final_accuracy'),
+                              chance, mark=False)
+    before = _mean_of(per_seed, 'conflict_before')
+    excluded = int(sum(results.num(r.get('excluded_nonfinite_updates')) or 0
+                       for r in per_seed.values()))
+    out.append([
+        method, len(per_seed),
+        f'{_diverged(per_seed)} ({excluded} updates excluded)' if excluded else _diverged(per_seed),
+        sum(results.is_true(r.get('collapsed')) for r in per_seed.values()),
+        fmt_mean_std(list(results.by_seed(per_seed, key).values())), delta, p,
+        fmt_mean_std(list(results.by_seed(per_seed, 'final_accuracy').values())), last_delta,
+        '-' if before is None else f'{before:.3f} → {fmt(_mean_of(per_seed, "conflict_after"), 3)}',
+        fmt(_mean_of(per_seed, 'norm_ratio'), 3), fmt(_mean_of(per_seed, 'seconds_per_round'))])
+  return _table(['method', 'seeds', 'diverged', 'collapsed', results.statistic_label(key, config),
+                 f'Δ vs {baseline} [95% CI]', 'Holm p', 'last-round accuracy',
+                 'Δ last round [95% CI]', 'conflict before → after', 'norm ratio', 's / round'],
+                out)
 
 
 def power_line(cell, dataset: str, *, baseline: str, config: Mapping[str, Any]) -> str:
   """The regime's minimal detectable difference and the seeds to detect `detect_for`, from the
   median paired sd of the primary statistic over the methods (a pilot's, for the next run)."""
-  key = results.primary_statistic(config)
-  sds, seeds = [], []
-  for method in cell:
-    d = results.difference(cell, method, baseline, key)
-    if d is not None and d.n >= 2 and math.isfinite(d.sd) and not (
-        results.all_collapsed(cell[method]) or results.all_collapsed(cell[baseline])):
-      sds.append(d.sd)
-      seeds.append(d.n)
-  if not sds:
+  found = results.power(cell, baseline, config)
+  if found is None:
     return 'Minimal detectable difference: not computable (fewer than 2 paired seeds).'
-  sd = statistics.median(sds)
-  n = min(seeds)
+  sd, n = found
   mdd = stats.minimal_detectable_difference(sd, n, alpha=results.ALPHA, power=results.POWER)
   target = results.detect_for(dataset, config)
   needed = stats.seeds_needed(sd, target, alpha=results.ALPHA, power=results.POWER)
   return (f'Minimal detectable difference {mdd:.4f} (paired t-test, {n} seeds, median paired sd '
           f'{sd:.4f} over the methods, {results.POWER:.0%} power at level {results.ALPHA:g} per '
-          'comparison); '
-          f'detecting {target:g} at that power takes {needed} seeds.')
+          f'comparison); detecting {target:g} at that power takes {needed} seeds.')
+
+
+def dataset_of(cell) -> str:
+  return next(iter(next(iter(cell.values())).values()))['dataset']
 
 
 def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
@@ -132,19 +131,15 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
   cells = results.group(rows)
   found = results.comparisons(rows, config)
   out = []
-  for regime in regimes:
-    for e in epochs:
-      cell = cells.get((regime, e))
-      if not cell:
-        continue
-      dataset = next(iter(next(iter(cell.values())).values()))['dataset']
-      heading = power_line(cell, dataset, baseline=baseline, config=config)
-      conflict, source = results.regime_conflict(cell, baseline)
-      if conflict is not None:
-        heading += f' Measured conflict fraction {conflict:.3f} ({source}).'
-      mine = {m: c for (r, ee, m), c in found.items() if (r, ee) == (regime, e)}
-      out.append((regime, e, heading,
-                  regime_table(cell, methods, baseline=baseline, found=mine, config=config)))
+  for regime, e in [(r, e) for r in regimes for e in epochs if (r, e) in cells]:
+    cell = cells[(regime, e)]
+    heading = power_line(cell, dataset_of(cell), baseline=baseline, config=config)
+    conflict, source = results.regime_conflict(cell, baseline)
+    if conflict is not None:
+      heading += f' Measured conflict fraction {conflict:.3f} ({source}).'
+    mine = {m: d for (r, ee, m), d in found.items() if (r, ee) == (regime, e)}
+    out.append((regime, e, heading,
+                regime_table(cell, methods, baseline=baseline, found=mine, config=config)))
   return out
 
 
@@ -159,26 +154,21 @@ def composition_table(rows, config) -> str:
   cells = results.group(rows)
   pairs = [(m, methods_lib.composition_parts(m)[0]) for m in methods
            if methods_lib.composition_parts(m)]
-  found = []
-  for regime in regimes:
-    for e in epochs:
-      cell = cells.get((regime, e), {})
-      for method, own in pairs:
-        if method in cell and own in cell:
-          found.append((regime, e, method, own, results.difference(cell, method, own, key),
-                        results.difference(cell, method, baseline, key),
-                        results.difference(cell, own, baseline, key)))
+  found = [(regime, e, method, own, *(results.difference(cell, a, b, key) for a, b in (
+      (method, own), (method, baseline), (own, baseline))))
+           for regime in regimes for e in epochs
+           for cell in [cells.get((regime, e), {})] for method, own in pairs
+           if method in cell and own in cell]
   if not found:
     return ''
   adjusted = stats.holm([d.p_value if d is not None else float('nan') for *_, d, _, _ in found])
-  lines = [f'| regime | E | composition | its baseline | Δ vs its baseline [95% CI] | Holm p '
-           f'| Δ vs {baseline} | its baseline\'s Δ vs {baseline} |',
-           '|---|---|---|---|---|---|---|---|']
-  for (regime, e, method, own, d_own, d_base, d_own_base), p in zip(found, adjusted):
-    lines.append(f'| `{regime}` | {e} | {method} | {own} | '
-                 f'{_fmt_difference(d_own, mark=math.isfinite(p) and p < 0.05)} | {fmt_p(p)} | '
-                 f'{_fmt_difference(d_base)} | {_fmt_difference(d_own_base)} |')
-  return '\n'.join(lines) + '\n'
+  return _table(['regime', 'E', 'composition', 'its baseline', 'Δ vs its baseline [95% CI]',
+                 'Holm p', f'Δ vs {baseline}', f'its baseline\'s Δ vs {baseline}'],
+                [[f'`{regime}`', e, method, own,
+                  fmt_difference(d_own, mark=math.isfinite(p) and p < results.ALPHA), fmt_p(p),
+                  fmt_difference(d_base), fmt_difference(d_own_base)]
+                 for (regime, e, method, own, d_own, d_base, d_own_base), p
+                 in zip(found, adjusted)])
 
 
 def epoch_effect_table(rows, config) -> str:
@@ -187,43 +177,38 @@ def epoch_effect_table(rows, config) -> str:
   baseline = config.get('baseline', 'fedavg')
   regimes, methods, epochs = results.orders(rows, config)
   found = results.comparisons(rows, config)
-  header = '| method | ' + ' | '.join(f'E={e}: mean Δ (Holm > 0 / Holm < 0)' for e in epochs)
-  lines = [header + ' |', '|---|' + '---|' * len(epochs)]
-  for method in methods:
-    if method == baseline:
-      continue
+  cells = results.group(rows)
+  out = []
+  for method in [m for m in methods if m != baseline]:
     parts = []
     for e in epochs:
-      cs = [found[(r, e, method)] for r in regimes if (r, e, method) in found]
-      if not cs:
-        parts.append('-')
-        continue
-      up = sum(c.significant and c.primary.mean > 0 for c in cs)
-      down = sum(c.significant and c.primary.mean < 0 for c in cs)
-      parts.append(f'{sum(c.primary.mean for c in cs) / len(cs):+.4f} ({up} / {down} of '
-                   f'{len(cs)})')
-    lines.append(f'| {method} | ' + ' | '.join(parts) + ' |')
-  return '\n'.join(lines) + '\n'
+      ds = [(found[(r, e, method)], results.at_chance(cells[(r, e)], method, baseline))
+            for r in regimes if (r, e, method) in found]
+      up = sum(results.significant(d, chance) and d.mean > 0 for d, chance in ds)
+      down = sum(results.significant(d, chance) and d.mean < 0 for d, chance in ds)
+      parts.append(f'{sum(d.mean for d, _ in ds) / len(ds):+.4f} ({up} / {down} of {len(ds)})'
+                   if ds else '-')
+    out.append([method] + parts)
+  return _table(['method'] + [f'E={e}: mean Δ (Holm > 0 / Holm < 0)' for e in epochs], out)
 
 
 def losses_list(rows, config) -> str:
   """The cells where a method loses to the baseline (Holm agrees), with what was measured
   there."""
+  baseline = config.get('baseline', 'fedavg')
   cells = results.group(rows)
   lines = []
-  for (regime, e, method), c in results.comparisons(rows, config).items():
-    if not (c.significant and c.primary.mean < 0):
+  for (regime, e, method), d in results.comparisons(rows, config).items():
+    cell = cells[(regime, e)]
+    if not (results.significant(d, results.at_chance(cell, method, baseline)) and d.mean < 0):
       continue
-    per_seed = cells[(regime, e)][method]
-    row = next(iter(per_seed.values()))
-    d = c.primary
-    bits = [f'Δ {d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}], Holm p {fmt_p(c.holm_p)}']
-    ratio = _mean(results.by_seed(per_seed, 'norm_ratio').values())
+    row = next(iter(cell[method].values()))
+    bits = [f'Δ {fmt_difference(d)}, Holm p {fmt_p(d.p_value)}']
+    ratio = _mean_of(cell[method], 'norm_ratio')
     if ratio is not None:
       bits.append(f'norm ratio {ratio:.3f}')
-    diverged = sum(results.is_true(r.get('diverged')) for r in per_seed.values())
-    if diverged:
-      bits.append(f'{diverged} seeds diverged')
+    if _diverged(cell[method]):
+      bits.append(f'{_diverged(cell[method])} seeds diverged')
     bits.append(f'client lr {row.get("client_lr")}, server lr {row.get("server_lr")}, '
                 f'{row.get("hparams")}')
     lines.append(f'- {method}, {regime}, E={e}: ' + '; '.join(bits))
@@ -234,11 +219,11 @@ def plateau_lines(curve_rows, config) -> str:
   """The Setup's rounds criterion and, per tuning regime and E, whether the baseline's validation
   curve plateaued, with the two means."""
   baseline = config.get('baseline', 'fedavg')
-  window, tolerance = results.plateau_settings(config)
+  window, tolerance = config['tuning']['plateau_window'], config['tuning']['plateau_tolerance']
   head = (f'- Rounds: {config.get("rounds")}, enough when {baseline}\'s tuned validation '
           f'accuracy (its chosen candidate, mean over the tuning seeds) has plateaued: the mean '
           f'of its last {window} rounds within {tolerance:g} of the mean of the {window} before.')
-  if not config.get('tuning', {}).get('tune', True):
+  if not config['tuning']['tune']:
     return head + ' Not checked: no tuning, so no validation curve.\n'
   verdicts = results.plateau_verdicts(curve_rows, config)
   if not verdicts:
@@ -248,10 +233,9 @@ def plateau_lines(curve_rows, config) -> str:
   for regime, epochs, p, seeds in verdicts:
     if not (math.isfinite(p.last_mean) and math.isfinite(p.previous_mean)):
       what = (f'not plateaued (fewer than {2 * window} rounds or a non-finite value; last '
-              f'{_fmt(p.last_mean, 4)}, before {_fmt(p.previous_mean, 4)})')
+              f'{fmt(p.last_mean, 4)}, before {fmt(p.previous_mean, 4)})')
     else:
-      trend = ('' if p.plateaued else
-               ', still climbing' if p.change > 0 else ', falling')
+      trend = '' if p.plateaued else ', still climbing' if p.change > 0 else ', falling'
       what = (f'{"plateaued" if p.plateaued else "NOT plateaued"}: last {window} rounds '
               f'{p.last_mean:.4f}, the {window} before {p.previous_mean:.4f} '
               f'({p.change:+.4f}{trend})')
@@ -260,9 +244,8 @@ def plateau_lines(curve_rows, config) -> str:
 
 
 def duration(seconds: float) -> str:
-  seconds = int(round(seconds))
-  hours, rest = divmod(seconds, 3600)
-  minutes, secs = divmod(rest, 60)
+  minutes, secs = divmod(int(round(seconds)), 60)
+  hours, minutes = divmod(minutes, 60)
   return f'{hours} h {minutes:02d} min {secs:02d} s' if hours else f'{minutes} min {secs:02d} s'
 
 
@@ -270,42 +253,28 @@ def protocol_section(config, rows) -> str:
   """The protocol, stated before any number: the test split, the search, the primary statistic,
   divergence, the statistics, and every symbol of the tables."""
   baseline = config.get('baseline', 'fedavg')
-  key = results.primary_statistic(config)
-  version = int(config.get('protocol') or 1)
   seeds = config.get('report_seeds') or []
-  tuning = config.get('tuning', {})
-  margin = float(config.get('equivalence_margin') or 0.01)
-  lines = []
-  if version < config_lib.PROTOCOL:
-    lines.append(
-        '- **Provisional.** These runs predate the protocol below: the digits holdout and '
-        'Synthetic\'s data were drawn with each run\'s seed, so the tuning seed\'s training and '
-        'validation pool held test examples of the reporting seeds (tuning saw test images); '
-        'only some methods searched the server learning rate; the tables are regenerated from '
-        'the same runs with the protocol\'s statistics, which does not repair either flaw.')
-  else:
-    lines.append('- Test split: fixed for every seed and never read by tuning (digits: one '
-                 'holdout drawn once; Synthetic: the clients and their test examples drawn once, '
-                 'the seed redrawing the training examples; EMNIST, LEAF and tfds: their own '
-                 'test split). Tuning scores a validation split carved from the clients\' '
-                 'training examples only. Seeds vary the partition of the training pool, the '
-                 'initial model and the clients sampled.')
-  if tuning.get('tune', True):
-    searched = results.searched_server_lrs(config)
-    base = set(searched.get(baseline, []))
-    extra = sorted({m for m, lrs in searched.items() if not set(lrs) <= base})
+  tuning = config['tuning']
+  lines = [
+      '- Test split: fixed for every seed and never read by tuning (digits: one holdout drawn '
+      'once; Synthetic: the clients and their test examples drawn once, the seed redrawing the '
+      'training examples; EMNIST, LEAF and tfds: their own test split). Tuning scores a '
+      'validation split carved from the clients\' training examples only. Seeds vary the '
+      'partition of the training pool, the initial model and the clients sampled.']
+  if tuning['tune']:
+    extra, base = results.unequal_search(config)
     equal = ('every method, the baseline included, searched the same client learning rates '
-             f'{tuning.get("client_lr_grid")} and server learning rates '
-             f'{sorted(base)}, then its own grid' if not extra else
+             f'{tuning.get("client_lr_grid")} and server learning rates {base}, then its own '
+             'grid' if not extra else
              f'UNEQUAL: {", ".join(extra)} searched server learning rates that {baseline} did '
-             f'not ({baseline}: {sorted(base)}); their gains may come from the search alone')
+             f'not ({baseline}: {base}); their gains may come from the search alone')
     lines.append(f'- Search: {equal}; the candidates per method are listed under Tuning.')
   lines.append(
       '- Primary statistic, named before the runs: the '
-      f'{results.statistic_label(key, config)} on the '
-      'test split, compared with the baseline by seed (same initial model, clients and '
-      'partition); the last round\'s accuracy is secondary. The best round is not reported (it '
-      'selects on the test split).')
+      f'{results.statistic_label(results.primary_statistic(config), config)} on the test split, '
+      'compared with the baseline by seed (same initial model, clients and partition); the last '
+      'round\'s accuracy is secondary. The best round is not reported (it selects on the test '
+      'split).')
   lines.append(
       '- Divergence: a run diverges at the first round whose evaluated accuracy or loss, clients\' '
       'or global training loss is not finite, whose server update is rejected as non-finite, or '
@@ -314,17 +283,16 @@ def protocol_section(config, rows) -> str:
       f'its final accuracy is within {runs_lib.COLLAPSE_MARGIN:g} of chance or its final model '
       f'predicts one class for {runs_lib.COLLAPSE_SHARE:.0%} of the test split; a comparison '
       'whose both sides all collapsed is marked and never called a tie.')
-  n_comparisons = len(results.comparisons(rows, config)) if rows else 0
   lines.append(
       f'- Statistics: {len(seeds)} reporting seeds'
       f'{" (fewer than 10: read every interval as a pilot)" if len(seeds) < 10 else ""}; '
       'paired differences over seeds with 95% Student-t intervals; p-values Holm-adjusted over '
-      f'the {n_comparisons} comparisons of the Results tables (every method against {baseline} '
-      f'in every regime and E); {DAGGER} and bold only where the Holm-adjusted p < '
-      f'{results.ALPHA:g}. '
-      'Each regime states its minimal detectable difference and the seeds needed for its '
-      'target difference. Words: "beats" / "loses" where Holm agrees, "ties" where the 95% '
-      f'interval lies inside ±{margin:g}, otherwise "inconclusive".')
+      f'the {len(results.comparisons(rows, config))} comparisons of the Results tables (every '
+      f'method against {baseline} in every regime and E); {DAGGER} and bold only where the '
+      f'Holm-adjusted p < {results.ALPHA:g}. Each regime states its minimal detectable difference '
+      'and the seeds needed for its target difference. Words: "beats" / "loses" where Holm '
+      'agrees, "ties" where the 95% interval lies inside '
+      f'±{float(config.get("equivalence_margin") or 0.01):g}, otherwise "inconclusive".')
   lines.append(
       '- Symbols: "a ± b" in the Results tables is the mean ± the sample standard deviation over '
       'seeds (in the diagnosis tables\' gap column: ± the 95% t-interval\'s half-width); "Δ" a '
@@ -341,9 +309,7 @@ def protocol_section(config, rows) -> str:
 
 
 def setup_section(config) -> str:
-  tuning = config.get('tuning', {})
-  plan = config.get('plan') or {}  # absent in benchmarks run before the plan was written
-  models = plan.get('models') or config.get('models') or {}
+  tuning, plan = config['tuning'], config['plan']
   lines = [f'- {config["description"]}'] if config.get('description') else []
   lines += [
       f'- Regimes: {", ".join(f"`{r}`" for r in config.get("regimes", []))}.',
@@ -353,8 +319,7 @@ def setup_section(config) -> str:
       f' {config.get("rounds")} rounds, {config.get("clients_per_round")} clients per round, '
       f'batch {config.get("batch_size")}, client SGD (momentum '
       f'{config.get("client_momentum", 0)}), server SGD.',
-      f'- Models: {", ".join(f"{d}: {m}" for d, m in models.items()) or "each dataset default"}'
-      '.',
+      f'- Models: {", ".join(f"{d}: {m}" for d, m in plan["models"].items()) or "each dataset default"}.',
       '- For a given seed every method starts from the same initial model and samples the same '
       'clients in every round; ' + (
           'the partition of the training pool is drawn with the seed too.'
@@ -362,32 +327,29 @@ def setup_section(config) -> str:
           f'every seed uses the partition of data seed {config.get("data_seed")}.'),
       '- Each learning process is built once per (method, builder arguments, model) and reused: '
       'a run sets its initial model, its learning rates and (FedGH) its partner-order seed, the '
-      'run\'s seed, in the process\'s initial state.',
-  ]
-  if tuning.get('tune', True):
-    regimes = plan.get('tuning_regimes') or tuning.get('tuning_regimes') or {}
-    lines.append(
-        f'- Tuning: {tuning.get("strategy")} search on a validation split '
-        f'({tuning.get("validation_fraction")} of each client\'s training examples, seeded), '
-        f'tuning seeds {tuning.get("tuning_seeds")} (disjoint from the reporting seeds), score '
-        f'= mean validation accuracy over the last {tuning.get("last_k")} rounds; client lr '
-        f'grid {tuning.get("client_lr_grid")}, server lr grid {tuning.get("server_lr_grid")}. '
-        f'Tuned regimes: '
-        f'{", ".join(f"{d}: `{r}`" for d, r in regimes.items()) or "see Tuning"}. '
-        + (f'A numeric grid whose best value is at its edge is extended past it (x or / '
-           f'{tuning["edge_factor"]:g}, at most {tuning["edge_steps"]} times per side, every '
-           'method alike); "at edge" marks a value still at an edge. '
-           if tuning.get('edge_steps') else '') + 'Reporting '
-        'runs train on all of each client\'s training data and are evaluated on the test split.')
-    grids = [f'{m["name"]}: ' + ', '.join(f'{k} in {v}' for k, v in m['grid'].items())
-             for m in plan.get('methods', []) if m.get('grid')]
-    if grids:
-      lines.append('- Method grids searched (before any edge extension): ' + '; '.join(grids)
-                   + '.')
-  else:
-    lines.append(f'- No tuning: client lr {config.get("client_learning_rate")}, server lr '
-                 f'{config.get("server_learning_rate")}, and the given method values '
-                 '(`hparams` column of runs.csv).')
+      'run\'s seed, in the process\'s initial state.']
+  if not tuning['tune']:
+    return '\n'.join(lines + [
+        f'- No tuning: client lr {config.get("client_learning_rate")}, server lr '
+        f'{config.get("server_learning_rate")}, and the given method values (`hparams` column of '
+        'runs.csv).']) + '\n'
+  edge = (f'A numeric grid whose best value is at its edge is extended past it (x or / '
+          f'{tuning["edge_factor"]:g}, at most {tuning["edge_steps"]} times per side, every '
+          'method alike); "at edge" marks a value still at an edge. '
+          if tuning.get('edge_steps') else '')
+  regimes = ', '.join(f'{d}: `{r}`' for d, r in plan['tuning_regimes'].items()) or 'see Tuning'
+  lines.append(
+      f'- Tuning: {tuning.get("strategy")} search on a validation split '
+      f'({tuning.get("validation_fraction")} of each client\'s training examples, seeded), '
+      f'tuning seeds {tuning.get("tuning_seeds")} (disjoint from the reporting seeds), score '
+      f'= mean validation accuracy over the last {tuning.get("last_k")} rounds; client lr '
+      f'grid {tuning.get("client_lr_grid")}, server lr grid {tuning.get("server_lr_grid")}. '
+      f'Tuned regimes: {regimes}. {edge}Reporting runs train on all of each client\'s training '
+      'data and are evaluated on the test split.')
+  grids = [f'{m["name"]}: ' + ', '.join(f'{k} in {v}' for k, v in m['grid'].items())
+           for m in plan['methods'] if m.get('grid')]
+  if grids:
+    lines.append('- Method grids searched (before any edge extension): ' + '; '.join(grids) + '.')
   return '\n'.join(lines) + '\n'
 
 
@@ -396,90 +358,61 @@ def time_section(timing, rows) -> str:
     return 'No timing recorded.\n'
   wall = sum(t.get('wall_seconds', 0.0) for t in timing)
   build = sum(t.get('build_seconds', 0.0) for t in timing)
-  lines = ['| invocation | finished | wall time | building processes | processes built | runs '
-           'run | runs skipped | runs failed |', '|---|---|---|---|---|---|---|---|']
-  for i, t in enumerate(timing, start=1):
-    lines.append(f'| {i} | {t.get("finished", "")} | {duration(t.get("wall_seconds", 0))} | '
-                 f'{t.get("build_seconds", 0):.0f} s | {t.get("processes_built", "")} | '
-                 f'{t.get("runs_done", "")} | {t.get("runs_skipped", "")} | '
-                 f'{t.get("runs_failed", "")} |')
-  share = 100.0 * build / wall if wall else 0.0
-  lines.append('')
-  lines.append(f'Total over invocations: {duration(wall)} of which {duration(build)} '
-               f'({share:.1f}%) building learning processes (each built once per method, '
-               'hyperparameters and model, then reused across regimes, local epochs and seeds).')
+  table = _table(['invocation', 'finished', 'wall time', 'building processes', 'processes built',
+                  'runs run', 'runs skipped', 'runs failed'],
+                 [[i, t.get('finished', ''), duration(t.get('wall_seconds', 0)),
+                   f'{t.get("build_seconds", 0):.0f} s', t.get('processes_built', ''),
+                   t.get('runs_done', ''), t.get('runs_skipped', ''), t.get('runs_failed', '')]
+                  for i, t in enumerate(timing, start=1)])
   run_seconds = sum(results.num(r.get('run_seconds')) or 0.0 for r in rows)
-  lines.append(f'Reporting runs: {len(rows)}, {duration(run_seconds)} of training and '
-               'evaluation in all.')
-  return '\n'.join(lines) + '\n'
+  return (f'{table}\nTotal over invocations: {duration(wall)} of which {duration(build)} '
+          f'({100.0 * build / wall if wall else 0.0:.1f}%) building learning processes (each '
+          'built once per method, hyperparameters and model, then reused across regimes, local '
+          f'epochs and seeds).\nReporting runs: {len(rows)}, {duration(run_seconds)} of training '
+          'and evaluation in all.\n')
 
 
 def regimes_section(regimes) -> str:
   if not regimes:
     return 'Not recorded.\n'
-  lines = ['| regime | clients | examples | examples per client (min / median / max) | classes '
-           'per client (mean) | label TV distance to the pooled labels (mean) |',
-           '|---|---|---|---|---|---|']
-  for r in regimes:
-    sizes = r['examples_per_client']
-    lines.append(f'| `{r["regime"]}` | {r["num_clients"]} | {r["num_examples"]} | '
-                 f'{sizes["min"]} / {sizes["median"]:g} / {sizes["max"]} | '
-                 f'{r["classes_per_client"]["mean"]:.2f} | '
-                 f'{r["label_tv_distance"]["mean"]:.3f} |')
-  return '\n'.join(lines) + ('\n\nTraining data of the first reporting seed\'s partition; the '
-                             'TV distance is 0 for IID labels and near 1 for disjoint ones.\n')
+  return _table(
+      ['regime', 'clients', 'examples', 'examples per client (min / median / max)',
+       'classes per client (mean)', 'label TV distance to the pooled labels (mean)'],
+      [[f'`{r["regime"]}`', r['num_clients'], r['num_examples'],
+        '{min} / {median:g} / {max}'.format(**r['examples_per_client']),
+        f'{r["classes_per_client"]["mean"]:.2f}', f'{r["label_tv_distance"]["mean"]:.3f}']
+       for r in regimes]) + ('\nTraining data of the first reporting seed\'s partition; the TV '
+                             'distance is 0 for IID labels and near 1 for disjoint ones.\n')
 
 
 def _fmt_value(value) -> str:
   return f'{value:g}' if isinstance(value, float) else str(value)
 
 
-def _tried(choice) -> tuple[list, list]:
-  """(client lrs, server lrs) a tuning choice tried (tuning_choices.json; its candidates' names
-  where it predates the record)."""
-  if 'server_lrs_tried' in choice:
-    return choice.get('client_lrs_tried', []), choice['server_lrs_tried']
-  values = [runs_lib.candidate_values(s['candidate']) for s in choice.get('scores', [])]
-  return (sorted({float(v['clr']) for v in values if 'clr' in v}),
-          sorted({float(v['slr']) for v in values if 'slr' in v}))
-
-
-def _parent_of(method: str, config) -> Optional[str]:
-  for m in (config.get('plan') or {}).get('methods', []):
-    if m.get('name') == method and 'parent' in m:
-      return m['parent']
-  try:
-    return methods_lib.parse_method(method).parent
-  except ValueError:
-    return None
+def _settings(row) -> dict[str, Any]:
+  return dict(json.loads(row.get('hparams') or '{}'), client_lr=row.get('client_lr'),
+              server_lr=row.get('server_lr'))
 
 
 def variant_differences(rows, config) -> list[tuple[str, str, list[str]]]:
-  """(variant, parent, differences) for every method of the runs whose parent ran too: the
-  learning rates and builder arguments (runs.csv's `hparams`) that differ between their runs,
-  over every regime, E and seed both ran ('name: parent value -> variant value')."""
-  cells = results.group(rows)
+  """(variant, parent, differences) for every method of the runs whose parent (config.json's
+  plan) ran too: the learning rates and builder arguments (runs.csv's `hparams`) that differ
+  between their runs, over every regime, E and seed both ran ('name: parent value -> variant
+  value (regime)')."""
   methods = results.orders(rows, config)[1]
+  parents = {m['name']: m.get('parent') for m in config['plan']['methods']}
   out = []
-  for method in methods:
-    parent = _parent_of(method, config)
-    if parent is None or parent not in methods:
-      continue
-    found = []
-    for cell in cells.values():
+  for method in [m for m in methods if parents.get(m) in methods]:
+    parent, found = parents[method], []
+    for cell in results.group(rows).values():
       for seed in sorted(set(cell.get(method, {})) & set(cell.get(parent, {}))):
-        ours, theirs = cell[method][seed], cell[parent][seed]
-        a = dict(json.loads(theirs.get('hparams') or '{}'), client_lr=theirs.get('client_lr'),
-                 server_lr=theirs.get('server_lr'))
-        b = dict(json.loads(ours.get('hparams') or '{}'), client_lr=ours.get('client_lr'),
-                 server_lr=ours.get('server_lr'))
+        a, b = _settings(cell[parent][seed]), _settings(cell[method][seed])
         for k in sorted(set(a) | set(b)):
-          if results.num(a.get(k)) != results.num(b.get(k)) or (
-              results.num(a.get(k)) is None and a.get(k) != b.get(k)):
-            text = (f'{k}: {_fmt_value(a.get(k, "-"))} -> {_fmt_value(b.get(k, "-"))} '
-                    f'({ours["regime"]})')
-            if text not in found:
-              found.append(text)
+          x, y = results.num(a.get(k)), results.num(b.get(k))
+          text = (f'{k}: {_fmt_value(a.get(k, "-"))} -> {_fmt_value(b.get(k, "-"))} '
+                  f'({cell[method][seed]["regime"]})')
+          if (x != y or (x is None and a.get(k) != b.get(k))) and text not in found:
+            found.append(text)
     out.append((method, parent, found))
   return out
 
@@ -491,56 +424,46 @@ def variants_section(rows, config) -> str:
     keys = {t.split(':')[0] for t in found}
     note = '' if len(keys) == 1 else f' ({len(keys)} settings differ, not one)'
     lines.append(f'- {method} against {parent}{note}: ' + ('; '.join(found) or 'nothing'))
-  if not lines:
-    return ''
   return ('What each variant ran with that its parent did not (runs.csv\'s learning rates and '
           'builder arguments, per regime); a variant should change exactly one thing:\n\n'
-          + '\n'.join(lines) + '\n')
+          + '\n'.join(lines) + '\n') if lines else ''
+
+
+def _lrs(values) -> str:
+  return ', '.join(f'{v:g}' for v in values)
 
 
 def tuning_section(choices, config) -> str:
-  if not config.get('tuning', {}).get('tune', True):
+  if not config['tuning']['tune']:
     return 'Not tuned (`--tune=false`): every run uses the given values (see Setup).\n'
   if not choices:
     return 'No tuning results.\n'
+  baseline = config.get('baseline', 'fedavg')
   out = []
-  keys = []
-  for c in choices:
-    key = (c['dataset'], c['regime'], c['epochs'])
-    if key not in keys:
-      keys.append(key)
-  for dataset, regime, epochs in keys:
-    out.append(f'**{dataset}**, E={epochs}: tuned on `{regime}`; used for every {dataset} '
-               'regime at this E (and at any E of the grid not tuned, nearest first).\n')
-    out.append('| method | client lr | server lr | own values | validation score | runner-up '
-               '| candidates | client lrs tried | server lrs tried |')
-    out.append('|---|---|---|---|---|---|---|---|---|')
-    tried_here = {}
-    for c in choices:
-      if (c['dataset'], c['regime'], c['epochs']) != (dataset, regime, epochs):
-        continue
-      tried = _tried(c)
-      tried_here[c['method']] = tried
+  for where in dict.fromkeys((c['dataset'], c['regime'], c['epochs']) for c in choices):
+    dataset, regime, epochs = where
+    here = [c for c in choices if (c['dataset'], c['regime'], c['epochs']) == where]
+    table = []
+    for c in here:
       scores = sorted((s for s in c['scores'] if s['score'] is not None
                        and math.isfinite(s['score'])), key=lambda s: -s['score'])
-      runner_up = (f'{scores[1]["candidate"]}: {scores[1]["score"]:.4f}' if len(scores) > 1
-                   else '-')
-      values = ', '.join(f'{k}={_fmt_value(v)}' for k, v in sorted(c['tuned'].items())) or '-'
-      score = c['score']
-      score_text = f'{score:.4f}' if score is not None and math.isfinite(score) else 'nan'
       edge = c.get('at_edge') or ()
-      name = f'{c["method"]} (at edge: {", ".join(edge)})' if edge else c['method']
-      out.append(f'| {name} | {c["client_lr"]:g} | {c["server_lr"]:g} | {values} | '
-                 f'{score_text} | {runner_up} | {len(c["scores"])} | '
-                 f'{", ".join(f"{v:g}" for v in tried[0])} | '
-                 f'{", ".join(f"{v:g}" for v in tried[1])} |')
-    out.append('')
-    baseline = config.get('baseline', 'fedavg')
-    if baseline in tried_here:
-      every = set().union(*(set(t[1]) for t in tried_here.values()))
-      missing = sorted(every - set(tried_here[baseline][1]))
+      table.append([
+          f'{c["method"]} (at edge: {", ".join(edge)})' if edge else c['method'],
+          f'{c["client_lr"]:g}', f'{c["server_lr"]:g}',
+          ', '.join(f'{k}={_fmt_value(v)}' for k, v in sorted(c['tuned'].items())) or '-',
+          f'{c["score"]:.4f}' if c['score'] is not None and math.isfinite(c['score']) else 'nan',
+          f'{scores[1]["candidate"]}: {scores[1]["score"]:.4f}' if len(scores) > 1 else '-',
+          len(c['scores']), _lrs(c['client_lrs_tried']), _lrs(c['server_lrs_tried'])])
+    out.append(f'**{dataset}**, E={epochs}: tuned on `{regime}`; used for every {dataset} '
+               'regime at this E (and at any E of the grid not tuned, nearest first).\n')
+    out.append(_table(['method', 'client lr', 'server lr', 'own values', 'validation score',
+                       'runner-up', 'candidates', 'client lrs tried', 'server lrs tried'], table))
+    tried = {c['method']: set(c['server_lrs_tried']) for c in here}
+    if baseline in tried:
+      missing = sorted(set().union(*tried.values()) - tried[baseline])
       out.append(f'The baseline ({baseline}) searched every server learning rate any method '
                  'searched.\n' if not missing else
                  f'The baseline ({baseline}) did not search the server learning rates '
-                 f'{", ".join(f"{v:g}" for v in missing)} that other methods searched.\n')
+                 f'{_lrs(missing)} that other methods searched.\n')
   return '\n'.join(out)

@@ -18,7 +18,11 @@ FINALS = {
 CONFIG = {'regimes': ['digits:iid', 'digits:#C=2'], 'methods': ['fedavg', 'fedgh', 'fedld'],
            'baseline': 'fedavg', 'epochs': [1, 5], 'report_seeds': [0, 1, 2],
            'experiment_name': 'unit',
-           'tuning': {'tune': True, 'strategy': 'staged'}}
+           'tuning': {'tune': True, 'strategy': 'staged', 'last_k': 5, 'plateau_window': 10,
+                      'plateau_tolerance': 0.01},
+           'plan': {'models': {}, 'tuning_regimes': {},
+                    'methods': [{'name': m, 'parent': None, 'grid': {}, 'server_lrs': [1.0]}
+                                for m in ('fedavg', 'fedgh', 'fedld')]}}
 
 
 def rows():

@@ -8,6 +8,7 @@ import pytest
 
 from experiments import stats
 from experiments.benchmarking import diagnosis
+from experiments.benchmarking import results
 
 
 def test_gap_text_is_the_shared_t_interval():
@@ -38,32 +39,34 @@ def _table():
                        accuracy_drop=0.02))
   runs.append(dict(regime='r1', method='fedld', seed=0, final_accuracy=0.8,
                    norm_ratio=0.5, conflict_before=0.4))
-  return runs
+  return [dict(r, epochs=1) for r in runs]
 
 
 def test_gap_is_paired_over_shared_seeds():
-  runs = _table() + [dict(regime='r1', method='fedga', seed=9, final_accuracy=0.0)]
-  g = diagnosis.gap(runs, 'r1', 'fedga')
+  runs = _table() + [dict(regime='r1', epochs=1, method='fedga', seed=9, final_accuracy=0.0)]
+  cells = results.group(runs)
+  g = diagnosis.gap(cells[('r1', 1)], 'fedga')
   assert g.n == 3 and g.mean == pytest.approx(-0.11)
-  assert diagnosis.gap(runs, 'r3', 'fedga') is None
+  assert diagnosis.gap(cells[('r1', 1)], 'fedmgc') is None
+  assert [label for label, _ in diagnosis.cells_of(runs, 'fedld')] == ['r1, E=1']
 
 
 def test_fedga_section():
   text = diagnosis.section('fedga', 'fedga', _table())
   assert text.startswith('Two properties of the paper')   # its reading, from docs/experiments.md
-  assert '| r1 | 0.910 ± 0.010 | 0.800 ± 0.000 | -0.110 ± 0.025 |' in text
+  assert '| r1, E=1 | 0.910 ± 0.010 | 0.800 ± 0.000 | -0.110 ± 0.025 |' in text
   # The per-pair excess is on rare pairs (+0.05) far above common pairs (+0.002).
-  assert 'r1: the extra errors concentrate on rarely co-located pairs (+0.050' in text
+  assert 'r1, E=1: the extra errors concentrate on rarely co-located pairs (+0.050' in text
   assert '| fedga_paper | form=paper |' in text
   assert 'narrows the gap by 0.109' in text
   assert 'closes the gap' not in text and 'beats' not in text
-  assert '| r1 | 3.10 ± 0.00 | 0.10 ± 0.00 | +3.000 ± 0.000 |' in text
+  assert '| r1, E=1 | 3.10 ± 0.00 | 0.10 ± 0.00 | +3.000 ± 0.000 |' in text
   assert 'fedga_clip' not in text.split('Variants')[1].split('\n| fedga_paper')[0]
 
 
 def test_fedld_section_shows_norm_ratio_and_compensating_lr():
   text = diagnosis.section('fedld', 'fedld', _table())
-  assert '| r1 | 0.500 | 2.00 | 0.400 |' in text
+  assert '| r1, E=1 | 0.500 | 2.00 | 0.400 |' in text
   assert 'No variant of fedld was run' in text
   with pytest.raises(ValueError, match="'fedmgc' has no run"):
     diagnosis.section('fedmgc', 'fedmgc', _table())
@@ -73,8 +76,9 @@ def test_clipped_variants_are_compared_with_the_clipped_baseline():
   runs = _table()
   for s in range(3):
     for regime in ('r1', 'r2'):
-      runs.append(dict(regime=regime, method='fedavg_clip', seed=s, final_accuracy=0.7))
-      runs.append(dict(regime=regime, method='fedga_clip', seed=s,
+      runs.append(dict(regime=regime, epochs=1, method='fedavg_clip', seed=s,
+                       final_accuracy=0.7))
+      runs.append(dict(regime=regime, epochs=1, method='fedga_clip', seed=s,
                        final_accuracy=0.75 + 0.01 * s))
   # fedga_clip - fedavg_clip = +0.06 (against fedavg it would be -0.14).
   text = diagnosis.section('fedga', 'fedga', runs)
@@ -82,12 +86,12 @@ def test_clipped_variants_are_compared_with_the_clipped_baseline():
   assert '| fedavg_clip | +0.060 ± ' in row
   assert '| fedga_paper | form=paper |' in text and '| fedavg | ' in text
   section = diagnosis.section('fedga_clip', 'fedga', runs)
-  assert '| r1 | 0.700 ± 0.000 | 0.760 ± 0.010 | +0.060 ± ' in section
+  assert '| r1, E=1 | 0.700 ± 0.000 | 0.760 ± 0.010 | +0.060 ± ' in section
   assert '| regime | fedavg_clip final accuracy | fedga_clip final accuracy |' in section
   # Without the clipped baseline's runs, the report's baseline is used.
   alone = [r for r in runs if r['method'] != 'fedavg_clip']
   assert diagnosis.variant_baseline('fedga_clip', alone) == 'fedavg'
-  assert '| r1 | 0.910 ± 0.010 | 0.760 ± 0.010 | -0.150 ± ' in diagnosis.section(
+  assert '| r1, E=1 | 0.910 ± 0.010 | 0.760 ± 0.010 | -0.150 ± ' in diagnosis.section(
       'fedga_clip', 'fedga', alone)
 
 
@@ -96,7 +100,7 @@ def test_a_retired_variant_name_still_renders():
   # report it as a method of its algorithm, against the baseline.
   runs = [dict(r, method='fedga_soft') if r['method'] == 'fedga_paper' else r for r in _table()]
   text = diagnosis.section('fedga_soft', 'fedga', runs)
-  assert '| r1 | 0.910 ± 0.010 | 0.909 ± 0.010 | -0.001 ± 0.006 |' in text
+  assert '| r1, E=1 | 0.910 ± 0.010 | 0.909 ± 0.010 | -0.001 ± 0.006 |' in text
   assert 'No variant of fedga_soft was run' in text
 
 
@@ -113,9 +117,10 @@ def test_sections_with_local_epochs_and_a_variant_method():
 def test_positive_control_section():
   runs = []
   for s in range(3):
-    runs.append(dict(regime='syn', method='fedavg', seed=s, tail_global_train_loss=1.4 + 0.01 * s,
+    runs.append(dict(regime='syn', epochs=20, method='fedavg', seed=s,
+                     tail_global_train_loss=1.4 + 0.01 * s,
                      global_train_loss_rise=0.6 + 0.02 * s, final_accuracy=0.5))
-    runs.append(dict(regime='syn', method='fedprox_mu1', seed=s,
+    runs.append(dict(regime='syn', epochs=20, method='fedprox_mu1', seed=s,
                      tail_global_train_loss=1.0 + 0.02 * s, global_train_loss_rise=0.1,
                      final_accuracy=0.6 + 0.01 * s))
   text = diagnosis.control_section(runs, method='fedprox_mu1', baseline='fedavg')

@@ -22,7 +22,8 @@ def _write_benchmark(root, rows=None):
   choices = [{'dataset': 'digits', 'regime': 'digits:dir(0.1)', 'epochs': 1, 'method': 'fedld',
               'client_lr': 0.1, 'server_lr': 2.0, 'tuned': {'margin_weight': 0.01},
               'score': 0.8, 'scores': [{'candidate': 'a', 'score': 0.8, 'seeds': 2},
-                                       {'candidate': 'b', 'score': 0.7, 'seeds': 2}]}]
+                                       {'candidate': 'b', 'score': 0.7, 'seeds': 2}],
+              'client_lrs_tried': [0.1], 'server_lrs_tried': [1.0, 2.0]}]
   with open(os.path.join(root, 'tuning_choices.json'), 'w') as f:
     json.dump(choices, f)
   with open(os.path.join(root, 'timing.json'), 'w') as f:
@@ -82,7 +83,7 @@ def test_results_md_holds_the_tables_of_its_runs_csv(tmp_path):
 def tables_not_in(results_md: str) -> list[str]:
   """The lines of the result tables, regenerated from the runs.csv published beside
   `results_md` (`report.results_dir_for`), that `results_md` lacks."""
-  rows, config = results.load(report.results_dir_for(results_md))
+  rows, config, _ = results.load(report.results_dir_for(results_md))
   with open(results_md) as f:
     present = set(f.read().splitlines())
   return [line for _, _, heading, table in tables.result_tables(rows, config)

@@ -1,5 +1,5 @@
-"""runs.csv compared and summarized: paired comparisons and their verdicts, the divergence rule for
-old rows, the columns a reporting run adds from its metrics rows."""
+"""runs.csv read, compared and summarized: a damaged file, paired comparisons and their verdicts,
+the columns a reporting run adds from its metrics rows."""
 
 import pytest
 
@@ -57,17 +57,3 @@ def test_ties_only_inside_the_equivalence_margin():
                    'seed': seed, 'last_k_accuracy': value, 'final_accuracy': value})
   c = results.comparisons(rows, report_rows.CONFIG)[('digits:iid', 1, 'fedgh')]
   assert results.verdict(c, 0.01) == 'ties' and results.verdict(c, 0.0005) == 'inconclusive'
-
-
-def test_old_rows_get_the_divergence_rule_from_their_curves():
-  nan = float('nan')
-  old = {'regime': 'digits:iid', 'dataset': 'digits', 'method': 'fedga', 'epochs': 1, 'seed': 0,
-         'final_accuracy': nan, 'last_k_accuracy': nan, 'diverged': False,
-         'accuracy_curve': runs.encode_curve([0.5, 0.6, nan, nan]),
-         'train_loss_curve': runs.encode_curve([1.0, 1.0, 1.0, 1.0])}
-  row, = results.with_divergence_rule([old], dict(report_rows.CONFIG, tuning={'last_k': 3}))
-  assert row['diverged'] is True and row['diverged_round'] == 3 and row['collapsed'] is True
-  assert row['final_accuracy'] == pytest.approx(0.1)
-  assert row['last_k_accuracy'] == pytest.approx((0.6 + 0.1 + 0.1) / 3)
-  recorded = dict(old, diverged_round=None)
-  assert results.with_divergence_rule([recorded], report_rows.CONFIG)[0] is recorded

@@ -37,7 +37,7 @@ def test_regime_table_numbers_and_holm_over_every_comparison():
 
   holm = dict(zip(keys, _holm_reference([p_value(*k) for k in keys])))
   for key, p in holm.items():
-    assert found[key].holm_p == pytest.approx(p)
+    assert found[key].p_value == pytest.approx(p)
   cell = results.group(rows)[('digits:#C=2', 1)]
   mine = {m: c for (r, e, m), c in found.items() if (r, e) == ('digits:#C=2', 1)}
   table = tables.regime_table(cell, ['fedavg', 'fedgh', 'fedld'], baseline='fedavg',
@@ -73,17 +73,17 @@ def test_power_line_from_the_median_paired_sd():
 
 def test_the_protocol_comes_first_and_says_what_the_runs_did():
   rows = report_rows.rows()
-  old = tables.protocol_section(dict(report_rows.CONFIG, plan={'methods': [
-      {'name': 'fedavg'}, {'name': 'fedld', 'tune_server_lr': True}]},
-      tuning=dict(report_rows.CONFIG['tuning'], server_lr_grid=[1.0, 2.0])), rows)
-  assert old.startswith('- **Provisional.**')
-  assert 'UNEQUAL: fedld searched server learning rates that fedavg did not' in old
-  assert '3 reporting seeds (fewer than 10' in old and 'over the 6 comparisons' in old
-  new = tables.protocol_section(dict(report_rows.CONFIG, protocol=2, plan={'methods': [
+  unequal = tables.protocol_section(dict(report_rows.CONFIG, plan={'methods': [
+      {'name': 'fedavg', 'server_lrs': [1.0]}, {'name': 'fedld', 'server_lrs': [1.0, 2.0]}]}),
+      rows)
+  assert 'UNEQUAL: fedld searched server learning rates that fedavg did not (fedavg: [1.0])' in (
+      unequal)
+  assert '3 reporting seeds (fewer than 10' in unequal and 'over the 6 comparisons' in unequal
+  new = tables.protocol_section(dict(report_rows.CONFIG, plan={'methods': [
       {'name': 'fedavg', 'server_lrs': [1.0, 2.0]},
       {'name': 'fedld', 'server_lrs': [1.0, 2.0]}]}), rows)
   assert new.startswith('- Test split: fixed for every seed and never read by tuning')
-  assert 'the baseline included, searched the same' in new
+  assert 'the baseline included, searched the same client learning rates' in new
   for symbol in ('"a ± b"', '"Holm p"', '"norm ratio"', '"collapsed"', '"Δ"'):
     assert symbol in new
 
@@ -104,10 +104,12 @@ def test_epoch_effect_and_losses():
 def test_a_value_at_a_grids_edge_is_flagged():
   choice = {'dataset': 'digits', 'regime': 'digits:dir(0.1)', 'epochs': 1, 'method': 'fedavg',
             'client_lr': 2.7, 'server_lr': 1.0, 'tuned': {}, 'score': 0.8,
-            'scores': [{'candidate': 'a', 'score': 0.8, 'seeds': 2}], 'at_edge': ['client_lr']}
+            'scores': [{'candidate': 'a', 'score': 0.8, 'seeds': 2}], 'at_edge': ['client_lr'],
+            'client_lrs_tried': [0.3, 0.9, 2.7], 'server_lrs_tried': [1.0]}
   config = dict(report_rows.CONFIG, tuning=dict(report_rows.CONFIG['tuning'], edge_steps=3, edge_factor=3.0))
   text = tables.tuning_section([choice], config)
-  assert '| fedavg (at edge: client_lr) | 2.7 | 1 | - | 0.8000 |' in text
+  assert '| fedavg (at edge: client_lr) | 2.7 | 1 | - | 0.8000 | - | 1 | 0.3, 0.9, 2.7 | 1 |' in text
+  assert 'The baseline (fedavg) searched every server learning rate any method searched.' in text
   assert 'x or / 3, at most 3 times per side' in tables.setup_section(config)
 
 
@@ -140,7 +142,10 @@ def test_what_a_variant_changes_is_read_from_its_runs():
       rows.append({'regime': 'digits:iid', 'dataset': 'digits', 'method': method, 'epochs': 1,
                    'seed': seed, 'client_lr': lr, 'server_lr': 1.0,
                    'hparams': json.dumps(hparams), 'last_k_accuracy': 0.9})
-  config = dict(report_rows.CONFIG, methods=['fedld', 'fedld_projection', 'fedld_model'])
+  config = dict(report_rows.CONFIG, methods=['fedld', 'fedld_projection', 'fedld_model'],
+                plan={'methods': [{'name': 'fedld', 'parent': None},
+                                  {'name': 'fedld_projection', 'parent': 'fedld'},
+                                  {'name': 'fedld_model', 'parent': 'fedld'}]})
   found = {m: (p, d) for m, p, d in tables.variant_differences(rows, config)}
   assert found['fedld_projection'] == ('fedld', ['revision: - -> projection (digits:iid)'])
   assert len(found['fedld_model'][1]) == 3  # client lr, granularity and margin weight
@@ -166,13 +171,17 @@ def test_excluded_non_finite_updates_shown_beside_the_diverged_count():
 def test_identical_and_all_chance_comparisons_say_so():
   rows = report_rows.rows()
   same = results.comparisons(rows, report_rows.CONFIG)[('digits:iid', 5, 'fedgh')]
-  assert same.identical and '(identical in every seed)' in tables._primary_cell(same)  # pylint: disable=protected-access
+  assert tables.delta_cell(same, False, mark=True) == '+0.0000 (identical in every seed)'
   chance = [dict(r, collapsed=True) for r in rows]
   c = results.comparisons(chance, report_rows.CONFIG)[('digits:#C=2', 1, 'fedld')]
-  assert c.at_chance and not c.significant and results.verdict(c, 0.01) == 'at chance'
-  assert 'both at chance: no comparison' in tables._primary_cell(c)  # pylint: disable=protected-access
-  assert 'both at chance' in tables._primary_cell(c, secondary=True)  # pylint: disable=protected-access
   cell = results.group(chance)[('digits:#C=2', 1)]
+  assert results.at_chance(cell, 'fedld', 'fedavg')
+  assert not results.at_chance(results.group(rows)[('digits:#C=2', 1)], 'fedld', 'fedavg')
+  assert results.significant(c) and not results.significant(c, chance=True)
+  assert results.verdict(c, 0.01, chance=True) == 'at chance'
   table = tables.regime_table(cell, ['fedavg', 'fedld'], baseline='fedavg',
                               found={'fedld': c}, config=report_rows.CONFIG)
-  assert '†' not in table and table.count('both at chance') == 2
+  assert '†' not in table and table.count('(both at chance: no comparison)') == 2
+  # The power line leaves out every comparison with a collapsed side.
+  assert 'not computable' in tables.power_line(cell, 'digits', baseline='fedavg',
+                                               config=report_rows.CONFIG)
