@@ -44,7 +44,7 @@ def test_a_changed_number_or_verdict_is_caught(tmp_path):
     path = tmp_path / 'README.md'
     path.write_text(changed)
     assert summary.check_file(str(path)) == ['README.md: block readme (from docs/results)']
-    summary.write_file(str(path))
+    summary.check_file(str(path), write=True)
     assert path.read_text() == text
 
 

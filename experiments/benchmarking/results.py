@@ -3,6 +3,7 @@ compared with the baseline (paired over seeds, Holm); each run's summary columns
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import os
@@ -39,23 +40,21 @@ def read_runs(path: str) -> list[dict[str, Any]]:
   """runs.csv's rows with numbers parsed (curves, hparams, regime and method stay text).
 
   Raises:
-    DamagedRunsFile: a header without the run columns, a last line without its newline, or a
-      row with another number of cells than the header or without its regime, method, E or seed.
+    DamagedRunsFile: the file was cut short or edited.
   """
   with open(path, newline='') as f:
     text = f.read()
-  header, *lines = list(csv.reader(text.splitlines())) or [[]]
+  header, *lines = list(csv.reader(io.StringIO(text))) or [[]]
   missing = [c for c in _IDENTITY if c not in header]
-  problem = f'its header lacks {missing}' if missing else None
-  if not problem and not text.endswith('\n'):
-    problem = 'it ends in the middle of a line'  # every row written here ends with a newline
-  for number, cells in enumerate([] if problem else lines, start=2):
-    if len(cells) != len(header):
-      problem = f'line {number} has {len(cells)} of {len(header)} cells'
-    elif any(not cells[header.index(c)] for c in _IDENTITY):
-      problem = f'line {number} lacks its {"/".join(_IDENTITY)}'
-    if problem:
-      break
+  if missing:
+    problem = f'its header lacks {missing}'
+  elif not text.endswith('\n'):  # every row written here ends with a newline
+    problem = 'it ends in the middle of a line'
+  else:
+    problem = next((f'line {n} has {len(cells)} of {len(header)} cells' if len(cells) != len(
+        header) else f'line {n} lacks its {"/".join(_IDENTITY)}' for n, cells in enumerate(
+            lines, start=2) if len(cells) != len(header) or not all(
+                cells[header.index(c)] for c in _IDENTITY)), None)
   if problem:
     raise DamagedRunsFile(f'{path} is damaged ({problem}): it was cut short or edited')
   rows = metrics_io.read_csv(path)
@@ -126,6 +125,13 @@ def orders(rows, config) -> tuple[list[str], list[str], list[int]]:
   return ordered('regime'), ordered('method'), sorted({int(r['epochs']) for r in rows})
 
 
+def cells(rows, config) -> list[tuple[str, int, Mapping[str, Any]]]:
+  """(regime, E, method -> seed -> row) of every cell that ran, in the report's order."""
+  regimes, _, epochs = orders(rows, config)
+  found = group(rows)
+  return [(r, e, found[(r, e)]) for r in regimes for e in epochs if (r, e) in found]
+
+
 def primary_statistic(config: Mapping[str, Any]) -> str:
   """The runs.csv column the tables compare."""
   return config.get('primary_statistic') or 'last_k_accuracy'
@@ -161,16 +167,9 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
   gives it (default: every method against the config's baseline, the Results tables' family),
   its `p_value` Holm-adjusted over all of them."""
   baseline = config.get('baseline', 'fedavg')
-  regimes, methods, epochs = orders(rows, config)
-  pairs = pairs or [(m, baseline) for m in methods if m != baseline]
-  cells = group(rows)
-  found = {}
-  for regime in regimes:
-    for e in epochs:
-      for method, against in pairs:
-        d = difference(cells.get((regime, e), {}), method, against, primary_statistic(config))
-        if d is not None:
-          found[(regime, e, method)] = d
+  pairs = pairs or [(m, baseline) for m in orders(rows, config)[1] if m != baseline]
+  found = {(r, e, m): d for r, e, cell in cells(rows, config) for m, against in pairs
+           for d in [difference(cell, m, against, primary_statistic(config))] if d is not None}
   adjusted = stats.holm([d.p_value for d in found.values()])
   return {k: dataclasses.replace(d, p_value=p) for (k, d), p in zip(found.items(), adjusted)}
 
@@ -270,16 +269,10 @@ def _mean(values: Sequence[float]) -> Optional[float]:
 
 
 def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float]]:
-  """The runs.csv columns a reporting run adds from its metrics.csv rows (`metrics_io`).
-
-  `accuracy_drop` (best - final `test_accuracy`); `train_loss_rise` (`stats.train_loss_rise`)
-  of the clients' `train_loss`; of the global model's `global_train_loss` (`--eval_train_loss`)
-  the final value, `tail_global_train_loss` (its mean over the last quarter of the evaluated
-  rounds: an oscillating loss makes the last value alone noisy) and its rise; the last
-  evaluation's `test_mean_logit` (the logits' drift along the direction softmax ignores),
-  `test_rare_pair_error`, `test_common_pair_error` and `test_rare_error_share`; the mean over
-  rounds of the aggregator's `mean_update_norm`. A column the run lacks is None, as are the
-  accuracies of a run whose every evaluated accuracy is non-finite (recorded, not refused).
+  """The runs.csv columns a reporting run adds from its metrics.csv rows: None for a column the
+  run lacks and for the accuracies of a run whose every evaluated accuracy is non-finite.
+  `tail_global_train_loss` is the mean over the last quarter of the evaluated rounds (an
+  oscillating loss makes the last value alone noisy); `final_*` are the last evaluation's.
 
   Raises:
     ValueError: if `rows` is empty or no row has a test accuracy column (never evaluated).

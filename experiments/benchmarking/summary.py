@@ -56,11 +56,10 @@ def _comparisons(rows, config, pairs):
 
 
 def _cells(rows, config):
-  """[(name, cell)] in the report's order; the name carries E where the runs have several."""
-  regimes, _, epochs = results_lib.orders(rows, config)
-  cells = results_lib.group(rows)
-  return [(f'`{r}`' if len(epochs) == 1 else f'`{r}`, E={e}', r, e, cells[(r, e)])
-          for r in regimes for e in epochs if (r, e) in cells]
+  """(name, regime, E, cell) in the report's order; the name has E where the runs have several."""
+  several = len({int(r['epochs']) for r in rows}) > 1
+  return [(f'`{r}`, E={e}' if several else f'`{r}`', r, e, cell)
+          for r, e, cell in results_lib.cells(rows, config)]
 
 
 def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -235,41 +234,28 @@ def render(name: str, directory: str, root: str = ROOT) -> str:
   return _wrap(BLOCKS[name](*results_lib.load(os.path.join(root, directory))))
 
 
-def _blocks(text: str):
-  for match in START.finditer(text):
-    end = text.find(END, match.end())
-    if end < 0:
-      raise ValueError(f'measured block {match[1]!r} has no "{END}"')
-    yield match, end
-
-
-def check_file(path: str, root: str = ROOT) -> list[str]:
-  """The blocks of `path` whose text differs from what their results give (empty: all agree).
+def check_file(path: str, root: str = ROOT, *, write: bool = False) -> list[str]:
+  """The blocks of `path` whose text differs from what their results give (empty: all agree);
+  `write` rewrites them.
 
   Raises:
     ValueError: a block without its end marker or an unknown block name.
   """
   with open(path) as f:
     text = f.read()
-  stale = []
-  for match, end in _blocks(text):
-    if text[match.end():end] != render(match[1], match[2], root):
+  out, last, stale = [], 0, []
+  for match in START.finditer(text):
+    end = text.find(END, match.end())
+    if end < 0:
+      raise ValueError(f'measured block {match[1]!r} has no "{END}"')
+    block = render(match[1], match[2], root)
+    if text[match.end():end] != block:
       stale.append(f'{os.path.basename(path)}: block {match[1]} (from {match[2]})')
+    out, last = out + [text[last:match.end()], block], end
+  if write:
+    with open(path, 'w') as f:
+      f.write(''.join(out) + text[last:])
   return stale
-
-
-def write_file(path: str, root: str = ROOT) -> int:
-  """Rewrites every block of `path` from its results; returns how many there are."""
-  with open(path) as f:
-    text = f.read()
-  out, last, count = [], 0, 0
-  for match, end in _blocks(text):
-    out += [text[last:match.end()], render(match[1], match[2], root)]
-    last, count = end, count + 1
-  out.append(text[last:])
-  with open(path, 'w') as f:
-    f.write(''.join(out))
-  return count
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -277,15 +263,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument('--write', action='store_true', help='rewrite the blocks (else check)')
   parser.add_argument('files', nargs='+')
   args = parser.parse_args(argv)
-  stale = []
-  for path in args.files:
-    if args.write:
-      print(f'{path}: {write_file(path)} blocks written')
-    else:
-      stale += check_file(path)
+  stale = [line for path in args.files for line in check_file(path, write=args.write)]
   for line in stale:
-    print(f'stale: {line}', file=sys.stderr)
-  return 1 if stale else 0
+    print(f'{"rewritten" if args.write else "stale"}: {line}', file=sys.stderr)
+  return 0 if args.write or not stale else 1
 
 
 if __name__ == '__main__':

@@ -127,12 +127,10 @@ def dataset_of(cell) -> str:
 def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
   """(regime, E, heading line, table) for every cell, from runs.csv's rows and config.json."""
   baseline = config.get('baseline', 'fedavg')
-  regimes, methods, epochs = results.orders(rows, config)
-  cells = results.group(rows)
+  methods = results.orders(rows, config)[1]
   found = results.comparisons(rows, config)
   out = []
-  for regime, e in [(r, e) for r in regimes for e in epochs if (r, e) in cells]:
-    cell = cells[(regime, e)]
+  for regime, e, cell in results.cells(rows, config):
     heading = power_line(cell, dataset_of(cell), baseline=baseline, config=config)
     conflict, source = results.regime_conflict(cell, baseline)
     if conflict is not None:
@@ -150,14 +148,11 @@ def composition_table(rows, config) -> str:
   table (a dagger only where Holm agrees). Empty when no composition and its baseline both ran."""
   baseline = config.get('baseline', 'fedavg')
   key = results.primary_statistic(config)
-  regimes, methods, epochs = results.orders(rows, config)
-  cells = results.group(rows)
-  pairs = [(m, methods_lib.composition_parts(m)[0]) for m in methods
+  pairs = [(m, methods_lib.composition_parts(m)[0]) for m in results.orders(rows, config)[1]
            if methods_lib.composition_parts(m)]
   found = [(regime, e, method, own, *(results.difference(cell, a, b, key) for a, b in (
       (method, own), (method, baseline), (own, baseline))))
-           for regime in regimes for e in epochs
-           for cell in [cells.get((regime, e), {})] for method, own in pairs
+           for regime, e, cell in results.cells(rows, config) for method, own in pairs
            if method in cell and own in cell]
   if not found:
     return ''

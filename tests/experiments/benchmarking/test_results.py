@@ -57,3 +57,21 @@ def test_ties_only_inside_the_equivalence_margin():
                    'seed': seed, 'last_k_accuracy': value, 'final_accuracy': value})
   c = results.comparisons(rows, report_rows.CONFIG)[('digits:iid', 1, 'fedgh')]
   assert results.verdict(c, 0.01) == 'ties' and results.verdict(c, 0.0005) == 'inconclusive'
+
+
+@pytest.mark.parametrize('cut, problem', [
+    (lambda text: text[:len(text) // 2], r'(in the middle of a line|line \d+ has \d+ of)'),
+    (lambda text: text.replace('\n0,', '\n,', 1), 'lacks its regime/method/epochs/seed'),
+    (lambda text: 'x' + text[text.index(','):], "header lacks \\['seed'\\]")])
+def test_a_damaged_runs_file_is_refused(tmp_path, cut, problem):
+  path = str(tmp_path / 'runs.csv')
+  rows = [{'regime': 'digits:iid', 'method': 'fedavg', 'epochs': 1, 'seed': s, 'final_accuracy': 0.5}
+          for s in range(3)]
+  results.write_csv(path, rows, ['seed', 'regime', 'method', 'epochs'])
+  assert [r['seed'] for r in results.read_runs(path)] == [0, 1, 2]
+  with open(path) as f:
+    text = f.read()
+  with open(path, 'w') as f:
+    f.write(cut(text))
+  with pytest.raises(results.DamagedRunsFile, match=problem):
+    results.read_runs(path)
