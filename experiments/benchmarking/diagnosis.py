@@ -39,10 +39,6 @@ def _ms(cell, method, column, digits=3) -> str:
   return tables.fmt_mean_std(list(results.by_seed(cell.get(method, {}), column).values()), digits)
 
 
-def _mean(cell, method, column) -> float:
-  return stats.mean_std(list(results.by_seed(cell.get(method, {}), column).values()))[0]
-
-
 def variant_baseline(method: str, rows, default: str = BASELINE) -> str:
   """The method `method` is compared with: its variant's `baseline` where that ran in `rows`
   (a clipped variant against FedAvg clipped alike), else `default`."""
@@ -84,73 +80,68 @@ def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
   return lines
 
 
+def _measured(cells, method, column, head: list[str], row) -> list[str]:
+  """`head` then `row(label, cell)` for each cell where `method` has `column`; [] without one."""
+  cells = [(label, c) for label, c in cells if results.by_seed(c.get(method, {}), column)]
+  return head + [row(label, c) for label, c in cells] if cells else []
+
+
 def _pair_error_lines(cells, method, baseline) -> list[str]:
-  cells = [(label, c) for label, c in cells if _has(c, method, 'final_rare_pair_error')]
-  if not cells:
+  rare, common = 'final_rare_pair_error', 'final_common_pair_error'
+  lines = _measured(cells, method, rare, [
+      'Test errors between classes that rarely share a client in the training partition '
+      '(co-occurrence < 0.1, `tff_conflict.evaluation.confusion_by_cooccurrence`) and between '
+      'the other pairs; mean error rate per ordered class pair, final round:', '',
+      f'| regime | rare pairs: {method} / {baseline} | common pairs: {method} / {baseline} '
+      '| excess on rare pairs (paired) | excess on common pairs (paired) |',
+      '|---|---|---|---|---|'], lambda label, c: (
+          f'| {label} | {_ms(c, method, rare)} / {_ms(c, baseline, rare)} | '
+          f'{_ms(c, method, common)} / {_ms(c, baseline, common)} | '
+          f'{fmt_gap(gap(c, method, rare, baseline))} | '
+          f'{fmt_gap(gap(c, method, common, baseline))} |'))
+  if not lines:
     return ['The runs carry no class-pair errors (`test_rare_pair_error`: the training data did '
             'not provide label counts).']
-  lines = ['Test errors between classes that rarely share a client in the training partition '
-           '(co-occurrence < 0.1, `tff_conflict.evaluation.confusion_by_cooccurrence`) and between '
-           'the other pairs; mean error rate per ordered class pair, final round:', '',
-           f'| regime | rare pairs: {method} / {baseline} | common pairs: {method} / {baseline} '
-           f'| excess on rare pairs (paired) | excess on common pairs (paired) |',
-           '|---|---|---|---|---|']
   findings = []
   for label, c in cells:
-    rare = gap(c, method, 'final_rare_pair_error', baseline)
-    common = gap(c, method, 'final_common_pair_error', baseline)
-    lines.append(
-        f'| {label} | {_ms(c, method, "final_rare_pair_error")} / '
-        f'{_ms(c, baseline, "final_rare_pair_error")} | '
-        f'{_ms(c, method, "final_common_pair_error")} / '
-        f'{_ms(c, baseline, "final_common_pair_error")} | {fmt_gap(rare)} | {fmt_gap(common)} |')
-    if rare is not None and common is not None:
-      where = ('concentrate on rarely co-located pairs' if rare.mean > 0
-               and rare.mean > 2 * max(common.mean, 0.0) else
-               'do not concentrate on rarely co-located pairs')
-      findings.append(f'{label}: the extra errors {where} ({rare.mean:+.3f} per pair against '
-                      f'{common.mean:+.3f}' + ('' if where[0] == 'c' else ' on the others') + ')')
+    r, o = gap(c, method, rare, baseline), gap(c, method, common, baseline)
+    if r is not None and o is not None:
+      findings.append(
+          f'{label}: the extra errors concentrate on rarely co-located pairs ({r.mean:+.3f} per '
+          f'pair against {o.mean:+.3f})' if r.mean > 0 and r.mean > 2 * max(o.mean, 0.0) else
+          f'{label}: the extra errors do not concentrate on rarely co-located pairs '
+          f'({r.mean:+.3f} per pair against {o.mean:+.3f} on the others)')
   return lines + (['', 'Reading: ' + '; '.join(findings) + '.'] if findings else [])
 
 
 def _logit_lines(cells, method, baseline) -> list[str]:
-  cells = [(label, c) for label, c in cells if _has(c, method, 'final_mean_logit')]
-  if not cells:
-    return []
-  return ['Mean logit of the final global model on the test split (`test_mean_logit`; softmax '
-          'ignores it, cross-entropy does not move it directly):', '',
-          f'| regime | {method} | {baseline} | difference (paired) |', '|---|---|---|---|'] + [
-              f'| {label} | {_ms(c, method, "final_mean_logit", 2)} | '
-              f'{_ms(c, baseline, "final_mean_logit", 2)} | '
-              f'{fmt_gap(gap(c, method, "final_mean_logit", baseline))} |' for label, c in cells
-          ] + ['']
+  return _measured(cells, method, 'final_mean_logit', [
+      'Mean logit of the final global model on the test split (`test_mean_logit`; softmax '
+      'ignores it, cross-entropy does not move it directly):', '',
+      f'| regime | {method} | {baseline} | difference (paired) |', '|---|---|---|---|'],
+                   lambda label, c: f'| {label} | {_ms(c, method, "final_mean_logit", 2)} | '
+                   f'{_ms(c, baseline, "final_mean_logit", 2)} | '
+                   f'{fmt_gap(gap(c, method, "final_mean_logit", baseline))} |')
 
 
 def _norm_ratio_lines(cells, method) -> list[str]:
-  cells = [(label, c) for label, c in cells if _has(c, method, 'norm_ratio')]
-  if not cells:
-    return [f'The runs of {method} carry no `aggregator/norm_ratio`.']
-  return ['Server-step length against the plain weighted mean of the same updates '
-          '(`aggregator/norm_ratio`, mean over rounds; below 1 the server step is shorter):', '',
-          '| regime | norm ratio | server learning rate that compensates it (1 / ratio) | '
-          'conflict fraction before |', '|---|---|---|---|'] + [
-              f'| {label} | {_ms(c, method, "norm_ratio")} | '
-              f'{1.0 / _mean(c, method, "norm_ratio"):.2f} | '
-              f'{_ms(c, method, "conflict_before")} |' for label, c in cells]
+  return _measured(cells, method, 'norm_ratio', [
+      'Server-step length against the plain weighted mean of the same updates '
+      '(`aggregator/norm_ratio`, mean over rounds; below 1 the server step is shorter):', '',
+      '| regime | norm ratio | server learning rate that compensates it (1 / ratio) | '
+      'conflict fraction before |', '|---|---|---|---|'], lambda label, c: (
+          f'| {label} | {_ms(c, method, "norm_ratio")} | '
+          f'{1.0 / results.mean(c[method], "norm_ratio"):.2f} | '
+          f'{_ms(c, method, "conflict_before")} |')) or [
+              f'The runs of {method} carry no `aggregator/norm_ratio`.']
 
 
 def _conflict_lines(cells, method) -> list[str]:
-  cells = [(label, c) for label, c in cells if _has(c, method, 'conflict_before')]
-  if not cells:
-    return []
-  return ['Aggregator diagnostics (means over rounds):', '',
-          '| regime | conflict fraction before | norm ratio |', '|---|---|---|'] + [
-              f'| {label} | {_ms(c, method, "conflict_before")} | {_ms(c, method, "norm_ratio")} |'
-              for label, c in cells] + ['']
-
-
-def _has(cell, method, column) -> bool:
-  return bool(results.by_seed(cell.get(method, {}), column))
+  return _measured(cells, method, 'conflict_before', [
+      'Aggregator diagnostics (means over rounds):', '',
+      '| regime | conflict fraction before | norm ratio |', '|---|---|---|'],
+                   lambda label, c: f'| {label} | {_ms(c, method, "conflict_before")} | '
+                   f'{_ms(c, method, "norm_ratio")} |')
 
 
 def _reading(algorithm: str) -> Optional[str]:
@@ -204,12 +195,12 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
             'half-width; exploratory, without a multiplicity correction and so without a '
             'significance mark.)', '']
   if algorithm == 'fedga':
-    lines += _pair_error_lines(cells, method, baseline) + ['']
-    lines += _logit_lines(cells, method, baseline)
+    measured = [_pair_error_lines(cells, method, baseline), _logit_lines(cells, method, baseline)]
   elif algorithm in ('fedld', 'fed_corrective'):
-    lines += _norm_ratio_lines(cells, method) + ['']
+    measured = [_norm_ratio_lines(cells, method)]
   else:
-    lines += _conflict_lines(cells, method)
+    measured = [_conflict_lines(cells, method)]
+  lines += [line for part in measured if part for line in part + ['']]
   if not variant:
     lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '']
     lines += _variant_table(rows, cells, method, baseline, statistic)
@@ -239,7 +230,7 @@ def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline:
     raise ValueError(f'the positive control has no run of {method!r}')
   regime, cell = cells[0]
   for name in (method, baseline):
-    if not _has(cell, name, 'tail_global_train_loss'):
+    if not results.by_seed(cell.get(name, {}), 'tail_global_train_loss'):
       raise ValueError(f'{name!r} has no run in regime {regime!r} with the global training '
                        'loss (run with --eval_train_loss)')
   lines = [f'| measure | {baseline} | {method} | difference (paired, 95% CI) |',
@@ -254,7 +245,7 @@ def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline:
   rise = gap(cell, method, 'global_train_loss_rise', baseline)
   reproduced = (loss is not None and rise is not None and loss.excludes_zero and loss.mean < 0
                 and rise.excludes_zero and rise.mean < 0
-                and rise.mean <= -0.5 * _mean(cell, baseline, 'global_train_loss_rise'))
+                and rise.mean <= -0.5 * results.mean(cell[baseline], 'global_train_loss_rise'))
   lines += ['', 'Reading: the published effect is ' + (
       'reproduced: lower and steadier training loss.' if reproduced else
       'not reproduced by these runs (it needs a lower late training loss and a largest rise at '

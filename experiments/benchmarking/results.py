@@ -116,6 +116,11 @@ def by_seed(per_seed, key) -> dict[int, float]:
   return {seed: value for seed, value in values.items() if value is not None}
 
 
+def mean(per_seed, key) -> float:
+  """The mean over seeds of the finite values of column `key`; NaN for none."""
+  return stats.mean_std(list(by_seed(per_seed, key).values()))[0]
+
+
 def orders(rows, config) -> tuple[list[str], list[str], list[int]]:
   """The regimes and methods of the runs in the config's order (others after, sorted), and E."""
   def ordered(key):
@@ -191,13 +196,21 @@ def verdict(d: Optional[stats.PairedDifference], margin: float, chance: bool = F
   return 'ties' if -margin < d.low and d.high < margin else 'inconclusive'
 
 
-def power(cell, baseline: str, config: Mapping[str, Any]) -> Optional[tuple[float, int]]:
-  """(median paired sd of the primary statistic over the methods, fewest paired seeds), from the
-  comparisons with at least 2 seeds where neither side collapsed; None without one."""
+def power(cell, baseline: str, config: Mapping[str, Any]
+          ) -> Optional[tuple[float, int, float, float, int]]:
+  """(minimal detectable difference, seeds needed to detect `detect_for`, that difference, the
+  median paired sd of the primary statistic over the methods, the fewest paired seeds) at
+  `POWER` and level `ALPHA`, from the comparisons with at least 2 seeds where neither side
+  collapsed (a pilot's, for the next run); None without one."""
   found = [difference(cell, m, baseline, primary_statistic(config)) for m in cell
            if not (collapsed(cell[m]) or collapsed(cell.get(baseline)))]
   found = [d for d in found if d is not None and d.n >= 2 and math.isfinite(d.sd)]
-  return (statistics.median(d.sd for d in found), min(d.n for d in found)) if found else None
+  if not found:
+    return None
+  sd, n = statistics.median(d.sd for d in found), min(d.n for d in found)
+  target = detect_for(next(iter(next(iter(cell.values())).values()))['dataset'], config)
+  return (stats.minimal_detectable_difference(sd, n, alpha=ALPHA, power=POWER),
+          stats.seeds_needed(sd, target, alpha=ALPHA, power=POWER), target, sd, n)
 
 
 def detect_for(dataset: str, config: Mapping[str, Any]) -> float:

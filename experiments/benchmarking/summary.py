@@ -119,11 +119,7 @@ def _power(rows, config) -> str:
   for name, _, _, cell in _cells(rows, config):
     found = results_lib.power(cell, _baseline(config), config)
     if found:
-      target = results_lib.detect_for(tables.dataset_of(cell), config)
-      mdd = stats.minimal_detectable_difference(*found, alpha=results_lib.ALPHA,
-                                                power=results_lib.POWER)
-      needed = stats.seeds_needed(found[0], target, alpha=results_lib.ALPHA,
-                                  power=results_lib.POWER)
+      mdd, needed, target, _, _ = found
       parts.append(f'{name} {mdd:.4f} ({needed} seeds to detect {target:g})')
   return ('Minimal detectable differences at 80% power: ' + ', '.join(parts) + '.'
           if parts else '')
@@ -131,9 +127,9 @@ def _power(rows, config) -> str:
 
 def _norm_ratios(rows, method: str) -> str:
   """The range over cells of `method`'s mean norm ratio ('' where it reports none)."""
-  means = [stats.mean_std(list(results_lib.by_seed(cell[method], 'norm_ratio').values()))[0]
+  means = [results_lib.mean(cell[method], 'norm_ratio')
            for cell in results_lib.group(rows).values() if method in cell]
-  means = [m for m in means if m == m]
+  means = [m for m in means if m == m]  # not NaN
   return f'{min(means):.2f}-{max(means):.2f}' if means else ''
 
 

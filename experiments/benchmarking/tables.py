@@ -40,15 +40,6 @@ def fmt_difference(d: Optional[stats.PairedDifference], *, mark: bool = False,
   return f'**{text}** {DAGGER}' if mark else text
 
 
-def _mean(values) -> Optional[float]:
-  finite = [v for v in values if math.isfinite(v)]
-  return sum(finite) / len(finite) if finite else None
-
-
-def _mean_of(per_seed, key) -> Optional[float]:
-  return _mean(results.by_seed(per_seed, key).values())
-
-
 def _diverged(per_seed) -> int:
   return sum(results.is_true(r.get('diverged')) for r in per_seed.values())
 
@@ -88,7 +79,7 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
       p = fmt_p(d.p_value)
       last_delta = delta_cell(results.difference(cell, method, baseline, 'final_accuracy'),
                               chance, mark=False)
-    before = _mean_of(per_seed, 'conflict_before')
+    before = results.mean(per_seed, 'conflict_before')
     excluded = int(sum(results.num(r.get('excluded_nonfinite_updates')) or 0
                        for r in per_seed.values()))
     out.append([
@@ -97,31 +88,26 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
         sum(results.is_true(r.get('collapsed')) for r in per_seed.values()),
         fmt_mean_std(list(results.by_seed(per_seed, key).values())), delta, p,
         fmt_mean_std(list(results.by_seed(per_seed, 'final_accuracy').values())), last_delta,
-        '-' if before is None else f'{before:.3f} → {fmt(_mean_of(per_seed, "conflict_after"), 3)}',
-        fmt(_mean_of(per_seed, 'norm_ratio'), 3), fmt(_mean_of(per_seed, 'seconds_per_round'))])
+        '-' if math.isnan(before) else
+        f'{before:.3f} → {fmt(results.mean(per_seed, "conflict_after"), 3)}',
+        fmt(results.mean(per_seed, 'norm_ratio'), 3),
+        fmt(results.mean(per_seed, 'seconds_per_round'))])
   return _table(['method', 'seeds', 'diverged', 'collapsed', results.statistic_label(key, config),
                  f'Δ vs {baseline} [95% CI]', 'Holm p', 'last-round accuracy',
                  'Δ last round [95% CI]', 'conflict before → after', 'norm ratio', 's / round'],
                 out)
 
 
-def power_line(cell, dataset: str, *, baseline: str, config: Mapping[str, Any]) -> str:
-  """The regime's minimal detectable difference and the seeds to detect `detect_for`, from the
-  median paired sd of the primary statistic over the methods (a pilot's, for the next run)."""
+def power_line(cell, *, baseline: str, config: Mapping[str, Any]) -> str:
+  """The regime's minimal detectable difference and the seeds to detect its target
+  (`results.power`)."""
   found = results.power(cell, baseline, config)
   if found is None:
     return 'Minimal detectable difference: not computable (fewer than 2 paired seeds).'
-  sd, n = found
-  mdd = stats.minimal_detectable_difference(sd, n, alpha=results.ALPHA, power=results.POWER)
-  target = results.detect_for(dataset, config)
-  needed = stats.seeds_needed(sd, target, alpha=results.ALPHA, power=results.POWER)
+  mdd, needed, target, sd, n = found
   return (f'Minimal detectable difference {mdd:.4f} (paired t-test, {n} seeds, median paired sd '
           f'{sd:.4f} over the methods, {results.POWER:.0%} power at level {results.ALPHA:g} per '
           f'comparison); detecting {target:g} at that power takes {needed} seeds.')
-
-
-def dataset_of(cell) -> str:
-  return next(iter(next(iter(cell.values())).values()))['dataset']
 
 
 def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
@@ -131,7 +117,7 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
   found = results.comparisons(rows, config)
   out = []
   for regime, e, cell in results.cells(rows, config):
-    heading = power_line(cell, dataset_of(cell), baseline=baseline, config=config)
+    heading = power_line(cell, baseline=baseline, config=config)
     conflict, source = results.regime_conflict(cell, baseline)
     if conflict is not None:
       heading += f' Measured conflict fraction {conflict:.3f} ({source}).'
@@ -199,8 +185,8 @@ def losses_list(rows, config) -> str:
       continue
     row = next(iter(cell[method].values()))
     bits = [f'Δ {fmt_difference(d)}, Holm p {fmt_p(d.p_value)}']
-    ratio = _mean_of(cell[method], 'norm_ratio')
-    if ratio is not None:
+    ratio = results.mean(cell[method], 'norm_ratio')
+    if not math.isnan(ratio):
       bits.append(f'norm ratio {ratio:.3f}')
     if _diverged(cell[method]):
       bits.append(f'{_diverged(cell[method])} seeds diverged')

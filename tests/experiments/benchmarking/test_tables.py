@@ -61,7 +61,7 @@ def test_regime_table_numbers_and_holm_over_every_comparison():
 
 def test_power_line_from_the_median_paired_sd():
   cell = results.group(report_rows.rows())[('digits:#C=2', 1)]
-  line = tables.power_line(cell, 'digits', baseline='fedavg', config=report_rows.CONFIG)
+  line = tables.power_line(cell, baseline='fedavg', config=report_rows.CONFIG)
   # Paired sds: fedgh 0.01, fedld 0.01 -> median 0.01, 3 seeds.
   mdd = stats.minimal_detectable_difference(0.01, 3)
   assert line.startswith(f'Minimal detectable difference {mdd:.4f} (paired t-test, 3 seeds, '
@@ -183,5 +183,4 @@ def test_identical_and_all_chance_comparisons_say_so():
                               found={'fedld': c}, config=report_rows.CONFIG)
   assert '†' not in table and table.count('(both at chance: no comparison)') == 2
   # The power line leaves out every comparison with a collapsed side.
-  assert 'not computable' in tables.power_line(cell, 'digits', baseline='fedavg',
-                                               config=report_rows.CONFIG)
+  assert 'not computable' in tables.power_line(cell, baseline='fedavg', config=report_rows.CONFIG)
