@@ -1,7 +1,6 @@
 """Measured sentences of README.md and docs/methods.md, generated from the results they cite:
 `python -m experiments.benchmarking.summary --write README.md docs/methods.md` rewrites them and
-`check_file` (what the tests run) checks them.
-"""
+`check_file` (what the tests run) checks them."""
 
 import argparse
 import os
@@ -10,7 +9,6 @@ import sys
 import textwrap
 from typing import Callable, Optional, Sequence
 
-from experiments import stats
 from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import tables
 
@@ -29,20 +27,6 @@ def _baseline(config) -> str:
 
 def _margin(config) -> float:
   return float(config.get('equivalence_margin') or 0.01)
-
-
-def _plateau(config, curves) -> str:
-  """Whether the baseline's validation curve plateaued, per tuning regime (the report's
-  criterion), said where it did not."""
-  tuning = config['tuning']
-  open_ = [f'`{r}` ({p.change:+.3f})' for r, _, p, _ in results_lib.plateau_verdicts(
-      curves, config) if not p.plateaued]
-  if not open_:
-    return ''
-  return (f'{_baseline(config)}\'s validation accuracy had not plateaued at round '
-          f'{config.get("rounds")} (last {tuning["plateau_window"]} rounds against the '
-          f'{tuning["plateau_window"]} before, tolerance {tuning["plateau_tolerance"]:g}): '
-          f'{", ".join(open_)}; the differences below are at that round, not at convergence.')
 
 
 def _comparisons(rows, config, pairs):
@@ -80,9 +64,8 @@ def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
         text += f' [{d.low:+.3f}, {d.high:+.3f}], Holm p {tables.fmt_p(d.p_value)}'
       label = method if against == baseline else f'{method} (against {against})'
       groups.setdefault(word, []).append(f'{label} {text}')
-    values = list(results_lib.by_seed(cell.get(baseline, {}),
-                                      results_lib.primary_statistic(config)).values())
-    mean = f'{sum(values) / len(values):.3f}' if values else '-'
+    mean = tables.fmt(results_lib.mean(cell.get(baseline, {}),
+                                       results_lib.primary_statistic(config)), 3)
     parts = [f'{word}: {", ".join(groups[word])}'
              for word in ('beats', 'loses', 'ties', 'inconclusive', 'at chance') if word in groups]
     lines.append(f'- {name} ({baseline} {mean}): ' + '; '.join(parts) + '.')
@@ -95,34 +78,21 @@ def _provisional(config) -> str:
   flaws = [f'only {", ".join(extra)} searched server learning rates {_baseline(config)} did '
            'not'] if extra else []
   seeds = config.get('report_seeds') or []
-  if len(seeds) < 10:
-    flaws.append(f'{len(seeds)} seeds')
+  flaws += [f'{len(seeds)} seeds'] if len(seeds) < 10 else []
   return '**Provisional**: ' + '; '.join(flaws) + '. Read every number below as a pilot.' if (
       flaws) else ''
 
 
 def _rule(rows, config, pairs) -> str:
-  main = len(results_lib.comparisons(rows, config))
-  others = sum(1 for (_, _, m), d in _comparisons(rows, config, pairs).items()
+  others = sum(1 for (_, _, m) in _comparisons(rows, config, pairs)
                if dict(pairs)[m] != _baseline(config))
-  family = (f'Holm over the {main} comparisons against {_baseline(config)} of the results\' '
-            'tables' + (f', and over the {others} against other baselines here' if others
-                        else ''))
+  family = (f'Holm over the {len(results_lib.comparisons(rows, config))} comparisons against '
+            f'{_baseline(config)} of the results\' tables'
+            + (f', and over the {others} against other baselines here' if others else ''))
   label = results_lib.statistic_label(results_lib.primary_statistic(config), config)
   return (f'Statistic: {label} on the test split, paired by seed; "beats" / "loses": '
           f'Holm-adjusted p < {results_lib.ALPHA:g} ({family}); "ties": the 95% interval inside '
           f'±{_margin(config):g}; otherwise "inconclusive".')
-
-
-def _power(rows, config) -> str:
-  parts = []
-  for name, _, _, cell in _cells(rows, config):
-    found = results_lib.power(cell, _baseline(config), config)
-    if found:
-      mdd, needed, target, _, _ = found
-      parts.append(f'{name} {mdd:.4f} ({needed} seeds to detect {target:g})')
-  return ('Minimal detectable differences at 80% power: ' + ', '.join(parts) + '.'
-          if parts else '')
 
 
 def _norm_ratios(rows, method: str) -> str:
@@ -133,76 +103,71 @@ def _norm_ratios(rows, method: str) -> str:
   return f'{min(means):.2f}-{max(means):.2f}' if means else ''
 
 
-def _scope(config, methods: Sequence[str]) -> str:
-  """What ran: methods, regimes, seeds, rounds, E and the search, from the config."""
-  regimes = ', '.join(f'`{r}`' for r in config.get('regimes', []))
-  epochs = ', '.join(str(e) for e in config.get('epochs', []))
-  tuning = config['tuning']
+def readme(rows, config, curves) -> str:
+  """The README's summary: every method against the baseline in every regime."""
+  baseline, tuning = _baseline(config), config['tuning']
+  methods = results_lib.orders(rows, config)[1]
+  pairs = [(m, baseline) for m in methods if m != baseline]
   search = ('each tuned on a validation split of the training clients, every method over the '
             'same client' + (' and server' if tuning.get('tune_server_lr') else '')
             + ' learning rates, then its own grid' if tuning.get('tune') else 'untuned')
-  return (f'{len(methods)} methods in {len(config.get("regimes", []))} regimes '
-          f'({regimes}), {len(config.get("report_seeds", []))} seeds, '
-          f'{config.get("rounds")} rounds, E = {epochs}; {search}.')
+  scope = (f'{len(methods)} methods in {len(config["regimes"])} regimes '
+           f'({", ".join(f"`{r}`" for r in config["regimes"])}), '
+           f'{len(config["report_seeds"])} seeds, {config.get("rounds")} rounds, '
+           f'E = {", ".join(str(e) for e in config["epochs"])}; {search}.')
+  open_ = [f'`{r}` ({p.change:+.3f})' for r, _, p, _ in results_lib.plateau_verdicts(
+      curves, config) if not p.plateaued]
+  plateau = (f'{baseline}\'s validation accuracy had not plateaued at round '
+             f'{config.get("rounds")} (last {tuning["plateau_window"]} rounds against the '
+             f'{tuning["plateau_window"]} before, tolerance {tuning["plateau_tolerance"]:g}): '
+             f'{", ".join(open_)}; the differences below are at that round, not at '
+             'convergence.' if open_ else '')
+  power = [f'{name} {found[0]:.4f} ({found[1]} seeds to detect {found[2]:g})'
+           for name, _, _, cell in _cells(rows, config)
+           for found in [results_lib.power(cell, baseline, config)] if found]
+  extra = ['Minimal detectable differences at 80% power: ' + ', '.join(power) + '.'] if (
+      power) else []
+  if _norm_ratios(rows, 'fedld'):
+    extra.append(f'FedLD\'s server step is {_norm_ratios(rows, "fedld")} of the plain mean\'s '
+                 '(norm ratio, per regime).')
+  lines = [_provisional(config), '', scope + ' ' + plateau, '', _rule(rows, config, pairs), '']
+  return '\n'.join(lines + verdict_lines(rows, config, pairs) + ['', ' '.join(extra)]
+                   ).strip() + '\n'
 
 
-def _block(rows, config, pairs, methods=None) -> list[str]:
-  """The provisional note, the statistic's rule and one verdict line per cell; with `methods`,
-  what each of them ran with that its parent did not (`tables.variant_differences`): a variant
-  that changes more than one thing is said to."""
+def _variants(rows, config, wanted, ratios: bool = False) -> str:
+  """The (method, against) of `wanted` that ran (against None: the baseline) compared, with what
+  each ran with that its parent did not (`tables.variant_differences`: a variant that changes
+  more than one thing is said to) and, with `ratios`, their norm ratios."""
+  present = {r['method'] for r in rows}
+  pairs = [(m, b or _baseline(config)) for m, b in wanted
+           if m in present and (b is None or b in present)]
   lines = [_provisional(config), '', _rule(rows, config, pairs), '']
   lines += verdict_lines(rows, config, pairs)
   differ = []
   for method, parent, found in tables.variant_differences(rows, config):
-    if method in (methods or ()):
+    if method in dict(pairs):
       keys = sorted({t.split(':')[0] for t in found})
       differ.append(f'{method} ran with {len(keys)} setting{"s" if len(keys) != 1 else ""} '
                     f'other than {parent}\'s ({", ".join(keys) or "none"})'
                     + ('' if len(keys) <= 1 else ': more than the one it is meant to change'))
-  return lines + (['', 'Against their parents: ' + '; '.join(differ) + '.'] if differ else [])
-
-
-def readme(rows, config, curves) -> str:
-  """The README's summary: every method against the baseline in every regime."""
-  methods = results_lib.orders(rows, config)[1]
-  pairs = [(m, _baseline(config)) for m in methods if m != _baseline(config)]
-  lines = [_provisional(config), '', _scope(config, methods) + ' ' + _plateau(config, curves), '']
-  lines += _block(rows, config, pairs)[2:]
-  extra = [_power(rows, config)]
-  ratio = _norm_ratios(rows, 'fedld')
-  if ratio:
-    extra.append(f'FedLD\'s server step is {ratio} of the plain mean\'s (norm ratio, per '
-                 'regime).')
-  return '\n'.join(lines + [''] + [' '.join(e for e in extra if e)]).strip() + '\n'
-
-
-def fedga_forms(rows, config, curves) -> str:
-  """FedGA's two forms, clipped or not, each against its own baseline."""
-  del curves
-  present = {r['method'] for r in rows}
-  pairs = [(m, _baseline(config)) for m in ('fedga', 'fedga_paper')]
-  if 'fedavg_clip' in present:
-    pairs += [(m, 'fedavg_clip') for m in ('fedga_clip', 'fedga_paper_clip')]
-  pairs = [(m, b) for m, b in pairs if m in present]
-  return '\n'.join(_block(rows, config, pairs, [m for m, _ in pairs])).strip() + '\n'
-
-
-def fedld_revisions(rows, config, curves) -> str:
-  """FedLD and its variants against the baseline, with the norm ratios."""
-  del curves
-  present = {r['method'] for r in rows}
-  pairs = [(m, _baseline(config)) for m in ('fedld', 'fedld_projection', 'fedld_model')
-           if m in present]
-  lines = _block(rows, config, pairs, [m for m, _ in pairs])
-  ratios = [f'{m} {_norm_ratios(rows, m)}' for m, _ in pairs if _norm_ratios(rows, m)]
-  if ratios:
+  if differ:
+    lines += ['', 'Against their parents: ' + '; '.join(differ) + '.']
+  found = [f'{m} {_norm_ratios(rows, m)}' for m, _ in pairs if ratios and _norm_ratios(rows, m)]
+  if found:
     lines += ['', 'Norm ratio (server step over the plain mean\'s, range over regimes): '
-              + ', '.join(ratios) + '.']
+              + ', '.join(found) + '.']
   return '\n'.join(lines).strip() + '\n'
 
 
 BLOCKS: dict[str, Callable[..., str]] = {
-    'readme': readme, 'fedga_forms': fedga_forms, 'fedld_revisions': fedld_revisions}
+    'readme': readme,
+    # FedGA's two forms, clipped or not, each against its own baseline.
+    'fedga_forms': lambda rows, config, _: _variants(rows, config, [
+        ('fedga', None), ('fedga_paper', None), ('fedga_clip', 'fedavg_clip'),
+        ('fedga_paper_clip', 'fedavg_clip')]),
+    'fedld_revisions': lambda rows, config, _: _variants(rows, config, [
+        ('fedld', None), ('fedld_projection', None), ('fedld_model', None)], ratios=True)}
 
 
 WIDTH = 100
@@ -219,12 +184,7 @@ def _wrap(text: str) -> str:
 
 
 def render(name: str, directory: str, root: str = ROOT) -> str:
-  """The text of block `name` from the results in `root/directory`.
-
-  Its words follow the report's rule (`results.verdict`): "beats" / "loses" where the
-  Holm-adjusted p < 0.05, "ties" where the 95% interval lies inside the config's equivalence
-  margin, otherwise "inconclusive".
-  """
+  """The text of block `name` from the results in `root/directory`, wrapped."""
   if name not in BLOCKS:
     raise ValueError(f'unknown measured block {name!r}; one of {sorted(BLOCKS)}')
   return _wrap(BLOCKS[name](*results_lib.load(os.path.join(root, directory))))
