@@ -208,18 +208,12 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
 
 
 def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline: str) -> str:
-  """The reading of the positive control's runs: FedProx's published effect (Li et al.,
-  "Federated Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127, Fig. 1-2):
-  with many local epochs on Synthetic(1, 1), FedProx with mu = 1 trains stably where FedAvg's
-  training loss oscillates or rises.
-
-  Reads `tail_global_train_loss` and `global_train_loss_rise` (runs with `--eval_train_loss`:
-  the global model's loss on the clients' training data, the paper's training loss) and
-  `final_accuracy` of `method` and `baseline` in the first regime `method` ran in, paired over
-  seeds. The effect is reproduced when `method`'s training loss over the last quarter of the
-  rounds is lower and its largest rise above the running minimum is smaller, both with 95%
-  intervals excluding 0, and that rise is at most half of the baseline's (a steadier run, not a
-  marginally smoother one).
+  """The reading of the positive control's runs (the effect: the report's section): `method`
+  against `baseline` in the first regime `method` ran in, paired over seeds, on the global
+  model's training loss (`--eval_train_loss`, the paper's training loss). Reproduced when
+  `method`'s loss over the last quarter of the rounds is lower and its largest rise above the
+  running minimum smaller, both with 95% intervals excluding 0, and that rise at most half the
+  baseline's (a steadier run, not a marginally smoother one).
 
   Raises:
     ValueError: `method` has no run in `rows`, or either method has no run in that regime

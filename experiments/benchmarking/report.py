@@ -1,6 +1,6 @@
-"""The benchmark's report from the files a benchmark leaves on disk, with no TFF (so
-`--report_only` regenerates it): `write_report(root)` writes report.md and plots/;
-`write_results_md` publishes it as RESULTS.md with its data in docs/results/."""
+"""The benchmark's report from the files a benchmark leaves on disk (`--report_only` regenerates
+it): `write_report(root)` writes report.md and plots/; `write_results_md` publishes it as
+RESULTS.md with its data in docs/results/."""
 
 import os
 import posixpath
@@ -127,14 +127,9 @@ def _control_section(root: str, plot_prefix: str) -> Optional[str]:
 def write_report(root: str) -> str:
   """Writes `root/report.md` (and the plots) from the files under `root`; returns its path."""
   body = render(root)
-  path = os.path.join(root, REPORT_FILE)
-  with open(path, 'w') as f:
+  with open(os.path.join(root, REPORT_FILE), 'w') as f:
     f.write(body)
-  return path
-
-
-RESULTS_FILES = ('runs.csv', 'tuning.csv', 'tuning_choices.json', 'config.json', 'timing.json',
-                 'regimes.json', results.CURVES_FILE)
+  return os.path.join(root, REPORT_FILE)
 
 
 def results_dir_for(results_md: str) -> str:
@@ -143,32 +138,26 @@ def results_dir_for(results_md: str) -> str:
 
 
 def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -> str:
-  """Writes RESULTS.md: `header` (machine, date, command, wall time, ...) then the report,
-  and copies runs.csv, the other result files and the plots to `docs/results/` beside it (`root`
-  may be that directory itself: the report is then regenerated from the committed data).
-
-  Returns:
-    The results directory.
-  """
+  """Writes RESULTS.md, `header` (machine, date, command, ...) then the report one heading level
+  down, after copying the result files (and the positive control's) from `root` to
+  `docs/results/` beside it (`root` may be that directory: the committed data re-rendered);
+  returns that directory."""
   target = results_dir_for(results_md)
-  os.makedirs(os.path.join(target, PLOTS_DIR), exist_ok=True)
-  control_source = control_lib.control_root(root)
+  control = control_lib.control_root(root)
   for source_dir, target_dir in [(root, target)] + (
-      [] if control_source is None else
-      [(control_source, os.path.join(target, control_lib.CONTROL_DIR))]):
+      [(control, os.path.join(target, control_lib.CONTROL_DIR))] if control else []):
     os.makedirs(target_dir, exist_ok=True)
-    for name in RESULTS_FILES:
+    for name in ('runs.csv', 'tuning.csv', 'tuning_choices.json', 'config.json', 'timing.json',
+                 'regimes.json', results.CURVES_FILE):
       source, copy = os.path.join(source_dir, name), os.path.join(target_dir, name)
       if os.path.exists(source) and not (os.path.exists(copy) and os.path.samefile(source, copy)):
         shutil.copyfile(source, copy)
   here = os.path.dirname(os.path.abspath(results_md))
   body = render(target, plot_prefix=os.path.relpath(os.path.join(target, PLOTS_DIR), here))
-  lines = ['# Results', '']
-  lines += [f'- {key}: {value}' for key, value in header.items()]
-  lines += ['', f'The data behind every number: `{os.path.relpath(target, here)}/runs.csv` (one '
-            'row per reporting run, with its curves); the tables below are generated from it.',
-            '']
-  body = '\n'.join('#' + line if line.startswith('#') else line for line in body.splitlines())
+  lines = ['# Results', ''] + [f'- {key}: {value}' for key, value in header.items()] + [
+      '', f'The data behind every number: `{os.path.relpath(target, here)}/runs.csv` (one row '
+      'per reporting run, with its curves); the tables below are generated from it.', '']
+  lines += ['#' + line if line.startswith('#') else line for line in body.splitlines()]
   with open(results_md, 'w') as f:
-    f.write('\n'.join(lines) + '\n' + body + '\n')
+    f.write('\n'.join(lines) + '\n')
   return target
