@@ -64,7 +64,7 @@ def delta_cell(d: Optional[stats.PairedDifference], chance: bool, *, mark: bool)
 def regime_table(cell, methods: Sequence[str], *, baseline: str,
                  found: Mapping[str, stats.PairedDifference], config: Mapping[str, Any]) -> str:
   """The Markdown table of one (regime, E) cell, one row per method, `found` its comparisons
-  (`results.comparisons`); the columns: docs/experiments.md, "The benchmark: does a method help?"."""
+  (`results.comparisons`); columns: docs/experiments.md, "The benchmark: does a method help?"."""
   key = results.primary_statistic(config)
   out = []
   for method in [m for m in methods if cell.get(m)]:
@@ -300,7 +300,8 @@ def setup_section(config) -> str:
       f' {config.get("rounds")} rounds, {config.get("clients_per_round")} clients per round, '
       f'batch {config.get("batch_size")}, client SGD (momentum '
       f'{config.get("client_momentum", 0)}), server SGD.',
-      f'- Models: {", ".join(f"{d}: {m}" for d, m in plan["models"].items()) or "each dataset default"}.',
+      '- Models: ' + (', '.join(f'{d}: {m}' for d, m in plan['models'].items())
+                      or 'each dataset default') + '.',
       '- For a given seed every method starts from the same initial model and samples the same '
       'clients in every round; ' + (
           'the partition of the training pool is drawn with the seed too.'

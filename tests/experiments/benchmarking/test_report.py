@@ -166,8 +166,8 @@ def _curve_row(regime, epochs, method, seed, curve):
 def test_plateau_verdicts_and_validation_plots(tmp_path):
   root = str(tmp_path / 'bench')
   _write_benchmark(root)
-  config = dict(report_rows.CONFIG, rounds=8, tuning=dict(report_rows.CONFIG['tuning'], plateau_window=3,
-                                                plateau_tolerance=0.01))
+  config = dict(report_rows.CONFIG, rounds=8, tuning=dict(
+      report_rows.CONFIG['tuning'], plateau_window=3, plateau_tolerance=0.01))
   with open(os.path.join(root, 'config.json'), 'w') as f:
     json.dump(config, f)
   flat = [0.3, 0.6, 0.80, 0.81, 0.80, 0.81, 0.80, 0.81]  # last 3: 0.8067, 3 before: 0.8033

@@ -65,8 +65,8 @@ def test_ties_only_inside_the_equivalence_margin():
     (lambda text: 'x' + text[text.index(','):], "header lacks \\['seed'\\]")])
 def test_a_damaged_runs_file_is_refused(tmp_path, cut, problem):
   path = str(tmp_path / 'runs.csv')
-  rows = [{'regime': 'digits:iid', 'method': 'fedavg', 'epochs': 1, 'seed': s, 'final_accuracy': 0.5}
-          for s in range(3)]
+  rows = [{'regime': 'digits:iid', 'method': 'fedavg', 'epochs': 1, 'seed': s,
+           'final_accuracy': 0.5} for s in range(3)]
   results.write_csv(path, rows, ['seed', 'regime', 'method', 'epochs'])
   assert [r['seed'] for r in results.read_runs(path)] == [0, 1, 2]
   with open(path) as f:

@@ -33,7 +33,8 @@ def test_regime_table_numbers_and_holm_over_every_comparison():
     d = np.subtract(report_rows.FINALS[(r, e)][m], report_rows.FINALS[(r, e)]['fedavg'])
     if np.std(d) < 1e-12:  # a constant difference: certain (0) unless it is 0 (1)
       return 0.0 if abs(d.mean()) > 1e-12 else 1.0
-    return scipy_stats.ttest_rel(report_rows.FINALS[(r, e)][m], report_rows.FINALS[(r, e)]['fedavg']).pvalue
+    finals = report_rows.FINALS[(r, e)]
+    return scipy_stats.ttest_rel(finals[m], finals['fedavg']).pvalue
 
   holm = dict(zip(keys, _holm_reference([p_value(*k) for k in keys])))
   for key, p in holm.items():
@@ -68,7 +69,8 @@ def test_power_line_from_the_median_paired_sd():
                          'median paired sd 0.0100')
   assert f'detecting 0.01 at that power takes {stats.seeds_needed(0.01, 0.01)} seeds' in line
   assert results.detect_for('synthetic', report_rows.CONFIG) == 0.02
-  assert results.detect_for('synthetic', dict(report_rows.CONFIG, detect={'synthetic': 0.05})) == 0.05
+  assert results.detect_for('synthetic', dict(report_rows.CONFIG,
+                                              detect={'synthetic': 0.05})) == 0.05
 
 
 def test_the_protocol_comes_first_and_says_what_the_runs_did():
@@ -106,9 +108,11 @@ def test_a_value_at_a_grids_edge_is_flagged():
             'client_lr': 2.7, 'server_lr': 1.0, 'tuned': {}, 'score': 0.8,
             'scores': [{'candidate': 'a', 'score': 0.8, 'seeds': 2}], 'at_edge': ['client_lr'],
             'client_lrs_tried': [0.3, 0.9, 2.7], 'server_lrs_tried': [1.0]}
-  config = dict(report_rows.CONFIG, tuning=dict(report_rows.CONFIG['tuning'], edge_steps=3, edge_factor=3.0))
+  config = dict(report_rows.CONFIG, tuning=dict(report_rows.CONFIG['tuning'], edge_steps=3,
+                                                edge_factor=3.0))
   text = tables.tuning_section([choice], config)
-  assert '| fedavg (at edge: client_lr) | 2.7 | 1 | - | 0.8000 | - | 1 | 0.3, 0.9, 2.7 | 1 |' in text
+  assert ('| fedavg (at edge: client_lr) | 2.7 | 1 | - | 0.8000 | - | 1 | 0.3, 0.9, 2.7 | 1 |'
+          in text)
   assert 'The baseline (fedavg) searched every server learning rate any method searched.' in text
   assert 'x or / 3, at most 3 times per side' in tables.setup_section(config)
 
