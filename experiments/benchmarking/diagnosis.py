@@ -13,6 +13,7 @@ _DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abs
                      'docs', 'experiments.md')
 _READINGS = "### What each method's diagnosis reads"
 BASELINE = 'fedavg'
+gap = results.difference  # (cell, method, baseline, column): method - baseline paired by seed
 
 
 def fmt_gap(g: Optional[stats.Interval]) -> str:
@@ -29,12 +30,6 @@ def cells_of(rows, method: str) -> list[tuple[str, Mapping[str, Any]]]:
   return [(f'{r}, E={e}', cell) for (r, e), cell in results.group(rows).items() if method in cell]
 
 
-def gap(cell, method: str, column: str = 'final_accuracy', baseline: str = BASELINE
-        ) -> Optional[stats.Interval]:
-  """`method - baseline` on `column`, paired over the seeds both ran (`results.difference`)."""
-  return results.difference(cell, method, baseline, column)
-
-
 def _ms(cell, method, column, digits=3) -> str:
   return tables.fmt_mean_std(list(results.by_seed(cell.get(method, {}), column).values()), digits)
 
@@ -44,11 +39,6 @@ def variant_baseline(method: str, rows, default: str = BASELINE) -> str:
   (a clipped variant against FedAvg clipped alike), else `default`."""
   own = getattr(methods_lib.VARIANTS.get(method), 'baseline', None)
   return own if own is not None and any(r['method'] == own for r in rows) else default
-
-
-def variants_of(method: str) -> list[methods_lib.Variant]:
-  """The `VARIANTS` that diagnose `method`, in declaration order."""
-  return [v for v in methods_lib.VARIANTS.values() if v.diagnoses == method]
 
 
 def _verdict(base: Optional[stats.Interval], variant: Optional[stats.Interval]) -> str:
@@ -64,15 +54,16 @@ def _verdict(base: Optional[stats.Interval], variant: Optional[stats.Interval]) 
 
 
 def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
-  present = [v for v in variants_of(method) if any(r['method'] == v.name for r in rows)]
+  variants = [v for v in methods_lib.VARIANTS.values() if v.diagnoses == method]
+  present = [v for v in variants if any(r['method'] == v.name for r in rows)]
   if not present:
     return [f'No variant of {method} was run (see `experiments.benchmarking.methods.VARIANTS`: '
-            f'{", ".join(v.name for v in variants_of(method)) or "none"}).']
+            f'{", ".join(v.name for v in variants) or "none"}).']
   lines = ['| variant | changes | question | compared with | ' + ' | '.join(
       f'{label}: gap' for label, _ in cells) + ' |', '|---|---|---|---|' + '---|' * len(cells)]
   for v in present:
     reference = variant_baseline(v.name, rows, baseline)
-    gaps = [(gap(cell, method, statistic, baseline), gap(cell, v.name, statistic, reference))
+    gaps = [(gap(cell, method, baseline, statistic), gap(cell, v.name, reference, statistic))
             for _, cell in cells]
     lines.append(f'| {v.name} | {v.described} | {v.question} | {reference} | ' + ' | '.join(
         '-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})'
@@ -97,14 +88,14 @@ def _pair_error_lines(cells, method, baseline) -> list[str]:
       '|---|---|---|---|---|'], lambda label, c: (
           f'| {label} | {_ms(c, method, rare)} / {_ms(c, baseline, rare)} | '
           f'{_ms(c, method, common)} / {_ms(c, baseline, common)} | '
-          f'{fmt_gap(gap(c, method, rare, baseline))} | '
-          f'{fmt_gap(gap(c, method, common, baseline))} |'))
+          f'{fmt_gap(gap(c, method, baseline, rare))} | '
+          f'{fmt_gap(gap(c, method, baseline, common))} |'))
   if not lines:
     return ['The runs carry no class-pair errors (`test_rare_pair_error`: the training data did '
             'not provide label counts).']
   findings = []
   for label, c in cells:
-    r, o = gap(c, method, rare, baseline), gap(c, method, common, baseline)
+    r, o = gap(c, method, baseline, rare), gap(c, method, baseline, common)
     if r is not None and o is not None:
       findings.append(
           f'{label}: the extra errors concentrate on rarely co-located pairs ({r.mean:+.3f} per '
@@ -121,7 +112,7 @@ def _logit_lines(cells, method, baseline) -> list[str]:
       f'| regime | {method} | {baseline} | difference (paired) |', '|---|---|---|---|'],
                    lambda label, c: f'| {label} | {_ms(c, method, "final_mean_logit", 2)} | '
                    f'{_ms(c, baseline, "final_mean_logit", 2)} | '
-                   f'{fmt_gap(gap(c, method, "final_mean_logit", baseline))} |')
+                   f'{fmt_gap(gap(c, method, baseline, "final_mean_logit"))} |')
 
 
 def _norm_ratio_lines(cells, method) -> list[str]:
@@ -188,7 +179,7 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
   lines += [f'| regime | {baseline} {name} | {method} {name} | gap (paired, 95% CI) '
             f'| best (test-selected) - final: {method} / {baseline} |', '|---|---|---|---|---|']
   lines += [f'| {label} | {_ms(c, baseline, statistic)} | {_ms(c, method, statistic)} | '
-            f'{fmt_gap(gap(c, method, statistic, baseline))} | '
+            f'{fmt_gap(gap(c, method, baseline, statistic))} | '
             f'{_ms(c, method, "accuracy_drop")} / {_ms(c, baseline, "accuracy_drop")} |'
             for label, c in cells]
   lines += ['', '(gap: mean over seeds of the paired difference, ± the 95% t-interval\'s '
@@ -234,9 +225,9 @@ def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline:
                         ('global_train_loss_rise', 'largest rise of the training loss'),
                         ('final_accuracy', 'final test accuracy')):
     lines.append(f'| {label} | {_ms(cell, baseline, column)} | {_ms(cell, method, column)} | '
-                 f'{fmt_gap(gap(cell, method, column, baseline))} |')
-  loss = gap(cell, method, 'tail_global_train_loss', baseline)
-  rise = gap(cell, method, 'global_train_loss_rise', baseline)
+                 f'{fmt_gap(gap(cell, method, baseline, column))} |')
+  loss = gap(cell, method, baseline, 'tail_global_train_loss')
+  rise = gap(cell, method, baseline, 'global_train_loss_rise')
   reproduced = (loss is not None and rise is not None and loss.excludes_zero and loss.mean < 0
                 and rise.excludes_zero and rise.mean < 0
                 and rise.mean <= -0.5 * results.mean(cell[baseline], 'global_train_loss_rise'))

@@ -45,9 +45,9 @@ def _table():
 def test_gap_is_paired_over_shared_seeds():
   runs = _table() + [dict(regime='r1', epochs=1, method='fedga', seed=9, final_accuracy=0.0)]
   cells = results.group(runs)
-  g = diagnosis.gap(cells[('r1', 1)], 'fedga')
+  g = diagnosis.gap(cells[('r1', 1)], 'fedga', 'fedavg', 'final_accuracy')
   assert g.n == 3 and g.mean == pytest.approx(-0.11)
-  assert diagnosis.gap(cells[('r1', 1)], 'fedmgc') is None
+  assert diagnosis.gap(cells[('r1', 1)], 'fedmgc', 'fedavg', 'final_accuracy') is None
   assert [label for label, _ in diagnosis.cells_of(runs, 'fedld')] == ['r1, E=1']
 
 
