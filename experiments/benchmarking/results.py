@@ -33,7 +33,7 @@ def write_csv(path: str, rows: Sequence[Mapping[str, Any]],
 
 
 class DamagedRunsFile(ValueError):
-  """runs.csv cannot be read as written (cut short or edited)."""
+  """runs.csv (or config.json) cannot be read as written (cut short, edited or missing)."""
 
 
 def read_runs(path: str) -> list[dict[str, Any]]:
@@ -76,12 +76,19 @@ def read_json(path, default):
 
 def load(root: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
   """(runs.csv's rows, config.json's flat settings, validation_curves.csv's rows) of a benchmark
-  directory; no rows for a file that is not there."""
+  directory; no rows for a file that is not there.
+
+  Raises:
+    DamagedRunsFile: config.json is missing or not JSON, or runs.csv is damaged.
+  """
   def rows(name):
     path = os.path.join(root, name)
     return read_runs(path) if os.path.exists(path) else []
-  config = config_lib.flat_settings(read_json(os.path.join(root, 'config.json'), {}))
-  return rows('runs.csv'), config, rows(CURVES_FILE)
+  config = read_json(os.path.join(root, 'config.json'), None)
+  if not isinstance(config, dict):
+    raise DamagedRunsFile(f'{os.path.join(root, "config.json")} is missing or damaged (not a '
+                          'JSON object): the benchmark did not start or it was edited')
+  return rows('runs.csv'), config_lib.flat_settings(config), rows(CURVES_FILE)
 
 
 def num(value) -> Optional[float]:

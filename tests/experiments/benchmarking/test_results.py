@@ -75,3 +75,11 @@ def test_a_damaged_runs_file_is_refused(tmp_path, cut, problem):
     f.write(cut(text))
   with pytest.raises(results.DamagedRunsFile, match=problem):
     results.read_runs(path)
+
+
+def test_a_benchmark_without_its_config_is_refused(tmp_path):
+  with pytest.raises(results.DamagedRunsFile, match='config.json is missing or damaged'):
+    results.load(str(tmp_path))
+  (tmp_path / 'config.json').write_text('{"baseline": ')
+  with pytest.raises(results.DamagedRunsFile, match='config.json is missing or damaged'):
+    results.load(str(tmp_path))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from experiments import stats
+from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import results
 from experiments.benchmarking import tables
 from tests.experiments.benchmarking import report_rows
@@ -68,7 +69,8 @@ def test_power_line_from_the_median_paired_sd():
   assert line.startswith(f'Minimal detectable difference {mdd:.4f} (paired t-test, 3 seeds, '
                          'median paired sd 0.0100')
   assert f'detecting 0.01 at that power takes {stats.seeds_needed(0.01, 0.01)} seeds' in line
-  assert results.detect_for('synthetic', report_rows.CONFIG) == 0.02
+  assert results.detect_for('synthetic', report_rows.CONFIG) == config_lib.DETECT['synthetic']
+  assert results.detect_for('digits', report_rows.CONFIG) == config_lib.DEFAULT_DETECT
   assert results.detect_for('synthetic', dict(report_rows.CONFIG,
                                               detect={'synthetic': 0.05})) == 0.05
 
