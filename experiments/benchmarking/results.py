@@ -176,14 +176,20 @@ def at_chance(cell, method: str, baseline: str) -> bool:
 def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]] = ()
                 ) -> dict[tuple[str, int, str], stats.PairedDifference]:
   """(regime, E, method) -> `difference` of the primary statistic against the method `pairs`
-  gives it (default: every method against the config's baseline, the Results tables' family),
-  its `p_value` Holm-adjusted over all of them."""
+  gives it (default: every method against the config's baseline), its `p_value` Holm-adjusted:
+  against the baseline over the Results tables' family (every method), against another method
+  over those other pairs together."""
   baseline = config.get('baseline', 'fedavg')
-  pairs = pairs or [(m, baseline) for m in orders(rows, config)[1] if m != baseline]
-  found = {(r, e, m): d for r, e, cell in cells(rows, config) for m, against in pairs
-           for d in [difference(cell, m, against, primary_statistic(config))] if d is not None}
-  adjusted = stats.holm([d.p_value for d in found.values()])
-  return {k: dataclasses.replace(d, p_value=p) for (k, d), p in zip(found.items(), adjusted)}
+
+  def holm(family):
+    found = {(r, e, m): d for r, e, cell in cells(rows, config) for m, against in family
+             for d in [difference(cell, m, against, primary_statistic(config))] if d is not None}
+    adjusted = stats.holm([d.p_value for d in found.values()])
+    return {k: dataclasses.replace(d, p_value=p) for (k, d), p in zip(found.items(), adjusted)}
+  main = holm([(m, baseline) for m in orders(rows, config)[1] if m != baseline])
+  if pairs:
+    main = {k: d for k, d in main.items() if (k[2], baseline) in pairs}
+  return {**main, **holm([(m, b) for m, b in pairs if b != baseline])}
 
 
 def significant(d: Optional[stats.PairedDifference], chance: bool = False) -> bool:

@@ -29,16 +29,6 @@ def _margin(config) -> float:
   return float(config.get('equivalence_margin') or 0.01)
 
 
-def _comparisons(rows, config, pairs):
-  """(regime, E, method) -> `results.comparisons` of each (method, against) of `pairs`: against
-  the config's baseline, the report's own (Holm over the Results tables); against another
-  method, Holm over those other pairs together."""
-  found = {k: d for k, d in results_lib.comparisons(rows, config).items()
-           if (k[2], _baseline(config)) in pairs}
-  others = [(m, b) for m, b in pairs if b != _baseline(config)]
-  return {**found, **(results_lib.comparisons(rows, config, others) if others else {})}
-
-
 def _cells(rows, config):
   """(name, regime, E, cell) in the report's order; the name has E where the runs have several."""
   several = len({int(r['epochs']) for r in rows}) > 1
@@ -49,7 +39,7 @@ def _cells(rows, config):
 def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
   """One line per cell: the methods grouped by verdict, with their Δ (and, for beats / loses,
   the interval and Holm p)."""
-  found = _comparisons(rows, config, pairs)
+  found = results_lib.comparisons(rows, config, pairs)
   baseline = _baseline(config)
   lines = []
   for name, regime, e, cell in _cells(rows, config):
@@ -84,7 +74,7 @@ def _provisional(config) -> str:
 
 
 def _rule(rows, config, pairs) -> str:
-  others = sum(1 for (_, _, m) in _comparisons(rows, config, pairs)
+  others = sum(1 for (_, _, m) in results_lib.comparisons(rows, config, pairs)
                if dict(pairs)[m] != _baseline(config))
   family = (f'Holm over the {len(results_lib.comparisons(rows, config))} comparisons against '
             f'{_baseline(config)} of the results\' tables'

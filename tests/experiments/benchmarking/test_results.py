@@ -83,3 +83,20 @@ def test_a_benchmark_without_its_config_is_refused(tmp_path):
   (tmp_path / 'config.json').write_text('{"baseline": ')
   with pytest.raises(results.DamagedRunsFile, match='config.json is missing or damaged'):
     results.load(str(tmp_path))
+
+
+def test_comparisons_against_another_method_are_their_own_holm_family():
+  rows = report_rows.rows()
+  every = results.comparisons(rows, report_rows.CONFIG)
+  some = results.comparisons(rows, report_rows.CONFIG, [('fedgh', 'fedavg'), ('fedld', 'fedgh')])
+  for (regime, e, method), d in some.items():
+    cell = results.group(rows)[(regime, e)]
+    if method == 'fedgh':   # against the baseline: the Results tables' adjustment
+      assert d == every[(regime, e, method)]
+    else:                   # fedld - fedgh, Holm over its 3 cells alone
+      raw = results.difference(cell, 'fedld', 'fedgh')
+      assert d.mean == raw.mean and d.p_value >= raw.p_value
+  ps = sorted(results.difference(results.group(rows)[k[:2]], 'fedld', 'fedgh').p_value
+              for k in some if k[2] == 'fedld')
+  assert len(ps) == 3 and min(d.p_value for k, d in some.items() if k[2] == 'fedld') == (
+      pytest.approx(min(1.0, 3 * ps[0])))
