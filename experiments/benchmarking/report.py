@@ -79,13 +79,11 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   control_text = _control_section(root, plot_prefix)
   if control_text:
     parts += ['## Positive control\n', control_text]
-  parts.append('## Files\n')
-  parts.append('`runs.csv` (one row per reporting run, with its curves), `tuning.csv` (every '
-               'tuning candidate\'s validation score), `validation_curves.csv` (the chosen '
-               'candidates\' validation accuracy per round and tuning seed), '
-               '`tuning_choices.json`, `config.json`, '
-               '`timing.json`, `plots/`; each run\'s `metrics.csv` (every round\'s metrics) and '
-               '`result.json` under `runs/<regime>/E<e>/<method>/seed<s>/`.\n')
+  parts += ['## Files\n', '`runs.csv` (one row per reporting run, with its curves), `tuning.csv` '
+            '(every tuning candidate\'s validation score), `validation_curves.csv` (the chosen '
+            'candidates\' validation accuracy per round and tuning seed), `tuning_choices.json`, '
+            '`config.json`, `timing.json`, `plots/`; each run\'s `metrics.csv` (every round\'s '
+            'metrics) and `result.json` under `runs/<regime>/E<e>/<method>/seed<s>/`.\n']
   return '\n'.join(parts)
 
 

@@ -236,12 +236,10 @@ def regime_conflict(cell, baseline: str) -> tuple[Optional[float], str]:
   """The regime's measured conflict fraction: the baseline's, else the mean of the methods that
   report one (before their correction)."""
   own = list(by_seed(cell.get(baseline, {}), 'conflict_before').values())
-  if own:
-    return sum(own) / len(own), baseline
-  values = [v for per_seed in cell.values() for v in by_seed(per_seed, 'conflict_before').values()]
+  values = own or [v for s in cell.values() for v in by_seed(s, 'conflict_before').values()]
   if not values:
     return None, ''
-  return sum(values) / len(values), 'mean over conflict-aware methods'
+  return sum(values) / len(values), baseline if own else 'mean over conflict-aware methods'
 
 
 def curve_groups(curve_rows) -> dict[tuple[str, int], dict[str, list[list[Optional[float]]]]]:
