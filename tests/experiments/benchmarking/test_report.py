@@ -118,7 +118,8 @@ def _write_control(root, rows):
   results.write_csv(os.path.join(sub, 'runs.csv'), rows, columns)
   with open(os.path.join(sub, 'config.json'), 'w') as f:
     json.dump({'baseline': 'fedavg', 'regimes': ['synthetic(1,1)'],
-               'methods': ['fedavg', 'fedprox_mu1'], 'epochs': [20]}, f)
+               'methods': ['fedavg', 'fedprox_mu1'], 'epochs': [20],
+               'tuning': {'tune': False, 'last_k': 5}}, f)
   with open(os.path.join(sub, 'timing.json'), 'w') as f:
     json.dump([{'wall_seconds': 61.0}], f)
 
