@@ -385,7 +385,6 @@ def main(unused_argv):
   command = 'python -m experiments.benchmark ' + ' '.join(sys.argv[1:])
   from experiments.benchmarking import engine as engine_lib  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
-  from experiments.benchmarking import plan as plan_lib  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import report as report_lib  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import results  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import tables  # pylint: disable=g-import-not-at-top
@@ -405,18 +404,17 @@ def main(unused_argv):
     failures = []
   else:
     if FLAGS.positive_control:   # the checks of run_benchmark, before the control runs
-      plan = plan_lib.make_plan(config)
-      engine_lib.check_finished_runs(plan)
-      grid.check_regimes(plan, engine_lib.default_loader(plan))
+      grid.check_finished_runs(config)
+      grid.check_regimes(config, engine_lib.default_loader(config))
       from experiments.benchmarking import control  # pylint: disable=g-import-not-at-top
       control_outcome = grid.run_benchmark(control.control_config(config), command=command)
-      if control_outcome.failures:
-        print(f'positive control: {len(control_outcome.failures)} runs failed', flush=True)
+      if control_outcome['failures']:
+        print(f'positive control: {len(control_outcome["failures"])} runs failed', flush=True)
     outcome = grid.run_benchmark(config, command=command)
-    report_path, failures = outcome.report, outcome.failures
-    print(f'\n{outcome.runs_done} runs run, {outcome.runs_skipped} found finished, '
-          f'{len(failures)} failed; {outcome.num_processes} learning processes built in '
-          f'{outcome.build_seconds:.0f} s of {outcome.wall_seconds:.0f} s')
+    report_path, failures = outcome['report'], outcome['failures']
+    print(f'\n{outcome["runs_done"]} runs run, {outcome["runs_skipped"]} found finished, '
+          f'{len(failures)} failed; {outcome["processes_built"]} learning processes built in '
+          f'{outcome["build_seconds"]:.0f} s of {outcome["wall_seconds"]:.0f} s')
   wall = time.monotonic() - start
   print(f'report: {report_path}')
   print(f'runs: {os.path.join(config.root, "runs.csv")}')

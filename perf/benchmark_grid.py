@@ -47,7 +47,7 @@ def main(argv):
   round's excess over a steady one in a warm process: the E > min E runs) and the per-process
   cost (building, the sample's mean, plus the first run's warm-up). The estimate is
   `sum of runs x (rounds x steady + per-run extra) + sum of processes x per-process cost` with the
-  plan's counts (`Plan.planned_runs`, `planned_processes`; tuning at its upper bound); the
+  plan's counts (`plan.planned_runs`, `planned_processes`; tuning at its upper bound); the
   CPU-time estimate scales it by the sample's CPU / wall ratio (this process and its workers).
   """
   del argv
@@ -58,9 +58,9 @@ def main(argv):
   config = benchmark.config_from_flags()
   from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import plan as plan_lib  # pylint: disable=g-import-not-at-top
-  plan = plan_lib.make_plan(config)
   sample = dataclasses.replace(
-      config, regimes=tuple(plan.tuning_regimes[d] for d in plan.datasets), report_seeds=(0,),
+      config, regimes=tuple(plan_lib.tuning_regime(config, d) for d in plan_lib.datasets(config)),
+      report_seeds=(0,),
       loop=dataclasses.replace(config.loop, rounds=FLAGS.sample_rounds, resume=False),
       tuning=dataclasses.replace(config.tuning, tune=False), detect={},
       output=dataclasses.replace(config.output, experiment_name='sample', progress=False,
@@ -70,12 +70,12 @@ def main(argv):
   outcome = grid.run_benchmark(sample, stream=open(os.devnull, 'w'))
   wall, cpu = time.monotonic() - start, _cpu_seconds() - cpu_before
   load_after = os.getloadavg()
-  if outcome.failures:
-    raise SystemExit(f'sample runs failed: {outcome.failures}')
-  build = outcome.build_seconds / max(outcome.num_processes, 1)
+  if outcome['failures']:
+    raise SystemExit(f'sample runs failed: {outcome["failures"]}')
+  build = outcome['build_seconds'] / max(outcome['processes_built'], 1)
   first_e = min(config.epochs)
   steady, first = {}, {}
-  for row in outcome.rows:
+  for row in outcome['rows']:
     key = (row['method'], row['dataset'], int(row['epochs']))
     steady[key] = (row['run_seconds'] - row['first_round_s']) / (sample.loop.rounds - 1)
     first[key] = row['first_round_s']
@@ -89,22 +89,22 @@ def main(argv):
     if e == first_e:
       warmup[(method, dataset)] = max(0.0, first[(method, dataset, e)] - s
                                       - extra.get((method, dataset), 0.0))
-  planned = plan.planned_runs()
-  processes = plan.planned_processes()
-  print(f'Sample: {len(outcome.rows)} runs of {sample.loop.rounds} rounds on '
-        f'{list(sample.regimes)}, {outcome.num_processes} processes built '
+  planned = plan_lib.planned_runs(config)
+  processes = plan_lib.planned_processes(config)
+  print(f'Sample: {len(outcome["rows"])} runs of {sample.loop.rounds} rounds on '
+        f'{list(sample.regimes)}, {outcome["processes_built"]} processes built '
         f'({build:.1f} s each on average); wall {wall:.0f} s, CPU {cpu:.0f} s '
         f'(ratio {cpu / wall:.2f}); load average before {load_before[0]:.1f}, after '
         f'{load_after[0]:.1f}.\n')
-  print(f'Grid: {plan.rounds} rounds per run.\n')
+  print(f'Grid: {config.loop.rounds} rounds per run.\n')
   print('| method | dataset | E | steady s / round | per-run extra s | tuning runs | reporting '
         'runs | estimated s |')
   print('|---|---|---|---|---|---|---|---|')
   total = 0.0
   by_phase = collections.Counter()
   for (method, dataset, e), s in sorted(steady.items()):
-    runs_seconds = plan.rounds * s + extra.get((method, dataset), 0.0)
-    tune_e = plan.tuned_epochs[e]
+    runs_seconds = config.loop.rounds * s + extra.get((method, dataset), 0.0)
+    tune_e = plan_lib.tuned_epochs(config, e)
     n_tune = planned.get(('tune', method, dataset, e), 0) if tune_e == e else 0
     n_report = planned.get(('report', method, dataset, e), 0)
     seconds = (n_tune + n_report) * runs_seconds

@@ -147,9 +147,9 @@ def _benchmark(rounds: int):
     setattr(FLAGS, flag, value)
   config = benchmark.config_from_flags()
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
-  row = outcome.rows[-1]  # the second run: its process and traced functions are warm
+  row = outcome['rows'][-1]  # the second run: its process and traced functions are warm
   whole = (row['run_seconds'] - row['first_round_s']) / (rounds - 1)
-  return row['seconds_per_round'], whole, outcome.build_seconds
+  return row['seconds_per_round'], whole, outcome['build_seconds']
 
 
 def main(argv):

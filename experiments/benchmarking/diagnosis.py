@@ -37,7 +37,7 @@ def _ms(cell, method, column, digits=3) -> str:
 def variant_baseline(method: str, rows, default: str = BASELINE) -> str:
   """The method `method` is compared with: its variant's `baseline` where that ran in `rows`
   (a clipped variant against FedAvg clipped alike), else `default`."""
-  own = getattr(methods_lib.VARIANTS.get(method), 'baseline', None)
+  own = methods_lib.VARIANTS.get(method, {}).get('baseline')
   return own if own is not None and any(r['method'] == own for r in rows) else default
 
 
@@ -54,18 +54,19 @@ def _verdict(base: Optional[stats.Interval], variant: Optional[stats.Interval]) 
 
 
 def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
-  variants = [v for v in methods_lib.VARIANTS.values() if v.diagnoses == method]
-  present = [v for v in variants if any(r['method'] == v.name for r in rows)]
+  variants = [v for v, spec in methods_lib.VARIANTS.items() if spec['diagnoses'] == method]
+  present = [v for v in variants if any(r['method'] == v for r in rows)]
   if not present:
     return [f'No variant of {method} was run (see `experiments.benchmarking.methods.VARIANTS`: '
-            f'{", ".join(v.name for v in variants) or "none"}).']
+            f'{", ".join(variants) or "none"}).']
   lines = ['| variant | changes | question | compared with | ' + ' | '.join(
       f'{label}: gap' for label, _ in cells) + ' |', '|---|---|---|---|' + '---|' * len(cells)]
   for v in present:
-    reference = variant_baseline(v.name, rows, baseline)
-    gaps = [(gap(cell, method, baseline, statistic), gap(cell, v.name, reference, statistic))
+    reference = variant_baseline(v, rows, baseline)
+    gaps = [(gap(cell, method, baseline, statistic), gap(cell, v, reference, statistic))
             for _, cell in cells]
-    lines.append(f'| {v.name} | {v.described} | {v.question} | {reference} | ' + ' | '.join(
+    question = methods_lib.VARIANTS[v]['question']
+    lines.append(f'| {v} | {methods_lib.described(v)} | {question} | {reference} | ' + ' | '.join(
         '-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})'
         for base, ours in gaps) + ' |')
   return lines
@@ -170,9 +171,9 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
   if not cells:
     raise ValueError(f'method {method!r} has no run in the runs table')
   variant = methods_lib.VARIANTS.get(method)
-  algorithm = variant.diagnoses if variant else algorithm
+  algorithm = variant['diagnoses'] if variant else algorithm
   baseline = variant_baseline(method, rows, baseline)
-  reading = f'A variant of {algorithm}: {variant.question}' if variant else _reading(algorithm)
+  reading = f'A variant of {algorithm}: {variant["question"]}' if variant else _reading(algorithm)
   name = {'final_accuracy': 'final accuracy',
           'last_k_accuracy': 'mean accuracy of the last rounds'}.get(statistic, statistic)
   lines = [reading, ''] if reading else []

@@ -48,59 +48,13 @@ def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSp
         '--experiment_name or --output_dir, or --noresume to run everything again')
 
 
-def check_finished_runs(plan: plan_lib.Plan) -> None:
-  """Compares every finished run on disk that `plan` would run again (same phase, regime, E,
-  method, seed and tuning candidate) with the settings `plan` gives it, before anything runs or
-  is written: the values that tuning chooses (builder arguments, learning rates) are taken as
-  recorded, since they are known only once tuning ran (`Engine.finished` checks them then).
-
-  Raises:
-    SettingsChangedError: the first such run whose settings differ.
-  """
-  if not plan.loop.resume:
-    return
-  methods = {m.name: m for m in plan.methods}
-  tasks = {(t.regime, t.epochs, t.method.name): t for t in plan.tuning}
-  for directory, _, names in sorted(os.walk(plan.root)):
-    if runs_lib.RESULT_FILE not in names:
-      continue
-    result = runs_lib.read_result(directory)
-    recorded = result['spec'] if result is not None else None
-    if not isinstance(recorded, dict) or recorded.get('method') not in methods:
-      continue
-    try:
-      phase, regime, epochs, seed = (recorded['phase'], recorded['regime'],
-                                     int(recorded['epochs']), int(recorded['seed']))
-      method = methods[recorded['method']]
-      if phase == runs_lib.REPORT_PHASE:
-        planned = (regime in plan.regimes and epochs in plan.epochs
-                   and seed in plan.report_seeds)
-      else:
-        task = tasks.get((regime, epochs, method.name))
-        planned = task is not None and seed in task.seeds
-      if not planned:
-        continue
-      if phase == runs_lib.REPORT_PHASE and not plan.tuning:
-        values = dict(kwargs=dict(method.given), client_lr=method.client_lr,
-                      server_lr=method.server_lr)
-      else:
-        values = dict(kwargs=dict(recorded['kwargs']), client_lr=recorded['client_lr'],
-                      server_lr=recorded['server_lr'])
-      spec = plan.spec(phase=phase, regime=regime, method=method, epochs=epochs, seed=seed,
-                       candidate=recorded.get('candidate', ''), **values)
-    except (KeyError, TypeError, ValueError):
-      continue   # not a run of this kind: its own check, when it runs, says what is wrong
-    if os.path.normpath(spec.directory(plan.root)) == os.path.normpath(directory):
-      check_same_spec(directory, recorded, spec)
-
-
-def default_loader(plan: plan_lib.Plan) -> Loader:
+def default_loader(config) -> Loader:
   """`(regime, seed) -> (train, test)` through `tff_conflict.data.load_regime`."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
 
   def load(regime, seed):
-    return data.load_regime(regime, seed=seed, cache_dir=plan.cache_dir,
-                            data_dir=plan.data_dir, leaf_dir=plan.leaf_dir)
+    return data.load_regime(regime, seed=seed, cache_dir=config.data.cache_dir,
+                            data_dir=config.data.data_dir, leaf_dir=config.data.leaf_dir)
   return load
 
 
@@ -198,16 +152,16 @@ class Engine:
   """Builds, caches and runs (docs/design.md, "The method comparison", what runs share).
 
   Args:
-    plan: the benchmark (`plan.Plan`).
-    loader: `(regime, seed) -> (train, test)` client data; default `default_loader(plan)`.
+    config: the benchmark (`config.BenchmarkConfig`).
+    loader: `(regime, seed) -> (train, test)` client data; default `default_loader(config)`.
     on_round: called after every round of every run (progress).
     stream: where failures are reported.
   """
 
-  def __init__(self, plan: plan_lib.Plan, *, loader: Optional[Loader] = None,
+  def __init__(self, config, *, loader: Optional[Loader] = None,
                on_round: Callable[[], None] = lambda: None, stream: Optional[TextIO] = None):
-    self._plan = plan
-    self._loader = loader or default_loader(plan)
+    self._config = config
+    self._loader = loader or default_loader(config)
     self._on_round = on_round
     self._stream = stream
     self._built: dict[tuple, _Built] = {}
@@ -228,8 +182,8 @@ class Engine:
 
   def data(self, regime: str, seed: int) -> tuple[Any, Any]:
     """`(train, test)` of a regime and data seed (loaded once; your own data as given)."""
-    if regime in self._plan.own_data:
-      return tuple(self._plan.own_data[regime])
+    if regime in self._config.datasets:
+      return tuple(self._config.datasets[regime])
     key = (regime, seed)
     if key not in self._data:
       from tff_conflict import data  # pylint: disable=g-import-not-at-top
@@ -244,7 +198,7 @@ class Engine:
     if key not in self._splits:
       from tff_conflict import data  # pylint: disable=g-import-not-at-top
       self._splits[key] = data.split_validation(
-          train, self._plan.validation_fraction, seed=spec.data_seed)
+          train, self._config.tuning.validation_fraction, seed=spec.data_seed)
     return self._splits[key]
 
   def shape_and_classes(self, regime: str, seed: int, model: str) -> tuple[tuple, int]:
@@ -258,7 +212,7 @@ class Engine:
         logits (`tff_conflict.learning.models.resolve_model`), or does not fit the labels; your
         data holds a label < 0 or fewer than 2 classes.
     """
-    key = (self._plan.dataset_of[regime], model)
+    key = (plan_lib.dataset_of(self._config, regime), model)
     if key not in self._shapes:
       self._shapes[key] = self._find_shape_and_classes(regime, seed, *key)
     return self._shapes[key]
@@ -270,7 +224,7 @@ class Engine:
       info = data.dataset_info(dataset)
     except ValueError:
       info = None
-    own = self._plan.model_fns.get(model)
+    own = self._config.model_fns.get(model)
     if info is not None and own is None:
       return tuple(info.element_shape), info.num_classes
     train, test = self.data(regime, seed)
@@ -279,7 +233,7 @@ class Engine:
         info.element_shape)
     classes = None if info is None else info.num_classes
     top = None
-    if dataset in self._plan.own_data:
+    if dataset in self._config.datasets:
       labels = np.concatenate([_labels(train), _labels(test)])
       top = int(labels.max()) if labels.size else -1
       if labels.size and labels.min() < 0:
@@ -310,10 +264,11 @@ class Engine:
   def check_models(self) -> None:
     """Checks, before any run, each dataset's model on the data where either is your own
     (`shape_and_classes`)."""
-    seed = self._plan.report_seeds[0] if self._plan.data_seed is None else self._plan.data_seed
-    for dataset, model in self._plan.models.items():
-      if dataset in self._plan.own_data or model in self._plan.model_fns:
-        self.shape_and_classes(self._plan.regimes_of(dataset)[0], seed, model)
+    seed = plan_lib.data_seed(self._config, self._config.report_seeds[0])
+    for dataset in plan_lib.datasets(self._config):
+      model = plan_lib.model_of(self._config, dataset)
+      if dataset in self._config.datasets or model in self._config.model_fns:
+        self.shape_and_classes(plan_lib.regimes_of(self._config, dataset)[0], seed, model)
 
   def _shape_and_classes(self, spec):
     return self.shape_and_classes(spec.regime, spec.data_seed, spec.model)
@@ -322,7 +277,7 @@ class Engine:
     """A no-argument function returning a new `spec.model` initialised by `seed`: a built-in
     model's initializers are seeded; your model is built under `seeded(seed)` (its
     initializers left unseeded)."""
-    own = self._plan.model_fns.get(spec.model)
+    own = self._config.model_fns.get(spec.model)
     if own is None:
       shape, classes = self._shape_and_classes(spec)
       return functools.partial(architectures.get(spec.model), shape, classes, seed=seed)
@@ -357,7 +312,7 @@ class Engine:
             learning_rate=spec.client_lr, momentum=spec.client_momentum or None),
         server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=spec.server_lr),
         **dict(spec.kwargs))
-    runner = runtime.make_runner(process, self._plan.runtime)
+    runner = runtime.make_runner(process, self._config.runtime.runtime)
     initial_state = runner.initialize()
     seconds = time.monotonic() - start
     # A Keras model created eagerly before TFF traces a model function is invalidated: drop the
@@ -415,7 +370,7 @@ class Engine:
     _, classes = self._shape_and_classes(spec)
     arrays_key = (spec.phase, spec.regime, spec.data_seed)
     per_class = spec.phase == runs_lib.REPORT_PHASE
-    train_loss = per_class and self._plan.loop.eval_train_loss
+    train_loss = per_class and self._config.loop.eval_train_loss
     columns = [f'{prefix}_accuracy', f'{prefix}_loss', f'{prefix}_macro_f1']
     cooccurrence = None
     if per_class:
@@ -474,9 +429,9 @@ class Engine:
     Raises:
       SettingsChangedError: its `result.json` records other settings.
     """
-    if not self._plan.loop.resume:
+    if not self._config.loop.resume:
       return None
-    run_dir = spec.directory(self._plan.root)
+    run_dir = spec.directory(self._config.root)
     result = runs_lib.read_result(run_dir)
     if result is None:
       return None
@@ -491,7 +446,7 @@ class Engine:
     if done is not None:
       self.runs_skipped += 1
       return done
-    run_dir = spec.directory(self._plan.root)
+    run_dir = spec.directory(self._config.root)
     os.makedirs(run_dir, exist_ok=True)
     error_path = os.path.join(run_dir, 'error.txt')
     try:
@@ -539,7 +494,7 @@ class Engine:
         show_progress=False, test_columns=columns)
     seconds = time.monotonic() - start
     summary = runs_lib.summarize(result.rows, prefix=spec.eval_prefix,
-                                 last_k=self._plan.last_k,
+                                 last_k=self._config.tuning.last_k,
                                  num_classes=self._shape_and_classes(spec)[1])
     # A diverged model's confusion matrix is NaN: it counts as collapsed (at chance).
     summary['collapsed'] = bool(summary['collapsed'] or summary['diverged']

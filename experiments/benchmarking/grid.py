@@ -1,7 +1,6 @@
 """A whole benchmark, one way: `run_benchmark(config)` runs the plan's tuning tasks and reporting
 runs (`plan`, `engine`; finished runs on disk are skipped), writes the record files and the report."""
 
-import dataclasses
 import datetime
 import json
 import os
@@ -18,7 +17,6 @@ from experiments.benchmarking import plan as plan_lib
 from experiments.benchmarking import report as report_lib
 from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import runs as runs_lib
-from experiments.benchmarking import tuning as tuning_lib
 
 CONFIG_FILE = 'config.json'
 RUNS_FILE = 'runs.csv'
@@ -30,121 +28,69 @@ TIMING_FILE = 'timing.json'
 REGIMES_FILE = 'regimes.json'
 
 
-@dataclasses.dataclass
-class Outcome:
-  """What `run_benchmark` did.
-
-  Attributes:
-    root: the benchmark's directory.
-    report: the path of report.md.
-    rows: runs.csv's rows.
-    choices: the tuning choices (empty without tuning).
-    failures: (run label, error) of the runs that failed (they are retried on the next run).
-    wall_seconds: this invocation's time.
-    build_seconds: this invocation's time spent building learning processes.
-    runs_done, runs_skipped: runs run now, and runs found finished on disk.
-    num_processes: learning processes built.
-  """
-  root: str
-  report: str
-  rows: list
-  choices: list
-  failures: list
-  wall_seconds: float
-  build_seconds: float
-  runs_done: int
-  runs_skipped: int
-  num_processes: int
-
-
-def _tune(plan: plan_lib.Plan, engine, progress) -> list[tuning_lib.Choice]:
+def _tune(config, engine, progress) -> list[dict[str, Any]]:
+  """Each tuning task's choice (`plan.tune_method`), then the baseline's widened
+  (`_baseline_searched_every_server_lr`)."""
   choices, evaluators = [], {}
-  for task in plan.tuning:
+  for dataset, epochs, method in plan_lib.tuning_tasks(config):
 
-    def evaluate(candidate, task=task, rounds=None):
+    def evaluate(candidate, rounds=None, dataset=dataset, epochs=epochs, method=method):
       summaries = []
-      for seed in task.seeds:
-        spec = plan.tuning_spec(task, candidate, seed)
-        if rounds is not None and rounds != spec.rounds:  # a shorter rung of halving
-          spec = dataclasses.replace(spec, rounds=rounds,
-                                     candidate=f'{spec.candidate} @{rounds} rounds')
+      for seed in config.tuning.tuning_seeds:
+        spec = plan_lib.tuning_spec(config, dataset, epochs, method, candidate, seed, rounds)
         progress.start_run(spec.rounds, spec.label())
         summaries.append(engine.run(spec))
         progress.end_run()
-      return tuning_lib.score(summaries)
+      return plan_lib.score(summaries)
 
-    choice = tuning_lib.tune_method(task.method.search, dataset=task.dataset,
-                                    regime=task.regime, epochs=task.epochs, evaluate=evaluate)
-    untried = (len(tuning_lib.candidates(task.method.search))
-               + tuning_lib.max_extensions(task.method.search) - len(choice.scores))
-    progress.skip(untried * len(task.seeds) * plan.rounds)
+    choice = plan_lib.tune_method(config, method, evaluate, dataset=dataset,
+                                  regime=plan_lib.tuning_regime(config, dataset), epochs=epochs)
+    untried = (len(plan_lib.candidates(config, method))
+               + plan_lib.max_extensions(config, method) - len(choice['scores']))
+    progress.skip(untried * len(config.tuning.tuning_seeds) * config.loop.rounds)
     choices.append(choice)
-    evaluators[(task.dataset, task.epochs, task.method.name)] = evaluate
-  return _baseline_searched_every_server_lr(plan, choices, evaluators)
+    evaluators[(dataset, epochs, method.name)] = evaluate
+  return _baseline_searched_every_server_lr(config, choices, evaluators)
 
 
-def _baseline_searched_every_server_lr(plan, choices, evaluators):
+def _baseline_searched_every_server_lr(config, choices, evaluators):
   """The baseline's choice, in each (dataset, E), after it also tried the server lrs other
-  methods reached by edge extension (`tuning.widen_server_lrs`), when server lrs are tuned."""
+  methods reached by edge extension (`plan.widen_server_lrs`), when server lrs are tuned."""
   out = []
   for choice in choices:
-    key = (choice.dataset, choice.epochs, choice.method)
-    if choice.method == plan.baseline and key in evaluators:
-      reached = {lr for c in choices if (c.dataset, c.epochs) == key[:2]
-                 for lr in searched(c)['server_lrs_tried']}
-      if len(searched(choice)['server_lrs_tried']) > 1:   # its server lr was tuned
-        choice = tuning_lib.widen_server_lrs(choice, sorted(reached), evaluators[key])
+    key = (choice['dataset'], choice['epochs'], choice['method'])
+    if choice['method'] == config.baseline and len(choice['server_lrs_tried']) > 1:
+      reached = {lr for c in choices if (c['dataset'], c['epochs']) == key[:2]
+                 for lr in c['server_lrs_tried']}
+      choice = plan_lib.widen_server_lrs(choice, sorted(reached), evaluators[key])
     out.append(choice)
   return out
-
-
-def choice_to_dict(choice: tuning_lib.Choice) -> dict[str, Any]:
-  out = dataclasses.asdict(choice)
-  out['tuned'] = dict(choice.tuned)
-  out['scores'] = [{'candidate': n, 'score': s, 'seeds': k} for n, s, k in choice.scores]
-  out.update(searched(choice))
-  return out
-
-
-def searched(choice: tuning_lib.Choice) -> dict[str, Any]:
-  """What a method's tuning tried: its number of candidates and the client and server learning
-  rates among them (edge extensions included), for tuning_choices.json."""
-  values = [runs_lib.candidate_values(n) for n, _, _ in choice.scores]
-  return {'candidates': len(values),
-          'client_lrs_tried': sorted({float(v['clr']) for v in values if 'clr' in v}),
-          'server_lrs_tried': sorted({float(v['slr']) for v in values if 'slr' in v})}
 
 
 def _tuning_rows(choices):
   rows = []
   for c in choices:
-    winner = runs_lib.candidate_name(c.client_lr, c.server_lr, dict(c.tuned))
-    for name, score, seeds in c.scores:
-      rows.append({'dataset': c.dataset, 'regime': c.regime, 'epochs': c.epochs,
-                   'method': c.method, 'candidate': name, 'validation_score': score,
-                   'seeds': seeds, 'chosen': name == winner})
+    winner = runs_lib.candidate_name(c['client_lr'], c['server_lr'], c['tuned'])
+    rows += [{'dataset': c['dataset'], 'regime': c['regime'], 'epochs': c['epochs'],
+              'method': c['method'], 'candidate': s['candidate'], 'validation_score': s['score'],
+              'seeds': s['seeds'], 'chosen': s['candidate'] == winner} for s in c['scores']]
   return rows
 
 
-def validation_curve_rows(plan: plan_lib.Plan, choices) -> list[dict[str, Any]]:
+def validation_curve_rows(config, choices) -> list[dict[str, Any]]:
   """validation_curves.csv's rows: for each tuning task's choice (`_tune`'s order), the chosen
   candidate's validation accuracy curve on each tuning seed whose full-length run finished."""
   rows = []
-  for task, c in zip(plan.tuning, choices):
-    candidate = tuning_lib.Candidate(c.client_lr, c.server_lr, c.tuned)
-    for seed in task.seeds:
-      spec = plan.tuning_spec(task, candidate, seed)
-      result = runs_lib.read_result(spec.directory(plan.root))
-      if result is None:
-        continue
-      rows.append({'dataset': c.dataset, 'regime': c.regime, 'epochs': c.epochs,
-                   'method': c.method, 'candidate': candidate.name, 'seed': seed,
-                   'accuracy_curve': result['summary'].get('accuracy_curve', '')})
+  for (dataset, epochs, method), c in zip(plan_lib.tuning_tasks(config), choices):
+    chosen = plan_lib.candidate(c['client_lr'], c['server_lr'], c['tuned'])
+    for seed in config.tuning.tuning_seeds:
+      spec = plan_lib.tuning_spec(config, dataset, epochs, method, chosen, seed)
+      result = runs_lib.read_result(spec.directory(config.root))
+      if result is not None:
+        rows.append({'dataset': c['dataset'], 'regime': c['regime'], 'epochs': c['epochs'],
+                     'method': c['method'], 'candidate': spec.candidate, 'seed': seed,
+                     'accuracy_curve': result['summary'].get('accuracy_curve', '')})
   return rows
-
-
-def _write_json(path, value):
-  files.write_json_atomically(path, value)
 
 
 def _append_timing(root, entry):
@@ -156,42 +102,90 @@ def _append_timing(root, entry):
         entries = json.load(f)
     except ValueError:
       entries = []
-  entries.append(entry)
-  _write_json(path, entries)
+  files.write_json_atomically(path, entries + [entry])
 
 
-def describe_regimes(plan: plan_lib.Plan, engine) -> list[dict[str, Any]]:
+def _first_seed(config) -> int:
+  return plan_lib.data_seed(config, config.report_seeds[0])
+
+
+def describe_regimes(config, engine) -> list[dict[str, Any]]:
   """Size and label skew of each regime's training data (`tff_conflict.data.describe`) for the
   first reporting seed's partition; regimes whose client data cannot count labels cheaply
   (no `label_counts`, e.g. EMNIST's writers) are left out."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   out = []
-  seed = plan.report_seeds[0] if plan.data_seed is None else plan.data_seed
-  for regime in plan.regimes:
-    train, _ = engine.data(regime, seed)
+  for regime in config.regimes:
+    train, _ = engine.data(regime, _first_seed(config))
     if getattr(train, 'label_counts', None) is None:
       continue
     summary = data.describe(train)
-    out.append({'regime': regime, 'data_seed': seed, 'num_clients': summary['num_clients'],
-                'num_examples': summary['num_examples'],
-                'examples_per_client': summary['examples_per_client'],
-                'classes_per_client': summary['classes_per_client'],
-                'label_tv_distance': summary['label_tv_distance']})
+    out.append({'regime': regime, 'data_seed': _first_seed(config),
+                **{k: summary[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
+                                           'classes_per_client', 'label_tv_distance')}})
   return out
+
+
+def check_finished_runs(config) -> None:
+  """Compares every finished run on disk that `config` would run again (same phase, regime, E,
+  method, seed and tuning candidate) with the settings it gives it, before anything runs or is
+  written: the values that tuning chooses (builder arguments, learning rates) are taken as
+  recorded, since they are known only once tuning ran (`Engine.finished` checks them then).
+
+  Raises:
+    engine.SettingsChangedError: the first such run whose settings differ.
+  """
+  if not config.loop.resume:
+    return
+  methods = {m.name: m for m in plan_lib.methods(config)}
+  tasks = {(plan_lib.tuning_regime(config, d), e, m.name)
+           for d, e, m in plan_lib.tuning_tasks(config)}
+  for directory, _, names in sorted(os.walk(config.root)):
+    if runs_lib.RESULT_FILE not in names:
+      continue
+    result = runs_lib.read_result(directory)
+    recorded = result['spec'] if result is not None else None
+    if not isinstance(recorded, dict) or recorded.get('method') not in methods:
+      continue
+    try:
+      phase, regime, epochs, seed = (recorded['phase'], recorded['regime'],
+                                     int(recorded['epochs']), int(recorded['seed']))
+      method = methods[recorded['method']]
+      if phase == runs_lib.REPORT_PHASE:
+        planned = (regime in config.regimes and epochs in config.epochs
+                   and seed in config.report_seeds)
+      else:
+        planned = ((regime, epochs, method.name) in tasks
+                   and seed in config.tuning.tuning_seeds)
+      if not planned:
+        continue
+      if phase == runs_lib.REPORT_PHASE and not config.tuning.tune:
+        client_lr, server_lr = plan_lib.rates(config, method)
+        values = dict(kwargs=plan_lib.given_values(config, method), client_lr=client_lr,
+                      server_lr=server_lr)
+      else:
+        values = dict(kwargs=dict(recorded['kwargs']), client_lr=recorded['client_lr'],
+                      server_lr=recorded['server_lr'])
+      spec = plan_lib.run_spec(config, phase=phase, regime=regime, method=method, epochs=epochs,
+                               seed=seed, candidate=recorded.get('candidate', ''), **values)
+    except (KeyError, TypeError, ValueError):
+      continue   # not a run of this kind: its own check, when it runs, says what is wrong
+    if os.path.normpath(spec.directory(config.root)) == os.path.normpath(directory):
+      engine_lib.check_same_spec(directory, recorded, spec)
 
 
 def run_benchmark(config: config_lib.BenchmarkConfig, *,
                   loader: Optional[engine_lib.Loader] = None, stream: Optional[TextIO] = None,
                   after_tuning: Callable[[], None] = lambda: None,
-                  command: str = '') -> Outcome:
+                  command: str = '') -> dict[str, Any]:
   """Runs the benchmark and writes its report.
 
   Files under the benchmark's root besides the runs' directories (`runs/`, `tuning/`):
-    config.json            the benchmark's settings, and its plan under `plan` (`Plan.describe`)
+    config.json            the benchmark's settings, and its plan under `plan` (`plan.describe`)
     runs.csv               one row per finished reporting run (`runs.RUN_COLUMNS`)
     tuning.csv             one row per tuning candidate: its validation score and whether it won
-    tuning_choices.json    the chosen values per (dataset, E, method); `at_edge`: the dimensions
-                           whose chosen value is still at its grid's edge
+    tuning_choices.json    the chosen values per (dataset, E, method) (`plan.tune_method`);
+                           `at_edge`: the dimensions whose chosen value is at its grid's edge
     validation_curves.csv  one row per tuning seed of each method's chosen candidate: its
                            validation accuracy per round (`runs.encode_curve`)
     timing.json            one entry per invocation: wall time, building time, runs run/skipped
@@ -199,31 +193,34 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     report.md, plots/      the report (`report`)
 
   Args:
-    config: the benchmark, resolved once into its plan (`plan.make_plan`).
+    config: the benchmark.
     loader: `(regime, seed) -> (train, test)`; default `tff_conflict.data.load_regime`.
     stream: progress and messages (default stdout; the bar goes to stderr on a terminal).
     after_tuning: called once tuning is over, before the first reporting run.
     command: the command line, recorded in timing.json and the report.
+
+  Returns:
+    This invocation's timing.json entry (`wall_seconds`, `build_seconds`, `processes_built`,
+    `runs_done`, `runs_skipped`, ...) with `root`, `report` (report.md's path), `rows`
+    (runs.csv's), `choices` (tuning_choices.json's) and `failures` ((run label, error) of the
+    runs that failed; they are retried on the next run).
 
   Raises:
     experiments.config.ConfigError: a regime that cannot be loaded or is smaller than a round's
       cohort (`check_regimes`), or your own data or model that do not fit
       (`Engine.check_models`), before anything is written.
     engine.SettingsChangedError: a finished run on disk has other settings; found before
-      anything is written (`engine.check_finished_runs`) or, for the values tuning chooses,
-      when the run comes; either way the files the report reads are left as they were.
+      anything is written (`check_finished_runs`) or, for the values tuning chooses, when the
+      run comes; either way the files the report reads are left as they were.
   """
-  stream = stream or sys.stdout
-  plan = plan_lib.make_plan(config)
-  root = plan.root
-  engine_lib.check_finished_runs(plan)   # before anything is written
-  os.makedirs(root, exist_ok=True)
-  record = _read_record(root)
+  check_finished_runs(config)   # before anything is written
+  os.makedirs(config.root, exist_ok=True)
+  record = _read_record(config.root)
   try:
-    return _run(config, plan, loader=loader, stream=stream, after_tuning=after_tuning,
+    return _run(config, loader=loader, stream=stream or sys.stdout, after_tuning=after_tuning,
                 command=command)
   except engine_lib.SettingsChangedError:
-    _restore_record(root, record)   # a refused command leaves the record as it found it
+    _restore_record(config.root, record)   # a refused command leaves the record as it found it
     raise
 
 
@@ -253,12 +250,12 @@ def _restore_record(root: str, record: dict[str, Optional[bytes]]) -> None:
         f.write(content)
 
 
-def check_regimes(plan: plan_lib.Plan, data: Callable[[str, int], Any]) -> None:
-  """Loads every regime of `plan` (reporting and tuning) once and checks that its population
+def check_regimes(config, data: Callable[[str, int], Any]) -> None:
+  """Loads every regime of `config` (reporting and tuning) once and checks that its population
   holds `clients_per_round`, so that a regime that cannot run fails before any run, in one line.
 
   Args:
-    plan: the benchmark.
+    config: the benchmark.
     data: `(regime, seed) -> (train, test)` (`Engine.data`, which keeps what it loads).
 
   Raises:
@@ -266,50 +263,51 @@ def check_regimes(plan: plan_lib.Plan, data: Callable[[str, int], Any]) -> None:
       loader's error: a population the dataset cannot hold, a missing file), or
       --clients_per_round and the population.
   """
-  seed = plan.report_seeds[0] if plan.data_seed is None else plan.data_seed
-  tuned = [r for r in plan.tuning_regimes.values() if plan.tuning and r not in plan.regimes]
-  for regime in list(plan.regimes) + list(dict.fromkeys(tuned)):
-    flag = 'regimes' if regime in plan.regimes else 'tuning_regimes'
+  tuned = [plan_lib.tuning_regime(config, d) for d in plan_lib.datasets(config)]
+  tuned = [r for r in tuned if config.tuning.tune and r not in config.regimes]
+  for regime in list(config.regimes) + list(dict.fromkeys(tuned)):
+    flag = 'regimes' if regime in config.regimes else 'tuning_regimes'
     try:
-      train, _ = data(regime, seed)
+      train, _ = data(regime, _first_seed(config))
     except (ValueError, FileNotFoundError) as e:
       raise experiment_config.ConfigError(flag, regime, reason=str(e)) from None
     population = len(train.client_ids)
-    if plan.loop.clients_per_round > population:
+    if config.loop.clients_per_round > population:
       raise experiment_config.ConfigError(
-          'clients_per_round', plan.loop.clients_per_round,
+          'clients_per_round', config.loop.clients_per_round,
           reason=f'regime {regime!r} has {population} clients: use at most {population}, or a '
           'larger population (@K in the regime)')
 
 
-def _run(config, plan, *, loader, stream, after_tuning, command) -> Outcome:
-  root = plan.root
+def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
+  root = config.root
   start = time.monotonic()
-  tuning_runs = plan.num_runs(runs_lib.TUNE_PHASE)
-  report_runs = plan.num_runs(runs_lib.REPORT_PHASE)
+  tuning_runs = plan_lib.num_runs(config, runs_lib.TUNE_PHASE)
+  report_runs = plan_lib.num_runs(config, runs_lib.REPORT_PHASE)
   progress = progress_lib.Progress(
-      (tuning_runs + report_runs) * plan.rounds, label='[benchmark]', enabled=plan.progress,
-      min_interval=30.0,
+      (tuning_runs + report_runs) * config.loop.rounds, label='[benchmark]',
+      enabled=config.output.progress, min_interval=30.0,
       stream=sys.stderr if getattr(sys.stderr, 'isatty', lambda: False)() else stream)
-  engine = engine_lib.Engine(plan, loader=loader, on_round=progress.tick, stream=stream)
-  check_regimes(plan, engine.data)
+  engine = engine_lib.Engine(config, loader=loader, on_round=progress.tick, stream=stream)
+  check_regimes(config, engine.data)
   engine.check_models()
-  _write_json(os.path.join(root, CONFIG_FILE),
-              dict(config_lib.as_dict(config), plan=plan.describe()))
-  print(f'benchmark: {len(plan.regimes)} regimes x {len(plan.methods)} methods x E in '
-        f'{list(plan.epochs)} x {len(plan.report_seeds)} seeds = {report_runs} reporting runs, '
-        f'up to {tuning_runs} tuning runs, {plan.rounds} rounds each -> {root}', file=stream,
-        flush=True)
+  files.write_json_atomically(os.path.join(root, CONFIG_FILE),
+                              dict(config_lib.as_dict(config), plan=plan_lib.describe(config)))
+  print(f'benchmark: {len(config.regimes)} regimes x {len(config.methods)} methods x E in '
+        f'{list(config.epochs)} x {len(config.report_seeds)} seeds = {report_runs} reporting '
+        f'runs, up to {tuning_runs} tuning runs, {config.loop.rounds} rounds each -> {root}',
+        file=stream, flush=True)
   rows = []
   try:
-    _write_json(os.path.join(root, REGIMES_FILE), describe_regimes(plan, engine))
-    choices = _tune(plan, engine, progress)
-    _write_json(os.path.join(root, CHOICES_FILE), [choice_to_dict(c) for c in choices])
+    files.write_json_atomically(os.path.join(root, REGIMES_FILE),
+                                describe_regimes(config, engine))
+    choices = _tune(config, engine, progress)
+    files.write_json_atomically(os.path.join(root, CHOICES_FILE), choices)
     results_lib.write_csv(os.path.join(root, TUNING_FILE), _tuning_rows(choices))
-    results_lib.write_csv(os.path.join(root, CURVES_FILE), validation_curve_rows(plan, choices),
-                         CURVE_COLUMNS)
+    results_lib.write_csv(os.path.join(root, CURVES_FILE),
+                          validation_curve_rows(config, choices), CURVE_COLUMNS)
     after_tuning()
-    for spec in plan.report_specs(choices):
+    for spec in plan_lib.report_specs(config, choices):
       progress.start_run(spec.rounds, spec.label())
       summary = engine.run(spec)
       progress.end_run()
@@ -318,16 +316,13 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> Outcome:
         results_lib.write_csv(os.path.join(root, RUNS_FILE), rows, runs_lib.RUN_COLUMNS)
   finally:
     progress.close()
-    wall = time.monotonic() - start
-    _append_timing(root, {
+    timing = {
         'finished': datetime.datetime.now().isoformat(timespec='seconds'),
-        'wall_seconds': wall, 'build_seconds': engine.build_seconds,
+        'wall_seconds': time.monotonic() - start, 'build_seconds': engine.build_seconds,
         'processes_built': engine.num_processes, 'runs_done': engine.runs_done,
         'runs_skipped': engine.runs_skipped, 'runs_failed': len(engine.failures),
-        'rounds_done': engine.rounds_done, 'command': command})
+        'rounds_done': engine.rounds_done, 'command': command}
+    _append_timing(root, timing)
   results_lib.write_csv(os.path.join(root, RUNS_FILE), rows, runs_lib.RUN_COLUMNS)
-  report_path = report_lib.write_report(root)
-  return Outcome(root=root, report=report_path, rows=rows, choices=choices,
-                 failures=[(s.label(), m) for s, m in engine.failures], wall_seconds=wall,
-                 build_seconds=engine.build_seconds, runs_done=engine.runs_done,
-                 runs_skipped=engine.runs_skipped, num_processes=engine.num_processes)
+  return dict(timing, root=root, report=report_lib.write_report(root), rows=rows,
+              choices=choices, failures=[(s.label(), m) for s, m in engine.failures])

@@ -1,215 +1,183 @@
-"""A benchmark resolved once: `make_plan(config)` turns a `config.BenchmarkConfig` into a `Plan`
-(regimes, methods with grids, tuning searches, reporting runs); nothing after it reads the config.
-"""
+"""What a benchmark runs, as functions of its `config.BenchmarkConfig`: each method's tuning on the
+validation split (candidates, successive halving, edge extension, the choice) and the reporting
+runs at the choices; the rules: docs/design.md, "Tuning"."""
 
-import dataclasses
-from typing import Any, Mapping, Optional, Sequence
+import itertools
+import math
+from typing import Any, Callable, Mapping, Optional, Sequence
 
-from experiments import config as experiment_config
+import numpy as np
+
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import runs as runs_lib
-from experiments.benchmarking import tuning as tuning_lib
 from tff_conflict import hparams as hparams_lib
 
+Method = methods_lib.Method
+HALVING_RATE = 3  # successive halving keeps the best 1 / HALVING_RATE at each rung
 
-@dataclasses.dataclass(frozen=True)
-class MethodPlan:
-  """One method as the benchmark runs it.
-
-  Attributes:
-    method: the method, with `--grids` replacing its default grid.
-    given: builder arguments used where nothing is tuned, sorted (name, value) pairs.
-    client_lr, server_lr: the learning rates used without tuning.
-    search: what tuning tries (`tuning.Search`).
-    inherits: the method whose tuned values it runs at (its parent, or the parent's own
-      parent when that one inherits too); None: tuned itself (or untuned).
-  """
-  method: methods_lib.Method
-  given: tuple
-  client_lr: float
-  server_lr: float
-  search: tuning_lib.Search
-  inherits: Optional[str] = None
-
-  @property
-  def name(self) -> str:
-    return self.method.name
+# --- the grid ----------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class TuningTask:
-  """Tuning one method at one local-epoch count on its dataset's tuning regime."""
-  dataset: str
-  regime: str
-  epochs: int
-  method: MethodPlan
-  seeds: tuple
+def dataset_of(config, regime: str) -> str:
+  return config_lib.parse_regime(regime, config.datasets).dataset
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
-  """Everything the engine runs and the report describes (`make_plan`).
+def datasets(config) -> list[str]:
+  """The regimes' datasets, in order of first appearance."""
+  return list(dict.fromkeys(dataset_of(config, r) for r in config.regimes))
 
-  Attributes:
-    root: the benchmark's directory.
-    regimes: canonical regime names, in grid order; `datasets` their datasets in order of
-      first appearance.
-    methods: the `MethodPlan`s, in grid order; `baseline` the name compared with.
-    epochs, report_seeds: the grid's local epochs and reporting seeds.
-    tuning: the tuning tasks, in order (empty without tuning).
-    tuning_regimes: dataset -> the regime tuned on (whether or not tuning runs).
-    tuned_epochs: grid E -> the tuned E whose choice it uses.
-    models: dataset -> model name.
-    loop: the runs' loop (`experiments.config.LoopConfig`): rounds, clients per round, batch
-      size, shuffle buffer, eval_train_loss, resume.
-    client_momentum: the client SGD's momentum.
-    data_seed: the partition's seed of every run; None: each run's own seed.
-    last_k, validation_fraction: tuning's score and validation split.
-    runtime: 'inprocess' or 'cpp'; cache_dir, data_dir, leaf_dir: where datasets are.
-    progress: show the grid's progress.
-    dataset_of: regime -> its dataset, for every regime run (tuning regimes included).
-    own_data, model_fns: your own datasets (name -> (train, test)) and models (name -> model
-      function), `BenchmarkConfig.datasets` and `model_fns`.
-  """
-  root: str
-  regimes: tuple
-  datasets: tuple
-  methods: tuple
-  baseline: str
-  epochs: tuple
-  report_seeds: tuple
-  tuning: tuple
-  tuning_regimes: Mapping[str, str]
-  tuned_epochs: Mapping[int, int]
-  models: Mapping[str, str]
-  loop: experiment_config.LoopConfig
-  client_momentum: float
-  data_seed: Optional[int]
-  last_k: int
-  validation_fraction: float
-  runtime: str
-  cache_dir: Optional[str]
-  data_dir: Optional[str]
-  leaf_dir: Optional[str]
-  progress: bool
-  dataset_of: Mapping[str, str]
-  own_data: Mapping[str, tuple]
-  model_fns: Mapping[str, Any]
 
-  @property
-  def rounds(self) -> int:
-    return self.loop.rounds
+def regimes_of(config, dataset: str) -> list[str]:
+  return [r for r in config.regimes if dataset_of(config, r) == dataset]
 
-  def regimes_of(self, dataset: str) -> list[str]:
-    return [r for r in self.regimes if self.dataset_of[r] == dataset]
 
-  def spec(self, *, phase: str, regime: str, method: MethodPlan, kwargs: Mapping[str, Any],
-           client_lr: float, server_lr: float, epochs: int, seed: int,
-           candidate: str = '') -> runs_lib.RunSpec:
-    """One run's settings."""
-    dataset = self.dataset_of[regime]
-    return runs_lib.RunSpec(
-        phase=phase, regime=regime, dataset=dataset, method=method.name,
-        algorithm=method.method.algorithm,
-        kwargs=tuple(sorted(methods_lib.builder_kwargs(method.method, kwargs).items())),
-        client_lr=float(client_lr), server_lr=float(server_lr), epochs=int(epochs),
-        seed=int(seed), data_seed=seed if self.data_seed is None else self.data_seed,
-        model=self.models[dataset], rounds=self.loop.rounds,
-        clients_per_round=self.loop.clients_per_round, batch_size=self.loop.batch_size,
-        shuffle_buffer=self.loop.shuffle_buffer, client_momentum=float(self.client_momentum),
-        candidate=candidate)
+def model_of(config, dataset: str) -> str:
+  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  if dataset in config.models:
+    return config.models[dataset]
+  if dataset in config.datasets:   # your only model (`BenchmarkConfig` checks there is one)
+    return next(iter(config.model_fns))
+  return architectures.DEFAULT_MODELS[dataset]
 
-  def tuning_spec(self, task: TuningTask, candidate: tuning_lib.Candidate,
-                  seed: int) -> runs_lib.RunSpec:
-    return self.spec(phase=runs_lib.TUNE_PHASE, regime=task.regime, method=task.method,
-                     kwargs=dict(dict(task.method.given), **dict(candidate.tuned)),
-                     client_lr=candidate.client_lr, server_lr=candidate.server_lr,
-                     epochs=task.epochs, seed=seed, candidate=candidate.name)
 
-  def report_specs(self, choices: Sequence[tuning_lib.Choice]) -> list[runs_lib.RunSpec]:
-    """Every reporting run, with the tuned values of `choices` (the given ones without
-    tuning)."""
-    by_key = {(c.dataset, c.epochs, c.method): c for c in choices}
-    by_name = {m.name: m for m in self.methods}
-    specs = []
-    for dataset in self.datasets:
-      for method in self.methods:
-        for regime in self.regimes_of(dataset):
-          for epochs in self.epochs:
-            kwargs = dict(method.given)
-            client_lr, server_lr = method.client_lr, method.server_lr
-            if self.tuning and method.inherits:
-              # The parent's tuned values; the variant changes only what it fixes.
-              source = by_name[method.inherits]
-              choice = by_key[(dataset, self.tuned_epochs[epochs], source.name)]
-              if source.method.algorithm == method.method.algorithm:
-                kwargs = dict(source.given)
-                kwargs.update(choice.values)
-                kwargs.update(method.method.fixed)
-              elif method.method.algorithm == methods_lib.CUSTOM:
-                kwargs = _custom_with_parent_values(kwargs, source.method.algorithm,
-                                                    choice.values)
-              client_lr = (choice.client_lr if method.method.client_lr is None
-                           else method.method.client_lr)
-              server_lr = (choice.server_lr if method.method.server_lr is None
-                           else method.method.server_lr)
-            elif self.tuning:
-              choice = by_key[(dataset, self.tuned_epochs[epochs], method.name)]
-              kwargs.update(choice.values)
-              client_lr, server_lr = choice.client_lr, choice.server_lr
-            for seed in self.report_seeds:
-              specs.append(self.spec(phase=runs_lib.REPORT_PHASE, regime=regime, method=method,
-                                     kwargs=kwargs, client_lr=client_lr, server_lr=server_lr,
-                                     epochs=epochs, seed=seed))
-    return specs
+def tuning_regime(config, dataset: str) -> str:
+  """The regime whose tuning `dataset`'s regimes use: `tuning_regimes`, else the grid's version
+  of the default split (e.g. with its population), else the default, else its first regime."""
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
+  if dataset in config.tuning.tuning_regimes:
+    return config.tuning.tuning_regimes[dataset]
+  ours = [config_lib.parse_regime(r, config.datasets) for r in regimes_of(config, dataset)]
+  default = config_lib.DEFAULT_TUNING_REGIMES.get(dataset)
+  if default is None:
+    return ours[0].name
+  wanted = data.parse_regime(default)
+  same = [r for r in ours if (r.split, r.param) == (wanted.split, wanted.param)]
+  return same[0].name if same else default
 
-  def describe(self) -> dict[str, Any]:
-    """What the report shows of the plan, as JSON values (config.json's `plan`)."""
-    return {
-        'datasets': list(self.datasets), 'models': dict(self.models),
-        'tuning_regimes': dict(self.tuning_regimes) if self.tuning else {},
-        'tuned_epochs': {str(e): t for e, t in self.tuned_epochs.items()} if self.tuning else {},
-        'methods': [{'name': m.name, 'algorithm': m.method.algorithm,
-                     'grid': {k: list(v) for k, v in m.method.grid}, 'given': dict(m.given),
-                     'parent': m.method.parent, 'inherits': m.inherits,
-                     'fixed': dict(m.method.fixed),
-                     'client_lrs': list(m.search.client_lrs),
-                     'server_lrs': list(m.search.server_lrs)} for m in self.methods],
-        'runs': {runs_lib.TUNE_PHASE: self.num_runs(runs_lib.TUNE_PHASE),
-                 runs_lib.REPORT_PHASE: self.num_runs(runs_lib.REPORT_PHASE)}}
 
-  # --- counts (the progress total, `perf.benchmark_grid`) -----------------------------
+def tuned_epochs(config, epochs: int) -> int:
+  """The tuned E whose choice the grid's E uses: the nearest (ties: the smaller)."""
+  return min(config.tuning.tune_epochs or config.epochs, key=lambda t: (abs(t - epochs), t))
 
-  def planned_runs(self) -> dict[tuple[str, str, str, int], int]:
-    """Runs per (phase, method, dataset, E): exact for reporting, an upper bound for tuning
-    (stage 2's repeats of stage 1 and every possible edge extension included)."""
-    counts: dict[tuple[str, str, str, int], int] = {}
-    for task in self.tuning:
-      counts[(runs_lib.TUNE_PHASE, task.method.name, task.dataset, task.epochs)] = (
-          (len(tuning_lib.candidates(task.method.search))
-           + tuning_lib.max_extensions(task.method.search)) * len(task.seeds))
-    for dataset in self.datasets:
-      for method in self.methods:
-        for epochs in self.epochs:
-          counts[(runs_lib.REPORT_PHASE, method.name, dataset, epochs)] = (
-              len(self.regimes_of(dataset)) * len(self.report_seeds))
-    return counts
 
-  def num_runs(self, phase: str) -> int:
-    return sum(n for key, n in self.planned_runs().items() if key[0] == phase)
+def data_seed(config, seed: int) -> int:
+  """The partition's seed of a run with `seed`."""
+  return seed if config.vary_partition or config.data.data_seed is None else config.data.data_seed
 
-  def planned_processes(self) -> dict[tuple[str, str], int]:
-    """Learning processes built at most per (method, dataset): one per distinct set of builder
-    arguments among the method's candidates (1 without tuning)."""
-    out = {}
-    for dataset in self.datasets:
-      for method in self.methods:
-        out[(method.name, dataset)] = 1
-    for task in self.tuning:
-      out[(task.method.name, task.dataset)] = len(
-          {c.tuned for c in tuning_lib.candidates(task.method.search)})
-    return out
+
+def methods(config) -> list[Method]:
+  """The methods, in grid order, `--grids` replacing their default grids."""
+  out = [methods_lib.parse_method(name) for name in config.methods]
+  return [m.with_grid(config.tuning.grids[m.name]) if m.name in config.tuning.grids else m
+          for m in out]
+
+
+def inherits(config, table: Sequence[Method]) -> dict[str, Optional[str]]:
+  """name -> the method whose tuned values it runs at (`variants_inherit`, its parent in the
+  table, or that one's own when it inherits too); None: tuned itself (or untuned)."""
+  parents = {m.name: m.parent for m in table}
+  out = {}
+  for m in table:
+    source, seen = m.parent, {m.name}
+    if not (config.tuning.tune and config.variants_inherit) or source not in parents:
+      source = None
+    while source is not None and parents.get(source) in parents and source not in seen:
+      seen.add(source)
+      source = parents[source]
+    out[m.name] = source
+  return out
+
+
+def given_values(config, method: Method) -> dict[str, Any]:
+  """Builder arguments used where nothing is tuned."""
+  return methods_lib.given_kwargs(config.given, method)
+
+
+def rates(config, method: Method) -> tuple[float, float]:
+  """(client lr, server lr) without tuning: the method's fixed ones, else the table's."""
+  return (config.client.learning_rate if method.client_lr is None else method.client_lr,
+          config.server.learning_rate if method.server_lr is None else method.server_lr)
+
+
+def searched_rates(config, method: Method) -> tuple[tuple, tuple]:
+  """(client lrs, server lrs) tuning tries: the table's grids, the same for every method (the
+  baseline included); a fixed rate alone; server lrs only with `tune_server_lr`."""
+  client_lr, server_lr = rates(config, method)
+  return ((client_lr,) if method.client_lr is not None else tuple(config.tuning.client_lr_grid),
+          (server_lr,) if method.server_lr is not None or not config.tuning.tune_server_lr
+          else tuple(config.tuning.server_lr_grid))
+
+
+def tuning_tasks(config) -> list[tuple[str, int, Method]]:
+  """(dataset, E, method) of each tuning, in order (none without tuning; variants that inherit
+  are not tuned)."""
+  if not config.tuning.tune:
+    return []
+  table = methods(config)
+  inherited = inherits(config, table)
+  return [(dataset, epochs, m) for dataset in datasets(config)
+          for epochs in config.tuning.tune_epochs or config.epochs
+          for m in table if inherited[m.name] is None]
+
+
+def run_spec(config, *, phase: str, regime: str, method: Method, kwargs: Mapping[str, Any],
+             client_lr: float, server_lr: float, epochs: int, seed: int, candidate: str = '',
+             rounds: Optional[int] = None) -> runs_lib.RunSpec:
+  """One run's settings."""
+  dataset = dataset_of(config, regime)
+  return runs_lib.RunSpec(
+      phase=phase, regime=regime, dataset=dataset, method=method.name, algorithm=method.algorithm,
+      kwargs=tuple(sorted(methods_lib.builder_kwargs(method, kwargs).items())),
+      client_lr=float(client_lr), server_lr=float(server_lr), epochs=int(epochs), seed=int(seed),
+      data_seed=data_seed(config, seed), model=model_of(config, dataset),
+      rounds=rounds or config.loop.rounds, clients_per_round=config.loop.clients_per_round,
+      batch_size=config.loop.batch_size, shuffle_buffer=config.loop.shuffle_buffer,
+      client_momentum=float(config.client.momentum), candidate=candidate)
+
+
+def tuning_spec(config, dataset: str, epochs: int, method: Method, candidate: dict, seed: int,
+                rounds: Optional[int] = None) -> runs_lib.RunSpec:
+  """A tuning run of `candidate` (`rounds`: a shorter rung of halving)."""
+  name = candidate_name(candidate)
+  if rounds is not None and rounds != config.loop.rounds:
+    name = f'{name} @{rounds} rounds'
+  return run_spec(config, phase=runs_lib.TUNE_PHASE, regime=tuning_regime(config, dataset),
+                  method=method, kwargs=dict(given_values(config, method), **_tuned(candidate)),
+                  client_lr=candidate['client_lr'], server_lr=candidate['server_lr'],
+                  epochs=epochs, seed=seed, candidate=name, rounds=rounds)
+
+
+def report_specs(config, choices: Sequence[Mapping[str, Any]]) -> list[runs_lib.RunSpec]:
+  """Every reporting run, at the tuned values of `choices` (the given ones without tuning); a
+  variant that inherits runs at its source's and changes only what it fixes."""
+  by_key = {(c['dataset'], c['epochs'], c['method']): c for c in choices}
+  table = methods(config)
+  by_name, inherited = {m.name: m for m in table}, inherits(config, table)
+  specs = []
+  for dataset in datasets(config):
+    for method in table:
+      for regime in regimes_of(config, dataset):
+        for epochs in config.epochs:
+          kwargs = given_values(config, method)
+          client_lr, server_lr = rates(config, method)
+          source = by_name.get(inherited[method.name], method)
+          if config.tuning.tune:
+            choice = by_key[(dataset, tuned_epochs(config, epochs), source.name)]
+            if source is method:
+              kwargs.update(choice['tuned'])
+              client_lr, server_lr = choice['client_lr'], choice['server_lr']
+            else:
+              if source.algorithm == method.algorithm:
+                kwargs = {**given_values(config, source), **choice['tuned'], **dict(method.fixed)}
+              elif method.algorithm == methods_lib.CUSTOM:
+                kwargs = _custom_with_parent_values(kwargs, source.algorithm, choice['tuned'])
+              client_lr = choice['client_lr'] if method.client_lr is None else method.client_lr
+              server_lr = choice['server_lr'] if method.server_lr is None else method.server_lr
+          specs += [run_spec(config, phase=runs_lib.REPORT_PHASE, regime=regime, method=method,
+                             kwargs=kwargs, client_lr=client_lr, server_lr=server_lr,
+                             epochs=epochs, seed=seed) for seed in config.report_seeds]
+  return specs
 
 
 def _custom_with_parent_values(kwargs: Mapping[str, Any], algorithm: str,
@@ -229,100 +197,290 @@ def _custom_with_parent_values(kwargs: Mapping[str, Any], algorithm: str,
   return out
 
 
-def _model_for(config: config_lib.BenchmarkConfig, dataset: str) -> str:
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
-  if dataset in config.models:
-    return config.models[dataset]
-  if dataset in config.datasets:   # your only model (`BenchmarkConfig` checks there is one)
-    return next(iter(config.model_fns))
-  return architectures.DEFAULT_MODELS[dataset]
+def describe(config) -> dict[str, Any]:
+  """What the report shows of the plan, as JSON values (config.json's `plan`)."""
+  table, tune = methods(config), config.tuning.tune
+  inherited = inherits(config, table)
+  return {
+      'datasets': datasets(config), 'models': {d: model_of(config, d) for d in datasets(config)},
+      'tuning_regimes': {d: tuning_regime(config, d) for d in datasets(config)} if tune else {},
+      'tuned_epochs': {str(e): tuned_epochs(config, e) for e in config.epochs} if tune else {},
+      'methods': [{'name': m.name, 'algorithm': m.algorithm,
+                   'grid': {k: list(v) for k, v in m.grid}, 'given': given_values(config, m),
+                   'parent': m.parent, 'inherits': inherited[m.name], 'fixed': dict(m.fixed),
+                   'client_lrs': list(searched_rates(config, m)[0]),
+                   'server_lrs': list(searched_rates(config, m)[1])} for m in table],
+      'runs': {phase: num_runs(config, phase)
+               for phase in (runs_lib.TUNE_PHASE, runs_lib.REPORT_PHASE)}}
 
 
-def _tuning_regime(config: config_lib.BenchmarkConfig, parsed, dataset: str) -> str:
-  """The regime whose tuning is used for `dataset`'s regimes."""
-  from tff_conflict import data  # pylint: disable=g-import-not-at-top
-  if dataset in config.tuning.tuning_regimes:
-    return config.tuning.tuning_regimes[dataset]
-  ours = [r for r in parsed if r.dataset == dataset]
-  default = config_lib.DEFAULT_TUNING_REGIMES.get(dataset)
-  if default is None:
-    return ours[0].name
-  wanted = data.parse_regime(default)
-  # The grid's own version of the default split (e.g. with its population), if it has one.
-  same = [r for r in ours if (r.split, r.param) == (wanted.split, wanted.param)]
-  return same[0].name if same else default
+def planned_runs(config) -> dict[tuple[str, str, str, int], int]:
+  """Runs per (phase, method, dataset, E): exact for reporting, an upper bound for tuning
+  (stage 2's repeats of stage 1 and every possible edge extension included)."""
+  counts = {(runs_lib.TUNE_PHASE, m.name, dataset, epochs):
+            (len(candidates(config, m)) + max_extensions(config, m))
+            * len(config.tuning.tuning_seeds) for dataset, epochs, m in tuning_tasks(config)}
+  for dataset in datasets(config):
+    for name in config.methods:
+      for epochs in config.epochs:
+        counts[(runs_lib.REPORT_PHASE, name, dataset, epochs)] = (
+            len(regimes_of(config, dataset)) * len(config.report_seeds))
+  return counts
 
 
-def _method_plan(config: config_lib.BenchmarkConfig, name: str) -> MethodPlan:
-  method = methods_lib.parse_method(name)
-  if name in config.tuning.grids:
-    method = method.with_grid(config.tuning.grids[name])
-  given = methods_lib.given_kwargs(config.given, method)
-  client_lr = config.client.learning_rate if method.client_lr is None else method.client_lr
-  server_lr = config.server.learning_rate if method.server_lr is None else method.server_lr
-  # The same learning-rate search for every method of the table, the baseline included.
-  server_lrs = ((server_lr,) if method.server_lr is not None or not config.tuning.tune_server_lr
-                else tuple(config.tuning.server_lr_grid))
-  client_lrs = ((method.client_lr,) if method.client_lr is not None
-                else tuple(config.tuning.client_lr_grid))
-  search = tuning_lib.Search(method=method, given=tuple(sorted(given.items())),
-                             client_lrs=client_lrs, server_lr=server_lr, server_lrs=server_lrs,
-                             strategy=config.tuning.strategy,
-                             edge_steps=config.tuning.edge_steps,
-                             edge_factor=config.tuning.edge_factor,
-                             schedule=config.tuning.schedule, rounds=config.loop.rounds,
-                             min_rounds=config.tuning.last_k)
-  return MethodPlan(method=method, given=tuple(sorted(given.items())), client_lr=client_lr,
-                    server_lr=server_lr, search=search)
+def num_runs(config, phase: str) -> int:
+  return sum(n for key, n in planned_runs(config).items() if key[0] == phase)
 
 
-def _with_inheritance(config: config_lib.BenchmarkConfig, methods: tuple) -> tuple:
-  """Sets `inherits` of the variants whose parent is in the table (`variants_inherit`): the
-  first ancestor that is tuned itself."""
-  if not (config.tuning.tune and config.variants_inherit):
-    return methods
-  parents = {m.name: m.method.parent for m in methods}
-  out = []
-  for m in methods:
-    source, seen = m.method.parent, {m.name}
-    if source not in parents:
-      out.append(m)
-      continue
-    while parents.get(source) in parents and source not in seen:
-      seen.add(source)
-      source = parents[source]
-    out.append(dataclasses.replace(m, inherits=source))
-  return tuple(out)
+def planned_processes(config) -> dict[tuple[str, str], int]:
+  """Learning processes built at most per (method, dataset): one per distinct set of builder
+  arguments among the method's candidates (1 without tuning)."""
+  out = {(name, dataset): 1 for dataset in datasets(config) for name in config.methods}
+  for dataset, _, m in tuning_tasks(config):
+    out[(m.name, dataset)] = len({tuple(sorted(_tuned(c).items()))
+                                  for c in candidates(config, m)})
+  return out
 
 
-def make_plan(config: config_lib.BenchmarkConfig) -> Plan:
-  """Resolves `config` (see `Plan`)."""
-  parsed = [config_lib.parse_regime(r, config.datasets) for r in config.regimes]
-  datasets = tuple(dict.fromkeys(r.dataset for r in parsed))
-  methods = _with_inheritance(config, tuple(_method_plan(config, name)
-                                            for name in config.methods))
-  tuned = tuple(config.tuning.tune_epochs or config.epochs)
-  tuning_regimes = {d: _tuning_regime(config, parsed, d) for d in datasets}
-  tasks = []
-  if config.tuning.tune:
-    for dataset in datasets:
-      for epochs in tuned:
-        tasks += [TuningTask(dataset, tuning_regimes[dataset], epochs, method,
-                             tuple(config.tuning.tuning_seeds)) for method in methods
-                  if method.inherits is None]
-  return Plan(
-      root=config.root, regimes=tuple(config.regimes), datasets=datasets, methods=methods,
-      baseline=config.baseline, epochs=tuple(config.epochs),
-      report_seeds=tuple(config.report_seeds), tuning=tuple(tasks),
-      tuning_regimes=tuning_regimes,
-      tuned_epochs={e: min(tuned, key=lambda t, e=e: (abs(t - e), t)) for e in config.epochs},
-      models={d: _model_for(config, d) for d in datasets}, loop=config.loop,
-      client_momentum=config.client.momentum,
-      data_seed=None if config.vary_partition else config.data.data_seed,
-      last_k=config.tuning.last_k, validation_fraction=config.tuning.validation_fraction,
-      runtime=config.runtime.runtime, cache_dir=config.data.cache_dir,
-      data_dir=config.data.data_dir, leaf_dir=config.data.leaf_dir,
-      progress=config.output.progress,
-      dataset_of={r: config_lib.parse_regime(r, config.datasets).dataset
-                  for r in list(config.regimes) + list(tuning_regimes.values())},
-      own_data=dict(config.datasets), model_fns=dict(config.model_fns))
+# --- tuning: candidates are dicts {'client_lr':, 'server_lr':, **the method's tuned arguments} ---
+
+
+def candidate(client_lr: float, server_lr: float, tuned: Mapping[str, Any] = ()) -> dict:
+  return dict(tuned, client_lr=client_lr, server_lr=server_lr)
+
+
+def _tuned(c: Mapping[str, Any]) -> dict[str, Any]:
+  return {k: v for k, v in c.items() if k not in methods_lib.RATES}
+
+
+def candidate_name(c: Mapping[str, Any]) -> str:
+  return runs_lib.candidate_name(c['client_lr'], c['server_lr'], _tuned(c))
+
+
+def _grid_product(method: Method, server_lrs: Sequence[float]):
+  names = [k for k, _ in method.grid]
+  for values in itertools.product(*[v for _, v in method.grid]):
+    for server_lr in server_lrs:
+      yield dict(zip(names, values)), server_lr
+
+
+def stage_one(config, method: Method) -> list[dict]:
+  """Client learning rates at the method's given values of its grid's arguments (named, so that
+  stage 2 recognises the same point), at the untuned server lr."""
+  given = given_values(config, method)
+  at_given = {k: given[k] for k, _ in method.grid if k in given}
+  return [candidate(lr, rates(config, method)[1], at_given)
+          for lr in searched_rates(config, method)[0]]
+
+
+def stage_two(config, method: Method, client_lr: float) -> list[dict]:
+  """The method's own grid and the server lrs at `client_lr`; empty if it has nothing more to
+  tune."""
+  server_lrs = searched_rates(config, method)[1]
+  if not method.grid and len(server_lrs) < 2:
+    return []
+  return [candidate(client_lr, slr, tuned) for tuned, slr in _grid_product(method, server_lrs)]
+
+
+def product(config, method: Method) -> list[dict]:
+  """Every combination of client lr, the method's grid and (if tuned) server lr."""
+  client_lrs, server_lrs = searched_rates(config, method)
+  return [candidate(lr, slr, tuned) for lr in client_lrs
+          for tuned, slr in _grid_product(method, server_lrs)]
+
+
+def candidates(config, method: Method) -> list[dict]:
+  """The candidates of the grid `tune_method` may try (stage 2 at the first client lr, repeats
+  included), before edge extensions (`max_extensions`)."""
+  if config.tuning.strategy == 'product':
+    return product(config, method)
+  return stage_one(config, method) + stage_two(config, method,
+                                               searched_rates(config, method)[0][0])
+
+
+def numeric_dimensions(config, method: Method) -> list[str]:
+  """The searched dimensions with two or more numeric values: 'client_lr', 'server_lr', and the
+  method's numeric grid arguments."""
+  def numeric(values):
+    return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                   for v in values)
+  dims = zip(methods_lib.RATES, searched_rates(config, method))
+  return [d for d, values in (*dims, *method.grid) if numeric(values)]
+
+
+def max_extensions(config, method: Method) -> int:
+  """Edge extensions `tune_method` may add at most: `edge_steps` per side of every numeric
+  dimension."""
+  return 2 * config.tuning.edge_steps * len(numeric_dimensions(config, method))
+
+
+def rungs(rounds: int, num_candidates: int, min_rounds: int) -> list[int]:
+  """Successive halving's run lengths, shortest first, the last `rounds`: `rounds // 3^j` for
+  j = s..0, s the most rungs below `rounds` that `num_candidates` fill (3^s <= num_candidates)
+  with at least `min_rounds` rounds each.
+
+  Successive halving: Jamieson and Talwalkar, "Non-stochastic Best Arm Identification and
+  Hyperparameter Optimization", AISTATS 2016, arXiv:1502.07943.
+  """
+  s = 0
+  while (HALVING_RATE ** (s + 1) <= num_candidates
+         and rounds // HALVING_RATE ** (s + 1) >= max(min_rounds, 1)):
+    s += 1
+  return [rounds // HALVING_RATE ** j for j in range(s, -1, -1)]
+
+
+def halve(candidates_: Sequence[dict], lengths: Sequence[int],
+          evaluate: Callable[..., tuple[float, int]]) -> list[dict]:
+  """The candidates that survive every rung but the last of `lengths`: at each, every candidate
+  left runs that many rounds (`evaluate(candidate, rounds=n)`) and the best
+  ceil(n / HALVING_RATE) are kept (NaN scores last, ties: the first listed), in listed order."""
+  alive = list(candidates_)
+  for length in lengths[:-1]:
+    scores = [evaluate(c, rounds=length)[0] for c in alive]
+    keep = max(1, math.ceil(len(alive) / HALVING_RATE))
+    order = sorted(range(len(alive)), key=lambda i: (not math.isfinite(scores[i]),
+                                                     -scores[i] if math.isfinite(scores[i])
+                                                     else 0.0, i))
+    alive = [alive[i] for i in sorted(order[:keep])]
+  return alive
+
+
+def score(summaries: Sequence[Optional[dict[str, Any]]]) -> tuple[float, int]:
+  """(mean of the runs' `last_k_accuracy`, number of finished runs); NaN when any run is missing,
+  diverged or not finite."""
+  values = [s.get('last_k_accuracy') if s else None for s in summaries]
+  finished = sum(v is not None for v in values)
+  if (any(s and str(s.get('diverged')).lower() == 'true' for s in summaries)
+      or finished < len(values) or not values or not all(map(math.isfinite, values))):
+    return float('nan'), finished
+  return float(np.mean(values)), finished
+
+
+def best(scored: Sequence[tuple[Any, float, int]]) -> tuple[Any, float]:
+  """The highest finite score (ties: the first); the first candidate if none is finite."""
+  finite = [(c, s) for c, s, _ in scored if math.isfinite(s)]
+  if not finite:
+    return scored[0][0], float('nan')
+  top = max(s for _, s in finite)
+  return next(c for c, s in finite if s == top), top
+
+
+def _edge(values, value) -> Optional[int]:
+  """+1 / -1 when `value` is the largest / smallest of two or more `values`, else None."""
+  if len(set(values)) < 2:
+    return None
+  return 1 if value == max(values) else -1 if value == min(values) else None
+
+
+def _valid(method: Method, dim: str, value) -> bool:
+  """Whether `value` is in the valid range of `dim` (`tff_conflict.hparams`; rates: > 0)."""
+  if not math.isfinite(value) or value <= 0:
+    return False
+  h = methods_lib.hparam_ranges(method).get(dim)
+  try:
+    if dim not in methods_lib.RATES and h is not None:
+      h.check(value)
+  except ValueError:
+    return False
+  return True
+
+
+def _scores(scored: Sequence[tuple[dict, float, int]]) -> list[dict[str, Any]]:
+  return [{'candidate': candidate_name(c), 'score': s, 'seeds': n} for c, s, n in scored]
+
+
+def _record(choice: dict, scores: list[dict[str, Any]]) -> dict:
+  """`choice` with what tuning tried: every candidate's score (in the order tried), their number
+  and the client and server learning rates among them (edge extensions included)."""
+  values = [runs_lib.candidate_values(s['candidate']) for s in scores]
+  return dict(choice, scores=scores, candidates=len(values),
+              client_lrs_tried=sorted({float(v['clr']) for v in values if 'clr' in v}),
+              server_lrs_tried=sorted({float(v['slr']) for v in values if 'slr' in v}))
+
+
+def tune_method(config, method: Method, evaluate: Callable[..., tuple[float, int]],
+                **where) -> dict[str, Any]:
+  """Tunes one method (`config.tuning`'s strategy, schedule and edge extension);
+  `evaluate(candidate)` runs it on every tuning seed and returns (score, finished seeds), with
+  halving `evaluate(candidate, rounds=n)` n rounds. Returns the choice as tuning_choices.json
+  records it: `where` (dataset, regime, E), the method, the chosen learning rates and `tuned`
+  values, the winner's `score`, every candidate's, and `at_edge`: the dimensions whose chosen
+  value is still at the edge of those tried (`extend_edges`)."""
+  scored: list[tuple[dict, float, int]] = []
+  seen: dict[str, tuple[float, int]] = {}
+
+  def try_all(new):
+    new = list({candidate_name(c): c for c in new if candidate_name(c) not in seen}.values())
+    survivors = new
+    if config.tuning.schedule == 'halving' and len(new) >= HALVING_RATE:
+      survivors = halve(new, rungs(config.loop.rounds, len(new), config.tuning.last_k),
+                        evaluate)
+    for c in new:   # those halving stopped early: NaN, 0 seeds
+      seen[candidate_name(c)] = evaluate(c) if c in survivors else (float('nan'), 0)
+      scored.append((c, *seen[candidate_name(c)]))
+
+  if config.tuning.strategy == 'product':
+    try_all(product(config, method))
+  else:
+    try_all(stage_one(config, method))
+    try_all(stage_two(config, method, best(scored)[0]['client_lr']))
+  at_edge = extend_edges(config, method, scored, try_all)
+  winner, top = best(scored)
+  return _record(dict(where, method=method.name, client_lr=winner['client_lr'],
+                      server_lr=winner['server_lr'], tuned=_tuned(winner), score=top,
+                      scores=None, at_edge=at_edge), _scores(scored))
+
+
+def extend_edges(config, method: Method, scored: list, try_all: Callable[[list], None]) -> list:
+  """While the best candidate's value of a numeric dimension is the largest (smallest) of that
+  dimension's values tried (by any candidate: a staged search tries the client lrs at the
+  given values, the winner may have others), tries it (with the winner's other values) times
+  (divided by) `edge_factor`, at most `edge_steps` times per dimension and side and within the
+  dimension's valid range; returns the dimensions whose best value is still at an edge."""
+  steps: dict[tuple[str, int], int] = {}
+  dims = numeric_dimensions(config, method)
+  tried = lambda dim: [c[dim] for c, _, _ in scored if c.get(dim) is not None]
+  moved = True
+  while moved:
+    moved = False
+    for dim in dims:
+      winner, top = best(scored)
+      if not math.isfinite(top):
+        return []
+      side = _edge(tried(dim), winner.get(dim))
+      if side is None or steps.get((dim, side), 0) >= config.tuning.edge_steps:
+        continue
+      factor = config.tuning.edge_factor
+      new = winner[dim] * factor if side > 0 else winner[dim] / factor
+      if not _valid(method, dim, new):
+        continue
+      steps[(dim, side)] = steps.get((dim, side), 0) + 1
+      before = len(scored)
+      try_all([dict(winner, **{dim: new})])
+      moved = moved or len(scored) > before
+  winner, top = best(scored)
+  if not math.isfinite(top):
+    return []
+  return [d for d in dims if _edge(tried(d), winner.get(d)) is not None]
+
+
+def widen_server_lrs(choice: dict, server_lrs: Sequence[float], evaluate) -> dict:
+  """`choice` after also trying, at its chosen client lr and values, each of `server_lrs` it
+  has not tried (those other methods' edge extensions reached), so that the baseline searched
+  every server lr any method searched; a new candidate wins if it scores higher (ties: the
+  earlier choice)."""
+  tried = [float(runs_lib.candidate_values(s['candidate']).get('slr', 'nan'))
+           for s in choice['scores']]
+  new = [candidate(choice['client_lr'], lr, choice['tuned']) for lr in sorted(server_lrs)
+         if not any(math.isclose(lr, t, rel_tol=1e-5) for t in tried)]
+  if not new:
+    return choice
+  scored = [(c, *evaluate(c)) for c in new]
+  winner, top = best([(None, choice['score'], 0)] + scored)
+  server_lr = choice['server_lr'] if winner is None else winner['server_lr']
+  at_edge = [d for d in choice['at_edge'] if d != 'server_lr']
+  if _edge(tried + [c['server_lr'] for c in new], server_lr) is not None:
+    at_edge.append('server_lr')
+  return _record(dict(choice, server_lr=server_lr, at_edge=at_edge,
+                      score=choice['score'] if winner is None else top),
+                 choice['scores'] + _scores(scored))

@@ -53,16 +53,15 @@ def test_results_preset_is_the_protocols_grid():
 
 
 def test_diagnosis_preset_runs_each_variant_beside_its_parent():
-  from experiments.benchmarking import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import plan  # pylint: disable=g-import-not-at-top
   with flagsaver.as_parsed(preset='diagnosis'):
     benchmark.apply_preset()
     config = benchmark.config_from_flags()
   assert len(config.report_seeds) >= 10 and config.variants_inherit
-  plan = plan_lib.make_plan(config)
-  inherits = {m.name: m.inherits for m in plan.methods}
+  inherits = plan.inherits(config, plan.methods(config))
   assert inherits['fedld_projection'] == 'fedld' and inherits['fedga_paper_clip'] == 'fedga'
   assert inherits['fedavg_clip'] == 'fedavg' and inherits['fedga'] is None
-  assert {t.method.name for t in plan.tuning} == {'fedavg', 'fedga', 'fedld', 'fedmgc',
+  assert {m.name for _, _, m in plan.tuning_tasks(config)} == {'fedavg', 'fedga', 'fedld', 'fedmgc',
                                                    'fed_corrective'}
 
 

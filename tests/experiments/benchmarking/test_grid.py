@@ -13,11 +13,10 @@ from experiments import metrics_io
 from experiments import architectures
 from experiments import config as experiment_config
 from experiments import training_loop
-from experiments import config as experiment_config
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
 from experiments.benchmarking import grid
-from experiments.benchmarking import plan as plan_lib
+from experiments.benchmarking import plan
 from experiments.benchmarking import runs
 
 
@@ -79,7 +78,7 @@ def _config(root, *, rounds=2, clients_per_round=3, eval_train_loss=False, runti
 
 class _GuardedLoader:
   def __init__(self, config):
-    self._load = engine_lib.default_loader(plan_lib.make_plan(config))
+    self._load = engine_lib.default_loader(config)
     self.guards = []
     self.tuning_over = False
 
@@ -110,28 +109,28 @@ def tiny(tmp_path_factory):
 
 def test_tuning_never_reads_the_test_split(tiny):
   config, loader, outcome = tiny
-  assert outcome.failures == []
+  assert outcome['failures'] == []
   # Tuning loaded the tuning regime's data (guarded) and ran 2 methods x (2 client lrs + the 2
   # other server lrs of the grid, searched by every method) x 1 seed.
-  assert outcome.runs_done == 8 + 8
+  assert outcome['runs_done'] == 8 + 8
   # The tuning data (seed 7) had a guarded test split that raises if read during tuning; the
   # test splits of the reporting seeds were read, after tuning.
   assert [g.reads for g in loader.guards if g.seed == 7] == [0]
   assert all(g.reads > 0 for g in loader.guards if g.seed != 7)
-  assert [c.method for c in outcome.choices] == ['fedavg', 'fedgh']
-  assert all(c.client_lr in (0.05, 0.2) for c in outcome.choices)
-  spec = plan_lib.make_plan(config).report_specs(outcome.choices)[0]
+  assert [c['method'] for c in outcome['choices']] == ['fedavg', 'fedgh']
+  assert all(c['client_lr'] in (0.05, 0.2) for c in outcome['choices'])
+  spec = plan.report_specs(config, outcome['choices'])[0]
   tuned_dir = os.path.join(config.root, 'tuning', 'digits_C2_6', 'E1', 'fedavg')
   candidate = sorted(os.listdir(tuned_dir))[0]
   rows = metrics_io.read_csv(os.path.join(tuned_dir, candidate, 'seed7', 'metrics.csv'))
   assert 'val_accuracy' in rows[0] and not any(k.startswith('test') for k in rows[0])
-  assert spec.client_lr == outcome.choices[0].client_lr
+  assert spec.client_lr == outcome['choices'][0]['client_lr']
   # The chosen candidates' validation curves, one row per method and tuning seed, as their runs
   # recorded them.
   curves = metrics_io.read_csv(os.path.join(config.root, grid.CURVES_FILE))
   assert [(r['method'], r['seed']) for r in curves] == [('fedavg', 7), ('fedgh', 7)]
-  for row, choice in zip(curves, outcome.choices):
-    assert row['candidate'] == runs.candidate_name(choice.client_lr, choice.server_lr, {})
+  for row, choice in zip(curves, outcome['choices']):
+    assert row['candidate'] == runs.candidate_name(choice['client_lr'], choice['server_lr'], {})
     chosen = metrics_io.read_csv(os.path.join(
         config.root, 'tuning', 'digits_C2_6', 'E1', row['method'],
         runs.slug(row['candidate']), 'seed7', 'metrics.csv'))
@@ -141,8 +140,8 @@ def test_tuning_never_reads_the_test_split(tiny):
 
 def test_one_process_per_method_and_the_same_start_per_seed(tiny):
   config, _, outcome = tiny
-  assert outcome.num_processes == 2  # reused across regimes, seeds and learning rates
-  rows = outcome.rows
+  assert outcome['processes_built'] == 2  # reused across regimes, seeds and learning rates
+  rows = outcome['rows']
   assert len(rows) == 2 * 2 * 2
   assert {(r['regime'], r['method'], r['seed']) for r in rows} == {
       (g, m, s) for g in config.regimes for m in config.methods for s in (0, 1)}
@@ -155,7 +154,7 @@ def test_one_process_per_method_and_the_same_start_per_seed(tiny):
     for seed in (0, 1):  # same model, partition and clients: the same round-1 training loss
       assert first_loss[(regime, 'fedavg', seed)] == first_loss[(regime, 'fedgh', seed)]
     assert first_loss[(regime, 'fedavg', 0)] != first_loss[(regime, 'fedavg', 1)]
-  text = open(outcome.report).read()
+  text = open(outcome['report']).read()
   assert 'Δ vs fedavg [95% CI]' in text and '## Tuning' in text
   # #C=2: every client holds exactly 2 classes (with 6 clients, the classes none drew are out).
   assert '| `digits:iid@6` | 6 | 1438 | 239 / 240 / 240 | 10.00 |' in text
@@ -166,13 +165,16 @@ def test_finished_runs_are_skipped_and_settings_changes_refused(tiny):
   config, loader, outcome = tiny
   again = grid.run_benchmark(config, loader=loader, stream=open(os.devnull, 'w'))
   # 8 tuning runs (2 methods x (2 client lrs + 2 more server lrs)) and 8 reporting runs.
-  assert again.runs_done == 0 and again.runs_skipped == 16 and again.num_processes == 0
-  assert [r['final_accuracy'] for r in again.rows] == [r['final_accuracy'] for r in outcome.rows]
+  assert again['runs_done'] == 0 and again['runs_skipped'] == 16
+  assert again['processes_built'] == 0
+  assert [r['final_accuracy'] for r in again['rows']] == [
+      r['final_accuracy'] for r in outcome['rows']]
   victim = runs.report_run_dir(config.root, 'digits:iid@6', 1, 'fedgh', 1)
   os.remove(os.path.join(victim, runs.RESULT_FILE))  # as if killed before it finished
   third = grid.run_benchmark(config, loader=loader, stream=open(os.devnull, 'w'))
-  assert third.runs_done == 1 and third.runs_skipped == 15
-  assert [r['final_accuracy'] for r in third.rows] == [r['final_accuracy'] for r in outcome.rows]
+  assert third['runs_done'] == 1 and third['runs_skipped'] == 15
+  assert [r['final_accuracy'] for r in third['rows']] == [
+      r['final_accuracy'] for r in outcome['rows']]
   with pytest.raises(engine_lib.SettingsChangedError, match='rounds: 2 -> 3'):
     grid.run_benchmark(_config(config.output.output_dir, rounds=3), loader=loader,
                        stream=open(os.devnull, 'w'))
@@ -199,7 +201,7 @@ def test_a_refused_rerun_leaves_the_record_byte_identical(tiny, monkeypatch):
   assert _record(config.root) == before
   assert len(loader.guards) == loads   # refused before any data was loaded
   # Found only when a run comes (as for the values tuning chooses): the record is restored.
-  monkeypatch.setattr(engine_lib, 'check_finished_runs', lambda plan: None)
+  monkeypatch.setattr(grid, 'check_finished_runs', lambda config: None)
   with pytest.raises(engine_lib.SettingsChangedError, match='batch_size: 32 -> 10'):
     grid.run_benchmark(changed, loader=loader, stream=open(os.devnull, 'w'))
   assert _record(config.root) == before
@@ -208,9 +210,8 @@ def test_a_refused_rerun_leaves_the_record_byte_identical(tiny, monkeypatch):
 def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
   from tff_conflict import learning
   config = _config(tmp_path, tuning=config_lib.TuningConfig(tune=False))
-  plan = plan_lib.make_plan(config)
-  engine = engine_lib.Engine(plan)
-  fedgh = plan.report_specs([])
+  engine = engine_lib.Engine(config)
+  fedgh = plan.report_specs(config, [])
   first = next(s for s in fedgh if s.method == 'fedgh')
   target = runs.RunSpec(**dict(first.to_dict(), kwargs=first.kwargs, regime='digits:#C=2@6',
                                seed=1, data_seed=1, client_lr=0.2, server_lr=1.5))
@@ -249,8 +250,8 @@ def test_an_in_process_benchmark_run_uses_no_tff_runtime(tmp_path, no_tff_runtim
   config = _config(tmp_path, runtime='inprocess', regimes=('digits:iid@6',), methods=('fedavg',),
                    report_seeds=(0,), rounds=1, tuning=config_lib.TuningConfig(tune=False))
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
-  assert outcome.failures == [] and len(outcome.rows) == 1
-  assert outcome.rows[0]['final_accuracy'] > 0
+  assert outcome['failures'] == [] and len(outcome['rows']) == 1
+  assert outcome['rows'][0]['final_accuracy'] > 0
 
 
 def test_a_diverging_run_completes_is_recorded_and_counts_at_chance(tmp_path):
@@ -262,8 +263,8 @@ def test_a_diverging_run_completes_is_recorded_and_counts_at_chance(tmp_path):
                    tuning=config_lib.TuningConfig(tune=False),
                    client=experiment_config.ClientConfig(learning_rate=1e6))
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
-  assert outcome.failures == [] and len(outcome.rows) == 1
-  row = outcome.rows[0]
+  assert outcome['failures'] == [] and len(outcome['rows']) == 1
+  row = outcome['rows'][0]
   assert row['diverged'] is True and row['collapsed'] is True
   assert row['final_accuracy'] == pytest.approx(0.1) and row['diverged_round'] >= 1
   # The zeroed updates are counted as what they are (FedAvg's client work counts them).
@@ -278,22 +279,22 @@ def test_a_leaf_regime_takes_its_shape_and_classes_from_the_files(tmp_path):
                    leaf_dir=str(tmp_path / 'leaf' / 'data' / 'synthetic'),
                    tuning=config_lib.TuningConfig(tune=False), eval_train_loss=True)
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
-  assert outcome.failures == [] and len(outcome.rows) == 1
-  assert outcome.rows[0]['model'] == 'logistic_regression'
+  assert outcome['failures'] == [] and len(outcome['rows']) == 1
+  assert outcome['rows'][0]['model'] == 'logistic_regression'
   result = runs.read_result(runs.report_run_dir(config.root, 'leaf_synthetic:natural', 1,
                                                 'fedavg', 0))
   assert np.asarray(result['confusion_matrix']).shape == (5, 5)
   # The global model's loss on the pooled training data, evaluated every round.
-  row = outcome.rows[0]
+  row = outcome['rows'][0]
   assert len(runs.decode_curve(row['global_train_loss_curve'])) == 1
   assert row['final_global_train_loss'] > 0
 
 
 def test_a_full_disk_ends_the_benchmark_instead_of_failing_each_run(tmp_path, monkeypatch):
   import errno  # pylint: disable=g-import-not-at-top
-  plan = plan_lib.make_plan(_config(tmp_path, tuning=config_lib.TuningConfig(tune=False)))
-  engine = engine_lib.Engine(plan)
-  spec = plan.report_specs([])[0]
+  config = _config(tmp_path, tuning=config_lib.TuningConfig(tune=False))
+  engine = engine_lib.Engine(config)
+  spec = plan.report_specs(config, [])[0]
 
   def train(error):
     def fail(*args):

@@ -21,16 +21,23 @@ def test_every_algorithm_has_a_method_with_a_grid_where_the_issue_asks_for_one()
 def test_ad_hoc_variant_fixes_arguments_and_drops_them_from_the_grid():
   m = methods.parse_method('fedga[counts=dataset, clip_norm=5]')
   assert m.name == 'fedga[counts=dataset,clip_norm=5]' and m.algorithm == 'fedga'
-  assert m.fixed_kwargs == {'counts': 'dataset', 'clip_norm': 5}
+  assert dict(m.fixed) == {'counts': 'dataset', 'clip_norm': 5}
   assert m.grid == ()
   fedld = methods.parse_method('fedld[component_ratio=0.5]')
   assert dict(fedld.grid) == {'margin_weight': (0.01, 0.1)}
   assert methods.parse_method('fedavg') is methods.METHODS['fedavg']
+  # A fixed learning rate, and a variant of a named variant.
+  assert methods.parse_method('fedld[server_lr=2]').server_lr == 2.0
+  clipped = methods.parse_method('fedga_clip[counts=dataset]')
+  assert dict(clipped.fixed) == {'clip_norm': 5.0, 'counts': 'dataset'}
+  assert clipped.parent == 'fedga_clip' and clipped.grid == ()
 
 
 @pytest.mark.parametrize('text,match', [
     ('sgd', 'unknown method'), ('bogus[x=1]', 'unknown algorithm'),
     ('fedga[counts]', 'expected key=value'), ('fedga[1x=2]', 'expected key=value'),
+    ('fedga[client_lr=fast]', 'client_lr must be a number'),
+    ('custom[loss=bogus]', 'loss must be one of'),
 ])
 def test_bad_methods(text, match):
   with pytest.raises(ValueError, match=match):
@@ -87,10 +94,11 @@ _VARIANT_METHODS = (
 def test_each_variant_runs_its_parent_with_what_it_changes():
   for expected in _VARIANT_METHODS:   # repr: 5.0 is not 5, True is not 1
     assert repr(methods.parse_method(expected.name)) == repr(expected)
-  assert methods.VARIANTS['fedga_paper_clip'].described == 'fedga_clip with form=paper'
-  assert methods.VARIANTS['fedld_authors'].described == (
+  assert methods.described('fedga_paper_clip') == 'fedga_clip with form=paper'
+  assert methods.described('fedld_authors') == (
       'first_round_plain_mean=True, margin_form=batch_probabilities, client_weighting=uniform')
-  assert methods.VARIANTS['fedmgc_dgc_only'].described == 'custom[loss=ce,aggregator=dgc]'
+  assert methods.described('fedmgc_dgc_only') == 'custom[loss=ce,aggregator=dgc]'
+  assert methods.described('fedavg_uniform') == 'fedavg with client_weighting=uniform'
   with pytest.raises(ValueError, match='both fixes and tunes'):
     methods.Method('y', 'fedga', fixed=(('counts', 'batch'),), grid=(('counts', ('batch',)),))
 
@@ -100,10 +108,10 @@ def test_variants_are_valid_methods_of_a_benchmark():
   config = config_lib.BenchmarkConfig(   # checks every fixed argument against its builder
       regimes=('digits:iid',), methods=('fedavg', *methods.VARIANTS))
   assert config.methods[1:] == tuple(methods.VARIANTS)
-  for v in methods.VARIANTS.values():
-    assert v.diagnoses in methods.METHODS, v.name
-    assert (v.parent or v.diagnoses) in {*methods.METHODS, *methods.VARIANTS}, v.name
-    assert v.baseline is None or v.baseline in methods.VARIANTS, v.name
+  for name, v in methods.VARIANTS.items():
+    assert v['diagnoses'] in methods.METHODS, name
+    assert methods.parse_method(name).parent in {*methods.METHODS, *methods.VARIANTS}, name
+    assert v.get('baseline') is None or v['baseline'] in methods.VARIANTS, name
 
 
 def test_builder_kwargs_fix_fedghs_order_seed_in_the_process():
@@ -121,18 +129,17 @@ def test_parse_value():
 def test_fixed_learning_rates_are_not_tuned():
   from experiments.benchmarking import config as config_lib
   from experiments.benchmarking import plan as plan_lib
-  from experiments.benchmarking import tuning
   config = config_lib.BenchmarkConfig(regimes=('digits:iid',),
                                       methods=('fedavg', 'fedld_server_lr'))
-  search = plan_lib.make_plan(config).methods[1].search  # fedld, server lr fixed at 4
-  assert [c.server_lr for c in tuning.stage_one(search)] == [4.0, 4.0, 4.0]
-  assert {c.server_lr for c in tuning.stage_two(search, 0.05)} == {4.0}
+  fedld = plan_lib.methods(config)[1]  # fedld, server lr fixed at 4
+  assert [c['server_lr'] for c in plan_lib.stage_one(config, fedld)] == [4.0, 4.0, 4.0]
+  assert {c['server_lr'] for c in plan_lib.stage_two(config, fedld, 0.05)} == {4.0}
 
 
 def test_compositions_are_baselines_with_an_aggregator_tuned_on_both_grids():
   m = methods.parse_method('fedprox+fedgh')
   assert m.name == 'fedprox+fedgh' and m.algorithm == 'fedprox'
-  assert m.fixed_kwargs == {'aggregator': 'fedgh'}
+  assert dict(m.fixed) == {'aggregator': 'fedgh'}
   assert dict(m.grid) == dict(methods.METHODS['fedprox'].grid)
   assert methods.builder_kwargs(m, {'proximal_strength': 0.1}) == {
       'aggregator': 'fedgh', 'aggregator_kwargs': {'seed': 0}, 'proximal_strength': 0.1}

@@ -16,7 +16,7 @@ from experiments import config as experiment_config
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
 from experiments.benchmarking import grid
-from experiments.benchmarking import plan as plan_lib
+from experiments.benchmarking import plan
 from experiments.benchmarking import runs
 
 ConfigError = experiment_config.ConfigError
@@ -60,7 +60,8 @@ def _config(root, **changes):
 def test_your_data_and_model_run_under_your_names_and_resume(tmp_path):
   config = _config(tmp_path)
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
-  assert outcome.failures == [] and outcome.runs_done == 2 and outcome.runs_skipped == 0
+  assert outcome['failures'] == [] and outcome['runs_done'] == 2
+  assert outcome['runs_skipped'] == 0
   with open(os.path.join(config.root, 'runs.csv')) as f:
     rows = list(csv.DictReader(f))
   assert [(r['regime'], r['dataset'], r['model'], r['method'], r['seed']) for r in rows] == [
@@ -69,7 +70,7 @@ def test_your_data_and_model_run_under_your_names_and_resume(tmp_path):
   assert all(len(runs.decode_curve(r['accuracy_curve'])) == 2 for r in rows)
   result = runs.read_result(runs.report_run_dir(config.root, 'my_digits', 1, 'fedavg', 0))
   assert np.asarray(result['confusion_matrix']).shape == (3, 3)
-  with open(outcome.report) as f:
+  with open(outcome['report']) as f:
     report = f.read()
   assert 'my_digits' in report and 'leaf_synthetic' not in report
   with open(os.path.join(config.root, 'config.json')) as f:
@@ -77,7 +78,7 @@ def test_your_data_and_model_run_under_your_names_and_resume(tmp_path):
   assert recorded['datasets'] == ['my_digits'] and recorded['model_fns'] == ['my_mlp']
 
   again = grid.run_benchmark(_config(tmp_path), stream=open(os.devnull, 'w'))
-  assert again.runs_done == 0 and again.runs_skipped == 2 and len(again.rows) == 2
+  assert again['runs_done'] == 0 and again['runs_skipped'] == 2 and len(again['rows']) == 2
   # The model's name is part of a run's identity: another one under the same names is refused.
   other = _config(tmp_path, model_fns={'my_other_mlp': tiny_mlp})
   with pytest.raises(engine_lib.SettingsChangedError, match="model: 'my_mlp' -> 'my_other_mlp'"):
@@ -85,9 +86,9 @@ def test_your_data_and_model_run_under_your_names_and_resume(tmp_path):
 
 
 def test_your_model_starts_from_the_run_seed(tmp_path):
-  plan = plan_lib.make_plan(_config(tmp_path, report_seeds=(0, 1, 2)))
-  specs = plan.report_specs([])
-  first, again, other = (engine_lib.Engine(plan)._initial_weights(s).trainable  # pylint: disable=protected-access
+  config = _config(tmp_path, report_seeds=(0, 1, 2))
+  specs = plan.report_specs(config, [])
+  first, again, other = (engine_lib.Engine(config)._initial_weights(s).trainable  # pylint: disable=protected-access
                          for s in (specs[0], specs[0], specs[1]))
   assert all(np.array_equal(a, b) for a, b in zip(first, again))
   assert not np.array_equal(first[0], other[0])   # the first kernel (the biases start at 0)
@@ -100,8 +101,9 @@ def test_tuning_on_your_data_and_a_built_in_model(tmp_path):
                        tuning_seeds=(9,), client_lr_grid=(0.1, 0.3), server_lr_grid=(1.0,),
                        last_k=1, edge_steps=0))
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
-  assert outcome.failures == [] and [c.regime for c in outcome.choices] == ['my_digits']
-  assert [(r['regime'], r['model']) for r in outcome.rows] == [('my_digits', 'mlp')]
+  assert outcome['failures'] == [] and [c['regime'] for c in outcome['choices']] == [
+      'my_digits']
+  assert [(r['regime'], r['model']) for r in outcome['rows']] == [('my_digits', 'mlp')]
 
 
 def _softmax_mlp():

@@ -1,41 +1,53 @@
-"""Tuning candidates (staged and product) and the choice, with a made-up scorer (no TFF)."""
+"""Tuning candidates (staged and product) and the choice, with a made-up scorer (no training)."""
 
-import dataclasses
 import math
 
 import pytest
 
+from experiments import config as experiment_config
+from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods
-from experiments.benchmarking import tuning
+from experiments.benchmarking import plan as tuning
 
 
-def _search(name, strategy='staged'):
-  method = methods.METHODS[name]
-  given = (('proximal_strength', 0.01),) if name == 'fedprox' else ()
-  return tuning.Search(method=method, given=given, client_lrs=(0.03, 0.1, 0.3), server_lr=1.0,
-                       server_lrs=(1.0, 3.0) if name == 'fedld' else (1.0,),
-                       strategy=strategy)
+def _search(name, strategy='staged', client_lrs=(0.03, 0.1, 0.3), rounds=5, **changes):
+  """The benchmark config of `name`'s search (server lrs tuned only for FedLD) and `name`."""
+  settings = dict(client_lr_grid=client_lrs, server_lr_grid=(1.0, 3.0),
+                  tune_server_lr=name == 'fedld', strategy=strategy, edge_steps=0)
+  settings.update(changes)
+  config = config_lib.BenchmarkConfig(
+      regimes=('digits:iid',), methods=(name,), baseline=name,
+      given={'fedprox': {'proximal_strength': 0.01}} if name == 'fedprox' else {},
+      loop=experiment_config.LoopConfig(rounds=rounds, clients_per_round=2),
+      tuning=config_lib.TuningConfig(**settings))
+  return config, methods.parse_method(name)
+
+
+def _tune(search, evaluate):
+  return tuning.tune_method(*search, evaluate, dataset='digits', regime='digits:iid', epochs=1)
 
 
 def test_candidates():
   prox, fedld, fedavg = (_search(n) for n in ('fedprox', 'fedld', 'fedavg'))
-  one = tuning.stage_one(prox)
-  assert [c.client_lr for c in one] == [0.03, 0.1, 0.3]
-  assert all(c.tuned == (('proximal_strength', 0.01),) and c.server_lr == 1.0 for c in one)
-  two = tuning.stage_two(prox, 0.1)
-  assert [dict(c.tuned)['proximal_strength'] for c in two] == [0.001, 0.01, 0.1, 1.0]
-  assert two[1].name == one[1].name == 'clr=0.1,slr=1,proximal_strength=0.01'
-  assert tuning.stage_two(fedavg, 0.1) == []
-  ld = tuning.stage_two(fedld, 0.3)
-  assert len(ld) == 2 * 2 * 2 and {c.server_lr for c in ld} == {1.0, 3.0}
-  assert len(tuning.product(fedld)) == 3 * 8
-  assert len(tuning.candidates(prox)) == 3 + 4
-  assert len(tuning.candidates(_search('fedprox', 'product'))) == 12
+  one = tuning.stage_one(*prox)
+  assert [c['client_lr'] for c in one] == [0.03, 0.1, 0.3]
+  assert all(c == dict(client_lr=c['client_lr'], server_lr=1.0, proximal_strength=0.01)
+             for c in one)
+  two = tuning.stage_two(*prox, 0.1)
+  assert [c['proximal_strength'] for c in two] == [0.001, 0.01, 0.1, 1.0]
+  assert (tuning.candidate_name(two[1]) == tuning.candidate_name(one[1])
+          == 'clr=0.1,slr=1,proximal_strength=0.01')
+  assert tuning.stage_two(*fedavg, 0.1) == []
+  ld = tuning.stage_two(*fedld, 0.3)
+  assert len(ld) == 2 * 2 * 2 and {c['server_lr'] for c in ld} == {1.0, 3.0}
+  assert len(tuning.product(*fedld)) == 3 * 8
+  assert len(tuning.candidates(*prox)) == 3 + 4
+  assert len(tuning.candidates(*_search('fedprox', 'product'))) == 12
 
 
 def _scorer(table, calls):
   def evaluate(candidate):
-    calls.append(candidate.name)
+    calls.append(tuning.candidate_name(candidate))
     return table(candidate), 2
   return evaluate
 
@@ -43,21 +55,20 @@ def _scorer(table, calls):
 def test_staged_choice_reuses_stage_one_and_picks_the_best():
   calls = []
   def table(c):  # best lr 0.1; best mu 0.1; NaN for mu = 1 (diverged)
-    mu = dict(c.tuned)['proximal_strength']
+    mu = c['proximal_strength']
     if mu == 1.0:
       return float('nan')
-    return 0.5 + (0.2 if c.client_lr == 0.1 else 0.0) + (0.05 if mu == 0.1 else 0.0)
-  choice = tuning.tune_method(_search('fedprox'), dataset='digits',
-                              regime='digits:iid', epochs=1, evaluate=_scorer(table, calls))
+    return 0.5 + (0.2 if c['client_lr'] == 0.1 else 0.0) + (0.05 if mu == 0.1 else 0.0)
+  choice = _tune(_search('fedprox'), _scorer(table, calls))
   assert len(calls) == len(set(calls)) == 6  # stage 2's mu = 0.01 at lr 0.1 is not run again
-  assert (choice.client_lr, choice.server_lr, choice.values) == (0.1, 1.0,
-                                                                 {'proximal_strength': 0.1})
-  assert choice.score == pytest.approx(0.75)
-  assert [n for n, _, _ in choice.scores] == calls
+  assert (choice['client_lr'], choice['server_lr'], choice['tuned']) == (
+      0.1, 1.0, {'proximal_strength': 0.1})
+  assert choice['score'] == pytest.approx(0.75)
+  assert [s['candidate'] for s in choice['scores']] == calls
 
 
 def test_ties_go_to_the_first_and_nan_never_wins():
-  a, b, c = (tuning.Candidate(lr, 1.0) for lr in (0.1, 0.2, 0.3))
+  a, b, c = (tuning.candidate(lr, 1.0) for lr in (0.1, 0.2, 0.3))
   assert tuning.best([(a, 0.5, 1), (b, 0.5, 1), (c, 0.4, 1)]) == (a, 0.5)
   assert tuning.best([(a, float('nan'), 1), (b, 0.1, 1)]) == (b, 0.1)
   winner, score = tuning.best([(a, float('nan'), 1), (b, float('nan'), 1)])
@@ -74,84 +85,65 @@ def test_score_needs_every_seed_finished_and_finite():
 def test_a_best_value_at_an_edge_extends_the_grid_until_it_is_interior():
   # FedAvg's best client lr is 0.9 (past the grid's 0.3): one extension x3 finds it, a second
   # (2.7) shows it interior.
-  search = dataclasses.replace(_search('fedavg'), edge_steps=3)
+  search = _search('fedavg', edge_steps=3)
   calls = []
-  choice = tuning.tune_method(search, dataset='digits', regime='digits:iid', epochs=1,
-                              evaluate=_scorer(lambda c: -abs(math.log(c.client_lr / 0.9)),
-                                               calls))
+  choice = _tune(search, _scorer(lambda c: -abs(math.log(c['client_lr'] / 0.9)), calls))
   assert [float(n.split(',')[0][4:]) for n in calls] == pytest.approx([0.03, 0.1, 0.3, 0.9, 2.7])
-  assert choice.client_lr == pytest.approx(0.9) and choice.at_edge == ()
-  assert tuning.max_extensions(search) == 2 * 3
+  assert choice['client_lr'] == pytest.approx(0.9) and choice['at_edge'] == []
+  assert tuning.max_extensions(*search) == 2 * 3
 
 
 def test_the_client_lr_is_extended_after_stage_two_changes_the_methods_value():
   # Staged: the client lrs are tried at mu = 0.01 (the grid's first), stage two picks mu = 0.001
   # at lr 0.3, the top of the lrs tried. The edge is that of every lr tried, so 0.9 is tried
   # with mu = 0.001 although no other lr was tried with that mu.
-  search = dataclasses.replace(_search('fedprox'), edge_steps=3)
   calls = []
-  choice = tuning.tune_method(
-      search, dataset='digits', regime='digits:iid', epochs=1,
-      evaluate=_scorer(lambda c: -abs(math.log(c.client_lr / 0.9))
-                       - abs(math.log(dict(c.tuned)['proximal_strength'] / 0.001)), calls))
+  choice = _tune(_search('fedprox', edge_steps=3),
+                 _scorer(lambda c: -abs(math.log(c['client_lr'] / 0.9))
+                         - abs(math.log(c['proximal_strength'] / 0.001)), calls))
   assert 'clr=0.9,slr=1,proximal_strength=0.001' in calls
   assert 'clr=0.9,slr=1,proximal_strength=0.000333333' in calls   # mu extended too
-  assert choice.client_lr == pytest.approx(0.9) and choice.at_edge == ()
+  assert choice['client_lr'] == pytest.approx(0.9) and choice['at_edge'] == []
 
 
 def test_a_value_still_at_an_edge_is_reported():
   # The score keeps rising with mu: three extensions past 1 (3, 9, 27), then at_edge.
-  search = dataclasses.replace(_search('fedprox'), edge_steps=3)
   calls = []
-  choice = tuning.tune_method(
-      search, dataset='digits', regime='digits:iid', epochs=1,
-      evaluate=_scorer(lambda c: dict(c.tuned)['proximal_strength'] - abs(c.client_lr - 0.1),
-                       calls))
-  assert choice.values == {'proximal_strength': 27.0} and choice.at_edge == (
-      'proximal_strength',)
+  choice = _tune(_search('fedprox', edge_steps=3),
+                 _scorer(lambda c: c['proximal_strength'] - abs(c['client_lr'] - 0.1), calls))
+  assert choice['tuned'] == {'proximal_strength': 27.0}
+  assert choice['at_edge'] == ['proximal_strength']
   assert len(calls) == 3 + 3 + 3  # stage 1, stage 2 (0.01 at 0.1 not again), three extensions
   # Without extensions the edge is reported at once.
-  flat = tuning.tune_method(dataclasses.replace(search, edge_steps=0), dataset='digits',
-                            regime='digits:iid', epochs=1,
-                            evaluate=_scorer(lambda c: dict(c.tuned)['proximal_strength'], []))
-  assert flat.values == {'proximal_strength': 1.0} and 'proximal_strength' in flat.at_edge
+  flat = _tune(_search('fedprox'), _scorer(lambda c: c['proximal_strength'], []))
+  assert flat['tuned'] == {'proximal_strength': 1.0} and 'proximal_strength' in flat['at_edge']
 
 
 def test_an_extension_stays_in_the_valid_range():
   # FedMGC's selection ratio lies in (0, 1]: its best, 0.7 at the top, is extended no further
   # than the range allows (0.7 x 3 > 1), so it stays at the edge.
-  search = dataclasses.replace(_search('fedmgc'), edge_steps=2)
-  choice = tuning.tune_method(
-      search, dataset='digits', regime='digits:iid', epochs=1,
-      evaluate=_scorer(lambda c: dict(c.tuned).get('selection_ratio', 0.5)
-                       - abs(dict(c.tuned).get('gamma', 1.0) - 1.0) - abs(c.client_lr - 0.1),
-                       []))
-  assert choice.values['selection_ratio'] == 0.7 and 'selection_ratio' in choice.at_edge
-  assert choice.values['gamma'] == 1.0 and 'gamma' not in choice.at_edge
+  choice = _tune(_search('fedmgc', edge_steps=2),
+                 _scorer(lambda c: c.get('selection_ratio', 0.5) - abs(c.get('gamma', 1.0) - 1.0)
+                         - abs(c['client_lr'] - 0.1), []))
+  assert choice['tuned']['selection_ratio'] == 0.7 and 'selection_ratio' in choice['at_edge']
+  assert choice['tuned']['gamma'] == 1.0 and 'gamma' not in choice['at_edge']
 
 
 def test_a_compositions_aggregator_grid_stays_in_the_aggregators_range():
   # fedprox+dgc tunes DGC's selection ratio (in (0, 1]) beside mu: 0.7 at the top stays there.
-  method = methods.parse_method('fedprox+dgc')
-  search = tuning.Search(method=method, given=(), client_lrs=(0.03, 0.1, 0.3), server_lr=1.0,
-                         server_lrs=(1.0,), strategy='staged', edge_steps=2)
-  choice = tuning.tune_method(
-      search, dataset='digits', regime='digits:iid', epochs=1,
-      evaluate=_scorer(lambda c: dict(c.tuned).get('selection_ratio', 0.5)
-                       - abs(math.log10(dict(c.tuned).get('proximal_strength', 0.01) / 0.01))
-                       - abs(c.client_lr - 0.1), []))
-  assert choice.values['selection_ratio'] == 0.7 and 'selection_ratio' in choice.at_edge
-  assert choice.values['proximal_strength'] == 0.01
+  choice = _tune(_search('fedprox+dgc', edge_steps=2),
+                 _scorer(lambda c: c.get('selection_ratio', 0.5)
+                         - abs(math.log10(c.get('proximal_strength', 0.01) / 0.01))
+                         - abs(c['client_lr'] - 0.1), []))
+  assert choice['tuned']['selection_ratio'] == 0.7 and 'selection_ratio' in choice['at_edge']
+  assert choice['tuned']['proximal_strength'] == 0.01
 
 
 def test_tuning_choices_record_what_each_method_searched():
-  from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
-  search = dataclasses.replace(_search('fedavg'), server_lrs=(1.0, 2.0, 3.0), edge_steps=1)
-  choice = tuning.tune_method(search, dataset='digits', regime='digits:iid', epochs=1,
-                              evaluate=lambda c: (c.client_lr + c.server_lr / 10, 1))
-  out = grid.choice_to_dict(choice)
+  search = _search('fedavg', server_lr_grid=(1.0, 2.0, 3.0), tune_server_lr=True, edge_steps=1)
+  out = _tune(search, lambda c: (c['client_lr'] + c['server_lr'] / 10, 1))
   assert out['server_lrs_tried'][:3] == [1.0, 2.0, 3.0] and out['candidates'] == len(
-      choice.scores)
+      out['scores'])
   assert out['client_lrs_tried'][:3] == [0.03, 0.1, 0.3]
   assert 9.0 in out['server_lrs_tried']  # extended past the top edge (x 3)
 
@@ -179,9 +171,9 @@ def _learning_curves(calls):
   mu_bonus = {0.001: 0.0, 0.01: 0.03, 0.1: 0.01, 1.0: -0.05}
 
   def evaluate(candidate, rounds=50):
-    calls.append((candidate.name, rounds))
-    lr = candidate.client_lr
-    mu = dict(candidate.tuned)['proximal_strength']
+    calls.append((tuning.candidate_name(candidate), rounds))
+    lr = candidate['client_lr']
+    mu = candidate['proximal_strength']
     return (levels[lr] + mu_bonus[mu]) * (1 - math.exp(-speeds[lr] * rounds)), 2
   return evaluate
 
@@ -190,32 +182,30 @@ def test_halving_chooses_as_the_full_search_with_fewer_full_runs():
   """On a small grid (5 client lrs, then 4 proximal strengths, edges extended), successive
   halving picks the full search's choice; it runs fewer candidates to the end and fewer rounds
   in all."""
-  base = dict(method=methods.METHODS['fedprox'], given=(('proximal_strength', 0.01),),
-              client_lrs=(0.01, 0.03, 0.1, 0.3, 1.0), server_lr=1.0, server_lrs=(1.0,),
-              edge_steps=1, rounds=50, min_rounds=5)
   choices, calls = {}, {}
   for schedule in ('full', 'halving'):
     calls[schedule] = []
-    choices[schedule] = tuning.tune_method(
-        tuning.Search(**base, schedule=schedule), dataset='digits', regime='digits:iid',
-        epochs=1, evaluate=_learning_curves(calls[schedule]))
+    choices[schedule] = _tune(
+        _search('fedprox', client_lrs=(0.01, 0.03, 0.1, 0.3, 1.0), rounds=50, last_k=5,
+                edge_steps=1, schedule=schedule), _learning_curves(calls[schedule]))
   full, halving = choices['full'], choices['halving']
-  assert (halving.client_lr, halving.server_lr, halving.values) == (
-      full.client_lr, full.server_lr, full.values) == (0.1, 1.0, {'proximal_strength': 0.01})
-  assert halving.score == full.score
+  chosen = lambda c: (c['client_lr'], c['server_lr'], c['tuned'])
+  assert chosen(halving) == chosen(full) == (0.1, 1.0, {'proximal_strength': 0.01})
+  assert halving['score'] == full['score']
   to_the_end = lambda c: sum(rounds == 50 for _, rounds in c)
   assert to_the_end(calls['halving']) < to_the_end(calls['full'])
   assert sum(r for _, r in calls['halving']) < sum(r for _, r in calls['full'])
   # Candidates stopped early are recorded (NaN, 0 seeds) and were never run to the end.
-  stopped = [n for n, s, k in halving.scores if k == 0]
-  assert stopped and all(math.isnan(s) for n, s, k in halving.scores if k == 0)
+  stopped = [s['candidate'] for s in halving['scores'] if s['seeds'] == 0]
+  assert stopped and all(math.isnan(s['score']) for s in halving['scores'] if s['seeds'] == 0)
   assert not {(n, 50) for n in stopped} & set(calls['halving'])
 
 
 def _choice(server_lr, scores, at_edge=()):
-  return tuning.Choice(dataset='digits', regime='digits:dir(0.1)', epochs=1, method='fedavg',
-                       client_lr=0.3, server_lr=server_lr, tuned=(), at_edge=at_edge,
-                       score=max(s for _, s, _ in scores), scores=tuple(scores))
+  return dict(dataset='digits', regime='digits:dir(0.1)', epochs=1, method='fedavg',
+              client_lr=0.3, server_lr=server_lr, tuned={}, at_edge=list(at_edge),
+              score=max(s for _, s, _ in scores),
+              scores=[{'candidate': n, 'score': s, 'seeds': k} for n, s, k in scores])
 
 
 def test_the_baseline_tries_the_server_lrs_others_reached_and_keeps_the_best():
@@ -224,15 +214,16 @@ def test_the_baseline_tries_the_server_lrs_others_reached_and_keeps_the_best():
   tried = []
 
   def evaluate(candidate):
-    tried.append(candidate.name)
-    return {9.0: 0.96, 1 / 3: 0.5}[candidate.server_lr], 1
+    tried.append(tuning.candidate_name(candidate))
+    return {9.0: 0.96, 1 / 3: 0.5}[candidate['server_lr']], 1
 
   widened = tuning.widen_server_lrs(choice, [1.0, 2.0, 3.0, 9.0, 1 / 3], evaluate)
   assert tried == ['clr=0.3,slr=0.333333', 'clr=0.3,slr=9']   # only the missing ones
-  assert (widened.server_lr, widened.score, widened.client_lr) == (9.0, 0.96, 0.3)
-  assert widened.at_edge == ('server_lr',)   # 9 is the largest tried
-  assert [n for n, _, _ in widened.scores][-2:] == tried
+  assert (widened['server_lr'], widened['score'], widened['client_lr']) == (9.0, 0.96, 0.3)
+  assert widened['at_edge'] == ['server_lr']   # 9 is the largest tried
+  assert [s['candidate'] for s in widened['scores']][-2:] == tried
+  assert widened['server_lrs_tried'] == pytest.approx([1 / 3, 1.0, 2.0, 3.0, 9.0], rel=1e-5)
   # A new candidate that scores lower leaves the choice as it was (its runs recorded).
   kept = tuning.widen_server_lrs(choice, [9.0], lambda c: (0.5, 1))
-  assert (kept.server_lr, kept.score, len(kept.scores)) == (1.0, 0.95, 5)
+  assert (kept['server_lr'], kept['score'], len(kept['scores'])) == (1.0, 0.95, 5)
   assert tuning.widen_server_lrs(choice, [1.0, 2.0], evaluate) is choice
