@@ -4,6 +4,7 @@ runs (`plan`, `engine`; finished runs on disk are skipped), writes the record fi
 import datetime
 import json
 import os
+import pathlib
 import sys
 import time
 from typing import Any, Callable, Optional, TextIO
@@ -29,8 +30,9 @@ REGIMES_FILE = 'regimes.json'
 
 
 def _tune(config, engine, progress) -> list[dict[str, Any]]:
-  """Each tuning task's choice (`plan.tune_method`), then the baseline's widened
-  (`_baseline_searched_every_server_lr`)."""
+  """Each tuning task's choice (`plan.tune_method`); then, where server lrs are tuned, the
+  baseline also tries each server lr another method's edge extension reached in the same
+  (dataset, E) (`plan.widen_server_lrs`): it searched every server lr any method searched."""
   choices, evaluators = [], {}
   for dataset, epochs, method in plan_lib.tuning_tasks(config):
 
@@ -43,28 +45,20 @@ def _tune(config, engine, progress) -> list[dict[str, Any]]:
         progress.end_run()
       return plan_lib.score(summaries)
 
-    choice = plan_lib.tune_method(config, method, evaluate, dataset=dataset,
-                                  regime=plan_lib.tuning_regime(config, dataset), epochs=epochs)
+    choices.append(plan_lib.tune_method(
+        config, method, evaluate, dataset=dataset,
+        regime=plan_lib.tuning_regime(config, dataset), epochs=epochs))
     untried = (len(plan_lib.candidates(config, method))
-               + plan_lib.max_extensions(config, method) - len(choice['scores']))
+               + plan_lib.max_extensions(config, method) - len(choices[-1]['scores']))
     progress.skip(untried * len(config.tuning.tuning_seeds) * config.loop.rounds)
-    choices.append(choice)
     evaluators[(dataset, epochs, method.name)] = evaluate
-  return _baseline_searched_every_server_lr(config, choices, evaluators)
-
-
-def _baseline_searched_every_server_lr(config, choices, evaluators):
-  """The baseline's choice, in each (dataset, E), after it also tried the server lrs other
-  methods reached by edge extension (`plan.widen_server_lrs`), when server lrs are tuned."""
-  out = []
-  for choice in choices:
-    key = (choice['dataset'], choice['epochs'], choice['method'])
-    if choice['method'] == config.baseline and len(choice['server_lrs_tried']) > 1:
-      reached = {lr for c in choices if (c['dataset'], c['epochs']) == key[:2]
-                 for lr in c['server_lrs_tried']}
-      choice = plan_lib.widen_server_lrs(choice, sorted(reached), evaluators[key])
-    out.append(choice)
-  return out
+  for i, c in enumerate(choices):
+    if c['method'] == config.baseline and len(c['server_lrs_tried']) > 1:
+      reached = {lr for other in choices if (other['dataset'], other['epochs'])
+                 == (c['dataset'], c['epochs']) for lr in other['server_lrs_tried']}
+      choices[i] = plan_lib.widen_server_lrs(
+          c, sorted(reached), evaluators[(c['dataset'], c['epochs'], c['method'])])
+  return choices
 
 
 def _tuning_rows(choices):
@@ -95,13 +89,11 @@ def validation_curve_rows(config, choices) -> list[dict[str, Any]]:
 
 def _append_timing(root, entry):
   path = os.path.join(root, TIMING_FILE)
-  entries = []
-  if os.path.exists(path):
-    try:
-      with open(path) as f:
-        entries = json.load(f)
-    except ValueError:
-      entries = []
+  try:
+    with open(path) as f:
+      entries = json.load(f)
+  except (FileNotFoundError, ValueError):
+    entries = []
   files.write_json_atomically(path, entries + [entry])
 
 
@@ -117,33 +109,26 @@ def describe_regimes(config, engine) -> list[dict[str, Any]]:
   out = []
   for regime in config.regimes:
     train, _ = engine.data(regime, _first_seed(config))
-    if getattr(train, 'label_counts', None) is None:
-      continue
-    summary = data.describe(train)
-    out.append({'regime': regime, 'data_seed': _first_seed(config),
-                **{k: summary[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
-                                           'classes_per_client', 'label_tv_distance')}})
+    if getattr(train, 'label_counts', None) is not None:
+      summary = data.describe(train)
+      out.append({'regime': regime, 'data_seed': _first_seed(config), **{
+          k: summary[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
+                                  'classes_per_client', 'label_tv_distance')}})
   return out
 
 
 def check_finished_runs(config) -> None:
-  """Compares every finished run on disk that `config` would run again (same phase, regime, E,
-  method, seed and tuning candidate) with the settings it gives it, before anything runs or is
-  written: the values that tuning chooses (builder arguments, learning rates) are taken as
-  recorded, since they are known only once tuning ran (`Engine.finished` checks them then).
-
-  Raises:
-    engine.SettingsChangedError: the first such run whose settings differ.
-  """
+  """Raises `engine.SettingsChangedError` for the first finished run on disk that `config` would
+  run again (same phase, regime, E, method, seed and tuning candidate) with other settings,
+  before anything runs or is written; the values tuning chooses (builder arguments, learning
+  rates) are taken as recorded: `Engine.finished` checks them when they are known."""
   if not config.loop.resume:
     return
   methods = {m.name: m for m in plan_lib.methods(config)}
   tasks = {(plan_lib.tuning_regime(config, d), e, m.name)
            for d, e, m in plan_lib.tuning_tasks(config)}
   for directory, _, names in sorted(os.walk(config.root)):
-    if runs_lib.RESULT_FILE not in names:
-      continue
-    result = runs_lib.read_result(directory)
+    result = runs_lib.read_result(directory) if runs_lib.RESULT_FILE in names else None
     recorded = result['spec'] if result is not None else None
     if not isinstance(recorded, dict) or recorded.get('method') not in methods:
       continue
@@ -151,21 +136,14 @@ def check_finished_runs(config) -> None:
       phase, regime, epochs, seed = (recorded['phase'], recorded['regime'],
                                      int(recorded['epochs']), int(recorded['seed']))
       method = methods[recorded['method']]
-      if phase == runs_lib.REPORT_PHASE:
-        planned = (regime in config.regimes and epochs in config.epochs
-                   and seed in config.report_seeds)
-      else:
-        planned = ((regime, epochs, method.name) in tasks
-                   and seed in config.tuning.tuning_seeds)
-      if not planned:
-        continue
-      if phase == runs_lib.REPORT_PHASE and not config.tuning.tune:
-        client_lr, server_lr = plan_lib.rates(config, method)
-        values = dict(kwargs=plan_lib.given_values(config, method), client_lr=client_lr,
-                      server_lr=server_lr)
-      else:
-        values = dict(kwargs=dict(recorded['kwargs']), client_lr=recorded['client_lr'],
-                      server_lr=recorded['server_lr'])
+      if not ((regime in config.regimes and epochs in config.epochs
+               and seed in config.report_seeds) if phase == runs_lib.REPORT_PHASE
+              else (regime, epochs, method.name) in tasks and seed in config.tuning.tuning_seeds):
+        continue   # not planned
+      untuned = phase == runs_lib.REPORT_PHASE and not config.tuning.tune
+      values = dict(zip(('kwargs', 'client_lr', 'server_lr'), (
+          plan_lib.given_values(config, method), *plan_lib.rates(config, method)) if untuned
+          else (dict(recorded['kwargs']), recorded['client_lr'], recorded['server_lr'])))
       spec = plan_lib.run_spec(config, phase=phase, regime=regime, method=method, epochs=epochs,
                                seed=seed, candidate=recorded.get('candidate', ''), **values)
     except (KeyError, TypeError, ValueError):
@@ -174,20 +152,20 @@ def check_finished_runs(config) -> None:
       engine_lib.check_same_spec(directory, recorded, spec)
 
 
+# The files the report reads besides the runs' own.
+RECORD_FILES = (CONFIG_FILE, RUNS_FILE, TUNING_FILE, CHOICES_FILE, TIMING_FILE, REGIMES_FILE)
+
+
 def run_benchmark(config: config_lib.BenchmarkConfig, *,
                   loader: Optional[engine_lib.Loader] = None, stream: Optional[TextIO] = None,
                   after_tuning: Callable[[], None] = lambda: None,
                   command: str = '') -> dict[str, Any]:
-  """Runs the benchmark and writes its report.
-
-  Files under the benchmark's root besides the runs' directories (`runs/`, `tuning/`):
-    config.json            the benchmark's settings, and its plan under `plan` (`plan.describe`)
+  """Runs the benchmark and writes, besides the runs' directories (`runs/`, `tuning/`):
+    config.json            the settings, and under `plan` the plan (`plan.describe`)
     runs.csv               one row per finished reporting run (`runs.RUN_COLUMNS`)
     tuning.csv             one row per tuning candidate: its validation score and whether it won
-    tuning_choices.json    the chosen values per (dataset, E, method) (`plan.tune_method`);
-                           `at_edge`: the dimensions whose chosen value is at its grid's edge
-    validation_curves.csv  one row per tuning seed of each method's chosen candidate: its
-                           validation accuracy per round (`runs.encode_curve`)
+    tuning_choices.json    each (dataset, E, method)'s choice (`plan.tune_method`)
+    validation_curves.csv  the chosen candidates' validation accuracy per round, per tuning seed
     timing.json            one entry per invocation: wall time, building time, runs run/skipped
     regimes.json           each regime's client sizes and label skew (`describe_regimes`)
     report.md, plots/      the report (`report`)
@@ -206,63 +184,34 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     runs that failed; they are retried on the next run).
 
   Raises:
-    experiments.config.ConfigError: a regime that cannot be loaded or is smaller than a round's
-      cohort (`check_regimes`), or your own data or model that do not fit
-      (`Engine.check_models`), before anything is written.
-    engine.SettingsChangedError: a finished run on disk has other settings; found before
+    experiments.config.ConfigError: a regime that cannot run (`check_regimes`), or your own data
+      or model that do not fit (`Engine.check_models`), before anything is written.
+    engine.SettingsChangedError: a finished run on disk has other settings, found before
       anything is written (`check_finished_runs`) or, for the values tuning chooses, when the
       run comes; either way the files the report reads are left as they were.
   """
-  check_finished_runs(config)   # before anything is written
+  check_finished_runs(config)
   os.makedirs(config.root, exist_ok=True)
-  record = _read_record(config.root)
+  record = {n: pathlib.Path(config.root, n) for n in RECORD_FILES}
+  record = {path: path.read_bytes() if path.exists() else None for path in record.values()}
   try:
     return _run(config, loader=loader, stream=stream or sys.stdout, after_tuning=after_tuning,
                 command=command)
   except engine_lib.SettingsChangedError:
-    _restore_record(config.root, record)   # a refused command leaves the record as it found it
+    for path, content in record.items():   # a refused command leaves the record as it was
+      if content is None:
+        path.unlink(missing_ok=True)
+      else:
+        with files.atomic_open(str(path), 'wb') as f:
+          f.write(content)
     raise
 
 
-# The files the report reads besides the runs' own (`run_benchmark`'s docstring).
-RECORD_FILES = (CONFIG_FILE, RUNS_FILE, TUNING_FILE, CHOICES_FILE, TIMING_FILE, REGIMES_FILE)
-
-
-def _read_record(root: str) -> dict[str, Optional[bytes]]:
-  record = {}
-  for name in RECORD_FILES:
-    try:
-      with open(os.path.join(root, name), 'rb') as f:
-        record[name] = f.read()
-    except FileNotFoundError:
-      record[name] = None
-  return record
-
-
-def _restore_record(root: str, record: dict[str, Optional[bytes]]) -> None:
-  for name, content in record.items():
-    path = os.path.join(root, name)
-    if content is None:
-      if os.path.exists(path):
-        os.remove(path)
-    else:
-      with files.atomic_open(path, 'wb') as f:
-        f.write(content)
-
-
 def check_regimes(config, data: Callable[[str, int], Any]) -> None:
-  """Loads every regime of `config` (reporting and tuning) once and checks that its population
-  holds `clients_per_round`, so that a regime that cannot run fails before any run, in one line.
-
-  Args:
-    config: the benchmark.
-    data: `(regime, seed) -> (train, test)` (`Engine.data`, which keeps what it loads).
-
-  Raises:
-    experiments.config.ConfigError: naming --regimes or --tuning_regimes and the regime (the
-      loader's error: a population the dataset cannot hold, a missing file), or
-      --clients_per_round and the population.
-  """
+  """Loads every regime (reporting and tuning) once with `data` (`(regime, seed) -> (train,
+  test)`) and checks that it holds `clients_per_round` clients: else `ConfigError` naming
+  --regimes or --tuning_regimes and the loader's error, or --clients_per_round and the population,
+  before any run."""
   tuned = [plan_lib.tuning_regime(config, d) for d in plan_lib.datasets(config)]
   tuned = [r for r in tuned if config.tuning.tune and r not in config.regimes]
   for regime in list(config.regimes) + list(dict.fromkeys(tuned)):

@@ -164,16 +164,12 @@ def report_specs(config, choices: Sequence[Mapping[str, Any]]) -> list[runs_lib.
           source = by_name.get(inherited[method.name], method)
           if config.tuning.tune:
             choice = by_key[(dataset, tuned_epochs(config, epochs), source.name)]
-            if source is method:
-              kwargs.update(choice['tuned'])
-              client_lr, server_lr = choice['client_lr'], choice['server_lr']
-            else:
-              if source.algorithm == method.algorithm:
-                kwargs = {**given_values(config, source), **choice['tuned'], **dict(method.fixed)}
-              elif method.algorithm == methods_lib.CUSTOM:
-                kwargs = _custom_with_parent_values(kwargs, source.algorithm, choice['tuned'])
-              client_lr = choice['client_lr'] if method.client_lr is None else method.client_lr
-              server_lr = choice['server_lr'] if method.server_lr is None else method.server_lr
+            if source.algorithm == method.algorithm:   # itself, or a variant of its algorithm
+              kwargs = {**given_values(config, source), **choice['tuned'], **dict(method.fixed)}
+            elif method.algorithm == methods_lib.CUSTOM:
+              kwargs = _custom_with_parent_values(kwargs, source.algorithm, choice['tuned'])
+            client_lr = choice['client_lr'] if method.client_lr is None else method.client_lr
+            server_lr = choice['server_lr'] if method.server_lr is None else method.server_lr
           specs += [run_spec(config, phase=runs_lib.REPORT_PHASE, regime=regime, method=method,
                              kwargs=kwargs, client_lr=client_lr, server_lr=server_lr,
                              epochs=epochs, seed=seed) for seed in config.report_seeds]
@@ -257,11 +253,11 @@ def candidate_name(c: Mapping[str, Any]) -> str:
   return runs_lib.candidate_name(c['client_lr'], c['server_lr'], _tuned(c))
 
 
-def _grid_product(method: Method, server_lrs: Sequence[float]):
+def _grid(config, method: Method, client_lrs: Sequence[float]) -> list[dict]:
   names = [k for k, _ in method.grid]
-  for values in itertools.product(*[v for _, v in method.grid]):
-    for server_lr in server_lrs:
-      yield dict(zip(names, values)), server_lr
+  return [candidate(lr, slr, dict(zip(names, values))) for lr in client_lrs
+          for values in itertools.product(*[v for _, v in method.grid])
+          for slr in searched_rates(config, method)[1]]
 
 
 def stage_one(config, method: Method) -> list[dict]:
@@ -274,19 +270,15 @@ def stage_one(config, method: Method) -> list[dict]:
 
 
 def stage_two(config, method: Method, client_lr: float) -> list[dict]:
-  """The method's own grid and the server lrs at `client_lr`; empty if it has nothing more to
-  tune."""
-  server_lrs = searched_rates(config, method)[1]
-  if not method.grid and len(server_lrs) < 2:
+  """The method's own grid and the server lrs at `client_lr`; none if it has nothing more."""
+  if not method.grid and len(searched_rates(config, method)[1]) < 2:
     return []
-  return [candidate(client_lr, slr, tuned) for tuned, slr in _grid_product(method, server_lrs)]
+  return _grid(config, method, [client_lr])
 
 
 def product(config, method: Method) -> list[dict]:
   """Every combination of client lr, the method's grid and (if tuned) server lr."""
-  client_lrs, server_lrs = searched_rates(config, method)
-  return [candidate(lr, slr, tuned) for lr in client_lrs
-          for tuned, slr in _grid_product(method, server_lrs)]
+  return _grid(config, method, searched_rates(config, method)[0])
 
 
 def candidates(config, method: Method) -> list[dict]:
