@@ -148,7 +148,7 @@ def parse_value(text: str) -> Any:
   """'5' -> 5, '0.1' -> 0.1, 'true'/'false' -> bool, 'none' -> None, anything else a string."""
   text = text.strip()
   if text.lower() in ('true', 'false', 'none'):
-    return None if text.lower() == 'none' else text.lower() == 'true'
+    return {'true': True, 'false': False}.get(text.lower())
   for cast in (int, float):
     try:
       return cast(text)
@@ -255,20 +255,16 @@ def _composed(method: Method) -> Optional[str]:
   return aggregator if method.algorithm != CUSTOM and isinstance(aggregator, str) else None
 
 
-def _aggregator_hparams(method: Method) -> tuple:
-  return hparams_lib.AGGREGATOR_HPARAMS.get(_composed(method), ())
-
-
 def aggregator_keywords(method: Method) -> set[str]:
   """The keywords of a composed aggregator's hyperparameters (they go to `aggregator_kwargs`)."""
-  return {h.keyword for h in _aggregator_hparams(method)}
+  return {h.keyword for h in hparams_lib.AGGREGATOR_HPARAMS.get(_composed(method), ())}
 
 
 def hparam_ranges(method: Method) -> dict[str, Any]:
   """keyword -> `tff_conflict.hparams.Hparam` of every hyperparameter `method`'s builder takes
   by name: its algorithm's, and for a composition its aggregator's."""
   return {h.keyword: h for h in (hparams_lib.ALGORITHM_HPARAMS.get(method.algorithm, ())
-                                 + tuple(_aggregator_hparams(method)))}
+                                 + hparams_lib.AGGREGATOR_HPARAMS.get(_composed(method), ()))}
 
 
 def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:

@@ -16,8 +16,6 @@ from tff_conflict import hparams as hparams_lib
 Method = methods_lib.Method
 HALVING_RATE = 3  # successive halving keeps the best 1 / HALVING_RATE at each rung
 
-# --- the grid ----------------------------------------------------------------------------------
-
 
 def dataset_of(config, regime: str) -> str:
   return config_lib.parse_regime(regime, config.datasets).dataset
@@ -204,8 +202,8 @@ def describe(config) -> dict[str, Any]:
       'methods': [{'name': m.name, 'algorithm': m.algorithm,
                    'grid': {k: list(v) for k, v in m.grid}, 'given': given_values(config, m),
                    'parent': m.parent, 'inherits': inherited[m.name], 'fixed': dict(m.fixed),
-                   'client_lrs': list(searched_rates(config, m)[0]),
-                   'server_lrs': list(searched_rates(config, m)[1])} for m in table],
+                   **dict(zip(('client_lrs', 'server_lrs'), map(list, searched_rates(config, m))))}
+                  for m in table],
       'runs': {phase: num_runs(config, phase)
                for phase in (runs_lib.TUNE_PHASE, runs_lib.REPORT_PHASE)}}
 
@@ -238,10 +236,8 @@ def planned_processes(config) -> dict[tuple[str, str], int]:
   return out
 
 
-# --- tuning: candidates are dicts {'client_lr':, 'server_lr':, **the method's tuned arguments} ---
-
-
 def candidate(client_lr: float, server_lr: float, tuned: Mapping[str, Any] = ()) -> dict:
+  """A tuning candidate: {'client_lr':, 'server_lr':, **the method's tuned arguments}."""
   return dict(tuned, client_lr=client_lr, server_lr=server_lr)
 
 
