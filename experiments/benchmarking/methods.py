@@ -21,19 +21,12 @@ SEEDED = {'fedgh': {'seed': 0}}
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-  """One compared method.
-
-  Attributes:
-    name: its name in the report and on the command line.
-    algorithm: the `tff_conflict.learning.ALGORITHMS` builder, or `CUSTOM`
-      (`tff_conflict.learning.build_process`: `fixed` holds its `loss`, `aggregator`, ...).
-    fixed: builder keyword arguments fixed for this method, as sorted (name, value) pairs.
-    grid: builder keyword arguments tuned, as (name, candidate values) pairs.
-    client_lr, server_lr: learning rates fixed for this method (None: searched like every other
-      method's, or the table's without tuning).
-    parent: the method this one is a variant of; with its parent in the table, a variant runs at
-      the parent's tuned values and changes only what it fixes (`plan.inherits`).
-  """
+  """One compared method, named as in the report and on the command line: its `algorithm` (a
+  `tff_conflict.learning.ALGORITHMS` builder, or `CUSTOM`: `build_process`, whose `loss` and
+  `aggregator` it fixes), builder arguments `fixed` (sorted pairs) and tuned on `grid`
+  ((name, values) pairs), learning rates it fixes (None: searched, or the table's), and the
+  `parent` it is a variant of (with the parent in the table, it runs at the parent's tuned
+  values and changes only what it fixes: `plan.inherits`)."""
   name: str
   algorithm: str
   fixed: tuple = ()

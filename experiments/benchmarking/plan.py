@@ -326,9 +326,8 @@ def halve(candidates_: Sequence[dict], lengths: Sequence[int],
   for length in lengths[:-1]:
     scores = [evaluate(c, rounds=length)[0] for c in alive]
     keep = max(1, math.ceil(len(alive) / HALVING_RATE))
-    order = sorted(range(len(alive)), key=lambda i: (not math.isfinite(scores[i]),
-                                                     -scores[i] if math.isfinite(scores[i])
-                                                     else 0.0, i))
+    order = sorted(range(len(alive)),   # stable: ties keep the listed order
+                   key=lambda i: -scores[i] if math.isfinite(scores[i]) else math.inf)
     alive = [alive[i] for i in sorted(order[:keep])]
   return alive
 
