@@ -1,5 +1,5 @@
-"""Runs one `RunSpec` at a time on TFF (`Engine.run`), skipping runs finished on disk with the same
-settings (docs/design.md, "The method comparison")."""
+"""Runs one `RunSpec` at a time (`Engine.run`, through `experiment_lib.Runs.execute`), skipping
+runs finished on disk with the same settings (docs/design.md, "The method comparison")."""
 
 import collections
 import contextlib
@@ -32,8 +32,7 @@ class SettingsChangedError(files.Failure, ValueError):
 
 
 def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSpec) -> None:
-  """Raises `SettingsChangedError` when the finished run in `run_dir` (its `result.json`'s
-  `recorded` settings) is not `spec`."""
+  """Raises `SettingsChangedError` when the run `recorded` in `run_dir` is not `spec`."""
   if not runs_lib.same_spec(recorded, spec):
     differences = '; '.join(runs_lib.spec_differences(recorded, spec))
     raise SettingsChangedError(
@@ -42,14 +41,9 @@ def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSp
 
 
 def check_finished_runs(plan: plan_lib.Plan) -> None:
-  """Compares every finished run on disk that `plan` would run again (same phase, regime, E,
-  method, seed and tuning candidate) with the settings `plan` gives it, before anything runs or
-  is written: the values that tuning chooses (builder arguments, learning rates) are taken as
-  recorded, since they are known only once tuning ran (`Engine.finished` checks them then).
-
-  Raises:
-    SettingsChangedError: the first such run whose settings differ.
-  """
+  """Raises `SettingsChangedError` for the first finished run on disk that `plan` would run
+  again (same phase, regime, E, method, seed and candidate) with other settings, before anything
+  runs: the values tuning chooses are taken as recorded (`Engine.finished` checks them later)."""
   if not plan.loop.resume:
     return
   methods = {m.name: m for m in plan.methods}
@@ -99,9 +93,8 @@ def default_loader(plan: plan_lib.Plan) -> Loader:
 
 @contextlib.contextmanager
 def seeded(seed: int):
-  """Python's, NumPy's and TensorFlow's global seeds set to `seed` inside, and restored on exit,
-  so that a user's model function is seeded without changing what the process draws after
-  it (a later run in the same process draws as in a fresh one)."""
+  """Python's, NumPy's and TensorFlow's global seeds set to `seed` inside and restored after, so
+  that a user's model is seeded and a later run draws as in a fresh process."""
   python_state, numpy_state = random.getstate(), np.random.get_state()
   tf_seed = tf.compat.v1.get_seed(None)[0]
   random.seed(seed)
@@ -121,14 +114,8 @@ def _labels(client_data) -> np.ndarray:
 
 
 class Engine(experiment_lib.Runs):
-  """Builds, caches and runs (docs/design.md, "The method comparison", what runs share).
-
-  Args:
-    plan: the benchmark (`plan.Plan`).
-    loader: `(regime, seed) -> (train, test)` client data; default `default_loader(plan)`.
-    on_round: called after every round of every run (progress).
-    stream: where failures are reported.
-  """
+  """The runs of `plan` with the data of `loader` (default `default_loader(plan)`), calling
+  `on_round` after every round, failures reported to `stream`."""
 
   def __init__(self, plan: plan_lib.Plan, *, loader: Optional[Loader] = None,
                on_round: Callable[[], None] = lambda: None, stream: Optional[TextIO] = None):
@@ -145,8 +132,6 @@ class Engine(experiment_lib.Runs):
     self.runs_skipped = 0
     self.rounds_done = 0
     self.failures: list[tuple[runs_lib.RunSpec, str]] = []
-
-  # --- data -------------------------------------------------------------------------------
 
   def data(self, regime: str, seed: int) -> tuple[Any, Any]:
     """`(train, test)` of a regime and data seed (loaded once; your own data as given)."""
@@ -171,19 +156,15 @@ class Engine(experiment_lib.Runs):
 
   def shape_and_classes(self, regime: str, seed: int, model: str) -> tuple[tuple, int]:
     """The example shape and number of classes of `regime`'s data under `model`: the dataset's
-    (`tff_conflict.data.dataset_info`), else the loaded data's `info` (LEAF Synthetic), else
-    (your own data) x's shape and the largest label + 1; with your own model, its number of
-    logits, which must hold every label (and equal the dataset's classes where it has them).
-
-    Raises:
-      experiments.config.ConfigError: your model is not an uncompiled Keras model from x to
-        logits (`tff_conflict.learning.models.resolve_model`), or does not fit the labels; your
-        data holds a label < 0 or fewer than 2 classes.
-    """
-    key = (self._plan.dataset_of[regime], model)
-    if key not in self._shapes:
-      self._shapes[key] = self._find_shape_and_classes(regime, seed, *key)
-    return self._shapes[key]
+    (`tff_conflict.data.dataset_info`), else the data's `info` (LEAF Synthetic), else (your data)
+    x's shape and the largest label + 1; with your model, its logits, which must hold every label
+    (and equal the dataset's classes where it has them). Raises `experiments.config.ConfigError`
+    for your model not fitting the data (`tff_conflict.learning.models.resolve_model`), a label
+    < 0 or fewer than 2 classes."""
+    dataset = self._plan.dataset_of[regime]
+    if (dataset, model) not in self._shapes:
+      self._shapes[dataset, model] = self._find_shape_and_classes(regime, seed, dataset, model)
+    return self._shapes[dataset, model]
 
   def _find_shape_and_classes(self, regime, seed, dataset, model):
     from tff_conflict import data  # pylint: disable=g-import-not-at-top
@@ -230,31 +211,23 @@ class Engine(experiment_lib.Runs):
     return shape, classes
 
   def check_models(self) -> None:
-    """Checks, before any run, each dataset's model on the data where either is your own
-    (`shape_and_classes`)."""
+    """`shape_and_classes` of each dataset and model where either is your own, before any run."""
     seed = self._plan.report_seeds[0] if self._plan.data_seed is None else self._plan.data_seed
     for dataset, model in self._plan.models.items():
       if dataset in self._plan.own_data or model in self._plan.model_fns:
         self.shape_and_classes(self._plan.regimes_of(dataset)[0], seed, model)
 
-  def _shape_and_classes(self, spec):
-    return self.shape_and_classes(spec.regime, spec.data_seed, spec.model)
-
   def _model_fn(self, spec, seed: int) -> Callable[[], tf.keras.Model]:
-    """A no-argument function returning a new `spec.model` initialised by `seed`: a built-in
-    model's initializers are seeded; your model is built under `seeded(seed)` (its
-    initializers left unseeded)."""
+    """A function building `spec.model` initialised by `seed` (yours under `seeded(seed)`)."""
     own = self._plan.model_fns.get(spec.model)
     if own is None:
-      shape, classes = self._shape_and_classes(spec)
+      shape, classes = self.shape_and_classes(spec.regime, spec.data_seed, spec.model)
       return functools.partial(architectures.get(spec.model), shape, classes, seed=seed)
 
     def build():
       with seeded(seed):
         return own()
     return build
-
-  # --- processes ----------------------------------------------------------------------------
 
   def _initial_weights(self, spec):
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
@@ -284,14 +257,9 @@ class Engine(experiment_lib.Runs):
       state = state._replace(aggregator=aggregator)
     return state
 
-  # --- runs ---------------------------------------------------------------------------------
-
   def finished(self, spec: runs_lib.RunSpec) -> Optional[dict[str, Any]]:
-    """The summary of `spec` if it is finished on disk with the same settings, else None.
-
-    Raises:
-      SettingsChangedError: its `result.json` records other settings.
-    """
+    """The summary of `spec` if it is finished on disk (`SettingsChangedError` if with other
+    settings), else None."""
     if not self._plan.loop.resume:
       return None
     run_dir = spec.directory(self._plan.root)
@@ -302,9 +270,8 @@ class Engine(experiment_lib.Runs):
     return result['summary']
 
   def run(self, spec: runs_lib.RunSpec) -> Optional[dict[str, Any]]:
-    """Runs `spec` unless it is finished; returns its summary (None if the run failed: the
-    failure is recorded in `failures`, written to `error.txt` in the run directory, and the run
-    is tried again by the next invocation)."""
+    """Runs `spec` unless it is finished; returns its summary, or None when it failed (recorded
+    in `failures` and the run's error.txt; the next invocation tries again)."""
     done = self.finished(spec)
     if done is not None:
       self.runs_skipped += 1
@@ -336,7 +303,7 @@ class Engine(experiment_lib.Runs):
   def _train(self, spec, run_dir):
     from tff_conflict import learning  # pylint: disable=g-import-not-at-top
     train, eval_data = self._train_and_eval(spec)
-    classes = self._shape_and_classes(spec)[1]
+    classes = self.shape_and_classes(spec.regime, spec.data_seed, spec.model)[1]
     report = spec.phase == runs_lib.REPORT_PHASE
     loop = experiment_config.LoopConfig(
         rounds=spec.rounds, clients_per_round=spec.clients_per_round, client_epochs=spec.epochs,
