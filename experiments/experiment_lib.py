@@ -140,14 +140,12 @@ class Runs:
     """(evaluate, columns): model weights -> metrics of the model on the whole `eval_data`.
 
     Columns `<prefix>_accuracy`, `_loss`, `_macro_f1`; with `per_class`, `_mean_logit` (its
-    drift shows a loss not invariant to shifting all logits), `_class_accuracy/<k>` and, when
-    `train_data` stores its partition's `label_counts`, the errors split by how much the true and
-    predicted classes share clients (`PAIR_ERROR_COLUMNS`). With `global_train`, the global
-    objective `sum_k n_k/n F_k(w)` on the union of `train_data` (`GLOBAL_TRAIN_COLUMNS`; FedProx's
-    "training loss": Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020,
-    Fig. 1-2), unlike the clients' `train_loss` measured while training. The model
-    (`model_fn()`, cached under `model_key`) is built at the first call, after the process.
-    """
+    drift shows a loss not invariant to shifting all logits), `_class_accuracy/<k>` and, where
+    `train_data` has `label_counts`, `PAIR_ERROR_COLUMNS`. With `global_train`, the global
+    objective `sum_k n_k/n F_k(w)` on the union of `train_data` (FedProx's "training loss": Li et
+    al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, Fig. 1-2), not the
+    clients' `train_loss` measured while training. The model (`model_fn()`, cached under
+    `model_key`) is built at the first call, after the process."""
     from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
     columns = [f'{prefix}_{c}' for c in ('accuracy', 'loss', 'macro_f1')]
     cooccurrence = None
@@ -193,15 +191,10 @@ class Runs:
           key: Any = None, start: Optional[Callable[[Any, Any], Any]] = None,
           model_key: Any = None, prefix: str = 'test', per_class: bool = True,
           global_train: bool = False, **loop_kwargs) -> tuple:
-    """Runs one run: its process (`build_process` of the builder, its `kwargs`, `model_fn`, the
-    data's `input_spec` and the optimizers; runs of one `key` share the process built by the
-    first), from `start(runner, built initial state)` when given, evaluated every evaluation
-    round on `eval_data` (`evaluator`), through `training_loop.run_training` (metrics,
-    checkpoints, resume; `loop_kwargs` are its own).
-
-    Returns:
-      `run_training`'s (metrics rows, final state, round resumed from).
-    """
+    """Runs one run through `training_loop.run_training` (metrics, checkpoints, resume;
+    `loop_kwargs` are its own) and returns its value: the process of `build_process` (shared by
+    the runs of one `key`), from `start(runner, built initial state)` when given, evaluated on
+    `eval_data` (`evaluator`)."""
     build = functools.partial(build_process, builder, kwargs, model_fn,
                               input_spec(train_data, loop), client_optimizer, server_optimizer,
                               train_data=train_data)
@@ -237,16 +230,11 @@ def check_composition(algorithm: config_lib.AlgorithmConfig) -> None:
 
 
 def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], dict[str, Any]]:
-  """(builder, keyword arguments) of `config.algorithm` with its hyperparameters: a named
-  algorithm is `tff_conflict.learning.ALGORITHMS[name]` (with `proximal_strength` when
-  `proximal_term` adds FedProx's term, and an aggregator on top where it takes one); 'custom' is
-  `tff_conflict.learning.build_process` with `client_loss`, `aggregator` and the proximal term.
-  A builder's ValueError is attributed to --algorithm (`config.ConfigError`).
-
-  Raises:
-    config.ConfigError: an unregistered algorithm, loss or aggregator, or a proximal term for a
-      builder without one.
-  """
+  """(builder, keyword arguments) of `config.algorithm`: `tff_conflict.learning.ALGORITHMS[name]`
+  with its hyperparameters (FedProx's term where `proximal_term` adds it, an aggregator on top
+  where it takes one), or for 'custom' `learning.build_process` with `client_loss`, `aggregator`
+  and the proximal term. A builder's ValueError becomes a `config.ConfigError` naming
+  --algorithm; so does an unregistered name or a proximal term for a builder without one."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   algorithm = config.algorithm
   values = dict(vars(config.hparams), seed=config.seed)
@@ -306,13 +294,9 @@ def model_of(config: config_lib.ExperimentConfig, train: Any) -> tuple:
 
 def load_task(config: config_lib.ExperimentConfig, *,
               data: Optional[tuple[Any, Any]] = None) -> tuple[Any, Any]:
-  """(train, test) ClientData of `config` (`data` when given), with its model checked once (in a
-  scratch graph) on their inputs.
-
-  Raises:
-    config.ConfigError: a dataset the loader refuses (`datasets.load`), an unknown model, a model
-      that cannot take the inputs, or clients_per_round larger than the population.
-  """
+  """(train, test) ClientData of `config` (`data` when given), its model checked on their inputs
+  in a scratch graph; raises `config.ConfigError` for data the loader refuses, an unknown model
+  or one that cannot take the inputs, or clients_per_round larger than the population."""
   train, test = datasets.load(config.data) if data is None else data
   name = model_name(config)
   config_lib.require('model', name, config_lib.one_of(sorted(architectures.MODELS)), field='name')

@@ -31,7 +31,6 @@ RESUMABLE_CHANGES = frozenset({
     'rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints', 'output_dir', 'resume',
     'progress', 'runtime', 'workers', 'git_commit'})
 TEST_COLUMNS = ('test_accuracy', 'test_loss', 'test_macro_f1')
-shuffle_seed = round_data.shuffle_seed
 preprocess = round_data.preprocess
 
 
@@ -178,33 +177,16 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
                  test_columns: Sequence[str] = TEST_COLUMNS,
                  on_round: Callable[[], None] = lambda: None,
                  release_managers: Sequence[tff.program.ReleaseManager] = ()) -> tuple:
-  """Runs rounds 1..config.rounds, or the rest of them when an earlier run in `experiment_dir`
-  (same `hparams`) is resumed; Ctrl-C or SIGTERM (`interrupts.Terminated`) saves the last
-  finished round first and re-raises with a message saying how to resume.
+  """Runs rounds 1..config.rounds of `process` on clients sampled from `train_data` (through
+  `runner`, default the process, from `initial_state`, default `runner.initialize()`), or the
+  rest of them when the run in `experiment_dir` with the same `hparams` is resumed; returns
+  (the metrics rows of rounds 1..rounds, the final state, the round resumed from).
 
-  Args:
-    process: the learning process (its client state, SCAFFOLD's controls, is kept by the loop).
-    train_data: the `ClientData` of unbatched examples the clients are sampled from.
-    evaluate_fn: model weights -> metrics among `test_columns` (every row has those columns).
-    config: the loop settings.
-    experiment_dir: metrics.csv, per_client.csv, hparams.csv and checkpoints/ go there.
-    hparams: written to hparams.csv; compared with an earlier run's before resuming.
-    runner: runs `initialize` / `next` (and `get_model_weights` where it has one); default
-      `process`.
-    initial_state: the state of round 0; default `runner.initialize()`.
-    label, show_progress, stream: progress output (a bar on a TTY) and notices; stream: stdout.
-    on_round: called after each round.
-    release_managers: more `tff.program.ReleaseManager`s that receive each round's row after
-      metrics.csv does (`metrics_io.MetricsReleaseManager`), key: the round.
-
-  Returns:
-    (every metrics row of rounds 1..rounds, the final state, the round resumed from).
-
-  Raises:
-    ValueError: clients_per_round exceeds the population.
-    ResumeError: the earlier run cannot be resumed (other hyperparameters, unreadable files,
-      other columns); not with `config.resume` False, which starts over.
-  """
+  `evaluate_fn` maps model weights to metrics among `test_columns` (every row has them);
+  `release_managers` (`tff.program.ReleaseManager`s) receive each round's row after metrics.csv,
+  key: the round. Ctrl-C or SIGTERM saves the last finished round and re-raises with a message
+  saying how to resume. Raises `ResumeError` for a run that cannot be resumed (other
+  hyperparameters, unreadable files, other columns; `config.resume` False starts over)."""
   runner = process if runner is None else runner
   client_ids = list(train_data.client_ids)
   if config.clients_per_round > len(client_ids):
