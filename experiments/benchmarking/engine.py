@@ -33,8 +33,8 @@ class SettingsChangedError(files.Failure, ValueError):
 
 def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSpec) -> None:
   """Raises `SettingsChangedError` when the run `recorded` in `run_dir` is not `spec`."""
-  if not runs_lib.same_spec(recorded, spec):
-    differences = '; '.join(runs_lib.spec_differences(recorded, spec))
+  differences = '; '.join(runs_lib.spec_differences(recorded, spec))
+  if differences:
     raise SettingsChangedError(
         f'{run_dir} holds a finished run with other settings ({differences}); use another '
         '--experiment_name or --output_dir, or --noresume to run everything again')
@@ -324,8 +324,8 @@ class Engine(experiment_lib.Runs):
             learning_rate=spec.client_lr, momentum=spec.client_momentum)),
         server_optimizer=experiment_lib.build_optimizer(
             experiment_config.ServerConfig(learning_rate=spec.server_lr)),
-        key=(spec.algorithm, json.dumps(dict(spec.kwargs), sort_keys=True, default=str),
-             spec.model, spec.dataset, spec.batch_size, spec.client_momentum, len(train.client_ids)),
+        key=(spec.algorithm, json.dumps(dict(spec.kwargs), sort_keys=True, default=str), spec.model,
+             spec.dataset, spec.batch_size, spec.client_momentum, len(train.client_ids)),
         start=functools.partial(self._start, spec), model_key=(spec.model, spec.dataset),
         train_data=train, eval_data=eval_data, num_classes=classes, loop=loop,
         experiment_dir=run_dir, hparams=hparams, prefix=spec.eval_prefix, per_class=report,

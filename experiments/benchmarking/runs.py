@@ -337,11 +337,6 @@ def identity(settings: Mapping[str, Any]) -> dict[str, Any]:
   return out
 
 
-def same_spec(recorded: Mapping[str, Any], spec: RunSpec) -> bool:
-  """Whether a `result.json`'s settings are `spec`'s, defaults filled in (`identity`)."""
-  return not spec_differences(recorded, spec)
-
-
 def spec_differences(recorded: Mapping[str, Any], spec: RunSpec) -> list[str]:
   """'name: recorded -> current' for each setting that differs, defaults filled in."""
   recorded = _flat(identity(recorded))
