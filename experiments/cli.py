@@ -19,9 +19,6 @@ FLAGS = flags.FLAGS
 
 USAGE_EXIT = 2
 FAILURE_EXIT = 1
-Terminated = interrupts.Terminated
-
-
 Failure = files.Failure
 
 
@@ -43,9 +40,10 @@ def fail(message: str, exit_status: int) -> NoReturn:
 
 
 def _parse_flags(argv: Sequence[str]) -> list[str]:
+  """absl's parser, its errors (and a validator's `ConfigError`) ending in one line."""
   try:
     rest = FLAGS(argv)
-  except (flags.Error, config.ConfigError) as e:   # ConfigError: a validator (flags_lib)
+  except (flags.Error, config.ConfigError) as e:
     message = e.flag_message() if isinstance(e, config.ConfigError) else e
     fail(f'{message} (--helpfull lists every flag)', USAGE_EXIT)
   if len(rest) > 1:   # a flag without its `--`, a stray word
@@ -55,9 +53,8 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
 
 
 def _end_if_interrupted() -> None:
-  """After `main`: no signal handler raises any more (everything is saved: a signal ends the
-  process at once), and a signal received, whose exception was dropped or surfaced as another
-  error, ends the command with 128 + its number."""
+  """After `main` (all saved): a signal ends the process at once, and one received whose
+  exception was dropped or surfaced as another error ends the command with 128 + its number."""
   interrupts.install(interrupts.exit_now)
   signum = interrupts.received()
   if signum is not None:
@@ -74,14 +71,11 @@ def _disk_message(error: OSError) -> str:
 
 
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) -> None:
-  """`absl.app.run(main)` where every error a user can cause ends in one line naming the flag.
-
-  A flag that does not parse or fails its validator, a positional argument, a `tff_conflict.ArgumentError` (the one
-  error of bad settings; a `config.ConfigError` names the flag), a full or read-only disk
+  """`absl.app.run(main)`: a flag that does not parse or validate, a positional argument, a
+  `tff_conflict.ArgumentError` (a `config.ConfigError` names the flag), a full or read-only disk
   or a `tff_conflict.runtime.DataError` prints `<binary>: <message>` and exits 2, a `Failure`
-  (files, machines) exits 1, Ctrl-C and SIGTERM exit 130 and 143 after the run saved its last
-  finished round (`experiments.interrupts`). Anything else keeps its traceback.
-  """
+  exits 1, Ctrl-C and SIGTERM exit 130 and 143 after the run saved its last finished round.
+  Anything else keeps its traceback."""
 
   def wrapped(args):
     interrupts.install(interrupts.raise_interrupt)
@@ -90,7 +84,7 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) 
       result = main(args)
     except KeyboardInterrupt as e:
       interrupts.install(interrupts.exit_now)
-      terminated = isinstance(e, Terminated) or interrupts.received() == signal.SIGTERM
+      terminated = isinstance(e, interrupts.Terminated) or interrupts.received() == signal.SIGTERM
       fail(str(e) or ('terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'),
            128 + (signal.SIGTERM if terminated else signal.SIGINT))
     except (_checks.ArgumentError, Failure) as e:
@@ -115,15 +109,7 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) 
 
 
 def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
-  """Creates `path` (and its parents) and checks that files can be written there.
-
-  Returns:
-    `path`.
-
-  Raises:
-    config.ConfigError: naming `--flag` and its value, when the directory cannot be created or
-      written (a file in the way, no permission, a read-only file system).
-  """
+  """`path`, created and checked writable; else a `config.ConfigError` naming `--flag`."""
   value = FLAGS[flag].value if flag in FLAGS else path
   try:
     os.makedirs(path, exist_ok=True)
@@ -138,11 +124,12 @@ def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
 
 
 def install_context(experiment: config.ExperimentConfig) -> None:
-  """`experiment_lib.install_context`, with an unreachable worker reported as a `Failure` naming
-  `--workers`."""
-  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+  """Installs TFF's remote context for `--workers` (if any), an unreachable worker reported as a
+  `Failure` naming `--workers`."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  workers = list(experiment.runtime.workers)
   try:
-    experiment_lib.install_context(experiment)
+    if workers:
+      runtime.set_remote_context(workers)
   except (runtime.WorkerError, ValueError) as e:
-    raise Failure(f'--workers={",".join(experiment.runtime.workers)}: {e}') from None
+    raise Failure(f'--workers={",".join(workers)}: {e}') from None

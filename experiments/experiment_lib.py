@@ -1,11 +1,12 @@
-"""From an `ExperimentConfig` to the parts of a run (data, model, learning process, evaluation,
-runner) and the whole run (`run_experiment`); a bad setting raises a `config.ConfigError` first."""
+"""The one run path of `train`, `compare` and the benchmark: `build_process` (a process from its
+parts), `Runs.evaluator` and `Runs.execute`; `run_experiment` runs an `ExperimentConfig`."""
 
 import collections
-import dataclasses
 import functools
 import inspect
-from typing import Any, Callable, Mapping, Optional, Sequence, TextIO, Union
+import time
+import weakref
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -18,16 +19,15 @@ from experiments import training_loop
 from tff_conflict import hparams as hparams_lib
 
 CUSTOM_ALGORITHM = config_lib.CUSTOM_ALGORITHM
-
-# Builder keyword -> flag, per algorithm of tff_conflict.learning.ALGORITHMS (`seed` is --seed),
-# per loss and per aggregator, from tff_conflict.hparams (hyperparameters without a flag, such as
-# DGC's weights_are_losses, keep their defaults).
-ALGORITHM_HPARAMS: dict[str, dict[str, str]] = {
-    name: hparams_lib.flag_table(table) for name, table in hparams_lib.ALGORITHM_HPARAMS.items()}
-LOSS_HPARAMS: dict[str, dict[str, str]] = {
-    name: hparams_lib.flag_table(table) for name, table in hparams_lib.LOSS_HPARAMS.items()}
-AGGREGATOR_HPARAMS: dict[str, dict[str, str]] = {
-    name: hparams_lib.flag_table(table) for name, table in hparams_lib.AGGREGATOR_HPARAMS.items()}
+# Builder keyword -> flag, per algorithm, loss and aggregator (`tff_conflict.hparams`).
+ALGORITHM_HPARAMS, LOSS_HPARAMS, AGGREGATOR_HPARAMS = (
+    {name: hparams_lib.flag_table(table) for name, table in tables.items()}
+    for tables in (hparams_lib.ALGORITHM_HPARAMS, hparams_lib.LOSS_HPARAMS,
+                   hparams_lib.AGGREGATOR_HPARAMS))
+# Evaluation columns `<prefix>_<name>`: errors split by class co-occurrence in the training
+# partition (`tff_conflict.evaluation.confusion_by_cooccurrence`).
+PAIR_ERROR_COLUMNS = ('rare_pair_error', 'common_pair_error', 'rare_error_share')
+GLOBAL_TRAIN_COLUMNS = ('global_train_loss', 'global_train_accuracy')
 
 
 def hparam_kwargs(table: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
@@ -36,97 +36,188 @@ def hparam_kwargs(table: Mapping[str, str], values: Mapping[str, Any]) -> dict[s
 
 
 def population_kwargs(build: Callable[..., Any], train_data: Any) -> dict[str, Any]:
-  """`num_clients=<the population's size>` for a builder that takes the federation's size
-  (SCAFFOLD's N), else nothing."""
+  """`num_clients=<the population>` for a builder that takes it (SCAFFOLD's N), else {}."""
   if 'num_clients' in inspect.signature(build).parameters:
     return {'num_clients': len(train_data.client_ids)}
   return {}
 
 
-def _tff():
+def build_optimizer(settings):
+  """The `tff.learning.optimizers` optimizer of a `ClientConfig` or `ServerConfig`."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  return tff
-
-
-def build_optimizer(settings: Union[config_lib.ClientConfig, config_lib.ServerConfig]):
-  """The `tff.learning.optimizers.Optimizer` of a client or server config (momentum: sgd only)."""
-  optimizers = _tff().learning.optimizers
+  optimizers = tff.learning.optimizers
   if settings.optimizer == 'sgd':
     return optimizers.build_sgdm(learning_rate=settings.learning_rate,
                                  momentum=settings.momentum or None)
   return getattr(optimizers, f'build_{settings.optimizer}')(learning_rate=settings.learning_rate)
 
 
-@dataclasses.dataclass
-class Task:
-  """The data and model of an experiment.
-
-  Attributes:
-    train_data: `ClientData` of unbatched `OrderedDict(x, y)` examples.
-    test_data: `ClientData` of the test split.
-    input_spec: element spec of a client batch.
-    num_classes: classes of the labels.
-    model_name: the model's name in `experiments.architectures.MODELS`.
-    keras_model_fn: no-argument callable returning a new uncompiled Keras model (seeded).
-  """
-  train_data: Any
-  test_data: Any
-  input_spec: Any
-  num_classes: int
-  model_name: str
-  keras_model_fn: Callable[[], tf.keras.Model]
+def build_process(builder: Callable[..., Any], kwargs: Mapping[str, Any], model_fn, input_spec,
+                  client_optimizer, server_optimizer, *, train_data: Any):
+  """`builder(model_fn, input_spec=, client_optimizer_fn=, server_optimizer_fn=, **kwargs)`, with
+  the population's size where the builder takes it (`population_kwargs`)."""
+  return builder(model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer,
+                 server_optimizer_fn=server_optimizer, **population_kwargs(builder, train_data),
+                 **kwargs)
 
 
-def load_task(config: config_lib.ExperimentConfig, *,
-              data: Optional[tuple[Any, Any]] = None) -> Task:
-  """Loads the dataset (unless `data` = (train, test) is given) and picks the model.
+def input_spec(train_data: Any, loop: config_lib.LoopConfig):
+  """The element spec of a client batch under `loop`."""
+  first = train_data.create_tf_dataset_for_client(train_data.client_ids[0])
+  return training_loop.preprocess(first, loop).element_spec
 
-  The model is built once here (in a scratch graph) to check that it takes the dataset's inputs.
 
-  Raises:
-    config.ConfigError: a dataset the loader refuses (`datasets.load`), an unknown model, a model
-      that cannot take the inputs, or clients_per_round larger than the population.
-  """
-  train, test = datasets.load(config.data) if data is None else data
-  model_name = config.model.name or datasets.default_model(config.data)
-  config_lib.require('model', model_name, config_lib.one_of(sorted(architectures.MODELS)),
-                     field='name')
-  num_clients = len(train.client_ids)
-  if config.training.clients_per_round > num_clients:
-    raise config_lib.ConfigError(
-        'clients_per_round', config.training.clients_per_round,
-        f'at most the {num_clients} clients of dataset {config.data.dataset!r}')
-  example = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
-                                     config.training)
-  input_spec = example.element_spec
-  num_classes = datasets.num_classes(config.data)
-  input_shape = tuple(input_spec['x'].shape[1:])
-  keras_model_fn = functools.partial(architectures.get(model_name), input_shape, num_classes,
-                                     seed=config.seed)
-  with tf.Graph().as_default():  # keep the eager context clean (BUILD_NOTES.md, Keras pitfalls)
-    try:
-      keras_model_fn()
-    except ValueError as e:
-      raise config_lib.ConfigError(
-          'model', model_name, field='name',
-          reason=f'cannot take the inputs of --dataset={config.data.dataset} (shape '
-          f'{input_shape}): {e}') from None
-  return Task(train_data=train, test_data=test, input_spec=input_spec, num_classes=num_classes,
-              model_name=model_name, keras_model_fn=keras_model_fn)
+def _pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
+  xs, ys = [], []
+  for batch in client_data.create_tf_dataset_from_all_clients().batch(4096).as_numpy_iterator():
+    xs.append(batch['x'])
+    ys.append(batch['y'])
+  if not xs:
+    raise ValueError('the evaluation split holds no examples')
+  return np.concatenate(xs), np.concatenate(ys)
+
+
+_assign_functions: 'weakref.WeakKeyDictionary[tf.keras.Model, Any]' = weakref.WeakKeyDictionary()
+
+
+def _assign_function(model: tf.keras.Model) -> Callable[[list], None]:
+  """`ModelWeights.assign_weights_to(model)` as one call traced once per model (trainable, then
+  non-trainable weights); eager, each assignment is a Python-dispatched op."""
+  if model not in _assign_functions:
+    variables = list(model.trainable_weights) + list(model.non_trainable_weights)
+    refs = [weakref.ref(v) for v in variables]  # the cache must not keep the model alive
+
+    def assign_all(values):
+      for ref, value in zip(refs, values):
+        ref().assign(value)
+
+    _assign_functions[model] = tf.function(
+        assign_all, autograph=False,
+        input_signature=[[tf.TensorSpec(v.shape, v.dtype) for v in variables]])
+  return _assign_functions[model]
+
+
+class Runs:
+  """Runs runs on one runtime ('inprocess' or 'cpp'), reusing what they share: processes built
+  under one key, evaluation arrays and models (docs/design.md, "The method comparison")."""
+
+  def __init__(self, runtime: str = 'inprocess'):
+    self._runtime = runtime
+    self._processes: dict[Any, tuple] = {}
+    self._arrays: dict[int, tuple] = {}
+    self._models: dict[Any, tf.keras.Model] = {}
+    self.build_seconds = 0.0
+    self.confusion = None   # the confusion matrix of the last evaluation
+
+  @property
+  def num_processes(self) -> int:
+    return len(self._processes)
+
+  def process(self, key: Any, build: Callable[[], Any]) -> tuple:
+    """(process, runner, initial state) of `build()`, built once per `key` (None: each call)."""
+    if key is None or key not in self._processes:
+      from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+      start = time.monotonic()
+      process = build()
+      runner = runtime.make_runner(process, self._runtime)
+      built = (process, runner, runner.initialize())
+      self.build_seconds += time.monotonic() - start
+      # A Keras model created eagerly before TFF traces a model function is invalidated.
+      self._models.clear()
+      if key is None:
+        return built
+      self._processes[key] = built
+    return self._processes[key]
+
+  def _pooled(self, client_data) -> tuple[np.ndarray, np.ndarray]:
+    if id(client_data) not in self._arrays:   # the data are kept: their id stays theirs
+      self._arrays[id(client_data)] = (client_data, *_pooled_arrays(client_data))
+    return self._arrays[id(client_data)][1:]
+
+  def evaluator(self, model_fn: Callable[[], tf.keras.Model], eval_data: Any, num_classes: int,
+                *, model_key: Any = None, prefix: str = 'test', per_class: bool = True,
+                train_data: Any = None, global_train: bool = False) -> tuple:
+    """(evaluate, columns): model weights -> metrics of the model on the whole `eval_data`.
+
+    Columns `<prefix>_accuracy`, `_loss`, `_macro_f1`; with `per_class`, `_mean_logit` (its
+    drift shows a loss not invariant to shifting all logits), `_class_accuracy/<k>` and, where
+    `train_data` has `label_counts`, `PAIR_ERROR_COLUMNS`. With `global_train`, the global
+    objective `sum_k n_k/n F_k(w)` on the union of `train_data` (FedProx's "training loss": Li et
+    al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, Fig. 1-2), not the
+    clients' `train_loss` measured while training. The model (`model_fn()`, cached under
+    `model_key`) is built at the first call, after the process."""
+    from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
+    columns = [f'{prefix}_{c}' for c in ('accuracy', 'loss', 'macro_f1')]
+    cooccurrence = None
+    if per_class:
+      columns += [f'{prefix}_mean_logit'] + [f'{prefix}_class_accuracy/{k}'
+                                             for k in range(num_classes)]
+      counts = getattr(train_data, 'label_counts', None)
+      if counts is not None and np.shape(counts)[-1] == num_classes:
+        cooccurrence = evaluation.class_cooccurrence(counts)
+        columns += [f'{prefix}_{c}' for c in PAIR_ERROR_COLUMNS]
+    if global_train:
+      columns += GLOBAL_TRAIN_COLUMNS
+
+    def evaluate(model_weights) -> dict[str, float]:
+      x, y = self._pooled(eval_data)
+      if model_key not in self._models:
+        self._models[model_key] = model_fn()
+      model = self._models[model_key]
+      _assign_function(model)(list(model_weights.trainable) + list(model_weights.non_trainable))
+      result = evaluation.evaluate_arrays(model, x, y, num_classes=num_classes)
+      self.confusion = np.asarray(result['confusion_matrix']).tolist()
+      out = collections.OrderedDict(
+          (f'{prefix}_{k}', float(result[k])) for k in ('accuracy', 'loss', 'macro_f1'))
+      if per_class:
+        out[f'{prefix}_mean_logit'] = float(result['mean_logit'])
+        for k, value in enumerate(np.asarray(result['per_class_accuracy']).reshape(-1)):
+          out[f'{prefix}_class_accuracy/{k}'] = float(value)
+      if cooccurrence is not None:
+        pairs = evaluation.confusion_by_cooccurrence(result['confusion_matrix'], cooccurrence)
+        out.update((f'{prefix}_{c}', float(pairs[c])) for c in PAIR_ERROR_COLUMNS)
+      if global_train:
+        on_train = evaluation.evaluate_arrays(model, *self._pooled(train_data),
+                                              num_classes=num_classes)
+        out.update(global_train_loss=float(on_train['loss']),
+                   global_train_accuracy=float(on_train['accuracy']))
+      return out
+
+    return evaluate, tuple(columns)
+
+  def execute(self, builder: Callable[..., Any], kwargs: Mapping[str, Any], model_fn, *,
+          client_optimizer, server_optimizer, train_data: Any, eval_data: Any, num_classes: int,
+          loop: config_lib.LoopConfig, experiment_dir: str, hparams: Mapping[str, Any],
+          key: Any = None, start: Optional[Callable[[Any, Any], Any]] = None,
+          model_key: Any = None, prefix: str = 'test', per_class: bool = True,
+          global_train: bool = False, **loop_kwargs) -> tuple:
+    """Runs one run through `training_loop.run_training` (metrics, checkpoints, resume;
+    `loop_kwargs` are its own) and returns its value: the process of `build_process` (shared by
+    the runs of one `key`), from `start(runner, built initial state)` when given, evaluated on
+    `eval_data` (`evaluator`)."""
+    build = functools.partial(build_process, builder, kwargs, model_fn,
+                              input_spec(train_data, loop), client_optimizer, server_optimizer,
+                              train_data=train_data)
+    process, runner, state = self.process(key, build)
+    if start is not None:
+      state = start(runner, state)
+    evaluate, columns = self.evaluator(model_fn, eval_data, num_classes, model_key=model_key,
+                                       prefix=prefix, per_class=per_class,
+                                       train_data=train_data, global_train=global_train)
+    self.confusion = None
+    return training_loop.run_training(
+        process, train_data=train_data, evaluate_fn=evaluate, config=loop,
+        experiment_dir=experiment_dir, hparams=hparams, runner=runner, initial_state=state,
+        test_columns=columns, **loop_kwargs)
 
 
 def check_composition(algorithm: config_lib.AlgorithmConfig) -> None:
-  """Refuses `--aggregator` on a named algorithm whose builder takes none, or an unknown one.
-
-  Raises:
-    config.ConfigError: naming --aggregator, its value and the builders that take one.
-  """
+  """Refuses `--aggregator` on a named algorithm whose builder takes none (a `ConfigError`
+  naming the builders that take one), or an unknown aggregator."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-  if algorithm.name == CUSTOM_ALGORITHM or algorithm.aggregator is None:
-    return
   builder = learning.ALGORITHMS.get(algorithm.name)
-  if builder is None:
-    return   # the builder's own check names the algorithm
+  if builder is None or algorithm.aggregator is None:
+    return   # custom, or the builder's own check names the algorithm
   if 'aggregator' not in inspect.signature(builder).parameters:
     takers = [n for n, b in learning.ALGORITHMS.items()
               if 'aggregator' in inspect.signature(b).parameters]
@@ -138,45 +229,33 @@ def check_composition(algorithm: config_lib.AlgorithmConfig) -> None:
                      config_lib.one_of(list(AGGREGATOR_HPARAMS)))
 
 
-def build_process(config: config_lib.ExperimentConfig, task: Task):
-  """The learning process of `config.algorithm` with the config's optimizers and hyperparameters.
-
-  A named algorithm is `tff_conflict.learning.ALGORITHMS[name]` with its hyperparameters
-  (`ALGORITHM_HPARAMS`), and `proximal_strength` when `algorithm.proximal_term` adds FedProx's
-  term to it (its builder's keyword, passed to `tff_conflict.learning.build_process`); 'custom'
-  is `tff_conflict.learning.build_process` with `client_loss`, `aggregator` (their
-  hyperparameters from the same `MethodHparams`) and the FedProx term when
-  `algorithm.proximal_term` is set.
-
-  Raises:
-    config.ConfigError: an algorithm, loss or aggregator that is not registered, a proximal
-      term for a builder without a `proximal_strength` argument, or a builder's ValueError,
-      attributed to the algorithm (`--algorithm=<name>: <the builder's message>`).
-  """
+def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], dict[str, Any]]:
+  """(builder, keyword arguments) of `config.algorithm`: `tff_conflict.learning.ALGORITHMS[name]`
+  with its hyperparameters (FedProx's term where `proximal_term` adds it, an aggregator on top
+  where it takes one), or for 'custom' `learning.build_process` with `client_loss`, `aggregator`
+  and the proximal term. A builder's ValueError becomes a `config.ConfigError` naming
+  --algorithm; so does an unregistered name or a proximal term for a builder without one."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   algorithm = config.algorithm
-  hparams = dict(dataclasses.asdict(config.hparams), seed=config.seed)
-  common = dict(input_spec=task.input_spec,
-                client_optimizer_fn=build_optimizer(config.client),
-                server_optimizer_fn=build_optimizer(config.server))
-  if config.client.weighting:
-    common['client_weighting'] = config.client.weighting
+  values = dict(vars(config.hparams), seed=config.seed)
+  kwargs = {'client_weighting': config.client.weighting} if config.client.weighting else {}
   if algorithm.name == CUSTOM_ALGORITHM:
     loss, aggregator = algorithm.client_loss, algorithm.aggregator
     config_lib.require('client_loss', loss, config_lib.one_of(list(LOSS_HPARAMS)))
     config_lib.require('aggregator', aggregator, config_lib.one_of(list(AGGREGATOR_HPARAMS)))
-    proximal = config.hparams.proximal_strength if algorithm.proximal_term else 0.0
-    build = functools.partial(
-        learning.build_process, task.keras_model_fn, loss=loss,
-        loss_kwargs=hparam_kwargs(LOSS_HPARAMS[loss], hparams), aggregator=aggregator,
-        aggregator_kwargs=hparam_kwargs(AGGREGATOR_HPARAMS[aggregator], hparams),
-        proximal_strength=proximal, clip_norm=config.hparams.client_clip_norm, **common)
+    builder = learning.build_process
+    kwargs.update(loss=loss, loss_kwargs=hparam_kwargs(LOSS_HPARAMS[loss], values),
+                  aggregator=aggregator,
+                  aggregator_kwargs=hparam_kwargs(AGGREGATOR_HPARAMS[aggregator], values),
+                  proximal_strength=(config.hparams.proximal_strength
+                                     if algorithm.proximal_term else 0.0),
+                  clip_norm=config.hparams.client_clip_norm)
   else:
     config_lib.require('algorithm', algorithm.name,
                        config_lib.one_of(list(learning.ALGORITHMS) + [CUSTOM_ALGORITHM]),
                        field='name')
     builder = learning.ALGORITHMS[algorithm.name]
-    kwargs = hparam_kwargs(ALGORITHM_HPARAMS.get(algorithm.name, {}), hparams)
+    kwargs.update(hparam_kwargs(ALGORITHM_HPARAMS.get(algorithm.name, {}), values))
     if algorithm.adds_proximal_term:
       if 'proximal_strength' not in inspect.signature(builder).parameters:
         raise config_lib.ConfigError(
@@ -187,99 +266,54 @@ def build_process(config: config_lib.ExperimentConfig, task: Task):
     if algorithm.aggregator is not None:
       check_composition(algorithm)
       kwargs.update(aggregator=algorithm.aggregator, aggregator_kwargs=hparam_kwargs(
-          AGGREGATOR_HPARAMS[algorithm.aggregator], hparams))
-    build = functools.partial(builder, task.keras_model_fn, **common, **kwargs,
-                              **population_kwargs(builder, task.train_data))
-  try:
-    return build()
-  except config_lib.ConfigError:
-    raise
-  except ValueError as e:
-    raise config_lib.from_library_error(e, 'algorithm', algorithm.label) from e
+          AGGREGATOR_HPARAMS[algorithm.aggregator], values))
+
+  @functools.wraps(builder)
+  def attributed(*args, **kw):
+    try:
+      return builder(*args, **kw)
+    except config_lib.ConfigError:
+      raise
+    except ValueError as e:
+      raise config_lib.from_library_error(e, 'algorithm', algorithm.label) from e
+  return attributed, kwargs
 
 
-def _test_arrays(test_data) -> tuple[np.ndarray, np.ndarray]:
-  dataset = test_data.create_tf_dataset_from_all_clients().batch(4096)
-  xs, ys = [], []
-  for batch in dataset.as_numpy_iterator():
-    xs.append(batch['x'])
-    ys.append(batch['y'])
-  return np.concatenate(xs), np.concatenate(ys)
+def model_name(config: config_lib.ExperimentConfig) -> str:
+  """The model of `config`: `model.name`, else the dataset's default."""
+  return config.model.name or datasets.default_model(config.data)
 
 
-PAIR_ERROR_COLUMNS = ('test_rare_pair_error', 'test_common_pair_error', 'test_rare_error_share')
-GLOBAL_TRAIN_COLUMNS = ('global_train_loss', 'global_train_accuracy')
+def model_of(config: config_lib.ExperimentConfig, train: Any) -> tuple:
+  """(model function seeded by `config.seed`, number of classes) of `config` on `train`."""
+  classes = datasets.num_classes(config.data)
+  shape = tuple(input_spec(train, config.training)['x'].shape[1:])
+  return functools.partial(architectures.get(model_name(config)), shape, classes,
+                           seed=config.seed), classes
 
 
-def make_evaluate_fn(task: Task, *, train_loss: bool = False
-                     ) -> tuple[Callable[[Any], Mapping[str, float]], tuple[str, ...]]:
-  """An evaluation of model weights on the whole test split, and the columns it fills.
-
-  Call it after the learning process was built (it creates a Keras model eagerly; see
-  BUILD_NOTES.md, Keras pitfalls). Columns: `test_accuracy`, `test_loss`, `test_macro_f1`,
-  `test_mean_logit` (`tff_conflict.evaluation`: the mean logit, whose drift shows a loss that is
-  not invariant to shifting all logits), `test_class_accuracy/<k>` per class and, when the training ClientData stores its label counts
-  (the partitioned datasets: digits, synthetic, tfds), the errors split by how much the true and
-  predicted classes share clients in the training partition
-  (`tff_conflict.evaluation.confusion_by_cooccurrence`): `test_rare_pair_error`,
-  `test_common_pair_error`, `test_rare_error_share`.
-
-  With `train_loss=True` it also evaluates the model on the union of the clients' training data
-  (one more pass over it per evaluation): `global_train_loss` and `global_train_accuracy`, the
-  global objective `sum_k n_k/n F_k(w)` that the FedProx paper plots as "training loss" (Li et
-  al., MLSys 2020, Fig. 1-2). The clients' own `train_loss` is not that: it is measured during
-  local training, on the local models.
-  """
-  from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
-  x, y = _test_arrays(task.test_data)
-  train_x, train_y = _test_arrays(task.train_data) if train_loss else (None, None)
-  model = task.keras_model_fn()
-  columns = training_loop.TEST_COLUMNS + ('test_mean_logit',) + tuple(
-      f'test_class_accuracy/{k}' for k in range(task.num_classes))
-  label_counts = getattr(task.train_data, 'label_counts', None)
-  cooccurrence = None
-  if label_counts is not None and np.shape(label_counts)[-1] == task.num_classes:
-    cooccurrence = evaluation.class_cooccurrence(label_counts)
-    columns += PAIR_ERROR_COLUMNS
-  if train_loss:
-    columns += GLOBAL_TRAIN_COLUMNS
-
-  def evaluate(model_weights) -> Mapping[str, float]:
-    model_weights.assign_weights_to(model)
-    result = evaluation.evaluate_arrays(model, x, y, num_classes=task.num_classes)
-    out = collections.OrderedDict(test_accuracy=float(result['accuracy']),
-                                  test_loss=float(result['loss']),
-                                  test_macro_f1=float(result['macro_f1']),
-                                  test_mean_logit=float(result['mean_logit']))
-    for k, value in enumerate(np.asarray(result['per_class_accuracy']).reshape(-1)):
-      out[f'test_class_accuracy/{k}'] = float(value)
-    if cooccurrence is not None:
-      pairs = evaluation.confusion_by_cooccurrence(result['confusion_matrix'], cooccurrence)
-      for column in PAIR_ERROR_COLUMNS:
-        out[column] = pairs[column[len('test_'):]]
-    if train_loss:
-      on_train = evaluation.evaluate_arrays(model, train_x, train_y, num_classes=task.num_classes)
-      out['global_train_loss'] = float(on_train['loss'])
-      out['global_train_accuracy'] = float(on_train['accuracy'])
-    return out
-
-  return evaluate, columns
-
-
-def make_runner(process, config: config_lib.ExperimentConfig):
-  """The object that runs `process` for `config.runtime`: an in-process runner for the default
-  'inprocess', the process itself for 'cpp' (TFF's local C++ runtime or remote workers)."""
-  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
-  return runtime.make_runner(process, config.runtime.runtime)
-
-
-def install_context(config: config_lib.ExperimentConfig) -> None:
-  """Installs TFF's execution context: remote workers for `config.runtime.workers`, else the
-  local one (`tff_conflict.runtime.set_local_context`, which the binaries call first)."""
-  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
-  workers = list(config.runtime.workers)
-  if workers:
-    runtime.set_remote_context(workers)
+def load_task(config: config_lib.ExperimentConfig, *,
+              data: Optional[tuple[Any, Any]] = None) -> tuple[Any, Any]:
+  """(train, test) ClientData of `config` (`data` when given), its model checked on their inputs
+  in a scratch graph; raises `config.ConfigError` for data the loader refuses, an unknown model
+  or one that cannot take the inputs, or clients_per_round larger than the population."""
+  train, test = datasets.load(config.data) if data is None else data
+  name = model_name(config)
+  config_lib.require('model', name, config_lib.one_of(sorted(architectures.MODELS)), field='name')
+  if config.training.clients_per_round > len(train.client_ids):
+    raise config_lib.ConfigError(
+        'clients_per_round', config.training.clients_per_round,
+        f'at most the {len(train.client_ids)} clients of dataset {config.data.dataset!r}')
+  model_fn, _ = model_of(config, train)
+  with tf.Graph().as_default():  # keep the eager context clean (BUILD_NOTES.md, Keras pitfalls)
+    try:
+      model_fn()
+    except ValueError as e:
+      raise config_lib.ConfigError(
+          'model', name, field='name',
+          reason=f'cannot take the inputs of --dataset={config.data.dataset} (shape '
+          f'{model_fn.args[0]}): {e}') from None
+  return train, test
 
 
 def hparams_record(config: config_lib.ExperimentConfig, **extra: Any) -> dict[str, Any]:
@@ -291,39 +325,21 @@ def hparams_record(config: config_lib.ExperimentConfig, **extra: Any) -> dict[st
   return values
 
 
-def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[Task] = None,
-                   experiment_dir: Optional[str] = None,
-                   hparams: Optional[Mapping[str, Any]] = None, label: Optional[str] = None,
-                   stream: Optional[TextIO] = None,
-                   test_columns: Optional[Sequence[str]] = None,
-                   release_managers: Sequence[Any] = ()) -> training_loop.RunResult:
-  """Trains `config`'s method on its task, with evaluation, metrics and checkpoints.
-
-  Args:
-    config: the settings.
-    task: the loaded task (default: `load_task(config)`); share one between runs on the same
-      data and seed.
-    experiment_dir: where the outputs go (default `config.experiment_dir`).
-    hparams: what hparams.csv records (default `hparams_record(config)`).
-    label: shown in the progress output (default the method's label).
-    stream: where progress and notices go (default stdout).
-    test_columns: the evaluation's columns (default those of `make_evaluate_fn`).
-    release_managers: more `tff.program.ReleaseManager`s for each round's measurements
-      (`training_loop.run_training`).
-
-  Returns:
-    `training_loop.RunResult`.
-  """
-  task = load_task(config) if task is None else task
-  process = build_process(config, task)
-  runner = make_runner(process, config)
-  # After the process (Keras pitfalls).
-  evaluate_fn, columns = make_evaluate_fn(task, train_loss=config.training.eval_train_loss)
-  return training_loop.run_training(
-      process, train_data=task.train_data, evaluate_fn=evaluate_fn, config=config.training,
+def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[tuple] = None,
+                   runs: Optional[Runs] = None, experiment_dir: Optional[str] = None,
+                   label: Optional[str] = None, **loop_kwargs) -> tuple:
+  """Runs `config` (`Runs.execute`) on `task` = (train, test) (default `load_task(config)`), into
+  `experiment_dir` (default `config.experiment_dir`), labelled `label` (default the method's);
+  `loop_kwargs` are `run_training`'s (e.g. `stream`). Returns `Runs.execute`'s value."""
+  train, test = load_task(config) if task is None else task
+  builder, kwargs = method_of(config)
+  model_fn, classes = model_of(config, train)
+  runs = runs or Runs(config.runtime.runtime)
+  return runs.execute(
+      builder, kwargs, model_fn, client_optimizer=build_optimizer(config.client),
+      server_optimizer=build_optimizer(config.server), train_data=train, eval_data=test,
+      num_classes=classes, loop=config.training,
       experiment_dir=experiment_dir or config.experiment_dir,
-      hparams=hparams_record(config) if hparams is None else hparams, runner=runner,
+      hparams=hparams_record(config), global_train=config.training.eval_train_loss,
       label=config.algorithm.label if label is None else label,
-      show_progress=config.output.progress, stream=stream,
-      test_columns=columns if test_columns is None else test_columns,
-      release_managers=release_managers)
+      show_progress=config.output.progress, **loop_kwargs)

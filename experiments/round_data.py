@@ -1,7 +1,5 @@
-"""A round's client datasets for the run loop: each sampled client's examples, shuffled (seeded by
-seed, round and position), repeated E times and batched (`preprocess`), all made by one traced
-TensorFlow call per cohort size (`RoundData`), or one by one where that cannot be traced.
-"""
+"""A round's client datasets: each sampled client's examples shuffled (seeded by seed, round and
+position), repeated E times and batched (`preprocess`), made by one traced call per cohort size."""
 
 import weakref
 from collections.abc import Sequence
@@ -34,42 +32,29 @@ def preprocess(dataset: tf.data.Dataset, config: config_lib.LoopConfig, *, round
   return _pipeline(dataset, config, seed)
 
 
-# Traced functions per client data (alive as long as it is) and (pipeline settings, cohort size):
-# kept across runs, which share client data and settings.
+# Traced functions per client data (alive as long as it is) and (pipeline settings, cohort size),
+# kept across the runs that share them.
 _FUNCTIONS: 'weakref.WeakKeyDictionary[Any, dict[tuple, Any]]' = weakref.WeakKeyDictionary()
 
 
-def _functions_of(train_data: Any) -> dict[tuple, Any]:
-  try:
-    return _FUNCTIONS.setdefault(train_data, {})
-  except TypeError:  # not weakly referenceable: traced per run
-    return {}
-
-
 class RoundData:
-  """`preprocess(train_data.create_tf_dataset_for_client(cid), config, round_num=r,
-  client_index=i)` for a round's clients, with the same elements.
-
-  Creating a client's dataset eagerly runs its reading ops one by one and builds each dataset op
-  in Python (about 1 ms a client for in-memory arrays, 7-17 ms for a LEAF client); here the
-  client data's `serializable_dataset_fn` and the preprocessing are traced once per cohort size
-  into one function that returns every client's dataset. Client data whose dataset function
-  cannot be traced (or whose traced datasets have another element structure) is read one client
-  at a time, as before.
-  """
+  """`preprocess` of `train_data.create_tf_dataset_for_client(cid)` for a round's clients, the
+  client data's `serializable_dataset_fn` and the pipeline traced into one function per cohort
+  size (eagerly, each client costs 1-17 ms of Python-built ops); client data whose dataset
+  function cannot be traced, or traces to other element specs, is read one client at a time."""
 
   def __init__(self, train_data: Any, config: config_lib.LoopConfig):
     self._train_data = train_data
     self._config = config
-    self._functions = _functions_of(train_data)
+    try:
+      self._functions = _FUNCTIONS.setdefault(train_data, {})
+    except TypeError:  # not weakly referenceable: traced per run
+      self._functions = {}
     self._element_spec = None
     self._traceable = True
 
   def _trace(self, k: int):
-    dataset_fn = self._train_data.serializable_dataset_fn
-    config = self._config
-
-    specs = []
+    dataset_fn, config, specs = self._train_data.serializable_dataset_fn, self._config, []
 
     def make(client_ids, seeds):
       datasets = [_pipeline(dataset_fn(client_ids[i]), config, seeds[i]) for i in range(k)]
@@ -77,9 +62,8 @@ class RoundData:
       return [tf.data.experimental.to_variant(d) for d in datasets]
 
     signature = [tf.TensorSpec([k], tf.string), tf.TensorSpec([k], tf.int64)]
-    function = tf.function(make, input_signature=signature,
-                           autograph=False).get_concrete_function()
-    return function, specs
+    return tf.function(make, input_signature=signature,
+                       autograph=False).get_concrete_function(), specs
 
   def _one_by_one(self, client_ids, round_num):
     return [preprocess(self._train_data.create_tf_dataset_for_client(cid), self._config,
@@ -88,14 +72,12 @@ class RoundData:
 
   def __call__(self, client_ids: Sequence[str], round_num: int) -> list[tf.data.Dataset]:
     """The datasets of `client_ids` (in this order) in round `round_num`."""
-    config = self._config
-    k = len(client_ids)
+    config, k = self._config, len(client_ids)
     key = (config.shuffle_buffer, config.client_epochs, config.batch_size, k)
     if not self._traceable or not k:
       return self._one_by_one(client_ids, round_num)
     if self._element_spec is None:
-      first = self._one_by_one(client_ids[:1], round_num)
-      self._element_spec = first[0].element_spec
+      self._element_spec = self._one_by_one(client_ids[:1], round_num)[0].element_spec
     if key not in self._functions:
       try:
         self._functions[key] = self._trace(k)

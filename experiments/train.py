@@ -58,12 +58,9 @@ def main(unused_argv):
   cli.install_context(experiment)
   task = experiment_lib.load_task(experiment)
   print(f'{experiment.algorithm.label} on {experiment.data.dataset} '
-        f'({len(task.train_data.client_ids)} clients, '
-        f'{experiment.training.clients_per_round} per round, model {task.model_name}) -> '
-        f'{experiment_dir}', flush=True)
-  result = experiment_lib.run_experiment(experiment, task=task,
-                                         label=experiment.algorithm.label)
-  last = result.rows[-1]
+        f'({len(task[0].client_ids)} clients, {experiment.training.clients_per_round} per round, '
+        f'model {experiment_lib.model_name(experiment)}) -> {experiment_dir}', flush=True)
+  last = experiment_lib.run_experiment(experiment, task=task)[0][-1]
   print(f'round {last["round_num"]}: test_accuracy {last["test_accuracy"]:.4f}  '
         f'test_macro_f1 {last["test_macro_f1"]:.4f}  test_loss {last["test_loss"]:.4f}')
   print(f'metrics: {os.path.join(experiment_dir, training_loop.METRICS_FILE)}')

@@ -1,10 +1,9 @@
-"""The run loop of `experiments.train` and `experiments.compare`: rounds, evaluation, metrics,
-checkpoints, and an exact resume (docs/design.md, "Experiments")."""
+"""The run loop every run goes through: rounds, evaluation, metrics, checkpoints and an exact
+resume (docs/design.md, "Experiments")."""
 
 import asyncio
 import collections
 import csv
-import dataclasses
 import os
 import shutil
 import sys
@@ -27,63 +26,30 @@ from tff_conflict.learning import scaffold as scaffold_lib
 METRICS_FILE = metrics_io.METRICS_FILE
 HPARAMS_FILE = 'hparams.csv'
 CHECKPOINT_DIR = 'checkpoints'
-
 # Hyperparameters that may change between an interrupted run and its resumption.
 RESUMABLE_CHANGES = frozenset({
     'rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints', 'output_dir', 'resume',
     'progress', 'runtime', 'workers', 'git_commit'})
-
-# Metric names (last path components) of the training loss and accuracy in TFF's metrics.
-_TRAIN_LOSS = 'client_work/train/loss'
-_TRAIN_ACCURACY = 'client_work/train/sparse_categorical_accuracy'
-
 TEST_COLUMNS = ('test_accuracy', 'test_loss', 'test_macro_f1')
+preprocess = round_data.preprocess
+
 
 class ResumeError(files.Failure, ValueError):
-  """An earlier run's outputs cannot be resumed as they are (damaged or other settings); the
-  message names the file and what to do."""
+  """An earlier run's outputs cannot be resumed as they are; the message says what to do."""
 
 
 class HparamsMismatchError(ResumeError):
   """An earlier run in the experiment directory used other hyperparameters."""
 
 
-EvaluateFn = Callable[[Any], Mapping[str, float]]
-
-
-@dataclasses.dataclass
-class RunResult:
-  """What `run_training` did.
-
-  Attributes:
-    experiment_dir: where the outputs are.
-    rows: every metrics.csv row, rounds 1..rounds (including rows of an earlier run kept on
-      resume).
-    resumed_from: the round of the checkpoint the run continued from (0: started fresh).
-    final_state: the server state after the last round.
-  """
-  experiment_dir: str
-  rows: list[dict[str, Any]]
-  resumed_from: int
-  final_state: Any
-
-
 def sample_clients(client_ids: Sequence[str], num_clients: int, *, seed: int,
                    round_num: int) -> list[str]:
-  """The clients of round `round_num`: a function of (seed, round_num) only.
-
-  Draws `num_clients` distinct positions of `client_ids` with
-  `numpy.random.default_rng([seed, round_num])` and returns them in ascending position order.
-  """
+  """`num_clients` distinct clients drawn by `numpy.random.default_rng([seed, round_num])`, in
+  the order of `client_ids`: a function of (seed, round_num) only."""
   if not 1 <= num_clients <= len(client_ids):
     raise ValueError(f'num_clients must be in [1, {len(client_ids)}], got {num_clients}')
   rng = np.random.default_rng([int(seed), int(round_num)])
-  chosen = np.sort(rng.choice(len(client_ids), size=num_clients, replace=False))
-  return [client_ids[i] for i in chosen]
-
-
-shuffle_seed = round_data.shuffle_seed
-preprocess = round_data.preprocess
+  return [client_ids[i] for i in np.sort(rng.choice(len(client_ids), num_clients, replace=False))]
 
 
 def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
@@ -98,10 +64,10 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
         'unknown and resuming it is refused. Use --noresume to start over, or another '
         '--experiment_name.') from None
   current = {k: metrics_io._hparam_str(v) for k, v in hparams.items()}  # pylint: disable=protected-access
-  # A method flag the run does not read is not recorded (earlier versions recorded every one).
+  # A method flag the run does not read is not recorded (earlier versions recorded every one);
+  # a setting one side does not record at all counts as empty (e.g. a setting added later).
   ignored = lambda k: (k in RESUMABLE_CHANGES or k.startswith('version/')
                        or (k in config_lib.METHOD_FLAGS and k not in current))
-  # A setting one side does not record at all counts as empty (e.g. a setting added later).
   diffs = sorted(k for k in set(stored) | set(current)
                  if not ignored(k) and stored.get(k, '') != current.get(k, ''))
   if diffs:
@@ -109,18 +75,6 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
     raise HparamsMismatchError(
         f'{path} records a run with other hyperparameters ({details}); resume needs the same '
         'settings. Use --noresume to start over, or another --experiment_name.')
-
-
-def _clear_outputs(experiment_dir: str) -> None:
-  for name in (METRICS_FILE, metrics_io.PER_CLIENT_FILE, HPARAMS_FILE):
-    path = os.path.join(experiment_dir, name)
-    if os.path.exists(path):
-      os.remove(path)
-  shutil.rmtree(os.path.join(experiment_dir, CHECKPOINT_DIR), ignore_errors=True)
-
-
-def _headline(metrics: Mapping[str, float]) -> dict[str, Optional[float]]:
-  return {'train_loss': metrics.get(_TRAIN_LOSS), 'train_accuracy': metrics.get(_TRAIN_ACCURACY)}
 
 
 def _rounds(first: int, last: int) -> str:
@@ -131,15 +85,6 @@ def _short(error: Exception) -> str:
   text = ' '.join(str(error).split())
   text = f'{type(error).__name__}: {text}' if text else type(error).__name__
   return text if len(text) <= 160 else text[:157] + '...'
-
-
-@dataclasses.dataclass
-class _Start:
-  """Where a run starts: the state after round `done`, and the metrics rows 1..done."""
-  state: Any
-  done: int
-  rows: list[dict[str, Any]]
-  columns: Optional[list[str]]
 
 
 class _ClientState:
@@ -162,8 +107,8 @@ class _ClientState:
     return self.controls.update(sampled, output, version=round_num)
 
   def checkpoint(self, state: Any, round_num: int) -> Any:
-    """What is saved as round `round_num`: the server state alone, or with the controls of that
-    round (`ClientControls.arrays`, which undoes a later update)."""
+    """The saved value of round `round_num`: the state, with that round's controls (a later
+    update undone)."""
     if self.controls is None:
       return state
     return collections.OrderedDict(
@@ -177,51 +122,41 @@ class _ClientState:
     return saved['state']
 
 
-def _restore(manager: checkpoints_lib.CheckpointManager, metrics_path: str, initial_state: Any,
-             rounds: int, notify: Callable[[str], None],
-             client_state: Optional[_ClientState] = None) -> _Start:
-  """The newest checkpoint that metrics.csv's intact rows cover, and those rows.
-
-  metrics.csv and the checkpoints are written one after the other, so they can disagree after a
-  crash or a change made by hand. Each disagreement is reported in one line naming the file, and
-  what can be rebuilt is: the run resumes from the newest readable checkpoint whose round has an
-  intact row (rows and checkpoints after it are recomputed, identically), or starts over when
-  there is none.
+def _restore(manager, metrics_path: str, initial_state: Any, rounds: int,
+             notify: Callable[[str], None], client_state: _ClientState) -> tuple:
+  """(state, round, rows 1..round, columns) of the newest readable checkpoint that metrics.csv's
+  intact rows cover, else the initial state; each disagreement between the two (a crash, an
+  edit) is reported in one line naming the file.
 
   Raises:
     ResumeError: metrics.csv exists but cannot be read at all (permissions).
   """
+  start = (initial_state, 0, [], None)
   versions = [v for v in manager.versions() if v <= rounds]
   newest = max(versions, default=0)
-  if os.path.exists(metrics_path):
-    try:
-      found = metrics_io.read_metrics(metrics_path)
-    except OSError as e:
-      raise ResumeError(f'{metrics_path} cannot be read ({e.strerror or e}); fix it, or use '
-                        '--noresume to start over') from None
-  elif newest:
-    notify(f'warning: {metrics_path} is missing but {manager.root_dir} holds the state after '
-           f'round {newest}; the metrics of those rounds exist nowhere else, so the run starts '
-           'over from round 1')
-    return _Start(initial_state, 0, [], None)
-  else:
-    return _Start(initial_state, 0, [], None)
+  if not os.path.exists(metrics_path):
+    if newest:
+      notify(f'warning: {metrics_path} is missing but {manager.root_dir} holds the state after '
+             f'round {newest}; the metrics of those rounds exist nowhere else, so the run starts '
+             'over from round 1')
+    return start
+  try:
+    found = metrics_io.read_metrics(metrics_path)
+  except OSError as e:
+    raise ResumeError(f'{metrics_path} cannot be read ({e.strerror or e}); fix it, or use '
+                      '--noresume to start over') from None
   intact = len(found.rows)
-  covered = [v for v in versions if v <= intact]
-  template = initial_state if client_state is None else client_state.checkpoint(initial_state, 0)
-  start = _Start(initial_state, 0, [], None)
-  for version in reversed(covered):
+  template = client_state.checkpoint(initial_state, 0)
+  for version in reversed([v for v in versions if v <= intact]):
     try:
-      saved = asyncio.run(manager.load(version, template))
-      state = saved if client_state is None else client_state.restored(saved)
+      state = client_state.restored(asyncio.run(manager.load(version, template)))
     except Exception as e:  # pylint: disable=broad-except
       notify(f'warning: the checkpoint {manager.path(version)} cannot be read ({_short(e)}); '
              'trying an older one')
       continue
-    start = _Start(state, version, found.rows[:version], found.columns)
+    start = (state, version, found.rows[:version], found.columns)
     break
-  outcome = (f'resuming from round {start.done}' if start.done
-             else 'starting over from round 1')
+  outcome = f'resuming from round {start[1]}' if start[1] else 'starting over from round 1'
   if found.problem:
     kept = f'its intact rows are {_rounds(1, intact)}' if intact else 'no row is intact'
     notify(f'warning: {metrics_path} {found.problem} ({kept}); {outcome}')
@@ -229,75 +164,48 @@ def _restore(manager: checkpoints_lib.CheckpointManager, metrics_path: str, init
     notify(f'warning: {metrics_path} has rows for {_rounds(1, intact) if intact else "no round"} '
            f'but {manager.root_dir} holds the state after round {newest}; {outcome} and '
            'recomputing the rounds after it')
-  elif intact and not versions and not start.done:
+  elif intact and not versions and not start[1]:
     notify(f'warning: {metrics_path} has rows for {_rounds(1, intact)} but {manager.root_dir} '
            'holds no checkpoint to continue from; starting over from round 1')
   return start
 
 
-def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
+def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], Mapping],
                  config: config_lib.LoopConfig, experiment_dir: str, hparams: Mapping[str, Any],
-                 runner: Any = None,
-                 client_ids: Optional[Sequence[str]] = None, label: str = '',
+                 runner: Any = None, initial_state: Any = None, label: str = '',
                  show_progress: bool = True, stream: Optional[TextIO] = None,
                  test_columns: Sequence[str] = TEST_COLUMNS,
-                 release_managers: Sequence[tff.program.ReleaseManager] = ()) -> RunResult:
-  """Runs rounds 1..config.rounds (or the rest of them, when resuming).
+                 on_round: Callable[[], None] = lambda: None,
+                 release_managers: Sequence[tff.program.ReleaseManager] = ()) -> tuple:
+  """Runs rounds 1..config.rounds of `process` on clients sampled from `train_data` (through
+  `runner`, default the process, from `initial_state`, default `runner.initialize()`), or the
+  rest of them when the run in `experiment_dir` with the same `hparams` is resumed; returns
+  (the metrics rows of rounds 1..rounds, the final state, the round resumed from).
 
-  Prints `resuming from round N` when it continues an earlier run, and one line for each
-  disagreement it finds between metrics.csv and the checkpoints (see `_restore`).
-
-  When Ctrl-C (KeyboardInterrupt) or a SIGTERM turned into one (`experiments.cli.Terminated`)
-  stops the loop, the state of the last finished round is saved first (unless
-  `checkpoint_every` is 0), and the exception is raised again with a message saying what was
-  saved and how to resume.
-
-  Args:
-    process: the learning process; its `get_model_weights(state)` gives the evaluated weights
-      when `runner` has none.
-    train_data: a `tff.simulation.datasets.ClientData` of unbatched examples.
-    evaluate_fn: model weights (`tff.learning.models.ModelWeights`) -> test metrics, a mapping
-      whose keys are among `test_columns`.
-    config: the loop settings.
-    experiment_dir: outputs go here (created if missing).
-    hparams: written to hparams.csv; compared with an earlier run's before resuming.
-    runner: what runs `initialize` / `next`, and `get_model_weights` when it has one (an
-      execution backend, e.g. `tff_conflict.runtime.InProcessRunner`); default `process`.
-    client_ids: the population to sample from; default `train_data.client_ids`.
-    label: shown in the progress output (e.g. the algorithm).
-    show_progress: print progress (a bar on a TTY, plain lines otherwise).
-    stream: where progress and notices go; default stdout.
-    test_columns: the columns `evaluate_fn` may fill (empty on rounds without evaluation), so
-      that every row has the same columns.
-    release_managers: more `tff.program.ReleaseManager`s (e.g. `tff.program.
-      TensorBoardReleaseManager`, `LoggingReleaseManager`) that receive each round's
-      measurements after metrics.csv does (`metrics_io.MetricsReleaseManager`), key: the round.
-
-  Returns:
-    A `RunResult`.
-
-  Raises:
-    ValueError: if clients_per_round exceeds the population.
-    ResumeError: (a ValueError) an earlier run under `experiment_dir` cannot be resumed: other
-      hyperparameters (`HparamsMismatchError`), a hparams.csv or metrics.csv that cannot be read,
-      or a metrics.csv whose columns are not this run's; not raised with `config.resume` False,
-      which starts over.
-    KeyboardInterrupt: the loop was interrupted (after saving the last finished round).
-  """
+  `evaluate_fn` maps model weights to metrics among `test_columns` (every row has them);
+  `release_managers` (`tff.program.ReleaseManager`s) receive each round's row after metrics.csv,
+  key: the round. Ctrl-C or SIGTERM saves the last finished round and re-raises with a message
+  saying how to resume. Raises `ResumeError` for a run that cannot be resumed (other
+  hyperparameters, unreadable files, other columns; `config.resume` False starts over)."""
   runner = process if runner is None else runner
-  # The runner's own `get_model_weights` where it has one: the in-process runner's runs in this
-  # process, while the process's goes through TFF's runtime (and would start a worker_binary).
-  model_weights = getattr(runner, 'get_model_weights', None) or process.get_model_weights
-  client_ids = list(train_data.client_ids if client_ids is None else client_ids)
+  client_ids = list(train_data.client_ids)
   if config.clients_per_round > len(client_ids):
     raise ValueError(f'clients_per_round={config.clients_per_round} is larger than the '
                      f'population of {len(client_ids)} clients')
-  out = stream if stream is not None else sys.stdout
   prefix = f'{label}: ' if label else ''
 
   def notify(text: str) -> None:
+    out = stream or sys.stdout
     out.write(f'{prefix}{text}\n')
     out.flush()
+
+  def model_weights(state):
+    # A composed process's weights are in its state; else the runner's own (an in-process run
+    # never goes through TFF's runtime, which would start a worker_binary).
+    weights = getattr(state, 'global_model_weights', None)
+    if isinstance(weights, tff.learning.models.ModelWeights):
+      return weights
+    return (getattr(runner, 'get_model_weights', None) or process.get_model_weights)(state)
 
   os.makedirs(experiment_dir, exist_ok=True)
   hparams_path = os.path.join(experiment_dir, HPARAMS_FILE)
@@ -305,23 +213,24 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
   if config.resume:
     _check_hparams(hparams_path, hparams)
   else:
-    _clear_outputs(experiment_dir)
+    for name in (METRICS_FILE, metrics_io.PER_CLIENT_FILE, HPARAMS_FILE):
+      if os.path.exists(os.path.join(experiment_dir, name)):
+        os.remove(os.path.join(experiment_dir, name))
+    shutil.rmtree(os.path.join(experiment_dir, CHECKPOINT_DIR), ignore_errors=True)
   metrics_io.write_hparams(hparams_path, hparams)
 
   manager = checkpoints_lib.CheckpointManager(os.path.join(experiment_dir, CHECKPOINT_DIR),
                                               keep_total=config.keep_checkpoints)
-  initial_state = runner.initialize()
+  state = runner.initialize() if initial_state is None else initial_state
   client_state = _ClientState(process, client_ids)
-  start = _Start(initial_state, 0, [], None)
+  state, done, rows, columns = (state, 0, [], None)
   if config.resume:
-    start = _restore(manager, metrics_path, initial_state, config.rounds, notify, client_state)
-  state, done = start.state, start.done
+    state, done, rows, columns = _restore(manager, metrics_path, state, config.rounds, notify,
+                                          client_state)
   manager.remove_after(done)
-  # Rows are synced only where a rerun resumes from a checkpoint; without checkpoints it starts
-  # over, so a row lost in a crash costs nothing.
-  writer = metrics_io.MetricsReleaseManager(experiment_dir, rows=start.rows,
-                                            columns=start.columns, always=test_columns,
-                                            sync=config.checkpoint_every > 0)
+  # Rows are synced only where a rerun resumes from a checkpoint.
+  writer = metrics_io.MetricsReleaseManager(experiment_dir, rows=rows, columns=columns,
+                                            always=test_columns, sync=config.checkpoint_every > 0)
   managers = [writer, *release_managers]
   if done == config.rounds:
     notify(f'all {config.rounds} rounds are already done ({metrics_path})')
@@ -330,8 +239,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
            f'{config.rounds}')
 
   make_datasets = round_data.RoundData(train_data, config)
-  # One event loop for the run's releases and saves (asyncio.run makes and closes one per call).
-  events = asyncio.new_event_loop()
+  events = asyncio.new_event_loop()   # one for the run's releases and saves
   bar = None
   if show_progress and done < config.rounds:
     bar = progress_lib.Progress(config.rounds, done=done, label=label, stream=stream)
@@ -342,15 +250,17 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
       interrupts.raise_if_interrupted()   # a signal whose exception Python dropped in a callback
       sampled = sample_clients(client_ids, config.clients_per_round, seed=config.seed,
                                round_num=round_num)
-      datasets = make_datasets(sampled, round_num)
+      datasets = client_state.inputs(sampled, make_datasets(sampled, round_num))
       start_time = time.monotonic()
-      output = runner.next(state, client_state.inputs(sampled, datasets))
+      output = runner.next(state, datasets)
       round_time = time.monotonic() - start_time
       state = output.state
       round_metrics = client_state.metrics(sampled, output, round_num)
-      row: dict[str, Any] = _headline(metrics_io.flatten_metrics(round_metrics))
-      row.update({'round_time_s': round_time, 'eval_time_s': None})
-      accuracy = None
+      flat = metrics_io.flatten_metrics(round_metrics)
+      row: dict[str, Any] = {
+          'train_loss': flat.get('client_work/train/loss'),
+          'train_accuracy': flat.get('client_work/train/sparse_categorical_accuracy'),
+          'round_time_s': round_time, 'eval_time_s': None}
       if config.is_eval_round(round_num):
         start_time = time.monotonic()
         test_metrics = dict(evaluate_fn(model_weights(state)))
@@ -359,7 +269,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
           raise ValueError(f'evaluate_fn returned {unknown}, which are not in test_columns')
         row['eval_time_s'] = time.monotonic() - start_time
         row.update(test_metrics)
-        accuracy = test_metrics.get('test_accuracy')
+        latest_accuracy = test_metrics.get('test_accuracy', latest_accuracy)
       row.update(round_metrics)
       try:
         events.run_until_complete(_release(managers, row, round_num))
@@ -374,10 +284,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
         events.run_until_complete(manager.save(client_state.checkpoint(state, round_num),
                                                round_num))
         saved_round = round_num
+      on_round()
       interrupts.raise_if_interrupted()
       if bar is not None:
-        if accuracy is not None:
-          latest_accuracy = accuracy
         loss = row.get('train_loss')
         bar.tick(postfix=f'test_accuracy {_figure(latest_accuracy)}'
                  + ('' if loss is None else f'  train_loss {loss:.4f}'))
@@ -396,8 +305,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: EvaluateFn,
     events.close()
     if bar is not None:
       bar.close()
-  return RunResult(experiment_dir=experiment_dir, rows=writer.rows, resumed_from=done,
-                   final_state=state)
+  return writer.rows, state, done
 
 
 async def _release(managers, value, key: int) -> None:

@@ -26,12 +26,12 @@ def _digits_case(clients):
       model=config.ModelConfig('mlp'),
       training=config.LoopConfig(rounds=1, clients_per_round=clients, client_epochs=2,
                                  batch_size=20))
-  task = experiment_lib.load_task(experiment)
-  ids = training_loop.sample_clients(task.train_data.client_ids, clients, seed=0, round_num=1)
-  data = [training_loop.preprocess(task.train_data.create_tf_dataset_for_client(c),
+  train, _ = experiment_lib.load_task(experiment)
+  ids = training_loop.sample_clients(train.client_ids, clients, seed=0, round_num=1)
+  data = [training_loop.preprocess(train.create_tf_dataset_for_client(c),
                                    experiment.training, round_num=1, client_index=i)
           for i, c in enumerate(ids)]
-  return task.keras_model_fn, data
+  return experiment_lib.model_of(experiment, train)[0], data
 
 
 def _emnist_case(clients):

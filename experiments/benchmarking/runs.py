@@ -1,6 +1,5 @@
-"""One benchmark run: its settings (`RunSpec`), its directory, its summary, its result file
-(`result.json`: a run is finished when it exists).
-"""
+"""One benchmark run: its settings (`RunSpec`), directory, summary and `result.json` (a run is
+finished when it exists)."""
 
 import dataclasses
 import json
@@ -23,15 +22,12 @@ NORM_RATIO = 'aggregator/norm_ratio'
 TRAIN_LOSS = 'train_loss'
 # The global model's loss on the union of the clients' training data (`eval_train_loss`).
 GLOBAL_TRAIN_LOSS = 'global_train_loss'
-# The examples the round's training metrics counted (0: every sampled client's update was zeroed
-# for a non-finite value, or had no example).
+# The examples the round's training metrics counted (0: every update zeroed, or no example).
 TRAIN_EXAMPLES = 'train/num_examples'
 # A finalizer's count of rejected non-finite server updates (> 0: the round diverged).
 UPDATE_NON_FINITE = 'update_non_finite'
-# Counts of client updates left out of a round for non-finite values: the client work's (zeroed
-# and sent with weight 0) and the aggregator's (a NaN or Inf row it received), each under its
-# own prefix; a client zeroed by one stage arrives finite at the next, so their sum counts each
-# excluded update once.
+# Client updates left out for non-finite values by the client work (zeroed, weight 0) and by the
+# aggregator (a NaN or Inf row): one stage's zeroed update arrives finite at the next.
 EXCLUDED_NON_FINITE = ('num_excluded_nonfinite', 'num_excluded_nonfinite_clients')
 # A run is collapsed when its final accuracy is within this of chance (1 / classes) or its final
 # model gives one class to at least `COLLAPSE_SHARE` of the evaluated examples.
@@ -52,24 +48,12 @@ def _fmt(value: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-  """Everything that determines one run.
-
-  Attributes:
-    phase: REPORT_PHASE (trained on the clients' training data, evaluated on the test split) or
-      TUNE_PHASE (trained on the fit part, evaluated on the validation part).
-    regime: the regime's canonical name.
-    dataset: the regime's dataset.
-    method: the method's name; `algorithm` its builder.
-    kwargs: the builder's keyword arguments, sorted (name, value) pairs.
-    client_lr, server_lr: the learning rates set in the initial state.
-    epochs: local epochs E.
-    seed: model initialisation, client sampling and shuffling.
-    data_seed: the partition's (and Synthetic's) seed.
-    model: the model's name.
-    rounds, clients_per_round, batch_size, shuffle_buffer, client_momentum: the loop and the
-      client optimizer.
-    candidate: the tuning candidate's name ('' for reporting runs).
-  """
+  """Everything that determines one run: its phase (REPORT_PHASE: trained on the clients'
+  training data, evaluated on the test split; TUNE_PHASE: on the fit and validation parts), the
+  regime and its dataset, the method and its builder `algorithm` with its keyword arguments
+  (sorted (name, value) pairs), the learning rates set in the initial state, local epochs E, the
+  seed (model, sampling, shuffling), the partition's seed, the model, the loop, and the tuning
+  candidate's name ('' for reporting runs)."""
   phase: str
   regime: str
   dataset: str
@@ -133,10 +117,7 @@ RUN_COLUMNS = (
 
 def run_row(spec: RunSpec, summary: Mapping[str, Any]) -> dict[str, Any]:
   """The runs.csv row of a finished reporting run."""
-  row = {k: getattr(spec, k) for k in ('regime', 'dataset', 'method', 'algorithm', 'epochs',
-                                       'seed', 'data_seed', 'model', 'rounds',
-                                       'clients_per_round', 'batch_size', 'client_lr',
-                                       'server_lr')}
+  row = {k: getattr(spec, k) for k in RUN_COLUMNS[:RUN_COLUMNS.index('hparams')]}
   row['hparams'] = json.dumps({k: v for k, v in spec.kwargs}, sort_keys=True,
                               default=_json_default)
   row.update(summary)
@@ -158,15 +139,8 @@ def candidate_values(name: str) -> dict[str, str]:
 
 def encode_curve(values: Sequence[Optional[float]]) -> str:
   """Values joined by ';' (6 significant digits; '' for a missing value, 'nan', 'inf')."""
-  out = []
-  for v in values:
-    if v is None:
-      out.append('')
-    elif not math.isfinite(v):
-      out.append('nan' if math.isnan(v) else ('inf' if v > 0 else '-inf'))
-    else:
-      out.append(f'{v:.6g}')
-  return ';'.join(out)
+  return ';'.join('' if v is None else f'{v:.6g}' if math.isfinite(v) else str(float(v))
+                  for v in values)
 
 
 def decode_curve(text: Any) -> list[Optional[float]]:
@@ -204,9 +178,8 @@ def _examples_column(rows) -> Optional[str]:
 
 
 def excluded_nonfinite_updates(rows: Sequence[Mapping[str, Any]]) -> int:
-  """The client updates excluded as non-finite over the run: the sum over rounds of every
-  column whose last component is one of `EXCLUDED_NON_FINITE` (0 when the process reports
-  none)."""
+  """The client updates excluded as non-finite: the sum over rounds of every column whose last
+  component is one of `EXCLUDED_NON_FINITE`."""
   columns = [c for c in (rows[0] if rows else ())
              if c.rsplit('/', 1)[-1] in EXCLUDED_NON_FINITE]
   return int(sum(float(r[c]) for r in rows for c in columns
@@ -218,11 +191,9 @@ def _non_finite(value) -> bool:
 
 
 def divergence_round(rows: Sequence[Mapping[str, Any]], *, prefix: str) -> Optional[int]:
-  """The first round where the run diverged, None if it did not: a round whose evaluated
-  accuracy or loss (`{prefix}_...`; a non-finite weight makes them non-finite), clients'
-  training loss or global training loss is not finite, or whose training metrics count no
-  example although clients were sampled (every update zeroed for a non-finite value: the model
-  no longer trains, and its zero training loss would otherwise hide it), or whose finalizer
+  """The first round where the run diverged (None if it did not): whose evaluated accuracy or
+  loss (`{prefix}_...`), clients' or global training loss is not finite, whose training metrics
+  count no example (every update zeroed: its zero loss would hide it), or whose finalizer
   rejected a non-finite server update (`.../update_non_finite` > 0)."""
   examples = _examples_column(rows)
   rejected = [c for c in (rows[0] if rows else ()) if c.endswith(UPDATE_NON_FINITE)]
@@ -240,9 +211,8 @@ def divergence_round(rows: Sequence[Mapping[str, Any]], *, prefix: str) -> Optio
 
 def with_chance_after(values: Sequence[Optional[float]], round_index: Optional[int],
                       chance: Optional[float]) -> list[Optional[float]]:
-  """The divergence rule of the statistics: a diverged run's accuracy is `chance` from the round
-  it diverged (index `round_index` of `values`, 0-based) on; the values unchanged otherwise (or
-  without a chance level)."""
+  """The divergence rule: a diverged run's accuracy is `chance` from the round it diverged on
+  (index `round_index` of `values`); unchanged otherwise or without a chance level."""
   if round_index is None or chance is None:
     return list(values)
   return [v if i < round_index else (None if v is None else chance)
@@ -251,25 +221,13 @@ def with_chance_after(values: Sequence[Optional[float]], round_index: Optional[i
 
 def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5,
               num_classes: Optional[int] = None) -> dict[str, Any]:
-  """The summary of a run from its metrics rows (one per round, `training_loop`'s columns).
-
-  Keys: `last_k_accuracy` (the primary statistic: the mean over the last `last_k` evaluated
-  rounds), `final_accuracy` (the last evaluated round's), `best_accuracy` and `best_round`
-  (selected on the evaluated split: never a headline), `final_loss`, `final_macro_f1`,
-  `final_train_loss`, `diverged` (`divergence_round`), `diverged_round`, `zeroed_rounds`
-  (rounds whose training metrics count no example), `excluded_nonfinite_updates` (client
-  updates left out as non-finite, summed over rounds: a run where some clients were zeroed
-  without diverging shows here), `chance_accuracy` (1 / `num_classes`),
-  `collapsed` (final accuracy within `COLLAPSE_MARGIN` of chance; `Engine` also flags a final
-  model that predicts one class), `conflict_before`, `conflict_after`, `norm_ratio` (means over
-  rounds of the aggregator's diagnostics; None when it does not report them), `seconds_per_round` (mean of rounds >= 2),
-  `first_round_s`, `final_global_train_loss` (None unless the global model's training loss
-  was evaluated), and the curves `accuracy_curve`, `train_loss_curve` (the clients' mean loss
-  while training), `conflict_curve`, `global_train_loss_curve`.
-  With a chance level, a diverged run's accuracies from its divergence round on count as chance
-  (`with_chance_after`) in `last_k_accuracy` and `final_accuracy`, so it completes and enters
-  the paired statistics at chance instead of dropping out; its curve keeps the raw values.
-  """
+  """The summary of a run from its metrics rows: `last_k_accuracy` (the primary statistic, the
+  mean over the last `last_k` evaluated rounds), `best_accuracy` and `best_round` (never a
+  headline), `collapsed` (final accuracy within `COLLAPSE_MARGIN` of chance 1 / `num_classes`),
+  the means over rounds of the aggregator's diagnostics, `seconds_per_round` (rounds >= 2), the
+  curves, and the final values. A diverged run's accuracies count as chance from its divergence
+  round on (`with_chance_after`), so it enters the paired statistics instead of dropping out;
+  its curve keeps the raw values."""
   accuracy_column = f'{prefix}_accuracy'
   diverged_round = divergence_round(rows, prefix=prefix)
   chance = 1.0 / num_classes if num_classes else None
@@ -356,8 +314,8 @@ def _json_default(value):
 
 
 def _builder_defaults(algorithm: Any) -> dict[str, Any]:
-  """The keyword defaults of `algorithm`'s builder (`build_process` for 'custom'), its spec's
-  options included (`tff_conflict.hparams.ALGORITHM_HPARAMS`), as JSON."""
+  """The keyword defaults of `algorithm`'s builder (`build_process` for 'custom') and its
+  spec's options (`tff_conflict.hparams.ALGORITHM_HPARAMS`), as JSON."""
   import inspect  # pylint: disable=g-import-not-at-top
   from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
@@ -370,19 +328,13 @@ def _builder_defaults(algorithm: Any) -> dict[str, Any]:
 
 
 def identity(settings: Mapping[str, Any]) -> dict[str, Any]:
-  """A run's identity: its recorded settings with every default filled in (the `RunSpec` fields'
-  and the builder's keywords'), so that a run stays finished when a later version adds a field
-  or a builder option at its default."""
+  """A run's identity: its settings with the defaults of `RunSpec` and the builder filled in (a
+  run stays finished when a field or builder option is added at its default)."""
   out = {f.name: json.loads(json.dumps(f.default, default=_json_default))
          for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
   out.update(settings)
   out['kwargs'] = dict(_builder_defaults(out.get('algorithm')), **dict(out.get('kwargs') or {}))
   return out
-
-
-def same_spec(recorded: Mapping[str, Any], spec: RunSpec) -> bool:
-  """Whether a `result.json`'s settings are `spec`'s, defaults filled in (`identity`)."""
-  return not spec_differences(recorded, spec)
 
 
 def spec_differences(recorded: Mapping[str, Any], spec: RunSpec) -> list[str]:

@@ -71,7 +71,7 @@ def test_a_run_over_an_empty_client_completes_and_writes_its_metrics(name, kind,
       test_columns=[])
   rows = metrics_io.read_csv(os.path.join(str(tmp_path), training_loop.METRICS_FILE))
   assert [int(r['round_num']) for r in rows] == list(range(1, ROUNDS + 1))
-  assert len(result.rows) == ROUNDS
+  assert len(result[0]) == ROUNDS
   participants = [_participants(r, train.client_ids) for r in range(1, ROUNDS + 1)]
   for row, expected in zip(rows, participants):
     assert np.isfinite(float(row['train_loss']))
@@ -86,5 +86,5 @@ def test_a_run_over_an_empty_client_completes_and_writes_its_metrics(name, kind,
                 and r['name'] == 'aggregator/corrective_weights']
       assert len(values) == expected and np.all(np.isfinite(values))
   weights = (process if kind == 'cpp' else runtime.make_runner(process, kind)).get_model_weights(
-      result.final_state)
+      result[1])
   assert all(np.all(np.isfinite(np.asarray(w))) for w in weights.trainable)

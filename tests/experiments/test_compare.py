@@ -20,14 +20,14 @@ def _rows(accuracies, f1=0.5, times=(9.0, 1.0, 3.0)):
 def test_summary_and_table_from_hand_made_rows():
   seed0 = _rows([0.5, None, 0.9], f1=0.4)
   seed1 = _rows([0.6, 0.85, 0.7], f1=0.6)
-  summary = compare.summarize('fedgh', [seed0, seed1], target_accuracy=0.8)
-  assert summary.final_accuracy == [0.9, 0.7]
-  assert summary.last_k_accuracy == pytest.approx([0.7, (0.6 + 0.85 + 0.7) / 3])
-  assert summary.final_macro_f1 == [0.4, 0.6]
-  assert summary.rounds_to_target == [3, 2]
-  assert summary.mean_round_time == pytest.approx(2.0)  # rounds >= 2 only: (1 + 3) / 2
-  never = compare.summarize('fedavg', [_rows([0.1, 0.2, 0.3])], target_accuracy=0.8)
-  table = compare.markdown_table([summary, never], 0.8)
+  summary = compare.summarize([seed0, seed1], target_accuracy=0.8)
+  assert summary['final_accuracy'] == [0.9, 0.7]
+  assert summary['last_k_accuracy'] == pytest.approx([0.7, (0.6 + 0.85 + 0.7) / 3])
+  assert summary['final_macro_f1'] == [0.4, 0.6]
+  assert summary['rounds_to_target'] == [3, 2]
+  assert summary['round_times'] == [1.0, 3.0, 1.0, 3.0]  # rounds >= 2 only
+  never = compare.summarize([_rows([0.1, 0.2, 0.3])], target_accuracy=0.8)
+  table = compare.markdown_table({'fedgh': summary, 'fedavg': never}, 0.8)
   lines = table.splitlines()
   assert lines[0] == ('| algorithm | test accuracy, mean of last 5 rounds | final test accuracy '
                       '| final macro-F1 | first round at 0.8 test accuracy | mean round time (s) |')

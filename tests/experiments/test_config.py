@@ -160,9 +160,8 @@ def test_a_run_from_a_config_alone(tmp_path):
       output=config.OutputConfig(output_dir=str(tmp_path), progress=False),
       runtime=config.RuntimeConfig('inprocess'))
   task = experiment_lib.load_task(experiment)
-  result = experiment_lib.run_experiment(experiment, task=task)
-  assert result.experiment_dir == str(tmp_path / 'digits_fedprox_seed0')
-  assert [r['round_num'] for r in result.rows] == [1]
+  rows, _, _ = experiment_lib.run_experiment(experiment, task=task)
+  assert [r['round_num'] for r in rows] == [1]
   hparams = metrics_io.read_hparams(str(tmp_path / 'digits_fedprox_seed0' / 'hparams.csv'))
   assert hparams['algorithm'] == 'fedprox' and hparams['runtime'] == 'inprocess'
   assert hparams['proximal_strength'] == '0.01' and 'version/tensorflow' in hparams

@@ -1,5 +1,5 @@
-"""experiments.experiment_lib's evaluation columns: class-pair errors and the global model's
-training loss."""
+"""experiments.experiment_lib's evaluation: class-pair errors and the global model's training
+loss."""
 
 import pytest
 
@@ -7,16 +7,20 @@ from experiments import config as experiment_config
 from experiments import experiment_lib
 
 
-def test_evaluate_fn_columns_pair_errors_and_global_train_loss():
-  task = experiment_lib.load_task(experiment_config.ExperimentConfig(
+def test_evaluator_columns_pair_errors_and_global_train_loss():
+  config = experiment_config.ExperimentConfig(
       data=experiment_config.DataConfig('digits', num_clients=5),
       model=experiment_config.ModelConfig('logistic_regression'),
-      training=experiment_config.LoopConfig(rounds=1, clients_per_round=2)))
-  evaluate, columns = experiment_lib.make_evaluate_fn(task, train_loss=True)
-  assert set(experiment_lib.PAIR_ERROR_COLUMNS) <= set(columns)
+      training=experiment_config.LoopConfig(rounds=1, clients_per_round=2))
+  train, test = experiment_lib.load_task(config)
+  model_fn, classes = experiment_lib.model_of(config, train)
+  runs = experiment_lib.Runs()
+  evaluate, columns = runs.evaluator(model_fn, test, classes, train_data=train,
+                                     global_train=True)
+  assert {f'test_{c}' for c in experiment_lib.PAIR_ERROR_COLUMNS} <= set(columns)
   assert set(experiment_lib.GLOBAL_TRAIN_COLUMNS) <= set(columns)
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  model = task.keras_model_fn()
+  model = model_fn()
   weights = tff.learning.models.ModelWeights(
       trainable=[v.numpy() for v in model.trainable_weights],
       non_trainable=[v.numpy() for v in model.non_trainable_weights])
@@ -24,9 +28,9 @@ def test_evaluate_fn_columns_pair_errors_and_global_train_loss():
   assert set(out) == set(columns)
   # The global training loss is the model's mean cross-entropy over every client's examples.
   from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
-  x, y = experiment_lib._test_arrays(task.train_data)  # pylint: disable=protected-access
+  x, y = experiment_lib._pooled_arrays(train)  # pylint: disable=protected-access
   expected = evaluation.evaluate_arrays(model, x, y)
   assert out['global_train_loss'] == pytest.approx(expected['loss'], rel=1e-6)
   assert out['global_train_accuracy'] == pytest.approx(expected['accuracy'])
-  _, plain = experiment_lib.make_evaluate_fn(task)
+  _, plain = runs.evaluator(model_fn, test, classes, train_data=train)
   assert not set(experiment_lib.GLOBAL_TRAIN_COLUMNS) & set(plain)

@@ -127,30 +127,30 @@ def test_resume_after_round_2_equals_an_uninterrupted_run_and_runs_are_determini
   process, train, evaluate_fn = tiny
   full = _run(process, train, evaluate_fn, tmp_path / 'full', 4)
   again = _run(process, train, evaluate_fn, tmp_path / 'again', 4)
-  _assert_same_rows(full.rows, again.rows)  # determinism: same flags and seed
+  _assert_same_rows(full[0], again[0])  # determinism: same flags and seed
 
   # "Interrupted" after round 3 with a checkpoint at round 2: row 3 exists without checkpoint.
   first = _run(process, train, evaluate_fn, tmp_path / 'resumed', 3, checkpoint_every=2,
                hparams={'lr': 0.1, 'rounds': 4})
   with open(tmp_path / 'resumed' / 'checkpoints' / 'round_3.npz', 'r+b') as f:
     f.truncate(100)  # damaged: the loop falls back to round 2
-  assert first.resumed_from == 0 and len(first.rows) == 3
+  assert first[2] == 0 and len(first[0]) == 3
   resumed = _run(process, train, evaluate_fn, tmp_path / 'resumed', 4)
-  assert resumed.resumed_from == 2
-  assert [r['round_num'] for r in resumed.rows] == [1, 2, 3, 4]
-  _assert_same_rows(full.rows, resumed.rows)
+  assert resumed[2] == 2
+  assert [r['round_num'] for r in resumed[0]] == [1, 2, 3, 4]
+  _assert_same_rows(full[0], resumed[0])
   on_disk = metrics_io.read_csv(str(tmp_path / 'resumed' / 'metrics.csv'))
   assert [r['round_num'] for r in on_disk] == [1, 2, 3, 4]  # rewritten, not duplicated
-  _assert_same_rows(full.rows, on_disk)
+  _assert_same_rows(full[0], on_disk)
   assert any(k.startswith('aggregator/') and 'conflict_fraction_before' in k
              for k in on_disk[0])
   np.testing.assert_allclose(
-      process.get_model_weights(resumed.final_state).trainable[0],
-      process.get_model_weights(full.final_state).trainable[0], rtol=0, atol=0)
+      process.get_model_weights(resumed[1]).trainable[0],
+      process.get_model_weights(full[1]).trainable[0], rtol=0, atol=0)
 
   # A finished run is not rerun.
   done = _run(process, train, evaluate_fn, tmp_path / 'resumed', 4)
-  assert done.resumed_from == 4 and len(done.rows) == 4
+  assert done[2] == 4 and len(done[0]) == 4
 
 
 def test_resume_refuses_other_hyperparameters_and_noresume_starts_over(tmp_path, tiny):
@@ -160,7 +160,7 @@ def test_resume_refuses_other_hyperparameters_and_noresume_starts_over(tmp_path,
     _run(process, train, evaluate_fn, tmp_path, 3, hparams={'lr': 0.2, 'rounds': 3})
   fresh = _run(process, train, evaluate_fn, tmp_path, 1, resume=False,
                hparams={'lr': 0.2, 'rounds': 1})
-  assert fresh.resumed_from == 0 and len(fresh.rows) == 1
+  assert fresh[2] == 0 and len(fresh[0]) == 1
   assert metrics_io.read_hparams(str(tmp_path / 'hparams.csv'))['lr'] == '0.2'
   assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [1]
 
@@ -233,10 +233,10 @@ def test_a_varying_cohort_keeps_metrics_columns_and_writes_every_client_value(tm
   tensorboard = tff.program.TensorBoardReleaseManager(str(tmp_path / 'tensorboard'))
   result = _varying_run(tmp_path / 'run', 4, [memory, tensorboard])
   name = 'aggregator/corrective_weights'
-  assert [(r[f'{name}/count'], r[f'{name}/max']) for r in result.rows] == [
+  assert [(r[f'{name}/count'], r[f'{name}/max']) for r in result[0]] == [
       (10, 9.0), (9, 16.0), (10, 27.0), (9, 32.0)]
-  assert [r[f'{name}/mean'] for r in result.rows] == pytest.approx([4.5, 8.0, 13.5, 16.0])
-  assert not any(c.startswith(f'{name}/') and c.split('/')[-1].isdigit() for c in result.rows[0])
+  assert [r[f'{name}/mean'] for r in result[0]] == pytest.approx([4.5, 8.0, 13.5, 16.0])
+  assert not any(c.startswith(f'{name}/') and c.split('/')[-1].isdigit() for c in result[0][0])
   per_client = metrics_io.read_csv(str(tmp_path / 'run' / 'per_client.csv'))
   assert [(r['round_num'], r['client_index'], r['value']) for r in per_client] == [
       (r, i, float(i * r)) for r in range(1, 5) for i in range(10 if r % 2 else 9)]
@@ -254,8 +254,8 @@ def test_a_varying_cohort_run_resumed_after_round_3_equals_the_uninterrupted_run
   full = _varying_run(tmp_path / 'full', 4, eval_every=1)
   _varying_run(tmp_path / 'cut', 3, eval_every=1)
   resumed = _varying_run(tmp_path / 'cut', 4, eval_every=1)
-  assert resumed.resumed_from == 3
-  _assert_same_rows(full.rows, resumed.rows)
+  assert resumed[2] == 3
+  _assert_same_rows(full[0], resumed[0])
   assert (metrics_io.read_csv(str(tmp_path / 'full' / 'per_client.csv'))
           == metrics_io.read_csv(str(tmp_path / 'cut' / 'per_client.csv')))
 
@@ -264,7 +264,7 @@ def test_a_varying_cohort_run_resumed_after_round_3_equals_the_uninterrupted_run
 def full_run(tmp_path_factory, tiny):
   """The rows of an uninterrupted 4-round run of the `tiny` process."""
   process, train, evaluate_fn = tiny
-  return _run(process, train, evaluate_fn, tmp_path_factory.mktemp('full'), 4).rows
+  return _run(process, train, evaluate_fn, tmp_path_factory.mktemp('full'), 4)[0]
 
 
 def _three_rounds_saved_every_round(tiny, experiment_dir):
@@ -286,8 +286,8 @@ def test_a_truncated_metrics_file_resumes_from_the_checkpoint_its_intact_rows_co
       f'warning: {metrics} ends in a line cut short after round 2 (its intact rows are rounds '
       '1-2); resuming from round 2',
       'resuming from round 2: running rounds 3-4 of 4'], lines
-  assert resumed.resumed_from == 2
-  _assert_same_rows(full_run, resumed.rows)
+  assert resumed[2] == 2
+  _assert_same_rows(full_run, resumed[0])
   _assert_same_rows(full_run, metrics_io.read_csv(str(metrics)))
 
 
@@ -300,7 +300,7 @@ def test_a_missing_metrics_file_starts_over(tmp_path, tiny, full_run):
   assert out.getvalue() == (
       f'warning: {metrics} is missing but {tmp_path / "checkpoints"} holds the state after round '
       '3; the metrics of those rounds exist nowhere else, so the run starts over from round 1\n')
-  assert resumed.resumed_from == 0
+  assert resumed[2] == 0
   _assert_same_rows(full_run, metrics_io.read_csv(str(metrics)))
 
 
@@ -313,8 +313,8 @@ def test_rows_missing_for_saved_rounds_are_recomputed(tmp_path, tiny, full_run):
   assert out.getvalue().splitlines()[0] == (
       f'warning: {metrics} has rows for round 1 but {tmp_path / "checkpoints"} holds the state '
       'after round 3; resuming from round 1 and recomputing the rounds after it')
-  assert resumed.resumed_from == 1
-  _assert_same_rows(full_run, resumed.rows)
+  assert resumed[2] == 1
+  _assert_same_rows(full_run, resumed[0])
 
 
 def test_an_unreadable_checkpoint_is_named_and_an_older_one_used(tmp_path, tiny):
@@ -325,7 +325,7 @@ def test_an_unreadable_checkpoint_is_named_and_an_older_one_used(tmp_path, tiny)
   out = io.StringIO()
   resumed = _run(process, train, evaluate_fn, tmp_path, 3, stream=out)
   assert out.getvalue().startswith(f'warning: the checkpoint {damaged} cannot be read (')
-  assert resumed.resumed_from == 2 and len(resumed.rows) == 3
+  assert resumed[2] == 2 and len(resumed[0]) == 3
 
 
 def test_a_damaged_hparams_file_refuses_to_resume(tmp_path, tiny):
@@ -352,7 +352,7 @@ def test_a_finished_run_says_so(tmp_path, tiny):
   out = io.StringIO()
   again = _run(process, train, evaluate_fn, tmp_path, 2, stream=out)
   assert out.getvalue() == f'all 2 rounds are already done ({tmp_path / "metrics.csv"})\n'
-  assert again.resumed_from == 2
+  assert again[2] == 2
 
 
 class _InterruptedRunner:
@@ -384,8 +384,8 @@ def test_ctrl_c_saves_the_last_finished_round_and_the_rerun_resumes_from_it(
       f'{tmp_path / "checkpoints"}: rerun the same command to resume from it')
   assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [2, 3]
   resumed = _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=2)
-  assert resumed.resumed_from == 3
-  _assert_same_rows(full_run, resumed.rows)
+  assert resumed[2] == 3
+  _assert_same_rows(full_run, resumed[0])
 
 
 class _DroppedSigtermRunner(_InterruptedRunner):
@@ -427,7 +427,7 @@ def test_an_in_process_run_uses_no_tff_runtime_and_matches_the_cpp_run(
   process, train, evaluate_fn = tiny
   runner = inprocess.InProcessRunner(process)
   result = _run(process, train, evaluate_fn, tmp_path, 4, runner=runner)
-  expected, actual = metrics_io.non_timing(full_run), metrics_io.non_timing(result.rows)
+  expected, actual = metrics_io.non_timing(full_run), metrics_io.non_timing(result[0])
   assert [sorted(r) for r in actual] == [sorted(r) for r in expected]
   assert [r['test_accuracy'] is None for r in actual] == [True, False, True, False]
   for got, want in zip(actual, expected):
@@ -442,10 +442,10 @@ def test_an_in_process_run_uses_no_tff_runtime_and_matches_the_cpp_run(
   # back into the runner and the rows equal the uninterrupted run's.
   first = _run(process, train, evaluate_fn, tmp_path / 'resumed', 2, runner=runner,
                hparams={'lr': 0.1, 'rounds': 4})
-  assert first.resumed_from == 0 and len(first.rows) == 2
+  assert first[2] == 0 and len(first[0]) == 2
   resumed = _run(process, train, evaluate_fn, tmp_path / 'resumed', 4, runner=runner)
-  assert resumed.resumed_from == 2
-  _assert_same_rows(result.rows, resumed.rows)
+  assert resumed[2] == 2
+  _assert_same_rows(result[0], resumed[0])
 
 
 # SCAFFOLD: the clients' controls are kept, checkpointed and restored with the server state.
@@ -486,24 +486,24 @@ def _saved_controls(experiment_dir, round_num):
 def test_scaffold_resumed_or_interrupted_equals_the_uninterrupted_run(tmp_path, tiny_scaffold):
   process, train, evaluate_fn = tiny_scaffold
   full = _run(process, train, evaluate_fn, tmp_path / 'full', 4, checkpoint_every=1)
-  state_c = process.get_model_weights(full.final_state)
-  assert not any(k.startswith('client_controls') for k in full.rows[0])
-  assert np.any(full.final_state.client_work['control'] != 0)
+  state_c = process.get_model_weights(full[1])
+  assert not any(k.startswith('client_controls') for k in full[0][0])
+  assert np.any(full[1].client_work['control'] != 0)
 
   # Stopped after round 2, resumed: the controls of round 2 come back from the checkpoint.
   first = _run(process, train, evaluate_fn, tmp_path / 'resumed', 2, checkpoint_every=1,
                hparams={'lr': 0.1, 'rounds': 4})
-  assert len(first.rows) == 2
+  assert len(first[0]) == 2
   leaves = _saved_controls(tmp_path / 'resumed', 2)
   controls = [a for a in leaves if a.shape == (len(train.client_ids), 4 * 3 + 3)]  # [N, d]
   assert len(controls) == 1 and np.count_nonzero(np.abs(controls[0]).sum(axis=1)) >= 2
   resumed = _run(process, train, evaluate_fn, tmp_path / 'resumed', 4, checkpoint_every=1)
-  assert resumed.resumed_from == 2
-  _assert_same_rows(full.rows, resumed.rows)
-  for a, b in zip(process.get_model_weights(resumed.final_state).trainable, state_c.trainable):
+  assert resumed[2] == 2
+  _assert_same_rows(full[0], resumed[0])
+  for a, b in zip(process.get_model_weights(resumed[1]).trainable, state_c.trainable):
     np.testing.assert_array_equal(a, b)
-  np.testing.assert_array_equal(resumed.final_state.client_work['control'],
-                                full.final_state.client_work['control'])
+  np.testing.assert_array_equal(resumed[1].client_work['control'],
+                                full[1].client_work['control'])
 
   # Ctrl-C after round 3's controls were kept but before round 3 was recorded: round 2 is saved
   # with round 2's controls (the update of round 3 undone), and the rerun equals the full run.
@@ -518,9 +518,9 @@ def test_scaffold_resumed_or_interrupted_equals_the_uninterrupted_run(tmp_path, 
   for a, b in zip(_saved_controls(tmp_path / 'stopped', 2), _saved_controls(tmp_path / 'full', 2)):
     np.testing.assert_array_equal(a, b)
   again = run()
-  assert again.resumed_from == 2
-  _assert_same_rows(full.rows, again.rows)
-  for a, b in zip(process.get_model_weights(again.final_state).trainable, state_c.trainable):
+  assert again[2] == 2
+  _assert_same_rows(full[0], again[0])
+  for a, b in zip(process.get_model_weights(again[1]).trainable, state_c.trainable):
     np.testing.assert_array_equal(a, b)
 
 

@@ -230,13 +230,13 @@ def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
       input_spec=spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.2),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.5), seed=1)
-  # Building a process invalidates earlier eager Keras models: the engine's evaluation model too.
-  engine._eval_models.clear()  # pylint: disable=protected-access
-  evaluate, columns, _ = engine._evaluator(target, test)  # pylint: disable=protected-access
+  evaluate, columns = engine.evaluator(
+      functools.partial(architectures.logistic_regression, (8, 8, 1), 10), test, 10,
+      model_key='fresh', train_data=train)
   fresh = training_loop.run_training(
       process, train_data=train, evaluate_fn=evaluate, config=loop,
       experiment_dir=str(tmp_path / 'fresh'), hparams={}, show_progress=False,
-      test_columns=columns).rows
+      test_columns=columns)[0]
   assert reused[-1]['aggregator/num_projections'] > 0  # FedGH did project
   for a, b in zip(metrics_io.non_timing(reused), metrics_io.non_timing(fresh)):
     assert a.keys() == b.keys()

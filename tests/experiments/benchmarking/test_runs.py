@@ -125,8 +125,7 @@ def test_directories_and_result_files(tmp_path):
   assert runs.read_result(str(tmp_path)) is None
   runs.write_result(str(tmp_path), {'spec': spec.to_dict(), 'summary': {'x': 1}})
   result = runs.read_result(str(tmp_path))
-  assert result['summary'] == {'x': 1} and runs.same_spec(result['spec'], spec)
-  assert not runs.same_spec(result['spec'], _spec(rounds=30))
+  assert result['summary'] == {'x': 1} and not runs.spec_differences(result['spec'], spec)
   assert runs.spec_differences(result['spec'], _spec(rounds=30)) == ['rounds: 20 -> 30']
   (tmp_path / runs.RESULT_FILE).write_text('{"spec": ')  # cut short
   assert runs.read_result(str(tmp_path)) is None
@@ -135,13 +134,14 @@ def test_directories_and_result_files(tmp_path):
 def test_a_run_stays_finished_when_an_option_is_added_at_its_default():
   recorded = _spec().to_dict()
   del recorded['client_momentum'], recorded['candidate']      # fields added later, at defaults
-  assert runs.same_spec(recorded, _spec())
+  assert not runs.spec_differences(recorded, _spec())
   # A builder option the recorded run did not know: at its default the run is the same run.
-  assert runs.same_spec(recorded, _spec(kwargs=(('counts', 'dataset'), ('form', 'soft_target'))))
+  assert not runs.spec_differences(recorded, _spec(kwargs=(('counts', 'dataset'),
+                                                          ('form', 'soft_target'))))
   assert runs.spec_differences(recorded, _spec(kwargs=(('counts', 'dataset'),
                                                        ('form', 'paper')))) == [
       "kwargs.form: 'soft_target' -> 'paper'"]
-  assert not runs.same_spec(recorded, _spec(client_momentum=0.9))
+  assert runs.spec_differences(recorded, _spec(client_momentum=0.9))
 
 
 def test_a_spec_option_the_builder_takes_through_options_is_filled_in_too(monkeypatch):
@@ -151,7 +151,8 @@ def test_a_spec_option_the_builder_takes_through_options_is_filled_in_too(monkey
   monkeypatch.setitem(hparams.ALGORITHM_HPARAMS, 'fedga',
                       hparams.ALGORITHM_HPARAMS['fedga'] + (smoothing,))
   recorded = _spec().to_dict()
-  assert runs.same_spec(recorded, _spec(kwargs=(('counts', 'dataset'), ('smoothing', 0.0))))
+  assert not runs.spec_differences(recorded, _spec(kwargs=(('counts', 'dataset'),
+                                                          ('smoothing', 0.0))))
   assert runs.spec_differences(recorded, _spec(kwargs=(('counts', 'dataset'),
                                                        ('smoothing', 0.1)))) == [
       'kwargs.smoothing: 0.0 -> 0.1']
