@@ -24,6 +24,7 @@ from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config as experiment_config
 from experiments import flags_lib
 from experiments import experiment_lib
+from experiments import presets
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods as methods_lib
 
@@ -114,7 +115,7 @@ with flags_lib.record_group('benchmark'):
                       'wall time, report) and copy its data to docs/results/ beside it.')
   flags.DEFINE_bool('positive_control', False, 'Also run the positive control first (FedProx '
                     'mu = 1 against FedAvg on Synthetic(1, 1), E = 20, the FedProx paper\'s '
-                    'effect; experiments.benchmarking.control) under OUTPUT/positive_control '
+                    'effect; experiments.presets.POSITIVE_CONTROL) under OUTPUT/positive_control '
                     'and report it.')
   flags.DEFINE_bool('report_only', False, 'Only rewrite the report from the runs on disk.')
   flags.DEFINE_string('description', '', 'A sentence for the report\'s Setup section.')
@@ -134,153 +135,10 @@ _NOT_HERE = {
     'leaf_name': '--regimes=leaf_femnist:natural (or leaf_synthetic, leaf_celeba)',
 }
 
-# The results preset: RESULTS.md under the protocol its report states (a fixed test split, the
-# same learning-rate search for every method, the primary statistic named before the runs,
-# divergence at chance, Holm), with 10 reporting seeds: a 3-seed pilot (run before the test
-# split was fixed, which made seeds differ more) asked 5 and 14 seeds for one
-# point on the digits regimes and 9 for two on Synthetic at 80% power (`stats.seeds_needed`);
-# the report prints each regime's minimal detectable difference, so a shortfall shows.
-# Regimes, chosen before the runs: today's three, plus two where differences can show:
-# `digits:dir(0.1)@50` (more clients with fewer examples, about 29 each: updates of smaller
-# clients conflict more often) and `digits:#C=1` (the strongest label skew, one class per
-# client: every pair of clients of different classes conflicts). E = 1 with one tuning seed: E in
-# {1, 5} with two tuning seeds does not fit a working session (`python -m perf.benchmark_grid
-# --preset=results`; BENCHMARKS.md); `--epochs=1,5` runs E = 5.
-RESULTS_REGIMES = ('digits:dir(0.1)', 'digits:#C=2', 'synthetic(1,1)', 'digits:dir(0.1)@50',
-                   'digits:#C=1')
-RESULTS_SEEDS = [str(s) for s in range(10)]
-# The seeds' baselines (FedNova, SCAFFOLD, FedDecorr, FedGH on FedAvg and FedProx), every method
-# at its defaults, then the compositions of the methods' own halves no single paper runs: FedGA's
-# calibrated loss, FedMGC's focal loss and FedLD's margin loss, each with FedGH's harmonization.
-RESULTS_METHODS = ('fedavg', 'fedprox', 'fednova', 'scaffold', 'feddecorr', 'fedavg+fedgh',
-                   'fedprox+fedgh', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective',
-                   'custom[loss=calibrated,aggregator=fedgh]',
-                   'custom[loss=focal,aggregator=fedgh]',
-                   'custom[loss=margin,aggregator=fedgh]')
-RESULTS_DESCRIPTION = (
-    'The results preset (`--preset=results`): the seeds\' baselines (FedNova, SCAFFOLD, '
-    'FedDecorr, FedGH on FedAvg and FedProx), every method at its defaults and the compositions '
-    'of the methods\' own halves with FedGH, 10 reporting seeds (the 3-seed pilot, run before '
-    'the test split was fixed, asked 5-14 for one point on digits and 9 for two on Synthetic at '
-    '80% power; each regime\'s minimal detectable difference is below), one tuning seed, 50 '
-    'rounds, E = 1 (E in {1, 5} with two tuning seeds does not fit a working session: '
-    'BENCHMARKS.md); '
-    'regimes chosen before the runs: digits Dirichlet 0.1 and #C=2 and '
-    'Synthetic(1, 1) as before, digits Dirichlet 0.1 over 50 clients (more clients with fewer '
-    'examples) and digits #C=1 (one class per client, the strongest skew). The diagnosis '
-    'variants have their own preset (`--preset=diagnosis`).')
-# The diagnosis variants (`benchmarking.methods.VARIANTS`) beside their parents: each runs at
-# its parent's tuned values and changes one thing (`--variants_inherit`).
-DIAGNOSIS_METHODS = ('fedavg', 'fedga', 'fedld', 'fedmgc', 'fed_corrective',
-                     'fedga_paper', 'fedga_clip', 'fedga_paper_clip', 'fedavg_clip',
-                     'fedld_projection', 'fedld_model', 'fedld_preserve_norms',
-                     'fedld_margin_only', 'fedld_principal_only', 'fedmgc_focal_only',
-                     'fedmgc_dgc_only', 'fedavg_uniform', 'fed_corrective_alpha1')
-# FedGA's federation on other data (100 clients, 10 per round, 2 local epochs, batch 64; the FedGA
-# code's equal-size per-client Dirichlet split), its forms with and without clipping against
-# FedAvg clipped alike: a loop of its own, so a preset of its own.
-FEDGA_SETTING_METHODS = ('fedavg', 'fedga', 'fedga_paper', 'fedavg_clip', 'fedga_clip',
-                         'fedga_paper_clip')
-
-
-# One preset per paper table, on the offline regimes in the paper's local-training setting where
-# it is cheap (docs/experiments.md, "The papers' comparisons", lists the papers' numbers and the
-# settings that differ). Each method is tuned as any method; LEAF / EMNIST: add --regimes (e.g.
-# leaf_femnist:natural with --leaf_dir).
-PAPER_TABLES: dict[str, dict[str, Any]] = {
-    # FedGH Table II: each baseline without and with FedGH; Table I: K = 20, C = 20, E = 5,
-    # B = 64, SGD momentum 0.9, 100 rounds, Dirichlet 0.1 and 1.0.
-    'fedgh_table': dict(
-        regimes='digits:dir(0.1)@20,digits:dir(1.0)@20,synthetic(1,1)@20',
-        methods='fedavg,fedavg+fedgh,fedprox,fedprox+fedgh,fednova,fednova+fedgh,feddecorr,'
-        'feddecorr+fedgh',
-        epochs=['5'], tune_epochs=['5'], report_seeds=['0', '1', '2'], rounds=100,
-        tuning_regimes='digits:digits:dir(0.1)@20,synthetic:synthetic(1,1)@20',
-        clients_per_round=20, client_batch_size=64, client_momentum=0.9,
-        description='The FedGH paper\'s Table II (`--preset=fedgh_table`): FedAvg, FedProx, '
-        'FedNova and FedDecorr, each without and with FedGH, in its Table I setting (20 '
-        'clients, all per round, E = 5, batch 64, SGD momentum 0.9, 100 rounds, Dirichlet 0.1 '
-        'and 1.0) on digits and Synthetic(1, 1) instead of CIFAR and LEAF.'),
-    # FedMGC Sec. V: FedAvg, FedProx, SCAFFOLD, FedNova; SGD lr 0.001 (tuned here), batch 128,
-    # E = 10, 10 clients all per round, Dirichlet 0.5 and 1.
-    'fedmgc_table': dict(
-        regimes='digits:dir(0.5)@10,digits:dir(1.0)@10',
-        methods='fedavg,fedprox,fednova,scaffold,fedmgc',
-        epochs=['10'], tune_epochs=['10'], report_seeds=['0', '1', '2'], rounds=100,
-        tuning_regimes='digits:digits:dir(0.5)@10',
-        clients_per_round=10, client_batch_size=128,
-        description='The FedMGC paper\'s comparison (`--preset=fedmgc_table`, its Figs. 10-12): '
-        'FedAvg, FedProx, FedNova, SCAFFOLD and FedMGC with 10 clients, all per round, E = 10, '
-        'batch 128, Dirichlet 0.5 and 1, 100 rounds, on digits instead of CIFAR-10 / FMNIST.'),
-    # FedLD Table 1: FedAvg, FedProx, FedGH (FedBN and FedPAC are not here); 5 clients, all per
-    # round, E = 1, batch 50, Dirichlet 100 / 0.5 / 0.1 (Retina splits 1-3).
-    'fedld_table': dict(
-        regimes='digits:dir(100)@5,digits:dir(0.5)@5,digits:dir(0.1)@5',
-        methods='fedavg,fedprox,fedgh,fedld',
-        epochs=['1'], tune_epochs=['1'], report_seeds=['0', '1', '2'], rounds=100,
-        tuning_regimes='digits:digits:dir(0.1)@5',
-        clients_per_round=5, client_batch_size=50,
-        description='The FedLD paper\'s Table 1 (`--preset=fedld_table`): FedAvg, FedProx, '
-        'FedGH and FedLD with 5 clients, all per round, E = 1, batch 50, the Retina splits\' '
-        'Dirichlet 100 / 0.5 / 0.1 on digits, 100 rounds instead of 200.'),
-    # FedGA Table 1: FedAvg, FedProx (FedRL, CLIMB, FedNTD are not here); the fedga_setting loop.
-    'fedga_table': dict(
-        regimes='digits:client_dir(0.1)@100,digits:client_dir(0.5)@100,'
-        'digits:client_dir(1.0)@100',
-        methods='fedavg,fedprox,fedga',
-        epochs=['2'], tune_epochs=['2'], report_seeds=['0', '1', '2'], rounds=50,
-        tuning_regimes='digits:digits:client_dir(0.1)@100',
-        clients_per_round=10, client_batch_size=64,
-        description='The FedGA paper\'s Table 1 (`--preset=fedga_table`): FedAvg, FedProx and '
-        'FedGA in its setting (100 clients of equal size, 10 per round, E = 2, batch 64), '
-        'per-client Dirichlet 0.1 / 0.5 / 1.0 on digits instead of MNIST / CIFAR, 50 rounds.'),
-}
-for _name, _preset in PAPER_TABLES.items():
-  _preset.update(models='digits:mlp', tune=True, tuning_seeds=['100'], runtime='inprocess',
-                 experiment_name=_name)
-
-PRESETS: dict[str, dict[str, Any]] = {
-    'smoke': dict(regimes='digits:iid@8,digits:#C=2@8', methods='fedavg,fedgh', epochs=['1'],
-                  report_seeds=['0', '1'], rounds=3, clients_per_round=4, client_batch_size=32,
-                  models='digits:logistic_regression', tune=False, experiment_name='smoke'),
-    'results': dict(regimes=','.join(RESULTS_REGIMES), methods=','.join(RESULTS_METHODS),
-                    epochs=['1'], report_seeds=RESULTS_SEEDS, rounds=50,
-                    clients_per_round=10, client_batch_size=20, models='digits:mlp',
-                    tune=True, tuning_seeds=['100'], tune_server_lr=True,
-                    eval_train_loss=True, primary_statistic='last_k_accuracy',
-                    runtime='inprocess', experiment_name='results', positive_control=True,
-                    description=RESULTS_DESCRIPTION),
-    'diagnosis': dict(regimes='digits:dir(0.1),digits:#C=2,synthetic(1,1)',
-                      methods=','.join(DIAGNOSIS_METHODS), epochs=['1'],
-                      report_seeds=RESULTS_SEEDS, rounds=50, clients_per_round=10,
-                      client_batch_size=20, models='digits:mlp', tune=True,
-                      tuning_seeds=['100'], tune_server_lr=True, variants_inherit=True,
-                      eval_train_loss=True, runtime='inprocess', experiment_name='diagnosis',
-                      description='The diagnosis variants (`--preset=diagnosis`): each '
-                      'variant beside its parent, at the parent\'s tuned values with one '
-                      'thing changed, 10 reporting seeds, the regimes of the results preset '
-                      'before this protocol.'),
-    'fedga_setting': dict(regimes='digits:client_dir(0.1)@100,synthetic(1,1)@100',
-                          methods=','.join(FEDGA_SETTING_METHODS), epochs=['2'],
-                          report_seeds=RESULTS_SEEDS, rounds=50, clients_per_round=10,
-                          client_batch_size=64, models='digits:mlp', tune=True,
-                          tune_epochs=['2'], tuning_seeds=['100'],
-                          tuning_regimes='digits:digits:client_dir(0.1)@100,'
-                                         'synthetic:synthetic(1,1)@100', runtime='inprocess',
-                          experiment_name='fedga_setting',
-                          description='FedGA\'s federation on other data (`--preset=fedga_setting`): '
-                          '100 clients of equal size (per-client Dirichlet 0.1 on digits), 10 '
-                          'per round, E = 2, batch 64, 50 rounds; FedGA\'s two forms with and '
-                          'without clipping at 5.0, the clipped ones against FedAvg clipped '
-                          'alike; tuned on the same regimes with one tuning seed; 10 reporting '
-                          'seeds.'),
-    **PAPER_TABLES,
-}
-
-
 def apply_preset() -> None:
-  """Sets the preset's values (`PRESETS`) on every flag not given on the command line."""
-  flags_lib.apply_preset(PRESETS)
+  """Sets the preset's values (`presets.BENCHMARK`) on every flag not given on the command
+  line."""
+  flags_lib.apply_preset(presets.BENCHMARK)
 
 
 def _numbers(flag: str, cast: type = int) -> tuple:
@@ -406,8 +264,7 @@ def main(unused_argv):
     if FLAGS.positive_control:   # the checks of run_benchmark, before the control runs
       grid.check_finished_runs(config)
       grid.check_regimes(config, engine_lib.default_loader(config))
-      from experiments.benchmarking import control  # pylint: disable=g-import-not-at-top
-      control_outcome = grid.run_benchmark(control.control_config(config), command=command)
+      control_outcome = grid.run_benchmark(config_lib.control_config(config), command=command)
       if control_outcome['failures']:
         print(f'positive control: {len(control_outcome["failures"])} runs failed', flush=True)
     outcome = grid.run_benchmark(config, command=command)

@@ -4,7 +4,7 @@ run shares); a bad value raises `experiments.config.ConfigError` naming its flag
 import dataclasses
 import os
 import re
-from typing import Any, Callable, Collection, Mapping, NamedTuple
+from typing import Any, Callable, Collection, Mapping, NamedTuple, Optional
 
 from experiments import config as experiment_config
 from experiments.benchmarking import methods as methods_lib
@@ -445,7 +445,8 @@ def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any
         raise ConfigError(argument, method.name, reason=str(e)) from None
 
 
-# config.json's settings under the names the report uses: name -> (part, field) of the config.
+# The settings of a config's parts under their flat names (as in config.json's readers and
+# presets): name -> (part, field).
 _FLAT = {'rounds': ('loop', 'rounds'), 'clients_per_round': ('loop', 'clients_per_round'),
          'batch_size': ('loop', 'batch_size'), 'shuffle_buffer': ('loop', 'shuffle_buffer'),
          'eval_train_loss': ('loop', 'eval_train_loss'),
@@ -453,6 +454,7 @@ _FLAT = {'rounds': ('loop', 'rounds'), 'clients_per_round': ('loop', 'clients_pe
          'client_momentum': ('client', 'momentum'),
          'server_learning_rate': ('server', 'learning_rate'), 'data_seed': ('data', 'data_seed'),
          'runtime': ('runtime', 'runtime')}
+_OUTPUT = {'output_dir': ('output', 'output_dir'), 'experiment_name': ('output', 'experiment_name')}
 
 
 def flat_settings(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -463,6 +465,53 @@ def flat_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(values.get(part), Mapping) and field in values[part]:
       out.setdefault(name, values[part][field])
   return out
+
+
+def replace_settings(config: BenchmarkConfig, **settings: Any) -> BenchmarkConfig:
+  """`config` with `settings` replaced, a part's setting by its flat name (`_FLAT`, `_OUTPUT`)."""
+  parts: dict[str, dict[str, Any]] = {}
+  for name in [n for n in settings if n in _FLAT or n in _OUTPUT]:
+    part, field = {**_FLAT, **_OUTPUT}[name]
+    parts.setdefault(part, {})[field] = settings.pop(name)
+  return dataclasses.replace(config, **settings, **{
+      part: dataclasses.replace(getattr(config, part), **fields) for part, fields in parts.items()})
+
+
+CONTROL_DIR = 'positive_control'
+
+
+def control_config(config: BenchmarkConfig) -> BenchmarkConfig:
+  """The positive control (`presets.POSITIVE_CONTROL`) as a benchmark under
+  `config.root/positive_control`, with `config`'s seeds, runtime and data directories."""
+  from experiments import presets  # pylint: disable=g-import-not-at-top
+  control = presets.POSITIVE_CONTROL
+  description = (
+      f'{control["methods"][1]} against {control["baseline"]} on `{control["regimes"][0]}`: '
+      f'E = {control["epochs"][0]}, batch {control["batch_size"]}, client learning rate '
+      f'{control["client_learning_rate"]}, {control["clients_per_round"]} clients per round, '
+      f'{control["rounds"]} rounds, untuned, the data of seed {control["data_seed"]} for every '
+      'seed (seeds vary the initial model and the clients sampled), the global model\'s '
+      'training loss evaluated every round')
+  return replace_settings(
+      config, **control, models={}, datasets={}, model_fns={}, detect={}, vary_partition=False,
+      eval_train_loss=True, client_momentum=0.0, server_learning_rate=1.0,
+      tuning=dataclasses.replace(config.tuning, tune=False, tune_epochs=(), grids={}),
+      output_dir=config.root, experiment_name=CONTROL_DIR,
+      description=f'Positive control: {description}.')
+
+
+def control_root(root: str) -> Optional[str]:
+  """The control's directory under the benchmark `root`, if it has runs."""
+  path = os.path.join(root, CONTROL_DIR)
+  return path if os.path.exists(os.path.join(path, 'runs.csv')) else None
+
+
+def control_reading(config: Mapping[str, Any]) -> tuple[str, str, str]:
+  """(method, baseline, how it ran) of a control, from its config.json (`control_config`)."""
+  baseline = config.get('baseline', 'fedavg')
+  method = next((m for m in config.get('methods') or () if m != baseline), 'fedprox_mu1')
+  ran = config.get('description', '').removeprefix('Positive control: ').removesuffix('.')
+  return method, baseline, ran
 
 
 def as_dict(config: BenchmarkConfig) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import traceback
 from typing import Callable, Mapping, Optional
 
 from experiments import plotting
-from experiments.benchmarking import control as control_lib
+from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import diagnosis
 from experiments.benchmarking import results
 from experiments.benchmarking import tables
@@ -97,23 +97,23 @@ def _shown_on_failure(make: Callable[[], Optional[str]], what: str) -> Optional[
 
 def _control_section(root: str, plot_prefix: str) -> Optional[str]:
   """The positive control's section, from `root/positive_control/` if it ran."""
-  sub = control_lib.control_root(root)
+  sub = config_lib.control_root(root)
   if sub is None:
     return None
   rows, config, _ = results.load(sub)
-  settings = control_lib.PositiveControl.from_config(config)
+  method, baseline, ran = config_lib.control_reading(config)
   seconds = results.total_wall_seconds(sub)
   parts = ['Can the harness reproduce a published effect? FedProx (Li et al., "Federated '
            'Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127, Fig. 1-2): '
            'with many local epochs on Synthetic(1, 1), FedProx with mu = 1 trains stably where '
-           'FedAvg\'s training loss oscillates or rises. Runs: ' + settings.describe() +
+           'FedAvg\'s training loss oscillates or rises. Runs: ' + ran +
            f'; seeds {sorted({int(r["seed"]) for r in rows})}'
            + (f'; {tables.duration(seconds)} wall' if seconds else '') +
-           f' (`{control_lib.CONTROL_DIR}/runs.csv`).\n',
+           f' (`{config_lib.CONTROL_DIR}/runs.csv`).\n',
            _shown_on_failure(lambda: diagnosis.control_section(
-               rows, method=settings.method, baseline=settings.baseline), 'The reading') + '\n']
+               rows, method=method, baseline=baseline), 'The reading') + '\n']
   plots = plotting.write_plots(rows, config, os.path.join(sub, PLOTS_DIR)) if rows else {}
-  prefix = posixpath.join(posixpath.dirname(plot_prefix), control_lib.CONTROL_DIR, PLOTS_DIR)
+  prefix = posixpath.join(posixpath.dirname(plot_prefix), config_lib.CONTROL_DIR, PLOTS_DIR)
   images = [f'![{alt}]({prefix}/{name})' for key, name in sorted(plots.items())
             for kind, alt in (('train_loss:', 'training loss'), ('accuracy:', 'test accuracy'))
             if key.startswith(kind)]
@@ -141,9 +141,9 @@ def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -
   `docs/results/` beside it (`root` may be that directory: the committed data re-rendered);
   returns that directory."""
   target = results_dir_for(results_md)
-  control = control_lib.control_root(root)
+  control = config_lib.control_root(root)
   for source_dir, target_dir in [(root, target)] + (
-      [(control, os.path.join(target, control_lib.CONTROL_DIR))] if control else []):
+      [(control, os.path.join(target, config_lib.CONTROL_DIR))] if control else []):
     os.makedirs(target_dir, exist_ok=True)
     for name in ('runs.csv', 'tuning.csv', 'tuning_choices.json', 'config.json', 'timing.json',
                  'regimes.json', results.CURVES_FILE):

@@ -13,6 +13,7 @@ import pytest
 
 from experiments import benchmark
 from experiments import cli
+from experiments import presets
 from tests.experiments import conftest
 
 FLAGS = flags.FLAGS
@@ -44,7 +45,7 @@ def test_results_preset_is_the_protocols_grid():
                                  'fed_corrective', 'custom[loss=calibrated,aggregator=fedgh]',
                                  'custom[loss=focal,aggregator=fedgh]'}
   # The diagnosis variants have their own preset.
-  assert not set(config.methods) & set(benchmark.DIAGNOSIS_METHODS) - {
+  assert not set(config.methods) & set(presets.DIAGNOSIS_METHODS) - {
       'fedavg', 'fedga', 'fedld', 'fedmgc', 'fed_corrective'}
   assert positive_control
   # The seeds' baselines.
@@ -75,7 +76,7 @@ def test_fedga_setting_preset_is_the_papers_setting_tuned_where_it_reports():
   assert {'fedavg_clip', 'fedga_clip', 'fedga_paper', 'fedga_paper_clip'} <= set(config.methods)
 
 
-@pytest.mark.parametrize('preset', sorted(benchmark.PAPER_TABLES))
+@pytest.mark.parametrize('preset', sorted(presets.PAPER_TABLES))
 def test_paper_table_presets_are_tuned_grids_of_registered_methods(preset):
   with flagsaver.as_parsed(preset=preset):
     benchmark.apply_preset()

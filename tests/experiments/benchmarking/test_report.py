@@ -119,7 +119,9 @@ def _write_control(root, rows):
   with open(os.path.join(sub, 'config.json'), 'w') as f:
     json.dump({'baseline': 'fedavg', 'regimes': ['synthetic(1,1)'],
                'methods': ['fedavg', 'fedprox_mu1'], 'epochs': [20],
-               'tuning': {'tune': False, 'last_k': 5}}, f)
+               'tuning': {'tune': False, 'last_k': 5},
+               'description': 'Positive control: fedprox_mu1 against fedavg on `synthetic(1,1)`: '
+               'E = 20, batch 10, client learning rate 0.01, untuned.'}, f)
   with open(os.path.join(sub, 'timing.json'), 'w') as f:
     json.dump([{'wall_seconds': 61.0}], f)
 

@@ -1,0 +1,92 @@
+"""The benchmark's presets as data: name -> flag values (`--preset`; flags given explicitly win),
+and the positive control it runs first; why each is sized so: docs/experiments.md, "Presets"."""
+
+_SEEDS = [str(s) for s in range(10)]
+_TUNED = dict(models='digits:mlp', tune=True, tuning_seeds=['100'], runtime='inprocess')
+
+# The diagnosis variants (`benchmarking.methods.VARIANTS`) beside their parents.
+DIAGNOSIS_METHODS = ('fedavg', 'fedga', 'fedld', 'fedmgc', 'fed_corrective',
+                     'fedga_paper', 'fedga_clip', 'fedga_paper_clip', 'fedavg_clip',
+                     'fedld_projection', 'fedld_model', 'fedld_preserve_norms',
+                     'fedld_margin_only', 'fedld_principal_only', 'fedmgc_focal_only',
+                     'fedmgc_dgc_only', 'fedavg_uniform', 'fed_corrective_alpha1')
+
+
+def _paper(name: str, regimes: str, methods: str, epochs: int, tuning_regimes: str,
+           description: str, rounds: int = 100, **loop) -> dict:
+  return dict(_TUNED, regimes=regimes, methods=methods, epochs=[str(epochs)],
+              tune_epochs=[str(epochs)], report_seeds=['0', '1', '2'], rounds=rounds,
+              tuning_regimes=tuning_regimes, experiment_name=name, description=description,
+              **loop)
+
+
+# One preset per paper table, in the paper's local-training setting on offline data.
+PAPER_TABLES = {
+    'fedgh_table': _paper(
+        'fedgh_table', 'digits:dir(0.1)@20,digits:dir(1.0)@20,synthetic(1,1)@20',
+        'fedavg,fedavg+fedgh,fedprox,fedprox+fedgh,fednova,fednova+fedgh,feddecorr,'
+        'feddecorr+fedgh', 5, 'digits:digits:dir(0.1)@20,synthetic:synthetic(1,1)@20',
+        'The FedGH paper\'s Table II (`--preset=fedgh_table`) in its Table I setting on digits '
+        'and Synthetic(1, 1).', clients_per_round=20, client_batch_size=64, client_momentum=0.9),
+    'fedmgc_table': _paper(
+        'fedmgc_table', 'digits:dir(0.5)@10,digits:dir(1.0)@10',
+        'fedavg,fedprox,fednova,scaffold,fedmgc', 10, 'digits:digits:dir(0.5)@10',
+        'The FedMGC paper\'s comparison (`--preset=fedmgc_table`, its Figs. 10-12) on digits.',
+        clients_per_round=10, client_batch_size=128),
+    'fedld_table': _paper(
+        'fedld_table', 'digits:dir(100)@5,digits:dir(0.5)@5,digits:dir(0.1)@5',
+        'fedavg,fedprox,fedgh,fedld', 1, 'digits:digits:dir(0.1)@5',
+        'The FedLD paper\'s Table 1 (`--preset=fedld_table`) on digits, 100 rounds.',
+        clients_per_round=5, client_batch_size=50),
+    'fedga_table': _paper(
+        'fedga_table', 'digits:client_dir(0.1)@100,digits:client_dir(0.5)@100,'
+        'digits:client_dir(1.0)@100', 'fedavg,fedprox,fedga', 2,
+        'digits:digits:client_dir(0.1)@100',
+        'The FedGA paper\'s Table 1 (`--preset=fedga_table`) in its setting on digits.',
+        rounds=50, clients_per_round=10, client_batch_size=64),
+}
+
+BENCHMARK = {
+    'smoke': dict(regimes='digits:iid@8,digits:#C=2@8', methods='fedavg,fedgh', epochs=['1'],
+                  report_seeds=['0', '1'], rounds=3, clients_per_round=4, client_batch_size=32,
+                  models='digits:logistic_regression', tune=False, experiment_name='smoke'),
+    'results': dict(
+        _TUNED, regimes='digits:dir(0.1),digits:#C=2,synthetic(1,1),digits:dir(0.1)@50,'
+        'digits:#C=1',
+        methods='fedavg,fedprox,fednova,scaffold,feddecorr,fedavg+fedgh,fedprox+fedgh,fedgh,'
+        'fedmgc,fedga,fedld,fed_corrective,custom[loss=calibrated,aggregator=fedgh],'
+        'custom[loss=focal,aggregator=fedgh],custom[loss=margin,aggregator=fedgh]',
+        epochs=['1'], report_seeds=_SEEDS, rounds=50, clients_per_round=10,
+        client_batch_size=20, tune_server_lr=True, eval_train_loss=True,
+        primary_statistic='last_k_accuracy', experiment_name='results', positive_control=True,
+        description='The results preset (`--preset=results`, docs/experiments.md): the seeds\' '
+        'baselines, every method at its defaults and the compositions of the methods\' halves '
+        'with FedGH, 10 reporting seeds, one tuning seed, 50 rounds, E = 1.'),
+    'diagnosis': dict(
+        _TUNED, regimes='digits:dir(0.1),digits:#C=2,synthetic(1,1)',
+        methods=','.join(DIAGNOSIS_METHODS), epochs=['1'], report_seeds=_SEEDS, rounds=50,
+        clients_per_round=10, client_batch_size=20, tune_server_lr=True,
+        variants_inherit=True, eval_train_loss=True, experiment_name='diagnosis',
+        description='The diagnosis variants (`--preset=diagnosis`): each beside its parent, at '
+        'the parent\'s tuned values with one thing changed, 10 reporting seeds.'),
+    'fedga_setting': dict(
+        _TUNED, regimes='digits:client_dir(0.1)@100,synthetic(1,1)@100',
+        methods='fedavg,fedga,fedga_paper,fedavg_clip,fedga_clip,fedga_paper_clip',
+        epochs=['2'], tune_epochs=['2'], report_seeds=_SEEDS, rounds=50, clients_per_round=10,
+        client_batch_size=64,
+        tuning_regimes='digits:digits:client_dir(0.1)@100,synthetic:synthetic(1,1)@100',
+        experiment_name='fedga_setting',
+        description='FedGA\'s federation on other data (`--preset=fedga_setting`): 100 clients '
+        'of equal size, 10 per round, E = 2, batch 64, 50 rounds; FedGA\'s forms with and '
+        'without clipping at 5.0 against FedAvg clipped alike; 10 reporting seeds.'),
+    **PAPER_TABLES,
+}
+
+# The positive control (`--positive_control`): the FedProx paper's Synthetic(1, 1) experiment
+# (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127,
+# Fig. 1-2), untuned, the data of seed `data_seed` for every seed; benchmark settings by their
+# flat names (`benchmarking.config.replace_settings`).
+POSITIVE_CONTROL = dict(regimes=('synthetic(1,1)',), baseline='fedavg',
+                        methods=('fedavg', 'fedprox_mu1'), epochs=(20,), rounds=40,
+                        clients_per_round=10, batch_size=10, client_learning_rate=0.01,
+                        data_seed=0)
