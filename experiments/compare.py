@@ -76,10 +76,10 @@ def check_flags() -> tuple[config.ExperimentConfig, tuple[str, ...], tuple[int, 
   """(settings, algorithms, seeds, target accuracy) of the flags, after the cross-flag checks;
   raises `config.ConfigError`."""
   experiment = flags_lib.check_common_flags(algorithms=FLAGS.algorithms)
-  config.require('algorithms', FLAGS.algorithms, config.Check(
+  config.require('algorithms', FLAGS.algorithms, config.must(
       f'a non-empty list of distinct algorithms of {_ALL_ALGORITHMS}',
       lambda v: _distinct(v) and all(a in _ALL_ALGORITHMS for a in v)))
-  seeds = config.require('seeds', config.parse_numbers('seeds', FLAGS.seeds), config.Check(
+  seeds = config.require('seeds', config.parse_numbers('seeds', FLAGS.seeds), config.must(
       'distinct non-negative integers', lambda v: _distinct(v) and all(s >= 0 for s in v)))
   config.require('target_accuracy', FLAGS.target_accuracy, config.RATIO)
   return experiment, tuple(FLAGS.algorithms), seeds, FLAGS.target_accuracy

@@ -1,5 +1,5 @@
-"""The settings of an experiment as typed values: one frozen dataclass per concern, checked when
-created (`require`); a bad one raises `ConfigError`, the library's `ArgumentError` with its flag."""
+"""The settings of an experiment as typed values, each field declaring its flag and check; a bad
+value raises `ConfigError`, the library's `ArgumentError` naming the flag and the value."""
 
 import dataclasses
 import math
@@ -25,9 +25,9 @@ class ConfigError(ArgumentError):
   """A setting with a bad value, raised before any work starts (`tff_conflict.ArgumentError`).
 
   Attributes:
-    argument: the flag that sets it (the field's name when no flag does); the binaries print
-      `--<argument> ...` (`flag_message()`).
-    field: the dataclass field (what `str(error)` names).
+    argument: the flag that sets it (the field's name when no flag does); `str(error)` names it
+      and the binaries print `--<error>` (`flag_message()`).
+    field: the dataclass field (default `argument`).
     value: the bad value.
     requirement: what the value must be, e.g. 'a finite number > 0'; None when `reason` says
       what is wrong instead (an error of the library or of the data).
@@ -40,16 +40,12 @@ class ConfigError(ArgumentError):
       raise TypeError('ConfigError takes exactly one of requirement and reason')
     self.field, self.value, self.requirement = field or argument, value, requirement
     self.reason = None if reason is None else ' '.join(str(reason).split())
-    super().__init__(self._text(self.field), argument=argument, value=value)
-
-  def _text(self, name: str) -> str:
-    if self.requirement is not None:
-      return f'{name} must be {self.requirement}, got {show(self.value)}'
-    return f'{name}={self.value}: {self.reason}'
+    super().__init__(f'{argument} must be {requirement}, got {show(value)}' if reason is None
+                     else f'{argument}={value}: {self.reason}', argument=argument, value=value)
 
   def flag_message(self) -> str:
     """The message in the command line's words: `--flag must be ..., got value`."""
-    return f'--{self._text(self.argument)}'
+    return f'--{self}'
 
 
 def from_library_error(error: Exception, argument: str, value: Any, *,
@@ -81,22 +77,33 @@ def show(value: Any) -> str:
   return repr(value) if isinstance(value, str) else str(value)
 
 
-@dataclasses.dataclass(frozen=True)
-class Check:
-  """A requirement on one value: `test(value)` is True when it is met.
+# A check, as the library's (`tff_conflict._checks`, `Hparam.check`): `check(name, value)`
+# returns the value or raises the error naming `name` and the value.
+Checker = Callable[[str, Any], Any]
 
-  Attributes:
-    requirement: the phrase completing 'must be ...', e.g. 'a finite number > 0'.
-    test: the predicate.
-  """
-  requirement: str
-  test: Callable[[Any], bool]
 
-  def __call__(self, value: Any) -> bool:
+def must(requirement: str, test: Callable[[Any], bool]) -> Checker:
+  """The check that `test(value)` holds; else `ConfigError(name, value, requirement)`."""
+
+  def check(name: str, value: Any) -> Any:
     try:
-      return bool(self.test(value))
+      ok = bool(test(value))
     except (TypeError, ValueError):
-      return False
+      ok = False
+    if not ok:
+      raise ConfigError(name, value, requirement)
+    return value
+
+  return check
+
+
+def passes(check: Checker, value: Any) -> bool:
+  """Whether `value` passes `check`."""
+  try:
+    check('value', value)
+  except ArgumentError:
+    return False
+  return True
 
 
 def _real(value) -> bool:
@@ -107,25 +114,24 @@ def _int(value) -> bool:
   return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-POSITIVE = Check('a finite number > 0', lambda v: _real(v) and v > 0)
-NON_NEGATIVE = Check('a finite number >= 0', lambda v: _real(v) and v >= 0)
-RATIO = Check('a number in (0, 1]', lambda v: _real(v) and 0 < v <= 1)
-UNIT_INTERVAL = Check('a number in [0, 1]', lambda v: _real(v) and 0 <= v <= 1)
-MOMENTUM = Check('a number in [0, 1)', lambda v: _real(v) and 0 <= v < 1)
-BOOL = Check('True or False', lambda v: isinstance(v, bool))
+POSITIVE = must('a finite number > 0', lambda v: _real(v) and v > 0)
+NON_NEGATIVE = must('a finite number >= 0', lambda v: _real(v) and v >= 0)
+RATIO = must('a number in (0, 1]', lambda v: _real(v) and 0 < v <= 1)
+MOMENTUM = must('a number in [0, 1)', lambda v: _real(v) and 0 <= v < 1)
+BOOL = must('True or False', lambda v: isinstance(v, bool))
 
 
-def at_least(minimum: int) -> Check:
-  return Check(f'an integer >= {minimum}', lambda v: _int(v) and v >= minimum)
+def at_least(minimum: int) -> Checker:
+  return must(f'an integer >= {minimum}', lambda v: _int(v) and v >= minimum)
 
 
-def one_of(choices: Sequence[Any]) -> Check:
-  return Check(f'one of {list(choices)}', lambda v: v in choices)
+def one_of(choices: Sequence[Any]) -> Checker:
+  return must(f'one of {list(choices)}', lambda v: v in choices)
 
 
-def optional(check: Check) -> Check:
+def optional(check: Checker) -> Checker:
   """`check`, or None (the setting left unset)."""
-  return Check(check.requirement, lambda v: v is None or check(v))
+  return lambda name, value: value if value is None else check(name, value)
 
 
 def _relative_name(value) -> bool:
@@ -138,15 +144,15 @@ def _host_port(value) -> bool:
   return bool(host) and port.isdigit() and 1 <= int(port) <= 65535
 
 
-NON_EMPTY_STRING = Check('a non-empty string', lambda v: isinstance(v, str) and bool(v))
-RELATIVE_NAME = Check('a relative name without ".."', _relative_name)
-WORKER_ADDRESSES = Check('a list of distinct host:port entries (port 1-65535)',
-                         lambda v: all(isinstance(a, str) and _host_port(a) for a in v)
-                         and len(set(v)) == len(v))
+NON_EMPTY_STRING = must('a non-empty string', lambda v: isinstance(v, str) and bool(v))
+RELATIVE_NAME = must('a relative name without ".."', _relative_name)
+WORKER_ADDRESSES = must('a list of distinct host:port entries (port 1-65535)',
+                        lambda v: all(isinstance(a, str) and _host_port(a) for a in v)
+                        and len(set(v)) == len(v))
 
 
 def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
-            check: Optional[Check] = None, **kwargs) -> Any:
+            check: Optional[Checker] = None, **kwargs) -> Any:
   """A dataclass field set by `flag` (if any), whose values must pass `check` (if any)."""
   metadata = {}
   if flag is not None:
@@ -156,50 +162,26 @@ def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
   return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
-def require(argument: str, value: Any, check: Check, *, field: Optional[str] = None) -> Any:
-  """`value` when it passes `check`; else raises `ConfigError(argument, value, ...)`.
-
-  The one validation idiom of settings: dataclass fields declare their `check` (`setting`, run by
-  `check_fields`), other values and conditions on several settings call this, and the binaries'
-  flag validators run the fields' checks (`flags_lib.register_validators`).
-  """
-  if not check(value):
-    raise ConfigError(argument, value, check.requirement, field=field)
-  return value
+def require(argument: str, value: Any, check: Checker, *, field: Optional[str] = None) -> Any:
+  """`check(argument, value)`: `value`, or `ConfigError` naming `argument` (`field` is kept for
+  callers that name the field; the message names the flag)."""
+  del field
+  return check(argument, value)
 
 
-def check_fields(instance: Any) -> None:
-  """Runs the `check` of every field of a dataclass instance; raises `ConfigError`."""
+def check_fields(instance: Any, prefix: str = '') -> None:
+  """Runs the `check` of every field of a dataclass instance on `prefix + flag`; raises
+  `ConfigError`."""
   for field in dataclasses.fields(instance):
     check = field.metadata.get('check')
     if check is not None:
-      require(field.metadata.get('flag', field.name), getattr(instance, field.name), check,
-              field=field.name)
-
-
-def _error(instance: Any, field: str, requirement: str) -> ConfigError:
-  return ConfigError(flag_name(type(instance), field) or field, getattr(instance, field),
-                     requirement, field=field)
-
-
-def flag_name(cls: type, field: str) -> Optional[str]:
-  """The flag that sets `cls.field`, or None."""
-  for f in dataclasses.fields(cls):
-    if f.name == field:
-      return f.metadata.get('flag')
-  raise KeyError(f'{cls.__name__} has no field {field!r}')
+      check(prefix + field.metadata.get('flag', field.name), getattr(instance, field.name))
 
 
 def default(cls: type, field: str) -> Any:
   """The default of `cls.field` (what its flag defaults to)."""
-  for f in dataclasses.fields(cls):
-    if f.name == field:
-      if f.default is not dataclasses.MISSING:
-        return f.default
-      if f.default_factory is not dataclasses.MISSING:  # pytype: disable=attribute-error
-        return f.default_factory()
-      raise KeyError(f'{cls.__name__}.{field} has no default')
-  raise KeyError(f'{cls.__name__} has no field {field!r}')
+  f = next(f for f in dataclasses.fields(cls) if f.name == field)
+  return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,9 +210,9 @@ class AlgorithmConfig:
     if self.name == CUSTOM_ALGORITHM:
       for field in ('client_loss', 'aggregator'):
         if getattr(self, field) is None:
-          raise _error(self, field, f'given when the algorithm is {CUSTOM_ALGORITHM!r}')
+          raise ConfigError(field, None, f'given when the algorithm is {CUSTOM_ALGORITHM!r}')
     elif self.client_loss is not None:
-      raise _error(self, 'client_loss', f'left unset unless the algorithm is '
+      raise ConfigError('client_loss', self.client_loss, f'left unset unless the algorithm is '
                    f'{CUSTOM_ALGORITHM!r} (it composes a method; the algorithm is {self.name!r})')
 
   @property
@@ -312,21 +294,8 @@ class DataConfig:
   def __post_init__(self):
     check_fields(self)
     if self.dataset == 'leaf' and not self.leaf_dir:
-      raise _error(self, 'leaf_dir', "given with dataset 'leaf' (LEAF's dataset folder "
-                   'data/<name>)')
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-  """The Keras model.
-
-  Attributes:
-    name: a model of `experiments.architectures.MODELS`; None: the dataset's default.
-  """
-  name: Optional[str] = setting(None, flag='model')
-
-  def __post_init__(self):
-    check_fields(self)
+      raise ConfigError('leaf_dir', self.leaf_dir, "given with dataset 'leaf' (LEAF's dataset "
+                        'folder data/<name>)')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -348,6 +317,8 @@ class LoopConfig:
       default, 1, keeps every finished round across a crash or a kill.
     keep_checkpoints: checkpoints kept; 0 keeps all.
     resume: continue from the latest checkpoint under the experiment directory.
+    weighting: how client updates are weighted, 'num_examples', 'uniform' or 'loss'; None: the
+      method's own.
   """
   rounds: int = setting(flag='rounds', check=at_least(1))
   clients_per_round: int = setting(flag='clients_per_round', check=at_least(1))
@@ -360,6 +331,8 @@ class LoopConfig:
   checkpoint_every: int = setting(1, flag='checkpoint_every', check=at_least(0))
   keep_checkpoints: int = setting(3, flag='keep_checkpoints', check=at_least(0))
   resume: bool = setting(True, flag='resume', check=BOOL)
+  weighting: Optional[str] = setting(None, flag='client_weighting',
+                                     check=optional(one_of(CLIENT_WEIGHTINGS)))
 
   def __post_init__(self):
     check_fields(self)
@@ -372,71 +345,41 @@ class LoopConfig:
                                           or round_num % self.checkpoint_every == 0)
 
 
-def _default_loop_config() -> LoopConfig:
-  return LoopConfig(rounds=50, clients_per_round=10)
-
-
 @dataclasses.dataclass(frozen=True)
-class ClientConfig:
-  """Local training's optimizer, and how client updates are weighted.
+class OptimizerConfig:
+  """A client's or the server's optimizer (the server applies the aggregate delta as its
+  gradient); its flags are `--client_*` or `--server_*`, checked by the config holding it
+  (`check_optimizer`).
 
   Attributes:
+    learning_rate: > 0, finite.
     optimizer: one of `OPTIMIZERS` (`tff.learning.optimizers`).
-    learning_rate: > 0, finite.
-    momentum: in [0, 1); sgd only.
-    weighting: 'num_examples', 'uniform' or 'loss'; None: the method's own.
-  """
-  optimizer: str = setting('sgd', flag='client_optimizer', check=one_of(OPTIMIZERS))
-  learning_rate: float = setting(0.05, flag='client_learning_rate', check=POSITIVE)
-  momentum: float = setting(0.0, flag='client_momentum', check=MOMENTUM)
-  weighting: Optional[str] = setting(None, flag='client_weighting',
-                                     check=optional(one_of(CLIENT_WEIGHTINGS)))
-
-  def __post_init__(self):
-    check_fields(self)
-    _check_momentum(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class ServerConfig:
-  """The server optimizer; the aggregate delta is applied as its gradient.
-
-  Attributes:
-    optimizer: one of `OPTIMIZERS`.
-    learning_rate: > 0, finite.
     momentum: in [0, 1); sgd only.
   """
-  optimizer: str = setting('sgd', flag='server_optimizer', check=one_of(OPTIMIZERS))
-  learning_rate: float = setting(1.0, flag='server_learning_rate', check=POSITIVE)
-  momentum: float = setting(0.0, flag='server_momentum', check=MOMENTUM)
-
-  def __post_init__(self):
-    check_fields(self)
-    _check_momentum(self)
+  learning_rate: float = setting(flag='learning_rate', check=POSITIVE)
+  optimizer: str = setting('sgd', flag='optimizer', check=one_of(OPTIMIZERS))
+  momentum: float = setting(0.0, flag='momentum', check=MOMENTUM)
 
 
-def _check_momentum(optimizer_config) -> None:
-  if optimizer_config.momentum and optimizer_config.optimizer != 'sgd':
-    raise _error(optimizer_config, 'momentum',
-                 f'0 with optimizer {optimizer_config.optimizer!r} (momentum applies to sgd only)')
+def check_optimizer(optimizer: OptimizerConfig, side: str) -> None:
+  """Checks the `side` ('client' or 'server') optimizer, naming its `--<side>_*` flags."""
+  check_fields(optimizer, f'{side}_')
+  if optimizer.momentum and optimizer.optimizer != 'sgd':
+    raise ConfigError(f'{side}_momentum', optimizer.momentum, f'0 with optimizer '
+                      f'{optimizer.optimizer!r} (momentum applies to sgd only)')
 
 
-def hparam_check(hparam: hparams_lib.Hparam) -> Check:
-  """The `Check` of a method hyperparameter: `hparam.check`, its range in words."""
+def hparam_check(hparam: hparams_lib.Hparam) -> Checker:
+  """The check of a method hyperparameter: `hparam.check`, its range in words."""
 
-  def test(value) -> bool:
+  def check(name: str, value: Any) -> Any:
     try:
       hparam.check(value)
     except ArgumentError:
-      return False
-    return True
+      raise ConfigError(name, value, hparam.valid_range) from None
+    return value
 
-  return Check(hparam.valid_range, test)
-
-
-def _method_setting(hparam: hparams_lib.Hparam) -> Any:
-  """A field with the default, flag and check of `hparam` (tff_conflict.hparams)."""
-  return setting(hparam.default, flag=hparam.flag, check=hparam_check(hparam))
+  return check
 
 
 METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS if h.flag is not None and h.flag != 'seed')
@@ -468,17 +411,17 @@ def check_method_flags_apply(given: Mapping[str, Any],
                         f'{", ".join(reads) or "no method flag"}{hint}')
 
 # Every method's hyperparameters, one field per flag of `tff_conflict.hparams` (where each is
-# declared once with its default, range and paper source); each method reads its own
-# (`experiment_lib.ALGORITHM_HPARAMS`).
+# declared once with its default, range and paper source); each method reads its own.
 MethodHparams = dataclasses.make_dataclass(
-    'MethodHparams', [(h.flag, Any, _method_setting(h)) for h in METHOD_HPARAMS], frozen=True,
-    namespace={'__post_init__': check_fields, '__module__': __name__,
-               '__doc__': 'Every method hyperparameter with a flag (`tff_conflict.hparams`).'})
+    'MethodHparams',
+    [(h.flag, Any, setting(h.default, flag=h.flag, check=hparam_check(h))) for h in METHOD_HPARAMS],
+    frozen=True, namespace={'__post_init__': check_fields, '__module__': __name__,
+                            '__doc__': 'Every method hyperparameter with a flag.'})
 
 
 @dataclasses.dataclass(frozen=True)
 class OutputConfig:
-  """Where results go.
+  """Where results go, and the execution backend.
 
   Attributes:
     output_dir: root of the outputs; an experiment writes under `<output_dir>/<experiment_name>/`.
@@ -510,28 +453,35 @@ class RuntimeConfig:
     object.__setattr__(self, 'workers', tuple(self.workers))
     check_fields(self)
     if self.workers and self.runtime != 'cpp':
-      raise _error(self, 'runtime', "'cpp' with workers (remote workers run TFF's C++ runtime)")
+      raise ConfigError('runtime', self.runtime,
+                        "'cpp' with workers (remote workers run TFF's C++ runtime)")
+
+
+def _section(default_factory: Callable[[], Any]) -> Any:
+  return dataclasses.field(default_factory=default_factory)
 
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
-  """Everything one training run depends on (the seed is `training.seed`)."""
-  algorithm: AlgorithmConfig = dataclasses.field(default_factory=AlgorithmConfig)
-  data: DataConfig = dataclasses.field(default_factory=DataConfig)
-  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-  training: LoopConfig = dataclasses.field(default_factory=_default_loop_config)
-  client: ClientConfig = dataclasses.field(default_factory=ClientConfig)
-  server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
-  hparams: MethodHparams = dataclasses.field(default_factory=MethodHparams)
-  output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
-  runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
+  """Everything one training run depends on (the seed is `training.seed`); `model` is a model of
+  `experiments.architectures.MODELS` (None: the dataset's default)."""
+  algorithm: AlgorithmConfig = _section(AlgorithmConfig)
+  data: DataConfig = _section(DataConfig)
+  model: Optional[str] = setting(None, flag='model')
+  training: LoopConfig = _section(lambda: LoopConfig(rounds=50, clients_per_round=10))
+  client: OptimizerConfig = _section(lambda: OptimizerConfig(0.05))
+  server: OptimizerConfig = _section(lambda: OptimizerConfig(1.0))
+  hparams: MethodHparams = _section(MethodHparams)
+  output: OutputConfig = _section(OutputConfig)
+  runtime: RuntimeConfig = _section(RuntimeConfig)
 
   def __post_init__(self):
-    for field in dataclasses.fields(self):
-      expected = _SECTIONS[field.name]
-      if not isinstance(getattr(self, field.name), expected):
-        raise TypeError(f'ExperimentConfig.{field.name} must be a {expected.__name__}, got '
-                        f'{getattr(self, field.name)!r}')
+    for name, cls in _SECTIONS.items():
+      if not isinstance(getattr(self, name), cls):
+        raise TypeError(f'ExperimentConfig.{name} must be a {cls.__name__}, got '
+                        f'{getattr(self, name)!r}')
+    check_optimizer(self.client, 'client')
+    check_optimizer(self.server, 'server')
     training = self.training
     if training.eval_every > training.rounds:
       raise ConfigError('eval_every', training.eval_every,
@@ -578,7 +528,7 @@ class ExperimentConfig:
     return os.path.join(self.output.output_dir, self.experiment_name)
 
   def flag_values(self) -> dict[str, Any]:
-    """flag name -> value of every field a flag sets, section by section (for hparams.csv).
+    """flag name -> value of every setting a flag sets (for hparams.csv).
 
     Of the method hyperparameters only those the method reads are recorded
     (`AlgorithmConfig.hparam_flags`); a composed method (`algorithm='custom'`), or one with the
@@ -586,44 +536,38 @@ class ExperimentConfig:
     """
     values: dict[str, Any] = {}
     applied = self.algorithm.hparam_flags()
-    for section, obj in self.sections():
-      for field in dataclasses.fields(obj):
-        flag = field.metadata.get('flag')
-        if flag is None or (section == 'hparams' and applied is not None
-                            and flag not in applied):
-          continue
-        value = getattr(obj, field.name)
-        values[flag] = list(value) if isinstance(value, tuple) else value
+    for section, flag, field in _flag_fields():
+      if section == 'hparams' and applied is not None and flag not in applied:
+        continue
+      value = getattr(getattr(self, section) if section else self, field.name)
+      values[flag] = list(value) if isinstance(value, tuple) else value
     if self.algorithm.name == CUSTOM_ALGORITHM or self.algorithm.adds_proximal_term:
       values['proximal_term'] = self.algorithm.proximal_term
     return values
 
-  def sections(self) -> Iterator[tuple[str, Any]]:
-    for field in dataclasses.fields(self):
-      yield field.name, getattr(self, field.name)
+
+_SECTIONS = {'algorithm': AlgorithmConfig, 'data': DataConfig, 'training': LoopConfig,
+             'client': OptimizerConfig, 'server': OptimizerConfig, 'hparams': MethodHparams,
+             'output': OutputConfig, 'runtime': RuntimeConfig}
 
 
-_SECTIONS = {
-    'algorithm': AlgorithmConfig, 'data': DataConfig, 'model': ModelConfig,
-    'training': LoopConfig, 'client': ClientConfig, 'server': ServerConfig,
-    'hparams': MethodHparams, 'output': OutputConfig, 'runtime': RuntimeConfig,
-}
+def _flag_fields() -> Iterator[tuple[Optional[str], str, dataclasses.Field]]:
+  """(section or None for `ExperimentConfig`'s own, flag, field) of every setting a flag sets;
+  an optimizer's flags are prefixed by its side (`--client_learning_rate`)."""
+  for section in dataclasses.fields(ExperimentConfig):
+    if section.name not in _SECTIONS:
+      yield None, section.metadata['flag'], section
+      continue
+    prefix = f'{section.name}_' if _SECTIONS[section.name] is OptimizerConfig else ''
+    for field in dataclasses.fields(_SECTIONS[section.name]):
+      if 'flag' in field.metadata:
+        yield section.name, prefix + field.metadata['flag'], field
 
 
-def section_classes() -> dict[str, type]:
-  """section name -> dataclass, in `ExperimentConfig`'s order."""
-  return dict(_SECTIONS)
-
-
-def field_checks() -> dict[str, Check]:
-  """flag name -> the check of the field it sets (for absl flag validators)."""
-  checks = {}
-  for cls in _SECTIONS.values():
-    for field in dataclasses.fields(cls):
-      flag, check = field.metadata.get('flag'), field.metadata.get('check')
-      if flag is not None and check is not None:
-        checks[flag] = check
-  return checks
+def field_checks() -> dict[str, Checker]:
+  """flag name -> the check of the setting it sets (for absl flag validators)."""
+  return {flag: field.metadata['check'] for _, flag, field in _flag_fields()
+          if 'check' in field.metadata}
 
 
 def from_flag_values(values: Mapping[str, Any], *, proximal_term: Optional[bool] = None
@@ -636,25 +580,21 @@ def from_flag_values(values: Mapping[str, Any], *, proximal_term: Optional[bool]
       (False when absent).
 
   Raises:
-    ConfigError: a value fails its field's check (the error names the flag).
+    ConfigError: a value fails its setting's check (the error names the flag).
   """
-  sections = {}
-  for name, cls in _SECTIONS.items():
-    kwargs = {}
-    for field in dataclasses.fields(cls):
-      flag = field.metadata.get('flag')
-      if flag is not None and flag in values:
-        kwargs[field.name] = values[flag]
-    if cls is LoopConfig:
-      for field in ('rounds', 'clients_per_round'):
-        kwargs.setdefault(field, getattr(_default_loop_config(), field))
-    if cls is AlgorithmConfig:
-      if proximal_term is None:
-        proximal_term = bool(values.get('proximal_strength_present', False))
-      algorithm = kwargs.get('name', 'fedavg')
-      own = hparams_lib.PROXIMAL_STRENGTH in hparams_lib.ALGORITHM_HPARAMS.get(algorithm, ())
-      kwargs['proximal_term'] = bool(proximal_term) and not own
-    if cls is RuntimeConfig and 'workers' in kwargs:
-      kwargs['workers'] = tuple(kwargs['workers'] or ())
-    sections[name] = cls(**kwargs)
-  return ExperimentConfig(**sections)
+  settings: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+  own = {}
+  for section, flag, field in _flag_fields():
+    if flag in values:
+      (settings[section] if section else own)[field.name] = values[flag]
+  if 'workers' in settings['runtime']:
+    settings['runtime']['workers'] = tuple(settings['runtime']['workers'] or ())
+  if proximal_term is None:
+    proximal_term = bool(values.get('proximal_strength_present', False))
+  name = settings['algorithm'].get('name', 'fedavg')
+  declared = hparams_lib.PROXIMAL_STRENGTH in hparams_lib.ALGORITHM_HPARAMS.get(name, ())
+  settings['algorithm']['proximal_term'] = bool(proximal_term) and not declared
+  defaults = ExperimentConfig()
+  sections = {name: dataclasses.replace(getattr(defaults, name), **kwargs)
+              for name, kwargs in settings.items()}
+  return ExperimentConfig(**sections, **own)

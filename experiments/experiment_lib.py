@@ -43,7 +43,7 @@ def population_kwargs(build: Callable[..., Any], train_data: Any) -> dict[str, A
 
 
 def build_optimizer(settings):
-  """The `tff.learning.optimizers` optimizer of a `ClientConfig` or `ServerConfig`."""
+  """The `tff.learning.optimizers` optimizer of an `OptimizerConfig` (client or server)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   optimizers = tff.learning.optimizers
   if settings.optimizer == 'sgd':
@@ -238,7 +238,7 @@ def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], 
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   algorithm = config.algorithm
   values = dict(vars(config.hparams), seed=config.seed)
-  kwargs = {'client_weighting': config.client.weighting} if config.client.weighting else {}
+  kwargs = {'client_weighting': config.training.weighting} if config.training.weighting else {}
   if algorithm.name == CUSTOM_ALGORITHM:
     loss, aggregator = algorithm.client_loss, algorithm.aggregator
     config_lib.require('client_loss', loss, config_lib.one_of(list(LOSS_HPARAMS)))
@@ -280,8 +280,8 @@ def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], 
 
 
 def model_name(config: config_lib.ExperimentConfig) -> str:
-  """The model of `config`: `model.name`, else the dataset's default."""
-  return config.model.name or datasets.default_model(config.data)
+  """The model of `config`: `model`, else the dataset's default."""
+  return config.model or datasets.default_model(config.data)
 
 
 def model_of(config: config_lib.ExperimentConfig, train: Any) -> tuple:

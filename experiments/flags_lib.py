@@ -34,53 +34,53 @@ def groups() -> dict[str, list[str]]:
 DATASETS = config.DATASETS
 OPTIMIZERS = config.OPTIMIZERS
 
-_D = config.default  # each flag's default is the default of the config field it sets
+_DEFAULTS = config.ExperimentConfig()  # each flag defaults to the setting it sets
 
 with record_group('data'):
-  flags.DEFINE_enum('dataset', _D(config.DataConfig, 'dataset'), DATASETS,
+  flags.DEFINE_enum('dataset', _DEFAULTS.data.dataset, DATASETS,
                     'Federated dataset. digits: scikit-learn digits split by Dirichlet label skew '
                     '(offline); emnist: TFF federated EMNIST by writer; synthetic: LEAF '
                     'Synthetic(alpha, beta); mnist/fashion_mnist/cifar10/cifar100: Dirichlet '
                     'label-skew splits of the tensorflow-datasets data; leaf: LEAF\'s FEMNIST, '
                     'Synthetic or CelebA from the JSON files of LEAF\'s preprocess.sh '
                     '(--leaf_dir).')
-  flags.DEFINE_integer('num_clients', _D(config.DataConfig, 'num_clients'),
+  flags.DEFINE_integer('num_clients', _DEFAULTS.data.num_clients,
                        'Clients in the population. Default: the dataset\'s (digits 20, synthetic '
                        '30, tfds datasets 100, emnist and leaf every writer or user). For emnist '
                        'and leaf, the first N writers or users (sorted ids).')
-  flags.DEFINE_float('alpha', _D(config.DataConfig, 'alpha'),
+  flags.DEFINE_float('alpha', _DEFAULTS.data.alpha,
                      'Dirichlet concentration of the label-skew split (digits and tfds datasets); '
                      'smaller is more skewed.')
-  flags.DEFINE_integer('data_seed', _D(config.DataConfig, 'data_seed'),
+  flags.DEFINE_integer('data_seed', _DEFAULTS.data.data_seed,
                        'Seed of the data partition (and of Synthetic\'s generative process). Kept '
                        'apart from --seed so that runs with several seeds share the same data.')
-  flags.DEFINE_string('cache_dir', _D(config.DataConfig, 'cache_dir'),
+  flags.DEFINE_string('cache_dir', _DEFAULTS.data.cache_dir,
                       'emnist: directory holding emnist_all.sqlite. leaf: where to keep the '
                       'converted cache (default: next to the data).')
-  flags.DEFINE_string('data_dir', _D(config.DataConfig, 'data_dir'),
+  flags.DEFINE_string('data_dir', _DEFAULTS.data.data_dir,
                       'tfds datasets: tensorflow-datasets data_dir.')
-  flags.DEFINE_bool('emnist_only_digits', _D(config.DataConfig, 'emnist_only_digits'),
+  flags.DEFINE_bool('emnist_only_digits', _DEFAULTS.data.emnist_only_digits,
                     'emnist: the 10-class digits-only version.')
-  flags.DEFINE_float('synthetic_alpha', _D(config.DataConfig, 'synthetic_alpha'),
+  flags.DEFINE_float('synthetic_alpha', _DEFAULTS.data.synthetic_alpha,
                      'synthetic: LEAF alpha (model heterogeneity).')
-  flags.DEFINE_float('synthetic_beta', _D(config.DataConfig, 'synthetic_beta'),
+  flags.DEFINE_float('synthetic_beta', _DEFAULTS.data.synthetic_beta,
                      'synthetic: LEAF beta (data heterogeneity).')
-  flags.DEFINE_string('leaf_dir', _D(config.DataConfig, 'leaf_dir'),
+  flags.DEFINE_string('leaf_dir', _DEFAULTS.data.leaf_dir,
                       'leaf: LEAF\'s dataset folder data/<name> (holding data/train/*.json and '
                       'data/test/*.json), or its data/ folder. Converted once into a cache; the '
                       'splits are the files\' own.')
-  flags.DEFINE_enum('leaf_name', _D(config.DataConfig, 'leaf_name'), list(config.LEAF_NAMES),
+  flags.DEFINE_enum('leaf_name', _DEFAULTS.data.leaf_name, list(config.LEAF_NAMES),
                     'leaf: which LEAF dataset --leaf_dir holds. Default: the name of its folder.')
 
 with record_group('model'):
-  flags.DEFINE_string('model', _D(config.ModelConfig, 'name'),
+  flags.DEFINE_string('model', _DEFAULTS.model,
                       'Model (experiments.architectures.ARCHITECTURES). Default per dataset: digits_cnn for '
                       'digits, emnist_cnn for emnist, logistic_regression for synthetic, '
                       'fedavg_cnn for mnist/fashion_mnist, cifar_cnn for cifar10/cifar100; for '
                       'leaf, LEAF\'s models: leaf_femnist_cnn, logistic_regression for '
                       'Synthetic, leaf_celeba_cnn.')
 
-_LOOP = config.ExperimentConfig().training  # the loop's flag defaults
+_LOOP = _DEFAULTS.training  # the loop's flag defaults
 
 with record_group('training'):
   flags.DEFINE_integer('rounds', _LOOP.rounds, 'Federated rounds.')
@@ -111,23 +111,23 @@ with record_group('training'):
 flags.DEFINE_alias('batch_size', 'client_batch_size')
 
 with record_group('client'):
-  flags.DEFINE_enum('client_optimizer', _D(config.ClientConfig, 'optimizer'), OPTIMIZERS,
+  flags.DEFINE_enum('client_optimizer', _DEFAULTS.client.optimizer, OPTIMIZERS,
                     'Client optimizer (tff.learning.optimizers).')
-  flags.DEFINE_float('client_learning_rate', _D(config.ClientConfig, 'learning_rate'),
+  flags.DEFINE_float('client_learning_rate', _DEFAULTS.client.learning_rate,
                      'Client learning rate.')
-  flags.DEFINE_float('client_momentum', _D(config.ClientConfig, 'momentum'),
+  flags.DEFINE_float('client_momentum', _DEFAULTS.client.momentum,
                      'Client momentum in [0, 1) (sgd only).')
-  flags.DEFINE_enum('client_weighting', _D(config.ClientConfig, 'weighting'),
+  flags.DEFINE_enum('client_weighting', _LOOP.weighting,
                     list(config.CLIENT_WEIGHTINGS),
                     'Client weighting of the aggregate. Default: the method\'s own (FedMGC: '
                     'loss, others: num_examples).')
 
 with record_group('server'):
-  flags.DEFINE_enum('server_optimizer', _D(config.ServerConfig, 'optimizer'), OPTIMIZERS,
+  flags.DEFINE_enum('server_optimizer', _DEFAULTS.server.optimizer, OPTIMIZERS,
                     'Server optimizer; the aggregate delta is applied as its gradient.')
-  flags.DEFINE_float('server_learning_rate', _D(config.ServerConfig, 'learning_rate'),
+  flags.DEFINE_float('server_learning_rate', _DEFAULTS.server.learning_rate,
                      'Server learning rate.')
-  flags.DEFINE_float('server_momentum', _D(config.ServerConfig, 'momentum'),
+  flags.DEFINE_float('server_momentum', _DEFAULTS.server.momentum,
                      'Server momentum in [0, 1) (sgd only).')
 
 
@@ -163,16 +163,16 @@ with record_group('method'):
       flags.DEFINE_float(_hparam.flag, _hparam.default, _help)
 
 with record_group('output'):
-  flags.DEFINE_string('output_dir', _D(config.OutputConfig, 'output_dir'),
+  flags.DEFINE_string('output_dir', _DEFAULTS.output.output_dir,
                       'Root of the outputs; each experiment writes under '
                       '<output_dir>/<experiment_name>/.')
-  flags.DEFINE_string('experiment_name', _D(config.OutputConfig, 'experiment_name'),
+  flags.DEFINE_string('experiment_name', _DEFAULTS.output.experiment_name,
                       'Name of the experiment directory. Default: derived from the algorithm(s) '
                       'and dataset.')
   flags.DEFINE_bool('resume', _LOOP.resume,
                     'Continue from the latest checkpoint of an earlier run of the same '
                     'experiment; --noresume starts over (deleting its old outputs).')
-  flags.DEFINE_bool('progress', _D(config.OutputConfig, 'progress'),
+  flags.DEFINE_bool('progress', _DEFAULTS.output.progress,
                     'Show a progress bar (plain lines when stdout is not a terminal).')
 
 with record_group('preset'):
@@ -180,20 +180,17 @@ with record_group('preset'):
                       'Each binary has its own: compare: readme; benchmark: smoke, results.')
 
 with record_group('runtime'):
-  flags.DEFINE_enum('runtime', _D(config.RuntimeConfig, 'runtime'), list(config.RUNTIMES),
+  flags.DEFINE_enum('runtime', _DEFAULTS.runtime.runtime, list(config.RUNTIMES),
                     'Execution backend: inprocess (tff_conflict.runtime\'s in-process runner of '
                     'the MapReduceForm graphs) or cpp (TFF\'s worker_binary, needed for '
                     '--workers).')
-  flags.DEFINE_list('workers', list(_D(config.RuntimeConfig, 'workers')),
+  flags.DEFINE_list('workers', list(_DEFAULTS.runtime.workers),
                     'host:port of remote TFF workers (worker_binary) to run on; empty: local.')
 
 
-def _validator(name: str, check: config.Check):
+def _validator(name: str, check: config.Checker):
   """absl lets the validator's `ConfigError` through: `cli.run` prints it like any other."""
-  def validate(value) -> bool:
-    config.require(name, value, check)
-    return True
-  return validate
+  return lambda value: check(name, value) or True
 
 
 def register_validators(names: Optional[Sequence[str]] = None) -> None:

@@ -23,7 +23,7 @@ from tff_conflict import runtime
 def _digits_case(clients):
   experiment = config.ExperimentConfig(
       data=config.DataConfig('digits', num_clients=20, alpha=0.1),
-      model=config.ModelConfig('mlp'),
+      model='mlp',
       training=config.LoopConfig(rounds=1, clients_per_round=clients, client_epochs=2,
                                  batch_size=20))
   train, _ = experiment_lib.load_task(experiment)

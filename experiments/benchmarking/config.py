@@ -28,8 +28,8 @@ PROTOCOL = 2
 
 
 # The ExperimentConfig parts a BenchmarkConfig is composed of: field name -> class.
-PARTS = {'loop': experiment_config.LoopConfig, 'client': experiment_config.ClientConfig,
-         'server': experiment_config.ServerConfig, 'data': experiment_config.DataConfig,
+PARTS = {'loop': experiment_config.LoopConfig, 'client': experiment_config.OptimizerConfig,
+         'server': experiment_config.OptimizerConfig, 'data': experiment_config.DataConfig,
          'output': experiment_config.OutputConfig, 'runtime': experiment_config.RuntimeConfig}
 
 
@@ -98,17 +98,18 @@ def parse_tuning_regimes(text: str) -> dict[str, str]:
   return mapping
 
 
-# The one validation idiom of settings (`experiments.config.require`).
-require, Check = experiment_config.require, experiment_config.Check
-_FRACTION = Check('a number in (0, 1)', lambda v: experiment_config.RATIO(v) and v < 1)
-_POSITIVES = Check('a non-empty list of finite numbers > 0',
-                   lambda v: bool(v) and all(map(experiment_config.POSITIVE, v)))
+# Settings are checked as experiment settings are (`experiments.config`: `setting`, `must`).
+_M = experiment_config
+must, setting, passes, require = _M.must, _M.setting, _M.passes, _M.require
+_FRACTION = must('a number in (0, 1)', lambda v: passes(_M.RATIO, v) and v < 1)
+_POSITIVES = must('a non-empty list of finite numbers > 0',
+                  lambda v: bool(v) and all(passes(_M.POSITIVE, x) for x in v))
 
 
-def _distinct_ints(minimum: int, *, allow_empty: bool = False) -> Check:
-  return Check(f'{"a" if allow_empty else "a non-empty"} list of distinct integers >= {minimum}',
-               lambda v: (allow_empty or bool(v)) and len(set(v)) == len(v)
-               and all(map(experiment_config.at_least(minimum), v)))
+def _distinct_ints(minimum: int, *, allow_empty: bool = False) -> _M.Checker:
+  return must(f'{"a" if allow_empty else "a non-empty"} list of distinct integers >= {minimum}',
+              lambda v: (allow_empty or bool(v)) and len(set(v)) == len(v)
+              and all(passes(_M.at_least(minimum), x) for x in v))
 
 
 class OwnRegime(NamedTuple):
@@ -142,38 +143,38 @@ def _check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[
   from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
   for argument, value, builtin in (('datasets', datasets, regimes.DATASETS),
                                    ('model_fns', model_fns, architectures.MODELS)):
-    require(argument, value, Check('a dict of name -> value', lambda v: isinstance(v, Mapping)))
+    require(argument, value, must('a dict of name -> value', lambda v: isinstance(v, Mapping)))
     for name in value:
-      require(argument, name, Check(
+      require(argument, name, must(
           'names of letters, digits, "_", "." and "-" other than the built-in ones '
           f'{sorted(builtin)}',
           lambda n: isinstance(n, str) and bool(_OWN_NAME.match(n)) and n not in builtin))
   for name, pair in datasets.items():
     argument = f'datasets[{name!r}]'
-    require(argument, pair, Check(
+    require(argument, pair, must(
         'a pair (train, test) of tff.simulation.datasets.ClientData',
         lambda p: isinstance(p, (tuple, list)) and len(p) == 2
         and all(isinstance(c, tff.simulation.datasets.ClientData) for c in p)))
     specs = []
     for part, client_data in zip(('train', 'test'), pair):
       require(f'{argument} {part}', client_data,
-              Check('client data with at least one client', lambda c: bool(c.client_ids)))
+              must('client data with at least one client', lambda c: bool(c.client_ids)))
       spec = client_data.element_type_structure
-      require(f'{argument} {part}', spec, Check(_OWN_ELEMENT, lambda s: (
+      require(f'{argument} {part}', spec, must(_OWN_ELEMENT, lambda s: (
           isinstance(s, Mapping) and set(s) == {'x', 'y'}
           and all(type(t) is tf.TensorSpec for t in s.values())  # pylint: disable=unidiomatic-typecheck
           and s['x'].dtype == tf.float32 and s['x'].shape.rank
           and s['x'].shape.is_fully_defined() and s['y'].dtype.is_integer
           and s['y'].shape.rank == 0)))
       specs.append(spec['x'])
-    require(f'{argument} test', specs[1], Check(
+    require(f'{argument} test', specs[1], must(
         f'examples of the training data\'s x {specs[0]}', lambda s: s == specs[0]))
     if name not in models and len(model_fns) != 1:
       raise ConfigError('models', dict(models), f'an entry for your dataset {name!r} (a name '
                         'of model_fns or of experiments.architectures.MODELS), unless '
                         'model_fns holds one model')
   for name, model_fn in model_fns.items():
-    require(f'model_fns[{name!r}]', model_fn, Check(
+    require(f'model_fns[{name!r}]', model_fn, must(
         'a no-argument function returning a new uncompiled tf.keras.Model', callable))
 
 
@@ -209,42 +210,26 @@ class TuningConfig:
       plateaued when the mean of its last `plateau_window` rounds lies within
       `plateau_tolerance` of the mean of the `plateau_window` rounds before.
   """
-  tune: bool = True
-  tuning_seeds: tuple = (100, 101)
-  tuning_regimes: Mapping[str, str] = dataclasses.field(default_factory=dict)
-  tune_epochs: tuple = ()
-  client_lr_grid: tuple = (0.03, 0.1, 0.3)
-  server_lr_grid: tuple = (1.0, 2.0, 3.0)
-  tune_server_lr: bool = True
-  grids: Mapping[str, Mapping[str, tuple]] = dataclasses.field(default_factory=dict)
-  strategy: str = 'staged'
-  last_k: int = 5
-  validation_fraction: float = 0.2
-  edge_steps: int = 3
-  edge_factor: float = 3.0
-  schedule: str = 'full'
-  plateau_window: int = 10
-  plateau_tolerance: float = 0.01
+  tune: bool = setting(True, check=_M.BOOL)
+  tuning_seeds: tuple = setting((100, 101), check=_distinct_ints(0))
+  tuning_regimes: Mapping[str, str] = setting(default_factory=dict)
+  tune_epochs: tuple = setting((), check=_distinct_ints(1, allow_empty=True))
+  client_lr_grid: tuple = setting((0.03, 0.1, 0.3), check=_POSITIVES)
+  server_lr_grid: tuple = setting((1.0, 2.0, 3.0), check=_POSITIVES)
+  tune_server_lr: bool = setting(True, check=_M.BOOL)
+  grids: Mapping[str, Mapping[str, tuple]] = setting(default_factory=dict)
+  strategy: str = setting('staged', flag='tuning_strategy', check=_M.one_of(('staged', 'product')))
+  last_k: int = setting(5, flag='tuning_last_k', check=_M.at_least(1))
+  validation_fraction: float = setting(0.2, check=_FRACTION)
+  edge_steps: int = setting(3, flag='tuning_edge_steps', check=_M.at_least(0))
+  edge_factor: float = setting(3.0, flag='tuning_edge_factor', check=must(
+      'a finite number > 1', lambda v: passes(_M.POSITIVE, v) and v > 1))
+  schedule: str = setting('full', flag='tuning_schedule', check=_M.one_of(('full', 'halving')))
+  plateau_window: int = setting(10, check=_M.at_least(1))
+  plateau_tolerance: float = setting(0.01, check=_M.NON_NEGATIVE)
 
   def __post_init__(self):
-    require('tune', self.tune, experiment_config.BOOL)
-    require('tune_server_lr', self.tune_server_lr, experiment_config.BOOL)
-    require('tuning_seeds', self.tuning_seeds, _distinct_ints(0))
-    require('tune_epochs', self.tune_epochs, _distinct_ints(1, allow_empty=True))
-    for argument in ('client_lr_grid', 'server_lr_grid'):
-      require(argument, getattr(self, argument), _POSITIVES)
-    experiment_config.require('tuning_strategy', self.strategy,
-                              experiment_config.one_of(('staged', 'product')))
-    experiment_config.require('tuning_schedule', self.schedule,
-                              experiment_config.one_of(('full', 'halving')))
-    experiment_config.require('tuning_last_k', self.last_k, experiment_config.at_least(1))
-    experiment_config.require('tuning_edge_steps', self.edge_steps, experiment_config.at_least(0))
-    experiment_config.require('plateau_window', self.plateau_window,
-                              experiment_config.at_least(1))
-    require('plateau_tolerance', self.plateau_tolerance, experiment_config.NON_NEGATIVE)
-    require('tuning_edge_factor', self.edge_factor,
-            Check('a finite number > 1', lambda v: experiment_config.POSITIVE(v) and v > 1))
-    require('validation_fraction', self.validation_fraction, _FRACTION)
+    _M.check_fields(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,8 +294,8 @@ class BenchmarkConfig:
   description: str = ''
   tuning: TuningConfig = dataclasses.field(default_factory=TuningConfig)
   loop: experiment_config.LoopConfig = _DEFAULTS.training
-  client: experiment_config.ClientConfig = _DEFAULTS.client
-  server: experiment_config.ServerConfig = _DEFAULTS.server
+  client: experiment_config.OptimizerConfig = _DEFAULTS.client
+  server: experiment_config.OptimizerConfig = _DEFAULTS.server
   data: experiment_config.DataConfig = _DEFAULTS.data
   output: experiment_config.OutputConfig = _DEFAULTS.output
   runtime: experiment_config.RuntimeConfig = _DEFAULTS.runtime
@@ -320,7 +305,7 @@ class BenchmarkConfig:
   def __post_init__(self):
     from experiments import architectures  # pylint: disable=g-import-not-at-top
     _check_own(self.datasets, self.model_fns, self.models)
-    require('regimes', self.regimes, Check('a non-empty list of regimes', bool))
+    require('regimes', self.regimes, must('a non-empty list of regimes', bool))
     parsed = []
     for name in self.regimes:
       try:
@@ -328,13 +313,13 @@ class BenchmarkConfig:
       except ValueError as e:
         raise ConfigError('regimes', name, reason=str(e)) from None
     names = [r.name for r in parsed]
-    require('regimes', list(self.regimes), Check('distinct regimes', lambda _: len(
+    require('regimes', list(self.regimes), must('distinct regimes', lambda _: len(
         set(names)) == len(names) and len({r.slug for r in parsed}) == len(parsed)))
     object.__setattr__(self, 'regimes', tuple(names))
     for name in self.datasets:
-      require('datasets', name, Check('listed in regimes (your dataset is a regime)',
+      require('datasets', name, must('listed in regimes (your dataset is a regime)',
                                       lambda v: v in names))
-    require('methods', self.methods, Check('a non-empty list of methods', bool))
+    require('methods', self.methods, must('a non-empty list of methods', bool))
     resolved = []
     for name in self.methods:
       try:
@@ -343,64 +328,64 @@ class BenchmarkConfig:
         raise ConfigError('methods', name, reason=str(e)) from None
     method_names = [m.name for m in resolved]
     require('methods', list(self.methods),
-            Check('distinct methods', lambda _: len(set(method_names)) == len(method_names)))
+            must('distinct methods', lambda _: len(set(method_names)) == len(method_names)))
     object.__setattr__(self, 'methods', tuple(method_names))
-    experiment_config.require('baseline', self.baseline,
-                              experiment_config.one_of(method_names))
+    require('baseline', self.baseline,
+                              _M.one_of(method_names))
     require('epochs', self.epochs, _distinct_ints(1))
     require('report_seeds', self.report_seeds, _distinct_ints(0))
     require('tuning_seeds', list(self.tuning.tuning_seeds),
-            Check(f'disjoint from --report_seeds {list(self.report_seeds)}',
+            must(f'disjoint from --report_seeds {list(self.report_seeds)}',
                   lambda v: not (self.tuning.tune and set(v) & set(self.report_seeds))))
     require('tune_epochs', list(self.tuning.tune_epochs),
-            Check(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs)))
+            must(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs)))
     for part, cls in PARTS.items():
       if not isinstance(getattr(self, part), cls):
         raise TypeError(f'BenchmarkConfig.{part} must be a {cls.__name__}, got '
                         f'{getattr(self, part)!r}')
     # Runs use SGD on both sides, set per run in the process's state (`engine`).
-    for part in (self.client, self.server):
-      experiment_config.require(experiment_config.flag_name(type(part), 'optimizer'),
-                                part.optimizer, experiment_config.one_of(('sgd',)))
-    experiment_config.require('server_momentum', self.server.momentum,
-                              experiment_config.one_of((0, 0.0)))
+    for side in ('client', 'server'):
+      _M.check_optimizer(getattr(self, side), side)
+      _M.one_of(('sgd',))(f'{side}_optimizer', getattr(self, side).optimizer)
+    require('server_momentum', self.server.momentum,
+                              _M.one_of((0, 0.0)))
     plain_sgd = [m.name for m in resolved if m.algorithm == 'scaffold']
-    require('client_momentum', self.client.momentum, Check(
+    require('client_momentum', self.client.momentum, must(
         f'0 with the methods {plain_sgd} (SCAFFOLD\'s local steps are plain SGD)',
         lambda v: not (plain_sgd and v)))
-    require('client_weighting', self.client.weighting, Check(
+    require('client_weighting', self.loop.weighting, must(
         'unset (a method variant sets it: METHOD[client_weighting=...])', lambda v: v is None))
     require('workers', list(self.runtime.workers),
-            Check('empty (the benchmark runs on local runtimes)', lambda v: not v))
+            must('empty (the benchmark runs on local runtimes)', lambda v: not v))
     datasets = {r.dataset for r in parsed}
     leaf = sorted(d for d in datasets if d.startswith('leaf_'))
-    require('leaf_dir', self.data.leaf_dir, Check(
+    require('leaf_dir', self.data.leaf_dir, must(
         f'LEAF\'s data/<name> folder for the regimes of {leaf}', lambda v: not leaf or bool(v)))
-    require('regimes', list(self.regimes), Check(
+    require('regimes', list(self.regimes), must(
         f'regimes of one LEAF dataset (one --leaf_dir), not {leaf}', lambda _: len(leaf) <= 1))
-    of_datasets = Check(f'entries of the regimes\' datasets {sorted(datasets)}',
+    of_datasets = must(f'entries of the regimes\' datasets {sorted(datasets)}',
                         lambda entry: entry.partition(':')[0] in datasets)
     for dataset, model in self.models.items():
       require('models', f'{dataset}:{model}', of_datasets)
-      experiment_config.require('models', model, experiment_config.one_of(
+      require('models', model, _M.one_of(
           sorted(architectures.MODELS) + sorted(self.model_fns)))
-    require('variants_inherit', self.variants_inherit, experiment_config.BOOL)
-    experiment_config.require('primary_statistic', self.primary_statistic,
-                              experiment_config.one_of(PRIMARY_STATISTICS))
+    require('variants_inherit', self.variants_inherit, _M.BOOL)
+    require('primary_statistic', self.primary_statistic,
+                              _M.one_of(PRIMARY_STATISTICS))
     require('equivalence_margin', self.equivalence_margin, _FRACTION)
     for dataset, difference in self.detect.items():
       require('detect', f'{dataset}:{difference}', of_datasets)
-      require('detect', difference, Check('differences in (0, 1)', _FRACTION))
+      require('detect', difference, must('differences in (0, 1)', lambda v: passes(_FRACTION, v)))
     for dataset, regime in self.tuning.tuning_regimes.items():
       try:
         tuned = parse_regime(regime, self.datasets)
       except ValueError as e:
         raise ConfigError('tuning_regimes', regime, reason=str(e)) from None
       require('tuning_regimes', f'{dataset}:{regime}',
-              Check('entries DATASET:REGIME with a regime of that dataset',
+              must('entries DATASET:REGIME with a regime of that dataset',
                     lambda _: tuned.dataset == dataset))
     for method in self.tuning.grids:
-      experiment_config.require('grids', method, experiment_config.one_of(method_names))
+      require('grids', method, _M.one_of(method_names))
     for method in resolved:
       if method.name in self.tuning.grids:
         method = method.with_grid(self.tuning.grids[method.name])

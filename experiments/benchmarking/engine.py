@@ -280,10 +280,10 @@ class Engine(experiment_lib.Runs):
     rows, _, _ = self.execute(
         learning.build_process if spec.algorithm == methods_lib.CUSTOM
         else learning.ALGORITHMS[spec.algorithm], dict(spec.kwargs), self._model_fn(spec, 0),
-        client_optimizer=experiment_lib.build_optimizer(experiment_config.ClientConfig(
+        client_optimizer=experiment_lib.build_optimizer(experiment_config.OptimizerConfig(
             learning_rate=spec.client_lr, momentum=spec.client_momentum)),
         server_optimizer=experiment_lib.build_optimizer(
-            experiment_config.ServerConfig(learning_rate=spec.server_lr)),
+            experiment_config.OptimizerConfig(learning_rate=spec.server_lr)),
         key=(spec.algorithm, json.dumps(dict(spec.kwargs), sort_keys=True, default=str), spec.model,
              spec.dataset, spec.batch_size, spec.client_momentum, len(train.client_ids)),
         start=functools.partial(self._start, spec), model_key=(spec.model, spec.dataset),

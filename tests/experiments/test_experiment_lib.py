@@ -10,7 +10,7 @@ from experiments import experiment_lib
 def test_evaluator_columns_pair_errors_and_global_train_loss():
   config = experiment_config.ExperimentConfig(
       data=experiment_config.DataConfig('digits', num_clients=5),
-      model=experiment_config.ModelConfig('logistic_regression'),
+      model='logistic_regression',
       training=experiment_config.LoopConfig(rounds=1, clients_per_round=2))
   train, test = experiment_lib.load_task(config)
   model_fn, classes = experiment_lib.model_of(config, train)

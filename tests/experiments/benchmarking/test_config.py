@@ -85,7 +85,7 @@ def test_the_parts_and_their_defaults_are_the_experiments():
     (dict(server=dict(learning_rate=0)), '--server_learning_rate must be a finite number > 0'),
     (dict(client=dict(momentum=1.0)), '--client_momentum must be a number in [0, 1)'),
     (dict(client=dict(optimizer='adam')), "--client_optimizer must be one of ['sgd']"),
-    (dict(client=dict(weighting='uniform')), '--client_weighting must be unset'),
+    (dict(loop=dict(weighting='uniform')), '--client_weighting must be unset'),
     (dict(tuning=dict(tuning_regimes={'digits': 'synthetic(1,1)'})),
      '--tuning_regimes must be entries DATASET:REGIME with a regime of that dataset'),
     (dict(tuning=dict(grids={'fedmgc': {'gamma': (1,)}})), "--grids must be one of ['fedavg'"),
@@ -115,7 +115,7 @@ def test_bad_settings_name_the_flag(changes, message):
     (dict(tuning=dict(client_lr_grid=(0.1, -1))), 'client_lr_grid', (0.1, -1)),
     (dict(report_seeds=(100,)), 'tuning_seeds', [100, 101]),
     (dict(detect={'digits': 1.5}), 'detect', 1.5),
-    (dict(client=dict(weighting='uniform')), 'client_weighting', 'uniform')])
+    (dict(loop=dict(weighting='uniform')), 'client_weighting', 'uniform')])
 def test_a_bad_setting_is_the_library_error_with_the_flag_and_the_value(changes, argument, value):
   with pytest.raises(tff_conflict.ArgumentError) as info:
     _config(**changes)
@@ -140,7 +140,7 @@ def test_control_config_is_the_fedprox_papers_setting(tmp_path):
   outer = config_lib.BenchmarkConfig(
       regimes=('digits:iid',), methods=('fedavg', 'fedgh'), epochs=(1, 5), report_seeds=(3, 4),
       loop=experiment_config.LoopConfig(rounds=20, clients_per_round=5, batch_size=20),
-      client=experiment_config.ClientConfig(learning_rate=0.1, momentum=0.5),
+      client=experiment_config.OptimizerConfig(learning_rate=0.1, momentum=0.5),
       models={'digits': 'mlp'}, runtime=experiment_config.RuntimeConfig('cpp'),
       output=experiment_config.OutputConfig(output_dir=str(tmp_path), experiment_name='results'),
       tuning=config_lib.TuningConfig(tune=True, tuning_seeds=(100,), tune_epochs=(1,),

@@ -261,7 +261,7 @@ def test_a_diverging_run_completes_is_recorded_and_counts_at_chance(tmp_path):
   config = _config(tmp_path, runtime='inprocess', regimes=('digits:iid@6',), methods=('fedavg',),
                    report_seeds=(0,), rounds=3, models={'digits': 'mlp'},
                    tuning=config_lib.TuningConfig(tune=False),
-                   client=experiment_config.ClientConfig(learning_rate=1e6))
+                   client=experiment_config.OptimizerConfig(learning_rate=1e6))
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert outcome['failures'] == [] and len(outcome['rows']) == 1
   row = outcome['rows'][0]
