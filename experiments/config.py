@@ -152,13 +152,14 @@ WORKER_ADDRESSES = must('a list of distinct host:port entries (port 1-65535)',
 
 
 def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
-            check: Optional[Checker] = None, **kwargs) -> Any:
-  """A dataclass field set by `flag` (if any), whose values must pass `check` (if any)."""
-  metadata = {}
-  if flag is not None:
-    metadata['flag'] = flag
-  if check is not None:
-    metadata['check'] = check
+            check: Optional[Checker] = None, choices: Optional[Sequence[str]] = None,
+            **kwargs) -> Any:
+  """A dataclass field set by `flag` (if any), whose values must pass `check` (if any) or be
+  one of `choices` (None too when that is the default)."""
+  if choices is not None:
+    check = optional(one_of(choices)) if default is None else one_of(choices)
+  metadata = {k: v for k, v in (('flag', flag), ('check', check), ('choices', choices))
+              if v is not None}
   return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
@@ -279,7 +280,7 @@ class DataConfig:
     leaf_dir: leaf: LEAF's dataset folder data/<name> (required with dataset 'leaf').
     leaf_name: leaf: which LEAF dataset leaf_dir holds; None: the name of its folder.
   """
-  dataset: str = setting('digits', flag='dataset', check=one_of(DATASETS))
+  dataset: str = setting('digits', flag='dataset', choices=DATASETS)
   num_clients: Optional[int] = setting(None, flag='num_clients', check=optional(at_least(1)))
   alpha: float = setting(0.1, flag='alpha', check=POSITIVE)
   data_seed: int = setting(0, flag='data_seed', check=at_least(0))
@@ -289,7 +290,7 @@ class DataConfig:
   synthetic_alpha: float = setting(1.0, flag='synthetic_alpha', check=NON_NEGATIVE)
   synthetic_beta: float = setting(1.0, flag='synthetic_beta', check=NON_NEGATIVE)
   leaf_dir: Optional[str] = setting(None, flag='leaf_dir')
-  leaf_name: Optional[str] = setting(None, flag='leaf_name', check=optional(one_of(LEAF_NAMES)))
+  leaf_name: Optional[str] = setting(None, flag='leaf_name', choices=LEAF_NAMES)
 
   def __post_init__(self):
     check_fields(self)
@@ -332,7 +333,7 @@ class LoopConfig:
   keep_checkpoints: int = setting(3, flag='keep_checkpoints', check=at_least(0))
   resume: bool = setting(True, flag='resume', check=BOOL)
   weighting: Optional[str] = setting(None, flag='client_weighting',
-                                     check=optional(one_of(CLIENT_WEIGHTINGS)))
+                                     choices=CLIENT_WEIGHTINGS)
 
   def __post_init__(self):
     check_fields(self)
@@ -357,7 +358,7 @@ class OptimizerConfig:
     momentum: in [0, 1); sgd only.
   """
   learning_rate: float = setting(flag='learning_rate', check=POSITIVE)
-  optimizer: str = setting('sgd', flag='optimizer', check=one_of(OPTIMIZERS))
+  optimizer: str = setting('sgd', flag='optimizer', choices=OPTIMIZERS)
   momentum: float = setting(0.0, flag='momentum', check=MOMENTUM)
 
 
@@ -446,7 +447,7 @@ class RuntimeConfig:
       local worker_binary, or remote workers).
     workers: host:port of remote TFF workers to run on (cpp only); empty: local.
   """
-  runtime: str = setting('inprocess', flag='runtime', check=one_of(RUNTIMES))
+  runtime: str = setting('inprocess', flag='runtime', choices=RUNTIMES)
   workers: tuple[str, ...] = setting((), flag='workers', check=WORKER_ADDRESSES)
 
   def __post_init__(self):
@@ -536,7 +537,7 @@ class ExperimentConfig:
     """
     values: dict[str, Any] = {}
     applied = self.algorithm.hparam_flags()
-    for section, flag, field in _flag_fields():
+    for section, flag, field in flag_fields():
       if section == 'hparams' and applied is not None and flag not in applied:
         continue
       value = getattr(getattr(self, section) if section else self, field.name)
@@ -551,7 +552,7 @@ _SECTIONS = {'algorithm': AlgorithmConfig, 'data': DataConfig, 'training': LoopC
              'output': OutputConfig, 'runtime': RuntimeConfig}
 
 
-def _flag_fields() -> Iterator[tuple[Optional[str], str, dataclasses.Field]]:
+def flag_fields() -> Iterator[tuple[Optional[str], str, dataclasses.Field]]:
   """(section or None for `ExperimentConfig`'s own, flag, field) of every setting a flag sets;
   an optimizer's flags are prefixed by its side (`--client_learning_rate`)."""
   for section in dataclasses.fields(ExperimentConfig):
@@ -566,7 +567,7 @@ def _flag_fields() -> Iterator[tuple[Optional[str], str, dataclasses.Field]]:
 
 def field_checks() -> dict[str, Checker]:
   """flag name -> the check of the setting it sets (for absl flag validators)."""
-  return {flag: field.metadata['check'] for _, flag, field in _flag_fields()
+  return {flag: field.metadata['check'] for _, flag, field in flag_fields()
           if 'check' in field.metadata}
 
 
@@ -584,7 +585,7 @@ def from_flag_values(values: Mapping[str, Any], *, proximal_term: Optional[bool]
   """
   settings: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
   own = {}
-  for section, flag, field in _flag_fields():
+  for section, flag, field in flag_fields():
     if flag in values:
       (settings[section] if section else own)[field.name] = values[flag]
   if 'workers' in settings['runtime']:

@@ -1,5 +1,5 @@
-"""Flags shared by the experiment binaries, in recorded groups, each defaulting to the config field
-it sets and validated by that field's check; `experiment_config()` makes the `ExperimentConfig`."""
+"""The flags the experiment binaries share: one per setting of `config.ExperimentConfig`, with its
+default, choices and check (a method flag's from `tff_conflict.hparams`), in recorded groups."""
 
 import contextlib
 from typing import Any, Iterator, Optional, Sequence
@@ -7,7 +7,6 @@ from typing import Any, Iterator, Optional, Sequence
 from absl import flags
 
 from experiments import config
-from experiments import metrics_io
 from tff_conflict import hparams as hparams_lib
 
 FLAGS = flags.FLAGS
@@ -31,161 +30,110 @@ def groups() -> dict[str, list[str]]:
   return {g: list(names) for g, names in _GROUPS.items()}
 
 
-DATASETS = config.DATASETS
-OPTIMIZERS = config.OPTIMIZERS
-
-_DEFAULTS = config.ExperimentConfig()  # each flag defaults to the setting it sets
-
-with record_group('data'):
-  flags.DEFINE_enum('dataset', _DEFAULTS.data.dataset, DATASETS,
-                    'Federated dataset. digits: scikit-learn digits split by Dirichlet label skew '
-                    '(offline); emnist: TFF federated EMNIST by writer; synthetic: LEAF '
-                    'Synthetic(alpha, beta); mnist/fashion_mnist/cifar10/cifar100: Dirichlet '
-                    'label-skew splits of the tensorflow-datasets data; leaf: LEAF\'s FEMNIST, '
-                    'Synthetic or CelebA from the JSON files of LEAF\'s preprocess.sh '
-                    '(--leaf_dir).')
-  flags.DEFINE_integer('num_clients', _DEFAULTS.data.num_clients,
-                       'Clients in the population. Default: the dataset\'s (digits 20, synthetic '
-                       '30, tfds datasets 100, emnist and leaf every writer or user). For emnist '
-                       'and leaf, the first N writers or users (sorted ids).')
-  flags.DEFINE_float('alpha', _DEFAULTS.data.alpha,
-                     'Dirichlet concentration of the label-skew split (digits and tfds datasets); '
-                     'smaller is more skewed.')
-  flags.DEFINE_integer('data_seed', _DEFAULTS.data.data_seed,
-                       'Seed of the data partition (and of Synthetic\'s generative process). Kept '
-                       'apart from --seed so that runs with several seeds share the same data.')
-  flags.DEFINE_string('cache_dir', _DEFAULTS.data.cache_dir,
-                      'emnist: directory holding emnist_all.sqlite. leaf: where to keep the '
-                      'converted cache (default: next to the data).')
-  flags.DEFINE_string('data_dir', _DEFAULTS.data.data_dir,
-                      'tfds datasets: tensorflow-datasets data_dir.')
-  flags.DEFINE_bool('emnist_only_digits', _DEFAULTS.data.emnist_only_digits,
-                    'emnist: the 10-class digits-only version.')
-  flags.DEFINE_float('synthetic_alpha', _DEFAULTS.data.synthetic_alpha,
-                     'synthetic: LEAF alpha (model heterogeneity).')
-  flags.DEFINE_float('synthetic_beta', _DEFAULTS.data.synthetic_beta,
-                     'synthetic: LEAF beta (data heterogeneity).')
-  flags.DEFINE_string('leaf_dir', _DEFAULTS.data.leaf_dir,
-                      'leaf: LEAF\'s dataset folder data/<name> (holding data/train/*.json and '
-                      'data/test/*.json), or its data/ folder. Converted once into a cache; the '
-                      'splits are the files\' own.')
-  flags.DEFINE_enum('leaf_name', _DEFAULTS.data.leaf_name, list(config.LEAF_NAMES),
-                    'leaf: which LEAF dataset --leaf_dir holds. Default: the name of its folder.')
-
-with record_group('model'):
-  flags.DEFINE_string('model', _DEFAULTS.model,
-                      'Model (experiments.architectures.ARCHITECTURES). Default per dataset: digits_cnn for '
-                      'digits, emnist_cnn for emnist, logistic_regression for synthetic, '
-                      'fedavg_cnn for mnist/fashion_mnist, cifar_cnn for cifar10/cifar100; for '
-                      'leaf, LEAF\'s models: leaf_femnist_cnn, logistic_regression for '
-                      'Synthetic, leaf_celeba_cnn.')
-
-_LOOP = _DEFAULTS.training  # the loop's flag defaults
-
-with record_group('training'):
-  flags.DEFINE_integer('rounds', _LOOP.rounds, 'Federated rounds.')
-  flags.DEFINE_integer('clients_per_round', _LOOP.clients_per_round,
-                       'Clients sampled per round (without replacement; the sample of round r '
-                       'depends only on --seed and r).')
-  flags.DEFINE_integer('client_epochs', _LOOP.client_epochs, 'Local epochs per round.')
-  flags.DEFINE_integer('client_batch_size', _LOOP.batch_size, 'Local batch size.')
-  flags.DEFINE_integer('client_shuffle_buffer', _LOOP.shuffle_buffer,
-                       'Shuffle buffer of each client dataset (0: no shuffling). The shuffle seed '
-                       'is derived from --seed, the round and the client.')
-  flags.DEFINE_integer('eval_every', _LOOP.eval_every,
-                       'Evaluate the global model on the test split every N rounds (and after the '
-                       'last round); 0: only after the last round.')
-  flags.DEFINE_bool('eval_train_loss', _LOOP.eval_train_loss,
-                    'Also evaluate the global model on the union of the clients\' training data '
-                    'on evaluation rounds (columns global_train_loss, global_train_accuracy: the '
-                    'FedProx paper\'s training loss).')
-  flags.DEFINE_integer('checkpoint_every', _LOOP.checkpoint_every,
-                       'Save the server state every N rounds, after the last round, and when '
-                       'Ctrl-C or SIGTERM stops the run; 0: never. The default, 1, keeps every '
-                       'finished round even when the process is killed (a save costs a few '
-                       'milliseconds, BENCHMARKS.md).')
-  flags.DEFINE_integer('keep_checkpoints', _LOOP.keep_checkpoints,
-                       'Checkpoints to keep; 0 keeps all.')
-
-# `--batch_size` is another name of `--client_batch_size`.
-flags.DEFINE_alias('batch_size', 'client_batch_size')
-
-with record_group('client'):
-  flags.DEFINE_enum('client_optimizer', _DEFAULTS.client.optimizer, OPTIMIZERS,
-                    'Client optimizer (tff.learning.optimizers).')
-  flags.DEFINE_float('client_learning_rate', _DEFAULTS.client.learning_rate,
-                     'Client learning rate.')
-  flags.DEFINE_float('client_momentum', _DEFAULTS.client.momentum,
-                     'Client momentum in [0, 1) (sgd only).')
-  flags.DEFINE_enum('client_weighting', _LOOP.weighting,
-                    list(config.CLIENT_WEIGHTINGS),
-                    'Client weighting of the aggregate. Default: the method\'s own (FedMGC: '
-                    'loss, others: num_examples).')
-
-with record_group('server'):
-  flags.DEFINE_enum('server_optimizer', _DEFAULTS.server.optimizer, OPTIMIZERS,
-                    'Server optimizer; the aggregate delta is applied as its gradient.')
-  flags.DEFINE_float('server_learning_rate', _DEFAULTS.server.learning_rate,
-                     'Server learning rate.')
-  flags.DEFINE_float('server_momentum', _DEFAULTS.server.momentum,
-                     'Server momentum in [0, 1) (sgd only).')
-
-
-def _method_flag_help(hparam, extra: str = '') -> str:
-  """Help text of a method flag, as sentences: the component and its method, what it does, its
-  range (tff_conflict.hparams), e.g. 'Focal loss (FedMGC): focusing exponent ...'."""
-  component = hparam.component[:1].upper() + hparam.component[1:]
-  if hparam.method.lower() not in hparam.component.lower():
-    component += f' ({hparam.method})'
-  description = hparam.description.rstrip('.')
-  return f'{component}: {description}.{extra} Must be {hparam.valid_range}.'
-
-
-# Each method hyperparameter's default, range and description come from tff_conflict.hparams
-# (through config.MethodHparams, whose fields take the same defaults and checks).
-_METHOD_FLAG_EXTRA_HELP = {
+_HELP = {
+    'dataset': 'Federated dataset: digits (scikit-learn digits, Dirichlet label skew, offline), '
+               'emnist (TFF\'s, by writer), synthetic (LEAF Synthetic(alpha, beta)), '
+               'mnist/fashion_mnist/cifar10/cifar100 (Dirichlet splits of tensorflow-datasets), '
+               'leaf (LEAF\'s FEMNIST, Synthetic or CelebA JSON files, --leaf_dir).',
+    'num_clients': 'Clients in the population (emnist, leaf: the first N writers or users). '
+                   'Default: the dataset\'s (digits 20, synthetic 30, tfds 100, else all).',
+    'alpha': 'Dirichlet concentration of the label-skew split (digits, tfds datasets); smaller '
+             'is more skewed.',
+    'data_seed': 'Seed of the partition (and of Synthetic\'s data), apart from --seed so that '
+                 'seeds share the data.',
+    'cache_dir': 'emnist: directory of emnist_all.sqlite; leaf: where the converted cache goes '
+                 '(default: next to the data).',
+    'data_dir': 'tfds datasets: tensorflow-datasets data_dir.',
+    'emnist_only_digits': 'emnist: the 10-class digits-only version.',
+    'synthetic_alpha': 'synthetic: LEAF alpha (model heterogeneity).',
+    'synthetic_beta': 'synthetic: LEAF beta (data heterogeneity).',
+    'leaf_dir': 'leaf: LEAF\'s dataset folder data/<name> (data/train/*.json, data/test/*.json) '
+                'or its data/ folder; the splits are the files\' own.',
+    'leaf_name': 'leaf: which LEAF dataset --leaf_dir holds. Default: the name of its folder.',
+    'model': 'Model (experiments.architectures.MODELS). Default: the dataset\'s (docs/'
+             'experiments.md, Models).',
+    'rounds': 'Federated rounds.',
+    'clients_per_round': 'Clients sampled per round without replacement (the sample of round r '
+                         'depends only on --seed and r).',
+    'client_epochs': 'Local epochs per round.',
+    'client_batch_size': 'Local batch size.',
+    'client_shuffle_buffer': 'Shuffle buffer of each client dataset (0: none); its seed comes '
+                             'from --seed, the round and the client.',
+    'eval_every': 'Evaluate on the test split every N rounds and after the last; 0: only after '
+                  'the last.',
+    'eval_train_loss': 'Also evaluate the global model on the union of the clients\' training '
+                       'data (global_train_loss, global_train_accuracy: FedProx\'s training '
+                       'loss).',
+    'checkpoint_every': 'Save the server state every N rounds, after the last and on Ctrl-C or '
+                        'SIGTERM; 0: never.',
+    'keep_checkpoints': 'Checkpoints to keep; 0 keeps all.',
+    'resume': 'Continue from the latest checkpoint of the same experiment; --noresume starts '
+              'over (deleting its old outputs).',
+    'client_weighting': 'Client weighting of the aggregate. Default: the method\'s own (FedMGC: '
+                        'loss, others: num_examples).',
+    'client_learning_rate': 'Client learning rate.',
+    'client_optimizer': 'Client optimizer (tff.learning.optimizers).',
+    'client_momentum': 'Client momentum in [0, 1) (sgd only).',
+    'server_learning_rate': 'Server learning rate.',
+    'server_optimizer': 'Server optimizer; the aggregate delta is applied as its gradient.',
+    'server_momentum': 'Server momentum in [0, 1) (sgd only).',
+    'output_dir': 'Root of the outputs; each experiment writes under '
+                  '<output_dir>/<experiment_name>/.',
+    'experiment_name': 'The experiment\'s directory. Default: from the algorithm(s) and dataset.',
+    'progress': 'Show a progress bar (plain lines when stdout is not a terminal).',
+    'runtime': 'inprocess (tff_conflict.runtime\'s runner of the MapReduceForm graphs) or cpp '
+               '(TFF\'s worker_binary, needed for --workers).',
+    'workers': 'host:port of remote TFF workers (worker_binary) to run on; empty: local.',
+    # Extra sentences of method flags, after their spec's description.
     'proximal_strength': ' Used by fedprox; given with another algorithm, its client training '
                          'adds the proximal term (e.g. --algorithm=fedgh: FedProx\'s local '
                          'objective with FedGH\'s aggregation).',
     'fedgh_order': ' The seed is --seed.',
     'client_clip_norm': ' Every algorithm takes it.',
 }
+
+
+def _method_flag_help(hparam: hparams_lib.Hparam) -> str:
+  """'Focal loss (FedMGC): focusing exponent .... Must be <range>.' (`tff_conflict.hparams`)."""
+  component = hparam.component[:1].upper() + hparam.component[1:]
+  if hparam.method.lower() not in hparam.component.lower():
+    component += f' ({hparam.method})'
+  return (f'{component}: {hparam.description.rstrip(".")}.{_HELP.get(hparam.flag, "")} Must be '
+          f'{hparam.valid_range}.')
+
+
+_DEFINE = {int: flags.DEFINE_integer, Optional[int]: flags.DEFINE_integer,
+           float: flags.DEFINE_float, bool: flags.DEFINE_bool, str: flags.DEFINE_string,
+           Optional[str]: flags.DEFINE_string, tuple[str, ...]: flags.DEFINE_list}
+_DEFAULTS = config.ExperimentConfig()
+# Defined by the binaries themselves (train: --algorithm, ..., --seed; compare: --seeds).
+_BINARY_FLAGS = ('algorithm', 'client_loss', 'aggregator', 'seed')
 METHOD_HPARAMS = config.METHOD_HPARAMS
+_METHOD = {h.flag: h for h in METHOD_HPARAMS}
 
-with record_group('method'):
-  for _hparam in METHOD_HPARAMS:
-    _help = _method_flag_help(_hparam, _METHOD_FLAG_EXTRA_HELP.get(_hparam.flag, ''))
-    if _hparam.kind == hparams_lib.CHOICE:
-      flags.DEFINE_enum(_hparam.flag, _hparam.default, list(_hparam.choices), _help)
-    elif _hparam.kind == hparams_lib.BOOL:
-      flags.DEFINE_bool(_hparam.flag, _hparam.default, _help)
+for _section, _flag, _field in config.flag_fields():
+  if _flag in _BINARY_FLAGS:
+    continue
+  _default = getattr(getattr(_DEFAULTS, _section) if _section else _DEFAULTS, _field.name)
+  with record_group('method' if _section == 'hparams' else _section or _flag):
+    if _flag in _METHOD:
+      _h = _METHOD[_flag]
+      if _h.kind == hparams_lib.CHOICE:
+        flags.DEFINE_enum(_flag, _default, list(_h.choices), _method_flag_help(_h))
+      else:
+        (flags.DEFINE_bool if _h.kind == hparams_lib.BOOL else flags.DEFINE_float)(
+            _flag, _default, _method_flag_help(_h))
+    elif 'choices' in _field.metadata:
+      flags.DEFINE_enum(_flag, _default, list(_field.metadata['choices']), _HELP[_flag])
     else:
-      flags.DEFINE_float(_hparam.flag, _hparam.default, _help)
+      _DEFINE[_field.type](_flag, list(_default) if isinstance(_default, tuple) else _default,
+                           _HELP[_flag])
 
-with record_group('output'):
-  flags.DEFINE_string('output_dir', _DEFAULTS.output.output_dir,
-                      'Root of the outputs; each experiment writes under '
-                      '<output_dir>/<experiment_name>/.')
-  flags.DEFINE_string('experiment_name', _DEFAULTS.output.experiment_name,
-                      'Name of the experiment directory. Default: derived from the algorithm(s) '
-                      'and dataset.')
-  flags.DEFINE_bool('resume', _LOOP.resume,
-                    'Continue from the latest checkpoint of an earlier run of the same '
-                    'experiment; --noresume starts over (deleting its old outputs).')
-  flags.DEFINE_bool('progress', _DEFAULTS.output.progress,
-                    'Show a progress bar (plain lines when stdout is not a terminal).')
+flags.DEFINE_alias('batch_size', 'client_batch_size')   # another name of --client_batch_size
 
 with record_group('preset'):
   flags.DEFINE_string('preset', None, 'A named set of flag values; flags given explicitly win. '
-                      'Each binary has its own: compare: readme; benchmark: smoke, results.')
-
-with record_group('runtime'):
-  flags.DEFINE_enum('runtime', _DEFAULTS.runtime.runtime, list(config.RUNTIMES),
-                    'Execution backend: inprocess (tff_conflict.runtime\'s in-process runner of '
-                    'the MapReduceForm graphs) or cpp (TFF\'s worker_binary, needed for '
-                    '--workers).')
-  flags.DEFINE_list('workers', list(_DEFAULTS.runtime.workers),
-                    'host:port of remote TFF workers (worker_binary) to run on; empty: local.')
+                      'Each binary has its own: compare: readme; benchmark: experiments.presets.')
 
 
 def _validator(name: str, check: config.Checker):
@@ -285,21 +233,6 @@ def experiment_config(**overrides: Any) -> config.ExperimentConfig:
   values = {name: FLAGS[name].value for name in FLAGS if FLAGS[name].name == name}
   values.update(overrides)
   return config.from_flag_values(values, proximal_term=FLAGS['proximal_strength'].present)
-
-
-COMMON_GROUPS = ('data', 'model', 'training', 'client', 'server', 'method', 'output', 'runtime')
-
-
-def hparams(groups: Sequence[str] = COMMON_GROUPS, **extra: Any) -> dict[str, Any]:
-  """The values of the flags of `groups` (in order), then `extra`, package versions and the git
-  commit."""
-  values: dict[str, Any] = {}
-  for group in groups:
-    for name in _GROUPS[group]:
-      values[name] = FLAGS[name].value
-  values.update(extra)
-  values.update(metrics_io.provenance())
-  return values
 
 
 def quiet_logs() -> None:
