@@ -153,13 +153,13 @@ WORKER_ADDRESSES = must('a list of distinct host:port entries (port 1-65535)',
 
 def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
             check: Optional[Checker] = None, choices: Optional[Sequence[str]] = None,
-            **kwargs) -> Any:
-  """A dataclass field set by `flag` (if any), whose values must pass `check` (if any) or be
-  one of `choices` (None too when that is the default)."""
+            help: Optional[str] = None, **kwargs) -> Any:  # pylint: disable=redefined-builtin
+  """A dataclass field set by `flag` (if any; `help` is its help), whose values must pass
+  `check` (if any) or be one of `choices` (None too when that is the default)."""
   if choices is not None:
     check = optional(one_of(choices)) if default is None else one_of(choices)
-  metadata = {k: v for k, v in (('flag', flag), ('check', check), ('choices', choices))
-              if v is not None}
+  metadata = {k: v for k, v in (('flag', flag), ('check', check), ('choices', choices),
+                                ('help', help)) if v is not None}
   return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
@@ -264,33 +264,47 @@ class AlgorithmConfig:
     return f'--algorithm={self.name}'
 
 
+# The help of a flag is its setting's (`setting(help=...)`); AlgorithmConfig's flags and --seed
+# are the binaries' own.
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-  """The federated dataset.
-
-  Attributes:
-    dataset: one of `DATASETS`.
-    num_clients: clients in the population; None: the dataset's default (emnist: every writer).
-    alpha: Dirichlet concentration of the label-skew split (digits and tfds datasets).
-    data_seed: seed of the partition (and of Synthetic's generative process).
-    cache_dir: emnist: the folder holding emnist_all.sqlite (None: TFF's ~/.tff).
-    data_dir: tfds datasets: tensorflow-datasets' data_dir.
-    emnist_only_digits: emnist: the 10-class digits-only version.
-    synthetic_alpha, synthetic_beta: synthetic: LEAF's alpha and beta.
-    leaf_dir: leaf: LEAF's dataset folder data/<name> (required with dataset 'leaf').
-    leaf_name: leaf: which LEAF dataset leaf_dir holds; None: the name of its folder.
-  """
-  dataset: str = setting('digits', flag='dataset', choices=DATASETS)
-  num_clients: Optional[int] = setting(None, flag='num_clients', check=optional(at_least(1)))
-  alpha: float = setting(0.1, flag='alpha', check=POSITIVE)
-  data_seed: int = setting(0, flag='data_seed', check=at_least(0))
-  cache_dir: Optional[str] = setting(None, flag='cache_dir')
-  data_dir: Optional[str] = setting(None, flag='data_dir')
-  emnist_only_digits: bool = setting(False, flag='emnist_only_digits', check=BOOL)
-  synthetic_alpha: float = setting(1.0, flag='synthetic_alpha', check=NON_NEGATIVE)
-  synthetic_beta: float = setting(1.0, flag='synthetic_beta', check=NON_NEGATIVE)
-  leaf_dir: Optional[str] = setting(None, flag='leaf_dir')
-  leaf_name: Optional[str] = setting(None, flag='leaf_name', choices=LEAF_NAMES)
+  """The federated dataset (`experiments.datasets`)."""
+  dataset: str = setting(
+      'digits', flag='dataset', choices=DATASETS,
+      help='Federated dataset: digits (scikit-learn digits, Dirichlet label skew, offline), '
+      'emnist (TFF\'s, by writer), synthetic (LEAF Synthetic(alpha, beta)), mnist/fashion_mnist/'
+      'cifar10/cifar100 (Dirichlet splits of tensorflow-datasets), leaf (LEAF\'s FEMNIST, '
+      'Synthetic or CelebA JSON files, --leaf_dir).')
+  num_clients: Optional[int] = setting(
+      None, flag='num_clients', check=optional(at_least(1)),
+      help='Clients in the population (emnist, leaf: the first N writers or users). Default: the '
+      'dataset\'s (digits 20, synthetic 30, tfds 100, else all).')
+  alpha: float = setting(0.1, flag='alpha', check=POSITIVE,
+                         help='Dirichlet concentration of the label-skew split (digits, tfds '
+                         'datasets); smaller is more skewed.')
+  data_seed: int = setting(0, flag='data_seed', check=at_least(0),
+                           help='Seed of the partition (and of Synthetic\'s data), apart from '
+                           '--seed so that seeds share the data.')
+  cache_dir: Optional[str] = setting(None, flag='cache_dir',
+                                     help='emnist: directory of emnist_all.sqlite (default TFF\'s '
+                                     '~/.tff); leaf: where the converted cache goes (default: '
+                                     'next to the data).')
+  data_dir: Optional[str] = setting(None, flag='data_dir',
+                                    help='tfds datasets: tensorflow-datasets data_dir.')
+  emnist_only_digits: bool = setting(False, flag='emnist_only_digits', check=BOOL,
+                                     help='emnist: the 10-class digits-only version.')
+  synthetic_alpha: float = setting(1.0, flag='synthetic_alpha', check=NON_NEGATIVE,
+                                   help='synthetic: LEAF alpha (model heterogeneity).')
+  synthetic_beta: float = setting(1.0, flag='synthetic_beta', check=NON_NEGATIVE,
+                                  help='synthetic: LEAF beta (data heterogeneity).')
+  leaf_dir: Optional[str] = setting(
+      None, flag='leaf_dir', help='leaf: LEAF\'s dataset folder data/<name> (data/train/*.json, '
+      'data/test/*.json) or its data/ folder; the splits are the files\' own.')
+  leaf_name: Optional[str] = setting(None, flag='leaf_name', choices=LEAF_NAMES,
+                                     help='leaf: which LEAF dataset --leaf_dir holds. Default: '
+                                     'the name of its folder.')
 
   def __post_init__(self):
     check_fields(self)
@@ -301,39 +315,38 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
-  """Settings of the run loop (`experiments.training_loop`).
-
-  Attributes:
-    rounds: the last round to run.
-    clients_per_round: clients sampled per round, without replacement.
-    client_epochs: local epochs (the client dataset is repeated this many times).
-    batch_size: local batch size.
-    shuffle_buffer: shuffle buffer of each client dataset; 0 disables shuffling.
-    seed: seed of client sampling and shuffling (and of the model and randomized aggregators,
-      through the experiment).
-    eval_every: evaluate every N rounds and after the last; 0 only after the last.
-    eval_train_loss: on evaluation rounds, also evaluate the global model on the union of the
-      clients' training data (`global_train_loss`, `global_train_accuracy`).
-    checkpoint_every: save the server state every N rounds and after the last; 0 never. The
-      default, 1, keeps every finished round across a crash or a kill.
-    keep_checkpoints: checkpoints kept; 0 keeps all.
-    resume: continue from the latest checkpoint under the experiment directory.
-    weighting: how client updates are weighted, 'num_examples', 'uniform' or 'loss'; None: the
-      method's own.
-  """
-  rounds: int = setting(flag='rounds', check=at_least(1))
-  clients_per_round: int = setting(flag='clients_per_round', check=at_least(1))
-  client_epochs: int = setting(1, flag='client_epochs', check=at_least(1))
-  batch_size: int = setting(20, flag='client_batch_size', check=at_least(1))
-  shuffle_buffer: int = setting(1000, flag='client_shuffle_buffer', check=at_least(0))
+  """Settings of the run loop (`experiments.training_loop`); `seed` also seeds the model and
+  randomized aggregators (through the experiment)."""
+  rounds: int = setting(flag='rounds', check=at_least(1), help='Federated rounds.')
+  clients_per_round: int = setting(flag='clients_per_round', check=at_least(1),
+                                   help='Clients sampled per round without replacement (the '
+                                   'sample of round r depends only on --seed and r).')
+  client_epochs: int = setting(1, flag='client_epochs', check=at_least(1),
+                               help='Local epochs per round.')
+  batch_size: int = setting(20, flag='client_batch_size', check=at_least(1),
+                            help='Local batch size (also --batch_size).')
+  shuffle_buffer: int = setting(1000, flag='client_shuffle_buffer', check=at_least(0),
+                                help='Shuffle buffer of each client dataset (0: none); its seed '
+                                'comes from --seed, the round and the client.')
   seed: int = setting(0, flag='seed', check=at_least(0))
-  eval_every: int = setting(1, flag='eval_every', check=at_least(0))
-  eval_train_loss: bool = setting(False, flag='eval_train_loss', check=BOOL)
-  checkpoint_every: int = setting(1, flag='checkpoint_every', check=at_least(0))
-  keep_checkpoints: int = setting(3, flag='keep_checkpoints', check=at_least(0))
-  resume: bool = setting(True, flag='resume', check=BOOL)
-  weighting: Optional[str] = setting(None, flag='client_weighting',
-                                     choices=CLIENT_WEIGHTINGS)
+  eval_every: int = setting(1, flag='eval_every', check=at_least(0),
+                            help='Evaluate on the test split every N rounds and after the last; '
+                            '0: only after the last.')
+  eval_train_loss: bool = setting(False, flag='eval_train_loss', check=BOOL,
+                                  help='Also evaluate the global model on the union of the '
+                                  'clients\' training data (global_train_loss, '
+                                  'global_train_accuracy: FedProx\'s training loss).')
+  checkpoint_every: int = setting(1, flag='checkpoint_every', check=at_least(0),
+                                  help='Save the server state every N rounds, after the last '
+                                  'and on Ctrl-C or SIGTERM; 0: never.')
+  keep_checkpoints: int = setting(3, flag='keep_checkpoints', check=at_least(0),
+                                  help='Checkpoints to keep; 0 keeps all.')
+  resume: bool = setting(True, flag='resume', check=BOOL,
+                         help='Continue from the latest checkpoint of the same experiment; '
+                         '--noresume starts over (deleting its old outputs).')
+  weighting: Optional[str] = setting(None, flag='client_weighting', choices=CLIENT_WEIGHTINGS,
+                                     help='Client weighting of the aggregate. Default: the '
+                                     'method\'s own (FedMGC: loss, others: num_examples).')
 
   def __post_init__(self):
     check_fields(self)
@@ -348,18 +361,13 @@ class LoopConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-  """A client's or the server's optimizer (the server applies the aggregate delta as its
-  gradient); its flags are `--client_*` or `--server_*`, checked by the config holding it
-  (`check_optimizer`).
-
-  Attributes:
-    learning_rate: > 0, finite.
-    optimizer: one of `OPTIMIZERS` (`tff.learning.optimizers`).
-    momentum: in [0, 1); sgd only.
-  """
-  learning_rate: float = setting(flag='learning_rate', check=POSITIVE)
-  optimizer: str = setting('sgd', flag='optimizer', choices=OPTIMIZERS)
-  momentum: float = setting(0.0, flag='momentum', check=MOMENTUM)
+  """The client's or the server's optimizer (the server applies the aggregate delta as its
+  gradient): flags `--client_*`, `--server_*`, checked by the config holding it."""
+  learning_rate: float = setting(flag='learning_rate', check=POSITIVE, help='learning rate.')
+  optimizer: str = setting('sgd', flag='optimizer', choices=OPTIMIZERS,
+                           help='optimizer (tff.learning.optimizers).')
+  momentum: float = setting(0.0, flag='momentum', check=MOMENTUM,
+                            help='momentum in [0, 1) (sgd only).')
 
 
 def check_optimizer(optimizer: OptimizerConfig, side: str) -> None:
@@ -422,17 +430,16 @@ MethodHparams = dataclasses.make_dataclass(
 
 @dataclasses.dataclass(frozen=True)
 class OutputConfig:
-  """Where results go, and the execution backend.
-
-  Attributes:
-    output_dir: root of the outputs; an experiment writes under `<output_dir>/<experiment_name>/`.
-    experiment_name: the experiment's directory; None: derived from the method and dataset.
-    progress: show a progress bar (plain lines when stdout is not a terminal).
-  """
-  output_dir: str = setting('results', flag='output_dir', check=NON_EMPTY_STRING)
+  """Where results go: `<output_dir>/<experiment_name>/`."""
+  output_dir: str = setting('results', flag='output_dir', check=NON_EMPTY_STRING,
+                            help='Root of the outputs; each experiment writes under '
+                            '<output_dir>/<experiment_name>/.')
   experiment_name: Optional[str] = setting(None, flag='experiment_name',
-                                           check=optional(RELATIVE_NAME))
-  progress: bool = setting(True, flag='progress', check=BOOL)
+                                           check=optional(RELATIVE_NAME),
+                                           help='The experiment\'s directory. Default: from the '
+                                           'algorithm(s) and dataset.')
+  progress: bool = setting(True, flag='progress', check=BOOL, help='Show a progress bar (plain '
+                           'lines when stdout is not a terminal).')
 
   def __post_init__(self):
     check_fields(self)
@@ -440,15 +447,13 @@ class OutputConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
-  """The execution backend.
-
-  Attributes:
-    runtime: 'inprocess' (tff_conflict.runtime's in-process runner, the default) or 'cpp' (TFF's
-      local worker_binary, or remote workers).
-    workers: host:port of remote TFF workers to run on (cpp only); empty: local.
-  """
-  runtime: str = setting('inprocess', flag='runtime', choices=RUNTIMES)
-  workers: tuple[str, ...] = setting((), flag='workers', check=WORKER_ADDRESSES)
+  """The execution backend."""
+  runtime: str = setting('inprocess', flag='runtime', choices=RUNTIMES,
+                         help='inprocess (tff_conflict.runtime\'s runner of the MapReduceForm '
+                         'graphs) or cpp (TFF\'s worker_binary, needed for --workers).')
+  workers: tuple[str, ...] = setting((), flag='workers', check=WORKER_ADDRESSES,
+                                     help='host:port of remote TFF workers (worker_binary) to '
+                                     'run on; empty: local.')
 
   def __post_init__(self):
     object.__setattr__(self, 'workers', tuple(self.workers))
@@ -468,7 +473,8 @@ class ExperimentConfig:
   `experiments.architectures.MODELS` (None: the dataset's default)."""
   algorithm: AlgorithmConfig = _section(AlgorithmConfig)
   data: DataConfig = _section(DataConfig)
-  model: Optional[str] = setting(None, flag='model')
+  model: Optional[str] = setting(None, flag='model', help='Model (experiments.architectures.'
+                                 'MODELS). Default: the dataset\'s (docs/experiments.md).')
   training: LoopConfig = _section(lambda: LoopConfig(rounds=50, clients_per_round=10))
   client: OptimizerConfig = _section(lambda: OptimizerConfig(0.05))
   server: OptimizerConfig = _section(lambda: OptimizerConfig(1.0))

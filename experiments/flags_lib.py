@@ -30,61 +30,8 @@ def groups() -> dict[str, list[str]]:
   return {g: list(names) for g, names in _GROUPS.items()}
 
 
-_HELP = {
-    'dataset': 'Federated dataset: digits (scikit-learn digits, Dirichlet label skew, offline), '
-               'emnist (TFF\'s, by writer), synthetic (LEAF Synthetic(alpha, beta)), '
-               'mnist/fashion_mnist/cifar10/cifar100 (Dirichlet splits of tensorflow-datasets), '
-               'leaf (LEAF\'s FEMNIST, Synthetic or CelebA JSON files, --leaf_dir).',
-    'num_clients': 'Clients in the population (emnist, leaf: the first N writers or users). '
-                   'Default: the dataset\'s (digits 20, synthetic 30, tfds 100, else all).',
-    'alpha': 'Dirichlet concentration of the label-skew split (digits, tfds datasets); smaller '
-             'is more skewed.',
-    'data_seed': 'Seed of the partition (and of Synthetic\'s data), apart from --seed so that '
-                 'seeds share the data.',
-    'cache_dir': 'emnist: directory of emnist_all.sqlite; leaf: where the converted cache goes '
-                 '(default: next to the data).',
-    'data_dir': 'tfds datasets: tensorflow-datasets data_dir.',
-    'emnist_only_digits': 'emnist: the 10-class digits-only version.',
-    'synthetic_alpha': 'synthetic: LEAF alpha (model heterogeneity).',
-    'synthetic_beta': 'synthetic: LEAF beta (data heterogeneity).',
-    'leaf_dir': 'leaf: LEAF\'s dataset folder data/<name> (data/train/*.json, data/test/*.json) '
-                'or its data/ folder; the splits are the files\' own.',
-    'leaf_name': 'leaf: which LEAF dataset --leaf_dir holds. Default: the name of its folder.',
-    'model': 'Model (experiments.architectures.MODELS). Default: the dataset\'s (docs/'
-             'experiments.md, Models).',
-    'rounds': 'Federated rounds.',
-    'clients_per_round': 'Clients sampled per round without replacement (the sample of round r '
-                         'depends only on --seed and r).',
-    'client_epochs': 'Local epochs per round.',
-    'client_batch_size': 'Local batch size.',
-    'client_shuffle_buffer': 'Shuffle buffer of each client dataset (0: none); its seed comes '
-                             'from --seed, the round and the client.',
-    'eval_every': 'Evaluate on the test split every N rounds and after the last; 0: only after '
-                  'the last.',
-    'eval_train_loss': 'Also evaluate the global model on the union of the clients\' training '
-                       'data (global_train_loss, global_train_accuracy: FedProx\'s training '
-                       'loss).',
-    'checkpoint_every': 'Save the server state every N rounds, after the last and on Ctrl-C or '
-                        'SIGTERM; 0: never.',
-    'keep_checkpoints': 'Checkpoints to keep; 0 keeps all.',
-    'resume': 'Continue from the latest checkpoint of the same experiment; --noresume starts '
-              'over (deleting its old outputs).',
-    'client_weighting': 'Client weighting of the aggregate. Default: the method\'s own (FedMGC: '
-                        'loss, others: num_examples).',
-    'client_learning_rate': 'Client learning rate.',
-    'client_optimizer': 'Client optimizer (tff.learning.optimizers).',
-    'client_momentum': 'Client momentum in [0, 1) (sgd only).',
-    'server_learning_rate': 'Server learning rate.',
-    'server_optimizer': 'Server optimizer; the aggregate delta is applied as its gradient.',
-    'server_momentum': 'Server momentum in [0, 1) (sgd only).',
-    'output_dir': 'Root of the outputs; each experiment writes under '
-                  '<output_dir>/<experiment_name>/.',
-    'experiment_name': 'The experiment\'s directory. Default: from the algorithm(s) and dataset.',
-    'progress': 'Show a progress bar (plain lines when stdout is not a terminal).',
-    'runtime': 'inprocess (tff_conflict.runtime\'s runner of the MapReduceForm graphs) or cpp '
-               '(TFF\'s worker_binary, needed for --workers).',
-    'workers': 'host:port of remote TFF workers (worker_binary) to run on; empty: local.',
-    # Extra sentences of method flags, after their spec's description.
+# Extra sentences of method flags, after their spec's description.
+_EXTRA_HELP = {
     'proximal_strength': ' Used by fedprox; given with another algorithm, its client training '
                          'adds the proximal term (e.g. --algorithm=fedgh: FedProx\'s local '
                          'objective with FedGH\'s aggregation).',
@@ -98,7 +45,7 @@ def _method_flag_help(hparam: hparams_lib.Hparam) -> str:
   component = hparam.component[:1].upper() + hparam.component[1:]
   if hparam.method.lower() not in hparam.component.lower():
     component += f' ({hparam.method})'
-  return (f'{component}: {hparam.description.rstrip(".")}.{_HELP.get(hparam.flag, "")} Must be '
+  return (f'{component}: {hparam.description.rstrip(".")}.{_EXTRA_HELP.get(hparam.flag, "")} Must be '
           f'{hparam.valid_range}.')
 
 
@@ -123,11 +70,15 @@ for _section, _flag, _field in config.flag_fields():
       else:
         (flags.DEFINE_bool if _h.kind == hparams_lib.BOOL else flags.DEFINE_float)(
             _flag, _default, _method_flag_help(_h))
-    elif 'choices' in _field.metadata:
-      flags.DEFINE_enum(_flag, _default, list(_field.metadata['choices']), _HELP[_flag])
+      continue
+    _help = _field.metadata['help']
+    if _section in ('client', 'server'):
+      _help = f'{_section.capitalize()} {_help}'
+    if 'choices' in _field.metadata:
+      flags.DEFINE_enum(_flag, _default, list(_field.metadata['choices']), _help)
     else:
       _DEFINE[_field.type](_flag, list(_default) if isinstance(_default, tuple) else _default,
-                           _HELP[_flag])
+                           _help)
 
 flags.DEFINE_alias('batch_size', 'client_batch_size')   # another name of --client_batch_size
 
