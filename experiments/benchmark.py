@@ -6,6 +6,7 @@ from experiments import interrupts  # pylint: disable=g-bad-import-order
 if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
   interrupts.exit_on_signals()
 
+import dataclasses
 import datetime
 import os
 import platform
@@ -35,83 +36,43 @@ ALL_REGIMES = ('digits:iid', 'digits:dir(0.1)', 'digits:dir(0.5)', 'digits:dir(1
                'digits:#C=2', 'digits:qty(0.5)', 'synthetic(0,0)', 'synthetic(0.5,0.5)',
                'synthetic(1,1)')
 
-# The benchmark's flag defaults are its config's (`experiments.benchmarking.config`).
-_B, _T = config_lib.BenchmarkConfig, config_lib.TuningConfig
-_D = experiment_config.default
+# The benchmark's own flags: one per setting of its config with a `help` (default, choices and
+# check from there); a list is comma-separated, a mapping or grid a string (`_PARSE`).
+_PARSE = {
+    'regimes': lambda text: tuple(config_lib.split_top_level(text)),
+    'methods': lambda text: tuple(config_lib.split_top_level(text)),
+    'models': lambda text: config_lib.parse_mapping('models', text),
+    'detect': lambda text: config_lib.parse_mapping('detect', text, float),
+    'tuning_regimes': config_lib.parse_tuning_regimes, 'grids': config_lib.parse_grids,
+}
+_TEXT_DEFAULTS = {'regimes': ','.join(ALL_REGIMES), 'methods': ','.join(methods_lib.METHODS)}
 
 
-def _list(cls, field):
-  return [f'{v:g}' if isinstance(v, float) else str(v) for v in _D(cls, field)]
+def _settings():
+  """(config class, flag, field) of every setting a flag of the benchmark sets."""
+  for cls in (config_lib.BenchmarkConfig, config_lib.TuningConfig):
+    for field in dataclasses.fields(cls):
+      if 'help' in field.metadata:
+        yield cls, field.metadata.get('flag', field.name), field
+
+
+def _cast(field) -> type:
+  return float if any(isinstance(v, float) for v in field.default) else int
 
 
 with flags_lib.record_group('benchmark'):
-  flags.DEFINE_string('regimes', ','.join(ALL_REGIMES),
-                      'Comma-separated regimes (tff_conflict.data.regimes): DATASET:iid, '
-                      'DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), '
-                      'synthetic(ALPHA,BETA), emnist:natural; @K sets the population.')
-  flags.DEFINE_string('methods', ','.join(methods_lib.METHODS),
-                      'Comma-separated methods: names of experiments.benchmarking.methods.METHODS '
-                      'or ALGORITHM[key=value,...] variants.')
-  flags.DEFINE_list('epochs', _list(_B, 'epochs'), 'Local epochs E of the grid.')
-  flags.DEFINE_list('report_seeds', _list(_B, 'report_seeds'), 'Reporting seeds.')
-  flags.DEFINE_string('models', '', 'DATASET:MODEL,... (experiments.architectures.MODELS); default '
-                      'each dataset\'s model (digits: digits_cnn, synthetic: '
-                      'logistic_regression).')
-  flags.DEFINE_string('baseline', _D(_B, 'baseline'), 'The method every other is compared with.')
-  flags.DEFINE_enum('primary_statistic', _D(_B, 'primary_statistic'),
-                    list(config_lib.PRIMARY_STATISTICS), 'The one statistic the tables compare, '
-                    'named before the runs: last_k_accuracy (the mean test accuracy over the last '
-                    '--tuning_last_k rounds) or final_accuracy (the last round\'s).')
-  flags.DEFINE_float('equivalence_margin', _D(_B, 'equivalence_margin'), 'A method ties the '
-                     'baseline only when the 95% interval of their difference lies inside +- '
-                     'this margin.')
-  flags.DEFINE_bool('variants_inherit', _D(_B, 'variants_inherit'), 'A variant whose parent '
-                    'method is in --methods runs at the parent\'s tuned values, changing only '
-                    'what it fixes; --novariants_inherit tunes it on the parent\'s grids.')
-  flags.DEFINE_string('detect', '', 'DATASET:DIFFERENCE,...: the accuracy difference to detect '
-                      'at 80% power, for the seed count the report prints (default synthetic '
-                      '0.02, other datasets 0.01).')
-  flags.DEFINE_bool('vary_partition', _D(_B, 'vary_partition'), 'Draw each seed\'s partition (and Synthetic data) '
-                    'with that seed; --novary_partition uses --data_seed for all.')
-  flags.DEFINE_bool('tune', _D(_T, 'tune'), 'Tune on a validation split first; --tune=false uses the '
-                    'given values (the learning-rate and method flags).')
-  flags.DEFINE_list('tuning_seeds', _list(_T, 'tuning_seeds'), 'Seeds of the tuning runs (disjoint from '
-                    '--report_seeds).')
-  flags.DEFINE_string('tuning_regimes', '', 'Regimes tuned on, one per dataset (e.g. '
-                      'digits:dir(0.1),synthetic(1,1); DATASET:REGIME also works); default '
-                      'digits:dir(0.1) for digits, synthetic(1,1) for synthetic, else the '
-                      'dataset\'s first regime.')
-  flags.DEFINE_list('tune_epochs', _list(_T, 'tune_epochs'), 'Local epochs tuned at (default: every --epochs); an '
-                    'untuned E uses the nearest tuned E\'s values.')
-  flags.DEFINE_list('client_lr_grid', _list(_T, 'client_lr_grid'), 'Client learning rates tried by '
-                    'every method.')
-  flags.DEFINE_list('server_lr_grid', _list(_T, 'server_lr_grid'), 'Server learning rates tried by '
-                    'every method (with --tune_server_lr).')
-  flags.DEFINE_bool('tune_server_lr', _D(_T, 'tune_server_lr'), 'Every method, the baseline '
-                    'included, searches --server_lr_grid; --notune_server_lr: none does.')
-  flags.DEFINE_string('grids', '', 'METHOD.ARGUMENT=V1/V2/...,...: replaces a method\'s '
-                      'default grid of that builder argument.')
-  flags.DEFINE_enum('tuning_strategy', _D(_T, 'strategy'), ['staged', 'product'],
-                    'staged: client lr first, then the method\'s grid; product: every '
-                    'combination.')
-  flags.DEFINE_enum('tuning_schedule', _D(_T, 'schedule'), ['full', 'halving'],
-                    'full: every candidate runs every round; halving: successive halving over '
-                    'rounds (the best third of each rung runs 3x longer).')
-  flags.DEFINE_integer('tuning_last_k', _D(_T, 'last_k'), 'A tuning run\'s score: mean validation accuracy of '
-                       'its last K rounds.')
-  flags.DEFINE_integer('tuning_edge_steps', _D(_T, 'edge_steps'), 'When a numeric grid\'s best '
-                       'value (client or server lr, a method argument) is at its edge, extend '
-                       'the grid past it geometrically at most this many times per side; 0: '
-                       'never. A best value still at an edge is marked in the report.')
-  flags.DEFINE_float('tuning_edge_factor', _D(_T, 'edge_factor'), 'Factor of each extension.')
-  flags.DEFINE_integer('plateau_window', _D(_T, 'plateau_window'), 'The report\'s plateau '
-                       'criterion: the baseline\'s tuned validation accuracy has plateaued when '
-                       'the mean of its last K rounds is within --plateau_tolerance of the mean '
-                       'of the K before.')
-  flags.DEFINE_float('plateau_tolerance', _D(_T, 'plateau_tolerance'), 'Tolerance of the '
-                     'plateau criterion (accuracy).')
-  flags.DEFINE_float('validation_fraction', _D(_T, 'validation_fraction'), 'Share of each client\'s training examples '
-                     'held out for tuning.')
+  for _, _flag, _field in _settings():
+    _help = _field.metadata['help']
+    if _flag in _PARSE:
+      flags.DEFINE_string(_flag, _TEXT_DEFAULTS.get(_flag, ''), _help)
+    elif 'choices' in _field.metadata:
+      flags.DEFINE_enum(_flag, _field.default, list(_field.metadata['choices']), _help)
+    elif isinstance(_field.default, tuple):
+      flags.DEFINE_list(_flag, [f'{v:g}' if isinstance(v, float) else str(v)
+                                for v in _field.default], _help)
+    else:
+      {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+       str: flags.DEFINE_string}[type(_field.default)](_flag, _field.default, _help)
   flags.DEFINE_string('results_md', None, 'Also write this RESULTS.md (machine, date, command, '
                       'wall time, report) and copy its data to docs/results/ beside it.')
   flags.DEFINE_bool('positive_control', False, 'Also run the positive control first (FedProx '
@@ -119,7 +80,6 @@ with flags_lib.record_group('benchmark'):
                     'effect; experiments.presets.POSITIVE_CONTROL) under OUTPUT/positive_control '
                     'and report it.')
   flags.DEFINE_bool('report_only', False, 'Only rewrite the report from the runs on disk.')
-  flags.DEFINE_string('description', '', 'A sentence for the report\'s Setup section.')
 
 flags_lib.register_validators()
 
@@ -140,10 +100,6 @@ def apply_preset() -> None:
   """Sets the preset's values (`presets.BENCHMARK`) on every flag not given on the command
   line."""
   flags_lib.apply_preset(presets.BENCHMARK)
-
-
-def _numbers(flag: str, cast: type = int) -> tuple:
-  return experiment_config.parse_numbers(flag, FLAGS[flag].value, cast)
 
 
 def given_values() -> dict[str, dict[str, Any]]:
@@ -167,29 +123,19 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
       raise experiment_config.ConfigError(
           name, FLAGS[name].value, reason=f'does not apply to experiments.benchmark; use {instead}')
   parts = flags_lib.experiment_config()
-  tuning = config_lib.TuningConfig(
-      tune=FLAGS.tune, tuning_seeds=_numbers('tuning_seeds'),
-      tuning_regimes=config_lib.parse_tuning_regimes(FLAGS.tuning_regimes),
-      tune_epochs=_numbers('tune_epochs'), client_lr_grid=_numbers('client_lr_grid', float),
-      server_lr_grid=_numbers('server_lr_grid', float), tune_server_lr=FLAGS.tune_server_lr,
-      grids=config_lib.parse_grids(FLAGS.grids),
-      strategy=FLAGS.tuning_strategy, schedule=FLAGS.tuning_schedule,
-      last_k=FLAGS.tuning_last_k,
-      edge_steps=FLAGS.tuning_edge_steps, edge_factor=FLAGS.tuning_edge_factor,
-      validation_fraction=FLAGS.validation_fraction,
-      plateau_window=FLAGS.plateau_window, plateau_tolerance=FLAGS.plateau_tolerance)
+  values = {config_lib.BenchmarkConfig: {}, config_lib.TuningConfig: {}}
+  for cls, flag, field in _settings():
+    value = FLAGS[flag].value
+    if flag in _PARSE:
+      value = _PARSE[flag](value)
+    elif isinstance(field.default, tuple):
+      value = experiment_config.parse_numbers(flag, value, _cast(field))
+    values[cls][field.name] = value
   config = config_lib.BenchmarkConfig(
-      regimes=tuple(config_lib.split_top_level(FLAGS.regimes)),
-      methods=tuple(config_lib.split_top_level(FLAGS.methods)), epochs=_numbers('epochs'),
-      report_seeds=_numbers('report_seeds'),
-      models=config_lib.parse_mapping('models', FLAGS.models), given=given_values(),
-      vary_partition=FLAGS.vary_partition, baseline=FLAGS.baseline,
-      primary_statistic=FLAGS.primary_statistic, variants_inherit=FLAGS.variants_inherit,
-      equivalence_margin=FLAGS.equivalence_margin,
-      detect=config_lib.parse_mapping('detect', FLAGS.detect, float),
-      description=FLAGS.description, tuning=tuning,
-      loop=parts.training, client=parts.client, server=parts.server, data=parts.data,
-      output=parts.output, runtime=parts.runtime)
+      **values[config_lib.BenchmarkConfig], given=given_values(),
+      tuning=config_lib.TuningConfig(**values[config_lib.TuningConfig]), loop=parts.training,
+      client=parts.client, server=parts.server, data=parts.data, output=parts.output,
+      runtime=parts.runtime)
   # The method flags reach the methods by algorithm (`given_values`): refuse one none reads.
   flags_lib.check_method_flags_apply([
       experiment_config.AlgorithmConfig(m.algorithm)

@@ -178,55 +178,68 @@ def _check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[
         'a no-argument function returning a new uncompiled tf.keras.Model', callable))
 
 
+def _parsed(argument: str, name: str, own: Collection[str] = ()):
+  """A regime (`parse_regime`, with `own` datasets) or, without `own`, a method
+  (`methods.parse_method`); `ConfigError` naming `argument` when it does not parse."""
+  try:
+    return parse_regime(name, own) if argument != 'methods' else methods_lib.parse_method(name)
+  except ValueError as e:
+    raise ConfigError(argument, name, reason=str(e)) from None
+
+
+# A setting with `help` is set by the benchmark's flag of its name (`flag` when given).
+
+
 @dataclasses.dataclass(frozen=True)
 class TuningConfig:
-  """How hyperparameters are chosen without the test split.
-
-  Attributes:
-    tune: False: every run uses the given values (`BenchmarkConfig.given`).
-    tuning_seeds: seeds of the tuning runs, disjoint from the reporting seeds.
-    tuning_regimes: dataset -> the regime tuned on (its choice is reused for every regime of the
-      dataset); a dataset left out uses its `DEFAULT_TUNING_REGIMES` split (the grid's regime
-      with that split if there is one, e.g. with the grid's population), else its first regime.
-    tune_epochs: the local epochs tuned at; empty: every E of the grid. A grid E not tuned uses
-      the values of the nearest tuned E.
-    client_lr_grid: the client learning rates tried by every method (FedAvg included).
-    server_lr_grid: the server learning rates tried by every method (with `tune_server_lr`).
-    tune_server_lr: True: every method, the baseline included, searches `server_lr_grid`;
-      False: none does (each runs at the server learning rate given). Never some methods only:
-      a method that searched more rates than the baseline would gain from the search alone.
-    grids: method -> {builder argument: candidates}, replacing that method's default grid.
-    strategy: 'staged': the client learning rate first (each method at its given values), then
-      the method's own grid (and server lr) at the chosen rate; 'product': every combination.
-    last_k: the score of a run is its mean validation accuracy over its last `last_k` rounds.
-    validation_fraction: share of each client's training examples held out for validation.
-    edge_steps: how many times a numeric grid whose best value is at its edge is extended past
-      it (per dimension and side; 0: never); a best value still at an edge is reported.
-    edge_factor: each extension multiplies (divides) the edge value by this factor (> 1).
-    schedule: 'full': every candidate runs every round; 'halving': successive halving over
-      rounds (`experiments.benchmarking.tuning`), only the best third of each rung runs longer.
-    plateau_window, plateau_tolerance: the report's plateau criterion (`stats.plateau`): the
-      baseline's chosen candidate's validation accuracy (mean over the tuning seeds) has
-      plateaued when the mean of its last `plateau_window` rounds lies within
-      `plateau_tolerance` of the mean of the `plateau_window` rounds before.
-  """
-  tune: bool = setting(True, check=_M.BOOL)
-  tuning_seeds: tuple = setting((100, 101), check=_distinct_ints(0))
-  tuning_regimes: Mapping[str, str] = setting(default_factory=dict)
-  tune_epochs: tuple = setting((), check=_distinct_ints(1, allow_empty=True))
-  client_lr_grid: tuple = setting((0.03, 0.1, 0.3), check=_POSITIVES)
-  server_lr_grid: tuple = setting((1.0, 2.0, 3.0), check=_POSITIVES)
-  tune_server_lr: bool = setting(True, check=_M.BOOL)
-  grids: Mapping[str, Mapping[str, tuple]] = setting(default_factory=dict)
-  strategy: str = setting('staged', flag='tuning_strategy', check=_M.one_of(('staged', 'product')))
-  last_k: int = setting(5, flag='tuning_last_k', check=_M.at_least(1))
-  validation_fraction: float = setting(0.2, check=_FRACTION)
-  edge_steps: int = setting(3, flag='tuning_edge_steps', check=_M.at_least(0))
+  """How hyperparameters are chosen without the test split (docs/design.md, tuning): every
+  method searches the same learning rates, then its own grid (`grids` replaces one), scored by
+  its mean validation accuracy over its last `last_k` rounds."""
+  tune: bool = setting(True, check=_M.BOOL, help='Tune on a validation split first; --notune '
+                       'uses the given values (the learning-rate and method flags).')
+  tuning_seeds: tuple = setting((100, 101), check=_distinct_ints(0), help='Seeds of the tuning '
+                                'runs (disjoint from --report_seeds).')
+  tuning_regimes: Mapping[str, str] = setting(
+      default_factory=dict, help='Regimes tuned on, one per dataset (e.g. digits:dir(0.1),'
+      'synthetic(1,1); DATASET:REGIME also works); its choice serves every regime of the dataset. '
+      'Default: DEFAULT_TUNING_REGIMES\'s split (with the grid\'s population if one has it), '
+      'else the dataset\'s first regime.')
+  tune_epochs: tuple = setting((), check=_distinct_ints(1, allow_empty=True), help='Local epochs '
+                               'tuned at (default: every --epochs); an untuned E uses the '
+                               'nearest tuned E\'s values.')
+  client_lr_grid: tuple = setting((0.03, 0.1, 0.3), check=_POSITIVES, help='Client learning '
+                                  'rates tried by every method.')
+  server_lr_grid: tuple = setting((1.0, 2.0, 3.0), check=_POSITIVES, help='Server learning '
+                                  'rates tried by every method (with --tune_server_lr).')
+  tune_server_lr: bool = setting(True, check=_M.BOOL, help='Every method, the baseline included, '
+                                 'searches --server_lr_grid; --notune_server_lr: none does (never '
+                                 'some only: a wider search alone would gain).')
+  grids: Mapping[str, Mapping[str, tuple]] = setting(
+      default_factory=dict, help='METHOD.ARGUMENT=V1/V2/...,...: replaces a method\'s default '
+      'grid of that builder argument.')
+  strategy: str = setting('staged', flag='tuning_strategy', choices=('staged', 'product'),
+                          help='staged: client lr first, then the method\'s grid (and server lr) '
+                          'at the chosen rate; product: every combination.')
+  last_k: int = setting(5, flag='tuning_last_k', check=_M.at_least(1), help='A tuning run\'s '
+                        'score: mean validation accuracy of its last K rounds.')
+  validation_fraction: float = setting(0.2, check=_FRACTION, help='Share of each client\'s '
+                                       'training examples held out for tuning.')
+  edge_steps: int = setting(3, flag='tuning_edge_steps', check=_M.at_least(0),
+                            help='When a numeric grid\'s best value is at its edge, extend the '
+                            'grid past it geometrically at most this many times per side; 0: '
+                            'never. A best value still at an edge is marked in the report.')
   edge_factor: float = setting(3.0, flag='tuning_edge_factor', check=must(
-      'a finite number > 1', lambda v: passes(_M.POSITIVE, v) and v > 1))
-  schedule: str = setting('full', flag='tuning_schedule', check=_M.one_of(('full', 'halving')))
-  plateau_window: int = setting(10, check=_M.at_least(1))
-  plateau_tolerance: float = setting(0.01, check=_M.NON_NEGATIVE)
+      'a finite number > 1', lambda v: passes(_M.POSITIVE, v) and v > 1),
+                               help='Factor of each extension.')
+  schedule: str = setting('full', flag='tuning_schedule', choices=('full', 'halving'),
+                          help='full: every candidate runs every round; halving: successive '
+                          'halving over rounds (the best third of each rung runs 3x longer).')
+  plateau_window: int = setting(10, check=_M.at_least(1), help='The report\'s plateau '
+                                'criterion (stats.plateau): the baseline\'s tuned validation '
+                                'accuracy has plateaued when the mean of its last K rounds is '
+                                'within --plateau_tolerance of the mean of the K before.')
+  plateau_tolerance: float = setting(0.01, check=_M.NON_NEGATIVE, help='Tolerance of the '
+                                     'plateau criterion (accuracy).')
 
   def __post_init__(self):
     _M.check_fields(self)
@@ -234,64 +247,52 @@ class TuningConfig:
 
 @dataclasses.dataclass(frozen=True)
 class BenchmarkConfig:
-  """A benchmark: the grid, the parts every run shares, tuning, and outputs.
+  """A benchmark: the grid (regimes x methods x E x seeds), tuning, and the parts of
+  `ExperimentConfig` every run shares: `loop` (its client_epochs and seed set by the grid, every
+  round evaluated, no checkpoint kept), the SGD `client` and `server`, `data` (data_seed without
+  `vary_partition`, where datasets are), `output`, `runtime` (local only).
 
-  Attributes:
-    regimes: regime names (`tff_conflict.data.parse_regime`), made canonical.
-    methods: method names (`methods.parse_method`), the baseline among them.
-    epochs: local epochs E of the grid.
-    report_seeds: reporting seeds; run seed s uses model initialisation s, the clients sampled
-      by (s, round), and (with `vary_partition`) the partition and Synthetic data of seed s.
-    models: dataset -> model name (`experiments.architectures.MODELS`); default the dataset's.
-    given: method or algorithm name -> builder keyword arguments used where nothing is tuned
-      (e.g. the method flags' values); a method's name wins over its algorithm's.
-    vary_partition: True: the data of seed s is split with seed s; False: with
-      `data.data_seed`.
-    baseline: the method every other is compared with (paired by seed).
-    primary_statistic: the one statistic the tables compare, named before the runs
-      (`PRIMARY_STATISTICS`): 'last_k_accuracy', the mean test accuracy over the last
-      `tuning.last_k` evaluated rounds (the tuning score's K); the last round's accuracy is
-      reported beside it as secondary.
-    equivalence_margin: a method "ties" the baseline only when the 95% interval of their paired
-      difference lies inside +- this margin (accuracy, e.g. 0.01: one point).
-    detect: dataset -> the difference the report computes a seed count for (80% power); a
-      dataset left out uses `DETECT`, then `DEFAULT_DETECT`.
-    variants_inherit: True: a variant whose parent (`methods.Method.parent`) is in the table is
-      not tuned; it runs at its parent's tuned learning rates and values and changes only what
-      it fixes. False: it is tuned on its parent's grids like any method.
-    description: a sentence for the report's Setup (e.g. how a preset was sized).
-    tuning: `TuningConfig`.
-    loop: every run's loop: rounds, clients_per_round, batch_size, shuffle_buffer,
-      eval_train_loss (reporting runs also evaluate the global model on the clients' training
-      data every round) and resume (skip finished runs); its client_epochs and seed are set by
-      the grid, every round is evaluated and no checkpoint is kept.
-    client, server: the SGD optimizers (learning rates tuned unless `tuning.tune` is False).
-    data: data_seed (without `vary_partition`) and where datasets are (cache_dir, data_dir,
-      leaf_dir); the dataset itself comes from each regime.
-    datasets: your own data, name -> `(train, test)` `tff.simulation.datasets.ClientData` of
-      unbatched `OrderedDict(x=float, y=int)`: each name is a regime of its own (list it in
-      `regimes`); runs.csv and the report name it so (docs/experiments.md, "Your own data and
-      model").
-    model_fns: your own models, name -> a no-argument function returning a new uncompiled Keras
-      model from x to logits; `models` maps a dataset to one (a dataset of your own with no
-      entry there takes your only model).
-    output: outputs go to `output.output_dir/output.experiment_name/` ('benchmark' when None);
-      `output.progress` shows the grid's progress.
-    runtime: `runtime.runtime`, 'inprocess' or 'cpp' (local workers only).
+  Your own data and models (docs/experiments.md, "Your own data and model"): `datasets`, name ->
+  `(train, test)` `tff.simulation.datasets.ClientData` of unbatched `OrderedDict(x=float,
+  y=int)`, each a regime of its own (list it in `regimes`); `model_fns`, name -> a no-argument
+  function returning a new uncompiled Keras model from x to logits (`models` maps a dataset to
+  one; a dataset of your own without an entry takes your only model). `given`: method or
+  algorithm name -> builder keywords used where nothing is tuned (a method's name wins).
   """
-  regimes: tuple
-  methods: tuple
-  epochs: tuple = (1, 5)
-  report_seeds: tuple = (0, 1, 2, 3, 4)
-  models: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  regimes: tuple = setting(help='Comma-separated regimes (tff_conflict.data.regimes): '
+                           'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), '
+                           'synthetic(ALPHA,BETA), emnist:natural; @K sets the population.')
+  methods: tuple = setting(help='Comma-separated methods (experiments.benchmarking.methods.'
+                           'METHODS or ALGORITHM[key=value,...] variants), the baseline among '
+                           'them.')
+  epochs: tuple = setting((1, 5), check=_distinct_ints(1), help='Local epochs E of the grid.')
+  report_seeds: tuple = setting((0, 1, 2, 3, 4), check=_distinct_ints(0), help='Reporting '
+                                'seeds: seed s is the initial model, the clients sampled and '
+                                '(--vary_partition) the partition.')
+  models: Mapping[str, str] = setting(default_factory=dict, help='DATASET:MODEL,... '
+                                      '(experiments.architectures.MODELS); default each '
+                                      'dataset\'s model.')
   given: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-  vary_partition: bool = True
-  baseline: str = 'fedavg'
-  primary_statistic: str = 'last_k_accuracy'
-  equivalence_margin: float = 0.01
-  detect: Mapping[str, float] = dataclasses.field(default_factory=dict)
-  variants_inherit: bool = True
-  description: str = ''
+  vary_partition: bool = setting(True, check=_M.BOOL, help='Draw each seed\'s partition (and '
+                                 'Synthetic data) with that seed; --novary_partition uses '
+                                 '--data_seed for all.')
+  baseline: str = setting('fedavg', help='The method every other is compared with (paired by '
+                          'seed).')
+  primary_statistic: str = setting('last_k_accuracy', choices=PRIMARY_STATISTICS, help='The one '
+                                   'statistic the tables compare, named before the runs: '
+                                   'last_k_accuracy (mean test accuracy of the last '
+                                   '--tuning_last_k rounds) or final_accuracy.')
+  equivalence_margin: float = setting(0.01, check=_FRACTION, help='A method ties the baseline '
+                                      'only when the 95% interval of their difference lies '
+                                      'inside +- this margin.')
+  detect: Mapping[str, float] = setting(default_factory=dict, help='DATASET:DIFFERENCE,...: the '
+                                        'accuracy difference the report gives a seed count for '
+                                        '(80% power); default DETECT, else DEFAULT_DETECT.')
+  variants_inherit: bool = setting(True, check=_M.BOOL, help='A variant whose parent method is '
+                                   'in --methods runs at the parent\'s tuned values, changing '
+                                   'only what it fixes; --novariants_inherit tunes it on the '
+                                   'parent\'s grids.')
+  description: str = setting('', help='A sentence for the report\'s Setup section.')
   tuning: TuningConfig = dataclasses.field(default_factory=TuningConfig)
   loop: experiment_config.LoopConfig = _DEFAULTS.training
   client: experiment_config.OptimizerConfig = _DEFAULTS.client
@@ -305,40 +306,27 @@ class BenchmarkConfig:
   def __post_init__(self):
     from experiments import architectures  # pylint: disable=g-import-not-at-top
     _check_own(self.datasets, self.model_fns, self.models)
-    require('regimes', self.regimes, must('a non-empty list of regimes', bool))
-    parsed = []
-    for name in self.regimes:
-      try:
-        parsed.append(parse_regime(name, self.datasets))
-      except ValueError as e:
-        raise ConfigError('regimes', name, reason=str(e)) from None
+    _M.check_fields(self)
+    must('a non-empty list of regimes', bool)('regimes', self.regimes)
+    parsed = [_parsed('regimes', name, self.datasets) for name in self.regimes]
     names = [r.name for r in parsed]
-    require('regimes', list(self.regimes), must('distinct regimes', lambda _: len(
-        set(names)) == len(names) and len({r.slug for r in parsed}) == len(parsed)))
+    must('distinct regimes', lambda _: len(set(names)) == len(names) and len(
+        {r.slug for r in parsed}) == len(parsed))('regimes', list(self.regimes))
     object.__setattr__(self, 'regimes', tuple(names))
     for name in self.datasets:
-      require('datasets', name, must('listed in regimes (your dataset is a regime)',
-                                      lambda v: v in names))
-    require('methods', self.methods, must('a non-empty list of methods', bool))
-    resolved = []
-    for name in self.methods:
-      try:
-        resolved.append(methods_lib.parse_method(name))
-      except ValueError as e:
-        raise ConfigError('methods', name, reason=str(e)) from None
+      must('listed in regimes (your dataset is a regime)', lambda v: v in names)('datasets', name)
+    must('a non-empty list of methods', bool)('methods', self.methods)
+    resolved = [_parsed('methods', name) for name in self.methods]
     method_names = [m.name for m in resolved]
-    require('methods', list(self.methods),
-            must('distinct methods', lambda _: len(set(method_names)) == len(method_names)))
+    must('distinct methods', lambda _: len(set(method_names)) == len(method_names))(
+        'methods', list(self.methods))
     object.__setattr__(self, 'methods', tuple(method_names))
-    require('baseline', self.baseline,
-                              _M.one_of(method_names))
-    require('epochs', self.epochs, _distinct_ints(1))
-    require('report_seeds', self.report_seeds, _distinct_ints(0))
-    require('tuning_seeds', list(self.tuning.tuning_seeds),
-            must(f'disjoint from --report_seeds {list(self.report_seeds)}',
-                  lambda v: not (self.tuning.tune and set(v) & set(self.report_seeds))))
-    require('tune_epochs', list(self.tuning.tune_epochs),
-            must(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs)))
+    _M.one_of(method_names)('baseline', self.baseline)
+    must(f'disjoint from --report_seeds {list(self.report_seeds)}', lambda v: not (
+        self.tuning.tune and set(v) & set(self.report_seeds)))(
+            'tuning_seeds', list(self.tuning.tuning_seeds))
+    must(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs))(
+        'tune_epochs', list(self.tuning.tune_epochs))
     for part, cls in PARTS.items():
       if not isinstance(getattr(self, part), cls):
         raise TypeError(f'BenchmarkConfig.{part} must be a {cls.__name__}, got '
@@ -347,45 +335,34 @@ class BenchmarkConfig:
     for side in ('client', 'server'):
       _M.check_optimizer(getattr(self, side), side)
       _M.one_of(('sgd',))(f'{side}_optimizer', getattr(self, side).optimizer)
-    require('server_momentum', self.server.momentum,
-                              _M.one_of((0, 0.0)))
+    _M.one_of((0, 0.0))('server_momentum', self.server.momentum)
     plain_sgd = [m.name for m in resolved if m.algorithm == 'scaffold']
-    require('client_momentum', self.client.momentum, must(
-        f'0 with the methods {plain_sgd} (SCAFFOLD\'s local steps are plain SGD)',
-        lambda v: not (plain_sgd and v)))
-    require('client_weighting', self.loop.weighting, must(
-        'unset (a method variant sets it: METHOD[client_weighting=...])', lambda v: v is None))
-    require('workers', list(self.runtime.workers),
-            must('empty (the benchmark runs on local runtimes)', lambda v: not v))
+    must(f'0 with the methods {plain_sgd} (SCAFFOLD\'s local steps are plain SGD)',
+         lambda v: not (plain_sgd and v))('client_momentum', self.client.momentum)
+    must('unset (a method variant sets it: METHOD[client_weighting=...])', lambda v: v is None)(
+        'client_weighting', self.loop.weighting)
+    must('empty (the benchmark runs on local runtimes)', lambda v: not v)(
+        'workers', list(self.runtime.workers))
     datasets = {r.dataset for r in parsed}
     leaf = sorted(d for d in datasets if d.startswith('leaf_'))
-    require('leaf_dir', self.data.leaf_dir, must(
-        f'LEAF\'s data/<name> folder for the regimes of {leaf}', lambda v: not leaf or bool(v)))
-    require('regimes', list(self.regimes), must(
-        f'regimes of one LEAF dataset (one --leaf_dir), not {leaf}', lambda _: len(leaf) <= 1))
+    must(f'LEAF\'s data/<name> folder for the regimes of {leaf}', lambda v: not leaf or bool(v))(
+        'leaf_dir', self.data.leaf_dir)
+    must(f'regimes of one LEAF dataset (one --leaf_dir), not {leaf}', lambda _: len(leaf) <= 1)(
+        'regimes', list(self.regimes))
     of_datasets = must(f'entries of the regimes\' datasets {sorted(datasets)}',
-                        lambda entry: entry.partition(':')[0] in datasets)
+                       lambda entry: entry.partition(':')[0] in datasets)
     for dataset, model in self.models.items():
-      require('models', f'{dataset}:{model}', of_datasets)
-      require('models', model, _M.one_of(
-          sorted(architectures.MODELS) + sorted(self.model_fns)))
-    require('variants_inherit', self.variants_inherit, _M.BOOL)
-    require('primary_statistic', self.primary_statistic,
-                              _M.one_of(PRIMARY_STATISTICS))
-    require('equivalence_margin', self.equivalence_margin, _FRACTION)
+      of_datasets('models', f'{dataset}:{model}')
+      _M.one_of(sorted(architectures.MODELS) + sorted(self.model_fns))('models', model)
     for dataset, difference in self.detect.items():
-      require('detect', f'{dataset}:{difference}', of_datasets)
-      require('detect', difference, must('differences in (0, 1)', lambda v: passes(_FRACTION, v)))
+      of_datasets('detect', f'{dataset}:{difference}')
+      must('differences in (0, 1)', lambda v: passes(_FRACTION, v))('detect', difference)
     for dataset, regime in self.tuning.tuning_regimes.items():
-      try:
-        tuned = parse_regime(regime, self.datasets)
-      except ValueError as e:
-        raise ConfigError('tuning_regimes', regime, reason=str(e)) from None
-      require('tuning_regimes', f'{dataset}:{regime}',
-              must('entries DATASET:REGIME with a regime of that dataset',
-                    lambda _: tuned.dataset == dataset))
+      tuned = _parsed('tuning_regimes', regime, self.datasets)
+      must('entries DATASET:REGIME with a regime of that dataset',
+           lambda _: tuned.dataset == dataset)('tuning_regimes', f'{dataset}:{regime}')
     for method in self.tuning.grids:
-      require('grids', method, _M.one_of(method_names))
+      _M.one_of(method_names)('grids', method)
     for method in resolved:
       if method.name in self.tuning.grids:
         method = method.with_grid(self.tuning.grids[method.name])
