@@ -144,30 +144,20 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
   return config
 
 
-def _cpu_model() -> str:
+def _proc(path: str, key: str) -> str:
+  """The value of the line starting with `key` in `path` (/proc/cpuinfo, ...), or ''."""
   try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if line.startswith('model name'):
-          return line.split(':', 1)[1].strip()
+    with open(path) as f:
+      return next((l.split(':', 1)[1].strip() for l in f if l.startswith(key)), '')
   except OSError:
-    pass
-  return platform.processor() or 'unknown CPU'
-
-
-def _memory_gib() -> str:
-  try:
-    with open('/proc/meminfo') as f:
-      for line in f:
-        if line.startswith('MemTotal:'):
-          return f'{int(line.split()[1]) / 2**20:.0f} GiB'
-  except OSError:
-    pass
-  return 'unknown'
+    return ''
 
 
 def machine_description() -> str:
-  return (f'{_cpu_model()}, {os.cpu_count()} CPU cores, {_memory_gib()} RAM, '
+  memory = _proc('/proc/meminfo', 'MemTotal:').split()
+  return (f'{_proc("/proc/cpuinfo", "model name") or platform.processor() or "unknown CPU"}, '
+          f'{os.cpu_count()} CPU cores, '
+          f'{f"{int(memory[0]) / 2**20:.0f} GiB" if memory else "unknown"} RAM, '
           f'{platform.system()} {platform.release()}, Python {platform.python_version()}, '
           f'TensorFlow {tf.__version__}')
 

@@ -17,13 +17,6 @@ import tff_conflict
 FLAGS = flags.FLAGS
 
 
-def test_every_flag_defaults_to_its_settings_default():
-  values = config.ExperimentConfig().flag_values()
-  assert 'client_learning_rate' in values and 'server_momentum' in values and 'model' in values
-  for flag, expected in values.items():
-    assert expected == FLAGS[flag].default, flag
-
-
 def test_every_checked_field_has_a_flag_validator_with_the_same_requirement():
   checks = config.field_checks()
   for flag, check in checks.items():
