@@ -134,8 +134,7 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
   config = config_lib.BenchmarkConfig(
       **values[config_lib.BenchmarkConfig], given=given_values(),
       tuning=config_lib.TuningConfig(**values[config_lib.TuningConfig]), loop=parts.training,
-      client=parts.client, server=parts.server, data=parts.data, output=parts.output,
-      runtime=parts.runtime)
+      client=parts.client, server=parts.server, data=parts.data, output=parts.output)
   # The method flags reach the methods by algorithm (`given_values`): refuse one none reads.
   flags_lib.check_method_flags_apply([
       experiment_config.AlgorithmConfig(m.algorithm)

@@ -430,7 +430,7 @@ MethodHparams = dataclasses.make_dataclass(
 
 @dataclasses.dataclass(frozen=True)
 class OutputConfig:
-  """Where results go: `<output_dir>/<experiment_name>/`."""
+  """Where results go (`<output_dir>/<experiment_name>/`) and the execution backend."""
   output_dir: str = setting('results', flag='output_dir', check=NON_EMPTY_STRING,
                             help='Root of the outputs; each experiment writes under '
                             '<output_dir>/<experiment_name>/.')
@@ -440,14 +440,6 @@ class OutputConfig:
                                            'algorithm(s) and dataset.')
   progress: bool = setting(True, flag='progress', check=BOOL, help='Show a progress bar (plain '
                            'lines when stdout is not a terminal).')
-
-  def __post_init__(self):
-    check_fields(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class RuntimeConfig:
-  """The execution backend."""
   runtime: str = setting('inprocess', flag='runtime', choices=RUNTIMES,
                          help='inprocess (tff_conflict.runtime\'s runner of the MapReduceForm '
                          'graphs) or cpp (TFF\'s worker_binary, needed for --workers).')
@@ -480,7 +472,6 @@ class ExperimentConfig:
   server: OptimizerConfig = _section(lambda: OptimizerConfig(1.0))
   hparams: MethodHparams = _section(MethodHparams)
   output: OutputConfig = _section(OutputConfig)
-  runtime: RuntimeConfig = _section(RuntimeConfig)
 
   def __post_init__(self):
     for name, cls in _SECTIONS.items():
@@ -501,6 +492,8 @@ class ExperimentConfig:
   @property
   def seed(self) -> int:
     return self.training.seed
+
+  runtime = property(lambda self: self.output, doc='The backend settings (in `output`).')
 
   def replace(self, **sections: Any) -> 'ExperimentConfig':
     """A copy with whole sections replaced, e.g. `replace(algorithm=AlgorithmConfig('fedgh'))`."""
@@ -555,7 +548,7 @@ class ExperimentConfig:
 
 _SECTIONS = {'algorithm': AlgorithmConfig, 'data': DataConfig, 'training': LoopConfig,
              'client': OptimizerConfig, 'server': OptimizerConfig, 'hparams': MethodHparams,
-             'output': OutputConfig, 'runtime': RuntimeConfig}
+             'output': OutputConfig}
 
 
 def flag_fields() -> Iterator[tuple[Optional[str], str, dataclasses.Field]]:
@@ -594,8 +587,8 @@ def from_flag_values(values: Mapping[str, Any], *, proximal_term: Optional[bool]
   for section, flag, field in flag_fields():
     if flag in values:
       (settings[section] if section else own)[field.name] = values[flag]
-  if 'workers' in settings['runtime']:
-    settings['runtime']['workers'] = tuple(settings['runtime']['workers'] or ())
+  if 'workers' in settings['output']:
+    settings['output']['workers'] = tuple(settings['output']['workers'] or ())
   if proximal_term is None:
     proximal_term = bool(values.get('proximal_strength_present', False))
   name = settings['algorithm'].get('name', 'fedavg')

@@ -30,7 +30,7 @@ PROTOCOL = 2
 # The ExperimentConfig parts a BenchmarkConfig is composed of: field name -> class.
 PARTS = {'loop': experiment_config.LoopConfig, 'client': experiment_config.OptimizerConfig,
          'server': experiment_config.OptimizerConfig, 'data': experiment_config.DataConfig,
-         'output': experiment_config.OutputConfig, 'runtime': experiment_config.RuntimeConfig}
+         'output': experiment_config.OutputConfig}
 
 
 def split_top_level(text: str, separator: str = ',') -> list[str]:
@@ -250,7 +250,7 @@ class BenchmarkConfig:
   """A benchmark: the grid (regimes x methods x E x seeds), tuning, and the parts of
   `ExperimentConfig` every run shares: `loop` (its client_epochs and seed set by the grid, every
   round evaluated, no checkpoint kept), the SGD `client` and `server`, `data` (data_seed without
-  `vary_partition`, where datasets are), `output`, `runtime` (local only).
+  `vary_partition`, where datasets are), `output` (a local runtime only).
 
   Your own data and models (docs/experiments.md, "Your own data and model"): `datasets`, name ->
   `(train, test)` `tff.simulation.datasets.ClientData` of unbatched `OrderedDict(x=float,
@@ -299,7 +299,6 @@ class BenchmarkConfig:
   server: experiment_config.OptimizerConfig = _DEFAULTS.server
   data: experiment_config.DataConfig = _DEFAULTS.data
   output: experiment_config.OutputConfig = _DEFAULTS.output
-  runtime: experiment_config.RuntimeConfig = _DEFAULTS.runtime
   datasets: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
   model_fns: Mapping[str, Callable[[], Any]] = dataclasses.field(default_factory=dict)
 
@@ -368,6 +367,8 @@ class BenchmarkConfig:
         method = method.with_grid(self.tuning.grids[method.name])
       _check_builder_arguments(method, methods_lib.given_kwargs(self.given, method))
 
+  runtime = property(lambda self: self.output, doc='The backend settings (in `output`).')
+
   @property
   def experiment_name(self) -> str:
     return self.output.experiment_name or 'benchmark'
@@ -414,8 +415,7 @@ _FLAT = {'rounds': ('loop', 'rounds'), 'clients_per_round': ('loop', 'clients_pe
          'eval_train_loss': ('loop', 'eval_train_loss'),
          'client_learning_rate': ('client', 'learning_rate'),
          'client_momentum': ('client', 'momentum'),
-         'server_learning_rate': ('server', 'learning_rate'), 'data_seed': ('data', 'data_seed'),
-         'runtime': ('runtime', 'runtime')}
+         'server_learning_rate': ('server', 'learning_rate'), 'data_seed': ('data', 'data_seed')}
 _OUTPUT = {'output_dir': ('output', 'output_dir'), 'experiment_name': ('output', 'experiment_name')}
 
 

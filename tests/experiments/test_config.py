@@ -76,7 +76,7 @@ def test_proximal_term_only_for_a_composed_method():
      'momentum', 'server_momentum', "--server_momentum must be 0 with optimizer 'adam'"),
     (lambda: config.AlgorithmConfig('custom', client_loss='ce'), 'aggregator', 'aggregator',
      "--aggregator must be given when the algorithm is 'custom', got None"),
-    (lambda: config.RuntimeConfig(workers=('h:1', 'h:1')), 'workers', 'workers',
+    (lambda: config.OutputConfig(runtime='cpp', workers=('h:1', 'h:1')), 'workers', 'workers',
      '--workers must be a list of distinct host:port'),
     (lambda: config.ExperimentConfig(training=config.LoopConfig(rounds=2, clients_per_round=1,
                                                                 eval_every=3)),
@@ -128,10 +128,10 @@ def test_booleans_are_not_numbers_and_sections_are_typed():
 
 
 def test_the_runtime_defaults_to_the_in_process_runner():
-  assert config.RuntimeConfig().runtime == 'inprocess' == FLAGS['runtime'].default
-  assert config.RuntimeConfig('cpp', workers=('h:1',)).workers == ('h:1',)
+  assert config.OutputConfig().runtime == 'inprocess' == FLAGS['runtime'].default
+  assert config.OutputConfig(runtime='cpp', workers=['h:1']).workers == ('h:1',)
   with pytest.raises(config.ConfigError, match="runtime must be 'cpp' with workers"):
-    config.RuntimeConfig(workers=('h:1',))
+    config.OutputConfig(workers=('h:1',))
 
 
 def test_a_run_from_a_config_alone(tmp_path):
@@ -140,8 +140,7 @@ def test_a_run_from_a_config_alone(tmp_path):
       data=config.DataConfig(num_clients=6),
       model='logistic_regression',
       training=config.LoopConfig(rounds=1, clients_per_round=3, batch_size=32),
-      output=config.OutputConfig(output_dir=str(tmp_path), progress=False),
-      runtime=config.RuntimeConfig('inprocess'))
+      output=config.OutputConfig(output_dir=str(tmp_path), progress=False, runtime='inprocess'))
   task = experiment_lib.load_task(experiment)
   rows, _, _ = experiment_lib.run_experiment(experiment, task=task)
   assert [r['round_num'] for r in rows] == [1]

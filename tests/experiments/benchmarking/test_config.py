@@ -141,8 +141,9 @@ def test_control_config_is_the_fedprox_papers_setting(tmp_path):
       regimes=('digits:iid',), methods=('fedavg', 'fedgh'), epochs=(1, 5), report_seeds=(3, 4),
       loop=experiment_config.LoopConfig(rounds=20, clients_per_round=5, batch_size=20),
       client=experiment_config.OptimizerConfig(learning_rate=0.1, momentum=0.5),
-      models={'digits': 'mlp'}, runtime=experiment_config.RuntimeConfig('cpp'),
-      output=experiment_config.OutputConfig(output_dir=str(tmp_path), experiment_name='results'),
+      models={'digits': 'mlp'},
+      output=experiment_config.OutputConfig(output_dir=str(tmp_path), experiment_name='results',
+                                            runtime='cpp'),
       tuning=config_lib.TuningConfig(tune=True, tuning_seeds=(100,), tune_epochs=(1,),
                                      grids={'fedgh': {'order': ('random',)}}))
   inner = config_lib.control_config(outer)

@@ -50,8 +50,7 @@ def _config(root, **changes):
               model_fns={'my_mlp': tiny_mlp},
               loop=experiment_config.LoopConfig(rounds=2, clients_per_round=2, batch_size=8),
               output=experiment_config.OutputConfig(output_dir=str(root), experiment_name='own',
-                                                    progress=False),
-              runtime=experiment_config.RuntimeConfig('inprocess'),
+                                                    progress=False, runtime='inprocess'),
               tuning=config_lib.TuningConfig(tune=False))
   args.update(changes)
   return config_lib.BenchmarkConfig(**args)
