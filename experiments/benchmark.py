@@ -49,11 +49,10 @@ _TEXT_DEFAULTS = {'regimes': ','.join(ALL_REGIMES), 'methods': ','.join(methods_
 
 
 def _settings():
-  """(config class, flag, field) of every setting a flag of the benchmark sets."""
-  for cls in (config_lib.BenchmarkConfig, config_lib.TuningConfig):
-    for field in dataclasses.fields(cls):
-      if 'help' in field.metadata:
-        yield cls, field.metadata.get('flag', field.name), field
+  """(flag, field) of every setting a flag of the benchmark sets."""
+  for field in dataclasses.fields(config_lib.BenchmarkConfig):
+    if 'help' in field.metadata:
+      yield field.metadata.get('flag', field.name), field
 
 
 def _cast(field) -> type:
@@ -61,7 +60,7 @@ def _cast(field) -> type:
 
 
 with flags_lib.record_group('benchmark'):
-  for _, _flag, _field in _settings():
+  for _flag, _field in _settings():
     _help = _field.metadata['help']
     if _flag in _PARSE:
       flags.DEFINE_string(_flag, _TEXT_DEFAULTS.get(_flag, ''), _help)
@@ -123,18 +122,17 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
       raise experiment_config.ConfigError(
           name, FLAGS[name].value, reason=f'does not apply to experiments.benchmark; use {instead}')
   parts = flags_lib.experiment_config()
-  values = {config_lib.BenchmarkConfig: {}, config_lib.TuningConfig: {}}
-  for cls, flag, field in _settings():
+  values = {}
+  for flag, field in _settings():
     value = FLAGS[flag].value
     if flag in _PARSE:
       value = _PARSE[flag](value)
     elif isinstance(field.default, tuple):
       value = experiment_config.parse_numbers(flag, value, _cast(field))
-    values[cls][field.name] = value
+    values[field.name] = value
   config = config_lib.BenchmarkConfig(
-      **values[config_lib.BenchmarkConfig], given=given_values(),
-      tuning=config_lib.TuningConfig(**values[config_lib.TuningConfig]), loop=parts.training,
-      client=parts.client, server=parts.server, data=parts.data, output=parts.output)
+      **values, given=given_values(), loop=parts.training, client=parts.client,
+      server=parts.server, data=parts.data, output=parts.output)
   # The method flags reach the methods by algorithm (`given_values`): refuse one none reads.
   flags_lib.check_method_flags_apply([
       experiment_config.AlgorithmConfig(m.algorithm)

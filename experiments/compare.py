@@ -37,7 +37,7 @@ _ALL_ALGORITHMS = list(experiment_lib.ALGORITHM_HPARAMS)
 # by --algorithms).
 _README_ALGORITHMS = ['fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective']
 # The table's primary column averages the last LAST_K evaluated rounds, as the benchmark does.
-LAST_K = bench_config.TuningConfig().last_k
+LAST_K = bench_config.BenchmarkConfig.last_k
 
 with flags_lib.record_group('compare'):
   flags.DEFINE_list('algorithms', _ALL_ALGORITHMS, 'Algorithms to compare '

@@ -45,8 +45,8 @@ def _method_flag_help(hparam: hparams_lib.Hparam) -> str:
   component = hparam.component[:1].upper() + hparam.component[1:]
   if hparam.method.lower() not in hparam.component.lower():
     component += f' ({hparam.method})'
-  return (f'{component}: {hparam.description.rstrip(".")}.{_EXTRA_HELP.get(hparam.flag, "")} Must be '
-          f'{hparam.valid_range}.')
+  extra = _EXTRA_HELP.get(hparam.flag, '')
+  return f'{component}: {hparam.description.rstrip(".")}.{extra} Must be {hparam.valid_range}.'
 
 
 _DEFINE = {int: flags.DEFINE_integer, Optional[int]: flags.DEFINE_integer,

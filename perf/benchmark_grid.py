@@ -62,7 +62,7 @@ def main(argv):
       config, regimes=tuple(plan_lib.tuning_regime(config, d) for d in plan_lib.datasets(config)),
       report_seeds=(0,),
       loop=dataclasses.replace(config.loop, rounds=FLAGS.sample_rounds, resume=False),
-      tuning=dataclasses.replace(config.tuning, tune=False), detect={},
+      tune=False, detect={},
       output=dataclasses.replace(config.output, experiment_name='sample', progress=False,
                                  output_dir=tempfile.mkdtemp(prefix='benchmark_grid_')))
   load_before = os.getloadavg()

@@ -191,10 +191,57 @@ def _parsed(argument: str, name: str, own: Collection[str] = ()):
 
 
 @dataclasses.dataclass(frozen=True)
-class TuningConfig:
-  """How hyperparameters are chosen without the test split (docs/design.md, tuning): every
-  method searches the same learning rates, then its own grid (`grids` replaces one), scored by
-  its mean validation accuracy over its last `last_k` rounds."""
+class BenchmarkConfig:
+  """A benchmark: the grid (regimes x methods x E x seeds), tuning, and the parts of
+  `ExperimentConfig` every run shares: `loop` (its client_epochs and seed set by the grid, every
+  round evaluated, no checkpoint kept), the SGD `client` and `server`, `data` (data_seed without
+  `vary_partition`, where datasets are), `output` (a local runtime only).
+
+  Your own data and models (docs/experiments.md, "Your own data and model"): `datasets`, name ->
+  `(train, test)` `tff.simulation.datasets.ClientData` of unbatched `OrderedDict(x=float,
+  y=int)`, each a regime of its own (list it in `regimes`); `model_fns`, name -> a no-argument
+  function returning a new uncompiled Keras model from x to logits (`models` maps a dataset to
+  one; a dataset of your own without an entry takes your only model). `given`: method or
+  algorithm name -> builder keywords used where nothing is tuned (a method's name wins).
+
+  Tuning (`tune` to `plateau_tolerance`; config.json's `tuning`) chooses hyperparameters
+  without the test split: every method searches the same learning rates, then its own grid
+  (`grids` replaces one), scored by its mean validation accuracy over its last `last_k` rounds.
+  """
+  regimes: tuple = setting(help='Comma-separated regimes (tff_conflict.data.regimes): '
+                           'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), '
+                           'synthetic(ALPHA,BETA), emnist:natural; @K sets the population.')
+  methods: tuple = setting(help='Comma-separated methods (experiments.benchmarking.methods.'
+                           'METHODS or ALGORITHM[key=value,...] variants), the baseline among '
+                           'them.')
+  epochs: tuple = setting((1, 5), check=_distinct_ints(1), help='Local epochs E of the grid.')
+  report_seeds: tuple = setting((0, 1, 2, 3, 4), check=_distinct_ints(0), help='Reporting '
+                                'seeds: seed s is the initial model, the clients sampled and '
+                                '(--vary_partition) the partition.')
+  models: Mapping[str, str] = setting(default_factory=dict, help='DATASET:MODEL,... '
+                                      '(experiments.architectures.MODELS); default each '
+                                      'dataset\'s model.')
+  given: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+  vary_partition: bool = setting(True, check=_M.BOOL, help='Draw each seed\'s partition (and '
+                                 'Synthetic data) with that seed; --novary_partition uses '
+                                 '--data_seed for all.')
+  baseline: str = setting('fedavg', help='The method every other is compared with (paired by '
+                          'seed).')
+  primary_statistic: str = setting('last_k_accuracy', choices=PRIMARY_STATISTICS, help='The one '
+                                   'statistic the tables compare, named before the runs: '
+                                   'last_k_accuracy (mean test accuracy of the last '
+                                   '--tuning_last_k rounds) or final_accuracy.')
+  equivalence_margin: float = setting(0.01, check=_FRACTION, help='A method ties the baseline '
+                                      'only when the 95% interval of their difference lies '
+                                      'inside +- this margin.')
+  detect: Mapping[str, float] = setting(default_factory=dict, help='DATASET:DIFFERENCE,...: the '
+                                        'accuracy difference the report gives a seed count for '
+                                        '(80% power); default DETECT, else DEFAULT_DETECT.')
+  variants_inherit: bool = setting(True, check=_M.BOOL, help='A variant whose parent method is '
+                                   'in --methods runs at the parent\'s tuned values, changing '
+                                   'only what it fixes; --novariants_inherit tunes it on the '
+                                   'parent\'s grids.')
+  description: str = setting('', help='A sentence for the report\'s Setup section.')
   tune: bool = setting(True, check=_M.BOOL, help='Tune on a validation split first; --notune '
                        'uses the given values (the learning-rate and method flags).')
   tuning_seeds: tuple = setting((100, 101), check=_distinct_ints(0), help='Seeds of the tuning '
@@ -241,59 +288,6 @@ class TuningConfig:
   plateau_tolerance: float = setting(0.01, check=_M.NON_NEGATIVE, help='Tolerance of the '
                                      'plateau criterion (accuracy).')
 
-  def __post_init__(self):
-    _M.check_fields(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchmarkConfig:
-  """A benchmark: the grid (regimes x methods x E x seeds), tuning, and the parts of
-  `ExperimentConfig` every run shares: `loop` (its client_epochs and seed set by the grid, every
-  round evaluated, no checkpoint kept), the SGD `client` and `server`, `data` (data_seed without
-  `vary_partition`, where datasets are), `output` (a local runtime only).
-
-  Your own data and models (docs/experiments.md, "Your own data and model"): `datasets`, name ->
-  `(train, test)` `tff.simulation.datasets.ClientData` of unbatched `OrderedDict(x=float,
-  y=int)`, each a regime of its own (list it in `regimes`); `model_fns`, name -> a no-argument
-  function returning a new uncompiled Keras model from x to logits (`models` maps a dataset to
-  one; a dataset of your own without an entry takes your only model). `given`: method or
-  algorithm name -> builder keywords used where nothing is tuned (a method's name wins).
-  """
-  regimes: tuple = setting(help='Comma-separated regimes (tff_conflict.data.regimes): '
-                           'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), '
-                           'synthetic(ALPHA,BETA), emnist:natural; @K sets the population.')
-  methods: tuple = setting(help='Comma-separated methods (experiments.benchmarking.methods.'
-                           'METHODS or ALGORITHM[key=value,...] variants), the baseline among '
-                           'them.')
-  epochs: tuple = setting((1, 5), check=_distinct_ints(1), help='Local epochs E of the grid.')
-  report_seeds: tuple = setting((0, 1, 2, 3, 4), check=_distinct_ints(0), help='Reporting '
-                                'seeds: seed s is the initial model, the clients sampled and '
-                                '(--vary_partition) the partition.')
-  models: Mapping[str, str] = setting(default_factory=dict, help='DATASET:MODEL,... '
-                                      '(experiments.architectures.MODELS); default each '
-                                      'dataset\'s model.')
-  given: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-  vary_partition: bool = setting(True, check=_M.BOOL, help='Draw each seed\'s partition (and '
-                                 'Synthetic data) with that seed; --novary_partition uses '
-                                 '--data_seed for all.')
-  baseline: str = setting('fedavg', help='The method every other is compared with (paired by '
-                          'seed).')
-  primary_statistic: str = setting('last_k_accuracy', choices=PRIMARY_STATISTICS, help='The one '
-                                   'statistic the tables compare, named before the runs: '
-                                   'last_k_accuracy (mean test accuracy of the last '
-                                   '--tuning_last_k rounds) or final_accuracy.')
-  equivalence_margin: float = setting(0.01, check=_FRACTION, help='A method ties the baseline '
-                                      'only when the 95% interval of their difference lies '
-                                      'inside +- this margin.')
-  detect: Mapping[str, float] = setting(default_factory=dict, help='DATASET:DIFFERENCE,...: the '
-                                        'accuracy difference the report gives a seed count for '
-                                        '(80% power); default DETECT, else DEFAULT_DETECT.')
-  variants_inherit: bool = setting(True, check=_M.BOOL, help='A variant whose parent method is '
-                                   'in --methods runs at the parent\'s tuned values, changing '
-                                   'only what it fixes; --novariants_inherit tunes it on the '
-                                   'parent\'s grids.')
-  description: str = setting('', help='A sentence for the report\'s Setup section.')
-  tuning: TuningConfig = dataclasses.field(default_factory=TuningConfig)
   loop: experiment_config.LoopConfig = _DEFAULTS.training
   client: experiment_config.OptimizerConfig = _DEFAULTS.client
   server: experiment_config.OptimizerConfig = _DEFAULTS.server
@@ -322,10 +316,10 @@ class BenchmarkConfig:
     object.__setattr__(self, 'methods', tuple(method_names))
     _M.one_of(method_names)('baseline', self.baseline)
     must(f'disjoint from --report_seeds {list(self.report_seeds)}', lambda v: not (
-        self.tuning.tune and set(v) & set(self.report_seeds)))(
-            'tuning_seeds', list(self.tuning.tuning_seeds))
+        self.tune and set(v) & set(self.report_seeds)))(
+            'tuning_seeds', list(self.tuning_seeds))
     must(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs))(
-        'tune_epochs', list(self.tuning.tune_epochs))
+        'tune_epochs', list(self.tune_epochs))
     for part, cls in PARTS.items():
       if not isinstance(getattr(self, part), cls):
         raise TypeError(f'BenchmarkConfig.{part} must be a {cls.__name__}, got '
@@ -356,18 +350,19 @@ class BenchmarkConfig:
     for dataset, difference in self.detect.items():
       of_datasets('detect', f'{dataset}:{difference}')
       must('differences in (0, 1)', lambda v: passes(_FRACTION, v))('detect', difference)
-    for dataset, regime in self.tuning.tuning_regimes.items():
+    for dataset, regime in self.tuning_regimes.items():
       tuned = _parsed('tuning_regimes', regime, self.datasets)
       must('entries DATASET:REGIME with a regime of that dataset',
            lambda _: tuned.dataset == dataset)('tuning_regimes', f'{dataset}:{regime}')
-    for method in self.tuning.grids:
+    for method in self.grids:
       _M.one_of(method_names)('grids', method)
     for method in resolved:
-      if method.name in self.tuning.grids:
-        method = method.with_grid(self.tuning.grids[method.name])
+      if method.name in self.grids:
+        method = method.with_grid(self.grids[method.name])
       _check_builder_arguments(method, methods_lib.given_kwargs(self.given, method))
 
   runtime = property(lambda self: self.output, doc='The backend settings (in `output`).')
+  tuning = property(lambda self: self, doc='The tuning settings (fields of the config itself).')
 
   @property
   def experiment_name(self) -> str:
@@ -457,7 +452,7 @@ def control_config(config: BenchmarkConfig) -> BenchmarkConfig:
   return replace_settings(
       config, **control, models={}, datasets={}, model_fns={}, detect={}, vary_partition=False,
       eval_train_loss=True, client_momentum=0.0, server_learning_rate=1.0,
-      tuning=dataclasses.replace(config.tuning, tune=False, tune_epochs=(), grids={}),
+      tune=False, tune_epochs=(), grids={},
       output_dir=config.root, experiment_name=CONTROL_DIR,
       description=f'Positive control: {description}.')
 
@@ -476,6 +471,11 @@ def control_reading(config: Mapping[str, Any]) -> tuple[str, str, str]:
   return method, baseline, ran
 
 
+_NAMES = [f.name for f in dataclasses.fields(BenchmarkConfig)]
+# The tuning settings, under `tuning` in config.json.
+TUNING_SETTINGS = tuple(_NAMES[_NAMES.index('tune'):_NAMES.index('plateau_tolerance') + 1])
+
+
 def as_dict(config: BenchmarkConfig) -> dict[str, Any]:
   """The config as plain JSON-able values (config.json)."""
   def plain(value):
@@ -490,6 +490,7 @@ def as_dict(config: BenchmarkConfig) -> dict[str, Any]:
   out = {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)
          if f.name not in own}
   out.update({name: sorted(getattr(config, name)) for name in own if getattr(config, name)})
+  out['tuning'] = {name: out.pop(name) for name in TUNING_SETTINGS}
   out['experiment_name'] = config.experiment_name
   out['protocol'] = PROTOCOL
   return out

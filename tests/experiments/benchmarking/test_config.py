@@ -19,7 +19,7 @@ def _config(**changes):
       base = next(f.default for f in default if f.name == part)
       changes[part] = dataclasses.replace(base, **changes[part])
   args.update(changes)
-  return config_lib.BenchmarkConfig(tuning=config_lib.TuningConfig(**tuning), **args)
+  return config_lib.BenchmarkConfig(**tuning, **args)
 
 
 def test_split_top_level_keeps_brackets_together():
@@ -144,8 +144,7 @@ def test_control_config_is_the_fedprox_papers_setting(tmp_path):
       models={'digits': 'mlp'},
       output=experiment_config.OutputConfig(output_dir=str(tmp_path), experiment_name='results',
                                             runtime='cpp'),
-      tuning=config_lib.TuningConfig(tune=True, tuning_seeds=(100,), tune_epochs=(1,),
-                                     grids={'fedgh': {'order': ('random',)}}))
+      tune=True, tuning_seeds=(100,), tune_epochs=(1,), grids={'fedgh': {'order': ('random',)}})
   inner = config_lib.control_config(outer)
   # The outer benchmark's grids name its own methods, not the control's (replace validates).
   assert inner.tuning.grids == {}

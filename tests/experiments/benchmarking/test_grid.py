@@ -68,9 +68,7 @@ def _config(root, *, rounds=2, clients_per_round=3, eval_train_loss=False, runti
               data=experiment_config.DataConfig(leaf_dir=leaf_dir),
               output=experiment_config.OutputConfig(output_dir=str(root), experiment_name='tiny',
                                                     progress=False, runtime=runtime),
-              tuning=config_lib.TuningConfig(tuning_seeds=(7,), client_lr_grid=(0.05, 0.2),
-                                             tuning_regimes={'digits': 'digits:#C=2@6'},
-                                             last_k=2, edge_steps=0))
+              tuning_seeds=(7,), client_lr_grid=(0.05, 0.2), tuning_regimes={'digits': 'digits:#C=2@6'}, last_k=2, edge_steps=0)
   args.update(changes)
   return config_lib.BenchmarkConfig(**args)
 
@@ -208,7 +206,7 @@ def test_a_refused_rerun_leaves_the_record_byte_identical(tiny, monkeypatch):
 
 def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
   from tff_conflict import learning
-  config = _config(tmp_path, tuning=config_lib.TuningConfig(tune=False))
+  config = _config(tmp_path, tune=False)
   engine = engine_lib.Engine(config)
   fedgh = plan.report_specs(config, [])
   first = next(s for s in fedgh if s.method == 'fedgh')
@@ -247,7 +245,7 @@ def test_an_in_process_benchmark_run_uses_no_tff_runtime(tmp_path, no_tff_runtim
   # Rounds and evaluation (the runner's get_model_weights) stay in this process: TFF's execution
   # context, which would start a worker_binary, refuses every call here.
   config = _config(tmp_path, runtime='inprocess', regimes=('digits:iid@6',), methods=('fedavg',),
-                   report_seeds=(0,), rounds=1, tuning=config_lib.TuningConfig(tune=False))
+                   report_seeds=(0,), rounds=1, tune=False)
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert outcome['failures'] == [] and len(outcome['rows']) == 1
   assert outcome['rows'][0]['final_accuracy'] > 0
@@ -259,7 +257,7 @@ def test_a_diverging_run_completes_is_recorded_and_counts_at_chance(tmp_path):
   # diverged, collapsed, at chance in the statistics.
   config = _config(tmp_path, runtime='inprocess', regimes=('digits:iid@6',), methods=('fedavg',),
                    report_seeds=(0,), rounds=3, models={'digits': 'mlp'},
-                   tuning=config_lib.TuningConfig(tune=False),
+                   tune=False,
                    client=experiment_config.OptimizerConfig(learning_rate=1e6))
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert outcome['failures'] == [] and len(outcome['rows']) == 1
@@ -276,7 +274,7 @@ def test_a_leaf_regime_takes_its_shape_and_classes_from_the_files(tmp_path):
   config = _config(tmp_path / 'out', regimes=('leaf_synthetic:natural',), methods=('fedavg',),
                    report_seeds=(0,), rounds=1, clients_per_round=2, models={},
                    leaf_dir=str(tmp_path / 'leaf' / 'data' / 'synthetic'),
-                   tuning=config_lib.TuningConfig(tune=False), eval_train_loss=True)
+                   tune=False, eval_train_loss=True)
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert outcome['failures'] == [] and len(outcome['rows']) == 1
   assert outcome['rows'][0]['model'] == 'logistic_regression'
@@ -291,7 +289,7 @@ def test_a_leaf_regime_takes_its_shape_and_classes_from_the_files(tmp_path):
 
 def test_a_full_disk_ends_the_benchmark_instead_of_failing_each_run(tmp_path, monkeypatch):
   import errno  # pylint: disable=g-import-not-at-top
-  config = _config(tmp_path, tuning=config_lib.TuningConfig(tune=False))
+  config = _config(tmp_path, tune=False)
   engine = engine_lib.Engine(config)
   spec = plan.report_specs(config, [])[0]
 
@@ -315,8 +313,7 @@ def test_a_full_disk_ends_the_benchmark_instead_of_failing_each_run(tmp_path, mo
      "--clients_per_round=3: regime 'digits:iid@2' has 2 clients: use at most 2"),
     (dict(regimes=('emnist:natural',), models={}),
      '--regimes=emnist:natural: Federated EMNIST needs'),
-    (dict(tuning=config_lib.TuningConfig(tuning_seeds=(7,),
-                                         tuning_regimes={'digits': 'digits:iid@2'})),
+    (dict(tuning_seeds=(7,), tuning_regimes={'digits': 'digits:iid@2'}),
      "--clients_per_round=3: regime 'digits:iid@2' has 2 clients"),
 ])
 def test_a_regime_that_cannot_run_is_refused_before_anything_is_written(tmp_path, changes,

@@ -51,7 +51,7 @@ def _config(root, **changes):
               loop=experiment_config.LoopConfig(rounds=2, clients_per_round=2, batch_size=8),
               output=experiment_config.OutputConfig(output_dir=str(root), experiment_name='own',
                                                     progress=False, runtime='inprocess'),
-              tuning=config_lib.TuningConfig(tune=False))
+              tune=False)
   args.update(changes)
   return config_lib.BenchmarkConfig(**args)
 
@@ -96,9 +96,8 @@ def test_your_model_starts_from_the_run_seed(tmp_path):
 @pytest.mark.slow
 def test_tuning_on_your_data_and_a_built_in_model(tmp_path):
   config = _config(tmp_path, methods=('fedavg',), report_seeds=(0,), models={'my_digits': 'mlp'},
-                   model_fns={}, tuning=config_lib.TuningConfig(
-                       tuning_seeds=(9,), client_lr_grid=(0.1, 0.3), server_lr_grid=(1.0,),
-                       last_k=1, edge_steps=0))
+                   model_fns={}, tuning_seeds=(9,), client_lr_grid=(0.1, 0.3),
+                   server_lr_grid=(1.0,), last_k=1, edge_steps=0)
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert outcome['failures'] == [] and [c['regime'] for c in outcome['choices']] == [
       'my_digits']

@@ -33,9 +33,7 @@ def test_models_and_tuning_regimes_per_dataset():
 
 def test_methods_with_grids_given_values_and_tuned_epochs():
   config = _config(epochs=(1, 2, 5), given={'fedprox': {'proximal_strength': 0.5}},
-                   tuning=config_lib.TuningConfig(
-                       tune_epochs=(1, 5), client_lr_grid=(0.1, 0.2),
-                       grids={'fedprox': {'proximal_strength': (1, 2)}}))
+                   tune_epochs=(1, 5), client_lr_grid=(0.1, 0.2), grids={'fedprox': {'proximal_strength': (1, 2)}})
   assert [plan.tuned_epochs(config, e) for e in (1, 2, 5)] == [1, 1, 5]
   fedavg, fedprox = plan.methods(config)
   assert plan.given_values(config, fedprox) == {'proximal_strength': 0.5}
@@ -57,7 +55,7 @@ def test_methods_with_grids_given_values_and_tuned_epochs():
 
 def test_report_runs_take_the_choice_of_their_tuned_epochs():
   config = _config(regimes=('digits:iid',), epochs=(1, 2), report_seeds=(0, 1),
-                   tuning=config_lib.TuningConfig(tune_epochs=(1,)), vary_partition=False)
+                   tune_epochs=(1,), vary_partition=False)
   choices = [_choice(m, 1, 0.3, 1.0, t)
              for m, t in (('fedavg', {}), ('fedprox', {'proximal_strength': 0.1}))]
   specs = plan.report_specs(config, choices)
@@ -77,7 +75,7 @@ def test_report_runs_take_the_choice_of_their_tuned_epochs():
 
 def test_without_tuning_the_given_values_run():
   config = _config(regimes=('digits:iid',), report_seeds=(3,),
-                   tuning=config_lib.TuningConfig(tune=False))
+                   tune=False)
   assert plan.tuning_tasks(config) == [] and plan.num_runs(config, runs.TUNE_PHASE) == 0
   specs = plan.report_specs(config, [])
   assert {(s.client_lr, s.server_lr) for s in specs} == {(config.client.learning_rate, 1.0)}
@@ -108,7 +106,7 @@ def test_server_learning_rates_are_searched_for_every_method_or_for_none():
                       'fedld': (1.0, 2.0, 3.0), 'fedld_server_lr': (4.0,)}  # fixed: its own
   fedavg = plan.methods(config)[0]
   assert {c['server_lr'] for c in plan.candidates(config, fedavg)} == {1.0, 2.0, 3.0}
-  none = _config(methods=names, tuning=config_lib.TuningConfig(tune_server_lr=False))
+  none = _config(methods=names, tune_server_lr=False)
   assert plan.searched_rates(none, plan.methods(none)[2])[1] == (1.0,)
   assert plan.stage_two(none, fedavg, 0.1) == []
   described = plan.describe(none)['methods']

@@ -19,7 +19,7 @@ def _search(name, strategy='staged', client_lrs=(0.03, 0.1, 0.3), rounds=5, **ch
       regimes=('digits:iid',), methods=(name,), baseline=name,
       given={'fedprox': {'proximal_strength': 0.01}} if name == 'fedprox' else {},
       loop=experiment_config.LoopConfig(rounds=rounds, clients_per_round=2),
-      tuning=config_lib.TuningConfig(**settings))
+      **settings)
   return config, methods.parse_method(name)
 
 
