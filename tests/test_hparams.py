@@ -222,14 +222,6 @@ def _flag_hparams():
   return [h for h in hparams.HPARAMS if h.flag in flags_lib.groups()['method']]
 
 
-def test_method_flags_are_exactly_the_hparams_with_a_flag():
-  assert [h.flag for h in _flag_hparams()] == flags_lib.groups()['method']
-  assert {h.flag for h in hparams.HPARAMS if h.flag} - set(flags_lib.groups()['method']) == {
-      'seed'}   # --seed is the binaries' seed of everything, not a method flag
-  for hparam in _flag_hparams():
-    assert hparam.valid_range in flags.FLAGS[hparam.flag].help
-
-
 @pytest.mark.parametrize('hparam', _flag_hparams(), ids=lambda h: h.flag)
 def test_flags_validate_at_parse_time(hparam):
   if hparam.kind == hparams.CHOICE:
@@ -256,13 +248,6 @@ def test_flags_validate_at_parse_time(hparam):
     with flagsaver.as_parsed(**{hparam.flag: str(value)}):
       assert flags.FLAGS[hparam.flag].value == hparam.check(
           float(value) if hparam.kind != hparams.CHOICE else value)
-
-
-def test_nan_focal_gamma_flag_message():
-  with pytest.raises(config.ConfigError) as info:
-    with flagsaver.as_parsed(focal_gamma='nan'):
-      pass
-  assert info.value.flag_message() == '--focal_gamma must be a finite number >= 0, got nan'
 
 
 def _other_value(hparam):
