@@ -22,17 +22,9 @@ CUSTOM_ALGORITHM = 'custom'
 
 
 class ConfigError(ArgumentError):
-  """A setting with a bad value, raised before any work starts (`tff_conflict.ArgumentError`).
-
-  Attributes:
-    argument: the flag that sets it (the field's name when no flag does); `str(error)` names it
-      and the binaries print `--<error>` (`flag_message()`).
-    field: the dataclass field (default `argument`).
-    value: the bad value.
-    requirement: what the value must be, e.g. 'a finite number > 0'; None when `reason` says
-      what is wrong instead (an error of the library or of the data).
-    reason: the library's message (None with a `requirement`).
-  """
+  """A setting with a bad value, raised before any work starts (`tff_conflict.ArgumentError`):
+  `argument` (the flag, which the message names), `value`, and either the `requirement` ('a finite
+  number > 0') or the library's or data's `reason`; `field` is the dataclass field."""
 
   def __init__(self, argument: str, value: Any, requirement: Optional[str] = None, *,
                field: Optional[str] = None, reason: Optional[str] = None):
@@ -50,12 +42,9 @@ class ConfigError(ArgumentError):
 
 def from_library_error(error: Exception, argument: str, value: Any, *,
                        arguments: Mapping[str, str] = types.MappingProxyType({})) -> ConfigError:
-  """A `ConfigError` for `error`, raised by the library while it used the setting `argument`.
-
-  The error names its own argument when it has an `argument` attribute (then `arguments` maps
-  it, a library argument, to the flag); otherwise the error is the setting's: `argument`.
-  Messages are never parsed.
-  """
+  """A `ConfigError` for `error`, raised by the library while it used the setting `argument`:
+  the error's own `argument` when `arguments` maps it to a flag, else `argument` (messages are
+  never parsed)."""
   own = getattr(error, 'argument', None)
   if own is not None and own in arguments:
     argument, value = arguments[own], getattr(error, 'value', value)
@@ -397,16 +386,8 @@ METHOD_FLAGS = frozenset(h.flag for h in METHOD_HPARAMS)
 
 def check_method_flags_apply(given: Mapping[str, Any],
                              algorithms: Sequence[AlgorithmConfig]) -> None:
-  """Refuses a method flag that none of `algorithms` reads (`AlgorithmConfig.hparam_flags`):
-  a flag either changes the run or is refused.
-
-  Args:
-    given: flag name -> value of the flags given (other flags are ignored).
-    algorithms: the methods that run.
-
-  Raises:
-    ConfigError: naming the first such flag, its value and the methods.
-  """
+  """Refuses (`ConfigError`) a method flag among `given` (flag -> value) that none of
+  `algorithms` reads (`AlgorithmConfig.hparam_flags`): a flag changes the run or is refused."""
   tables = [a.hparam_flags() for a in algorithms]
   if any(t is None for t in tables):
     return
@@ -572,16 +553,8 @@ def field_checks() -> dict[str, Checker]:
 
 def from_flag_values(values: Mapping[str, Any], *, proximal_term: Optional[bool] = None
                      ) -> ExperimentConfig:
-  """An `ExperimentConfig` from flag name -> value; flags absent from `values` keep defaults.
-
-  Args:
-    values: e.g. `FLAGS.flag_values_dict()`.
-    proximal_term: `AlgorithmConfig.proximal_term`; None reads `values['proximal_strength_present']`
-      (False when absent).
-
-  Raises:
-    ConfigError: a value fails its setting's check (the error names the flag).
-  """
+  """An `ExperimentConfig` from flag name -> value (flags absent keep defaults); `proximal_term`
+  None reads `values['proximal_strength_present']`. `ConfigError` names a bad flag."""
   settings: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
   own = {}
   for section, flag, field in flag_fields():
