@@ -68,7 +68,8 @@ def _config(root, *, rounds=2, clients_per_round=3, eval_train_loss=False, runti
               data=experiment_config.DataConfig(leaf_dir=leaf_dir),
               output=experiment_config.OutputConfig(output_dir=str(root), experiment_name='tiny',
                                                     progress=False, runtime=runtime),
-              tuning_seeds=(7,), client_lr_grid=(0.05, 0.2), tuning_regimes={'digits': 'digits:#C=2@6'}, last_k=2, edge_steps=0)
+              tuning_seeds=(7,), client_lr_grid=(0.05, 0.2),
+               tuning_regimes={'digits': 'digits:#C=2@6'}, last_k=2, edge_steps=0)
   args.update(changes)
   return config_lib.BenchmarkConfig(**args)
 

@@ -33,7 +33,8 @@ def test_models_and_tuning_regimes_per_dataset():
 
 def test_methods_with_grids_given_values_and_tuned_epochs():
   config = _config(epochs=(1, 2, 5), given={'fedprox': {'proximal_strength': 0.5}},
-                   tune_epochs=(1, 5), client_lr_grid=(0.1, 0.2), grids={'fedprox': {'proximal_strength': (1, 2)}})
+                   tune_epochs=(1, 5), client_lr_grid=(0.1, 0.2),
+                   grids={'fedprox': {'proximal_strength': (1, 2)}})
   assert [plan.tuned_epochs(config, e) for e in (1, 2, 5)] == [1, 1, 5]
   fedavg, fedprox = plan.methods(config)
   assert plan.given_values(config, fedprox) == {'proximal_strength': 0.5}
