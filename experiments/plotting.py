@@ -79,8 +79,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
   others = [m for m in methods if m != baseline]
   cells = results.group(rows)
   written = {}
-  for (regime, e), cell in ((k, cells[k]) for k in itertools.product(regimes, epochs)
-                            if cells.get(k)):
+  for regime, e, cell in results.cells(rows, config):
     ordered = {m: cell[m].values() for m in methods if m in cell}
     # One loss comparable across methods: the global model's cross-entropy on the training
     # data. Without it, the clients' mean training loss is each method's own objective
@@ -152,10 +151,9 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
   return written
 
 
-def write_validation_plots(curve_rows, config, plots_dir: str) -> dict[tuple[str, int], str]:
+def write_validation_plots(curve_rows, plots_dir: str) -> dict[tuple[str, int], str]:
   """Per tuning regime and E, each method's chosen candidate's validation accuracy (mean ± std
   over the tuning seeds); returns (regime, E) -> file name inside `plots_dir`."""
-  del config  # the same signature as write_plots
   written = {}
   for (regime, epochs), curves in results.curve_groups(curve_rows).items():
     os.makedirs(plots_dir, exist_ok=True)

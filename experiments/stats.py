@@ -30,8 +30,6 @@ class Interval:
     return self.n >= 2 and (self.low > 0 or self.high < 0)
 
 
-PairedDifference = Interval  # `paired_difference`'s result: the interval of mean(x_s - y_s)
-
 
 def _finite(values) -> list[float]:
   return [float(v) for v in values if v is not None and math.isfinite(float(v))]
@@ -176,25 +174,12 @@ def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: fl
   return n
 
 
-@dataclasses.dataclass(frozen=True)
-class Plateau:
-  """`plateau`'s verdict: the means of a curve's last `window` values and of the `window`
-  before, and whether they lie within `tolerance`."""
-  last_mean: float
-  previous_mean: float
-  plateaued: bool
-
-  @property
-  def change(self) -> float:
-    return self.last_mean - self.previous_mean
-
-
-def plateau(values: Sequence[Optional[float]], *, window: int, tolerance: float) -> Plateau:
-  """Whether a curve (e.g. a validation accuracy per round) has plateaued: the mean of its last
-  `window` values lies within `tolerance` of the mean of the `window` values before them. Missing
-  values (None: a round not evaluated) are skipped; a curve with fewer than `2 window` values,
-  or a non-finite value among the last `2 window`, has not plateaued (its means NaN or the
-  non-finite mean).
+def plateau(values: Sequence[Optional[float]], *, window: int, tolerance: float
+            ) -> tuple[float, float, bool]:
+  """(mean of a curve's last `window` values, mean of the `window` before, whether the curve has
+  plateaued: the two lie within `tolerance`). Missing values (None: a round not evaluated) are
+  skipped; a curve with fewer than `2 window` values, or a non-finite value among the last
+  `2 window`, has not plateaued (its means NaN or the non-finite mean).
 
   Raises:
     ValueError: `window` < 1 or `tolerance` not a finite number >= 0.
@@ -205,11 +190,11 @@ def plateau(values: Sequence[Optional[float]], *, window: int, tolerance: float)
     raise ValueError(f'tolerance must be a finite number >= 0, got {tolerance!r}')
   present = [float(v) for v in values if v is not None]
   if len(present) < 2 * window:
-    return Plateau(float('nan'), float('nan'), False)
+    return float('nan'), float('nan'), False
   last = float(np.mean(present[-window:]))
   previous = float(np.mean(present[-2 * window:-window]))
   ok = math.isfinite(last) and math.isfinite(previous) and abs(last - previous) <= tolerance
-  return Plateau(last, previous, bool(ok))
+  return last, previous, bool(ok)
 
 
 def train_loss_rise(losses: Sequence[float]) -> float:

@@ -26,7 +26,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   plots_dir = os.path.join(root, PLOTS_DIR)
   plots = plotting.write_plots(rows, config, plots_dir) if rows else {}
   validation = [f'![validation accuracy, {r}, E={e}]({plot_prefix}/{name})' for (r, e), name
-                in plotting.write_validation_plots(curve_rows, config, plots_dir).items()]
+                in plotting.write_validation_plots(curve_rows, plots_dir).items()]
 
   def image(key, alt):
     return f'![{alt}]({plot_prefix}/{plots[key]})' if key in plots else ''

@@ -156,7 +156,7 @@ def statistic_label(key: str, config: Mapping[str, Any]) -> str:
 
 
 def difference(cell, method: str, baseline: str, key: str = 'last_k_accuracy'
-               ) -> Optional[stats.PairedDifference]:
+               ) -> Optional[stats.Interval]:
   """`method - baseline` on column `key`, paired over the seeds both ran in `cell`."""
   if method == baseline or baseline not in cell or method not in cell:
     return None
@@ -174,7 +174,7 @@ def at_chance(cell, method: str, baseline: str) -> bool:
 
 
 def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]] = ()
-                ) -> dict[tuple[str, int, str], stats.PairedDifference]:
+                ) -> dict[tuple[str, int, str], stats.Interval]:
   """(regime, E, method) -> `difference` of the primary statistic against the method `pairs`
   gives it (default: every method against the config's baseline), its `p_value` Holm-adjusted:
   against the baseline over the Results tables' family (every method), against another method
@@ -192,12 +192,12 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
   return {**main, **holm([(m, b) for m, b in pairs if b != baseline])}
 
 
-def significant(d: Optional[stats.PairedDifference], chance: bool = False) -> bool:
+def significant(d: Optional[stats.Interval], chance: bool = False) -> bool:
   """Holm agrees (`comparisons`' adjusted p-value below `ALPHA`) and not both at chance."""
   return d is not None and math.isfinite(d.p_value) and d.p_value < ALPHA and not chance
 
 
-def verdict(d: Optional[stats.PairedDifference], margin: float, chance: bool = False) -> str:
+def verdict(d: Optional[stats.Interval], margin: float, chance: bool = False) -> str:
   """'beats' / 'loses' where Holm agrees, 'ties' where the 95% interval lies inside +- `margin`,
   'at chance' where both sides collapsed, else 'inconclusive'."""
   if d is None or d.n < 2:
@@ -253,7 +253,8 @@ def curve_groups(curve_rows) -> dict[tuple[str, int], dict[str, list[list[Option
   return out
 
 
-def plateau_verdicts(curve_rows, config) -> list[tuple[str, int, stats.Plateau, int]]:
+def plateau_verdicts(curve_rows, config
+                     ) -> list[tuple[str, int, tuple[float, float, bool], int]]:
   """(tuning regime, E, `stats.plateau` of the baseline's chosen candidate's validation
   accuracy averaged over the tuning seeds, number of seeds), per tuning regime and E."""
   baseline = config.get('baseline', 'fedavg')

@@ -105,8 +105,8 @@ def readme(rows, config, curves) -> str:
            f'({", ".join(f"`{r}`" for r in config["regimes"])}), '
            f'{len(config["report_seeds"])} seeds, {config.get("rounds")} rounds, '
            f'E = {", ".join(str(e) for e in config["epochs"])}; {search}.')
-  open_ = [f'`{r}` ({p.change:+.3f})' for r, _, p, _ in results_lib.plateau_verdicts(
-      curves, config) if not p.plateaued]
+  open_ = [f'`{r}` ({last - previous:+.3f})' for r, _, (last, previous, plateaued), _
+           in results_lib.plateau_verdicts(curves, config) if not plateaued]
   plateau = (f'{baseline}\'s validation accuracy had not plateaued at round '
              f'{config.get("rounds")} (last {tuning["plateau_window"]} rounds against the '
              f'{tuning["plateau_window"]} before, tolerance {tuning["plateau_tolerance"]:g}): '

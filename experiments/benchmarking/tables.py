@@ -29,7 +29,7 @@ def fmt_p(p: float) -> str:
   return '-' if not math.isfinite(p) else '<0.001' if p < 0.001 else f'{p:.3f}'
 
 
-def fmt_difference(d: Optional[stats.PairedDifference], *, mark: bool = False,
+def fmt_difference(d: Optional[stats.Interval], *, mark: bool = False,
                    digits: int = 4) -> str:
   """'+m [+low, +high]' (bold with a dagger where `mark`), '+m (n=1)' for one seed."""
   if d is None:
@@ -49,7 +49,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
   return '\n'.join([lines[0], '|' + '---|' * len(header)] + lines[1:]) + '\n'
 
 
-def delta_cell(d: Optional[stats.PairedDifference], chance: bool, *, mark: bool) -> str:
+def delta_cell(d: Optional[stats.Interval], chance: bool, *, mark: bool) -> str:
   """A comparison's Δ cell: the interval (marked where `mark`), or what makes it no comparison
   (both sides at chance) or a degenerate one (identical runs)."""
   if d is None:
@@ -62,7 +62,7 @@ def delta_cell(d: Optional[stats.PairedDifference], chance: bool, *, mark: bool)
 
 
 def regime_table(cell, methods: Sequence[str], *, baseline: str,
-                 found: Mapping[str, stats.PairedDifference], config: Mapping[str, Any]) -> str:
+                 found: Mapping[str, stats.Interval], config: Mapping[str, Any]) -> str:
   """The Markdown table of one (regime, E) cell, one row per method, `found` its comparisons
   (`results.comparisons`); columns: docs/experiments.md, "The benchmark: does a method help?"."""
   key = results.primary_statistic(config)
@@ -211,15 +211,14 @@ def plateau_lines(curve_rows, config) -> str:
     return head + (f' Not checked: no validation curve of {baseline} recorded '
                    f'(`{results.CURVES_FILE}`).\n')
   lines = [head]
-  for regime, epochs, p, seeds in verdicts:
-    if not (math.isfinite(p.last_mean) and math.isfinite(p.previous_mean)):
+  for regime, epochs, (last, previous, plateaued), seeds in verdicts:
+    if not (math.isfinite(last) and math.isfinite(previous)):
       what = (f'not plateaued (fewer than {2 * window} rounds or a non-finite value; last '
-              f'{fmt(p.last_mean, 4)}, before {fmt(p.previous_mean, 4)})')
+              f'{fmt(last, 4)}, before {fmt(previous, 4)})')
     else:
-      trend = '' if p.plateaued else ', still climbing' if p.change > 0 else ', falling'
-      what = (f'{"plateaued" if p.plateaued else "NOT plateaued"}: last {window} rounds '
-              f'{p.last_mean:.4f}, the {window} before {p.previous_mean:.4f} '
-              f'({p.change:+.4f}{trend})')
+      trend = '' if plateaued else ', still climbing' if last > previous else ', falling'
+      what = (f'{"plateaued" if plateaued else "NOT plateaued"}: last {window} rounds '
+              f'{last:.4f}, the {window} before {previous:.4f} ({last - previous:+.4f}{trend})')
     lines.append(f'  - `{regime}`, E={epochs} ({seeds} tuning seeds): {what}.')
   return '\n'.join(lines) + '\n'
 

@@ -107,21 +107,21 @@ def test_seeds_needed_is_the_smallest_n_with_enough_power():
 
 def test_plateau_compares_the_last_window_with_the_window_before():
   flat = [0.5] * 5 + [0.80, 0.81, 0.80, 0.82] + [0.81, 0.815, 0.82, 0.81]
-  p = stats.plateau(flat, window=4, tolerance=0.01)
-  assert p.plateaued
-  assert p.last_mean == pytest.approx(np.mean([0.81, 0.815, 0.82, 0.81]))
-  assert p.previous_mean == pytest.approx(np.mean([0.80, 0.81, 0.80, 0.82]))
+  last, previous, plateaued = stats.plateau(flat, window=4, tolerance=0.01)
+  assert plateaued
+  assert last == pytest.approx(np.mean([0.81, 0.815, 0.82, 0.81]))
+  assert previous == pytest.approx(np.mean([0.80, 0.81, 0.80, 0.82]))
   climbing = [0.1 * i for i in range(1, 9)]  # last 4 mean 0.65, the 4 before 0.25
-  c = stats.plateau(climbing, window=4, tolerance=0.01)
-  assert not c.plateaued and c.change == pytest.approx(0.4)
-  assert stats.plateau(climbing, window=4, tolerance=0.5).plateaued
+  last, previous, plateaued = stats.plateau(climbing, window=4, tolerance=0.01)
+  assert not plateaued and last - previous == pytest.approx(0.4)
+  assert stats.plateau(climbing, window=4, tolerance=0.5)[2]
   falling = list(reversed(climbing))
-  assert not stats.plateau(falling, window=4, tolerance=0.01).plateaued
+  assert not stats.plateau(falling, window=4, tolerance=0.01)[2]
   # Missing rounds are skipped; too few values or a NaN in the windows: not plateaued.
-  assert stats.plateau([None, 0.5, None, 0.5, 0.5, 0.5], window=2, tolerance=0.0).plateaued
-  short = stats.plateau([0.5] * 7, window=4, tolerance=0.01)
-  assert not short.plateaued and np.isnan(short.last_mean)
-  assert not stats.plateau([0.5] * 7 + [float('nan')], window=4, tolerance=1.0).plateaued
+  assert stats.plateau([None, 0.5, None, 0.5, 0.5, 0.5], window=2, tolerance=0.0)[2]
+  last, _, plateaued = stats.plateau([0.5] * 7, window=4, tolerance=0.01)
+  assert not plateaued and np.isnan(last)
+  assert not stats.plateau([0.5] * 7 + [float('nan')], window=4, tolerance=1.0)[2]
   for bad in (dict(window=0, tolerance=0.01), dict(window=2, tolerance=-1.0),
               dict(window=2, tolerance=float('nan'))):
     with pytest.raises(ValueError, match='window|tolerance'):

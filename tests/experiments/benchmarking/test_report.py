@@ -181,10 +181,11 @@ def test_plateau_verdicts_and_validation_plots(tmp_path):
            _curve_row('digits:dir(0.1)', 1, 'fedld', 100, climbing)]
   results.write_csv(os.path.join(root, results.CURVES_FILE), rows)
   verdicts = {(r, e): (p, n) for r, e, p, n in results.plateau_verdicts(rows, config)}
-  (p1, n1), (p5, n5) = verdicts[('digits:dir(0.1)', 1)], verdicts[('digits:dir(0.1)', 5)]
-  assert p1.plateaued and n1 == 2
-  assert p1.last_mean == pytest.approx((0.81 + 0.80 + 0.81) / 3 + 0.001)
-  assert not p5.plateaued and n5 == 1 and p5.change == pytest.approx(0.3)
+  ((last1, _, plateaued1), n1), ((last5, previous5, plateaued5), n5) = (
+      verdicts[('digits:dir(0.1)', 1)], verdicts[('digits:dir(0.1)', 5)])
+  assert plateaued1 and n1 == 2
+  assert last1 == pytest.approx((0.81 + 0.80 + 0.81) / 3 + 0.001)
+  assert not plateaued5 and n5 == 1 and last5 - previous5 == pytest.approx(0.3)
   text = open(report.write_report(root)).read()
   setup = text[text.index('## Setup'):text.index('## Regimes')]
   assert ('the mean of its last 3 rounds within 0.01 of the mean of the 3 before' in setup)
