@@ -30,7 +30,6 @@ class Interval:
     return self.n >= 2 and (self.low > 0 or self.high < 0)
 
 
-
 def _finite(values) -> list[float]:
   return [float(v) for v in values if v is not None and math.isfinite(float(v))]
 
@@ -51,22 +50,23 @@ def _check(name: str, value: float) -> None:
     raise ValueError(f'{name} must be in (0, 1), got {value!r}')
 
 
-def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
-  """Student's t interval of the mean of `values` (all finite; at least one).
+def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Optional[float]],
+                      confidence: float = 0.95) -> Optional[Interval]:
+  """Student's t interval of the mean of the differences x[k] - y[k] over the keys (seeds) both
+  hold with finite values; None when no key is shared.
 
   `mean +- t_{(1 + c)/2, n - 1} sd / sqrt(n)` (sample sd, ddof = 1; scipy's t distribution)
-  excludes 0 exactly when the two-sided t-test of a zero mean, whose p-value it carries, rejects
-  at level 1 - c.
+  excludes 0 exactly when the two-sided paired t-test, whose p-value it carries, rejects at
+  level 1 - c.
 
   Raises:
-    ValueError: no values, a value that is not finite, or a confidence outside (0, 1).
+    ValueError: a confidence outside (0, 1).
   """
   _check('confidence', confidence)
-  d = np.asarray(list(values), dtype=np.float64)
-  if d.size == 0:
-    raise ValueError('values must hold at least one value, got none')
-  if not np.all(np.isfinite(d)):
-    raise ValueError(f'values must be finite, got {d.tolist()}')
+  keys = sorted(k for k in set(x) & set(y) if _finite([x[k]]) and _finite([y[k]]))
+  if not keys:
+    return None
+  d = np.array([float(x[k]) - float(y[k]) for k in keys])
   n, mean = int(d.size), float(d.mean())
   if n < 2:
     return Interval(mean, float('nan'), float('nan'), n)
@@ -78,22 +78,6 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
   else:
     p_value = 1.0 if mean == 0 else 0.0
   return Interval(mean, mean - half, mean + half, n, p_value, sd)
-
-
-def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Optional[float]],
-                      confidence: float = 0.95) -> Optional[Interval]:
-  """`t_interval` of the differences x[k] - y[k] over the keys (seeds) both hold with finite
-  values (so its interval excludes 0 exactly when a paired t-test rejects); None when no key is
-  shared."""
-  _check('confidence', confidence)
-  keys = [k for k in set(x) & set(y) if _finite([x[k]]) and _finite([y[k]])]
-  if not keys:
-    return None
-  try:
-    keys.sort()
-  except TypeError:  # keys of mixed types
-    keys.sort(key=str)
-  return t_interval([float(x[k]) - float(y[k]) for k in keys], confidence)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
