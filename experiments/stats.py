@@ -21,10 +21,6 @@ class Interval:
   sd: float = float('nan')
 
   @property
-  def half_width(self) -> float:
-    return (self.high - self.low) / 2 if self.n >= 2 else float('nan')
-
-  @property
   def excludes_zero(self) -> bool:
     """Whether the interval lies entirely above or below 0 (False when there is none)."""
     return self.n >= 2 and (self.low > 0 or self.high < 0)

@@ -22,7 +22,7 @@ def fmt_gap(g: Optional[stats.Interval]) -> str:
   the benchmark's Results tables mark what Holm's adjustment keeps."""
   if g is None:
     return '-'
-  return f'{g.mean:+.3f} (n=1)' if g.n < 2 else f'{g.mean:+.3f} ± {g.half_width:.3f}'
+  return f'{g.mean:+.3f} (n=1)' if g.n < 2 else f'{g.mean:+.3f} ± {(g.high - g.low) / 2:.3f}'
 
 
 def cells_of(rows, method: str) -> list[tuple[str, Mapping[str, Any]]]:

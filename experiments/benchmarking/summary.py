@@ -160,24 +160,15 @@ BLOCKS: dict[str, Callable[..., str]] = {
         ('fedld', None), ('fedld_projection', None), ('fedld_model', None)], ratios=True)}
 
 
-WIDTH = 100
-
-
-def _wrap(text: str) -> str:
-  """Paragraphs and '- ' bullets wrapped at `WIDTH` columns (bullets continue indented)."""
-  out = []
-  for line in text.splitlines():
-    bullet = line.startswith('- ')
-    out.append(textwrap.fill(line, WIDTH, subsequent_indent='  ' if bullet else '',
-                             break_long_words=False, break_on_hyphens=False) if line else '')
-  return '\n'.join(out) + '\n'
-
-
 def render(name: str, directory: str, root: str = ROOT) -> str:
-  """The text of block `name` from the results in `root/directory`, wrapped."""
+  """The text of block `name` from the results in `root/directory`: paragraphs and '- ' bullets
+  wrapped at 100 columns (bullets continue indented)."""
   if name not in BLOCKS:
     raise ValueError(f'unknown measured block {name!r}; one of {sorted(BLOCKS)}')
-  return _wrap(BLOCKS[name](*results_lib.load(os.path.join(root, directory))))
+  text = BLOCKS[name](*results_lib.load(os.path.join(root, directory)))
+  return '\n'.join(textwrap.fill(line, 100, break_long_words=False, break_on_hyphens=False,
+                                 subsequent_indent='  ' if line.startswith('- ') else '')
+                   if line else '' for line in text.splitlines()) + '\n'
 
 
 def check_file(path: str, root: str = ROOT, *, write: bool = False) -> list[str]:
