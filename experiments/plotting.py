@@ -72,7 +72,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
   training loss per round, each method's gain against the regime's conflict, and (several E)
   the effect of E; returns name -> file name inside `plots_dir`."""
   os.makedirs(plots_dir, exist_ok=True)
-  baseline = config.get('baseline', 'fedavg')
+  baseline = config['baseline']
   statistic = results.primary_statistic(config)
   gain = f'{results.statistic_label(statistic, config)} − {baseline}'
   regimes, methods, epochs = results.orders(rows, config)

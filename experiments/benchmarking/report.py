@@ -22,7 +22,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   """The report's Markdown body from the files under `root`; writes the plots under
   `root/plots`."""
   rows, config, curve_rows = results.load(root)
-  baseline = config.get('baseline', 'fedavg')
+  baseline = config['baseline']
   plots_dir = os.path.join(root, PLOTS_DIR)
   plots = plotting.write_plots(rows, config, plots_dir) if rows else {}
   validation = [f'![validation accuracy, {r}, E={e}]({plot_prefix}/{name})' for (r, e), name

@@ -179,7 +179,7 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
   gives it (default: every method against the config's baseline), its `p_value` Holm-adjusted:
   against the baseline over the Results tables' family (every method), against another method
   over those other pairs together."""
-  baseline = config.get('baseline', 'fedavg')
+  baseline = config['baseline']
 
   def holm(family):
     found = {(r, e, m): d for r, e, cell in cells(rows, config) for m, against in family
@@ -195,6 +195,11 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
 def significant(d: Optional[stats.Interval], chance: bool = False) -> bool:
   """Holm agrees (`comparisons`' adjusted p-value below `ALPHA`) and not both at chance."""
   return d is not None and math.isfinite(d.p_value) and d.p_value < ALPHA and not chance
+
+
+def margin(config: Mapping[str, Any]) -> float:
+  """The equivalence margin a tie's 95% interval lies inside."""
+  return float(config.get('equivalence_margin') or 0.01)
 
 
 def verdict(d: Optional[stats.Interval], margin: float, chance: bool = False) -> str:
@@ -257,7 +262,7 @@ def plateau_verdicts(curve_rows, config
                      ) -> list[tuple[str, int, tuple[float, float, bool], int]]:
   """(tuning regime, E, `stats.plateau` of the baseline's chosen candidate's validation
   accuracy averaged over the tuning seeds, number of seeds), per tuning regime and E."""
-  baseline = config.get('baseline', 'fedavg')
+  baseline = config['baseline']
   tuning = config['tuning']
   return [(regime, epochs, stats.plateau(
       stats.mean_curve(per_method[baseline]), window=tuning['plateau_window'],
@@ -276,7 +281,7 @@ def unequal_search(config) -> tuple[list[str], list]:
   """(the methods whose tuning searched server learning rates the baseline's did not, the
   baseline's), from config.json's plan."""
   searched = {m['name']: m['server_lrs'] for m in config['plan']['methods']}
-  base = set(searched.get(config.get('baseline', 'fedavg'), []))
+  base = set(searched.get(config['baseline'], []))
   return sorted(m for m, lrs in searched.items() if not set(lrs) <= base), sorted(base)
 
 

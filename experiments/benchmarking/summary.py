@@ -21,14 +21,6 @@ END = '<!-- end measured -->'
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _baseline(config) -> str:
-  return config.get('baseline', 'fedavg')
-
-
-def _margin(config) -> float:
-  return float(config.get('equivalence_margin') or 0.01)
-
-
 def _cells(rows, config):
   """(name, regime, E, cell) in the report's order; the name has E where the runs have several."""
   several = len({int(r['epochs']) for r in rows}) > 1
@@ -40,7 +32,7 @@ def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
   """One line per cell: the methods grouped by verdict, with their Δ (and, for beats / loses,
   the interval and Holm p)."""
   found = results_lib.comparisons(rows, config, pairs)
-  baseline = _baseline(config)
+  baseline = config['baseline']
   lines = []
   for name, regime, e, cell in _cells(rows, config):
     groups: dict[str, list[str]] = {}
@@ -48,7 +40,8 @@ def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
       d = found.get((regime, e, method))
       if d is None:
         continue
-      word = results_lib.verdict(d, _margin(config), results_lib.at_chance(cell, method, against))
+      word = results_lib.verdict(d, results_lib.margin(config),
+                                 results_lib.at_chance(cell, method, against))
       text = f'{d.mean:+.3f} (one seed)' if d.n < 2 else f'{d.mean:+.3f}'
       if d.n >= 2 and word in ('beats', 'loses'):
         text += f' [{d.low:+.3f}, {d.high:+.3f}], Holm p {tables.fmt_p(d.p_value)}'
@@ -65,7 +58,7 @@ def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
 def _provisional(config) -> str:
   """The protocol flaws of the runs, from their config."""
   extra = results_lib.unequal_search(config)[0]
-  flaws = [f'only {", ".join(extra)} searched server learning rates {_baseline(config)} did '
+  flaws = [f'only {", ".join(extra)} searched server learning rates {config["baseline"]} did '
            'not'] if extra else []
   seeds = config.get('report_seeds') or []
   flaws += [f'{len(seeds)} seeds'] if len(seeds) < 10 else []
@@ -75,14 +68,14 @@ def _provisional(config) -> str:
 
 def _rule(rows, config, pairs) -> str:
   others = sum(1 for (_, _, m) in results_lib.comparisons(rows, config, pairs)
-               if dict(pairs)[m] != _baseline(config))
+               if dict(pairs)[m] != config['baseline'])
   family = (f'Holm over the {len(results_lib.comparisons(rows, config))} comparisons against '
-            f'{_baseline(config)} of the results\' tables'
+            f'{config["baseline"]} of the results\' tables'
             + (f', and over the {others} against other baselines here' if others else ''))
   label = results_lib.statistic_label(results_lib.primary_statistic(config), config)
   return (f'Statistic: {label} on the test split, paired by seed; "beats" / "loses": '
           f'Holm-adjusted p < {results_lib.ALPHA:g} ({family}); "ties": the 95% interval inside '
-          f'±{_margin(config):g}; otherwise "inconclusive".')
+          f'±{results_lib.margin(config):g}; otherwise "inconclusive".')
 
 
 def _norm_ratios(rows, method: str) -> str:
@@ -95,7 +88,7 @@ def _norm_ratios(rows, method: str) -> str:
 
 def readme(rows, config, curves) -> str:
   """The README's summary: every method against the baseline in every regime."""
-  baseline, tuning = _baseline(config), config['tuning']
+  baseline, tuning = config['baseline'], config['tuning']
   methods = results_lib.orders(rows, config)[1]
   pairs = [(m, baseline) for m in methods if m != baseline]
   search = ('each tuned on a validation split of the training clients, every method over the '
@@ -130,7 +123,7 @@ def _variants(rows, config, wanted, ratios: bool = False) -> str:
   each ran with that its parent did not (`tables.variant_differences`: a variant that changes
   more than one thing is said to) and, with `ratios`, their norm ratios."""
   present = {r['method'] for r in rows}
-  pairs = [(m, b or _baseline(config)) for m, b in wanted
+  pairs = [(m, b or config['baseline']) for m, b in wanted
            if m in present and (b is None or b in present)]
   lines = [_provisional(config), '', _rule(rows, config, pairs), '']
   lines += verdict_lines(rows, config, pairs)

@@ -112,7 +112,7 @@ def power_line(cell, *, baseline: str, config: Mapping[str, Any]) -> str:
 
 def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
   """(regime, E, heading line, table) for every cell, from runs.csv's rows and config.json."""
-  baseline = config.get('baseline', 'fedavg')
+  baseline = config['baseline']
   methods = results.orders(rows, config)[1]
   found = results.comparisons(rows, config)
   out = []
@@ -132,7 +132,7 @@ def composition_table(rows, config) -> str:
   (as the FedGH paper's Table II sets "+FedGH" beside each baseline): per regime and E, paired
   differences of the primary statistic, the first column's p-values Holm-adjusted over this
   table (a dagger only where Holm agrees). Empty when no composition and its baseline both ran."""
-  baseline = config.get('baseline', 'fedavg')
+  baseline = config['baseline']
   key = results.primary_statistic(config)
   pairs = [(m, methods_lib.composition_parts(m)[0]) for m in results.orders(rows, config)[1]
            if methods_lib.composition_parts(m)]
@@ -155,7 +155,7 @@ def composition_table(rows, config) -> str:
 def epoch_effect_table(rows, config) -> str:
   """Per method: the mean over regimes of its gain over the baseline at each E, and how many
   regimes' comparisons Holm finds above / below 0."""
-  baseline = config.get('baseline', 'fedavg')
+  baseline = config['baseline']
   regimes, methods, epochs = results.orders(rows, config)
   found = results.comparisons(rows, config)
   cells = results.group(rows)
@@ -176,7 +176,7 @@ def epoch_effect_table(rows, config) -> str:
 def losses_list(rows, config) -> str:
   """The cells where a method loses to the baseline (Holm agrees), with what was measured
   there."""
-  baseline = config.get('baseline', 'fedavg')
+  baseline = config['baseline']
   cells = results.group(rows)
   lines = []
   for (regime, e, method), d in results.comparisons(rows, config).items():
@@ -199,7 +199,7 @@ def losses_list(rows, config) -> str:
 def plateau_lines(curve_rows, config) -> str:
   """The Setup's rounds criterion and, per tuning regime and E, whether the baseline's validation
   curve plateaued, with the two means."""
-  baseline = config.get('baseline', 'fedavg')
+  baseline = config['baseline']
   window, tolerance = config['tuning']['plateau_window'], config['tuning']['plateau_tolerance']
   head = (f'- Rounds: {config.get("rounds")}, enough when {baseline}\'s tuned validation '
           f'accuracy (its chosen candidate, mean over the tuning seeds) has plateaued: the mean '
@@ -232,7 +232,7 @@ def duration(seconds: float) -> str:
 def protocol_section(config, rows) -> str:
   """The protocol, stated before any number: the test split, the search, the primary statistic,
   divergence, the statistics, and every symbol of the tables."""
-  baseline = config.get('baseline', 'fedavg')
+  baseline = config['baseline']
   seeds = config.get('report_seeds') or []
   tuning = config['tuning']
   lines = [
@@ -272,7 +272,7 @@ def protocol_section(config, rows) -> str:
       f'Holm-adjusted p < {results.ALPHA:g}. Each regime states its minimal detectable difference '
       'and the seeds needed for its target difference. Words: "beats" / "loses" where Holm '
       'agrees, "ties" where the 95% interval lies inside '
-      f'±{float(config.get("equivalence_margin") or 0.01):g}, otherwise "inconclusive".')
+      f'±{results.margin(config):g}, otherwise "inconclusive".')
   lines.append(
       '- Symbols: "a ± b" in the Results tables is the mean ± the sample standard deviation over '
       'seeds (in the diagnosis tables\' gap column: ± the 95% t-interval\'s half-width); "Δ" a '
@@ -294,7 +294,7 @@ def setup_section(config) -> str:
   lines += [
       f'- Regimes: {", ".join(f"`{r}`" for r in config.get("regimes", []))}.',
       f'- Methods: {", ".join(config.get("methods", []))}; baseline '
-      f'{config.get("baseline", "fedavg")}.',
+      f'{config["baseline"]}.',
       f'- Local epochs E: {config.get("epochs")}; reporting seeds: {config.get("report_seeds")};'
       f' {config.get("rounds")} rounds, {config.get("clients_per_round")} clients per round, '
       f'batch {config.get("batch_size")}, client SGD (momentum '
@@ -419,7 +419,7 @@ def tuning_section(choices, config) -> str:
     return 'Not tuned (`--tune=false`): every run uses the given values (see Setup).\n'
   if not choices:
     return 'No tuning results.\n'
-  baseline = config.get('baseline', 'fedavg')
+  baseline = config['baseline']
   out = []
   for where in dict.fromkeys((c['dataset'], c['regime'], c['epochs']) for c in choices):
     dataset, regime, epochs = where
