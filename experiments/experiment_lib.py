@@ -67,13 +67,14 @@ def input_spec(train_data: Any, loop: config_lib.LoopConfig):
   return training_loop.preprocess(first, loop).element_spec
 
 
-def _pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
+def pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
+  """(x, y) of every client's examples, concatenated; `ValueError` for none."""
   xs, ys = [], []
   for batch in client_data.create_tf_dataset_from_all_clients().batch(4096).as_numpy_iterator():
     xs.append(batch['x'])
     ys.append(batch['y'])
   if not xs:
-    raise ValueError('the evaluation split holds no examples')
+    raise ValueError('a split of the data holds no examples')
   return np.concatenate(xs), np.concatenate(ys)
 
 
@@ -131,7 +132,7 @@ class Runs:
 
   def _pooled(self, client_data) -> tuple[np.ndarray, np.ndarray]:
     if id(client_data) not in self._arrays:   # the data are kept: their id stays theirs
-      self._arrays[id(client_data)] = (client_data, *_pooled_arrays(client_data))
+      self._arrays[id(client_data)] = (client_data, *pooled_arrays(client_data))
     return self._arrays[id(client_data)][1:]
 
   def evaluator(self, model_fn: Callable[[], tf.keras.Model], eval_data: Any, num_classes: int,
