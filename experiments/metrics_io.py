@@ -8,7 +8,7 @@ import math
 import os
 import platform
 import subprocess
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow_federated as tff
@@ -21,7 +21,6 @@ ROUND_COLUMN = 'round_num'
 PER_CLIENT_COLUMNS = (ROUND_COLUMN, 'name', 'client_index', 'value')
 HEADLINE_COLUMNS = ('train_loss', 'train_accuracy', 'test_accuracy', 'test_loss', 'test_macro_f1',
                     'round_time_s', 'eval_time_s')
-TIMING_COLUMNS = ('round_time_s', 'eval_time_s')
 
 
 def _leaves(value: Any, name: str = '') -> Iterator[tuple[str, Any]]:
@@ -214,11 +213,6 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
     if new:
       self._add(self.per_client_path, PER_CLIENT_COLUMNS, self._per_client, new,
                 not self._per_client)
-
-
-def non_timing(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-  """The rows without their timing columns (what determinism and resume compare)."""
-  return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in rows]
 
 
 def _hparam_str(value) -> str:

@@ -132,11 +132,6 @@ def test_a_resumed_run_keeps_the_rows_given_and_a_new_one_none(tmp_path):
   assert os.listdir(tmp_path) == ['metrics.csv']
 
 
-def test_non_timing_drops_only_timing_columns():
-  rows = [{'round_num': 1, 'round_time_s': 3.0, 'eval_time_s': 1.0, 'test_accuracy': 0.5}]
-  assert metrics_io.non_timing(rows) == [{'round_num': 1, 'test_accuracy': 0.5}]
-
-
 def test_hparams_round_trip(tmp_path):
   path = str(tmp_path / 'hparams.csv')
   metrics_io.write_hparams(path, {'rounds': 3, 'workers': ['a:1', 'b:2'], 'cache_dir': None,
