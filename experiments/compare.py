@@ -6,6 +6,7 @@ from experiments import interrupts  # pylint: disable=g-bad-import-order
 if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
   interrupts.exit_on_signals()
 
+import functools
 import os
 import sys
 from typing import Any, Mapping, Sequence
@@ -61,9 +62,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def apply_preset() -> None:
-  """Sets the preset's values (`PRESETS`) on every flag not given on the command line."""
-  flags_lib.apply_preset(PRESETS)
+# Sets the preset's values (`PRESETS`) on every flag not given on the command line.
+apply_preset = functools.partial(flags_lib.apply_preset, PRESETS)
 
 
 flags_lib.register_validators()
