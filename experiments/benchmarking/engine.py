@@ -147,12 +147,9 @@ class Engine(experiment_lib.Runs):
         raise experiment_config.ConfigError(f'datasets[{dataset!r}]', int(labels.min()),
                                             'class labels 0, 1, ... (a label < 0 was found)')
     if own is not None:
-      element = train.element_type_structure
-      batched = collections.OrderedDict(
-          (k, tf.TensorSpec([None] + element[k].shape.as_list(), element[k].dtype))
-          for k in ('x', 'y'))
       try:
-        logits = models.resolve_model(own, batched).num_classes
+        logits = models.resolve_model(
+            own, experiment_lib.input_spec(train, self._config.loop)).num_classes
       except ValueError as e:
         raise experiment_config.ConfigError(f'model_fns[{model!r}]', own, reason=str(e)) from None
       if (classes is not None and logits != classes) or (top is not None and top >= logits):
