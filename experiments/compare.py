@@ -30,7 +30,6 @@ from experiments import plotting
 from experiments import training_loop
 from experiments.benchmarking import config as bench_config
 from experiments.benchmarking import runs as runs_lib
-from tff_conflict import runtime
 
 FLAGS = flags.FLAGS
 
@@ -195,7 +194,6 @@ def main(unused_argv):
   apply_preset()
   experiment, algorithms, seeds, target_accuracy = check_flags()
   cli.prepare_output_dir(os.path.join(experiment.output.output_dir, comparison_name(experiment)))
-  runtime.set_local_context()
   cli.install_context(experiment)
   table, plots, root = run_comparison(experiment, algorithms, seeds, target_accuracy)
   print()

@@ -20,7 +20,6 @@ from experiments import config
 from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import training_loop
-from tff_conflict import runtime
 
 FLAGS = flags.FLAGS
 
@@ -51,7 +50,6 @@ def main(unused_argv):
   flags_lib.quiet_logs()
   experiment = check_flags()
   experiment_dir = cli.prepare_output_dir(experiment.experiment_dir)
-  runtime.set_local_context()
   cli.install_context(experiment)
   task = experiment_lib.load_task(experiment)
   print(f'{experiment.algorithm.label} on {experiment.data.dataset} '
