@@ -124,9 +124,10 @@ def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
 
 
 def install_context(experiment: config.ExperimentConfig) -> None:
-  """Installs TFF's remote context for `--workers` (if any), an unreachable worker reported as a
-  `Failure` naming `--workers`."""
+  """Installs TFF's local context, then its remote one for `--workers` (if any), an unreachable
+  worker reported as a `Failure` naming `--workers`."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  runtime.set_local_context()
   workers = list(experiment.runtime.workers)
   try:
     if workers:

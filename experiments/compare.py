@@ -6,6 +6,7 @@ from experiments import interrupts  # pylint: disable=g-bad-import-order
 if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
   interrupts.exit_on_signals()
 
+import functools
 import os
 import sys
 from typing import Any, Mapping, Sequence
@@ -28,7 +29,7 @@ from experiments import files
 from experiments import plotting
 from experiments import training_loop
 from experiments.benchmarking import config as bench_config
-from tff_conflict import runtime
+from experiments.benchmarking import runs as runs_lib
 
 FLAGS = flags.FLAGS
 
@@ -60,9 +61,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def apply_preset() -> None:
-  """Sets the preset's values (`PRESETS`) on every flag not given on the command line."""
-  flags_lib.apply_preset(PRESETS)
+# Sets the preset's values (`PRESETS`) on every flag not given on the command line.
+apply_preset = functools.partial(flags_lib.apply_preset, PRESETS)
 
 
 flags_lib.register_validators()
@@ -85,26 +85,17 @@ def check_flags() -> tuple[config.ExperimentConfig, tuple[str, ...], tuple[int, 
   return experiment, tuple(FLAGS.algorithms), seeds, FLAGS.target_accuracy
 
 
-def _values(rows, column):
-  return [r[column] for r in rows if r.get(column) is not None]
-
-
 def summarize(runs: Sequence[Sequence[Mapping[str, Any]]], target_accuracy: float
               ) -> dict[str, list]:
-  """An algorithm's table row from the metrics rows of each seed's run: per seed, the mean test
-  accuracy of the last `LAST_K` evaluated rounds, the final accuracy and macro-F1, the first
-  round at `target_accuracy` (seeds that reach it), and the round times (rounds >= 2)."""
-  out = {k: [] for k in ('last_k_accuracy', 'final_accuracy', 'final_macro_f1',
-                         'rounds_to_target', 'round_times')}
-  for rows in runs:
-    accuracies = [(r['round_num'], r['test_accuracy']) for r in rows
-                  if r.get('test_accuracy') is not None]
-    out['last_k_accuracy'].append(float(np.mean([a for _, a in accuracies[-LAST_K:]])))
-    out['final_accuracy'].append(accuracies[-1][1])
-    out['final_macro_f1'].append(_values(rows, 'test_macro_f1')[-1])
-    out['rounds_to_target'] += [r for r, a in accuracies if a >= target_accuracy][:1]
-    later = [r['round_time_s'] for r in rows if r['round_num'] >= 2]
-    out['round_times'] += later or _values(rows, 'round_time_s')
+  """An algorithm's table row from the metrics rows of each seed's run: per seed, the benchmark's
+  summary of the test curve (`runs.summarize`, mean of the last `LAST_K` evaluated rounds) and the
+  first round at `target_accuracy` (seeds that reach it)."""
+  summaries = [runs_lib.summarize(rows, prefix='test', last_k=LAST_K) for rows in runs]
+  out = {k: [s[k] for s in summaries] for k in ('last_k_accuracy', 'final_accuracy',
+                                                 'final_macro_f1', 'seconds_per_round')}
+  out['rounds_to_target'] = [reached[0] for reached in (
+      [r['round_num'] for r in rows if (r.get('test_accuracy') or 0) >= target_accuracy]
+      for rows in runs) if reached]
   return out
 
 
@@ -126,10 +117,9 @@ def markdown_table(summaries: Mapping[str, Mapping[str, list]], target_accuracy:
     rounds = f'{np.mean(reached):.1f}'.rstrip('0').rstrip('.') if reached else 'not reached'
     if reached and seeds > 1:
       rounds += f' ({len(reached)}/{seeds} seeds)'
-    time = np.mean(s['round_times']) if s['round_times'] else float('nan')
     lines.append(f'| {algorithm} | {_mean_std(s["last_k_accuracy"])} | '
                  f'{_mean_std(s["final_accuracy"])} | {_mean_std(s["final_macro_f1"])} | '
-                 f'{rounds} | {time:.2f} |')
+                 f'{rounds} | {np.mean(s["seconds_per_round"]):.2f} |')
   return '\n'.join(lines) + '\n'
 
 
@@ -204,7 +194,6 @@ def main(unused_argv):
   apply_preset()
   experiment, algorithms, seeds, target_accuracy = check_flags()
   cli.prepare_output_dir(os.path.join(experiment.output.output_dir, comparison_name(experiment)))
-  runtime.set_local_context()
   cli.install_context(experiment)
   table, plots, root = run_comparison(experiment, algorithms, seeds, target_accuracy)
   print()

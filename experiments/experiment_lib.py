@@ -1,5 +1,5 @@
-"""The one run path of `train`, `compare` and the benchmark: `build_process` (a process from its
-parts), `Runs.evaluator` and `Runs.execute`; `run_experiment` runs an `ExperimentConfig`."""
+"""The one run path of `train`, `compare` and the benchmark: `Runs.execute` (a process from its
+parts, evaluated by `Runs.evaluator`); `run_experiment` runs an `ExperimentConfig`."""
 
 import collections
 import functools
@@ -18,7 +18,6 @@ from experiments import metrics_io
 from experiments import training_loop
 from tff_conflict import hparams as hparams_lib
 
-CUSTOM_ALGORITHM = config_lib.CUSTOM_ALGORITHM
 # Builder keyword -> flag, per algorithm, loss and aggregator (`tff_conflict.hparams`).
 ALGORITHM_HPARAMS, LOSS_HPARAMS, AGGREGATOR_HPARAMS = (
     {name: hparams_lib.flag_table(table) for name, table in tables.items()}
@@ -52,28 +51,20 @@ def build_optimizer(settings):
   return getattr(optimizers, f'build_{settings.optimizer}')(learning_rate=settings.learning_rate)
 
 
-def build_process(builder: Callable[..., Any], kwargs: Mapping[str, Any], model_fn, input_spec,
-                  client_optimizer, server_optimizer, *, train_data: Any):
-  """`builder(model_fn, input_spec=, client_optimizer_fn=, server_optimizer_fn=, **kwargs)`, with
-  the population's size where the builder takes it (`population_kwargs`)."""
-  return builder(model_fn, input_spec=input_spec, client_optimizer_fn=client_optimizer,
-                 server_optimizer_fn=server_optimizer, **population_kwargs(builder, train_data),
-                 **kwargs)
-
-
 def input_spec(train_data: Any, loop: config_lib.LoopConfig):
   """The element spec of a client batch under `loop`."""
   first = train_data.create_tf_dataset_for_client(train_data.client_ids[0])
   return training_loop.preprocess(first, loop).element_spec
 
 
-def _pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
+def pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
+  """(x, y) of every client's examples, concatenated; `ValueError` for none."""
   xs, ys = [], []
   for batch in client_data.create_tf_dataset_from_all_clients().batch(4096).as_numpy_iterator():
     xs.append(batch['x'])
     ys.append(batch['y'])
   if not xs:
-    raise ValueError('the evaluation split holds no examples')
+    raise ValueError('a split of the data holds no examples')
   return np.concatenate(xs), np.concatenate(ys)
 
 
@@ -131,7 +122,7 @@ class Runs:
 
   def _pooled(self, client_data) -> tuple[np.ndarray, np.ndarray]:
     if id(client_data) not in self._arrays:   # the data are kept: their id stays theirs
-      self._arrays[id(client_data)] = (client_data, *_pooled_arrays(client_data))
+      self._arrays[id(client_data)] = (client_data, *pooled_arrays(client_data))
     return self._arrays[id(client_data)][1:]
 
   def evaluator(self, model_fn: Callable[[], tf.keras.Model], eval_data: Any, num_classes: int,
@@ -192,12 +183,14 @@ class Runs:
           model_key: Any = None, prefix: str = 'test', per_class: bool = True,
           global_train: bool = False, **loop_kwargs) -> tuple:
     """Runs one run through `training_loop.run_training` (metrics, checkpoints, resume;
-    `loop_kwargs` are its own) and returns its value: the process of `build_process` (shared by
-    the runs of one `key`), from `start(runner, built initial state)` when given, evaluated on
+    `loop_kwargs` are its own) and returns its value: the process `builder(model_fn, ...,
+    **kwargs)` with the population's size where it takes it (`population_kwargs`; shared by the
+    runs of one `key`), from `start(runner, built initial state)` when given, evaluated on
     `eval_data` (`evaluator`)."""
-    build = functools.partial(build_process, builder, kwargs, model_fn,
-                              input_spec(train_data, loop), client_optimizer, server_optimizer,
-                              train_data=train_data)
+    build = functools.partial(
+        builder, model_fn, input_spec=input_spec(train_data, loop),
+        client_optimizer_fn=client_optimizer, server_optimizer_fn=server_optimizer,
+        **population_kwargs(builder, train_data), **kwargs)
     process, runner, state = self.process(key, build)
     if start is not None:
       state = start(runner, state)
@@ -239,7 +232,7 @@ def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], 
   algorithm = config.algorithm
   values = dict(vars(config.hparams), seed=config.seed)
   kwargs = {'client_weighting': config.training.weighting} if config.training.weighting else {}
-  if algorithm.name == CUSTOM_ALGORITHM:
+  if algorithm.name == config_lib.CUSTOM_ALGORITHM:
     loss, aggregator = algorithm.client_loss, algorithm.aggregator
     config_lib.require('client_loss', loss, config_lib.one_of(list(LOSS_HPARAMS)))
     config_lib.require('aggregator', aggregator, config_lib.one_of(list(AGGREGATOR_HPARAMS)))
@@ -251,9 +244,8 @@ def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], 
                                      if algorithm.proximal_term else 0.0),
                   clip_norm=config.hparams.client_clip_norm)
   else:
-    config_lib.require('algorithm', algorithm.name,
-                       config_lib.one_of(list(learning.ALGORITHMS) + [CUSTOM_ALGORITHM]),
-                       field='name')
+    config_lib.require('algorithm', algorithm.name, config_lib.one_of(
+        list(learning.ALGORITHMS) + [config_lib.CUSTOM_ALGORITHM]), field='name')
     builder = learning.ALGORITHMS[algorithm.name]
     kwargs.update(hparam_kwargs(ALGORITHM_HPARAMS.get(algorithm.name, {}), values))
     if algorithm.adds_proximal_term:

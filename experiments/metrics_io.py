@@ -3,13 +3,12 @@
 
 import collections
 import csv
-import dataclasses
 import io
 import math
 import os
 import platform
 import subprocess
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow_federated as tff
@@ -22,7 +21,6 @@ ROUND_COLUMN = 'round_num'
 PER_CLIENT_COLUMNS = (ROUND_COLUMN, 'name', 'client_index', 'value')
 HEADLINE_COLUMNS = ('train_loss', 'train_accuracy', 'test_accuracy', 'test_loss', 'test_macro_f1',
                     'round_time_s', 'eval_time_s')
-TIMING_COLUMNS = ('round_time_s', 'eval_time_s')
 
 
 def _leaves(value: Any, name: str = '') -> Iterator[tuple[str, Any]]:
@@ -79,22 +77,15 @@ def read_csv(path: str) -> list[dict[str, Any]]:
             for row in csv.DictReader(f)]
 
 
-@dataclasses.dataclass
-class MetricsFile:
-  """A metrics.csv's header ([] when damaged), its intact rows (rounds 1, 2, ... in order), and
-  why reading stopped before the end (e.g. 'ends in a line cut short after round 3') or None."""
-  columns: list[str]
-  rows: list[dict[str, Any]]
-  problem: Optional[str] = None
-
-
-def read_metrics(path: str) -> MetricsFile:
-  """Reads a `metrics.csv` written by `MetricsReleaseManager`, keeping its intact rows.
+def read_metrics(path: str) -> tuple[list[dict[str, Any]], list[str], Optional[str]]:
+  """(its intact rows, its header ([] when damaged), why reading stopped before the end or None)
+  of a `metrics.csv` written by `MetricsReleaseManager`.
 
   Rows are intact from the first one up to the first that is damaged: a last line cut short
   (no line end: the file was truncated), a row with another number of cells than the header, a
   `round_num` other than the row's position (1, 2, ...), or a cell that is neither empty nor a
-  number. That row and everything after it are left out, and `problem` says what was found.
+  number. That row and everything after it are left out; the problem says what was found (e.g.
+  'ends in a line cut short after round 3').
 
   Raises:
     OSError: the file cannot be read (missing, no permission).
@@ -104,16 +95,16 @@ def read_metrics(path: str) -> MetricsFile:
   try:
     text = data.decode('utf-8')
   except UnicodeDecodeError:
-    return MetricsFile([], [], 'is not a CSV text file')
+    return [], [], 'is not a CSV text file'
   # Every line written here ends; a truncated file's last line does not.
   cut = 'ends in a line cut short' if text and not text.endswith('\n') else None
   lines = list(csv.reader(io.StringIO(text[:text.rfind('\n') + 1])))
   if not lines:
-    return MetricsFile([], [], cut or 'is empty')
+    return [], [], cut or 'is empty'
   columns, rows = lines[0], []
   if not columns or columns[0] != ROUND_COLUMN or len(set(columns)) != len(columns):
-    return MetricsFile([], [], f'has no valid header (its first line must start with '
-                       f'{ROUND_COLUMN!r} and name each column once)')
+    return [], [], (f'has no valid header (its first line must start with {ROUND_COLUMN!r} and '
+                    'name each column once)')
   for r, cells in enumerate(lines[1:], start=1):
     row = {c: _parse(cell) for c, cell in zip(columns, cells)}
     bad = next((c for c, value in row.items() if isinstance(value, str)), None)
@@ -123,9 +114,9 @@ def read_metrics(path: str) -> MetricsFile:
         f'holds round {cells[0]!r} in row {r}, expected {r}' if cells[0] != str(r) else
         None if bad is None else f'holds a cell that is not a number in row {r} (column {bad!r})')
     if problem:
-      return MetricsFile(columns, rows, problem)
+      return rows, columns, problem
     rows.append(row)
-  return MetricsFile(columns, rows, cut and f'{cut} after round {len(rows)}')
+  return rows, columns, cut and f'{cut} after round {len(rows)}'
 
 
 def _per_client_rows(path: str, through_round: int) -> list[dict[str, Any]]:
@@ -157,7 +148,7 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
   Args:
     directory: where the files are.
     rows: the metrics.csv rows to keep (rounds 1..n of a resumed run, e.g.
-      `read_metrics(path).rows[:n]`); per_client.csv keeps the same rounds. None or []: new files.
+      `read_metrics(path)[0][:n]`); per_client.csv keeps the same rounds. None or []: new files.
     columns: the header of `rows` (default: the keys of the first).
     always: names every row has, None where a round has no value (e.g. test metrics on rounds
       without evaluation), so the column set stays fixed.
@@ -222,11 +213,6 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
     if new:
       self._add(self.per_client_path, PER_CLIENT_COLUMNS, self._per_client, new,
                 not self._per_client)
-
-
-def non_timing(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-  """The rows without their timing columns (what determinism and resume compare)."""
-  return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in rows]
 
 
 def _hparam_str(value) -> str:

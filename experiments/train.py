@@ -20,11 +20,10 @@ from experiments import config
 from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import training_loop
-from tff_conflict import runtime
 
 FLAGS = flags.FLAGS
 
-_ALGORITHM_NAMES = list(experiment_lib.ALGORITHM_HPARAMS) + [experiment_lib.CUSTOM_ALGORITHM]
+_ALGORITHM_NAMES = list(experiment_lib.ALGORITHM_HPARAMS) + [config.CUSTOM_ALGORITHM]
 
 with flags_lib.record_group('algorithm'):
   flags.DEFINE_enum('algorithm', config.default(config.AlgorithmConfig, 'name'),
@@ -44,17 +43,13 @@ with flags_lib.record_group('algorithm'):
 flags_lib.register_validators()
 
 
-def check_flags() -> config.ExperimentConfig:
-  """The typed config of the flags, after the cross-flag checks (`flags_lib.check_common_flags`);
-  raises `config.ConfigError`."""
-  return flags_lib.check_common_flags()
+check_flags = flags_lib.check_common_flags   # the flags' typed config, or a `config.ConfigError`
 
 
 def main(unused_argv):
   flags_lib.quiet_logs()
   experiment = check_flags()
   experiment_dir = cli.prepare_output_dir(experiment.experiment_dir)
-  runtime.set_local_context()
   cli.install_context(experiment)
   task = experiment_lib.load_task(experiment)
   print(f'{experiment.algorithm.label} on {experiment.data.dataset} '

@@ -141,11 +141,11 @@ def _restore(manager, metrics_path: str, initial_state: Any, rounds: int,
              'over from round 1')
     return start
   try:
-    found = metrics_io.read_metrics(metrics_path)
+    found, columns, problem = metrics_io.read_metrics(metrics_path)
   except OSError as e:
     raise ResumeError(f'{metrics_path} cannot be read ({e.strerror or e}); fix it, or use '
                       '--noresume to start over') from None
-  intact = len(found.rows)
+  intact = len(found)
   template = client_state.checkpoint(initial_state, 0)
   for version in reversed([v for v in versions if v <= intact]):
     try:
@@ -154,12 +154,12 @@ def _restore(manager, metrics_path: str, initial_state: Any, rounds: int,
       notify(f'warning: the checkpoint {manager.path(version)} cannot be read ({_short(e)}); '
              'trying an older one')
       continue
-    start = (state, version, found.rows[:version], found.columns)
+    start = (state, version, found[:version], columns)
     break
   outcome = f'resuming from round {start[1]}' if start[1] else 'starting over from round 1'
-  if found.problem:
+  if problem:
     kept = f'its intact rows are {_rounds(1, intact)}' if intact else 'no row is intact'
-    notify(f'warning: {metrics_path} {found.problem} ({kept}); {outcome}')
+    notify(f'warning: {metrics_path} {problem} ({kept}); {outcome}')
   elif newest > intact:
     notify(f'warning: {metrics_path} has rows for {_rounds(1, intact) if intact else "no round"} '
            f'but {manager.root_dir} holds the state after round {newest}; {outcome} and '

@@ -67,11 +67,6 @@ def seeded(seed: int):
     tf.random.set_seed(tf_seed)
 
 
-def _labels(client_data) -> np.ndarray:
-  return np.concatenate([np.reshape(y, -1) for y in client_data.create_tf_dataset_from_all_clients(
-  ).map(lambda e: e['y']).batch(4096).as_numpy_iterator()] + [np.zeros(0, np.int64)])
-
-
 class Engine(experiment_lib.Runs):
   """The runs of `plan` with the data of `loader` (default `default_loader(config)`), calling
   `on_round` after every round, failures reported to `stream`."""
@@ -142,18 +137,19 @@ class Engine(experiment_lib.Runs):
     classes = None if info is None else info.num_classes
     top = None
     if dataset in self._config.datasets:
-      labels = np.concatenate([_labels(train), _labels(test)])
-      top = int(labels.max()) if labels.size else -1
-      if labels.size and labels.min() < 0:
+      try:
+        labels = np.concatenate([np.reshape(experiment_lib.pooled_arrays(split)[1], -1)
+                                 for split in (train, test)])
+      except ValueError as e:
+        raise experiment_config.from_library_error(e, f'datasets[{dataset!r}]', dataset) from None
+      top = int(labels.max())
+      if labels.min() < 0:
         raise experiment_config.ConfigError(f'datasets[{dataset!r}]', int(labels.min()),
                                             'class labels 0, 1, ... (a label < 0 was found)')
     if own is not None:
-      element = train.element_type_structure
-      batched = collections.OrderedDict(
-          (k, tf.TensorSpec([None] + element[k].shape.as_list(), element[k].dtype))
-          for k in ('x', 'y'))
       try:
-        logits = models.resolve_model(own, batched).num_classes
+        logits = models.resolve_model(
+            own, experiment_lib.input_spec(train, self._config.loop)).num_classes
       except ValueError as e:
         raise experiment_config.ConfigError(f'model_fns[{model!r}]', own, reason=str(e)) from None
       if (classes is not None and logits != classes) or (top is not None and top >= logits):

@@ -313,40 +313,33 @@ def _json_default(value):
   raise TypeError(f'not JSON-serializable: {type(value)}')
 
 
-def _builder_defaults(algorithm: Any) -> dict[str, Any]:
-  """The keyword defaults of `algorithm`'s builder (`build_process` for 'custom') and its
-  spec's options (`tff_conflict.hparams.ALGORITHM_HPARAMS`), as JSON."""
+def _json(value: Any) -> Any:
+  return json.loads(json.dumps(value, default=_json_default))
+
+
+def _identity(settings: Mapping[str, Any]) -> dict[str, Any]:
+  """A run's identity: its settings (builder keywords as `kwargs.<name>`) with the defaults of
+  `RunSpec`, of its builder (`build_process` for 'custom') and of its spec's options
+  (`tff_conflict.hparams.ALGORITHM_HPARAMS`) filled in, as JSON."""
   import inspect  # pylint: disable=g-import-not-at-top
   from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-  builder = learning.ALGORITHMS.get(algorithm, learning.build_process)
-  defaults = {h.keyword: h.default for h in hparams.ALGORITHM_HPARAMS.get(algorithm, ())}
-  defaults.update((name, p.default) for name, p in inspect.signature(builder).parameters.items()
-                  if p.kind == p.KEYWORD_ONLY and p.default is not inspect.Parameter.empty)
-  return {name: json.loads(json.dumps(value, default=_json_default))
-          for name, value in defaults.items()}
-
-
-def identity(settings: Mapping[str, Any]) -> dict[str, Any]:
-  """A run's identity: its settings with the defaults of `RunSpec` and the builder filled in (a
-  run stays finished when a field or builder option is added at its default)."""
-  out = {f.name: json.loads(json.dumps(f.default, default=_json_default))
-         for f in dataclasses.fields(RunSpec) if f.default is not dataclasses.MISSING}
+  out = {f.name: _json(f.default) for f in dataclasses.fields(RunSpec)
+         if f.default is not dataclasses.MISSING}
   out.update(settings)
-  out['kwargs'] = dict(_builder_defaults(out.get('algorithm')), **dict(out.get('kwargs') or {}))
+  algorithm = out.get('algorithm')
+  kwargs = {h.keyword: h.default for h in hparams.ALGORITHM_HPARAMS.get(algorithm, ())}
+  kwargs.update((name, p.default) for name, p in inspect.signature(
+      learning.ALGORITHMS.get(algorithm, learning.build_process)).parameters.items()
+                if p.kind == p.KEYWORD_ONLY and p.default is not inspect.Parameter.empty)
+  kwargs.update(out.pop('kwargs', None) or {})
+  out.update((f'kwargs.{k}', v) for k, v in _json(kwargs).items())
   return out
 
 
 def spec_differences(recorded: Mapping[str, Any], spec: RunSpec) -> list[str]:
-  """'name: recorded -> current' for each setting that differs, defaults filled in."""
-  recorded = _flat(identity(recorded))
-  current = _flat(identity(json.loads(json.dumps(spec.to_dict(), default=_json_default))))
-  keys = sorted(set(recorded) | set(current))
-  return [f'{k}: {recorded.get(k)!r} -> {current.get(k)!r}' for k in keys
-          if recorded.get(k) != current.get(k)]
-
-
-def _flat(settings: Mapping[str, Any]) -> dict[str, Any]:
-  out = {k: v for k, v in settings.items() if k != 'kwargs'}
-  out.update({f'kwargs.{k}': v for k, v in settings['kwargs'].items()})
-  return out
+  """'name: recorded -> current' for each setting that differs, defaults filled in (`_identity`:
+  a run stays finished when a field or builder option is added at its default)."""
+  recorded, current = _identity(recorded), _identity(_json(spec.to_dict()))
+  return [f'{k}: {recorded.get(k)!r} -> {current.get(k)!r}'
+          for k in sorted(set(recorded) | set(current)) if recorded.get(k) != current.get(k)]

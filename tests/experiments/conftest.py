@@ -35,6 +35,12 @@ def flag_error(pattern: str):
   assert re.search(pattern, message) and '\n' not in message, message
 
 
+def non_timing(rows):
+  """The metrics rows without their timing columns (what determinism and resume compare)."""
+  return [{k: v for k, v in row.items() if k not in ('round_time_s', 'eval_time_s')}
+          for row in rows]
+
+
 def make_tiny_client_data(num_clients=4, examples_per_client=12, num_features=4, num_classes=3,
                           seed=0):
   """(train, test) TestClientData of linearly separable float32 features and int32 labels."""

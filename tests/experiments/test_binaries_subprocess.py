@@ -128,7 +128,7 @@ def test_help_ends_without_stray_output(tmp_path, flag):
 
 
 def _rows_without_timing(path):
-  return metrics_io.non_timing(metrics_io.read_csv(str(path)))
+  return conftest.non_timing(metrics_io.read_csv(str(path)))
 
 
 def test_killed_after_round_3_resumes_at_round_4_and_ends_as_an_uninterrupted_run(tmp_path):

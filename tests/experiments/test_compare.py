@@ -25,7 +25,7 @@ def test_summary_and_table_from_hand_made_rows():
   assert summary['last_k_accuracy'] == pytest.approx([0.7, (0.6 + 0.85 + 0.7) / 3])
   assert summary['final_macro_f1'] == [0.4, 0.6]
   assert summary['rounds_to_target'] == [3, 2]
-  assert summary['round_times'] == [1.0, 3.0, 1.0, 3.0]  # rounds >= 2 only
+  assert summary['seconds_per_round'] == [2.0, 2.0]  # rounds >= 2 only
   never = compare.summarize([_rows([0.1, 0.2, 0.3])], target_accuracy=0.8)
   table = compare.markdown_table({'fedgh': summary, 'fedavg': never}, 0.8)
   lines = table.splitlines()

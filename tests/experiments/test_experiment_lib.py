@@ -28,7 +28,7 @@ def test_evaluator_columns_pair_errors_and_global_train_loss():
   assert set(out) == set(columns)
   # The global training loss is the model's mean cross-entropy over every client's examples.
   from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
-  x, y = experiment_lib._pooled_arrays(train)  # pylint: disable=protected-access
+  x, y = experiment_lib.pooled_arrays(train)
   expected = evaluation.evaluate_arrays(model, x, y)
   assert out['global_train_loss'] == pytest.approx(expected['loss'], rel=1e-6)
   assert out['global_train_accuracy'] == pytest.approx(expected['accuracy'])

@@ -45,7 +45,7 @@ def test_release_manager_keeps_columns_when_the_cohort_changes_size(tmp_path):
   for r, vector in vectors.items():
     asyncio.run(manager.release({'train_loss': 1.0 / r, 'aggregator': {'w': vector}}, r))
   rows = metrics_io.read_csv(str(tmp_path / 'metrics.csv'))
-  assert metrics_io.read_metrics(str(tmp_path / 'metrics.csv')).columns == [
+  assert metrics_io.read_metrics(str(tmp_path / 'metrics.csv'))[1] == [
       'round_num', 'train_loss', 'test_accuracy', 'aggregator/w/min', 'aggregator/w/mean',
       'aggregator/w/max', 'aggregator/w/count']
   for row, vector in zip(rows, vectors.values()):
@@ -57,8 +57,8 @@ def test_release_manager_keeps_columns_when_the_cohort_changes_size(tmp_path):
       (round_num, 'aggregator/w', i, v) for round_num, vector in vectors.items()
       for i, v in enumerate(vector)]
   # A resumed run keeps rounds 1-2 of both files.
-  kept = metrics_io.read_metrics(str(tmp_path / 'metrics.csv'))
-  metrics_io.MetricsReleaseManager(str(tmp_path), rows=kept.rows[:2], columns=kept.columns)
+  kept, columns, _ = metrics_io.read_metrics(str(tmp_path / 'metrics.csv'))
+  metrics_io.MetricsReleaseManager(str(tmp_path), rows=kept[:2], columns=columns)
   assert [r['round_num'] for r in metrics_io.read_csv(str(tmp_path / 'metrics.csv'))] == [1, 2]
   assert (metrics_io.read_csv(str(tmp_path / 'per_client.csv'))
           == [r for r in per_client if r['round_num'] <= 2])
@@ -82,7 +82,7 @@ def test_rows_order_headline_columns_and_round_trip_floats_exactly(tmp_path):
              'test_accuracy': None})
   append(2, {'aggregator/x': float('nan'), 'round_time_s': 1.0, 'train_loss': 1.0,
              'test_accuracy': 0.5})
-  assert metrics_io.read_metrics(path).columns == ['round_num', 'train_loss', 'test_accuracy',
+  assert metrics_io.read_metrics(path)[1] == ['round_num', 'train_loss', 'test_accuracy',
                                            'round_time_s', 'aggregator/x']
   rows = metrics_io.read_csv(path)
   assert rows[0]['aggregator/x'] == value
@@ -102,7 +102,7 @@ def test_a_round_is_appended_in_place_and_the_file_equals_a_full_rewrite(tmp_pat
     # The same files, longer: a round's cost does not grow with the number of rounds.
     assert (os.stat(path).st_ino, os.stat(tmp_path / 'per_client.csv').st_ino) == inodes
     assert os.path.getsize(path) > before
-  files.write_csv_atomically(full, metrics_io.read_metrics(path).columns, writer.rows)
+  files.write_csv_atomically(full, metrics_io.read_metrics(path)[1], writer.rows)
   with open(path) as appended, open(full) as rewritten:
     assert appended.read() == rewritten.read()
 
@@ -122,7 +122,7 @@ def test_a_resumed_run_keeps_the_rows_given_and_a_new_one_none(tmp_path):
   for r in range(1, 5):
     append(r, {'a': float(r)})
   resumed = metrics_io.MetricsReleaseManager(str(tmp_path),
-                                             rows=metrics_io.read_metrics(path).rows[:2])
+                                             rows=metrics_io.read_metrics(path)[0][:2])
   assert [r['round_num'] for r in metrics_io.read_csv(path)] == [1, 2]
   asyncio.run(resumed.release({'a': 30.0}, 3))
   assert [(r['round_num'], r['a']) for r in metrics_io.read_csv(path)] == [
@@ -130,11 +130,6 @@ def test_a_resumed_run_keeps_the_rows_given_and_a_new_one_none(tmp_path):
   fresh = metrics_io.MetricsReleaseManager(str(tmp_path))
   assert fresh.rows == [] and metrics_io.read_csv(path) == []
   assert os.listdir(tmp_path) == ['metrics.csv']
-
-
-def test_non_timing_drops_only_timing_columns():
-  rows = [{'round_num': 1, 'round_time_s': 3.0, 'eval_time_s': 1.0, 'test_accuracy': 0.5}]
-  assert metrics_io.non_timing(rows) == [{'round_num': 1, 'test_accuracy': 0.5}]
 
 
 def test_hparams_round_trip(tmp_path):
@@ -153,11 +148,11 @@ def _written(tmp_path, rounds=4):
 
 
 def test_read_metrics_of_an_intact_file(tmp_path):
-  found = metrics_io.read_metrics(_written(tmp_path))
-  assert found.problem is None
-  assert found.columns == ['round_num', 'train_loss', 'test_accuracy']
-  assert [r['round_num'] for r in found.rows] == [1, 2, 3, 4]
-  assert found.rows[1] == {'round_num': 2, 'train_loss': 0.5, 'test_accuracy': 0.5}
+  rows, columns, problem = metrics_io.read_metrics(_written(tmp_path))
+  assert problem is None
+  assert columns == ['round_num', 'train_loss', 'test_accuracy']
+  assert [r['round_num'] for r in rows] == [1, 2, 3, 4]
+  assert rows[1] == {'round_num': 2, 'train_loss': 0.5, 'test_accuracy': 0.5}
 
 
 @pytest.mark.parametrize('damage, intact, problem', [
@@ -176,16 +171,15 @@ def test_read_metrics_keeps_the_intact_rows_of_a_damaged_file(tmp_path, damage, 
     text = f.read()
   with open(path, 'w', newline='') as f:
     f.write(damage(text))
-  found = metrics_io.read_metrics(path)
-  assert [r['round_num'] for r in found.rows] == list(range(1, intact + 1))
-  assert found.problem is not None and found.problem.startswith(problem), found.problem
+  rows, _, found = metrics_io.read_metrics(path)
+  assert [r['round_num'] for r in rows] == list(range(1, intact + 1))
+  assert found is not None and found.startswith(problem), found
 
 
 def test_read_metrics_of_a_binary_file(tmp_path):
   path = tmp_path / 'metrics.csv'
   path.write_bytes(b'\xff\xfe\x00garbage')
-  found = metrics_io.read_metrics(str(path))
-  assert found.rows == [] and found.problem == 'is not a CSV text file'
+  assert metrics_io.read_metrics(str(path)) == ([], [], 'is not a CSV text file')
 
 
 def test_read_csv_reads_missing_cells_as_none(tmp_path):

@@ -73,7 +73,7 @@ def test_a_baseline_with_an_aggregator_on_top(tmp_path, capfd):
   assert 'fednova+fedgh on digits' in capfd.readouterr().out
   hparams = metrics_io.read_hparams(str(tmp_path / 'nova_gh' / 'hparams.csv'))
   assert hparams['aggregator'] == 'fedgh' and hparams['fedgh_order'] == 'index'
-  columns = metrics_io.read_metrics(str(tmp_path / 'nova_gh' / 'metrics.csv')).columns
+  columns = metrics_io.read_metrics(str(tmp_path / 'nova_gh' / 'metrics.csv'))[1]
   assert any(c.endswith('tau_eff') for c in columns)   # FedNova's server wrapper ran
   assert any(c.endswith('num_projections') for c in columns)   # FedGH ran inside it
 
@@ -98,7 +98,7 @@ def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
   assert str(experiment_dir / 'metrics.csv') in out
   rows = metrics_io.read_csv(str(experiment_dir / 'metrics.csv'))
   assert [r['round_num'] for r in rows] == [1, 2]
-  columns = metrics_io.read_metrics(str(experiment_dir / 'metrics.csv')).columns
+  columns = metrics_io.read_metrics(str(experiment_dir / 'metrics.csv'))[1]
   assert columns[:8] == ['round_num', 'train_loss', 'train_accuracy', 'test_accuracy',
                          'test_loss', 'test_macro_f1', 'round_time_s', 'eval_time_s']
   assert 'test_class_accuracy/9' in columns

@@ -113,7 +113,7 @@ def _run(process, train, evaluate_fn, experiment_dir, rounds, *, resume=True, hp
 
 
 def _assert_same_rows(a, b):
-  a, b = metrics_io.non_timing(a), metrics_io.non_timing(b)
+  a, b = conftest.non_timing(a), conftest.non_timing(b)
   assert [sorted(r) for r in a] == [sorted(r) for r in b]
   for ra, rb in zip(a, b):
     for key in ra:
@@ -427,7 +427,7 @@ def test_an_in_process_run_uses_no_tff_runtime_and_matches_the_cpp_run(
   process, train, evaluate_fn = tiny
   runner = inprocess.InProcessRunner(process)
   result = _run(process, train, evaluate_fn, tmp_path, 4, runner=runner)
-  expected, actual = metrics_io.non_timing(full_run), metrics_io.non_timing(result[0])
+  expected, actual = conftest.non_timing(full_run), conftest.non_timing(result[0])
   assert [sorted(r) for r in actual] == [sorted(r) for r in expected]
   assert [r['test_accuracy'] is None for r in actual] == [True, False, True, False]
   for got, want in zip(actual, expected):

@@ -18,6 +18,7 @@ from experiments.benchmarking import engine as engine_lib
 from experiments.benchmarking import grid
 from experiments.benchmarking import plan
 from experiments.benchmarking import runs
+from tests.experiments import conftest
 
 
 class GuardedClientData(tff.simulation.datasets.ClientData):
@@ -236,7 +237,7 @@ def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
       experiment_dir=str(tmp_path / 'fresh'), hparams={}, show_progress=False,
       test_columns=columns)[0]
   assert reused[-1]['aggregator/num_projections'] > 0  # FedGH did project
-  for a, b in zip(metrics_io.non_timing(reused), metrics_io.non_timing(fresh)):
+  for a, b in zip(conftest.non_timing(reused), conftest.non_timing(fresh)):
     assert a.keys() == b.keys()
     for key in a:
       np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)

@@ -143,6 +143,8 @@ def test_a_test_split_unlike_the_training_data_is_refused(tmp_path):
     (dict(model_fns={'my_mlp': lambda: tiny_mlp(2)}), "model_fns['my_mlp']",
      'labels up to 2, the model gives 2 logits'),
     (dict(datasets={'my_digits': _data(label_shift=-1)}), "datasets['my_digits']", '< 0'),
+    (dict(datasets={'my_digits': (_client_data(4, 0, seed=0), _data()[1])}),
+     "datasets['my_digits']", 'no examples'),
     (dict(models={'my_digits': 'mlp'}, model_fns={},
           datasets={'my_digits': _data(classes=1)}), "datasets['my_digits']", '2 classes'),
     (dict(models={'digits': 'my_mlp'}, regimes=('my_digits', 'digits:iid@4')),
