@@ -105,6 +105,7 @@ def test_each_variant_runs_its_parent_with_what_it_changes():
 
 def test_variants_are_valid_methods_of_a_benchmark():
   from experiments.benchmarking import config as config_lib
+  from experiments.benchmarking import diagnosis
   config = config_lib.BenchmarkConfig(   # checks every fixed argument against its builder
       regimes=('digits:iid',), methods=('fedavg', *methods.VARIANTS))
   assert config.methods[1:] == tuple(methods.VARIANTS)
@@ -112,6 +113,7 @@ def test_variants_are_valid_methods_of_a_benchmark():
     assert v['diagnoses'] in methods.METHODS, name
     assert methods.parse_method(name).parent in {*methods.METHODS, *methods.VARIANTS}, name
     assert v.get('baseline') is None or v['baseline'] in methods.VARIANTS, name
+    assert diagnosis._reading(name), name   # the question the report prints (docs/experiments.md)
 
 
 def test_builder_kwargs_fix_fedghs_order_seed_in_the_process():
