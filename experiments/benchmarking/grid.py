@@ -14,6 +14,7 @@ from experiments import files
 from experiments import progress as progress_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
+from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import plan as plan_lib
 from experiments.benchmarking import report as report_lib
 from experiments.benchmarking import results as results_lib
@@ -48,8 +49,7 @@ def _tune(config, engine, progress) -> list[dict[str, Any]]:
     choices.append(plan_lib.tune_method(
         config, method, evaluate, dataset=dataset,
         regime=plan_lib.tuning_regime(config, dataset), epochs=epochs))
-    untried = (len(plan_lib.candidates(config, method))
-               + plan_lib.max_extensions(config, method) - len(choices[-1]['scores']))
+    untried = plan_lib.max_candidates(config, method) - len(choices[-1]['scores'])
     progress.skip(untried * len(config.tuning.tuning_seeds) * config.loop.rounds)
     evaluators[(dataset, epochs, method.name)] = evaluate
   for i, c in enumerate(choices):
@@ -140,12 +140,13 @@ def check_finished_runs(config) -> None:
                and seed in config.report_seeds) if phase == runs_lib.REPORT_PHASE
               else (regime, epochs, method.name) in tasks and seed in config.tuning.tuning_seeds):
         continue   # not planned
-      untuned = phase == runs_lib.REPORT_PHASE and not config.tuning.tune
-      values = dict(zip(('kwargs', 'client_lr', 'server_lr'), (
-          plan_lib.given_values(config, method), *plan_lib.rates(config, method)) if untuned
-          else (dict(recorded['kwargs']), recorded['client_lr'], recorded['server_lr'])))
+      kwargs, client_lr, server_lr = (
+          (methods_lib.given_kwargs(config.given, method), *plan_lib.rates(config, method))
+          if phase == runs_lib.REPORT_PHASE and not config.tuning.tune
+          else (dict(recorded['kwargs']), recorded['client_lr'], recorded['server_lr']))
       spec = plan_lib.run_spec(config, phase=phase, regime=regime, method=method, epochs=epochs,
-                               seed=seed, candidate=recorded.get('candidate', ''), **values)
+                               seed=seed, candidate=recorded.get('candidate', ''), kwargs=kwargs,
+                               client_lr=client_lr, server_lr=server_lr)
     except (KeyError, TypeError, ValueError):
       continue   # not a run of this kind: its own check, when it runs, says what is wrong
     if os.path.normpath(spec.directory(config.root)) == os.path.normpath(directory):
