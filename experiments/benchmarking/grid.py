@@ -1,8 +1,7 @@
 """A whole benchmark, one way: `run_benchmark(config)` runs the plan's tuning tasks and reporting
-runs (`plan`, `engine`; finished runs on disk are skipped), writes the record files and the report."""
+runs (`plan`, `engine`; finished runs on disk are skipped) and writes the record and the report."""
 
 import datetime
-import json
 import os
 import pathlib
 import sys
@@ -20,14 +19,10 @@ from experiments.benchmarking import report as report_lib
 from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import runs as runs_lib
 
-CONFIG_FILE = 'config.json'
-RUNS_FILE = 'runs.csv'
-TUNING_FILE = 'tuning.csv'
-CHOICES_FILE = 'tuning_choices.json'
-CURVES_FILE = results_lib.CURVES_FILE
+# The files the report reads besides the runs' own (`run_benchmark` says what each holds).
+RECORD_FILES = ('config.json', 'runs.csv', 'tuning.csv', 'tuning_choices.json', 'timing.json',
+                'regimes.json')
 CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', 'accuracy_curve')
-TIMING_FILE = 'timing.json'
-REGIMES_FILE = 'regimes.json'
 
 
 def _tune(config, engine, progress) -> list[dict[str, Any]]:
@@ -87,16 +82,6 @@ def validation_curve_rows(config, choices) -> list[dict[str, Any]]:
   return rows
 
 
-def _append_timing(root, entry):
-  path = os.path.join(root, TIMING_FILE)
-  try:
-    with open(path) as f:
-      entries = json.load(f)
-  except (FileNotFoundError, ValueError):
-    entries = []
-  files.write_json_atomically(path, entries + [entry])
-
-
 def _first_seed(config) -> int:
   return plan_lib.data_seed(config, config.report_seeds[0])
 
@@ -151,10 +136,6 @@ def check_finished_runs(config) -> None:
       continue   # not a run of this kind: its own check, when it runs, says what is wrong
     if os.path.normpath(spec.directory(config.root)) == os.path.normpath(directory):
       engine_lib.check_same_spec(directory, recorded, spec)
-
-
-# The files the report reads besides the runs' own.
-RECORD_FILES = (CONFIG_FILE, RUNS_FILE, TUNING_FILE, CHOICES_FILE, TIMING_FILE, REGIMES_FILE)
 
 
 def run_benchmark(config: config_lib.BenchmarkConfig, *,
@@ -241,7 +222,7 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
   engine = engine_lib.Engine(config, loader=loader, on_round=progress.tick, stream=stream)
   check_regimes(config, engine.data)
   engine.check_models()
-  files.write_json_atomically(os.path.join(root, CONFIG_FILE),
+  files.write_json_atomically(os.path.join(root, 'config.json'),
                               dict(config_lib.as_dict(config), plan=plan_lib.describe(config)))
   print(f'benchmark: {len(config.regimes)} regimes x {len(config.methods)} methods x E in '
         f'{list(config.epochs)} x {len(config.report_seeds)} seeds = {report_runs} reporting '
@@ -249,12 +230,12 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
         file=stream, flush=True)
   rows = []
   try:
-    files.write_json_atomically(os.path.join(root, REGIMES_FILE),
+    files.write_json_atomically(os.path.join(root, 'regimes.json'),
                                 describe_regimes(config, engine))
     choices = _tune(config, engine, progress)
-    files.write_json_atomically(os.path.join(root, CHOICES_FILE), choices)
-    results_lib.write_csv(os.path.join(root, TUNING_FILE), _tuning_rows(choices))
-    results_lib.write_csv(os.path.join(root, CURVES_FILE),
+    files.write_json_atomically(os.path.join(root, 'tuning_choices.json'), choices)
+    results_lib.write_csv(os.path.join(root, 'tuning.csv'), _tuning_rows(choices))
+    results_lib.write_csv(os.path.join(root, results_lib.CURVES_FILE),
                           validation_curve_rows(config, choices), CURVE_COLUMNS)
     after_tuning()
     for spec in plan_lib.report_specs(config, choices):
@@ -263,7 +244,7 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
       progress.end_run()
       if summary is not None:
         rows.append(runs_lib.run_row(spec, summary))
-        results_lib.write_csv(os.path.join(root, RUNS_FILE), rows, runs_lib.RUN_COLUMNS)
+        results_lib.write_csv(os.path.join(root, 'runs.csv'), rows, runs_lib.RUN_COLUMNS)
   finally:
     progress.close()
     timing = {
@@ -272,7 +253,8 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
         'processes_built': engine.num_processes, 'runs_done': engine.runs_done,
         'runs_skipped': engine.runs_skipped, 'runs_failed': len(engine.failures),
         'rounds_done': engine.rounds_done, 'command': command}
-    _append_timing(root, timing)
-  results_lib.write_csv(os.path.join(root, RUNS_FILE), rows, runs_lib.RUN_COLUMNS)
+    path = os.path.join(root, 'timing.json')
+    files.write_json_atomically(path, results_lib.read_json(path, []) + [timing])
+  results_lib.write_csv(os.path.join(root, 'runs.csv'), rows, runs_lib.RUN_COLUMNS)
   return dict(timing, root=root, report=report_lib.write_report(root), rows=rows,
               choices=choices, failures=[(s.label(), m) for s, m in engine.failures])

@@ -1,6 +1,6 @@
-"""The methods a benchmark compares: `tff_conflict.hparams.METHODS` with their grids (`Hparam.grid`),
-compositions `BASELINE+AGGREGATOR`, variants `METHOD[key=value,...]` and the named diagnosis
-variants (`VARIANTS`, written the same way); docs/design.md, "The method comparison"."""
+"""The methods a benchmark compares: `tff_conflict.hparams.METHODS` with their grids
+(`Hparam.grid`), compositions `BASELINE+AGGREGATOR`, variants `METHOD[key=value,...]` and the named
+diagnosis variants (`VARIANTS`, written the same way); docs/design.md, "The method comparison"."""
 
 import dataclasses
 import functools
@@ -88,7 +88,8 @@ def described(variant: str) -> str:
   v = VARIANTS[variant]
   base, _, body = v['method'].partition('[')
   body = body[:-1].replace(',', ', ')
-  return v['method'] if base == CUSTOM else body if base == v['diagnoses'] else f'{base} with {body}'
+  return (v['method'] if base == CUSTOM else body if base == v['diagnoses']
+          else f'{base} with {body}')
 
 
 def parse_value(text: str) -> Any:
@@ -202,11 +203,6 @@ def _composed(method: Method) -> Optional[str]:
   return aggregator if method.algorithm != CUSTOM and isinstance(aggregator, str) else None
 
 
-def aggregator_keywords(method: Method) -> set[str]:
-  """The keywords of a composed aggregator's hyperparameters (they go to `aggregator_kwargs`)."""
-  return {h.keyword for h in hparams_lib.AGGREGATOR_HPARAMS.get(_composed(method), ())}
-
-
 def hparam_ranges(method: Method) -> dict[str, Any]:
   """keyword -> `tff_conflict.hparams.Hparam` of every hyperparameter `method`'s builder takes
   by name: its algorithm's, and for a composition its aggregator's."""
@@ -220,7 +216,7 @@ def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) ->
   kwargs = {**SEEDED.get(method.algorithm, {}), **dict(method.fixed), **(tuned or {})}
   aggregator = _composed(method)
   if aggregator:
-    own = aggregator_keywords(method)
+    own = {h.keyword for h in hparams_lib.AGGREGATOR_HPARAMS.get(aggregator, ())}
     packed = {**SEEDED.get(aggregator, {}), **(kwargs.pop('aggregator_kwargs', None) or {})}
     packed.update({k: kwargs.pop(k) for k in list(kwargs) if k in own})
     if packed:

@@ -10,6 +10,7 @@ import numpy as np
 
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods as methods_lib
+from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import runs as runs_lib
 from tff_conflict import hparams as hparams_lib
 
@@ -210,11 +211,10 @@ def planned_runs(config) -> dict[tuple[str, str, str, int], int]:
   counts = {(runs_lib.TUNE_PHASE, m.name, dataset, epochs):
             max_candidates(config, m) * len(config.tuning.tuning_seeds)
             for dataset, epochs, m in tuning_tasks(config)}
-  for dataset in datasets(config):
-    for name in config.methods:
-      for epochs in config.epochs:
-        counts[(runs_lib.REPORT_PHASE, name, dataset, epochs)] = (
-            len(regimes_of(config, dataset)) * len(config.report_seeds))
+  counts.update({(runs_lib.REPORT_PHASE, name, dataset, epochs):
+                 len(regimes_of(config, dataset)) * len(config.report_seeds)
+                 for dataset in datasets(config) for name in config.methods
+                 for epochs in config.epochs})
   return counts
 
 
@@ -331,7 +331,7 @@ def score(summaries: Sequence[Optional[dict[str, Any]]]) -> tuple[float, int]:
   diverged or not finite."""
   values = [s.get('last_k_accuracy') if s else None for s in summaries]
   finished = sum(v is not None for v in values)
-  if (any(s and str(s.get('diverged')).lower() == 'true' for s in summaries)
+  if (any(s and results_lib.is_true(s.get('diverged')) for s in summaries)
       or finished < len(values) or not values or not all(map(math.isfinite, values))):
     return float('nan'), finished
   return float(np.mean(values)), finished
@@ -354,12 +354,12 @@ def _edge(values, value) -> Optional[int]:
 
 
 def _valid(method: Method, dim: str, value) -> bool:
-  """Whether `value` is in the valid range of `dim` (`tff_conflict.hparams`; rates: > 0)."""
+  """Whether `value` is positive and in the valid range of `dim` (`tff_conflict.hparams`)."""
   if not math.isfinite(value) or value <= 0:
     return False
-  h = methods_lib.hparam_ranges(method).get(dim)
+  h = methods_lib.hparam_ranges(method).get(dim)   # None for the learning rates
   try:
-    if dim not in methods_lib.RATES and h is not None:
+    if h is not None:
       h.check(value)
   except ValueError:
     return False
