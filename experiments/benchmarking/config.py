@@ -387,13 +387,12 @@ def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any
   # A library builder's `**options` take exactly its spec's further hyperparameters (in ranges).
   named = {n for n, p in parameters.items() if p.kind != p.VAR_KEYWORD}
   open_ended = method.algorithm not in hparams_lib.METHODS and len(named) < len(parameters)
-  aggregator_keywords = methods_lib.aggregator_keywords(method)
   fixed = dict(method.fixed)
   checks = [('methods', k, v) for k, v in fixed.items()]
   checks += [('grids', k, v) for k, values in method.grid for v in values]
   checks += [('methods', k, v) for k, v in given.items() if k not in fixed]
   for argument, keyword, value in checks:
-    if not open_ended and keyword not in {*named, *ranges, *aggregator_keywords}:
+    if not open_ended and keyword not in {*named, *ranges}:
       raise ConfigError(argument, method.name, reason=f'{keyword}={value!r}: its builder '
                         f'({method.algorithm}) takes no argument {keyword!r}')
     if keyword in ranges:

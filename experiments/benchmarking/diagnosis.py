@@ -65,7 +65,7 @@ def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
     reference = variant_baseline(v, rows, baseline)
     gaps = [(gap(cell, method, baseline, statistic), gap(cell, v, reference, statistic))
             for _, cell in cells]
-    question = methods_lib.VARIANTS[v]['question']
+    question = _reading(v) or ''
     lines.append(f'| {v} | {methods_lib.described(v)} | {question} | {reference} | ' + ' | '.join(
         '-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})'
         for base, ours in gaps) + ' |')
@@ -173,7 +173,7 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
   variant = methods_lib.VARIANTS.get(method)
   algorithm = variant['diagnoses'] if variant else algorithm
   baseline = variant_baseline(method, rows, baseline)
-  reading = f'A variant of {algorithm}: {variant["question"]}' if variant else _reading(algorithm)
+  reading = f'A variant of {algorithm}: {_reading(method)}' if variant else _reading(algorithm)
   name = {'final_accuracy': 'final accuracy',
           'last_k_accuracy': 'mean accuracy of the last rounds'}.get(statistic, statistic)
   lines = [reading, ''] if reading else []

@@ -1,8 +1,7 @@
 """A whole benchmark, one way: `run_benchmark(config)` runs the plan's tuning tasks and reporting
-runs (`plan`, `engine`; finished runs on disk are skipped), writes the record files and the report."""
+runs (`plan`, `engine`; finished runs on disk are skipped) and writes the record and the report."""
 
 import datetime
-import json
 import os
 import pathlib
 import sys
@@ -14,19 +13,16 @@ from experiments import files
 from experiments import progress as progress_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
+from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import plan as plan_lib
 from experiments.benchmarking import report as report_lib
 from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import runs as runs_lib
 
-CONFIG_FILE = 'config.json'
-RUNS_FILE = 'runs.csv'
-TUNING_FILE = 'tuning.csv'
-CHOICES_FILE = 'tuning_choices.json'
-CURVES_FILE = results_lib.CURVES_FILE
+# The files the report reads besides the runs' own (`run_benchmark` says what each holds).
+RECORD_FILES = ('config.json', 'runs.csv', 'tuning.csv', 'tuning_choices.json', 'timing.json',
+                'regimes.json')
 CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', 'accuracy_curve')
-TIMING_FILE = 'timing.json'
-REGIMES_FILE = 'regimes.json'
 
 
 def _tune(config, engine, progress) -> list[dict[str, Any]]:
@@ -48,8 +44,7 @@ def _tune(config, engine, progress) -> list[dict[str, Any]]:
     choices.append(plan_lib.tune_method(
         config, method, evaluate, dataset=dataset,
         regime=plan_lib.tuning_regime(config, dataset), epochs=epochs))
-    untried = (len(plan_lib.candidates(config, method))
-               + plan_lib.max_extensions(config, method) - len(choices[-1]['scores']))
+    untried = plan_lib.max_candidates(config, method) - len(choices[-1]['scores'])
     progress.skip(untried * len(config.tuning.tuning_seeds) * config.loop.rounds)
     evaluators[(dataset, epochs, method.name)] = evaluate
   for i, c in enumerate(choices):
@@ -85,16 +80,6 @@ def validation_curve_rows(config, choices) -> list[dict[str, Any]]:
                      'method': c['method'], 'candidate': spec.candidate, 'seed': seed,
                      'accuracy_curve': result['summary'].get('accuracy_curve', '')})
   return rows
-
-
-def _append_timing(root, entry):
-  path = os.path.join(root, TIMING_FILE)
-  try:
-    with open(path) as f:
-      entries = json.load(f)
-  except (FileNotFoundError, ValueError):
-    entries = []
-  files.write_json_atomically(path, entries + [entry])
 
 
 def _first_seed(config) -> int:
@@ -140,20 +125,17 @@ def check_finished_runs(config) -> None:
                and seed in config.report_seeds) if phase == runs_lib.REPORT_PHASE
               else (regime, epochs, method.name) in tasks and seed in config.tuning.tuning_seeds):
         continue   # not planned
-      untuned = phase == runs_lib.REPORT_PHASE and not config.tuning.tune
-      values = dict(zip(('kwargs', 'client_lr', 'server_lr'), (
-          plan_lib.given_values(config, method), *plan_lib.rates(config, method)) if untuned
-          else (dict(recorded['kwargs']), recorded['client_lr'], recorded['server_lr'])))
+      kwargs, client_lr, server_lr = (
+          (methods_lib.given_kwargs(config.given, method), *plan_lib.rates(config, method))
+          if phase == runs_lib.REPORT_PHASE and not config.tuning.tune
+          else (dict(recorded['kwargs']), recorded['client_lr'], recorded['server_lr']))
       spec = plan_lib.run_spec(config, phase=phase, regime=regime, method=method, epochs=epochs,
-                               seed=seed, candidate=recorded.get('candidate', ''), **values)
+                               seed=seed, candidate=recorded.get('candidate', ''), kwargs=kwargs,
+                               client_lr=client_lr, server_lr=server_lr)
     except (KeyError, TypeError, ValueError):
       continue   # not a run of this kind: its own check, when it runs, says what is wrong
     if os.path.normpath(spec.directory(config.root)) == os.path.normpath(directory):
       engine_lib.check_same_spec(directory, recorded, spec)
-
-
-# The files the report reads besides the runs' own.
-RECORD_FILES = (CONFIG_FILE, RUNS_FILE, TUNING_FILE, CHOICES_FILE, TIMING_FILE, REGIMES_FILE)
 
 
 def run_benchmark(config: config_lib.BenchmarkConfig, *,
@@ -240,7 +222,7 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
   engine = engine_lib.Engine(config, loader=loader, on_round=progress.tick, stream=stream)
   check_regimes(config, engine.data)
   engine.check_models()
-  files.write_json_atomically(os.path.join(root, CONFIG_FILE),
+  files.write_json_atomically(os.path.join(root, 'config.json'),
                               dict(config_lib.as_dict(config), plan=plan_lib.describe(config)))
   print(f'benchmark: {len(config.regimes)} regimes x {len(config.methods)} methods x E in '
         f'{list(config.epochs)} x {len(config.report_seeds)} seeds = {report_runs} reporting '
@@ -248,12 +230,12 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
         file=stream, flush=True)
   rows = []
   try:
-    files.write_json_atomically(os.path.join(root, REGIMES_FILE),
+    files.write_json_atomically(os.path.join(root, 'regimes.json'),
                                 describe_regimes(config, engine))
     choices = _tune(config, engine, progress)
-    files.write_json_atomically(os.path.join(root, CHOICES_FILE), choices)
-    results_lib.write_csv(os.path.join(root, TUNING_FILE), _tuning_rows(choices))
-    results_lib.write_csv(os.path.join(root, CURVES_FILE),
+    files.write_json_atomically(os.path.join(root, 'tuning_choices.json'), choices)
+    results_lib.write_csv(os.path.join(root, 'tuning.csv'), _tuning_rows(choices))
+    results_lib.write_csv(os.path.join(root, results_lib.CURVES_FILE),
                           validation_curve_rows(config, choices), CURVE_COLUMNS)
     after_tuning()
     for spec in plan_lib.report_specs(config, choices):
@@ -262,7 +244,7 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
       progress.end_run()
       if summary is not None:
         rows.append(runs_lib.run_row(spec, summary))
-        results_lib.write_csv(os.path.join(root, RUNS_FILE), rows, runs_lib.RUN_COLUMNS)
+        results_lib.write_csv(os.path.join(root, 'runs.csv'), rows, runs_lib.RUN_COLUMNS)
   finally:
     progress.close()
     timing = {
@@ -271,7 +253,8 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
         'processes_built': engine.num_processes, 'runs_done': engine.runs_done,
         'runs_skipped': engine.runs_skipped, 'runs_failed': len(engine.failures),
         'rounds_done': engine.rounds_done, 'command': command}
-    _append_timing(root, timing)
-  results_lib.write_csv(os.path.join(root, RUNS_FILE), rows, runs_lib.RUN_COLUMNS)
+    path = os.path.join(root, 'timing.json')
+    files.write_json_atomically(path, results_lib.read_json(path, []) + [timing])
+  results_lib.write_csv(os.path.join(root, 'runs.csv'), rows, runs_lib.RUN_COLUMNS)
   return dict(timing, root=root, report=report_lib.write_report(root), rows=rows,
               choices=choices, failures=[(s.label(), m) for s, m in engine.failures])

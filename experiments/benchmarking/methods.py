@@ -1,6 +1,6 @@
-"""The methods a benchmark compares: `tff_conflict.hparams.METHODS` with their grids (`Hparam.grid`),
-compositions `BASELINE+AGGREGATOR`, variants `METHOD[key=value,...]` and the named diagnosis
-variants (`VARIANTS`, written the same way); docs/design.md, "The method comparison"."""
+"""The methods a benchmark compares: `tff_conflict.hparams.METHODS` with their grids
+(`Hparam.grid`), compositions `BASELINE+AGGREGATOR`, variants `METHOD[key=value,...]` and the named
+diagnosis variants (`VARIANTS`, written the same way); docs/design.md, "The method comparison"."""
 
 import dataclasses
 import functools
@@ -54,77 +54,31 @@ METHODS: dict[str, Method] = {name: Method(name, name, grid=_grid(hparams))
                               for name, hparams in hparams_lib.ALGORITHM_HPARAMS.items()}
 
 # The diagnosis variants: each changes one cause of the result of the method it `diagnoses` (the
-# report's Diagnosis); `method` is what it runs (named as its parent's), `baseline` the method its
-# gap is measured against (default: the report's).
+# report's Diagnosis; the question each asks: docs/experiments.md); `method` is what it runs (named
+# as its parent's), `baseline` the method its gap is measured against (default: the report's).
 VARIANTS: dict[str, dict[str, str]] = {
-    'fedga_paper': dict(
-        method='fedga[form=paper]', diagnoses='fedga',
-        question='Does the paper\'s eq. (8) taken literally (gradient p - q: classes absent from '
-        'a batch muted, logits free to drift) lose what the authors\' soft-target form (the '
-        'default) keeps?'),
-    'fedga_paper_clip': dict(
-        method='fedga_clip[form=paper]', diagnoses='fedga', baseline='fedavg_clip',
-        question='Does the authors\' gradient clipping at 5.0 tame the paper\'s form? (compared '
-        'with FedAvg clipped alike, `fedavg_clip`)'),
-    'fedga_clip': dict(
-        method='fedga[clip_norm=5.0]', diagnoses='fedga', baseline='fedavg_clip',
-        question='FedGA as the authors\' code trains it (soft-target form, clipping at 5.0), '
-        'compared with FedAvg clipped alike (`fedavg_clip`).'),
-    'fedavg_clip': dict(
-        method='fedavg[clip_norm=5.0]', diagnoses='fedavg',
-        question='FedAvg with the clients\' gradients clipped at 5.0: the baseline of the '
-        'clipped variants (the authors\' code clips every method).'),
-    'fedga_dataset': dict(
-        method='fedga[counts=dataset]', diagnoses='fedga',
-        question='Do counts over the client\'s whole dataset (fewer absent classes than a '
-        'mini-batch) help?'),
-    'fedld_server_lr': dict(
-        method='fedld[server_lr=4.0]', diagnoses='fedld',
-        question='Does a server learning rate that compensates the shorter server step close '
-        'the gap?'),
-    'fedld_preserve_norms': dict(
-        method='fedld[preserve_norms=True]', diagnoses='fedld',
-        question='Does keeping each revised update at its original length (the paper\'s stated '
-        'intent for eq. (7)) close the gap without tuning a server learning rate?'),
-    'fedld_projection': dict(
-        method='fedld[revision=projection]', diagnoses='fedld',
-        question='Is eq. (7)\'s re-weighting what loses? The plain orthogonal projection on the '
-        'same principal directions instead (no lambda_l / S weights).'),
-    'fedld_model': dict(
-        method='fedld[granularity=model]', diagnoses='fedld',
-        question='Does one principal decomposition of the whole-model updates (the paper\'s '
-        'text) differ from the per-tensor one (the default, the authors\' code)?'),
-    'fedld_authors': dict(
-        method='fedld[first_round_plain_mean=True,margin_form=batch_probabilities,'
-        'client_weighting=uniform]', diagnoses='fedld',
-        question='FedLD as the authors\' code runs it: the first round a plain mean, the margin '
-        'on the batch\'s probabilities, the unweighted mean of the revised updates.'),
-    'fedld_margin_only': dict(
-        method='custom[loss=margin,aggregator=measured_mean]', diagnoses='fedld',
-        question='What does margin control alone (FedAvg aggregation) cost or gain?'),
-    'fedld_principal_only': dict(
-        method='custom[loss=ce,aggregator=principal]', diagnoses='fedld',
-        question='What does principal-gradient aggregation alone (cross-entropy) cost or gain?'),
-    'fedmgc_focal_only': dict(
-        method='custom[loss=focal,aggregator=measured_mean]', diagnoses='fedmgc',
-        question='What does the focal loss alone (FedAvg aggregation) cost or gain?'),
-    'fedmgc_dgc_only': dict(
-        method='custom[loss=ce,aggregator=dgc]', diagnoses='fedmgc',
-        question='What does dominant gradient correction alone (cross-entropy) cost or gain?'),
-    'fedavg_uniform': dict(
-        method='fedavg[client_weighting=uniform]', diagnoses='fedmgc',
-        question='Is the cost of dominant gradient correction its unweighted mean of the '
-        'clients (Algorithm 2, line 9) rather than the correction?'),
-    'fedavg_measured': dict(
-        method='custom[loss=ce,aggregator=measured_mean]', diagnoses='fedavg',
-        question='FedAvg with the conflict diagnostics: the regime\'s conflict fraction and '
-        'client step length.'),
-    'fedprox_mu1': dict(
-        method='fedprox[proximal_strength=1.0]', diagnoses='fedprox',
-        question='Does the strongest proximal pull of the paper\'s grid change anything?'),
-    'fed_corrective_alpha1': dict(
-        method='fed_corrective[alpha=1.0]', diagnoses='fed_corrective',
-        question='Does the largest alpha change anything?'),
+    'fedga_paper': dict(method='fedga[form=paper]', diagnoses='fedga'),
+    'fedga_paper_clip': dict(method='fedga_clip[form=paper]', diagnoses='fedga',
+                             baseline='fedavg_clip'),
+    'fedga_clip': dict(method='fedga[clip_norm=5.0]', diagnoses='fedga', baseline='fedavg_clip'),
+    'fedavg_clip': dict(method='fedavg[clip_norm=5.0]', diagnoses='fedavg'),
+    'fedga_dataset': dict(method='fedga[counts=dataset]', diagnoses='fedga'),
+    'fedld_server_lr': dict(method='fedld[server_lr=4.0]', diagnoses='fedld'),
+    'fedld_preserve_norms': dict(method='fedld[preserve_norms=True]', diagnoses='fedld'),
+    'fedld_projection': dict(method='fedld[revision=projection]', diagnoses='fedld'),
+    'fedld_model': dict(method='fedld[granularity=model]', diagnoses='fedld'),
+    'fedld_authors': dict(method='fedld[first_round_plain_mean=True,margin_form='
+                          'batch_probabilities,client_weighting=uniform]', diagnoses='fedld'),
+    'fedld_margin_only': dict(method='custom[loss=margin,aggregator=measured_mean]',
+                              diagnoses='fedld'),
+    'fedld_principal_only': dict(method='custom[loss=ce,aggregator=principal]', diagnoses='fedld'),
+    'fedmgc_focal_only': dict(method='custom[loss=focal,aggregator=measured_mean]',
+                              diagnoses='fedmgc'),
+    'fedmgc_dgc_only': dict(method='custom[loss=ce,aggregator=dgc]', diagnoses='fedmgc'),
+    'fedavg_uniform': dict(method='fedavg[client_weighting=uniform]', diagnoses='fedmgc'),
+    'fedavg_measured': dict(method='custom[loss=ce,aggregator=measured_mean]', diagnoses='fedavg'),
+    'fedprox_mu1': dict(method='fedprox[proximal_strength=1.0]', diagnoses='fedprox'),
+    'fed_corrective_alpha1': dict(method='fed_corrective[alpha=1.0]', diagnoses='fed_corrective'),
 }
 
 
@@ -134,7 +88,8 @@ def described(variant: str) -> str:
   v = VARIANTS[variant]
   base, _, body = v['method'].partition('[')
   body = body[:-1].replace(',', ', ')
-  return v['method'] if base == CUSTOM else body if base == v['diagnoses'] else f'{base} with {body}'
+  return (v['method'] if base == CUSTOM else body if base == v['diagnoses']
+          else f'{base} with {body}')
 
 
 def parse_value(text: str) -> Any:
@@ -248,11 +203,6 @@ def _composed(method: Method) -> Optional[str]:
   return aggregator if method.algorithm != CUSTOM and isinstance(aggregator, str) else None
 
 
-def aggregator_keywords(method: Method) -> set[str]:
-  """The keywords of a composed aggregator's hyperparameters (they go to `aggregator_kwargs`)."""
-  return {h.keyword for h in hparams_lib.AGGREGATOR_HPARAMS.get(_composed(method), ())}
-
-
 def hparam_ranges(method: Method) -> dict[str, Any]:
   """keyword -> `tff_conflict.hparams.Hparam` of every hyperparameter `method`'s builder takes
   by name: its algorithm's, and for a composition its aggregator's."""
@@ -266,7 +216,7 @@ def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) ->
   kwargs = {**SEEDED.get(method.algorithm, {}), **dict(method.fixed), **(tuned or {})}
   aggregator = _composed(method)
   if aggregator:
-    own = aggregator_keywords(method)
+    own = {h.keyword for h in hparams_lib.AGGREGATOR_HPARAMS.get(aggregator, ())}
     packed = {**SEEDED.get(aggregator, {}), **(kwargs.pop('aggregator_kwargs', None) or {})}
     packed.update({k: kwargs.pop(k) for k in list(kwargs) if k in own})
     if packed:

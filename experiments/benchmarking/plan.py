@@ -10,6 +10,7 @@ import numpy as np
 
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods as methods_lib
+from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import runs as runs_lib
 from tff_conflict import hparams as hparams_lib
 
@@ -66,9 +67,9 @@ def data_seed(config, seed: int) -> int:
 
 def methods(config) -> list[Method]:
   """The methods, in grid order, `--grids` replacing their default grids."""
-  out = [methods_lib.parse_method(name) for name in config.methods]
-  return [m.with_grid(config.tuning.grids[m.name]) if m.name in config.tuning.grids else m
-          for m in out]
+  grids = config.tuning.grids
+  return [methods_lib.parse_method(n).with_grid(grids[n]) if n in grids
+          else methods_lib.parse_method(n) for n in config.methods]
 
 
 def inherits(config, table: Sequence[Method]) -> dict[str, Optional[str]]:
@@ -77,19 +78,12 @@ def inherits(config, table: Sequence[Method]) -> dict[str, Optional[str]]:
   parents = {m.name: m.parent for m in table}
   out = {}
   for m in table:
-    source, seen = m.parent, {m.name}
-    if not (config.tuning.tune and config.variants_inherit) or source not in parents:
-      source = None
-    while source is not None and parents.get(source) in parents and source not in seen:
-      seen.add(source)
+    inherit = config.tuning.tune and config.variants_inherit and m.parent in parents
+    source = m.parent if inherit else None
+    while parents.get(source) in parents:
       source = parents[source]
     out[m.name] = source
   return out
-
-
-def given_values(config, method: Method) -> dict[str, Any]:
-  """Builder arguments used where nothing is tuned."""
-  return methods_lib.given_kwargs(config.given, method)
 
 
 def rates(config, method: Method) -> tuple[float, float]:
@@ -140,8 +134,9 @@ def tuning_spec(config, dataset: str, epochs: int, method: Method, candidate: di
   name = candidate_name(candidate)
   if rounds is not None and rounds != config.loop.rounds:
     name = f'{name} @{rounds} rounds'
+  kwargs = dict(methods_lib.given_kwargs(config.given, method), **_tuned(candidate))
   return run_spec(config, phase=runs_lib.TUNE_PHASE, regime=tuning_regime(config, dataset),
-                  method=method, kwargs=dict(given_values(config, method), **_tuned(candidate)),
+                  method=method, kwargs=kwargs,
                   client_lr=candidate['client_lr'], server_lr=candidate['server_lr'],
                   epochs=epochs, seed=seed, candidate=name, rounds=rounds)
 
@@ -157,13 +152,14 @@ def report_specs(config, choices: Sequence[Mapping[str, Any]]) -> list[runs_lib.
     for method in table:
       for regime in regimes_of(config, dataset):
         for epochs in config.epochs:
-          kwargs = given_values(config, method)
+          kwargs = methods_lib.given_kwargs(config.given, method)
           client_lr, server_lr = rates(config, method)
           source = by_name.get(inherited[method.name], method)
           if config.tuning.tune:
             choice = by_key[(dataset, tuned_epochs(config, epochs), source.name)]
             if source.algorithm == method.algorithm:   # itself, or a variant of its algorithm
-              kwargs = {**given_values(config, source), **choice['tuned'], **dict(method.fixed)}
+              kwargs = {**methods_lib.given_kwargs(config.given, source), **choice['tuned'],
+                        **dict(method.fixed)}
             elif method.algorithm == methods_lib.CUSTOM:
               kwargs = _custom_with_parent_values(kwargs, source.algorithm, choice['tuned'])
             client_lr = choice['client_lr'] if method.client_lr is None else method.client_lr
@@ -200,7 +196,8 @@ def describe(config) -> dict[str, Any]:
       'tuning_regimes': {d: tuning_regime(config, d) for d in datasets(config)} if tune else {},
       'tuned_epochs': {str(e): tuned_epochs(config, e) for e in config.epochs} if tune else {},
       'methods': [{'name': m.name, 'algorithm': m.algorithm,
-                   'grid': {k: list(v) for k, v in m.grid}, 'given': given_values(config, m),
+                   'grid': {k: list(v) for k, v in m.grid},
+                   'given': methods_lib.given_kwargs(config.given, m),
                    'parent': m.parent, 'inherits': inherited[m.name], 'fixed': dict(m.fixed),
                    **dict(zip(('client_lrs', 'server_lrs'), map(list, searched_rates(config, m))))}
                   for m in table],
@@ -212,13 +209,12 @@ def planned_runs(config) -> dict[tuple[str, str, str, int], int]:
   """Runs per (phase, method, dataset, E): exact for reporting, an upper bound for tuning
   (stage 2's repeats of stage 1 and every possible edge extension included)."""
   counts = {(runs_lib.TUNE_PHASE, m.name, dataset, epochs):
-            (len(candidates(config, m)) + max_extensions(config, m))
-            * len(config.tuning.tuning_seeds) for dataset, epochs, m in tuning_tasks(config)}
-  for dataset in datasets(config):
-    for name in config.methods:
-      for epochs in config.epochs:
-        counts[(runs_lib.REPORT_PHASE, name, dataset, epochs)] = (
-            len(regimes_of(config, dataset)) * len(config.report_seeds))
+            max_candidates(config, m) * len(config.tuning.tuning_seeds)
+            for dataset, epochs, m in tuning_tasks(config)}
+  counts.update({(runs_lib.REPORT_PHASE, name, dataset, epochs):
+                 len(regimes_of(config, dataset)) * len(config.report_seeds)
+                 for dataset in datasets(config) for name in config.methods
+                 for epochs in config.epochs})
   return counts
 
 
@@ -249,17 +245,10 @@ def candidate_name(c: Mapping[str, Any]) -> str:
   return runs_lib.candidate_name(c['client_lr'], c['server_lr'], _tuned(c))
 
 
-def _grid(config, method: Method, client_lrs: Sequence[float]) -> list[dict]:
-  names = [k for k, _ in method.grid]
-  return [candidate(lr, slr, dict(zip(names, values))) for lr in client_lrs
-          for values in itertools.product(*[v for _, v in method.grid])
-          for slr in searched_rates(config, method)[1]]
-
-
 def stage_one(config, method: Method) -> list[dict]:
   """Client learning rates at the method's given values of its grid's arguments (named, so that
   stage 2 recognises the same point), at the untuned server lr."""
-  given = given_values(config, method)
+  given = methods_lib.given_kwargs(config.given, method)
   at_given = {k: given[k] for k, _ in method.grid if k in given}
   return [candidate(lr, rates(config, method)[1], at_given)
           for lr in searched_rates(config, method)[0]]
@@ -269,17 +258,21 @@ def stage_two(config, method: Method, client_lr: float) -> list[dict]:
   """The method's own grid and the server lrs at `client_lr`; none if it has nothing more."""
   if not method.grid and len(searched_rates(config, method)[1]) < 2:
     return []
-  return _grid(config, method, [client_lr])
+  return product(config, method, [client_lr])
 
 
-def product(config, method: Method) -> list[dict]:
-  """Every combination of client lr, the method's grid and (if tuned) server lr."""
-  return _grid(config, method, searched_rates(config, method)[0])
+def product(config, method: Method, client_lrs: Optional[Sequence[float]] = None) -> list[dict]:
+  """Every combination of client lr (default: those searched), the method's grid and server lr."""
+  names = [k for k, _ in method.grid]
+  return [candidate(lr, slr, dict(zip(names, values)))
+          for lr in client_lrs or searched_rates(config, method)[0]
+          for values in itertools.product(*[v for _, v in method.grid])
+          for slr in searched_rates(config, method)[1]]
 
 
 def candidates(config, method: Method) -> list[dict]:
   """The candidates of the grid `tune_method` may try (stage 2 at the first client lr, repeats
-  included), before edge extensions (`max_extensions`)."""
+  included), before edge extensions."""
   if config.tuning.strategy == 'product':
     return product(config, method)
   return stage_one(config, method) + stage_two(config, method,
@@ -296,10 +289,11 @@ def numeric_dimensions(config, method: Method) -> list[str]:
   return [d for d, values in (*dims, *method.grid) if numeric(values)]
 
 
-def max_extensions(config, method: Method) -> int:
-  """Edge extensions `tune_method` may add at most: `edge_steps` per side of every numeric
-  dimension."""
-  return 2 * config.tuning.edge_steps * len(numeric_dimensions(config, method))
+def max_candidates(config, method: Method) -> int:
+  """The candidates `tune_method` may try at most: `candidates` and `edge_steps` extensions per
+  side of every numeric dimension."""
+  return (len(candidates(config, method))
+          + 2 * config.tuning.edge_steps * len(numeric_dimensions(config, method)))
 
 
 def rungs(rounds: int, num_candidates: int, min_rounds: int) -> list[int]:
@@ -337,7 +331,7 @@ def score(summaries: Sequence[Optional[dict[str, Any]]]) -> tuple[float, int]:
   diverged or not finite."""
   values = [s.get('last_k_accuracy') if s else None for s in summaries]
   finished = sum(v is not None for v in values)
-  if (any(s and str(s.get('diverged')).lower() == 'true' for s in summaries)
+  if (any(s and results_lib.is_true(s.get('diverged')) for s in summaries)
       or finished < len(values) or not values or not all(map(math.isfinite, values))):
     return float('nan'), finished
   return float(np.mean(values)), finished
@@ -360,12 +354,12 @@ def _edge(values, value) -> Optional[int]:
 
 
 def _valid(method: Method, dim: str, value) -> bool:
-  """Whether `value` is in the valid range of `dim` (`tff_conflict.hparams`; rates: > 0)."""
+  """Whether `value` is positive and in the valid range of `dim` (`tff_conflict.hparams`)."""
   if not math.isfinite(value) or value <= 0:
     return False
-  h = methods_lib.hparam_ranges(method).get(dim)
+  h = methods_lib.hparam_ranges(method).get(dim)   # None for the learning rates
   try:
-    if dim not in methods_lib.RATES and h is not None:
+    if h is not None:
       h.check(value)
   except ValueError:
     return False

@@ -126,7 +126,7 @@ def test_tuning_never_reads_the_test_split(tiny):
   assert spec.client_lr == outcome['choices'][0]['client_lr']
   # The chosen candidates' validation curves, one row per method and tuning seed, as their runs
   # recorded them.
-  curves = metrics_io.read_csv(os.path.join(config.root, grid.CURVES_FILE))
+  curves = metrics_io.read_csv(os.path.join(config.root, 'validation_curves.csv'))
   assert [(r['method'], r['seed']) for r in curves] == [('fedavg', 7), ('fedgh', 7)]
   for row, choice in zip(curves, outcome['choices']):
     assert row['candidate'] == runs.candidate_name(choice['client_lr'], choice['server_lr'], {})
@@ -190,7 +190,7 @@ def _record(root):
 def test_a_refused_rerun_leaves_the_record_byte_identical(tiny, monkeypatch):
   config, loader, _ = tiny
   before = _record(config.root)
-  assert before[grid.CONFIG_FILE] is not None and before[grid.RUNS_FILE] is not None
+  assert before['config.json'] is not None and before['runs.csv'] is not None
   changed = _config(config.output.output_dir,
                     loop=experiment_config.LoopConfig(rounds=2, clients_per_round=3,
                                                       batch_size=10))
@@ -325,4 +325,4 @@ def test_a_regime_that_cannot_run_is_refused_before_anything_is_written(tmp_path
   with pytest.raises(experiment_config.ConfigError) as info:
     grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert message in info.value.flag_message()
-  assert not os.path.exists(os.path.join(config.root, grid.CONFIG_FILE))
+  assert not os.path.exists(os.path.join(config.root, 'config.json'))

@@ -5,17 +5,9 @@ import pytest
 from experiments.benchmarking import methods
 
 
-def test_every_algorithm_has_a_method_with_a_grid_where_the_issue_asks_for_one():
+def test_every_algorithm_is_a_method():   # its grids: tests/test_hparams.py
   from tff_conflict import learning
   assert set(methods.METHODS) >= set(learning.ALGORITHMS)
-  grid = {name: dict(m.grid) for name, m in methods.METHODS.items()}
-  assert grid['fedprox']['proximal_strength'] == (0.001, 0.01, 0.1, 1.0)
-  assert grid['fedmgc']['gamma'] == (0.5, 1.0, 2.0) and 'selection_ratio' in grid['fedmgc']
-  assert grid['fedga']['counts'] == ('batch', 'dataset')
-  assert set(grid['fedld']) == {'margin_weight', 'component_ratio'}
-  assert grid['fed_corrective']['alpha'] == (0.1, 0.3, 0.5)
-  assert grid['fedavg'] == {} and grid['fedgh'] == {} and grid['fednova'] == {}
-  assert grid['feddecorr']['beta'] == (0.01, 0.05, 0.1)
 
 
 def test_ad_hoc_variant_fixes_arguments_and_drops_them_from_the_grid():
@@ -105,6 +97,7 @@ def test_each_variant_runs_its_parent_with_what_it_changes():
 
 def test_variants_are_valid_methods_of_a_benchmark():
   from experiments.benchmarking import config as config_lib
+  from experiments.benchmarking import diagnosis
   config = config_lib.BenchmarkConfig(   # checks every fixed argument against its builder
       regimes=('digits:iid',), methods=('fedavg', *methods.VARIANTS))
   assert config.methods[1:] == tuple(methods.VARIANTS)
@@ -112,6 +105,7 @@ def test_variants_are_valid_methods_of_a_benchmark():
     assert v['diagnoses'] in methods.METHODS, name
     assert methods.parse_method(name).parent in {*methods.METHODS, *methods.VARIANTS}, name
     assert v.get('baseline') is None or v['baseline'] in methods.VARIANTS, name
+    assert diagnosis._reading(name), name   # the question the report prints (docs/experiments.md)
 
 
 def test_builder_kwargs_fix_fedghs_order_seed_in_the_process():

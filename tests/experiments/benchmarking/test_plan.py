@@ -1,6 +1,7 @@
 """The plan: a config resolved into methods with their grids, tuning tasks and runs."""
 
 from experiments.benchmarking import config as config_lib
+from experiments.benchmarking import methods
 from experiments.benchmarking import plan
 from experiments.benchmarking import runs
 
@@ -37,7 +38,7 @@ def test_methods_with_grids_given_values_and_tuned_epochs():
                    grids={'fedprox': {'proximal_strength': (1, 2)}})
   assert [plan.tuned_epochs(config, e) for e in (1, 2, 5)] == [1, 1, 5]
   fedavg, fedprox = plan.methods(config)
-  assert plan.given_values(config, fedprox) == {'proximal_strength': 0.5}
+  assert methods.given_kwargs(config.given, fedprox) == {'proximal_strength': 0.5}
   assert dict(fedprox.grid) == {'proximal_strength': (1, 2)}
   # The same learning-rate search for every method, the baseline included.
   assert plan.searched_rates(config, fedprox) == plan.searched_rates(config, fedavg) == (

@@ -90,7 +90,7 @@ def test_a_best_value_at_an_edge_extends_the_grid_until_it_is_interior():
   choice = _tune(search, _scorer(lambda c: -abs(math.log(c['client_lr'] / 0.9)), calls))
   assert [float(n.split(',')[0][4:]) for n in calls] == pytest.approx([0.03, 0.1, 0.3, 0.9, 2.7])
   assert choice['client_lr'] == pytest.approx(0.9) and choice['at_edge'] == []
-  assert tuning.max_extensions(*search) == 2 * 3
+  assert tuning.max_candidates(*search) == 3 + 2 * 3   # 3 client lrs, 3 extensions per side
 
 
 def test_the_client_lr_is_extended_after_stage_two_changes_the_methods_value():
