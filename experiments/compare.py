@@ -175,7 +175,8 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
             file=stream or sys.stdout, flush=True)
     for algorithm in algorithms:
       rows, _, _ = experiment_lib.run_experiment(
-          experiment.with_seed(seed).replace(algorithm=config.AlgorithmConfig(algorithm)),
+          experiment.with_seed(seed).replace(
+              algorithm=config.AlgorithmConfig(algorithm, **vars(experiment.hparams))),
           task=task, runs=executor, experiment_dir=os.path.join(root, algorithm, f'seed{seed}'),
           label=f'{algorithm} seed {seed}', stream=stream)
       runs[algorithm].append(rows)

@@ -174,9 +174,9 @@ def default(cls: type, field: str) -> Any:
   return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
-@dataclasses.dataclass(frozen=True)
 class AlgorithmConfig:
-  """Which method runs.
+  """Which method runs, with every method hyperparameter (one field per flag of
+  `tff_conflict.hparams`; each method reads its own).
 
   Attributes:
     name: a method of `tff_conflict.learning.ALGORITHMS`, or 'custom': `client_loss` with
@@ -185,7 +185,7 @@ class AlgorithmConfig:
     aggregator: with 'custom', an aggregator of `tff_conflict.learning.AGGREGATORS`; with a
       baseline whose builder takes `aggregator=` (fedavg, fedprox, fednova, feddecorr,
       scaffold), the aggregator on top of it (e.g. FedNova + FedGH).
-    proximal_term: add FedProx's proximal term (strength `MethodHparams.proximal_strength`) to
+    proximal_term: add FedProx's proximal term (strength `proximal_strength`) to
       a method whose own hyperparameters do not include it (a composed method, or e.g. FedGH:
       FedProx's local objective with FedGH's aggregation); the binaries set it when
       `--proximal_strength` is given.
@@ -400,13 +400,10 @@ def check_method_flags_apply(given: Mapping[str, Any],
       raise ConfigError(flag, value, reason=f'does not apply to {names}, which reads '
                         f'{", ".join(reads) or "no method flag"}{hint}')
 
-# Every method's hyperparameters, one field per flag of `tff_conflict.hparams` (where each is
-# declared once with its default, range and paper source); each method reads its own.
-MethodHparams = dataclasses.make_dataclass(
-    'MethodHparams',
-    [(h.flag, Any, setting(h.default, flag=h.flag, check=hparam_check(h))) for h in METHOD_HPARAMS],
-    frozen=True, namespace={'__post_init__': check_fields, '__module__': __name__,
-                            '__doc__': 'Every method hyperparameter with a flag.'})
+for _h in METHOD_HPARAMS:
+  AlgorithmConfig.__annotations__[_h.flag] = Any
+  setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, check=hparam_check(_h)))
+AlgorithmConfig = dataclasses.dataclass(frozen=True)(AlgorithmConfig)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -451,7 +448,6 @@ class ExperimentConfig:
   training: LoopConfig = _section(lambda: LoopConfig(rounds=50, clients_per_round=10))
   client: OptimizerConfig = _section(lambda: OptimizerConfig(0.05))
   server: OptimizerConfig = _section(lambda: OptimizerConfig(1.0))
-  hparams: MethodHparams = _section(MethodHparams)
   output: OutputConfig = _section(OutputConfig)
 
   def __post_init__(self):
@@ -475,6 +471,12 @@ class ExperimentConfig:
     return self.training.seed
 
   runtime = property(lambda self: self.output, doc='The backend settings (in `output`).')
+
+  @property
+  def hparams(self) -> types.SimpleNamespace:
+    """The method hyperparameters (fields of `algorithm`) by flag name."""
+    return types.SimpleNamespace(**{h.flag: getattr(self.algorithm, h.flag)
+                                    for h in METHOD_HPARAMS})
 
   def replace(self, **sections: Any) -> 'ExperimentConfig':
     """A copy with whole sections replaced, e.g. `replace(algorithm=AlgorithmConfig('fedgh'))`."""
@@ -518,7 +520,7 @@ class ExperimentConfig:
     values: dict[str, Any] = {}
     applied = self.algorithm.hparam_flags()
     for section, flag, field in flag_fields():
-      if section == 'hparams' and applied is not None and flag not in applied:
+      if flag in METHOD_FLAGS and applied is not None and flag not in applied:
         continue
       value = getattr(getattr(self, section) if section else self, field.name)
       values[flag] = list(value) if isinstance(value, tuple) else value
@@ -528,7 +530,7 @@ class ExperimentConfig:
 
 
 _SECTIONS = {'algorithm': AlgorithmConfig, 'data': DataConfig, 'training': LoopConfig,
-             'client': OptimizerConfig, 'server': OptimizerConfig, 'hparams': MethodHparams,
+             'client': OptimizerConfig, 'server': OptimizerConfig,
              'output': OutputConfig}
 
 

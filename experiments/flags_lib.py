@@ -62,7 +62,7 @@ for _section, _flag, _field in config.flag_fields():
   if _flag in _BINARY_FLAGS:
     continue
   _default = getattr(getattr(_DEFAULTS, _section) if _section else _DEFAULTS, _field.name)
-  with record_group('method' if _section == 'hparams' else _section or _flag):
+  with record_group('method' if _flag in _METHOD else _section or _flag):
     if _flag in _METHOD:
       _h = _METHOD[_flag]
       if _h.kind == hparams_lib.CHOICE:

@@ -35,7 +35,8 @@ def test_flags_build_the_config_and_its_flag_values_round_trip():
                            focal_gamma='1.5'):
     experiment = flags_lib.experiment_config()
   assert experiment.algorithm == config.AlgorithmConfig('custom', 'focal', 'fedgh',
-                                                        proximal_term=True)
+                                                        proximal_term=True, focal_gamma=1.5,
+                                                        proximal_strength=0.2)
   assert experiment.data.dataset == 'synthetic' and experiment.data.num_clients == 8
   assert experiment.training.rounds == 7 and experiment.seed == 4
   assert experiment.client.optimizer == 'adam' and experiment.server.momentum == 0.5
@@ -49,10 +50,10 @@ def test_flags_build_the_config_and_its_flag_values_round_trip():
 
 
 def test_method_hparams_take_the_specs_defaults_and_checks():
-  assert dataclasses.asdict(config.MethodHparams()) == {
+  assert vars(config.ExperimentConfig().hparams) == {
       h.flag: h.default for h in flags_lib.METHOD_HPARAMS}
   with pytest.raises(config.ConfigError, match='focal_beta must be a finite number > 0, got 0'):
-    config.MethodHparams(focal_beta=0)
+    config.AlgorithmConfig(focal_beta=0)
 
 
 def test_proximal_term_only_for_a_composed_method():
@@ -66,7 +67,7 @@ def test_proximal_term_only_for_a_composed_method():
 @pytest.mark.parametrize('build, field, flag, message', [
     (lambda: config.ExperimentConfig(client=config.OptimizerConfig(math.inf)), 'learning_rate',
      'client_learning_rate', '--client_learning_rate must be a finite number > 0, got inf'),
-    (lambda: config.MethodHparams(focal_gamma=math.nan), 'focal_gamma', 'focal_gamma',
+    (lambda: config.AlgorithmConfig(focal_gamma=math.nan), 'focal_gamma', 'focal_gamma',
      '--focal_gamma must be a finite number >= 0, got nan'),
     (lambda: config.LoopConfig(rounds=3, clients_per_round=1, batch_size=0), 'batch_size',
      'client_batch_size', '--client_batch_size must be an integer >= 1, got 0'),
