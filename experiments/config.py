@@ -153,8 +153,7 @@ def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
 
 
 def require(argument: str, value: Any, check: Checker, *, field: Optional[str] = None) -> Any:
-  """`check(argument, value)`: `value`, or `ConfigError` naming `argument` (`field` is kept for
-  callers that name the field; the message names the flag)."""
+  """`check(argument, value)` (`field`, unused, names the dataclass field)."""
   del field
   return check(argument, value)
 
@@ -185,10 +184,10 @@ class AlgorithmConfig:
     aggregator: with 'custom', an aggregator of `tff_conflict.learning.AGGREGATORS`; with a
       baseline whose builder takes `aggregator=` (fedavg, fedprox, fednova, feddecorr,
       scaffold), the aggregator on top of it (e.g. FedNova + FedGH).
-    proximal_term: add FedProx's proximal term (strength `proximal_strength`) to
-      a method whose own hyperparameters do not include it (a composed method, or e.g. FedGH:
-      FedProx's local objective with FedGH's aggregation); the binaries set it when
-      `--proximal_strength` is given.
+    proximal_term: add FedProx's proximal term (strength `proximal_strength`) to a method whose
+      own hyperparameters do not include it (False for one that does), e.g. FedGH: FedProx's
+      local objective with FedGH's aggregation; the binaries set it when `--proximal_strength`
+      is given.
   """
   name: str = setting('fedavg', flag='algorithm', check=NON_EMPTY_STRING)
   client_loss: Optional[str] = setting(None, flag='client_loss')
@@ -197,6 +196,8 @@ class AlgorithmConfig:
 
   def __post_init__(self):
     check_fields(self)
+    own = hparams_lib.PROXIMAL_STRENGTH in hparams_lib.ALGORITHM_HPARAMS.get(self.name, ())
+    object.__setattr__(self, 'proximal_term', self.proximal_term and not own)
     if self.name == CUSTOM_ALGORITHM:
       for field in ('client_loss', 'aggregator'):
         if getattr(self, field) is None:
@@ -213,11 +214,7 @@ class AlgorithmConfig:
     name = f'{self.name}+{self.aggregator}' if self.aggregator else self.name
     return f'{name}+proximal' if self.adds_proximal_term else name
 
-  @property
-  def adds_proximal_term(self) -> bool:
-    """Whether the proximal term is added to a method that does not declare it."""
-    own = hparams_lib.PROXIMAL_STRENGTH in hparams_lib.ALGORITHM_HPARAMS.get(self.name, ())
-    return self.proximal_term and not own
+  adds_proximal_term = property(lambda self: self.proximal_term)
 
   def hparam_flags(self) -> Optional[tuple[str, ...]]:
     """The method flags this method reads (`tff_conflict.hparams`: `ALGORITHM_HPARAMS`, or for
@@ -243,18 +240,10 @@ class AlgorithmConfig:
     return tuple(dict.fromkeys(h.flag for h in own if h.flag in METHOD_FLAGS))
 
   def describe(self) -> str:
-    """How the command line names it: '--algorithm=fedgh' or '--algorithm=custom
-    --client_loss=focal --aggregator=fedgh'."""
-    if self.name == CUSTOM_ALGORITHM:
-      return (f'--algorithm={self.name} --client_loss={self.client_loss} '
-              f'--aggregator={self.aggregator}')
-    if self.aggregator is not None:
-      return f'--algorithm={self.name} --aggregator={self.aggregator}'
-    return f'--algorithm={self.name}'
-
-
-# The help of a flag is its setting's (`setting(help=...)`); AlgorithmConfig's flags and --seed
-# are the binaries' own.
+    """How the command line names it: '--algorithm=custom --client_loss=focal --aggregator=...'."""
+    return ' '.join(f'--{flag}={value}' for flag, value in (
+        ('algorithm', self.name), ('client_loss', self.client_loss),
+        ('aggregator', self.aggregator)) if value is not None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,25 +348,25 @@ class OptimizerConfig:
                             help='momentum in [0, 1) (sgd only).')
 
 
-def check_optimizer(optimizer: OptimizerConfig, side: str) -> None:
-  """Checks the `side` ('client' or 'server') optimizer, naming its `--<side>_*` flags."""
-  check_fields(optimizer, f'{side}_')
-  if optimizer.momentum and optimizer.optimizer != 'sgd':
-    raise ConfigError(f'{side}_momentum', optimizer.momentum, f'0 with optimizer '
-                      f'{optimizer.optimizer!r} (momentum applies to sgd only)')
+def check_parts(config: Any) -> None:
+  """Checks that each field of `config` typed by a settings class holds one, and the
+  `--client_*` and `--server_*` optimizers."""
+  for field in dataclasses.fields(config):
+    part = getattr(config, field.name)
+    if dataclasses.is_dataclass(field.type) and not isinstance(part, field.type):
+      raise TypeError(f'{type(config).__name__}.{field.name} must be a {field.type.__name__}, '
+                      f'got {part!r}')
+  for side in ('client', 'server'):
+    optimizer = getattr(config, side)
+    check_fields(optimizer, f'{side}_')
+    if optimizer.momentum and optimizer.optimizer != 'sgd':
+      raise ConfigError(f'{side}_momentum', optimizer.momentum, f'0 with optimizer '
+                        f'{optimizer.optimizer!r} (momentum applies to sgd only)')
 
 
 def hparam_check(hparam: hparams_lib.Hparam) -> Checker:
   """The check of a method hyperparameter: `hparam.check`, its range in words."""
-
-  def check(name: str, value: Any) -> Any:
-    try:
-      hparam.check(value)
-    except ArgumentError:
-      raise ConfigError(name, value, hparam.valid_range) from None
-    return value
-
-  return check
+  return must(hparam.valid_range, lambda value: hparam.check(value) or True)
 
 
 METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS if h.flag is not None and h.flag != 'seed')
@@ -451,12 +440,7 @@ class ExperimentConfig:
   output: OutputConfig = _section(OutputConfig)
 
   def __post_init__(self):
-    for name, cls in _SECTIONS.items():
-      if not isinstance(getattr(self, name), cls):
-        raise TypeError(f'ExperimentConfig.{name} must be a {cls.__name__}, got '
-                        f'{getattr(self, name)!r}')
-    check_optimizer(self.client, 'client')
-    check_optimizer(self.server, 'server')
+    check_parts(self)
     training = self.training
     if training.eval_every > training.rounds:
       raise ConfigError('eval_every', training.eval_every,
@@ -511,12 +495,8 @@ class ExperimentConfig:
     return os.path.join(self.output.output_dir, self.experiment_name)
 
   def flag_values(self) -> dict[str, Any]:
-    """flag name -> value of every setting a flag sets (for hparams.csv).
-
-    Of the method hyperparameters only those the method reads are recorded
-    (`AlgorithmConfig.hparam_flags`); a composed method (`algorithm='custom'`), or one with the
-    proximal term added, also records `proximal_term`.
-    """
+    """flag name -> value of every setting a flag sets (for hparams.csv), of the method flags
+    those the method reads; `proximal_term` for 'custom' or where the term is added."""
     values: dict[str, Any] = {}
     applied = self.algorithm.hparam_flags()
     for section, flag, field in flag_fields():
@@ -524,14 +504,13 @@ class ExperimentConfig:
         continue
       value = getattr(getattr(self, section) if section else self, field.name)
       values[flag] = list(value) if isinstance(value, tuple) else value
-    if self.algorithm.name == CUSTOM_ALGORITHM or self.algorithm.adds_proximal_term:
+    if self.algorithm.name == CUSTOM_ALGORITHM or self.algorithm.proximal_term:
       values['proximal_term'] = self.algorithm.proximal_term
     return values
 
 
-_SECTIONS = {'algorithm': AlgorithmConfig, 'data': DataConfig, 'training': LoopConfig,
-             'client': OptimizerConfig, 'server': OptimizerConfig,
-             'output': OutputConfig}
+_SECTIONS = {f.name: f.type for f in dataclasses.fields(ExperimentConfig)
+             if dataclasses.is_dataclass(f.type)}
 
 
 def flag_fields() -> Iterator[tuple[Optional[str], str, dataclasses.Field]]:
@@ -565,10 +544,8 @@ def from_flag_values(values: Mapping[str, Any], *, proximal_term: Optional[bool]
   if 'workers' in settings['output']:
     settings['output']['workers'] = tuple(settings['output']['workers'] or ())
   if proximal_term is None:
-    proximal_term = bool(values.get('proximal_strength_present', False))
-  name = settings['algorithm'].get('name', 'fedavg')
-  declared = hparams_lib.PROXIMAL_STRENGTH in hparams_lib.ALGORITHM_HPARAMS.get(name, ())
-  settings['algorithm']['proximal_term'] = bool(proximal_term) and not declared
+    proximal_term = values.get('proximal_strength_present', False)
+  settings['algorithm']['proximal_term'] = bool(proximal_term)
   defaults = ExperimentConfig()
   sections = {name: dataclasses.replace(getattr(defaults, name), **kwargs)
               for name, kwargs in settings.items()}

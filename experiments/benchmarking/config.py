@@ -27,12 +27,6 @@ DETECT = {'synthetic': 0.02}
 PROTOCOL = 2
 
 
-# The ExperimentConfig parts a BenchmarkConfig is composed of: field name -> class.
-PARTS = {'loop': experiment_config.LoopConfig, 'client': experiment_config.OptimizerConfig,
-         'server': experiment_config.OptimizerConfig, 'data': experiment_config.DataConfig,
-         'output': experiment_config.OutputConfig}
-
-
 def split_top_level(text: str, separator: str = ',') -> list[str]:
   """Splits at `separator` outside (), [] and {}; strips the pieces and drops empty ones.
 
@@ -320,13 +314,9 @@ class BenchmarkConfig:
             'tuning_seeds', list(self.tuning_seeds))
     must(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs))(
         'tune_epochs', list(self.tune_epochs))
-    for part, cls in PARTS.items():
-      if not isinstance(getattr(self, part), cls):
-        raise TypeError(f'BenchmarkConfig.{part} must be a {cls.__name__}, got '
-                        f'{getattr(self, part)!r}')
+    _M.check_parts(self)
     # Runs use SGD on both sides, set per run in the process's state (`engine`).
     for side in ('client', 'server'):
-      _M.check_optimizer(getattr(self, side), side)
       _M.one_of(('sgd',))(f'{side}_optimizer', getattr(self, side).optimizer)
     _M.one_of((0, 0.0))('server_momentum', self.server.momentum)
     plain_sgd = [m.name for m in resolved if m.algorithm == 'scaffold']

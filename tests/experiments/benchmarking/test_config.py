@@ -13,11 +13,9 @@ import tff_conflict
 def _config(**changes):
   args = dict(regimes=('digits:iid', 'synthetic(1,1)'), methods=('fedavg', 'fedprox'))
   tuning = changes.pop('tuning', {})
-  for part in config_lib.PARTS:
-    if part in changes:
-      default = dataclasses.fields(config_lib.BenchmarkConfig)
-      base = next(f.default for f in default if f.name == part)
-      changes[part] = dataclasses.replace(base, **changes[part])
+  for field in dataclasses.fields(config_lib.BenchmarkConfig):
+    if field.name in changes and dataclasses.is_dataclass(field.type):
+      changes[field.name] = dataclasses.replace(field.default, **changes[field.name])
   args.update(changes)
   return config_lib.BenchmarkConfig(**tuning, **args)
 
