@@ -95,9 +95,8 @@ _NOT_HERE = {
     'leaf_name': '--regimes=leaf_femnist:natural (or leaf_synthetic, leaf_celeba)',
 }
 
+
 def apply_preset() -> None:
-  """Sets the preset's values (`presets.BENCHMARK`) on every flag not given on the command
-  line."""
   flags_lib.apply_preset(presets.BENCHMARK)
 
 
@@ -110,17 +109,10 @@ def given_values() -> dict[str, dict[str, Any]]:
 
 
 def config_from_flags() -> config_lib.BenchmarkConfig:
-  """The benchmark's config from the flags (after the preset): the flags shared with the
-  binaries give the config's parts (`flags_lib.experiment_config`), the benchmark's own the
-  grid and tuning.
-
-  Raises:
-    experiment_config.ConfigError: a flag that does not apply, or a bad value.
-  """
-  for name, instead in _NOT_HERE.items():
-    if name in FLAGS and FLAGS[name].present:
-      raise experiment_config.ConfigError(
-          name, FLAGS[name].value, reason=f'does not apply to experiments.benchmark; use {instead}')
+  """The benchmark's config from the flags (after the preset): the shared flags give its parts,
+  its own the grid and tuning; raises `experiment_config.ConfigError`."""
+  flags_lib.refuse_flags({name: f'does not apply to experiments.benchmark; use {instead}'
+                          for name, instead in _NOT_HERE.items()})
   parts = flags_lib.experiment_config()
   values = {}
   for flag, field in _settings():

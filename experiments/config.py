@@ -373,22 +373,6 @@ METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS if h.flag is not None and 
 METHOD_FLAGS = frozenset(h.flag for h in METHOD_HPARAMS)
 
 
-def check_method_flags_apply(given: Mapping[str, Any],
-                             algorithms: Sequence[AlgorithmConfig]) -> None:
-  """Refuses (`ConfigError`) a method flag among `given` (flag -> value) that none of
-  `algorithms` reads (`AlgorithmConfig.hparam_flags`): a flag changes the run or is refused."""
-  tables = [a.hparam_flags() for a in algorithms]
-  if any(t is None for t in tables):
-    return
-  for flag, value in given.items():
-    if flag in METHOD_FLAGS and not any(flag in t for t in tables):
-      names = ', '.join(a.describe() for a in algorithms)
-      reads = sorted({f'--{f}' for t in tables for f in t})
-      hint = (' (a loss and an aggregator compose with --algorithm=custom --client_loss=... '
-              '--aggregator=...)') if len(algorithms) == 1 else ''
-      raise ConfigError(flag, value, reason=f'does not apply to {names}, which reads '
-                        f'{", ".join(reads) or "no method flag"}{hint}')
-
 for _h in METHOD_HPARAMS:
   AlgorithmConfig.__annotations__[_h.flag] = Any
   setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, check=hparam_check(_h)))

@@ -87,20 +87,13 @@ with record_group('preset'):
                       'Each binary has its own: compare: readme; benchmark: experiments.presets.')
 
 
-def _validator(name: str, check: config.Checker):
-  """absl lets the validator's `ConfigError` through: `cli.run` prints it like any other."""
-  return lambda value: check(name, value) or True
-
-
-def register_validators(names: Optional[Sequence[str]] = None) -> None:
-  """Registers, for each defined flag among `names` (default: all), the check of the config
-  field it sets (`config.field_checks()`; for the method flags, `tff_conflict.hparams`), so that a
-  bad value fails while flags are parsed: `--focal_gamma must be a finite number >= 0, got nan`.
-  Flags already registered are skipped, so a binary calls it again after defining its own flags.
-  """
+def register_validators() -> None:
+  """Registers, for each defined flag not yet registered, the check of the setting it sets
+  (`config.field_checks()`); absl lets its `ConfigError` through for `cli.run` to print."""
   for name, check in config.field_checks().items():
-    if (names is None or name in names) and name in FLAGS and name not in _VALIDATED:
-      flags.register_validator(name, _validator(name, check))
+    if name in FLAGS and name not in _VALIDATED:
+      flags.register_validator(name, lambda value, name=name, check=check: check(name, value)
+                               or True)
       _VALIDATED.add(name)
 
 
@@ -122,12 +115,7 @@ _ALL_DATASET_FLAGS = sorted({f for names in DATASET_FLAGS.values() for f in name
 
 
 def apply_preset(presets: dict[str, dict[str, Any]]) -> None:
-  """Sets the values of `presets[--preset]` on every flag not given on the command line; no-op
-  without --preset.
-
-  Raises:
-    config.ConfigError: an unknown --preset.
-  """
+  """Sets the values of `presets[--preset]` (if given) on every flag not given explicitly."""
   if FLAGS.preset is None:
     return
   config.require('preset', FLAGS.preset, config.one_of(sorted(presets)))
@@ -136,26 +124,20 @@ def apply_preset(presets: dict[str, dict[str, Any]]) -> None:
       FLAGS[name].value = value
 
 
+def refuse_flags(reasons: dict[str, str]) -> None:
+  """Refuses (`config.ConfigError`) the first flag of `reasons` given, naming its reason."""
+  for name, reason in reasons.items():
+    if name in FLAGS and FLAGS[name].present:
+      raise config.ConfigError(name, FLAGS[name].value, reason=reason)
+
+
 def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.ExperimentConfig:
-  """Cross-flag checks shared by the binaries, then the typed config of the flags.
-
-  Args:
-    algorithms: the methods the binary runs (compare's --algorithms); default the config's
-      algorithm (train's --algorithm, --client_loss, --aggregator). A method flag given that
-      none of them reads is refused (`config.check_method_flags_apply`).
-
-  Returns:
-    `experiment_config()`.
-
-  Raises:
-    config.ConfigError: a flag given for a dataset or method that does not read it, or a value
-      or combination the config refuses, naming the flag and the value.
-  """
-  for name in _ALL_DATASET_FLAGS:
-    if FLAGS[name].present and name not in DATASET_FLAGS[FLAGS.dataset]:
-      users = sorted(d for d, names in DATASET_FLAGS.items() if name in names)
-      raise config.ConfigError(name, FLAGS[name].value, reason='applies only to --dataset in '
-                               f'{users}, not --dataset={FLAGS.dataset}')
+  """`experiment_config()` after refusing a flag of another dataset or a method flag that none
+  of `algorithms` (default: the config's algorithm) reads; raises `config.ConfigError`."""
+  refuse_flags({name: f'applies only to --dataset in '
+                f'{sorted(d for d, names in DATASET_FLAGS.items() if name in names)}, not '
+                f'--dataset={FLAGS.dataset}' for name in _ALL_DATASET_FLAGS
+                if name not in DATASET_FLAGS[FLAGS.dataset]})
   experiment = experiment_config()
   methods = ([experiment.algorithm] if algorithms is None
              else [config.AlgorithmConfig(name) for name in algorithms])
@@ -166,21 +148,22 @@ def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.Exp
 
 
 def check_method_flags_apply(algorithms: Sequence[config.AlgorithmConfig]) -> None:
-  """Refuses a method flag given that none of `algorithms` reads; raises `config.ConfigError`."""
-  config.check_method_flags_apply(
-      {h.flag: FLAGS[h.flag].value for h in METHOD_HPARAMS if FLAGS[h.flag].present}, algorithms)
+  """Refuses (`config.ConfigError`) a method flag given that none of `algorithms` reads
+  (`AlgorithmConfig.hparam_flags`; none when a table does not know a method)."""
+  tables = [a.hparam_flags() for a in algorithms]
+  if None in tables:
+    return
+  names = ', '.join(a.describe() for a in algorithms)
+  reads = ', '.join(sorted({f'--{f}' for t in tables for f in t})) or 'no method flag'
+  hint = (' (a loss and an aggregator compose with --algorithm=custom --client_loss=... '
+          '--aggregator=...)') if len(algorithms) == 1 else ''
+  refuse_flags({h.flag: f'does not apply to {names}, which reads {reads}{hint}'
+                for h in METHOD_HPARAMS if not any(h.flag in t for t in tables)})
 
 
 def experiment_config(**overrides: Any) -> config.ExperimentConfig:
-  """The `ExperimentConfig` of the parsed flags: the one place flags become typed settings.
-
-  Flags a binary does not define keep the config's defaults (e.g. `--algorithm` in compare).
-  `overrides` (flag name -> value) replace flag values. `AlgorithmConfig.proximal_term` is
-  whether `--proximal_strength` was given (to a method that does not declare it).
-
-  Raises:
-    config.ConfigError: naming the flag and the value.
-  """
+  """The `ExperimentConfig` of the parsed flags with `overrides` (flag -> value); flags a binary
+  does not define keep their defaults; `proximal_term` is whether --proximal_strength is given."""
   values = {name: FLAGS[name].value for name in FLAGS if FLAGS[name].name == name}
   values.update(overrides)
   return config.from_flag_values(values, proximal_term=FLAGS['proximal_strength'].present)
