@@ -32,7 +32,9 @@ class ConfigError(ArgumentError):
       raise TypeError('ConfigError takes exactly one of requirement and reason')
     self.field, self.value, self.requirement = field or argument, value, requirement
     self.reason = None if reason is None else ' '.join(str(reason).split())
-    super().__init__(f'{argument} must be {requirement}, got {show(value)}' if reason is None
+    shown = list(value) if isinstance(value, tuple) else value   # strings quoted, tuples as lists
+    shown = repr(shown) if isinstance(shown, str) else str(shown)
+    super().__init__(f'{argument} must be {requirement}, got {shown}' if reason is None
                      else f'{argument}={value}: {self.reason}', argument=argument, value=value)
 
   def flag_message(self) -> str:
@@ -57,13 +59,6 @@ def parse_numbers(argument: str, values: Sequence[Any], cast: type = int) -> tup
     return tuple(cast(v) for v in values)
   except (TypeError, ValueError):
     raise ConfigError(argument, values, 'integers' if cast is int else 'numbers') from None
-
-
-def show(value: Any) -> str:
-  """A value as messages show it: strings quoted, tuples as lists."""
-  if isinstance(value, tuple):
-    value = list(value)
-  return repr(value) if isinstance(value, str) else str(value)
 
 
 # A check, as the library's (`tff_conflict._checks`, `Hparam.check`): `check(name, value)`
@@ -212,15 +207,13 @@ class AlgorithmConfig:
     if self.name == CUSTOM_ALGORITHM:
       return f'{self.client_loss}+{self.aggregator}'
     name = f'{self.name}+{self.aggregator}' if self.aggregator else self.name
-    return f'{name}+proximal' if self.adds_proximal_term else name
+    return f'{name}+proximal' if self.proximal_term else name
 
   adds_proximal_term = property(lambda self: self.proximal_term)
 
   def hparam_flags(self) -> Optional[tuple[str, ...]]:
-    """The method flags this method reads (`tff_conflict.hparams`: `ALGORITHM_HPARAMS`, or for
-    'custom' its loss's and aggregator's tables and `PROCESS_HPARAMS`), with --proximal_strength
-    when the proximal term is added; None for a name the tables do not know (the builder refuses
-    it)."""
+    """The method flags this method reads (its tables in `tff_conflict.hparams`, with
+    --proximal_strength when the term is added); None for a name the tables do not know."""
     if self.name == CUSTOM_ALGORITHM:
       tables = (hparams_lib.LOSS_HPARAMS.get(self.client_loss),
                 hparams_lib.AGGREGATOR_HPARAMS.get(self.aggregator))
@@ -399,7 +392,7 @@ class OutputConfig:
                                      'run on; empty: local.')
 
   def __post_init__(self):
-    object.__setattr__(self, 'workers', tuple(self.workers))
+    object.__setattr__(self, 'workers', tuple(self.workers or ()))
     check_fields(self)
     if self.workers and self.runtime != 'cpp':
       raise ConfigError('runtime', self.runtime,
@@ -516,19 +509,15 @@ def field_checks() -> dict[str, Checker]:
           if 'check' in field.metadata}
 
 
-def from_flag_values(values: Mapping[str, Any], *, proximal_term: Optional[bool] = None
+def from_flag_values(values: Mapping[str, Any], *, proximal_term: bool = False
                      ) -> ExperimentConfig:
-  """An `ExperimentConfig` from flag name -> value (flags absent keep defaults); `proximal_term`
-  None reads `values['proximal_strength_present']`. `ConfigError` names a bad flag."""
+  """An `ExperimentConfig` from flag name -> value (flags absent keep defaults) and whether the
+  proximal term is asked for; `ConfigError` names a bad flag."""
   settings: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
   own = {}
   for section, flag, field in flag_fields():
     if flag in values:
       (settings[section] if section else own)[field.name] = values[flag]
-  if 'workers' in settings['output']:
-    settings['output']['workers'] = tuple(settings['output']['workers'] or ())
-  if proximal_term is None:
-    proximal_term = values.get('proximal_strength_present', False)
   settings['algorithm']['proximal_term'] = bool(proximal_term)
   defaults = ExperimentConfig()
   sections = {name: dataclasses.replace(getattr(defaults, name), **kwargs)
