@@ -73,7 +73,7 @@ def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd, no_tff_runtim
       algorithms='fedavg,fedgh', dataset='digits', num_clients='6', clients_per_round='3',
       model='logistic_regression', rounds='2', client_batch_size='32',
       output_dir=str(tmp_path), experiment_name='cmp', target_accuracy='0.05',
-      runtime='inprocess'):  # train's smoke test covers the C++ runtime
+      runtime='inprocess', fedgh_order='index'):  # train's smoke test covers the C++ runtime
     compare.main(['compare'])
   out = capfd.readouterr().out
   root = tmp_path / 'cmp'
@@ -94,4 +94,5 @@ def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd, no_tff_runtim
   assert runs['fedavg'][0]['train_loss'] == runs['fedgh'][0]['train_loss']
   hparams = metrics_io.read_hparams(str(root / 'fedgh' / 'seed0' / 'hparams.csv'))
   assert hparams['algorithm'] == 'fedgh' and hparams['seed'] == '0'
+  assert hparams['fedgh_order'] == 'index'   # a method flag reaches the method's runs
   assert 'algorithms' not in hparams

@@ -57,6 +57,8 @@ def test_the_parts_and_their_defaults_are_the_experiments():
   assert flat['experiment_name'] == 'benchmark' and flat['methods'] == ['fedavg', 'fedprox']
   # config.json of a benchmark run before the config had parts reads the same.
   assert config_lib.flat_settings({'rounds': 20})['rounds'] == 20
+  with pytest.raises(TypeError, match='BenchmarkConfig.loop must be a LoopConfig'):
+    config_lib.BenchmarkConfig(regimes=('digits:iid',), methods=('fedavg',), loop={'rounds': 3})
 
 
 @pytest.mark.parametrize('changes,message', [
