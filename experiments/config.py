@@ -12,8 +12,13 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 from tff_conflict import hparams as hparams_lib
 from tff_conflict._checks import ArgumentError
 
-DATASETS = ('digits', 'emnist', 'synthetic', 'mnist', 'fashion_mnist', 'cifar10', 'cifar100',
-            'leaf')
+# The datasets of --dataset, each with the flags it reads besides --num_clients and --data_seed.
+DATASETS = {
+    'digits': ('alpha',), 'emnist': ('cache_dir', 'emnist_only_digits'),
+    'synthetic': ('synthetic_alpha', 'synthetic_beta'), 'mnist': ('alpha', 'data_dir'),
+    'fashion_mnist': ('alpha', 'data_dir'), 'cifar10': ('alpha', 'data_dir'),
+    'cifar100': ('alpha', 'data_dir'), 'leaf': ('leaf_dir', 'leaf_name', 'cache_dir'),
+}
 LEAF_NAMES = ('femnist', 'synthetic', 'celeba')
 OPTIMIZERS = ('sgd', 'adam', 'adagrad', 'rmsprop', 'yogi')
 CLIENT_WEIGHTINGS = ('num_examples', 'uniform', 'loss')

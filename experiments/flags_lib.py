@@ -100,18 +100,7 @@ def register_validators() -> None:
 _VALIDATED: set[str] = set()
 register_validators()
 
-# The flags each dataset reads besides --num_clients and --data_seed.
-DATASET_FLAGS = {
-    'digits': ('alpha',),
-    'emnist': ('cache_dir', 'emnist_only_digits'),
-    'synthetic': ('synthetic_alpha', 'synthetic_beta'),
-    'mnist': ('alpha', 'data_dir'),
-    'fashion_mnist': ('alpha', 'data_dir'),
-    'cifar10': ('alpha', 'data_dir'),
-    'cifar100': ('alpha', 'data_dir'),
-    'leaf': ('leaf_dir', 'leaf_name', 'cache_dir'),
-}
-_ALL_DATASET_FLAGS = sorted({f for names in DATASET_FLAGS.values() for f in names})
+_DATASET_FLAGS = sorted({f for names in config.DATASETS.values() for f in names})
 
 
 def apply_preset(presets: dict[str, dict[str, Any]]) -> None:
@@ -135,9 +124,9 @@ def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.Exp
   """`experiment_config()` after refusing a flag of another dataset or a method flag that none
   of `algorithms` (default: the config's algorithm) reads; raises `config.ConfigError`."""
   refuse_flags({name: f'applies only to --dataset in '
-                f'{sorted(d for d, names in DATASET_FLAGS.items() if name in names)}, not '
-                f'--dataset={FLAGS.dataset}' for name in _ALL_DATASET_FLAGS
-                if name not in DATASET_FLAGS[FLAGS.dataset]})
+                f'{sorted(d for d, names in config.DATASETS.items() if name in names)}, not '
+                f'--dataset={FLAGS.dataset}' for name in _DATASET_FLAGS
+                if name not in config.DATASETS[FLAGS.dataset]})
   experiment = experiment_config()
   methods = ([experiment.algorithm] if algorithms is None
              else [config.AlgorithmConfig(name) for name in algorithms])
