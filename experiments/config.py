@@ -173,6 +173,10 @@ def default(cls: type, field: str) -> Any:
   return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
+METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS if h.flag is not None and h.flag != 'seed')
+METHOD_FLAGS = frozenset(h.flag for h in METHOD_HPARAMS)
+
+
 class AlgorithmConfig:
   """Which method runs, with every method hyperparameter (one field per flag of
   `tff_conflict.hparams`; each method reads its own).
@@ -242,6 +246,13 @@ class AlgorithmConfig:
     return ' '.join(f'--{flag}={value}' for flag, value in (
         ('algorithm', self.name), ('client_loss', self.client_loss),
         ('aggregator', self.aggregator)) if value is not None)
+
+
+for _h in METHOD_HPARAMS:   # a field per method flag, checked by its spec (range in words)
+  AlgorithmConfig.__annotations__[_h.flag] = Any
+  setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, check=must(
+      _h.valid_range, lambda value, h=_h: h.check(value) or True)))
+AlgorithmConfig = dataclasses.dataclass(frozen=True)(AlgorithmConfig)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,21 +371,6 @@ def check_parts(config: Any) -> None:
     if optimizer.momentum and optimizer.optimizer != 'sgd':
       raise ConfigError(f'{side}_momentum', optimizer.momentum, f'0 with optimizer '
                         f'{optimizer.optimizer!r} (momentum applies to sgd only)')
-
-
-def hparam_check(hparam: hparams_lib.Hparam) -> Checker:
-  """The check of a method hyperparameter: `hparam.check`, its range in words."""
-  return must(hparam.valid_range, lambda value: hparam.check(value) or True)
-
-
-METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS if h.flag is not None and h.flag != 'seed')
-METHOD_FLAGS = frozenset(h.flag for h in METHOD_HPARAMS)
-
-
-for _h in METHOD_HPARAMS:
-  AlgorithmConfig.__annotations__[_h.flag] = Any
-  setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, check=hparam_check(_h)))
-AlgorithmConfig = dataclasses.dataclass(frozen=True)(AlgorithmConfig)
 
 
 @dataclasses.dataclass(frozen=True)
