@@ -1,6 +1,5 @@
 """experiments.config: typed settings, their checks, the one mapping between flags and fields."""
 
-import dataclasses
 import math
 
 from absl import flags
