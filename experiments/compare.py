@@ -27,6 +27,7 @@ from experiments import flags_lib
 from experiments import metrics_io
 from experiments import files
 from experiments import plotting
+from experiments import presets
 from experiments import training_loop
 from experiments.benchmarking import config as bench_config
 from experiments.benchmarking import runs as runs_lib
@@ -34,9 +35,6 @@ from experiments.benchmarking import runs as runs_lib
 FLAGS = flags.FLAGS
 
 _ALL_ALGORITHMS = list(experiment_lib.ALGORITHM_HPARAMS)
-# The README's table: FedAvg, FedProx and the five methods (the other baselines, e.g. scaffold,
-# by --algorithms).
-_README_ALGORITHMS = ['fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective']
 # The table's primary column averages the last LAST_K evaluated rounds, as the benchmark does.
 LAST_K = bench_config.BenchmarkConfig.last_k
 
@@ -46,23 +44,8 @@ with flags_lib.record_group('compare'):
   flags.DEFINE_list('seeds', ['0'], 'Seeds (model initialisation, client sampling, shuffling); '
                     'the data partition is --data_seed for all.')
   flags.DEFINE_float('target_accuracy', 0.8, 'Test accuracy whose first round is reported.')
-# --preset (flags_lib, shared by the binaries): readme, the README's main command (PRESETS).
-
-# The README's main command: offline digits, Dirichlet alpha = 0.1 over 20 clients, 10 per
-# round, FedAvg, FedProx and the five methods, seed 0, FedAvg's 2NN (mlp) trained 2 local
-# epochs per round, on the default runtime (--runtime=cpp gives the same table on TFF's C++
-# runtime).
-PRESETS: dict[str, dict[str, Any]] = {
-    'readme': dict(dataset='digits', num_clients=20, alpha=0.1, clients_per_round=10,
-                   rounds=20, client_epochs=2, client_batch_size=20, model='mlp',
-                   client_learning_rate=0.1, eval_every=1,
-                   algorithms=_README_ALGORITHMS, seeds=['0'],
-                   target_accuracy=0.8, experiment_name='readme_digits'),
-}
-
-
-# Sets the preset's values (`PRESETS`) on every flag not given on the command line.
-apply_preset = functools.partial(flags_lib.apply_preset, PRESETS)
+# Sets the preset's values (`presets.COMPARE`) on every flag not given on the command line.
+apply_preset = functools.partial(flags_lib.apply_preset, presets.COMPARE)
 
 
 flags_lib.register_validators()

@@ -84,7 +84,7 @@ flags.DEFINE_alias('batch_size', 'client_batch_size')   # another name of --clie
 
 with record_group('preset'):
   flags.DEFINE_string('preset', None, 'A named set of flag values; flags given explicitly win. '
-                      'Each binary has its own: compare: readme; benchmark: experiments.presets.')
+                      'Each binary has its own (experiments.presets.COMPARE, BENCHMARK).')
 
 
 def register_validators() -> None:

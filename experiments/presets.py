@@ -1,5 +1,6 @@
-"""The benchmark's presets as data: name -> flag values (`--preset`; flags given explicitly win),
-and the positive control it runs first; why each is sized so: docs/experiments.md, "Presets"."""
+"""The binaries' presets as data: name -> flag values (`--preset`; flags given explicitly win),
+and the positive control the benchmark runs first; why each is sized so: docs/experiments.md,
+"Presets"."""
 
 _SEEDS = [str(s) for s in range(10)]
 _TUNED = dict(models='digits:mlp', tune=True, tuning_seeds=['100'], runtime='inprocess')
@@ -90,3 +91,16 @@ POSITIVE_CONTROL = dict(regimes=('synthetic(1,1)',), baseline='fedavg',
                         methods=('fedavg', 'fedprox_mu1'), epochs=(20,), rounds=40,
                         clients_per_round=10, batch_size=10, client_learning_rate=0.01,
                         data_seed=0)
+
+
+# experiments.compare's: the README's main command (`make run`): offline digits, Dirichlet 0.1
+# over 20 clients, 10 per round, FedAvg, FedProx and the five methods, seed 0, FedAvg's 2NN
+# (mlp) trained 2 local epochs per round (--runtime=cpp gives the same table on TFF's runtime).
+COMPARE = {
+    'readme': dict(dataset='digits', num_clients=20, alpha=0.1, clients_per_round=10,
+                   rounds=20, client_epochs=2, client_batch_size=20, model='mlp',
+                   client_learning_rate=0.1, eval_every=1,
+                   algorithms=['fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
+                               'fed_corrective'], seeds=['0'],
+                   target_accuracy=0.8, experiment_name='readme_digits'),
+}
