@@ -86,3 +86,32 @@ def test_words_follow_holm_and_the_equivalence_margin(tmp_path):
   text = summary.render('readme', 'b', root=str(tmp_path))
   assert 'beats:' not in text and 'inconclusive: fedgh +0.030' in text
   assert '**Provisional**: 3 seeds.' in text
+
+
+@pytest.mark.parametrize('name', ['', 'diagnosis', 'fedga_setting'])
+def test_every_published_beats_or_loses_has_a_holm_adjusted_interval_excluding_zero(name):
+  # Holm's step-down interval of the comparison ranked r-th (0-based) of m by raw p-value is the
+  # paired t interval at confidence 1 - alpha / (m - r); a verdict may say "beats" or "loses"
+  # only where it excludes 0 on that side.
+  from experiments import stats  # pylint: disable=g-import-not-at-top
+  rows, config, _ = results.load(os.path.join(ROOT, 'docs', 'results', name))
+  baseline, key = config['baseline'], results.primary_statistic(config)
+  raw = {}
+  for regime, epochs, cell in results.cells(rows, config):
+    for method in results.orders(rows, config)[1]:
+      d = results.difference(cell, method, baseline, key)
+      if d is not None and d.p_value == d.p_value:
+        raw[regime, epochs, method] = (d.p_value, cell)
+  ranked = sorted(raw, key=lambda k: raw[k][0])
+  adjusted = {k: stats.paired_difference(
+      results.by_seed(raw[k][1][k[2]], key), results.by_seed(raw[k][1][baseline], key),
+      confidence=1 - results.ALPHA / (len(ranked) - rank)) for rank, k in enumerate(ranked)}
+  held = 0
+  for k, d in results.comparisons(rows, config).items():
+    verdict = results.verdict(d, results.margin(config),
+                              results.at_chance(raw[k][1], k[2], baseline) if k in raw else False)
+    if verdict in ('beats', 'loses'):
+      interval = adjusted[k]
+      assert (interval.low > 0) if verdict == 'beats' else (interval.high < 0), (k, interval)
+      held += 1
+  assert held > 0   # the published results do contain verdicts
