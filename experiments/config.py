@@ -208,7 +208,8 @@ class AlgorithmConfig:
           raise ConfigError(field, None, f'given when the algorithm is {CUSTOM_ALGORITHM!r}')
     elif self.client_loss is not None:
       raise ConfigError('client_loss', self.client_loss, f'left unset unless the algorithm is '
-                   f'{CUSTOM_ALGORITHM!r} (it composes a method; the algorithm is {self.name!r})')
+                        f'{CUSTOM_ALGORITHM!r} (it composes a method; the algorithm is '
+                        f'{self.name!r})')
 
   @property
   def label(self) -> str:

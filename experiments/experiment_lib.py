@@ -177,11 +177,12 @@ class Runs:
     return evaluate, tuple(columns)
 
   def execute(self, builder: Callable[..., Any], kwargs: Mapping[str, Any], model_fn, *,
-          client_optimizer, server_optimizer, train_data: Any, eval_data: Any, num_classes: int,
-          loop: config_lib.LoopConfig, experiment_dir: str, hparams: Mapping[str, Any],
-          key: Any = None, start: Optional[Callable[[Any, Any], Any]] = None,
-          model_key: Any = None, prefix: str = 'test', per_class: bool = True,
-          global_train: bool = False, **loop_kwargs) -> tuple:
+              client_optimizer, server_optimizer, train_data: Any, eval_data: Any,
+              num_classes: int, loop: config_lib.LoopConfig, experiment_dir: str,
+              hparams: Mapping[str, Any], key: Any = None,
+              start: Optional[Callable[[Any, Any], Any]] = None, model_key: Any = None,
+              prefix: str = 'test', per_class: bool = True, global_train: bool = False,
+              **loop_kwargs) -> tuple:
     """Runs one run through `training_loop.run_training` (metrics, checkpoints, resume;
     `loop_kwargs` are its own) and returns its value: the process `builder(model_fn, ...,
     **kwargs)` with the population's size where it takes it (`population_kwargs`; shared by the
