@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 import tempfile
+import warnings
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from absl import app
@@ -52,14 +53,21 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
   return rest
 
 
+def _interrupted(message: str, signum: int) -> NoReturn:
+  """Ends with `message` as the last line: warnings of the work the signal cut short (an event
+  loop's coroutines never awaited, seen at teardown) are not printed after it."""
+  warnings.simplefilter('ignore')
+  fail(message, 128 + signum)
+
+
 def _end_if_interrupted() -> None:
   """After `main` (all saved): a signal ends the process at once, and one received whose
   exception was dropped or surfaced as another error ends the command with 128 + its number."""
   interrupts.install(interrupts.exit_now)
   signum = interrupts.received()
   if signum is not None:
-    fail('terminated (SIGTERM)' if signum == signal.SIGTERM else 'interrupted (Ctrl-C)',
-         128 + signum)
+    _interrupted('terminated (SIGTERM)' if signum == signal.SIGTERM else 'interrupted (Ctrl-C)',
+                 signum)
 
 
 def _disk_message(error: OSError) -> str:
@@ -85,8 +93,8 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) 
     except KeyboardInterrupt as e:
       interrupts.install(interrupts.exit_now)
       terminated = isinstance(e, interrupts.Terminated) or interrupts.received() == signal.SIGTERM
-      fail(str(e) or ('terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'),
-           128 + (signal.SIGTERM if terminated else signal.SIGINT))
+      _interrupted(str(e) or ('terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'),
+                   signal.SIGTERM if terminated else signal.SIGINT)
     except (_checks.ArgumentError, Failure) as e:
       _end_if_interrupted()
       message = e.flag_message() if isinstance(e, config.ConfigError) else str(e)
