@@ -8,12 +8,33 @@ from experiments import stats
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import results
 from experiments.benchmarking import tables
+from experiments.benchmarking.tables import text
 
 _DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                      'docs', 'experiments.md')
 _READINGS = "### What each method's diagnosis reads"
 BASELINE = 'fedavg'
 gap = results.difference  # (cell, method, baseline, column): method - baseline paired by seed
+_RARE, _COMMON = 'final_rare_pair_error', 'final_common_pair_error'
+# The measurements that test each algorithm's reading (others: the conflict fraction): per
+# measurement the column a run needs, the intro's text and (header, cell kind, column) per column;
+# a header's {m} / {b} are the method and its baseline.
+_MEASURED = {'fedga': ['pair_errors', 'logit'], 'fedld': ['norm_ratio'],
+             'fed_corrective': ['norm_ratio']}
+_MEASUREMENTS = {
+    'pair_errors': (_RARE, [('rare pairs: {m} / {b}', 'both', _RARE),
+                            ('common pairs: {m} / {b}', 'both', _COMMON),
+                            ('excess on rare pairs (paired)', 'gap', _RARE),
+                            ('excess on common pairs (paired)', 'gap', _COMMON)]),
+    'logit': ('final_mean_logit', [('{m}', 'method', 'final_mean_logit'),
+                                   ('{b}', 'baseline', 'final_mean_logit'),
+                                   ('difference (paired)', 'gap', 'final_mean_logit')]),
+    'norm_ratio': ('norm_ratio', [
+        ('norm ratio', 'method', 'norm_ratio'),
+        ('server learning rate that compensates it (1 / ratio)', 'inverse', 'norm_ratio'),
+        ('conflict fraction before', 'method', 'conflict_before')]),
+    'conflict': ('conflict_before', [('conflict fraction before', 'method', 'conflict_before'),
+                                     ('norm ratio', 'method', 'norm_ratio')])}
 
 
 def fmt_gap(g: Optional[stats.Interval]) -> str:
@@ -31,7 +52,47 @@ def cells_of(rows, method: str) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def _ms(cell, method, column, digits=3) -> str:
-  return tables.fmt_mean_std(list(results.by_seed(cell.get(method, {}), column).values()), digits)
+  return tables.fmt_mean_std(cell.get(method), column, digits)
+
+
+def _cell(kind: str, column: str, cell, method: str, baseline: str) -> str:
+  if kind == 'gap':
+    return fmt_gap(gap(cell, method, baseline, column))
+  if kind == 'inverse':
+    return f'{1.0 / results.mean(cell[method], column):.2f}'
+  if kind == 'both':
+    return f'{_ms(cell, method, column)} / {_ms(cell, baseline, column)}'
+  digits = 2 if column == 'final_mean_logit' else 3
+  return _ms(cell, method if kind == 'method' else baseline, column, digits)
+
+
+def _measure_table(cells, method, baseline, columns, needs: Optional[str] = None) -> list[str]:
+  """A row per cell (where `method` has column `needs`): the regime, then `columns`."""
+  cells = [(label, c) for label, c in cells
+           if needs is None or results.by_seed(c.get(method, {}), needs)]
+  if not cells:
+    return []
+  return (['| regime | ' + ' | '.join(h.format(m=method, b=baseline) for h, _, _ in columns)
+           + ' |', '|---|' + '---|' * len(columns)]
+          + [f'| {label} | ' + ' | '.join(_cell(kind, column, c, method, baseline)
+                                          for _, kind, column in columns) + ' |'
+             for label, c in cells])
+
+
+def _measurement(name: str, cells, method: str, baseline: str) -> list[str]:
+  """The measurement's intro and table; its reading (class-pair errors) or why it is missing."""
+  needs, columns = _MEASUREMENTS[name]
+  table = _measure_table(cells, method, baseline, columns, needs)
+  if not table:
+    return {'pair_errors': [text('pair_errors_missing')],
+            'norm_ratio': [f'The runs of {method} carry no `aggregator/norm_ratio`.']}.get(name, [])
+  lines = [text(f'{name}_intro'), ''] + table
+  findings = [text('pair_errors_concentrate' if r.mean > 0 and r.mean > 2 * max(o.mean, 0.0)
+                   else 'pair_errors_spread', label=label, rare=r.mean, common=o.mean)
+              for label, c in cells if name == 'pair_errors'
+              for r, o in [(gap(c, method, baseline, _RARE), gap(c, method, baseline, _COMMON))]
+              if r is not None and o is not None]
+  return lines + (['', 'Reading: ' + '; '.join(findings) + '.'] if findings else [])
 
 
 def variant_baseline(method: str, rows, default: str = BASELINE) -> str:
@@ -65,75 +126,10 @@ def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
     reference = variant_baseline(v, rows, baseline)
     gaps = [(gap(cell, method, baseline, statistic), gap(cell, v, reference, statistic))
             for _, cell in cells]
-    question = _reading(v) or ''
-    lines.append(f'| {v} | {methods_lib.described(v)} | {question} | {reference} | ' + ' | '.join(
-        '-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})'
-        for base, ours in gaps) + ' |')
+    lines.append(f'| {v} | {methods_lib.described(v)} | {_reading(v) or ""} | {reference} | '
+                 + ' | '.join('-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})'
+                              for base, ours in gaps) + ' |')
   return lines
-
-
-def _measured(cells, method, column, head: list[str], row) -> list[str]:
-  """`head` then `row(label, cell)` for each cell where `method` has `column`; [] without one."""
-  cells = [(label, c) for label, c in cells if results.by_seed(c.get(method, {}), column)]
-  return head + [row(label, c) for label, c in cells] if cells else []
-
-
-def _pair_error_lines(cells, method, baseline) -> list[str]:
-  rare, common = 'final_rare_pair_error', 'final_common_pair_error'
-  lines = _measured(cells, method, rare, [
-      'Test errors between classes that rarely share a client in the training partition '
-      '(co-occurrence < 0.1, `tff_conflict.evaluation.confusion_by_cooccurrence`) and between '
-      'the other pairs; mean error rate per ordered class pair, final round:', '',
-      f'| regime | rare pairs: {method} / {baseline} | common pairs: {method} / {baseline} '
-      '| excess on rare pairs (paired) | excess on common pairs (paired) |',
-      '|---|---|---|---|---|'], lambda label, c: (
-          f'| {label} | {_ms(c, method, rare)} / {_ms(c, baseline, rare)} | '
-          f'{_ms(c, method, common)} / {_ms(c, baseline, common)} | '
-          f'{fmt_gap(gap(c, method, baseline, rare))} | '
-          f'{fmt_gap(gap(c, method, baseline, common))} |'))
-  if not lines:
-    return ['The runs carry no class-pair errors (`test_rare_pair_error`: the training data did '
-            'not provide label counts).']
-  findings = []
-  for label, c in cells:
-    r, o = gap(c, method, baseline, rare), gap(c, method, baseline, common)
-    if r is not None and o is not None:
-      findings.append(
-          f'{label}: the extra errors concentrate on rarely co-located pairs ({r.mean:+.3f} per '
-          f'pair against {o.mean:+.3f})' if r.mean > 0 and r.mean > 2 * max(o.mean, 0.0) else
-          f'{label}: the extra errors do not concentrate on rarely co-located pairs '
-          f'({r.mean:+.3f} per pair against {o.mean:+.3f} on the others)')
-  return lines + (['', 'Reading: ' + '; '.join(findings) + '.'] if findings else [])
-
-
-def _logit_lines(cells, method, baseline) -> list[str]:
-  return _measured(cells, method, 'final_mean_logit', [
-      'Mean logit of the final global model on the test split (`test_mean_logit`; softmax '
-      'ignores it, cross-entropy does not move it directly):', '',
-      f'| regime | {method} | {baseline} | difference (paired) |', '|---|---|---|---|'],
-                   lambda label, c: f'| {label} | {_ms(c, method, "final_mean_logit", 2)} | '
-                   f'{_ms(c, baseline, "final_mean_logit", 2)} | '
-                   f'{fmt_gap(gap(c, method, baseline, "final_mean_logit"))} |')
-
-
-def _norm_ratio_lines(cells, method) -> list[str]:
-  return _measured(cells, method, 'norm_ratio', [
-      'Server-step length against the plain weighted mean of the same updates '
-      '(`aggregator/norm_ratio`, mean over rounds; below 1 the server step is shorter):', '',
-      '| regime | norm ratio | server learning rate that compensates it (1 / ratio) | '
-      'conflict fraction before |', '|---|---|---|---|'], lambda label, c: (
-          f'| {label} | {_ms(c, method, "norm_ratio")} | '
-          f'{1.0 / results.mean(c[method], "norm_ratio"):.2f} | '
-          f'{_ms(c, method, "conflict_before")} |')) or [
-              f'The runs of {method} carry no `aggregator/norm_ratio`.']
-
-
-def _conflict_lines(cells, method) -> list[str]:
-  return _measured(cells, method, 'conflict_before', [
-      'Aggregator diagnostics (means over rounds):', '',
-      '| regime | conflict fraction before | norm ratio |', '|---|---|---|'],
-                   lambda label, c: f'| {label} | {_ms(c, method, "conflict_before")} | '
-                   f'{_ms(c, method, "norm_ratio")} |')
 
 
 def _reading(algorithm: str) -> Optional[str]:
@@ -157,10 +153,10 @@ def _reading(algorithm: str) -> Optional[str]:
 
 def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
             baseline: str = BASELINE, statistic: str = 'final_accuracy') -> Optional[str]:
-  """The report's Markdown diagnosis of `method` (a method of `algorithm`, or one of its
-  `methods.VARIANTS`) from runs.csv's rows, on column `statistic`: the paired gap against
-  `baseline` (a variant's own baseline where that ran) per regime and E, the measurement that
-  tests the algorithm's reading (`_reading`), and its variants' gaps; None for the baseline.
+  """The diagnosis of `method` (of `algorithm`, or one of `methods.VARIANTS`) on column
+  `statistic`: the paired gap against `baseline` (a variant's own where that ran) per regime and
+  E, the measurement that tests the algorithm's reading, its variants' gaps; None for the
+  baseline.
 
   Raises:
     ValueError: if `method` has no run in `rows`.
@@ -177,22 +173,14 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
   name = {'final_accuracy': 'final accuracy',
           'last_k_accuracy': 'mean accuracy of the last rounds'}.get(statistic, statistic)
   lines = [reading, ''] if reading else []
-  lines += [f'| regime | {baseline} {name} | {method} {name} | gap (paired, 95% CI) '
-            f'| best (test-selected) - final: {method} / {baseline} |', '|---|---|---|---|---|']
-  lines += [f'| {label} | {_ms(c, baseline, statistic)} | {_ms(c, method, statistic)} | '
-            f'{fmt_gap(gap(c, method, baseline, statistic))} | '
-            f'{_ms(c, method, "accuracy_drop")} / {_ms(c, baseline, "accuracy_drop")} |'
-            for label, c in cells]
-  lines += ['', '(gap: mean over seeds of the paired difference, ± the 95% t-interval\'s '
-            'half-width; exploratory, without a multiplicity correction and so without a '
-            'significance mark.)', '']
-  if algorithm == 'fedga':
-    measured = [_pair_error_lines(cells, method, baseline), _logit_lines(cells, method, baseline)]
-  elif algorithm in ('fedld', 'fed_corrective'):
-    measured = [_norm_ratio_lines(cells, method)]
-  else:
-    measured = [_conflict_lines(cells, method)]
-  lines += [line for part in measured if part for line in part + ['']]
+  lines += _measure_table(cells, method, baseline, [
+      (f'{{b}} {name}', 'baseline', statistic), (f'{{m}} {name}', 'method', statistic),
+      ('gap (paired, 95% CI)', 'gap', statistic),
+      ('best (test-selected) - final: {m} / {b}', 'both', 'accuracy_drop')])
+  lines += ['', text('gap_note'), '']
+  for measurement in _MEASURED.get(algorithm, ['conflict']):
+    part = _measurement(measurement, cells, method, baseline)
+    lines += part + [''] if part else []
   if not variant:
     lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '']
     lines += _variant_table(rows, cells, method, baseline, statistic)
@@ -200,12 +188,11 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
 
 
 def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline: str) -> str:
-  """The reading of the positive control's runs (the effect: the report's section): `method`
-  against `baseline` in the first regime `method` ran in, paired over seeds, on the global
-  model's training loss (`--eval_train_loss`, the paper's training loss). Reproduced when
-  `method`'s loss over the last quarter of the rounds is lower and its largest rise above the
-  running minimum smaller, both with 95% intervals excluding 0, and that rise at most half the
-  baseline's (a steadier run, not a marginally smoother one).
+  """The reading of the positive control: `method` against `baseline` in the first regime
+  `method` ran in, paired over seeds, on the global model's training loss (`--eval_train_loss`).
+  Reproduced when `method`'s loss over the last quarter of the rounds is lower and its largest
+  rise above the running minimum smaller, both with 95% intervals excluding 0, and that rise at
+  most half the baseline's (a steadier run, not a marginally smoother one).
 
   Raises:
     ValueError: `method` has no run in `rows`, or either method has no run in that regime
@@ -232,8 +219,6 @@ def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline:
   reproduced = (loss is not None and rise is not None and loss.excludes_zero and loss.mean < 0
                 and rise.excludes_zero and rise.mean < 0
                 and rise.mean <= -0.5 * results.mean(cell[baseline], 'global_train_loss_rise'))
-  lines += ['', 'Reading: the published effect is ' + (
-      'reproduced: lower and steadier training loss.' if reproduced else
-      'not reproduced by these runs (it needs a lower late training loss and a largest rise at '
-      'most half the baseline\'s, both at 95% confidence).')]
+  lines += ['', 'Reading: the published effect is '
+            + text('control_reproduced' if reproduced else 'control_not_reproduced')]
   return '\n'.join(lines) + '\n'

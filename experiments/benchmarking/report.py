@@ -41,8 +41,8 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
            '## Regimes\n', tables.regimes_section(read('regimes.json', [])),
            '## Time\n', tables.time_section(read('timing.json', []), rows),
            '## Tuning\n', tables.tuning_section(read('tuning_choices.json', []), config),
-           ('Validation accuracy per round of each method\'s chosen candidate (`'
-            f'{results.CURVES_FILE}`):\n\n' + ' '.join(validation) + '\n' if validation else ''),
+           (tables.text('validation_plots', file=results.CURVES_FILE) + '\n\n'
+            + ' '.join(validation) + '\n' if validation else ''),
            tables.variants_section(rows, config),
            '## Results\n']
   for regime, e, heading, table in tables.result_tables(rows, config):
@@ -54,12 +54,9 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   compositions = tables.composition_table(rows, config)
   if compositions:
     parts += ['## Aggregators on top of the baselines\n',
-              'Each `BASELINE+AGGREGATOR` against its own baseline and against '
-              f'{baseline} (paired over seeds).\n', compositions]
+              tables.text('compositions_intro', baseline=baseline) + '\n', compositions]
   parts += [f'## Gain over {baseline} against gradient conflict\n',
-            'Does a method help more where clients conflict more? x: the regime\'s measured '
-            'conflict fraction; y: the method\'s mean paired gain in the primary statistic '
-            'with its (unadjusted) 95% interval.\n',
+            tables.text('gain_intro') + '\n',
             (image('gain_vs_conflict', 'gain against conflict') or 'No plot (no conflict '
              'measured).') + '\n',
             '## Effect of local epochs\n', tables.epoch_effect_table(rows, config)]
@@ -79,11 +76,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   control_text = _control_section(root, plot_prefix)
   if control_text:
     parts += ['## Positive control\n', control_text]
-  parts += ['## Files\n', '`runs.csv` (one row per reporting run, with its curves), `tuning.csv` '
-            '(every tuning candidate\'s validation score), `validation_curves.csv` (the chosen '
-            'candidates\' validation accuracy per round and tuning seed), `tuning_choices.json`, '
-            '`config.json`, `timing.json`, `plots/`; each run\'s `metrics.csv` (every round\'s '
-            'metrics) and `result.json` under `runs/<regime>/E<e>/<method>/seed<s>/`.\n']
+  parts += ['## Files\n', tables.text('files') + '\n']
   return '\n'.join(parts)
 
 
@@ -103,13 +96,9 @@ def _control_section(root: str, plot_prefix: str) -> Optional[str]:
   rows, config, _ = results.load(sub)
   method, baseline, ran = config_lib.control_reading(config)
   seconds = results.total_wall_seconds(sub)
-  parts = ['Can the harness reproduce a published effect? FedProx (Li et al., "Federated '
-           'Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127, Fig. 1-2): '
-           'with many local epochs on Synthetic(1, 1), FedProx with mu = 1 trains stably where '
-           'FedAvg\'s training loss oscillates or rises. Runs: ' + ran +
-           f'; seeds {sorted({int(r["seed"]) for r in rows})}'
-           + (f'; {tables.duration(seconds)} wall' if seconds else '') +
-           f' (`{config_lib.CONTROL_DIR}/runs.csv`).\n',
+  wall = f'; {tables.duration(seconds)} wall' if seconds else ''
+  parts = [tables.text('control_intro', ran=ran, seeds=sorted({int(r['seed']) for r in rows}),
+                       wall=wall, file=f'{config_lib.CONTROL_DIR}/runs.csv') + '\n',
            _shown_on_failure(lambda: diagnosis.control_section(
                rows, method=method, baseline=baseline), 'The reading') + '\n']
   plots = plotting.write_plots(rows, config, os.path.join(sub, PLOTS_DIR)) if rows else {}
@@ -153,8 +142,7 @@ def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -
   here = os.path.dirname(os.path.abspath(results_md))
   body = render(target, plot_prefix=os.path.relpath(os.path.join(target, PLOTS_DIR), here))
   lines = ['# Results', ''] + [f'- {key}: {value}' for key, value in header.items()] + [
-      '', f'The data behind every number: `{os.path.relpath(target, here)}/runs.csv` (one row '
-      'per reporting run, with its curves); the tables below are generated from it.', '']
+      '', tables.text('results_md_data', runs=f'{os.path.relpath(target, here)}/runs.csv'), '']
   lines += ['#' + line if line.startswith('#') else line for line in body.splitlines()]
   with open(results_md, 'w') as f:
     f.write('\n'.join(lines) + '\n')
