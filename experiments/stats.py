@@ -1,18 +1,18 @@
-"""Statistics over seeds for every table: means, Student-t intervals of paired differences,
-Holm's adjustment, the power of a paired t-test, and curves (mean, plateau, largest rise)."""
+"""Statistics over seeds: means, Student-t intervals of paired differences, Holm's adjustment,
+the power of a paired t-test, and curves (mean, plateau, largest rise)."""
 
 import dataclasses
 import math
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 
 @dataclasses.dataclass(frozen=True)
 class Interval:
-  """The mean of n values (pairs) with its confidence interval [low, high], the
-  two-sided t-test's `p_value` of a zero mean and the sample `sd`; low, high, p_value and sd are
-  NaN with fewer than two values (p_value 0 when all values are one nonzero number, 1 when 0)."""
+  """The mean of n paired differences, its confidence interval [low, high], the two-sided
+  t-test's `p_value` of a zero mean and the sample `sd`; all but the mean NaN for n < 2."""
   mean: float
   low: float
   high: float
@@ -22,7 +22,6 @@ class Interval:
 
   @property
   def excludes_zero(self) -> bool:
-    """Whether the interval lies entirely above or below 0 (False when there is none)."""
     return self.n >= 2 and (self.low > 0 or self.high < 0)
 
 
@@ -31,13 +30,11 @@ def _finite(values) -> list[float]:
 
 
 def mean_std(values: Sequence[Optional[float]]) -> tuple[float, float]:
-  """Mean and sample standard deviation (ddof = 1; 0 for a single value) of the finite values;
-  (NaN, NaN) when there is none."""
+  """Mean and sample standard deviation (ddof = 1; 0 for one value) of the finite values; NaNs
+  for none."""
   finite = _finite(values)
-  if not finite:
-    return float('nan'), float('nan')
-  if len(finite) == 1:
-    return finite[0], 0.0
+  if len(finite) < 2:
+    return (finite[0], 0.0) if finite else (float('nan'), float('nan'))
   return float(np.mean(finite)), float(np.std(finite, ddof=1))
 
 
@@ -48,15 +45,12 @@ def _check(name: str, value: float) -> None:
 
 def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Optional[float]],
                       confidence: float = 0.95) -> Optional[Interval]:
-  """Student's t interval of the mean of the differences x[k] - y[k] over the keys (seeds) both
-  hold with finite values; None when no key is shared.
+  """Student's t interval of the mean of x[k] - y[k] over the keys (seeds) both hold finite;
+  None when none is shared.
 
-  `mean +- t_{(1 + c)/2, n - 1} sd / sqrt(n)` (sample sd, ddof = 1; scipy's t distribution)
-  excludes 0 exactly when the two-sided paired t-test, whose p-value it carries, rejects at
-  level 1 - c.
-
-  Raises:
-    ValueError: a confidence outside (0, 1).
+  `mean +- t_{(1 + c)/2, n - 1} sd / sqrt(n)` (ddof = 1) excludes 0 exactly when the two-sided
+  paired t-test, whose p-value it carries, rejects at level 1 - c (p 0 for a constant nonzero
+  difference, 1 for a constant 0).
   """
   _check('confidence', confidence)
   keys = sorted(k for k in set(x) & set(y) if _finite([x[k]]) and _finite([y[k]]))
@@ -66,11 +60,10 @@ def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Op
   n, mean = int(d.size), float(d.mean())
   if n < 2:
     return Interval(mean, float('nan'), float('nan'), n)
-  from scipy import stats  # pylint: disable=g-import-not-at-top
   sd = float(d.std(ddof=1))
-  half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
+  half = float(scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
   if sd > 0:
-    p_value = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+    p_value = float(2 * scipy_stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
   else:
     p_value = 1.0 if mean == 0 else 0.0
   return Interval(mean, mean - half, mean + half, n, p_value, sd)
@@ -82,39 +75,35 @@ def holm(p_values: Sequence[float]) -> list[float]:
   With the m finite p-values sorted, p_(1) <= ... <= p_(m): `adj_(i) = max_{j <= i} min(1,
   (m - j + 1) p_(j))`; rejecting where `adj < alpha` controls the family-wise error rate at
   alpha (Holm, "A Simple Sequentially Rejective Multiple Test Procedure", Scandinavian Journal of
-  Statistics 6(2), 1979). A NaN p-value (a comparison with one seed) stays NaN and does not
-  count in m.
+  Statistics 6(2), 1979). A NaN p-value (one seed) stays NaN and does not count in m.
   """
   values = [float(p) for p in p_values]
   finite = sorted((p, i) for i, p in enumerate(values) if math.isfinite(p))
-  m = len(finite)
   out = [float('nan')] * len(values)
   running = 0.0
   for rank, (p, i) in enumerate(finite):
-    running = max(running, min(1.0, (m - rank) * p))
+    running = max(running, min(1.0, (len(finite) - rank) * p))
     out[i] = running
   return out
 
 
 def paired_power(difference: float, sd: float, n: int, alpha: float = 0.05) -> float:
-  """The power of a two-sided paired t-test at level `alpha` with `n` pairs whose differences
-  have mean `difference` and standard deviation `sd`: `P(|T| > t_{1 - alpha/2, n-1})`, T
-  noncentral t with n - 1 degrees of freedom and noncentrality `difference sqrt(n) / sd`."""
-  from scipy import stats  # pylint: disable=g-import-not-at-top
+  """The power of a two-sided paired t-test at level `alpha` with `n` pairs of differences of
+  mean `difference` and standard deviation `sd`: `P(|T| > t_{1 - alpha/2, n-1})`, T noncentral
+  t with n - 1 degrees of freedom and noncentrality `difference sqrt(n) / sd`."""
   if n < 2:
     return float('nan')
   if sd <= 0:
     return 1.0 if difference != 0 else alpha
-  crit = stats.t.ppf(1 - alpha / 2, n - 1)
+  crit = scipy_stats.t.ppf(1 - alpha / 2, n - 1)
   nc = abs(difference) * math.sqrt(n) / sd
-  return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc))
+  return float(scipy_stats.nct.sf(crit, n - 1, nc) + scipy_stats.nct.cdf(-crit, n - 1, nc))
 
 
 def minimal_detectable_difference(sd: float, n: int, *, alpha: float = 0.05,
                                   power: float = 0.8) -> float:
-  """The smallest |mean difference| a two-sided paired t-test with `n` pairs of difference
-  standard deviation `sd` detects with probability `power` at level `alpha` (`paired_power`
-  solved by bisection); NaN for n < 2 or a non-finite sd."""
+  """The smallest |mean difference| `paired_power` detects with probability `power` (by
+  bisection); NaN for n < 2 or a non-finite sd."""
   _check('alpha', alpha)
   _check('power', power)
   if n < 2 or not math.isfinite(sd) or sd < 0:
@@ -126,18 +115,14 @@ def minimal_detectable_difference(sd: float, n: int, *, alpha: float = 0.05,
     high *= 2
   for _ in range(100):
     mid = (low + high) / 2
-    if paired_power(mid, sd, n, alpha) < power:
-      low = mid
-    else:
-      high = mid
+    low, high = (mid, high) if paired_power(mid, sd, n, alpha) < power else (low, mid)
   return high
 
 
 def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: float = 0.8,
                  maximum: int = 10_000) -> int:
-  """The fewest pairs (seeds, >= 2) whose two-sided paired t-test at level `alpha` detects a
-  mean difference `difference` with probability `power` when the differences' standard
-  deviation is `sd` (a pilot's paired sd); `maximum` when even that many do not suffice.
+  """The fewest pairs (>= 2) whose paired t-test detects `difference` with probability `power`
+  when the differences' sd is `sd` (a pilot's); `maximum` when even that many do not.
 
   Raises:
     ValueError: a difference <= 0, a negative or non-finite sd, alpha or power outside (0, 1).
@@ -156,41 +141,29 @@ def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: fl
 
 def plateau(values: Sequence[Optional[float]], *, window: int, tolerance: float
             ) -> tuple[float, float, bool]:
-  """(mean of a curve's last `window` values, mean of the `window` before, whether the curve has
-  plateaued: the two lie within `tolerance`). Missing values (None: a round not evaluated) are
-  skipped; a curve with fewer than `2 window` values, or a non-finite value among the last
-  `2 window`, has not plateaued (its means NaN or the non-finite mean).
-
-  Raises:
-    ValueError: `window` < 1 or `tolerance` not a finite number >= 0.
-  """
-  if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-    raise ValueError(f'window must be an integer >= 1, got {window!r}')
-  if not isinstance(tolerance, (int, float)) or not math.isfinite(tolerance) or tolerance < 0:
-    raise ValueError(f'tolerance must be a finite number >= 0, got {tolerance!r}')
+  """(mean of the last `window` values, mean of the `window` before, whether they lie within
+  `tolerance`: plateaued). None values (rounds not evaluated) are skipped; fewer than `2 window`
+  values or a non-finite one among them: not plateaued."""
   present = [float(v) for v in values if v is not None]
   if len(present) < 2 * window:
     return float('nan'), float('nan'), False
   last = float(np.mean(present[-window:]))
   previous = float(np.mean(present[-2 * window:-window]))
-  ok = math.isfinite(last) and math.isfinite(previous) and abs(last - previous) <= tolerance
-  return last, previous, bool(ok)
+  return last, previous, bool(abs(last - previous) <= tolerance)
 
 
 def train_loss_rise(losses: Sequence[float]) -> float:
   """The largest rise of the training loss above its running minimum, `max_r (l_r - min_{s<r}
-  l_s)` (0 for a loss that never rises): how far training went back up, the instability the
-  FedProx paper shows for FedAvg with many local epochs (Fig. 1-2)."""
+  l_s)`: the instability the FedProx paper shows for FedAvg with many local epochs (Li et al.,
+  "Federated Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127, Fig. 1-2)."""
   rise, low = 0.0, math.inf
   for loss in losses:
-    if loss > low:
-      rise = max(rise, loss - low)
-    low = min(low, loss)
+    rise, low = max(rise, loss - low), min(low, loss)
   return rise
 
 
 def mean_curve(curves: Sequence[Sequence[Optional[float]]]) -> list[Optional[float]]:
-  """The mean over seeds per round (None where no seed has a value; NaN where one is NaN)."""
+  """The mean over seeds per round (None where no seed has a value)."""
   out = []
   for i in range(max((len(c) for c in curves), default=0)):
     values = [c[i] for c in curves if i < len(c) and c[i] is not None]

@@ -36,6 +36,22 @@ class DamagedRunsFile(ValueError):
   """runs.csv (or config.json) cannot be read as written (cut short, edited or missing)."""
 
 
+def _damage(text: str) -> Optional[str]:
+  """What makes runs.csv's `text` not a file written whole here (every row ends in a newline)."""
+  header, *lines = list(csv.reader(io.StringIO(text))) or [[]]
+  missing = [c for c in _IDENTITY if c not in header]
+  if missing:
+    return f'its header lacks {missing}'
+  if not text.endswith('\n'):
+    return 'it ends in the middle of a line'
+  for n, cells in enumerate(lines, start=2):
+    if len(cells) != len(header):
+      return f'line {n} has {len(cells)} of {len(header)} cells'
+    if not all(cells[header.index(c)] for c in _IDENTITY):
+      return f'line {n} lacks its {"/".join(_IDENTITY)}'
+  return None
+
+
 def read_runs(path: str) -> list[dict[str, Any]]:
   """runs.csv's rows with numbers parsed (curves, hparams, regime and method stay text).
 
@@ -43,18 +59,7 @@ def read_runs(path: str) -> list[dict[str, Any]]:
     DamagedRunsFile: the file was cut short or edited.
   """
   with open(path, newline='') as f:
-    text = f.read()
-  header, *lines = list(csv.reader(io.StringIO(text))) or [[]]
-  missing = [c for c in _IDENTITY if c not in header]
-  if missing:
-    problem = f'its header lacks {missing}'
-  elif not text.endswith('\n'):  # every row written here ends with a newline
-    problem = 'it ends in the middle of a line'
-  else:
-    problem = next((f'line {n} has {len(cells)} of {len(header)} cells' if len(cells) != len(
-        header) else f'line {n} lacks its {"/".join(_IDENTITY)}' for n, cells in enumerate(
-            lines, start=2) if len(cells) != len(header) or not all(
-                cells[header.index(c)] for c in _IDENTITY)), None)
+    problem = _damage(f.read())
   if problem:
     raise DamagedRunsFile(f'{path} is damaged ({problem}): it was cut short or edited')
   rows = metrics_io.read_csv(path)
@@ -76,7 +81,7 @@ def read_json(path, default):
 
 def load(root: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
   """(runs.csv's rows, config.json's flat settings, validation_curves.csv's rows) of a benchmark
-  directory; no rows for a file that is not there.
+  directory (no rows for a missing file).
 
   Raises:
     DamagedRunsFile: config.json is missing or not JSON, or runs.csv is damaged.
@@ -145,7 +150,6 @@ def cells(rows, config) -> list[tuple[str, int, Mapping[str, Any]]]:
 
 
 def primary_statistic(config: Mapping[str, Any]) -> str:
-  """The runs.csv column the tables compare."""
   return config.get('primary_statistic') or 'last_k_accuracy'
 
 
@@ -232,7 +236,7 @@ def power(cell, baseline: str, config: Mapping[str, Any]
 
 
 def detect_for(dataset: str, config: Mapping[str, Any]) -> float:
-  """The difference the report computes a seed count for (`config.DETECT`)."""
+  """The difference the report computes a seed count for."""
   return float((config.get('detect') or {}).get(
       dataset, config_lib.DETECT.get(dataset, config_lib.DEFAULT_DETECT)))
 
@@ -273,8 +277,7 @@ def plateau_verdicts(curve_rows, config
 
 def total_wall_seconds(root: str) -> float:
   """The wall time of every invocation recorded in `root/timing.json`."""
-  timing = read_json(os.path.join(root, 'timing.json'), [])
-  return sum(t.get('wall_seconds', 0.0) for t in timing)
+  return sum(t.get('wall_seconds', 0.0) for t in read_json(os.path.join(root, 'timing.json'), []))
 
 
 def unequal_search(config) -> tuple[list[str], list]:
@@ -285,24 +288,11 @@ def unequal_search(config) -> tuple[list[str], list]:
   return sorted(m for m, lrs in searched.items() if not set(lrs) <= base), sorted(base)
 
 
-def _column(rows: Sequence[Mapping[str, Any]], name: str) -> list[float]:
-  """The finite values of column `name`; for a name starting with '/', of the first column whose
-  last path component it is (the aggregator's `.../norm_ratio`, not `.../mean_norm_ratio`)."""
-  if name.startswith('/'):
-    name = next((c for c in (rows[0] if rows else ()) if '/' in c and c.endswith(name)), None)
-  values = (_finite(r.get(name)) for r in rows) if name else ()
-  return [v for v in values if v is not None]
-
-
-def _mean(values: Sequence[float]) -> Optional[float]:
-  return float(np.mean(values)) if values else None
-
-
 def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float]]:
-  """The runs.csv columns a reporting run adds from its metrics.csv rows: None for a column the
-  run lacks and for the accuracies of a run whose every evaluated accuracy is non-finite.
-  `tail_global_train_loss` is the mean over the last quarter of the evaluated rounds (an
-  oscillating loss makes the last value alone noisy); `final_*` are the last evaluation's.
+  """The runs.csv columns a reporting run adds from its metrics.csv rows (None where the run
+  lacks the column or every evaluated accuracy is non-finite): `final_*` are the last
+  evaluation's, `tail_global_train_loss` the mean over the last quarter of the evaluated rounds
+  (an oscillating loss makes the last value alone noisy).
 
   Raises:
     ValueError: if `rows` is empty or no row has a test accuracy column (never evaluated).
@@ -311,18 +301,23 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float
     raise ValueError('rows must hold at least one metrics row, got none')
   if not any(r.get('test_accuracy') not in (None, '') for r in rows):
     raise ValueError('rows hold no test_accuracy: was the run evaluated?')
-  accuracies = _column(rows, 'test_accuracy')
+
+  def column(name):  # a name starting with '/': the first column with that last component
+    if name.startswith('/'):
+      name = next((c for c in rows[0] if '/' in c and c.endswith(name)), None)
+    return [v for v in (_finite(r.get(name)) for r in rows) if v is not None] if name else []
+  accuracies, losses = column('test_accuracy'), column('train_loss')
+  global_losses, norms = column('global_train_loss'), column('/mean_update_norm')
   last = ([r for r in rows if _finite(r.get('test_accuracy')) is not None] or list(rows))[-1]
-  losses = _column(rows, 'train_loss')
-  global_losses = _column(rows, 'global_train_loss')
   out = {
       'accuracy_drop': max(accuracies) - accuracies[-1] if accuracies else None,
       'train_loss_rise': stats.train_loss_rise(losses) if losses else None,
       'final_global_train_loss': global_losses[-1] if global_losses else None,
-      'tail_global_train_loss': _mean(global_losses[-max(1, len(global_losses) // 4):]),
+      'tail_global_train_loss': (float(np.mean(global_losses[-max(1, len(global_losses) // 4):]))
+                                 if global_losses else None),
       'global_train_loss_rise': stats.train_loss_rise(global_losses) if global_losses else None,
       'final_mean_logit': _finite(last.get('test_mean_logit'))}
   for name in ('rare_pair_error', 'common_pair_error', 'rare_error_share'):
     out[f'final_{name}'] = _finite(last.get(f'test_{name}'))
-  out['mean_update_norm'] = _mean(_column(rows, '/mean_update_norm'))
+  out['mean_update_norm'] = float(np.mean(norms)) if norms else None
   return out

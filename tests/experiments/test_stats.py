@@ -122,10 +122,6 @@ def test_plateau_compares_the_last_window_with_the_window_before():
   last, _, plateaued = stats.plateau([0.5] * 7, window=4, tolerance=0.01)
   assert not plateaued and np.isnan(last)
   assert not stats.plateau([0.5] * 7 + [float('nan')], window=4, tolerance=1.0)[2]
-  for bad in (dict(window=0, tolerance=0.01), dict(window=2, tolerance=-1.0),
-              dict(window=2, tolerance=float('nan'))):
-    with pytest.raises(ValueError, match='window|tolerance'):
-      stats.plateau(flat, **bad)
 
 
 def test_train_loss_rise():
