@@ -73,11 +73,10 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
   the effect of E; returns name -> file name inside `plots_dir`."""
   os.makedirs(plots_dir, exist_ok=True)
   baseline = config['baseline']
-  statistic = results.primary_statistic(config)
-  gain = f'{results.statistic_label(statistic, config)} − {baseline}'
+  gain = f'{results.statistic_label(results.primary_statistic(config), config)} − {baseline}'
   regimes, methods, epochs = results.orders(rows, config)
   others = [m for m in methods if m != baseline]
-  cells = results.group(rows)
+  cells, found = results.group(rows), results.comparisons(rows, config)
   written = {}
   for regime, e, cell in results.cells(rows, config):
     ordered = {m: cell[m].values() for m in methods if m in cell}
@@ -101,14 +100,10 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
   fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
   all_means = []
   for (i, method), (j, e) in itertools.product(enumerate(others), enumerate(epochs)):
-    points = []  # (conflict, difference) per regime
-    for regime in regimes:
-      cell = cells.get((regime, e))
-      if cell:
-        conflict, _ = results.regime_conflict(cell, baseline)
-        d = results.difference(cell, method, baseline, statistic)
-        if conflict is not None and d is not None:
-          points.append((conflict, d))
+    points = [(conflict, found[(regime, e, method)]) for regime in regimes
+              if (regime, e, method) in found
+              for conflict in [results.regime_conflict(cells[(regime, e)], baseline)[0]]
+              if conflict is not None]
     if points:
       ds = [d for _, d in points]
       all_means += [d.mean for d in ds]
@@ -133,9 +128,8 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
     width = 0.8 / len(epochs)
     for j, e in enumerate(epochs):
-      spread = [stats.mean_std([d.mean for d in (
-          results.difference(cells[(r, e)], m, baseline, statistic) for r in regimes
-          if (r, e) in cells) if d is not None]) for m in others]
+      spread = [stats.mean_std([found[(r, e, m)].mean for r in regimes if (r, e, m) in found])
+                for m in others]
       ax.bar([k + j * width for k in range(len(others))],
              [0.0 if math.isnan(mean) else mean for mean, _ in spread], width,
              yerr=[0.0 if math.isnan(std) else std for _, std in spread], capsize=2,
