@@ -6,6 +6,7 @@ import math
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
+from scipy import optimize
 from scipy import stats as scipy_stats
 
 
@@ -102,21 +103,18 @@ def paired_power(difference: float, sd: float, n: int, alpha: float = 0.05) -> f
 
 def minimal_detectable_difference(sd: float, n: int, *, alpha: float = 0.05,
                                   power: float = 0.8) -> float:
-  """The smallest |mean difference| `paired_power` detects with probability `power` (by
-  bisection); NaN for n < 2 or a non-finite sd."""
+  """The smallest |mean difference| `paired_power` detects with probability `power` (its root,
+  bracketed from 0); NaN for n < 2 or a non-finite sd."""
   _check('alpha', alpha)
   _check('power', power)
   if n < 2 or not math.isfinite(sd) or sd < 0:
     return float('nan')
   if sd == 0:
     return 0.0
-  low, high = 0.0, sd
+  high = sd
   while paired_power(high, sd, n, alpha) < power:
     high *= 2
-  for _ in range(100):
-    mid = (low + high) / 2
-    low, high = (mid, high) if paired_power(mid, sd, n, alpha) < power else (low, mid)
-  return high
+  return float(optimize.brentq(lambda d: paired_power(d, sd, n, alpha) - power, 0.0, high))
 
 
 def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: float = 0.8,
