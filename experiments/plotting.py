@@ -100,10 +100,9 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
   fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
   all_means = []
   for (i, method), (j, e) in itertools.product(enumerate(others), enumerate(epochs)):
-    points = [(conflict, found[(regime, e, method)]) for regime in regimes
-              if (regime, e, method) in found
-              for conflict in [results.regime_conflict(cells[(regime, e)], baseline)[0]]
-              if conflict is not None]
+    points = [(results.regime_conflict(cells[(r, e)], baseline)[0], found[(r, e, method)])
+              for r in regimes if (r, e, method) in found]
+    points = [(conflict, d) for conflict, d in points if conflict is not None]
     if points:
       ds = [d for _, d in points]
       all_means += [d.mean for d in ds]
