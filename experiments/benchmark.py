@@ -36,8 +36,8 @@ ALL_REGIMES = ('digits:iid', 'digits:dir(0.1)', 'digits:dir(0.5)', 'digits:dir(1
                'digits:#C=2', 'digits:qty(0.5)', 'synthetic(0,0)', 'synthetic(0.5,0.5)',
                'synthetic(1,1)')
 
-# The benchmark's own flags: one per setting of its config with a `help` (default, choices and
-# check from there); a list is comma-separated, a mapping or grid a string (`_PARSE`).
+# The benchmark's own flags: one per setting of its config with a `help`; a tuple's is a list,
+# the text of a mapping, grid or list of names is parsed here (with its default text).
 _PARSE = {
     'regimes': lambda text: tuple(config_lib.split_top_level(text)),
     'methods': lambda text: tuple(config_lib.split_top_level(text)),
@@ -46,39 +46,19 @@ _PARSE = {
     'tuning_regimes': config_lib.parse_tuning_regimes, 'grids': config_lib.parse_grids,
 }
 _TEXT_DEFAULTS = {'regimes': ','.join(ALL_REGIMES), 'methods': ','.join(methods_lib.METHODS)}
-
-
-def _settings():
-  """(flag, field) of every setting a flag of the benchmark sets."""
-  for field in dataclasses.fields(config_lib.BenchmarkConfig):
-    if 'help' in field.metadata:
-      yield field.metadata.get('flag', field.name), field
-
-
-def _cast(field) -> type:
-  return float if any(isinstance(v, float) for v in field.default) else int
-
-
-with flags_lib.record_group('benchmark'):
-  for _flag, _field in _settings():
-    _help = _field.metadata['help']
-    if _flag in _PARSE:
-      flags.DEFINE_string(_flag, _TEXT_DEFAULTS.get(_flag, ''), _help)
-    elif 'choices' in _field.metadata:
-      flags.DEFINE_enum(_flag, _field.default, list(_field.metadata['choices']), _help)
-    elif isinstance(_field.default, tuple):
-      flags.DEFINE_list(_flag, [f'{v:g}' if isinstance(v, float) else str(v)
-                                for v in _field.default], _help)
-    else:
-      {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
-       str: flags.DEFINE_string}[type(_field.default)](_flag, _field.default, _help)
-  flags.DEFINE_string('results_md', None, 'Also write this RESULTS.md (machine, date, command, '
-                      'wall time, report) and copy its data to docs/results/ beside it.')
-  flags.DEFINE_bool('positive_control', False, 'Also run the positive control first (FedProx '
-                    'mu = 1 against FedAvg on Synthetic(1, 1), E = 20, the FedProx paper\'s '
-                    'effect; experiments.presets.POSITIVE_CONTROL) under OUTPUT/positive_control '
-                    'and report it.')
-  flags.DEFINE_bool('report_only', False, 'Only rewrite the report from the runs on disk.')
+_SETTINGS = [(f.metadata.get('flag', f.name), f)
+             for f in dataclasses.fields(config_lib.BenchmarkConfig) if 'help' in f.metadata]
+for _flag, _field in _SETTINGS:
+  _define, _default = flags_lib.definer(
+      _field, _TEXT_DEFAULTS.get(_flag, '') if _flag in _PARSE else _field.default)
+  _define(_flag, _default, help=_field.metadata['help'])
+flags.DEFINE_string('results_md', None, 'Also write this RESULTS.md (machine, date, command, '
+                    'wall time, report) and copy its data to docs/results/ beside it.')
+flags.DEFINE_bool('positive_control', False, 'Also run the positive control first (FedProx '
+                  'mu = 1 against FedAvg on Synthetic(1, 1), E = 20, the FedProx paper\'s '
+                  'effect; experiments.presets.POSITIVE_CONTROL) under OUTPUT/positive_control '
+                  'and report it.')
+flags.DEFINE_bool('report_only', False, 'Only rewrite the report from the runs on disk.')
 
 flags_lib.register_validators()
 
@@ -115,12 +95,13 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
                           for name, instead in _NOT_HERE.items()})
   parts = flags_lib.experiment_config()
   values = {}
-  for flag, field in _settings():
+  for flag, field in _SETTINGS:
     value = FLAGS[flag].value
     if flag in _PARSE:
       value = _PARSE[flag](value)
     elif isinstance(field.default, tuple):
-      value = experiment_config.parse_numbers(flag, value, _cast(field))
+      value = experiment_config.parse_numbers(
+          flag, value, float if any(isinstance(v, float) for v in field.default) else int)
     values[field.name] = value
   config = config_lib.BenchmarkConfig(
       **values, given=given_values(), loop=parts.training, client=parts.client,

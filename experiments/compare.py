@@ -38,12 +38,11 @@ _ALL_ALGORITHMS = list(experiment_lib.ALGORITHM_HPARAMS)
 # The table's primary column averages the last LAST_K evaluated rounds, as the benchmark does.
 LAST_K = bench_config.BenchmarkConfig.last_k
 
-with flags_lib.record_group('compare'):
-  flags.DEFINE_list('algorithms', _ALL_ALGORITHMS, 'Algorithms to compare '
-                    '(tff_conflict.learning.ALGORITHMS).')
-  flags.DEFINE_list('seeds', ['0'], 'Seeds (model initialisation, client sampling, shuffling); '
-                    'the data partition is --data_seed for all.')
-  flags.DEFINE_float('target_accuracy', 0.8, 'Test accuracy whose first round is reported.')
+flags.DEFINE_list('algorithms', _ALL_ALGORITHMS, 'Algorithms to compare '
+                  '(tff_conflict.learning.ALGORITHMS).')
+flags.DEFINE_list('seeds', ['0'], 'Seeds (model initialisation, client sampling, shuffling); '
+                  'the data partition is --data_seed for all.')
+flags.DEFINE_float('target_accuracy', 0.8, 'Test accuracy whose first round is reported.')
 # Sets the preset's values (`presets.COMPARE`) on every flag not given on the command line.
 apply_preset = functools.partial(flags_lib.apply_preset, presets.COMPARE)
 

@@ -27,9 +27,8 @@ CUSTOM_ALGORITHM = 'custom'
 
 
 class ConfigError(ArgumentError):
-  """A setting with a bad value, raised before any work starts (`tff_conflict.ArgumentError`):
-  `argument` (the flag, which the message names), `value`, and either the `requirement` ('a finite
-  number > 0') or the library's or data's `reason`; `field` is the dataclass field."""
+  """`argument` (the flag) must be `requirement`, or failed for the library's or data's `reason`;
+  `field` is the dataclass field."""
 
   def __init__(self, argument: str, value: Any, requirement: Optional[str] = None, *,
                field: Optional[str] = None, reason: Optional[str] = None):
@@ -43,15 +42,14 @@ class ConfigError(ArgumentError):
                      else f'{argument}={value}: {self.reason}', argument=argument, value=value)
 
   def flag_message(self) -> str:
-    """The message in the command line's words: `--flag must be ..., got value`."""
+    """`--flag must be ..., got value`."""
     return f'--{self}'
 
 
 def from_library_error(error: Exception, argument: str, value: Any, *,
                        arguments: Mapping[str, str] = types.MappingProxyType({})) -> ConfigError:
-  """A `ConfigError` for `error`, raised by the library while it used the setting `argument`:
-  the error's own `argument` when `arguments` maps it to a flag, else `argument` (messages are
-  never parsed)."""
+  """`error` of the library as a `ConfigError` naming its own argument's flag (`arguments`), else
+  `argument`, the setting being used."""
   own = getattr(error, 'argument', None)
   if own is not None and own in arguments:
     argument, value = arguments[own], getattr(error, 'value', value)
@@ -66,8 +64,7 @@ def parse_numbers(argument: str, values: Sequence[Any], cast: type = int) -> tup
     raise ConfigError(argument, values, 'integers' if cast is int else 'numbers') from None
 
 
-# A check, as the library's (`tff_conflict._checks`, `Hparam.check`): `check(name, value)`
-# returns the value or raises the error naming `name` and the value.
+# `check(name, value)` returns the value or raises the error naming both (as the library's).
 Checker = Callable[[str, Any], Any]
 
 
@@ -134,17 +131,13 @@ def _host_port(value) -> bool:
 
 
 NON_EMPTY_STRING = must('a non-empty string', lambda v: isinstance(v, str) and bool(v))
-RELATIVE_NAME = must('a relative name without ".."', _relative_name)
-WORKER_ADDRESSES = must('a list of distinct host:port entries (port 1-65535)',
-                        lambda v: all(isinstance(a, str) and _host_port(a) for a in v)
-                        and len(set(v)) == len(v))
 
 
 def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
             check: Optional[Checker] = None, choices: Optional[Sequence[str]] = None,
             help: Optional[str] = None, **kwargs) -> Any:  # pylint: disable=redefined-builtin
-  """A dataclass field set by `flag` (if any; `help` is its help), whose values must pass
-  `check` (if any) or be one of `choices` (None too when that is the default)."""
+  """A dataclass field set by `--flag` (`help`), checked by `check` or `choices` (None too when
+  that is the default)."""
   if choices is not None:
     check = optional(one_of(choices)) if default is None else one_of(choices)
   metadata = {k: v for k, v in (('flag', flag), ('check', check), ('choices', choices),
@@ -159,18 +152,11 @@ def require(argument: str, value: Any, check: Checker, *, field: Optional[str] =
 
 
 def check_fields(instance: Any, prefix: str = '') -> None:
-  """Runs the `check` of every field of a dataclass instance on `prefix + flag`; raises
-  `ConfigError`."""
+  """Runs the `check` of every field of a dataclass instance, naming it `prefix + flag`."""
   for field in dataclasses.fields(instance):
     check = field.metadata.get('check')
     if check is not None:
       check(prefix + field.metadata.get('flag', field.name), getattr(instance, field.name))
-
-
-def default(cls: type, field: str) -> Any:
-  """The default of `cls.field` (what its flag defaults to)."""
-  f = next(f for f in dataclasses.fields(cls) if f.name == field)
-  return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
 METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS if h.flag is not None and h.flag != 'seed')
@@ -178,21 +164,10 @@ METHOD_FLAGS = frozenset(h.flag for h in METHOD_HPARAMS)
 
 
 class AlgorithmConfig:
-  """Which method runs, with every method hyperparameter (one field per flag of
-  `tff_conflict.hparams`; each method reads its own).
-
-  Attributes:
-    name: a method of `tff_conflict.learning.ALGORITHMS`, or 'custom': `client_loss` with
-      `aggregator`.
-    client_loss: with 'custom', a loss of `tff_conflict.learning.LOSSES`.
-    aggregator: with 'custom', an aggregator of `tff_conflict.learning.AGGREGATORS`; with a
-      baseline whose builder takes `aggregator=` (fedavg, fedprox, fednova, feddecorr,
-      scaffold), the aggregator on top of it (e.g. FedNova + FedGH).
-    proximal_term: add FedProx's proximal term (strength `proximal_strength`) to a method whose
-      own hyperparameters do not include it (False for one that does), e.g. FedGH: FedProx's
-      local objective with FedGH's aggregation; the binaries set it when `--proximal_strength`
-      is given.
-  """
+  """Which method runs (`name`, or 'custom': `client_loss` with `aggregator`; `aggregator` also
+  on top of a baseline that takes one), with one field per method flag of `tff_conflict.hparams`.
+  `proximal_term` adds FedProx's proximal term to a method without its own (the binaries set it
+  when `--proximal_strength` is given)."""
   name: str = setting('fedavg', flag='algorithm', check=NON_EMPTY_STRING)
   client_loss: Optional[str] = setting(None, flag='client_loss')
   aggregator: Optional[str] = setting(None, flag='aggregator')
@@ -219,37 +194,28 @@ class AlgorithmConfig:
     name = f'{self.name}+{self.aggregator}' if self.aggregator else self.name
     return f'{name}+proximal' if self.proximal_term else name
 
-  adds_proximal_term = property(lambda self: self.proximal_term)
-
   def hparam_flags(self) -> Optional[tuple[str, ...]]:
-    """The method flags this method reads (its tables in `tff_conflict.hparams`, with
-    --proximal_strength when the term is added); None for a name the tables do not know."""
-    if self.name == CUSTOM_ALGORITHM:
-      tables = (hparams_lib.LOSS_HPARAMS.get(self.client_loss),
-                hparams_lib.AGGREGATOR_HPARAMS.get(self.aggregator))
-      if None in tables:
-        return None
-      own = tables[0] + tables[1] + hparams_lib.PROCESS_HPARAMS
-    elif self.name in hparams_lib.ALGORITHM_HPARAMS:
-      own = hparams_lib.ALGORITHM_HPARAMS[self.name]
-      if self.aggregator is not None:
-        if self.aggregator not in hparams_lib.AGGREGATOR_HPARAMS:
-          return None
-        own += hparams_lib.AGGREGATOR_HPARAMS[self.aggregator]
-    else:
+    """The method flags this method reads (`tff_conflict.hparams`' tables); None for a name the
+    tables do not know."""
+    custom = self.name == CUSTOM_ALGORITHM
+    tables = [hparams_lib.LOSS_HPARAMS.get(self.client_loss) if custom
+              else hparams_lib.ALGORITHM_HPARAMS.get(self.name)]
+    if self.aggregator is not None or custom:
+      tables.append(hparams_lib.AGGREGATOR_HPARAMS.get(self.aggregator))
+    if None in tables:
       return None
-    if self.proximal_term:
-      own += (hparams_lib.PROXIMAL_STRENGTH,)
+    own = sum(tables, hparams_lib.PROCESS_HPARAMS if custom else ())
+    own += (hparams_lib.PROXIMAL_STRENGTH,) if self.proximal_term else ()
     return tuple(dict.fromkeys(h.flag for h in own if h.flag in METHOD_FLAGS))
 
   def describe(self) -> str:
-    """How the command line names it: '--algorithm=custom --client_loss=focal --aggregator=...'."""
+    """'--algorithm=custom --client_loss=focal --aggregator=...'."""
     return ' '.join(f'--{flag}={value}' for flag, value in (
         ('algorithm', self.name), ('client_loss', self.client_loss),
         ('aggregator', self.aggregator)) if value is not None)
 
 
-for _h in METHOD_HPARAMS:   # a field per method flag, checked by its spec (range in words)
+for _h in METHOD_HPARAMS:
   AlgorithmConfig.__annotations__[_h.flag] = Any
   setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, check=must(
       _h.valid_range, lambda value, h=_h: h.check(value) or True)))
@@ -304,7 +270,7 @@ class DataConfig:
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
   """Settings of the run loop (`experiments.training_loop`); `seed` also seeds the model and
-  randomized aggregators (through the experiment)."""
+  randomized aggregators."""
   rounds: int = setting(flag='rounds', check=at_least(1), help='Federated rounds.')
   clients_per_round: int = setting(flag='clients_per_round', check=at_least(1),
                                    help='Clients sampled per round without replacement (the '
@@ -336,8 +302,7 @@ class LoopConfig:
                                      help='Client weighting of the aggregate. Default: the '
                                      'method\'s own (FedMGC: loss, others: num_examples).')
 
-  def __post_init__(self):
-    check_fields(self)
+  __post_init__ = check_fields
 
   def is_eval_round(self, round_num: int) -> bool:
     return round_num == self.rounds or (self.eval_every > 0 and round_num % self.eval_every == 0)
@@ -349,8 +314,8 @@ class LoopConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-  """The client's or the server's optimizer (the server applies the aggregate delta as its
-  gradient): flags `--client_*`, `--server_*`, checked by the config holding it."""
+  """The client's or the server's optimizer (flags `--client_*`, `--server_*`), checked by the
+  config holding it."""
   learning_rate: float = setting(flag='learning_rate', check=POSITIVE, help='learning rate.')
   optimizer: str = setting('sgd', flag='optimizer', choices=OPTIMIZERS,
                            help='optimizer (tff.learning.optimizers).')
@@ -359,8 +324,7 @@ class OptimizerConfig:
 
 
 def check_parts(config: Any) -> None:
-  """Checks that each field of `config` typed by a settings class holds one, and the
-  `--client_*` and `--server_*` optimizers."""
+  """Checks the types of `config`'s sections and its `--client_*` and `--server_*` optimizers."""
   for field in dataclasses.fields(config):
     part = getattr(config, field.name)
     if dataclasses.is_dataclass(field.type) and not isinstance(part, field.type):
@@ -381,7 +345,8 @@ class OutputConfig:
                             help='Root of the outputs; each experiment writes under '
                             '<output_dir>/<experiment_name>/.')
   experiment_name: Optional[str] = setting(None, flag='experiment_name',
-                                           check=optional(RELATIVE_NAME),
+                                           check=optional(must(
+                                               'a relative name without ".."', _relative_name)),
                                            help='The experiment\'s directory. Default: from the '
                                            'algorithm(s) and dataset.')
   progress: bool = setting(True, flag='progress', check=BOOL, help='Show a progress bar (plain '
@@ -389,8 +354,9 @@ class OutputConfig:
   runtime: str = setting('inprocess', flag='runtime', choices=RUNTIMES,
                          help='inprocess (tff_conflict.runtime\'s runner of the MapReduceForm '
                          'graphs) or cpp (TFF\'s worker_binary, needed for --workers).')
-  workers: tuple[str, ...] = setting((), flag='workers', check=WORKER_ADDRESSES,
-                                     help='host:port of remote TFF workers (worker_binary) to '
+  workers: tuple[str, ...] = setting((), flag='workers', check=must(
+      'a list of distinct host:port entries (port 1-65535)', lambda v: len(set(v)) == len(v)
+      and all(isinstance(a, str) and _host_port(a) for a in v)), help='host:port of remote TFF workers (worker_binary) to '
                                      'run on; empty: local.')
 
   def __post_init__(self):
@@ -429,10 +395,7 @@ class ExperimentConfig:
       raise ConfigError('clients_per_round', training.clients_per_round,
                         f'at most num_clients={self.data.num_clients}')
 
-  @property
-  def seed(self) -> int:
-    return self.training.seed
-
+  seed = property(lambda self: self.training.seed)
   runtime = property(lambda self: self.output, doc='The backend settings (in `output`).')
 
   @property
@@ -442,7 +405,7 @@ class ExperimentConfig:
                                     for h in METHOD_HPARAMS})
 
   def replace(self, **sections: Any) -> 'ExperimentConfig':
-    """A copy with whole sections replaced, e.g. `replace(algorithm=AlgorithmConfig('fedgh'))`."""
+    """A copy with whole sections replaced."""
     return dataclasses.replace(self, **sections)
 
   def with_seed(self, seed: int) -> 'ExperimentConfig':
@@ -450,8 +413,8 @@ class ExperimentConfig:
 
   @property
   def dataset_label(self) -> str:
-    """The dataset as default experiment names give it; a LEAF dataset by its own name
-    (`leaf_femnist`: `data.leaf_name`, else the name of `data.leaf_dir`'s folder)."""
+    """The dataset; a LEAF one by its own name (`leaf_femnist`: `data.leaf_name`, else the name
+    of `data.leaf_dir`'s folder)."""
     if self.data.dataset != 'leaf':
       return self.data.dataset
     name = self.data.leaf_name or (
@@ -460,22 +423,18 @@ class ExperimentConfig:
     return f'leaf_{name}' if name else 'leaf'
 
   @property
-  def default_experiment_name(self) -> str:
-    """`<dataset label>_<algorithm label>_seed<seed>` (`dataset_label`)."""
-    return f'{self.dataset_label}_{self.algorithm.label}_seed{self.seed}'
-
-  @property
   def experiment_name(self) -> str:
-    """`output.experiment_name`, or `default_experiment_name`."""
-    return self.output.experiment_name or self.default_experiment_name
+    """`output.experiment_name`, or `<dataset label>_<algorithm label>_seed<seed>`."""
+    return (self.output.experiment_name
+            or f'{self.dataset_label}_{self.algorithm.label}_seed{self.seed}')
 
   @property
   def experiment_dir(self) -> str:
     return os.path.join(self.output.output_dir, self.experiment_name)
 
   def flag_values(self) -> dict[str, Any]:
-    """flag name -> value of every setting a flag sets (for hparams.csv), of the method flags
-    those the method reads; `proximal_term` for 'custom' or where the term is added."""
+    """flag -> value of every setting (for hparams.csv), of the method flags those the method
+    reads; `proximal_term` for 'custom' or where the term is added."""
     values: dict[str, Any] = {}
     applied = self.algorithm.hparam_flags()
     for section, flag, field in flag_fields():
@@ -506,15 +465,14 @@ def flag_fields() -> Iterator[tuple[Optional[str], str, dataclasses.Field]]:
 
 
 def field_checks() -> dict[str, Checker]:
-  """flag name -> the check of the setting it sets (for absl flag validators)."""
+  """flag -> the check of the setting it sets (for absl flag validators)."""
   return {flag: field.metadata['check'] for _, flag, field in flag_fields()
           if 'check' in field.metadata}
 
 
 def from_flag_values(values: Mapping[str, Any], *, proximal_term: bool = False
                      ) -> ExperimentConfig:
-  """An `ExperimentConfig` from flag name -> value (flags absent keep defaults) and whether the
-  proximal term is asked for; `ConfigError` names a bad flag."""
+  """An `ExperimentConfig` from flag -> value (flags absent keep defaults)."""
   settings: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
   own = {}
   for section, flag, field in flag_fields():

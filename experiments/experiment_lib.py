@@ -249,7 +249,7 @@ def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], 
         list(learning.ALGORITHMS) + [config_lib.CUSTOM_ALGORITHM]), field='name')
     builder = learning.ALGORITHMS[algorithm.name]
     kwargs.update(hparam_kwargs(ALGORITHM_HPARAMS.get(algorithm.name, {}), values))
-    if algorithm.adds_proximal_term:
+    if algorithm.proximal_term:
       if 'proximal_strength' not in inspect.signature(builder).parameters:
         raise config_lib.ConfigError(
             'proximal_strength', config.hparams.proximal_strength,

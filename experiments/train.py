@@ -23,25 +23,20 @@ from experiments import training_loop
 
 FLAGS = flags.FLAGS
 
+_DEFAULTS = config.ExperimentConfig()
 _ALGORITHM_NAMES = list(experiment_lib.ALGORITHM_HPARAMS) + [config.CUSTOM_ALGORITHM]
 
-with flags_lib.record_group('algorithm'):
-  flags.DEFINE_enum('algorithm', config.default(config.AlgorithmConfig, 'name'),
-                    _ALGORITHM_NAMES, 'Method (tff_conflict.learning.ALGORITHMS), or custom: '
-                    '--client_loss with --aggregator.')
-  flags.DEFINE_enum('client_loss', None, list(experiment_lib.LOSS_HPARAMS),
-                    'With --algorithm=custom: the client loss (tff_conflict.learning.LOSSES).')
-  flags.DEFINE_enum('aggregator', None, list(experiment_lib.AGGREGATOR_HPARAMS),
-                    'The server aggregator (tff_conflict.learning.AGGREGATORS): with '
-                    '--algorithm=custom, or on top of a baseline whose builder takes one '
-                    '(fedavg, fedprox, fednova, feddecorr, scaffold).')
-  flags.DEFINE_integer('seed', config.default(config.LoopConfig, 'seed'),
-                       'Seed of the model initialisation, client sampling, local shuffling and '
-                       'randomized aggregators.')
-
-
+flags.DEFINE_enum('algorithm', _DEFAULTS.algorithm.name, _ALGORITHM_NAMES, 'Method '
+                  '(tff_conflict.learning.ALGORITHMS), or custom: --client_loss with --aggregator.')
+flags.DEFINE_enum('client_loss', None, list(experiment_lib.LOSS_HPARAMS),
+                  'With --algorithm=custom: the client loss (tff_conflict.learning.LOSSES).')
+flags.DEFINE_enum('aggregator', None, list(experiment_lib.AGGREGATOR_HPARAMS),
+                  'The server aggregator (tff_conflict.learning.AGGREGATORS): with '
+                  '--algorithm=custom, or on top of a baseline whose builder takes one '
+                  '(fedavg, fedprox, fednova, feddecorr, scaffold).')
+flags.DEFINE_integer('seed', _DEFAULTS.seed, 'Seed of the model initialisation, client '
+                     'sampling, local shuffling and randomized aggregators.')
 flags_lib.register_validators()
-
 
 check_flags = flags_lib.check_common_flags   # the flags' typed config, or a `config.ConfigError`
 

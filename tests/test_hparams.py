@@ -140,7 +140,7 @@ def _layers(hparam):
     # build_process's own proximal default is 0 ("no proximal term"): only its check is shared.
     layers.append(_build(learning.build_process, hparam.keyword,
                          hparam is not hparams.PROXIMAL_STRENGTH))
-  if hparam.flag in flags_lib.groups()['method']:
+  if hparam.flag in config.METHOD_FLAGS:
     layers.append(Layer(f'--{hparam.flag}', lambda: flags.FLAGS[hparam.flag].default, None))
   return layers
 
@@ -219,7 +219,7 @@ def test_every_layer_accepts_the_same_values(hparam, layer, value):
 
 
 def _flag_hparams():
-  return [h for h in hparams.HPARAMS if h.flag in flags_lib.groups()['method']]
+  return [h for h in hparams.HPARAMS if h.flag in config.METHOD_FLAGS]
 
 
 @pytest.mark.parametrize('hparam', _flag_hparams(), ids=lambda h: h.flag)

@@ -50,7 +50,7 @@ def test_flags_build_the_config_and_its_flag_values_round_trip():
 
 def test_method_hparams_take_the_specs_defaults_and_checks():
   assert vars(config.ExperimentConfig().hparams) == {
-      h.flag: h.default for h in flags_lib.METHOD_HPARAMS}
+      h.flag: h.default for h in config.METHOD_HPARAMS}
   with pytest.raises(config.ConfigError, match='focal_beta must be a finite number > 0, got 0'):
     config.AlgorithmConfig(focal_beta=0)
 
@@ -196,7 +196,7 @@ def test_require_is_the_check_of_a_value_outside_a_dataclass():
 def test_default_experiment_names_tell_leaf_datasets_apart():
   def name(**data):
     return config.ExperimentConfig(algorithm=config.AlgorithmConfig('fedgh'),
-                                   data=config.DataConfig(**data)).default_experiment_name
+                                   data=config.DataConfig(**data)).experiment_name
   assert name() == 'digits_fedgh_seed0'
   assert name(dataset='leaf', leaf_dir='/data/leaf/data/femnist/') == 'leaf_femnist_fedgh_seed0'
   assert name(dataset='leaf', leaf_dir='/x/celeb a', leaf_name='celeba') == (

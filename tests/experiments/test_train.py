@@ -179,7 +179,7 @@ def test_a_method_flag_the_method_does_not_read_is_refused(flag_values, message)
 def test_the_proximal_term_composes_with_a_method_and_is_recorded_as_such():
   with flagsaver.as_parsed(algorithm='fedgh', proximal_strength='0.5'):
     experiment = train.check_flags()
-  assert experiment.algorithm.adds_proximal_term
+  assert experiment.algorithm.proximal_term
   assert experiment.algorithm.label == 'fedgh+proximal'
   assert experiment.experiment_name == 'digits_fedgh+proximal_seed0'
   values = experiment.flag_values()
@@ -204,5 +204,4 @@ def test_method_flag_help_reads_as_sentences():
   assert helps['focal_gamma'].startswith('Focal loss (FedMGC): focusing exponent')
   for text in helps.values():
     assert '..' not in text and text.endswith('.')
-  assert flags_lib.groups()['method']
   assert 'per_client.csv' not in train.__doc__   # train writes none
