@@ -22,16 +22,13 @@ PRIMARY_STATISTICS = ('last_k_accuracy', 'final_accuracy')
 DEFAULT_DETECT = 0.01
 DETECT = {'synthetic': 0.02}
 # config.json's protocol: 2 = a fixed test split, the same learning-rate search for every
-# method, a primary statistic named before the runs, divergence at chance, Holm. Benchmarks
-# written before it carry none (1).
+# method, a primary statistic named before the runs, divergence at chance, Holm (before: none).
 PROTOCOL = 2
 
 
 def split_top_level(text: str, separator: str = ',') -> list[str]:
-  """Splits at `separator` outside (), [] and {}; strips the pieces and drops empty ones.
-
-  'digits:dir(0.1),synthetic(1,1)' -> ['digits:dir(0.1)', 'synthetic(1,1)'].
-  """
+  """'digits:dir(0.1),synthetic(1,1)' -> ['digits:dir(0.1)', 'synthetic(1,1)']: the stripped,
+  non-empty pieces between separators outside (), [] and {}."""
   pieces, depth, current = [], 0, []
   for char in text:
     if char in '([{':
@@ -92,7 +89,6 @@ def parse_tuning_regimes(text: str) -> dict[str, str]:
   return mapping
 
 
-# Settings are checked as experiment settings are (`experiments.config`: `setting`, `must`).
 _M = experiment_config
 must, setting, passes, require = _M.must, _M.setting, _M.passes, _M.require
 _FRACTION = must('a number in (0, 1)', lambda v: passes(_M.RATIO, v) and v < 1)
@@ -107,16 +103,14 @@ def _distinct_ints(minimum: int, *, allow_empty: bool = False) -> _M.Checker:
 
 
 class OwnRegime(NamedTuple):
-  """A dataset of your own (`BenchmarkConfig.datasets`) as a regime: its clients as given, its
-  name the regime's and the dataset's."""
+  """A dataset of your own (`BenchmarkConfig.datasets`) as a regime of its name."""
   name: str
 
   dataset = slug = property(lambda self: self.name)
 
 
 def parse_regime(name: str, own: Collection[str] = ()):
-  """`OwnRegime(name)` for a dataset of your own (a name in `own`), else
-  `tff_conflict.data.parse_regime(name)`."""
+  """`OwnRegime(name)` for a name in `own`, else `tff_conflict.data.parse_regime(name)`."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   return OwnRegime(name) if isinstance(name, str) and name in own else data.parse_regime(name)
 
@@ -128,9 +122,8 @@ _OWN_ELEMENT = ('client data of unbatched examples OrderedDict(x=float32 tensor 
 
 def _check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[], Any]],
                models: Mapping[str, str]) -> None:
-  """Your own datasets and models: names of your own (letters, digits, '_', '.', '-'; no
-  built-in dataset or model), `(train, test)` ClientData pairs of `_OWN_ELEMENT`, callables,
-  and a model for each dataset. The models themselves are checked on the data (`engine`)."""
+  """Your own datasets and models: new names, `(train, test)` ClientData pairs of `_OWN_ELEMENT`,
+  callables, a model for each dataset (the models are checked on the data by `engine`)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from experiments import architectures  # pylint: disable=g-import-not-at-top
@@ -173,35 +166,25 @@ def _check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[
 
 
 def _parsed(argument: str, name: str, own: Collection[str] = ()):
-  """A regime (`parse_regime`, with `own` datasets) or, without `own`, a method
-  (`methods.parse_method`); `ConfigError` naming `argument` when it does not parse."""
+  """The regime (or, for 'methods', the method) `name`, or a `ConfigError` naming `argument`."""
   try:
     return parse_regime(name, own) if argument != 'methods' else methods_lib.parse_method(name)
   except ValueError as e:
     raise ConfigError(argument, name, reason=str(e)) from None
 
 
-# A setting with `help` is set by the benchmark's flag of its name (`flag` when given).
-
-
 @dataclasses.dataclass(frozen=True)
 class BenchmarkConfig:
-  """A benchmark: the grid (regimes x methods x E x seeds), tuning, and the parts of
-  `ExperimentConfig` every run shares: `loop` (its client_epochs and seed set by the grid, every
-  round evaluated, no checkpoint kept), the SGD `client` and `server`, `data` (data_seed without
-  `vary_partition`, where datasets are), `output` (a local runtime only).
+  """A benchmark: the grid (regimes x methods x E x seeds), tuning (`tune` to
+  `plateau_tolerance`, on a validation split) and the parts of `ExperimentConfig` every run shares
+  (`loop`'s client_epochs and seed set by the grid; SGD `client` and `server`; a local runtime).
+  A setting with `help` is set by the flag of its name (`flag` when given).
 
-  Your own data and models (docs/experiments.md, "Your own data and model"): `datasets`, name ->
-  `(train, test)` `tff.simulation.datasets.ClientData` of unbatched `OrderedDict(x=float,
-  y=int)`, each a regime of its own (list it in `regimes`); `model_fns`, name -> a no-argument
-  function returning a new uncompiled Keras model from x to logits (`models` maps a dataset to
-  one; a dataset of your own without an entry takes your only model). `given`: method or
-  algorithm name -> builder keywords used where nothing is tuned (a method's name wins).
-
-  Tuning (`tune` to `plateau_tolerance`; config.json's `tuning`) chooses hyperparameters
-  without the test split: every method searches the same learning rates, then its own grid
-  (`grids` replaces one), scored by its mean validation accuracy over its last `last_k` rounds.
-  """
+  Your own data and models (docs/experiments.md): `datasets`, name -> `(train, test)` ClientData
+  of unbatched `OrderedDict(x=float, y=int)`, each a regime (list it in `regimes`); `model_fns`,
+  name -> a function returning a new uncompiled Keras model (`models` maps a dataset to one, else
+  your only one). `given`: method or algorithm name -> builder keywords used where nothing is
+  tuned (a method's name wins)."""
   regimes: tuple = setting(help='Comma-separated regimes (tff_conflict.data.regimes): '
                            'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), '
                            'synthetic(ALPHA,BETA), emnist:natural; @K sets the population.')
@@ -315,7 +298,6 @@ class BenchmarkConfig:
     must(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs))(
         'tune_epochs', list(self.tune_epochs))
     _M.check_parts(self)
-    # Runs use SGD on both sides, set per run in the process's state (`engine`).
     for side in ('client', 'server'):
       _M.one_of(('sgd',))(f'{side}_optimizer', getattr(self, side).optimizer)
     _M.one_of((0, 0.0))('server_momentum', self.server.momentum)
@@ -365,8 +347,7 @@ class BenchmarkConfig:
 
 
 def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any]) -> None:
-  """Every fixed or tuned builder argument of `method` is one its builder takes, with a value in
-  its range (`tff_conflict.hparams`), so that a typo fails before any run."""
+  """Every fixed or tuned builder argument of `method` is one its builder takes, in its range."""
   import inspect  # pylint: disable=g-import-not-at-top
   from tff_conflict import hparams as hparams_lib  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
@@ -392,32 +373,28 @@ def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any
         raise ConfigError(argument, method.name, reason=str(e)) from None
 
 
-# The settings of a config's parts under their flat names (as in config.json's readers and
-# presets): name -> (part, field).
-_FLAT = {'rounds': ('loop', 'rounds'), 'clients_per_round': ('loop', 'clients_per_round'),
-         'batch_size': ('loop', 'batch_size'), 'shuffle_buffer': ('loop', 'shuffle_buffer'),
-         'eval_train_loss': ('loop', 'eval_train_loss'),
-         'client_learning_rate': ('client', 'learning_rate'),
-         'client_momentum': ('client', 'momentum'),
-         'server_learning_rate': ('server', 'learning_rate'), 'data_seed': ('data', 'data_seed')}
-_OUTPUT = {'output_dir': ('output', 'output_dir'), 'experiment_name': ('output', 'experiment_name')}
+# Each part's setting under its flat name (config.json's readers, presets), an optimizer's with
+# its side: name -> (part, field).
+_PARTS = {(f'{part}_' if part in ('client', 'server') else '') + field.name: (part, field.name)
+          for part in ('loop', 'client', 'server', 'data', 'output')
+          for field in dataclasses.fields(getattr(BenchmarkConfig, part))}
 
 
 def flat_settings(values: Mapping[str, Any]) -> dict[str, Any]:
-  """A config.json (`as_dict`, or the flat form of benchmarks run before the config had parts)
-  with the parts' settings also under their flat names (`rounds`, `client_learning_rate`, ...)."""
+  """A config.json (`as_dict`, or the flat one of benchmarks before the config had parts) with
+  the parts' settings also under their flat names (`rounds`, `client_learning_rate`, ...)."""
   out = dict(values)
-  for name, (part, field) in _FLAT.items():
+  for name, (part, field) in _PARTS.items():
     if isinstance(values.get(part), Mapping) and field in values[part]:
       out.setdefault(name, values[part][field])
   return out
 
 
 def replace_settings(config: BenchmarkConfig, **settings: Any) -> BenchmarkConfig:
-  """`config` with `settings` replaced, a part's setting by its flat name (`_FLAT`, `_OUTPUT`)."""
+  """`config` with `settings` replaced, a part's by its flat name."""
   parts: dict[str, dict[str, Any]] = {}
-  for name in [n for n in settings if n in _FLAT or n in _OUTPUT]:
-    part, field = {**_FLAT, **_OUTPUT}[name]
+  for name in [n for n in settings if n in _PARTS]:
+    part, field = _PARTS[name]
     parts.setdefault(part, {})[field] = settings.pop(name)
   return dataclasses.replace(config, **settings, **{
       part: dataclasses.replace(getattr(config, part), **fields) for part, fields in parts.items()})
@@ -427,8 +404,8 @@ CONTROL_DIR = 'positive_control'
 
 
 def control_config(config: BenchmarkConfig) -> BenchmarkConfig:
-  """The positive control (`presets.POSITIVE_CONTROL`) as a benchmark under
-  `config.root/positive_control`, with `config`'s seeds, runtime and data directories."""
+  """The positive control (`presets.POSITIVE_CONTROL`) under `config.root/positive_control`,
+  with `config`'s seeds, runtime and data directories."""
   from experiments import presets  # pylint: disable=g-import-not-at-top
   control = presets.POSITIVE_CONTROL
   description = (
@@ -453,7 +430,7 @@ def control_root(root: str) -> Optional[str]:
 
 
 def control_reading(config: Mapping[str, Any]) -> tuple[str, str, str]:
-  """(method, baseline, how it ran) of a control, from its config.json (`control_config`)."""
+  """(method, baseline, how it ran) of a control, from its config.json."""
   baseline = config.get('baseline', 'fedavg')
   method = next((m for m in config.get('methods') or () if m != baseline), 'fedprox_mu1')
   ran = config.get('description', '').removeprefix('Positive control: ').removesuffix('.')
@@ -465,21 +442,19 @@ _NAMES = [f.name for f in dataclasses.fields(BenchmarkConfig)]
 TUNING_SETTINGS = tuple(_NAMES[_NAMES.index('tune'):_NAMES.index('plateau_tolerance') + 1])
 
 
+def _plain(value: Any) -> Any:
+  if dataclasses.is_dataclass(value):
+    value = dataclasses.asdict(value)
+  if isinstance(value, Mapping):
+    return {str(k): _plain(v) for k, v in value.items()}
+  return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
 def as_dict(config: BenchmarkConfig) -> dict[str, Any]:
-  """The config as plain JSON-able values (config.json)."""
-  def plain(value):
-    if dataclasses.is_dataclass(value):
-      return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-      return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-      return [plain(v) for v in value]
-    return value
-  own = ('datasets', 'model_fns')   # your own data and models: their names
-  out = {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)
-         if f.name not in own}
-  out.update({name: sorted(getattr(config, name)) for name in own if getattr(config, name)})
+  """config.json: the config as JSON values, your own data and models by their names."""
+  out = {name: _plain(getattr(config, name)) for name in _NAMES
+         if name not in ('datasets', 'model_fns')}
+  out.update({name: sorted(getattr(config, name)) for name in ('datasets', 'model_fns')
+              if getattr(config, name)})
   out['tuning'] = {name: out.pop(name) for name in TUNING_SETTINGS}
-  out['experiment_name'] = config.experiment_name
-  out['protocol'] = PROTOCOL
-  return out
+  return dict(out, experiment_name=config.experiment_name, protocol=PROTOCOL)
