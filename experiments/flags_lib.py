@@ -1,5 +1,5 @@
 """The flags the experiment binaries share: one per setting of `config.ExperimentConfig`, with its
-default, choices and check (a method flag's from `tff_conflict.hparams`), in recorded groups."""
+default, choices and check (a method flag's from `tff_conflict.hparams`), and reading them back."""
 
 import functools
 from typing import Any, Callable, Optional, Sequence
@@ -10,7 +10,6 @@ from experiments import config
 from tff_conflict import hparams as hparams_lib
 
 FLAGS = flags.FLAGS
-
 
 # Extra sentences of method flags, after their spec's description.
 _EXTRA_HELP = {
