@@ -356,8 +356,8 @@ class OutputConfig:
                          'graphs) or cpp (TFF\'s worker_binary, needed for --workers).')
   workers: tuple[str, ...] = setting((), flag='workers', check=must(
       'a list of distinct host:port entries (port 1-65535)', lambda v: len(set(v)) == len(v)
-      and all(isinstance(a, str) and _host_port(a) for a in v)), help='host:port of remote TFF workers (worker_binary) to '
-                                     'run on; empty: local.')
+      and all(isinstance(a, str) and _host_port(a) for a in v)),
+      help='host:port of remote TFF workers (worker_binary) to run on; empty: local.')
 
   def __post_init__(self):
     object.__setattr__(self, 'workers', tuple(self.workers or ()))
