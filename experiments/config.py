@@ -464,12 +464,6 @@ def flag_fields() -> Iterator[tuple[Optional[str], str, dataclasses.Field]]:
         yield section.name, prefix + field.metadata['flag'], field
 
 
-def field_checks() -> dict[str, Checker]:
-  """flag -> the check of the setting it sets (for absl flag validators)."""
-  return {flag: field.metadata['check'] for _, flag, field in flag_fields()
-          if 'check' in field.metadata}
-
-
 def from_flag_values(values: Mapping[str, Any], *, proximal_term: bool = False
                      ) -> ExperimentConfig:
   """An `ExperimentConfig` from flag -> value (flags absent keep defaults)."""

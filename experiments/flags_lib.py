@@ -74,10 +74,10 @@ flags.DEFINE_string('preset', None, 'A named set of flag values; flags given exp
 
 def register_validators() -> None:
   """Registers on each defined flag the check of its setting (its `ConfigError` reaches `cli`)."""
-  for name, check in config.field_checks().items():
-    if name in FLAGS and name not in _VALIDATED:
-      flags.register_validator(name, lambda value, name=name, check=check: check(name, value)
-                               or True)
+  for _, name, field in config.flag_fields():
+    if 'check' in field.metadata and name in FLAGS and name not in _VALIDATED:
+      flags.register_validator(name, lambda value, name=name, check=field.metadata['check']:
+                               check(name, value) or True)
       _VALIDATED.add(name)
 
 
