@@ -1,6 +1,5 @@
-"""Keras models by name (`MODELS`) and each dataset's default (`DEFAULT_MODELS`): `MODELS[name](
-input_shape, num_classes, *, seed=0)` is a new uncompiled model from inputs to logits whose
-initializers are seeded by `seed`. Sources: docs/experiments.md, "Models"."""
+"""Keras models by name: `MODELS[name](input_shape, num_classes, *, seed=0)` is a new uncompiled
+model from inputs to logits, its initializers seeded by `seed`; `DEFAULT_MODELS` per dataset."""
 
 import itertools
 import math
@@ -26,7 +25,7 @@ def _conv(seeds, filters, size, padding='same'):
 
 
 def _image_layers(input_shape):
-  """Reshapes (H, W) or (S*S,) inputs to (H, W, 1)."""
+  """(H, W) or (S*S,) inputs reshaped to (H, W, 1)."""
   if len(input_shape) == 3:
     return []
   if len(input_shape) == 2:
@@ -138,7 +137,6 @@ DEFAULT_MODELS = {
 
 
 def get(name: str) -> ModelFn:
-  """The model function registered under `name`."""
   if name not in MODELS:
     raise ValueError(f'model must be one of {sorted(MODELS)}, got {name!r}')
   return MODELS[name]

@@ -1,6 +1,5 @@
-"""Server-state checkpoints on `tff.program`'s interface, one `round_<r>.npz` per version,
-written atomically and checked leaf by leaf when loaded (why not TFF's `FileProgramStateManager`:
-docs/design.md, "Results on disk")."""
+"""Server-state checkpoints on `tff.program`'s interface: one `round_<r>.npz` per version, written
+atomically, checked leaf by leaf when loaded (docs/design.md, "Results on disk")."""
 
 import os
 import re
@@ -20,19 +19,14 @@ _FORMAT = 1
 
 
 class CheckpointError(ValueError):
-  """A checkpoint file that cannot be read, or that does not hold a state of the given
-  structure."""
+  """A checkpoint that cannot be read, or does not hold a state of the given structure."""
 
 
 class CheckpointManager(tff.program.ProgramStateManager):
-  """Saves and restores server state under `root_dir` (created if missing; temporaries of saves
-  cut short are removed), keeping the newest `keep_total` versions (<= 0: all).
-
-  Version r is the state after round r, its leaves (flattened with dm-tree, as TFF flattens) the
-  arrays of one `.npz`. Beyond TFF's contract, a save replaces an existing version and a load
-  checks every leaf's shape and dtype (`CheckpointError`). TFF's methods are coroutines;
-  `versions`, `path` and `remove_after` are plain methods.
-  """
+  """Saves and restores server state under `root_dir`, keeping the newest `keep_total` versions
+  (<= 0: all). Version r is the state after round r, its leaves (flattened with dm-tree, as TFF
+  does) the arrays of one `.npz`; a save replaces an existing version, a load checks every leaf's
+  shape and dtype. TFF's methods are coroutines; `versions`, `path`, `remove_after` are not."""
 
   def __init__(self, root_dir: str, keep_total: int = 3):
     self.root_dir, self._keep_total = root_dir, int(keep_total)
@@ -45,7 +39,6 @@ class CheckpointManager(tff.program.ProgramStateManager):
     return sorted(int(m.group(1)) for m in found if m)
 
   def path(self, version: int) -> str:
-    """The file of the checkpoint of round `version`."""
     return os.path.join(self.root_dir, f'{_PREFIX}{version}{_SUFFIX}')
 
   async def get_versions(self) -> Optional[list[int]]:
@@ -53,8 +46,7 @@ class CheckpointManager(tff.program.ProgramStateManager):
     return self.versions() or None
 
   async def save(self, program_state: Any, version: int) -> None:
-    """Saves `program_state` as the state after round `version` (replacing any older save of
-    it), then removes the oldest versions beyond `keep_total`."""
+    """Saves `program_state` as version `version`, then removes the oldest beyond `keep_total`."""
     leaves = [np.asarray(leaf) for leaf in tree.flatten(program_state)]
     if any(leaf.dtype == object for leaf in leaves):
       raise ValueError('a checkpointed state must hold arrays and scalars only, got a leaf of '
@@ -67,13 +59,9 @@ class CheckpointManager(tff.program.ProgramStateManager):
         os.remove(self.path(old))
 
   async def load(self, version: int, structure: Any) -> Any:
-    """The state saved after round `version`, of the structure, shapes and dtypes of
-    `structure` (a state of the same process, e.g. `process.initialize()`).
-
-    Raises:
-      tff.program.ProgramStateNotFoundError: no checkpoint of `version`.
-      CheckpointError: the file is damaged, or holds another structure.
-    """
+    """The state saved as `version`, of the structure, shapes and dtypes of `structure` (e.g.
+    `process.initialize()`); `tff.program.ProgramStateNotFoundError` when there is none,
+    `CheckpointError` for a damaged file or another structure."""
     path = self.path(version)
     if not os.path.exists(path):
       raise tff.program.ProgramStateNotFoundError(version)
@@ -96,7 +84,6 @@ class CheckpointManager(tff.program.ProgramStateManager):
     return tree.unflatten_as(structure, leaves)
 
   def remove_after(self, round_num: int) -> None:
-    """Removes checkpoints of rounds after `round_num`."""
     for version in self.versions():
       if version > round_num:
         os.remove(self.path(version))

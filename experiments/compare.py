@@ -69,9 +69,8 @@ def check_flags() -> tuple[config.ExperimentConfig, tuple[str, ...], tuple[int, 
 
 def summarize(runs: Sequence[Sequence[Mapping[str, Any]]], target_accuracy: float
               ) -> dict[str, list]:
-  """An algorithm's table row from the metrics rows of each seed's run: per seed, the benchmark's
-  summary of the test curve (`runs.summarize`, mean of the last `LAST_K` evaluated rounds) and the
-  first round at `target_accuracy` (seeds that reach it)."""
+  """An algorithm's table row from each seed's metrics rows: per seed, the benchmark's summary of
+  the test curve (`runs.summarize`) and the first round at `target_accuracy` (where reached)."""
   summaries = [runs_lib.summarize(rows, prefix='test', last_k=LAST_K) for rows in runs]
   out = {k: [s[k] for s in summaries] for k in ('last_k_accuracy', 'final_accuracy',
                                                  'final_macro_f1', 'seconds_per_round')}
@@ -89,8 +88,7 @@ def _mean_std(values: Sequence[float]) -> str:
 
 def markdown_table(summaries: Mapping[str, Mapping[str, list]], target_accuracy: float) -> str:
   """The comparison (algorithm -> `summarize`) as a Markdown table, mean ± std over seeds: the
-  benchmark's primary statistic first, then the last round's; the first round at
-  `target_accuracy` is read off the test curve (descriptive, not a selection)."""
+  benchmark's primary statistic first, then the last round's."""
   lines = [f'| algorithm | test accuracy, mean of last {LAST_K} rounds | final test accuracy | '
            f'final macro-F1 | first round at {target_accuracy:g} test accuracy | '
            'mean round time (s) |', '|---|---|---|---|---|---|']
@@ -105,29 +103,32 @@ def markdown_table(summaries: Mapping[str, Mapping[str, list]], target_accuracy:
   return '\n'.join(lines) + '\n'
 
 
+# plot file -> (suffix of its column, y label, title)
+_PLOTS = {'accuracy': ('test_accuracy', 'test accuracy', 'Test accuracy per round'),
+          'conflict_fraction': ('conflict_fraction_before',
+                                'fraction of client pairs with negative cosine',
+                                'Gradient conflict before correction, per round')}
+
+
 def write_plots(runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], root: str
                 ) -> list[str]:
   """accuracy.png and conflict_fraction.png under `root`; returns the files written."""
-  curves = {'accuracy': {}, 'conflict_fraction': {}}
-  for alg, per_seed in runs.items():
-    conflict = next((c for c in per_seed[0][0] if c.endswith('conflict_fraction_before')), None)
-    for name, column in (('accuracy', 'test_accuracy'), ('conflict_fraction', conflict)):
-      if column is not None:
-        curves[name][alg] = [{r['round_num']: r[column] for r in rows if r.get(column) is not None}
-                             for rows in per_seed]
-  titles = {'accuracy': ('test accuracy', 'Test accuracy per round'),
-            'conflict_fraction': ('fraction of client pairs with negative cosine',
-                                  'Gradient conflict before correction, per round')}
   written = []
-  for name, (ylabel, title) in titles.items():
+  for name, (suffix, ylabel, title) in _PLOTS.items():
+    curves = {}
+    for algorithm, per_seed in runs.items():
+      column = next((c for c in per_seed[0][0] if c.endswith(suffix)), None)
+      if column is not None:
+        curves[algorithm] = [{r['round_num']: r[column] for r in rows
+                              if r.get(column) is not None} for rows in per_seed]
     path = os.path.join(root, f'{name}.png')
-    if curves[name] and plotting.plot_curves(curves[name], path, ylabel=ylabel, title=title):
+    if curves and plotting.plot_curves(curves, path, ylabel=ylabel, title=title):
       written.append(path)
   return written
 
 
 def comparison_name(experiment: config.ExperimentConfig) -> str:
-  """The comparison's directory name: `output.experiment_name` or `compare_<dataset>`."""
+  """`output.experiment_name` or `compare_<dataset>`."""
   return experiment.output.experiment_name or f'compare_{experiment.data.dataset}'
 
 

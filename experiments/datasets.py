@@ -23,20 +23,17 @@ def _leaf(leaf_dir, leaf_name, cache_dir):
   return _data().leaf(leaf_dir, name=leaf_name, cache_dir=cache_dir)
 
 
-def _select(client_data, keep):
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
-      [c for c in client_data.client_ids if c in keep], client_data.serializable_dataset_fn)
-
-
 def _first(train, test, n, what, all_test=False):
   """The first `n` clients of train (sorted ids), and of test the same ones (all with
   `all_test`)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   ids = sorted(train.client_ids)
   if n > len(ids):
     raise ValueError(f'num_clients={n} is larger than the {len(ids)} {what}')
   keep = set(ids[:n])
-  return _select(train, keep), test if all_test else _select(test, keep)
+  select = lambda data: tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+      [c for c in data.client_ids if c in keep], data.serializable_dataset_fn)
+  return select(train), test if all_test else select(test)
 
 
 def _load(o: config.DataConfig):
@@ -59,12 +56,9 @@ def _load(o: config.DataConfig):
 
 
 def load(data: config.DataConfig) -> tuple[Any, Any]:
-  """(train, test) `ClientData` of `data.dataset` (tfds datasets: 100 clients by default).
-
-  Raises:
-    config.ConfigError: the loader's ValueError or OSError (too many clients, a missing or
-      malformed file), naming the `_SOURCE` setting when it is set, else `dataset`.
-  """
+  """(train, test) `ClientData` of `data.dataset` (tfds datasets: 100 clients by default); the
+  loader's ValueError or OSError as a `config.ConfigError` naming its `_SOURCE` setting when set,
+  else `dataset`."""
   try:
     return _load(data)
   except (ValueError, OSError) as e:

@@ -1,7 +1,6 @@
-"""The one run path of `train`, `compare` and the benchmark: `Runs.execute` (a process from its
-parts, evaluated by `Runs.evaluator`); `run_experiment` runs an `ExperimentConfig`."""
+"""The one run path of `train`, `compare` and the benchmark: `Runs.execute` builds a process,
+runs it (`training_loop`) and evaluates it; `run_experiment` runs an `ExperimentConfig`."""
 
-import collections
 import functools
 import inspect
 import time
@@ -42,7 +41,6 @@ def population_kwargs(build: Callable[..., Any], train_data: Any) -> dict[str, A
 
 
 def build_optimizer(settings):
-  """The `tff.learning.optimizers` optimizer of an `OptimizerConfig` (client or server)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   optimizers = tff.learning.optimizers
   if settings.optimizer == 'sgd':
@@ -52,7 +50,6 @@ def build_optimizer(settings):
 
 
 def input_spec(train_data: Any, loop: config_lib.LoopConfig):
-  """The element spec of a client batch under `loop`."""
   first = train_data.create_tf_dataset_for_client(train_data.client_ids[0])
   return training_loop.preprocess(first, loop).element_spec
 
@@ -72,8 +69,8 @@ _assign_functions: 'weakref.WeakKeyDictionary[tf.keras.Model, Any]' = weakref.We
 
 
 def _assign_function(model: tf.keras.Model) -> Callable[[list], None]:
-  """`ModelWeights.assign_weights_to(model)` as one call traced once per model (trainable, then
-  non-trainable weights); eager, each assignment is a Python-dispatched op."""
+  """Assigns (trainable, then non-trainable) weights to `model` in one call traced once per model
+  (eagerly, each assignment is a Python-dispatched op)."""
   if model not in _assign_functions:
     variables = list(model.trainable_weights) + list(model.non_trainable_weights)
     refs = [weakref.ref(v) for v in variables]  # the cache must not keep the model alive
@@ -104,22 +101,6 @@ class Runs:
   def num_processes(self) -> int:
     return len(self._processes)
 
-  def process(self, key: Any, build: Callable[[], Any]) -> tuple:
-    """(process, runner, initial state) of `build()`, built once per `key` (None: each call)."""
-    if key is None or key not in self._processes:
-      from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
-      start = time.monotonic()
-      process = build()
-      runner = runtime.make_runner(process, self._runtime)
-      built = (process, runner, runner.initialize())
-      self.build_seconds += time.monotonic() - start
-      # A Keras model created eagerly before TFF traces a model function is invalidated.
-      self._models.clear()
-      if key is None:
-        return built
-      self._processes[key] = built
-    return self._processes[key]
-
   def _pooled(self, client_data) -> tuple[np.ndarray, np.ndarray]:
     if id(client_data) not in self._arrays:   # the data are kept: their id stays theirs
       self._arrays[id(client_data)] = (client_data, *pooled_arrays(client_data))
@@ -138,17 +119,10 @@ class Runs:
     clients' `train_loss` measured while training. The model (`model_fn()`, cached under
     `model_key`) is built at the first call, after the process."""
     from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
-    columns = [f'{prefix}_{c}' for c in ('accuracy', 'loss', 'macro_f1')]
     cooccurrence = None
-    if per_class:
-      columns += [f'{prefix}_mean_logit'] + [f'{prefix}_class_accuracy/{k}'
-                                             for k in range(num_classes)]
-      counts = getattr(train_data, 'label_counts', None)
-      if counts is not None and np.shape(counts)[-1] == num_classes:
-        cooccurrence = evaluation.class_cooccurrence(counts)
-        columns += [f'{prefix}_{c}' for c in PAIR_ERROR_COLUMNS]
-    if global_train:
-      columns += GLOBAL_TRAIN_COLUMNS
+    counts = getattr(train_data, 'label_counts', None)
+    if per_class and counts is not None and np.shape(counts)[-1] == num_classes:
+      cooccurrence = evaluation.class_cooccurrence(counts)
 
     def evaluate(model_weights) -> dict[str, float]:
       x, y = self._pooled(eval_data)
@@ -158,8 +132,7 @@ class Runs:
       _assign_function(model)(list(model_weights.trainable) + list(model_weights.non_trainable))
       result = evaluation.evaluate_arrays(model, x, y, num_classes=num_classes)
       self.confusion = np.asarray(result['confusion_matrix']).tolist()
-      out = collections.OrderedDict(
-          (f'{prefix}_{k}', float(result[k])) for k in ('accuracy', 'loss', 'macro_f1'))
+      out = {f'{prefix}_{k}': float(result[k]) for k in ('accuracy', 'loss', 'macro_f1')}
       if per_class:
         out[f'{prefix}_mean_logit'] = float(result['mean_logit'])
         for k, value in enumerate(np.asarray(result['per_class_accuracy']).reshape(-1)):
@@ -174,6 +147,14 @@ class Runs:
                    global_train_accuracy=float(on_train['accuracy']))
       return out
 
+    columns = [f'{prefix}_{c}' for c in ('accuracy', 'loss', 'macro_f1')]
+    if per_class:
+      columns += [f'{prefix}_mean_logit'] + [f'{prefix}_class_accuracy/{k}'
+                                             for k in range(num_classes)]
+    if cooccurrence is not None:
+      columns += [f'{prefix}_{c}' for c in PAIR_ERROR_COLUMNS]
+    if global_train:
+      columns += GLOBAL_TRAIN_COLUMNS
     return evaluate, tuple(columns)
 
   def execute(self, builder: Callable[..., Any], kwargs: Mapping[str, Any], model_fn, *,
@@ -183,16 +164,26 @@ class Runs:
               start: Optional[Callable[[Any, Any], Any]] = None, model_key: Any = None,
               prefix: str = 'test', per_class: bool = True, global_train: bool = False,
               **loop_kwargs) -> tuple:
-    """Runs one run through `training_loop.run_training` (metrics, checkpoints, resume;
-    `loop_kwargs` are its own) and returns its value: the process `builder(model_fn, ...,
-    **kwargs)` with the population's size where it takes it (`population_kwargs`; shared by the
-    runs of one `key`), from `start(runner, built initial state)` when given, evaluated on
-    `eval_data` (`evaluator`)."""
-    build = functools.partial(
-        builder, model_fn, input_spec=input_spec(train_data, loop),
-        client_optimizer_fn=client_optimizer, server_optimizer_fn=server_optimizer,
-        **population_kwargs(builder, train_data), **kwargs)
-    process, runner, state = self.process(key, build)
+    """Runs one run through `training_loop.run_training` (`loop_kwargs` are its own) and returns
+    its value: the process `builder(model_fn, ..., **kwargs)` with the population's size where it
+    takes it, built once per `key` (None: each call), from `start(runner, initial state)` when
+    given, evaluated on `eval_data` (`evaluator`)."""
+    from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+    built = self._processes.get(key) if key is not None else None
+    if built is None:
+      began = time.monotonic()
+      process = builder(
+          model_fn, input_spec=input_spec(train_data, loop), client_optimizer_fn=client_optimizer,
+          server_optimizer_fn=server_optimizer, **population_kwargs(builder, train_data),
+          **kwargs)
+      runner = runtime.make_runner(process, self._runtime)
+      built = (process, runner, runner.initialize())
+      self.build_seconds += time.monotonic() - began
+      # A Keras model created eagerly before TFF traces a model function is invalidated.
+      self._models.clear()
+      if key is not None:
+        self._processes[key] = built
+    process, runner, state = built
     if start is not None:
       state = start(runner, state)
     evaluate, columns = self.evaluator(model_fn, eval_data, num_classes, model_key=model_key,
@@ -206,8 +197,7 @@ class Runs:
 
 
 def check_composition(algorithm: config_lib.AlgorithmConfig) -> None:
-  """Refuses `--aggregator` on a named algorithm whose builder takes none (a `ConfigError`
-  naming the builders that take one), or an unknown aggregator."""
+  """`ConfigError` for `--aggregator` unknown or on an algorithm whose builder takes none."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   builder = learning.ALGORITHMS.get(algorithm.name)
   if builder is None or algorithm.aggregator is None:
@@ -224,11 +214,10 @@ def check_composition(algorithm: config_lib.AlgorithmConfig) -> None:
 
 
 def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], dict[str, Any]]:
-  """(builder, keyword arguments) of `config.algorithm`: `tff_conflict.learning.ALGORITHMS[name]`
-  with its hyperparameters (FedProx's term where `proximal_term` adds it, an aggregator on top
-  where it takes one), or for 'custom' `learning.build_process` with `client_loss`, `aggregator`
-  and the proximal term. A builder's ValueError becomes a `config.ConfigError` naming
-  --algorithm; so does an unregistered name or a proximal term for a builder without one."""
+  """(builder, keyword arguments) of `config.algorithm`: `learning.ALGORITHMS[name]` with its
+  hyperparameters, proximal term and aggregator, or for 'custom' `learning.build_process`. A
+  builder's ValueError, an unknown name or a proximal term for a builder without one become a
+  `config.ConfigError` naming --algorithm."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   algorithm = config.algorithm
   values = dict(vars(config.hparams), seed=config.seed)
@@ -273,12 +262,11 @@ def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], 
 
 
 def model_name(config: config_lib.ExperimentConfig) -> str:
-  """The model of `config`: `model`, else the dataset's default."""
   return config.model or datasets.default_model(config.data)
 
 
 def model_of(config: config_lib.ExperimentConfig, train: Any) -> tuple:
-  """(model function seeded by `config.seed`, number of classes) of `config` on `train`."""
+  """(model function seeded by `config.seed`, number of classes) on `train`."""
   classes = datasets.num_classes(config.data)
   shape = tuple(input_spec(train, config.training)['x'].shape[1:])
   return functools.partial(architectures.get(model_name(config)), shape, classes,
@@ -287,9 +275,9 @@ def model_of(config: config_lib.ExperimentConfig, train: Any) -> tuple:
 
 def load_task(config: config_lib.ExperimentConfig, *,
               data: Optional[tuple[Any, Any]] = None) -> tuple[Any, Any]:
-  """(train, test) ClientData of `config` (`data` when given), its model checked on their inputs
-  in a scratch graph; raises `config.ConfigError` for data the loader refuses, an unknown model
-  or one that cannot take the inputs, or clients_per_round larger than the population."""
+  """(train, test) ClientData of `config` (`data` when given); `config.ConfigError` for data the
+  loader refuses, an unknown model or one that cannot take the inputs (built in a scratch graph),
+  or clients_per_round larger than the population."""
   train, test = datasets.load(config.data) if data is None else data
   name = model_name(config)
   config_lib.require('model', name, config_lib.one_of(sorted(architectures.MODELS)), field='name')
@@ -310,8 +298,7 @@ def load_task(config: config_lib.ExperimentConfig, *,
 
 
 def hparams_record(config: config_lib.ExperimentConfig, **extra: Any) -> dict[str, Any]:
-  """What hparams.csv records for a run of `config`: every setting under its flag's name, then
-  `extra`, package versions and the git commit (`metrics_io.provenance`)."""
+  """hparams.csv of a run of `config`: each setting under its flag's name, `extra`, provenance."""
   values = config.flag_values()
   values.update(extra)
   values.update(metrics_io.provenance())
@@ -321,9 +308,8 @@ def hparams_record(config: config_lib.ExperimentConfig, **extra: Any) -> dict[st
 def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[tuple] = None,
                    runs: Optional[Runs] = None, experiment_dir: Optional[str] = None,
                    label: Optional[str] = None, **loop_kwargs) -> tuple:
-  """Runs `config` (`Runs.execute`) on `task` = (train, test) (default `load_task(config)`), into
-  `experiment_dir` (default `config.experiment_dir`), labelled `label` (default the method's);
-  `loop_kwargs` are `run_training`'s (e.g. `stream`). Returns `Runs.execute`'s value."""
+  """`Runs.execute` of `config` on `task` = (train, test) (default `load_task(config)`) into
+  `experiment_dir` (default `config.experiment_dir`); `loop_kwargs` are `run_training`'s."""
   train, test = load_task(config) if task is None else task
   builder, kwargs = method_of(config)
   model_fn, classes = model_of(config, train)

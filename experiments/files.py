@@ -6,14 +6,12 @@ import errno
 import json
 import math
 import os
-import tempfile
-import threading
+import secrets
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 TEMP_MARK = '.tmp-'
 # errno of a write refused by the disk itself: full, over quota, read-only.
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
-_UMASK_LOCK = threading.Lock()
 
 
 class Failure(Exception):
@@ -23,21 +21,15 @@ class Failure(Exception):
 
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = 'w', **kwargs: Any) -> Iterator[IO]:
-  """A file (mode 'w' or 'wb', `open`'s `kwargs`) whose content replaces `path` when the block
-  ends cleanly: written to `<name>.tmp-<random>` beside it, synced, renamed over it. An error or
-  a kill leaves the old file and at most a temporary (`remove_temporaries`). The file gets the
-  umask's permissions, as `open` would give it."""
+  """A file (mode 'w' or 'wb') whose content replaces `path` when the block ends cleanly: written
+  to `<name>.tmp-<random>` beside it, synced, renamed over it, with the umask's permissions. An
+  error or a kill leaves the old file and at most a temporary (`remove_temporaries`)."""
   if mode not in ('w', 'wb'):
     raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
-  directory, name = os.path.split(os.path.abspath(path))
-  fd, temp = tempfile.mkstemp(dir=directory, prefix=f'{name}{TEMP_MARK}')
+  temp = f'{os.path.abspath(path)}{TEMP_MARK}{secrets.token_hex(6)}'
   try:
-    with _UMASK_LOCK:  # read by setting it and setting it back
-      umask = os.umask(0o022)
-      os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would hide results from collaborators
     with _naming(path):
-      with open(fd, mode, **kwargs) as f:
+      with open(temp, mode.replace('w', 'x'), **kwargs) as f:  # a new file: the umask applies
         yield f
         f.flush()
         os.fsync(f.fileno())
@@ -49,7 +41,7 @@ def atomic_open(path: str, mode: str = 'w', **kwargs: Any) -> Iterator[IO]:
 
 @contextlib.contextmanager
 def _naming(path: str) -> Iterator[None]:
-  """An `OSError` without a file name (a write or flush the disk refused) names `path`."""
+  """An `OSError` without a file name (a write the disk refused) names `path`."""
   try:
     yield
   except OSError as e:
@@ -93,9 +85,8 @@ def write_csv_atomically(path: str, columns: Sequence[str],
 
 def append_csv_rows(path: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]], *,
                     sync: bool = True) -> None:
-  """Appends `rows` to a CSV whose header is `columns`: not atomic but cheap, and flushed (and
-  with `sync` synced, some milliseconds), so a write cut short leaves at most a partial last
-  line (which `metrics_io.read_metrics` drops); without `sync` a machine crash can lose rows."""
+  """Appends `rows` to a CSV whose header is `columns`: not atomic but cheap; flushed (and with
+  `sync` synced), so a write cut short leaves at most a partial last line."""
   with _naming(path), open(path, 'a', newline='') as f:
     _write_rows(f, columns, rows)
     f.flush()
@@ -104,7 +95,7 @@ def append_csv_rows(path: str, columns: Sequence[str], rows: Iterable[Mapping[st
 
 
 def remove_temporaries(directory: str, prefix: str = '') -> None:
-  """Removes temporary files left in `directory` by writes cut short (names from `prefix`)."""
+  """Removes the temporaries of writes cut short in `directory` (names from `prefix`)."""
   for name in os.listdir(directory):
     if name.startswith(prefix) and TEMP_MARK in name:
       os.remove(os.path.join(directory, name))

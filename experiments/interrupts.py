@@ -26,8 +26,8 @@ def _interrupt_for(signum: int) -> KeyboardInterrupt:
 
 
 def raise_interrupt(signum, frame) -> None:
-  """Records the signal and raises its `KeyboardInterrupt` / `Terminated` (the first only: a
-  second, while the first one's exception unwinds and saves the run, is recorded only)."""
+  """Records the signal; the first raises its `KeyboardInterrupt` / `Terminated` (a second, while
+  the first one's unwinds and saves the run, is only recorded)."""
   del frame
   _received.append(signum)
   if len(_received) == 1:
@@ -50,7 +50,7 @@ def exit_now(signum, frame) -> None:
 
 def install(handler) -> None:
   """`handler` for Ctrl-C and SIGTERM (main thread only), unless the signal is ignored (a
-  background job's SIGINT) or handled by someone else than us or TFF's runtime."""
+  background job's SIGINT) or handled by another than us or TFF's runtime."""
   if threading.current_thread() is not threading.main_thread():
     return
   for signum in _SIGNALS:
@@ -68,8 +68,8 @@ def exit_on_signals() -> None:
 
 
 def _at_teardown() -> None:
-  """The command is over: a signal is ignored from now on, so that the process ends with the
-  command's status (Python resets a Python handler to the default action while tearing down)."""
+  """Ignores signals once the command is over, so that the process ends with its status (Python
+  resets a Python handler to the default action while tearing down)."""
   if threading.current_thread() is threading.main_thread():
     for signum in _SIGNALS:
       if signal.getsignal(signum) in (raise_interrupt, exit_now):
@@ -84,8 +84,7 @@ def raise_if_interrupted() -> None:
 
 
 def quiet_dropped_interrupts() -> None:
-  """`sys.unraisablehook` says nothing of an interrupt Python drops (the record handles it) and
-  passes everything else on (idempotent)."""
+  """`sys.unraisablehook` is silent on an interrupt Python drops (the record handles it)."""
   hook = sys.unraisablehook
   if getattr(hook, 'quiets_interrupts', False):
     return

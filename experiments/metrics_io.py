@@ -24,13 +24,9 @@ HEADLINE_COLUMNS = ('train_loss', 'train_accuracy', 'test_accuracy', 'test_loss'
 
 
 def _leaves(value: Any, name: str = '') -> Iterator[tuple[str, Any]]:
-  """(`/`-joined name, value) of nested measurements in their order: mappings (and namedtuples)
-  nest; None stays None; an array of any rank >= 1 or a non-empty list or tuple of numbers is a
-  per-client float64 vector; any other number a float; empty lists and tuples give nothing.
-
-  Raises:
-    ValueError: a value that is not a number (naming it).
-  """
+  """(`/`-joined name, value) of nested measurements (mappings, namedtuples) in their order: None;
+  a per-client float64 vector for an array of rank >= 1 or a non-empty list or tuple; else a
+  float; empty lists and tuples give nothing; `ValueError` naming a value that is not a number."""
   if isinstance(value, Mapping) or hasattr(value, '_asdict'):
     for key, item in (value if isinstance(value, Mapping) else value._asdict()).items():
       yield from _leaves(item, f'{name}/{key}' if name else str(key))
@@ -71,7 +67,7 @@ def _parse(value: Optional[str]):
 
 
 def read_csv(path: str) -> list[dict[str, Any]]:
-  """Rows of a CSV written here, with numbers parsed and empty (or missing) cells as None."""
+  """Rows of a CSV written here, numbers parsed, empty (or missing) cells None."""
   with open(path, newline='') as f:
     return [{k: _parse(v) for k, v in row.items() if k is not None}
             for row in csv.DictReader(f)]
@@ -79,16 +75,11 @@ def read_csv(path: str) -> list[dict[str, Any]]:
 
 def read_metrics(path: str) -> tuple[list[dict[str, Any]], list[str], Optional[str]]:
   """(its intact rows, its header ([] when damaged), why reading stopped before the end or None)
-  of a `metrics.csv` written by `MetricsReleaseManager`.
+  of a `metrics.csv`; `OSError` when it cannot be read.
 
-  Rows are intact from the first one up to the first that is damaged: a last line cut short
-  (no line end: the file was truncated), a row with another number of cells than the header, a
-  `round_num` other than the row's position (1, 2, ...), or a cell that is neither empty nor a
-  number. That row and everything after it are left out; the problem says what was found (e.g.
-  'ends in a line cut short after round 3').
-
-  Raises:
-    OSError: the file cannot be read (missing, no permission).
+  Rows are intact up to the first damaged one (left out with all after it): a last line cut
+  short (the file was truncated), another number of cells than the header, a `round_num` other
+  than the row's position (1, 2, ...), or a cell neither empty nor a number.
   """
   with open(path, 'rb') as f:
     data = f.read()
@@ -121,39 +112,25 @@ def read_metrics(path: str) -> tuple[list[dict[str, Any]], list[str], Optional[s
 
 def _per_client_rows(path: str, through_round: int) -> list[dict[str, Any]]:
   """The rows of rounds 1..through_round of a per_client.csv, up to its first damaged row."""
-  if through_round <= 0 or not os.path.exists(path):
-    return []
   try:
-    rows = read_csv(path)
+    rows = read_csv(path) if through_round > 0 and os.path.exists(path) else []
   except (OSError, ValueError, csv.Error):
-    return []
-  kept = []
-  for row in rows:
-    if (set(row) != set(PER_CLIENT_COLUMNS) or not isinstance(row[ROUND_COLUMN], int)
-        or not isinstance(row['client_index'], int) or not isinstance(row['value'], (int, float))):
-      break
-    if row[ROUND_COLUMN] <= through_round:
-      kept.append(row)
-  return kept
+    rows = []
+  intact = [set(row) == set(PER_CLIENT_COLUMNS) and isinstance(row[ROUND_COLUMN], int)
+            and isinstance(row['client_index'], int) and isinstance(row['value'], (int, float))
+            for row in rows] + [False]
+  return [row for row in rows[:intact.index(False)] if row[ROUND_COLUMN] <= through_round]
 
 
 class MetricsReleaseManager(tff.program.ReleaseManager):
-  """Releases each round's measurements (key: the round) to `metrics.csv` and `per_client.csv`.
+  """Releases each round's measurements (key: the round) as one metrics.csv row (`round_num`, the
+  `HEADLINE_COLUMNS` present, then `flatten_metrics(value)`) and per_client.csv's rows. Rounds
+  must increase and keep the first round's columns; each appends its lines, and a new header or
+  a resumed run rewrites a file atomically (docs/design.md, "Results on disk").
 
-  `release(value, round_num)` writes one metrics.csv row: `round_num`, the `HEADLINE_COLUMNS`
-  present, then `flatten_metrics(value)`; and each per-client value to per_client.csv. Rounds
-  must increase and keep the first round's columns. Each round appends its lines; a new header
-  or a resumed run rewrites a file atomically (docs/design.md, "Results on disk").
-
-  Args:
-    directory: where the files are.
-    rows: the metrics.csv rows to keep (rounds 1..n of a resumed run, e.g.
-      `read_metrics(path)[0][:n]`); per_client.csv keeps the same rounds. None or []: new files.
-    columns: the header of `rows` (default: the keys of the first).
-    always: names every row has, None where a round has no value (e.g. test metrics on rounds
-      without evaluation), so the column set stays fixed.
-    sync: whether each round's lines are synced to disk (`files.append_csv_rows`; needed only
-      where a run resumes from its checkpoints).
+  `rows` (with header `columns`, default the first row's keys) are the rounds 1..n of a resumed
+  run to keep, per_client.csv's too; `always` names every row has (None where a round has no
+  value); `sync`: each round's lines are synced to disk (needed where a run resumes).
   """
 
   def __init__(self, directory: str, *, rows: Optional[Sequence[Mapping[str, Any]]] = None,
@@ -173,7 +150,6 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
 
   @property
   def rows(self) -> list[dict[str, Any]]:
-    """The metrics.csv rows."""
     return list(self._rows)
 
   def _add(self, path, columns, rows, new, rewrite) -> None:
@@ -184,11 +160,8 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
       files.append_csv_rows(path, columns, new, sync=self._sync)
 
   async def release(self, value: Any, key: int) -> None:
-    """Writes the measurements `value` of round `key` (see the class docstring).
-
-    Raises:
-      ValueError: `key` does not increase, or the flattened names differ from the file's columns.
-    """
+    """Writes round `key`'s `value`; `ValueError` for a round not after the last one or other
+    columns than the file's."""
     round_num = int(key)
     row = collections.OrderedDict((name, None) for name in self._always)
     row.update(flatten_metrics(value))
@@ -215,7 +188,7 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
                 not self._per_client)
 
 
-def _hparam_str(value) -> str:
+def hparam_str(value) -> str:
   if isinstance(value, (list, tuple)):
     return ','.join(str(v) for v in value)
   return '' if value is None else str(value)
@@ -223,7 +196,7 @@ def _hparam_str(value) -> str:
 
 def write_hparams(path: str, hparams: Mapping[str, Any]) -> None:
   """Writes `hparams.csv`: a header of names and one row of values (lists comma-joined)."""
-  files.write_csv_atomically(path, list(hparams), [{k: _hparam_str(v) for k, v in hparams.items()}])
+  files.write_csv_atomically(path, list(hparams), [{k: hparam_str(v) for k, v in hparams.items()}])
 
 
 def read_hparams(path: str) -> dict[str, str]:
@@ -236,8 +209,8 @@ def read_hparams(path: str) -> dict[str, str]:
 
 
 def provenance() -> dict[str, str]:
-  """`version/<package>` of Python and the packages results depend on, and `git_commit` (''
-  outside a git checkout), for hparams.csv."""
+  """`version/<package>` of Python and the packages results depend on, and `git_commit` ('' outside
+  a git checkout)."""
   import importlib.metadata  # pylint: disable=g-import-not-at-top
   import tff_conflict  # pylint: disable=g-import-not-at-top
   values = {'version/python': platform.python_version()}

@@ -18,19 +18,13 @@ def format_duration(seconds: Optional[float]) -> str:
 
 
 class Progress:
-  """Rounds `done + 1 .. total`, ticked one at a time (`tick(postfix=...)`: the figures shown
-  after the times). The ETA is the mean time of the rounds ticked here times the rounds left.
+  """Rounds `done + 1 .. total` ticked one at a time, `label` first and the `tick`'s `postfix`
+  after the times; the ETA is the mean time of the rounds ticked here times the rounds left.
 
-  A grid announces each run (`start_run(rounds, label)`, the label shown after the times) and
-  ends it (`end_run()`: the rounds it did not run leave the total).
-
-  Args:
-    total, done: the rounds planned, and those done already (a resumed run).
-    label: printed first (e.g. the algorithm).
-    stream: default stdout. A terminal gets a `tqdm` bar `width` characters wide redrawn in
-      place; anything else plain lines, at most one per `min_interval` seconds.
-    enabled: False shows nothing.
-    clock: returns seconds (tests pass a fake one).
+  A grid announces each run (`start_run(rounds, label)`: the label shown after the times) and
+  ends it (`end_run()`: the rounds it did not run leave the total). A terminal `stream` (default
+  stdout) gets a `tqdm` bar `width` characters wide redrawn in place, anything else plain lines,
+  at most one per `min_interval` seconds of `clock`; `enabled=False` shows nothing.
   """
 
   def __init__(self, total: int, *, done: int = 0, label: str = '',
@@ -101,9 +95,10 @@ class Progress:
         self._show()
 
   def close(self) -> None:
-    """Ends the bar's line on a terminal; otherwise prints the last state unless shown."""
+    """Ends the bar's line on a terminal; otherwise prints the last state unless shown (once)."""
     if self._bar is not None:
       self._bar.close()
       self._bar = None
     elif self.done != self._shown:
       self._show(force=True)
+    self._shown = self.done

@@ -1,5 +1,5 @@
-"""The run loop every run goes through: rounds, evaluation, metrics, checkpoints and an exact
-resume (docs/design.md, "Experiments")."""
+"""The run loop every run goes through: the round's client datasets, rounds, evaluation, metrics,
+checkpoints and an exact resume (docs/design.md, "Experiments")."""
 
 import asyncio
 import collections
@@ -8,9 +8,11 @@ import os
 import shutil
 import sys
 import time
+import weakref
 from typing import Any, Callable, Mapping, Optional, Sequence, TextIO
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiments import checkpoints as checkpoints_lib
@@ -19,7 +21,6 @@ from experiments import config as config_lib
 from experiments import files
 from experiments import metrics_io
 from experiments import progress as progress_lib
-from experiments import round_data
 from tff_conflict.learning import client_controls as client_controls_lib
 from tff_conflict.learning import scaffold as scaffold_lib
 
@@ -31,7 +32,6 @@ RESUMABLE_CHANGES = frozenset({
     'rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints', 'output_dir', 'resume',
     'progress', 'runtime', 'workers', 'git_commit'})
 TEST_COLUMNS = ('test_accuracy', 'test_loss', 'test_macro_f1')
-preprocess = round_data.preprocess
 
 
 class ResumeError(files.Failure, ValueError):
@@ -52,6 +52,88 @@ def sample_clients(client_ids: Sequence[str], num_clients: int, *, seed: int,
   return [client_ids[i] for i in np.sort(rng.choice(len(client_ids), num_clients, replace=False))]
 
 
+def _shuffle_seed(config: config_lib.LoopConfig, round_num: int, client_index: int) -> Any:
+  """The tf.data shuffle seed of (seed, round, the client's position in the round); None without
+  shuffling."""
+  if config.shuffle_buffer <= 0:
+    return None
+  return int(np.random.default_rng([int(config.seed), int(round_num), int(client_index), 1])
+             .integers(0, 2**31 - 1))
+
+
+def _pipeline(dataset: tf.data.Dataset, config: config_lib.LoopConfig, seed: Any):
+  if config.shuffle_buffer > 0:
+    dataset = dataset.shuffle(config.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
+  if config.client_epochs > 1:
+    dataset = dataset.repeat(config.client_epochs)
+  return dataset.batch(config.batch_size)
+
+
+def preprocess(dataset: tf.data.Dataset, config: config_lib.LoopConfig, *, round_num: int = 0,
+               client_index: int = 0) -> tf.data.Dataset:
+  """Shuffle (seeded by seed, round and position) -> repeat `client_epochs` -> batch."""
+  return _pipeline(dataset, config, _shuffle_seed(config, round_num, client_index))
+
+
+# Traced cohort functions per client data (alive as long as it is), kept across runs.
+_COHORT_FUNCTIONS: 'weakref.WeakKeyDictionary[Any, dict[tuple, Any]]' = weakref.WeakKeyDictionary()
+
+
+class RoundData:
+  """A round's datasets: `preprocess` of each sampled client's, the client data's
+  `serializable_dataset_fn` and the pipeline traced into one function per cohort size (eagerly,
+  each client costs 1-17 ms of Python-built ops); data whose dataset function cannot be traced,
+  or traces to other element specs, is read one client at a time."""
+
+  def __init__(self, train_data: Any, config: config_lib.LoopConfig):
+    self._train_data, self._config = train_data, config
+    try:
+      self._functions = _COHORT_FUNCTIONS.setdefault(train_data, {})
+    except TypeError:  # not weakly referenceable: traced per run
+      self._functions = {}
+    self._element_spec = None
+    self._traceable = True
+
+  def _trace(self, k: int):
+    dataset_fn, config, specs = self._train_data.serializable_dataset_fn, self._config, []
+
+    def make(client_ids, seeds):
+      datasets = [_pipeline(dataset_fn(client_ids[i]), config, seeds[i]) for i in range(k)]
+      specs.extend(d.element_spec for d in datasets)
+      return [tf.data.experimental.to_variant(d) for d in datasets]
+
+    signature = [tf.TensorSpec([k], tf.string), tf.TensorSpec([k], tf.int64)]
+    return tf.function(make, input_signature=signature,
+                       autograph=False).get_concrete_function(), specs
+
+  def _one_by_one(self, client_ids, round_num):
+    return [preprocess(self._train_data.create_tf_dataset_for_client(cid), self._config,
+                       round_num=round_num, client_index=i)
+            for i, cid in enumerate(client_ids)]
+
+  def __call__(self, client_ids: Sequence[str], round_num: int) -> list[tf.data.Dataset]:
+    """The datasets of `client_ids` (in this order) in round `round_num`."""
+    config, k = self._config, len(client_ids)
+    if not self._traceable or not k:
+      return self._one_by_one(client_ids, round_num)
+    if self._element_spec is None:
+      self._element_spec = self._one_by_one(client_ids[:1], round_num)[0].element_spec
+    key = (config.shuffle_buffer, config.client_epochs, config.batch_size, k)
+    if key not in self._functions:
+      try:
+        self._functions[key] = self._trace(k)
+      except Exception:  # pylint: disable=broad-except
+        self._traceable = False  # e.g. a dataset function that runs Python on the client id
+        return self._one_by_one(client_ids, round_num)
+    function, specs = self._functions[key]
+    if any(spec != self._element_spec for spec in specs):
+      self._traceable = False  # traced, the datasets would have other shapes or types
+      return self._one_by_one(client_ids, round_num)
+    seeds = [_shuffle_seed(config, round_num, i) or 0 for i in range(k)]
+    variants = function(tf.constant(list(client_ids), tf.string), tf.constant(seeds, tf.int64))
+    return [tf.data.experimental.from_variant(v, self._element_spec) for v in variants]
+
+
 def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
   """Refuses to resume a run whose stored hyperparameters differ from `hparams`."""
   if not os.path.exists(path):
@@ -63,7 +145,7 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
         f'{path} cannot be read ({e}), so the settings of the earlier run in this directory are '
         'unknown and resuming it is refused. Use --noresume to start over, or another '
         '--experiment_name.') from None
-  current = {k: metrics_io._hparam_str(v) for k, v in hparams.items()}  # pylint: disable=protected-access
+  current = {k: metrics_io.hparam_str(v) for k, v in hparams.items()}
   # A method flag the run does not read is not recorded (earlier versions recorded every one);
   # a setting one side does not record at all counts as empty (e.g. a setting added later).
   ignored = lambda k: (k in RESUMABLE_CHANGES or k.startswith('version/')
@@ -87,51 +169,12 @@ def _short(error: Exception) -> str:
   return text if len(text) <= 160 else text[:157] + '...'
 
 
-class _ClientState:
-  """The clients' state a process keeps between rounds (SCAFFOLD's controls; none for the other
-  processes), checkpointed with the server state as `OrderedDict(state=..., client_controls=...)`.
-  """
-
-  def __init__(self, process: Any, client_ids: Sequence[str]):
-    self.controls = None
-    if scaffold_lib.control_layout(process) is not None:
-      self.controls = client_controls_lib.ClientControls.for_process(process, client_ids)
-
-  def inputs(self, sampled: Sequence[str], datasets: list) -> list:
-    return datasets if self.controls is None else self.controls.for_cohort(sampled, datasets)
-
-  def metrics(self, sampled: Sequence[str], output: Any, round_num: int) -> Any:
-    """The round's metrics; the clients' new state is kept (and left out of the metrics)."""
-    if self.controls is None:
-      return output.metrics
-    return self.controls.update(sampled, output, version=round_num)
-
-  def checkpoint(self, state: Any, round_num: int) -> Any:
-    """The saved value of round `round_num`: the state, with that round's controls (a later
-    update undone)."""
-    if self.controls is None:
-      return state
-    return collections.OrderedDict(
-        state=state, client_controls=self.controls.arrays(version=round_num))
-
-  def restored(self, saved: Any) -> Any:
-    """The server state of a loaded checkpoint; the controls are restored from it."""
-    if self.controls is None:
-      return saved
-    self.controls.restore(saved['client_controls'])
-    return saved['state']
-
-
-def _restore(manager, metrics_path: str, initial_state: Any, rounds: int,
-             notify: Callable[[str], None], client_state: _ClientState) -> tuple:
-  """(state, round, rows 1..round, columns) of the newest readable checkpoint that metrics.csv's
-  intact rows cover, else the initial state; each disagreement between the two (a crash, an
-  edit) is reported in one line naming the file.
-
-  Raises:
-    ResumeError: metrics.csv exists but cannot be read at all (permissions).
-  """
-  start = (initial_state, 0, [], None)
+def _restore(manager, metrics_path: str, template: Any, rounds: int,
+             notify: Callable[[str], None]) -> tuple:
+  """(saved value or None, its round, rows 1..round, columns) of the newest readable checkpoint
+  that metrics.csv's intact rows cover; each disagreement between the two (a crash, an edit) is
+  reported in one line naming the file. `ResumeError` for an unreadable metrics.csv."""
+  start = (None, 0, [], None)
   versions = [v for v in manager.versions() if v <= rounds]
   newest = max(versions, default=0)
   if not os.path.exists(metrics_path):
@@ -146,16 +189,13 @@ def _restore(manager, metrics_path: str, initial_state: Any, rounds: int,
     raise ResumeError(f'{metrics_path} cannot be read ({e.strerror or e}); fix it, or use '
                       '--noresume to start over') from None
   intact = len(found)
-  template = client_state.checkpoint(initial_state, 0)
   for version in reversed([v for v in versions if v <= intact]):
     try:
-      state = client_state.restored(asyncio.run(manager.load(version, template)))
+      start = (asyncio.run(manager.load(version, template)), version, found[:version], columns)
+      break
     except Exception as e:  # pylint: disable=broad-except
       notify(f'warning: the checkpoint {manager.path(version)} cannot be read ({_short(e)}); '
              'trying an older one')
-      continue
-    start = (state, version, found[:version], columns)
-    break
   outcome = f'resuming from round {start[1]}' if start[1] else 'starting over from round 1'
   if problem:
     kept = f'its intact rows are {_rounds(1, intact)}' if intact else 'no row is intact'
@@ -184,9 +224,11 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
 
   `evaluate_fn` maps model weights to metrics among `test_columns` (every row has them);
   `release_managers` (`tff.program.ReleaseManager`s) receive each round's row after metrics.csv,
-  key: the round. Ctrl-C or SIGTERM saves the last finished round and re-raises with a message
-  saying how to resume. Raises `ResumeError` for a run that cannot be resumed (other
-  hyperparameters, unreadable files, other columns; `config.resume` False starts over)."""
+  key: the round. SCAFFOLD's client controls are kept between rounds and checkpointed with the
+  state as `OrderedDict(state=..., client_controls=...)`. Ctrl-C or SIGTERM saves the last
+  finished round and re-raises with a message saying how to resume. Raises `ResumeError` for a
+  run that cannot be resumed (other hyperparameters, unreadable files, other columns;
+  `config.resume` False starts over)."""
   runner = process if runner is None else runner
   client_ids = list(train_data.client_ids)
   if config.clients_per_round > len(client_ids):
@@ -195,9 +237,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   prefix = f'{label}: ' if label else ''
 
   def notify(text: str) -> None:
-    out = stream or sys.stdout
-    out.write(f'{prefix}{text}\n')
-    out.flush()
+    print(f'{prefix}{text}', file=stream or sys.stdout, flush=True)
 
   def model_weights(state):
     # A composed process's weights are in its state; else the runner's own (an in-process run
@@ -206,6 +246,17 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
     if isinstance(weights, tff.learning.models.ModelWeights):
       return weights
     return (getattr(runner, 'get_model_weights', None) or process.get_model_weights)(state)
+
+  controls = None
+  if scaffold_lib.control_layout(process) is not None:
+    controls = client_controls_lib.ClientControls.for_process(process, client_ids)
+
+  def saved(state, round_num: int):
+    """What a checkpoint of round `round_num` holds: the state, with that round's controls."""
+    if controls is None:
+      return state
+    return collections.OrderedDict(state=state,
+                                   client_controls=controls.arrays(version=round_num))
 
   os.makedirs(experiment_dir, exist_ok=True)
   hparams_path = os.path.join(experiment_dir, HPARAMS_FILE)
@@ -222,11 +273,14 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   manager = checkpoints_lib.CheckpointManager(os.path.join(experiment_dir, CHECKPOINT_DIR),
                                               keep_total=config.keep_checkpoints)
   state = runner.initialize() if initial_state is None else initial_state
-  client_state = _ClientState(process, client_ids)
-  state, done, rows, columns = (state, 0, [], None)
+  done, rows, columns = 0, [], None
   if config.resume:
-    state, done, rows, columns = _restore(manager, metrics_path, state, config.rounds, notify,
-                                          client_state)
+    loaded, done, rows, columns = _restore(manager, metrics_path, saved(state, 0), config.rounds,
+                                           notify)
+    if controls is not None and loaded is not None:
+      controls.restore(loaded['client_controls'])
+      loaded = loaded['state']
+    state = state if loaded is None else loaded
   manager.remove_after(done)
   # Rows are synced only where a rerun resumes from a checkpoint.
   writer = metrics_io.MetricsReleaseManager(experiment_dir, rows=rows, columns=columns,
@@ -238,11 +292,10 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
     notify(f'resuming from round {done}: running {_rounds(done + 1, config.rounds)} of '
            f'{config.rounds}')
 
-  make_datasets = round_data.RoundData(train_data, config)
+  make_datasets = RoundData(train_data, config)
   events = asyncio.new_event_loop()   # one for the run's releases and saves
-  bar = None
-  if show_progress and done < config.rounds:
-    bar = progress_lib.Progress(config.rounds, done=done, label=label, stream=stream)
+  bar = progress_lib.Progress(config.rounds, done=done, label=label, stream=stream,
+                              enabled=show_progress and done < config.rounds)
   finished_state, finished_round, saved_round = state, done, done
   latest_accuracy = None
   try:
@@ -250,12 +303,16 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
       interrupts.raise_if_interrupted()   # a signal whose exception Python dropped in a callback
       sampled = sample_clients(client_ids, config.clients_per_round, seed=config.seed,
                                round_num=round_num)
-      datasets = client_state.inputs(sampled, make_datasets(sampled, round_num))
+      datasets = make_datasets(sampled, round_num)
+      if controls is not None:
+        datasets = controls.for_cohort(sampled, datasets)
       start_time = time.monotonic()
       output = runner.next(state, datasets)
       round_time = time.monotonic() - start_time
       state = output.state
-      round_metrics = client_state.metrics(sampled, output, round_num)
+      # The clients' new controls are kept, and left out of the metrics.
+      round_metrics = (output.metrics if controls is None
+                       else controls.update(sampled, output, version=round_num))
       flat = metrics_io.flatten_metrics(round_metrics)
       row: dict[str, Any] = {
           'train_loss': flat.get('client_work/train/loss'),
@@ -272,7 +329,8 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
         latest_accuracy = test_metrics.get('test_accuracy', latest_accuracy)
       row.update(round_metrics)
       try:
-        events.run_until_complete(_release(managers, row, round_num))
+        for release_manager in managers:
+          events.run_until_complete(release_manager.release(row, round_num))
       except ValueError as e:
         if round_num != done + 1 or not done:
           raise
@@ -281,40 +339,27 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
                           '--noresume to start over') from None
       finished_state, finished_round = state, round_num
       if config.is_checkpoint_round(round_num):
-        events.run_until_complete(manager.save(client_state.checkpoint(state, round_num),
-                                               round_num))
+        events.run_until_complete(manager.save(saved(state, round_num), round_num))
         saved_round = round_num
       on_round()
       interrupts.raise_if_interrupted()
-      if bar is not None:
-        loss = row.get('train_loss')
-        bar.tick(postfix=f'test_accuracy {_figure(latest_accuracy)}'
-                 + ('' if loss is None else f'  train_loss {loss:.4f}'))
+      loss = row.get('train_loss')
+      accuracy = '-' if latest_accuracy is None else f'{latest_accuracy:.4f}'
+      bar.tick(postfix=f'test_accuracy {accuracy}'
+               + ('' if loss is None else f'  train_loss {loss:.4f}'))
   except KeyboardInterrupt as e:
-    if bar is not None:
-      bar.close()
-      bar = None
+    bar.close()
     if config.checkpoint_every > 0 and finished_round > saved_round:
       events.run_until_complete(
-          manager.save(client_state.checkpoint(finished_state, finished_round), finished_round))
+          manager.save(saved(finished_state, finished_round), finished_round))
       saved_round = finished_round
     e.args = (_interrupted_message(prefix, finished_round, saved_round, config.rounds,
                                    manager.root_dir),)
     raise
   finally:
     events.close()
-    if bar is not None:
-      bar.close()
+    bar.close()
   return writer.rows, state, done
-
-
-async def _release(managers, value, key: int) -> None:
-  for manager in managers:
-    await manager.release(value, key)
-
-
-def _figure(value: Optional[float]) -> str:
-  return '-' if value is None else f'{value:.4f}'
 
 
 def _interrupted_message(prefix: str, finished: int, saved: int, rounds: int,

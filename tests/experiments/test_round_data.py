@@ -1,4 +1,4 @@
-"""experiments.round_data: a round's datasets made in one traced call equal those made one client
+"""experiments.training_loop.RoundData: a round's datasets made in one traced call equal those made one client
 at a time, for in-memory arrays, their validation split and TFF's test client data; client data
 whose dataset function cannot be traced is read one client at a time."""
 
@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiments import config as config_lib
-from experiments import round_data
+from experiments import training_loop
 from tests.experiments import conftest
 from tff_conflict import data
 
@@ -43,10 +43,10 @@ def test_round_datasets_equal_one_client_at_a_time(kind, epochs, shuffle_buffer)
   train = _client_data(kind)
   config = config_lib.LoopConfig(rounds=3, clients_per_round=3, batch_size=4, seed=3,
                                  client_epochs=epochs, shuffle_buffer=shuffle_buffer)
-  make = round_data.RoundData(train, config)
+  make = training_loop.RoundData(train, config)
   for round_num, ids in ((1, train.client_ids[:3]), (2, train.client_ids[1:4]),
                          (3, train.client_ids[:1])):
-    expected = [round_data.preprocess(train.create_tf_dataset_for_client(cid), config,
+    expected = [training_loop.preprocess(train.create_tf_dataset_for_client(cid), config,
                                       round_num=round_num, client_index=i)
                 for i, cid in enumerate(ids)]
     _assert_same_datasets(make(ids, round_num), expected)
@@ -82,9 +82,9 @@ def test_untraceable_client_data_is_read_one_client_at_a_time():
   train = _EagerOnlyClientData(inner)
   config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=0)
   ids = train.client_ids[:2]
-  expected = [round_data.preprocess(inner.create_tf_dataset_for_client(cid), config,
+  expected = [training_loop.preprocess(inner.create_tf_dataset_for_client(cid), config,
                                     round_num=1, client_index=i) for i, cid in enumerate(ids)]
-  _assert_same_datasets(round_data.RoundData(train, config)(ids, 1), expected)
+  _assert_same_datasets(training_loop.RoundData(train, config)(ids, 1), expected)
 
 
 class _OtherShapesWhenTracedClientData(_EagerOnlyClientData):
@@ -103,6 +103,6 @@ def test_client_data_traced_to_other_shapes_is_read_one_client_at_a_time():
   train = _OtherShapesWhenTracedClientData(inner)
   config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=0)
   ids = train.client_ids[:2]
-  expected = [round_data.preprocess(inner.create_tf_dataset_for_client(cid), config,
+  expected = [training_loop.preprocess(inner.create_tf_dataset_for_client(cid), config,
                                     round_num=1, client_index=i) for i, cid in enumerate(ids)]
-  _assert_same_datasets(round_data.RoundData(train, config)(ids, 1), expected)
+  _assert_same_datasets(training_loop.RoundData(train, config)(ids, 1), expected)
