@@ -21,7 +21,6 @@ import numpy as np
 
 from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config
-from experiments import datasets
 from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import metrics_io
@@ -145,17 +144,14 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
   for name in ('algorithm', 'client_loss', 'aggregator', 'seed', 'proximal_term'):  # per run
     hparams.pop(name, None)
   metrics_io.write_hparams(os.path.join(root, training_loop.HPARAMS_FILE), hparams)
-  data = datasets.load(experiment.data)
+  task = experiment_lib.load_task(experiment)   # the data are the same for every seed
+  print(f'{len(algorithms)} algorithms x {len(seeds)} seed(s) on {experiment.data.dataset}: '
+        f'{len(task[0].client_ids)} clients, {experiment.training.clients_per_round} per round, '
+        f'{experiment.training.rounds} rounds, model {experiment_lib.model_name(experiment)} -> '
+        f'{root}', file=stream or sys.stdout, flush=True)
   executor = experiment_lib.Runs(experiment.runtime.runtime)
   runs: dict[str, list[list[dict[str, Any]]]] = {alg: [] for alg in algorithms}
   for seed in seeds:
-    task = experiment_lib.load_task(experiment.with_seed(seed), data=data)
-    if seed == seeds[0]:
-      print(f'{len(algorithms)} algorithms x {len(seeds)} seed(s) on '
-            f'{experiment.data.dataset}: {len(task[0].client_ids)} clients, '
-            f'{experiment.training.clients_per_round} per round, {experiment.training.rounds} '
-            f'rounds, model {experiment_lib.model_name(experiment)} -> {root}',
-            file=stream or sys.stdout, flush=True)
     for algorithm in algorithms:
       rows, _, _ = experiment_lib.run_experiment(
           experiment.with_seed(seed).replace(

@@ -123,6 +123,14 @@ class Runs:
     counts = getattr(train_data, 'label_counts', None)
     if per_class and counts is not None and np.shape(counts)[-1] == num_classes:
       cooccurrence = evaluation.class_cooccurrence(counts)
+    columns = [f'{prefix}_{c}' for c in ('accuracy', 'loss', 'macro_f1')]
+    if per_class:
+      columns += [f'{prefix}_mean_logit'] + [f'{prefix}_class_accuracy/{k}'
+                                             for k in range(num_classes)]
+    if cooccurrence is not None:
+      columns += [f'{prefix}_{c}' for c in PAIR_ERROR_COLUMNS]
+    if global_train:
+      columns += GLOBAL_TRAIN_COLUMNS
 
     def evaluate(model_weights) -> dict[str, float]:
       x, y = self._pooled(eval_data)
@@ -132,29 +140,18 @@ class Runs:
       _assign_function(model)(list(model_weights.trainable) + list(model_weights.non_trainable))
       result = evaluation.evaluate_arrays(model, x, y, num_classes=num_classes)
       self.confusion = np.asarray(result['confusion_matrix']).tolist()
-      out = {f'{prefix}_{k}': float(result[k]) for k in ('accuracy', 'loss', 'macro_f1')}
+      values = [result['accuracy'], result['loss'], result['macro_f1']]
       if per_class:
-        out[f'{prefix}_mean_logit'] = float(result['mean_logit'])
-        for k, value in enumerate(np.asarray(result['per_class_accuracy']).reshape(-1)):
-          out[f'{prefix}_class_accuracy/{k}'] = float(value)
+        values += [result['mean_logit'], *np.asarray(result['per_class_accuracy']).reshape(-1)]
       if cooccurrence is not None:
         pairs = evaluation.confusion_by_cooccurrence(result['confusion_matrix'], cooccurrence)
-        out.update((f'{prefix}_{c}', float(pairs[c])) for c in PAIR_ERROR_COLUMNS)
+        values += [pairs[c] for c in PAIR_ERROR_COLUMNS]
       if global_train:
         on_train = evaluation.evaluate_arrays(model, *self._pooled(train_data),
                                               num_classes=num_classes)
-        out.update(global_train_loss=float(on_train['loss']),
-                   global_train_accuracy=float(on_train['accuracy']))
-      return out
+        values += [on_train['loss'], on_train['accuracy']]
+      return {column: float(value) for column, value in zip(columns, values, strict=True)}
 
-    columns = [f'{prefix}_{c}' for c in ('accuracy', 'loss', 'macro_f1')]
-    if per_class:
-      columns += [f'{prefix}_mean_logit'] + [f'{prefix}_class_accuracy/{k}'
-                                             for k in range(num_classes)]
-    if cooccurrence is not None:
-      columns += [f'{prefix}_{c}' for c in PAIR_ERROR_COLUMNS]
-    if global_train:
-      columns += GLOBAL_TRAIN_COLUMNS
     return evaluate, tuple(columns)
 
   def execute(self, builder: Callable[..., Any], kwargs: Mapping[str, Any], model_fn, *,
