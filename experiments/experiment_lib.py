@@ -4,7 +4,6 @@ runs it (`training_loop`) and evaluates it; `run_experiment` runs an `Experiment
 import functools
 import inspect
 import time
-import weakref
 from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
@@ -65,24 +64,17 @@ def pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
   return np.concatenate(xs), np.concatenate(ys)
 
 
-_assign_functions: 'weakref.WeakKeyDictionary[tf.keras.Model, Any]' = weakref.WeakKeyDictionary()
+def _assigner(model: tf.keras.Model) -> Callable[[list], None]:
+  """Assigns (trainable, then non-trainable) weights to `model` in one traced call (eagerly, each
+  assignment is a Python-dispatched op)."""
+  variables = list(model.trainable_weights) + list(model.non_trainable_weights)
 
+  def assign_all(values):
+    for variable, value in zip(variables, values):
+      variable.assign(value)
 
-def _assign_function(model: tf.keras.Model) -> Callable[[list], None]:
-  """Assigns (trainable, then non-trainable) weights to `model` in one call traced once per model
-  (eagerly, each assignment is a Python-dispatched op)."""
-  if model not in _assign_functions:
-    variables = list(model.trainable_weights) + list(model.non_trainable_weights)
-    refs = [weakref.ref(v) for v in variables]  # the cache must not keep the model alive
-
-    def assign_all(values):
-      for ref, value in zip(refs, values):
-        ref().assign(value)
-
-    _assign_functions[model] = tf.function(
-        assign_all, autograph=False,
-        input_signature=[[tf.TensorSpec(v.shape, v.dtype) for v in variables]])
-  return _assign_functions[model]
+  return tf.function(assign_all, autograph=False,
+                     input_signature=[[tf.TensorSpec(v.shape, v.dtype) for v in variables]])
 
 
 class Runs:
@@ -93,7 +85,7 @@ class Runs:
     self._runtime = runtime
     self._processes: dict[Any, tuple] = {}
     self._arrays: dict[int, tuple] = {}
-    self._models: dict[Any, tf.keras.Model] = {}
+    self._models: dict[Any, tuple] = {}   # key -> (model, its assigner)
     self.build_seconds = 0.0
     self.confusion = None   # the confusion matrix of the last evaluation
 
@@ -135,9 +127,10 @@ class Runs:
     def evaluate(model_weights) -> dict[str, float]:
       x, y = self._pooled(eval_data)
       if model_key not in self._models:
-        self._models[model_key] = model_fn()
-      model = self._models[model_key]
-      _assign_function(model)(list(model_weights.trainable) + list(model_weights.non_trainable))
+        model = model_fn()
+        self._models[model_key] = (model, _assigner(model))
+      model, assign = self._models[model_key]
+      assign(list(model_weights.trainable) + list(model_weights.non_trainable))
       result = evaluation.evaluate_arrays(model, x, y, num_classes=num_classes)
       self.confusion = np.asarray(result['confusion_matrix']).tolist()
       values = [result['accuracy'], result['loss'], result['macro_f1']]

@@ -38,10 +38,6 @@ class ResumeError(files.Failure, ValueError):
   """An earlier run's outputs cannot be resumed as they are; the message says what to do."""
 
 
-class HparamsMismatchError(ResumeError):
-  """An earlier run in the experiment directory used other hyperparameters."""
-
-
 def sample_clients(client_ids: Sequence[str], num_clients: int, *, seed: int,
                    round_num: int) -> list[str]:
   """`num_clients` distinct clients drawn by `numpy.random.default_rng([seed, round_num])`, in
@@ -154,7 +150,7 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
                  if not ignored(k) and stored.get(k, '') != current.get(k, ''))
   if diffs:
     details = ', '.join(f'{k}: {stored.get(k)!r} -> {current.get(k)!r}' for k in diffs)
-    raise HparamsMismatchError(
+    raise ResumeError(
         f'{path} records a run with other hyperparameters ({details}); resume needs the same '
         'settings. Use --noresume to start over, or another --experiment_name.')
 

@@ -529,8 +529,8 @@ def test_resume_ignores_method_flags_the_run_no_longer_records(tmp_path):
   metrics_io.write_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',
                                   'focal_gamma': 0.5})   # an earlier version recorded every flag
   training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random'})  # pylint: disable=protected-access
-  with pytest.raises(training_loop.HparamsMismatchError, match='fedgh_order'):
+  with pytest.raises(training_loop.ResumeError, match='fedgh_order'):
     training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'index'})  # pylint: disable=protected-access
-  with pytest.raises(training_loop.HparamsMismatchError, match='proximal_term'):
+  with pytest.raises(training_loop.ResumeError, match='proximal_term'):
     training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',  # pylint: disable=protected-access
                                         'proximal_term': True})
