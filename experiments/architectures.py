@@ -42,7 +42,8 @@ def _model(name: str, input_shape, num_classes, seed, body, image=True) -> tf.ke
   layer of logits; the initializers take seeds 1000 seed + 1, + 2, ... in layer order."""
   input_shape = tuple(int(d) for d in input_shape)
   if not input_shape or any(d < 1 for d in input_shape):
-    raise ValueError(f'input_shape must be a non-empty tuple of positive sizes, got {input_shape!r}')
+    raise ValueError('input_shape must be a non-empty tuple of positive sizes, got '
+                     f'{input_shape!r}')
   if int(num_classes) < 2:
     raise ValueError(f'num_classes must be at least 2, got {num_classes!r}')
   seeds = itertools.count(int(seed) * 1000 + 1)

@@ -222,8 +222,9 @@ def provenance() -> dict[str, str]:
       values[f'version/{package}'] = 'not installed'
   values['version/tff_conflict'] = tff_conflict.__version__
   try:
+    repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     git = subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=5,
-                         check=False, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                         check=False, cwd=repository)
     values['git_commit'] = git.stdout.strip() if git.returncode == 0 else ''
   except (OSError, subprocess.SubprocessError):
     values['git_commit'] = ''

@@ -213,18 +213,15 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
                  test_columns: Sequence[str] = TEST_COLUMNS,
                  on_round: Callable[[], None] = lambda: None,
                  release_managers: Sequence[tff.program.ReleaseManager] = ()) -> tuple:
-  """Runs rounds 1..config.rounds of `process` on clients sampled from `train_data` (through
-  `runner`, default the process, from `initial_state`, default `runner.initialize()`), or the
-  rest of them when the run in `experiment_dir` with the same `hparams` is resumed; returns
-  (the metrics rows of rounds 1..rounds, the final state, the round resumed from).
+  """Runs rounds 1..config.rounds of `process` (through `runner`, default the process, from
+  `initial_state`, default `runner.initialize()`) on clients sampled from `train_data`, or the
+  rest of them when the run in `experiment_dir` with the same `hparams` is resumed; returns (the
+  metrics rows of rounds 1..rounds, the final state, the round resumed from).
 
-  `evaluate_fn` maps model weights to metrics among `test_columns` (every row has them);
-  `release_managers` (`tff.program.ReleaseManager`s) receive each round's row after metrics.csv,
-  key: the round. SCAFFOLD's client controls are kept between rounds and checkpointed with the
-  state as `OrderedDict(state=..., client_controls=...)`. Ctrl-C or SIGTERM saves the last
-  finished round and re-raises with a message saying how to resume. Raises `ResumeError` for a
-  run that cannot be resumed (other hyperparameters, unreadable files, other columns;
-  `config.resume` False starts over)."""
+  `evaluate_fn` maps model weights to metrics among `test_columns`; `release_managers` receive
+  each round's row after metrics.csv. SCAFFOLD's client controls are kept between rounds and
+  checkpointed with the state. Ctrl-C or SIGTERM saves the last finished round and re-raises
+  with a message saying how to resume. `ResumeError`: a run that cannot be resumed."""
   runner = process if runner is None else runner
   client_ids = list(train_data.client_ids)
   if config.clients_per_round > len(client_ids):
