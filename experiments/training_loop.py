@@ -78,8 +78,8 @@ _COHORT_FUNCTIONS: 'weakref.WeakKeyDictionary[Any, dict[tuple, Any]]' = weakref.
 class RoundData:
   """A round's datasets: `preprocess` of each sampled client's, the client data's
   `serializable_dataset_fn` and the pipeline traced into one function per cohort size (eagerly,
-  each client costs 1-17 ms of Python-built ops); data whose dataset function cannot be traced,
-  or traces to other element specs, is read one client at a time."""
+  each client's pipeline is Python-built ops); data whose dataset function cannot be traced, or
+  traces to other element specs, is read one client at a time."""
 
   def __init__(self, train_data: Any, config: config_lib.LoopConfig):
     self._train_data, self._config = train_data, config
