@@ -129,7 +129,8 @@ def test_tuning_never_reads_the_test_split(tiny):
   curves = metrics_io.read_csv(os.path.join(config.root, 'validation_curves.csv'))
   assert [(r['method'], r['seed']) for r in curves] == [('fedavg', 7), ('fedgh', 7)]
   for row, choice in zip(curves, outcome['choices']):
-    assert row['candidate'] == runs.candidate_name(choice['client_lr'], choice['server_lr'], {})
+    assert row['candidate'] == plan.candidate_name(
+        dict(client_lr=choice['client_lr'], server_lr=choice['server_lr']))
     chosen = metrics_io.read_csv(os.path.join(
         config.root, 'tuning', 'digits_C2_6', 'E1', row['method'],
         runs.slug(row['candidate']), 'seed7', 'metrics.csv'))
