@@ -154,14 +154,6 @@ class Engine(experiment_lib.Runs):
       classes = top + 1
     return shape, classes
 
-  def check_models(self) -> None:
-    """`shape_and_classes` of each dataset and model where either is your own, before any run."""
-    seed = plan_lib.data_seed(self._config, self._config.report_seeds[0])
-    for dataset in plan_lib.datasets(self._config):
-      model = plan_lib.model_of(self._config, dataset)
-      if dataset in self._config.datasets or model in self._config.model_fns:
-        self.shape_and_classes(plan_lib.regimes_of(self._config, dataset)[0], seed, model)
-
   def _model_fn(self, spec, seed: int) -> Callable[[], tf.keras.Model]:
     """A function building `spec.model` initialised by `seed` (yours under `seeded(seed)`)."""
     own = self._config.model_fns.get(spec.model)

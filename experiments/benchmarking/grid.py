@@ -110,8 +110,10 @@ def check_finished_runs(config) -> None:
           (methods_lib.given_kwargs(config.given, method), *plan_lib.rates(config, method))
           if phase == runs_lib.REPORT_PHASE and not config.tuning.tune
           else (dict(recorded['kwargs']), recorded['client_lr'], recorded['server_lr']))
+      candidate = recorded.get('candidate', '')
+      rung = int(recorded['rounds']) if candidate.endswith(' rounds') else None   # of halving
       spec = plan_lib.run_spec(config, phase=phase, regime=regime, method=method, epochs=epochs,
-                               seed=seed, candidate=recorded.get('candidate', ''), kwargs=kwargs,
+                               seed=seed, candidate=candidate, kwargs=kwargs, rounds=rung,
                                client_lr=client_lr, server_lr=server_lr)
     except (KeyError, TypeError, ValueError):
       continue   # not a run of this kind: its own check, when it runs, says what is wrong
@@ -148,7 +150,7 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
 
   Raises:
     experiments.config.ConfigError: a regime that cannot run (`check_regimes`), or your own data
-      or model that do not fit (`Engine.check_models`), before anything is written.
+      or model that do not fit (`Engine.shape_and_classes`), before anything is written.
     engine.SettingsChangedError: a finished run on disk has other settings, found before
       anything is written (`check_finished_runs`) or, for the values tuning chooses, when the
       run comes; either way the files the report reads are left as they were.
@@ -203,7 +205,10 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
       stream=sys.stderr if getattr(sys.stderr, 'isatty', lambda: False)() else stream)
   engine = engine_lib.Engine(config, loader=loader, on_round=progress.tick, stream=stream)
   check_regimes(config, engine.data)
-  engine.check_models()
+  for dataset in plan_lib.datasets(config):   # your own data or model checked before any run
+    model = plan_lib.model_of(config, dataset)
+    if dataset in config.datasets or model in config.model_fns:
+      engine.shape_and_classes(plan_lib.regimes_of(config, dataset)[0], _first_seed(config), model)
   files.write_json_atomically(os.path.join(root, 'config.json'),
                               dict(config_lib.as_dict(config), plan=plan_lib.describe(config)))
   print(f'benchmark: {len(config.regimes)} regimes x {len(config.methods)} methods x E in '

@@ -180,6 +180,21 @@ def test_finished_runs_are_skipped_and_settings_changes_refused(tiny):
                        stream=open(os.devnull, 'w'))
 
 
+def test_a_shorter_rung_of_halving_is_no_settings_change(tmp_path):
+  # A rung's run is one of its own (its name says its rounds): resuming a halving benchmark
+  # finds it finished, not changed; the full-length run's rounds are still checked.
+  config = _config(tmp_path, rounds=9, schedule='halving', last_k=1)
+  dataset, epochs, method = plan.tuning_tasks(config)[0]
+  candidate = dict(client_lr=0.05, server_lr=1.0)
+  for rounds in (3, None):
+    spec = plan.tuning_spec(config, dataset, epochs, method, candidate, 7, rounds)
+    os.makedirs(spec.directory(config.root))
+    runs.write_result(spec.directory(config.root), {'spec': spec.to_dict(), 'summary': {}})
+  grid.check_finished_runs(config)
+  with pytest.raises(engine_lib.SettingsChangedError, match='rounds: 9 -> 12'):
+    grid.check_finished_runs(_config(tmp_path, rounds=12, schedule='halving', last_k=1))
+
+
 def _record(root):
   out = {}
   for name in grid.RECORD_FILES:
