@@ -97,17 +97,6 @@ class Engine(experiment_lib.Runs):
       self._data[key] = self._loader(data.parse_regime(regime), seed)
     return self._data[key]
 
-  def _train_and_eval(self, spec: runs_lib.RunSpec):
-    train, test = self.data(spec.regime, spec.data_seed)
-    if spec.phase == runs_lib.REPORT_PHASE:
-      return train, test
-    key = (spec.regime, spec.data_seed)
-    if key not in self._splits:
-      from tff_conflict import data  # pylint: disable=g-import-not-at-top
-      self._splits[key] = data.split_validation(
-          train, self._config.tuning.validation_fraction, seed=spec.data_seed)
-    return self._splits[key]
-
   def shape_and_classes(self, regime: str, seed: int, model: str) -> tuple[tuple, int]:
     """The example shape and number of classes of `regime`'s data under `model`: the dataset's
     (`tff_conflict.data.dataset_info`), else the data's `info` (LEAF Synthetic), else (your data)
@@ -165,14 +154,6 @@ class Engine(experiment_lib.Runs):
       classes = top + 1
     return shape, classes
 
-  def check_models(self) -> None:
-    """`shape_and_classes` of each dataset and model where either is your own, before any run."""
-    seed = plan_lib.data_seed(self._config, self._config.report_seeds[0])
-    for dataset in plan_lib.datasets(self._config):
-      model = plan_lib.model_of(self._config, dataset)
-      if dataset in self._config.datasets or model in self._config.model_fns:
-        self.shape_and_classes(plan_lib.regimes_of(self._config, dataset)[0], seed, model)
-
   def _model_fn(self, spec, seed: int) -> Callable[[], tf.keras.Model]:
     """A function building `spec.model` initialised by `seed` (yours under `seeded(seed)`)."""
     own = self._config.model_fns.get(spec.model)
@@ -213,26 +194,16 @@ class Engine(experiment_lib.Runs):
       state = state._replace(aggregator=aggregator)
     return state
 
-  def finished(self, spec: runs_lib.RunSpec) -> Optional[dict[str, Any]]:
-    """The summary of `spec` if it is finished on disk (`SettingsChangedError` if with other
-    settings), else None."""
-    if not self._config.loop.resume:
-      return None
-    run_dir = spec.directory(self._config.root)
-    result = runs_lib.read_result(run_dir)
-    if result is None:
-      return None
-    check_same_spec(run_dir, result['spec'], spec)
-    return result['summary']
-
   def run(self, spec: runs_lib.RunSpec) -> Optional[dict[str, Any]]:
-    """Runs `spec` unless it is finished; returns its summary, or None when it failed (recorded
-    in `failures` and the run's error.txt; the next invocation tries again)."""
-    done = self.finished(spec)
-    if done is not None:
-      self.runs_skipped += 1
-      return done
+    """Runs `spec` unless it is finished on disk (`SettingsChangedError` if with other
+    settings); returns its summary, or None when it failed (recorded in `failures` and the run's
+    error.txt; the next invocation tries again)."""
     run_dir = spec.directory(self._config.root)
+    done = runs_lib.read_result(run_dir) if self._config.loop.resume else None
+    if done is not None:
+      check_same_spec(run_dir, done['spec'], spec)
+      self.runs_skipped += 1
+      return done['summary']
     os.makedirs(run_dir, exist_ok=True)
     error_path = os.path.join(run_dir, 'error.txt')
     try:
@@ -257,8 +228,15 @@ class Engine(experiment_lib.Runs):
     return summary
 
   def _train(self, spec, run_dir):
+    from tff_conflict import data  # pylint: disable=g-import-not-at-top
     from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-    train, eval_data = self._train_and_eval(spec)
+    train, eval_data = self.data(spec.regime, spec.data_seed)
+    if spec.phase == runs_lib.TUNE_PHASE:   # the fit and validation parts of the training data
+      key = (spec.regime, spec.data_seed)
+      if key not in self._splits:
+        self._splits[key] = data.split_validation(
+            train, self._config.tuning.validation_fraction, seed=spec.data_seed)
+      train, eval_data = self._splits[key]
     classes = self.shape_and_classes(spec.regime, spec.data_seed, spec.model)[1]
     report = spec.phase == runs_lib.REPORT_PHASE
     loop = experiment_config.LoopConfig(

@@ -56,57 +56,38 @@ def _tune(config, engine, progress) -> list[dict[str, Any]]:
   return choices
 
 
-def _tuning_rows(choices):
-  rows = []
-  for c in choices:
-    winner = runs_lib.candidate_name(c['client_lr'], c['server_lr'], c['tuned'])
-    rows += [{'dataset': c['dataset'], 'regime': c['regime'], 'epochs': c['epochs'],
-              'method': c['method'], 'candidate': s['candidate'], 'validation_score': s['score'],
-              'seeds': s['seeds'], 'chosen': s['candidate'] == winner} for s in c['scores']]
-  return rows
-
-
-def validation_curve_rows(config, choices) -> list[dict[str, Any]]:
-  """validation_curves.csv's rows: for each tuning task's choice (`_tune`'s order), the chosen
-  candidate's validation accuracy curve on each tuning seed whose full-length run finished."""
-  rows = []
+def _write_tuning(config, choices) -> None:
+  """tuning_choices.json; tuning.csv: every candidate's validation score and whether it won;
+  validation_curves.csv: the chosen candidate's validation accuracy curve on each tuning seed
+  whose full-length run finished."""
+  root = config.root
+  files.write_json_atomically(os.path.join(root, 'tuning_choices.json'), choices)
+  scores, curves = [], []
   for (dataset, epochs, method), c in zip(plan_lib.tuning_tasks(config), choices):
-    chosen = plan_lib.candidate(c['client_lr'], c['server_lr'], c['tuned'])
+    where = {k: c[k] for k in ('dataset', 'regime', 'epochs', 'method')}
+    chosen = dict(c['tuned'], client_lr=c['client_lr'], server_lr=c['server_lr'])
+    scores += [dict(where, candidate=s['candidate'], validation_score=s['score'],
+                    seeds=s['seeds'], chosen=s['candidate'] == plan_lib.candidate_name(chosen))
+               for s in c['scores']]
     for seed in config.tuning.tuning_seeds:
       spec = plan_lib.tuning_spec(config, dataset, epochs, method, chosen, seed)
-      result = runs_lib.read_result(spec.directory(config.root))
+      result = runs_lib.read_result(spec.directory(root))
       if result is not None:
-        rows.append({'dataset': c['dataset'], 'regime': c['regime'], 'epochs': c['epochs'],
-                     'method': c['method'], 'candidate': spec.candidate, 'seed': seed,
-                     'accuracy_curve': result['summary'].get('accuracy_curve', '')})
-  return rows
+        curves.append(dict(where, candidate=spec.candidate, seed=seed,
+                           accuracy_curve=result['summary'].get('accuracy_curve', '')))
+  results_lib.write_csv(os.path.join(root, 'tuning.csv'), scores)
+  results_lib.write_csv(os.path.join(root, results_lib.CURVES_FILE), curves, CURVE_COLUMNS)
 
 
 def _first_seed(config) -> int:
   return plan_lib.data_seed(config, config.report_seeds[0])
 
 
-def describe_regimes(config, engine) -> list[dict[str, Any]]:
-  """Size and label skew of each regime's training data (`tff_conflict.data.describe`) for the
-  first reporting seed's partition; regimes whose client data cannot count labels cheaply
-  (no `label_counts`, e.g. EMNIST's writers) are left out."""
-  from tff_conflict import data  # pylint: disable=g-import-not-at-top
-  out = []
-  for regime in config.regimes:
-    train, _ = engine.data(regime, _first_seed(config))
-    if getattr(train, 'label_counts', None) is not None:
-      summary = data.describe(train)
-      out.append({'regime': regime, 'data_seed': _first_seed(config), **{
-          k: summary[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
-                                  'classes_per_client', 'label_tv_distance')}})
-  return out
-
-
 def check_finished_runs(config) -> None:
   """Raises `engine.SettingsChangedError` for the first finished run on disk that `config` would
   run again (same phase, regime, E, method, seed and tuning candidate) with other settings,
   before anything runs or is written; the values tuning chooses (builder arguments, learning
-  rates) are taken as recorded: `Engine.finished` checks them when they are known."""
+  rates) are taken as recorded: `Engine.run` checks them when they are known."""
   if not config.loop.resume:
     return
   methods = {m.name: m for m in plan_lib.methods(config)}
@@ -129,8 +110,10 @@ def check_finished_runs(config) -> None:
           (methods_lib.given_kwargs(config.given, method), *plan_lib.rates(config, method))
           if phase == runs_lib.REPORT_PHASE and not config.tuning.tune
           else (dict(recorded['kwargs']), recorded['client_lr'], recorded['server_lr']))
+      candidate = recorded.get('candidate', '')
+      rung = int(recorded['rounds']) if candidate.endswith(' rounds') else None   # of halving
       spec = plan_lib.run_spec(config, phase=phase, regime=regime, method=method, epochs=epochs,
-                               seed=seed, candidate=recorded.get('candidate', ''), kwargs=kwargs,
+                               seed=seed, candidate=candidate, kwargs=kwargs, rounds=rung,
                                client_lr=client_lr, server_lr=server_lr)
     except (KeyError, TypeError, ValueError):
       continue   # not a run of this kind: its own check, when it runs, says what is wrong
@@ -149,7 +132,7 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     tuning_choices.json    each (dataset, E, method)'s choice (`plan.tune_method`)
     validation_curves.csv  the chosen candidates' validation accuracy per round, per tuning seed
     timing.json            one entry per invocation: wall time, building time, runs run/skipped
-    regimes.json           each regime's client sizes and label skew (`describe_regimes`)
+    regimes.json           each regime's client sizes and label skew (for data with label counts)
     report.md, plots/      the report (`report`)
 
   Args:
@@ -167,7 +150,7 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
 
   Raises:
     experiments.config.ConfigError: a regime that cannot run (`check_regimes`), or your own data
-      or model that do not fit (`Engine.check_models`), before anything is written.
+      or model that do not fit (`Engine.shape_and_classes`), before anything is written.
     engine.SettingsChangedError: a finished run on disk has other settings, found before
       anything is written (`check_finished_runs`) or, for the values tuning chooses, when the
       run comes; either way the files the report reads are left as they were.
@@ -211,6 +194,7 @@ def check_regimes(config, data: Callable[[str, int], Any]) -> None:
 
 
 def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
   root = config.root
   start = time.monotonic()
   tuning_runs = plan_lib.num_runs(config, runs_lib.TUNE_PHASE)
@@ -221,7 +205,10 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
       stream=sys.stderr if getattr(sys.stderr, 'isatty', lambda: False)() else stream)
   engine = engine_lib.Engine(config, loader=loader, on_round=progress.tick, stream=stream)
   check_regimes(config, engine.data)
-  engine.check_models()
+  for dataset in plan_lib.datasets(config):   # your own data or model checked before any run
+    model = plan_lib.model_of(config, dataset)
+    if dataset in config.datasets or model in config.model_fns:
+      engine.shape_and_classes(plan_lib.regimes_of(config, dataset)[0], _first_seed(config), model)
   files.write_json_atomically(os.path.join(root, 'config.json'),
                               dict(config_lib.as_dict(config), plan=plan_lib.describe(config)))
   print(f'benchmark: {len(config.regimes)} regimes x {len(config.methods)} methods x E in '
@@ -230,13 +217,17 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
         file=stream, flush=True)
   rows = []
   try:
-    files.write_json_atomically(os.path.join(root, 'regimes.json'),
-                                describe_regimes(config, engine))
+    regimes = []   # size and label skew (`tff_conflict.data.describe`) of the first seed's data
+    for regime in config.regimes:
+      train, _ = engine.data(regime, _first_seed(config))
+      if getattr(train, 'label_counts', None) is not None:   # else too costly (EMNIST's writers)
+        described = data.describe(train)
+        regimes.append({'regime': regime, 'data_seed': _first_seed(config), **{
+            k: described[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
+                                      'classes_per_client', 'label_tv_distance')}})
+    files.write_json_atomically(os.path.join(root, 'regimes.json'), regimes)
     choices = _tune(config, engine, progress)
-    files.write_json_atomically(os.path.join(root, 'tuning_choices.json'), choices)
-    results_lib.write_csv(os.path.join(root, 'tuning.csv'), _tuning_rows(choices))
-    results_lib.write_csv(os.path.join(root, results_lib.CURVES_FILE),
-                          validation_curve_rows(config, choices), CURVE_COLUMNS)
+    _write_tuning(config, choices)
     after_tuning()
     for spec in plan_lib.report_specs(config, choices):
       progress.start_run(spec.rounds, spec.label())

@@ -110,13 +110,6 @@ _COMPOSITION = re.compile(r'^([A-Za-z0-9_]+)\+([A-Za-z0-9_]+)$')
 _KEY = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 
 
-def composable_algorithms() -> list[str]:
-  """The algorithms whose builder takes `aggregator=` (the baselines)."""
-  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-  return [name for name, build in learning.ALGORITHMS.items()
-          if 'aggregator' in inspect.signature(build).parameters]
-
-
 def composition_parts(name: str) -> Optional[tuple[str, str]]:
   """(baseline, aggregator) of a composition's name (ad-hoc arguments ignored), else None."""
   match = _COMPOSITION.match(name.split('[', 1)[0])
@@ -127,9 +120,11 @@ def _compose(baseline: str, aggregator: str) -> Method:
   """`baseline+aggregator`: the baseline's builder with `aggregator` fixed, tuned on both grids."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   name = f'{baseline}+{aggregator}'
-  if baseline not in composable_algorithms():
+  baselines = [n for n, build in learning.ALGORITHMS.items()
+               if 'aggregator' in inspect.signature(build).parameters]
+  if baseline not in baselines:
     raise ValueError(f'method {name!r}: {baseline!r} is no baseline that takes an aggregator; '
-                     f'one of {composable_algorithms()}')
+                     f'one of {baselines}')
   if aggregator not in learning.AGGREGATORS:
     raise ValueError(f'method {name!r}: unknown aggregator {aggregator!r}; one of '
                      f'{sorted(learning.AGGREGATORS)}')

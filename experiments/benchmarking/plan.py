@@ -116,7 +116,6 @@ def tuning_tasks(config) -> list[tuple[str, int, Method]]:
 def run_spec(config, *, phase: str, regime: str, method: Method, kwargs: Mapping[str, Any],
              client_lr: float, server_lr: float, epochs: int, seed: int, candidate: str = '',
              rounds: Optional[int] = None) -> runs_lib.RunSpec:
-  """One run's settings."""
   dataset = dataset_of(config, regime)
   return runs_lib.RunSpec(
       phase=phase, regime=regime, dataset=dataset, method=method.name, algorithm=method.algorithm,
@@ -130,7 +129,7 @@ def run_spec(config, *, phase: str, regime: str, method: Method, kwargs: Mapping
 
 def tuning_spec(config, dataset: str, epochs: int, method: Method, candidate: dict, seed: int,
                 rounds: Optional[int] = None) -> runs_lib.RunSpec:
-  """A tuning run of `candidate` (`rounds`: a shorter rung of halving)."""
+  """A tuning run of `candidate` (`rounds`: a shorter rung of halving, a run of its own)."""
   name = candidate_name(candidate)
   if rounds is not None and rounds != config.loop.rounds:
     name = f'{name} @{rounds} rounds'
@@ -224,62 +223,55 @@ def num_runs(config, phase: str) -> int:
 
 def planned_processes(config) -> dict[tuple[str, str], int]:
   """Learning processes built at most per (method, dataset): one per distinct set of builder
-  arguments among the method's candidates (1 without tuning)."""
+  arguments among its candidates."""
   out = {(name, dataset): 1 for dataset in datasets(config) for name in config.methods}
   for dataset, _, m in tuning_tasks(config):
     out[(m.name, dataset)] = len({tuple(sorted(_tuned(c).items()))
-                                  for c in candidates(config, m)})
+                                  for c in _unextended(config, m)})
   return out
-
-
-def candidate(client_lr: float, server_lr: float, tuned: Mapping[str, Any] = ()) -> dict:
-  """A tuning candidate: {'client_lr':, 'server_lr':, **the method's tuned arguments}."""
-  return dict(tuned, client_lr=client_lr, server_lr=server_lr)
 
 
 def _tuned(c: Mapping[str, Any]) -> dict[str, Any]:
   return {k: v for k, v in c.items() if k not in methods_lib.RATES}
 
 
+def _fmt(value: Any) -> str:
+  return f'{value:g}' if isinstance(value, float) else str(value)
+
+
 def candidate_name(c: Mapping[str, Any]) -> str:
-  return runs_lib.candidate_name(c['client_lr'], c['server_lr'], _tuned(c))
+  """A tuning candidate's name, e.g. 'clr=0.1,slr=1,proximal_strength=0.01'."""
+  return ','.join([f'clr={_fmt(c["client_lr"])}', f'slr={_fmt(c["server_lr"])}']
+                  + [f'{k}={_fmt(v)}' for k, v in sorted(_tuned(c).items())])
 
 
-def stage_one(config, method: Method) -> list[dict]:
-  """Client learning rates at the method's given values of its grid's arguments (named, so that
-  stage 2 recognises the same point), at the untuned server lr."""
-  given = methods_lib.given_kwargs(config.given, method)
-  at_given = {k: given[k] for k, _ in method.grid if k in given}
-  return [candidate(lr, rates(config, method)[1], at_given)
-          for lr in searched_rates(config, method)[0]]
+def _candidate_values(name: str) -> dict[str, str]:
+  """The values of a `candidate_name` as text: 'clr=0.1,slr=1' -> {'clr': '0.1', 'slr': '1'}."""
+  return dict(part.partition('=')[::2] for part in name.split(',') if part)
 
 
-def stage_two(config, method: Method, client_lr: float) -> list[dict]:
-  """The method's own grid and the server lrs at `client_lr`; none if it has nothing more."""
-  if not method.grid and len(searched_rates(config, method)[1]) < 2:
-    return []
-  return product(config, method, [client_lr])
-
-
-def product(config, method: Method, client_lrs: Optional[Sequence[float]] = None) -> list[dict]:
-  """Every combination of client lr (default: those searched), the method's grid and server lr."""
+def candidates(config, method: Method, client_lr: Optional[float] = None) -> list[dict]:
+  """Tuning candidates ({'client_lr':, 'server_lr':, **the method's tuned arguments}) before
+  edge extensions. Staged: stage 1 (`client_lr` None) tries the client lrs at the method's
+  given values of its grid (named, so that stage 2 recognises the point) and the untuned server
+  lr; stage 2, at the chosen `client_lr`, the method's grid and the server lrs (none if it has
+  nothing more). Product: every combination of client lr, grid and server lr."""
+  client_lrs, server_lrs = searched_rates(config, method)
   names = [k for k, _ in method.grid]
-  return [candidate(lr, slr, dict(zip(names, values)))
-          for lr in client_lrs or searched_rates(config, method)[0]
-          for values in itertools.product(*[v for _, v in method.grid])
-          for slr in searched_rates(config, method)[1]]
+  if config.tuning.strategy != 'product':
+    if client_lr is None:
+      given = methods_lib.given_kwargs(config.given, method)
+      at_given = {k: given[k] for k in names if k in given}
+      return [dict(at_given, client_lr=lr, server_lr=rates(config, method)[1])
+              for lr in client_lrs]
+    if not method.grid and len(server_lrs) < 2:
+      return []
+    client_lrs = [client_lr]
+  return [dict(zip(names, values), client_lr=lr, server_lr=slr) for lr in client_lrs
+          for values in itertools.product(*[v for _, v in method.grid]) for slr in server_lrs]
 
 
-def candidates(config, method: Method) -> list[dict]:
-  """The candidates of the grid `tune_method` may try (stage 2 at the first client lr, repeats
-  included), before edge extensions."""
-  if config.tuning.strategy == 'product':
-    return product(config, method)
-  return stage_one(config, method) + stage_two(config, method,
-                                               searched_rates(config, method)[0][0])
-
-
-def numeric_dimensions(config, method: Method) -> list[str]:
+def _numeric_dimensions(config, method: Method) -> list[str]:
   """The searched dimensions with two or more numeric values: 'client_lr', 'server_lr', and the
   method's numeric grid arguments."""
   def numeric(values):
@@ -289,11 +281,18 @@ def numeric_dimensions(config, method: Method) -> list[str]:
   return [d for d, values in (*dims, *method.grid) if numeric(values)]
 
 
+def _unextended(config, method: Method) -> list[dict]:
+  """Every candidate tuning may try before edge extensions (stage 2 at the first client lr)."""
+  staged = config.tuning.strategy != 'product'
+  first_lr = searched_rates(config, method)[0][0]
+  return candidates(config, method) + (candidates(config, method, first_lr) if staged else [])
+
+
 def max_candidates(config, method: Method) -> int:
-  """The candidates `tune_method` may try at most: `candidates` and `edge_steps` extensions per
-  side of every numeric dimension."""
-  return (len(candidates(config, method))
-          + 2 * config.tuning.edge_steps * len(numeric_dimensions(config, method)))
+  """The candidates `tune_method` may try at most: `_unextended` (repeats included) and
+  `edge_steps` extensions per side of every numeric dimension."""
+  return (len(_unextended(config, method))
+          + 2 * config.tuning.edge_steps * len(_numeric_dimensions(config, method)))
 
 
 def rungs(rounds: int, num_candidates: int, min_rounds: int) -> list[int]:
@@ -309,21 +308,6 @@ def rungs(rounds: int, num_candidates: int, min_rounds: int) -> list[int]:
          and rounds // HALVING_RATE ** (s + 1) >= max(min_rounds, 1)):
     s += 1
   return [rounds // HALVING_RATE ** j for j in range(s, -1, -1)]
-
-
-def halve(candidates_: Sequence[dict], lengths: Sequence[int],
-          evaluate: Callable[..., tuple[float, int]]) -> list[dict]:
-  """The candidates that survive every rung but the last of `lengths`: at each, every candidate
-  left runs that many rounds (`evaluate(candidate, rounds=n)`) and the best
-  ceil(n / HALVING_RATE) are kept (NaN scores last, ties: the first listed), in listed order."""
-  alive = list(candidates_)
-  for length in lengths[:-1]:
-    scores = [evaluate(c, rounds=length)[0] for c in alive]
-    keep = max(1, math.ceil(len(alive) / HALVING_RATE))
-    order = sorted(range(len(alive)),   # stable: ties keep the listed order
-                   key=lambda i: -scores[i] if math.isfinite(scores[i]) else math.inf)
-    alive = [alive[i] for i in sorted(order[:keep])]
-  return alive
 
 
 def score(summaries: Sequence[Optional[dict[str, Any]]]) -> tuple[float, int]:
@@ -366,14 +350,12 @@ def _valid(method: Method, dim: str, value) -> bool:
   return True
 
 
-def _scores(scored: Sequence[tuple[dict, float, int]]) -> list[dict[str, Any]]:
-  return [{'candidate': candidate_name(c), 'score': s, 'seeds': n} for c, s, n in scored]
-
-
-def _record(choice: dict, scores: list[dict[str, Any]]) -> dict:
+def _record(choice: dict, scored: Sequence[tuple[dict, float, int]]) -> dict:
   """`choice` with what tuning tried: every candidate's score (in the order tried), their number
   and the client and server learning rates among them (edge extensions included)."""
-  values = [runs_lib.candidate_values(s['candidate']) for s in scores]
+  scores = choice['scores'] + [{'candidate': candidate_name(c), 'score': s, 'seeds': n}
+                               for c, s, n in scored]
+  values = [_candidate_values(s['candidate']) for s in scores]
   return dict(choice, scores=scores, candidates=len(values),
               client_lrs_tried=sorted({float(v['clr']) for v in values if 'clr' in v}),
               server_lrs_tried=sorted({float(v['slr']) for v in values if 'slr' in v}))
@@ -386,48 +368,40 @@ def tune_method(config, method: Method, evaluate: Callable[..., tuple[float, int
   halving `evaluate(candidate, rounds=n)` n rounds. Returns the choice as tuning_choices.json
   records it: `where` (dataset, regime, E), the method, the chosen learning rates and `tuned`
   values, the winner's `score`, every candidate's, and `at_edge`: the dimensions whose chosen
-  value is still at the edge of those tried (`extend_edges`)."""
+  value is still at the edge of those tried.
+
+  Edge extension: while the best candidate's value of a numeric dimension is the largest
+  (smallest) of that dimension's values tried (by any candidate: a staged search tries the client
+  lrs at the given values, the winner may have others), it is tried (with the winner's other
+  values) times (divided by) `edge_factor`, at most `edge_steps` times per dimension and side
+  and within the dimension's valid range."""
   scored: list[tuple[dict, float, int]] = []
   seen: dict[str, tuple[float, int]] = {}
 
   def try_all(new):
     new = list({candidate_name(c): c for c in new if candidate_name(c) not in seen}.values())
-    survivors = new
+    alive = new   # halving: each rung but the last runs those left and keeps the best third
     if config.tuning.schedule == 'halving' and len(new) >= HALVING_RATE:
-      survivors = halve(new, rungs(config.loop.rounds, len(new), config.tuning.last_k),
-                        evaluate)
+      for length in rungs(config.loop.rounds, len(new), config.tuning.last_k)[:-1]:
+        scores = [evaluate(c, rounds=length)[0] for c in alive]
+        order = sorted(range(len(alive)),   # NaN last; stable: ties keep the listed order
+                       key=lambda i: -scores[i] if math.isfinite(scores[i]) else math.inf)
+        alive = [alive[i] for i in sorted(order[:math.ceil(len(alive) / HALVING_RATE)])]
     for c in new:   # those halving stopped early: NaN, 0 seeds
-      seen[candidate_name(c)] = evaluate(c) if c in survivors else (float('nan'), 0)
+      seen[candidate_name(c)] = evaluate(c) if c in alive else (float('nan'), 0)
       scored.append((c, *seen[candidate_name(c)]))
 
-  if config.tuning.strategy == 'product':
-    try_all(product(config, method))
-  else:
-    try_all(stage_one(config, method))
-    try_all(stage_two(config, method, best(scored)[0]['client_lr']))
-  at_edge = extend_edges(config, method, scored, try_all)
-  winner, top = best(scored)
-  return _record(dict(where, method=method.name, client_lr=winner['client_lr'],
-                      server_lr=winner['server_lr'], tuned=_tuned(winner), score=top,
-                      scores=None, at_edge=at_edge), _scores(scored))
-
-
-def extend_edges(config, method: Method, scored: list, try_all: Callable[[list], None]) -> list:
-  """While the best candidate's value of a numeric dimension is the largest (smallest) of that
-  dimension's values tried (by any candidate: a staged search tries the client lrs at the
-  given values, the winner may have others), tries it (with the winner's other values) times
-  (divided by) `edge_factor`, at most `edge_steps` times per dimension and side and within the
-  dimension's valid range; returns the dimensions whose best value is still at an edge."""
+  try_all(candidates(config, method))
+  if config.tuning.strategy != 'product':
+    try_all(candidates(config, method, best(scored)[0]['client_lr']))
   steps: dict[tuple[str, int], int] = {}
-  dims = numeric_dimensions(config, method)
+  dims = _numeric_dimensions(config, method)
   tried = lambda dim: [c[dim] for c, _, _ in scored if c.get(dim) is not None]
   moved = True
-  while moved:
+  while moved and math.isfinite(best(scored)[1]):
     moved = False
     for dim in dims:
-      winner, top = best(scored)
-      if not math.isfinite(top):
-        return []
+      winner = best(scored)[0]
       side = _edge(tried(dim), winner.get(dim))
       if side is None or steps.get((dim, side), 0) >= config.tuning.edge_steps:
         continue
@@ -440,9 +414,10 @@ def extend_edges(config, method: Method, scored: list, try_all: Callable[[list],
       try_all([dict(winner, **{dim: new})])
       moved = moved or len(scored) > before
   winner, top = best(scored)
-  if not math.isfinite(top):
-    return []
-  return [d for d in dims if _edge(tried(d), winner.get(d)) is not None]
+  at_edge = [d for d in dims if math.isfinite(top) and _edge(tried(d), winner.get(d)) is not None]
+  return _record(dict(where, method=method.name, client_lr=winner['client_lr'],
+                      server_lr=winner['server_lr'], tuned=_tuned(winner), score=top,
+                      scores=[], at_edge=at_edge), scored)
 
 
 def widen_server_lrs(choice: dict, server_lrs: Sequence[float], evaluate) -> dict:
@@ -450,10 +425,9 @@ def widen_server_lrs(choice: dict, server_lrs: Sequence[float], evaluate) -> dic
   has not tried (those other methods' edge extensions reached), so that the baseline searched
   every server lr any method searched; a new candidate wins if it scores higher (ties: the
   earlier choice)."""
-  tried = [float(runs_lib.candidate_values(s['candidate']).get('slr', 'nan'))
-           for s in choice['scores']]
-  new = [candidate(choice['client_lr'], lr, choice['tuned']) for lr in sorted(server_lrs)
-         if not any(math.isclose(lr, t, rel_tol=1e-5) for t in tried)]
+  tried = [float(_candidate_values(s['candidate']).get('slr', 'nan')) for s in choice['scores']]
+  new = [dict(choice['tuned'], client_lr=choice['client_lr'], server_lr=lr)
+         for lr in sorted(server_lrs) if not any(math.isclose(lr, t, rel_tol=1e-5) for t in tried)]
   if not new:
     return choice
   scored = [(c, *evaluate(c)) for c in new]
@@ -463,5 +437,4 @@ def widen_server_lrs(choice: dict, server_lrs: Sequence[float], evaluate) -> dic
   if _edge(tried + [c['server_lr'] for c in new], server_lr) is not None:
     at_edge.append('server_lr')
   return _record(dict(choice, server_lr=server_lr, at_edge=at_edge,
-                      score=choice['score'] if winner is None else top),
-                 choice['scores'] + _scores(scored))
+                      score=choice['score'] if winner is None else top), scored)

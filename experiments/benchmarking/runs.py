@@ -16,16 +16,12 @@ RESULT_FILE = 'result.json'
 REPORT_PHASE = 'report'
 TUNE_PHASE = 'tune'
 
-CONFLICT_BEFORE = 'aggregator/conflict_fraction_before'
-CONFLICT_AFTER = 'aggregator/conflict_fraction_after'
-NORM_RATIO = 'aggregator/norm_ratio'
 TRAIN_LOSS = 'train_loss'
-# The global model's loss on the union of the clients' training data (`eval_train_loss`).
-GLOBAL_TRAIN_LOSS = 'global_train_loss'
-# The examples the round's training metrics counted (0: every update zeroed, or no example).
-TRAIN_EXAMPLES = 'train/num_examples'
-# A finalizer's count of rejected non-finite server updates (> 0: the round diverged).
-UPDATE_NON_FINITE = 'update_non_finite'
+GLOBAL_TRAIN_LOSS = 'global_train_loss'   # the global model's loss on the clients' union
+# Summary key -> the metric averaged over rounds: the exact column, else the first ending so.
+DIAGNOSTICS = {'conflict_before': 'aggregator/conflict_fraction_before',
+               'conflict_after': 'aggregator/conflict_fraction_after',
+               'norm_ratio': 'aggregator/norm_ratio'}
 # Client updates left out for non-finite values by the client work (zeroed, weight 0) and by the
 # aggregator (a NaN or Inf row): one stage's zeroed update arrives finite at the next.
 EXCLUDED_NON_FINITE = ('num_excluded_nonfinite', 'num_excluded_nonfinite_clients')
@@ -40,20 +36,13 @@ def slug(text: str) -> str:
   return re.sub(r'[^A-Za-z0-9.=-]+', '_', str(text)).strip('_') or '_'
 
 
-def _fmt(value: Any) -> str:
-  if isinstance(value, float):
-    return f'{value:g}'
-  return str(value)
-
-
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
   """Everything that determines one run: its phase (REPORT_PHASE: trained on the clients'
   training data, evaluated on the test split; TUNE_PHASE: on the fit and validation parts), the
   regime and its dataset, the method and its builder `algorithm` with its keyword arguments
-  (sorted (name, value) pairs), the learning rates set in the initial state, local epochs E, the
-  seed (model, sampling, shuffling), the partition's seed, the model, the loop, and the tuning
-  candidate's name ('' for reporting runs)."""
+  (sorted (name, value) pairs), the learning rates, local epochs E, the seed (model, sampling,
+  shuffling), the partition's seed, the model, the loop, and the tuning candidate's name."""
   phase: str
   regime: str
   dataset: str
@@ -74,9 +63,7 @@ class RunSpec:
   candidate: str = ''
 
   def to_dict(self) -> dict[str, Any]:
-    out = dataclasses.asdict(self)
-    out['kwargs'] = {k: v for k, v in self.kwargs}
-    return out
+    return dict(dataclasses.asdict(self), kwargs=dict(self.kwargs))
 
   @property
   def eval_prefix(self) -> str:
@@ -85,21 +72,18 @@ class RunSpec:
   def directory(self, root: str) -> str:
     if self.phase == REPORT_PHASE:
       return report_run_dir(root, self.regime, self.epochs, self.method, self.seed)
-    return os.path.join(root, 'tuning', _regime_slug(self.regime), f'E{self.epochs}',
-                        slug(self.method), slug(self.candidate), f'seed{self.seed}')
+    return os.path.join(root, 'tuning', slug(self.regime.replace('#C=', 'C')),
+                        f'E{self.epochs}', slug(self.method), slug(self.candidate),
+                        f'seed{self.seed}')
 
   def label(self) -> str:
     what = f'{self.method} {self.candidate}' if self.candidate else self.method
     return f'{self.phase} {self.regime} E={self.epochs} {what} seed {self.seed}'
 
 
-def _regime_slug(regime: str) -> str:
-  return slug(regime.replace('#C=', 'C'))
-
-
 def report_run_dir(root: str, regime: str, epochs: int, method: str, seed: int) -> str:
   """The directory of a reporting run (`metrics.csv`, `hparams.csv`, `result.json`)."""
-  return os.path.join(root, 'runs', _regime_slug(regime), f'E{epochs}', slug(method),
+  return os.path.join(root, 'runs', slug(regime.replace('#C=', 'C')), f'E{epochs}', slug(method),
                       f'seed{seed}')
 
 
@@ -118,23 +102,8 @@ RUN_COLUMNS = (
 def run_row(spec: RunSpec, summary: Mapping[str, Any]) -> dict[str, Any]:
   """The runs.csv row of a finished reporting run."""
   row = {k: getattr(spec, k) for k in RUN_COLUMNS[:RUN_COLUMNS.index('hparams')]}
-  row['hparams'] = json.dumps({k: v for k, v in spec.kwargs}, sort_keys=True,
-                              default=_json_default)
-  row.update(summary)
-  return row
-
-
-def candidate_name(client_lr: float, server_lr: float, tuned: Mapping[str, Any]) -> str:
-  """A tuning candidate's name, e.g. 'clr=0.1,slr=1,proximal_strength=0.01'."""
-  parts = [f'clr={_fmt(client_lr)}', f'slr={_fmt(server_lr)}']
-  parts += [f'{k}={_fmt(v)}' for k, v in sorted(tuned.items())]
-  return ','.join(parts)
-
-
-def candidate_values(name: str) -> dict[str, str]:
-  """The values of a `candidate_name`, as text: 'clr=0.1,slr=1,mu=0.01' -> {'clr': '0.1',
-  'slr': '1', 'mu': '0.01'}."""
-  return dict(part.partition('=')[::2] for part in name.split(',') if part)
+  row['hparams'] = json.dumps(dict(spec.kwargs), sort_keys=True, default=_json_default)
+  return dict(row, **summary)
 
 
 def encode_curve(values: Sequence[Optional[float]]) -> str:
@@ -150,132 +119,85 @@ def decode_curve(text: Any) -> list[Optional[float]]:
   return [None if v == '' else float(v) for v in str(text).split(';')]
 
 
-def _column(rows: Sequence[Mapping[str, Any]], exact: str) -> Optional[str]:
-  """`exact` if the rows have it, else the first column ending in its last component."""
-  if not rows:
-    return None
-  if exact in rows[0]:
-    return exact
-  suffix = exact.rsplit('/', 1)[-1]
-  return next((c for c in rows[0] if c.endswith(suffix)), None)
-
-
-def _finite_mean(values) -> Optional[float]:
-  finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-  return float(np.mean(finite)) if finite else None
-
-
-def _tail_mean(values: Sequence[float], k: int) -> Optional[float]:
-  """Mean of the last k values; NaN if one of them is not finite; None for no values."""
-  if not values:
-    return None
-  tail = values[-k:]
-  return float(np.mean(tail)) if all(math.isfinite(v) for v in tail) else float('nan')
-
-
-def _examples_column(rows) -> Optional[str]:
-  return next((c for c in rows[0] if c.endswith(TRAIN_EXAMPLES)), None) if rows else None
-
-
-def excluded_nonfinite_updates(rows: Sequence[Mapping[str, Any]]) -> int:
-  """The client updates excluded as non-finite: the sum over rounds of every column whose last
-  component is one of `EXCLUDED_NON_FINITE`."""
-  columns = [c for c in (rows[0] if rows else ())
-             if c.rsplit('/', 1)[-1] in EXCLUDED_NON_FINITE]
-  return int(sum(float(r[c]) for r in rows for c in columns
-                 if r.get(c) is not None and math.isfinite(float(r[c]))))
-
-
-def _non_finite(value) -> bool:
-  return value is not None and not math.isfinite(float(value))
-
-
-def divergence_round(rows: Sequence[Mapping[str, Any]], *, prefix: str) -> Optional[int]:
-  """The first round where the run diverged (None if it did not): whose evaluated accuracy or
-  loss (`{prefix}_...`), clients' or global training loss is not finite, whose training metrics
-  count no example (every update zeroed: its zero loss would hide it), or whose finalizer
-  rejected a non-finite server update (`.../update_non_finite` > 0)."""
-  examples = _examples_column(rows)
-  rejected = [c for c in (rows[0] if rows else ()) if c.endswith(UPDATE_NON_FINITE)]
-  for row in rows:
-    if any(row.get(c) is not None and float(row[c]) > 0 for c in rejected):
-      return int(row['round_num'])
-    values = [row.get(f'{prefix}_accuracy'), row.get(f'{prefix}_loss'), row.get(TRAIN_LOSS),
-              row.get(GLOBAL_TRAIN_LOSS)]
-    if any(_non_finite(v) for v in values):
-      return int(row['round_num'])
-    if examples and row.get(examples) is not None and float(row[examples]) == 0:
-      return int(row['round_num'])
-  return None
-
-
-def with_chance_after(values: Sequence[Optional[float]], round_index: Optional[int],
-                      chance: Optional[float]) -> list[Optional[float]]:
-  """The divergence rule: a diverged run's accuracy is `chance` from the round it diverged on
-  (index `round_index` of `values`); unchanged otherwise or without a chance level."""
-  if round_index is None or chance is None:
-    return list(values)
-  return [v if i < round_index else (None if v is None else chance)
-          for i, v in enumerate(values)]
+def _finite(value) -> bool:
+  return value is not None and math.isfinite(float(value))
 
 
 def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5,
               num_classes: Optional[int] = None) -> dict[str, Any]:
-  """The summary of a run from its metrics rows: `last_k_accuracy` (the primary statistic, the
-  mean over the last `last_k` evaluated rounds), `best_accuracy` and `best_round` (never a
-  headline), `collapsed` (final accuracy within `COLLAPSE_MARGIN` of chance 1 / `num_classes`),
-  the means over rounds of the aggregator's diagnostics, `seconds_per_round` (rounds >= 2), the
-  curves, and the final values. A diverged run's accuracies count as chance from its divergence
-  round on (`with_chance_after`), so it enters the paired statistics instead of dropping out;
-  its curve keeps the raw values."""
-  accuracy_column = f'{prefix}_accuracy'
-  diverged_round = divergence_round(rows, prefix=prefix)
+  """A run's summary from its metrics rows: `last_k_accuracy` (the primary statistic: the mean
+  over the last `last_k` evaluated rounds, NaN if one is not finite), `best_accuracy` and
+  `best_round` (never a headline), `collapsed` (final accuracy within `COLLAPSE_MARGIN` of chance
+  1 / `num_classes`), the means over rounds of `DIAGNOSTICS`, `seconds_per_round` (rounds >= 2),
+  the curves and the final values.
+
+  A run diverges at the first round whose `{prefix}_accuracy` or `_loss`, clients' or global
+  training loss is not finite, whose training metrics count no example (every update zeroed: its
+  zero loss would hide it), or whose finalizer rejected a non-finite server update
+  (`.../update_non_finite` > 0). Its accuracies count as chance from that round on, so that it
+  enters the paired statistics instead of dropping out; its curve keeps the raw values.
+  """
+  columns = list(rows[0]) if rows else []
+  find = lambda suffix: [c for c in columns if c.endswith(suffix)]
+  examples = next(iter(find('train/num_examples')), None)
+  zeroed = [r['round_num'] for r in rows
+            if r.get(examples) is not None and float(r[examples]) == 0]
+  rejected = find('update_non_finite')
+  watched = (f'{prefix}_accuracy', f'{prefix}_loss', TRAIN_LOSS, GLOBAL_TRAIN_LOSS)
+
+  def diverges(row) -> bool:
+    return (row['round_num'] in zeroed
+            or any(row.get(c) is not None and float(row[c]) > 0 for c in rejected)
+            or any(row.get(c) is not None and not _finite(row[c]) for c in watched))
+  diverged_round = next((int(r['round_num']) for r in rows if diverges(r)), None)
   chance = 1.0 / num_classes if num_classes else None
-  raw = [r.get(accuracy_column) for r in rows]
-  index = (None if diverged_round is None else
-           next(i for i, r in enumerate(rows) if r['round_num'] == diverged_round))
-  ruled = with_chance_after(raw, index, chance)
-  evaluated = [(r['round_num'], a) for r, a in zip(rows, ruled) if a is not None]
+  raw = [r.get(f'{prefix}_accuracy') for r in rows]
+  evaluated = [(r['round_num'], chance if diverged_round is not None and chance is not None
+                and r['round_num'] >= diverged_round else a)
+               for r, a in zip(rows, raw) if a is not None]
   accuracies = [a for _, a in evaluated]
   finite = [(n, a) for n, a in evaluated if math.isfinite(a)]
   best_round, best = max(finite, key=lambda p: (p[1], -p[0])) if finite else (None, None)
-  last = [r for r in rows if r.get(accuracy_column) is not None]
-  train_losses = [r.get(TRAIN_LOSS) for r in rows]
-  examples = _examples_column(rows)
+  tail = accuracies[-last_k:]
+  last = [r for r in rows if r.get(f'{prefix}_accuracy') is not None]
   final = accuracies[-1] if accuracies else None
-  before, after, ratio = (_column(rows, c) for c in (CONFLICT_BEFORE, CONFLICT_AFTER, NORM_RATIO))
   times = [r['round_time_s'] for r in rows if r.get('round_time_s') is not None]
   later = [r['round_time_s'] for r in rows
            if r['round_num'] >= 2 and r.get('round_time_s') is not None]
-  return {
+  summary = {
       'final_accuracy': final,
       'best_accuracy': best,
       'best_round': best_round,
-      'last_k_accuracy': _tail_mean(accuracies, last_k),
+      'last_k_accuracy': (None if not tail else float(np.mean(tail))
+                          if all(map(math.isfinite, tail)) else float('nan')),
       'final_loss': last[-1].get(f'{prefix}_loss') if last else None,
       'final_macro_f1': last[-1].get(f'{prefix}_macro_f1') if last else None,
-      'final_train_loss': train_losses[-1] if train_losses else None,
+      'final_train_loss': rows[-1].get(TRAIN_LOSS) if rows else None,
       'diverged': diverged_round is not None,
       'diverged_round': diverged_round,
-      'zeroed_rounds': (sum(1 for r in rows if r.get(examples) is not None
-                            and float(r[examples]) == 0) if examples else 0),
-      'excluded_nonfinite_updates': excluded_nonfinite_updates(rows),
+      'zeroed_rounds': len(zeroed),
+      'excluded_nonfinite_updates': int(sum(
+          float(r[c]) for r in rows for c in columns
+          if c.rsplit('/', 1)[-1] in EXCLUDED_NON_FINITE and _finite(r.get(c)))),
       'chance_accuracy': chance,
       'collapsed': bool(chance is not None and final is not None
                         and final <= chance + COLLAPSE_MARGIN),
-      'conflict_before': _finite_mean(r.get(before) for r in rows) if before else None,
-      'conflict_after': _finite_mean(r.get(after) for r in rows) if after else None,
-      'norm_ratio': _finite_mean(r.get(ratio) for r in rows) if ratio else None,
       'seconds_per_round': float(np.mean(later or times)) if times else None,
       'first_round_s': times[0] if times else None,
-      'accuracy_curve': encode_curve([r.get(accuracy_column) for r in rows]),
-      'train_loss_curve': encode_curve(train_losses),
-      'conflict_curve': encode_curve([r.get(before) for r in rows]) if before else '',
+      'accuracy_curve': encode_curve(raw),
+      'train_loss_curve': encode_curve([r.get(TRAIN_LOSS) for r in rows]),
       'final_global_train_loss': next((r[GLOBAL_TRAIN_LOSS] for r in reversed(rows)
                                        if r.get(GLOBAL_TRAIN_LOSS) is not None), None),
       'global_train_loss_curve': encode_curve([r.get(GLOBAL_TRAIN_LOSS) for r in rows])
-                                 if rows and GLOBAL_TRAIN_LOSS in rows[0] else '',
+                                 if GLOBAL_TRAIN_LOSS in columns else '',
   }
+  for key, exact in DIAGNOSTICS.items():
+    column = exact if exact in columns else next(iter(find(exact.rsplit('/', 1)[-1])), None)
+    values = [float(r[column]) for r in rows if column and _finite(r.get(column))]
+    summary[key] = float(np.mean(values)) if values else None
+    if key == 'conflict_before':
+      summary['conflict_curve'] = encode_curve([r.get(column) for r in rows]) if column else ''
+  return summary
 
 
 def predicts_one_class(confusion) -> bool:
@@ -291,9 +213,8 @@ def predicts_one_class(confusion) -> bool:
 
 def read_result(run_dir: str) -> Optional[dict[str, Any]]:
   """The run's `result.json`, or None when it is missing or unreadable (an interrupted write)."""
-  path = os.path.join(run_dir, RESULT_FILE)
   try:
-    with open(path) as f:
+    with open(os.path.join(run_dir, RESULT_FILE)) as f:
       result = json.load(f)
   except (OSError, ValueError):
     return None
@@ -301,7 +222,6 @@ def read_result(run_dir: str) -> Optional[dict[str, Any]]:
 
 
 def write_result(run_dir: str, result: Mapping[str, Any]) -> None:
-  """Writes `result.json` atomically."""
   files.write_json_atomically(os.path.join(run_dir, RESULT_FILE), result, default=_json_default)
 
 

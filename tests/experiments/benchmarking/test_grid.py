@@ -129,7 +129,8 @@ def test_tuning_never_reads_the_test_split(tiny):
   curves = metrics_io.read_csv(os.path.join(config.root, 'validation_curves.csv'))
   assert [(r['method'], r['seed']) for r in curves] == [('fedavg', 7), ('fedgh', 7)]
   for row, choice in zip(curves, outcome['choices']):
-    assert row['candidate'] == runs.candidate_name(choice['client_lr'], choice['server_lr'], {})
+    assert row['candidate'] == plan.candidate_name(
+        dict(client_lr=choice['client_lr'], server_lr=choice['server_lr']))
     chosen = metrics_io.read_csv(os.path.join(
         config.root, 'tuning', 'digits_C2_6', 'E1', row['method'],
         runs.slug(row['candidate']), 'seed7', 'metrics.csv'))
@@ -177,6 +178,21 @@ def test_finished_runs_are_skipped_and_settings_changes_refused(tiny):
   with pytest.raises(engine_lib.SettingsChangedError, match='rounds: 2 -> 3'):
     grid.run_benchmark(_config(config.output.output_dir, rounds=3), loader=loader,
                        stream=open(os.devnull, 'w'))
+
+
+def test_a_shorter_rung_of_halving_is_no_settings_change(tmp_path):
+  # A rung's run is one of its own (its name says its rounds): resuming a halving benchmark
+  # finds it finished, not changed; the full-length run's rounds are still checked.
+  config = _config(tmp_path, rounds=9, schedule='halving', last_k=1)
+  dataset, epochs, method = plan.tuning_tasks(config)[0]
+  candidate = dict(client_lr=0.05, server_lr=1.0)
+  for rounds in (3, None):
+    spec = plan.tuning_spec(config, dataset, epochs, method, candidate, 7, rounds)
+    os.makedirs(spec.directory(config.root))
+    runs.write_result(spec.directory(config.root), {'spec': spec.to_dict(), 'summary': {}})
+  grid.check_finished_runs(config)
+  with pytest.raises(engine_lib.SettingsChangedError, match='rounds: 9 -> 12'):
+    grid.check_finished_runs(_config(tmp_path, rounds=12, schedule='halving', last_k=1))
 
 
 def _record(root):

@@ -126,8 +126,8 @@ def test_fixed_learning_rates_are_not_tuned():
   config = config_lib.BenchmarkConfig(regimes=('digits:iid',),
                                       methods=('fedavg', 'fedld_server_lr'))
   fedld = plan_lib.methods(config)[1]  # fedld, server lr fixed at 4
-  assert [c['server_lr'] for c in plan_lib.stage_one(config, fedld)] == [4.0, 4.0, 4.0]
-  assert {c['server_lr'] for c in plan_lib.stage_two(config, fedld, 0.05)} == {4.0}
+  assert [c['server_lr'] for c in plan_lib.candidates(config, fedld)] == [4.0, 4.0, 4.0]
+  assert {c['server_lr'] for c in plan_lib.candidates(config, fedld, 0.05)} == {4.0}
 
 
 def test_compositions_are_baselines_with_an_aggregator_tuned_on_both_grids():
@@ -148,7 +148,8 @@ def test_compositions_are_baselines_with_an_aggregator_tuned_on_both_grids():
       'aggregator': 'fedgh', 'beta': 0.05, 'aggregator_kwargs': {'seed': 0, 'order': 'index'}}
   assert methods.composition_parts('fednova+fedgh[order=index]') == ('fednova', 'fedgh')
   assert methods.composition_parts('fednova') is None
-  assert set(methods.composable_algorithms()) >= {'fedavg', 'fedprox', 'fednova', 'feddecorr'}
+  for baseline in ('fedavg', 'fedprox', 'fednova', 'feddecorr'):   # the baselines compose
+    assert methods.parse_method(f'{baseline}+dgc').algorithm == baseline
 
 
 @pytest.mark.parametrize('text,match', [

@@ -66,7 +66,7 @@ def test_report_runs_take_the_choice_of_their_tuned_epochs():
   assert all(s.client_lr == 0.3 and s.data_seed == 0 for s in specs)
   assert dict(specs[-1].kwargs) == {'proximal_strength': 0.1}
   dataset, epochs, method = plan.tuning_tasks(config)[1]
-  candidate = plan.stage_one(config, method)[0]
+  candidate = plan.candidates(config, method)[0]
   spec = plan.tuning_spec(config, dataset, epochs, method, candidate, 100)
   assert spec.phase == runs.TUNE_PHASE and spec.regime == 'digits:dir(0.1)'
   assert spec.candidate == plan.candidate_name(candidate) and spec.rounds == config.loop.rounds
@@ -107,10 +107,11 @@ def test_server_learning_rates_are_searched_for_every_method_or_for_none():
   assert searched == {'fedavg': (1.0, 2.0, 3.0), 'fedgh': (1.0, 2.0, 3.0),
                       'fedld': (1.0, 2.0, 3.0), 'fedld_server_lr': (4.0,)}  # fixed: its own
   fedavg = plan.methods(config)[0]
-  assert {c['server_lr'] for c in plan.candidates(config, fedavg)} == {1.0, 2.0, 3.0}
+  staged = plan.candidates(config, fedavg) + plan.candidates(config, fedavg, 0.1)
+  assert {c['server_lr'] for c in staged} == {1.0, 2.0, 3.0}
   none = _config(methods=names, tune_server_lr=False)
   assert plan.searched_rates(none, plan.methods(none)[2])[1] == (1.0,)
-  assert plan.stage_two(none, fedavg, 0.1) == []
+  assert plan.candidates(none, fedavg, 0.1) == []
   described = plan.describe(none)['methods']
   assert described[0]['server_lrs'] == [1.0] and described[0]['client_lrs'] == [0.03, 0.1, 0.3]
 

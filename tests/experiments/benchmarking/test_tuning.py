@@ -29,19 +29,19 @@ def _tune(search, evaluate):
 
 def test_candidates():
   prox, fedld, fedavg = (_search(n) for n in ('fedprox', 'fedld', 'fedavg'))
-  one = tuning.stage_one(*prox)
+  one = tuning.candidates(*prox)
   assert [c['client_lr'] for c in one] == [0.03, 0.1, 0.3]
   assert all(c == dict(client_lr=c['client_lr'], server_lr=1.0, proximal_strength=0.01)
              for c in one)
-  two = tuning.stage_two(*prox, 0.1)
+  two = tuning.candidates(*prox, 0.1)
   assert [c['proximal_strength'] for c in two] == [0.001, 0.01, 0.1, 1.0]
   assert (tuning.candidate_name(two[1]) == tuning.candidate_name(one[1])
           == 'clr=0.1,slr=1,proximal_strength=0.01')
-  assert tuning.stage_two(*fedavg, 0.1) == []
-  ld = tuning.stage_two(*fedld, 0.3)
+  assert tuning.candidates(*fedavg, 0.1) == []
+  ld = tuning.candidates(*fedld, 0.3)
   assert len(ld) == 2 * 2 * 2 and {c['server_lr'] for c in ld} == {1.0, 3.0}
-  assert len(tuning.product(*fedld)) == 3 * 8
-  assert len(tuning.candidates(*prox)) == 3 + 4
+  assert len(tuning.candidates(*_search('fedld', 'product'))) == 3 * 8
+  assert tuning.max_candidates(*prox) == 3 + 4   # stage 2 at the first lr, repeats included
   assert len(tuning.candidates(*_search('fedprox', 'product'))) == 12
 
 
@@ -68,7 +68,7 @@ def test_staged_choice_reuses_stage_one_and_picks_the_best():
 
 
 def test_ties_go_to_the_first_and_nan_never_wins():
-  a, b, c = (tuning.candidate(lr, 1.0) for lr in (0.1, 0.2, 0.3))
+  a, b, c = (dict(client_lr=lr, server_lr=1.0) for lr in (0.1, 0.2, 0.3))
   assert tuning.best([(a, 0.5, 1), (b, 0.5, 1), (c, 0.4, 1)]) == (a, 0.5)
   assert tuning.best([(a, float('nan'), 1), (b, 0.1, 1)]) == (b, 0.1)
   winner, score = tuning.best([(a, float('nan'), 1), (b, float('nan'), 1)])
