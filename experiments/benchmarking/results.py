@@ -20,6 +20,9 @@ from experiments.benchmarking import runs as runs_lib
 
 ALPHA, POWER = 0.05, 0.8  # the level of every test, the power the seed counts aim at
 CURVES_FILE = 'validation_curves.csv'
+# The files the report reads besides the runs' own (`grid.run_benchmark` says what each holds).
+RECORD_FILES = ('config.json', 'runs.csv', 'tuning.csv', 'tuning_choices.json', 'timing.json',
+                'regimes.json')
 _IDENTITY = ('regime', 'method', 'epochs', 'seed')  # the cells that place a row in the report
 
 
