@@ -209,9 +209,9 @@ def margin(config: Mapping[str, Any]) -> float:
   return float(config.get('equivalence_margin') or 0.01)
 
 
-def verdict(d: Optional[stats.Interval], margin: float, chance: bool = False) -> str:
-  """'beats' / 'loses' where Holm agrees, 'ties' where the 95% interval lies inside +- `margin`,
-  'at chance' where both sides collapsed, else 'inconclusive'."""
+def verdict(d: Optional[stats.Interval], margin: float = 0.0, chance: bool = False) -> str:
+  """'beats' / 'loses' where Holm agrees, 'ties' where the 95% interval lies inside +- `margin`
+  (never for 0), 'at chance' where both sides collapsed, else 'inconclusive'."""
   if d is None or d.n < 2:
     return 'inconclusive'
   if chance:

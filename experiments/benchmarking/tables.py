@@ -186,12 +186,11 @@ def epoch_effect_table(rows, config) -> str:
   for method in [m for m in methods if m != baseline]:
     parts = []
     for e in epochs:
-      ds = [(found[(r, e, method)], results.at_chance(cells[(r, e)], method, baseline))
-            for r in regimes if (r, e, method) in found]
-      up = sum(results.significant(d, chance) and d.mean > 0 for d, chance in ds)
-      down = sum(results.significant(d, chance) and d.mean < 0 for d, chance in ds)
-      parts.append(f'{sum(d.mean for d, _ in ds) / len(ds):+.4f} ({up} / {down} of {len(ds)})'
-                   if ds else '-')
+      ds = {r: found[(r, e, method)] for r in regimes if (r, e, method) in found}
+      words = [results.verdict(d, chance=results.at_chance(cells[(r, e)], method, baseline))
+               for r, d in ds.items()]
+      parts.append(f'{sum(d.mean for d in ds.values()) / len(ds):+.4f} '
+                   f'({words.count("beats")} / {words.count("loses")} of {len(ds)})' if ds else '-')
     out.append([method] + parts)
   return markdown_table(['method'] + [f'E={e}: mean Δ (Holm > 0 / Holm < 0)' for e in epochs], out)
 
@@ -203,7 +202,7 @@ def losses_list(rows, config) -> str:
   lines = []
   for (regime, e, method), d in results.comparisons(rows, config).items():
     cell = cells[(regime, e)]
-    if not (results.significant(d, results.at_chance(cell, method, baseline)) and d.mean < 0):
+    if results.verdict(d, chance=results.at_chance(cell, method, baseline)) != 'loses':
       continue
     row = next(iter(cell[method].values()))
     bits = [f'Δ {fmt_difference(d)}, Holm p {fmt_p(d.p_value)}']
