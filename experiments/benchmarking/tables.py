@@ -342,15 +342,16 @@ def _settings(row) -> dict[str, Any]:
               server_lr=row.get('server_lr'))
 
 
-def variant_differences(rows, config) -> list[tuple[str, str, list[str]]]:
-  """(variant, parent, differences) for every method whose parent (config.json's plan) ran too:
-  the learning rates and builder arguments (runs.csv's `hparams`) that differ between their runs
-  over every regime, E and seed both ran ('name: parent value -> variant value (regime)')."""
+def variant_differences(rows, config) -> list[tuple[str, str, list[str], list[str]]]:
+  """(variant, parent, the settings that differ, differences) for every method whose parent
+  (config.json's plan) ran too: the learning rates and builder arguments (runs.csv's `hparams`)
+  that differ between their runs over every regime, E and seed both ran ('name: parent value ->
+  variant value (regime)')."""
   methods = results.orders(rows, config)[1]
   parents = {m['name']: m.get('parent') for m in config['plan']['methods']}
   out = []
   for method in [m for m in methods if parents.get(m) in methods]:
-    parent, found = parents[method], []
+    parent, found, changed = parents[method], [], set()
     for cell in results.group(rows).values():
       for seed in sorted(set(cell.get(method, {})) & set(cell.get(parent, {}))):
         a, b = _settings(cell[parent][seed]), _settings(cell[method][seed])
@@ -360,15 +361,15 @@ def variant_differences(rows, config) -> list[tuple[str, str, list[str]]]:
                     f'({cell[method][seed]["regime"]})')
           if (x != y or (x is None and a.get(k) != b.get(k))) and change not in found:
             found.append(change)
-    out.append((method, parent, found))
+            changed.add(k)
+    out.append((method, parent, sorted(changed), found))
   return out
 
 
 def variants_section(rows, config) -> str:
   """What each variant changes against its parent, read from the runs themselves."""
   lines = []
-  for method, parent, found in variant_differences(rows, config):
-    keys = {t.split(':')[0] for t in found}
+  for method, parent, keys, found in variant_differences(rows, config):
     note = '' if len(keys) == 1 else f' ({len(keys)} settings differ, not one)'
     lines.append(f'- {method} against {parent}{note}: ' + ('; '.join(found) or 'nothing'))
   return text('variants_intro') + '\n\n' + '\n'.join(lines) + '\n' if lines else ''
