@@ -39,9 +39,10 @@ def mean_std(values: Sequence[Optional[float]]) -> tuple[float, float]:
   return float(np.mean(finite)), float(np.std(finite, ddof=1))
 
 
-def _check(name: str, value: float) -> None:
-  if not 0 < value < 1:
-    raise ValueError(f'{name} must be in (0, 1), got {value!r}')
+def _check(**values: float) -> None:
+  for name, value in values.items():
+    if not 0 < value < 1:
+      raise ValueError(f'{name} must be in (0, 1), got {value!r}')
 
 
 def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Optional[float]],
@@ -53,7 +54,7 @@ def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Op
   paired t-test, whose p-value it carries, rejects at level 1 - c (p 0 for a constant nonzero
   difference, 1 for a constant 0).
   """
-  _check('confidence', confidence)
+  _check(confidence=confidence)
   keys = sorted(k for k in set(x) & set(y) if _finite([x[k]]) and _finite([y[k]]))
   if not keys:
     return None
@@ -105,8 +106,7 @@ def minimal_detectable_difference(sd: float, n: int, *, alpha: float = 0.05,
                                   power: float = 0.8) -> float:
   """The smallest |mean difference| `paired_power` detects with probability `power` (its root,
   bracketed from 0); NaN for n < 2 or a non-finite sd."""
-  _check('alpha', alpha)
-  _check('power', power)
+  _check(alpha=alpha, power=power)
   if n < 2 or not math.isfinite(sd) or sd < 0:
     return float('nan')
   if sd == 0:
@@ -125,8 +125,7 @@ def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: fl
   Raises:
     ValueError: a difference <= 0, a negative or non-finite sd, alpha or power outside (0, 1).
   """
-  _check('alpha', alpha)
-  _check('power', power)
+  _check(alpha=alpha, power=power)
   if not difference > 0:
     raise ValueError(f'difference must be > 0, got {difference!r}')
   if not math.isfinite(sd) or sd < 0:

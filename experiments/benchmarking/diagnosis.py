@@ -38,12 +38,10 @@ _MEASUREMENTS = {
 
 
 def fmt_gap(g: Optional[stats.Interval]) -> str:
-  """'+0.012 ± 0.003' (mean ± the 95% t-interval's half-width), '+0.012 (n=1)' for one seed,
-  '-' for none. No significance mark: a diagnosis is exploratory (no multiplicity correction);
-  the benchmark's Results tables mark what Holm's adjustment keeps."""
-  if g is None:
-    return '-'
-  return f'{g.mean:+.3f} (n=1)' if g.n < 2 else f'{g.mean:+.3f} ± {(g.high - g.low) / 2:.3f}'
+  """'+0.012 ± 0.003' (mean ± the 95% t-interval's half-width). No significance mark: a
+  diagnosis is exploratory (no multiplicity correction); the Results tables mark what Holm's
+  adjustment keeps."""
+  return tables.fmt_difference(g, digits=3, half_width=True)
 
 
 def cells_of(rows, method: str) -> list[tuple[str, Mapping[str, Any]]]:
@@ -72,11 +70,10 @@ def _measure_table(cells, method, baseline, columns, needs: Optional[str] = None
            if needs is None or results.by_seed(c.get(method, {}), needs)]
   if not cells:
     return []
-  return (['| regime | ' + ' | '.join(h.format(m=method, b=baseline) for h, _, _ in columns)
-           + ' |', '|---|' + '---|' * len(columns)]
-          + [f'| {label} | ' + ' | '.join(_cell(kind, column, c, method, baseline)
-                                          for _, kind, column in columns) + ' |'
-             for label, c in cells])
+  return [tables.markdown_table(
+      ['regime'] + [h.format(m=method, b=baseline) for h, _, _ in columns],
+      [[label] + [_cell(kind, column, c, method, baseline) for _, kind, column in columns]
+       for label, c in cells]).rstrip()]
 
 
 def _measurement(name: str, cells, method: str, baseline: str) -> list[str]:
@@ -120,16 +117,16 @@ def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
   if not present:
     return [f'No variant of {method} was run (see `experiments.benchmarking.methods.VARIANTS`: '
             f'{", ".join(variants) or "none"}).']
-  lines = ['| variant | changes | question | compared with | ' + ' | '.join(
-      f'{label}: gap' for label, _ in cells) + ' |', '|---|---|---|---|' + '---|' * len(cells)]
+  table = []
   for v in present:
     reference = variant_baseline(v, rows, baseline)
     gaps = [(gap(cell, method, baseline, statistic), gap(cell, v, reference, statistic))
             for _, cell in cells]
-    lines.append(f'| {v} | {methods_lib.described(v)} | {_reading(v) or ""} | {reference} | '
-                 + ' | '.join('-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})'
-                              for base, ours in gaps) + ' |')
-  return lines
+    table.append([v, methods_lib.described(v), _reading(v) or '', reference] + [
+        '-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})'
+        for base, ours in gaps])
+  return [tables.markdown_table(['variant', 'changes', 'question', 'compared with']
+                                + [f'{label}: gap' for label, _ in cells], table).rstrip()]
 
 
 def _reading(algorithm: str) -> Optional[str]:
@@ -206,19 +203,18 @@ def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline:
     if not results.by_seed(cell.get(name, {}), 'tail_global_train_loss'):
       raise ValueError(f'{name!r} has no run in regime {regime!r} with the global training '
                        'loss (run with --eval_train_loss)')
-  lines = [f'| measure | {baseline} | {method} | difference (paired, 95% CI) |',
-           '|---|---|---|---|']
-  for column, label in (('tail_global_train_loss',
-                         'training loss (global model), mean of the last quarter of rounds'),
-                        ('global_train_loss_rise', 'largest rise of the training loss'),
-                        ('final_accuracy', 'final test accuracy')):
-    lines.append(f'| {label} | {_ms(cell, baseline, column)} | {_ms(cell, method, column)} | '
-                 f'{fmt_gap(gap(cell, method, baseline, column))} |')
+  table = tables.markdown_table(
+      ['measure', baseline, method, 'difference (paired, 95% CI)'],
+      [[label, _ms(cell, baseline, column), _ms(cell, method, column),
+        fmt_gap(gap(cell, method, baseline, column))]
+       for column, label in (('tail_global_train_loss',
+                              'training loss (global model), mean of the last quarter of rounds'),
+                             ('global_train_loss_rise', 'largest rise of the training loss'),
+                             ('final_accuracy', 'final test accuracy'))])
   loss = gap(cell, method, baseline, 'tail_global_train_loss')
   rise = gap(cell, method, baseline, 'global_train_loss_rise')
   reproduced = (loss is not None and rise is not None and loss.excludes_zero and loss.mean < 0
                 and rise.excludes_zero and rise.mean < 0
                 and rise.mean <= -0.5 * results.mean(cell[baseline], 'global_train_loss_rise'))
-  lines += ['', 'Reading: the published effect is '
-            + text('control_reproduced' if reproduced else 'control_not_reproduced')]
-  return '\n'.join(lines) + '\n'
+  return (f'{table}\nReading: the published effect is '
+          + text('control_reproduced' if reproduced else 'control_not_reproduced') + '\n')

@@ -19,9 +19,6 @@ from experiments.benchmarking import report as report_lib
 from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import runs as runs_lib
 
-# The files the report reads besides the runs' own (`run_benchmark` says what each holds).
-RECORD_FILES = ('config.json', 'runs.csv', 'tuning.csv', 'tuning_choices.json', 'timing.json',
-                'regimes.json')
 CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', 'accuracy_curve')
 
 
@@ -157,7 +154,7 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
   """
   check_finished_runs(config)
   os.makedirs(config.root, exist_ok=True)
-  record = {n: pathlib.Path(config.root, n) for n in RECORD_FILES}
+  record = {n: pathlib.Path(config.root, n) for n in results_lib.RECORD_FILES}
   record = {path: path.read_bytes() if path.exists() else None for path in record.values()}
   try:
     return _run(config, loader=loader, stream=stream or sys.stdout, after_tuning=after_tuning,

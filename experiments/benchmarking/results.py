@@ -20,6 +20,9 @@ from experiments.benchmarking import runs as runs_lib
 
 ALPHA, POWER = 0.05, 0.8  # the level of every test, the power the seed counts aim at
 CURVES_FILE = 'validation_curves.csv'
+# The files the report reads besides the runs' own (`grid.run_benchmark` says what each holds).
+RECORD_FILES = ('config.json', 'runs.csv', 'tuning.csv', 'tuning_choices.json', 'timing.json',
+                'regimes.json')
 _IDENTITY = ('regime', 'method', 'epochs', 'seed')  # the cells that place a row in the report
 
 
@@ -206,9 +209,9 @@ def margin(config: Mapping[str, Any]) -> float:
   return float(config.get('equivalence_margin') or 0.01)
 
 
-def verdict(d: Optional[stats.Interval], margin: float, chance: bool = False) -> str:
-  """'beats' / 'loses' where Holm agrees, 'ties' where the 95% interval lies inside +- `margin`,
-  'at chance' where both sides collapsed, else 'inconclusive'."""
+def verdict(d: Optional[stats.Interval], margin: float = 0.0, chance: bool = False) -> str:
+  """'beats' / 'loses' where Holm agrees, 'ties' where the 95% interval lies inside +- `margin`
+  (never for 0), 'at chance' where both sides collapsed, else 'inconclusive'."""
   if d is None or d.n < 2:
     return 'inconclusive'
   if chance:

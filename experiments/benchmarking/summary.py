@@ -123,9 +123,8 @@ def _variants(rows, config, wanted, ratios: bool = False) -> str:
   lines = [_provisional(config), '', _rule(rows, config, pairs), '']
   lines += verdict_lines(rows, config, pairs)
   differ = []
-  for method, parent, found in tables.variant_differences(rows, config):
+  for method, parent, keys, _ in tables.variant_differences(rows, config):
     if method in dict(pairs):
-      keys = sorted({t.split(':')[0] for t in found})
       differ.append(f'{method} ran with {len(keys)} setting{"s" if len(keys) != 1 else ""} '
                     f'other than {parent}\'s ({", ".join(keys) or "none"})'
                     + ('' if len(keys) <= 1 else ': more than the one it is meant to change'))

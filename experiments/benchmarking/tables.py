@@ -46,13 +46,16 @@ def fmt_p(p: float) -> str:
   return '-' if not math.isfinite(p) else '<0.001' if p < 0.001 else f'{p:.3f}'
 
 
-def fmt_difference(d: Optional[stats.Interval], *, mark: bool = False,
-                   digits: int = 4) -> str:
-  """'+m [+low, +high]' (bold with a dagger where `mark`), '+m (n=1)' for one seed."""
+def fmt_difference(d: Optional[stats.Interval], *, mark: bool = False, digits: int = 4,
+                   half_width: bool = False) -> str:
+  """'+m [+low, +high]' (bold with a dagger where `mark`), with `half_width` '+m ± h' (h the
+  interval's half-width); '+m (n=1)' for one seed."""
   if d is None:
     return '-'
   if d.n < 2:
     return f'{d.mean:+.{digits}f} (n=1)'
+  if half_width:
+    return f'{d.mean:+.{digits}f} ± {(d.high - d.low) / 2:.{digits}f}'
   interval = f'{d.mean:+.{digits}f} [{d.low:+.{digits}f}, {d.high:+.{digits}f}]'
   return f'**{interval}** {DAGGER}' if mark else interval
 
@@ -78,7 +81,7 @@ def _diverged(per_seed) -> int:
   return sum(results.is_true(r.get('diverged')) for r in per_seed.values())
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
   lines = ['| ' + ' | '.join(str(c) for c in line) + ' |' for line in [header, *rows]]
   return '\n'.join([lines[0], '|' + '---|' * len(header)] + lines[1:]) + '\n'
 
@@ -115,10 +118,10 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
         f'{before:.3f} → {fmt(results.mean(per_seed, "conflict_after"), 3)}',
         fmt(results.mean(per_seed, 'norm_ratio'), 3),
         fmt(results.mean(per_seed, 'seconds_per_round'))])
-  return _table(['method', 'seeds', 'diverged', 'collapsed', results.statistic_label(key, config),
-                 f'Δ vs {baseline} [95% CI]', 'Holm p', 'last-round accuracy',
-                 'Δ last round [95% CI]', 'conflict before → after', 'norm ratio', 's / round'],
-                out)
+  return markdown_table(
+      ['method', 'seeds', 'diverged', 'collapsed', results.statistic_label(key, config),
+       f'Δ vs {baseline} [95% CI]', 'Holm p', 'last-round accuracy', 'Δ last round [95% CI]',
+       'conflict before → after', 'norm ratio', 's / round'], out)
 
 
 def power_line(cell, *, baseline: str, config: Mapping[str, Any]) -> str:
@@ -163,13 +166,13 @@ def composition_table(rows, config) -> str:
   if not found:
     return ''
   adjusted = stats.holm([d.p_value if d is not None else float('nan') for *_, d, _, _ in found])
-  return _table(['regime', 'E', 'composition', 'its baseline', 'Δ vs its baseline [95% CI]',
-                 'Holm p', f'Δ vs {baseline}', f'its baseline\'s Δ vs {baseline}'],
-                [[f'`{regime}`', e, method, own,
-                  fmt_difference(d_own, mark=math.isfinite(p) and p < results.ALPHA), fmt_p(p),
-                  fmt_difference(d_base), fmt_difference(d_own_base)]
-                 for (regime, e, method, own, d_own, d_base, d_own_base), p
-                 in zip(found, adjusted)])
+  return markdown_table(
+      ['regime', 'E', 'composition', 'its baseline', 'Δ vs its baseline [95% CI]', 'Holm p',
+       f'Δ vs {baseline}', f'its baseline\'s Δ vs {baseline}'],
+      [[f'`{regime}`', e, method, own,
+        fmt_difference(d_own, mark=math.isfinite(p) and p < results.ALPHA), fmt_p(p),
+        fmt_difference(d_base), fmt_difference(d_own_base)]
+       for (regime, e, method, own, d_own, d_base, d_own_base), p in zip(found, adjusted)])
 
 
 def epoch_effect_table(rows, config) -> str:
@@ -183,14 +186,13 @@ def epoch_effect_table(rows, config) -> str:
   for method in [m for m in methods if m != baseline]:
     parts = []
     for e in epochs:
-      ds = [(found[(r, e, method)], results.at_chance(cells[(r, e)], method, baseline))
-            for r in regimes if (r, e, method) in found]
-      up = sum(results.significant(d, chance) and d.mean > 0 for d, chance in ds)
-      down = sum(results.significant(d, chance) and d.mean < 0 for d, chance in ds)
-      parts.append(f'{sum(d.mean for d, _ in ds) / len(ds):+.4f} ({up} / {down} of {len(ds)})'
-                   if ds else '-')
+      ds = {r: found[(r, e, method)] for r in regimes if (r, e, method) in found}
+      words = [results.verdict(d, chance=results.at_chance(cells[(r, e)], method, baseline))
+               for r, d in ds.items()]
+      parts.append(f'{sum(d.mean for d in ds.values()) / len(ds):+.4f} '
+                   f'({words.count("beats")} / {words.count("loses")} of {len(ds)})' if ds else '-')
     out.append([method] + parts)
-  return _table(['method'] + [f'E={e}: mean Δ (Holm > 0 / Holm < 0)' for e in epochs], out)
+  return markdown_table(['method'] + [f'E={e}: mean Δ (Holm > 0 / Holm < 0)' for e in epochs], out)
 
 
 def losses_list(rows, config) -> str:
@@ -200,7 +202,7 @@ def losses_list(rows, config) -> str:
   lines = []
   for (regime, e, method), d in results.comparisons(rows, config).items():
     cell = cells[(regime, e)]
-    if not (results.significant(d, results.at_chance(cell, method, baseline)) and d.mean < 0):
+    if results.verdict(d, chance=results.at_chance(cell, method, baseline)) != 'loses':
       continue
     row = next(iter(cell[method].values()))
     bits = [f'Δ {fmt_difference(d)}, Holm p {fmt_p(d.p_value)}']
@@ -305,12 +307,13 @@ def time_section(timing, rows) -> str:
     return 'No timing recorded.\n'
   wall = sum(t.get('wall_seconds', 0.0) for t in timing)
   build = sum(t.get('build_seconds', 0.0) for t in timing)
-  table = _table(['invocation', 'finished', 'wall time', 'building processes', 'processes built',
-                  'runs run', 'runs skipped', 'runs failed'],
-                 [[i, t.get('finished', ''), duration(t.get('wall_seconds', 0)),
-                   f'{t.get("build_seconds", 0):.0f} s', t.get('processes_built', ''),
-                   t.get('runs_done', ''), t.get('runs_skipped', ''), t.get('runs_failed', '')]
-                  for i, t in enumerate(timing, start=1)])
+  table = markdown_table(
+      ['invocation', 'finished', 'wall time', 'building processes', 'processes built',
+       'runs run', 'runs skipped', 'runs failed'],
+      [[i, t.get('finished', ''), duration(t.get('wall_seconds', 0)),
+        f'{t.get("build_seconds", 0):.0f} s', t.get('processes_built', ''),
+        t.get('runs_done', ''), t.get('runs_skipped', ''), t.get('runs_failed', '')]
+       for i, t in enumerate(timing, start=1)])
   run_seconds = sum(results.num(r.get('run_seconds')) or 0.0 for r in rows)
   total = text('time_total', wall=duration(wall), build=duration(build),
                share=100.0 * build / wall if wall else 0.0)
@@ -321,7 +324,7 @@ def time_section(timing, rows) -> str:
 def regimes_section(regimes) -> str:
   if not regimes:
     return 'Not recorded.\n'
-  return _table(
+  return markdown_table(
       ['regime', 'clients', 'examples', 'examples per client (min / median / max)',
        'classes per client (mean)', 'label TV distance to the pooled labels (mean)'],
       [[f'`{r["regime"]}`', r['num_clients'], r['num_examples'],
@@ -339,15 +342,16 @@ def _settings(row) -> dict[str, Any]:
               server_lr=row.get('server_lr'))
 
 
-def variant_differences(rows, config) -> list[tuple[str, str, list[str]]]:
-  """(variant, parent, differences) for every method whose parent (config.json's plan) ran too:
-  the learning rates and builder arguments (runs.csv's `hparams`) that differ between their runs
-  over every regime, E and seed both ran ('name: parent value -> variant value (regime)')."""
+def variant_differences(rows, config) -> list[tuple[str, str, list[str], list[str]]]:
+  """(variant, parent, the settings that differ, differences) for every method whose parent
+  (config.json's plan) ran too: the learning rates and builder arguments (runs.csv's `hparams`)
+  that differ between their runs over every regime, E and seed both ran ('name: parent value ->
+  variant value (regime)')."""
   methods = results.orders(rows, config)[1]
   parents = {m['name']: m.get('parent') for m in config['plan']['methods']}
   out = []
   for method in [m for m in methods if parents.get(m) in methods]:
-    parent, found = parents[method], []
+    parent, found, changed = parents[method], [], set()
     for cell in results.group(rows).values():
       for seed in sorted(set(cell.get(method, {})) & set(cell.get(parent, {}))):
         a, b = _settings(cell[parent][seed]), _settings(cell[method][seed])
@@ -357,15 +361,15 @@ def variant_differences(rows, config) -> list[tuple[str, str, list[str]]]:
                     f'({cell[method][seed]["regime"]})')
           if (x != y or (x is None and a.get(k) != b.get(k))) and change not in found:
             found.append(change)
-    out.append((method, parent, found))
+            changed.add(k)
+    out.append((method, parent, sorted(changed), found))
   return out
 
 
 def variants_section(rows, config) -> str:
   """What each variant changes against its parent, read from the runs themselves."""
   lines = []
-  for method, parent, found in variant_differences(rows, config):
-    keys = {t.split(':')[0] for t in found}
+  for method, parent, keys, found in variant_differences(rows, config):
     note = '' if len(keys) == 1 else f' ({len(keys)} settings differ, not one)'
     lines.append(f'- {method} against {parent}{note}: ' + ('; '.join(found) or 'nothing'))
   return text('variants_intro') + '\n\n' + '\n'.join(lines) + '\n' if lines else ''
@@ -398,8 +402,9 @@ def tuning_section(choices, config) -> str:
           f'{scores[1]["candidate"]}: {scores[1]["score"]:.4f}' if len(scores) > 1 else '-',
           len(c['scores']), _lrs(c['client_lrs_tried']), _lrs(c['server_lrs_tried'])])
     out.append(text('tuning_where', dataset=dataset, epochs=epochs, regime=regime) + '\n')
-    out.append(_table(['method', 'client lr', 'server lr', 'own values', 'validation score',
-                       'runner-up', 'candidates', 'client lrs tried', 'server lrs tried'], table))
+    out.append(markdown_table(['method', 'client lr', 'server lr', 'own values',
+                               'validation score', 'runner-up', 'candidates', 'client lrs tried',
+                               'server lrs tried'], table))
     tried = {c['method']: set(c['server_lrs_tried']) for c in here}
     if baseline in tried:
       missing = sorted(set().union(*tried.values()) - tried[baseline])

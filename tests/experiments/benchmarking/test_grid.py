@@ -17,6 +17,7 @@ from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
 from experiments.benchmarking import grid
 from experiments.benchmarking import plan
+from experiments.benchmarking import results
 from experiments.benchmarking import runs
 from tests.experiments import conftest
 
@@ -197,7 +198,7 @@ def test_a_shorter_rung_of_halving_is_no_settings_change(tmp_path):
 
 def _record(root):
   out = {}
-  for name in grid.RECORD_FILES:
+  for name in results.RECORD_FILES:
     path = os.path.join(root, name)
     out[name] = open(path, 'rb').read() if os.path.exists(path) else None
   return out

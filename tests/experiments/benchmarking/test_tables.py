@@ -152,9 +152,10 @@ def test_what_a_variant_changes_is_read_from_its_runs():
                 plan={'methods': [{'name': 'fedld', 'parent': None},
                                   {'name': 'fedld_projection', 'parent': 'fedld'},
                                   {'name': 'fedld_model', 'parent': 'fedld'}]})
-  found = {m: (p, d) for m, p, d in tables.variant_differences(rows, config)}
-  assert found['fedld_projection'] == ('fedld', ['revision: - -> projection (digits:iid)'])
-  assert len(found['fedld_model'][1]) == 3  # client lr, granularity and margin weight
+  found = {m: (p, k, d) for m, p, k, d in tables.variant_differences(rows, config)}
+  assert found['fedld_projection'] == ('fedld', ['revision'],
+                                       ['revision: - -> projection (digits:iid)'])
+  assert found['fedld_model'][1] == ['client_lr', 'granularity', 'margin_weight']
   text = tables.variants_section(rows, config)
   assert '- fedld_model against fedld (3 settings differ, not one):' in text
   assert '- fedld_projection against fedld: revision' in text
