@@ -1,6 +1,6 @@
-"""experiments.training_loop.RoundData: a round's datasets made in one traced call equal those made one client
-at a time, for in-memory arrays, their validation split and TFF's test client data; client data
-whose dataset function cannot be traced is read one client at a time."""
+"""experiments.training_loop.RoundData: a round's datasets made in one traced call equal those made
+one client at a time (in-memory arrays, their validation split, TFF's test client data); client
+data whose dataset function cannot be traced is read one client at a time."""
 
 import numpy as np
 import pytest
