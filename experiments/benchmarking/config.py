@@ -90,16 +90,16 @@ def parse_tuning_regimes(text: str) -> dict[str, str]:
 
 
 _M = experiment_config
-must, setting, passes, require = _M.must, _M.setting, _M.passes, _M.require
-_FRACTION = must('a number in (0, 1)', lambda v: passes(_M.RATIO, v) and v < 1)
+must, setting = _M.must, _M.setting
+_FRACTION = must('a number in (0, 1)', lambda v: _M.is_real(v) and 0 < v < 1)
 _POSITIVES = must('a non-empty list of finite numbers > 0',
-                  lambda v: bool(v) and all(passes(_M.POSITIVE, x) for x in v))
+                  lambda v: bool(v) and all(_M.is_real(x) and x > 0 for x in v))
 
 
 def _distinct_ints(minimum: int, *, allow_empty: bool = False) -> _M.Checker:
   return must(f'{"a" if allow_empty else "a non-empty"} list of distinct integers >= {minimum}',
               lambda v: (allow_empty or bool(v)) and len(set(v)) == len(v)
-              and all(passes(_M.at_least(minimum), x) for x in v))
+              and all(_M.is_int(x) and x >= minimum for x in v))
 
 
 class OwnRegime(NamedTuple):
@@ -130,39 +130,37 @@ def _check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[
   from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
   for argument, value, builtin in (('datasets', datasets, regimes.DATASETS),
                                    ('model_fns', model_fns, architectures.MODELS)):
-    require(argument, value, must('a dict of name -> value', lambda v: isinstance(v, Mapping)))
+    must('a dict of name -> value', lambda v: isinstance(v, Mapping))(argument, value)
     for name in value:
-      require(argument, name, must(
-          'names of letters, digits, "_", "." and "-" other than the built-in ones '
-          f'{sorted(builtin)}',
-          lambda n: isinstance(n, str) and bool(_OWN_NAME.match(n)) and n not in builtin))
+      must('names of letters, digits, "_", "." and "-" other than the built-in ones '
+           f'{sorted(builtin)}', lambda n: isinstance(n, str) and bool(_OWN_NAME.match(n))
+           and n not in builtin)(argument, name)
   for name, pair in datasets.items():
     argument = f'datasets[{name!r}]'
-    require(argument, pair, must(
-        'a pair (train, test) of tff.simulation.datasets.ClientData',
-        lambda p: isinstance(p, (tuple, list)) and len(p) == 2
-        and all(isinstance(c, tff.simulation.datasets.ClientData) for c in p)))
+    must('a pair (train, test) of tff.simulation.datasets.ClientData',
+         lambda p: isinstance(p, (tuple, list)) and len(p) == 2
+         and all(isinstance(c, tff.simulation.datasets.ClientData) for c in p))(argument, pair)
     specs = []
     for part, client_data in zip(('train', 'test'), pair):
-      require(f'{argument} {part}', client_data,
-              must('client data with at least one client', lambda c: bool(c.client_ids)))
+      must('client data with at least one client', lambda c: bool(c.client_ids))(
+          f'{argument} {part}', client_data)
       spec = client_data.element_type_structure
-      require(f'{argument} {part}', spec, must(_OWN_ELEMENT, lambda s: (
+      must(_OWN_ELEMENT, lambda s: (
           isinstance(s, Mapping) and set(s) == {'x', 'y'}
           and all(type(t) is tf.TensorSpec for t in s.values())  # pylint: disable=unidiomatic-typecheck
           and s['x'].dtype == tf.float32 and s['x'].shape.rank
           and s['x'].shape.is_fully_defined() and s['y'].dtype.is_integer
-          and s['y'].shape.rank == 0)))
+          and s['y'].shape.rank == 0))(f'{argument} {part}', spec)
       specs.append(spec['x'])
-    require(f'{argument} test', specs[1], must(
-        f'examples of the training data\'s x {specs[0]}', lambda s: s == specs[0]))
+    must(f'examples of the training data\'s x {specs[0]}', lambda s: s == specs[0])(
+        f'{argument} test', specs[1])
     if name not in models and len(model_fns) != 1:
       raise ConfigError('models', dict(models), f'an entry for your dataset {name!r} (a name '
                         'of model_fns or of experiments.architectures.MODELS), unless '
                         'model_fns holds one model')
   for name, model_fn in model_fns.items():
-    require(f'model_fns[{name!r}]', model_fn, must(
-        'a no-argument function returning a new uncompiled tf.keras.Model', callable))
+    must('a no-argument function returning a new uncompiled tf.keras.Model', callable)(
+        f'model_fns[{name!r}]', model_fn)
 
 
 def _parsed(argument: str, name: str, own: Collection[str] = ()):
@@ -253,7 +251,7 @@ class BenchmarkConfig:
                             'grid past it geometrically at most this many times per side; 0: '
                             'never. A best value still at an edge is marked in the report.')
   edge_factor: float = setting(3.0, flag='tuning_edge_factor', check=must(
-      'a finite number > 1', lambda v: passes(_M.POSITIVE, v) and v > 1),
+      'a finite number > 1', lambda v: _M.is_real(v) and v > 1),
                                help='Factor of each extension.')
   schedule: str = setting('full', flag='tuning_schedule', choices=('full', 'halving'),
                           help='full: every candidate runs every round; halving: successive '
@@ -307,7 +305,7 @@ class BenchmarkConfig:
     must('unset (a method variant sets it: METHOD[client_weighting=...])', lambda v: v is None)(
         'client_weighting', self.loop.weighting)
     must('empty (the benchmark runs on local runtimes)', lambda v: not v)(
-        'workers', list(self.runtime.workers))
+        'workers', list(self.output.workers))
     datasets = {r.dataset for r in parsed}
     leaf = sorted(d for d in datasets if d.startswith('leaf_'))
     must(f'LEAF\'s data/<name> folder for the regimes of {leaf}', lambda v: not leaf or bool(v))(
@@ -321,7 +319,8 @@ class BenchmarkConfig:
       _M.one_of(sorted(architectures.MODELS) + sorted(self.model_fns))('models', model)
     for dataset, difference in self.detect.items():
       of_datasets('detect', f'{dataset}:{difference}')
-      must('differences in (0, 1)', lambda v: passes(_FRACTION, v))('detect', difference)
+      must('differences in (0, 1)', lambda v: _M.is_real(v) and 0 < v < 1)(
+          'detect', difference)
     for dataset, regime in self.tuning_regimes.items():
       tuned = _parsed('tuning_regimes', regime, self.datasets)
       must('entries DATASET:REGIME with a regime of that dataset',
@@ -332,9 +331,6 @@ class BenchmarkConfig:
       if method.name in self.grids:
         method = method.with_grid(self.grids[method.name])
       _check_builder_arguments(method, methods_lib.given_kwargs(self.given, method))
-
-  runtime = property(lambda self: self.output, doc='The backend settings (in `output`).')
-  tuning = property(lambda self: self, doc='The tuning settings (fields of the config itself).')
 
   @property
   def experiment_name(self) -> str:
