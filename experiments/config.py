@@ -125,13 +125,14 @@ NON_EMPTY_STRING = must('a non-empty string', lambda v: isinstance(v, str) and b
 
 def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
             check: Optional[Checker] = None, choices: Optional[Sequence[str]] = None,
-            help: Optional[str] = None, **kwargs) -> Any:  # pylint: disable=redefined-builtin
+            help: Optional[str] = None, parse: Optional[Callable[[str, Any], Any]] = None,
+            **kwargs) -> Any:  # pylint: disable=redefined-builtin
   """A dataclass field set by `--flag` (`help`), checked by `check` or `choices` (None too when
-  that is the default)."""
+  that is the default); `parse(flag, flag value)` reads a flag given as text or a list."""
   if choices is not None:
     check = optional(one_of(choices)) if default is None else one_of(choices)
   metadata = {k: v for k, v in (('flag', flag), ('check', check), ('choices', choices),
-                                ('help', help)) if v is not None}
+                                ('help', help), ('parse', parse)) if v is not None}
   return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 

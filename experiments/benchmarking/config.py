@@ -2,6 +2,7 @@
 run shares); a bad value raises `experiments.config.ConfigError` naming its flag."""
 
 import dataclasses
+import functools
 import os
 import re
 from typing import Any, Callable, Collection, Mapping, NamedTuple, Optional
@@ -44,15 +45,15 @@ def split_top_level(text: str, separator: str = ',') -> list[str]:
   return [p.strip() for p in pieces if p.strip()]
 
 
-def parse_grids(text: str) -> dict[str, dict[str, tuple]]:
-  """'fedprox.proximal_strength=0.01/0.1,fedmgc.gamma=1/2' -> {method: {argument: values}}."""
+def parse_grids(argument: str, text: str) -> dict[str, dict[str, tuple]]:
+  """'fedprox.proximal_strength=0.01/0.1,fedmgc.gamma=1/2' -> {method: {keyword: values}}."""
   grids: dict[str, dict[str, tuple]] = {}
   for item in split_top_level(text):
     target, sep, values = item.partition('=')
-    method, dot, argument = target.strip().partition('.')
-    if not sep or not dot or not method or not argument or not values.strip():
-      raise ConfigError('grids', item, 'entries METHOD.ARGUMENT=V1/V2/...')
-    grids.setdefault(method, {})[argument] = tuple(
+    method, dot, keyword = target.strip().partition('.')
+    if not sep or not dot or not method or not keyword or not values.strip():
+      raise ConfigError(argument, item, 'entries METHOD.ARGUMENT=V1/V2/...')
+    grids.setdefault(method, {})[keyword] = tuple(
         methods_lib.parse_value(v) for v in values.split('/'))
   return grids
 
@@ -72,7 +73,12 @@ def parse_mapping(argument: str, text: str, cast=str) -> dict[str, Any]:
   return mapping
 
 
-def parse_tuning_regimes(text: str) -> dict[str, str]:
+def _parse_names(argument: str, text: str) -> tuple:
+  del argument   # a name's error is the config's, naming the regime or method
+  return tuple(split_top_level(text))
+
+
+def parse_tuning_regimes(argument: str, text: str) -> dict[str, str]:
   """'digits:dir(0.1),synthetic(1,1)' -> {'digits': 'digits:dir(0.1)', 'synthetic':
   'synthetic(1,1)'}: each entry a regime (its dataset is the key), or DATASET:REGIME."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
@@ -82,8 +88,8 @@ def parse_tuning_regimes(text: str) -> dict[str, str]:
       regime = data.parse_regime(item.strip())
     except ValueError as e:
       if ':' not in item:
-        raise ConfigError('tuning_regimes', item.strip(), reason=str(e)) from None
-      mapping.update(parse_mapping('tuning_regimes', item))
+        raise ConfigError(argument, item.strip(), reason=str(e)) from None
+      mapping.update(parse_mapping(argument, item))
       continue
     mapping[regime.dataset] = item.strip()
   return mapping
@@ -91,6 +97,8 @@ def parse_tuning_regimes(text: str) -> dict[str, str]:
 
 _M = experiment_config
 must, setting = _M.must, _M.setting
+_INTS = functools.partial(_M.parse_numbers, cast=int)
+_FLOATS = functools.partial(_M.parse_numbers, cast=float)
 _FRACTION = must('a number in (0, 1)', lambda v: _M.is_real(v) and 0 < v < 1)
 _POSITIVES = must('a non-empty list of finite numbers > 0',
                   lambda v: bool(v) and all(_M.is_real(x) and x > 0 for x in v))
@@ -183,19 +191,21 @@ class BenchmarkConfig:
   name -> a function returning a new uncompiled Keras model (`models` maps a dataset to one, else
   your only one). `given`: method or algorithm name -> builder keywords used where nothing is
   tuned (a method's name wins)."""
-  regimes: tuple = setting(help='Comma-separated regimes (tff_conflict.data.regimes): '
-                           'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), '
-                           'synthetic(ALPHA,BETA), emnist:natural; @K sets the population.')
-  methods: tuple = setting(help='Comma-separated methods (experiments.benchmarking.methods.'
-                           'METHODS or ALGORITHM[key=value,...] variants), the baseline among '
-                           'them.')
-  epochs: tuple = setting((1, 5), check=_distinct_ints(1), help='Local epochs E of the grid.')
-  report_seeds: tuple = setting((0, 1, 2, 3, 4), check=_distinct_ints(0), help='Reporting '
-                                'seeds: seed s is the initial model, the clients sampled and '
-                                '(--vary_partition) the partition.')
-  models: Mapping[str, str] = setting(default_factory=dict, help='DATASET:MODEL,... '
-                                      '(experiments.architectures.MODELS); default each '
-                                      'dataset\'s model.')
+  regimes: tuple = setting(
+      parse=_parse_names, help='Comma-separated regimes (tff_conflict.data.regimes): '
+      'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), synthetic(ALPHA,BETA), '
+      'emnist:natural; @K sets the population.')
+  methods: tuple = setting(
+      parse=_parse_names, help='Comma-separated methods (experiments.benchmarking.methods.'
+      'METHODS or ALGORITHM[key=value,...] variants), the baseline among them.')
+  epochs: tuple = setting((1, 5), check=_distinct_ints(1), parse=_INTS,
+                          help='Local epochs E of the grid.')
+  report_seeds: tuple = setting((0, 1, 2, 3, 4), check=_distinct_ints(0), parse=_INTS,
+                                help='Reporting seeds: seed s is the initial model, the clients '
+                                'sampled and (--vary_partition) the partition.')
+  models: Mapping[str, str] = setting(
+      default_factory=dict, parse=parse_mapping, help='DATASET:MODEL,... '
+      '(experiments.architectures.MODELS); default each dataset\'s model.')
   given: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   vary_partition: bool = setting(True, check=_M.BOOL, help='Draw each seed\'s partition (and '
                                  'Synthetic data) with that seed; --novary_partition uses '
@@ -209,9 +219,10 @@ class BenchmarkConfig:
   equivalence_margin: float = setting(0.01, check=_FRACTION, help='A method ties the baseline '
                                       'only when the 95% interval of their difference lies '
                                       'inside +- this margin.')
-  detect: Mapping[str, float] = setting(default_factory=dict, help='DATASET:DIFFERENCE,...: the '
-                                        'accuracy difference the report gives a seed count for '
-                                        '(80% power); default DETECT, else DEFAULT_DETECT.')
+  detect: Mapping[str, float] = setting(
+      default_factory=dict, parse=functools.partial(parse_mapping, cast=float),
+      help='DATASET:DIFFERENCE,...: the accuracy difference the report gives a seed count for '
+      '(80% power); default DETECT, else DEFAULT_DETECT.')
   variants_inherit: bool = setting(True, check=_M.BOOL, help='A variant whose parent method is '
                                    'in --methods runs at the parent\'s tuned values, changing '
                                    'only what it fixes; --novariants_inherit tunes it on the '
@@ -219,26 +230,27 @@ class BenchmarkConfig:
   description: str = setting('', help='A sentence for the report\'s Setup section.')
   tune: bool = setting(True, check=_M.BOOL, help='Tune on a validation split first; --notune '
                        'uses the given values (the learning-rate and method flags).')
-  tuning_seeds: tuple = setting((100, 101), check=_distinct_ints(0), help='Seeds of the tuning '
-                                'runs (disjoint from --report_seeds).')
+  tuning_seeds: tuple = setting((100, 101), check=_distinct_ints(0), parse=_INTS,
+                                help='Seeds of the tuning runs (disjoint from --report_seeds).')
   tuning_regimes: Mapping[str, str] = setting(
-      default_factory=dict, help='Regimes tuned on, one per dataset (e.g. digits:dir(0.1),'
-      'synthetic(1,1); DATASET:REGIME also works); its choice serves every regime of the dataset. '
-      'Default: DEFAULT_TUNING_REGIMES\'s split (with the grid\'s population if one has it), '
-      'else the dataset\'s first regime.')
-  tune_epochs: tuple = setting((), check=_distinct_ints(1, allow_empty=True), help='Local epochs '
-                               'tuned at (default: every --epochs); an untuned E uses the '
-                               'nearest tuned E\'s values.')
-  client_lr_grid: tuple = setting((0.03, 0.1, 0.3), check=_POSITIVES, help='Client learning '
-                                  'rates tried by every method.')
-  server_lr_grid: tuple = setting((1.0, 2.0, 3.0), check=_POSITIVES, help='Server learning '
-                                  'rates tried by every method (with --tune_server_lr).')
+      default_factory=dict, parse=parse_tuning_regimes, help='Regimes tuned on, one per dataset '
+      '(e.g. digits:dir(0.1),synthetic(1,1); DATASET:REGIME also works); its choice serves every '
+      'regime of the dataset. Default: DEFAULT_TUNING_REGIMES\'s split (with the grid\'s '
+      'population if one has it), else the dataset\'s first regime.')
+  tune_epochs: tuple = setting((), check=_distinct_ints(1, allow_empty=True), parse=_INTS,
+                               help='Local epochs tuned at (default: every --epochs); an untuned '
+                               'E uses the nearest tuned E\'s values.')
+  client_lr_grid: tuple = setting((0.03, 0.1, 0.3), check=_POSITIVES, parse=_FLOATS,
+                                  help='Client learning rates tried by every method.')
+  server_lr_grid: tuple = setting((1.0, 2.0, 3.0), check=_POSITIVES, parse=_FLOATS,
+                                  help='Server learning rates tried by every method (with '
+                                  '--tune_server_lr).')
   tune_server_lr: bool = setting(True, check=_M.BOOL, help='Every method, the baseline included, '
                                  'searches --server_lr_grid; --notune_server_lr: none does (never '
                                  'some only: a wider search alone would gain).')
   grids: Mapping[str, Mapping[str, tuple]] = setting(
-      default_factory=dict, help='METHOD.ARGUMENT=V1/V2/...,...: replaces a method\'s default '
-      'grid of that builder argument.')
+      default_factory=dict, parse=parse_grids, help='METHOD.ARGUMENT=V1/V2/...,...: replaces a '
+      'method\'s default grid of that builder argument.')
   strategy: str = setting('staged', flag='tuning_strategy', choices=('staged', 'product'),
                           help='staged: client lr first, then the method\'s grid (and server lr) '
                           'at the chosen rate; product: every combination.')

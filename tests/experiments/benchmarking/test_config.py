@@ -26,12 +26,12 @@ def test_split_top_level_keeps_brackets_together():
 
 
 def test_parse_grids_and_mappings():
-  assert config_lib.parse_grids('fedprox.proximal_strength=0.01/1, fedga.counts=batch') == {
+  assert config_lib.parse_grids('grids', 'fedprox.proximal_strength=0.01/1, fedga.counts=batch') == {
       'fedprox': {'proximal_strength': (0.01, 1)}, 'fedga': {'counts': ('batch',)}}
   assert config_lib.parse_mapping('models', 'digits:mlp, synthetic:logistic_regression') == {
       'digits': 'mlp', 'synthetic': 'logistic_regression'}
   assert config_lib.parse_mapping('detect', 'digits:0.8', float) == {'digits': 0.8}
-  for call, message in ((lambda: config_lib.parse_grids('fedprox=1'),
+  for call, message in ((lambda: config_lib.parse_grids('grids', 'fedprox=1'),
                          "--grids must be entries METHOD.ARGUMENT=V1/V2/..., got 'fedprox=1'"),
                         (lambda: config_lib.parse_mapping('models', 'mlp'),
                          "--models must be entries DATASET:VALUE, got 'mlp'"),
