@@ -8,11 +8,11 @@ if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading)
 
 import dataclasses
 import datetime
+import functools
 import os
 import platform
 import sys
 import time
-from typing import Any
 
 # Quiet before TensorFlow is imported (its C++ logs read the environment then); TensorFlow must be
 # imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
@@ -69,16 +69,7 @@ _NOT_HERE = {
 }
 
 
-def apply_preset() -> None:
-  flags_lib.apply_preset(presets.BENCHMARK)
-
-
-def given_values() -> dict[str, dict[str, Any]]:
-  """Each algorithm's builder arguments from the method flags (the order seed aside; a flag
-  left unset, None, leaves the builder's default)."""
-  return {algorithm: {keyword: FLAGS[flag].value for keyword, flag in table.items()
-                      if keyword != 'seed' and FLAGS[flag].value is not None}
-          for algorithm, table in experiment_lib.ALGORITHM_HPARAMS.items()}
+apply_preset = functools.partial(flags_lib.apply_preset, presets.BENCHMARK)
 
 
 def config_from_flags() -> config_lib.BenchmarkConfig:
@@ -89,10 +80,15 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
   parts = flags_lib.experiment_config()
   values = {field.name: field.metadata['parse'](flag, FLAGS[flag].value)
             if 'parse' in field.metadata else FLAGS[flag].value for flag, field in _SETTINGS}
+  # Each algorithm's builder arguments from the method flags (the order seed aside; a flag left
+  # unset, None, leaves the builder's default).
+  given = {algorithm: {keyword: FLAGS[flag].value for keyword, flag in table.items()
+                       if keyword != 'seed' and FLAGS[flag].value is not None}
+           for algorithm, table in experiment_lib.ALGORITHM_HPARAMS.items()}
   config = config_lib.BenchmarkConfig(
-      **values, given=given_values(), loop=parts.training, client=parts.client,
-      server=parts.server, data=parts.data, output=parts.output)
-  # The method flags reach the methods by algorithm (`given_values`): refuse one none reads.
+      **values, given=given, loop=parts.training, client=parts.client, server=parts.server,
+      data=parts.data, output=parts.output)
+  # The method flags reach the methods by algorithm (`given`): refuse one none reads.
   flags_lib.check_method_flags_apply([
       experiment_config.AlgorithmConfig(m.algorithm)
       for m in map(methods_lib.parse_method, config.methods)
