@@ -8,11 +8,11 @@ if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading)
 
 import dataclasses
 import datetime
+import functools
 import os
 import platform
 import sys
 import time
-from typing import Any
 
 # Quiet before TensorFlow is imported (its C++ logs read the environment then); TensorFlow must be
 # imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
@@ -36,21 +36,14 @@ ALL_REGIMES = ('digits:iid', 'digits:dir(0.1)', 'digits:dir(0.5)', 'digits:dir(1
                'digits:#C=2', 'digits:qty(0.5)', 'synthetic(0,0)', 'synthetic(0.5,0.5)',
                'synthetic(1,1)')
 
-# The benchmark's own flags: one per setting of its config with a `help`; a tuple's is a list,
-# the text of a mapping, grid or list of names is parsed here (with its default text).
-_PARSE = {
-    'regimes': lambda text: tuple(config_lib.split_top_level(text)),
-    'methods': lambda text: tuple(config_lib.split_top_level(text)),
-    'models': lambda text: config_lib.parse_mapping('models', text),
-    'detect': lambda text: config_lib.parse_mapping('detect', text, float),
-    'tuning_regimes': config_lib.parse_tuning_regimes, 'grids': config_lib.parse_grids,
-}
+# The benchmark's own flags: one per setting of its config with a `help`, read by its `parse`; a
+# setting without a default (a list of names, a mapping, grids) is text.
 _TEXT_DEFAULTS = {'regimes': ','.join(ALL_REGIMES), 'methods': ','.join(methods_lib.METHODS)}
 _SETTINGS = [(f.metadata.get('flag', f.name), f)
              for f in dataclasses.fields(config_lib.BenchmarkConfig) if 'help' in f.metadata]
 for _flag, _field in _SETTINGS:
-  _define, _default = flags_lib.definer(
-      _field, _TEXT_DEFAULTS.get(_flag, '') if _flag in _PARSE else _field.default)
+  _define, _default = flags_lib.definer(_field, _TEXT_DEFAULTS.get(_flag, '') if (
+      _field.default is dataclasses.MISSING) else _field.default)
   _define(_flag, _default, help=_field.metadata['help'])
 flags.DEFINE_string('results_md', None, 'Also write this RESULTS.md (machine, date, command, '
                     'wall time, report) and copy its data to docs/results/ beside it.')
@@ -76,16 +69,7 @@ _NOT_HERE = {
 }
 
 
-def apply_preset() -> None:
-  flags_lib.apply_preset(presets.BENCHMARK)
-
-
-def given_values() -> dict[str, dict[str, Any]]:
-  """Each algorithm's builder arguments from the method flags (the order seed aside; a flag
-  left unset, None, leaves the builder's default)."""
-  return {algorithm: {keyword: FLAGS[flag].value for keyword, flag in table.items()
-                      if keyword != 'seed' and FLAGS[flag].value is not None}
-          for algorithm, table in experiment_lib.ALGORITHM_HPARAMS.items()}
+apply_preset = functools.partial(flags_lib.apply_preset, presets.BENCHMARK)
 
 
 def config_from_flags() -> config_lib.BenchmarkConfig:
@@ -94,19 +78,17 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
   flags_lib.refuse_flags({name: f'does not apply to experiments.benchmark; use {instead}'
                           for name, instead in _NOT_HERE.items()})
   parts = flags_lib.experiment_config()
-  values = {}
-  for flag, field in _SETTINGS:
-    value = FLAGS[flag].value
-    if flag in _PARSE:
-      value = _PARSE[flag](value)
-    elif isinstance(field.default, tuple):
-      value = experiment_config.parse_numbers(
-          flag, value, float if any(isinstance(v, float) for v in field.default) else int)
-    values[field.name] = value
+  values = {field.name: field.metadata['parse'](flag, FLAGS[flag].value)
+            if 'parse' in field.metadata else FLAGS[flag].value for flag, field in _SETTINGS}
+  # Each algorithm's builder arguments from the method flags (the order seed aside; a flag left
+  # unset, None, leaves the builder's default).
+  given = {algorithm: {keyword: FLAGS[flag].value for keyword, flag in table.items()
+                       if keyword != 'seed' and FLAGS[flag].value is not None}
+           for algorithm, table in experiment_lib.ALGORITHM_HPARAMS.items()}
   config = config_lib.BenchmarkConfig(
-      **values, given=given_values(), loop=parts.training, client=parts.client,
-      server=parts.server, data=parts.data, output=parts.output)
-  # The method flags reach the methods by algorithm (`given_values`): refuse one none reads.
+      **values, given=given, loop=parts.training, client=parts.client, server=parts.server,
+      data=parts.data, output=parts.output)
+  # The method flags reach the methods by algorithm (`given`): refuse one none reads.
   flags_lib.check_method_flags_apply([
       experiment_config.AlgorithmConfig(m.algorithm)
       for m in map(methods_lib.parse_method, config.methods)

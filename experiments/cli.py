@@ -136,7 +136,7 @@ def install_context(experiment: config.ExperimentConfig) -> None:
   worker reported as a `Failure` naming `--workers`."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   runtime.set_local_context()
-  workers = list(experiment.runtime.workers)
+  workers = list(experiment.output.workers)
   try:
     if workers:
       runtime.set_remote_context(workers)

@@ -6,6 +6,7 @@ from experiments import interrupts  # pylint: disable=g-bad-import-order
 if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
   interrupts.exit_on_signals()
 
+import dataclasses
 import functools
 import os
 import sys
@@ -57,12 +58,12 @@ def check_flags() -> tuple[config.ExperimentConfig, tuple[str, ...], tuple[int, 
   """(settings, algorithms, seeds, target accuracy) of the flags, after the cross-flag checks;
   raises `config.ConfigError`."""
   experiment = flags_lib.check_common_flags(algorithms=FLAGS.algorithms)
-  config.require('algorithms', FLAGS.algorithms, config.must(
-      f'a non-empty list of distinct algorithms of {_ALL_ALGORITHMS}',
-      lambda v: _distinct(v) and all(a in _ALL_ALGORITHMS for a in v)))
-  seeds = config.require('seeds', config.parse_numbers('seeds', FLAGS.seeds), config.must(
-      'distinct non-negative integers', lambda v: _distinct(v) and all(s >= 0 for s in v)))
-  config.require('target_accuracy', FLAGS.target_accuracy, config.RATIO)
+  config.must(f'a non-empty list of distinct algorithms of {_ALL_ALGORITHMS}',
+              lambda v: _distinct(v) and all(a in _ALL_ALGORITHMS for a in v))(
+                  'algorithms', FLAGS.algorithms)
+  seeds = config.must('distinct non-negative integers', lambda v: _distinct(v) and all(
+      s >= 0 for s in v))('seeds', config.parse_numbers('seeds', FLAGS.seeds))
+  config.RATIO('target_accuracy', FLAGS.target_accuracy)
   return experiment, tuple(FLAGS.algorithms), seeds, FLAGS.target_accuracy
 
 
@@ -149,13 +150,13 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
         f'{len(task[0].client_ids)} clients, {experiment.training.clients_per_round} per round, '
         f'{experiment.training.rounds} rounds, model {experiment_lib.model_name(experiment)} -> '
         f'{root}', file=stream or sys.stdout, flush=True)
-  executor = experiment_lib.Runs(experiment.runtime.runtime)
+  executor = experiment_lib.Runs(experiment.output.runtime)
   runs: dict[str, list[list[dict[str, Any]]]] = {alg: [] for alg in algorithms}
   for seed in seeds:
     for algorithm in algorithms:
       rows, _, _ = experiment_lib.run_experiment(
-          experiment.with_seed(seed).replace(
-              algorithm=config.AlgorithmConfig(algorithm, **vars(experiment.hparams))),
+          dataclasses.replace(experiment.with_seed(seed), algorithm=config.AlgorithmConfig(
+              algorithm, **vars(experiment.hparams))),
           task=task, runs=executor, experiment_dir=os.path.join(root, algorithm, f'seed{seed}'),
           label=f'{algorithm} seed {seed}', stream=stream)
       runs[algorithm].append(rows)

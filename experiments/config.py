@@ -27,19 +27,17 @@ CUSTOM_ALGORITHM = 'custom'
 
 
 class ConfigError(ArgumentError):
-  """`argument` (the flag) must be `requirement`, or failed for the library's or data's `reason`;
-  `field` is the dataclass field."""
+  """`argument` (the flag) must be `requirement`, or failed for the library's or data's `reason`."""
 
   def __init__(self, argument: str, value: Any, requirement: Optional[str] = None, *,
-               field: Optional[str] = None, reason: Optional[str] = None):
+               reason: Optional[str] = None):
     if (requirement is None) == (reason is None):
       raise TypeError('ConfigError takes exactly one of requirement and reason')
-    self.field, self.value, self.requirement = field or argument, value, requirement
-    self.reason = None if reason is None else ' '.join(str(reason).split())
     shown = list(value) if isinstance(value, tuple) else value   # strings quoted, tuples as lists
     shown = repr(shown) if isinstance(shown, str) else str(shown)
     super().__init__(f'{argument} must be {requirement}, got {shown}' if reason is None
-                     else f'{argument}={value}: {self.reason}', argument=argument, value=value)
+                     else f'{argument}={value}: {" ".join(str(reason).split())}',
+                     argument=argument, value=value)
 
   def flag_message(self) -> str:
     """`--flag must be ..., got value`."""
@@ -83,36 +81,28 @@ def must(requirement: str, test: Callable[[Any], bool]) -> Checker:
   return check
 
 
-def passes(check: Checker, value: Any) -> bool:
-  """Whether `value` passes `check`."""
-  try:
-    check('value', value)
-  except ArgumentError:
-    return False
-  return True
-
-
-def _real(value) -> bool:
+def is_real(value) -> bool:
+  """A finite number (booleans are not numbers)."""
   return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _int(value) -> bool:
+def is_int(value) -> bool:
   return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-POSITIVE = must('a finite number > 0', lambda v: _real(v) and v > 0)
-NON_NEGATIVE = must('a finite number >= 0', lambda v: _real(v) and v >= 0)
-RATIO = must('a number in (0, 1]', lambda v: _real(v) and 0 < v <= 1)
-MOMENTUM = must('a number in [0, 1)', lambda v: _real(v) and 0 <= v < 1)
-BOOL = must('True or False', lambda v: isinstance(v, bool))
+POSITIVE = must('a finite number > 0', lambda v: is_real(v) and v > 0)
+NON_NEGATIVE = must('a finite number >= 0', lambda v: is_real(v) and v >= 0)
+RATIO = must('a number in (0, 1]', lambda v: is_real(v) and 0 < v <= 1)
+MOMENTUM = must('a number in [0, 1)', lambda v: is_real(v) and 0 <= v < 1)
+BOOL = must('a bool', lambda v: isinstance(v, bool))
 
 
 def at_least(minimum: int) -> Checker:
-  return must(f'an integer >= {minimum}', lambda v: _int(v) and v >= minimum)
+  return must(f'an integer >= {minimum}', lambda v: is_int(v) and v >= minimum)
 
 
 def one_of(choices: Sequence[Any]) -> Checker:
-  return must(f'one of {list(choices)}', lambda v: v in choices)
+  return must('one of ' + ', '.join(map(repr, choices)), lambda v: v in choices)
 
 
 def optional(check: Checker) -> Checker:
@@ -135,20 +125,15 @@ NON_EMPTY_STRING = must('a non-empty string', lambda v: isinstance(v, str) and b
 
 def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
             check: Optional[Checker] = None, choices: Optional[Sequence[str]] = None,
-            help: Optional[str] = None, **kwargs) -> Any:  # pylint: disable=redefined-builtin
+            help: Optional[str] = None, parse: Optional[Callable[[str, Any], Any]] = None,
+            **kwargs) -> Any:  # pylint: disable=redefined-builtin
   """A dataclass field set by `--flag` (`help`), checked by `check` or `choices` (None too when
-  that is the default)."""
+  that is the default); `parse(flag, flag value)` reads a flag given as text or a list."""
   if choices is not None:
     check = optional(one_of(choices)) if default is None else one_of(choices)
   metadata = {k: v for k, v in (('flag', flag), ('check', check), ('choices', choices),
-                                ('help', help)) if v is not None}
+                                ('help', help), ('parse', parse)) if v is not None}
   return dataclasses.field(default=default, metadata=metadata, **kwargs)
-
-
-def require(argument: str, value: Any, check: Checker, *, field: Optional[str] = None) -> Any:
-  """`check(argument, value)` (`field`, unused, names the dataclass field)."""
-  del field
-  return check(argument, value)
 
 
 def check_fields(instance: Any, prefix: str = '') -> None:
@@ -396,7 +381,6 @@ class ExperimentConfig:
                         f'at most num_clients={self.data.num_clients}')
 
   seed = property(lambda self: self.training.seed)
-  runtime = property(lambda self: self.output, doc='The backend settings (in `output`).')
 
   @property
   def hparams(self) -> types.SimpleNamespace:
@@ -404,12 +388,8 @@ class ExperimentConfig:
     return types.SimpleNamespace(**{h.flag: getattr(self.algorithm, h.flag)
                                     for h in METHOD_HPARAMS})
 
-  def replace(self, **sections: Any) -> 'ExperimentConfig':
-    """A copy with whole sections replaced."""
-    return dataclasses.replace(self, **sections)
-
   def with_seed(self, seed: int) -> 'ExperimentConfig':
-    return self.replace(training=dataclasses.replace(self.training, seed=seed))
+    return dataclasses.replace(self, training=dataclasses.replace(self.training, seed=seed))
 
   @property
   def dataset_label(self) -> str:

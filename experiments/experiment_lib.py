@@ -199,8 +199,7 @@ def check_composition(algorithm: config_lib.AlgorithmConfig) -> None:
         'aggregator', algorithm.aggregator,
         reason=f'does not apply to --algorithm={algorithm.name}, whose builder fixes its '
         f'aggregator (the baselines that take one: {", ".join(takers)})')
-  config_lib.require('aggregator', algorithm.aggregator,
-                     config_lib.one_of(list(AGGREGATOR_HPARAMS)))
+  config_lib.one_of(list(AGGREGATOR_HPARAMS))('aggregator', algorithm.aggregator)
 
 
 def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], dict[str, Any]]:
@@ -214,8 +213,8 @@ def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], 
   kwargs = {'client_weighting': config.training.weighting} if config.training.weighting else {}
   if algorithm.name == config_lib.CUSTOM_ALGORITHM:
     loss, aggregator = algorithm.client_loss, algorithm.aggregator
-    config_lib.require('client_loss', loss, config_lib.one_of(list(LOSS_HPARAMS)))
-    config_lib.require('aggregator', aggregator, config_lib.one_of(list(AGGREGATOR_HPARAMS)))
+    config_lib.one_of(list(LOSS_HPARAMS))('client_loss', loss)
+    config_lib.one_of(list(AGGREGATOR_HPARAMS))('aggregator', aggregator)
     builder = learning.build_process
     kwargs.update(loss=loss, loss_kwargs=hparam_kwargs(LOSS_HPARAMS[loss], values),
                   aggregator=aggregator,
@@ -224,8 +223,8 @@ def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], 
                                      if algorithm.proximal_term else 0.0),
                   clip_norm=config.hparams.client_clip_norm)
   else:
-    config_lib.require('algorithm', algorithm.name, config_lib.one_of(
-        list(learning.ALGORITHMS) + [config_lib.CUSTOM_ALGORITHM]), field='name')
+    config_lib.one_of(list(learning.ALGORITHMS) + [config_lib.CUSTOM_ALGORITHM])(
+        'algorithm', algorithm.name)
     builder = learning.ALGORITHMS[algorithm.name]
     kwargs.update(hparam_kwargs(ALGORITHM_HPARAMS.get(algorithm.name, {}), values))
     if algorithm.proximal_term:
@@ -270,7 +269,7 @@ def load_task(config: config_lib.ExperimentConfig, *,
   or clients_per_round larger than the population."""
   train, test = datasets.load(config.data) if data is None else data
   name = model_name(config)
-  config_lib.require('model', name, config_lib.one_of(sorted(architectures.MODELS)), field='name')
+  config_lib.one_of(sorted(architectures.MODELS))('model', name)
   if config.training.clients_per_round > len(train.client_ids):
     raise config_lib.ConfigError(
         'clients_per_round', config.training.clients_per_round,
@@ -281,7 +280,7 @@ def load_task(config: config_lib.ExperimentConfig, *,
       model_fn()
     except ValueError as e:
       raise config_lib.ConfigError(
-          'model', name, field='name',
+          'model', name,
           reason=f'cannot take the inputs of --dataset={config.data.dataset} (shape '
           f'{model_fn.args[0]}): {e}') from None
   return train, test
@@ -303,7 +302,7 @@ def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[tuple]
   train, test = load_task(config) if task is None else task
   builder, kwargs = method_of(config)
   model_fn, classes = model_of(config, train)
-  runs = runs or Runs(config.runtime.runtime)
+  runs = runs or Runs(config.output.runtime)
   return runs.execute(
       builder, kwargs, model_fn, client_optimizer=build_optimizer(config.client),
       server_optimizer=build_optimizer(config.server), train_data=train, eval_data=test,

@@ -91,7 +91,7 @@ def apply_preset(presets: dict[str, dict[str, Any]]) -> None:
   """Sets the values of `presets[--preset]` (if given) on every flag not given explicitly."""
   if FLAGS.preset is None:
     return
-  config.require('preset', FLAGS.preset, config.one_of(sorted(presets)))
+  config.one_of(sorted(presets))('preset', FLAGS.preset)
   for name, value in presets[FLAGS.preset].items():
     if not FLAGS[name].present:
       FLAGS[name].value = value

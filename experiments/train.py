@@ -38,12 +38,10 @@ flags.DEFINE_integer('seed', _DEFAULTS.seed, 'Seed of the model initialisation, 
                      'sampling, local shuffling and randomized aggregators.')
 flags_lib.register_validators()
 
-check_flags = flags_lib.check_common_flags   # the flags' typed config, or a `config.ConfigError`
-
 
 def main(unused_argv):
   flags_lib.quiet_logs()
-  experiment = check_flags()
+  experiment = flags_lib.check_common_flags()
   experiment_dir = cli.prepare_output_dir(experiment.experiment_dir)
   cli.install_context(experiment)
   task = experiment_lib.load_task(experiment)

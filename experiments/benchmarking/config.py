@@ -2,6 +2,7 @@
 run shares); a bad value raises `experiments.config.ConfigError` naming its flag."""
 
 import dataclasses
+import functools
 import os
 import re
 from typing import Any, Callable, Collection, Mapping, NamedTuple, Optional
@@ -44,15 +45,15 @@ def split_top_level(text: str, separator: str = ',') -> list[str]:
   return [p.strip() for p in pieces if p.strip()]
 
 
-def parse_grids(text: str) -> dict[str, dict[str, tuple]]:
-  """'fedprox.proximal_strength=0.01/0.1,fedmgc.gamma=1/2' -> {method: {argument: values}}."""
+def parse_grids(argument: str, text: str) -> dict[str, dict[str, tuple]]:
+  """'fedprox.proximal_strength=0.01/0.1,fedmgc.gamma=1/2' -> {method: {keyword: values}}."""
   grids: dict[str, dict[str, tuple]] = {}
   for item in split_top_level(text):
     target, sep, values = item.partition('=')
-    method, dot, argument = target.strip().partition('.')
-    if not sep or not dot or not method or not argument or not values.strip():
-      raise ConfigError('grids', item, 'entries METHOD.ARGUMENT=V1/V2/...')
-    grids.setdefault(method, {})[argument] = tuple(
+    method, dot, keyword = target.strip().partition('.')
+    if not sep or not dot or not method or not keyword or not values.strip():
+      raise ConfigError(argument, item, 'entries METHOD.ARGUMENT=V1/V2/...')
+    grids.setdefault(method, {})[keyword] = tuple(
         methods_lib.parse_value(v) for v in values.split('/'))
   return grids
 
@@ -72,7 +73,12 @@ def parse_mapping(argument: str, text: str, cast=str) -> dict[str, Any]:
   return mapping
 
 
-def parse_tuning_regimes(text: str) -> dict[str, str]:
+def _parse_names(argument: str, text: str) -> tuple:
+  del argument   # a name's error is the config's, naming the regime or method
+  return tuple(split_top_level(text))
+
+
+def parse_tuning_regimes(argument: str, text: str) -> dict[str, str]:
   """'digits:dir(0.1),synthetic(1,1)' -> {'digits': 'digits:dir(0.1)', 'synthetic':
   'synthetic(1,1)'}: each entry a regime (its dataset is the key), or DATASET:REGIME."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
@@ -82,24 +88,26 @@ def parse_tuning_regimes(text: str) -> dict[str, str]:
       regime = data.parse_regime(item.strip())
     except ValueError as e:
       if ':' not in item:
-        raise ConfigError('tuning_regimes', item.strip(), reason=str(e)) from None
-      mapping.update(parse_mapping('tuning_regimes', item))
+        raise ConfigError(argument, item.strip(), reason=str(e)) from None
+      mapping.update(parse_mapping(argument, item))
       continue
     mapping[regime.dataset] = item.strip()
   return mapping
 
 
 _M = experiment_config
-must, setting, passes, require = _M.must, _M.setting, _M.passes, _M.require
-_FRACTION = must('a number in (0, 1)', lambda v: passes(_M.RATIO, v) and v < 1)
+must, setting = _M.must, _M.setting
+_INTS = functools.partial(_M.parse_numbers, cast=int)
+_FLOATS = functools.partial(_M.parse_numbers, cast=float)
+_FRACTION = must('a number in (0, 1)', lambda v: _M.is_real(v) and 0 < v < 1)
 _POSITIVES = must('a non-empty list of finite numbers > 0',
-                  lambda v: bool(v) and all(passes(_M.POSITIVE, x) for x in v))
+                  lambda v: bool(v) and all(_M.is_real(x) and x > 0 for x in v))
 
 
 def _distinct_ints(minimum: int, *, allow_empty: bool = False) -> _M.Checker:
   return must(f'{"a" if allow_empty else "a non-empty"} list of distinct integers >= {minimum}',
               lambda v: (allow_empty or bool(v)) and len(set(v)) == len(v)
-              and all(passes(_M.at_least(minimum), x) for x in v))
+              and all(_M.is_int(x) and x >= minimum for x in v))
 
 
 class OwnRegime(NamedTuple):
@@ -130,39 +138,37 @@ def _check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[
   from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
   for argument, value, builtin in (('datasets', datasets, regimes.DATASETS),
                                    ('model_fns', model_fns, architectures.MODELS)):
-    require(argument, value, must('a dict of name -> value', lambda v: isinstance(v, Mapping)))
+    must('a dict of name -> value', lambda v: isinstance(v, Mapping))(argument, value)
     for name in value:
-      require(argument, name, must(
-          'names of letters, digits, "_", "." and "-" other than the built-in ones '
-          f'{sorted(builtin)}',
-          lambda n: isinstance(n, str) and bool(_OWN_NAME.match(n)) and n not in builtin))
+      must('names of letters, digits, "_", "." and "-" other than the built-in ones '
+           f'{sorted(builtin)}', lambda n: isinstance(n, str) and bool(_OWN_NAME.match(n))
+           and n not in builtin)(argument, name)
   for name, pair in datasets.items():
     argument = f'datasets[{name!r}]'
-    require(argument, pair, must(
-        'a pair (train, test) of tff.simulation.datasets.ClientData',
-        lambda p: isinstance(p, (tuple, list)) and len(p) == 2
-        and all(isinstance(c, tff.simulation.datasets.ClientData) for c in p)))
+    must('a pair (train, test) of tff.simulation.datasets.ClientData',
+         lambda p: isinstance(p, (tuple, list)) and len(p) == 2
+         and all(isinstance(c, tff.simulation.datasets.ClientData) for c in p))(argument, pair)
     specs = []
     for part, client_data in zip(('train', 'test'), pair):
-      require(f'{argument} {part}', client_data,
-              must('client data with at least one client', lambda c: bool(c.client_ids)))
+      must('client data with at least one client', lambda c: bool(c.client_ids))(
+          f'{argument} {part}', client_data)
       spec = client_data.element_type_structure
-      require(f'{argument} {part}', spec, must(_OWN_ELEMENT, lambda s: (
+      must(_OWN_ELEMENT, lambda s: (
           isinstance(s, Mapping) and set(s) == {'x', 'y'}
           and all(type(t) is tf.TensorSpec for t in s.values())  # pylint: disable=unidiomatic-typecheck
           and s['x'].dtype == tf.float32 and s['x'].shape.rank
           and s['x'].shape.is_fully_defined() and s['y'].dtype.is_integer
-          and s['y'].shape.rank == 0)))
+          and s['y'].shape.rank == 0))(f'{argument} {part}', spec)
       specs.append(spec['x'])
-    require(f'{argument} test', specs[1], must(
-        f'examples of the training data\'s x {specs[0]}', lambda s: s == specs[0]))
+    must(f'examples of the training data\'s x {specs[0]}', lambda s: s == specs[0])(
+        f'{argument} test', specs[1])
     if name not in models and len(model_fns) != 1:
       raise ConfigError('models', dict(models), f'an entry for your dataset {name!r} (a name '
                         'of model_fns or of experiments.architectures.MODELS), unless '
                         'model_fns holds one model')
   for name, model_fn in model_fns.items():
-    require(f'model_fns[{name!r}]', model_fn, must(
-        'a no-argument function returning a new uncompiled tf.keras.Model', callable))
+    must('a no-argument function returning a new uncompiled tf.keras.Model', callable)(
+        f'model_fns[{name!r}]', model_fn)
 
 
 def _parsed(argument: str, name: str, own: Collection[str] = ()):
@@ -185,19 +191,21 @@ class BenchmarkConfig:
   name -> a function returning a new uncompiled Keras model (`models` maps a dataset to one, else
   your only one). `given`: method or algorithm name -> builder keywords used where nothing is
   tuned (a method's name wins)."""
-  regimes: tuple = setting(help='Comma-separated regimes (tff_conflict.data.regimes): '
-                           'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), '
-                           'synthetic(ALPHA,BETA), emnist:natural; @K sets the population.')
-  methods: tuple = setting(help='Comma-separated methods (experiments.benchmarking.methods.'
-                           'METHODS or ALGORITHM[key=value,...] variants), the baseline among '
-                           'them.')
-  epochs: tuple = setting((1, 5), check=_distinct_ints(1), help='Local epochs E of the grid.')
-  report_seeds: tuple = setting((0, 1, 2, 3, 4), check=_distinct_ints(0), help='Reporting '
-                                'seeds: seed s is the initial model, the clients sampled and '
-                                '(--vary_partition) the partition.')
-  models: Mapping[str, str] = setting(default_factory=dict, help='DATASET:MODEL,... '
-                                      '(experiments.architectures.MODELS); default each '
-                                      'dataset\'s model.')
+  regimes: tuple = setting(
+      parse=_parse_names, help='Comma-separated regimes (tff_conflict.data.regimes): '
+      'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), synthetic(ALPHA,BETA), '
+      'emnist:natural; @K sets the population.')
+  methods: tuple = setting(
+      parse=_parse_names, help='Comma-separated methods (experiments.benchmarking.methods.'
+      'METHODS or ALGORITHM[key=value,...] variants), the baseline among them.')
+  epochs: tuple = setting((1, 5), check=_distinct_ints(1), parse=_INTS,
+                          help='Local epochs E of the grid.')
+  report_seeds: tuple = setting((0, 1, 2, 3, 4), check=_distinct_ints(0), parse=_INTS,
+                                help='Reporting seeds: seed s is the initial model, the clients '
+                                'sampled and (--vary_partition) the partition.')
+  models: Mapping[str, str] = setting(
+      default_factory=dict, parse=parse_mapping, help='DATASET:MODEL,... '
+      '(experiments.architectures.MODELS); default each dataset\'s model.')
   given: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   vary_partition: bool = setting(True, check=_M.BOOL, help='Draw each seed\'s partition (and '
                                  'Synthetic data) with that seed; --novary_partition uses '
@@ -211,9 +219,10 @@ class BenchmarkConfig:
   equivalence_margin: float = setting(0.01, check=_FRACTION, help='A method ties the baseline '
                                       'only when the 95% interval of their difference lies '
                                       'inside +- this margin.')
-  detect: Mapping[str, float] = setting(default_factory=dict, help='DATASET:DIFFERENCE,...: the '
-                                        'accuracy difference the report gives a seed count for '
-                                        '(80% power); default DETECT, else DEFAULT_DETECT.')
+  detect: Mapping[str, float] = setting(
+      default_factory=dict, parse=functools.partial(parse_mapping, cast=float),
+      help='DATASET:DIFFERENCE,...: the accuracy difference the report gives a seed count for '
+      '(80% power); default DETECT, else DEFAULT_DETECT.')
   variants_inherit: bool = setting(True, check=_M.BOOL, help='A variant whose parent method is '
                                    'in --methods runs at the parent\'s tuned values, changing '
                                    'only what it fixes; --novariants_inherit tunes it on the '
@@ -221,26 +230,27 @@ class BenchmarkConfig:
   description: str = setting('', help='A sentence for the report\'s Setup section.')
   tune: bool = setting(True, check=_M.BOOL, help='Tune on a validation split first; --notune '
                        'uses the given values (the learning-rate and method flags).')
-  tuning_seeds: tuple = setting((100, 101), check=_distinct_ints(0), help='Seeds of the tuning '
-                                'runs (disjoint from --report_seeds).')
+  tuning_seeds: tuple = setting((100, 101), check=_distinct_ints(0), parse=_INTS,
+                                help='Seeds of the tuning runs (disjoint from --report_seeds).')
   tuning_regimes: Mapping[str, str] = setting(
-      default_factory=dict, help='Regimes tuned on, one per dataset (e.g. digits:dir(0.1),'
-      'synthetic(1,1); DATASET:REGIME also works); its choice serves every regime of the dataset. '
-      'Default: DEFAULT_TUNING_REGIMES\'s split (with the grid\'s population if one has it), '
-      'else the dataset\'s first regime.')
-  tune_epochs: tuple = setting((), check=_distinct_ints(1, allow_empty=True), help='Local epochs '
-                               'tuned at (default: every --epochs); an untuned E uses the '
-                               'nearest tuned E\'s values.')
-  client_lr_grid: tuple = setting((0.03, 0.1, 0.3), check=_POSITIVES, help='Client learning '
-                                  'rates tried by every method.')
-  server_lr_grid: tuple = setting((1.0, 2.0, 3.0), check=_POSITIVES, help='Server learning '
-                                  'rates tried by every method (with --tune_server_lr).')
+      default_factory=dict, parse=parse_tuning_regimes, help='Regimes tuned on, one per dataset '
+      '(e.g. digits:dir(0.1),synthetic(1,1); DATASET:REGIME also works); its choice serves every '
+      'regime of the dataset. Default: DEFAULT_TUNING_REGIMES\'s split (with the grid\'s '
+      'population if one has it), else the dataset\'s first regime.')
+  tune_epochs: tuple = setting((), check=_distinct_ints(1, allow_empty=True), parse=_INTS,
+                               help='Local epochs tuned at (default: every --epochs); an untuned '
+                               'E uses the nearest tuned E\'s values.')
+  client_lr_grid: tuple = setting((0.03, 0.1, 0.3), check=_POSITIVES, parse=_FLOATS,
+                                  help='Client learning rates tried by every method.')
+  server_lr_grid: tuple = setting((1.0, 2.0, 3.0), check=_POSITIVES, parse=_FLOATS,
+                                  help='Server learning rates tried by every method (with '
+                                  '--tune_server_lr).')
   tune_server_lr: bool = setting(True, check=_M.BOOL, help='Every method, the baseline included, '
                                  'searches --server_lr_grid; --notune_server_lr: none does (never '
                                  'some only: a wider search alone would gain).')
   grids: Mapping[str, Mapping[str, tuple]] = setting(
-      default_factory=dict, help='METHOD.ARGUMENT=V1/V2/...,...: replaces a method\'s default '
-      'grid of that builder argument.')
+      default_factory=dict, parse=parse_grids, help='METHOD.ARGUMENT=V1/V2/...,...: replaces a '
+      'method\'s default grid of that builder argument.')
   strategy: str = setting('staged', flag='tuning_strategy', choices=('staged', 'product'),
                           help='staged: client lr first, then the method\'s grid (and server lr) '
                           'at the chosen rate; product: every combination.')
@@ -253,7 +263,7 @@ class BenchmarkConfig:
                             'grid past it geometrically at most this many times per side; 0: '
                             'never. A best value still at an edge is marked in the report.')
   edge_factor: float = setting(3.0, flag='tuning_edge_factor', check=must(
-      'a finite number > 1', lambda v: passes(_M.POSITIVE, v) and v > 1),
+      'a finite number > 1', lambda v: _M.is_real(v) and v > 1),
                                help='Factor of each extension.')
   schedule: str = setting('full', flag='tuning_schedule', choices=('full', 'halving'),
                           help='full: every candidate runs every round; halving: successive '
@@ -307,7 +317,7 @@ class BenchmarkConfig:
     must('unset (a method variant sets it: METHOD[client_weighting=...])', lambda v: v is None)(
         'client_weighting', self.loop.weighting)
     must('empty (the benchmark runs on local runtimes)', lambda v: not v)(
-        'workers', list(self.runtime.workers))
+        'workers', list(self.output.workers))
     datasets = {r.dataset for r in parsed}
     leaf = sorted(d for d in datasets if d.startswith('leaf_'))
     must(f'LEAF\'s data/<name> folder for the regimes of {leaf}', lambda v: not leaf or bool(v))(
@@ -321,7 +331,8 @@ class BenchmarkConfig:
       _M.one_of(sorted(architectures.MODELS) + sorted(self.model_fns))('models', model)
     for dataset, difference in self.detect.items():
       of_datasets('detect', f'{dataset}:{difference}')
-      must('differences in (0, 1)', lambda v: passes(_FRACTION, v))('detect', difference)
+      must('differences in (0, 1)', lambda v: _M.is_real(v) and 0 < v < 1)(
+          'detect', difference)
     for dataset, regime in self.tuning_regimes.items():
       tuned = _parsed('tuning_regimes', regime, self.datasets)
       must('entries DATASET:REGIME with a regime of that dataset',
@@ -332,9 +343,6 @@ class BenchmarkConfig:
       if method.name in self.grids:
         method = method.with_grid(self.grids[method.name])
       _check_builder_arguments(method, methods_lib.given_kwargs(self.given, method))
-
-  runtime = property(lambda self: self.output, doc='The backend settings (in `output`).')
-  tuning = property(lambda self: self, doc='The tuning settings (fields of the config itself).')
 
   @property
   def experiment_name(self) -> str:

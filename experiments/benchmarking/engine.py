@@ -73,7 +73,7 @@ class Engine(experiment_lib.Runs):
 
   def __init__(self, config, *, loader: Optional[Loader] = None,
                on_round: Callable[[], None] = lambda: None, stream: Optional[TextIO] = None):
-    super().__init__(config.runtime.runtime)
+    super().__init__(config.output.runtime)
     self._config = config
     self._loader = loader or default_loader(config)
     self._on_round = on_round
@@ -235,7 +235,7 @@ class Engine(experiment_lib.Runs):
       key = (spec.regime, spec.data_seed)
       if key not in self._splits:
         self._splits[key] = data.split_validation(
-            train, self._config.tuning.validation_fraction, seed=spec.data_seed)
+            train, self._config.validation_fraction, seed=spec.data_seed)
       train, eval_data = self._splits[key]
     classes = self.shape_and_classes(spec.regime, spec.data_seed, spec.model)[1]
     report = spec.phase == runs_lib.REPORT_PHASE
@@ -266,7 +266,7 @@ class Engine(experiment_lib.Runs):
         global_train=report and self._config.loop.eval_train_loss, label=spec.label(),
         show_progress=False, on_round=on_round)
     seconds = time.monotonic() - start
-    summary = runs_lib.summarize(rows, prefix=spec.eval_prefix, last_k=self._config.tuning.last_k,
+    summary = runs_lib.summarize(rows, prefix=spec.eval_prefix, last_k=self._config.last_k,
                                  num_classes=classes)
     # A diverged model's confusion matrix is NaN: it counts as collapsed (at chance).
     summary['collapsed'] = bool(summary['collapsed'] or summary['diverged']

@@ -31,7 +31,7 @@ def _tune(config, engine, progress) -> list[dict[str, Any]]:
 
     def evaluate(candidate, rounds=None, dataset=dataset, epochs=epochs, method=method):
       summaries = []
-      for seed in config.tuning.tuning_seeds:
+      for seed in config.tuning_seeds:
         spec = plan_lib.tuning_spec(config, dataset, epochs, method, candidate, seed, rounds)
         progress.start_run(spec.rounds, spec.label())
         summaries.append(engine.run(spec))
@@ -42,7 +42,7 @@ def _tune(config, engine, progress) -> list[dict[str, Any]]:
         config, method, evaluate, dataset=dataset,
         regime=plan_lib.tuning_regime(config, dataset), epochs=epochs))
     untried = plan_lib.max_candidates(config, method) - len(choices[-1]['scores'])
-    progress.skip(untried * len(config.tuning.tuning_seeds) * config.loop.rounds)
+    progress.skip(untried * len(config.tuning_seeds) * config.loop.rounds)
     evaluators[(dataset, epochs, method.name)] = evaluate
   for i, c in enumerate(choices):
     if c['method'] == config.baseline and len(c['server_lrs_tried']) > 1:
@@ -66,7 +66,7 @@ def _write_tuning(config, choices) -> None:
     scores += [dict(where, candidate=s['candidate'], validation_score=s['score'],
                     seeds=s['seeds'], chosen=s['candidate'] == plan_lib.candidate_name(chosen))
                for s in c['scores']]
-    for seed in config.tuning.tuning_seeds:
+    for seed in config.tuning_seeds:
       spec = plan_lib.tuning_spec(config, dataset, epochs, method, chosen, seed)
       result = runs_lib.read_result(spec.directory(root))
       if result is not None:
@@ -101,11 +101,11 @@ def check_finished_runs(config) -> None:
       method = methods[recorded['method']]
       if not ((regime in config.regimes and epochs in config.epochs
                and seed in config.report_seeds) if phase == runs_lib.REPORT_PHASE
-              else (regime, epochs, method.name) in tasks and seed in config.tuning.tuning_seeds):
+              else (regime, epochs, method.name) in tasks and seed in config.tuning_seeds):
         continue   # not planned
       kwargs, client_lr, server_lr = (
           (methods_lib.given_kwargs(config.given, method), *plan_lib.rates(config, method))
-          if phase == runs_lib.REPORT_PHASE and not config.tuning.tune
+          if phase == runs_lib.REPORT_PHASE and not config.tune
           else (dict(recorded['kwargs']), recorded['client_lr'], recorded['server_lr']))
       candidate = recorded.get('candidate', '')
       rung = int(recorded['rounds']) if candidate.endswith(' rounds') else None   # of halving
@@ -175,7 +175,7 @@ def check_regimes(config, data: Callable[[str, int], Any]) -> None:
   --regimes or --tuning_regimes and the loader's error, or --clients_per_round and the population,
   before any run."""
   tuned = [plan_lib.tuning_regime(config, d) for d in plan_lib.datasets(config)]
-  tuned = [r for r in tuned if config.tuning.tune and r not in config.regimes]
+  tuned = [r for r in tuned if config.tune and r not in config.regimes]
   for regime in list(config.regimes) + list(dict.fromkeys(tuned)):
     flag = 'regimes' if regime in config.regimes else 'tuning_regimes'
     try:

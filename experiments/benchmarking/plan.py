@@ -44,8 +44,8 @@ def tuning_regime(config, dataset: str) -> str:
   """The regime whose tuning `dataset`'s regimes use: `tuning_regimes`, else the grid's version
   of the default split (e.g. with its population), else the default, else its first regime."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
-  if dataset in config.tuning.tuning_regimes:
-    return config.tuning.tuning_regimes[dataset]
+  if dataset in config.tuning_regimes:
+    return config.tuning_regimes[dataset]
   ours = [config_lib.parse_regime(r, config.datasets) for r in regimes_of(config, dataset)]
   default = config_lib.DEFAULT_TUNING_REGIMES.get(dataset)
   if default is None:
@@ -57,7 +57,7 @@ def tuning_regime(config, dataset: str) -> str:
 
 def tuned_epochs(config, epochs: int) -> int:
   """The tuned E whose choice the grid's E uses: the nearest (ties: the smaller)."""
-  return min(config.tuning.tune_epochs or config.epochs, key=lambda t: (abs(t - epochs), t))
+  return min(config.tune_epochs or config.epochs, key=lambda t: (abs(t - epochs), t))
 
 
 def data_seed(config, seed: int) -> int:
@@ -67,7 +67,7 @@ def data_seed(config, seed: int) -> int:
 
 def methods(config) -> list[Method]:
   """The methods, in grid order, `--grids` replacing their default grids."""
-  grids = config.tuning.grids
+  grids = config.grids
   return [methods_lib.parse_method(n).with_grid(grids[n]) if n in grids
           else methods_lib.parse_method(n) for n in config.methods]
 
@@ -78,7 +78,7 @@ def inherits(config, table: Sequence[Method]) -> dict[str, Optional[str]]:
   parents = {m.name: m.parent for m in table}
   out = {}
   for m in table:
-    inherit = config.tuning.tune and config.variants_inherit and m.parent in parents
+    inherit = config.tune and config.variants_inherit and m.parent in parents
     source = m.parent if inherit else None
     while parents.get(source) in parents:
       source = parents[source]
@@ -96,20 +96,20 @@ def searched_rates(config, method: Method) -> tuple[tuple, tuple]:
   """(client lrs, server lrs) tuning tries: the table's grids, the same for every method (the
   baseline included); a fixed rate alone; server lrs only with `tune_server_lr`."""
   client_lr, server_lr = rates(config, method)
-  return ((client_lr,) if method.client_lr is not None else tuple(config.tuning.client_lr_grid),
-          (server_lr,) if method.server_lr is not None or not config.tuning.tune_server_lr
-          else tuple(config.tuning.server_lr_grid))
+  return ((client_lr,) if method.client_lr is not None else tuple(config.client_lr_grid),
+          (server_lr,) if method.server_lr is not None or not config.tune_server_lr
+          else tuple(config.server_lr_grid))
 
 
 def tuning_tasks(config) -> list[tuple[str, int, Method]]:
   """(dataset, E, method) of each tuning, in order (none without tuning; variants that inherit
   are not tuned)."""
-  if not config.tuning.tune:
+  if not config.tune:
     return []
   table = methods(config)
   inherited = inherits(config, table)
   return [(dataset, epochs, m) for dataset in datasets(config)
-          for epochs in config.tuning.tune_epochs or config.epochs
+          for epochs in config.tune_epochs or config.epochs
           for m in table if inherited[m.name] is None]
 
 
@@ -154,7 +154,7 @@ def report_specs(config, choices: Sequence[Mapping[str, Any]]) -> list[runs_lib.
           kwargs = methods_lib.given_kwargs(config.given, method)
           client_lr, server_lr = rates(config, method)
           source = by_name.get(inherited[method.name], method)
-          if config.tuning.tune:
+          if config.tune:
             choice = by_key[(dataset, tuned_epochs(config, epochs), source.name)]
             if source.algorithm == method.algorithm:   # itself, or a variant of its algorithm
               kwargs = {**methods_lib.given_kwargs(config.given, source), **choice['tuned'],
@@ -188,7 +188,7 @@ def _custom_with_parent_values(kwargs: Mapping[str, Any], algorithm: str,
 
 def describe(config) -> dict[str, Any]:
   """What the report shows of the plan, as JSON values (config.json's `plan`)."""
-  table, tune = methods(config), config.tuning.tune
+  table, tune = methods(config), config.tune
   inherited = inherits(config, table)
   return {
       'datasets': datasets(config), 'models': {d: model_of(config, d) for d in datasets(config)},
@@ -208,7 +208,7 @@ def planned_runs(config) -> dict[tuple[str, str, str, int], int]:
   """Runs per (phase, method, dataset, E): exact for reporting, an upper bound for tuning
   (stage 2's repeats of stage 1 and every possible edge extension included)."""
   counts = {(runs_lib.TUNE_PHASE, m.name, dataset, epochs):
-            max_candidates(config, m) * len(config.tuning.tuning_seeds)
+            max_candidates(config, m) * len(config.tuning_seeds)
             for dataset, epochs, m in tuning_tasks(config)}
   counts.update({(runs_lib.REPORT_PHASE, name, dataset, epochs):
                  len(regimes_of(config, dataset)) * len(config.report_seeds)
@@ -258,7 +258,7 @@ def candidates(config, method: Method, client_lr: Optional[float] = None) -> lis
   nothing more). Product: every combination of client lr, grid and server lr."""
   client_lrs, server_lrs = searched_rates(config, method)
   names = [k for k, _ in method.grid]
-  if config.tuning.strategy != 'product':
+  if config.strategy != 'product':
     if client_lr is None:
       given = methods_lib.given_kwargs(config.given, method)
       at_given = {k: given[k] for k in names if k in given}
@@ -283,7 +283,7 @@ def _numeric_dimensions(config, method: Method) -> list[str]:
 
 def _unextended(config, method: Method) -> list[dict]:
   """Every candidate tuning may try before edge extensions (stage 2 at the first client lr)."""
-  staged = config.tuning.strategy != 'product'
+  staged = config.strategy != 'product'
   first_lr = searched_rates(config, method)[0][0]
   return candidates(config, method) + (candidates(config, method, first_lr) if staged else [])
 
@@ -292,7 +292,7 @@ def max_candidates(config, method: Method) -> int:
   """The candidates `tune_method` may try at most: `_unextended` (repeats included) and
   `edge_steps` extensions per side of every numeric dimension."""
   return (len(_unextended(config, method))
-          + 2 * config.tuning.edge_steps * len(_numeric_dimensions(config, method)))
+          + 2 * config.edge_steps * len(_numeric_dimensions(config, method)))
 
 
 def rungs(rounds: int, num_candidates: int, min_rounds: int) -> list[int]:
@@ -363,7 +363,7 @@ def _record(choice: dict, scored: Sequence[tuple[dict, float, int]]) -> dict:
 
 def tune_method(config, method: Method, evaluate: Callable[..., tuple[float, int]],
                 **where) -> dict[str, Any]:
-  """Tunes one method (`config.tuning`'s strategy, schedule and edge extension);
+  """Tunes one method (`config`'s tuning strategy, schedule and edge extension);
   `evaluate(candidate)` runs it on every tuning seed and returns (score, finished seeds), with
   halving `evaluate(candidate, rounds=n)` n rounds. Returns the choice as tuning_choices.json
   records it: `where` (dataset, regime, E), the method, the chosen learning rates and `tuned`
@@ -381,8 +381,8 @@ def tune_method(config, method: Method, evaluate: Callable[..., tuple[float, int
   def try_all(new):
     new = list({candidate_name(c): c for c in new if candidate_name(c) not in seen}.values())
     alive = new   # halving: each rung but the last runs those left and keeps the best third
-    if config.tuning.schedule == 'halving' and len(new) >= HALVING_RATE:
-      for length in rungs(config.loop.rounds, len(new), config.tuning.last_k)[:-1]:
+    if config.schedule == 'halving' and len(new) >= HALVING_RATE:
+      for length in rungs(config.loop.rounds, len(new), config.last_k)[:-1]:
         scores = [evaluate(c, rounds=length)[0] for c in alive]
         order = sorted(range(len(alive)),   # NaN last; stable: ties keep the listed order
                        key=lambda i: -scores[i] if math.isfinite(scores[i]) else math.inf)
@@ -392,7 +392,7 @@ def tune_method(config, method: Method, evaluate: Callable[..., tuple[float, int
       scored.append((c, *seen[candidate_name(c)]))
 
   try_all(candidates(config, method))
-  if config.tuning.strategy != 'product':
+  if config.strategy != 'product':
     try_all(candidates(config, method, best(scored)[0]['client_lr']))
   steps: dict[tuple[str, int], int] = {}
   dims = _numeric_dimensions(config, method)
@@ -403,9 +403,9 @@ def tune_method(config, method: Method, evaluate: Callable[..., tuple[float, int
     for dim in dims:
       winner = best(scored)[0]
       side = _edge(tried(dim), winner.get(dim))
-      if side is None or steps.get((dim, side), 0) >= config.tuning.edge_steps:
+      if side is None or steps.get((dim, side), 0) >= config.edge_steps:
         continue
-      factor = config.tuning.edge_factor
+      factor = config.edge_factor
       new = winner[dim] * factor if side > 0 else winner[dim] / factor
       if not _valid(method, dim, new):
         continue

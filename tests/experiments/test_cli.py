@@ -38,7 +38,7 @@ _PROGRAM = textwrap.dedent('''
         raise OSError(28, 'No space left on device', '/full/results/runs.csv')
       elif WHERE == 'setting':
         from experiments import config
-        config.require('client_batch_size', 0, config.at_least(1), field='batch_size')
+        config.at_least(1)('client_batch_size', 0)
       elif WHERE == 'library':
         from tff_conflict import _checks
         _checks.check_ratio('selection_ratio', 2)

@@ -48,7 +48,7 @@ def test_preset_fills_only_flags_not_given():
 
 def test_unknown_preset_is_refused():
   with flagsaver.as_parsed(preset='smoke'):
-    with conftest.flag_error(r"--preset must be one of \['readme'\], got 'smoke'"):
+    with conftest.flag_error(r"--preset must be one of 'readme', got 'smoke'"):
       compare.apply_preset()
 
 

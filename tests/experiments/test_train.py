@@ -7,6 +7,7 @@ from absl.testing import flagsaver
 import pytest
 
 from experiments import checkpoints
+from experiments import flags_lib
 from experiments import metrics_io
 from experiments import train
 from tests.experiments import conftest
@@ -35,7 +36,7 @@ from tests.experiments import conftest
 def test_cross_flag_checks(flag_values, message):
   with flagsaver.as_parsed(**flag_values):
     with conftest.flag_error(message):
-      train.check_flags()
+      flags_lib.check_common_flags()
 
 
 @pytest.mark.parametrize('flag_values, message', [
@@ -59,9 +60,9 @@ def test_single_flag_values_are_refused_when_parsed(flag_values, message):
 
 def test_defaults_pass_the_checks():
   with flagsaver.flagsaver():
-    train.check_flags()
+    flags_lib.check_common_flags()
   with flagsaver.as_parsed(algorithm='fedga', client_clip_norm='5', calibration_form='soft_target'):
-    train.check_flags()
+    flags_lib.check_common_flags()
 
 
 def test_a_baseline_with_an_aggregator_on_top(tmp_path, capfd):
@@ -82,7 +83,7 @@ def test_an_aggregator_on_a_builder_that_fixes_its_own_is_refused_before_any_wor
   with flagsaver.as_parsed(algorithm='fedgh', aggregator='dgc'):
     with conftest.flag_error('--aggregator=dgc: does not apply to '
                        '--algorithm=fedgh, whose builder fixes its aggregator'):
-      train.check_flags()
+      flags_lib.check_common_flags()
 
 
 def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
@@ -173,12 +174,12 @@ def test_scaffold_keeps_its_client_controls_in_the_checkpoint_and_resumes(tmp_pa
 def test_a_method_flag_the_method_does_not_read_is_refused(flag_values, message):
   with flagsaver.as_parsed(**flag_values):
     with conftest.flag_error(message):
-      train.check_flags()
+      flags_lib.check_common_flags()
 
 
 def test_the_proximal_term_composes_with_a_method_and_is_recorded_as_such():
   with flagsaver.as_parsed(algorithm='fedgh', proximal_strength='0.5'):
-    experiment = train.check_flags()
+    experiment = flags_lib.check_common_flags()
   assert experiment.algorithm.proximal_term
   assert experiment.algorithm.label == 'fedgh+proximal'
   assert experiment.experiment_name == 'digits_fedgh+proximal_seed0'
@@ -187,16 +188,15 @@ def test_the_proximal_term_composes_with_a_method_and_is_recorded_as_such():
   # Only the flags the method reads are recorded.
   assert 'focal_gamma' not in values and values['fedgh_order'] == 'random'
   with flagsaver.as_parsed(algorithm='fedgh'):
-    plain = train.check_flags()
+    plain = flags_lib.check_common_flags()
   assert 'proximal_term' not in plain.flag_values()
   assert 'proximal_strength' not in plain.flag_values()
   with flagsaver.as_parsed(algorithm='fedprox', proximal_strength='0.5'):
-    fedprox = train.check_flags()
+    fedprox = flags_lib.check_common_flags()
   assert not fedprox.algorithm.proximal_term and fedprox.algorithm.label == 'fedprox'
 
 
 def test_method_flag_help_reads_as_sentences():
-  from experiments import flags_lib  # pylint: disable=g-import-not-at-top
   helps = {name: flags.FLAGS[name].help for name in ('corrective_alpha', 'client_clip_norm',
                                                      'focal_gamma')}
   assert helps['corrective_alpha'].startswith('Corrective gradient weights: alpha of c')

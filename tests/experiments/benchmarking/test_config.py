@@ -26,12 +26,12 @@ def test_split_top_level_keeps_brackets_together():
 
 
 def test_parse_grids_and_mappings():
-  assert config_lib.parse_grids('fedprox.proximal_strength=0.01/1, fedga.counts=batch') == {
+  assert config_lib.parse_grids('grids', 'fedprox.proximal_strength=0.01/1, fedga.counts=batch') == {
       'fedprox': {'proximal_strength': (0.01, 1)}, 'fedga': {'counts': ('batch',)}}
   assert config_lib.parse_mapping('models', 'digits:mlp, synthetic:logistic_regression') == {
       'digits': 'mlp', 'synthetic': 'logistic_regression'}
   assert config_lib.parse_mapping('detect', 'digits:0.8', float) == {'digits': 0.8}
-  for call, message in ((lambda: config_lib.parse_grids('fedprox=1'),
+  for call, message in ((lambda: config_lib.parse_grids('grids', 'fedprox=1'),
                          "--grids must be entries METHOD.ARGUMENT=V1/V2/..., got 'fedprox=1'"),
                         (lambda: config_lib.parse_mapping('models', 'mlp'),
                          "--models must be entries DATASET:VALUE, got 'mlp'"),
@@ -48,8 +48,7 @@ def test_the_parts_and_their_defaults_are_the_experiments():
   defaults = experiment_config.ExperimentConfig()
   assert (config.loop, config.client, config.server) == (
       defaults.training, defaults.client, defaults.server)
-  assert (config.data, config.output, config.runtime) == (
-      defaults.data, defaults.output, defaults.runtime)
+  assert (config.data, config.output) == (defaults.data, defaults.output)
   assert config.root.endswith('results/benchmark') and config.experiment_name == 'benchmark'
   flat = config_lib.flat_settings(config_lib.as_dict(config))
   assert flat['rounds'] == defaults.training.rounds
@@ -67,7 +66,7 @@ def test_the_parts_and_their_defaults_are_the_experiments():
     (dict(regimes=('digits:iid', 'digits:iid')), '--regimes must be distinct regimes'),
     (dict(methods=('fedavg', 'sgd')), "--methods=sgd: unknown method 'sgd'"),
     (dict(methods=('fedavg', 'fedavg')), '--methods must be distinct methods'),
-    (dict(methods=('fedprox',)), "--baseline must be one of ['fedprox'], got 'fedavg'"),
+    (dict(methods=('fedprox',)), "--baseline must be one of 'fedprox', got 'fedavg'"),
     (dict(epochs=(0,)), '--epochs must be a non-empty list of distinct integers >= 1'),
     (dict(epochs=(1, 1)), '--epochs must be a non-empty list of distinct integers >= 1'),
     (dict(report_seeds=()), '--report_seeds must be a non-empty list'),
@@ -84,11 +83,11 @@ def test_the_parts_and_their_defaults_are_the_experiments():
     (dict(client=dict(learning_rate=float('inf'))), '--client_learning_rate must be a finite'),
     (dict(server=dict(learning_rate=0)), '--server_learning_rate must be a finite number > 0'),
     (dict(client=dict(momentum=1.0)), '--client_momentum must be a number in [0, 1)'),
-    (dict(client=dict(optimizer='adam')), "--client_optimizer must be one of ['sgd']"),
+    (dict(client=dict(optimizer='adam')), "--client_optimizer must be one of 'sgd'"),
     (dict(loop=dict(weighting='uniform')), '--client_weighting must be unset'),
     (dict(tuning=dict(tuning_regimes={'digits': 'synthetic(1,1)'})),
      '--tuning_regimes must be entries DATASET:REGIME with a regime of that dataset'),
-    (dict(tuning=dict(grids={'fedmgc': {'gamma': (1,)}})), "--grids must be one of ['fedavg'"),
+    (dict(tuning=dict(grids={'fedmgc': {'gamma': (1,)}})), "--grids must be one of 'fedavg'"),
     (dict(tuning=dict(client_lr_grid=())), '--client_lr_grid must be a non-empty list'),
     (dict(tuning=dict(strategy='random')), '--tuning_strategy must be one of'),
     (dict(tuning=dict(last_k=0)), '--tuning_last_k must be an integer >= 1'),
@@ -147,16 +146,16 @@ def test_control_config_is_the_fedprox_papers_setting(tmp_path):
       tune=True, tuning_seeds=(100,), tune_epochs=(1,), grids={'fedgh': {'order': ('random',)}})
   inner = config_lib.control_config(outer)
   # The outer benchmark's grids name its own methods, not the control's (replace validates).
-  assert inner.tuning.grids == {}
+  assert inner.grids == {}
   assert inner.regimes == ('synthetic(1,1)',)
   assert inner.methods == ('fedavg', 'fedprox_mu1') and inner.baseline == 'fedavg'
   assert inner.epochs == (20,) and inner.loop.rounds == 40 and inner.loop.batch_size == 10
   assert inner.loop.clients_per_round == 10 and inner.client.learning_rate == 0.01
   assert inner.client.momentum == 0.0 and inner.server.learning_rate == 1.0
-  assert not inner.tuning.tune and inner.loop.eval_train_loss
+  assert not inner.tune and inner.loop.eval_train_loss
   # One dataset for every seed, as in the paper: seeds vary the model and the clients sampled.
   assert not inner.vary_partition and inner.data.data_seed == 0
-  assert inner.report_seeds == (3, 4) and inner.runtime.runtime == 'cpp'
+  assert inner.report_seeds == (3, 4) and inner.output.runtime == 'cpp'
   assert inner.root == str(tmp_path / 'results' / 'positive_control')
   assert config_lib.control_root(outer.root) is None
   (tmp_path / 'results' / 'positive_control').mkdir(parents=True)
