@@ -77,16 +77,6 @@ class _EagerOnlyClientData(tff.simulation.datasets.ClientData):
     return self._inner.element_type_structure
 
 
-def test_untraceable_client_data_is_read_one_client_at_a_time():
-  inner = _client_data('arrays')
-  train = _EagerOnlyClientData(inner)
-  config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=0)
-  ids = train.client_ids[:2]
-  expected = [training_loop.preprocess(inner.create_tf_dataset_for_client(cid), config,
-                                    round_num=1, client_index=i) for i, cid in enumerate(ids)]
-  _assert_same_datasets(training_loop.RoundData(train, config)(ids, 1), expected)
-
-
 class _OtherShapesWhenTracedClientData(_EagerOnlyClientData):
   """Client data whose traced dataset function loses the examples' shape (a traced dataset
   would have another element spec than the eager one)."""
@@ -98,11 +88,13 @@ class _OtherShapesWhenTracedClientData(_EagerOnlyClientData):
     return dataset.map(lambda e: {'x': tf.reshape(e['x'], [-1]), 'y': e['y']})
 
 
-def test_client_data_traced_to_other_shapes_is_read_one_client_at_a_time():
+@pytest.mark.parametrize('wrapper', [_EagerOnlyClientData, _OtherShapesWhenTracedClientData])
+def test_client_data_that_cannot_be_traced_alike_is_read_one_client_at_a_time(wrapper):
+  """Untraceable, or traced to other shapes than the eager dataset's."""
   inner = _client_data('arrays')
-  train = _OtherShapesWhenTracedClientData(inner)
+  train = wrapper(inner)
   config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=0)
   ids = train.client_ids[:2]
   expected = [training_loop.preprocess(inner.create_tf_dataset_for_client(cid), config,
-                                    round_num=1, client_index=i) for i, cid in enumerate(ids)]
+                                       round_num=1, client_index=i) for i, cid in enumerate(ids)]
   _assert_same_datasets(training_loop.RoundData(train, config)(ids, 1), expected)
