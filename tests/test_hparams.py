@@ -347,8 +347,8 @@ def _variant_call(diagnoses, variant):
   """(builder, keyword arguments, its hyperparameters) a diagnosis variant runs, untuned: the
   parent's builder (through parent variants) with the fixed arguments, or `build_process`."""
   if variant.ablation:
-    return (learning.build_process, dict(variant.changes[:2], **dict(variant.fixed)),
-            hparams.PROCESS_HPARAMS)
+    process = {k: v for k, v in (('loss', variant.loss), ('aggregator', variant.aggregator)) if v}
+    return learning.build_process, dict(process, **dict(variant.fixed)), hparams.PROCESS_HPARAMS
   parent = variant.parent or diagnoses
   if parent in hparams.VARIANTS:
     builder, kwargs, table = _variant_call(*hparams.VARIANTS[parent])
