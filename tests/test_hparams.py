@@ -341,3 +341,86 @@ def test_the_benchmarks_default_grids_are_the_hparams_grids():
       'proximal_strength': hparams.PROXIMAL_STRENGTH.grid,
       'selection_ratio': hparams.DGC_SELECTION_RATIO.grid}
   assert methods.METHODS['fedavg'].grid == ()
+
+
+def _variant_call(diagnoses, variant):
+  """(builder, keyword arguments, its hyperparameters) a diagnosis variant runs, untuned: the
+  parent's builder (through parent variants) with the fixed arguments, or `build_process`."""
+  if variant.ablation:
+    process = {k: v for k, v in (('loss', variant.loss), ('aggregator', variant.aggregator)) if v}
+    return learning.build_process, dict(process, **dict(variant.fixed)), hparams.PROCESS_HPARAMS
+  parent = variant.parent or diagnoses
+  if parent in hparams.VARIANTS:
+    builder, kwargs, table = _variant_call(*hparams.VARIANTS[parent])
+    return builder, dict(kwargs, **dict(variant.fixed)), table
+  return learning.ALGORITHMS[parent], dict(variant.fixed), hparams.ALGORITHM_HPARAMS[parent]
+
+
+def _variant_problems(diagnoses, variant):
+  """Why `variant` of `diagnoses` is not a valid diagnosis, or []: its builder must accept what
+  it fixes (every argument check passed), a hyperparameter in range and each value not the
+  default (a variant that changes nothing diagnoses nothing)."""
+  known = {*hparams.METHODS, *hparams.VARIANTS}
+  if diagnoses not in hparams.METHODS or not {variant.parent, variant.baseline} <= {None, *known}:
+    return [f'unknown method in {diagnoses!r} or {variant}']
+  if variant.ablation and not (variant.loss in hparams.LOSS_HPARAMS
+                               and variant.aggregator in hparams.AGGREGATOR_HPARAMS):
+    return [f'unknown loss or aggregator in {variant}']
+  builder, kwargs, table = _variant_call(diagnoses, variant)
+  problems = []
+  try:
+    _builder(builder, **kwargs)()
+    problems.append(f'{builder.__name__} composed nothing')   # never reached: _Built
+  except _Built:
+    pass
+  except (TypeError, ValueError) as error:
+    problems.append(f'{builder.__name__}({kwargs}): {error}')
+  by_keyword = {h.keyword: h for h in table}
+  parameters = inspect.signature(builder).parameters
+  for keyword, value in variant.fixed:
+    if keyword in by_keyword:
+      default = by_keyword[keyword].default
+      try:   # in range, and as the check returns it (5.0, not 5: a run's identity)
+        checked = by_keyword[keyword].check(value)
+        if type(checked) is not type(value) or checked != value:
+          problems.append(f'{keyword}={value!r} is not normalized')
+      except ValueError as error:
+        problems.append(str(error))
+    else:
+      default = parameters[keyword].default if keyword in parameters else None
+    if value == default:
+      problems.append(f'{keyword}={value!r} is its default')
+  for rate in (variant.client_lr, variant.server_lr):
+    if rate is not None and not (isinstance(rate, float) and 0 < rate < math.inf):
+      problems.append(f'learning rate {rate!r} is no finite float > 0')
+  if not variant.changes:
+    problems.append('changes nothing')
+  return problems
+
+
+@pytest.mark.parametrize('name', list(hparams.VARIANTS))
+def test_each_variant_changes_arguments_its_builder_accepts(name):
+  assert _variant_problems(*hparams.VARIANTS[name]) == []
+
+
+def test_variant_names_are_unique_and_new():
+  names = [v.name for spec in hparams.METHODS.values() for v in spec.variants]
+  assert len(set(names)) == len(names) == len(hparams.VARIANTS)
+  assert not set(names) & set(hparams.METHODS)
+
+
+@pytest.mark.parametrize('diagnoses, variant', [
+    ('fedld', hparams.Variant('x', fixed=(('revision', 'bogus'),))),      # out of range
+    ('fedld', hparams.Variant('x', fixed=(('ratio', 0.5),))),             # no such argument
+    ('fedld', hparams.Variant('x', fixed=(('preserve_norms', False),))),  # the default
+    ('fedld', hparams.Variant('x', fixed=(('component_ratio', 1),))),     # 1 is not 1.0
+    ('fedga', hparams.Variant('x', fixed=(('gamma', 2.0),))),             # another method's
+    ('fedga', hparams.Variant('x', fixed=(('client_weighting', 'uniform'), ('x', 1)))),
+    ('fedmgc', hparams.Variant('x', loss='ce', aggregator='median')),
+    ('fedmgc', hparams.Variant('x', loss='ce', aggregator='dgc', fixed=(('gamma', 2.0),))),
+    ('fedga', hparams.Variant('x', parent='fedga_bogus', fixed=(('form', 'paper'),))),
+    ('fedld', hparams.Variant('x', server_lr=-1.0)),
+    ('fedld', hparams.Variant('x')),
+])
+def test_a_bad_variant_is_found(diagnoses, variant):
+  assert _variant_problems(diagnoses, variant)

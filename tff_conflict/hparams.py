@@ -1,5 +1,6 @@
 """Every method hyperparameter, declared once (default, valid range, source, benchmark grid), and
-each method's spec (`METHODS`); the registries, builders, flags, grids and docs derive from them."""
+each method's spec (`METHODS`) with its diagnosis variants; the registries, builders, flags, grids,
+the benchmark's variants and docs derive from them."""
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
@@ -301,6 +302,48 @@ AGGREGATOR_HPARAMS: dict[str, tuple[Hparam, ...]] = {
 
 
 @dataclasses.dataclass(frozen=True)
+class Variant:
+  """A diagnosis variant of a method: the method (or another variant) with one cause changed,
+  run beside it to test why the method gains or loses; its question is in docs/experiments.md.
+
+  Attributes:
+    name: its name in the benchmark's `--methods` and the report.
+    fixed: (keyword, value) pairs it fixes: builder keyword arguments (hyperparameters, or
+      arguments such as `clip_norm` and `client_weighting`).
+    loss: for an ablation of one half of a method, the `tff_conflict.learning.build_process`
+      loss it runs instead of the parent (with `aggregator`); None runs the parent's builder.
+    aggregator: the `build_process` aggregator of such an ablation.
+    client_lr: a client learning rate it fixes (None: the parent's, tuned or searched).
+    server_lr: a server learning rate it fixes.
+    parent: the method (a `METHODS` name) or variant it changes; None: the method whose spec
+      lists it.
+    baseline: the method or variant its gap is measured against; None: the report's baseline.
+  """
+  name: str
+  fixed: tuple[tuple[str, Any], ...] = ()
+  loss: Optional[str] = None
+  aggregator: Optional[str] = None
+  client_lr: Optional[float] = None
+  server_lr: Optional[float] = None
+  parent: Optional[str] = None
+  baseline: Optional[str] = None
+
+  @property
+  def ablation(self) -> bool:
+    """Whether it runs `build_process` with its own `loss` and `aggregator`, not the parent."""
+    return self.loss is not None or self.aggregator is not None
+
+  @property
+  def changes(self) -> tuple[tuple[str, Any], ...]:
+    """Everything it sets, in the benchmark's method syntax (`custom`'s loss and aggregator,
+    then `fixed`, then the learning rates)."""
+    process = (('loss', self.loss), ('aggregator', self.aggregator))
+    rates = (('client_lr', self.client_lr), ('server_lr', self.server_lr))
+    return (tuple((k, v) for k, v in process if v is not None) + self.fixed
+            + tuple((k, v) for k, v in rates if v is not None))
+
+
+@dataclasses.dataclass(frozen=True)
 class MethodSpec:
   """One builder of `tff_conflict.learning.ALGORITHMS`: the registry loss and aggregator it
   composes and the hyperparameters it reads itself; its options are theirs, in that order.
@@ -312,11 +355,13 @@ class MethodSpec:
       `aggregator` argument, or an aggregation of its own).
     fixed: (keyword, value) of the aggregator's hyperparameters the method fixes.
     own: the hyperparameters the builder reads itself.
+    variants: its diagnosis variants (`VARIANTS`).
   """
   loss: Optional[str] = None
   aggregator: Optional[str] = None
   fixed: tuple[tuple[str, Any], ...] = ()
   own: tuple[Hparam, ...] = (CLIENT_CLIP_NORM,)
+  variants: tuple[Variant, ...] = ()
 
   @property
   def hparams(self) -> tuple[Hparam, ...]:
@@ -340,17 +385,43 @@ class MethodSpec:
 
 # Every builder of `tff_conflict.learning.ALGORITHMS`, by name.
 METHODS: dict[str, MethodSpec] = {
-    'fedavg': MethodSpec(),
-    'fedprox': MethodSpec(own=(PROXIMAL_STRENGTH, CLIENT_CLIP_NORM)),
+    'fedavg': MethodSpec(variants=(
+        Variant('fedavg_clip', fixed=(('clip_norm', 5.0),)),
+        Variant('fedavg_measured', loss='ce', aggregator='measured_mean'))),
+    'fedprox': MethodSpec(own=(PROXIMAL_STRENGTH, CLIENT_CLIP_NORM), variants=(
+        Variant('fedprox_mu1', fixed=(('proximal_strength', 1.0),)),)),
     'fednova': MethodSpec(),
     'feddecorr': MethodSpec(own=(FEDDECORR_BETA, FEDDECORR_FORM, CLIENT_CLIP_NORM)),
     'fedgh': MethodSpec(aggregator='fedgh'),
-    'fedmgc': MethodSpec(loss='focal', aggregator='dgc', fixed=(('weights_are_losses', True),)),
-    'fedga': MethodSpec(loss='calibrated', aggregator='mean'),
-    'fedld': MethodSpec(loss='margin', aggregator='principal'),
-    'fed_corrective': MethodSpec(aggregator='corrective'),
+    'fedmgc': MethodSpec(loss='focal', aggregator='dgc', fixed=(('weights_are_losses', True),),
+                         variants=(
+        Variant('fedmgc_focal_only', loss='focal', aggregator='measured_mean'),
+        Variant('fedmgc_dgc_only', loss='ce', aggregator='dgc'),
+        Variant('fedavg_uniform', parent='fedavg', fixed=(('client_weighting', 'uniform'),)))),
+    'fedga': MethodSpec(loss='calibrated', aggregator='mean', variants=(
+        Variant('fedga_paper', fixed=(('form', 'paper'),)),
+        Variant('fedga_paper_clip', parent='fedga_clip', fixed=(('form', 'paper'),),
+                baseline='fedavg_clip'),
+        Variant('fedga_clip', fixed=(('clip_norm', 5.0),), baseline='fedavg_clip'),
+        Variant('fedga_dataset', fixed=(('counts', 'dataset'),)))),
+    'fedld': MethodSpec(loss='margin', aggregator='principal', variants=(
+        Variant('fedld_server_lr', server_lr=4.0),
+        Variant('fedld_preserve_norms', fixed=(('preserve_norms', True),)),
+        Variant('fedld_projection', fixed=(('revision', 'projection'),)),
+        Variant('fedld_model', fixed=(('granularity', 'model'),)),
+        Variant('fedld_authors', fixed=(('first_round_plain_mean', True),
+                                        ('margin_form', 'batch_probabilities'),
+                                        ('client_weighting', 'uniform'))),
+        Variant('fedld_margin_only', loss='margin', aggregator='measured_mean'),
+        Variant('fedld_principal_only', loss='ce', aggregator='principal'))),
+    'fed_corrective': MethodSpec(aggregator='corrective', variants=(
+        Variant('fed_corrective_alpha1', fixed=(('alpha', 1.0),)),)),
     'scaffold': MethodSpec(),
 }
+
+# Every diagnosis variant by name: (the method whose spec lists it, the variant).
+VARIANTS: dict[str, tuple[str, Variant]] = {
+    v.name: (name, v) for name, method in METHODS.items() for v in method.variants}
 
 # The method hyperparameters of each builder of `tff_conflict.learning.ALGORITHMS`.
 ALGORITHM_HPARAMS: dict[str, tuple[Hparam, ...]] = {

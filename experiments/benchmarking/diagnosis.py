@@ -95,7 +95,7 @@ def _measurement(name: str, cells, method: str, baseline: str) -> list[str]:
 def variant_baseline(method: str, rows, default: str = BASELINE) -> str:
   """The method `method` is compared with: its variant's `baseline` where that ran in `rows`
   (a clipped variant against FedAvg clipped alike), else `default`."""
-  own = methods_lib.VARIANTS.get(method, {}).get('baseline')
+  own = methods_lib.VARIANTS[method][1].baseline if method in methods_lib.VARIANTS else None
   return own if own is not None and any(r['method'] == own for r in rows) else default
 
 
@@ -112,7 +112,7 @@ def _verdict(base: Optional[stats.Interval], variant: Optional[stats.Interval]) 
 
 
 def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
-  variants = [v for v, spec in methods_lib.VARIANTS.items() if spec['diagnoses'] == method]
+  variants = [v for v, (diagnoses, _) in methods_lib.VARIANTS.items() if diagnoses == method]
   present = [v for v in variants if any(r['method'] == v for r in rows)]
   if not present:
     return [f'No variant of {method} was run (see `experiments.benchmarking.methods.VARIANTS`: '
@@ -164,7 +164,7 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
   if not cells:
     raise ValueError(f'method {method!r} has no run in the runs table')
   variant = methods_lib.VARIANTS.get(method)
-  algorithm = variant['diagnoses'] if variant else algorithm
+  algorithm = variant[0] if variant else algorithm
   baseline = variant_baseline(method, rows, baseline)
   reading = f'A variant of {algorithm}: {_reading(method)}' if variant else _reading(algorithm)
   name = {'final_accuracy': 'final accuracy',

@@ -1,6 +1,6 @@
 """The methods a benchmark compares: `tff_conflict.hparams.METHODS` with their grids
-(`Hparam.grid`), compositions `BASELINE+AGGREGATOR`, variants `METHOD[key=value,...]` and the named
-diagnosis variants (`VARIANTS`, written the same way); docs/design.md, "The method comparison"."""
+(`Hparam.grid`) and diagnosis variants (`VARIANTS`), compositions `BASELINE+AGGREGATOR` and
+variants `METHOD[key=value,...]`; docs/design.md, "The method comparison"."""
 
 import dataclasses
 import functools
@@ -40,7 +40,8 @@ class Method:
     object.__setattr__(self, 'grid', tuple((k, tuple(v)) for k, v in self.grid))
     overlap = set(dict(self.fixed)) & set(dict(self.grid))
     if overlap:
-      raise ValueError(f'method {self.name!r} both fixes and tunes {sorted(overlap)}')
+      raise ValueError(f'method {self.name!r} both fixes and tunes '
+                       f'{", ".join(map(repr, sorted(overlap)))}')
 
   def with_grid(self, grid: Mapping[str, Sequence[Any]]) -> 'Method':
     return dataclasses.replace(self, grid=tuple(grid.items()))
@@ -53,43 +54,24 @@ def _grid(hparams) -> tuple:
 METHODS: dict[str, Method] = {name: Method(name, name, grid=_grid(hparams))
                               for name, hparams in hparams_lib.ALGORITHM_HPARAMS.items()}
 
-# The diagnosis variants: each changes one cause of the result of the method it `diagnoses` (the
-# report's Diagnosis; the question each asks: docs/experiments.md); `method` is what it runs (named
-# as its parent's), `baseline` the method its gap is measured against (default: the report's).
-VARIANTS: dict[str, dict[str, str]] = {
-    'fedga_paper': dict(method='fedga[form=paper]', diagnoses='fedga'),
-    'fedga_paper_clip': dict(method='fedga_clip[form=paper]', diagnoses='fedga',
-                             baseline='fedavg_clip'),
-    'fedga_clip': dict(method='fedga[clip_norm=5.0]', diagnoses='fedga', baseline='fedavg_clip'),
-    'fedavg_clip': dict(method='fedavg[clip_norm=5.0]', diagnoses='fedavg'),
-    'fedga_dataset': dict(method='fedga[counts=dataset]', diagnoses='fedga'),
-    'fedld_server_lr': dict(method='fedld[server_lr=4.0]', diagnoses='fedld'),
-    'fedld_preserve_norms': dict(method='fedld[preserve_norms=True]', diagnoses='fedld'),
-    'fedld_projection': dict(method='fedld[revision=projection]', diagnoses='fedld'),
-    'fedld_model': dict(method='fedld[granularity=model]', diagnoses='fedld'),
-    'fedld_authors': dict(method='fedld[first_round_plain_mean=True,margin_form='
-                          'batch_probabilities,client_weighting=uniform]', diagnoses='fedld'),
-    'fedld_margin_only': dict(method='custom[loss=margin,aggregator=measured_mean]',
-                              diagnoses='fedld'),
-    'fedld_principal_only': dict(method='custom[loss=ce,aggregator=principal]', diagnoses='fedld'),
-    'fedmgc_focal_only': dict(method='custom[loss=focal,aggregator=measured_mean]',
-                              diagnoses='fedmgc'),
-    'fedmgc_dgc_only': dict(method='custom[loss=ce,aggregator=dgc]', diagnoses='fedmgc'),
-    'fedavg_uniform': dict(method='fedavg[client_weighting=uniform]', diagnoses='fedmgc'),
-    'fedavg_measured': dict(method='custom[loss=ce,aggregator=measured_mean]', diagnoses='fedavg'),
-    'fedprox_mu1': dict(method='fedprox[proximal_strength=1.0]', diagnoses='fedprox'),
-    'fed_corrective_alpha1': dict(method='fed_corrective[alpha=1.0]', diagnoses='fed_corrective'),
-}
+# The diagnosis variants of the methods' specs by name: (the method it diagnoses, its
+# `tff_conflict.hparams.Variant`); the question each asks: docs/experiments.md.
+VARIANTS = hparams_lib.VARIANTS
 
 
 def described(variant: str) -> str:
   """What `VARIANTS[variant]` changes, as the report shows it: 'form=paper', 'fedga_clip with
   form=paper' (a parent other than the method it diagnoses), 'custom[loss=ce,aggregator=dgc]'."""
-  v = VARIANTS[variant]
-  base, _, body = v['method'].partition('[')
-  body = body[:-1].replace(',', ', ')
-  return (v['method'] if base == CUSTOM else body if base == v['diagnoses']
-          else f'{base} with {body}')
+  diagnoses, v = VARIANTS[variant]
+  items = [f'{k}={x}' for k, x in v.changes]
+  if v.ablation:
+    return f'{CUSTOM}[{",".join(items)}]'
+  parent = v.parent or diagnoses
+  return ', '.join(items) if parent == diagnoses else f'{parent} with {", ".join(items)}'
+
+
+def _one_of(choices) -> str:
+  return 'one of ' + ', '.join(map(repr, choices))
 
 
 def parse_value(text: str) -> Any:
@@ -124,10 +106,10 @@ def _compose(baseline: str, aggregator: str) -> Method:
                if 'aggregator' in inspect.signature(build).parameters]
   if baseline not in baselines:
     raise ValueError(f'method {name!r}: {baseline!r} is no baseline that takes an aggregator; '
-                     f'one of {baselines}')
+                     f'{_one_of(baselines)}')
   if aggregator not in learning.AGGREGATORS:
-    raise ValueError(f'method {name!r}: unknown aggregator {aggregator!r}; one of '
-                     f'{sorted(learning.AGGREGATORS)}')
+    raise ValueError(f'method {name!r}: unknown aggregator {aggregator!r}; '
+                     f'{_one_of(sorted(learning.AGGREGATORS))}')
   grid = dict(METHODS[baseline].grid,
               **dict(_grid(hparams_lib.AGGREGATOR_HPARAMS.get(aggregator, ()))))
   return Method(name, baseline, fixed=(('aggregator', aggregator),), grid=tuple(grid.items()))
@@ -150,14 +132,15 @@ def parse_method(text: str) -> Method:
     return _compose(*composition_parts(text))
   match = _VARIANT.match(text)
   if not match:
-    raise ValueError(f'unknown method {text!r}: use one of {sorted(METHODS) + sorted(VARIANTS)}, '
-                     'BASELINE+AGGREGATOR or ALGORITHM[key=value,...]')
+    raise ValueError(f'unknown method {text!r}: use '
+                     f'{_one_of(sorted(METHODS) + sorted(VARIANTS))}, BASELINE+AGGREGATOR or '
+                     'ALGORITHM[key=value,...]')
   known = match[1] in METHODS or match[1] in VARIANTS or composition_parts(match[1])
   base = parse_method(match[1]) if known else Method(match[1], match[1])
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   if base.algorithm != CUSTOM and base.algorithm not in learning.ALGORITHMS:
-    raise ValueError(f'method {text!r}: unknown algorithm {base.algorithm!r}; one of '
-                     f'{list(learning.ALGORITHMS) + [CUSTOM]}')
+    raise ValueError(f'method {text!r}: unknown algorithm {base.algorithm!r}; '
+                     f'{_one_of(list(learning.ALGORITHMS) + [CUSTOM])}')
   fixed, rates = dict(base.fixed), {}
   for item in filter(None, match[2].split(',')):
     key, sep, value = item.partition('=')
@@ -167,23 +150,33 @@ def parse_method(text: str) -> Method:
   for key, table in (('loss', hparams_lib.LOSS_HPARAMS),
                      ('aggregator', hparams_lib.AGGREGATOR_HPARAMS)):
     if base.algorithm == CUSTOM and isinstance(fixed.get(key), str) and fixed[key] not in table:
-      raise ValueError(f'method {text!r}: {key} must be one of {sorted(table)}, got '
+      raise ValueError(f'method {text!r}: {key} must be {_one_of(sorted(table))}, got '
                        f'{fixed[key]!r}')
   for key, value in rates.items():
     if not isinstance(value, (int, float)) or isinstance(value, bool):
       raise ValueError(f'method {text!r}: {key} must be a number, got {value!r}')
-    rates[key] = float(value)
-  return Method(text, base.algorithm, fixed=tuple(fixed.items()),
+  return _changed(base, text, {**fixed, **rates},
+                  parent=base.name if known and not composition_parts(base.name) else None)
+
+
+def _changed(base: Method, name: str, changes: Mapping[str, Any], parent: Optional[str]) -> Method:
+  """`base` named `name` with `changes` (builder arguments or `RATES`) fixed and off its grid."""
+  fixed = {k: v for k, v in changes.items() if k not in RATES}
+  rates = {k: float(v) for k, v in changes.items() if k in RATES}
+  return Method(name, base.algorithm, fixed=tuple(dict(base.fixed, **fixed).items()),
                 grid=tuple((k, v) for k, v in base.grid if k not in fixed),
                 **{'client_lr': base.client_lr, 'server_lr': base.server_lr, **rates},
-                parent=base.name if known and not composition_parts(base.name) else None)
+                parent=parent)
 
 
 @functools.cache
 def _variant(name: str) -> Method:
-  method = parse_method(VARIANTS[name]['method'])
-  return dataclasses.replace(method, name=name,
-                             parent=method.parent or VARIANTS[name]['diagnoses'])
+  """`VARIANTS[name]`: its parent (`custom` for an ablation) with what it changes."""
+  diagnoses, v = VARIANTS[name]
+  if v.ablation:
+    return _changed(Method(CUSTOM, CUSTOM), name, dict(v.changes), parent=diagnoses)
+  base = parse_method(v.parent or diagnoses)
+  return _changed(base, name, dict(v.changes), parent=base.name)
 
 
 def given_kwargs(given: Mapping[str, Mapping[str, Any]], method: Method) -> dict[str, Any]:

@@ -128,7 +128,7 @@ def test_given_values_come_from_the_method_flags():
      '--epochs'),
     (dict(methods='fedavg,custom[aggregator=median]'),
      "--methods=custom[aggregator=median]: method 'custom[aggregator=median]': aggregator must "
-     "be one of ['corrective', 'dgc', 'fedgh', 'mean', 'measured_mean', 'principal'], got "
+     "be one of 'corrective', 'dgc', 'fedgh', 'mean', 'measured_mean', 'principal', got "
      "'median'"),
     (dict(methods='fedavg,fedgh[gamma=2]'),
      "gamma=2: its builder (fedgh) takes no argument 'gamma'"),

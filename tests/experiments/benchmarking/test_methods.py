@@ -26,10 +26,12 @@ def test_ad_hoc_variant_fixes_arguments_and_drops_them_from_the_grid():
 
 
 @pytest.mark.parametrize('text,match', [
-    ('sgd', 'unknown method'), ('bogus[x=1]', 'unknown algorithm'),
+    ('sgd', "unknown method 'sgd': use one of 'fed_corrective', 'fedavg', "),
+    ('bogus[x=1]', "unknown algorithm 'bogus'; one of 'fedavg', 'fedprox', "),
     ('fedga[counts]', 'expected key=value'), ('fedga[1x=2]', 'expected key=value'),
     ('fedga[client_lr=fast]', 'client_lr must be a number'),
-    ('custom[loss=bogus]', 'loss must be one of'),
+    ('custom[loss=bogus]', "loss must be one of 'calibrated', 'ce', 'focal', 'margin', got "
+     "'bogus'"),
 ])
 def test_bad_methods(text, match):
   with pytest.raises(ValueError, match=match):
@@ -91,7 +93,7 @@ def test_each_variant_runs_its_parent_with_what_it_changes():
       'first_round_plain_mean=True, margin_form=batch_probabilities, client_weighting=uniform')
   assert methods.described('fedmgc_dgc_only') == 'custom[loss=ce,aggregator=dgc]'
   assert methods.described('fedavg_uniform') == 'fedavg with client_weighting=uniform'
-  with pytest.raises(ValueError, match='both fixes and tunes'):
+  with pytest.raises(ValueError, match="both fixes and tunes 'counts'"):
     methods.Method('y', 'fedga', fixed=(('counts', 'batch'),), grid=(('counts', ('batch',)),))
 
 
@@ -101,10 +103,10 @@ def test_variants_are_valid_methods_of_a_benchmark():
   config = config_lib.BenchmarkConfig(   # checks every fixed argument against its builder
       regimes=('digits:iid',), methods=('fedavg', *methods.VARIANTS))
   assert config.methods[1:] == tuple(methods.VARIANTS)
-  for name, v in methods.VARIANTS.items():
-    assert v['diagnoses'] in methods.METHODS, name
+  for name, (diagnoses, v) in methods.VARIANTS.items():
+    assert diagnoses in methods.METHODS, name
     assert methods.parse_method(name).parent in {*methods.METHODS, *methods.VARIANTS}, name
-    assert v.get('baseline') is None or v['baseline'] in methods.VARIANTS, name
+    assert v.baseline is None or v.baseline in methods.VARIANTS, name
     assert diagnosis._reading(name), name   # the question the report prints (docs/experiments.md)
 
 
@@ -153,8 +155,8 @@ def test_compositions_are_baselines_with_an_aggregator_tuned_on_both_grids():
 
 
 @pytest.mark.parametrize('text,match', [
-    ('fedgh+fedgh', 'no baseline that takes an aggregator'),
-    ('fedavg+bogus', 'unknown aggregator'),
+    ('fedgh+fedgh', "no baseline that takes an aggregator; one of 'fedavg', 'fedprox', "),
+    ('fedavg+bogus', "unknown aggregator 'bogus'; one of 'corrective', 'dgc', "),
 ])
 def test_bad_compositions(text, match):
   with pytest.raises(ValueError, match=match):
