@@ -79,7 +79,6 @@ class Engine(experiment_lib.Runs):
     self._on_round = on_round
     self._stream = stream
     self._data: dict[tuple, tuple[Any, Any]] = {}
-    self._splits: dict[tuple, tuple[Any, Any]] = {}
     self._weights: dict[tuple, Any] = {}
     self._shapes: dict[tuple, tuple[tuple, int]] = {}
     self.runs_done = 0
@@ -87,14 +86,19 @@ class Engine(experiment_lib.Runs):
     self.rounds_done = 0
     self.failures: list[tuple[runs_lib.RunSpec, str]] = []
 
-  def data(self, regime: str, seed: int) -> tuple[Any, Any]:
-    """`(train, test)` of a regime and data seed (loaded once; your own data as given)."""
-    if regime in self._config.datasets:
-      return tuple(self._config.datasets[regime])
-    key = (regime, seed)
+  def data(self, regime: str, seed: int, phase: str = runs_lib.REPORT_PHASE) -> tuple[Any, Any]:
+    """(training, evaluation) data of a regime and data seed, made once: `(train, test)` (your own
+    data as given), or for tuning the fit and validation parts of `train`."""
+    from tff_conflict import data  # pylint: disable=g-import-not-at-top
+    key = (regime, seed, phase)
     if key not in self._data:
-      from tff_conflict import data  # pylint: disable=g-import-not-at-top
-      self._data[key] = self._loader(data.parse_regime(regime), seed)
+      if phase == runs_lib.TUNE_PHASE:
+        self._data[key] = data.split_validation(
+            self.data(regime, seed)[0], self._config.validation_fraction, seed=seed)
+      elif regime in self._config.datasets:
+        self._data[key] = tuple(self._config.datasets[regime])
+      else:
+        self._data[key] = self._loader(data.parse_regime(regime), seed)
     return self._data[key]
 
   def shape_and_classes(self, regime: str, seed: int, model: str) -> tuple[tuple, int]:
@@ -189,15 +193,8 @@ class Engine(experiment_lib.Runs):
     return summary
 
   def _train(self, spec, run_dir):
-    from tff_conflict import data  # pylint: disable=g-import-not-at-top
     from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-    train, eval_data = self.data(spec.regime, spec.data_seed)
-    if spec.phase == runs_lib.TUNE_PHASE:   # the fit and validation parts of the training data
-      key = (spec.regime, spec.data_seed)
-      if key not in self._splits:
-        self._splits[key] = data.split_validation(
-            train, self._config.validation_fraction, seed=spec.data_seed)
-      train, eval_data = self._splits[key]
+    train, eval_data = self.data(spec.regime, spec.data_seed, spec.phase)
     classes = self.shape_and_classes(spec.regime, spec.data_seed, spec.model)[1]
     report = spec.phase == runs_lib.REPORT_PHASE
     loop = experiment_config.LoopConfig(
