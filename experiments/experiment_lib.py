@@ -157,8 +157,9 @@ class Runs:
               **loop_kwargs) -> tuple:
     """Runs one run through `training_loop.run_training` (`loop_kwargs` are its own) and returns
     its value: the process `builder(model_fn, ..., **kwargs)` with the `client` and `server`
-    optimizers and the population's size where it takes it, built once per `key` (None: each call), from `start(runner, initial state)` when
-    given, evaluated on `eval_data` (`evaluator`)."""
+    optimizers and the population's size where it takes it, built once per `key` (None: each
+    call), from `start(runner, initial state)` when given, evaluated on `eval_data`
+    (`evaluator`)."""
     from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
     built = self._processes.get(key) if key is not None else None
     if built is None:
