@@ -148,24 +148,26 @@ class Runs:
     return evaluate, tuple(columns)
 
   def execute(self, builder: Callable[..., Any], kwargs: Mapping[str, Any], model_fn, *,
-              client_optimizer, server_optimizer, train_data: Any, eval_data: Any,
+              client: config_lib.OptimizerConfig, server: config_lib.OptimizerConfig,
+              train_data: Any, eval_data: Any,
               num_classes: int, loop: config_lib.LoopConfig, experiment_dir: str,
               hparams: Mapping[str, Any], key: Any = None,
               start: Optional[Callable[[Any, Any], Any]] = None, model_key: Any = None,
               prefix: str = 'test', per_class: bool = True, global_train: bool = False,
               **loop_kwargs) -> tuple:
     """Runs one run through `training_loop.run_training` (`loop_kwargs` are its own) and returns
-    its value: the process `builder(model_fn, ..., **kwargs)` with the population's size where it
-    takes it, built once per `key` (None: each call), from `start(runner, initial state)` when
-    given, evaluated on `eval_data` (`evaluator`)."""
+    its value: the process `builder(model_fn, ..., **kwargs)` with the `client` and `server`
+    optimizers and the population's size where it takes it, built once per `key` (None: each
+    call), from `start(runner, initial state)` when given, evaluated on `eval_data`
+    (`evaluator`)."""
     from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
     built = self._processes.get(key) if key is not None else None
     if built is None:
       began = time.monotonic()
       process = builder(
-          model_fn, input_spec=input_spec(train_data, loop), client_optimizer_fn=client_optimizer,
-          server_optimizer_fn=server_optimizer, **population_kwargs(builder, train_data),
-          **kwargs)
+          model_fn, input_spec=input_spec(train_data, loop),
+          client_optimizer_fn=build_optimizer(client), server_optimizer_fn=build_optimizer(server),
+          **population_kwargs(builder, train_data), **kwargs)
       runner = runtime.make_runner(process, self._runtime)
       built = (process, runner, runner.initialize())
       self.build_seconds += time.monotonic() - began
@@ -254,20 +256,62 @@ def model_name(config: config_lib.ExperimentConfig) -> str:
   return config.model or datasets.default_model(config.data)
 
 
+def shape_and_classes(train: Any, test: Any, *, dataset: str = '', classes: Optional[int] = None,
+                      own_data: bool = False, own_model: Optional[tuple[str, Callable]] = None,
+                      loop: Optional[config_lib.LoopConfig] = None) -> tuple[tuple, int]:
+  """(example shape, number of classes) of `dataset`'s `(train, test)`: x's shape; `classes` when
+  known, else the data's `info` (LEAF Synthetic), else (`own_data`: yours) the largest label + 1;
+  with your model `own_model` = (name, function), its logits, which must hold every label (and
+  equal the known classes). `ConfigError` naming `datasets[dataset]` for a label < 0, no examples
+  or fewer than 2 classes, `model_fns[name]` for a model that does not fit the data
+  (`tff_conflict.learning.models.resolve_model`, on batches of `loop`)."""
+  info = getattr(train, 'info', None) or getattr(test, 'info', None)
+  if classes is None and info is not None:
+    classes = info.num_classes
+  top = None
+  if own_data:
+    argument = f'datasets[{dataset!r}]'
+    try:
+      labels = np.concatenate([np.reshape(pooled_arrays(split)[1], -1) for split in (train, test)])
+    except ValueError as e:
+      raise config_lib.from_library_error(e, argument, dataset) from None
+    top = int(labels.max())
+    if labels.min() < 0:
+      raise config_lib.ConfigError(argument, int(labels.min()),
+                                   'class labels 0, 1, ... (a label < 0 was found)')
+  if own_model is not None:
+    from tff_conflict.learning import models  # pylint: disable=g-import-not-at-top
+    name, function = own_model
+    try:
+      logits = models.resolve_model(function, input_spec(train, loop)).num_classes
+    except ValueError as e:
+      raise config_lib.ConfigError(f'model_fns[{name!r}]', function, reason=str(e)) from None
+    if (classes is not None and logits != classes) or (top is not None and top >= logits):
+      need = f'{classes} classes' if classes is not None else f'labels up to {top}'
+      raise config_lib.ConfigError(
+          f'model_fns[{name!r}]', function, reason=f'the dataset {dataset!r} has '
+          f'{need}, the model gives {logits} logits: one per class is needed')
+    classes = logits
+  if classes is None:   # your data, a built-in model
+    if top < 1:
+      raise config_lib.ConfigError(f'datasets[{dataset!r}]', top + 1,
+                                   'data of at least 2 classes (labels 0 and 1 at least)')
+    classes = top + 1
+  return tuple(train.element_type_structure['x'].shape), classes
+
+
 def model_of(config: config_lib.ExperimentConfig, train: Any) -> tuple:
   """(model function seeded by `config.seed`, number of classes) on `train`."""
-  classes = datasets.num_classes(config.data)
-  shape = tuple(input_spec(train, config.training)['x'].shape[1:])
+  shape, classes = shape_and_classes(train, None, classes=datasets.num_classes(config.data))
   return functools.partial(architectures.get(model_name(config)), shape, classes,
                            seed=config.seed), classes
 
 
-def load_task(config: config_lib.ExperimentConfig, *,
-              data: Optional[tuple[Any, Any]] = None) -> tuple[Any, Any]:
-  """(train, test) ClientData of `config` (`data` when given); `config.ConfigError` for data the
-  loader refuses, an unknown model or one that cannot take the inputs (built in a scratch graph),
-  or clients_per_round larger than the population."""
-  train, test = datasets.load(config.data) if data is None else data
+def load_task(config: config_lib.ExperimentConfig) -> tuple[Any, Any]:
+  """(train, test) ClientData of `config`; `config.ConfigError` for data the loader refuses, an
+  unknown model or one that cannot take the inputs (built in a scratch graph), or
+  clients_per_round larger than the population."""
+  train, test = datasets.load(config.data)
   name = model_name(config)
   config_lib.one_of(sorted(architectures.MODELS))('model', name)
   if config.training.clients_per_round > len(train.client_ids):
@@ -304,10 +348,9 @@ def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[tuple]
   model_fn, classes = model_of(config, train)
   runs = runs or Runs(config.output.runtime)
   return runs.execute(
-      builder, kwargs, model_fn, client_optimizer=build_optimizer(config.client),
-      server_optimizer=build_optimizer(config.server), train_data=train, eval_data=test,
-      num_classes=classes, loop=config.training,
-      experiment_dir=experiment_dir or config.experiment_dir,
-      hparams=hparams_record(config), global_train=config.training.eval_train_loss,
+      builder, kwargs, model_fn, client=config.client, server=config.server, train_data=train,
+      eval_data=test, num_classes=classes, loop=config.training,
+      experiment_dir=experiment_dir or config.experiment_dir, hparams=hparams_record(config),
+      global_train=config.training.eval_train_loss,
       label=config.algorithm.label if label is None else label,
       show_progress=config.output.progress, **loop_kwargs)

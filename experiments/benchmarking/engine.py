@@ -79,7 +79,6 @@ class Engine(experiment_lib.Runs):
     self._on_round = on_round
     self._stream = stream
     self._data: dict[tuple, tuple[Any, Any]] = {}
-    self._splits: dict[tuple, tuple[Any, Any]] = {}
     self._weights: dict[tuple, Any] = {}
     self._shapes: dict[tuple, tuple[tuple, int]] = {}
     self.runs_done = 0
@@ -87,72 +86,38 @@ class Engine(experiment_lib.Runs):
     self.rounds_done = 0
     self.failures: list[tuple[runs_lib.RunSpec, str]] = []
 
-  def data(self, regime: str, seed: int) -> tuple[Any, Any]:
-    """`(train, test)` of a regime and data seed (loaded once; your own data as given)."""
-    if regime in self._config.datasets:
-      return tuple(self._config.datasets[regime])
-    key = (regime, seed)
+  def data(self, regime: str, seed: int, phase: str = runs_lib.REPORT_PHASE) -> tuple[Any, Any]:
+    """(training, evaluation) data of a regime and data seed, made once: `(train, test)` (your own
+    data as given), or for tuning the fit and validation parts of `train`."""
+    from tff_conflict import data  # pylint: disable=g-import-not-at-top
+    key = (regime, seed, phase)
     if key not in self._data:
-      from tff_conflict import data  # pylint: disable=g-import-not-at-top
-      self._data[key] = self._loader(data.parse_regime(regime), seed)
+      if phase == runs_lib.TUNE_PHASE:
+        self._data[key] = data.split_validation(
+            self.data(regime, seed)[0], self._config.validation_fraction, seed=seed)
+      elif regime in self._config.datasets:
+        self._data[key] = tuple(self._config.datasets[regime])
+      else:
+        self._data[key] = self._loader(data.parse_regime(regime), seed)
     return self._data[key]
 
   def shape_and_classes(self, regime: str, seed: int, model: str) -> tuple[tuple, int]:
-    """The example shape and number of classes of `regime`'s data under `model`: the dataset's
-    (`tff_conflict.data.dataset_info`), else the data's `info` (LEAF Synthetic), else (your data)
-    x's shape and the largest label + 1; with your model, its logits, which must hold every label
-    (and equal the dataset's classes where it has them). Raises `experiments.config.ConfigError`
-    for your model not fitting the data (`tff_conflict.learning.models.resolve_model`), a label
-    < 0 or fewer than 2 classes."""
+    """The example shape and number of classes of `regime`'s data under `model`
+    (`experiment_lib.shape_and_classes`: the dataset's, the data's `info`, your data's labels,
+    your model's logits)."""
+    from tff_conflict import data  # pylint: disable=g-import-not-at-top
     dataset = plan_lib.dataset_of(self._config, regime)
     if (dataset, model) not in self._shapes:
-      self._shapes[dataset, model] = self._find_shape_and_classes(regime, seed, dataset, model)
+      try:
+        classes = data.dataset_info(dataset).num_classes
+      except ValueError:
+        classes = None
+      own = self._config.model_fns.get(model)
+      self._shapes[dataset, model] = experiment_lib.shape_and_classes(
+          *self.data(regime, seed), dataset=dataset, classes=classes,
+          own_data=dataset in self._config.datasets,
+          own_model=None if own is None else (model, own), loop=self._config.loop)
     return self._shapes[dataset, model]
-
-  def _find_shape_and_classes(self, regime, seed, dataset, model):
-    from tff_conflict import data  # pylint: disable=g-import-not-at-top
-    from tff_conflict.learning import models  # pylint: disable=g-import-not-at-top
-    try:
-      info = data.dataset_info(dataset)
-    except ValueError:
-      info = None
-    own = self._config.model_fns.get(model)
-    if info is not None and own is None:
-      return tuple(info.element_shape), info.num_classes
-    train, test = self.data(regime, seed)
-    info = info or getattr(train, 'info', None) or getattr(test, 'info', None)
-    shape = tuple(train.element_type_structure['x'].shape) if info is None else tuple(
-        info.element_shape)
-    classes = None if info is None else info.num_classes
-    top = None
-    if dataset in self._config.datasets:
-      try:
-        labels = np.concatenate([np.reshape(experiment_lib.pooled_arrays(split)[1], -1)
-                                 for split in (train, test)])
-      except ValueError as e:
-        raise experiment_config.from_library_error(e, f'datasets[{dataset!r}]', dataset) from None
-      top = int(labels.max())
-      if labels.min() < 0:
-        raise experiment_config.ConfigError(f'datasets[{dataset!r}]', int(labels.min()),
-                                            'class labels 0, 1, ... (a label < 0 was found)')
-    if own is not None:
-      try:
-        logits = models.resolve_model(
-            own, experiment_lib.input_spec(train, self._config.loop)).num_classes
-      except ValueError as e:
-        raise experiment_config.ConfigError(f'model_fns[{model!r}]', own, reason=str(e)) from None
-      if (classes is not None and logits != classes) or (top is not None and top >= logits):
-        need = f'{classes} classes' if classes is not None else f'labels up to {top}'
-        raise experiment_config.ConfigError(
-            f'model_fns[{model!r}]', own, reason=f'the dataset {dataset!r} has {need}, the model '
-            f'gives {logits} logits: one per class is needed')
-      classes = logits
-    if classes is None:   # your data, a built-in model
-      if top < 1:
-        raise experiment_config.ConfigError(f'datasets[{dataset!r}]', top + 1,
-                                            'data of at least 2 classes (labels 0 and 1 at least)')
-      classes = top + 1
-    return shape, classes
 
   def _model_fn(self, spec, seed: int) -> Callable[[], tf.keras.Model]:
     """A function building `spec.model` initialised by `seed` (yours under `seeded(seed)`)."""
@@ -228,15 +193,8 @@ class Engine(experiment_lib.Runs):
     return summary
 
   def _train(self, spec, run_dir):
-    from tff_conflict import data  # pylint: disable=g-import-not-at-top
     from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-    train, eval_data = self.data(spec.regime, spec.data_seed)
-    if spec.phase == runs_lib.TUNE_PHASE:   # the fit and validation parts of the training data
-      key = (spec.regime, spec.data_seed)
-      if key not in self._splits:
-        self._splits[key] = data.split_validation(
-            train, self._config.validation_fraction, seed=spec.data_seed)
-      train, eval_data = self._splits[key]
+    train, eval_data = self.data(spec.regime, spec.data_seed, spec.phase)
     classes = self.shape_and_classes(spec.regime, spec.data_seed, spec.model)[1]
     report = spec.phase == runs_lib.REPORT_PHASE
     loop = experiment_config.LoopConfig(
@@ -254,10 +212,8 @@ class Engine(experiment_lib.Runs):
     rows, _, _ = self.execute(
         learning.build_process if spec.algorithm == methods_lib.CUSTOM
         else learning.ALGORITHMS[spec.algorithm], dict(spec.kwargs), self._model_fn(spec, 0),
-        client_optimizer=experiment_lib.build_optimizer(experiment_config.OptimizerConfig(
-            learning_rate=spec.client_lr, momentum=spec.client_momentum)),
-        server_optimizer=experiment_lib.build_optimizer(
-            experiment_config.OptimizerConfig(learning_rate=spec.server_lr)),
+        client=experiment_config.OptimizerConfig(spec.client_lr, momentum=spec.client_momentum),
+        server=experiment_config.OptimizerConfig(spec.server_lr),
         key=(spec.algorithm, json.dumps(dict(spec.kwargs), sort_keys=True, default=str), spec.model,
              spec.dataset, spec.batch_size, spec.client_momentum, len(train.client_ids)),
         start=functools.partial(self._start, spec), model_key=(spec.model, spec.dataset),
