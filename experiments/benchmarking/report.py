@@ -134,7 +134,7 @@ def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -
   for source_dir, target_dir in [(root, target)] + (
       [(control, os.path.join(target, config_lib.CONTROL_DIR))] if control else []):
     os.makedirs(target_dir, exist_ok=True)
-    for name in results.RECORD_FILES + (results.CURVES_FILE,):
+    for name in results.RECORD_FILES:
       source, copy = os.path.join(source_dir, name), os.path.join(target_dir, name)
       if os.path.exists(source) and not (os.path.exists(copy) and os.path.samefile(source, copy)):
         shutil.copyfile(source, copy)

@@ -22,7 +22,7 @@ ALPHA, POWER = 0.05, 0.8  # the level of every test, the power the seed counts a
 CURVES_FILE = 'validation_curves.csv'
 # The files the report reads besides the runs' own (`grid.run_benchmark` says what each holds).
 RECORD_FILES = ('config.json', 'runs.csv', 'tuning.csv', 'tuning_choices.json', 'timing.json',
-                'regimes.json')
+                'regimes.json', CURVES_FILE)
 _IDENTITY = ('regime', 'method', 'epochs', 'seed')  # the cells that place a row in the report
 
 

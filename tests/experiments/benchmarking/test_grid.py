@@ -343,3 +343,21 @@ def test_a_regime_that_cannot_run_is_refused_before_anything_is_written(tmp_path
     grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert message in info.value.flag_message()
   assert not os.path.exists(os.path.join(config.root, 'config.json'))
+
+
+def test_a_refusal_while_running_restores_every_file_the_report_reads(tiny, monkeypatch):
+  # Whatever the run had rewritten when the refusal came (tuning's files included) is put back.
+  config, loader, _ = tiny
+  before = _record(config.root)
+  assert before[results.CURVES_FILE] is not None
+
+  def rewrite_then_refuse(config, **unused):
+    for name in results.RECORD_FILES:
+      with open(os.path.join(config.root, name), 'w') as f:
+        f.write('rewritten')
+    raise engine_lib.SettingsChangedError('a run changed')
+
+  monkeypatch.setattr(grid, '_run', rewrite_then_refuse)
+  with pytest.raises(engine_lib.SettingsChangedError):
+    grid.run_benchmark(config, loader=loader, stream=open(os.devnull, 'w'))
+  assert _record(config.root) == before
