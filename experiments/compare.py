@@ -28,6 +28,7 @@ from experiments import metrics_io
 from experiments import files
 from experiments import plotting
 from experiments import presets
+from experiments import stats
 from experiments import training_loop
 from experiments.benchmarking import config as bench_config
 from experiments.benchmarking import runs as runs_lib
@@ -81,13 +82,14 @@ def summarize(runs: Sequence[Sequence[Mapping[str, Any]]], target_accuracy: floa
 
 
 def _mean_std(values: Sequence[float]) -> str:
+  """'mean ± sample standard deviation' over seeds, as the benchmark's tables."""
   if len(values) == 1:
     return f'{values[0]:.4f}'
-  return f'{np.mean(values):.4f} ± {np.std(values):.4f}'
+  return '{:.4f} ± {:.4f}'.format(*stats.mean_std(values))
 
 
 def markdown_table(summaries: Mapping[str, Mapping[str, list]], target_accuracy: float) -> str:
-  """The comparison (algorithm -> `summarize`) as a Markdown table, mean ± std over seeds: the
+  """The comparison (algorithm -> `summarize`) as a Markdown table, mean ± sample std over seeds: the
   benchmark's primary statistic first, then the last round's."""
   lines = [f'| algorithm | test accuracy, mean of last {LAST_K} rounds | final test accuracy | '
            f'final macro-F1 | first round at {target_accuracy:g} test accuracy | '
