@@ -2,14 +2,14 @@
 value raises `ConfigError`, the library's `ArgumentError` naming the flag and the value."""
 
 import dataclasses
-import math
-import numbers
+import functools
 import os
 import re
 import types
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from tff_conflict import hparams as hparams_lib
+from tff_conflict import _checks
 from tff_conflict._checks import ArgumentError
 
 # The datasets of --dataset, each with the flags it reads besides --num_clients and --data_seed.
@@ -46,11 +46,13 @@ class ConfigError(ArgumentError):
 
 def from_library_error(error: Exception, argument: str, value: Any, *,
                        arguments: Mapping[str, str] = types.MappingProxyType({})) -> ConfigError:
-  """`error` of the library as a `ConfigError` naming its own argument's flag (`arguments`), else
-  `argument`, the setting being used."""
+  """`error` of the library as a `ConfigError` naming its own argument's flag (`arguments`), in its
+  words when it states a requirement; else naming `argument`, the setting being used."""
   own = getattr(error, 'argument', None)
   if own is not None and own in arguments:
     argument, value = arguments[own], getattr(error, 'value', value)
+    if getattr(error, 'requirement', None) is not None:
+      return ConfigError(argument, value, error.requirement)
   return ConfigError(argument, value, reason=str(error) or type(error).__name__)
 
 
@@ -81,28 +83,34 @@ def must(requirement: str, test: Callable[[Any], bool]) -> Checker:
   return check
 
 
-def is_real(value) -> bool:
-  """A finite number (booleans are not numbers)."""
-  return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+def library(check: Callable[[str, Any], Any]) -> Checker:
+  """The library's check `check(name, value)` (`tff_conflict._checks`), its `ArgumentError` as a
+  `ConfigError` in the same words; the value is kept as given."""
+
+  def checker(name: str, value: Any) -> Any:
+    try:
+      check(name, value)
+    except ArgumentError as e:
+      raise from_library_error(e, name, value, arguments={name: name}) from None
+    return value
+
+  return checker
 
 
-def is_int(value) -> bool:
-  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-POSITIVE = must('a finite number > 0', lambda v: is_real(v) and v > 0)
-NON_NEGATIVE = must('a finite number >= 0', lambda v: is_real(v) and v >= 0)
-RATIO = must('a number in (0, 1]', lambda v: is_real(v) and 0 < v <= 1)
+is_real, is_int = _checks.is_finite_number, _checks.is_int   # booleans are not numbers
+POSITIVE = library(_checks.check_positive)
+NON_NEGATIVE = library(_checks.check_nonnegative)
+RATIO = library(_checks.check_ratio)
 MOMENTUM = must('a number in [0, 1)', lambda v: is_real(v) and 0 <= v < 1)
-BOOL = must('a bool', lambda v: isinstance(v, bool))
+BOOL = library(_checks.check_bool)
 
 
 def at_least(minimum: int) -> Checker:
-  return must(f'an integer >= {minimum}', lambda v: is_int(v) and v >= minimum)
+  return library(functools.partial(_checks.check_int, minimum=minimum))
 
 
 def one_of(choices: Sequence[Any]) -> Checker:
-  return must('one of ' + ', '.join(map(repr, choices)), lambda v: v in choices)
+  return must(_checks.one_of(choices), lambda v: v in choices)
 
 
 def optional(check: Checker) -> Checker:
@@ -202,8 +210,8 @@ class AlgorithmConfig:
 
 for _h in METHOD_HPARAMS:
   AlgorithmConfig.__annotations__[_h.flag] = Any
-  setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, check=must(
-      _h.valid_range, lambda value, h=_h: h.check(value) or True)))
+  setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, check=library(
+      lambda name, value, h=_h: h.check(value, name))))
 AlgorithmConfig = dataclasses.dataclass(frozen=True)(AlgorithmConfig)
 
 

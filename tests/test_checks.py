@@ -66,7 +66,7 @@ def test_choice_and_bool():
       _checks.check_choice('mode', bad, ('a', 'b'))
   assert _checks.check_bool('flag', np.bool_(False)) is False
   for bad in (0, 1, 'True', None):
-    with pytest.raises(ValueError, match=f'flag must be a Python bool, got {bad!r}'):
+    with pytest.raises(ValueError, match=f'flag must be a bool, got {bad!r}'):
       _checks.check_bool('flag', bad)
 
 
