@@ -44,8 +44,7 @@ def _model(name: str, input_shape, num_classes, seed, body, image=True) -> tf.ke
   layer of logits; the initializers take seeds 1000 seed + 1, + 2, ... in layer order."""
   input_shape = tuple(int(d) for d in input_shape)
   if not input_shape or any(d < 1 for d in input_shape):
-    raise _checks.ArgumentError.must_be('input_shape', input_shape,
-                                        'a non-empty tuple of sizes >= 1')
+    raise _checks.ArgumentError.must_be('input_shape', input_shape, 'one or more sizes >= 1')
   _checks.check_int('num_classes', num_classes, minimum=2)
   seeds = itertools.count(int(seed) * 1000 + 1)
   head = _image_layers(input_shape) if image else [_L.Flatten()]

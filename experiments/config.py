@@ -8,9 +8,8 @@ import re
 import types
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
-from tff_conflict import hparams as hparams_lib
 from tff_conflict import _checks
-from tff_conflict._checks import ArgumentError
+from tff_conflict import hparams as hparams_lib
 
 # The datasets of --dataset, each with the flags it reads besides --num_clients and --data_seed.
 DATASETS = {
@@ -26,7 +25,7 @@ RUNTIMES = ('inprocess', 'cpp')
 CUSTOM_ALGORITHM = 'custom'
 
 
-class ConfigError(ArgumentError):
+class ConfigError(_checks.ArgumentError):
   """`argument` (the flag) must be `requirement`, or failed for the library's or data's `reason`."""
 
   def __init__(self, argument: str, value: Any, requirement: Optional[str] = None, *,
@@ -37,7 +36,7 @@ class ConfigError(ArgumentError):
     shown = repr(shown) if isinstance(shown, str) else str(shown)
     super().__init__(f'{argument} must be {requirement}, got {shown}' if reason is None
                      else f'{argument}={value}: {" ".join(str(reason).split())}',
-                     argument=argument, value=value)
+                     argument=argument, value=value, requirement=requirement)
 
   def flag_message(self) -> str:
     """`--flag must be ..., got value`."""
@@ -48,9 +47,8 @@ def from_library_error(error: Exception, argument: str, value: Any, *,
                        arguments: Mapping[str, str] = types.MappingProxyType({})) -> ConfigError:
   """`error` of the library as a `ConfigError` naming its own argument's flag (`arguments`), in its
   words when it states a requirement; else naming `argument`, the setting being used."""
-  own = getattr(error, 'argument', None)
-  if own is not None and own in arguments:
-    argument, value = arguments[own], getattr(error, 'value', value)
+  if getattr(error, 'argument', None) in arguments:
+    argument, value = arguments[error.argument], getattr(error, 'value', value)
     if getattr(error, 'requirement', None) is not None:
       return ConfigError(argument, value, error.requirement)
   return ConfigError(argument, value, reason=str(error) or type(error).__name__)
@@ -84,16 +82,13 @@ def must(requirement: str, test: Callable[[Any], bool]) -> Checker:
 
 
 def library(check: Callable[[str, Any], Any]) -> Checker:
-  """The library's check `check(name, value)` (`tff_conflict._checks`), its `ArgumentError` as a
-  `ConfigError` in the same words; the value is kept as given."""
-
+  """A check of `tff_conflict._checks` raising a `ConfigError` in its words (the value kept)."""
   def checker(name: str, value: Any) -> Any:
     try:
       check(name, value)
-    except ArgumentError as e:
+    except _checks.ArgumentError as e:
       raise from_library_error(e, name, value, arguments={name: name}) from None
     return value
-
   return checker
 
 

@@ -24,8 +24,7 @@ def _leaf(leaf_dir, leaf_name, cache_dir):
 
 
 def _first(train, test, n, what, all_test=False):
-  """The first `n` clients of train (sorted ids), and of test the same ones (all with
-  `all_test`)."""
+  """The first `n` clients of train (sorted ids), and of test the same (all with `all_test`)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   ids = sorted(train.client_ids)
   if n > len(ids):
@@ -57,12 +56,9 @@ def _load(o: config.DataConfig):
 
 def load(data: config.DataConfig) -> tuple[Any, Any]:
   """(train, test) `ClientData` of `data.dataset` (tfds datasets: 100 clients by default); the
-  loader's ValueError or OSError as a `config.ConfigError` naming --num_clients when it is about
-  that, else its `_SOURCE` setting when set, else `dataset`."""
+  loader's ValueError or OSError as a `ConfigError` naming num_clients, its `_SOURCE` or dataset."""
   try:
     return _load(data)
-  except config.ConfigError:
-    raise
   except (ValueError, OSError) as e:
     source = _SOURCE.get(data.dataset)
     argument = source if source and getattr(data, source) else 'dataset'

@@ -303,14 +303,13 @@ class BenchmarkConfig:
     object.__setattr__(self, 'methods', tuple(method_names))
     _M.one_of(method_names)('baseline', self.baseline)
     must(f'disjoint from --report_seeds {list(self.report_seeds)}', lambda v: not (
-        self.tune and set(v) & set(self.report_seeds)))(
-            'tuning_seeds', list(self.tuning_seeds))
+        self.tune and set(v) & set(self.report_seeds)))('tuning_seeds', list(self.tuning_seeds))
     must(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs))(
         'tune_epochs', list(self.tune_epochs))
     _M.check_parts(self)
     for side in ('client', 'server'):
       _M.one_of(('sgd',))(f'{side}_optimizer', getattr(self, side).optimizer)
-    _M.one_of((0, 0.0))('server_momentum', self.server.momentum)
+    must('0', lambda v: v == 0)('server_momentum', self.server.momentum)
     plain_sgd = [m.name for m in resolved if m.algorithm == 'scaffold']
     must(f'0 with the methods {plain_sgd} (SCAFFOLD\'s local steps are plain SGD)',
          lambda v: not (plain_sgd and v))('client_momentum', self.client.momentum)
@@ -331,8 +330,7 @@ class BenchmarkConfig:
       _M.one_of(sorted(architectures.MODELS) + sorted(self.model_fns))('models', model)
     for dataset, difference in self.detect.items():
       of_datasets('detect', f'{dataset}:{difference}')
-      must('differences in (0, 1)', lambda v: _M.is_real(v) and 0 < v < 1)(
-          'detect', difference)
+      _FRACTION('detect', difference)
     for dataset, regime in self.tuning_regimes.items():
       tuned = _parsed('tuning_regimes', regime, self.datasets)
       must('entries DATASET:REGIME with a regime of that dataset',
