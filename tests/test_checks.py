@@ -123,3 +123,20 @@ def test_builders_losses_kernels_and_aggregators_raise_it(tiny_keras_model_fn):
   with pytest.raises(tff_conflict.ArgumentTypeError) as info:
     factory.create(tff.TensorType(np.int32, [3]), tff.TensorType(np.float32))
   assert isinstance(info.value, TypeError) and info.value.argument == 'value_type'
+
+
+def test_data_evaluation_and_runtime_refusals_carry_the_argument_and_the_value():
+  from tff_conflict import data, evaluation, runtime  # pylint: disable=g-import-not-at-top
+  cases = [
+      (lambda: data.iid_partition(3, 5, seed=0), 'num_clients', 5),
+      (lambda: data.parse_regime('digits:halves'), 'regime', 'digits:halves'),
+      (lambda: evaluation.confusion_matrix([0, 1], [0, 1, 1], 2), 'predictions', [0, 1, 1]),
+      (lambda: learning.ClientControls([], 3), 'client_ids', []),
+      (lambda: runtime.parse_worker_addresses('localhost:0'), 'addresses', 'localhost:0'),
+      (lambda: learning.build_fedavg(3, client_optimizer_fn=tff.learning.optimizers.build_sgdm(
+          learning_rate=0.1)), 'model_fn', 3),
+  ]
+  for call, argument, value in cases:
+    error = _raised(call)
+    assert error.argument == argument and argument in str(error), str(error)
+    assert np.asarray(error.value).tolist() == value, str(error)
