@@ -316,8 +316,8 @@ def check_parts(config: Any) -> None:
   for field in dataclasses.fields(config):
     part = getattr(config, field.name)
     if dataclasses.is_dataclass(field.type) and not isinstance(part, field.type):
-      raise TypeError(f'{type(config).__name__}.{field.name} must be a {field.type.__name__}, '
-                      f'got {part!r}')
+      raise _checks.ArgumentTypeError.must_be(f'{type(config).__name__}.{field.name}', part,
+                                              f'a {field.type.__name__}')
   for side in ('client', 'server'):
     optimizer = getattr(config, side)
     check_fields(optimizer, f'{side}_')
