@@ -96,6 +96,7 @@ is_real, is_int = _checks.is_finite_number, _checks.is_int   # booleans are not 
 POSITIVE = library(_checks.check_positive)
 NON_NEGATIVE = library(_checks.check_nonnegative)
 RATIO = library(_checks.check_ratio)
+FRACTION = library(_checks.check_fraction)
 MOMENTUM = must('a number in [0, 1)', lambda v: is_real(v) and 0 <= v < 1)
 BOOL = library(_checks.check_bool)
 

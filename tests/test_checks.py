@@ -28,6 +28,9 @@ from tff_conflict import losses
     (_checks.check_ratio, [1, 1.0, 1e-9, np.float32(0.5)], [0, -0.5, 1.0001, math.nan, math.inf,
                                                             True, '0.5'],
      r'x must be a number in \(0, 1\], got'),
+    (_checks.check_fraction, [1e-9, 0.5, np.float32(0.25)], [0, 1, 1.0, -0.5, math.nan, math.inf,
+                                                             True, '0.5'],
+     r'x must be a number in \(0, 1\), got'),
     (_checks.check_unit_interval, [0, 1, 0.5, np.float64(1.0)], [-1e-12, 1.5, math.nan, True],
      r'x must be a number in \[0, 1\], got'),
 ])

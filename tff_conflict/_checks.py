@@ -88,6 +88,13 @@ def check_ratio(name: str, value: Any) -> float:
   return float(value)
 
 
+def check_fraction(name: str, value: Any) -> float:
+  """A real number in (0, 1) (a share that leaves some on either side)."""
+  if not _is_real(value) or not 0.0 < value < 1.0:
+    raise ArgumentError.must_be(name, value, 'a number in (0, 1)')
+  return float(value)
+
+
 def check_unit_interval(name: str, value: Any) -> float:
   """A real number in [0, 1]."""
   if not _is_real(value) or not 0.0 <= value <= 1.0:
