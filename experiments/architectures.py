@@ -7,6 +7,8 @@ from typing import Callable, Iterator, Sequence
 
 import tensorflow as tf
 
+from tff_conflict import _checks
+
 ModelFn = Callable[..., tf.keras.Model]
 _L = tf.keras.layers
 
@@ -33,8 +35,8 @@ def _image_layers(input_shape):
   side = math.isqrt(input_shape[0])
   if len(input_shape) == 1 and side * side == input_shape[0]:
     return [_L.Reshape((side, side, 1))]
-  raise ValueError('an image model needs inputs of shape (H, W), (H, W, C) or (S*S,), got '
-                   f'input_shape={input_shape!r}')
+  raise _checks.ArgumentError.must_be('input_shape', input_shape, 'a shape (H, W), (H, W, C) or '
+                                     '(S*S,) for an image model')
 
 
 def _model(name: str, input_shape, num_classes, seed, body, image=True) -> tf.keras.Model:
@@ -42,10 +44,8 @@ def _model(name: str, input_shape, num_classes, seed, body, image=True) -> tf.ke
   layer of logits; the initializers take seeds 1000 seed + 1, + 2, ... in layer order."""
   input_shape = tuple(int(d) for d in input_shape)
   if not input_shape or any(d < 1 for d in input_shape):
-    raise ValueError('input_shape must be a non-empty tuple of positive sizes, got '
-                     f'{input_shape!r}')
-  if int(num_classes) < 2:
-    raise ValueError(f'num_classes must be at least 2, got {num_classes!r}')
+    raise _checks.ArgumentError.must_be('input_shape', input_shape, 'one or more sizes >= 1')
+  _checks.check_int('num_classes', num_classes, minimum=2)
   seeds = itertools.count(int(seed) * 1000 + 1)
   head = _image_layers(input_shape) if image else [_L.Flatten()]
   layers = [*head, *body(seeds), _dense(seeds, int(num_classes), None)]
@@ -139,5 +139,5 @@ DEFAULT_MODELS = {
 
 def get(name: str) -> ModelFn:
   if name not in MODELS:
-    raise ValueError(f'model must be one of {sorted(MODELS)}, got {name!r}')
+    raise _checks.ArgumentError.must_be('model', name, _checks.one_of(sorted(MODELS)))
   return MODELS[name]

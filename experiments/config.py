@@ -2,15 +2,14 @@
 value raises `ConfigError`, the library's `ArgumentError` naming the flag and the value."""
 
 import dataclasses
-import math
-import numbers
+import functools
 import os
 import re
 import types
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
+from tff_conflict import _checks
 from tff_conflict import hparams as hparams_lib
-from tff_conflict._checks import ArgumentError
 
 # The datasets of --dataset, each with the flags it reads besides --num_clients and --data_seed.
 DATASETS = {
@@ -26,7 +25,7 @@ RUNTIMES = ('inprocess', 'cpp')
 CUSTOM_ALGORITHM = 'custom'
 
 
-class ConfigError(ArgumentError):
+class ConfigError(_checks.ArgumentError):
   """`argument` (the flag) must be `requirement`, or failed for the library's or data's `reason`."""
 
   def __init__(self, argument: str, value: Any, requirement: Optional[str] = None, *,
@@ -37,7 +36,7 @@ class ConfigError(ArgumentError):
     shown = repr(shown) if isinstance(shown, str) else str(shown)
     super().__init__(f'{argument} must be {requirement}, got {shown}' if reason is None
                      else f'{argument}={value}: {" ".join(str(reason).split())}',
-                     argument=argument, value=value)
+                     argument=argument, value=value, requirement=requirement)
 
   def flag_message(self) -> str:
     """`--flag must be ..., got value`."""
@@ -46,11 +45,12 @@ class ConfigError(ArgumentError):
 
 def from_library_error(error: Exception, argument: str, value: Any, *,
                        arguments: Mapping[str, str] = types.MappingProxyType({})) -> ConfigError:
-  """`error` of the library as a `ConfigError` naming its own argument's flag (`arguments`), else
-  `argument`, the setting being used."""
-  own = getattr(error, 'argument', None)
-  if own is not None and own in arguments:
-    argument, value = arguments[own], getattr(error, 'value', value)
+  """`error` of the library as a `ConfigError` naming its own argument's flag (`arguments`), in its
+  words when it states a requirement; else naming `argument`, the setting being used."""
+  if getattr(error, 'argument', None) in arguments:
+    argument, value = arguments[error.argument], getattr(error, 'value', value)
+    if getattr(error, 'requirement', None) is not None:
+      return ConfigError(argument, value, error.requirement)
   return ConfigError(argument, value, reason=str(error) or type(error).__name__)
 
 
@@ -81,28 +81,32 @@ def must(requirement: str, test: Callable[[Any], bool]) -> Checker:
   return check
 
 
-def is_real(value) -> bool:
-  """A finite number (booleans are not numbers)."""
-  return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+def library(check: Callable[[str, Any], Any]) -> Checker:
+  """A check of `tff_conflict._checks` raising a `ConfigError` in its words (the value kept)."""
+  def checker(name: str, value: Any) -> Any:
+    try:
+      check(name, value)
+    except _checks.ArgumentError as e:
+      raise from_library_error(e, name, value, arguments={name: name}) from None
+    return value
+  return checker
 
 
-def is_int(value) -> bool:
-  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-POSITIVE = must('a finite number > 0', lambda v: is_real(v) and v > 0)
-NON_NEGATIVE = must('a finite number >= 0', lambda v: is_real(v) and v >= 0)
-RATIO = must('a number in (0, 1]', lambda v: is_real(v) and 0 < v <= 1)
+is_real, is_int = _checks.is_finite_number, _checks.is_int   # booleans are not numbers
+POSITIVE = library(_checks.check_positive)
+NON_NEGATIVE = library(_checks.check_nonnegative)
+RATIO = library(_checks.check_ratio)
+FRACTION = library(_checks.check_fraction)
 MOMENTUM = must('a number in [0, 1)', lambda v: is_real(v) and 0 <= v < 1)
-BOOL = must('a bool', lambda v: isinstance(v, bool))
+BOOL = library(_checks.check_bool)
 
 
 def at_least(minimum: int) -> Checker:
-  return must(f'an integer >= {minimum}', lambda v: is_int(v) and v >= minimum)
+  return library(functools.partial(_checks.check_int, minimum=minimum))
 
 
 def one_of(choices: Sequence[Any]) -> Checker:
-  return must('one of ' + ', '.join(map(repr, choices)), lambda v: v in choices)
+  return must(_checks.one_of(choices), lambda v: v in choices)
 
 
 def optional(check: Checker) -> Checker:
@@ -202,8 +206,8 @@ class AlgorithmConfig:
 
 for _h in METHOD_HPARAMS:
   AlgorithmConfig.__annotations__[_h.flag] = Any
-  setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, check=must(
-      _h.valid_range, lambda value, h=_h: h.check(value) or True)))
+  setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, check=library(
+      lambda name, value, h=_h: h.check(value, name))))
 AlgorithmConfig = dataclasses.dataclass(frozen=True)(AlgorithmConfig)
 
 
@@ -313,8 +317,8 @@ def check_parts(config: Any) -> None:
   for field in dataclasses.fields(config):
     part = getattr(config, field.name)
     if dataclasses.is_dataclass(field.type) and not isinstance(part, field.type):
-      raise TypeError(f'{type(config).__name__}.{field.name} must be a {field.type.__name__}, '
-                      f'got {part!r}')
+      raise _checks.ArgumentTypeError.must_be(f'{type(config).__name__}.{field.name}', part,
+                                              f'a {field.type.__name__}')
   for side in ('client', 'server'):
     optimizer = getattr(config, side)
     check_fields(optimizer, f'{side}_')

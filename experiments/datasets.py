@@ -24,12 +24,11 @@ def _leaf(leaf_dir, leaf_name, cache_dir):
 
 
 def _first(train, test, n, what, all_test=False):
-  """The first `n` clients of train (sorted ids), and of test the same ones (all with
-  `all_test`)."""
+  """The first `n` clients of train (sorted ids), and of test the same (all with `all_test`)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   ids = sorted(train.client_ids)
   if n > len(ids):
-    raise ValueError(f'num_clients={n} is larger than the {len(ids)} {what}')
+    raise config.ConfigError('num_clients', n, f'at most the {len(ids)} {what}')
   keep = set(ids[:n])
   select = lambda data: tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
       [c for c in data.client_ids if c in keep], data.serializable_dataset_fn)
@@ -57,14 +56,14 @@ def _load(o: config.DataConfig):
 
 def load(data: config.DataConfig) -> tuple[Any, Any]:
   """(train, test) `ClientData` of `data.dataset` (tfds datasets: 100 clients by default); the
-  loader's ValueError or OSError as a `config.ConfigError` naming its `_SOURCE` setting when set,
-  else `dataset`."""
+  loader's ValueError or OSError as a `ConfigError` naming num_clients, its `_SOURCE` or dataset."""
   try:
     return _load(data)
   except (ValueError, OSError) as e:
     source = _SOURCE.get(data.dataset)
     argument = source if source and getattr(data, source) else 'dataset'
-    raise config.from_library_error(e, argument, getattr(data, argument)) from e
+    raise config.from_library_error(e, argument, getattr(data, argument),
+                                    arguments={'num_clients': 'num_clients'}) from e
 
 
 def _name(data: config.DataConfig) -> str:

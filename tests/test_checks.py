@@ -28,6 +28,9 @@ from tff_conflict import losses
     (_checks.check_ratio, [1, 1.0, 1e-9, np.float32(0.5)], [0, -0.5, 1.0001, math.nan, math.inf,
                                                             True, '0.5'],
      r'x must be a number in \(0, 1\], got'),
+    (_checks.check_fraction, [1e-9, 0.5, np.float32(0.25)], [0, 1, 1.0, -0.5, math.nan, math.inf,
+                                                             True, '0.5'],
+     r'x must be a number in \(0, 1\), got'),
     (_checks.check_unit_interval, [0, 1, 0.5, np.float64(1.0)], [-1e-12, 1.5, math.nan, True],
      r'x must be a number in \[0, 1\], got'),
 ])
@@ -66,7 +69,7 @@ def test_choice_and_bool():
       _checks.check_choice('mode', bad, ('a', 'b'))
   assert _checks.check_bool('flag', np.bool_(False)) is False
   for bad in (0, 1, 'True', None):
-    with pytest.raises(ValueError, match=f'flag must be a Python bool, got {bad!r}'):
+    with pytest.raises(ValueError, match=f'flag must be a bool, got {bad!r}'):
       _checks.check_bool('flag', bad)
 
 
@@ -123,3 +126,20 @@ def test_builders_losses_kernels_and_aggregators_raise_it(tiny_keras_model_fn):
   with pytest.raises(tff_conflict.ArgumentTypeError) as info:
     factory.create(tff.TensorType(np.int32, [3]), tff.TensorType(np.float32))
   assert isinstance(info.value, TypeError) and info.value.argument == 'value_type'
+
+
+def test_data_evaluation_and_runtime_refusals_carry_the_argument_and_the_value():
+  from tff_conflict import data, evaluation, runtime  # pylint: disable=g-import-not-at-top
+  cases = [
+      (lambda: data.iid_partition(3, 5, seed=0), 'num_clients', 5),
+      (lambda: data.parse_regime('digits:halves'), 'regime', 'digits:halves'),
+      (lambda: evaluation.confusion_matrix([0, 1], [0, 1, 1], 2), 'predictions', [0, 1, 1]),
+      (lambda: learning.ClientControls([], 3), 'client_ids', []),
+      (lambda: runtime.parse_worker_addresses('localhost:0'), 'addresses', 'localhost:0'),
+      (lambda: learning.build_fedavg(3, client_optimizer_fn=tff.learning.optimizers.build_sgdm(
+          learning_rate=0.1)), 'model_fn', 3),
+  ]
+  for call, argument, value in cases:
+    error = _raised(call)
+    assert error.argument == argument and argument in str(error), str(error)
+    assert np.asarray(error.value).tolist() == value, str(error)

@@ -32,13 +32,16 @@ def _check_labels(labels, num_classes: int, name: str = 'labels') -> np.ndarray:
   if labels.ndim == 2 and labels.shape[1] == 1:
     labels = labels[:, 0]
   if labels.ndim != 1:
-    raise ValueError(f'{name} must have shape [n] or [n, 1], got shape {labels.shape}')
+    raise _checks.ArgumentError(argument=name, value=labels, message=(
+        f'{name} must have shape [n] or [n, 1], got shape {labels.shape}'))
   if labels.size and not np.all(np.equal(np.mod(labels, 1), 0)):
-    raise ValueError(f'{name} must be integer class indices, got non-integer values')
+    raise _checks.ArgumentError(argument=name, value=labels, message=(
+        f'{name} must be integer class indices, got non-integer values'))
   labels = labels.astype(np.int64)
   if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-    raise ValueError(f'{name} must lie in [0, {num_classes}), got values in '
-                     f'[{labels.min()}, {labels.max()}]')
+    raise _checks.ArgumentError(argument=name, value=labels, message=(
+        f'{name} must lie in [0, {num_classes}), got values in '
+        f'[{labels.min()}, {labels.max()}]'))
   return labels
 
 
@@ -48,8 +51,9 @@ def confusion_matrix(labels, predictions, num_classes: int) -> np.ndarray:
   labels = _check_labels(labels, num_classes)
   predictions = _check_labels(predictions, num_classes, 'predictions')
   if labels.shape != predictions.shape:
-    raise ValueError(f'labels and predictions must have the same length, got {labels.shape[0]} '
-                     f'and {predictions.shape[0]}')
+    raise _checks.ArgumentError(argument='predictions', value=predictions, message=(
+        f'labels and predictions must have the same length, got {labels.shape[0]} '
+        f'and {predictions.shape[0]}'))
   matrix = np.zeros((num_classes, num_classes), np.int64)
   np.add.at(matrix, (labels, predictions), 1)
   return matrix
@@ -83,10 +87,12 @@ def class_cooccurrence(label_counts) -> np.ndarray:
   """
   counts = np.asarray(label_counts, dtype=np.float64)
   if counts.ndim != 2 or counts.shape[0] < 1 or counts.shape[1] < 1:
-    raise ValueError(f'label_counts must have shape [clients, classes], got shape '
-                     f'{counts.shape}')
+    raise _checks.ArgumentError(argument='label_counts', value=label_counts, message=(
+        f'label_counts must have shape [clients, classes], got shape '
+        f'{counts.shape}'))
   if not np.all(np.isfinite(counts)) or np.any(counts < 0):
-    raise ValueError('label_counts must be finite and >= 0')
+    raise _checks.ArgumentError(argument='label_counts', value=label_counts, message=(
+        'label_counts must be finite and >= 0'))
   shared = np.minimum(counts[:, :, np.newaxis], counts[:, np.newaxis, :]).sum(axis=0)
   totals = counts.sum(axis=0)
   rarer = np.minimum(totals[:, np.newaxis], totals[np.newaxis, :])
@@ -125,10 +131,12 @@ def confusion_by_cooccurrence(confusion, cooccurrence, *,
   confusion = np.asarray(confusion, dtype=np.float64)
   cooccurrence = np.asarray(cooccurrence, dtype=np.float64)
   if confusion.ndim != 2 or confusion.shape[0] != confusion.shape[1]:
-    raise ValueError(f'confusion must be a square [C, C] matrix, got shape {confusion.shape}')
+    raise _checks.ArgumentError(argument='confusion', value=confusion, message=(
+        f'confusion must be a square [C, C] matrix, got shape {confusion.shape}'))
   if cooccurrence.shape != confusion.shape:
-    raise ValueError(f'cooccurrence must have the shape of confusion {confusion.shape}, got '
-                     f'{cooccurrence.shape}')
+    raise _checks.ArgumentError(argument='cooccurrence', value=cooccurrence, message=(
+        f'cooccurrence must have the shape of confusion {confusion.shape}, got '
+        f'{cooccurrence.shape}'))
   _checks.check_finite('threshold', threshold)
   support = confusion.sum(axis=1)
   off_diagonal = ~np.eye(confusion.shape[0], dtype=bool)
@@ -165,7 +173,8 @@ def classification_metrics(labels, predictions, num_classes: int) -> collections
   matrix = confusion_matrix(labels, predictions, num_classes)
   total = int(matrix.sum())
   if total == 0:
-    raise ValueError('labels must hold at least one example, got none')
+    raise _checks.ArgumentError(argument='labels', value=labels, message=(
+        'labels must hold at least one example, got none'))
   true_positives = np.diag(matrix).astype(np.float64)
   support = matrix.sum(axis=1)
   predicted = matrix.sum(axis=0)
@@ -187,12 +196,14 @@ def _resolve_loss(loss) -> tf.keras.losses.Loss:
   if loss is None:
     return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
   if not isinstance(loss, tf.keras.losses.Loss):
-    raise ValueError(f'loss must be a tf.keras.losses.Loss on (sparse labels, logits) or None, '
-                     f'got {loss!r}')
+    raise _checks.ArgumentError(argument='loss', value=loss, message=(
+        f'loss must be a tf.keras.losses.Loss on (sparse labels, logits) or None, '
+        f'got {loss!r}'))
   if loss.get_config().get('from_logits') is False:
-    raise ValueError(f'loss {loss.name!r} has from_logits=False, so it reads the model\'s '
-                     'output as probabilities; the models here output logits: pass '
-                     f'{type(loss).__name__}(from_logits=True)')
+    raise _checks.ArgumentError(argument='loss', value=loss, message=(
+        f'loss {loss.name!r} has from_logits=False, so it reads the model\'s '
+        'output as probabilities; the models here output logits: pass '
+        f'{type(loss).__name__}(from_logits=True)'))
   return loss
 
 
@@ -223,16 +234,19 @@ def _evaluate_model(keras_model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
     logits.append(np.asarray(forward(x[start:start + batch_size])))
   logits = np.concatenate(logits)
   if logits.ndim != 2:
-    raise ValueError('the model must output [batch, num_classes] logits, got shape '
-                     f'{logits.shape[1:]} per example')
+    raise _checks.ArgumentError(argument='keras_model', value=keras_model, message=(
+        'the model must output [batch, num_classes] logits, got shape '
+        f'{logits.shape[1:]} per example'))
   if num_classes is None:
     num_classes = logits.shape[1]
   elif num_classes != logits.shape[1]:
-    raise ValueError(f'num_classes is {num_classes}, but the model outputs {logits.shape[1]} '
-                     'logits per example')
+    raise _checks.ArgumentError(argument='num_classes', value=num_classes, message=(
+        f'num_classes is {num_classes}, but the model outputs {logits.shape[1]} '
+        'logits per example'))
   if np.all(logits >= 0) and np.allclose(logits.sum(axis=1), 1.0, rtol=0.0, atol=1e-4):
-    raise ValueError('the model outputs probabilities (every output row is >= 0 and sums to 1: '
-                     'it applies softmax); evaluation takes logits: remove the softmax')
+    raise _checks.ArgumentError(argument='keras_model', value=keras_model, message=(
+        'the model outputs probabilities (every output row is >= 0 and sums to 1: '
+        'it applies softmax); evaluation takes logits: remove the softmax'))
   labels = _check_labels(y, num_classes, 'labels of the test data')
   per_example = []
   for start in range(0, x.shape[0], batch_size):
@@ -286,10 +300,12 @@ def evaluate_arrays(keras_model: tf.keras.Model, x, y, *, num_classes: Optional[
   x = np.asarray(x)
   y = np.asarray(y)
   if x.ndim < 1 or x.shape[0] == 0:
-    raise ValueError(f'x must hold at least one example, got shape {x.shape}')
+    raise _checks.ArgumentError(argument='x', value=x, message=(
+        f'x must hold at least one example, got shape {x.shape}'))
   if y.shape[:1] != x.shape[:1]:
-    raise ValueError(f'x and y must have the same number of examples, got {x.shape[0]} and '
-                     f'{y.shape[:1]}')
+    raise _checks.ArgumentError(argument='y', value=y, message=(
+        f'x and y must have the same number of examples, got {x.shape[0]} and '
+        f'{y.shape[:1]}'))
   return _evaluate_model(keras_model, x, y, num_classes, loss, batch_size)[0]
 
 
@@ -297,18 +313,21 @@ def _pair_fn(spec, name: str):
   """Checks an element spec of unbatched `OrderedDict(x, y)` or `(x, y)`; returns (to_pair, x_spec)."""
   if isinstance(spec, collections.abc.Mapping):
     if set(spec) != {'x', 'y'}:
-      raise ValueError(f'{name} elements must be OrderedDict(x=..., y=...) or (x, y), got keys '
-                       f'{sorted(spec)}')
+      raise _checks.ArgumentError(argument=name, value=spec, message=(
+          f'{name} elements must be OrderedDict(x=..., y=...) or (x, y), got keys '
+          f'{sorted(spec)}'))
     x_spec, y_spec = spec['x'], spec['y']
     to_pair = lambda e: (e['x'], e['y'])
   elif isinstance(spec, tuple) and len(spec) == 2:
     x_spec, y_spec = spec
     to_pair = lambda x, y: (x, y)
   else:
-    raise ValueError(f'{name} elements must be OrderedDict(x=..., y=...) or (x, y), got {spec}')
+    raise _checks.ArgumentError(argument=name, value=spec, message=(
+        f'{name} elements must be OrderedDict(x=..., y=...) or (x, y), got {spec}'))
   if y_spec.shape.rank not in (0, 1) or (y_spec.shape.rank == 1 and y_spec.shape[0] != 1):
-    raise ValueError(f'{name} must hold UNBATCHED examples with scalar labels, got label shape '
-                     f'{y_spec.shape} (call .unbatch() on a batched dataset)')
+    raise _checks.ArgumentError(argument=name, value=spec, message=(
+        f'{name} must hold UNBATCHED examples with scalar labels, got label shape '
+        f'{y_spec.shape} (call .unbatch() on a batched dataset)'))
   return to_pair, x_spec
 
 
@@ -343,7 +362,8 @@ def _client_data_arrays(client_data, ids: list, batch_size: int):
   instead of a Python loop over `create_tf_dataset_for_client`.
   """
   if not ids:
-    raise ValueError('test_data holds no clients')
+    raise _checks.ArgumentError(argument='test_data', value=client_data, message=(
+        'test_data holds no clients'))
   first = client_data.create_tf_dataset_for_client(ids[0])
   to_pair, x_spec = _pair_fn(first.element_spec, f'test_data client {ids[0]!r}')
   dataset_fn = client_data.serializable_dataset_fn
@@ -359,7 +379,8 @@ def _client_data_arrays(client_data, ids: list, batch_size: int):
   k, x, y = arrays
   sizes = np.bincount(k, minlength=len(ids)).astype(np.int64)
   if np.any(np.diff(k) < 0):
-    raise ValueError('test_data: examples of different clients came interleaved')
+    raise _checks.ArgumentError(argument='test_data', value=client_data, message=(
+        'test_data: examples of different clients came interleaved'))
   return x, y.reshape(y.shape[0]), sizes
 
 
@@ -371,12 +392,14 @@ def _assign_weights(keras_model: tf.keras.Model, model_weights) -> None:
                                   ('non_trainable', keras_model.non_trainable_weights,
                                    non_trainable)):
     if len(variables) != len(values):
-      raise ValueError(f'model_weights.{name} has {len(values)} tensors, the model from '
-                       f'keras_model_fn has {len(variables)}')
+      raise _checks.ArgumentError(argument='model_weights', value=model_weights, message=(
+          f'model_weights.{name} has {len(values)} tensors, the model from '
+          f'keras_model_fn has {len(variables)}'))
     for variable, value in zip(variables, values):
       if tuple(variable.shape) != tuple(np.shape(value)):
-        raise ValueError(f'model_weights.{name}: shape {tuple(np.shape(value))} does not match '
-                         f'{variable.name} of shape {tuple(variable.shape)}')
+        raise _checks.ArgumentError(argument='model_weights', value=model_weights, message=(
+            f'model_weights.{name}: shape {tuple(np.shape(value))} does not match '
+            f'{variable.name} of shape {tuple(variable.shape)}'))
   for variable, value in zip(keras_model.trainable_weights + keras_model.non_trainable_weights,
                              trainable + non_trainable):
     variable.assign(value)
@@ -433,8 +456,9 @@ def evaluate(keras_model_fn: Callable[[], tf.keras.Model], model_weights: Any,
       do not fit the model, a model that outputs probabilities, or labels out of range.
   """
   if not callable(keras_model_fn):
-    raise ValueError(f'keras_model_fn must be a callable returning a Keras model, got '
-                     f'{keras_model_fn!r}')
+    raise _checks.ArgumentError(argument='keras_model_fn', value=keras_model_fn, message=(
+        f'keras_model_fn must be a callable returning a Keras model, got '
+        f'{keras_model_fn!r}'))
   batch_size = _check_batch_size(batch_size)
   loss = _resolve_loss(loss)
   if num_classes is not None:
@@ -442,30 +466,36 @@ def evaluate(keras_model_fn: Callable[[], tf.keras.Model], model_weights: Any,
   per_client = _checks.check_bool('per_client', per_client)
   is_client_data = isinstance(test_data, tff.simulation.datasets.ClientData)
   if not is_client_data and not isinstance(test_data, tf.data.Dataset):
-    raise ValueError('test_data must be a tf.data.Dataset or a '
-                     f'tff.simulation.datasets.ClientData, got {type(test_data).__name__}')
+    raise _checks.ArgumentError(argument='test_data', value=test_data, message=(
+        'test_data must be a tf.data.Dataset or a '
+        f'tff.simulation.datasets.ClientData, got {type(test_data).__name__}'))
   if not is_client_data and (per_client or client_ids is not None):
-    raise ValueError('per_client and client_ids need test_data to be a ClientData, got a '
-                     'tf.data.Dataset')
+    raise _checks.ArgumentError(argument='per_client', value=per_client, message=(
+        'per_client and client_ids need test_data to be a ClientData, got a '
+        'tf.data.Dataset'))
   if not hasattr(model_weights, 'trainable') or not hasattr(model_weights, 'non_trainable'):
-    raise ValueError('model_weights must be a tff.learning.models.ModelWeights (with trainable '
-                     f'and non_trainable), got {type(model_weights).__name__}')
+    raise _checks.ArgumentError(argument='model_weights', value=model_weights, message=(
+        'model_weights must be a tff.learning.models.ModelWeights (with trainable '
+        f'and non_trainable), got {type(model_weights).__name__}'))
 
   if is_client_data:
     ids = list(test_data.client_ids) if client_ids is None else list(client_ids)
     unknown = sorted(set(ids) - set(test_data.client_ids))
     if unknown:
-      raise ValueError(f'client_ids not in test_data: {unknown[:5]}')
+      raise _checks.ArgumentError(argument='client_ids', value=client_ids, message=(
+          f'client_ids not in test_data: {unknown[:5]}'))
     x, y, sizes = _client_data_arrays(test_data, ids, batch_size)
   else:
     x, y = _dataset_arrays(test_data, batch_size, 'test_data')
   if y.shape[0] == 0:
-    raise ValueError('test_data holds no examples')
+    raise _checks.ArgumentError(argument='test_data', value=test_data, message=(
+        'test_data holds no examples'))
 
   # A new model on every call (docs/methods.md, "Evaluation": Keras models and TFF tracing).
   keras_model = keras_model_fn()
   if not isinstance(keras_model, tf.keras.Model):
-    raise ValueError(f'keras_model_fn must return a tf.keras.Model, got {keras_model!r}')
+    raise _checks.ArgumentError(argument='keras_model_fn', value=keras_model_fn, message=(
+        f'keras_model_fn must return a tf.keras.Model, got {keras_model!r}'))
   _assign_weights(keras_model, model_weights)
   result, labels, predictions, per_example = _evaluate_model(
       keras_model, x, y, num_classes, loss, batch_size)

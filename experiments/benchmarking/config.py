@@ -99,7 +99,6 @@ _M = experiment_config
 must, setting = _M.must, _M.setting
 _INTS = functools.partial(_M.parse_numbers, cast=int)
 _FLOATS = functools.partial(_M.parse_numbers, cast=float)
-_FRACTION = must('a number in (0, 1)', lambda v: _M.is_real(v) and 0 < v < 1)
 _POSITIVES = must('a non-empty list of finite numbers > 0',
                   lambda v: bool(v) and all(_M.is_real(x) and x > 0 for x in v))
 
@@ -216,7 +215,7 @@ class BenchmarkConfig:
                                    'statistic the tables compare, named before the runs: '
                                    'last_k_accuracy (mean test accuracy of the last '
                                    '--tuning_last_k rounds) or final_accuracy.')
-  equivalence_margin: float = setting(0.01, check=_FRACTION, help='A method ties the baseline '
+  equivalence_margin: float = setting(0.01, check=_M.FRACTION, help='A method ties the baseline '
                                       'only when the 95% interval of their difference lies '
                                       'inside +- this margin.')
   detect: Mapping[str, float] = setting(
@@ -256,7 +255,7 @@ class BenchmarkConfig:
                           'at the chosen rate; product: every combination.')
   last_k: int = setting(5, flag='tuning_last_k', check=_M.at_least(1), help='A tuning run\'s '
                         'score: mean validation accuracy of its last K rounds.')
-  validation_fraction: float = setting(0.2, check=_FRACTION, help='Share of each client\'s '
+  validation_fraction: float = setting(0.2, check=_M.FRACTION, help='Share of each client\'s '
                                        'training examples held out for tuning.')
   edge_steps: int = setting(3, flag='tuning_edge_steps', check=_M.at_least(0),
                             help='When a numeric grid\'s best value is at its edge, extend the '
@@ -303,14 +302,13 @@ class BenchmarkConfig:
     object.__setattr__(self, 'methods', tuple(method_names))
     _M.one_of(method_names)('baseline', self.baseline)
     must(f'disjoint from --report_seeds {list(self.report_seeds)}', lambda v: not (
-        self.tune and set(v) & set(self.report_seeds)))(
-            'tuning_seeds', list(self.tuning_seeds))
+        self.tune and set(v) & set(self.report_seeds)))('tuning_seeds', list(self.tuning_seeds))
     must(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs))(
         'tune_epochs', list(self.tune_epochs))
     _M.check_parts(self)
     for side in ('client', 'server'):
       _M.one_of(('sgd',))(f'{side}_optimizer', getattr(self, side).optimizer)
-    _M.one_of((0, 0.0))('server_momentum', self.server.momentum)
+    must('0', lambda v: v == 0)('server_momentum', self.server.momentum)
     plain_sgd = [m.name for m in resolved if m.algorithm == 'scaffold']
     must(f'0 with the methods {plain_sgd} (SCAFFOLD\'s local steps are plain SGD)',
          lambda v: not (plain_sgd and v))('client_momentum', self.client.momentum)
@@ -331,8 +329,7 @@ class BenchmarkConfig:
       _M.one_of(sorted(architectures.MODELS) + sorted(self.model_fns))('models', model)
     for dataset, difference in self.detect.items():
       of_datasets('detect', f'{dataset}:{difference}')
-      must('differences in (0, 1)', lambda v: _M.is_real(v) and 0 < v < 1)(
-          'detect', difference)
+      _M.FRACTION('detect', difference)
     for dataset, regime in self.tuning_regimes.items():
       tuned = _parsed('tuning_regimes', regime, self.datasets)
       must('entries DATASET:REGIME with a regime of that dataset',

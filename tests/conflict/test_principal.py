@@ -133,7 +133,7 @@ def test_preserve_norms_hand_worked():
   agg = conflict.principal_aggregate(np.array([[1.0, 0.0], [-1.0, 1.0]]), [1.0, 1.0],
                                      preserve_norms=True)
   np.testing.assert_allclose(agg.numpy(), (1 - math.sqrt(2)) / 2 * vhat, atol=1e-12)
-  with pytest.raises(ValueError, match='preserve_norms must be a Python bool, got 1'):
+  with pytest.raises(ValueError, match='preserve_norms must be a bool, got 1'):
     conflict.principal_aggregate(u, [1.0, 1.0], preserve_norms=1)
 
 

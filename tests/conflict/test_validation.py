@@ -57,7 +57,7 @@ def test_include_and_empty_round(name):
     CALLS[name](include=np.ones(3))
   with pytest.raises(ValueError, match='no clients'):
     CALLS[name](u=np.zeros((0, 4)), w=np.zeros(0), l=np.zeros(0))
-  with pytest.raises(ValueError, match='validate must be a Python bool'):
+  with pytest.raises(ValueError, match='validate must be a bool'):
     CALLS[name](validate='yes')
 
 

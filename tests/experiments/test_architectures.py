@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tff_conflict
 from experiments import architectures
 
 _SHAPES = {'logistic_regression': (60,), 'mlp': (64,), 'digits_cnn': (64,),
@@ -63,9 +64,10 @@ def test_leaf_celeba_cnn_normalizes_with_batch_statistics_always():
 
 
 def test_bad_arguments():
-  with pytest.raises(ValueError, match="model must be one of"):
-    architectures.get('resnet')
-  with pytest.raises(ValueError, match='num_classes'):
-    architectures.mlp((4,), 1)
-  with pytest.raises(ValueError, match='input_shape'):
-    architectures.digits_cnn((10,), 3)  # not a square image
+  for call, argument, value in ((lambda: architectures.get('resnet'), 'model', 'resnet'),
+                                (lambda: architectures.mlp((4,), 1), 'num_classes', 1),
+                                (lambda: architectures.digits_cnn((10,), 3), 'input_shape',
+                                 (10,))):  # not a square image
+    with pytest.raises(tff_conflict.ArgumentError, match=f'{argument} must be') as info:
+      call()
+    assert (info.value.argument, info.value.value) == (argument, value)

@@ -157,8 +157,8 @@ def test_load_task_refuses_a_model_that_cannot_take_the_inputs():
     experiment_lib.load_task(experiment)
   assert info.value.argument == 'model'
   assert info.value.flag_message().startswith(
-      '--model=digits_cnn: cannot take the inputs of --dataset=synthetic (shape (60,)): an image '
-      'model needs inputs')
+      '--model=digits_cnn: cannot take the inputs of --dataset=synthetic (shape (60,)): ')
+  assert 'for an image model, got (60,)' in info.value.flag_message()
 
 
 class _ErrorWithArgument(ValueError):

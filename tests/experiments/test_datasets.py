@@ -37,8 +37,9 @@ def test_num_clients_keeps_the_first_users(tmp_path):
   train, test = datasets.load(options)
   assert train.client_ids == ['f0000_00', 'f0002_02']
   assert test.client_ids == ['f0001_01', 'f0003_03', 'f0005_05']  # every test user
-  with pytest.raises(ValueError, match='num_clients=4 is larger than the 3 users of LEAF femnist'):
+  with pytest.raises(config.ConfigError, match='at most the 3 users of LEAF femnist') as info:
     datasets.load(config.DataConfig(dataset='leaf', leaf_dir=options.leaf_dir, num_clients=4))
+  assert (info.value.argument, info.value.value) == ('num_clients', 4)
 
 
 def test_load_attributes_loader_errors_to_the_setting_that_points_at_the_data(tmp_path):
@@ -48,10 +49,10 @@ def test_load_attributes_loader_errors_to_the_setting_that_points_at_the_data(tm
   assert (info.value.argument, info.value.value) == ('leaf_dir', missing)
   assert info.value.flag_message().startswith(f'--leaf_dir={missing}: ')
   assert 'does not exist' in info.value.flag_message()
-  with pytest.raises(config.ConfigError) as info:
-    datasets.load(config.DataConfig(num_clients=100000))  # digits has no `source`
-  assert (info.value.argument, info.value.value) == ('dataset', 'digits')
-  assert info.value.flag_message().startswith("--dataset=digits: ")
+  with pytest.raises(config.ConfigError) as info:   # the loader's error about --num_clients
+    datasets.load(config.DataConfig(num_clients=100000))
+  assert (info.value.argument, info.value.value) == ('num_clients', 100000)
+  assert info.value.flag_message().startswith('--num_clients=100000: ')
 
 
 @pytest.mark.parametrize('options, classes, model', [

@@ -193,7 +193,7 @@ def test_only_plain_sgd_is_accepted_locally(optimizer, words):
     (dict(aggregator='nope'), r'aggregator must be one of'),
     (dict(clip_norm=-1.0), r'clip_norm must be None or a finite number > 0, got -1.0'),
     (dict(client_weighting='sometimes'), r'client_weighting must be one of'),
-    (dict(aggregator='dgc', client_weighting='uniform'), r'client_weighting must be "loss"'),
+    (dict(aggregator='dgc', client_weighting='uniform'), r"client_weighting must be 'loss'"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):

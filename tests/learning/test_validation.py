@@ -58,7 +58,7 @@ def _call(builder, **kwargs):
      'gamma must be a finite number >= 0, got nan'),
     (learning.build_fedmgc, dict(selection_ratio=0.0), r'selection_ratio must be a number in \(0, 1\], got 0.0'),
     (learning.build_fedmgc, dict(selection_ratio=1.5), 'selection_ratio.*1.5'),
-    (learning.build_fedmgc, dict(client_weighting='num_examples'), 'client_weighting must be "loss"'),
+    (learning.build_fedmgc, dict(client_weighting='num_examples'), "client_weighting must be 'loss'"),
     (learning.build_fedld, dict(margin_weight=-0.1), 'margin_weight.*-0.1'),
     (learning.build_fedld, dict(component_ratio=0.0), 'component_ratio.*0.0'),
     (learning.build_fedld, dict(component_ratio=1.01), 'component_ratio.*1.01'),

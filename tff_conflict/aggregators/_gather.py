@@ -46,9 +46,11 @@ def max_gather_bytes() -> Optional[int]:
     try:
       value = int(env)
     except ValueError as e:
-      raise ValueError(f'{_ENV_LIMIT} must be a non-negative integer (bytes), got {env!r}') from e
+      raise _checks.ArgumentError(argument=_ENV_LIMIT, value=env, message=(
+          f'{_ENV_LIMIT} must be a non-negative integer (bytes), got {env!r}')) from e
     if value < 0:
-      raise ValueError(f'{_ENV_LIMIT} must be a non-negative integer (bytes), got {env!r}')
+      raise _checks.ArgumentError(argument=_ENV_LIMIT, value=env, message=(
+          f'{_ENV_LIMIT} must be a non-negative integer (bytes), got {env!r}'))
     return value or None
   return _default_limit()
 
@@ -101,7 +103,8 @@ def _check_radices(radices: Sequence[int]) -> tuple:
   radices = tuple(radices)
   if not radices or any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 2
                         for r in radices):
-    raise ValueError(f'radices must be a non-empty sequence of ints >= 2, got {radices!r}')
+    raise _checks.ArgumentError(argument='radices', value=radices, message=(
+        f'radices must be a non-empty sequence of ints >= 2, got {radices!r}'))
   return tuple(int(r) for r in radices)
 
 
@@ -423,11 +426,11 @@ def build_gather_computations(row_type: collections.OrderedDict, *,
   if max_clients == 0:
     one = estimated_gather_bytes(layout.big_row_bytes, 1, small_row_bytes=layout.small_row_bytes,
                                  radices=layout.radices)
-    raise ValueError(
+    raise _checks.ArgumentError(argument='max_gather_bytes', value=limit_bytes, message=(
         f'max_gather_bytes = {limit_bytes} admits no client: gathering one client of d = '
         f'{vector_size} ({row_bytes} bytes per client) needs an estimated {one} bytes in TFF\'s '
         f'C++ runtime. Raise the limit (the factory argument max_gather_bytes, '
-        f'tff_conflict.aggregators.set_max_gather_bytes or {_ENV_LIMIT}; 0 or None: no check).')
+        f'tff_conflict.aggregators.set_max_gather_bytes or {_ENV_LIMIT}; 0 or None: no check).'))
 
   @tff.tensorflow.computation
   def zero():

@@ -5,6 +5,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _checks
 from tff_conflict import hparams
 from tff_conflict.aggregators import _common
 from tff_conflict.aggregators import _gather
@@ -92,13 +93,13 @@ class DominantGradientCorrectionFactory(tff.aggregators.WeightedAggregationFacto
       ValueError: on a bad argument, naming it and the value.
     """
     if weights_are_losses is REQUIRED:
-      raise TypeError(
+      raise _checks.ArgumentTypeError(argument='weights_are_losses', value=None, message=(
           'DominantGradientCorrectionFactory needs weights_are_losses=True or False (no '
           'default): True when the weight channel carries each client\'s mean training loss '
           '(the method as published; tff_conflict.learning.build_process and build_fedmgc send '
           'it), False when the weight is anything else, e.g. the numbers of examples of '
           'tff.learning.algorithms.build_weighted_fed_avg (every loss then counts as equal, '
-          'z_i = p_i). Read as losses, numbers of examples would rank clients by p_i / n_i.')
+          'z_i = p_i). Read as losses, numbers of examples would rank clients by p_i / n_i.'))
     self._selection_ratio = hparams.DGC_SELECTION_RATIO.check(selection_ratio)
     self._weights_are_losses = hparams.DGC_WEIGHTS_ARE_LOSSES.check(weights_are_losses)
     self._max_gather_bytes = _gather.check_factory_limit(max_gather_bytes)

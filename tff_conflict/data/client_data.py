@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _checks
 from tff_conflict.data import partition as partition_lib
 
 
@@ -45,19 +46,22 @@ class ArrayClientData(tff.simulation.datasets.ClientData):
     x = np.asarray(x)
     y = np.asarray(y)
     if x.ndim < 1 or y.ndim != 1 or x.shape[0] != y.shape[0]:
-      raise ValueError(f'x must be [N, ...] and y [N] with the same N, got x shape {x.shape} and '
-                       f'y shape {y.shape}')
+      raise _checks.ArgumentError(argument='y', value=y, message=(
+          f'x must be [N, ...] and y [N] with the same N, got x shape {x.shape} and '
+          f'y shape {y.shape}'))
     if y.size and (not np.issubdtype(y.dtype, np.integer) or y.min() < 0):
-      raise ValueError(f'y must hold integer labels >= 0, got dtype {y.dtype}'
-                       + (f' and labels down to {y.min()}' if y.size and
-                          np.issubdtype(y.dtype, np.integer) else ''))
+      raise _checks.ArgumentError(argument='y', value=y, message=(
+          f'y must hold integer labels >= 0, got dtype {y.dtype}'
+          + (f' and labels down to {y.min()}' if np.issubdtype(y.dtype, np.integer) else '')))
     if num_classes and y.size and y.max() >= num_classes:
-      raise ValueError(f'y must hold class indices in [0, {num_classes}), got label {y.max()} '
-                       f'(example {int(np.argmax(y))})')
+      raise _checks.ArgumentError(argument='y', value=y, message=(
+          f'y must hold class indices in [0, {num_classes}), got label {y.max()} '
+          f'(example {int(np.argmax(y))})'))
     if np.issubdtype(x.dtype, np.inexact) and x.size and not np.isfinite(x).all():
       bad = ~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
-      raise ValueError(f'x must be finite: {int(bad.sum())} examples hold NaN or inf (the first '
-                       f'is example {int(np.argmax(bad))})')
+      raise _checks.ArgumentError(argument='x', value=x, message=(
+          f'x must be finite: {int(bad.sum())} examples hold NaN or inf (the first '
+          f'is example {int(np.argmax(bad))})'))
     parts = partition_lib.check_partition(partition, x.shape[0])
     self._x = x
     self._y = y.astype(np.int32)
@@ -152,5 +156,6 @@ def partition_to_client_data(x, y, partition) -> ArrayClientData:
   """
   x = np.asarray(x)
   if x.size and not np.issubdtype(x.dtype, np.number):
-    raise ValueError(f'x must be numeric, got dtype {x.dtype}')
+    raise _checks.ArgumentError(argument='x', value=x, message=(
+        f'x must be numeric, got dtype {x.dtype}'))
   return ArrayClientData(np.asarray(x, dtype=np.float32), y, partition)

@@ -69,8 +69,9 @@ def digits(*, num_clients=20, alpha=0.1, seed=0):
   x, y = load_digits_arrays()
   train_idx, test_idx = holdout_split(y, TEST_FRACTION, HOLDOUT_SEED)
   if num_clients > test_idx.size:
-    raise ValueError(f'num_clients must be at most {test_idx.size} (one held-out example per '
-                     f'client), got {num_clients}')
+    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
+        f'num_clients must be at most {test_idx.size} (one held-out example per '
+        f'client), got {num_clients}'))
   train_parts = partition_lib.dirichlet_partition(y[train_idx], num_clients, alpha, seed=seed)
   train = client_data_lib.ArrayClientData(x[train_idx], y[train_idx], train_parts,
                                           num_classes=NUM_CLASSES)

@@ -83,9 +83,9 @@ def resolve_source(root, name: Optional[str], image_dir=None) -> Source:
     ValueError: unknown, unsupported or contradicting `name`.
   """
   if name is not None and (not isinstance(name, str) or name not in SPECS):
-    raise _checks.ArgumentError(argument='name', value=name, message=(
-        unsupported_message(name) if name in UNSUPPORTED else
-        f'name must be one of {sorted(SPECS)} or None, got {name!r}'))
+    if name in UNSUPPORTED:
+      raise _checks.ArgumentError(unsupported_message(name), argument='name', value=name)
+    raise _checks.ArgumentError.must_be('name', name, f'None or {_checks.one_of(sorted(SPECS))}')
   root = os.path.abspath(os.path.expanduser(os.fspath(root)))
   if not os.path.isdir(root):
     raise FileNotFoundError(f'LEAF root {root!r} does not exist or is not a directory')
@@ -103,19 +103,23 @@ def resolve_source(root, name: Optional[str], image_dir=None) -> Source:
   if folder == 'data':
     folder = os.path.basename(os.path.dirname(data_dir))
   if folder in UNSUPPORTED:
-    raise ValueError(f'{data_dir}: ' + unsupported_message(folder))
+    raise _checks.ArgumentError(argument='root', value=root, message=(
+        f'{data_dir}: ' + unsupported_message(folder)))
   if name is None:
     if folder not in SPECS:
-      raise ValueError(f'cannot tell which LEAF dataset {data_dir!r} holds (its folder is '
-                       f'{folder!r}): pass name= one of {sorted(SPECS)}')
+      raise _checks.ArgumentError(argument='name', value=name, message=(
+          f'cannot tell which LEAF dataset {data_dir!r} holds (its folder is '
+          f'{folder!r}): pass name= {_checks.one_of(sorted(SPECS))}'))
     name = folder
   elif folder in SPECS and folder != name:
-    raise ValueError(f'name={name!r} but {data_dir!r} is the folder of LEAF dataset {folder!r}')
+    raise _checks.ArgumentError(argument='name', value=name, message=(
+        f'name={name!r} but {data_dir!r} is the folder of LEAF dataset {folder!r}'))
   if name == 'celeba':
     image_dir = os.path.abspath(os.path.expanduser(os.fspath(
         image_dir if image_dir is not None else os.path.join(data_dir, CELEBA_IMAGE_DIR))))
   elif image_dir is not None:
-    raise ValueError(f'image_dir applies only to celeba, got image_dir={image_dir!r} for {name}')
+    raise _checks.ArgumentError(argument='image_dir', value=image_dir, message=(
+        f'image_dir applies only to celeba, got image_dir={image_dir!r} for {name}'))
   return Source(name, data_dir, image_dir)
 
 

@@ -19,12 +19,15 @@ QUANTITY_SKEW_MAX_DRAWS = 100_000
 def _check_labels(labels, name: str = 'labels') -> np.ndarray:
   array = np.asarray(labels)
   if array.ndim != 1 or array.size == 0:
-    raise ValueError(f'{name} must be a non-empty 1-D array of integer class labels, got shape '
-                     f'{array.shape}')
+    raise _checks.ArgumentError(argument=name, value=labels, message=(
+        f'{name} must be a non-empty 1-D array of integer class labels, got shape '
+        f'{array.shape}'))
   if not np.issubdtype(array.dtype, np.integer):
-    raise ValueError(f'{name} must hold integers, got dtype {array.dtype}')
+    raise _checks.ArgumentError(argument=name, value=labels, message=(
+        f'{name} must hold integers, got dtype {array.dtype}'))
   if array.min() < 0:
-    raise ValueError(f'{name} must be >= 0, got a label {int(array.min())}')
+    raise _checks.ArgumentError(argument=name, value=labels, message=(
+        f'{name} must be >= 0, got a label {int(array.min())}'))
   return array.astype(np.int64)
 
 
@@ -66,8 +69,9 @@ def dirichlet_partition(labels, num_clients, alpha, *, seed, min_examples=1) -> 
   seed = _checks.check_int('seed', seed, minimum=0)
   min_examples = _checks.check_int('min_examples', min_examples, minimum=0)
   if num_clients * min_examples > labels.size:
-    raise ValueError(f'num_clients={num_clients} clients with min_examples={min_examples} each '
-                     f'need more than the {labels.size} examples given')
+    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
+        f'num_clients={num_clients} clients with min_examples={min_examples} each '
+        f'need more than the {labels.size} examples given'))
   rng = np.random.default_rng(seed)
   classes = np.unique(labels)
   class_sizes = np.array([np.count_nonzero(labels == c) for c in classes])
@@ -81,10 +85,10 @@ def dirichlet_partition(labels, num_clients, alpha, *, seed, min_examples=1) -> 
     if counts.sum(axis=0).min() >= min_examples:
       break
   else:
-    raise ValueError(
+    raise _checks.ArgumentError(argument='min_examples', value=min_examples, message=(
         f'dirichlet_partition found no split giving each of num_clients={num_clients} clients '
         f'min_examples={min_examples} examples in {MAX_DRAWS} draws (alpha={alpha}, '
-        f'{labels.size} examples); lower min_examples or num_clients, or raise alpha')
+        f'{labels.size} examples); lower min_examples or num_clients, or raise alpha'))
   return _assign(labels, classes, counts, rng)
 
 
@@ -140,9 +144,10 @@ def client_dirichlet_partition(labels, num_clients, alpha, *, seed) -> list[np.n
       break
     size -= 1
   if size < 1:
-    raise ValueError(f'client_dirichlet_partition cannot give each of num_clients={num_clients} '
-                     f'clients an example with this draw (alpha={alpha}, seed={seed}, '
-                     f'{labels.size} examples); lower num_clients or raise alpha')
+    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
+        f'client_dirichlet_partition cannot give each of num_clients={num_clients} '
+        f'clients an example with this draw (alpha={alpha}, seed={seed}, '
+        f'{labels.size} examples); lower num_clients or raise alpha'))
   parts = [[] for _ in range(num_clients)]
   for c, column in zip(classes, counts.T):
     members = rng.permutation(np.flatnonzero(labels == c))[:column.sum()]
@@ -186,8 +191,9 @@ def iid_partition(num_examples, num_clients, *, seed) -> list[np.ndarray]:
   num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
   seed = _checks.check_int('seed', seed, minimum=0)
   if num_clients > num_examples:
-    raise ValueError(f'num_clients={num_clients} is larger than the {num_examples} examples: '
-                     'every client needs at least one')
+    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
+        f'num_clients={num_clients} is larger than the {num_examples} examples: '
+        'every client needs at least one'))
   rng = np.random.default_rng(seed)
   return [p.astype(np.int64) for p in np.array_split(rng.permutation(num_examples), num_clients)]
 
@@ -226,12 +232,14 @@ def label_quantity_partition(labels, num_clients, classes_per_client, *, seed,
     num_classes = int(labels.max()) + 1
   num_classes = _checks.check_int('num_classes', num_classes, minimum=1)
   if labels.max() >= num_classes:
-    raise ValueError(f'num_classes={num_classes} is not above the largest label '
-                     f'{int(labels.max())}')
+    raise _checks.ArgumentError(argument='num_classes', value=num_classes, message=(
+        f'num_classes={num_classes} is not above the largest label '
+        f'{int(labels.max())}'))
   classes_per_client = _checks.check_int('classes_per_client', classes_per_client, minimum=1)
   if classes_per_client > num_classes:
-    raise ValueError(f'classes_per_client must be at most num_classes={num_classes}, got '
-                     f'{classes_per_client}')
+    raise _checks.ArgumentError(argument='classes_per_client', value=classes_per_client, message=(
+        f'classes_per_client must be at most num_classes={num_classes}, got '
+        f'{classes_per_client}'))
   rng = np.random.default_rng(seed)
   held = []
   for k in range(num_clients):
@@ -248,9 +256,10 @@ def label_quantity_partition(labels, num_clients, classes_per_client, *, seed,
       continue
     members = rng.permutation(np.flatnonzero(labels == c))
     if members.size < len(holders):
-      raise ValueError(f'class {c} has {members.size} examples for {len(holders)} clients holding '
-                       f'it: lower num_clients={num_clients} or '
-                       f'classes_per_client={classes_per_client}')
+      raise _checks.ArgumentError(argument='classes_per_client', value=classes_per_client, message=(
+          f'class {c} has {members.size} examples for {len(holders)} clients holding '
+          f'it: lower num_clients={num_clients} or '
+          f'classes_per_client={classes_per_client}'))
     for k, chunk in zip(holders, np.array_split(members, len(holders))):
       parts[k].append(chunk)
   return [rng.permutation(np.concatenate(p).astype(np.int64)) for p in parts]
@@ -286,8 +295,9 @@ def quantity_skew_partition(num_examples, num_clients, beta, *, seed,
   seed = _checks.check_int('seed', seed, minimum=0)
   min_examples = _checks.check_int('min_examples', min_examples, minimum=0)
   if num_clients * min_examples > num_examples:
-    raise ValueError(f'num_clients={num_clients} clients with min_examples={min_examples} each '
-                     f'need more than the {num_examples} examples given')
+    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
+        f'num_clients={num_clients} clients with min_examples={min_examples} each '
+        f'need more than the {num_examples} examples given'))
   rng = np.random.default_rng(seed)
   order = rng.permutation(num_examples)
   for _ in range(QUANTITY_SKEW_MAX_DRAWS):
@@ -298,11 +308,11 @@ def quantity_skew_partition(num_examples, num_clients, beta, *, seed,
     if sizes.min() >= min_examples:
       break
   else:
-    raise ValueError(
+    raise _checks.ArgumentError(argument='min_examples', value=min_examples, message=(
         f'quantity_skew_partition found no split giving each of num_clients={num_clients} '
         f'clients min_examples={min_examples} examples in {QUANTITY_SKEW_MAX_DRAWS} draws '
         f'(beta={beta}, '
-        f'{num_examples} examples); lower min_examples or num_clients, or raise beta')
+        f'{num_examples} examples); lower min_examples or num_clients, or raise beta'))
   return [rng.permutation(p).astype(np.int64) for p in np.split(order, np.cumsum(sizes)[:-1])]
 
 
@@ -328,17 +338,20 @@ def partition_like(labels, reference_counts, *, seed, min_examples=1) -> list[np
   labels = _check_labels(labels)
   reference = np.asarray(reference_counts, dtype=np.float64)
   if reference.ndim != 2 or reference.shape[0] < 1 or reference.shape[1] <= labels.max():
-    raise ValueError('reference_counts must be a [num_clients, num_classes] array with more '
-                     f'columns than the largest label ({labels.max()}), got shape '
-                     f'{reference.shape}')
+    raise _checks.ArgumentError(argument='reference_counts', value=reference_counts, message=(
+        'reference_counts must be a [num_clients, num_classes] array with more '
+        f'columns than the largest label ({labels.max()}), got shape '
+        f'{reference.shape}'))
   if (reference < 0).any() or not np.isfinite(reference).all() or (reference.sum(1) <= 0).any():
-    raise ValueError('reference_counts must be finite, >= 0, with a positive sum in every row')
+    raise _checks.ArgumentError(argument='reference_counts', value=reference_counts, message=(
+        'reference_counts must be finite, >= 0, with a positive sum in every row'))
   seed = _checks.check_int('seed', seed, minimum=0)
   min_examples = _checks.check_int('min_examples', min_examples, minimum=0)
   num_clients, num_classes = reference.shape
   if num_clients * min_examples > labels.size:
-    raise ValueError(f'num_clients={num_clients} clients with min_examples={min_examples} held-out '
-                     f'examples each need more than the {labels.size} held-out examples')
+    raise _checks.ArgumentError(argument='min_examples', value=min_examples, message=(
+        f'num_clients={num_clients} clients with min_examples={min_examples} held-out '
+        f'examples each need more than the {labels.size} held-out examples'))
   rng = np.random.default_rng(seed)
   totals = reference.sum(axis=1)
   counts = np.zeros((num_classes, num_clients), np.int64)
@@ -382,23 +395,29 @@ def _top_up(counts: np.ndarray, reference: np.ndarray, min_examples: int) -> Non
 def check_partition(partition: Sequence, num_examples: int) -> list[np.ndarray]:
   """Validates a partition (list of index arrays into `num_examples` examples) for client data."""
   if isinstance(partition, np.ndarray) and partition.dtype != object and partition.ndim != 2:
-    raise ValueError(f'partition must be a list of 1-D index arrays, got an array of shape '
-                     f'{partition.shape}')
+    raise _checks.ArgumentError(argument='partition', value=partition, message=(
+        f'partition must be a list of 1-D index arrays, got an array of shape '
+        f'{partition.shape}'))
   try:
     parts = [np.asarray(p) for p in partition]
   except TypeError as e:
-    raise ValueError(f'partition must be a list of 1-D index arrays, got {type(partition)}') from e
+    raise _checks.ArgumentError(argument='partition', value=partition, message=(
+        f'partition must be a list of 1-D index arrays, got {type(partition)}')) from e
   if not parts:
-    raise ValueError('partition must hold at least one client, got an empty list')
+    raise _checks.ArgumentError(argument='partition', value=partition, message=(
+        'partition must hold at least one client, got an empty list'))
   checked = []
   for k, p in enumerate(parts):
     if p.ndim != 1:
-      raise ValueError(f'partition[{k}] must be a 1-D array of indices, got shape {p.shape}')
+      raise _checks.ArgumentError(argument=f'partition[{k}]', value=p, message=(
+          f'partition[{k}] must be a 1-D array of indices, got shape {p.shape}'))
     if p.size and not np.issubdtype(p.dtype, np.integer):
-      raise ValueError(f'partition[{k}] must hold integer indices, got dtype {p.dtype}')
+      raise _checks.ArgumentError(argument=f'partition[{k}]', value=p, message=(
+          f'partition[{k}] must hold integer indices, got dtype {p.dtype}'))
     p = p.astype(np.int64)
     if p.size and (p.min() < 0 or p.max() >= num_examples):
-      raise ValueError(f'partition[{k}] has indices outside [0, {num_examples}): '
-                       f'min {p.min()}, max {p.max()}')
+      raise _checks.ArgumentError(argument=f'partition[{k}]', value=p, message=(
+          f'partition[{k}] has indices outside [0, {num_examples}): '
+          f'min {p.min()}, max {p.max()}'))
     checked.append(p)
   return checked

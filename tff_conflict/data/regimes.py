@@ -87,43 +87,51 @@ def parse_regime(text: str) -> Regime:
   otherwise. The splits are NIID-Bench's (`tff_conflict.data.partition`); the names, datasets and
   test splits: docs/methods.md, "Data sets and partitions"."""
   if not isinstance(text, str):
-    raise ValueError(f'regime must be a string such as "digits:dir(0.1)", got {text!r}')
+    raise _checks.ArgumentError(argument='regime', value=text, message=(
+        f'regime must be a string such as "digits:dir(0.1)", got {text!r}'))
   body = text.strip()
   num_clients = None
   if '@' in body:
     body, _, population = body.rpartition('@')
     if not population.isdigit() or int(population) < 1:
-      raise ValueError(f'regime {text!r}: the population after "@" must be an integer >= 1')
+      raise _checks.ArgumentError(argument='regime', value=text, message=(
+          f'regime {text!r}: the population after "@" must be an integer >= 1'))
     num_clients = int(population)
   match = _SYNTHETIC.match(body)
   if match:
     return Regime('synthetic', 'synthetic', (float(match[1]), float(match[2])), num_clients)
   dataset, sep, split = body.partition(':')
   if not sep or dataset not in DATASETS or dataset == 'synthetic':
-    raise ValueError(f'regime {text!r} must be DATASET:SPLIT with DATASET in '
-                     f'{[d for d in DATASETS if d != "synthetic"]}, or synthetic(ALPHA,BETA)')
+    raise _checks.ArgumentError(argument='regime', value=text, message=(
+        f'regime {text!r} must be DATASET:SPLIT with DATASET in '
+        f'{[d for d in DATASETS if d != "synthetic"]}, or synthetic(ALPHA,BETA)'))
   for kind, pattern in _SPLITS.items():
     match = pattern.match(split.strip())
     if match:
       break
   else:
-    raise ValueError(f'regime {text!r}: the split must be iid, dir(ALPHA), #C=K, qty(BETA), '
-                     f'client_dir(ALPHA) or natural, got {split!r}')
+    raise _checks.ArgumentError(argument='regime', value=text, message=(
+        f'regime {text!r}: the split must be iid, dir(ALPHA), #C=K, qty(BETA), '
+        f'client_dir(ALPHA) or natural, got {split!r}'))
   if dataset in NATURAL_DATASETS and kind != 'natural':
-    raise ValueError(f'regime {text!r}: {dataset} keeps its own clients; use {dataset}:natural')
+    raise _checks.ArgumentError(argument='regime', value=text, message=(
+        f'regime {text!r}: {dataset} keeps its own clients; use {dataset}:natural'))
   if dataset in ARRAY_DATASETS and kind == 'natural':
-    raise ValueError(f'regime {text!r}: {dataset} has no natural clients; use iid, dir(ALPHA), '
-                     '#C=K, qty(BETA) or client_dir(ALPHA)')
+    raise _checks.ArgumentError(argument='regime', value=text, message=(
+        f'regime {text!r}: {dataset} has no natural clients; use iid, dir(ALPHA), '
+        '#C=K, qty(BETA) or client_dir(ALPHA)'))
   if kind in ('dir', 'qty', 'client_dir'):
     value = float(match[1])
     if not value > 0:
-      raise ValueError(f'regime {text!r}: the concentration must be > 0, got {value:g}')
+      raise _checks.ArgumentError(argument='regime', value=text, message=(
+          f'regime {text!r}: the concentration must be > 0, got {value:g}'))
     return Regime(dataset, kind, (value,), num_clients)
   if kind == '#C':
     k = int(match[1])
     classes = info_lib.dataset_info(dataset).num_classes  # array datasets: known
     if not 1 <= k <= classes:
-      raise ValueError(f'regime {text!r}: #C=K needs K in 1..{classes} for {dataset}, got {k}')
+      raise _checks.ArgumentError(argument='regime', value=text, message=(
+          f'regime {text!r}: #C=K needs K in 1..{classes} for {dataset}, got {k}'))
     return Regime(dataset, kind, (k,), num_clients)
   return Regime(dataset, kind, (), num_clients)
 
@@ -150,19 +158,22 @@ def partition_for(regime: Regime, labels: np.ndarray, num_clients: int, *,
   if regime.split == 'client_dir':
     return partition_lib.client_dirichlet_partition(labels, num_clients, regime.param[0],
                                                     seed=seed)
-  raise ValueError(f'regime {regime.name!r} is not an array split')
+  raise _checks.ArgumentError(argument='regime', value=regime, message=(
+      f'regime {regime.name!r} is not an array split'))
 
 
 def _split_arrays(regime, x_train, y_train, x_test, y_test, num_clients, seed, transform=None):
   if num_clients > y_test.size:
-    raise ValueError(f'regime {regime.name!r}: num_clients must be at most {y_test.size} (one '
-                     f'held-out example per client), got {num_clients}')
+    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
+        f'regime {regime.name!r}: num_clients must be at most {y_test.size} (one '
+        f'held-out example per client), got {num_clients}'))
   classes = num_classes(regime)
   parts = partition_for(regime, y_train, num_clients, seed=seed)
   train = client_data_lib.ArrayClientData(x_train, y_train, parts, transform=transform,
                                           num_classes=classes)
   if (train.client_sizes == 0).any():
-    raise ValueError(f'regime {regime.name!r} left a client without examples')
+    raise _checks.ArgumentError(argument='regime', value=regime, message=(
+        f'regime {regime.name!r} left a client without examples'))
   test_parts = partition_lib.partition_like(y_test, train.label_counts, seed=seed)
   test = client_data_lib.ArrayClientData(x_test, y_test, test_parts, transform=transform,
                                          num_classes=classes)
@@ -173,7 +184,8 @@ def _first_writers(client_data, num_writers):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   ids = sorted(client_data.client_ids)
   if num_writers > len(ids):
-    raise ValueError(f'num_clients={num_writers} is larger than the {len(ids)} writers')
+    raise _checks.ArgumentError(argument='num_clients', value=num_writers, message=(
+        f'num_clients={num_writers} is larger than the {len(ids)} writers'))
   keep = ids[:num_writers]
   return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
       keep, client_data.serializable_dataset_fn)
@@ -221,7 +233,8 @@ def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = Non
                                     seed=SYNTHETIC_DATA_SEED, train_seed=seed)
   if regime.dataset in LEAF_DATASETS:
     if leaf_dir is None:
-      raise ValueError(f'regime {regime.name!r} needs leaf_dir, LEAF\'s data/<name> folder')
+      raise _checks.ArgumentError(argument='leaf_dir', value=leaf_dir, message=(
+          f'regime {regime.name!r} needs leaf_dir, LEAF\'s data/<name> folder'))
     from tff_conflict.data import leaf_data  # pylint: disable=g-import-not-at-top
     train, test = leaf_data.leaf(leaf_dir, name=regime.dataset[len('leaf_'):],
                                  cache_dir=cache_dir)

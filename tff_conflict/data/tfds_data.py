@@ -96,8 +96,9 @@ def tfds_dirichlet(name, *, num_clients, alpha, seed=0, data_dir=None):
   seed = _checks.check_int('seed', seed, minimum=0)
   (x_train, y_train), (x_test, y_test) = load_arrays(name, data_dir)
   if num_clients > y_test.size:
-    raise ValueError(f'num_clients must be at most {y_test.size} (one test example per client '
-                     f'in {name}), got {num_clients}')
+    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
+        f'num_clients must be at most {y_test.size} (one test example per client '
+        f'in {name}), got {num_clients}'))
   _, num_classes = DATASETS[name]
   train_parts = partition_lib.dirichlet_partition(y_train, num_clients, alpha, seed=seed)
   train = client_data_lib.ArrayClientData(x_train, y_train, train_parts, transform=_scale_to_unit,

@@ -1,7 +1,5 @@
 """A validation split carved from the clients' training data (for tuning without the test split)."""
 
-import numbers
-
 import numpy as np
 
 from tff_conflict import _checks
@@ -9,13 +7,6 @@ from tff_conflict.data import client_data as client_data_lib
 
 # A batch size larger than any client's dataset: `batch(_WHOLE)` yields a client as one block.
 _WHOLE = 2**62
-
-
-def _check_fraction(fraction) -> float:
-  if (isinstance(fraction, bool) or not isinstance(fraction, numbers.Real)
-      or not 0 < fraction < 1):
-    raise _checks.ArgumentError.must_be('fraction', fraction, 'a number in (0, 1)')
-  return float(fraction)
 
 
 def held_out_count(n: int, fraction: float) -> int:
@@ -125,7 +116,7 @@ def split_validation(client_data, fraction: float, *, seed: int):
   Raises:
     ValueError: a bad `fraction` or `seed`.
   """
-  fraction = _check_fraction(fraction)
+  fraction = _checks.check_fraction('fraction', fraction)
   seed = _checks.check_int('seed', seed, minimum=0)
   if isinstance(client_data, client_data_lib.ArrayClientData):
     return _split_arrays(client_data, fraction, seed)

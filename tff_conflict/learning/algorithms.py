@@ -7,6 +7,7 @@ from typing import Any, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _checks
 from tff_conflict import hparams
 from tff_conflict.learning import client_work as client_work_lib
 from tff_conflict.learning import decorrelation as decorrelation_lib
@@ -145,9 +146,10 @@ def build_feddecorr(model_fn: KerasModelFn, *,
   form = hparams.FEDDECORR_FORM.check(form)
   resolved = models_lib.resolve_model(model_fn, input_spec)
   if resolved.kind != models_lib.KERAS:
-    raise ValueError('FedDecorr adds a term on the representations feeding the model\'s last '
-                     'layer and needs model_fn returning a Keras model, got '
-                     f'{resolved.description}')
+    raise _checks.ArgumentError(argument='model_fn', value=model_fn, message=(
+        'FedDecorr adds a term on the representations feeding the model\'s last '
+        'layer and needs model_fn returning a Keras model, got '
+        f'{resolved.description}'))
   decorrelation_lib.check_decorrelatable(resolved.keras_model_fn, resolved.input_spec)
   return process_lib.build_process(
       decorrelation_lib.decorrelated_model_fn(

@@ -49,11 +49,13 @@ class ClientControls:
   def __init__(self, client_ids: Sequence[Any], size: int, dtype: Any = np.float32):
     ids = list(client_ids)
     if not ids:
-      raise ValueError('client_ids must name at least one client, got an empty list')
+      raise _checks.ArgumentError(argument='client_ids', value=client_ids, message=(
+          'client_ids must name at least one client, got an empty list'))
     index = {}
     for i, cid in enumerate(ids):
       if cid in index:
-        raise ValueError(f'client_ids must be distinct, got {cid!r} twice')
+        raise _checks.ArgumentError(argument='client_ids', value=client_ids, message=(
+            f'client_ids must be distinct, got {cid!r} twice'))
       index[cid] = i
     size = _checks.check_int('size', size, minimum=1)
     self._ids = ids
@@ -73,8 +75,9 @@ class ClientControls:
     """
     layout = scaffold.control_layout(process)
     if layout is None:
-      raise ValueError('process takes no client controls (its clients take datasets); '
-                       'ClientControls is for processes built by build_scaffold')
+      raise _checks.ArgumentError(argument='process', value=process, message=(
+          'process takes no client controls (its clients take datasets); '
+          'ClientControls is for processes built by build_scaffold'))
     return cls(client_ids, layout[0], layout[1])
 
   @property
@@ -108,17 +111,20 @@ class ClientControls:
     try:
       return self._index[client_id]
     except (KeyError, TypeError):
-      raise ValueError(f'{name}: {client_id!r} is not one of the {len(self._ids)} clients of '
-                       'this federation') from None
+      raise _checks.ArgumentError(argument=name, value=client_id, message=(
+          f'{name}: {client_id!r} is not one of the {len(self._ids)} clients of '
+          'this federation')) from None
 
   def _rows(self, client_ids: Sequence[Any]) -> np.ndarray:
     if isinstance(client_ids, (str, bytes)):
-      raise ValueError(f'client_ids must be a list of client ids, got {client_ids!r}')
+      raise _checks.ArgumentError(argument='client_ids', value=client_ids, message=(
+          f'client_ids must be a list of client ids, got {client_ids!r}'))
     rows = [self._row(cid, 'client_ids') for cid in client_ids]
     if len(set(rows)) != len(rows):
       seen = set()
       twice = next(cid for cid, r in zip(client_ids, rows) if r in seen or seen.add(r))
-      raise ValueError(f'client_ids must be distinct within a round, got {twice!r} twice')
+      raise _checks.ArgumentError(argument='client_ids', value=client_ids, message=(
+          f'client_ids must be distinct within a round, got {twice!r} twice'))
     return np.asarray(rows, np.int64)
 
   def for_cohort(self, client_ids: Sequence[Any], datasets: Sequence[Any]
@@ -127,8 +133,9 @@ class ClientControls:
     k-th client of `client_ids` with its dataset `datasets[k]`."""
     rows = self._rows(client_ids)
     if len(datasets) != len(rows):
-      raise ValueError(f'datasets must hold one dataset per client: {len(rows)} client_ids, '
-                       f'{len(datasets)} datasets')
+      raise _checks.ArgumentError(argument='datasets', value=datasets, message=(
+          f'datasets must hold one dataset per client: {len(rows)} client_ids, '
+          f'{len(datasets)} datasets'))
     return [collections.OrderedDict([(scaffold.DATA, data),
                                      (scaffold.CONTROL, self._controls[r].copy()),
                                      (scaffold.SLOT, np.int32(k))])
@@ -146,20 +153,24 @@ class ClientControls:
     try:
       sent = metrics[scaffold.CLIENT_CONTROLS]
     except (KeyError, TypeError):
-      raise ValueError(f'output.metrics holds no {scaffold.CLIENT_CONTROLS!r}: output must be '
-                       'a round of a process built by build_scaffold') from None
+      raise _checks.ArgumentError(argument='output', value=output, message=(
+          f'output.metrics holds no {scaffold.CLIENT_CONTROLS!r}: output must be '
+          'a round of a process built by build_scaffold')) from None
     slots = np.asarray(sent['slot']).reshape(-1).astype(np.int64)
     new = np.asarray(sent['control'])
     if new.ndim != 2 or new.shape != (len(slots), self.size):
-      raise ValueError(f'output.metrics[{scaffold.CLIENT_CONTROLS!r}] holds controls of shape '
-                       f'{new.shape}, expected ({len(slots)}, {self.size})')
+      raise _checks.ArgumentError(argument='output', value=output, message=(
+          f'output.metrics[{scaffold.CLIENT_CONTROLS!r}] holds controls of shape '
+          f'{new.shape}, expected ({len(slots)}, {self.size})'))
     if len(slots) and (slots.min() < 0 or slots.max() >= len(rows)
                        or len(set(slots.tolist())) != len(slots)):
-      raise ValueError(f'the output\'s slots {slots.tolist()} do not match the {len(rows)} '
-                       'client_ids of the round: give update the client_ids given to '
-                       'for_cohort')
+      raise _checks.ArgumentError(argument='client_ids', value=client_ids, message=(
+          f'the output\'s slots {slots.tolist()} do not match the {len(rows)} '
+          'client_ids of the round: give update the client_ids given to '
+          'for_cohort'))
     if not np.all(np.isfinite(new)):
-      raise ValueError('the output holds non-finite client controls; they are not kept')
+      raise _checks.ArgumentError(argument='output', value=output, message=(
+          'the output holds non-finite client controls; they are not kept'))
     changed = rows[slots]
     version = self._version + 1 if version is None else int(version)
     # Undo record first, version next, rows last: an interruption anywhere leaves `arrays`
@@ -188,8 +199,9 @@ class ClientControls:
     if version is not None and int(version) != self._version:
       undo = self._undo
       if undo is None or int(version) != undo.version:
-        raise ValueError(f'version {version} is not held: the controls are at version '
-                         f'{self._version}')
+        raise _checks.ArgumentError(argument='version', value=version, message=(
+            f'version {version} is not held: the controls are at version '
+            f'{self._version}'))
       self._controls[undo.rows] = undo.controls
       self._participated[undo.rows] = undo.participated
       self._version = undo.version
@@ -207,17 +219,21 @@ class ClientControls:
     try:
       controls, participated, version = (arrays[k] for k in _FIELDS)
     except (KeyError, TypeError):
-      raise ValueError(f'arrays must be a mapping with keys {_FIELDS}, got {arrays!r}') from None
+      raise _checks.ArgumentError(argument='arrays', value=arrays, message=(
+          f'arrays must be a mapping with keys {_FIELDS}, got {arrays!r}')) from None
     controls, participated = np.asarray(controls), np.asarray(participated)
     if controls.shape != self._controls.shape or controls.dtype != self._controls.dtype:
-      raise ValueError(f'controls of shape {controls.shape} and dtype {controls.dtype} cannot '
-                       f'be restored into a store of shape {self._controls.shape} and dtype '
-                       f'{self._controls.dtype}')
+      raise _checks.ArgumentError(argument='arrays', value=arrays, message=(
+          f'controls of shape {controls.shape} and dtype {controls.dtype} cannot '
+          f'be restored into a store of shape {self._controls.shape} and dtype '
+          f'{self._controls.dtype}'))
     if participated.shape != self._participated.shape:
-      raise ValueError(f'participated of shape {participated.shape}, expected '
-                       f'{self._participated.shape}')
+      raise _checks.ArgumentError(argument='arrays', value=arrays, message=(
+          f'participated of shape {participated.shape}, expected '
+          f'{self._participated.shape}'))
     if not np.all(np.isfinite(controls)):
-      raise ValueError('the controls to restore are not all finite')
+      raise _checks.ArgumentError(argument='arrays', value=arrays, message=(
+          'the controls to restore are not all finite'))
     self._controls = np.array(controls, copy=True)
     self._participated = np.array(participated, bool, copy=True)
     self._version = int(np.asarray(version))

@@ -36,10 +36,9 @@ def resolve_weighting(client_weighting: WeightingArg, default: str = 'num_exampl
       return mapping[client_weighting]
   elif isinstance(client_weighting, str) and client_weighting.lower() in WEIGHTINGS:
     return client_weighting.lower()
-  raise _checks.ArgumentError(argument='client_weighting', value=client_weighting, message=(
-      'client_weighting must be one of tff.learning.ClientWeighting.NUM_EXAMPLES, '
-      f'tff.learning.ClientWeighting.UNIFORM or a name in {WEIGHTINGS}, got '
-      f'{client_weighting!r}'))
+  raise _checks.ArgumentError.must_be('client_weighting', client_weighting, (
+      f'{_checks.one_of(WEIGHTINGS)}, tff.learning.ClientWeighting.NUM_EXAMPLES or '
+      'tff.learning.ClientWeighting.UNIFORM'))
 
 
 def _num_examples(output, batch) -> tf.Tensor:
@@ -389,8 +388,9 @@ def build_normalized_client_work(model_fn: Callable[[], tff.learning.models.Vari
   """
   weighting = resolve_weighting(client_weighting)
   if weighting == 'loss':
-    raise ValueError('client_weighting must be "num_examples" or "uniform" for FedNova (its '
-                     f'weights p_i also weight tau_eff), got {client_weighting!r}')
+    raise _checks.ArgumentError.must_be('client_weighting', client_weighting, (
+        f"{_checks.one_of(('num_examples', 'uniform'))} for FedNova (its weights p_i also weight "
+        'tau_eff)'))
   mu = hparams.PROXIMAL_STRENGTH.check(proximal_strength)
   clip = hparams.CLIENT_CLIP_NORM.check(clip_norm)
   optimizer = _validation.resolve_optimizer('optimizer', optimizer)

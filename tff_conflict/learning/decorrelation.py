@@ -8,6 +8,7 @@ from collections.abc import Callable
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _checks
 from tff_conflict import _compat
 from tff_conflict import hparams
 from tff_conflict import losses
@@ -19,18 +20,18 @@ def classifier_layer(model: tf.keras.Model) -> tf.keras.layers.Dense:
   classifier, whose input is the representation); ValueError otherwise."""
   graph_network = isinstance(model, tf.keras.Sequential) or _compat.keras_is_functional(model)
   if not graph_network or not model.layers:
-    raise ValueError(
+    raise _checks.ArgumentError(argument='model_fn', value=model, message=(
         'FedDecorr regularizes the representations feeding the model\'s last (classifier) layer: '
         'model_fn must return a Sequential or functional Keras model whose last layer is '
         f'tf.keras.layers.Dense; got {type(model).__name__} {model.name!r}, whose layers cannot '
-        'be read')
+        'be read'))
   last = model.layers[-1]
   if not isinstance(last, tf.keras.layers.Dense):
-    raise ValueError(
+    raise _checks.ArgumentError(argument='model_fn', value=model, message=(
         'FedDecorr regularizes the representations feeding the model\'s last (classifier) layer: '
         'model_fn must return a Sequential or functional Keras model whose last layer is '
         f'tf.keras.layers.Dense; the last layer of {model.name!r} is {last.name!r} '
-        f'({type(last).__name__})')
+        f'({type(last).__name__})'))
   return last
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_conflict._checks import ArgumentTypeError
+from tff_conflict import _checks
 from tff_conflict.learning import _validation
 
 
@@ -22,10 +22,10 @@ def check_optimizer(name: str, optimizer: tff.learning.optimizers.Optimizer) -> 
   history, so their update is no fixed combination of the local gradients.
   """
   if not _validation.is_sgdm(optimizer):
-    raise ValueError(
+    raise _checks.ArgumentError(argument=name, value=optimizer, message=(
         f'{name}: FedNova normalises each client update by the local solver\'s ||a_i||_1, '
         'known for SGD with or without momentum (tff.learning.optimizers.build_sgdm); got '
-        f'{type(optimizer).__name__} ({optimizer!r}), whose normalisation is unknown')
+        f'{type(optimizer).__name__} ({optimizer!r}), whose normalisation is unknown'))
 
 
 def local_solver_norm(num_steps: tf.Tensor, learning_rate: Any, momentum: Any = 0.0,
@@ -117,7 +117,7 @@ class NormalizedAveragingFactory(tff.aggregators.WeightedAggregationFactory):
 
   def __init__(self, inner: tff.aggregators.WeightedAggregationFactory):
     if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
-      raise ArgumentTypeError.must_be('inner', inner,
+      raise _checks.ArgumentTypeError.must_be('inner', inner,
                                       'a tff.aggregators.WeightedAggregationFactory')
     self._inner = inner
 

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _checks
 from tff_conflict import _compat
 
 MetricsArg = Optional[Union[Callable[[], Sequence[tf.keras.metrics.Metric]],
@@ -53,8 +54,9 @@ def resolve_metrics(metrics: MetricsArg) -> Callable[[], list[tf.keras.metrics.M
       isinstance(m, tf.keras.metrics.Metric) for m in metrics):
     configs = [(type(m), m.get_config()) for m in metrics]
     return lambda: [cls.from_config(cfg) for cls, cfg in configs]
-  raise ValueError('metrics must be None, a no-argument callable returning a list of Keras '
-                   f'metrics, or a list of Keras metric objects, got {metrics!r}')
+  raise _checks.ArgumentError(argument='metrics', value=metrics, message=(
+      'metrics must be None, a no-argument callable returning a list of Keras '
+      f'metrics, or a list of Keras metric objects, got {metrics!r}'))
 
 
 def check_input_spec(input_spec: Any) -> Union[collections.OrderedDict, tuple]:
@@ -72,19 +74,23 @@ def check_input_spec(input_spec: Any) -> Union[collections.OrderedDict, tuple]:
     spec = tuple(input_spec)
     names = ('input_spec[0]', 'input_spec[1]')
   else:
-    raise ValueError('input_spec must be the element spec of a client batch: a mapping with '
-                     'exactly the keys "x" and "y", or a tuple (x, y), of tf.TensorSpec, got '
-                     f'{input_spec!r}')
+    raise _checks.ArgumentError(argument='input_spec', value=input_spec, message=(
+        'input_spec must be the element spec of a client batch: a mapping with '
+        'exactly the keys "x" and "y", or a tuple (x, y), of tf.TensorSpec, got '
+        f'{input_spec!r}'))
   x, y = split_input_spec(spec)
   for name, value in zip(names, (x, y)):
     if not isinstance(value, tf.TensorSpec):
-      raise ValueError(f'{name} must be a tf.TensorSpec, got {value!r}')
+      raise _checks.ArgumentError(argument=name, value=value, message=(
+          f'{name} must be a tf.TensorSpec, got {value!r}'))
   if not y.dtype.is_integer:
-    raise ValueError(f'{names[1]} must hold integer class labels (sparse labels), got {y!r}')
+    raise _checks.ArgumentError(argument=names[1], value=y, message=(
+        f'{names[1]} must hold integer class labels (sparse labels), got {y!r}'))
   if y.shape.rank is not None and y.shape.rank >= 2 and y.shape[1:].as_list() != [1]:
-    raise ValueError(f'{names[1]} must hold sparse labels of shape [batch] (or [batch, 1]), one '
-                     f'class index per example; got shape {y.shape}, which looks like one-hot '
-                     'labels: map the data with y = tf.argmax(y, axis=-1)')
+    raise _checks.ArgumentError(argument=names[1], value=y, message=(
+        f'{names[1]} must hold sparse labels of shape [batch] (or [batch, 1]), one '
+        f'class index per example; got shape {y.shape}, which looks like one-hot '
+        'labels: map the data with y = tf.argmax(y, axis=-1)'))
   return spec
 
 
@@ -175,30 +181,36 @@ def _check_keras_model(model: tf.keras.Model, input_spec) -> int:
   a `tf.compat.v1.Session` of that graph.
   """
   if _compat.keras_is_compiled(model) or getattr(model, 'optimizer', None) is not None:
-    raise ValueError('model_fn must return an uncompiled tf.keras.Model (TFF trains it with its '
-                     f'own optimizers), got a compiled model {model.name!r}')
+    raise _checks.ArgumentError(argument='model_fn', value=model, message=(
+        'model_fn must return an uncompiled tf.keras.Model (TFF trains it with its '
+        f'own optimizers), got a compiled model {model.name!r}'))
   x_spec, _ = split_input_spec(input_spec)
   x = tf.compat.v1.placeholder(x_spec.dtype, x_spec.shape)
   try:
     out = model(x)
   except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f'model_fn\'s Keras model cannot be applied to the input spec\'s x = '
-                     f'{x_spec!r}: {e}') from e
+    raise _checks.ArgumentError(argument='model_fn', value=model, message=(
+        f'model_fn\'s Keras model cannot be applied to the input spec\'s x = '
+        f'{x_spec!r}: {e}')) from e
   if not isinstance(out, tf.Tensor):
     count = len(out) if isinstance(out, (list, tuple, Mapping)) else type(out).__name__
-    raise ValueError('model_fn\'s Keras model must have one output, the logits [batch, '
-                     f'num_classes]; got {count} outputs')
+    raise _checks.ArgumentError(argument='model_fn', value=model, message=(
+        'model_fn\'s Keras model must have one output, the logits [batch, '
+        f'num_classes]; got {count} outputs'))
   shape = out.shape
   if shape.rank != 2 or shape[-1] is None or shape[-1] < 2:
-    raise ValueError('model_fn\'s Keras model must output logits of shape [batch, num_classes] '
-                     f'with num_classes >= 2, got output shape {shape}')
+    raise _checks.ArgumentError(argument='model_fn', value=model, message=(
+        'model_fn\'s Keras model must output logits of shape [batch, num_classes] '
+        f'with num_classes >= 2, got output shape {shape}'))
   if not model.trainable_weights:
-    raise ValueError(f'model_fn\'s Keras model {model.name!r} has no trainable weights after '
-                     'being applied to the input spec\'s x: there is nothing to train')
+    raise _checks.ArgumentError(argument='model_fn', value=model, message=(
+        f'model_fn\'s Keras model {model.name!r} has no trainable weights after '
+        'being applied to the input spec\'s x: there is nothing to train'))
   layer = _softmax_layer(model)
   if layer is not None:
-    raise ValueError(f'model_fn\'s Keras model ends in softmax (layer {layer!r}) and so outputs '
-                     f'probabilities; {_LOGITS_NEEDED}')
+    raise _checks.ArgumentError(argument='model_fn', value=model, message=(
+        f'model_fn\'s Keras model ends in softmax (layer {layer!r}) and so outputs '
+        f'probabilities; {_LOGITS_NEEDED}'))
   try:
     probe = model(_probe_batch(x_spec, 3), training=False)
     with tf.compat.v1.Session() as session:
@@ -208,8 +220,9 @@ def _check_keras_model(model: tf.keras.Model, input_spec) -> int:
     values = None  # e.g. a model with lookup tables: only its last layer is checked
   if values is not None and np.all(values >= 0) and np.allclose(
       values.sum(axis=-1), 1.0, rtol=0.0, atol=1e-4):
-    raise ValueError(f'model_fn\'s Keras model {model.name!r} outputs probabilities (every '
-                     f'output row is >= 0 and sums to 1: it applies softmax); {_LOGITS_NEEDED}')
+    raise _checks.ArgumentError(argument='model_fn', value=model, message=(
+        f'model_fn\'s Keras model {model.name!r} outputs probabilities (every '
+        f'output row is >= 0 and sums to 1: it applies softmax); {_LOGITS_NEEDED}'))
   return int(shape[-1])
 
 
@@ -232,9 +245,10 @@ def _check_new_model_per_call(first, second, kind: str) -> None:
     problem = 'it returned a model whose variables were created before the call'
   else:
     return
-  raise ValueError(f'model_fn must create a new {kind} on every call (TFF calls it several '
-                   f'times, each time in its own graph); {problem}: build the model (and its '
-                   'layers) inside model_fn')
+  raise _checks.ArgumentError(argument='model_fn', value=first, message=(
+      f'model_fn must create a new {kind} on every call (TFF calls it several '
+      f'times, each time in its own graph); {problem}: build the model (and its '
+      'layers) inside model_fn'))
 
 
 def _same_spec(a, b) -> bool:
@@ -268,7 +282,8 @@ def resolve_model(model_fn: ModelArg, input_spec: InputSpecArg = None) -> Resolv
     resolved = ResolvedModel(FUNCTIONAL, None, functional_model_fn(model_fn),
                              model_fn.input_spec, None, model_fn)
   elif not callable(model_fn):
-    raise ValueError(f'model_fn must be {_MODEL_FN_CONTRACT}, got {model_fn!r}')
+    raise _checks.ArgumentError(argument='model_fn', value=model_fn, message=(
+        f'model_fn must be {_MODEL_FN_CONTRACT}, got {model_fn!r}'))
   else:
     with tf.Graph().as_default():
       try:
@@ -276,26 +291,30 @@ def resolve_model(model_fn: ModelArg, input_spec: InputSpecArg = None) -> Resolv
       except Exception as e:  # pylint: disable=broad-except
         hint = (' (model_fn uses a layer or model created outside it, in another graph: build '
                 'the model and its layers inside model_fn)' if 'same graph' in str(e) else '')
-        raise ValueError(f'model_fn must be {_MODEL_FN_CONTRACT}; calling it (inside a '
-                         f'tf.Graph, as TFF does) raised {type(e).__name__}: {e}{hint}') from e
+        raise _checks.ArgumentError(argument='model_fn', value=model_fn, message=(
+            f'model_fn must be {_MODEL_FN_CONTRACT}; calling it (inside a '
+            f'tf.Graph, as TFF does) raised {type(e).__name__}: {e}{hint}')) from e
       if isinstance(model, tf.keras.Model):
         if input_spec is None:
-          raise ValueError('input_spec is required with a Keras model (as in '
-                           'tff.learning.models.from_keras_model): OrderedDict(x=..., y=...) or '
-                           '(x, y) of tf.TensorSpec')
+          raise _checks.ArgumentError(argument='input_spec', value=input_spec, message=(
+              'input_spec is required with a Keras model (as in '
+              'tff.learning.models.from_keras_model): OrderedDict(x=..., y=...) or '
+              '(x, y) of tf.TensorSpec'))
         second = model_fn()
         _check_new_model_per_call(model, second, 'Keras model')
         num_classes = _check_keras_model(model, input_spec)
         _check_new_model_per_call(model, build_on_input_spec(second, input_spec), 'Keras model')
         return ResolvedModel(KERAS, model_fn, None, input_spec, num_classes)
       if not isinstance(model, tff.learning.models.VariableModel):
-        raise ValueError(f'model_fn must be {_MODEL_FN_CONTRACT}; the function returned '
-                         f'{model!r}')
+        raise _checks.ArgumentError(argument='model_fn', value=model_fn, message=(
+            f'model_fn must be {_MODEL_FN_CONTRACT}; the function returned '
+            f'{model!r}'))
       _check_new_model_per_call(model, model_fn(), 'VariableModel')
       resolved = ResolvedModel(VARIABLE, None, model_fn, model.input_spec, None)
   if input_spec is not None and not _same_spec(input_spec, resolved.input_spec):
-    raise ValueError(f'input_spec must match the input_spec of the model '
-                     f'({resolved.input_spec!r}) or be left out, got {input_spec!r}')
+    raise _checks.ArgumentError(argument='input_spec', value=input_spec, message=(
+        f'input_spec must match the input_spec of the model '
+        f'({resolved.input_spec!r}) or be left out, got {input_spec!r}'))
   return resolved
 
 

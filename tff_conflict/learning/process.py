@@ -18,6 +18,9 @@ from tff_conflict.learning import registry
 LossArg = Union[str, tf.keras.losses.Loss]
 AggregatorArg = Union[str, tff.aggregators.WeightedAggregationFactory,
                       tff.aggregators.UnweightedAggregationFactory]
+_LOSS_REQUIREMENT = f'{_checks.one_of(sorted(registry.LOSSES))} or a tf.keras.losses.Loss'
+_AGGREGATOR_REQUIREMENT = (f'{_checks.one_of(sorted(registry.AGGREGATORS))} or a '
+                           'tff.aggregators factory')
 
 
 def _call_with_kwargs(kind: str, name: str, fn: Callable[..., Any], kwargs: Mapping[str, Any]):
@@ -40,17 +43,14 @@ def resolve_loss(loss: LossArg, loss_kwargs: Optional[Mapping[str, Any]] = None
   kwargs = dict(loss_kwargs or {})
   if isinstance(loss, str):
     if loss not in registry.LOSSES:
-      raise _checks.ArgumentError(argument='loss', value=loss, message=(
-          f'loss must be one of {sorted(registry.LOSSES)} or a '
-          f'tf.keras.losses.Loss, got {loss!r}'))
+      raise _checks.ArgumentError.must_be('loss', loss, _LOSS_REQUIREMENT)
     make = registry.LOSSES[loss]
     with tf.Graph().as_default():
       _call_with_kwargs('loss', loss, make, kwargs)
     return lambda: make(**kwargs)
   if isinstance(loss, tf.keras.losses.Loss):
     if kwargs:
-      raise _checks.ArgumentError(argument='loss_kwargs', value=kwargs, message=(
-          f'loss_kwargs must be empty when loss is an object, got {kwargs!r}'))
+      raise _checks.ArgumentError.must_be('loss_kwargs', kwargs, 'empty when loss is an object')
     cls, config = type(loss), loss.get_config()
     if config.get('from_logits') is False:
       raise _checks.ArgumentError(argument='loss', value=loss, message=(
@@ -64,9 +64,7 @@ def resolve_loss(loss: LossArg, loss_kwargs: Optional[Mapping[str, Any]] = None
           'the labels here are sparse class indices: use '
           'tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)'))
     return lambda: cls.from_config(config)
-  raise _checks.ArgumentError(argument='loss', value=loss, message=(
-      f'loss must be one of {sorted(registry.LOSSES)} or a tf.keras.losses.Loss, '
-      f'got {loss!r}'))
+  raise _checks.ArgumentError.must_be('loss', loss, _LOSS_REQUIREMENT)
 
 
 def resolve_aggregator(aggregator: AggregatorArg,
@@ -79,21 +77,16 @@ def resolve_aggregator(aggregator: AggregatorArg,
   kwargs = dict(aggregator_kwargs or {})
   if isinstance(aggregator, str):
     if aggregator not in registry.AGGREGATORS:
-      raise _checks.ArgumentError(argument='aggregator', value=aggregator, message=(
-          f'aggregator must be one of {sorted(registry.AGGREGATORS)} or a '
-          f'tff.aggregators factory, got {aggregator!r}'))
+      raise _checks.ArgumentError.must_be('aggregator', aggregator, _AGGREGATOR_REQUIREMENT)
     return _call_with_kwargs('aggregator', aggregator, registry.AGGREGATORS[aggregator], kwargs)
   if kwargs:
-    raise _checks.ArgumentError(argument='aggregator_kwargs', value=kwargs, message=(
-        f'aggregator_kwargs must be empty when aggregator is an object, got '
-        f'{kwargs!r}'))
+    raise _checks.ArgumentError.must_be('aggregator_kwargs', kwargs,
+                                        'empty when aggregator is an object')
   if isinstance(aggregator, tff.aggregators.WeightedAggregationFactory):
     return aggregator
   if isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
     return tff.aggregators.as_weighted_aggregator(aggregator)
-  raise _checks.ArgumentError(argument='aggregator', value=aggregator, message=(
-      f'aggregator must be one of {sorted(registry.AGGREGATORS)} or a '
-      f'tff.aggregators factory, got {aggregator!r}'))
+  raise _checks.ArgumentError.must_be('aggregator', aggregator, _AGGREGATOR_REQUIREMENT)
 
 
 def resolve_weighting_for(client_weighting: client_work_lib.WeightingArg, factory, *,
@@ -104,9 +97,8 @@ def resolve_weighting_for(client_weighting: client_work_lib.WeightingArg, factor
   weighting = client_work_lib.resolve_weighting(
       client_weighting, default='loss' if weights_are_losses else default)
   if weights_are_losses and weighting != 'loss':
-    raise _checks.ArgumentError(argument='client_weighting', value=client_weighting, message=(
-        'client_weighting must be "loss" for an aggregator with '
-        f'weights_are_losses=True, got {client_weighting!r}'))
+    raise _checks.ArgumentError.must_be('client_weighting', client_weighting,
+                                        "'loss' for an aggregator with weights_are_losses=True")
   return weighting
 
 
@@ -222,38 +214,42 @@ def build_process(model_fn: models_lib.ModelArg, *,
   weighting = resolve_weighting_for(client_weighting, factory, default='num_examples')
   corrective = registry.is_corrective_factory(factory)
   if corrective and weighting != 'num_examples':
-    raise ValueError('client_weighting must be "num_examples" with the corrective aggregator '
-                     f'(its weights are numbers of examples), got {client_weighting!r}')
+    raise _checks.ArgumentError.must_be('client_weighting', client_weighting, "'num_examples' "
+                                        'with the corrective aggregator (its weights are numbers '
+                                        'of examples)')
   dataset_counts = _dataset_counts_of(loss_fn)
   normalized = _checks.check_bool('normalized_averaging', normalized_averaging)
   if normalized:
     fednova_lib.check_optimizer('client_optimizer_fn', client_optimizer)
     if weighting == 'loss':
-      raise ValueError('normalized_averaging (FedNova) weights clients by examples or uniformly '
-                       '(its weights p_i also weight tau_eff): it cannot be combined with '
-                       f'client_weighting "loss" (aggregator {aggregator!r} reads its weights as '
-                       'losses when weights_are_losses=True)')
+      raise _checks.ArgumentError(argument='normalized_averaging', value=normalized, message=(
+          'normalized_averaging (FedNova) weights clients by examples or uniformly '
+          '(its weights p_i also weight tau_eff): it cannot be combined with '
+          f'client_weighting "loss" (aggregator {aggregator!r} reads its weights as '
+          'losses when weights_are_losses=True)'))
     if corrective or dataset_counts:
-      raise ValueError('normalized_averaging (FedNova) cannot be combined with the corrective '
-                       'aggregator or a loss with counts="dataset"')
+      raise _checks.ArgumentError(argument='normalized_averaging', value=normalized, message=(
+          'normalized_averaging (FedNova) cannot be combined with the corrective '
+          'aggregator or a loss with counts="dataset"'))
   if dataset_counts and corrective:
-    raise ValueError('a loss with counts="dataset" cannot be combined with the corrective '
-                     'aggregator (its gradient pass would need the counts too); use '
-                     'counts="batch"')
+    raise _checks.ArgumentError(argument='loss_kwargs', value=loss_kwargs, message=(
+        'a loss with counts="dataset" cannot be combined with the corrective '
+        'aggregator (its gradient pass would need the counts too); use counts="batch"'))
   model = models_lib.resolve_model(model_fn, input_spec)
   if model.kind != models_lib.KERAS:
     if loss is not None or loss_kwargs:
       name = loss if isinstance(loss, str) else type(loss).__name__
       method = registry.LOSSES[name].method if name in registry.LOSSES else None
-      raise ValueError(
+      raise _checks.ArgumentError(argument='loss', value=loss, message=(
           f'loss {name!r}{f" ({method})" if method else ""} replaces the model\'s loss and needs '
           f'a Keras model (model_fn returning a tf.keras.Model), got {model.description}, '
           'whose loss cannot be replaced. The server-side methods (FedAvg, FedProx, FedGH, DGC '
           'with the model\'s loss, principal gradients, corrective weights) work with it; '
-          'leave loss unset.')
+          'leave loss unset.'))
     if metrics is not None and model.kind == models_lib.VARIABLE:
-      raise ValueError(f'metrics cannot be given with {model.description}, which reports its '
-                       f'own metrics; got metrics={metrics!r}')
+      raise _checks.ArgumentError(argument='metrics', value=metrics, message=(
+          f'metrics cannot be given with {model.description}, which reports its '
+          f'own metrics; got metrics={metrics!r}'))
 
   return _compose(model, loss_fn=loss_fn, metrics_fn=metrics_fn,
                   functional_metrics=metrics is not None, factory=factory, weighting=weighting,

@@ -42,10 +42,10 @@ def plain_sgd_learning_rate(name: str, optimizer: Any) -> tuple[Any, float]:
   if not plain:
     kind = 'SGD' if is_sgd else type(opt).__name__.lstrip('_')
     values = {k: float(tf.get_static_value(v)) for k, v in hparams_.items()}
-    raise ValueError(
+    raise _checks.ArgumentError(argument=name, value=optimizer, message=(
         f'{name} must be plain SGD for SCAFFOLD (tff.learning.optimizers.build_sgdm('
         f'learning_rate=..., momentum=None)): its local step is y <- y - lr (g - c_i + c) and '
-        f'its control update divides by K lr; got {kind} with hyperparameters {values!r}')
+        f'its control update divides by K lr; got {kind} with hyperparameters {values!r}'))
   return opt, float(tf.get_static_value(hparams_['learning_rate']))
 
 
@@ -198,15 +198,17 @@ def build_scaffold(model_fn: models_lib.ModelArg, *,
   clip = hparams.CLIENT_CLIP_NORM.check(clip_norm)
   factory = process_lib.resolve_aggregator(aggregator, aggregator_kwargs)
   if registry.is_corrective_factory(factory):
-    raise ValueError('aggregator: the corrective aggregator cannot be composed with SCAFFOLD '
-                     '(its clients must send gradients at the trained model), got '
-                     f'{aggregator!r}')
+    raise _checks.ArgumentError(argument='aggregator', value=aggregator, message=(
+        'aggregator: the corrective aggregator cannot be composed with SCAFFOLD '
+        '(its clients must send gradients at the trained model), got '
+        f'{aggregator!r}'))
   weighting = process_lib.resolve_weighting_for(client_weighting, factory, default='uniform')
   metrics_fn = models_lib.resolve_metrics(metrics)
   model = models_lib.resolve_model(model_fn, input_spec)
   if metrics is not None and model.kind == models_lib.VARIABLE:
-    raise ValueError(f'metrics cannot be given with {model.description}, which reports its '
-                     f'own metrics; got metrics={metrics!r}')
+    raise _checks.ArgumentError(argument='metrics', value=metrics, message=(
+        f'metrics cannot be given with {model.description}, which reports its '
+        f'own metrics; got metrics={metrics!r}'))
   loss_fn = process_lib.resolve_loss('ce')
   if model.kind == models_lib.KERAS:
     loss_fn = models_lib.label_checked(loss_fn, model.num_classes)

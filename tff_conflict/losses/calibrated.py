@@ -120,8 +120,9 @@ class CalibratedLabelLoss(tf.keras.losses.Loss):
   def assign_class_counts(self, counts):
     """Sets the dataset class counts N (`counts="dataset"` only); returns the assign op."""
     if self.class_counts is None:
-      raise ValueError(f'assign_class_counts needs counts="dataset", this loss has '
-                       f'counts={self.counts!r}')
+      raise _checks.ArgumentError(argument='counts', value=self.counts, message=(
+          f'assign_class_counts needs counts="dataset", this loss has '
+          f'counts={self.counts!r}'))
     return self.class_counts.assign(tf.cast(counts, tf.float32))
 
   def call(self, y_true, y_pred):

@@ -126,15 +126,17 @@ class InProcessRunner:
     _checks.check_choice('accumulation', accumulation, _ACCUMULATIONS)
     for attr in ('initialize', 'next'):
       if not hasattr(learning_process, attr):
-        raise ValueError(f'learning_process must have `initialize` and `next`, got '
-                         f'{type(learning_process).__name__} without `{attr}`')
+        raise _checks.ArgumentError(argument='learning_process', value=learning_process, message=(
+            f'learning_process must have `initialize` and `next`, got '
+            f'{type(learning_process).__name__} without `{attr}`'))
     parameter = getattr(getattr(learning_process.next, 'type_signature', None), 'parameter', None)
     if isinstance(parameter, tff.types.StructType) and len(parameter) == 2:
       data_type = parameter[1]
       if (not isinstance(data_type, tff.types.FederatedType)
           or data_type.placement is not tff.CLIENTS):
-        raise ValueError(f'learning_process.next must take client data placed at CLIENTS, got '
-                         f'{data_type}')
+        raise _checks.ArgumentError(argument='learning_process', value=learning_process, message=(
+            f'learning_process.next must take client data placed at CLIENTS, got '
+            f'{data_type}'))
     _compat.check_versions()
     self._process = learning_process
     self._num_threads = num_threads
@@ -250,8 +252,9 @@ class InProcessRunner:
     """
     if isinstance(client_data, (str, bytes, tf.data.Dataset)) or not isinstance(
         client_data, Sequence):
-      raise ValueError('client_data must be a list of tf.data.Dataset (one per client), got '
-                       f'{type(client_data).__name__}')
+      raise _checks.ArgumentError(argument='client_data', value=client_data, message=(
+          'client_data must be a list of tf.data.Dataset (one per client), got '
+          f'{type(client_data).__name__}'))
     member_type = self._data_type.member
     data_specs = self._data_specs
     flat_clients = []
@@ -260,8 +263,9 @@ class InProcessRunner:
       for leaf in leaves:
         if not isinstance(leaf, tf.data.Dataset) and isinstance(
             member_type, tff.types.SequenceType):
-          raise ValueError(f'client_data[{k}] must be a tf.data.Dataset, got '
-                           f'{type(leaf).__name__}')
+          raise _checks.ArgumentError(argument=f'client_data[{k}]', value=data, message=(
+              f'client_data[{k}] must be a tf.data.Dataset, got '
+              f'{type(leaf).__name__}'))
       flat_clients.append([_tf_stamp.to_tensor(_without_autotuning(v), s)
                            for v, s in zip(leaves, data_specs)])
     state_tensors = self._state_tensors(state)
@@ -478,6 +482,7 @@ def make_runner(learning_process: Any, kind: str = 'cpp', **kwargs: Any) -> Any:
   """
   if _checks.check_choice('kind', kind, ('cpp', 'inprocess')) == 'cpp':
     if kwargs:
-      raise ValueError(f'make_runner: options {sorted(kwargs)} apply only to kind="inprocess"')
+      raise _checks.ArgumentError(argument='kwargs', value=kwargs, message=(
+          f"make_runner: options {sorted(kwargs)} apply only to kind='inprocess'"))
     return learning_process
   return InProcessRunner(learning_process, **kwargs)

@@ -32,17 +32,21 @@ def parse_worker_addresses(addresses: Union[str, Sequence[str]]) -> list[str]:
   elif isinstance(addresses, Sequence):
     items = list(addresses)
   else:
-    raise ValueError(f'addresses must be "host:port,..." or a list of "host:port", got '
-                     f'{addresses!r}')
+    raise _checks.ArgumentError(argument='addresses', value=addresses, message=(
+        f'addresses must be "host:port,..." or a list of "host:port", got '
+        f'{addresses!r}'))
   if not items:
-    raise ValueError(f'addresses must name at least one worker, got {addresses!r}')
+    raise _checks.ArgumentError(argument='addresses', value=addresses, message=(
+        f'addresses must name at least one worker, got {addresses!r}'))
   for item in items:
     match = _ADDRESS.match(item) if isinstance(item, str) else None
     if match is None or not 1 <= int(match.group('port')) <= 65535:
-      raise ValueError(f'addresses: each worker must be "host:port" with port 1..65535, got '
-                       f'{item!r}')
+      raise _checks.ArgumentError(argument='addresses', value=addresses, message=(
+          f'addresses: each worker must be "host:port" with port 1..65535, got '
+          f'{item!r}'))
   if len(set(items)) != len(items):
-    raise ValueError(f'addresses: a worker is listed twice in {items!r}')
+    raise _checks.ArgumentError(argument='addresses', value=addresses, message=(
+        f'addresses: a worker is listed twice in {items!r}'))
   return items
 
 

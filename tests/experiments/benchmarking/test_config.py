@@ -76,7 +76,7 @@ def test_the_parts_and_their_defaults_are_the_experiments():
     (dict(loop=dict(clients_per_round=1.5)), '--clients_per_round must be an integer >= 1'),
     (dict(models={'emnist': 'mlp'}), "--models must be entries of the regimes' datasets"),
     (dict(models={'digits': 'resnet'}), "--models must be one of"),
-    (dict(detect={'digits': 1.5}), '--detect must be differences in (0, 1), got 1.5'),
+    (dict(detect={'digits': 1.5}), '--detect must be a number in (0, 1), got 1.5'),
     (dict(detect={'mnist': 0.01}), '--detect must be entries of the regimes'),
     (dict(equivalence_margin=0), '--equivalence_margin must be a number in (0, 1)'),
     (dict(primary_statistic='best_accuracy'), '--primary_statistic must be one of'),
