@@ -43,7 +43,8 @@ def sample_clients(client_ids: Sequence[str], num_clients: int, *, seed: int,
   """`num_clients` distinct clients drawn by `numpy.random.default_rng([seed, round_num])`, in
   the order of `client_ids`: a function of (seed, round_num) only."""
   if not 1 <= num_clients <= len(client_ids):
-    raise ValueError(f'num_clients must be in [1, {len(client_ids)}], got {num_clients}')
+    raise config_lib.ConfigError('num_clients', num_clients,
+                                 f'an integer in [1, {len(client_ids)}]')
   rng = np.random.default_rng([int(seed), int(round_num)])
   return [client_ids[i] for i in np.sort(rng.choice(len(client_ids), num_clients, replace=False))]
 
@@ -225,8 +226,8 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   runner = process if runner is None else runner
   client_ids = list(train_data.client_ids)
   if config.clients_per_round > len(client_ids):
-    raise ValueError(f'clients_per_round={config.clients_per_round} is larger than the '
-                     f'population of {len(client_ids)} clients')
+    raise config_lib.ConfigError('clients_per_round', config.clients_per_round,
+                                 f'at most the population of {len(client_ids)} clients')
   prefix = f'{label}: ' if label else ''
 
   def notify(text: str) -> None:

@@ -60,7 +60,7 @@ class Hparam:
   def valid_range(self) -> str:
     """The accepted values in words, e.g. 'a finite number >= 0' or "one of 'batch', 'dataset'"."""
     if self.kind == CHOICE:
-      return 'one of ' + ', '.join(map(repr, self.choices))
+      return _checks.one_of(self.choices)
     if self.kind == BOOL:
       return 'a bool'
     if self.kind == SEED:

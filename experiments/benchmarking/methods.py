@@ -8,6 +8,7 @@ import inspect
 import re
 from typing import Any, Mapping, Optional, Sequence
 
+from tff_conflict import _checks
 from tff_conflict import hparams as hparams_lib
 
 CUSTOM = 'custom'
@@ -70,10 +71,6 @@ def described(variant: str) -> str:
   return ', '.join(items) if parent == diagnoses else f'{parent} with {", ".join(items)}'
 
 
-def _one_of(choices) -> str:
-  return 'one of ' + ', '.join(map(repr, choices))
-
-
 def parse_value(text: str) -> Any:
   """'5' -> 5, '0.1' -> 0.1, 'true'/'false' -> bool, 'none' -> None, anything else a string."""
   text = text.strip()
@@ -106,10 +103,10 @@ def _compose(baseline: str, aggregator: str) -> Method:
                if 'aggregator' in inspect.signature(build).parameters]
   if baseline not in baselines:
     raise ValueError(f'method {name!r}: {baseline!r} is no baseline that takes an aggregator; '
-                     f'{_one_of(baselines)}')
+                     f'{_checks.one_of(baselines)}')
   if aggregator not in learning.AGGREGATORS:
     raise ValueError(f'method {name!r}: unknown aggregator {aggregator!r}; '
-                     f'{_one_of(sorted(learning.AGGREGATORS))}')
+                     f'{_checks.one_of(sorted(learning.AGGREGATORS))}')
   grid = dict(METHODS[baseline].grid,
               **dict(_grid(hparams_lib.AGGREGATOR_HPARAMS.get(aggregator, ()))))
   return Method(name, baseline, fixed=(('aggregator', aggregator),), grid=tuple(grid.items()))
@@ -133,14 +130,14 @@ def parse_method(text: str) -> Method:
   match = _VARIANT.match(text)
   if not match:
     raise ValueError(f'unknown method {text!r}: use '
-                     f'{_one_of(sorted(METHODS) + sorted(VARIANTS))}, BASELINE+AGGREGATOR or '
-                     'ALGORITHM[key=value,...]')
+                     f'{_checks.one_of(sorted(METHODS) + sorted(VARIANTS))}, '
+                     'BASELINE+AGGREGATOR or ALGORITHM[key=value,...]')
   known = match[1] in METHODS or match[1] in VARIANTS or composition_parts(match[1])
   base = parse_method(match[1]) if known else Method(match[1], match[1])
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   if base.algorithm != CUSTOM and base.algorithm not in learning.ALGORITHMS:
     raise ValueError(f'method {text!r}: unknown algorithm {base.algorithm!r}; '
-                     f'{_one_of(list(learning.ALGORITHMS) + [CUSTOM])}')
+                     f'{_checks.one_of(list(learning.ALGORITHMS) + [CUSTOM])}')
   fixed, rates = dict(base.fixed), {}
   for item in filter(None, match[2].split(',')):
     key, sep, value = item.partition('=')
@@ -150,7 +147,7 @@ def parse_method(text: str) -> Method:
   for key, table in (('loss', hparams_lib.LOSS_HPARAMS),
                      ('aggregator', hparams_lib.AGGREGATOR_HPARAMS)):
     if base.algorithm == CUSTOM and isinstance(fixed.get(key), str) and fixed[key] not in table:
-      raise ValueError(f'method {text!r}: {key} must be {_one_of(sorted(table))}, got '
+      raise ValueError(f'method {text!r}: {key} must be {_checks.one_of(sorted(table))}, got '
                        f'{fixed[key]!r}')
   for key, value in rates.items():
     if not isinstance(value, (int, float)) or isinstance(value, bool):

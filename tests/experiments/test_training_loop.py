@@ -34,6 +34,10 @@ def test_sample_clients_depends_only_on_seed_and_round():
   # Round 3's sample is the same whatever was drawn before (no shared generator state).
   training_loop.sample_clients(ids, 5, seed=1, round_num=2)
   assert training_loop.sample_clients(ids, 5, seed=1, round_num=3) == a
+  for too_many in (0, 21):
+    with pytest.raises(config_lib.ConfigError) as refused:
+      training_loop.sample_clients(ids, too_many, seed=1, round_num=3)
+    assert (refused.value.argument, refused.value.value) == ('num_clients', too_many)
   assert training_loop.sample_clients(ids, 20, seed=0, round_num=1) == ids
   with pytest.raises(ValueError, match='num_clients'):
     training_loop.sample_clients(ids, 21, seed=0, round_num=1)
@@ -168,7 +172,8 @@ def test_resume_refuses_other_hyperparameters_and_noresume_starts_over(tmp_path,
 def test_clients_per_round_larger_than_population(tmp_path, tiny):
   process, train, evaluate_fn = tiny
   config = config_lib.LoopConfig(rounds=1, clients_per_round=5)
-  with pytest.raises(ValueError, match='clients_per_round=5 is larger than the population of 4'):
+  with pytest.raises(config_lib.ConfigError,
+                     match='clients_per_round must be at most the population of 4 clients, got 5'):
     training_loop.run_training(process, train_data=train, evaluate_fn=evaluate_fn,
                                config=config, experiment_dir=str(tmp_path), hparams={},
                                show_progress=False)
