@@ -2,6 +2,7 @@
 measurement that tests why, its variants' gaps (exploratory); readings in docs/experiments.md."""
 
 import os
+import re
 from typing import Any, Mapping, Optional, Sequence
 
 from experiments import stats
@@ -134,18 +135,11 @@ def _reading(algorithm: str) -> Optional[str]:
   each method's diagnosis reads" (`- `name`: ...`, one paragraph), None without one."""
   try:
     with open(_DOCS) as f:
-      lines = f.read().split('\n')
+      _, heading, items = f.read().partition(_READINGS + '\n')
   except OSError:
     return None
-  start, item = next((i for i, line in enumerate(lines) if line == _READINGS), len(lines)), None
-  for line in lines[start:]:
-    if item is not None and not line.startswith('  '):
-      break
-    if item is not None:
-      item.append(line.strip())
-    elif line.startswith(f'- `{algorithm}`: '):
-      item = [line[len(f'- `{algorithm}`: '):]]
-  return ' '.join(item) if item else None
+  item = re.search(rf'^- `{re.escape(algorithm)}`: (.*(?:\n  .*)*)', items, re.MULTILINE)
+  return ' '.join(line.strip() for line in item[1].split('\n')) if heading and item else None
 
 
 def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
