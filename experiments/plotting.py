@@ -53,10 +53,11 @@ def plot_curves(curves: Mapping[str, Sequence[Any]], path: str, *, ylabel: str,
   return drawn
 
 
-def _save(fig, ax, path: str, ylabel: str, legend: str = 'small', **legend_kwargs) -> None:
-  """Labels `ax`, then writes `fig` atomically (`files.atomic_open`) in `path`'s format."""
+def _save(fig, ax, path: str, ylabel: str, legend: str = 'small', grid: str = 'both',
+          **legend_kwargs) -> None:
+  """Labels `ax` (grid lines on axis `grid`), then writes `fig` atomically in `path`'s format."""
   ax.set_ylabel(ylabel)
-  ax.grid(True, alpha=0.3, **({'axis': 'y'} if legend_kwargs.pop('y_grid', False) else {}))
+  ax.grid(True, alpha=0.3, axis=grid)
   ax.legend(fontsize=legend, **legend_kwargs)
   fig.tight_layout()
   with files.atomic_open(path, 'wb') as f:
@@ -138,7 +139,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
     ax.set_xticklabels(others, rotation=20, fontsize='small')
     ax.set_title('Effect of local epochs on each method\'s gain')
     _save(fig, ax, os.path.join(plots_dir, 'epochs_effect.png'),
-          f'{gain}\nmean over regimes (± std over regimes)', y_grid=True)
+          f'{gain}\nmean over regimes (± std over regimes)', grid='y')
     plt.close(fig)
     written['epochs_effect'] = 'epochs_effect.png'
   return written

@@ -9,6 +9,8 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as scipy_stats
 
+from tff_conflict import _checks
+
 
 @dataclasses.dataclass(frozen=True)
 class Interval:
@@ -39,12 +41,6 @@ def mean_std(values: Sequence[Optional[float]]) -> tuple[float, float]:
   return float(np.mean(finite)), float(np.std(finite, ddof=1))
 
 
-def _check(**values: float) -> None:
-  for name, value in values.items():
-    if not 0 < value < 1:
-      raise ValueError(f'{name} must be in (0, 1), got {value!r}')
-
-
 def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Optional[float]],
                       confidence: float = 0.95) -> Optional[Interval]:
   """Student's t interval of the mean of x[k] - y[k] over the keys (seeds) both hold finite;
@@ -54,7 +50,7 @@ def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Op
   paired t-test, whose p-value it carries, rejects at level 1 - c (p 0 for a constant nonzero
   difference, 1 for a constant 0).
   """
-  _check(confidence=confidence)
+  _checks.check_fraction('confidence', confidence)
   keys = sorted(k for k in set(x) & set(y) if _finite([x[k]]) and _finite([y[k]]))
   if not keys:
     return None
@@ -106,7 +102,8 @@ def minimal_detectable_difference(sd: float, n: int, *, alpha: float = 0.05,
                                   power: float = 0.8) -> float:
   """The smallest |mean difference| `paired_power` detects with probability `power` (its root,
   bracketed from 0); NaN for n < 2 or a non-finite sd."""
-  _check(alpha=alpha, power=power)
+  _checks.check_fraction('alpha', alpha)
+  _checks.check_fraction('power', power)
   if n < 2 or not math.isfinite(sd) or sd < 0:
     return float('nan')
   if sd == 0:
@@ -123,13 +120,12 @@ def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: fl
   when the differences' sd is `sd` (a pilot's); `maximum` when even that many do not.
 
   Raises:
-    ValueError: a difference <= 0, a negative or non-finite sd, alpha or power outside (0, 1).
+    ArgumentError: a difference not > 0, an sd not >= 0, alpha or power outside (0, 1).
   """
-  _check(alpha=alpha, power=power)
-  if not difference > 0:
-    raise ValueError(f'difference must be > 0, got {difference!r}')
-  if not math.isfinite(sd) or sd < 0:
-    raise ValueError(f'sd must be a finite number >= 0, got {sd!r}')
+  _checks.check_fraction('alpha', alpha)
+  _checks.check_fraction('power', power)
+  _checks.check_positive('difference', difference)
+  _checks.check_nonnegative('sd', sd)
   n = 2
   while n < maximum and paired_power(difference, sd, n, alpha) < power:
     n += 1

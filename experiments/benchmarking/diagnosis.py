@@ -2,6 +2,7 @@
 measurement that tests why, its variants' gaps (exploratory); readings in docs/experiments.md."""
 
 import os
+import re
 from typing import Any, Mapping, Optional, Sequence
 
 from experiments import stats
@@ -17,24 +18,23 @@ BASELINE = 'fedavg'
 gap = results.difference  # (cell, method, baseline, column): method - baseline paired by seed
 _RARE, _COMMON = 'final_rare_pair_error', 'final_common_pair_error'
 # The measurements that test each algorithm's reading (others: the conflict fraction): per
-# measurement the column a run needs, the intro's text and (header, cell kind, column) per column;
-# a header's {m} / {b} are the method and its baseline.
+# measurement its columns' (header, cell kind, column), a run needing the first one's column; a
+# header's {m} / {b} are the method and its baseline.
 _MEASURED = {'fedga': ['pair_errors', 'logit'], 'fedld': ['norm_ratio'],
              'fed_corrective': ['norm_ratio']}
 _MEASUREMENTS = {
-    'pair_errors': (_RARE, [('rare pairs: {m} / {b}', 'both', _RARE),
-                            ('common pairs: {m} / {b}', 'both', _COMMON),
-                            ('excess on rare pairs (paired)', 'gap', _RARE),
-                            ('excess on common pairs (paired)', 'gap', _COMMON)]),
-    'logit': ('final_mean_logit', [('{m}', 'method', 'final_mean_logit'),
-                                   ('{b}', 'baseline', 'final_mean_logit'),
-                                   ('difference (paired)', 'gap', 'final_mean_logit')]),
-    'norm_ratio': ('norm_ratio', [
-        ('norm ratio', 'method', 'norm_ratio'),
-        ('server learning rate that compensates it (1 / ratio)', 'inverse', 'norm_ratio'),
-        ('conflict fraction before', 'method', 'conflict_before')]),
-    'conflict': ('conflict_before', [('conflict fraction before', 'method', 'conflict_before'),
-                                     ('norm ratio', 'method', 'norm_ratio')])}
+    'pair_errors': [('rare pairs: {m} / {b}', 'both', _RARE),
+                    ('common pairs: {m} / {b}', 'both', _COMMON),
+                    ('excess on rare pairs (paired)', 'gap', _RARE),
+                    ('excess on common pairs (paired)', 'gap', _COMMON)],
+    'logit': [('{m}', 'method', 'final_mean_logit'), ('{b}', 'baseline', 'final_mean_logit'),
+              ('difference (paired)', 'gap', 'final_mean_logit')],
+    'norm_ratio': [('norm ratio', 'method', 'norm_ratio'),
+                   ('server learning rate that compensates it (1 / ratio)', 'inverse',
+                    'norm_ratio'),
+                   ('conflict fraction before', 'method', 'conflict_before')],
+    'conflict': [('conflict fraction before', 'method', 'conflict_before'),
+                 ('norm ratio', 'method', 'norm_ratio')]}
 
 
 def fmt_gap(g: Optional[stats.Interval]) -> str:
@@ -78,8 +78,8 @@ def _measure_table(cells, method, baseline, columns, needs: Optional[str] = None
 
 def _measurement(name: str, cells, method: str, baseline: str) -> list[str]:
   """The measurement's intro and table; its reading (class-pair errors) or why it is missing."""
-  needs, columns = _MEASUREMENTS[name]
-  table = _measure_table(cells, method, baseline, columns, needs)
+  columns = _MEASUREMENTS[name]
+  table = _measure_table(cells, method, baseline, columns, needs=columns[0][2])
   if not table:
     return {'pair_errors': [text('pair_errors_missing')],
             'norm_ratio': [f'The runs of {method} carry no `aggregator/norm_ratio`.']}.get(name, [])
@@ -134,18 +134,11 @@ def _reading(algorithm: str) -> Optional[str]:
   each method's diagnosis reads" (`- `name`: ...`, one paragraph), None without one."""
   try:
     with open(_DOCS) as f:
-      lines = f.read().split('\n')
+      _, heading, items = f.read().partition(_READINGS + '\n')
   except OSError:
     return None
-  start, item = next((i for i, line in enumerate(lines) if line == _READINGS), len(lines)), None
-  for line in lines[start:]:
-    if item is not None and not line.startswith('  '):
-      break
-    if item is not None:
-      item.append(line.strip())
-    elif line.startswith(f'- `{algorithm}`: '):
-      item = [line[len(f'- `{algorithm}`: '):]]
-  return ' '.join(item) if item else None
+  item = re.search(rf'^- `{re.escape(algorithm)}`: (.*(?:\n  .*)*)', items, re.MULTILINE)
+  return ' '.join(line.strip() for line in item[1].split('\n')) if heading and item else None
 
 
 def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,

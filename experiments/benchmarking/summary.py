@@ -44,11 +44,11 @@ def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
         continue
       word = results_lib.verdict(d, results_lib.margin(config),
                                  results_lib.at_chance(cell, method, against))
-      text = f'{d.mean:+.3f} (one seed)' if d.n < 2 else f'{d.mean:+.3f}'
+      said = f'{d.mean:+.3f} (one seed)' if d.n < 2 else f'{d.mean:+.3f}'
       if d.n >= 2 and word in ('beats', 'loses'):
-        text += f' [{d.low:+.3f}, {d.high:+.3f}], Holm p {tables.fmt_p(d.p_value)}'
+        said += f' [{d.low:+.3f}, {d.high:+.3f}], Holm p {tables.fmt_p(d.p_value)}'
       label = method if against == baseline else f'{method} (against {against})'
-      groups.setdefault(word, []).append(f'{label} {text}')
+      groups.setdefault(word, []).append(f'{label} {said}')
     mean = tables.fmt(results_lib.mean(cell.get(baseline, {}),
                                        results_lib.primary_statistic(config)), 3)
     parts = [f'{word}: {", ".join(groups[word])}'
@@ -155,10 +155,10 @@ def render(name: str, directory: str, root: str = ROOT) -> str:
     raise _checks.ArgumentError(
         f'unknown measured block {name!r}; {_checks.one_of(sorted(BLOCKS))}', argument='name',
         value=name)
-  text = BLOCKS[name](*results_lib.load(os.path.join(root, directory)))
+  body = BLOCKS[name](*results_lib.load(os.path.join(root, directory)))
   return '\n'.join(textwrap.fill(line, 100, break_long_words=False, break_on_hyphens=False,
                                  subsequent_indent='  ' if line.startswith('- ') else '')
-                   if line else '' for line in text.splitlines()) + '\n'
+                   if line else '' for line in body.splitlines()) + '\n'
 
 
 def check_file(path: str, root: str = ROOT, *, write: bool = False) -> list[str]:
@@ -169,19 +169,19 @@ def check_file(path: str, root: str = ROOT, *, write: bool = False) -> list[str]
     ValueError: a block without its end marker or an unknown block name.
   """
   with open(path) as f:
-    text = f.read()
+    content = f.read()
   out, last, stale = [], 0, []
-  for match in START.finditer(text):
-    end = text.find(END, match.end())
+  for match in START.finditer(content):
+    end = content.find(END, match.end())
     if end < 0:
       raise ValueError(f'measured block {match[1]!r} has no "{END}"')
     block = render(match[1], match[2], root)
-    if text[match.end():end] != block:
+    if content[match.end():end] != block:
       stale.append(f'{os.path.basename(path)}: block {match[1]} (from {match[2]})')
-    out, last = out + [text[last:match.end()], block], end
+    out, last = out + [content[last:match.end()], block], end
   if write:
     with open(path, 'w') as f:
-      f.write(''.join(out) + text[last:])
+      f.write(''.join(out) + content[last:])
   return stale
 
 

@@ -103,6 +103,10 @@ def test_seeds_needed_is_the_smallest_n_with_enough_power():
   assert stats.seeds_needed(0.0, 0.01) == 2
   with pytest.raises(ValueError, match='difference'):
     stats.seeds_needed(0.01, 0.0)
+  with pytest.raises(ValueError, match="sd must be a finite number >= 0, got -0.01"):
+    stats.seeds_needed(-0.01, 0.01)
+  with pytest.raises(ValueError, match='power must be a number in'):
+    stats.minimal_detectable_difference(0.01, 5, power=1.0)
 
 
 def test_plateau_compares_the_last_window_with_the_window_before():
