@@ -7,6 +7,8 @@ import os
 import re
 from typing import Any, Callable, Collection, Mapping, NamedTuple, Optional
 
+import numpy as np
+
 from experiments import config as experiment_config
 from experiments.benchmarking import methods as methods_lib
 
@@ -448,10 +450,13 @@ TUNING_SETTINGS = tuple(_NAMES[_NAMES.index('tune'):_NAMES.index('plateau_tolera
 
 
 def _plain(value: Any) -> Any:
+  """`value` as JSON values (a NumPy scalar, which the checks accept, as its Python value)."""
   if dataclasses.is_dataclass(value):
     value = dataclasses.asdict(value)
   if isinstance(value, Mapping):
     return {str(k): _plain(v) for k, v in value.items()}
+  if isinstance(value, np.generic):
+    return value.item()
   return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 

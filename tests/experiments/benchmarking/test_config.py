@@ -2,7 +2,9 @@
 naming its flag."""
 
 import dataclasses
+import json
 
+import numpy as np
 import pytest
 
 from experiments import config as experiment_config
@@ -54,6 +56,10 @@ def test_the_parts_and_their_defaults_are_the_experiments():
   assert flat['rounds'] == defaults.training.rounds
   assert flat['client_learning_rate'] == defaults.client.learning_rate
   assert flat['experiment_name'] == 'benchmark' and flat['methods'] == ['fedavg', 'fedprox']
+  # NumPy scalars pass the checks; config.json holds them as JSON values.
+  numpy_config = _config(tune=np.True_, last_k=np.int64(3), validation_fraction=np.float32(0.25))
+  assert json.loads(json.dumps(config_lib.as_dict(numpy_config)))['tuning'] == dict(
+      config_lib.as_dict(config)['tuning'], tune=True, last_k=3, validation_fraction=0.25)
   # config.json of a benchmark run before the config had parts reads the same.
   assert config_lib.flat_settings({'rounds': 20})['rounds'] == 20
   with pytest.raises(TypeError, match='BenchmarkConfig.loop must be a LoopConfig'):
