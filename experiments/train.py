@@ -41,6 +41,8 @@ flags_lib.register_validators()
 
 def main(unused_argv):
   flags_lib.quiet_logs()
+  flags_lib.refuse_flags({name: 'applies to compare and the benchmark, which run several runs '
+                          '(train runs one)' for name in ('executor', 'workers', 'ray_address')})
   experiment = flags_lib.check_common_flags()
   experiment_dir = cli.prepare_output_dir(experiment.experiment_dir)
   cli.install_context(experiment)
