@@ -91,6 +91,7 @@ def check_finished_runs(config) -> None:
 
 def run_benchmark(config: config_lib.BenchmarkConfig, *,
                   loader: Optional[engine_lib.Loader] = None, stream: Optional[TextIO] = None,
+                  after_tuning: Callable[[], None] = lambda: None,
                   command: str = '') -> dict[str, Any]:
   """Runs the benchmark and writes, besides the runs' directories (`runs/`, `tuning/`):
     config.json            the settings, and under `plan` the plan (`plan.describe`)
@@ -106,6 +107,7 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     config: the benchmark.
     loader: `(regime, seed) -> (train, test)`; default `tff_conflict.data.load_regime`.
     stream: progress and messages (default stdout; the bar goes to stderr on a terminal).
+    after_tuning: called once tuning is over, before the first reporting run.
     command: the command line, recorded in timing.json and the report.
 
   Returns:
@@ -126,7 +128,8 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
   record = {n: pathlib.Path(config.root, n) for n in results_lib.RECORD_FILES}
   record = {path: path.read_bytes() if path.exists() else None for path in record.values()}
   try:
-    return _run(config, loader=loader, stream=stream or sys.stdout, command=command)
+    return _run(config, loader=loader, stream=stream or sys.stdout, after_tuning=after_tuning,
+                command=command)
   except engine_lib.SettingsChangedError:
     for path, content in record.items():   # a refused command leaves the record as it was
       if content is None:
@@ -179,7 +182,7 @@ def _make_executor(config, engine, loader):
                         ray_address=output.ray_address, state=engine)
 
 
-def _run(config, *, loader, stream, command) -> dict[str, Any]:
+def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   root = config.root
   start = time.monotonic()
@@ -229,6 +232,7 @@ def _run(config, *, loader, stream, command) -> dict[str, Any]:
     elif all(k in results for k in tuning_order) and not choices:
       choices.extend(results[k] for k in tuning_order)
       _write_tuning(config, choices)
+      after_tuning()
 
   def on_failure(spec, message):
     print(f'\nrun failed: {spec.label()}: {message} (details: '
@@ -242,6 +246,7 @@ def _run(config, *, loader, stream, command) -> dict[str, Any]:
   try:
     if not tuning_order:
       _write_tuning(config, choices)
+      after_tuning()
     executor = _make_executor(config, engine, loader)
     with executor:
       results = schedule.run(tasks, executor, root=root, counts=counts, on_progress=on_progress,

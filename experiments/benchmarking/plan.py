@@ -240,7 +240,7 @@ def _evaluated(config, dataset: str, epochs: int, method: Method, requests: Gene
 def tasks(config) -> list[Task]:
   """The benchmark as a value: every tuning (one task per dataset, E and tuned method; the
   baseline's choice a further task after every tuning of its dataset and E, `widen_search`)
-  and every method's reporting runs per dataset, after the choices they run at. Only this and
+  and every method's reporting runs per dataset, after every choice. Only this and
   the functions it calls read `config`."""
   out = []
   table = {m.name: m for m in methods(config)}
@@ -268,18 +268,15 @@ def tasks(config) -> list[Task]:
                                     widen_search(choice, reached)))
     out.append(Task(choice_key(config, dataset, epochs, method.name), group, widen,
                     0))   # its runs are counted in the tuning's upper bound
-  inherited = inherits(config, list(table.values()))
+  # Reporting starts once tuning is over (the test split is read by no run before).
+  tuned = tuple(dict.fromkeys(choice_key(config, d, e, m.name) for d, e, m in tuning_tasks(config)))
   for dataset in datasets(config):
-    for name, method in table.items():
-      source = inherited[name] or name
-      after = tuple(dict.fromkeys(
-          choice_key(config, dataset, tuned_epochs(config, e), source) for e in config.epochs)
-                    ) if config.tune else ()
+    for name in table:
 
-      def report(results, dataset=dataset, name=name, after=after):
-        specs = report_specs(config, [results[k] for k in after], dataset=dataset, method=name)
+      def report(results, dataset=dataset, name=name):
+        specs = report_specs(config, [results[k] for k in tuned], dataset=dataset, method=name)
         return list(zip(specs, (yield specs)))
-      out.append(Task(report_key(dataset, name), after, report,
+      out.append(Task(report_key(dataset, name), tuned, report,
                       len(regimes_of(config, dataset)) * len(config.epochs)
                       * len(config.report_seeds)))
   return out

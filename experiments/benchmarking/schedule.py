@@ -90,11 +90,14 @@ def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
         in_flight[executor.submit(spec)] = (where, spec)
       readers[where].append(key)
 
-  def start_ready() -> None:
-    for task in [t for t in waiting if all(k in results for k in t.after)]:
-      waiting.remove(task)
-      active[task.key] = _Active(task, task.body(results))
-      advance(task.key, None)
+  def start_ready() -> None:   # until none is ready (a task may end at once, readying others)
+    ready = [t for t in waiting if all(k in results for k in t.after)]
+    while ready:
+      for task in ready:
+        waiting.remove(task)
+        active[task.key] = _Active(task, task.body(results))
+        advance(task.key, None)
+      ready = [t for t in waiting if all(k in results for k in t.after)]
 
   start_ready()
   while active or waiting:
