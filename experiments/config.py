@@ -223,10 +223,10 @@ class DataConfig:
   num_clients: Optional[int] = setting(
       None, flag='num_clients', check=optional(at_least(1)),
       help='Clients in the population (emnist, leaf: the first N writers or users). Default: the '
-      'dataset\'s (digits 20, synthetic 30, tfds 100, else all).')
+      'dataset\'s (digits 20, synthetic 30, fashion_mnist and tfds 100, else all).')
   alpha: float = setting(0.1, flag='alpha', check=POSITIVE,
-                         help='Dirichlet concentration of the label-skew split (digits, tfds '
-                         'datasets); smaller is more skewed.')
+                         help='Dirichlet concentration of the label-skew split (digits, '
+                         'fashion_mnist, tfds datasets); smaller is more skewed.')
   data_seed: int = setting(0, flag='data_seed', check=at_least(0),
                            help='Seed of the partition (and of Synthetic\'s data), apart from '
                            '--seed so that seeds share the data.')
