@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import inspect
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tff_conflict import _checks
 from tff_conflict import hparams as hparams_lib
@@ -207,3 +207,22 @@ def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) ->
     if packed:
       kwargs['aggregator_kwargs'] = packed
   return kwargs
+
+
+def model_refusal(method: Method, build_model: Callable[[], Any]) -> Optional[str]:
+  """Why `method` cannot train the Keras model `build_model()` builds, else None (the model is
+  built, in a scratch graph, only for a method it could refuse): FedDecorr (with its
+  compositions and variants) on a model whose classifier reads the input, where its term has no
+  gradient and every run would equal FedAvg's
+  (`tff_conflict.learning.check_trained_representation`). `build_model`'s own errors pass."""
+  if method.algorithm != 'feddecorr':
+    return None
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  with tf.Graph().as_default():
+    model = build_model()
+    try:
+      learning.check_trained_representation(model)
+    except ValueError as e:
+      return str(e)
+  return None
