@@ -209,6 +209,22 @@ def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) ->
   return kwargs
 
 
+# Why a method's runs can equal another's in every seed (the report's "identical"), by the pair
+# of names (either order): one computation under two names, or where a condition holds.
+IDENTICAL_REASONS = {
+    ('fedavg+fedgh', 'fedgh'): 'the same computation: FedGH is FedAvg with the fedgh aggregator',
+    ('fednova', 'fedavg'): 'FedNova is FedAvg when every client takes the same number of local '
+                           'steps',
+    ('feddecorr', 'fedavg'): 'FedDecorr is FedAvg on a model whose classifier reads the input '
+                             '(its term has no gradient; refused since)',
+}
+
+
+def identical_reason(method: str, other: str) -> Optional[str]:
+  """Why `method`'s runs can equal `other`'s in every seed (`IDENTICAL_REASONS`), else None."""
+  return IDENTICAL_REASONS.get((method, other)) or IDENTICAL_REASONS.get((other, method))
+
+
 def model_refusal(method: Method, build_model: Callable[[], Any]) -> Optional[str]:
   """Why `method` cannot train the Keras model `build_model()` builds, else None (the model is
   built, in a scratch graph, only for a method it could refuse): FedDecorr (with its
