@@ -215,8 +215,8 @@ IDENTICAL_REASONS = {
     ('fedavg+fedgh', 'fedgh'): 'the same computation: FedGH is FedAvg with the fedgh aggregator',
     ('fednova', 'fedavg'): 'FedNova is FedAvg when every client takes the same number of local '
                            'steps',
-    ('feddecorr', 'fedavg'): 'FedDecorr is FedAvg on a model whose classifier reads the input '
-                             '(its term has no gradient; refused since)',
+    ('feddecorr', 'fedavg'): 'FedDecorr is FedAvg on a model without a hidden layer, where its '
+                             'term has no gradient; such runs are refused now',
 }
 
 

@@ -61,17 +61,18 @@ def fmt_difference(d: Optional[stats.Interval], *, mark: bool = False, digits: i
 
 
 def delta_cell(d: Optional[stats.Interval], chance: bool, *, mark: bool,
-               pair: tuple[str, str] = ('', '')) -> str:
+               pair: Optional[tuple[str, str]] = None) -> str:
   """A Δ cell: the interval, or why it is no comparison (both at chance, identical runs: with
-  `methods.identical_reason` of the `pair` of methods compared, where known)."""
+  `pair`, the methods compared, also `methods.identical_reason`, or that none is known)."""
   if d is None:
     return '-'
   if chance:
     return f'{d.mean:+.4f} (both at chance: no comparison)'
   if results.identical(d):
+    if pair is None:
+      return 'identical in every seed (no test)'
     reason = methods_lib.identical_reason(*pair)
-    return ('identical in every seed' + (f': {reason}' if reason else ', reason unknown')
-            + ' (no test)')
+    return f'identical in every seed (no test): {reason or "reason unknown"}'
   return fmt_difference(d, mark=mark)
 
 
@@ -108,7 +109,7 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
                          pair=(method, baseline))
       p = fmt_p(d.p_value)
       last_delta = delta_cell(results.difference(cell, method, baseline, 'final_accuracy'),
-                              chance, mark=False, pair=(method, baseline))
+                              chance, mark=False)
     before = results.mean(per_seed, 'conflict_before')
     excluded = int(sum(results.num(r.get('excluded_nonfinite_updates')) or 0
                        for r in per_seed.values()))

@@ -184,16 +184,16 @@ def test_identical_and_all_chance_comparisons_say_so():
   rows = report_rows.rows()
   same = results.comparisons(rows, report_rows.CONFIG)[('digits:iid', 5, 'fedgh')]
   assert results.identical(same) and results.verdict(same, 0.01) == 'identical'   # never 'ties'
-  assert tables.delta_cell(same, False, mark=True) == (
-      'identical in every seed, reason unknown (no test)')
+  assert tables.delta_cell(same, False, mark=True) == 'identical in every seed (no test)'
   assert tables.delta_cell(same, False, mark=True, pair=('fedavg+fedgh', 'fedgh')) == (
-      'identical in every seed: the same computation: FedGH is FedAvg with the fedgh aggregator '
-      '(no test)')
+      'identical in every seed (no test): the same computation: FedGH is FedAvg with the fedgh '
+      'aggregator')
   table = tables.regime_table(results.group(rows)[('digits:iid', 5)], ['fedavg', 'fedgh'],
                               baseline='fedavg', found={'fedgh': same},
                               config=report_rows.CONFIG).splitlines()
-  assert table[3].startswith('| fedgh | 3 | 0 | 0 | 0.8600 ± 0.0100 | identical in every seed, '
-                             'reason unknown (no test) | - |')
+  assert table[3].startswith('| fedgh | 3 | 0 | 0 | 0.8600 ± 0.0100 | identical in every seed '
+                             '(no test): reason unknown | - | 0.8600 ± 0.0100 | identical in '
+                             'every seed (no test) |')
   chance = [dict(r, collapsed=True) for r in rows]
   c = results.comparisons(chance, report_rows.CONFIG)[('digits:#C=2', 1, 'fedld')]
   cell = results.group(chance)[('digits:#C=2', 1)]
