@@ -98,14 +98,15 @@ def test_fedgh_table_is_each_baseline_without_and_with_fedgh():
 
 def test_tuning_regimes_are_regimes_or_dataset_regime_pairs():
   for value in ('digits:dir(0.1),synthetic(1,1)', 'digits:digits:dir(0.1),synthetic(1,1)'):
-    with flagsaver.as_parsed(tuning_regimes=value, regimes='digits:dir(0.1),synthetic(1,1)'):
+    with flagsaver.as_parsed(tuning_regimes=value, regimes='digits:dir(0.1),synthetic(1,1)',
+                             models='synthetic:mlp'):   # FedDecorr, a default method, needs it
       config = benchmark.config_from_flags()
     assert dict(config.tuning_regimes) == {'digits': 'digits:dir(0.1)',
                                                   'synthetic': 'synthetic(1,1)'}
 
 
 def test_given_values_come_from_the_method_flags():
-  with flagsaver.as_parsed(proximal_strength='0.5', tune='false'):
+  with flagsaver.as_parsed(proximal_strength='0.5', tune='false', models='synthetic:mlp'):
     config = benchmark.config_from_flags()
   assert config.given['fedprox'] == {'proximal_strength': 0.5}
   assert 'seed' not in config.given['fedgh']
@@ -233,7 +234,8 @@ def test_report_only_and_results_md_from_the_files_on_disk(tmp_path, capsys):
   assert '- Command: `python -m experiments.benchmark ' in text and '- Machine: ' in text
   assert test_report.tables_not_in(str(results_md)) == []
   assert (tmp_path / 'docs' / 'results' / 'runs.csv').exists()
-  with flagsaver.as_parsed(report_only='true', output_dir=str(tmp_path / 'none')):
+  with flagsaver.as_parsed(report_only='true', output_dir=str(tmp_path / 'none'),
+                           models='synthetic:mlp'):   # FedDecorr, a default method, needs it
     with conftest.flag_error('--output_dir=.*none: --report_only needs an existing benchmark'):
       benchmark.main(['benchmark'])
   runs_csv = tmp_path / 'unit' / 'runs.csv'

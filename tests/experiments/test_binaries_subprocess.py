@@ -75,6 +75,8 @@ _BAD_INPUTS = [
       '`apt-get install dataset-fashion-mnist`'], 2),
     ('momentum with adam', lambda tmp: ['--client_optimizer=adam', '--client_momentum=0.9'],
      ['--client_momentum must be 0 with optimizer', 'got 0.9'], 2),
+    ('feddecorr on softmax regression', lambda tmp: ['--algorithm=feddecorr'],
+     ['--model=logistic_regression: --algorithm=feddecorr cannot train it', 'no gradient'], 2),
 ]
 
 
