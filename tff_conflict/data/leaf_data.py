@@ -211,18 +211,19 @@ def first_users(train: LeafClientData, test: LeafClientData, *,
         f'num_clients={num_clients} is larger than the {len(ids)} users of LEAF {train.name}'))
   kept = set(ids[:num_clients])
   sizes = dict(zip(ids, train.client_sizes.tolist()))
-  cap = max_examples or max(max(sizes.values(), default=1),
-                            max(test.client_sizes.tolist(), default=1))
 
-  def test_keep(user, n):
-    if user not in sizes:
-      return min(n, cap)
-    return max(1, min(n, math.ceil(n * min(1.0, cap / sizes[user]))))
+  def thinned(n: int, n_train: Optional[int]) -> int:
+    """How many of a user's n examples it keeps, given its n_train training examples."""
+    if max_examples is None:
+      return n
+    if not n_train:  # a user only in test
+      return min(n, max_examples)
+    return max(1, min(n, math.ceil(n * max_examples / n_train)))
 
-  keep_test = {u: test_keep(u, n) for u, n in zip(test.client_ids, test.client_sizes.tolist())
-               if train.split_kind == 'user' or u in kept}
-  return (train.select({u: min(n, cap) for u, n in sizes.items() if u in kept}),
-          test.select(keep_test))
+  return (train.select({u: thinned(n, n) for u, n in sizes.items() if u in kept}),
+          test.select({u: thinned(n, sizes.get(u))
+                       for u, n in zip(test.client_ids, test.client_sizes.tolist())
+                       if train.split_kind == 'user' or u in kept}))
 
 
 def leaf(root, *, name: Optional[str] = None, cache_dir=None, image_dir=None):
