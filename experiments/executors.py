@@ -265,6 +265,11 @@ class _RayWorker:
     return run(self._state, job)
 
 
+# Ray's notices that say nothing about the runs: no metrics agent (nothing collects its metrics),
+# and no warning that a future Ray changes the visible accelerators of CPU-only tasks.
+_RAY_QUIET = {'RAY_enable_metrics_collection': '0', 'RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO': '0'}
+
+
 class RayExecutor:
   """Ray actors, one per worker (`num_cpus=1` each), on the cluster at `address` (None: a cluster
   of this machine with `workers` CPUs, started here and ended by `close`); `workers` None uses
@@ -272,6 +277,8 @@ class RayExecutor:
 
   def __init__(self, make_state: Callable[[], Any], run: Callable[[Any, Any], Any],
                workers: Optional[int], address: Optional[str]):
+    for name, value in _RAY_QUIET.items():   # read by Ray's processes, which inherit them
+      os.environ.setdefault(name, value)
     import ray  # pylint: disable=g-import-not-at-top
     self._ray = ray
     self._make_state, self._run = make_state, run
