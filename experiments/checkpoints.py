@@ -22,6 +22,14 @@ class CheckpointError(ValueError):
   """A checkpoint that cannot be read, or does not hold a state of the given structure."""
 
 
+def saved_versions(root_dir: str) -> list[int]:
+  """The round numbers saved under `root_dir`, ascending ([] when it does not exist)."""
+  if not os.path.isdir(root_dir):
+    return []
+  found = (_VERSION.match(name) for name in os.listdir(root_dir))
+  return sorted(int(m.group(1)) for m in found if m)
+
+
 class CheckpointManager(tff.program.ProgramStateManager):
   """Saves and restores server state under `root_dir`, keeping the newest `keep_total` versions
   (<= 0: all). Version r is the state after round r, its leaves (flattened with dm-tree, as TFF
@@ -35,8 +43,7 @@ class CheckpointManager(tff.program.ProgramStateManager):
 
   def versions(self) -> list[int]:
     """Saved round numbers, ascending."""
-    found = (_VERSION.match(name) for name in os.listdir(self.root_dir))
-    return sorted(int(m.group(1)) for m in found if m)
+    return saved_versions(self.root_dir)
 
   def path(self, version: int) -> str:
     return os.path.join(self.root_dir, f'{_PREFIX}{version}{_SUFFIX}')

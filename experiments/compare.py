@@ -140,6 +140,11 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
   """Runs every (algorithm, seed) of `experiment` (its algorithm and seed replaced per run) and
   writes the table and plots; returns (the Markdown table, the plot files, the directory)."""
   root = os.path.join(experiment.output.output_dir, comparison_name(experiment))
+  run_dirs = {(alg, seed): os.path.join(root, alg, f'seed{seed}') for seed in seeds
+              for alg in algorithms}
+  if experiment.training.resume:   # before any work: a rerun never cuts a longer run
+    for run_dir in run_dirs.values():
+      training_loop.check_rounds(run_dir, experiment.training.rounds)
   os.makedirs(root, exist_ok=True)
   hparams = experiment_lib.hparams_record(
       experiment, algorithms=list(algorithms), seeds=list(seeds), target_accuracy=target_accuracy)
@@ -159,7 +164,7 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
       rows, _, _ = experiment_lib.run_experiment(
           dataclasses.replace(experiment.with_seed(seed), algorithm=config.AlgorithmConfig(
               algorithm, **vars(experiment.hparams))),
-          task=task, runs=executor, experiment_dir=os.path.join(root, algorithm, f'seed{seed}'),
+          task=task, runs=executor, experiment_dir=run_dirs[algorithm, seed],
           label=f'{algorithm} seed {seed}', stream=stream)
       runs[algorithm].append(rows)
   table = markdown_table({alg: summarize(r, target_accuracy) for alg, r in runs.items()},

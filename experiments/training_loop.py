@@ -156,6 +156,27 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
         'settings. Use --noresume to start over, or another --experiment_name.')
 
 
+def check_rounds(experiment_dir: str, rounds: int) -> None:
+  """Refuses (`ResumeError`) to rerun the run in `experiment_dir` with fewer rounds than it has
+  recorded (intact metrics.csv rows, checkpoints): a rerun keeps what is there, never cuts it."""
+  metrics_path = os.path.join(experiment_dir, METRICS_FILE)
+  try:
+    intact = len(metrics_io.read_metrics(metrics_path)[0]) if os.path.exists(metrics_path) else 0
+  except OSError:
+    intact = 0   # `_restore` names the unreadable file
+  saved = checkpoints_lib.saved_versions(os.path.join(experiment_dir, CHECKPOINT_DIR))
+  recorded = max([intact, *saved])
+  if recorded <= rounds:
+    return
+  held = ([f'{METRICS_FILE} rows for {_rounds(1, intact)}'] if intact else []) + (
+      [f'checkpoints of {_rounds(saved[0], saved[-1])}'] if saved else [])
+  raise ResumeError(
+      f'{experiment_dir} holds a run of {recorded} rounds ({", ".join(held)}), more than '
+      f'--rounds={rounds} (rounds: {recorded} -> {rounds}); a rerun keeps what is recorded: use '
+      f'--rounds={recorded} or more to continue it, --noresume to start over, or another '
+      '--experiment_name')
+
+
 def _rounds(first: int, last: int) -> str:
   return f'round {first}' if first == last else f'rounds {first}-{last}'
 
@@ -257,6 +278,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   metrics_path = os.path.join(experiment_dir, METRICS_FILE)
   if config.resume:
     _check_hparams(hparams_path, hparams)
+    check_rounds(experiment_dir, config.rounds)
   else:
     for name in (METRICS_FILE, metrics_io.PER_CLIENT_FILE, HPARAMS_FILE):
       if os.path.exists(os.path.join(experiment_dir, name)):

@@ -205,3 +205,24 @@ def test_method_flag_help_reads_as_sentences():
   for text in helps.values():
     assert '..' not in text and text.endswith('.')
   assert 'per_client.csv' not in train.__doc__   # train writes none
+
+
+@pytest.mark.slow
+def test_a_rerun_with_fewer_rounds_keeps_the_finished_run(tmp_path, capfd):
+  from experiments import training_loop  # pylint: disable=g-import-not-at-top
+  flag_values = dict(algorithm='fedgh', dataset='digits', num_clients='6', clients_per_round='3',
+                     model='logistic_regression', client_batch_size='32',
+                     output_dir=str(tmp_path), experiment_name='six')
+  with flagsaver.as_parsed(rounds='6', **flag_values):
+    train.main(['train'])
+  run_dir = tmp_path / 'six'
+  before = {p: p.read_bytes() for p in sorted(run_dir.rglob('*')) if p.is_file()}
+  assert checkpoints.saved_versions(str(run_dir / 'checkpoints')) == [4, 5, 6]
+  capfd.readouterr()
+  with flagsaver.as_parsed(rounds='2', **flag_values):
+    with pytest.raises(training_loop.ResumeError, match=r'holds a run of 6 rounds .*rounds: '
+                       r'6 -> 2.*use --rounds=6 or more'):
+      train.main(['train'])
+  assert capfd.readouterr().out == ''   # refused before the header
+  assert {p: p.read_bytes() for p in sorted(run_dir.rglob('*')) if p.is_file()} == before
+  assert len(metrics_io.read_csv(str(run_dir / 'metrics.csv'))) == 6

@@ -539,3 +539,27 @@ def test_resume_ignores_method_flags_the_run_no_longer_records(tmp_path):
   with pytest.raises(training_loop.ResumeError, match='proximal_term'):
     training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',  # pylint: disable=protected-access
                                         'proximal_term': True})
+
+
+def test_a_rerun_with_fewer_rounds_is_refused_and_keeps_the_longer_run(tmp_path, tiny):
+  process, train, evaluate_fn = tiny
+  _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=1)
+  before = {p: p.read_bytes() for p in sorted(tmp_path.rglob('*')) if p.is_file()}
+  assert checkpoints.saved_versions(str(tmp_path / 'checkpoints')) == [2, 3, 4]
+  for rounds in (2, 3):
+    with pytest.raises(training_loop.ResumeError) as refused:
+      _run(process, train, evaluate_fn, tmp_path, rounds, checkpoint_every=1)
+    assert str(refused.value) == (
+        f'{tmp_path} holds a run of 4 rounds (metrics.csv rows for rounds 1-4, checkpoints of '
+        f'rounds 2-4), more than --rounds={rounds} (rounds: 4 -> {rounds}); a rerun keeps what is '
+        'recorded: use --rounds=4 or more to continue it, --noresume to start over, or another '
+        '--experiment_name')
+    assert {p: p.read_bytes() for p in sorted(tmp_path.rglob('*')) if p.is_file()} == before
+  # Checkpoints beyond --rounds count even where metrics.csv lost its rows.
+  metrics = tmp_path / 'metrics.csv'
+  metrics.write_bytes(b''.join(metrics.read_bytes().splitlines(True)[:2]))
+  with pytest.raises(training_loop.ResumeError, match='holds a run of 4 rounds .*round 1, '
+                     'checkpoints of rounds 2-4'):
+    _run(process, train, evaluate_fn, tmp_path, 2, checkpoint_every=1)
+  assert checkpoints.saved_versions(str(tmp_path / 'checkpoints')) == [2, 3, 4]
+  assert checkpoints.saved_versions(str(tmp_path / 'missing')) == []
