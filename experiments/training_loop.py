@@ -330,9 +330,13 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
       round_metrics = (output.metrics if controls is None
                        else controls.update(sampled, output, version=round_num))
       flat = metrics_io.flatten_metrics(round_metrics)
+      # A round in which no client trained (each left out as non-finite) has no training loss:
+      # its measured 0 would read as a perfect round.
+      untrained = metrics_io.trained_nothing(flat)
       row: dict[str, Any] = {
-          'train_loss': flat.get('client_work/train/loss'),
-          'train_accuracy': flat.get('client_work/train/sparse_categorical_accuracy'),
+          'train_loss': None if untrained else flat.get('client_work/train/loss'),
+          'train_accuracy': (None if untrained
+                             else flat.get('client_work/train/sparse_categorical_accuracy')),
           'round_time_s': round_time, 'eval_time_s': None}
       if config.is_eval_round(round_num):
         start_time = time.monotonic()
@@ -361,8 +365,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
       interrupts.raise_if_interrupted()
       loss = row.get('train_loss')
       accuracy = '-' if latest_accuracy is None else f'{latest_accuracy:.4f}'
-      bar.tick(postfix=f'test_accuracy {accuracy}'
-               + ('' if loss is None else f'  train_loss {loss:.4f}'))
+      bar.tick(postfix=f'test_accuracy {accuracy}' + (
+          '  train_loss n/a (no client trained)' if untrained
+          else '' if loss is None else f'  train_loss {loss:.4f}'))
   except KeyboardInterrupt as e:
     bar.close()
     if config.checkpoint_every > 0 and finished_round > saved_round:

@@ -563,3 +563,35 @@ def test_a_rerun_with_fewer_rounds_is_refused_and_keeps_the_longer_run(tmp_path,
     _run(process, train, evaluate_fn, tmp_path, 2, checkpoint_every=1)
   assert checkpoints.saved_versions(str(tmp_path / 'checkpoints')) == [2, 3, 4]
   assert checkpoints.saved_versions(str(tmp_path / 'missing')) == []
+
+
+class _ExcludedRoundRunner(_VaryingCohortRunner):
+  """Round 2 leaves every client out (as non-finite): its clients trained on no example."""
+
+  def next(self, state, datasets):
+    output = super().next(state, datasets)
+    untrained = int(output.state[0]) == 2
+    output.metrics['client_work']['train'] = collections.OrderedDict(
+        loss=0.0 if untrained else 0.5, sparse_categorical_accuracy=0.0 if untrained else 0.7,
+        num_examples=0 if untrained else 20)
+    return output
+
+
+def test_a_round_in_which_no_client_trained_has_no_training_loss(tmp_path):
+  ids = [f'c{i}' for i in range(10)]
+  train = tff.simulation.datasets.TestClientData(
+      {c: collections.OrderedDict(x=np.zeros((2, 1), np.float32), y=np.zeros(2, np.int32))
+       for c in ids})
+  config = config_lib.LoopConfig(rounds=3, clients_per_round=10, batch_size=2)
+  out = io.StringIO()
+  rows = training_loop.run_training(
+      None, train_data=train, evaluate_fn=lambda s: {'test_accuracy': 0.5}, config=config,
+      experiment_dir=str(tmp_path), hparams={'rounds': 3}, runner=_ExcludedRoundRunner(),
+      test_columns=('test_accuracy',), stream=out)[0]
+  assert [(r['train_loss'], r['train_accuracy']) for r in rows] == [
+      (0.5, 0.7), (None, None), (0.5, 0.7)]
+  on_disk = metrics_io.read_csv(str(tmp_path / 'metrics.csv'))
+  assert [r['train_loss'] for r in on_disk] == [0.5, None, 0.5]
+  lines = [line for line in out.getvalue().splitlines() if 'test_accuracy' in line]
+  assert any('train_loss n/a' in line for line in lines), out.getvalue()
+  assert not any('train_loss 0.0000' in line for line in lines), out.getvalue()
