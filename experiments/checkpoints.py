@@ -3,6 +3,7 @@ atomically, checked leaf by leaf when loaded (docs/design.md, "Results on disk")
 
 import os
 import re
+import zipfile
 from typing import Any, Optional
 
 import numpy as np
@@ -58,9 +59,14 @@ class CheckpointManager(tff.program.ProgramStateManager):
     if any(leaf.dtype == object for leaf in leaves):
       raise ValueError('a checkpointed state must hold arrays and scalars only, got a leaf of '
                        'Python objects')
-    with files.atomic_open(self.path(version), 'wb') as f:
-      np.savez(f, **{_FORMAT_KEY: np.int64(_FORMAT)},
-               **{f'leaf_{i}': leaf for i, leaf in enumerate(leaves)})
+    arrays = {_FORMAT_KEY: np.int64(_FORMAT), **{f'leaf_{i}': leaf for i, leaf in
+                                                 enumerate(leaves)}}
+    # np.savez's layout; the archive is closed even when a write fails (a full disk), where
+    # np.savez leaves it to the garbage collector, whose failing close prints a traceback.
+    with files.atomic_open(self.path(version), 'wb') as f, zipfile.ZipFile(f, 'w') as archive:
+      for name, array in arrays.items():
+        with archive.open(f'{name}.npy', 'w', force_zip64=True) as member:
+          np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
     if self._keep_total > 0:
       for old in self.versions()[:-self._keep_total]:
         os.remove(self.path(old))
