@@ -368,27 +368,36 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
       bar.tick(postfix=f'test_accuracy {accuracy}' + (
           '  train_loss n/a (no client trained)' if untrained
           else '' if loss is None else f'  train_loss {loss:.4f}'))
-  except KeyboardInterrupt as e:
-    bar.close()
+  except (KeyboardInterrupt, interrupts.OutputClosed) as e:
+    _close(bar)
     if config.checkpoint_every > 0 and finished_round > saved_round:
       events.run_until_complete(
           manager.save(saved(finished_state, finished_round), finished_round))
       saved_round = finished_round
-    e.args = (_interrupted_message(prefix, finished_round, saved_round, config.rounds,
-                                   manager.root_dir),)
+    e.args = (_interrupted_message(
+        prefix, finished_round, saved_round, config.rounds, manager.root_dir,
+        'standard output closed' if isinstance(e, interrupts.OutputClosed) else 'interrupted'),)
     raise
   finally:
     events.close()
-    bar.close()
+    _close(bar)
   return writer.rows, state, done
 
 
+def _close(bar: progress_lib.Progress) -> None:
+  """Closes the progress bar; nothing more is shown where standard output is closed."""
+  try:
+    bar.close()
+  except interrupts.OutputClosed:
+    pass
+
+
 def _interrupted_message(prefix: str, finished: int, saved: int, rounds: int,
-                         checkpoint_dir: str) -> str:
+                         checkpoint_dir: str, what: str = 'interrupted') -> str:
   if not finished:
-    return f'{prefix}interrupted before round 1 finished; nothing to resume from'
+    return f'{prefix}{what} before round 1 finished; nothing to resume from'
   if not saved:
-    return (f'{prefix}interrupted after round {finished} of {rounds}; no checkpoint is kept '
-            '(checkpoint_every is 0), so a rerun starts over')
-  return (f'{prefix}interrupted after round {finished} of {rounds}; the state after round '
+    return (f'{prefix}{what} after round {finished} of {rounds}; no checkpoint is kept '
+            '(--checkpoint_every=0), so a rerun starts over')
+  return (f'{prefix}{what} after round {finished} of {rounds}; the state after round '
           f'{saved} is saved in {checkpoint_dir}: rerun the same command to resume from it')

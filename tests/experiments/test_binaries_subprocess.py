@@ -219,6 +219,38 @@ def test_ctrl_c_ends_in_one_line_and_leaves_no_worker(tmp_path):
   assert conftest.workers_with_token(token) == []
 
 
+def test_a_closed_output_pipe_ends_in_one_line_with_the_last_round_saved(tmp_path):
+  # `train ... | head -3`: the reader goes away; the next progress line finds the pipe closed.
+  token = uuid.uuid4().hex
+  proc = subprocess.Popen(
+      conftest.binary_command('experiments.train', '--rounds=500', *_TINY,
+                              '--checkpoint_every=100', f'--output_dir={tmp_path}'),
+      cwd=conftest.REPO_ROOT, env=conftest.binary_env(token), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
+  try:
+    for line in proc.stdout:
+      if re.match(r'fedavg round +2/500 ', line):
+        proc.stdout.close()
+        break
+    _, errors = proc.communicate(timeout=120)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  assert proc.returncode == 128 + signal.SIGPIPE, errors[-3000:]
+  lines = errors.splitlines()
+  assert len(lines) == 1, errors[-3000:]
+  match = re.fullmatch(r'train: fedavg: standard output closed after round (\d+) of 500; the '
+                       r'state after round \1 is saved in (.*): rerun the same command to '
+                       r'resume from it', lines[0])
+  assert match, lines[0]
+  finished, run_dir = int(match[1]), tmp_path / 'digits_fedavg_seed0'
+  assert finished >= 2 and match[2] == str(run_dir / 'checkpoints')
+  assert (run_dir / 'checkpoints' / f'round_{finished}.npz').exists()
+  assert len(metrics_io.read_csv(str(run_dir / 'metrics.csv'))) == finished
+  assert conftest.workers_with_token(token) == []
+
+
 @pytest.mark.slow
 def test_sigterm_saves_the_last_finished_round_before_exiting(tmp_path):
   proc, output, token = _interrupt(tmp_path, signal.SIGTERM, '--checkpoint_every=100')
