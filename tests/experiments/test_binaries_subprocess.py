@@ -71,6 +71,12 @@ _BAD_INPUTS = [
      ['--leaf_dir=', "no_leaf: LEAF root '", "no_leaf' does not exist"], 2),
     ('momentum with adam', lambda tmp: ['--client_optimizer=adam', '--client_momentum=0.9'],
      ['--client_momentum must be 0 with optimizer', 'got 0.9'], 2),
+    ('scaffold with momentum', lambda tmp: ['--algorithm=scaffold', '--client_momentum=0.9'],
+     ['train: --client_momentum=0.9: not with --algorithm=scaffold: the client optimizer must '
+      'be plain SGD'], 2),
+    ('fednova with adam', lambda tmp: ['--algorithm=fednova', '--client_optimizer=adam'],
+     ['train: --client_optimizer=adam: not with --algorithm=fednova:', 'got Adam, whose '
+      'normalisation is unknown'], 2),
 ]
 
 
@@ -84,9 +90,10 @@ def _command_line(tmp_path, make_flags):
 
 
 # One case of each kind runs by default (an absl validator, a check across flags, the library
-# refusing a value, the data missing, the disk refusing, a stray argument); the others are slow.
+# refusing a value or a method's settings, the data missing, the disk refusing, a stray
+# argument); the others are slow.
 _ONE_OF_EACH_KIND = ('emnist without its file', 'zero rounds', 'momentum with adam',
-                     'unknown algorithm', 'more clients than digits has',
+                     'scaffold with momentum', 'unknown algorithm', 'more clients than digits has',
                      'unwritable output dir', 'a positional argument')
 assert set(_ONE_OF_EACH_KIND) <= {case[0] for case in _BAD_INPUTS}
 
@@ -123,6 +130,7 @@ def test_a_bad_input_ends_in_one_line_naming_the_flag(bad_input_runs, case, expe
   for text in expected:
     assert text in lines[0], lines[0]
   assert result.stdout == ''  # nothing started: no header line, no progress
+  assert 'object at 0x' not in lines[0] and 'optimizer_fn' not in lines[0], lines[0]
   assert workers == []
 
 

@@ -61,6 +61,13 @@ def test_unknown_preset_is_refused():
     (dict(target_accuracy='1.5'), r'--target_accuracy must be a number in \(0, 1\], got 1.5'),
     (dict(algorithms='fedavg,fedgh', focal_gamma='2'),
      '--focal_gamma=2.0: does not apply to --algorithm=fedavg, --algorithm=fedgh'),
+    (dict(algorithms='fedavg,fedgh', proximal_strength='0.5'),   # as train and the benchmark
+     '--proximal_strength=0.5: does not apply to --algorithm=fedavg, --algorithm=fedgh'),
+    (dict(algorithms='fedavg,scaffold', client_momentum='0.9'),   # the library's check
+     '^--client_momentum=0.9: not with --algorithm=scaffold: the client optimizer must be plain '
+     'SGD'),
+    (dict(algorithms='fedavg,fednova', client_weighting='loss'),
+     '^--client_weighting=loss: not with --algorithm=fednova: FedNova'),
 ])
 def test_cross_flag_checks(flag_values, message):
   with flagsaver.as_parsed(**flag_values):
