@@ -226,9 +226,7 @@ class Engine(experiment_lib.Runs):
     seconds = time.monotonic() - start
     summary = runs_lib.summarize(rows, prefix=spec.eval_prefix, last_k=self._config.last_k,
                                  num_classes=classes)
-    # A diverged model's confusion matrix is NaN: it counts as collapsed (at chance).
-    summary['collapsed'] = bool(summary['collapsed'] or summary['diverged']
-                                or runs_lib.predicts_one_class(self.confusion))
+    summary['collapsed'] = runs_lib.collapsed(summary, self.confusion)
     if report:
       for key, value in results_lib.summarize_run(rows).items():
         summary.setdefault(key, value)

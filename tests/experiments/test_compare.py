@@ -30,11 +30,37 @@ def test_summary_and_table_from_hand_made_rows():
   table = compare.markdown_table({'fedgh': summary, 'fedavg': never}, 0.8)
   lines = table.splitlines()
   assert lines[0] == ('| algorithm | test accuracy, mean of last 5 rounds | final test accuracy '
-                      '| final macro-F1 | first round at 0.8 test accuracy | mean round time (s) |')
+                      '| final macro-F1 | first round at 0.8 test accuracy | mean round time (s) '
+                      '| diverged / collapsed |')
   # ± the sample standard deviation (ddof=1) over the 2 seeds, as the benchmark's tables.
   assert lines[2] == ('| fedgh | 0.7083 ± 0.0118 | 0.8000 ± 0.1414 | 0.5000 ± 0.1414 | '
-                      '2.5 (2/2 seeds) | 2.00 |')
-  assert lines[3] == '| fedavg | 0.2000 | 0.3000 | 0.5000 | not reached | 2.00 |'
+                      '2.5 (2/2 seeds) | 2.00 | no |')
+  assert lines[3] == '| fedavg | 0.2000 | 0.3000 | 0.5000 | not reached | 2.00 | no |'
+
+
+def test_diverged_and_collapsed_runs_are_flagged_as_the_benchmark_does():
+  healthy = _rows([0.5, 0.8, 0.9])
+  at_chance = _rows([0.1, 0.1003, 0.1003])             # within COLLAPSE_MARGIN of 1/10
+  diverged = _rows([0.4, 0.5, 0.3])
+  diverged[1]['test_loss'] = float('nan')
+  one_class = [[0] * 10 for _ in range(10)]
+  for row in one_class:
+    row[3] = 5                                          # every example predicted as class 3
+  summaries = {
+      'fedavg': compare.summarize([healthy, healthy], 0.8, num_classes=10),
+      'fedgh': compare.summarize([healthy, at_chance], 0.8, num_classes=10),
+      'fedmgc': compare.summarize([diverged], 0.8, num_classes=10),
+      'fedga': compare.summarize([healthy, healthy, healthy], 0.8, num_classes=10,
+                                 confusions=[None, one_class]),
+  }
+  assert summaries['fedgh']['collapsed'] == [False, True]
+  assert summaries['fedmgc']['diverged_round'] == [2]
+  # From its divergence on, a run counts as chance (runs.summarize): not its raw 0.3.
+  assert summaries['fedmgc']['final_accuracy'] == [0.1]
+  rows = {line.split(' | ')[0][2:]: line.rsplit(' | ', 1)[1][:-2]
+          for line in compare.markdown_table(summaries, 0.8).splitlines()[2:]}
+  assert rows == {'fedavg': 'no', 'fedgh': 'collapsed (1/2 seeds)',
+                  'fedmgc': 'diverged at round 2, collapsed', 'fedga': 'collapsed (1/3 seeds)'}
 
 
 def test_preset_fills_only_flags_not_given():
@@ -86,6 +112,7 @@ def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd, no_tff_runtim
   out = capfd.readouterr().out
   root = tmp_path / 'cmp'
   assert '| fedavg |' in out and '| fedgh |' in out
+  assert '| diverged / collapsed |' in out
   assert f'plot: {root / "accuracy.png"}' in out
   assert f'plot: {root / "conflict_fraction.png"}' in out
   for name in ('summary.md', 'accuracy.png', 'conflict_fraction.png', 'hparams.csv'):
