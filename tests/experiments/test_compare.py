@@ -131,3 +131,22 @@ def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd, no_tff_runtim
   assert hparams['algorithm'] == 'fedgh' and hparams['seed'] == '0'
   assert hparams['fedgh_order'] == 'index'   # a method flag reaches the method's runs
   assert 'algorithms' not in hparams
+
+
+def test_a_rerun_with_fewer_rounds_is_refused_before_any_work(tmp_path, capfd):
+  from experiments import training_loop  # pylint: disable=g-import-not-at-top
+  run_dir = tmp_path / 'cmp' / 'fedgh' / 'seed1'
+  (run_dir / 'checkpoints').mkdir(parents=True)
+  metrics = run_dir / 'metrics.csv'
+  metrics.write_text('round_num,train_loss\n' + ''.join(f'{r},0.5\n' for r in range(1, 7)))
+  for r in (4, 5, 6):
+    (run_dir / 'checkpoints' / f'round_{r}.npz').write_bytes(b'saved')
+  before = {p: p.read_bytes() for p in sorted(tmp_path.rglob('*')) if p.is_file()}
+  with flagsaver.as_parsed(algorithms='fedavg,fedgh', seeds='0,1', rounds='2',
+                           output_dir=str(tmp_path), experiment_name='cmp'):
+    experiment, algorithms, seeds, target = compare.check_flags()
+    with pytest.raises(training_loop.ResumeError, match=f'{run_dir} holds a run of 6 rounds '
+                       r'.*rounds: 6 -> 2'):
+      compare.run_comparison(experiment, algorithms, seeds, target)
+  assert capfd.readouterr().out == ''
+  assert {p: p.read_bytes() for p in sorted(tmp_path.rglob('*')) if p.is_file()} == before
