@@ -256,10 +256,10 @@ def optimizer_flag(side: str, settings: config_lib.OptimizerConfig) -> tuple[str
 
 # A refused builder argument's name in a binary's message.
 ARGUMENT_WORDS = {'client_optimizer_fn': 'the client optimizer',
-                   'server_optimizer_fn': 'the server optimizer',
-                   'normalized_averaging (FedNova)': 'FedNova\'s normalised averaging',
-                   'normalized_averaging': 'FedNova\'s normalised averaging',
-                   'client_weighting': '--client_weighting'}
+                  'server_optimizer_fn': 'the server optimizer',
+                  'normalized_averaging (FedNova)': 'FedNova\'s normalised averaging',
+                  'normalized_averaging': 'FedNova\'s normalised averaging',
+                  'client_weighting': '--client_weighting'}
 
 
 def in_flag_words(error: Exception, argument: Optional[str] = None,
