@@ -157,7 +157,7 @@ class AlgorithmConfig:
   """Which method runs (`name`, or 'custom': `client_loss` with `aggregator`; `aggregator` also
   on top of a baseline that takes one), with one field per method flag of `tff_conflict.hparams`.
   `proximal_term` adds FedProx's proximal term to a method without its own (the binaries set it
-  when `--proximal_strength` is given)."""
+  for 'custom' when `--proximal_strength` is given)."""
   name: str = setting('fedavg', flag='algorithm', check=NON_EMPTY_STRING)
   client_loss: Optional[str] = setting(None, flag='client_loss')
   aggregator: Optional[str] = setting(None, flag='aggregator')
