@@ -48,18 +48,21 @@ def threads_per_worker(workers: int) -> int:
 
 
 def make(executor: str, make_state: Callable[[], Any], run: Callable[[Any, Any], Any], *,
-         workers: Optional[int] = None, ray_address: Optional[str] = None, state: Any = None):
+         workers: Optional[int] = None, ray_address: Optional[str] = None, state: Any = None,
+         affinity: Callable[[Any], Any] = lambda job: None):
   """The executor named `executor` (`config.OutputConfig`'s --executor, --workers and
   --ray_address): `inline` runs on `state` when given (else `make_state()`); `local` starts
   `workers` processes (default: the cores); `ray` joins the cluster at `ray_address` (None: one
-  of this machine with `workers` CPUs) with `workers` actors (default: its CPUs)."""
+  of this machine with `workers` CPUs) with `workers` actors (default: its CPUs). A worker is
+  given, when it can, jobs of an `affinity(job)` it has run before (what its state built for
+  them, e.g. a learning process, serves again)."""
   config_lib.one_of(EXECUTORS)('executor', executor)
   if executor == 'inline':
     return InlineExecutor(make_state() if state is None else state, run)
   _check_picklable(executor, make_state, run)
   if executor == 'local':
-    return LocalExecutor(make_state, run, workers or default_workers())
-  return RayExecutor(make_state, run, workers, ray_address)
+    return LocalExecutor(make_state, run, workers or default_workers(), affinity)
+  return RayExecutor(make_state, run, workers, ray_address, affinity)
 
 
 def _check_picklable(executor: str, *functions: Callable) -> None:
@@ -161,26 +164,19 @@ def _run_in_worker(run: Callable[[Any, Any], Any], job: Any) -> Any:
   return run(_WORKER_STATE, job)
 
 
-class LocalExecutor:
-  """`workers` processes of this machine (started with 'spawn': TensorFlow is not fork-safe),
-  each with its own one-process pool, so that a worker's death is its own job's failure."""
+class _Slots:
+  """The queue and the dispatch of executors with `workers` slots, each running one job at a time
+  on its own worker: a free slot takes the first queued job of an affinity it ran before, else of
+  an affinity no slot ran, else the first job. Subclasses start a slot's job (`_start`, giving a
+  handle) and wait for handles (`_wait`)."""
 
-  def __init__(self, make_state: Callable[[], Any], run: Callable[[Any, Any], Any], workers: int):
+  def __init__(self, workers: int, affinity: Callable[[Any], Any]):
     self.workers = int(workers)
-    self._make_state, self._run = make_state, run
-    self._threads = threads_per_worker(self.workers)
-    self._context = multiprocessing.get_context('spawn')
-    self._slots: list[Optional[concurrent.futures.ProcessPoolExecutor]] = [None] * self.workers
-    self._busy: dict[concurrent.futures.Future, tuple[int, int, Any]] = {}   # -> (slot, ticket, job)
-    self._queue: collections.deque = collections.deque()
+    self._affinity = affinity
+    self._queue: list[tuple[int, Any]] = []
+    self._busy: dict[Any, tuple[int, int]] = {}    # handle -> (slot, ticket)
+    self._seen: list[set] = [set() for _ in range(self.workers)]   # affinities each slot ran
     self._tickets = 0
-
-  def _pool(self, slot: int) -> concurrent.futures.ProcessPoolExecutor:
-    if self._slots[slot] is None:
-      self._slots[slot] = concurrent.futures.ProcessPoolExecutor(
-          max_workers=1, mp_context=self._context, initializer=_start_worker,
-          initargs=(os.getpid(), self._make_state, self._threads))
-    return self._slots[slot]
 
   def submit(self, job: Any) -> int:
     self._tickets += 1
@@ -192,22 +188,59 @@ class LocalExecutor:
   def pending(self) -> int:
     return len(self._queue) + len(self._busy)
 
+  def _pick(self, slot: int) -> int:
+    """The index in the queue of the job `slot` takes next."""
+    keys = [self._affinity(job) for _, job in self._queue]
+    anywhere = set().union(*self._seen)
+    return next((i for i, k in enumerate(keys) if k is not None and k in self._seen[slot]),
+                next((i for i, k in enumerate(keys) if k not in anywhere), 0))
+
   def _dispatch(self) -> None:
-    busy = {slot for slot, _, _ in self._busy.values()}
+    busy = {slot for slot, _ in self._busy.values()}
     for slot in range(self.workers):
       if not self._queue:
         return
       if slot not in busy:
-        ticket, job = self._queue.popleft()
-        future = self._pool(slot).submit(_run_in_worker, self._run, job)
-        self._busy[future] = (slot, ticket, job)
+        ticket, job = self._queue.pop(self._pick(slot))
+        self._seen[slot].add(self._affinity(job))
+        self._busy[self._start(slot, job)] = (slot, ticket)
+
+  def _forget(self, slot: int) -> None:
+    """A slot's worker is gone: what it built is gone with it."""
+    self._seen[slot] = set()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+
+class LocalExecutor(_Slots):
+  """`workers` processes of this machine (started with 'spawn': TensorFlow is not fork-safe),
+  each with its own one-process pool, so that a worker's death is its own job's failure."""
+
+  def __init__(self, make_state: Callable[[], Any], run: Callable[[Any, Any], Any], workers: int,
+               affinity: Callable[[Any], Any] = lambda job: None):
+    super().__init__(workers, affinity)
+    self._make_state, self._run = make_state, run
+    self._threads = threads_per_worker(self.workers)
+    self._context = multiprocessing.get_context('spawn')
+    self._pools: list[Optional[concurrent.futures.ProcessPoolExecutor]] = [None] * self.workers
+
+  def _start(self, slot: int, job: Any) -> concurrent.futures.Future:
+    if self._pools[slot] is None:
+      self._pools[slot] = concurrent.futures.ProcessPoolExecutor(
+          max_workers=1, mp_context=self._context, initializer=_start_worker,
+          initargs=(os.getpid(), self._make_state, self._threads))
+    return self._pools[slot].submit(_run_in_worker, self._run, job)
 
   def wait(self) -> list[Outcome]:
     done, _ = concurrent.futures.wait(list(self._busy),
                                       return_when=concurrent.futures.FIRST_COMPLETED)
     outcomes = []
     for future in done:
-      slot, ticket, _ = self._busy.pop(future)
+      slot, ticket = self._busy.pop(future)
       try:
         outcomes.append(Outcome(ticket, future.result()))
       except concurrent.futures.process.BrokenProcessPool:
@@ -219,7 +252,7 @@ class LocalExecutor:
   def _exit(self, slot: int) -> str:
     """How the slot's worker ended: 'killed by signal 9', 'exit code 1'."""
     codes = []
-    for process in (getattr(self._slots[slot], '_processes', None) or {}).values():
+    for process in (getattr(self._pools[slot], '_processes', None) or {}).values():
       process.join(1.0)
       codes.append(process.exitcode)
     code = next((c for c in codes if c is not None), None)
@@ -228,10 +261,11 @@ class LocalExecutor:
     return f'killed by signal {-code}' if code < 0 else f'exit code {code}'
 
   def _end(self, slot: int) -> None:
-    pool, self._slots[slot] = self._slots[slot], None
+    pool, self._pools[slot] = self._pools[slot], None
+    self._forget(slot)
     if pool is None:
       return
-    processes = list(getattr(pool, '_processes', {}).values())
+    processes = list((getattr(pool, '_processes', None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
       if process.is_alive():
@@ -245,12 +279,6 @@ class LocalExecutor:
     self._busy.clear()
     for slot in range(self.workers):
       self._end(slot)
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    self.close()
 
 
 # ---- ray: tasks on a cluster ------------------------------------------------------------------
@@ -268,65 +296,52 @@ class _RayWorker:
 # Ray's notices that say nothing about the runs: no metrics agent (nothing collects its metrics),
 # and no warning that a future Ray changes the visible accelerators of CPU-only tasks.
 _RAY_QUIET = {'RAY_enable_metrics_collection': '0', 'RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO': '0'}
+# A cluster of this machine stays on the loopback. Ray rewrites 127.0.0.1 to the machine's
+# routable address; another loopback address is kept (Linux routes all of 127/8 to lo).
+_LOOPBACK = {'_node_ip_address': '127.0.0.2'} if sys.platform.startswith('linux') else {}
 
 
-class RayExecutor:
+class RayExecutor(_Slots):
   """Ray actors, one per worker (`num_cpus=1` each), on the cluster at `address` (None: a cluster
   of this machine with `workers` CPUs, started here and ended by `close`); `workers` None uses
   every CPU of the cluster. Each actor makes its state once and runs the jobs it is given."""
 
   def __init__(self, make_state: Callable[[], Any], run: Callable[[Any, Any], Any],
-               workers: Optional[int], address: Optional[str]):
+               workers: Optional[int], address: Optional[str],
+               affinity: Callable[[Any], Any] = lambda job: None):
     for name, value in _RAY_QUIET.items():   # read by Ray's processes, which inherit them
       os.environ.setdefault(name, value)
     import ray  # pylint: disable=g-import-not-at-top
     self._ray = ray
     self._make_state, self._run = make_state, run
-    here = None if address else (workers or default_workers())
+    here = {} if address else dict(address='local', num_cpus=workers or default_workers(),
+                                   **_LOOPBACK)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-      ray.init(address=address, num_cpus=here, include_dashboard=False,
-               log_to_driver=False, configure_logging=False,
-               runtime_env={'env_vars': {'TF_CPP_MIN_LOG_LEVEL': '2'}})
+      ray.init(**(here or dict(address=address)), include_dashboard=False, log_to_driver=False,
+               configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as e:
       raise config_lib.ConfigError('ray_address', address, reason=(
           f'no Ray cluster could be joined: {type(e).__name__}: {e}')) from None
-    self.workers = workers or max(1, int(ray.cluster_resources().get('CPU', 1)))
+    finally:   # ray.init replaces SIGTERM's handler with sys.exit: the binaries' own come back
+      for signum, handler in handlers.items():
+        if handler is not None and threading.current_thread() is threading.main_thread():
+          signal.signal(signum, handler)
+    super().__init__(workers or max(1, int(ray.cluster_resources().get('CPU', 1))), affinity)
     self._actor = ray.remote(num_cpus=1, max_restarts=0)(_RayWorker)
     self._actors: list[Any] = [None] * self.workers
-    self._busy: dict[Any, tuple[int, int, Any]] = {}   # object ref -> (slot, ticket, job)
-    self._queue: collections.deque = collections.deque()
-    self._tickets = 0
 
-  def _worker(self, slot: int):
+  def _start(self, slot: int, job: Any):
     if self._actors[slot] is None:
       self._actors[slot] = self._actor.remote(self._make_state, 1)
-    return self._actors[slot]
-
-  def submit(self, job: Any) -> int:
-    self._tickets += 1
-    self._queue.append((self._tickets, job))
-    self._dispatch()
-    return self._tickets
-
-  @property
-  def pending(self) -> int:
-    return len(self._queue) + len(self._busy)
-
-  def _dispatch(self) -> None:
-    busy = {slot for slot, _, _ in self._busy.values()}
-    for slot in range(self.workers):
-      if not self._queue:
-        return
-      if slot not in busy:
-        ticket, job = self._queue.popleft()
-        self._busy[self._worker(slot).run.remote(self._run, job)] = (slot, ticket, job)
+    return self._actors[slot].run.remote(self._run, job)
 
   def wait(self) -> list[Outcome]:
     ray = self._ray
     done, _ = ray.wait(list(self._busy), num_returns=1)
     outcomes = []
     for ref in done:
-      slot, ticket, _ = self._busy.pop(ref)
+      slot, ticket = self._busy.pop(ref)
       try:
         outcomes.append(Outcome(ticket, ray.get(ref)))
       except ray.exceptions.RayTaskError as e:
@@ -340,6 +355,7 @@ class RayExecutor:
 
   def _kill(self, slot: int) -> None:
     actor, self._actors[slot] = self._actors[slot], None
+    self._forget(slot)
     if actor is not None:
       try:
         self._ray.kill(actor)
@@ -353,9 +369,3 @@ class RayExecutor:
     for slot in range(len(self._actors)):
       self._kill(slot)
     self._ray.shutdown()
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    self.close()

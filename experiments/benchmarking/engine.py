@@ -80,6 +80,13 @@ def seeded(seed: int):
     tf.random.set_seed(tf_seed)
 
 
+def process_of(spec: runs_lib.RunSpec) -> tuple:
+  """What the learning process of `spec` is built from (with its population's size): runs of the
+  same value share one process, set per run by its learning rates, seed and weights."""
+  return (spec.algorithm, json.dumps(dict(spec.kwargs), sort_keys=True, default=str), spec.model,
+          spec.dataset, spec.batch_size, spec.client_momentum)
+
+
 def _builder(spec: runs_lib.RunSpec) -> Callable[..., Any]:
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   return (learning.build_process if spec.algorithm == methods_lib.CUSTOM
@@ -257,8 +264,7 @@ class Engine(experiment_lib.Runs):
         _builder(spec), dict(spec.kwargs), self._model_fn(spec, 0),
         client=experiment_config.OptimizerConfig(spec.client_lr, momentum=spec.client_momentum),
         server=experiment_config.OptimizerConfig(spec.server_lr),
-        key=(spec.algorithm, json.dumps(dict(spec.kwargs), sort_keys=True, default=str), spec.model,
-             spec.dataset, spec.batch_size, spec.client_momentum, len(train.client_ids)),
+        key=(*process_of(spec), len(train.client_ids)),
         start=functools.partial(self._start, spec), model_key=(spec.model, spec.dataset),
         train_data=train, eval_data=eval_data, num_classes=classes, loop=loop,
         experiment_dir=run_dir, hparams=hparams, prefix=spec.eval_prefix, per_class=report,

@@ -179,7 +179,8 @@ def _make_executor(config, engine, loader):
   output = config.output
   return executors.make(output.executor, functools.partial(engine_lib.worker_engine, config, loader),
                         engine_lib.run_job, workers=output.executor_workers,
-                        ray_address=output.ray_address, state=engine)
+                        ray_address=output.ray_address, state=engine,
+                        affinity=engine_lib.process_of)
 
 
 def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
@@ -219,6 +220,7 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
   tuning_order = [plan_lib.choice_key(config, d, e, m.name)
                   for d, e, m in plan_lib.tuning_tasks(config)]
   rows, choices = [], []
+  phases = {}   # when the runs started and when tuning ended (time.monotonic())
 
   def write_rows(results):
     rows[:] = [runs_lib.run_row(spec, summary) for key in report_order
@@ -232,6 +234,7 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
     elif all(k in results for k in tuning_order) and not choices:
       choices.extend(results[k] for k in tuning_order)
       _write_tuning(config, choices)
+      phases['tuned'] = time.monotonic()
       after_tuning()
 
   def on_failure(spec, message):
@@ -244,25 +247,30 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
 
   counts, executor = schedule.Counts.of(tasks), None
   try:
+    executor = _make_executor(config, engine, loader)
+    phases['start'] = time.monotonic()
     if not tuning_order:
       _write_tuning(config, choices)
+      phases['tuned'] = phases['start']
       after_tuning()
-    executor = _make_executor(config, engine, loader)
     with executor:
       results = schedule.run(tasks, executor, root=root, counts=counts, on_progress=on_progress,
                              on_failure=on_failure, on_task=on_task)
     write_rows(results)
-  finally:
-    progress.close()
+  finally:   # timing.json first: closing the progress display may fail (a closed pipe)
     timing = {
         'finished': datetime.datetime.now().isoformat(timespec='seconds'),
         'wall_seconds': time.monotonic() - start, 'build_seconds': counts.build_seconds,
         'processes_built': counts.processes_built, 'runs_done': counts.runs_done,
         'runs_skipped': counts.runs_skipped, 'runs_failed': len(counts.failures),
         'rounds_done': counts.rounds_done, 'executor': config.output.executor,
+        'starting_seconds': phases.get('start', time.monotonic()) - start,
+        'tuning_seconds': phases.get('tuned', time.monotonic()) - phases.get('start', start),
+        'reporting_seconds': time.monotonic() - phases.get('tuned', time.monotonic()),
         'workers': getattr(executor, 'workers', None),
         'command': command}
     path = os.path.join(root, 'timing.json')
     files.write_json_atomically(path, results_lib.read_json(path, []) + [timing])
+    progress.close()
   return dict(timing, root=root, report=report_lib.write_report(root), rows=rows,
               choices=choices, failures=[(s.label(), m) for s, m in counts.failures])

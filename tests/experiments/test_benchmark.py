@@ -209,6 +209,28 @@ def test_local_workers_give_the_inline_runs_csv_and_leave_no_process(smoke, tmp_
   assert conftest.processes_with_token(token) == []
 
 
+@pytest.mark.slow
+def test_a_two_node_ray_cluster_gives_the_inline_runs_csv_and_leaves_no_process(
+    smoke, tmp_path, ray_cluster):
+  root, inline, _ = smoke
+  assert inline.returncode == 0
+  token = uuid.uuid4().hex
+  result = conftest.run_binary('experiments.benchmark', '--preset=smoke', '--executor=ray',
+                               f'--ray_address={ray_cluster.address}', f'--output_dir={tmp_path}',
+                               '--noprogress', token=token)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  ray_rows = _rows(tmp_path / 'smoke' / 'runs.csv')
+  assert _without_timing(ray_rows) == _without_timing(_rows(root / 'runs.csv'))
+  timing = json.loads((tmp_path / 'smoke' / 'timing.json').read_text())[-1]
+  assert (timing['executor'], timing['workers'], timing['runs_done']) == ('ray', 2, 8)
+  # Two actors of 1 CPU on two nodes of 1 CPU: one ran on each node. Both ended with the driver.
+  from tests.experiments import ray_cluster as cluster_lib  # pylint: disable=g-import-not-at-top
+  time.sleep(2)
+  assert [p for p in cluster_lib.leftover_ray_processes(ray_cluster.marker)
+          if '_RayWorker' in ' '.join(p.cmdline())] == []
+  assert conftest.processes_with_token(token) == []
+
+
 def test_a_composition_that_cannot_be_built_is_refused_before_any_run(tmp_path):
   token = uuid.uuid4().hex
   result = conftest.run_binary('experiments.benchmark', '--preset=smoke',
@@ -218,8 +240,8 @@ def test_a_composition_that_cannot_be_built_is_refused_before_any_run(tmp_path):
   assert 'Traceback' not in result.stderr + result.stdout
   lines = [l for l in result.stderr.splitlines() if l.strip()]
   assert len(lines) == 1, result.stderr
-  assert lines[0].startswith('benchmark: --methods=fednova+corrective: cannot be built'), lines[0]
-  assert 'normalized_averaging (FedNova) cannot be combined with the corrective' in lines[0]
+  assert lines[0].startswith('benchmark: --methods=fednova+corrective: '), lines[0]
+  assert 'normalised averaging cannot be combined with the corrective aggregator' in lines[0]
   assert not list((tmp_path / 'smoke').rglob('result.json'))
   assert not (tmp_path / 'smoke' / 'config.json').exists()
 

@@ -137,3 +137,52 @@ def test_executor_settings_are_checked_naming_the_flag(changes, argument):
   with pytest.raises(config_lib.ConfigError) as e:
     config_lib.OutputConfig(**changes)
   assert e.value.argument == argument
+
+
+def test_ray_actors_run_jobs_replace_a_dead_one_and_end_with_the_executor(monkeypatch):
+  pytest.importorskip('ray')
+  from tests.experiments import ray_cluster  # pylint: disable=g-import-not-at-top
+  marker = os.urandom(8).hex()
+  monkeypatch.setenv(ray_cluster.MARKER_VARIABLE, marker)   # inherited by Ray's processes
+  with executors.make('ray', make_state, run, workers=2) as executor:
+    tickets = {executor.submit(j): j for j in (1, 2, 'die', 3)}
+    outcomes = _drain(executor, tickets)
+    assert {j: o.value['value'] for j, o in outcomes.items() if j != 'die'} == {1: 2, 2: 4, 3: 6}
+    assert outcomes['die'].value is None and 'Ray worker died' in outcomes['die'].error
+    assert os.getpid() not in {o.value['pid'] for j, o in outcomes.items() if j != 'die'}
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL   # Ray's handler undone
+    executor.submit('raise')
+    with pytest.raises(ArithmeticError, match='a bad job'):
+      executor.wait()
+  deadline = time.monotonic() + 20
+  while time.monotonic() < deadline and ray_cluster.leftover_ray_processes(marker):
+    time.sleep(0.5)
+  assert ray_cluster.leftover_ray_processes(marker) == []
+
+
+class _Recorder(executors._Slots):  # pylint: disable=protected-access
+  """Slots whose jobs never run: records which slot each job went to."""
+
+  def __init__(self, workers, affinity):
+    super().__init__(workers, affinity)
+    self.went = []
+
+  def _start(self, slot, job):
+    self.went.append((slot, job))
+    return object()
+
+  def finish(self, slot):
+    handle = next(h for h, (s, _) in self._busy.items() if s == slot)
+    del self._busy[handle]
+    self._dispatch()
+
+
+def test_a_free_worker_takes_a_job_of_what_it_built_before_else_something_new():
+  slots = _Recorder(2, affinity=lambda job: job[0])
+  for job in ('a1', 'b1', 'a2', 'a3', 'c1', 'b2'):
+    slots.submit(job)
+  assert slots.went == [(0, 'a1'), (1, 'b1')]
+  slots.finish(1)   # slot 1 ran b: takes b2 before the earlier a2
+  slots.finish(0)   # slot 0 ran a: a2
+  slots.finish(1)   # slot 1: no b left; c is new to every slot, a is slot 0's
+  assert slots.went[2:] == [(1, 'b2'), (0, 'a2'), (1, 'c1')]
