@@ -88,6 +88,13 @@ def _describe(proc: psutil.Process) -> str:
     return f'{proc.pid} (gone)'
 
 
+def _name(proc: psutil.Process) -> str:
+  try:
+    return proc.name()
+  except psutil.Error:
+    return ''
+
+
 def _kill(procs) -> None:
   for proc in procs:
     with contextlib.suppress(psutil.NoSuchProcess):
@@ -105,16 +112,27 @@ def stop_cluster(marker: str) -> list[str]:
     The processes still found after the stop (described by PID and command line), which were
     then killed too: empty when the stop left nothing behind.
   """
-  raylets = [p for p in leftover_ray_processes(marker) if p.name() == 'raylet']
-  _kill(raylets)
-  rest = leftover_ray_processes(marker)
+  _kill([p for p in leftover_ray_processes(marker) if _name(p) == 'raylet'])
   # gcs_server last, as `ray stop` orders them.
-  _kill(sorted(rest, key=lambda p: p.name() == 'gcs_server'))
+  _kill(sorted(leftover_ray_processes(marker), key=lambda p: _name(p) == 'gcs_server'))
   time.sleep(0.5)
   survivors = leftover_ray_processes(marker)
   described = [_describe(p) for p in survivors]
   _kill(survivors)
   return described
+
+
+@contextlib.contextmanager
+def short_path(temp_dir: str) -> Iterator[str]:
+  """A short link in /tmp to `temp_dir`, removed on exit: a Ray temporary directory (`ray start
+  --temp-dir`, `ray.init(_temp_dir=...)`) for which a pytest tmp path is too long (Ray's socket
+  paths under it are limited to 107 bytes)."""
+  link = os.path.join('/tmp', f'ray-{uuid.uuid4().hex[:8]}')
+  os.symlink(os.path.abspath(temp_dir), link)
+  try:
+    yield link
+  finally:
+    os.unlink(link)
 
 
 def _ray_start(args: list[str], env: dict[str, str]) -> None:
@@ -130,7 +148,7 @@ def start_two_node_cluster(temp_dir: str, num_cpus: int = 1) -> Cluster:
 
   The dashboard is off; every port is picked free. Workers import this checkout's
   `tff_conflict` and `experiments`: its root leads their PYTHONPATH. Ray puts its sockets under
-  `temp_dir`, whose path must stay short (Unix socket paths: 107 bytes).
+  `temp_dir`, whose path must stay short (a Unix socket's path has at most 107 bytes).
   """
   marker = uuid.uuid4().hex
   python_path = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get('PYTHONPATH')) if p)
@@ -156,16 +174,18 @@ def start_two_node_cluster(temp_dir: str, num_cpus: int = 1) -> Cluster:
 
 @contextlib.contextmanager
 def two_node_cluster(temp_dir: str, num_cpus: int = 1) -> Iterator[Cluster]:
-  """A cluster of `start_two_node_cluster` for the `with` block.
+  """A cluster of `start_two_node_cluster` for the `with` block, its files in `temp_dir`.
 
-  On exit a connected driver is shut down (`ray.shutdown()`) and the cluster stopped
-  (`stop_cluster`); raises AssertionError if any of its processes outlived that stop.
+  Ray is given `short_path(temp_dir)`. On exit a connected driver is shut down (`ray.shutdown()`)
+  and the cluster stopped (`stop_cluster`); raises AssertionError if any of its processes outlived
+  that.
   """
-  cluster = start_two_node_cluster(temp_dir, num_cpus)
-  try:
-    yield cluster
-  finally:
-    import ray  # pylint: disable=g-import-not-at-top
-    ray.shutdown()
-    survivors = stop_cluster(cluster.marker)
-    assert not survivors, f'Ray processes outlived the cluster stop (killed now): {survivors}'
+  with short_path(temp_dir) as ray_temp_dir:
+    cluster = start_two_node_cluster(ray_temp_dir, num_cpus)
+    try:
+      yield cluster
+    finally:
+      import ray  # pylint: disable=g-import-not-at-top
+      ray.shutdown()
+      survivors = stop_cluster(cluster.marker)
+      assert not survivors, f'Ray processes outlived the cluster stop (killed now): {survivors}'
