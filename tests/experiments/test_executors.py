@@ -144,13 +144,14 @@ def test_ray_actors_run_jobs_replace_a_dead_one_and_end_with_the_executor(monkey
   from tests.experiments import ray_cluster  # pylint: disable=g-import-not-at-top
   marker = os.urandom(8).hex()
   monkeypatch.setenv(ray_cluster.MARKER_VARIABLE, marker)   # inherited by Ray's processes
+  handler = signal.getsignal(signal.SIGTERM)
   with executors.make('ray', make_state, run, workers=2) as executor:
     tickets = {executor.submit(j): j for j in (1, 2, 'die', 3)}
     outcomes = _drain(executor, tickets)
     assert {j: o.value['value'] for j, o in outcomes.items() if j != 'die'} == {1: 2, 2: 4, 3: 6}
     assert outcomes['die'].value is None and 'Ray worker died' in outcomes['die'].error
     assert os.getpid() not in {o.value['pid'] for j, o in outcomes.items() if j != 'die'}
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL   # Ray's handler undone
+    assert signal.getsignal(signal.SIGTERM) is handler   # Ray's sys.exit handler undone
     executor.submit('raise')
     with pytest.raises(ArithmeticError, match='a bad job'):
       executor.wait()
