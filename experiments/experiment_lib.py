@@ -54,6 +54,16 @@ def input_spec(train_data: Any, loop: config_lib.LoopConfig):
   return training_loop.preprocess(first, loop).element_spec
 
 
+def process_arguments(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
+                      client: config_lib.OptimizerConfig, server: config_lib.OptimizerConfig,
+                      train_data: Any, loop: config_lib.LoopConfig) -> dict[str, Any]:
+  """`builder`'s keyword arguments besides the model: the input spec of `train_data`'s batches,
+  the `client` and `server` optimizers, the population's size where it takes it, and `kwargs`."""
+  return dict(input_spec=input_spec(train_data, loop), client_optimizer_fn=build_optimizer(client),
+              server_optimizer_fn=build_optimizer(server),
+              **population_kwargs(builder, train_data), **kwargs)
+
+
 def pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
   """(x, y) of every client's examples, concatenated; `ValueError` for none."""
   xs, ys = [], []
@@ -165,10 +175,9 @@ class Runs:
     built = self._processes.get(key) if key is not None else None
     if built is None:
       began = time.monotonic()
-      process = builder(
-          model_fn, input_spec=input_spec(train_data, loop),
-          client_optimizer_fn=build_optimizer(client), server_optimizer_fn=build_optimizer(server),
-          **population_kwargs(builder, train_data), **kwargs)
+      process = builder(model_fn, **process_arguments(builder, kwargs, client=client,
+                                                       server=server, train_data=train_data,
+                                                       loop=loop))
       runner = runtime.make_runner(process, self._runtime)
       built = (process, runner, runner.initialize())
       self.build_seconds += time.monotonic() - began
