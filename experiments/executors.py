@@ -70,7 +70,7 @@ def _check_picklable(executor: str, *functions: Callable) -> None:
   or model functions defined where a worker cannot import them)."""
   try:
     if executor == 'ray':
-      import cloudpickle  # pylint: disable=g-import-not-at-top
+      from ray import cloudpickle  # pylint: disable=g-import-not-at-top
       cloudpickle.dumps(functions)
     else:
       pickle.dumps(functions)

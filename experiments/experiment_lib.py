@@ -214,15 +214,6 @@ def check_composition(algorithm: config_lib.AlgorithmConfig) -> None:
   config_lib.one_of(list(AGGREGATOR_HPARAMS))('aggregator', algorithm.aggregator)
 
 
-class _ModelAsked(BaseException):
-  """Stops a builder called by `library_refusal` where it first asks for the model (a
-  BaseException: builders wrap a model function's errors)."""
-
-
-def _model_asked():
-  raise _ModelAsked()
-
-
 # The keywords `build_process` takes that every builder also takes and checks as it does.
 _CORE_KEYWORDS = ('client_weighting', 'aggregator', 'aggregator_kwargs', 'clip_norm')
 
@@ -232,10 +223,10 @@ def library_refusal(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
                     ) -> Optional[Exception]:
   """The library's refusal (a ValueError or TypeError) of `builder(model_fn, **kwargs)` with the
   `client` and `server` optimizers, or None: the builder's own checks of every argument but the
-  model and data, run in a moment before any work. A builder checks them before it asks for the
-  model (it is called with a model function that stops it there, and without input_spec); so
-  does `build_process`, to which every builder passes the core keywords (FedDecorr after
-  checking its model)."""
+  model and data, run in a moment before any work (`learning.check_arguments` with
+  `learning.ANY_MODEL`: a builder checks them before it looks at the model); so does
+  `build_process`, to which every builder passes the core keywords (FedDecorr after checking its
+  model)."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   optimizers = dict(client_optimizer_fn=build_optimizer(client),
                     server_optimizer_fn=build_optimizer(server))
@@ -247,9 +238,7 @@ def library_refusal(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
     calls.append((learning.build_process, {**optimizers, **core}))
   for build, arguments in calls:
     try:
-      build(_model_asked, **arguments)
-    except _ModelAsked:
-      continue
+      learning.check_arguments(build, learning.ANY_MODEL, **arguments)
     except (ValueError, TypeError) as e:
       return e
   return None

@@ -58,3 +58,20 @@ def test_a_builder_that_reaches_no_library_builder_is_called_whole():
   process = learning.build_fedavg(make_tiny_keras_model, input_spec=h.input_spec(),
                                   client_optimizer_fn=_sgd())
   assert isinstance(process, tff.learning.templates.LearningProcess)
+
+
+@pytest.mark.parametrize('build, kwargs, argument', [
+    (learning.build_fednova, dict(aggregator='corrective'), 'normalized_averaging'),
+    (learning.build_scaffold, dict(num_clients=5, aggregator='corrective'), 'aggregator'),
+    (learning.build_fedmgc, dict(gamma=-1.0), 'gamma'),
+])
+def test_without_a_model_every_other_argument_is_checked(build, kwargs, argument,
+                                                         no_composition):
+  with pytest.raises(_checks.ArgumentError) as e:
+    learning.check_arguments(build, learning.ANY_MODEL, client_optimizer_fn=_sgd(), **kwargs)
+  assert argument in e.value.argument
+  learning.check_arguments(build, learning.ANY_MODEL, client_optimizer_fn=_sgd(),
+                           **{k: v for k, v in kwargs.items() if k == 'num_clients'})
+  with pytest.raises(_checks.ArgumentError):   # outside a check, it is no model
+    build(learning.ANY_MODEL, client_optimizer_fn=_sgd(),
+          **{k: v for k, v in kwargs.items() if k == 'num_clients'})
