@@ -21,8 +21,10 @@ _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # `first_rounds`: the signal comes U[0, FIRST_ROUNDS_DELAY] s after one of these lines of a tiny
 # digits run, drawn at random: the header (data loaded, before TFF builds the process) or the
 # progress line of round 1 or 2 (a round takes about 20 ms, so the later moments land in rounds
-# 2-30 and in the preparation of their client datasets).
-FIRST_ROUNDS_ANCHORS = ('fedavg on digits', r'fedavg round +1/', r'fedavg round +2/')
+# 2-30 and in the preparation of their client datasets). Trials alternate the algorithms: FedAvg
+# (a mean) and FedGH (its clients' updates gathered in the in-process runner's row buffers).
+FIRST_ROUNDS_ANCHORS = (r'\S+ on digits \(', r'\S+ round +1/', r'\S+ round +2/')
+FIRST_ROUNDS_ALGORITHMS = ('fedavg', 'fedgh')
 FIRST_ROUNDS_DELAY = 0.6
 _FIRST_ROUNDS_FLAGS = ('--rounds=500', '--num_clients=6', '--clients_per_round=3',
                        '--model=logistic_regression', '--client_batch_size=32')
@@ -86,9 +88,10 @@ def native_crash(status, output, signum):
 
 
 def first_rounds(trials, seed=0, signum=signal.SIGTERM, log=None):
-  """`trials` signals timed from `train`'s first rounds (`FIRST_ROUNDS_ANCHORS`): a dict of the
-  exit statuses, the trials that finished first, printed a dropped exception, left a worker or
-  crashed natively counted, and every trial that did not end with 128 + signum, in full."""
+  """`trials` signals timed from `train`'s first rounds (`FIRST_ROUNDS_ANCHORS`, algorithms
+  alternating): a dict of the exit statuses, the trials that finished first, printed a dropped
+  exception, left a worker or crashed natively counted, and every trial that did not end with
+  128 + signum, in full."""
   rng = random.Random(seed)
   statuses = collections.Counter()
   counts = collections.Counter()
@@ -97,14 +100,17 @@ def first_rounds(trials, seed=0, signum=signal.SIGTERM, log=None):
     for i in range(trials):
       anchor = rng.randrange(len(FIRST_ROUNDS_ANCHORS))
       delay = rng.uniform(0.0, FIRST_ROUNDS_DELAY)
-      command = _command('experiments.train', *_FIRST_ROUNDS_FLAGS, f'--output_dir={tmp}/{i}')
+      algorithm = FIRST_ROUNDS_ALGORITHMS[i % len(FIRST_ROUNDS_ALGORITHMS)]
+      command = _command('experiments.train', f'--algorithm={algorithm}', *_FIRST_ROUNDS_FLAGS,
+                         f'--output_dir={tmp}/{i}')
       status, dropped, left, _, output, sent = _trial(command, delay, signum,
                                                       after=FIRST_ROUNDS_ANCHORS[anchor])
       statuses[status] += 1
       crashed = native_crash(status, output, signum)
       counts.update(finished=not sent, dropped=dropped, workers_left=bool(left),
                     native_crashes=crashed)
-      trial = {'trial': i, 'after': FIRST_ROUNDS_ANCHORS[anchor], 'delay_s': round(delay, 3),
+      trial = {'trial': i, 'algorithm': algorithm, 'after': FIRST_ROUNDS_ANCHORS[anchor],
+               'delay_s': round(delay, 3),
                'status': status, 'last_line': (output.strip().splitlines() or [''])[-1][:300]}
       if status != 128 + signum or not sent or dropped or left or crashed:
         unexpected.append(dict(trial, workers_left=len(left), output_tail=output[-8000:]))
