@@ -57,9 +57,10 @@ def _trial(command, delay, signum, after=None):
     if after is None:
       try:
         seen.append(proc.communicate(timeout=delay)[0])
-      except subprocess.TimeoutExpired:
+      except subprocess.TimeoutExpired:   # communicating again loses no output
         proc.send_signal(signum)
         sent = True
+        seen.append(proc.communicate(timeout=600)[0])
     else:
       for line in proc.stdout:
         seen.append(line)
@@ -68,14 +69,14 @@ def _trial(command, delay, signum, after=None):
           proc.send_signal(signum)
           sent = True
           break
-    seen.append(proc.communicate(timeout=600)[0] or '')
+      seen.append(proc.communicate(timeout=600)[0])
   finally:
     if proc.poll() is None:
       proc.kill()
       proc.wait()
   seconds = time.monotonic() - start
   time.sleep(0.5)
-  output = ''.join(seen)
+  output = ''.join(part or '' for part in seen)
   left = runtime.workers_with_environment('TFF_CONFLICT_TEST_TOKEN', token)
   return proc.returncode, 'Exception ignored' in output, left, seconds, output, sent
 
