@@ -147,7 +147,7 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
   for name in ('algorithm', 'client_loss', 'aggregator', 'seed', 'proximal_term'):  # per run
     hparams.pop(name, None)
   metrics_io.write_hparams(os.path.join(root, training_loop.HPARAMS_FILE), hparams)
-  task = experiment_lib.load_task(experiment)   # the data are the same for every seed
+  task = experiment_lib.load_task(experiment, algorithms)   # the same data for every seed
   print(f'{len(algorithms)} algorithms x {len(seeds)} seed(s) on {experiment.data.dataset}: '
         f'{len(task[0].client_ids)} clients, {experiment.training.clients_per_round} per round, '
         f'{experiment.training.rounds} rounds, model {experiment_lib.model_name(experiment)} -> '

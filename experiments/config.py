@@ -217,16 +217,16 @@ class DataConfig:
   dataset: str = setting(
       'digits', flag='dataset', choices=DATASETS,
       help='Federated dataset: digits (scikit-learn digits, Dirichlet label skew, offline), '
-      'emnist (TFF\'s, by writer), synthetic (LEAF Synthetic(alpha, beta)), mnist/fashion_mnist/'
-      'cifar10/cifar100 (Dirichlet splits of tensorflow-datasets), leaf (LEAF\'s FEMNIST, '
-      'Synthetic or CelebA JSON files, --leaf_dir).')
+      'emnist (TFF\'s, by writer), synthetic (LEAF Synthetic(alpha, beta)), fashion_mnist (its '
+      'IDX files, --data_dir), mnist/cifar10/cifar100 (tensorflow-datasets), each Dirichlet-'
+      'split, leaf (LEAF\'s FEMNIST, Synthetic or CelebA JSON files, --leaf_dir).')
   num_clients: Optional[int] = setting(
       None, flag='num_clients', check=optional(at_least(1)),
       help='Clients in the population (emnist, leaf: the first N writers or users). Default: the '
-      'dataset\'s (digits 20, synthetic 30, tfds 100, else all).')
+      'dataset\'s (digits 20, synthetic 30, fashion_mnist and tfds 100, else all).')
   alpha: float = setting(0.1, flag='alpha', check=POSITIVE,
-                         help='Dirichlet concentration of the label-skew split (digits, tfds '
-                         'datasets); smaller is more skewed.')
+                         help='Dirichlet concentration of the label-skew split (digits, '
+                         'fashion_mnist, tfds datasets); smaller is more skewed.')
   data_seed: int = setting(0, flag='data_seed', check=at_least(0),
                            help='Seed of the partition (and of Synthetic\'s data), apart from '
                            '--seed so that seeds share the data.')
@@ -235,7 +235,10 @@ class DataConfig:
                                      '~/.tff); leaf: where the converted cache goes (default: '
                                      'next to the data).')
   data_dir: Optional[str] = setting(None, flag='data_dir',
-                                    help='tfds datasets: tensorflow-datasets data_dir.')
+                                    help='fashion_mnist: the folder of its four IDX files '
+                                    '(default /usr/share/datasets/fashion-mnist, then '
+                                    '~/.keras/datasets/fashion-mnist); mnist, cifar10, cifar100: '
+                                    'tensorflow-datasets data_dir.')
   emnist_only_digits: bool = setting(False, flag='emnist_only_digits', check=BOOL,
                                      help='emnist: the 10-class digits-only version.')
   synthetic_alpha: float = setting(1.0, flag='synthetic_alpha', check=NON_NEGATIVE,

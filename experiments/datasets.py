@@ -7,9 +7,10 @@ from typing import Any
 from experiments import architectures
 from experiments import config
 
-_TFDS = ('mnist', 'fashion_mnist', 'cifar10', 'cifar100')
+_TFDS = ('mnist', 'cifar10', 'cifar100')
 # The DataConfig field (and flag) a loader reads from: its errors name it when it is set.
-_SOURCE = {'emnist': 'cache_dir', 'leaf': 'leaf_dir', **{name: 'data_dir' for name in _TFDS}}
+_SOURCE = {'emnist': 'cache_dir', 'leaf': 'leaf_dir',
+           **{name: 'data_dir' for name in ('fashion_mnist',) + _TFDS}}
 
 
 def _data():
@@ -42,6 +43,8 @@ def _load(o: config.DataConfig):
     return data.digits(alpha=o.alpha, seed=o.data_seed, **sized)
   if o.dataset == 'synthetic':
     return data.synthetic(o.synthetic_alpha, o.synthetic_beta, seed=o.data_seed, **sized)
+  if o.dataset == 'fashion_mnist':
+    return data.fashion_mnist(alpha=o.alpha, seed=o.data_seed, data_dir=o.data_dir, **sized)
   if o.dataset in _TFDS:
     return data.tfds_dirichlet(o.dataset, num_clients=100 if n is None else n, alpha=o.alpha,
                                seed=o.data_seed, data_dir=o.data_dir)
@@ -55,8 +58,9 @@ def _load(o: config.DataConfig):
 
 
 def load(data: config.DataConfig) -> tuple[Any, Any]:
-  """(train, test) `ClientData` of `data.dataset` (tfds datasets: 100 clients by default); the
-  loader's ValueError or OSError as a `ConfigError` naming num_clients, its `_SOURCE` or dataset."""
+  """(train, test) `ClientData` of `data.dataset` (fashion_mnist and the tfds datasets: 100
+  clients by default); the loader's ValueError or OSError as a `ConfigError` naming num_clients,
+  its `_SOURCE` or dataset."""
   try:
     return _load(data)
   except (ValueError, OSError) as e:

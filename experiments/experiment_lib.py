@@ -4,7 +4,7 @@ runs it (`training_loop`) and evaluates it; `run_experiment` runs an `Experiment
 import functools
 import inspect
 import time
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -307,10 +307,12 @@ def model_of(config: config_lib.ExperimentConfig, train: Any) -> tuple:
                            seed=config.seed), classes
 
 
-def load_task(config: config_lib.ExperimentConfig) -> tuple[Any, Any]:
+def load_task(config: config_lib.ExperimentConfig,
+              algorithms: Optional[Sequence[str]] = None) -> tuple[Any, Any]:
   """(train, test) ClientData of `config`; `config.ConfigError` for data the loader refuses, an
-  unknown model or one that cannot take the inputs (built in a scratch graph), or
-  clients_per_round larger than the population."""
+  unknown model or one that cannot take the inputs (built in a scratch graph) or that one of
+  `algorithms` (default `config`'s) cannot train (`check_model_for`), or clients_per_round
+  larger than the population."""
   train, test = datasets.load(config.data)
   name = model_name(config)
   config_lib.one_of(sorted(architectures.MODELS))('model', name)
@@ -321,13 +323,29 @@ def load_task(config: config_lib.ExperimentConfig) -> tuple[Any, Any]:
   model_fn, _ = model_of(config, train)
   with tf.Graph().as_default():  # keep the eager context clean (BUILD_NOTES.md, Keras pitfalls)
     try:
-      model_fn()
+      model = model_fn()
     except ValueError as e:
       raise config_lib.ConfigError(
           'model', name,
           reason=f'cannot take the inputs of --dataset={config.data.dataset} (shape '
           f'{model_fn.args[0]}): {e}') from None
+    for algorithm in (config.algorithm.name,) if algorithms is None else algorithms:
+      check_model_for(algorithm, model, name)
   return train, test
+
+
+def check_model_for(algorithm: str, model: tf.keras.Model, name: str) -> None:
+  """`config.ConfigError` naming --model when `algorithm` cannot train `model` (called `name`):
+  FedDecorr on a model whose classifier reads the input, where its term has no gradient and it
+  would train exactly as FedAvg (`tff_conflict.learning.check_trained_representation`)."""
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  if algorithm != 'feddecorr':
+    return
+  try:
+    learning.check_trained_representation(model)
+  except ValueError as e:
+    raise config_lib.ConfigError('model', name, reason=f'--algorithm={algorithm} cannot train '
+                                 f'it: {e}') from None
 
 
 def hparams_record(config: config_lib.ExperimentConfig, **extra: Any) -> dict[str, Any]:

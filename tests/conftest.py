@@ -39,6 +39,26 @@ def make_tiny_keras_model(num_features=TINY_NUM_FEATURES, num_classes=TINY_NUM_C
   ])
 
 
+def make_tiny_hidden_keras_model(num_features=TINY_NUM_FEATURES, num_classes=TINY_NUM_CLASSES,
+                                 seed=0, hidden=5):
+  """`make_tiny_keras_model` with a Dense(`hidden`, tanh) layer before the logits (a model whose
+  classifier's input is trained, as FedDecorr needs)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(num_features,)),
+      tf.keras.layers.Dense(hidden, activation='tanh',
+                            kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed)),
+      tf.keras.layers.Dense(num_classes,
+                            kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed + 1)),
+  ])
+
+
+def tiny_model_fn_for(algorithm: str):
+  """The tiny model an algorithm's tests train: softmax regression, or for FedDecorr (whose term
+  has no gradient when the classifier reads the input) `make_tiny_hidden_keras_model`."""
+  return make_tiny_hidden_keras_model if algorithm == 'feddecorr' else make_tiny_keras_model
+
+
 def make_tiny_client_datasets(num_clients=3, examples_per_client=16, batch_size=8, seed=0,
                               num_features=TINY_NUM_FEATURES, num_classes=TINY_NUM_CLASSES):
   """Linearly separable client datasets (`OrderedDict(x=float32 [B, F], y=int32 [B])`)."""

@@ -364,6 +364,7 @@ class BenchmarkConfig:
       if method.name in self.grids:
         method = method.with_grid(self.grids[method.name])
       _check_builder_arguments(method, methods_lib.given_kwargs(self.given, method))
+    _check_methods_on_models(self, resolved, parsed)
 
   @property
   def experiment_name(self) -> str:
@@ -400,6 +401,48 @@ def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any
         ranges[keyword].check(value, name=f'{keyword} of method {method.name!r}')
       except ValueError as e:
         raise ConfigError(argument, method.name, reason=str(e)) from None
+
+
+def _probe_shape(config: 'BenchmarkConfig', dataset: str) -> Optional[tuple]:
+  """The example shape of `dataset` known before its data load (yours, or
+  `tff_conflict.data.dataset_info`'s); None for LEAF Synthetic's (its files')."""
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
+  if dataset in config.datasets:
+    return tuple(config.datasets[dataset][0].element_type_structure['x'].shape)
+  try:
+    return data.dataset_info(dataset).element_shape
+  except ValueError:
+    return None
+
+
+def _check_methods_on_models(config: 'BenchmarkConfig', resolved, regimes) -> None:
+  """Every method can train each regime's model (`methods.model_refusal`: FedDecorr on a model
+  whose classifier reads the input would equal FedAvg in every run); else a `ConfigError`
+  naming the method, the regime and the model. A built-in model is built on the dataset's shape
+  (LEAF Synthetic's, unknown before its files load, left to the run's own check)."""
+  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import plan  # pylint: disable=g-import-not-at-top
+  refusals: dict[tuple, Optional[str]] = {}
+  for regime in regimes:
+    model = plan.model_of(config, regime.dataset)
+    shape = _probe_shape(config, regime.dataset)
+    if model in config.model_fns:
+      build = config.model_fns[model]
+    elif shape is not None:
+      build = functools.partial(architectures.get(model), shape, 2)
+    else:
+      continue
+    for method in resolved:
+      key = (method.algorithm, model, shape)
+      if key not in refusals:
+        try:
+          refusals[key] = methods_lib.model_refusal(method, build)
+        except ValueError:   # a model that does not fit the data: the run's own error says so
+          refusals[key] = None
+      if refusals[key]:
+        raise ConfigError('methods', method.name, reason=(
+            f'cannot run on regime {regime.name!r}, whose model is {model!r} (--models): '
+            f'{refusals[key]}'))
 
 
 # Each part's setting under its flat name (config.json's readers, presets), an optimizer's with

@@ -20,6 +20,7 @@ from experiments import files
 from experiments import architectures
 from experiments import config as experiment_config
 from experiments import experiment_lib
+from experiments.benchmarking import fingerprints
 from experiments.benchmarking import plan as plan_lib
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import runs as runs_lib
@@ -38,6 +39,17 @@ def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSp
     raise SettingsChangedError(
         f'{run_dir} holds a finished run with other settings ({differences}); use another '
         '--experiment_name or --output_dir, or --noresume to run everything again')
+
+
+def check_same_fingerprint(run_dir: str, recorded: Any, current: dict[str, Any]) -> None:
+  """Raises `SettingsChangedError` when your own data or model (`fingerprints.of_run`: `current`)
+  differ from those the run in `run_dir` finished with (`recorded`), or were not recorded."""
+  differences = '; '.join(fingerprints.differences(recorded, current))
+  if differences:
+    raise SettingsChangedError(
+        f'{run_dir} holds a finished run of other data or another model under the same name '
+        f'({differences}); use another --experiment_name or --output_dir, or --noresume to run '
+        'everything again')
 
 
 def default_loader(config) -> Loader:
@@ -81,6 +93,7 @@ class Engine(experiment_lib.Runs):
     self._data: dict[tuple, tuple[Any, Any]] = {}
     self._weights: dict[tuple, Any] = {}
     self._shapes: dict[tuple, tuple[tuple, int]] = {}
+    self._fingerprints: dict[tuple, dict[str, Any]] = {}
     self.runs_done = 0
     self.runs_skipped = 0
     self.rounds_done = 0
@@ -167,6 +180,7 @@ class Engine(experiment_lib.Runs):
     done = runs_lib.read_result(run_dir) if self._config.loop.resume else None
     if done is not None:
       check_same_spec(run_dir, done['spec'], spec)
+      check_same_fingerprint(run_dir, done.get(fingerprints.KEY), self._fingerprint(spec))
       self.runs_skipped += 1
       return done['summary']
     os.makedirs(run_dir, exist_ok=True)
@@ -188,9 +202,17 @@ class Engine(experiment_lib.Runs):
       os.remove(error_path)
     runs_lib.write_result(run_dir, {
         'spec': spec.to_dict(), 'summary': summary, 'confusion_matrix': confusion,
-        'finished': datetime.datetime.now().isoformat(timespec='seconds')})
+        'finished': datetime.datetime.now().isoformat(timespec='seconds'),
+        fingerprints.KEY: self._fingerprint(spec)})
     self.runs_done += 1
     return summary
+
+  def _fingerprint(self, spec: runs_lib.RunSpec) -> dict[str, Any]:
+    """`fingerprints.of_run` of `spec` (your own data and model), made once per invocation."""
+    key = (spec.dataset, spec.model)
+    if key not in self._fingerprints:
+      self._fingerprints[key] = fingerprints.of_run(self._config, spec, self.data)
+    return self._fingerprints[key]
 
   def _train(self, spec, run_dir):
     from tff_conflict import learning  # pylint: disable=g-import-not-at-top

@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import inspect
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tff_conflict import _checks
 from tff_conflict import hparams as hparams_lib
@@ -207,3 +207,38 @@ def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) ->
     if packed:
       kwargs['aggregator_kwargs'] = packed
   return kwargs
+
+
+# Why a method's runs can equal another's in every seed (the report's "identical"), by the pair
+# of names (either order): one computation under two names, or where a condition holds.
+IDENTICAL_REASONS = {
+    ('fedavg+fedgh', 'fedgh'): 'the same computation: FedGH is FedAvg with the fedgh aggregator',
+    ('fednova', 'fedavg'): 'FedNova is FedAvg when every client takes the same number of local '
+                           'steps',
+    ('feddecorr', 'fedavg'): 'FedDecorr is FedAvg on a model without a hidden layer, where its '
+                             'term has no gradient; such runs are refused now',
+}
+
+
+def identical_reason(method: str, other: str) -> Optional[str]:
+  """Why `method`'s runs can equal `other`'s in every seed (`IDENTICAL_REASONS`), else None."""
+  return IDENTICAL_REASONS.get((method, other)) or IDENTICAL_REASONS.get((other, method))
+
+
+def model_refusal(method: Method, build_model: Callable[[], Any]) -> Optional[str]:
+  """Why `method` cannot train the Keras model `build_model()` builds, else None (the model is
+  built, in a scratch graph, only for a method it could refuse): FedDecorr (with its
+  compositions and variants) on a model whose classifier reads the input, where its term has no
+  gradient and every run would equal FedAvg's
+  (`tff_conflict.learning.check_trained_representation`). `build_model`'s own errors pass."""
+  if method.algorithm != 'feddecorr':
+    return None
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  with tf.Graph().as_default():
+    model = build_model()
+    try:
+      learning.check_trained_representation(model)
+    except ValueError as e:
+      return str(e)
+  return None

@@ -180,18 +180,30 @@ def at_chance(cell, method: str, baseline: str) -> bool:
   return collapsed(cell.get(method)) and collapsed(cell.get(baseline))
 
 
+def identical(d: Optional[stats.Interval]) -> bool:
+  """The two sides' runs gave the same statistic in every one of at least 2 paired seeds: one
+  computation, not a tie (`methods.identical_reason` says why where it is known)."""
+  return d is not None and d.n >= 2 and d.sd == 0 and d.mean == 0
+
+
+def family_size(found: Mapping[Any, stats.Interval]) -> int:
+  """The comparisons of `found` in its Holm family (identical ones are none)."""
+  return sum(not identical(d) for d in found.values())
+
+
 def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]] = ()
                 ) -> dict[tuple[str, int, str], stats.Interval]:
   """(regime, E, method) -> `difference` of the primary statistic against the method `pairs`
   gives it (default: every method against the config's baseline), its `p_value` Holm-adjusted:
   against the baseline over the Results tables' family (every method), against another method
-  over those other pairs together."""
+  over those other pairs together. An `identical` comparison is no test: its p-value is NaN and
+  it is left out of the family."""
   baseline = config['baseline']
 
   def holm(family):
     found = {(r, e, m): d for r, e, cell in cells(rows, config) for m, against in family
              for d in [difference(cell, m, against, primary_statistic(config))] if d is not None}
-    adjusted = stats.holm([d.p_value for d in found.values()])
+    adjusted = stats.holm([float('nan') if identical(d) else d.p_value for d in found.values()])
     return {k: dataclasses.replace(d, p_value=p) for (k, d), p in zip(found.items(), adjusted)}
   main = holm([(m, baseline) for m in orders(rows, config)[1] if m != baseline])
   if pairs:
@@ -211,11 +223,14 @@ def margin(config: Mapping[str, Any]) -> float:
 
 def verdict(d: Optional[stats.Interval], margin: float = 0.0, chance: bool = False) -> str:
   """'beats' / 'loses' where Holm agrees, 'ties' where the 95% interval lies inside +- `margin`
-  (never for 0), 'at chance' where both sides collapsed, else 'inconclusive'."""
+  (never for 0), 'at chance' where both sides collapsed, 'identical' where the runs gave the same
+  statistic in every seed (never 'ties'), else 'inconclusive'."""
   if d is None or d.n < 2:
     return 'inconclusive'
   if chance:
     return 'at chance'
+  if identical(d):
+    return 'identical'
   if significant(d):
     return 'beats' if d.mean > 0 else 'loses'
   return 'ties' if -margin < d.low and d.high < margin else 'inconclusive'

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from typing import Callable, Optional, Sequence
 
+from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import tables
 from experiments.benchmarking.tables import text
@@ -47,12 +48,16 @@ def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
       said = f'{d.mean:+.3f} (one seed)' if d.n < 2 else f'{d.mean:+.3f}'
       if d.n >= 2 and word in ('beats', 'loses'):
         said += f' [{d.low:+.3f}, {d.high:+.3f}], Holm p {tables.fmt_p(d.p_value)}'
+      if word == 'identical':
+        reason = methods_lib.identical_reason(method, against)
+        said = f'in every seed ({reason})' if reason else 'in every seed'
       label = method if against == baseline else f'{method} (against {against})'
       groups.setdefault(word, []).append(f'{label} {said}')
     mean = tables.fmt(results_lib.mean(cell.get(baseline, {}),
                                        results_lib.primary_statistic(config)), 3)
     parts = [f'{word}: {", ".join(groups[word])}'
-             for word in ('beats', 'loses', 'ties', 'inconclusive', 'at chance') if word in groups]
+             for word in ('beats', 'loses', 'ties', 'inconclusive', 'at chance', 'identical')
+             if word in groups]
     lines.append(f'- {name} ({baseline} {mean}): ' + '; '.join(parts) + '.')
   return lines
 
@@ -73,7 +78,8 @@ def _rule(rows, config, pairs) -> str:
                if dict(pairs)[m] != config['baseline'])
   return text('summary_rule', alpha=results_lib.ALPHA, margin=results_lib.margin(config),
               label=results_lib.statistic_label(results_lib.primary_statistic(config), config),
-              comparisons=len(results_lib.comparisons(rows, config)), baseline=config['baseline'],
+              comparisons=results_lib.family_size(results_lib.comparisons(rows, config)),
+              baseline=config['baseline'],
               others=f', and over the {others} against other baselines here' if others else '')
 
 

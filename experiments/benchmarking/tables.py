@@ -60,14 +60,19 @@ def fmt_difference(d: Optional[stats.Interval], *, mark: bool = False, digits: i
   return f'**{interval}** {DAGGER}' if mark else interval
 
 
-def delta_cell(d: Optional[stats.Interval], chance: bool, *, mark: bool) -> str:
-  """A Δ cell: the interval, or why it is no comparison (both at chance, identical runs)."""
+def delta_cell(d: Optional[stats.Interval], chance: bool, *, mark: bool,
+               pair: Optional[tuple[str, str]] = None) -> str:
+  """A Δ cell: the interval, or why it is no comparison (both at chance, identical runs: with
+  `pair`, the methods compared, also `methods.identical_reason`, or that none is known)."""
   if d is None:
     return '-'
   if chance:
     return f'{d.mean:+.4f} (both at chance: no comparison)'
-  if d.n >= 2 and d.sd == 0 and d.mean == 0:
-    return '+0.0000 (identical in every seed)'
+  if results.identical(d):
+    if pair is None:
+      return 'identical in every seed (no test)'
+    reason = methods_lib.identical_reason(*pair)
+    return f'identical in every seed (no test): {reason or "reason unknown"}'
   return fmt_difference(d, mark=mark)
 
 
@@ -100,7 +105,8 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
     elif d is None:
       delta, p, last_delta = '—', '-', '-'
     else:
-      delta = delta_cell(d, chance, mark=results.significant(d, chance))
+      delta = delta_cell(d, chance, mark=results.significant(d, chance),
+                         pair=(method, baseline))
       p = fmt_p(d.p_value)
       last_delta = delta_cell(results.difference(cell, method, baseline, 'final_accuracy'),
                               chance, mark=False)
@@ -168,12 +174,14 @@ def composition_table(rows, config) -> str:
            if method in cell and own in cell]
   if not found:
     return ''
-  adjusted = stats.holm([d.p_value if d is not None else float('nan') for *_, d, _, _ in found])
+  adjusted = stats.holm([d.p_value if d is not None and not results.identical(d)
+                         else float('nan') for *_, d, _, _ in found])
   return markdown_table(
       ['regime', 'E', 'composition', 'its baseline', 'Δ vs its baseline [95% CI]', 'Holm p',
        f'Δ vs {baseline}', f'its baseline\'s Δ vs {baseline}'],
       [[f'`{regime}`', e, method, own,
-        fmt_difference(d_own, mark=math.isfinite(p) and p < results.ALPHA), fmt_p(p),
+        delta_cell(d_own, False, mark=math.isfinite(p) and p < results.ALPHA,
+                   pair=(method, own)), fmt_p(p),
         fmt_difference(d_base), fmt_difference(d_own_base)]
        for (regime, e, method, own, d_own, d_base, d_own_base), p in zip(found, adjusted)])
 
@@ -265,7 +273,7 @@ def protocol_section(config, rows) -> str:
            share=runs_lib.COLLAPSE_SHARE),
       text('protocol_statistics', seeds=len(seeds),
            pilot=' (fewer than 10: read every interval as a pilot)' if len(seeds) < 10 else '',
-           comparisons=len(results.comparisons(rows, config)), baseline=baseline,
+           comparisons=results.family_size(results.comparisons(rows, config)), baseline=baseline,
            dagger=DAGGER, alpha=results.ALPHA, margin=results.margin(config)),
       text('protocol_symbols')]
   return '\n'.join(lines) + '\n'

@@ -193,7 +193,7 @@ def test_leaf_natural_keeps_the_files_users(tmp_path):
 
 def test_a_tfds_dataset_with_every_array_split(tmp_path):
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  regimes._tfds_arrays.cache_clear()  # pylint: disable=protected-access
+  regimes._stored_arrays.cache_clear()  # pylint: disable=protected-access
   with tfds.testing.mock_data(num_examples=200):
     for name in ('mnist:iid@4', 'mnist:#C=2@4', 'mnist:qty(1)@4', 'mnist:dir(0.5)@4'):
       train, test = data.load_regime(name, seed=1, data_dir=str(tmp_path))
@@ -205,4 +205,4 @@ def test_a_tfds_dataset_with_every_array_split(tmp_path):
     pooled = [_pooled(data.load_regime('mnist:dir(0.5)@4', seed=s, data_dir=str(tmp_path))[1])
               for s in (0, 7)]
     assert _rows(*pooled[0]) == _rows(*pooled[1]) and len(pooled[0][1]) == 200
-  regimes._tfds_arrays.cache_clear()  # pylint: disable=protected-access
+  regimes._stored_arrays.cache_clear()  # pylint: disable=protected-access

@@ -7,9 +7,10 @@ import tensorflow as tf
 import tff_conflict
 from experiments import architectures
 
-_SHAPES = {'logistic_regression': (60,), 'mlp': (64,), 'digits_cnn': (64,),
-           'fedavg_cnn': (28, 28), 'emnist_cnn': (28, 28, 1), 'cifar_cnn': (32, 32, 3),
-           'leaf_femnist_cnn': (28, 28, 1), 'leaf_celeba_cnn': (20, 20, 3)}
+_SHAPES = {'logistic_regression': (60,), 'mlp': (64,), 'small_mlp': (28, 28, 1),
+           'digits_cnn': (64,), 'fedavg_cnn': (28, 28), 'fedmgc_fmnist_cnn': (28, 28, 1),
+           'emnist_cnn': (28, 28, 1), 'cifar_cnn': (32, 32, 3), 'leaf_femnist_cnn': (28, 28, 1),
+           'leaf_celeba_cnn': (20, 20, 3)}
 
 
 @pytest.mark.parametrize('name', sorted(architectures.MODELS))
@@ -37,6 +38,14 @@ def test_leaf_femnist_cnn_has_leafs_size():
   expected = (5 * 5 * 1 * 32 + 32) + (5 * 5 * 32 * 64 + 64) + (7 * 7 * 64 * 2048 + 2048) + (
       2048 * 62 + 62)
   assert architectures.leaf_femnist_cnn((28, 28, 1), 62).count_params() == expected == 6_603_710
+
+
+def test_fashion_mnist_models_have_their_sizes():
+  # FedMGC's: conv5x5 1->32, pool, conv5x5 32->64, pool ('same': 28 -> 14 -> 7), dense 7*7*64 -> 10.
+  expected = (5 * 5 * 1 * 32 + 32) + (5 * 5 * 32 * 64 + 64) + (7 * 7 * 64 * 10 + 10)
+  assert architectures.fedmgc_fmnist_cnn((28, 28, 1), 10).count_params() == expected == 83_466
+  assert architectures.small_mlp((28, 28, 1), 10).count_params() == (784 + 1) * 128 + 129 * 10
+  assert architectures.DEFAULT_MODELS['fashion_mnist'] == 'small_mlp'
 
 
 def test_leaf_celeba_cnn_normalizes_with_batch_statistics_always():

@@ -101,14 +101,15 @@ def test_fedgh_table_is_each_baseline_without_and_with_fedgh():
 
 def test_tuning_regimes_are_regimes_or_dataset_regime_pairs():
   for value in ('digits:dir(0.1),synthetic(1,1)', 'digits:digits:dir(0.1),synthetic(1,1)'):
-    with flagsaver.as_parsed(tuning_regimes=value, regimes='digits:dir(0.1),synthetic(1,1)'):
+    with flagsaver.as_parsed(tuning_regimes=value, regimes='digits:dir(0.1),synthetic(1,1)',
+                             models='synthetic:mlp'):   # FedDecorr, a default method, needs it
       config = benchmark.config_from_flags()
     assert dict(config.tuning_regimes) == {'digits': 'digits:dir(0.1)',
                                                   'synthetic': 'synthetic(1,1)'}
 
 
 def test_given_values_come_from_the_method_flags():
-  with flagsaver.as_parsed(proximal_strength='0.5', tune='false'):
+  with flagsaver.as_parsed(proximal_strength='0.5', tune='false', models='synthetic:mlp'):
     config = benchmark.config_from_flags()
   assert config.given['fedprox'] == {'proximal_strength': 0.5}
   assert 'seed' not in config.given['fedgh']
@@ -207,6 +208,42 @@ def test_a_bad_flag_ends_in_one_line_without_traceback(tmp_path):
   assert conftest.workers_with_token(token) == []
 
 
+_FASHION_MNIST = ("--regimes=fashion_mnist:dir(0.1)@100", '--methods=fedavg,fedgh', '--rounds=2',
+                  '--report_seeds=0', '--notune', '--noprogress')
+
+
+def test_fashion_mnist_absent_ends_in_one_line_naming_apt_get(tmp_path):
+  token = uuid.uuid4().hex
+  result = conftest.run_binary('experiments.benchmark', *_FASHION_MNIST,
+                               f'--data_dir={tmp_path}/none', f'--output_dir={tmp_path}/out',
+                               token=token, timeout=300)
+  assert result.returncode == 2
+  assert 'Traceback' not in result.stderr + result.stdout
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith("benchmark: --regimes=fashion_mnist:dir(0.1)@100: Fashion-MNIST is "
+                             f"not in data_dir='{tmp_path}/none': install it with `apt-get "
+                             "install dataset-fashion-mnist`"), lines[0]
+  assert conftest.workers_with_token(token) == []
+
+
+@pytest.mark.slow
+def test_fashion_mnist_runs_on_the_installed_files(tmp_path):
+  from tff_conflict.data import fashion_mnist_data  # pylint: disable=g-import-not-at-top
+  try:
+    fashion_mnist_data.find_dir()
+  except FileNotFoundError:
+    pytest.skip('Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)')
+  token = uuid.uuid4().hex
+  result = conftest.run_binary('experiments.benchmark', *_FASHION_MNIST, '--epochs=1',
+                               f'--output_dir={tmp_path}', token=token)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  with open(tmp_path / 'benchmark' / 'runs.csv') as f:
+    rows = list(csv.DictReader(f))
+  assert sorted(r['method'] for r in rows) == ['fedavg', 'fedgh']
+  assert all(r['model'] == 'small_mlp' and float(r['final_accuracy']) > 0.1 for r in rows)
+
+
 def test_report_only_and_results_md_from_the_files_on_disk(tmp_path, capsys):
   from tests.experiments.benchmarking import test_report  # pylint: disable=g-import-not-at-top
   test_report._write_benchmark(str(tmp_path / 'unit'))  # pylint: disable=protected-access
@@ -222,7 +259,8 @@ def test_report_only_and_results_md_from_the_files_on_disk(tmp_path, capsys):
   assert '- Command: `python -m experiments.benchmark ' in text and '- Machine: ' in text
   assert test_report.tables_not_in(str(results_md)) == []
   assert (tmp_path / 'docs' / 'results' / 'runs.csv').exists()
-  with flagsaver.as_parsed(report_only='true', output_dir=str(tmp_path / 'none')):
+  with flagsaver.as_parsed(report_only='true', output_dir=str(tmp_path / 'none'),
+                           models='synthetic:mlp'):   # FedDecorr, a default method, needs it
     with conftest.flag_error('--output_dir=.*none: --report_only needs an existing benchmark'):
       benchmark.main(['benchmark'])
   runs_csv = tmp_path / 'unit' / 'runs.csv'

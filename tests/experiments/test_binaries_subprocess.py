@@ -69,8 +69,14 @@ _BAD_INPUTS = [
     ('a positional argument', lambda tmp: ['fedgh'], ["unexpected arguments ['fedgh']"], 2),
     ('leaf without its files', lambda tmp: ['--dataset=leaf', f'--leaf_dir={tmp}/no_leaf'],
      ['--leaf_dir=', "no_leaf: LEAF root '", "no_leaf' does not exist"], 2),
+    ('fashion_mnist without its files',
+     lambda tmp: ['--dataset=fashion_mnist', f'--data_dir={tmp}/no_fm'],
+     ['--data_dir=', "no_fm: Fashion-MNIST is not in data_dir='",
+      '`apt-get install dataset-fashion-mnist`'], 2),
     ('momentum with adam', lambda tmp: ['--client_optimizer=adam', '--client_momentum=0.9'],
      ['--client_momentum must be 0 with optimizer', 'got 0.9'], 2),
+    ('feddecorr on softmax regression', lambda tmp: ['--algorithm=feddecorr'],
+     ['--model=logistic_regression: --algorithm=feddecorr cannot train it', 'no gradient'], 2),
 ]
 
 

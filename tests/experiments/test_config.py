@@ -1,5 +1,6 @@
 """experiments.config: typed settings, their checks, the one mapping between flags and fields."""
 
+import dataclasses
 import math
 
 from absl import flags
@@ -146,6 +147,22 @@ def test_a_run_from_a_config_alone(tmp_path):
   hparams = metrics_io.read_hparams(str(tmp_path / 'digits_fedprox_seed0' / 'hparams.csv'))
   assert hparams['algorithm'] == 'fedprox' and hparams['runtime'] == 'inprocess'
   assert hparams['proximal_strength'] == '0.01' and 'version/tensorflow' in hparams
+
+
+@pytest.mark.parametrize('algorithms', [None, ['fedavg', 'feddecorr']])
+def test_load_task_refuses_feddecorr_on_a_model_whose_classifier_reads_the_input(algorithms):
+  # Softmax regression: FedDecorr's term has no gradient, it would train exactly as FedAvg.
+  experiment = config.ExperimentConfig(
+      algorithm=config.AlgorithmConfig('feddecorr' if algorithms is None else 'fedavg'),
+      data=config.DataConfig('synthetic', num_clients=4), model='logistic_regression',
+      training=config.LoopConfig(rounds=1, clients_per_round=2))
+  with pytest.raises(config.ConfigError) as info:
+    experiment_lib.load_task(experiment, algorithms)
+  assert info.value.argument == 'model' and info.value.value == 'logistic_regression'
+  assert info.value.flag_message().startswith(
+      '--model=logistic_regression: --algorithm=feddecorr cannot train it: ')
+  assert 'z is the input itself' in str(info.value)
+  experiment_lib.load_task(dataclasses.replace(experiment, model='mlp'), algorithms)
 
 
 def test_load_task_refuses_a_model_that_cannot_take_the_inputs():

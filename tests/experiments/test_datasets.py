@@ -1,10 +1,12 @@
 """experiments.datasets: the `leaf` entry (LEAF's splits, --num_clients, classes and default
-models), and loader errors attributed to the setting that points at the data."""
+models), fashion_mnist's IDX files (--data_dir), and loader errors attributed to the setting that
+points at the data."""
 
 import pytest
 
 from experiments import config
 from experiments import datasets
+from tests.data import idx_fixtures
 from tests.data import leaf_fixtures
 
 
@@ -55,11 +57,28 @@ def test_load_attributes_loader_errors_to_the_setting_that_points_at_the_data(tm
   assert info.value.flag_message().startswith('--num_clients=100000: ')
 
 
+def test_fashion_mnist_reads_data_dir_and_names_it_when_absent(tmp_path):
+  idx_fixtures.fashion_mnist_dir(tmp_path / 'fm', train_per_class=10)
+  options = config.DataConfig(dataset='fashion_mnist', data_dir=str(tmp_path / 'fm'),
+                              num_clients=4, alpha=0.5, data_seed=1)
+  train, test = datasets.load(options)
+  assert train.client_ids == test.client_ids == ['0', '1', '2', '3']
+  assert train.client_sizes.sum() == 100 and test.client_sizes.sum() == 30
+  missing = str(tmp_path / 'none')
+  with pytest.raises(config.ConfigError) as info:
+    datasets.load(config.DataConfig(dataset='fashion_mnist', data_dir=missing))
+  assert (info.value.argument, info.value.value) == ('data_dir', missing)
+  message = info.value.flag_message()
+  assert message.startswith(f"--data_dir={missing}: Fashion-MNIST is not in data_dir='{missing}'")
+  assert '`apt-get install dataset-fashion-mnist`' in message and '\n' not in message
+
+
 @pytest.mark.parametrize('options, classes, model', [
     (config.DataConfig(), 10, 'digits_cnn'),
     (config.DataConfig(dataset='emnist'), 62, 'emnist_cnn'),
     (config.DataConfig(dataset='emnist', emnist_only_digits=True), 10, 'emnist_cnn'),
     (config.DataConfig(dataset='cifar100'), 100, 'cifar_cnn'),
+    (config.DataConfig(dataset='fashion_mnist'), 10, 'small_mlp'),
 ])
 def test_classes_and_default_model_follow_the_dataset(options, classes, model):
   assert (datasets.num_classes(options), datasets.default_model(options)) == (classes, model)

@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 
 from tests.conftest import make_tiny_client_datasets
 from tests.conftest import make_tiny_keras_model
+from tests.conftest import tiny_model_fn_for
 from tests.learning import conftest as h
 from tff_conflict import learning
 
@@ -30,7 +31,7 @@ def _data():
 
 def _build(name, **kwargs):
   return h.named_process(
-      name, make_tiny_keras_model, input_spec=h.input_spec(),
+      name, tiny_model_fn_for(name), input_spec=h.input_spec(),
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1), **kwargs)
 
 

@@ -11,6 +11,12 @@ from tff_conflict.learning import ClientControls
 Output = collections.namedtuple('Output', ['state', 'metrics'])
 
 
+def _round(store, client_ids, slots, controls, **kwargs):
+  """`store.update` of a round whose input `for_cohort(client_ids, ...)` built."""
+  store.for_cohort(client_ids, [None] * len(client_ids))
+  return store.update(client_ids, _output(slots, controls), **kwargs)
+
+
 def _output(slots, controls, **metrics):
   metrics['client_controls'] = collections.OrderedDict(
       slot=np.asarray(slots, np.int32), control=np.asarray(controls, np.float32))
@@ -51,14 +57,15 @@ def test_a_round_gives_each_client_its_control_and_keeps_the_new_ones_by_slot():
     (lambda s: s.for_cohort('ab', [1, 2]), r'client_ids must be a list'),
     (lambda s: s.update(['a'], Output(None, {'train': 1})), r"holds no 'client_controls'"),
     (lambda s: s.update(['a'], _output([1], [[1.0, 2.0]])), r'slots \[1\] do not match the 1'),
-    (lambda s: s.update(['a', 'b'], _output([0, 0], [[1.0, 2], [3, 4]])), r'do not match'),
+    (lambda s: _round(s, ['a', 'b'], [0, 0], [[1.0, 2], [3, 4]]), r'do not match'),
     (lambda s: s.update(['a'], _output([0], [[1.0, 2.0, 3.0]])), r'shape \(1, 3\), expected'),
     (lambda s: s.update(['a'], _output([0], [[np.nan, 2.0]])), r'non-finite client controls'),
     (lambda s: s.control('q'), r"client_id: 'q' is not one"),
 ])
 def test_what_would_corrupt_the_controls_is_refused_and_changes_nothing(call, message):
   store = ClientControls(['a', 'b', 'c'], 2)
-  store.update(['a'], _output([0], [[1.0, 2.0]]))
+  _round(store, ['a'], [0], [[1.0, 2.0]])
+  store.for_cohort(['a'], [None])   # the round the call's output belongs to
   before = {k: np.array(v, copy=True) for k, v in store.arrays().items()}
   with pytest.raises(ValueError, match=message):
     call(store)
@@ -77,8 +84,8 @@ def test_bad_constructor_arguments(args, message):
 
 def test_arrays_of_the_version_before_the_last_update_undo_it():
   store = ClientControls(['a', 'b'], 1)
-  store.update(['a'], _output([0], [[1.0]]), version=3)
-  store.update(['a', 'b'], _output([0, 1], [[2.0], [7.0]]), version=4)
+  _round(store, ['a'], [0], [[1.0]], version=3)
+  _round(store, ['a', 'b'], [0, 1], [[2.0], [7.0]], version=4)
   current = store.arrays(version=4)
   assert int(current['version']) == 4
   np.testing.assert_array_equal(current['controls'], [[2.0], [7.0]])
@@ -93,7 +100,7 @@ def test_arrays_of_the_version_before_the_last_update_undo_it():
 
 def test_save_load_and_restore(tmp_path):
   store = ClientControls(['a', 'b', 'c'], 3)
-  store.update(['c', 'a'], _output([0, 1], [[1.0, 2, 3], [4, 5, 6]]), version=5)
+  _round(store, ['c', 'a'], [0, 1], [[1.0, 2, 3], [4, 5, 6]], version=5)
   path = str(tmp_path / 'controls.npz')
   store.save(path)
   again = ClientControls(['a', 'b', 'c'], 3)
@@ -110,3 +117,54 @@ def test_save_load_and_restore(tmp_path):
   with pytest.raises(ValueError, match='keys'):
     again.restore({'controls': arrays['controls']})
   np.testing.assert_array_equal(again.control('a'), [4.0, 5.0, 6.0])
+
+
+def test_update_keeps_the_controls_of_the_cohort_for_cohort_was_given_in_its_order():
+  # A round built for ['c', 'a'] and updated as ['a', 'c'] would give 'a' the control of 'c'.
+  store = ClientControls(['a', 'b', 'c'], 2)
+  store.for_cohort(['c', 'a'], ['data_c', 'data_a'])
+  output = _output([0, 1], [[1.0, 2.0], [3.0, 4.0]])
+  with pytest.raises(ValueError, match=r"client_ids \['a', 'c'\] are not the cohort "
+                     r"\['c', 'a'\] given to for_cohort") as error:
+    store.update(['a', 'c'], output)
+  assert error.value.argument == 'client_ids' and error.value.value == ['a', 'c']
+  with pytest.raises(ValueError, match=r"are not the cohort"):
+    store.update(['c'], output)
+  np.testing.assert_array_equal(store.arrays()['controls'], np.zeros((3, 2)))
+  assert store.version == 0
+  store.update(['c', 'a'], output)   # the cohort as given: kept by slot
+  np.testing.assert_array_equal(store.control('c'), [1.0, 2.0])
+  np.testing.assert_array_equal(store.control('a'), [3.0, 4.0])
+
+
+def test_update_needs_a_for_cohort_of_its_own():
+  store = ClientControls(['a', 'b'], 1)
+  with pytest.raises(ValueError, match='call for_cohort') as error:
+    store.update(['a'], _output([0], [[1.0]]))
+  assert error.value.argument == 'client_ids'
+  _round(store, ['a'], [0], [[1.0]])
+  # The round's output, kept once: a second update (or one after a restore) has no round.
+  with pytest.raises(ValueError, match='there is none since the last update'):
+    store.update(['a'], _output([0], [[5.0]]))
+  store.for_cohort(['b'], [None])
+  store.restore(store.arrays())
+  with pytest.raises(ValueError, match='call for_cohort'):
+    store.update(['b'], _output([0], [[5.0]]))
+  np.testing.assert_array_equal(store.arrays()['controls'], [[1.0], [0.0]])
+
+
+def test_for_process_refuses_ids_of_another_population_than_the_process_was_built_for():
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tests.conftest import make_tiny_keras_model  # pylint: disable=g-import-not-at-top
+  from tests.learning import conftest as h  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  process = learning.build_scaffold(
+      make_tiny_keras_model, input_spec=h.input_spec(), num_clients=10,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1))
+  ids = [f'client_{k}' for k in range(20)]
+  # The server control c <- c + sum_i dc_i / N would divide by 10 for a federation of 20.
+  with pytest.raises(ValueError, match=r'client_ids name 20 clients but process was built with '
+                     r'num_clients=10') as error:
+    ClientControls.for_process(process, ids)
+  assert error.value.argument == 'client_ids' and error.value.value == ids
+  assert ClientControls.for_process(process, ids[:10]).num_clients == 10

@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests.conftest import make_tiny_keras_model
+from tests.conftest import tiny_model_fn_for
 from tests.learning import conftest as h
 from tff_conflict import conflict
 from tff_conflict import learning
@@ -67,12 +68,12 @@ def test_every_baseline_builder_passes_its_aggregator_to_build_process(monkeypat
   monkeypatch.setattr(process_lib, 'build_process', lambda *a, **kw: calls.append(kw))
   for name in ('fedavg', 'fedprox', 'fednova', 'feddecorr'):
     learning.ALGORITHMS[name](
-        make_tiny_keras_model, input_spec=h.input_spec(),
+        tiny_model_fn_for(name), input_spec=h.input_spec(),
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
         aggregator='fedgh', aggregator_kwargs=dict(order='index'))
     assert calls[-1]['aggregator'] == 'fedgh', name
     assert calls[-1]['aggregator_kwargs'] == dict(order='index'), name
     learning.ALGORITHMS[name](
-        make_tiny_keras_model, input_spec=h.input_spec(),
+        tiny_model_fn_for(name), input_spec=h.input_spec(),
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1))
     assert calls[-1]['aggregator'] == 'mean' and calls[-1]['aggregator_kwargs'] is None, name

@@ -11,6 +11,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests.conftest import make_tiny_client_datasets
+from tests.conftest import make_tiny_keras_model
 from tests.learning import conftest as h
 from tff_conflict import learning
 from tff_conflict import losses
@@ -133,6 +134,24 @@ def _ends_in_lambda():
 def test_feddecorr_refuses_a_model_without_a_dense_classifier(model_fn, match):
   with pytest.raises(ValueError, match=match):
     learning.build_feddecorr(model_fn, input_spec=h.input_spec(), client_optimizer_fn=_sgd())
+
+
+def _flatten_then_dense():
+  """Softmax regression on a flattened input: the classifier reads the input."""
+  return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(h.NUM_FEATURES,)),
+                              tf.keras.layers.Flatten(),
+                              tf.keras.layers.Dense(h.NUM_CLASSES)], name='flat_softmax')
+
+
+@pytest.mark.parametrize('model_fn', [make_tiny_keras_model, _flatten_then_dense])
+def test_feddecorr_refuses_a_model_whose_representation_is_its_input(model_fn):
+  # L_decorr(z) of the input has no gradient: FedDecorr would be FedAvg to every digit.
+  with pytest.raises(ValueError, match=r"no trainable weight lies before that layer 'dense\w*': "
+                     r'z is the input itself') as error:
+    learning.build_feddecorr(model_fn, input_spec=h.input_spec(), client_optimizer_fn=_sgd())
+  assert error.value.argument == 'model_fn'
+  with tf.Graph().as_default():   # a trained layer before the classifier: accepted
+    learning.check_trained_representation(mlp_model_fn())
 
 
 @pytest.mark.parametrize('kwargs', [dict(beta=-0.1), dict(beta=float('nan')), dict(form='text')])

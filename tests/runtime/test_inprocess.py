@@ -9,6 +9,7 @@ import tensorflow_federated as tff
 
 from tests.conftest import make_tiny_client_datasets
 from tests.conftest import make_tiny_keras_model
+from tests.conftest import tiny_model_fn_for
 from tff_conflict.runtime import inprocess
 from tff_conflict import runtime
 
@@ -363,7 +364,7 @@ def test_project_builder_rounds_equal_cpp_runtime(name):
   builders = _learning_builders()
   assert name in builders
   process = builders[name](
-      make_tiny_keras_model, input_spec=_input_spec(),
+      tiny_model_fn_for(name), input_spec=_input_spec(),
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1))
   data = make_tiny_client_datasets(num_clients=4)
   # Both start from one initial state: an aggregator may draw a random seed at initialize.

@@ -6,6 +6,8 @@ from tff_conflict.data.client_data import partition_to_client_data
 from tff_conflict.data.summary import describe
 from tff_conflict.data.digits_data import digits
 from tff_conflict.data.emnist_data import emnist
+from tff_conflict.data.fashion_mnist_data import fashion_mnist
+from tff_conflict.data.idx import IdxFormatError
 from tff_conflict.data.info import dataset_info
 from tff_conflict.data.info import DatasetInfo
 from tff_conflict.data.leaf_data import leaf
@@ -32,6 +34,8 @@ __all__ = [
     'client_dirichlet_partition',
     'dirichlet_partition',
     'emnist',
+    'fashion_mnist',
+    'IdxFormatError',
     'leaf',
     'LeafClientData',
     'LeafFormatError',

@@ -23,8 +23,7 @@ _INFOS = {
     'emnist': DatasetInfo('emnist', (28, 28, 1), 62, 'emnist(only_digits=False)'),
     'emnist_digits': DatasetInfo('emnist_digits', (28, 28, 1), 10, 'emnist(only_digits=True)'),
     'mnist': DatasetInfo('mnist', (28, 28, 1), 10, "tfds_dirichlet('mnist', ...)"),
-    'fashion_mnist': DatasetInfo('fashion_mnist', (28, 28, 1), 10,
-                                 "tfds_dirichlet('fashion_mnist', ...)"),
+    'fashion_mnist': DatasetInfo('fashion_mnist', (28, 28, 1), 10, 'fashion_mnist()'),
     'cifar10': DatasetInfo('cifar10', (32, 32, 3), 10, "tfds_dirichlet('cifar10', ...)"),
     'cifar100': DatasetInfo('cifar100', (32, 32, 3), 100, "tfds_dirichlet('cifar100', ...)"),
     # LEAF Synthetic's shape and classes are the files' (`leaf(...)[0].info`).

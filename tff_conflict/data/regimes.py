@@ -192,8 +192,12 @@ def _first_writers(client_data, num_writers):
 
 
 @functools.lru_cache(maxsize=2)
-def _tfds_arrays(name: str, data_dir: Optional[str]):
-  """A tfds dataset's arrays, read once for every regime and seed that splits it."""
+def _stored_arrays(name: str, data_dir: Optional[str]):
+  """An image dataset's uint8 arrays, read once for every regime and seed that splits it:
+  Fashion-MNIST's IDX files (`fashion_mnist_data`), the others' tensorflow-datasets copy."""
+  if name == 'fashion_mnist':
+    from tff_conflict.data import fashion_mnist_data  # pylint: disable=g-import-not-at-top
+    return fashion_mnist_data.load_arrays(data_dir)
   from tff_conflict.data import tfds_data  # pylint: disable=g-import-not-at-top
   return tfds_data.load_arrays(name, data_dir)
 
@@ -207,21 +211,25 @@ def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = Non
     regime: a `Regime` (`parse_regime`).
     seed: integer >= 0: the partition of the training pool (array datasets) or Synthetic's
       training examples. The test split never depends on it: digits' holdout is drawn once
-      (`digits_data.HOLDOUT_SEED`), the tfds datasets, EMNIST and LEAF have their own test
-      split, and Synthetic's clients (their models, input means, sizes and test examples) are
-      drawn once (`SYNTHETIC_DATA_SEED`); so every seed, and tuning (which carves its validation
-      split from the training pool), sees the same test examples and never trains on them.
+      (`digits_data.HOLDOUT_SEED`), Fashion-MNIST (its official 10,000 test images), the tfds
+      datasets, EMNIST and LEAF have their own test split, and Synthetic's clients (their
+      models, input means, sizes and test examples) are drawn once (`SYNTHETIC_DATA_SEED`); so
+      every seed, and tuning (which carves its validation split from the training pool), sees
+      the same test examples and never trains on them.
     cache_dir: emnist: the directory holding `emnist_all.sqlite`; LEAF: where its converted
       cache goes (default: next to the data).
-    data_dir: tfds datasets: the tensorflow-datasets data directory.
+    data_dir: fashion_mnist: the folder of its four IDX files (default: Debian's
+      /usr/share/datasets/fashion-mnist, then Keras's ~/.keras/datasets/fashion-mnist); mnist,
+      cifar10, cifar100: the tensorflow-datasets data directory.
     leaf_dir: LEAF datasets: LEAF's `data/<name>` folder.
 
   Returns:
     `(train, test)` `tff.simulation.datasets.ClientData` of unbatched `OrderedDict(x, y)`.
 
   Raises:
-    ValueError: a bad argument or a split the data cannot satisfy (named in the message).
-    FileNotFoundError: emnist or a tfds dataset that is not on disk.
+    ValueError: a bad argument or a split the data cannot satisfy (named in the message), or a
+      damaged Fashion-MNIST file (`idx.IdxFormatError`, naming it).
+    FileNotFoundError: emnist, Fashion-MNIST or a tfds dataset that is not on disk.
   """
   if not isinstance(regime, Regime):
     regime = parse_regime(regime)
@@ -256,6 +264,6 @@ def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = Non
     return _split_arrays(regime, x[train_idx], y[train_idx], x[test_idx], y[test_idx],
                          num_clients, seed)
   from tff_conflict.data import tfds_data  # pylint: disable=g-import-not-at-top
-  (x_train, y_train), (x_test, y_test) = _tfds_arrays(regime.dataset, data_dir)
+  (x_train, y_train), (x_test, y_test) = _stored_arrays(regime.dataset, data_dir)
   return _split_arrays(regime, x_train, y_train, x_test, y_test, num_clients, seed,
                        transform=tfds_data._scale_to_unit)  # pylint: disable=protected-access

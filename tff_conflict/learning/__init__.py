@@ -23,6 +23,7 @@ from tff_conflict.learning.client_work import WEIGHTINGS
 from tff_conflict.learning.corrective import build_corrective_client_work
 from tff_conflict.learning.corrective import build_update_field_finalizer
 from tff_conflict.learning.corrective import corrective_value_type
+from tff_conflict.learning.decorrelation import check_trained_representation
 from tff_conflict.learning.decorrelation import DecorrelatedModel
 from tff_conflict.learning.fednova import NormalizedAveragingFactory
 from tff_conflict.learning.models import build_model_fn

@@ -131,7 +131,9 @@ def build_feddecorr(model_fn: KerasModelFn, *,
   clients train on `CE + beta L_decorr(z)`, z the batch's representations, the input of the
   model's last (Dense classifier) layer (`tff_conflict.losses.decorrelation_loss`); FedAvg
   aggregation, or `aggregator` (e.g. 'fedgh' for FedDecorr + FedGH). Needs a Sequential or
-  functional Keras model whose last layer is `tf.keras.layers.Dense`.
+  functional Keras model whose last layer is `tf.keras.layers.Dense`, with a trainable layer
+  before it (else z is the input, the term has no gradient and FedDecorr is FedAvg:
+  `decorrelation.check_trained_representation`).
 
   Hyperparameters (`tff_conflict.hparams`): `beta` >= 0, default 0.1 (the FedGH paper's value;
   the FedDecorr paper's range 0.01-0.1); `form` 'authors' (default, the authors' code: the mean
@@ -140,7 +142,8 @@ def build_feddecorr(model_fn: KerasModelFn, *,
   baseline builder. The model's weights are the given model's, in its order.
 
   Raises:
-    ValueError: as `build_process`, and for a model that is not such a Keras model.
+    ValueError: as `build_process`, and for a model that is not such a Keras model, or whose
+      classifier reads the input.
   """
   beta = hparams.FEDDECORR_BETA.check(beta)
   form = hparams.FEDDECORR_FORM.check(form)

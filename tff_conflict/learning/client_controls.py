@@ -64,6 +64,7 @@ class ClientControls:
     self._participated = np.zeros(len(ids), bool)
     self._version = 0
     self._undo: Optional[_Undo] = None
+    self._cohort: Optional[tuple[list[Any], np.ndarray]] = None  # `for_cohort`'s ids and rows
 
   @classmethod
   def for_process(cls, process: Any, client_ids: Sequence[Any]) -> 'ClientControls':
@@ -71,14 +72,22 @@ class ClientControls:
     the process's client input.
 
     Raises:
-      ValueError: `process` takes no client controls.
+      ValueError: `process` takes no client controls, or `client_ids` are not the N clients it
+        was built for (`num_clients`: its server control divides by N).
     """
     layout = scaffold.control_layout(process)
     if layout is None:
       raise _checks.ArgumentError(argument='process', value=process, message=(
           'process takes no client controls (its clients take datasets); '
           'ClientControls is for processes built by build_scaffold'))
-    return cls(client_ids, layout[0], layout[1])
+    store = cls(client_ids, layout[0], layout[1])
+    built_for = scaffold.num_clients_of(process)
+    if built_for is not None and built_for != store.num_clients:
+      raise _checks.ArgumentError(argument='client_ids', value=client_ids, message=(
+          f'client_ids name {store.num_clients} clients but process was built with '
+          f'num_clients={built_for} (its server control divides by N): give the ids of its '
+          f'{built_for} clients, or build the process with num_clients={store.num_clients}'))
+    return store
 
   @property
   def client_ids(self) -> list[Any]:
@@ -130,12 +139,14 @@ class ClientControls:
   def for_cohort(self, client_ids: Sequence[Any], datasets: Sequence[Any]
                  ) -> list[collections.OrderedDict]:
     """The clients' inputs of a round: `OrderedDict(data=dataset, control=c_i, slot=k)` for the
-    k-th client of `client_ids` with its dataset `datasets[k]`."""
+    k-th client of `client_ids` with its dataset `datasets[k]`. The cohort is remembered: the
+    round's `update` keeps the new controls of these clients, slot k for `client_ids[k]`."""
     rows = self._rows(client_ids)
     if len(datasets) != len(rows):
       raise _checks.ArgumentError(argument='datasets', value=datasets, message=(
           f'datasets must hold one dataset per client: {len(rows)} client_ids, '
           f'{len(datasets)} datasets'))
+    self._cohort = (list(client_ids), rows)
     return [collections.OrderedDict([(scaffold.DATA, data),
                                      (scaffold.CONTROL, self._controls[r].copy()),
                                      (scaffold.SLOT, np.int32(k))])
@@ -145,10 +156,26 @@ class ClientControls:
     """Keeps the new controls of a round's `output` (`process.next(state, for_cohort(client_ids,
     ...))`) and returns `output.metrics` without them.
 
-    A client missing from the output (its control was not finite) keeps its control.
-    `version` (default: the current one + 1) labels the result, see `arrays`.
+    The controls go to the clients of the last `for_cohort` (slot k to its k-th client);
+    `client_ids` must be that cohort, in the same order, else nothing changes and a ValueError
+    names them (given in another order, clients would get each other's controls). A client
+    missing from the output (its control was not finite) keeps its control. `version` (default:
+    the current one + 1) labels the result, see `arrays`.
+
+    Raises:
+      ValueError: no `for_cohort` since the last `update` (or `restore`), `client_ids` not its
+        cohort, or an `output` that is not such a round's; the store is unchanged.
     """
-    rows = self._rows(client_ids)
+    if self._cohort is None:
+      raise _checks.ArgumentError(argument='client_ids', value=client_ids, message=(
+          'update keeps the controls of the cohort of the last for_cohort, and there is none '
+          'since the last update or restore: call for_cohort(client_ids, datasets) to build '
+          'the round\'s input first'))
+    cohort, rows = self._cohort
+    if not np.array_equal(self._rows(client_ids), rows):
+      raise _checks.ArgumentError(argument='client_ids', value=client_ids, message=(
+          f'client_ids {list(client_ids)!r} are not the cohort {cohort!r} given to for_cohort '
+          'for this round, in that order (slot k of the output is its k-th client)'))
     metrics = output.metrics
     try:
       sent = metrics[scaffold.CLIENT_CONTROLS]
@@ -164,10 +191,10 @@ class ClientControls:
           f'{new.shape}, expected ({len(slots)}, {self.size})'))
     if len(slots) and (slots.min() < 0 or slots.max() >= len(rows)
                        or len(set(slots.tolist())) != len(slots)):
-      raise _checks.ArgumentError(argument='client_ids', value=client_ids, message=(
+      raise _checks.ArgumentError(argument='output', value=output, message=(
           f'the output\'s slots {slots.tolist()} do not match the {len(rows)} '
-          'client_ids of the round: give update the client_ids given to '
-          'for_cohort'))
+          'client_ids of the round: output must be the round whose input the last '
+          'for_cohort built'))
     if not np.all(np.isfinite(new)):
       raise _checks.ArgumentError(argument='output', value=output, message=(
           'the output holds non-finite client controls; they are not kept'))
@@ -180,6 +207,7 @@ class ClientControls:
     self._version = version
     self._controls[changed] = new
     self._participated[changed] = True
+    self._cohort = None
     rest = collections.OrderedDict((k, v) for k, v in metrics.items()
                                    if k != scaffold.CLIENT_CONTROLS)
     return rest
@@ -238,6 +266,7 @@ class ClientControls:
     self._participated = np.array(participated, bool, copy=True)
     self._version = int(np.asarray(version))
     self._undo = None
+    self._cohort = None
 
   def save(self, path: str) -> None:
     """Writes the store to `path` (an `.npz` file)."""

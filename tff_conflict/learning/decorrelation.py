@@ -104,7 +104,36 @@ def _predict(keras_model, x, training=True):
   return keras_model(x, training=training)
 
 
+def check_trained_representation(model: tf.keras.Model) -> None:
+  """ValueError when no trainable weight of `model` lies before its classifier layer (e.g.
+  softmax regression, whose z is its flattened input): then `L_decorr(z)` has no gradient with
+  respect to the weights, and FedDecorr trains exactly as FedAvg.
+
+  Whether a weight lies before it is read from the gradient of `z` on one zero batch of the
+  model's input (None for every trainable weight: z does not depend on them).
+  """
+  head = classifier_layer(model)
+  inputs = model.inputs
+  if not inputs or len(inputs) != 1:
+    return   # DecorrelatedModel reads z through the model's single input
+  upstream = [v for v in model.trainable_variables
+              if not any(v is w for w in head.trainable_variables)]
+  network = tf.keras.Model(inputs, head.input)
+  x = tf.zeros([1 if d is None else d for d in inputs[0].shape], inputs[0].dtype)
+  with tf.GradientTape() as tape:
+    z = tf.reduce_sum(tf.cast(network(x, training=True), tf.float32))
+  if upstream and any(g is not None for g in tape.gradient(z, upstream)):
+    return
+  raise _checks.ArgumentError(argument='model_fn', value=model, message=(
+      'FedDecorr regularizes the representations z feeding the model\'s last (classifier) '
+      f'layer, and in {model.name!r} no trainable weight lies before that layer '
+      f'{head.name!r}: z is the input itself (up to reshaping), so the term beta L_decorr(z) '
+      'has no gradient and FedDecorr would train exactly as FedAvg; use a model with '
+      'a trainable layer before the classifier'))
+
+
 def check_decorrelatable(keras_model_fn: Callable[[], tf.keras.Model], input_spec) -> None:
-  """Builds one model in a throwaway graph and checks it has a Dense classifier layer."""
+  """Builds one model in a throwaway graph and checks it has a Dense classifier layer with
+  trainable weights before it (`check_trained_representation`)."""
   with tf.Graph().as_default():
-    classifier_layer(models_lib.build_on_input_spec(keras_model_fn(), input_spec))
+    check_trained_representation(models_lib.build_on_input_spec(keras_model_fn(), input_spec))

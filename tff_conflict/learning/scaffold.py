@@ -25,6 +25,8 @@ from tff_conflict.learning import registry
 CLIENT_CONTROLS = 'client_controls'
 # The fields of a client's input.
 DATA, CONTROL, SLOT = 'data', 'control', 'slot'
+# The attribute of a process of `build_scaffold` holding its N (`num_clients_of`).
+_NUM_CLIENTS = '_scaffold_num_clients'
 
 
 def plain_sgd_learning_rate(name: str, optimizer: Any) -> tuple[Any, float]:
@@ -143,6 +145,12 @@ def control_layout(process) -> Optional[tuple[int, np.dtype]]:
   return int(control.shape[0]), np.dtype(control.dtype)
 
 
+def num_clients_of(process) -> Optional[int]:
+  """N, the population `process` was built for by `build_scaffold` (its server control divides
+  by it); None for any other process."""
+  return getattr(process, _NUM_CLIENTS, None)
+
+
 def build_scaffold(model_fn: models_lib.ModelArg, *,
                    input_spec: models_lib.InputSpecArg = None,
                    client_optimizer_fn: Any, server_optimizer_fn: Any = None,
@@ -214,9 +222,11 @@ def build_scaffold(model_fn: models_lib.ModelArg, *,
     loss_fn = models_lib.label_checked(loss_fn, model.num_classes)
   variable_model_fn = process_lib.variable_model_fn_of(
       model, loss_fn=loss_fn, metrics_fn=metrics_fn, functional_metrics=metrics is not None)
-  return _compose(variable_model_fn, factory=factory, weighting=weighting,
-                  client_optimizer=client_optimizer, server_optimizer=server_optimizer,
-                  num_clients=num_clients, clip=clip)
+  process = _compose(variable_model_fn, factory=factory, weighting=weighting,
+                     client_optimizer=client_optimizer, server_optimizer=server_optimizer,
+                     num_clients=num_clients, clip=clip)
+  setattr(process, _NUM_CLIENTS, num_clients)
+  return process
 
 
 def _compose(variable_model_fn, *, factory, weighting: str, client_optimizer, server_optimizer,

@@ -141,6 +141,27 @@ def test_scaffold_needs_plain_local_sgd():
       'plain SGD), got 0.9')
 
 
+@pytest.mark.parametrize('methods,models', [
+    (('fedavg', 'feddecorr'), {}),                        # synthetic's default: softmax regression
+    (('fedavg', 'feddecorr+fedgh[beta=0.05]'), {}),         # its compositions and variants too
+    (('fedavg', 'feddecorr'), {'digits': 'logistic_regression', 'synthetic': 'mlp'}),
+])
+def test_feddecorr_on_a_model_whose_classifier_reads_the_input_is_refused(methods, models):
+  # Its term has no gradient there: every run would equal FedAvg's to the last digit.
+  with pytest.raises(experiment_config.ConfigError) as info:
+    _config(methods=methods, models=models)
+  assert info.value.argument == 'methods' and info.value.value == methods[1]
+  message = info.value.flag_message()
+  assert message.startswith(f'--methods={methods[1]}: cannot run on regime ')
+  assert "whose model is 'logistic_regression' (--models)" in message
+  assert 'z is the input itself' in message and '\n' not in message
+
+
+def test_feddecorr_runs_on_models_with_a_hidden_layer():
+  config = _config(methods=('fedavg', 'feddecorr'), models={'synthetic': 'mlp'})
+  assert config.methods == ('fedavg', 'feddecorr')
+
+
 def test_control_config_is_the_fedprox_papers_setting(tmp_path):
   outer = config_lib.BenchmarkConfig(
       regimes=('digits:iid',), methods=('fedavg', 'fedgh'), epochs=(1, 5), report_seeds=(3, 4),

@@ -82,6 +82,24 @@ def test_your_data_and_model_run_under_your_names_and_resume(tmp_path):
   other = _config(tmp_path, model_fns={'my_other_mlp': tiny_mlp})
   with pytest.raises(engine_lib.SettingsChangedError, match="model: 'my_mlp' -> 'my_other_mlp'"):
     grid.run_benchmark(other, stream=open(os.devnull, 'w'))
+  # So are its fingerprints: other data or another model under the same name are never reused.
+  assert set(result['fingerprint']) == {"datasets['my_digits']", "model_fns['my_mlp']"}
+  more = (_client_data(4, 11, seed=0), _client_data(2, 10, seed=1))   # one more example each
+  with pytest.raises(engine_lib.SettingsChangedError, match=(
+      r"datasets\['my_digits'\] train.examples: 40 -> 44; datasets\['my_digits'\] "
+      r'train.ids_and_sizes: \w+ -> \w+')):
+    grid.run_benchmark(_config(tmp_path, datasets={'my_digits': more}),
+                       stream=open(os.devnull, 'w'))
+  wider = lambda: tf.keras.Sequential([   # pylint: disable=g-long-lambda
+      tf.keras.layers.InputLayer(input_shape=(8, 8, 1)), tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(16, 'relu'), tf.keras.layers.Dense(3)])
+  with pytest.raises(engine_lib.SettingsChangedError, match=(
+      r"model_fns\['my_mlp'\] layers_and_shapes: \w+ -> \w+; model_fns\['my_mlp'\] "
+      r'parameters: 547 -> 1091')):
+    grid.run_benchmark(_config(tmp_path, model_fns={'my_mlp': wider}),
+                       stream=open(os.devnull, 'w'))
+  with open(os.path.join(config.root, 'runs.csv')) as f:
+    assert list(csv.DictReader(f)) == rows   # the report's record as it was
 
 
 def test_your_model_starts_from_the_run_seed(tmp_path):

@@ -37,6 +37,10 @@ def test_regime_table_numbers_and_holm_over_every_comparison():
     finals = report_rows.FINALS[(r, e)]
     return scipy_stats.ttest_rel(finals[m], finals['fedavg']).pvalue
 
+  # digits:iid E=5: fedgh's runs equal fedavg's in every seed, no test: outside the family.
+  identical = ('digits:iid', 5, 'fedgh')
+  assert np.isnan(found[identical].p_value) and results.family_size(found) == 5
+  keys.remove(identical)
   holm = dict(zip(keys, _holm_reference([p_value(*k) for k in keys])))
   for key, p in holm.items():
     assert found[key].p_value == pytest.approx(p)
@@ -96,7 +100,8 @@ def test_the_protocol_comes_first_and_says_what_the_runs_did():
       rows)
   assert 'UNEQUAL: fedld searched server learning rates that fedavg did not (fedavg: [1.0])' in (
       unequal)
-  assert '3 reporting seeds (fewer than 10' in unequal and 'over the 6 comparisons' in unequal
+  # 6 comparisons, one identical (no test): 5 in the family.
+  assert '3 reporting seeds (fewer than 10' in unequal and 'over the 5 comparisons' in unequal
   new = tables.protocol_section(dict(report_rows.CONFIG, plan={'methods': [
       {'name': 'fedavg', 'server_lrs': [1.0, 2.0]},
       {'name': 'fedld', 'server_lrs': [1.0, 2.0]}]}), rows)
@@ -192,7 +197,17 @@ def test_excluded_non_finite_updates_shown_beside_the_diverged_count():
 def test_identical_and_all_chance_comparisons_say_so():
   rows = report_rows.rows()
   same = results.comparisons(rows, report_rows.CONFIG)[('digits:iid', 5, 'fedgh')]
-  assert tables.delta_cell(same, False, mark=True) == '+0.0000 (identical in every seed)'
+  assert results.identical(same) and results.verdict(same, 0.01) == 'identical'   # never 'ties'
+  assert tables.delta_cell(same, False, mark=True) == 'identical in every seed (no test)'
+  assert tables.delta_cell(same, False, mark=True, pair=('fedavg+fedgh', 'fedgh')) == (
+      'identical in every seed (no test): the same computation: FedGH is FedAvg with the fedgh '
+      'aggregator')
+  table = tables.regime_table(results.group(rows)[('digits:iid', 5)], ['fedavg', 'fedgh'],
+                              baseline='fedavg', found={'fedgh': same},
+                              config=report_rows.CONFIG).splitlines()
+  assert table[3].startswith('| fedgh | 3 | 0 | 0 | 0.8600 ± 0.0100 | identical in every seed '
+                             '(no test): reason unknown | - | 0.8600 ± 0.0100 | identical in '
+                             'every seed (no test) |')
   chance = [dict(r, collapsed=True) for r in rows]
   c = results.comparisons(chance, report_rows.CONFIG)[('digits:#C=2', 1, 'fedld')]
   cell = results.group(chance)[('digits:#C=2', 1)]
@@ -205,3 +220,16 @@ def test_identical_and_all_chance_comparisons_say_so():
   assert '†' not in table and table.count('(both at chance: no comparison)') == 2
   # The power line leaves out every comparison with a collapsed side.
   assert 'not computable' in tables.power_line(cell, baseline='fedavg', config=report_rows.CONFIG)
+
+
+def test_the_summary_says_identical_never_ties():
+  from experiments.benchmarking import summary  # pylint: disable=g-import-not-at-top
+  rows = report_rows.rows()
+  # fednova's runs renamed from fedgh's: identical to fedavg's in digits:iid E=5, a known reason.
+  renamed = [dict(r, method='fednova') if r['method'] == 'fedgh' else r for r in rows]
+  config = dict(report_rows.CONFIG, methods=['fedavg', 'fednova', 'fedld'])
+  lines = summary.verdict_lines(renamed, config, [('fednova', 'fedavg'), ('fedld', 'fedavg')])
+  line = next(line for line in lines if line.startswith('- `digits:iid`, E=5'))
+  assert ('identical: fednova in every seed (FedNova is FedAvg when every client takes the same '
+          'number of local steps)') in line
+  assert 'ties' not in line

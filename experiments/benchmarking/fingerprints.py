@@ -1,0 +1,89 @@
+"""What your own data and models were when a run finished (`BenchmarkConfig.datasets` /
+`model_fns`): the clients' ids and sizes, the model's layers and variable shapes; recorded in
+result.json so that a change under the same name is refused, never reused."""
+
+import hashlib
+import json
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+import tensorflow as tf
+
+KEY = 'fingerprint'   # result.json's key
+
+
+def _digest(value: Any) -> str:
+  return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _num_examples(dataset: tf.data.Dataset) -> int:
+  size = int(dataset.cardinality())
+  if size >= 0:
+    return size
+  return int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+
+
+def of_data(train: Any, test: Any) -> dict[str, Any]:
+  """The clients' ids and numbers of examples of `train` and `test` (ClientData), summed up
+  (clients, examples) and digested, and the examples' element spec."""
+  out = {}
+  for part, client_data in (('train', train), ('test', test)):
+    sizes = [[str(c), _num_examples(client_data.create_tf_dataset_for_client(c))]
+             for c in client_data.client_ids]
+    out[part] = {'clients': len(sizes), 'examples': sum(n for _, n in sizes),
+                 'ids_and_sizes': _digest(sizes)}
+  out['element'] = {k: f'{s.dtype.name}{s.shape.as_list()}'
+                    for k, s in train.element_type_structure.items()}
+  return out
+
+
+def of_model(build: Callable[[], tf.keras.Model]) -> dict[str, Any]:
+  """The layers (their classes) and the variables' shapes of the model `build()` makes (built in
+  a scratch graph; `build` makes a built model)."""
+  with tf.Graph().as_default():
+    model = build()
+    layers = [type(layer).__name__ for layer in model.layers]
+    shapes = [v.shape.as_list() for v in model.weights]
+  return {'layers': len(layers), 'parameters': int(sum(np.prod(s) for s in shapes)),
+          'layers_and_shapes': _digest([layers, shapes])}
+
+
+def of_run(config: Any, spec: Any, data: Callable[[str, int], tuple]) -> dict[str, Any]:
+  """The fingerprints of `spec`'s own data and model, by the setting that names them (empty for
+  built-in ones); `data(regime, seed)` gives a regime's (train, test)."""
+  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+  from tff_conflict.learning import models  # pylint: disable=g-import-not-at-top
+  out = {}
+  if spec.dataset in config.datasets:
+    out[f'datasets[{spec.dataset!r}]'] = of_data(*config.datasets[spec.dataset])
+  own = config.model_fns.get(spec.model)
+  if own is not None:
+    input_spec = experiment_lib.input_spec(data(spec.regime, spec.data_seed)[0], config.loop)
+    out[f'model_fns[{spec.model!r}]'] = of_model(
+        lambda: models.build_on_input_spec(own(), input_spec))
+  return out
+
+
+def differences(recorded: Optional[Mapping[str, Any]], current: Mapping[str, Any]) -> list[str]:
+  """'what: item recorded -> now' for each item of `current`'s parts (`of_run`) that `recorded`
+  (result.json's `KEY`) holds otherwise, or 'what: not recorded'."""
+  recorded = recorded or {}
+  out = []
+  for what, now in current.items():
+    if not isinstance(recorded.get(what), Mapping):
+      out.append(f'{what}: not recorded (the run finished before fingerprints were kept)')
+      continue
+    before, now = _flat(recorded[what]), _flat(now)
+    out += [f'{what} {k}: {before.get(k)} -> {now.get(k)}'
+            for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+  return out
+
+
+def _flat(value: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
+  out = {}
+  for key, item in value.items():
+    if isinstance(item, Mapping):
+      out.update(_flat(item, f'{prefix}{key}.'))
+    else:
+      out[f'{prefix}{key}'] = item
+  return out
