@@ -248,9 +248,9 @@ def power(cell, baseline: str, config: Mapping[str, Any]
           ) -> Optional[tuple[float, int, float, float, int]]:
   """(minimal detectable difference, seeds needed to detect `detect_for`, that difference, the
   median paired sd of the primary statistic over the methods, the fewest paired seeds) at
-  `POWER` and level `ALPHA`, from the `paired_comparisons` whose differences vary over the
-  seeds (a pilot's, for the next run; one identical in every seed says nothing of their
-  spread); None without one."""
+  `POWER` and level `ALPHA`, from the `paired_comparisons` whose difference varies over the
+  seeds (a pilot's, for the next run; one the same in every seed, such as an `identical` one,
+  says nothing of their spread); None without one."""
   found = [d for d in paired_comparisons(cell, baseline, config) if d.sd > 0]
   if not found:
     return None

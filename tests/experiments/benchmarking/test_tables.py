@@ -72,7 +72,7 @@ def test_no_detectable_difference_sentence_when_nothing_varies():
   assert tables.power_line(cell, baseline='fedavg', config=report_rows.CONFIG) == ''
   (_, _, heading, _), = tables.result_tables(rows, report_rows.CONFIG)
   assert heading == 'Measured conflict fraction 0.400 (mean over conflict-aware methods).'
-  # A comparison identical in every seed says nothing of the seeds' spread; the others decide.
+  # A difference the same in every seed says nothing of the seeds' spread; the others decide.
   varied = [dict(r, last_k_accuracy=0.5 + 0.01 * r['seed']) if r['method'] == 'fedld' else r
             for r in rows]
   cell = results.group(varied)[('digits:#C=2', 1)]
