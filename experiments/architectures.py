@@ -1,5 +1,6 @@
 """Keras models by name: `MODELS[name](input_shape, num_classes, *, seed=0)` is a new uncompiled
-model from inputs to logits, its initializers seeded by `seed`; `DEFAULT_MODELS` per dataset."""
+model from inputs to logits, its initializers seeded by `seed`; `DEFAULT_MODELS` per dataset. The
+character models take int32 character ids `[L]` and predict the next one of `num_classes`."""
 
 import itertools
 import math
@@ -142,17 +143,56 @@ def leaf_celeba_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int =
   ] + [_L.Flatten()])
 
 
+def _char_model(name: str, input_shape, num_classes, seed, cells) -> tf.keras.Model:
+  """int32 ids `[L]` -> an 8-dimensional embedding of the `num_classes` characters -> the
+  recurrent layers `cells(seeds)` (the last one's final output) -> a dense layer of logits;
+  initializers seeded as `_model`'s."""
+  input_shape = tuple(int(d) for d in input_shape)
+  if len(input_shape) != 1 or input_shape[0] < 1:
+    raise _checks.ArgumentError.must_be('input_shape', input_shape, 'a shape (L,) of L >= 1 '
+                                       'character ids for a character model')
+  _checks.check_int('num_classes', num_classes, minimum=2)
+  seeds = itertools.count(int(seed) * 1000 + 1)
+  embedding = _L.Embedding(int(num_classes), 8, embeddings_initializer=(
+      tf.keras.initializers.RandomUniform(-0.05, 0.05, seed=next(seeds))))
+  return tf.keras.Sequential([
+      _L.InputLayer(input_shape=input_shape, dtype=tf.int32), embedding, *cells(seeds),
+      _dense(seeds, int(num_classes), None)], name=name)
+
+
+def _recurrent(layer, seeds, units, last=True):
+  return layer(units, return_sequences=not last, kernel_initializer=_glorot(seeds),
+               recurrent_initializer=tf.keras.initializers.Orthogonal(seed=next(seeds)))
+
+
+def leaf_shakespeare_lstm(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
+  """LEAF's Shakespeare model: embedding(8) - LSTM(256) - LSTM(256) - dense on the last step
+  (Caldas et al., arXiv:1812.01097, `models/shakespeare/stacked_lstm.py`; FedAvg's character
+  LSTM, McMahan et al. 2017). About 820k parameters for 80 characters: a model for a GPU."""
+  return _char_model('leaf_shakespeare_lstm', input_shape, num_classes, seed, lambda s: [
+      _recurrent(_L.LSTM, s, 256, last=False), _recurrent(_L.LSTM, s, 256)])
+
+
+def shakespeare_gru(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
+  """A small character model for the CPU grid: embedding(8) - GRU(128) - dense on the last
+  step, about 63k parameters for 80 characters."""
+  return _char_model('shakespeare_gru', input_shape, num_classes, seed, lambda s: [
+      _recurrent(_L.GRU, s, 128)])
+
+
 MODELS: dict[str, ModelFn] = {f.__name__: f for f in (
     logistic_regression, mlp, small_mlp, digits_cnn, fedavg_cnn, fedmgc_fmnist_cnn, emnist_cnn,
-    cifar_cnn, leaf_femnist_cnn, leaf_celeba_cnn)}
+    cifar_cnn, leaf_femnist_cnn, leaf_celeba_cnn, leaf_shakespeare_lstm, shakespeare_gru)}
 
-# The model of each dataset of `tff_conflict.data` (LEAF's: LEAF's reference models;
-# fashion_mnist's the one the CPU grid affords, `fedmgc_fmnist_cnn` being the paper's).
+# The model of each dataset of `tff_conflict.data` (LEAF's: LEAF's reference models, except
+# Shakespeare's small GRU for the CPU, LEAF's being `leaf_shakespeare_lstm`; fashion_mnist's the
+# one the CPU grid affords, `fedmgc_fmnist_cnn` being the paper's).
 DEFAULT_MODELS = {
     'digits': 'digits_cnn', 'synthetic': 'logistic_regression', 'emnist': 'emnist_cnn',
     'emnist_digits': 'emnist_cnn', 'mnist': 'fedavg_cnn', 'fashion_mnist': 'small_mlp',
     'cifar10': 'cifar_cnn', 'cifar100': 'cifar_cnn', 'leaf_femnist': 'leaf_femnist_cnn',
-    'leaf_synthetic': 'logistic_regression', 'leaf_celeba': 'leaf_celeba_cnn'}
+    'leaf_synthetic': 'logistic_regression', 'leaf_celeba': 'leaf_celeba_cnn',
+    'leaf_shakespeare': 'shakespeare_gru'}
 
 
 def get(name: str) -> ModelFn:

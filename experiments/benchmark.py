@@ -92,6 +92,18 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
   return config
 
 
+def interrupted_message(root: str, error: BaseException) -> str:
+  """What a benchmark stopped by Ctrl-C, SIGTERM or a closed standard output keeps: its finished
+  runs (each with its result.json), not the run in progress (it saves no checkpoint)."""
+  from experiments.benchmarking import runs as runs_lib  # pylint: disable=g-import-not-at-top
+  finished = sum(runs_lib.RESULT_FILE in names for _, _, names in os.walk(root))
+  what = ('standard output closed' if isinstance(error, interrupts.OutputClosed)
+          else 'terminated (SIGTERM)' if isinstance(error, interrupts.Terminated)
+          else 'interrupted')
+  return (f'{what}: the {finished} finished runs under {root} are kept; the run in progress '
+          'is not and starts over: rerun the same command to run only what is not finished')
+
+
 def _proc(path: str, key: str) -> str:
   """The value of the line starting with `key` in `path` (/proc/cpuinfo, ...), or ''."""
   try:
@@ -146,13 +158,17 @@ def main(unused_argv):
                         'from each run\'s result.json and runs only what is not finished') from None
     failures = []
   else:
-    if FLAGS.positive_control:   # the checks of run_benchmark, before the control runs
-      grid.check_finished_runs(config)
-      grid.check_regimes(config, engine_lib.default_loader(config))
-      control_outcome = grid.run_benchmark(config_lib.control_config(config), command=command)
-      if control_outcome['failures']:
-        print(f'positive control: {len(control_outcome["failures"])} runs failed', flush=True)
-    outcome = grid.run_benchmark(config, command=command)
+    try:
+      if FLAGS.positive_control:   # the checks of run_benchmark, before the control runs
+        grid.check_finished_runs(config)
+        grid.check_regimes(config, engine_lib.default_loader(config))
+        control_outcome = grid.run_benchmark(config_lib.control_config(config), command=command)
+        if control_outcome['failures']:
+          print(f'positive control: {len(control_outcome["failures"])} runs failed', flush=True)
+      outcome = grid.run_benchmark(config, command=command)
+    except (KeyboardInterrupt, interrupts.OutputClosed) as e:
+      e.args = (interrupted_message(config.root, e),)
+      raise
     report_path, failures = outcome['report'], outcome['failures']
     print(f'\n{outcome["runs_done"]} runs run, {outcome["runs_skipped"]} found finished, '
           f'{len(failures)} failed; {outcome["processes_built"]} learning processes built in '

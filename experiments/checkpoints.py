@@ -3,6 +3,7 @@ atomically, checked leaf by leaf when loaded (docs/design.md, "Results on disk")
 
 import os
 import re
+import zipfile
 from typing import Any, Optional
 
 import numpy as np
@@ -22,6 +23,14 @@ class CheckpointError(ValueError):
   """A checkpoint that cannot be read, or does not hold a state of the given structure."""
 
 
+def saved_versions(root_dir: str) -> list[int]:
+  """The round numbers saved under `root_dir`, ascending ([] when it does not exist)."""
+  if not os.path.isdir(root_dir):
+    return []
+  found = (_VERSION.match(name) for name in os.listdir(root_dir))
+  return sorted(int(m.group(1)) for m in found if m)
+
+
 class CheckpointManager(tff.program.ProgramStateManager):
   """Saves and restores server state under `root_dir`, keeping the newest `keep_total` versions
   (<= 0: all). Version r is the state after round r, its leaves (flattened with dm-tree, as TFF
@@ -35,8 +44,7 @@ class CheckpointManager(tff.program.ProgramStateManager):
 
   def versions(self) -> list[int]:
     """Saved round numbers, ascending."""
-    found = (_VERSION.match(name) for name in os.listdir(self.root_dir))
-    return sorted(int(m.group(1)) for m in found if m)
+    return saved_versions(self.root_dir)
 
   def path(self, version: int) -> str:
     return os.path.join(self.root_dir, f'{_PREFIX}{version}{_SUFFIX}')
@@ -51,9 +59,14 @@ class CheckpointManager(tff.program.ProgramStateManager):
     if any(leaf.dtype == object for leaf in leaves):
       raise ValueError('a checkpointed state must hold arrays and scalars only, got a leaf of '
                        'Python objects')
-    with files.atomic_open(self.path(version), 'wb') as f:
-      np.savez(f, **{_FORMAT_KEY: np.int64(_FORMAT)},
-               **{f'leaf_{i}': leaf for i, leaf in enumerate(leaves)})
+    arrays = {_FORMAT_KEY: np.int64(_FORMAT), **{f'leaf_{i}': leaf for i, leaf in
+                                                 enumerate(leaves)}}
+    # np.savez's layout; the archive is closed even when a write fails (a full disk), where
+    # np.savez leaves it to the garbage collector, whose failing close prints a traceback.
+    with files.atomic_open(self.path(version), 'wb') as f, zipfile.ZipFile(f, 'w') as archive:
+      for name, array in arrays.items():
+        with archive.open(f'{name}.npy', 'w', force_zip64=True) as member:
+          np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
     if self._keep_total > 0:
       for old in self.versions()[:-self._keep_total]:
         os.remove(self.path(old))

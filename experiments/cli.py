@@ -20,6 +20,7 @@ FLAGS = flags.FLAGS
 
 USAGE_EXIT = 2
 FAILURE_EXIT = 1
+OUTPUT_CLOSED_EXIT = 128 + signal.SIGPIPE   # as a process that SIGPIPE ended
 Failure = files.Failure
 
 
@@ -82,14 +83,20 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) 
   """`absl.app.run(main)`: a flag that does not parse or validate, a positional argument, a
   `tff_conflict.ArgumentError` (a `config.ConfigError` names the flag), a full or read-only disk
   or a `tff_conflict.runtime.DataError` prints `<binary>: <message>` and exits 2, a `Failure`
-  exits 1, Ctrl-C and SIGTERM exit 130 and 143 after the run saved its last finished round.
-  Anything else keeps its traceback."""
+  exits 1, Ctrl-C and SIGTERM exit 130 and 143 after the run saved its last finished round, as
+  a closed standard output (`| head`) exits 141 (the one line on stderr). Anything else keeps
+  its traceback."""
 
   def wrapped(args):
     interrupts.install(interrupts.raise_interrupt)
     interrupts.quiet_dropped_interrupts()
+    interrupts.guard_stdout()
     try:
       result = main(args)
+    except interrupts.OutputClosed as e:   # e.g. `| head`: the run saved as on Ctrl-C
+      interrupts.discard_stdout()
+      _end_if_interrupted()
+      fail(str(e), OUTPUT_CLOSED_EXIT)
     except KeyboardInterrupt as e:
       interrupts.install(interrupts.exit_now)
       terminated = isinstance(e, interrupts.Terminated) or interrupts.received() == signal.SIGTERM

@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import os
 import sys
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 # Quiet before TensorFlow is imported (its C++ logs read the environment then); TensorFlow must be
 # imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
@@ -68,13 +68,21 @@ def check_flags() -> tuple[config.ExperimentConfig, tuple[str, ...], tuple[int, 
   return experiment, tuple(FLAGS.algorithms), seeds, FLAGS.target_accuracy
 
 
-def summarize(runs: Sequence[Sequence[Mapping[str, Any]]], target_accuracy: float
-              ) -> dict[str, list]:
+def summarize(runs: Sequence[Sequence[Mapping[str, Any]]], target_accuracy: float, *,
+              num_classes: Optional[int] = None,
+              confusions: Optional[Sequence[Any]] = None) -> dict[str, list]:
   """An algorithm's table row from each seed's metrics rows: per seed, the benchmark's summary of
-  the test curve (`runs.summarize`) and the first round at `target_accuracy` (where reached)."""
-  summaries = [runs_lib.summarize(rows, prefix='test', last_k=LAST_K) for rows in runs]
+  the test curve (`runs.summarize` over `num_classes`: a diverged run counts as chance from its
+  divergence on), the round it diverged at (None) and whether it collapsed (`runs.collapsed`,
+  with its final confusion matrix of `confusions` where known), and the first round at
+  `target_accuracy` (where reached)."""
+  summaries = [runs_lib.summarize(rows, prefix='test', last_k=LAST_K, num_classes=num_classes)
+               for rows in runs]
   out = {k: [s[k] for s in summaries] for k in ('last_k_accuracy', 'final_accuracy',
-                                                 'final_macro_f1', 'seconds_per_round')}
+                                                 'final_macro_f1', 'seconds_per_round',
+                                                 'diverged_round')}
+  out['collapsed'] = [runs_lib.collapsed(s, c) for s, c in zip(
+      summaries, list(confusions or ()) + [None] * (len(summaries) - len(confusions or ())))]
   out['rounds_to_target'] = [reached[0] for reached in (
       [r['round_num'] for r in rows if (r.get('test_accuracy') or 0) >= target_accuracy]
       for rows in runs) if reached]
@@ -88,12 +96,27 @@ def _mean_std(values: Sequence[float]) -> str:
   return '{:.4f} ± {:.4f}'.format(*stats.mean_std(values))
 
 
+def _health(summary: Mapping[str, list]) -> str:
+  """'diverged at round 4', 'collapsed (2/3 seeds)', ... or 'no' (the benchmark's flags)."""
+  seeds = len(summary['final_accuracy'])
+  diverged = [r for r in summary.get('diverged_round', ()) if r is not None]
+  collapsed = sum(summary.get('collapsed', ()))
+  flagged = []
+  if diverged:
+    flagged.append(f'diverged at round {diverged[0]}' if seeds == 1
+                   else f'diverged ({len(diverged)}/{seeds} seeds)')
+  if collapsed:
+    flagged.append('collapsed' if seeds == 1 else f'collapsed ({collapsed}/{seeds} seeds)')
+  return ', '.join(flagged) or 'no'
+
+
 def markdown_table(summaries: Mapping[str, Mapping[str, list]], target_accuracy: float) -> str:
   """The comparison (algorithm -> `summarize`) as a Markdown table, mean ± sample std over seeds: the
-  benchmark's primary statistic first, then the last round's."""
+  benchmark's primary statistic first, then the last round's, and which runs diverged or
+  collapsed (at chance or predicting one class, as the benchmark flags them)."""
   lines = [f'| algorithm | test accuracy, mean of last {LAST_K} rounds | final test accuracy | '
            f'final macro-F1 | first round at {target_accuracy:g} test accuracy | '
-           'mean round time (s) |', '|---|---|---|---|---|---|']
+           'mean round time (s) | diverged / collapsed |', '|---|---|---|---|---|---|---|']
   for algorithm, s in summaries.items():
     seeds, reached = len(s['final_accuracy']), s['rounds_to_target']
     rounds = f'{np.mean(reached):.1f}'.rstrip('0').rstrip('.') if reached else 'not reached'
@@ -101,7 +124,7 @@ def markdown_table(summaries: Mapping[str, Mapping[str, list]], target_accuracy:
       rounds += f' ({len(reached)}/{seeds} seeds)'
     lines.append(f'| {algorithm} | {_mean_std(s["last_k_accuracy"])} | '
                  f'{_mean_std(s["final_accuracy"])} | {_mean_std(s["final_macro_f1"])} | '
-                 f'{rounds} | {np.mean(s["seconds_per_round"]):.2f} |')
+                 f'{rounds} | {np.mean(s["seconds_per_round"]):.2f} | {_health(s)} |')
   return '\n'.join(lines) + '\n'
 
 
@@ -140,6 +163,11 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
   """Runs every (algorithm, seed) of `experiment` (its algorithm and seed replaced per run) and
   writes the table and plots; returns (the Markdown table, the plot files, the directory)."""
   root = os.path.join(experiment.output.output_dir, comparison_name(experiment))
+  run_dirs = {(alg, seed): os.path.join(root, alg, f'seed{seed}') for seed in seeds
+              for alg in algorithms}
+  if experiment.training.resume:   # before any work: a rerun never cuts a longer run
+    for run_dir in run_dirs.values():
+      training_loop.check_rounds(run_dir, experiment.training.rounds)
   os.makedirs(root, exist_ok=True)
   hparams = experiment_lib.hparams_record(
       experiment, algorithms=list(algorithms), seeds=list(seeds), target_accuracy=target_accuracy)
@@ -154,16 +182,20 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
         f'{root}', file=stream or sys.stdout, flush=True)
   executor = experiment_lib.Runs(experiment.output.runtime)
   runs: dict[str, list[list[dict[str, Any]]]] = {alg: [] for alg in algorithms}
+  confusions: dict[str, list[Any]] = {alg: [] for alg in algorithms}   # None: not evaluated now
   for seed in seeds:
     for algorithm in algorithms:
       rows, _, _ = experiment_lib.run_experiment(
           dataclasses.replace(experiment.with_seed(seed), algorithm=config.AlgorithmConfig(
               algorithm, **vars(experiment.hparams))),
-          task=task, runs=executor, experiment_dir=os.path.join(root, algorithm, f'seed{seed}'),
+          task=task, runs=executor, experiment_dir=run_dirs[algorithm, seed],
           label=f'{algorithm} seed {seed}', stream=stream)
       runs[algorithm].append(rows)
-  table = markdown_table({alg: summarize(r, target_accuracy) for alg, r in runs.items()},
-                         target_accuracy)
+      confusions[algorithm].append(executor.confusion)
+  classes = experiment_lib.model_of(experiment, task[0])[1]
+  table = markdown_table({alg: summarize(r, target_accuracy, num_classes=classes,
+                                         confusions=confusions[alg])
+                          for alg, r in runs.items()}, target_accuracy)
   files.write_text_atomically(
       os.path.join(root, 'summary.md'),
       f'# {experiment.data.dataset}: {experiment.training.rounds} rounds, '

@@ -18,7 +18,7 @@ DATASETS = {
     'fashion_mnist': ('alpha', 'data_dir'), 'cifar10': ('alpha', 'data_dir'),
     'cifar100': ('alpha', 'data_dir'), 'leaf': ('leaf_dir', 'leaf_name', 'cache_dir'),
 }
-LEAF_NAMES = ('femnist', 'synthetic', 'celeba')
+LEAF_NAMES = ('femnist', 'synthetic', 'celeba', 'shakespeare')
 OPTIMIZERS = ('sgd', 'adam', 'adagrad', 'rmsprop', 'yogi')
 CLIENT_WEIGHTINGS = ('num_examples', 'uniform', 'loss')
 RUNTIMES = ('inprocess', 'cpp')
@@ -156,7 +156,7 @@ class AlgorithmConfig:
   """Which method runs (`name`, or 'custom': `client_loss` with `aggregator`; `aggregator` also
   on top of a baseline that takes one), with one field per method flag of `tff_conflict.hparams`.
   `proximal_term` adds FedProx's proximal term to a method without its own (the binaries set it
-  when `--proximal_strength` is given)."""
+  for 'custom' when `--proximal_strength` is given)."""
   name: str = setting('fedavg', flag='algorithm', check=NON_EMPTY_STRING)
   client_loss: Optional[str] = setting(None, flag='client_loss')
   aggregator: Optional[str] = setting(None, flag='aggregator')
@@ -219,7 +219,7 @@ class DataConfig:
       help='Federated dataset: digits (scikit-learn digits, Dirichlet label skew, offline), '
       'emnist (TFF\'s, by writer), synthetic (LEAF Synthetic(alpha, beta)), fashion_mnist (its '
       'IDX files, --data_dir), mnist/cifar10/cifar100 (tensorflow-datasets), each Dirichlet-'
-      'split, leaf (LEAF\'s FEMNIST, Synthetic or CelebA JSON files, --leaf_dir).')
+      'split, leaf (LEAF\'s FEMNIST, Synthetic, CelebA or Shakespeare JSON files, --leaf_dir).')
   num_clients: Optional[int] = setting(
       None, flag='num_clients', check=optional(at_least(1)),
       help='Clients in the population (emnist, leaf: the first N writers or users). Default: the '

@@ -3,6 +3,7 @@ runs it (`training_loop`) and evaluates it; `run_experiment` runs an `Experiment
 
 import functools
 import inspect
+import re
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -202,6 +203,106 @@ def check_composition(algorithm: config_lib.AlgorithmConfig) -> None:
         reason=f'does not apply to --algorithm={algorithm.name}, whose builder fixes its '
         f'aggregator (the baselines that take one: {", ".join(takers)})')
   config_lib.one_of(list(AGGREGATOR_HPARAMS))('aggregator', algorithm.aggregator)
+
+
+class _ModelAsked(BaseException):
+  """Stops a builder called by `library_refusal` where it first asks for the model (a
+  BaseException: builders wrap a model function's errors)."""
+
+
+def _model_asked():
+  raise _ModelAsked()
+
+
+# The keywords `build_process` takes that every builder also takes and checks as it does.
+_CORE_KEYWORDS = ('client_weighting', 'aggregator', 'aggregator_kwargs', 'clip_norm')
+
+
+def library_refusal(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
+                    client: config_lib.OptimizerConfig, server: config_lib.OptimizerConfig
+                    ) -> Optional[Exception]:
+  """The library's refusal (a ValueError or TypeError) of `builder(model_fn, **kwargs)` with the
+  `client` and `server` optimizers, or None: the builder's own checks of every argument but the
+  model and data, run in a moment before any work. A builder checks them before it asks for the
+  model (it is called with a model function that stops it there, and without input_spec); so
+  does `build_process`, to which every builder passes the core keywords (FedDecorr after
+  checking its model)."""
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  optimizers = dict(client_optimizer_fn=build_optimizer(client),
+                    server_optimizer_fn=build_optimizer(server))
+  population = ({'num_clients': 1} if 'num_clients' in inspect.signature(builder).parameters
+                else {})
+  core = {k: v for k, v in kwargs.items() if k in _CORE_KEYWORDS}
+  calls = [(builder, {**optimizers, **population, **kwargs})]
+  if builder is not learning.build_process:
+    calls.append((learning.build_process, {**optimizers, **core}))
+  for build, arguments in calls:
+    try:
+      build(_model_asked, **arguments)
+    except _ModelAsked:
+      continue
+    except (ValueError, TypeError) as e:
+      return e
+  return None
+
+
+def optimizer_flag(side: str, settings: config_lib.OptimizerConfig) -> tuple[str, Any]:
+  """(flag, value) naming an optimizer the library refused: `--<side>_momentum` for SGD with
+  momentum, else `--<side>_optimizer`."""
+  if settings.optimizer == 'sgd' and settings.momentum:
+    return f'{side}_momentum', settings.momentum
+  return f'{side}_optimizer', settings.optimizer
+
+
+# A refused builder argument's name in a binary's message.
+ARGUMENT_WORDS = {'client_optimizer_fn': 'the client optimizer',
+                  'server_optimizer_fn': 'the server optimizer',
+                  'normalized_averaging (FedNova)': 'FedNova\'s normalised averaging',
+                  'normalized_averaging': 'FedNova\'s normalised averaging',
+                  'client_weighting': '--client_weighting'}
+
+
+def in_flag_words(error: Exception, argument: Optional[str] = None,
+                  words: Mapping[str, str] = ARGUMENT_WORDS) -> str:
+  """The library's message of `error` on one line with its builder arguments named in `words`
+  (`argument`'s leading 'argument: ' dropped)."""
+  text = ' '.join(str(error).split())
+  if argument and text.startswith(f'{argument}: '):
+    text = text[len(argument) + 2:]
+  for name, said in words.items():
+    text = re.sub(rf'(?<![\w-]){re.escape(name)}(?!\w)', said, text)
+  return text
+
+
+def check_method(config: config_lib.ExperimentConfig) -> None:
+  """`config_lib.ConfigError` in flag words, before any work, where the library's builder of
+  `config.algorithm` refuses its settings (`library_refusal`): naming the optimizer's flag, the
+  client weighting, the aggregator or the method flag it refused, else --algorithm."""
+  builder, kwargs = method_of(config)
+  error = library_refusal(getattr(builder, '__wrapped__', builder), kwargs,
+                          client=config.client, server=config.server)
+  if error is None:
+    return
+  algorithm, weighting = config.algorithm, config.training.weighting
+  argument = getattr(error, 'argument', None)
+  # What is refused where no setting is named: the composition, else the algorithm.
+  composition = (('aggregator', algorithm.aggregator) if algorithm.aggregator is not None
+                 else ('algorithm', algorithm.name))
+  flags = {'client_optimizer_fn': optimizer_flag('client', config.client),
+           'server_optimizer_fn': optimizer_flag('server', config.server),
+           'client_weighting': ('client_weighting', weighting),
+           'normalized_averaging': ('client_weighting', weighting) if weighting == 'loss'
+                                   else composition}
+  for table in (ALGORITHM_HPARAMS.get(algorithm.name, {}),
+                AGGREGATOR_HPARAMS.get(algorithm.aggregator, {}),
+                LOSS_HPARAMS.get(algorithm.client_loss, {})):
+    flags.update((k, (flag, getattr(config.hparams, flag))) for k, flag in table.items())
+  flag, value = flags.get(argument, composition)
+  method = ' '.join(p for p in algorithm.describe().split() if not p.startswith(f'--{flag}='))
+  if flag != 'algorithm' and getattr(error, 'requirement', None) is not None:
+    raise config_lib.ConfigError(flag, value, f'{error.requirement} with {method}')
+  where = '' if flag == 'algorithm' else f'not with {method}: '
+  raise config_lib.ConfigError(flag, value, reason=where + in_flag_words(error, argument))
 
 
 def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], dict[str, Any]]:

@@ -1,6 +1,7 @@
 """The flags the experiment binaries share: one per setting of `config.ExperimentConfig`, with its
 default, choices and check (a method flag's from `tff_conflict.hparams`), and reading them back."""
 
+import dataclasses
 import functools
 from typing import Any, Callable, Optional, Sequence
 
@@ -13,9 +14,10 @@ FLAGS = flags.FLAGS
 
 # Extra sentences of method flags, after their spec's description.
 _EXTRA_HELP = {
-    'proximal_strength': ' Used by fedprox; given with another algorithm, its client training '
-                         'adds the proximal term (e.g. --algorithm=fedgh: FedProx\'s local '
-                         'objective with FedGH\'s aggregation).',
+    'proximal_strength': ' Read by fedprox and by --algorithm=custom, whose clients then add '
+                         'the proximal term (e.g. --client_loss=ce --aggregator=fedgh: FedProx\'s '
+                         'local objective with FedGH\'s aggregation); refused with any other '
+                         'algorithm, in train, compare and the benchmark alike.',
     'fedgh_order': ' The seed is --seed.',
     'client_clip_norm': ' Every algorithm takes it.',
 }
@@ -105,8 +107,9 @@ def refuse_flags(reasons: dict[str, str]) -> None:
 
 
 def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.ExperimentConfig:
-  """`experiment_config()`, refusing a flag of another dataset or a method flag that none of
-  `algorithms` (default: the config's algorithm) reads."""
+  """`experiment_config()`, refusing a flag of another dataset, a method flag that none of
+  `algorithms` (default: the config's algorithm) reads, and settings the library's builder of
+  one of them refuses (`experiment_lib.check_method`), in flag words."""
   refuse_flags({name: f'applies only to --dataset in '
                 f'{sorted(d for d, names in config.DATASETS.items() if name in names)}, not '
                 f'--dataset={FLAGS.dataset}' for name in _DATASET_FLAGS
@@ -117,6 +120,13 @@ def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.Exp
   from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
   experiment_lib.check_composition(experiment.algorithm)
   check_method_flags_apply(methods)
+  # The library's checks of each method with these settings (optimizers, client weighting).
+  runs = ([experiment] if algorithms is None else [
+      dataclasses.replace(experiment, algorithm=config.AlgorithmConfig(
+          name, **vars(experiment.hparams))) for name in algorithms
+      if name in experiment_lib.ALGORITHM_HPARAMS])   # compare names an unknown one itself
+  for run in runs:
+    experiment_lib.check_method(run)
   return experiment
 
 
@@ -134,11 +144,13 @@ def check_method_flags_apply(algorithms: Sequence[config.AlgorithmConfig]) -> No
 
 
 def experiment_config(**overrides: Any) -> config.ExperimentConfig:
-  """The `ExperimentConfig` of the parsed flags with `overrides` (flag -> value); the proximal
-  term is asked for when --proximal_strength is given."""
+  """The `ExperimentConfig` of the parsed flags with `overrides` (flag -> value); a custom
+  composition adds the proximal term when --proximal_strength is given (a named algorithm reads
+  the flag only if its own, fedprox's)."""
   values = {name: FLAGS[name].value for name in FLAGS if FLAGS[name].name == name}
   values.update(overrides)
-  return config.from_flag_values(values, proximal_term=FLAGS['proximal_strength'].present)
+  return config.from_flag_values(values, proximal_term=FLAGS['proximal_strength'].present and (
+      values.get('algorithm') == config.CUSTOM_ALGORITHM))
 
 
 def quiet_logs() -> None:

@@ -16,6 +16,53 @@ class Terminated(KeyboardInterrupt):
   """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that a run saves and ends cleanly."""
 
 
+class OutputClosed(BrokenPipeError):
+  """Standard output's reader went away (`train ... | head -3`): a run stops as on Ctrl-C, its
+  last finished round saved (raised by the writes of `guard_stdout`'s stream)."""
+
+
+class _GuardedOutput:
+  """A text stream whose writes raise `OutputClosed` where its pipe is broken."""
+
+  def __init__(self, stream):
+    self._stream = stream
+
+  def _call(self, method, *args):
+    try:
+      return getattr(self._stream, method)(*args)
+    except BrokenPipeError:
+      raise OutputClosed('standard output closed') from None
+
+  def write(self, text):
+    return self._call('write', text)
+
+  def writelines(self, lines):
+    return self._call('writelines', lines)
+
+  def flush(self):
+    return self._call('flush')
+
+  def __getattr__(self, name):
+    return getattr(self._stream, name)
+
+
+def guard_stdout() -> None:
+  """Makes `sys.stdout`'s writes raise `OutputClosed` when its pipe is broken."""
+  if sys.stdout is not None and not isinstance(sys.stdout, _GuardedOutput):
+    sys.stdout = _GuardedOutput(sys.stdout)
+
+
+def discard_stdout() -> None:
+  """Sends what is left for a closed standard output to /dev/null, so that Python's flush at
+  exit does not print a BrokenPipeError."""
+  try:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.__stdout__.fileno())
+    os.close(devnull)
+  except (OSError, AttributeError, ValueError):
+    pass
+
+
 def received() -> Optional[int]:
   """The first Ctrl-C (SIGINT) or SIGTERM received since handlers were installed, or None."""
   return _received[0] if _received else None

@@ -21,6 +21,15 @@ ROUND_COLUMN = 'round_num'
 PER_CLIENT_COLUMNS = (ROUND_COLUMN, 'name', 'client_index', 'value')
 HEADLINE_COLUMNS = ('train_loss', 'train_accuracy', 'test_accuracy', 'test_loss', 'test_macro_f1',
                     'round_time_s', 'eval_time_s')
+# The suffix of the column counting the examples a round's clients trained on: 0 when every
+# client was left out (e.g. as non-finite), whose training metrics are then no measurement.
+TRAINED_EXAMPLES = 'train/num_examples'
+
+
+def trained_nothing(flat: Mapping[str, Any]) -> bool:
+  """Whether flattened round metrics (`flatten_metrics`) count 0 trained examples."""
+  count = next((v for k, v in flat.items() if k.endswith(TRAINED_EXAMPLES)), None)
+  return count is not None and float(count) == 0
 
 
 def _leaves(value: Any, name: str = '') -> Iterator[tuple[str, Any]]:

@@ -42,6 +42,8 @@ flags_lib.register_validators()
 def main(unused_argv):
   flags_lib.quiet_logs()
   experiment = flags_lib.check_common_flags()
+  if experiment.training.resume:   # before any work: a rerun never cuts a longer run
+    training_loop.check_rounds(experiment.experiment_dir, experiment.training.rounds)
   experiment_dir = cli.prepare_output_dir(experiment.experiment_dir)
   cli.install_context(experiment)
   task = experiment_lib.load_task(experiment)

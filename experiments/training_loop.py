@@ -156,6 +156,27 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
         'settings. Use --noresume to start over, or another --experiment_name.')
 
 
+def check_rounds(experiment_dir: str, rounds: int) -> None:
+  """Refuses (`ResumeError`) to rerun the run in `experiment_dir` with fewer rounds than it has
+  recorded (intact metrics.csv rows, checkpoints): a rerun keeps what is there, never cuts it."""
+  metrics_path = os.path.join(experiment_dir, METRICS_FILE)
+  try:
+    intact = len(metrics_io.read_metrics(metrics_path)[0]) if os.path.exists(metrics_path) else 0
+  except OSError:
+    intact = 0   # `_restore` names the unreadable file
+  saved = checkpoints_lib.saved_versions(os.path.join(experiment_dir, CHECKPOINT_DIR))
+  recorded = max([intact, *saved])
+  if recorded <= rounds:
+    return
+  held = ([f'{METRICS_FILE} rows for {_rounds(1, intact)}'] if intact else []) + (
+      [f'checkpoints of {_rounds(saved[0], saved[-1])}'] if saved else [])
+  raise ResumeError(
+      f'{experiment_dir} holds a run of {recorded} rounds ({", ".join(held)}), more than '
+      f'--rounds={rounds} (rounds: {recorded} -> {rounds}); a rerun keeps what is recorded: use '
+      f'--rounds={recorded} or more to continue it, --noresume to start over, or another '
+      '--experiment_name')
+
+
 def _rounds(first: int, last: int) -> str:
   return f'round {first}' if first == last else f'rounds {first}-{last}'
 
@@ -257,6 +278,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   metrics_path = os.path.join(experiment_dir, METRICS_FILE)
   if config.resume:
     _check_hparams(hparams_path, hparams)
+    check_rounds(experiment_dir, config.rounds)
   else:
     for name in (METRICS_FILE, metrics_io.PER_CLIENT_FILE, HPARAMS_FILE):
       if os.path.exists(os.path.join(experiment_dir, name)):
@@ -308,9 +330,13 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
       round_metrics = (output.metrics if controls is None
                        else controls.update(sampled, output, version=round_num))
       flat = metrics_io.flatten_metrics(round_metrics)
+      # A round in which no client trained (each left out as non-finite) has no training loss:
+      # its measured 0 would read as a perfect round.
+      untrained = metrics_io.trained_nothing(flat)
       row: dict[str, Any] = {
-          'train_loss': flat.get('client_work/train/loss'),
-          'train_accuracy': flat.get('client_work/train/sparse_categorical_accuracy'),
+          'train_loss': None if untrained else flat.get('client_work/train/loss'),
+          'train_accuracy': (None if untrained
+                             else flat.get('client_work/train/sparse_categorical_accuracy')),
           'round_time_s': round_time, 'eval_time_s': None}
       if config.is_eval_round(round_num):
         start_time = time.monotonic()
@@ -339,29 +365,39 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
       interrupts.raise_if_interrupted()
       loss = row.get('train_loss')
       accuracy = '-' if latest_accuracy is None else f'{latest_accuracy:.4f}'
-      bar.tick(postfix=f'test_accuracy {accuracy}'
-               + ('' if loss is None else f'  train_loss {loss:.4f}'))
-  except KeyboardInterrupt as e:
-    bar.close()
+      bar.tick(postfix=f'test_accuracy {accuracy}' + (
+          '  train_loss n/a (no client trained)' if untrained
+          else '' if loss is None else f'  train_loss {loss:.4f}'))
+  except (KeyboardInterrupt, interrupts.OutputClosed) as e:
+    _close(bar)
     if config.checkpoint_every > 0 and finished_round > saved_round:
       events.run_until_complete(
           manager.save(saved(finished_state, finished_round), finished_round))
       saved_round = finished_round
-    e.args = (_interrupted_message(prefix, finished_round, saved_round, config.rounds,
-                                   manager.root_dir),)
+    e.args = (_interrupted_message(
+        prefix, finished_round, saved_round, config.rounds, manager.root_dir,
+        'standard output closed' if isinstance(e, interrupts.OutputClosed) else 'interrupted'),)
     raise
   finally:
     events.close()
-    bar.close()
+    _close(bar)
   return writer.rows, state, done
 
 
+def _close(bar: progress_lib.Progress) -> None:
+  """Closes the progress bar; nothing more is shown where standard output is closed."""
+  try:
+    bar.close()
+  except interrupts.OutputClosed:
+    pass
+
+
 def _interrupted_message(prefix: str, finished: int, saved: int, rounds: int,
-                         checkpoint_dir: str) -> str:
+                         checkpoint_dir: str, what: str = 'interrupted') -> str:
   if not finished:
-    return f'{prefix}interrupted before round 1 finished; nothing to resume from'
+    return f'{prefix}{what} before round 1 finished; nothing to resume from'
   if not saved:
-    return (f'{prefix}interrupted after round {finished} of {rounds}; no checkpoint is kept '
-            '(checkpoint_every is 0), so a rerun starts over')
-  return (f'{prefix}interrupted after round {finished} of {rounds}; the state after round '
+    return (f'{prefix}{what} after round {finished} of {rounds}; no checkpoint is kept '
+            '(--checkpoint_every=0), so a rerun starts over')
+  return (f'{prefix}{what} after round {finished} of {rounds}; the state after round '
           f'{saved} is saved in {checkpoint_dir}: rerun the same command to resume from it')

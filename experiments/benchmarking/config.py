@@ -328,9 +328,6 @@ class BenchmarkConfig:
     for side in ('client', 'server'):
       _M.one_of(('sgd',))(f'{side}_optimizer', getattr(self, side).optimizer)
     must('0', lambda v: v == 0)('server_momentum', self.server.momentum)
-    plain_sgd = [m.name for m in resolved if m.algorithm == 'scaffold']
-    must(f'0 with the methods {plain_sgd} (SCAFFOLD\'s local steps are plain SGD)',
-         lambda v: not (plain_sgd and v))('client_momentum', self.client.momentum)
     must('unset (a method variant sets it: METHOD[client_weighting=...])', lambda v: v is None)(
         'client_weighting', self.loop.weighting)
     must('empty (the benchmark runs on local runtimes)', lambda v: not v)(
@@ -363,7 +360,8 @@ class BenchmarkConfig:
     for method in resolved:
       if method.name in self.grids:
         method = method.with_grid(self.grids[method.name])
-      _check_builder_arguments(method, methods_lib.given_kwargs(self.given, method))
+      _check_builder_arguments(method, methods_lib.given_kwargs(self.given, method),
+                               client=self.client, server=self.server)
     _check_methods_on_models(self, resolved, parsed)
 
   @property
@@ -376,8 +374,12 @@ class BenchmarkConfig:
     return os.path.join(self.output.output_dir, self.experiment_name)
 
 
-def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any]) -> None:
-  """Every fixed or tuned builder argument of `method` is one its builder takes, in its range."""
+def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any], *,
+                             client: experiment_config.OptimizerConfig,
+                             server: experiment_config.OptimizerConfig) -> None:
+  """Every fixed or tuned builder argument of `method` is one its builder takes, in its range,
+  and its builder accepts them with the `client` and `server` optimizers (the library's checks,
+  `experiment_lib.library_refusal`: SCAFFOLD's plain SGD, FedNova's client weighting, ...)."""
   import inspect  # pylint: disable=g-import-not-at-top
   from tff_conflict import hparams as hparams_lib  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
@@ -401,6 +403,17 @@ def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any
         ranges[keyword].check(value, name=f'{keyword} of method {method.name!r}')
       except ValueError as e:
         raise ConfigError(argument, method.name, reason=str(e)) from None
+  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+  error = experiment_lib.library_refusal(build, methods_lib.builder_kwargs(method, given),
+                                         client=client, server=server)
+  if error is None:
+    return
+  words = {k: v for k, v in experiment_lib.ARGUMENT_WORDS.items() if k != 'client_weighting'}
+  text = experiment_lib.in_flag_words(error, getattr(error, 'argument', None), words=words)
+  if getattr(error, 'argument', None) == 'client_optimizer_fn':   # client SGD, its momentum
+    raise ConfigError('client_momentum', client.momentum,
+                      reason=f'not with --methods={method.name}: {text}')
+  raise ConfigError('methods', method.name, reason=text)
 
 
 def _probe_shape(config: 'BenchmarkConfig', dataset: str) -> Optional[tuple]:

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from experiments.benchmarking import results as results_lib
 from experiments import files
+from experiments import interrupts
 from experiments import architectures
 from experiments import config as experiment_config
 from experiments import experiment_lib
@@ -188,8 +189,9 @@ class Engine(experiment_lib.Runs):
     try:
       summary, confusion = self._train(spec, run_dir)
     except Exception as e:  # pylint: disable=broad-except
-      if isinstance(e, OSError) and e.errno in files.DISK_ERRNOS:
-        raise   # a full or read-only disk fails every run: the command ends here
+      if isinstance(e, interrupts.OutputClosed) or (isinstance(e, OSError)
+                                                    and e.errno in files.DISK_ERRNOS):
+        raise   # a full or read-only disk fails every run, a closed output ends the command
       message = f'{type(e).__name__}: {e}'
       self.failures.append((spec, message))
       with open(error_path, 'w') as f:
@@ -246,9 +248,7 @@ class Engine(experiment_lib.Runs):
     seconds = time.monotonic() - start
     summary = runs_lib.summarize(rows, prefix=spec.eval_prefix, last_k=self._config.last_k,
                                  num_classes=classes)
-    # A diverged model's confusion matrix is NaN: it counts as collapsed (at chance).
-    summary['collapsed'] = bool(summary['collapsed'] or summary['diverged']
-                                or runs_lib.predicts_one_class(self.confusion))
+    summary['collapsed'] = runs_lib.collapsed(summary, self.confusion)
     if report:
       for key, value in results_lib.summarize_run(rows).items():
         summary.setdefault(key, value)

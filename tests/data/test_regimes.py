@@ -183,8 +183,10 @@ def test_leaf_natural_keeps_the_files_users(tmp_path):
   expected_train, _ = data.leaf(leaf_dir)
   assert train.client_ids == expected_train.client_ids and len(train.client_ids) == 4
   assert train.info.element_shape == (60,)
-  first, _ = data.load_regime('leaf_synthetic:natural@2', leaf_dir=leaf_dir)
+  first, first_test = data.load_regime('leaf_synthetic:natural@2', leaf_dir=leaf_dir)
   assert first.client_ids == expected_train.client_ids[:2]
+  assert first_test.client_ids == first.client_ids  # a sample split: the same users' test
+  assert first.info == expected_train.info
   with pytest.raises(ValueError, match='needs leaf_dir'):
     data.load_regime('leaf_synthetic:natural')
   with pytest.raises(ValueError):

@@ -91,6 +91,15 @@ def no_tff_runtime(monkeypatch):
   runtime.set_local_context()
 
 
+@pytest.fixture
+def ray_cluster(tmp_path_factory):
+  """A two-node Ray cluster on the loopback (`ray_cluster.two_node_cluster`); the test fails if
+  any of its processes outlives it."""
+  from tests.experiments import ray_cluster as cluster_lib  # pylint: disable=g-import-not-at-top
+  with cluster_lib.two_node_cluster(str(tmp_path_factory.mktemp('ray'))) as cluster:
+    yield cluster
+
+
 def workers_with_token(token):
   """Running worker_binary processes whose environment holds TFF_CONFLICT_TEST_TOKEN=token."""
   return runtime.workers_with_environment('TFF_CONFLICT_TEST_TOKEN', token)

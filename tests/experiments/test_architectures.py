@@ -10,7 +10,8 @@ from experiments import architectures
 _SHAPES = {'logistic_regression': (60,), 'mlp': (64,), 'small_mlp': (28, 28, 1),
            'digits_cnn': (64,), 'fedavg_cnn': (28, 28), 'fedmgc_fmnist_cnn': (28, 28, 1),
            'emnist_cnn': (28, 28, 1), 'cifar_cnn': (32, 32, 3), 'leaf_femnist_cnn': (28, 28, 1),
-           'leaf_celeba_cnn': (20, 20, 3)}
+           'leaf_celeba_cnn': (20, 20, 3), 'leaf_shakespeare_lstm': (12,),
+           'shakespeare_gru': (12,)}
 
 
 @pytest.mark.parametrize('name', sorted(architectures.MODELS))
@@ -72,11 +73,35 @@ def test_leaf_celeba_cnn_normalizes_with_batch_statistics_always():
                                atol=1e-4)
 
 
+def _lstm_size(inputs, units):
+  return 4 * (inputs * units + units * units + units)
+
+
+def test_character_models_have_leafs_sizes_and_read_character_ids():
+  # LEAF's models/shakespeare/stacked_lstm.py: embedding [80, 8], 2 x LSTM(256), dense 256 -> 80.
+  lstm = architectures.leaf_shakespeare_lstm((80,), 80)
+  assert lstm.count_params() == (80 * 8 + _lstm_size(8, 256) + _lstm_size(256, 256) +
+                                 256 * 80 + 80) == 817_872
+  gru = architectures.shakespeare_gru((80,), 80)  # Keras' GRU (reset_after): 2 bias rows
+  assert gru.count_params() == 80 * 8 + 3 * (8 * 128 + 128 * 128 + 2 * 128) + 128 * 80 + 80
+  for model in (lstm, gru):
+    assert model.input.dtype == tf.int32
+    ids = np.random.default_rng(0).integers(0, 80, (3, 80)).astype(np.int32)
+    assert model(ids).shape == (3, 80)
+    # The recurrent state carries the whole window: its first character changes the logits.
+    changed = ids.copy()
+    changed[:, 0] = (changed[:, 0] + 1) % 80
+    assert not np.array_equal(model(ids).numpy(), model(changed).numpy())
+  assert architectures.DEFAULT_MODELS['leaf_shakespeare'] == 'shakespeare_gru'
+
+
 def test_bad_arguments():
   for call, argument, value in ((lambda: architectures.get('resnet'), 'model', 'resnet'),
                                 (lambda: architectures.mlp((4,), 1), 'num_classes', 1),
                                 (lambda: architectures.digits_cnn((10,), 3), 'input_shape',
-                                 (10,))):  # not a square image
+                                 (10,)),  # not a square image
+                                (lambda: architectures.shakespeare_gru((8, 8), 80),
+                                 'input_shape', (8, 8))):  # not a sequence of ids
     with pytest.raises(tff_conflict.ArgumentError, match=f'{argument} must be') as info:
       call()
     assert (info.value.argument, info.value.value) == (argument, value)

@@ -13,6 +13,7 @@ import pytest
 
 from experiments import benchmark
 from experiments import cli
+from experiments import interrupts
 from experiments import presets
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import plan
@@ -274,3 +275,29 @@ def test_report_only_and_results_md_from_the_files_on_disk(tmp_path, capsys):
                          'edited; run the same command without --report_only: it rebuilds '
                          'runs.csv'):
         benchmark.main(['benchmark'])
+
+
+@pytest.mark.parametrize('stop, first_words', [
+    (KeyboardInterrupt, 'interrupted'), (interrupts.Terminated, 'terminated (SIGTERM)'),
+    (interrupts.OutputClosed, 'standard output closed')])
+def test_a_stopped_benchmark_says_what_it_keeps_in_its_own_words(tmp_path, monkeypatch, stop,
+                                                                  first_words):
+  from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
+  root = tmp_path / 'smoke'
+  for finished in ('runs/a/E1/fedavg/seed0', 'tuning/a/E1/fedgh/lr/seed9'):
+    (root / finished).mkdir(parents=True)
+    (root / finished / 'result.json').write_text('{}')
+  (root / 'runs/a/E1/fedgh/seed0').mkdir(parents=True)   # the run in progress
+
+  def stopped(config, **kwargs):
+    raise stop('fedgh: interrupted after round 2 of 4; no checkpoint is kept '
+               '(--checkpoint_every=0), so a rerun starts over')
+
+  monkeypatch.setattr(grid, 'run_benchmark', stopped)
+  with flagsaver.as_parsed(preset='smoke', output_dir=str(tmp_path)):
+    with pytest.raises(stop) as info:
+      benchmark.main(['benchmark'])
+  assert str(info.value) == (
+      f'{first_words}: the 2 finished runs under {root} are kept; the run in progress is not '
+      'and starts over: rerun the same command to run only what is not finished')
+  assert 'checkpoint_every' not in str(info.value)

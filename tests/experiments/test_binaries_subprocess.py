@@ -77,6 +77,12 @@ _BAD_INPUTS = [
      ['--client_momentum must be 0 with optimizer', 'got 0.9'], 2),
     ('feddecorr on softmax regression', lambda tmp: ['--algorithm=feddecorr'],
      ['--model=logistic_regression: --algorithm=feddecorr cannot train it', 'no gradient'], 2),
+    ('scaffold with momentum', lambda tmp: ['--algorithm=scaffold', '--client_momentum=0.9'],
+     ['train: --client_momentum=0.9: not with --algorithm=scaffold: the client optimizer must '
+      'be plain SGD'], 2),
+    ('fednova with adam', lambda tmp: ['--algorithm=fednova', '--client_optimizer=adam'],
+     ['train: --client_optimizer=adam: not with --algorithm=fednova:', 'got Adam, whose '
+      'normalisation is unknown'], 2),
 ]
 
 
@@ -90,9 +96,10 @@ def _command_line(tmp_path, make_flags):
 
 
 # One case of each kind runs by default (an absl validator, a check across flags, the library
-# refusing a value, the data missing, the disk refusing, a stray argument); the others are slow.
+# refusing a value or a method's settings, the data missing, the disk refusing, a stray
+# argument); the others are slow.
 _ONE_OF_EACH_KIND = ('emnist without its file', 'zero rounds', 'momentum with adam',
-                     'unknown algorithm', 'more clients than digits has',
+                     'scaffold with momentum', 'unknown algorithm', 'more clients than digits has',
                      'unwritable output dir', 'a positional argument')
 assert set(_ONE_OF_EACH_KIND) <= {case[0] for case in _BAD_INPUTS}
 
@@ -129,6 +136,7 @@ def test_a_bad_input_ends_in_one_line_naming_the_flag(bad_input_runs, case, expe
   for text in expected:
     assert text in lines[0], lines[0]
   assert result.stdout == ''  # nothing started: no header line, no progress
+  assert 'object at 0x' not in lines[0] and 'optimizer_fn' not in lines[0], lines[0]
   assert workers == []
 
 
@@ -222,6 +230,38 @@ def test_ctrl_c_ends_in_one_line_and_leaves_no_worker(tmp_path):
   last = output.splitlines()[-1]
   assert last.startswith('train: fedavg: interrupted after round '), last
   assert 'rerun the same command to resume from it' in last
+  assert conftest.workers_with_token(token) == []
+
+
+def test_a_closed_output_pipe_ends_in_one_line_with_the_last_round_saved(tmp_path):
+  # `train ... | head -3`: the reader goes away; the next progress line finds the pipe closed.
+  token = uuid.uuid4().hex
+  proc = subprocess.Popen(
+      conftest.binary_command('experiments.train', '--rounds=500', *_TINY,
+                              '--checkpoint_every=100', f'--output_dir={tmp_path}'),
+      cwd=conftest.REPO_ROOT, env=conftest.binary_env(token), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
+  try:
+    for line in proc.stdout:
+      if re.match(r'fedavg round +2/500 ', line):
+        proc.stdout.close()
+        break
+    _, errors = proc.communicate(timeout=120)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  assert proc.returncode == 128 + signal.SIGPIPE, errors[-3000:]
+  lines = errors.splitlines()
+  assert len(lines) == 1, errors[-3000:]
+  match = re.fullmatch(r'train: fedavg: standard output closed after round (\d+) of 500; the '
+                       r'state after round \1 is saved in (.*): rerun the same command to '
+                       r'resume from it', lines[0])
+  assert match, lines[0]
+  finished, run_dir = int(match[1]), tmp_path / 'digits_fedavg_seed0'
+  assert finished >= 2 and match[2] == str(run_dir / 'checkpoints')
+  assert (run_dir / 'checkpoints' / f'round_{finished}.npz').exists()
+  assert len(metrics_io.read_csv(str(run_dir / 'metrics.csv'))) == finished
   assert conftest.workers_with_token(token) == []
 
 

@@ -3,13 +3,18 @@ checked loads, versions kept."""
 
 import asyncio
 import collections
+import contextlib
+import errno
+import gc
 import os
+import sys
 
 import numpy as np
 import pytest
 import tensorflow_federated as tff
 
 from experiments import checkpoints
+from experiments import files
 
 
 def _state(scale=1.0):
@@ -93,3 +98,43 @@ def test_a_save_cut_short_leaves_no_version_and_is_cleaned_up(tmp_path):
   assert manager.versions() == [1]
   checkpoints.CheckpointManager(str(tmp_path))
   assert not leftover.exists()
+
+
+class _FullDisk:
+  """A file whose writes fail as on a full disk once `room` bytes are written."""
+
+  def __init__(self, f, room):
+    self._f, self._room = f, room
+
+  def write(self, data):
+    self._room -= len(data)
+    if self._room < 0:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return self._f.write(data)
+
+  def __getattr__(self, name):
+    return getattr(self._f, name)
+
+
+@pytest.mark.parametrize('room', [0, 200, 900])
+def test_a_full_disk_fails_the_save_once_and_leaves_nothing_behind(tmp_path, monkeypatch, room):
+  manager = checkpoints.CheckpointManager(str(tmp_path))
+  asyncio.run(manager.save(_state(), 1))
+  atomic_open = files.atomic_open
+
+  @contextlib.contextmanager
+  def full(path, mode='w', **kwargs):
+    with atomic_open(path, mode, **kwargs) as f:
+      yield _FullDisk(f, room)
+
+  monkeypatch.setattr(files, 'atomic_open', full)
+  ignored = []   # what Python would print as 'Exception ignored in ...' (ZipFile.__del__)
+  monkeypatch.setattr(sys, 'unraisablehook', ignored.append)
+  with pytest.raises(OSError) as info:
+    asyncio.run(manager.save(_state(2.0), 2))
+  assert info.value.errno == errno.ENOSPC and info.value.filename == manager.path(2)
+  del info
+  gc.collect()
+  assert not ignored, [str(u.exc_value) for u in ignored]
+  assert sorted(os.listdir(tmp_path)) == ['round_1.npz']
+  _assert_same(_state(), asyncio.run(manager.load(1, _state())))

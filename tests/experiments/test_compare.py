@@ -30,11 +30,37 @@ def test_summary_and_table_from_hand_made_rows():
   table = compare.markdown_table({'fedgh': summary, 'fedavg': never}, 0.8)
   lines = table.splitlines()
   assert lines[0] == ('| algorithm | test accuracy, mean of last 5 rounds | final test accuracy '
-                      '| final macro-F1 | first round at 0.8 test accuracy | mean round time (s) |')
+                      '| final macro-F1 | first round at 0.8 test accuracy | mean round time (s) '
+                      '| diverged / collapsed |')
   # ± the sample standard deviation (ddof=1) over the 2 seeds, as the benchmark's tables.
   assert lines[2] == ('| fedgh | 0.7083 ± 0.0118 | 0.8000 ± 0.1414 | 0.5000 ± 0.1414 | '
-                      '2.5 (2/2 seeds) | 2.00 |')
-  assert lines[3] == '| fedavg | 0.2000 | 0.3000 | 0.5000 | not reached | 2.00 |'
+                      '2.5 (2/2 seeds) | 2.00 | no |')
+  assert lines[3] == '| fedavg | 0.2000 | 0.3000 | 0.5000 | not reached | 2.00 | no |'
+
+
+def test_diverged_and_collapsed_runs_are_flagged_as_the_benchmark_does():
+  healthy = _rows([0.5, 0.8, 0.9])
+  at_chance = _rows([0.1, 0.1003, 0.1003])             # within COLLAPSE_MARGIN of 1/10
+  diverged = _rows([0.4, 0.5, 0.3])
+  diverged[1]['test_loss'] = float('nan')
+  one_class = [[0] * 10 for _ in range(10)]
+  for row in one_class:
+    row[3] = 5                                          # every example predicted as class 3
+  summaries = {
+      'fedavg': compare.summarize([healthy, healthy], 0.8, num_classes=10),
+      'fedgh': compare.summarize([healthy, at_chance], 0.8, num_classes=10),
+      'fedmgc': compare.summarize([diverged], 0.8, num_classes=10),
+      'fedga': compare.summarize([healthy, healthy, healthy], 0.8, num_classes=10,
+                                 confusions=[None, one_class]),
+  }
+  assert summaries['fedgh']['collapsed'] == [False, True]
+  assert summaries['fedmgc']['diverged_round'] == [2]
+  # From its divergence on, a run counts as chance (runs.summarize): not its raw 0.3.
+  assert summaries['fedmgc']['final_accuracy'] == [0.1]
+  rows = {line.split(' | ')[0][2:]: line.rsplit(' | ', 1)[1][:-2]
+          for line in compare.markdown_table(summaries, 0.8).splitlines()[2:]}
+  assert rows == {'fedavg': 'no', 'fedgh': 'collapsed (1/2 seeds)',
+                  'fedmgc': 'diverged at round 2, collapsed', 'fedga': 'collapsed (1/3 seeds)'}
 
 
 def test_preset_fills_only_flags_not_given():
@@ -61,6 +87,13 @@ def test_unknown_preset_is_refused():
     (dict(target_accuracy='1.5'), r'--target_accuracy must be a number in \(0, 1\], got 1.5'),
     (dict(algorithms='fedavg,fedgh', focal_gamma='2'),
      '--focal_gamma=2.0: does not apply to --algorithm=fedavg, --algorithm=fedgh'),
+    (dict(algorithms='fedavg,fedgh', proximal_strength='0.5'),   # as train and the benchmark
+     '--proximal_strength=0.5: does not apply to --algorithm=fedavg, --algorithm=fedgh'),
+    (dict(algorithms='fedavg,scaffold', client_momentum='0.9'),   # the library's check
+     '^--client_momentum=0.9: not with --algorithm=scaffold: the client optimizer must be plain '
+     'SGD'),
+    (dict(algorithms='fedavg,fednova', client_weighting='loss'),
+     '^--client_weighting=loss: not with --algorithm=fednova: FedNova'),
 ])
 def test_cross_flag_checks(flag_values, message):
   with flagsaver.as_parsed(**flag_values):
@@ -79,6 +112,7 @@ def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd, no_tff_runtim
   out = capfd.readouterr().out
   root = tmp_path / 'cmp'
   assert '| fedavg |' in out and '| fedgh |' in out
+  assert '| diverged / collapsed |' in out
   assert f'plot: {root / "accuracy.png"}' in out
   assert f'plot: {root / "conflict_fraction.png"}' in out
   for name in ('summary.md', 'accuracy.png', 'conflict_fraction.png', 'hparams.csv'):
@@ -97,3 +131,22 @@ def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd, no_tff_runtim
   assert hparams['algorithm'] == 'fedgh' and hparams['seed'] == '0'
   assert hparams['fedgh_order'] == 'index'   # a method flag reaches the method's runs
   assert 'algorithms' not in hparams
+
+
+def test_a_rerun_with_fewer_rounds_is_refused_before_any_work(tmp_path, capfd):
+  from experiments import training_loop  # pylint: disable=g-import-not-at-top
+  run_dir = tmp_path / 'cmp' / 'fedgh' / 'seed1'
+  (run_dir / 'checkpoints').mkdir(parents=True)
+  metrics = run_dir / 'metrics.csv'
+  metrics.write_text('round_num,train_loss\n' + ''.join(f'{r},0.5\n' for r in range(1, 7)))
+  for r in (4, 5, 6):
+    (run_dir / 'checkpoints' / f'round_{r}.npz').write_bytes(b'saved')
+  before = {p: p.read_bytes() for p in sorted(tmp_path.rglob('*')) if p.is_file()}
+  with flagsaver.as_parsed(algorithms='fedavg,fedgh', seeds='0,1', rounds='2',
+                           output_dir=str(tmp_path), experiment_name='cmp'):
+    experiment, algorithms, seeds, target = compare.check_flags()
+    with pytest.raises(training_loop.ResumeError, match=f'{run_dir} holds a run of 6 rounds '
+                       r'.*rounds: 6 -> 2'):
+      compare.run_comparison(experiment, algorithms, seeds, target)
+  assert capfd.readouterr().out == ''
+  assert {p: p.read_bytes() for p in sorted(tmp_path.rglob('*')) if p.is_file()} == before

@@ -58,6 +58,37 @@ def test_single_flag_values_are_refused_when_parsed(flag_values, message):
       pass
 
 
+@pytest.mark.parametrize('flag_values, message', [
+    (dict(algorithm='scaffold', client_momentum='0.9'),
+     r'^--client_momentum=0.9: not with --algorithm=scaffold: the client optimizer must be plain '
+     r'SGD for SCAFFOLD .*got SGD with hyperparameters'),
+    (dict(algorithm='scaffold', client_optimizer='adam'),
+     r'^--client_optimizer=adam: not with --algorithm=scaffold: the client optimizer must be '
+     r'plain SGD'),
+    (dict(algorithm='fednova', client_optimizer='adam'),
+     r'^--client_optimizer=adam: not with --algorithm=fednova: FedNova normalises each client '
+     r'update .*; got Adam, whose normalisation is unknown$'),
+    (dict(algorithm='fednova', client_weighting='loss'),
+     r'^--client_weighting=loss: not with --algorithm=fednova: FedNova\'s normalised averaging '
+     r'weights clients by examples or uniformly .*cannot be combined with --client_weighting '
+     r'"loss"$'),
+    (dict(algorithm='fedmgc', client_weighting='uniform'),
+     r"^--client_weighting must be 'loss' for an aggregator with weights_are_losses=True with "
+     r"--algorithm=fedmgc, got 'uniform'$"),
+    (dict(algorithm='feddecorr', aggregator='dgc', client_weighting='uniform'),
+     r"^--client_weighting must be 'loss' .* with --algorithm=feddecorr --aggregator=dgc, got "
+     r"'uniform'$"),
+    (dict(algorithm='fednova', aggregator='corrective'),
+     r"^--aggregator=corrective: not with --algorithm=fednova: FedNova's normalised averaging "
+     r'cannot be combined with the corrective aggregator'),
+])
+def test_settings_the_library_refuses_for_a_method_are_refused_in_flag_words(flag_values,
+                                                                              message):
+  with flagsaver.as_parsed(**flag_values):
+    with conftest.flag_error(message):
+      flags_lib.check_common_flags()
+
+
 def test_defaults_pass_the_checks():
   with flagsaver.flagsaver():
     flags_lib.check_common_flags()
@@ -177,16 +208,23 @@ def test_a_method_flag_the_method_does_not_read_is_refused(flag_values, message)
       flags_lib.check_common_flags()
 
 
-def test_the_proximal_term_composes_with_a_method_and_is_recorded_as_such():
+def test_proximal_strength_is_fedprox_mu_and_a_custom_compositions_term():
+  # One meaning in every binary: compare and the benchmark refuse it with fedgh too.
   with flagsaver.as_parsed(algorithm='fedgh', proximal_strength='0.5'):
-    experiment = flags_lib.check_common_flags()
-  assert experiment.algorithm.proximal_term
-  assert experiment.algorithm.label == 'fedgh+proximal'
-  assert experiment.experiment_name == 'digits_fedgh+proximal_seed0'
-  values = experiment.flag_values()
+    with conftest.flag_error(r'--proximal_strength=0.5: does not apply to --algorithm=fedgh, '
+                             r'which reads --client_clip_norm, --fedgh_order \(a loss and an '
+                             r'aggregator compose with --algorithm=custom'):
+      flags_lib.check_common_flags()
+  with flagsaver.as_parsed(algorithm='custom', client_loss='ce', aggregator='fedgh',
+                           proximal_strength='0.5'):
+    composed = flags_lib.check_common_flags()
+  assert composed.algorithm.proximal_term and composed.algorithm.label == 'ce+fedgh'
+  values = composed.flag_values()
   assert values['proximal_term'] is True and values['proximal_strength'] == 0.5
   # Only the flags the method reads are recorded.
   assert 'focal_gamma' not in values and values['fedgh_order'] == 'random'
+  with flagsaver.as_parsed(algorithm='custom', client_loss='ce', aggregator='fedgh'):
+    assert flags_lib.check_common_flags().flag_values()['proximal_term'] is False
   with flagsaver.as_parsed(algorithm='fedgh'):
     plain = flags_lib.check_common_flags()
   assert 'proximal_term' not in plain.flag_values()
@@ -194,6 +232,7 @@ def test_the_proximal_term_composes_with_a_method_and_is_recorded_as_such():
   with flagsaver.as_parsed(algorithm='fedprox', proximal_strength='0.5'):
     fedprox = flags_lib.check_common_flags()
   assert not fedprox.algorithm.proximal_term and fedprox.algorithm.label == 'fedprox'
+  assert fedprox.hparams.proximal_strength == 0.5
 
 
 def test_method_flag_help_reads_as_sentences():
@@ -205,3 +244,24 @@ def test_method_flag_help_reads_as_sentences():
   for text in helps.values():
     assert '..' not in text and text.endswith('.')
   assert 'per_client.csv' not in train.__doc__   # train writes none
+
+
+@pytest.mark.slow
+def test_a_rerun_with_fewer_rounds_keeps_the_finished_run(tmp_path, capfd):
+  from experiments import training_loop  # pylint: disable=g-import-not-at-top
+  flag_values = dict(algorithm='fedgh', dataset='digits', num_clients='6', clients_per_round='3',
+                     model='logistic_regression', client_batch_size='32',
+                     output_dir=str(tmp_path), experiment_name='six')
+  with flagsaver.as_parsed(rounds='6', **flag_values):
+    train.main(['train'])
+  run_dir = tmp_path / 'six'
+  before = {p: p.read_bytes() for p in sorted(run_dir.rglob('*')) if p.is_file()}
+  assert checkpoints.saved_versions(str(run_dir / 'checkpoints')) == [4, 5, 6]
+  capfd.readouterr()
+  with flagsaver.as_parsed(rounds='2', **flag_values):
+    with pytest.raises(training_loop.ResumeError, match=r'holds a run of 6 rounds .*rounds: '
+                       r'6 -> 2.*use --rounds=6 or more'):
+      train.main(['train'])
+  assert capfd.readouterr().out == ''   # refused before the header
+  assert {p: p.read_bytes() for p in sorted(run_dir.rglob('*')) if p.is_file()} == before
+  assert len(metrics_io.read_csv(str(run_dir / 'metrics.csv'))) == 6

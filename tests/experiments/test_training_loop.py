@@ -539,3 +539,59 @@ def test_resume_ignores_method_flags_the_run_no_longer_records(tmp_path):
   with pytest.raises(training_loop.ResumeError, match='proximal_term'):
     training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',  # pylint: disable=protected-access
                                         'proximal_term': True})
+
+
+def test_a_rerun_with_fewer_rounds_is_refused_and_keeps_the_longer_run(tmp_path, tiny):
+  process, train, evaluate_fn = tiny
+  _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=1)
+  before = {p: p.read_bytes() for p in sorted(tmp_path.rglob('*')) if p.is_file()}
+  assert checkpoints.saved_versions(str(tmp_path / 'checkpoints')) == [2, 3, 4]
+  for rounds in (2, 3):
+    with pytest.raises(training_loop.ResumeError) as refused:
+      _run(process, train, evaluate_fn, tmp_path, rounds, checkpoint_every=1)
+    assert str(refused.value) == (
+        f'{tmp_path} holds a run of 4 rounds (metrics.csv rows for rounds 1-4, checkpoints of '
+        f'rounds 2-4), more than --rounds={rounds} (rounds: 4 -> {rounds}); a rerun keeps what is '
+        'recorded: use --rounds=4 or more to continue it, --noresume to start over, or another '
+        '--experiment_name')
+    assert {p: p.read_bytes() for p in sorted(tmp_path.rglob('*')) if p.is_file()} == before
+  # Checkpoints beyond --rounds count even where metrics.csv lost its rows.
+  metrics = tmp_path / 'metrics.csv'
+  metrics.write_bytes(b''.join(metrics.read_bytes().splitlines(True)[:2]))
+  with pytest.raises(training_loop.ResumeError, match='holds a run of 4 rounds .*round 1, '
+                     'checkpoints of rounds 2-4'):
+    _run(process, train, evaluate_fn, tmp_path, 2, checkpoint_every=1)
+  assert checkpoints.saved_versions(str(tmp_path / 'checkpoints')) == [2, 3, 4]
+  assert checkpoints.saved_versions(str(tmp_path / 'missing')) == []
+
+
+class _ExcludedRoundRunner(_VaryingCohortRunner):
+  """Round 2 leaves every client out (as non-finite): its clients trained on no example."""
+
+  def next(self, state, datasets):
+    output = super().next(state, datasets)
+    untrained = int(output.state[0]) == 2
+    output.metrics['client_work']['train'] = collections.OrderedDict(
+        loss=0.0 if untrained else 0.5, sparse_categorical_accuracy=0.0 if untrained else 0.7,
+        num_examples=0 if untrained else 20)
+    return output
+
+
+def test_a_round_in_which_no_client_trained_has_no_training_loss(tmp_path):
+  ids = [f'c{i}' for i in range(10)]
+  train = tff.simulation.datasets.TestClientData(
+      {c: collections.OrderedDict(x=np.zeros((2, 1), np.float32), y=np.zeros(2, np.int32))
+       for c in ids})
+  config = config_lib.LoopConfig(rounds=3, clients_per_round=10, batch_size=2)
+  out = io.StringIO()
+  rows = training_loop.run_training(
+      None, train_data=train, evaluate_fn=lambda s: {'test_accuracy': 0.5}, config=config,
+      experiment_dir=str(tmp_path), hparams={'rounds': 3}, runner=_ExcludedRoundRunner(),
+      test_columns=('test_accuracy',), stream=out)[0]
+  assert [(r['train_loss'], r['train_accuracy']) for r in rows] == [
+      (0.5, 0.7), (None, None), (0.5, 0.7)]
+  on_disk = metrics_io.read_csv(str(tmp_path / 'metrics.csv'))
+  assert [r['train_loss'] for r in on_disk] == [0.5, None, 0.5]
+  lines = [line for line in out.getvalue().splitlines() if 'test_accuracy' in line]
+  assert any('train_loss n/a' in line for line in lines), out.getvalue()
+  assert not any('train_loss 0.0000' in line for line in lines), out.getvalue()

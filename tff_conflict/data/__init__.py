@@ -1,5 +1,6 @@
 """Federated data sets as `(train, test)` pairs of `tff.simulation.datasets.ClientData` of unbatched
-`OrderedDict(x=float32 [...], y=int32)` examples, their non-IID splits and named regimes
+`OrderedDict(x=float32 [...], y=int32)` examples (LEAF Shakespeare's x: int32 character ids), their
+non-IID splits and named regimes
 (docs/methods.md, "Data sets and partitions")."""
 
 from tff_conflict.data.client_data import partition_to_client_data
@@ -10,6 +11,7 @@ from tff_conflict.data.fashion_mnist_data import fashion_mnist
 from tff_conflict.data.idx import IdxFormatError
 from tff_conflict.data.info import dataset_info
 from tff_conflict.data.info import DatasetInfo
+from tff_conflict.data.leaf_data import first_users
 from tff_conflict.data.leaf_data import leaf
 from tff_conflict.data.leaf_data import LeafClientData
 from tff_conflict.data.leaf_json import LeafFormatError
@@ -36,6 +38,7 @@ __all__ = [
     'emnist',
     'fashion_mnist',
     'IdxFormatError',
+    'first_users',
     'leaf',
     'LeafClientData',
     'LeafFormatError',

@@ -9,7 +9,8 @@ from tff_conflict import _checks
 class DatasetInfo:
   """What one element `OrderedDict(x=..., y=...)` of a data set looks like.
 
-  `x` is float32 with shape `element_shape`; `y` is an int32 scalar in `[0, num_classes)`.
+  `x` is float32 with shape `element_shape` (LEAF Shakespeare's: int32 character ids); `y` is an
+  int32 scalar in `[0, num_classes)`.
   """
   name: str
   element_shape: tuple
@@ -29,6 +30,8 @@ _INFOS = {
     # LEAF Synthetic's shape and classes are the files' (`leaf(...)[0].info`).
     'leaf_femnist': DatasetInfo('leaf_femnist', (28, 28, 1), 62, "leaf(root, name='femnist')"),
     'leaf_celeba': DatasetInfo('leaf_celeba', (84, 84, 3), 2, "leaf(root, name='celeba')"),
+    'leaf_shakespeare': DatasetInfo('leaf_shakespeare', (80,), 80,
+                                    "leaf(root, name='shakespeare')"),
 }
 
 DATASET_NAMES = tuple(_INFOS)
@@ -36,6 +39,7 @@ DATASET_NAMES = tuple(_INFOS)
 
 def dataset_info(name: str) -> DatasetInfo:
   """The `DatasetInfo` of 'digits', 'synthetic', 'emnist', 'emnist_digits', 'mnist',
-  'fashion_mnist', 'cifar10', 'cifar100', 'leaf_femnist' or 'leaf_celeba'; `ValueError` for any
+  'fashion_mnist', 'cifar10', 'cifar100', 'leaf_femnist', 'leaf_celeba' or 'leaf_shakespeare';
+  `ValueError` for any
   other name (LEAF Synthetic's is `data.leaf(...)[0].info`)."""
   return _INFOS[_checks.check_choice('name', name, DATASET_NAMES)]

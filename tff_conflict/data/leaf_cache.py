@@ -26,21 +26,31 @@ SPLITS = ('train', 'test')
 UNIT8 = 0  # byte k stands for k / 255 (FEMNIST's pixel values)
 FLOAT32 = 1  # float32 values
 PIXELS = 2  # byte k stands for the pixel value k (CelebA's images)
-ENCODINGS = {UNIT8: np.dtype(np.uint8), FLOAT32: np.dtype('<f4'), PIXELS: np.dtype(np.uint8)}
+CHARS = 3  # byte k stands for the character id k (Shakespeare's text)
+ENCODINGS = {UNIT8: np.dtype(np.uint8), FLOAT32: np.dtype('<f4'), PIXELS: np.dtype(np.uint8),
+             CHARS: np.dtype(np.uint8)}
 
 CELEBA_IMAGE_SIZE = 84  # LEAF's models/celeba/cnn.py: IMAGE_SIZE
 CELEBA_IMAGE_DIR = os.path.join('raw', 'img_align_celeba')
+
+# LEAF's models/utils/language_utils.py: ALL_LETTERS, the ids of Shakespeare's characters; its
+# `letter_to_vec` gives a character outside them (`find` = -1) the last letter's one-hot label.
+SHAKESPEARE_LETTERS = ('\n !"&\'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]'
+                       'abcdefghijklmnopqrstuvwxyz}')
+SHAKESPEARE_UNKNOWN = len(SHAKESPEARE_LETTERS) - 1  # '}'
+SHAKESPEARE_SEQ_LENGTH = 80  # LEAF's shake_utils.py: seq_length
 
 
 @dataclasses.dataclass(frozen=True)
 class LeafSpec:
   """What one supported LEAF dataset's files hold."""
   name: str
-  x_kind: str  # 'numeric': rows of numbers; 'names': image file names
+  x_kind: str  # 'numeric': rows of numbers; 'names': image file names; 'text': strings
   row_length: Optional[int]  # numbers per row (None: whatever the files hold)
   element_shape: Optional[tuple]  # shape of an element's x (None: (row_length,))
   num_classes: Optional[int]  # None: largest label + 1
   encoding: int  # initial encoding of a client's rows
+  x_dtype: str = 'float32'  # the dtype of an element's x
 
 
 SPECS = {
@@ -51,13 +61,28 @@ SPECS = {
     # data/celeba/preprocess/metadata_to_json.py: image names, y = (Smiling + 1) / 2.
     'celeba': LeafSpec('celeba', 'names', None,
                        (CELEBA_IMAGE_SIZE, CELEBA_IMAGE_SIZE, 3), 2, PIXELS),
+    # data/shakespeare/preprocess/shake_utils.py: 80-character strings, the next character.
+    'shakespeare': LeafSpec('shakespeare', 'text', SHAKESPEARE_SEQ_LENGTH,
+                            (SHAKESPEARE_SEQ_LENGTH,), len(SHAKESPEARE_LETTERS), CHARS, 'int32'),
 }
-UNSUPPORTED = ('shakespeare', 'sent140', 'reddit')
+UNSUPPORTED = ('sent140', 'reddit')
 
 
 def unsupported_message(name: str) -> str:
-  return (f'LEAF dataset {name!r} is not supported; supported are {sorted(SPECS)} (the text '
-          f'datasets {list(UNSUPPORTED)} are not)')
+  return (f'LEAF dataset {name!r} is not supported; supported are {sorted(SPECS)} (the '
+          f'word-level text datasets {list(UNSUPPORTED)} are not)')
+
+
+_CHAR_IDS = np.full(128, SHAKESPEARE_UNKNOWN, np.uint8)
+_CHAR_IDS[[ord(c) for c in SHAKESPEARE_LETTERS]] = np.arange(len(SHAKESPEARE_LETTERS))
+
+
+def char_ids(text: str) -> np.ndarray:
+  """uint8 ids of `text`'s characters in `SHAKESPEARE_LETTERS`; any other character is
+  `SHAKESPEARE_UNKNOWN` (LEAF's labels: `letter_to_vec`'s index -1 is the last letter)."""
+  points = np.frombuffer(text.encode('utf-32-le', 'surrogatepass'), np.uint32)
+  return np.where(points < 128, _CHAR_IDS[np.minimum(points, 127)], SHAKESPEARE_UNKNOWN
+                  ).astype(np.uint8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +180,7 @@ class LeafCache:
   split_kind: str  # 'sample', 'user' or 'mixed'
   num_classes: int
   element_shape: tuple
+  x_dtype: str  # 'float32', or 'int32' (Shakespeare's character ids)
   splits: dict  # split -> SplitIndex
   built: bool  # whether this call converted the JSON files
 
@@ -233,7 +259,8 @@ def _open(path: str, source: Source, built: bool) -> LeafCache:
           encodings=index[f'{split}_encodings'], label_counts=index[f'{split}_label_counts'])
   return LeafCache(path=path, source=source, split_kind=manifest['split_kind'],
                    num_classes=int(manifest['num_classes']),
-                   element_shape=tuple(manifest['element_shape']), splits=splits, built=built)
+                   element_shape=tuple(manifest['element_shape']),
+                   x_dtype=manifest.get('x_dtype', 'float32'), splits=splits, built=built)
 
 
 @contextlib.contextmanager
@@ -356,7 +383,22 @@ class _SplitWriter:
       self._f.write(pixels.tobytes())
       self.images.append(name)
 
+  def x_text(self, strings: list) -> None:
+    length = self.spec.row_length
+    wrong = next((s for s in strings if len(s) != length), None)
+    if wrong is not None:
+      raise self._fail(f'the x of user {self._user!r} holds a string of {len(wrong)} characters '
+                       f'({wrong[:100]!r}), expected {length}')
+    self._f.write(char_ids(''.join(strings)).tobytes())
+
   def y_values(self, values: list) -> None:
+    if self.spec.x_kind == 'text':
+      wrong = next((v for v in values if not isinstance(v, str) or len(v) != 1), None)
+      if wrong is not None:
+        raise self._fail(f'the y of user {self._user!r} must be single characters, got '
+                         f'{wrong!r}')
+      self._record['labels'] = char_ids(''.join(values)).astype(np.int64)
+      return
     try:
       self._record['labels'] = leaf_json.labels_as_ints(
           values, num_classes=self.spec.num_classes, where=f'the y of user {self._user!r}')
@@ -422,7 +464,8 @@ def _build(source: Source, path: str) -> None:
         [np.bincount(r['labels'], minlength=num_classes) for r in records]).astype(np.int64)
   manifest = dict(format='tff_conflict LEAF cache', version=CACHE_VERSION, name=source.name,
                   data_dir=source.data_dir, sources=sources, split_kind=split_kind,
-                  num_classes=num_classes, element_shape=list(element_shape))
+                  num_classes=num_classes, element_shape=list(element_shape),
+                  x_dtype=spec.x_dtype)
   if spec.x_kind == 'names':
     names = sorted(set(writers['train'].images) | set(writers['test'].images))
     sizes, mtimes = _image_stats(source.image_dir, names)

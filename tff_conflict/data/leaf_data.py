@@ -1,5 +1,6 @@
-"""`leaf(root)`: LEAF's FEMNIST, Synthetic or CelebA as `ClientData` (users are clients), read from
-the JSON files of LEAF's `preprocess.sh` through an on-disk cache (`leaf_cache`)."""
+"""`leaf(root)`: LEAF's FEMNIST, Synthetic, CelebA or Shakespeare as `ClientData` (users are
+clients), read from the JSON files of LEAF's `preprocess.sh` through an on-disk cache (`leaf_cache`);
+`first_users` keeps some users and thins their examples."""
 
 import collections
 import math
@@ -9,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_conflict import _checks
 from tff_conflict.data import info as info_lib
 from tff_conflict.data import leaf_cache
 
@@ -24,27 +26,47 @@ SPLIT_KINDS = {
 class LeafClientData(tff.simulation.datasets.ClientData):
   """One split of a converted LEAF dataset: a client per LEAF user, ids as in the files.
 
-  Elements are UNBATCHED `OrderedDict(x=float32 element_shape, y=int32 scalar)` (see `leaf`).
-  A client's dataset reads that client's cache file when it is created (eagerly) or iterated
-  (inside a graph); nothing else is read. Also exposes `label_counts`, `client_sizes`,
-  `num_classes`, `info`, `split_kind` and `cache_path`.
+  Elements are UNBATCHED `OrderedDict(x=float32 element_shape, y=int32 scalar)` (Shakespeare's x:
+  int32 character ids; see `leaf`). A client's dataset reads that client's cache file when it is
+  created (eagerly) or iterated (inside a graph); nothing else is read. Also exposes
+  `label_counts`, `client_sizes`, `num_classes`, `info`, `split_kind` and `cache_path`.
   """
 
-  def __init__(self, cache: leaf_cache.LeafCache, split: str):
+  def __init__(self, cache: leaf_cache.LeafCache, split: str,
+               keep: Optional[dict[str, int]] = None):
+    """`keep`: client id -> how many of its examples to keep (`first_users`); None: all."""
     super().__init__()
     index = cache.splits[split]
     self._cache = cache
     self._split = split
-    self._ids = list(index.ids)
-    self._paths = [index.path(k) for k in range(len(self._ids))]
-    self._counts = np.asarray(index.counts, np.int64)
-    self._encodings = np.asarray(index.encodings, np.int64)
-    self._label_counts = np.asarray(index.label_counts, np.int64)
+    rows = range(len(index.ids)) if keep is None else [
+        k for k, u in enumerate(index.ids) if u in keep]
+    self._ids = [index.ids[k] for k in rows]
+    self._paths = [index.path(k) for k in rows]
+    self._stored = np.asarray(index.counts, np.int64)[list(rows)]
+    self._encodings = np.asarray(index.encodings, np.int64)[list(rows)]
+    self._label_counts = np.asarray(index.label_counts, np.int64)[list(rows)]
+    self._counts = self._stored.copy()
     self._shape = tuple(cache.element_shape)
+    self._x_dtype = tf.as_dtype(cache.x_dtype)
+    if keep is not None:
+      self._counts = np.minimum(self._stored, [keep[u] for u in self._ids])
+      for k in np.flatnonzero(self._counts < self._stored):
+        self._label_counts[k] = np.bincount(self._labels(k), minlength=cache.num_classes)
+    self._thinned = bool((self._counts < self._stored).any())
     self._info = info_lib.DatasetInfo(f'leaf_{cache.source.name}', self._shape, cache.num_classes,
                                       f'leaf(root, name={cache.source.name!r})')
     self._element_spec = collections.OrderedDict(
-        x=tf.TensorSpec(self._shape, tf.float32), y=tf.TensorSpec([], tf.int32))
+        x=tf.TensorSpec(self._shape, self._x_dtype), y=tf.TensorSpec([], tf.int32))
+
+  def _row_bytes(self, k: int) -> int:
+    return math.prod(self._shape) * leaf_cache.ENCODINGS[int(self._encodings[k])].itemsize
+
+  def _labels(self, k: int) -> np.ndarray:
+    """The labels client `k` keeps (`kept_positions`), read from its cache file."""
+    n = int(self._stored[k])
+    labels = np.fromfile(self._paths[k], '<i4', count=n, offset=n * self._row_bytes(k))
+    return labels[kept_positions(n, int(self._counts[k]))]
 
   def _decode_x(self, raw: tf.Tensor, encoding: tf.Tensor) -> tf.Tensor:
     def unit8():
@@ -57,6 +79,11 @@ class LeafClientData(tff.simulation.datasets.ClientData):
     def pixels():
       return tf.cast(tf.io.decode_raw(raw, tf.uint8), tf.float32)
 
+    def chars():
+      return tf.cast(tf.io.decode_raw(raw, tf.uint8), tf.int32)
+
+    if self._x_dtype != tf.float32:  # Shakespeare's character ids: one encoding only
+      return chars()
     decoders = {leaf_cache.UNIT8: unit8, leaf_cache.FLOAT32: float32, leaf_cache.PIXELS: pixels}
     present = sorted(set(self._encodings.tolist())) or [leaf_cache.FLOAT32]
     if len(present) == 1:
@@ -68,7 +95,7 @@ class LeafClientData(tff.simulation.datasets.ClientData):
   def _read_client(self, client_id) -> collections.OrderedDict:
     """The client's examples as one block `OrderedDict(x=[n, ...], y=[n])` (TF ops only)."""
     k = tf.reshape(tf.where(tf.equal(tf.constant(self._ids), client_id)), [])
-    n = tf.gather(tf.constant(self._counts), k)
+    n = tf.gather(tf.constant(self._stored), k)
     encoding = tf.gather(tf.constant(self._encodings), k)
     row_bytes = tf.gather(tf.constant(
         [math.prod(self._shape) * leaf_cache.ENCODINGS[e].itemsize
@@ -77,10 +104,24 @@ class LeafClientData(tff.simulation.datasets.ClientData):
     x_bytes = n * row_bytes
     x = self._decode_x(tf.strings.substr(raw, tf.constant(0, tf.int64), x_bytes), encoding)
     y = tf.io.decode_raw(tf.strings.substr(raw, x_bytes, 4 * n), tf.int32, little_endian=True)
-    return collections.OrderedDict(x=tf.reshape(x, (-1,) + self._shape), y=tf.reshape(y, [-1]))
+    x, y = tf.reshape(x, (-1,) + self._shape), tf.reshape(y, [-1])
+    if self._thinned:  # kept_positions: floor(i n / m), i < m
+      m = tf.gather(tf.constant(self._counts), k)
+      positions = tf.range(m) * n // m
+      x, y = tf.gather(x, positions), tf.gather(y, positions)
+    return collections.OrderedDict(x=x, y=y)
 
   def _dataset_fn(self, client_id) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices(self._read_client(client_id))
+
+  def select(self, keep: dict[str, int]) -> 'LeafClientData':
+    """The clients in `keep` (client id -> how many of the files' examples it keeps,
+    `kept_positions`), read from the same cache (see `first_users`)."""
+    unknown = sorted(set(keep) - set(self._ids))
+    if unknown:
+      raise _checks.ArgumentError(argument='keep', value=unknown[0], message=(
+          f'{unknown[0]!r} is not a client of this split ({len(unknown)} such ids)'))
+    return LeafClientData(self._cache, self._split, keep)
 
   @property
   def client_ids(self) -> list[str]:
@@ -115,7 +156,7 @@ class LeafClientData(tff.simulation.datasets.ClientData):
 
   @property
   def name(self) -> str:
-    """'femnist', 'synthetic' or 'celeba'."""
+    """'femnist', 'synthetic', 'celeba' or 'shakespeare'."""
     return self._cache.source.name
 
   @property
@@ -135,8 +176,59 @@ class LeafClientData(tff.simulation.datasets.ClientData):
         split=SPLIT_KINDS[self.split_kind])
 
 
+def kept_positions(n: int, m: int) -> np.ndarray:
+  """The positions of the `m` of `n` examples a thinned client keeps, `floor(i n / m)` for
+  i < m: evenly spaced from the first, in file order."""
+  return np.arange(m, dtype=np.int64) * n // m
+
+
+def first_users(train: LeafClientData, test: LeafClientData, *,
+                num_clients: Optional[int] = None, max_examples: Optional[int] = None
+                ) -> tuple[LeafClientData, LeafClientData]:
+  """Some users of a LEAF dataset, each with fewer examples: a population a CPU can train.
+
+  Args:
+    train, test: the two splits `leaf` returns.
+    num_clients: keep the first `num_clients` training users (sorted ids) and, unless the split
+      is user-based ('user': its test users are others), the same users of `test`. None: all.
+    max_examples: keep at most this many training examples per user, `kept_positions`: evenly
+      spaced over the user's examples; its test examples are thinned by the same factor,
+      `ceil(n_test * max_examples / n_train)` of them (at least 1), so the train / test
+      proportion stays the files' (users only in test keep at most `max_examples`). None: all.
+
+  Returns:
+    `(train, test)` `LeafClientData` with `client_sizes` and `label_counts` of what they keep.
+
+  Raises:
+    ValueError: `num_clients` larger than the training users, or a bad argument (named).
+  """
+  for argument, value in (('num_clients', num_clients), ('max_examples', max_examples)):
+    if value is not None:
+      _checks.check_int(argument, value, minimum=1)
+  ids = train.client_ids
+  if num_clients is not None and num_clients > len(ids):
+    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
+        f'num_clients={num_clients} is larger than the {len(ids)} users of LEAF {train.name}'))
+  kept = set(ids[:num_clients])
+  sizes = dict(zip(ids, train.client_sizes.tolist()))
+
+  def thinned(n: int, n_train: Optional[int]) -> int:
+    """How many of a user's n examples it keeps, given its n_train training examples."""
+    if max_examples is None:
+      return n
+    if not n_train:  # a user only in test
+      return min(n, max_examples)
+    return max(1, min(n, math.ceil(n * max_examples / n_train)))
+
+  return (train.select({u: thinned(n, n) for u, n in sizes.items() if u in kept}),
+          test.select({u: thinned(n, sizes.get(u))
+                       for u, n in zip(test.client_ids, test.client_sizes.tolist())
+                       if train.split_kind == 'user' or u in kept}))
+
+
 def leaf(root, *, name: Optional[str] = None, cache_dir=None, image_dir=None):
-  """LEAF's FEMNIST, Synthetic or CelebA as TFF `ClientData` `(train, test)`, from its JSON.
+  """LEAF's FEMNIST, Synthetic, CelebA or Shakespeare as TFF `ClientData` `(train, test)`, from
+  its JSON.
 
   Caldas et al., "LEAF: A Benchmark for Federated Settings", arXiv:1812.01097.
 
@@ -160,6 +252,11 @@ def leaf(root, *, name: Optional[str] = None, cache_dir=None, image_dir=None):
   * celeba: x `[84, 84, 3]`, the image named in the file read from `image_dir` and resized as
     LEAF's CNN does (Pillow's `Image.resize((84, 84))` with its default filter, then RGB), the
     pixel values 0..255 unscaled; y the `Smiling` attribute, 0 or 1.
+  * shakespeare: x int32 `[80]`, the ids of an 80-character string in LEAF's 80 letters
+    (`leaf_cache.SHAKESPEARE_LETTERS`, its `ALL_LETTERS`); y int32, the id of the next
+    character. A character outside them gets the last id, 79 (`}`), as LEAF's labels do
+    (`letter_to_vec`); LEAF's own x would hold -1 there, which an embedding cannot look up.
+    The files: LEAF's `data/shakespeare` or `tools/shakespeare_leaf.py`'s.
 
   Conversion: the first call (or the first after the files changed) streams the JSON files
   into a cache, holding only a few MB of the text at a time, and reads the CelebA images once;
@@ -169,7 +266,8 @@ def leaf(root, *, name: Optional[str] = None, cache_dir=None, image_dir=None):
   Args:
     root: LEAF's dataset folder `data/<name>` (or its `data/<name>/data` folder holding
       `train/` and `test/`), or LEAF's checkout with `name` given.
-    name: 'femnist', 'synthetic' or 'celeba'; default: the dataset folder's name.
+    name: 'femnist', 'synthetic', 'celeba' or 'shakespeare'; default: the dataset folder's
+      name.
     cache_dir: where to keep the converted cache (default: next to the data).
     image_dir: celeba only: the folder of the aligned CelebA images (default: LEAF's
       `data/celeba/data/raw/img_align_celeba`).
@@ -180,11 +278,12 @@ def leaf(root, *, name: Optional[str] = None, cache_dir=None, image_dir=None):
   Raises:
     FileNotFoundError: no `train/` and `test/` with JSON files under `root`, or a missing
       CelebA image (named).
-    ValueError: an unknown or unsupported `name` (Shakespeare, Sent140 and Reddit are text
-      datasets and not supported); `leaf_json.LeafFormatError` (a `ValueError`) naming the file
-      for a truncated or malformed file, a user listed without data, x and y of different
-      lengths, `num_samples` disagreeing with the data, rows of the wrong length, labels out of
-      range or a user in two files of a split. Nothing is cached then.
+    ValueError: an unknown or unsupported `name` (Sent140 and Reddit, word-level text, are
+      not supported); `leaf_json.LeafFormatError` (a `ValueError`) naming the file for a
+      truncated or malformed file, a user listed without data, x and y of different lengths,
+      `num_samples` disagreeing with the data, rows (or strings) of the wrong length, labels
+      out of range (or not one character) or a user in two files of a split. Nothing is cached
+      then.
     OSError: the cache cannot be written there (pass `cache_dir`).
   """
   source = leaf_cache.resolve_source(root, name, image_dir)

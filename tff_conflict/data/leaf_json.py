@@ -33,10 +33,13 @@ class Sink(Protocol):
     """A block of consecutive rows of the current user's numeric `x`, float64 [r, D]."""
 
   def x_names(self, names: list) -> None:
-    """The current user's `x` when it is a list of strings (CelebA's image file names)."""
+    """The current user's `x` when it is a list of image file names (CelebA's)."""
+
+  def x_text(self, strings: list) -> None:
+    """The current user's `x` when it is a list of text strings (Shakespeare's)."""
 
   def y_values(self, values: list) -> None:
-    """The current user's `y` (JSON numbers, in order)."""
+    """The current user's `y` (JSON numbers, or for text one-character strings, in order)."""
 
   def end_user(self, user: str, count: int) -> None:
     """The current user is complete, with `count` examples (x and y agree)."""
@@ -246,8 +249,10 @@ def parse_file(path: str, sink: Sink, *, x_kind: str, row_length: Optional[int] 
   Args:
     path: the JSON file.
     sink: receives `begin_user`, the user's `x` (`x_rows` blocks for `x_kind='numeric'`, one
-      `x_names` call for `x_kind='names'`), `y_values`, then `end_user`.
-    x_kind: 'numeric' (each example a list of numbers) or 'names' (each example a string).
+      `x_names` call for `x_kind='names'`, one `x_text` call for `x_kind='text'`), `y_values`,
+      then `end_user`.
+    x_kind: 'numeric' (each example a list of numbers), 'names' (each example an image's file
+      name) or 'text' (each example a string, its label a one-character string).
     row_length: for 'numeric', the required length of every row (None: the first row's).
     chunk_bytes: read size (default `CHUNK_BYTES`).
 
@@ -260,7 +265,7 @@ def parse_file(path: str, sink: Sink, *, x_kind: str, row_length: Optional[int] 
   Raises:
     LeafFormatError: the file does not have LEAF's structure; names the file and the byte offset.
   """
-  _checks.check_choice('x_kind', x_kind, ('numeric', 'names'))
+  _checks.check_choice('x_kind', x_kind, ('numeric', 'names', 'text'))
   with open(path, 'rb') as f:
     s = _Stream(f, os.fspath(path), chunk_bytes or CHUNK_BYTES)
     rows = _RowParser(s, row_length)
@@ -334,12 +339,16 @@ def _parse_user_data(s: _Stream, rows: _RowParser, sink: Sink, x_kind: str, coun
         else:
           names = s.value(f'the x of user {user!r}')
           if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
-            raise s.error(f'the x of user {user!r} must be a list of strings (image names)')
+            raise s.error(f'the x of user {user!r} must be a list of strings ('
+                          f'{"image names" if x_kind == "names" else "text"})')
           num_x = len(names)
-          sink.x_names(names)
+          (sink.x_names if x_kind == 'names' else sink.x_text)(names)
       elif field == 'y' and num_y is None:
         values = s.value(f'the y of user {user!r}')
-        if not isinstance(values, list) or not all(
+        if x_kind == 'text':
+          if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise s.error(f'the y of user {user!r} must be a list of strings (characters)')
+        elif not isinstance(values, list) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
           raise s.error(f'the y of user {user!r} must be a list of numbers')
         num_y = len(values)

@@ -16,7 +16,7 @@ from tff_conflict.data import partition as partition_lib
 
 ARRAY_DATASETS = ('digits', 'mnist', 'fashion_mnist', 'cifar10', 'cifar100')
 WRITER_DATASETS = ('emnist', 'emnist_digits')
-LEAF_DATASETS = ('leaf_femnist', 'leaf_synthetic', 'leaf_celeba')
+LEAF_DATASETS = ('leaf_femnist', 'leaf_synthetic', 'leaf_celeba', 'leaf_shakespeare')
 NATURAL_DATASETS = WRITER_DATASETS + LEAF_DATASETS
 DATASETS = ARRAY_DATASETS + NATURAL_DATASETS + ('synthetic',)
 ARRAY_SPLITS = ('iid', 'dir', '#C', 'qty', 'client_dir')
@@ -30,7 +30,7 @@ _NUMBER = r'([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)'
 _SYNTHETIC = re.compile(rf'^synthetic\(\s*{_NUMBER}\s*,\s*{_NUMBER}\s*\)$')
 _SPLITS = {
     'iid': re.compile(r'^iid$'),
-    'natural': re.compile(r'^natural$'),
+    'natural': re.compile(r'^natural(?:\(\s*max\s*=\s*([0-9]+)\s*\))?$'),
     'dir': re.compile(rf'^dir\(\s*{_NUMBER}\s*\)$'),
     '#C': re.compile(r'^#C=([0-9]+)$'),
     'qty': re.compile(rf'^qty\(\s*{_NUMBER}\s*\)$'),
@@ -51,7 +51,8 @@ class Regime:
     split: 'iid', 'dir' (Dirichlet label skew, `param` = (alpha,)), '#C' (`param` = (k,)),
       'qty' (quantity skew, `param` = (beta,)), 'client_dir' (per-client Dirichlet class mix,
       equal sizes, `param` = (alpha,)), 'synthetic' (`param` = (alpha, beta)) or 'natural'
-      (the dataset's own clients).
+      (the dataset's own clients; LEAF's may have `param` = (max_examples,): each client keeps
+      at most that many training examples, `leaf_data.first_users`).
     param: the split's parameters.
     num_clients: the population size; None for the dataset's default.
   """
@@ -69,6 +70,8 @@ class Regime:
       text = f'{self.dataset}:{self.split}({_fmt(self.param[0])})'
     elif self.split == '#C':
       text = f'{self.dataset}:#C={self.param[0]}'
+    elif self.split == 'natural' and self.param:
+      text = f'{self.dataset}:natural(max={self.param[0]})'
     else:
       text = f'{self.dataset}:{self.split}'
     return text if self.num_clients is None else f'{text}@{self.num_clients}'
@@ -83,8 +86,8 @@ class Regime:
 
 
 def parse_regime(text: str) -> Regime:
-  """Parses `'DATASET:SPLIT[@K]'` or `'synthetic(ALPHA,BETA)[@K]'`; `ValueError` naming the text
-  otherwise. The splits are NIID-Bench's (`tff_conflict.data.partition`); the names, datasets and
+  """Parses `'DATASET:SPLIT[@K]'` or `'synthetic(ALPHA,BETA)[@K]'` (LEAF's natural split also as
+  `natural(max=N)`); `ValueError` naming the text otherwise. The splits are NIID-Bench's (`tff_conflict.data.partition`); the names, datasets and
   test splits: docs/methods.md, "Data sets and partitions"."""
   if not isinstance(text, str):
     raise _checks.ArgumentError(argument='regime', value=text, message=(
@@ -112,7 +115,7 @@ def parse_regime(text: str) -> Regime:
   else:
     raise _checks.ArgumentError(argument='regime', value=text, message=(
         f'regime {text!r}: the split must be iid, dir(ALPHA), #C=K, qty(BETA), '
-        f'client_dir(ALPHA) or natural, got {split!r}'))
+        f'client_dir(ALPHA), natural or (LEAF) natural(max=N), got {split!r}'))
   if dataset in NATURAL_DATASETS and kind != 'natural':
     raise _checks.ArgumentError(argument='regime', value=text, message=(
         f'regime {text!r}: {dataset} keeps its own clients; use {dataset}:natural'))
@@ -133,6 +136,15 @@ def parse_regime(text: str) -> Regime:
       raise _checks.ArgumentError(argument='regime', value=text, message=(
           f'regime {text!r}: #C=K needs K in 1..{classes} for {dataset}, got {k}'))
     return Regime(dataset, kind, (k,), num_clients)
+  if kind == 'natural' and match[1] is not None:
+    if dataset not in LEAF_DATASETS:
+      raise _checks.ArgumentError(argument='regime', value=text, message=(
+          f'regime {text!r}: natural(max=N) applies to the LEAF datasets {list(LEAF_DATASETS)}; '
+          f'use {dataset}:natural'))
+    if int(match[1]) < 1:
+      raise _checks.ArgumentError(argument='regime', value=text, message=(
+          f'regime {text!r}: natural(max=N) needs N >= 1, got {match[1]}'))
+    return Regime(dataset, kind, (int(match[1]),), num_clients)
   return Regime(dataset, kind, (), num_clients)
 
 
@@ -221,7 +233,9 @@ def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = Non
     data_dir: fashion_mnist: the folder of its four IDX files (default: Debian's
       /usr/share/datasets/fashion-mnist, then Keras's ~/.keras/datasets/fashion-mnist); mnist,
       cifar10, cifar100: the tensorflow-datasets data directory.
-    leaf_dir: LEAF datasets: LEAF's `data/<name>` folder.
+    leaf_dir: LEAF datasets: LEAF's `data/<name>` folder. `@K` keeps the first K users (sorted
+      ids) and, unless the files' split is user-based, the same users' test examples;
+      `natural(max=N)` thins each user's examples (`leaf_data.first_users`).
 
   Returns:
     `(train, test)` `tff.simulation.datasets.ClientData` of unbatched `OrderedDict(x, y)`.
@@ -246,9 +260,10 @@ def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = Non
     from tff_conflict.data import leaf_data  # pylint: disable=g-import-not-at-top
     train, test = leaf_data.leaf(leaf_dir, name=regime.dataset[len('leaf_'):],
                                  cache_dir=cache_dir)
-    if regime.num_clients is not None:
-      train = _first_writers(train, regime.num_clients)
-    return train, test
+    if regime.num_clients is None and not regime.param:
+      return train, test
+    return leaf_data.first_users(train, test, num_clients=regime.num_clients,
+                                 max_examples=regime.param[0] if regime.param else None)
   if regime.dataset in WRITER_DATASETS:
     from tff_conflict.data import emnist_data  # pylint: disable=g-import-not-at-top
     train, test = emnist_data.emnist(only_digits=regime.dataset == 'emnist_digits',

@@ -25,7 +25,7 @@ def check_optimizer(name: str, optimizer: tff.learning.optimizers.Optimizer) -> 
     raise _checks.ArgumentError(argument=name, value=optimizer, message=(
         f'{name}: FedNova normalises each client update by the local solver\'s ||a_i||_1, '
         'known for SGD with or without momentum (tff.learning.optimizers.build_sgdm); got '
-        f'{type(optimizer).__name__} ({optimizer!r}), whose normalisation is unknown'))
+        f'{type(optimizer).__name__.lstrip("_")}, whose normalisation is unknown'))
 
 
 def local_solver_norm(num_steps: tf.Tensor, learning_rate: Any, momentum: Any = 0.0,

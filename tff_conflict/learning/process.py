@@ -222,11 +222,12 @@ def build_process(model_fn: models_lib.ModelArg, *,
   if normalized:
     fednova_lib.check_optimizer('client_optimizer_fn', client_optimizer)
     if weighting == 'loss':
+      reads = (f' (aggregator {aggregator!r} reads its weights as losses when '
+               'weights_are_losses=True)') if registry.weights_are_losses(factory) else ''
       raise _checks.ArgumentError(argument='normalized_averaging', value=normalized, message=(
           'normalized_averaging (FedNova) weights clients by examples or uniformly '
           '(its weights p_i also weight tau_eff): it cannot be combined with '
-          f'client_weighting "loss" (aggregator {aggregator!r} reads its weights as '
-          'losses when weights_are_losses=True)'))
+          f'client_weighting "loss"{reads}'))
     if corrective or dataset_counts:
       raise _checks.ArgumentError(argument='normalized_averaging', value=normalized, message=(
           'normalized_averaging (FedNova) cannot be combined with the corrective '

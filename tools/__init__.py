@@ -1,0 +1,1 @@
+"""Command-line tools run from a checkout (`python tools/<name>.py`); importable for tests."""
