@@ -1,6 +1,6 @@
-"""SIGTERM (or SIGINT) at random moments to `train` and `benchmark --report_only`, or timed from
-`train`'s first rounds' lines: does each end with 128 + signal, no native crash, no worker left?
-`python -m perf.signals [--binaries=train,report_only,first_rounds] [--trials=30]` prints a table."""
+"""SIGTERM (or SIGINT) at random moments to `train`, `benchmark --report_only` or `train`'s first
+rounds: does each end with 128 + signal, no native crash, no worker left? `python -m perf.signals
+[--binaries=train,report_only,first_rounds] [--trials=30]` prints a table."""
 
 import argparse
 import collections
@@ -88,11 +88,11 @@ def native_crash(status, output, signum):
   return (by_signal not in (0, signum)) or any(text in output for text in _NATIVE_CRASH)
 
 
-def first_rounds(trials, seed=0, signum=signal.SIGTERM, log=None):
-  """`trials` signals timed from `train`'s first rounds (`FIRST_ROUNDS_ANCHORS`, algorithms
-  alternating): a dict of the exit statuses, the trials that finished first, printed a dropped
-  exception, left a worker or crashed natively counted, and every trial that did not end with
-  128 + signum, in full."""
+def first_rounds(trials, seed=0, signum=signal.SIGTERM, log=None, max_delay=FIRST_ROUNDS_DELAY):
+  """`trials` signals timed from `train`'s first rounds (U[0, `max_delay`] s after one of
+  `FIRST_ROUNDS_ANCHORS`, algorithms alternating): a dict of the exit statuses, the trials that
+  finished first, printed a dropped exception, left a worker or crashed natively counted, and
+  every trial that did not end with 128 + signum, in full."""
   rng = random.Random(seed)
   statuses = collections.Counter()
   counts = collections.Counter()
@@ -100,7 +100,7 @@ def first_rounds(trials, seed=0, signum=signal.SIGTERM, log=None):
   with tempfile.TemporaryDirectory() as tmp:
     for i in range(trials):
       anchor = rng.randrange(len(FIRST_ROUNDS_ANCHORS))
-      delay = rng.uniform(0.0, FIRST_ROUNDS_DELAY)
+      delay = rng.uniform(0.0, max_delay)
       algorithm = FIRST_ROUNDS_ALGORITHMS[i % len(FIRST_ROUNDS_ALGORITHMS)]
       command = _command('experiments.train', f'--algorithm={algorithm}', *_FIRST_ROUNDS_FLAGS,
                          f'--output_dir={tmp}/{i}')
@@ -175,6 +175,8 @@ def main():
                       help='any of train, report_only, first_rounds (signals timed from '
                       "train's first rounds; their unexpected ends printed as JSON)")
   parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--first_rounds_delay', type=float, default=FIRST_ROUNDS_DELAY,
+                      help='first_rounds: the signal comes U[0, this] s after its line')
   args = parser.parse_args()
   signum = getattr(signal, f'SIG{args.signal}')
   expected = 128 + signum
@@ -183,7 +185,8 @@ def main():
         f'SIG{args.signal}, expected exit status {expected}')
   rows = _random_moments(args, signum, expected, rng)
   if 'first_rounds' in args.binaries.split(','):
-    summary = first_rounds(args.trials, args.seed, signum, log=lambda s: print(s, flush=True))
+    summary = first_rounds(args.trials, args.seed, signum, log=lambda s: print(s, flush=True),
+                           max_delay=args.first_rounds_delay)
     print(json.dumps(summary['unexpected'], indent=1))
     rows.append(('first_rounds', collections.Counter(summary['statuses']), summary['dropped'],
                  summary['workers_left'], summary['finished']))
