@@ -64,7 +64,7 @@ _NOT_HERE = {
     'checkpoint_every': 'nothing (finished runs are kept)', 'keep_checkpoints': 'nothing',
     'client_optimizer': 'nothing (client SGD)', 'server_optimizer': 'nothing (server SGD)',
     'server_momentum': 'nothing', 'client_weighting': 'a method variant, METHOD[...]',
-    'workers': 'nothing (local runtimes only)', 'seed': '--report_seeds',
+    'tff_workers': 'nothing (local runtimes only; --executor and --workers run runs in parallel)', 'seed': '--report_seeds',
     'leaf_name': '--regimes=leaf_femnist:natural (or leaf_synthetic, leaf_celeba)',
 }
 

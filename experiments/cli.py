@@ -139,8 +139,8 @@ def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
 
 
 def install_context(experiment: config.ExperimentConfig) -> None:
-  """Installs TFF's local context, then its remote one for `--workers` (if any), an unreachable
-  worker reported as a `Failure` naming `--workers`."""
+  """Installs TFF's local context, then its remote one for `--tff_workers` (if any), an unreachable
+  worker reported as a `Failure` naming `--tff_workers`."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   runtime.set_local_context()
   workers = list(experiment.output.workers)
@@ -148,4 +148,4 @@ def install_context(experiment: config.ExperimentConfig) -> None:
     if workers:
       runtime.set_remote_context(workers)
   except (runtime.WorkerError, ValueError) as e:
-    raise Failure(f'--workers={",".join(workers)}: {e}') from None
+    raise Failure(f'--tff_workers={",".join(workers)}: {e}') from None

@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import os
 import sys
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 # Quiet before TensorFlow is imported (its C++ logs read the environment then); TensorFlow must be
 # imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
@@ -22,12 +22,14 @@ import numpy as np
 
 from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config
+from experiments import executors
 from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import metrics_io
 from experiments import files
 from experiments import plotting
 from experiments import presets
+from experiments import progress as progress_lib
 from experiments import stats
 from experiments import training_loop
 from experiments.benchmarking import config as bench_config
@@ -152,6 +154,41 @@ def write_plots(runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], root:
   return written
 
 
+class _State(NamedTuple):
+  """What a worker of the comparison holds: the settings, the directory, the data, the runs
+  (processes built once per algorithm) and where progress goes (None: nowhere)."""
+  experiment: config.ExperimentConfig
+  root: str
+  task: tuple
+  runs: experiment_lib.Runs
+  stream: Any
+
+
+def _worker_state(experiment: config.ExperimentConfig, root: str) -> _State:
+  """A worker process's `_State` (`experiments.executors`): TFF's local runtime installed, the
+  data loaded once, no per-round progress (the driver shows runs done)."""
+  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  runtime.set_local_context()
+  quiet = dataclasses.replace(experiment, output=dataclasses.replace(experiment.output,
+                                                                     progress=False))
+  return _State(quiet, root, experiment_lib.load_task(quiet),
+                experiment_lib.Runs(experiment.output.runtime), None)
+
+
+def _run_one(state: _State, job: tuple[str, int]) -> tuple[list[dict[str, Any]], Any]:
+  """(metrics rows, confusion matrix or None when not evaluated now) of one (algorithm, seed) of
+  the comparison, run into (or resumed from) its directory `<root>/<algorithm>/seed<seed>`."""
+  algorithm, seed = job
+  experiment = state.experiment
+  rows, _, _ = experiment_lib.run_experiment(
+      dataclasses.replace(experiment.with_seed(seed), algorithm=config.AlgorithmConfig(
+          algorithm, **vars(experiment.hparams))),
+      task=state.task, runs=state.runs,
+      experiment_dir=os.path.join(state.root, algorithm, f'seed{seed}'),
+      label=f'{algorithm} seed {seed}', stream=state.stream)
+  return rows, state.runs.confusion
+
+
 def comparison_name(experiment: config.ExperimentConfig) -> str:
   """`output.experiment_name` or `compare_<dataset>`."""
   return experiment.output.experiment_name or f'compare_{experiment.data.dataset}'
@@ -180,21 +217,31 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
         f'{len(task[0].client_ids)} clients, {experiment.training.clients_per_round} per round, '
         f'{experiment.training.rounds} rounds, model {experiment_lib.model_name(experiment)} -> '
         f'{root}', file=stream or sys.stdout, flush=True)
-  executor = experiment_lib.Runs(experiment.output.runtime)
-  runs: dict[str, list[list[dict[str, Any]]]] = {alg: [] for alg in algorithms}
-  confusions: dict[str, list[Any]] = {alg: [] for alg in algorithms}   # None: not evaluated now
-  for seed in seeds:
-    for algorithm in algorithms:
-      rows, _, _ = experiment_lib.run_experiment(
-          dataclasses.replace(experiment.with_seed(seed), algorithm=config.AlgorithmConfig(
-              algorithm, **vars(experiment.hparams))),
-          task=task, runs=executor, experiment_dir=run_dirs[algorithm, seed],
-          label=f'{algorithm} seed {seed}', stream=stream)
-      runs[algorithm].append(rows)
-      confusions[algorithm].append(executor.confusion)
+  jobs = [(algorithm, seed) for seed in seeds for algorithm in algorithms]
+  output = experiment.output
+  inline = output.executor == 'inline'
+  done = {}   # (algorithm, seed) -> (metrics rows, confusion matrix; None: not evaluated now)
+  with executors.make(output.executor, functools.partial(_worker_state, experiment, root),
+                      _run_one, workers=output.executor_workers,
+                      ray_address=output.ray_address, affinity=lambda job: job[0],
+                      state=_State(experiment, root, task, experiment_lib.Runs(output.runtime),
+                                   stream) if inline else None) as executor:
+    tickets = {executor.submit(job): job for job in jobs}
+    progress = progress_lib.Progress(len(jobs), label='[compare]', unit='run',
+                                     enabled=output.progress and not inline, stream=stream)
+    while len(done) < len(jobs):
+      for outcome in executor.wait():
+        algorithm, seed = tickets[outcome.ticket]
+        if outcome.error is not None:
+          raise cli.Failure(f'{algorithm} seed {seed}: {outcome.error}; the same command '
+                            'resumes every run from its checkpoints')
+        done[algorithm, seed] = outcome.value
+        progress.tick(postfix=f'{algorithm} seed {seed} done')
+    progress.close()
+  runs = {alg: [done[alg, seed][0] for seed in seeds] for alg in algorithms}
   classes = experiment_lib.model_of(experiment, task[0])[1]
   table = markdown_table({alg: summarize(r, target_accuracy, num_classes=classes,
-                                         confusions=confusions[alg])
+                                         confusions=[done[alg, seed][1] for seed in seeds])
                           for alg, r in runs.items()}, target_accuracy)
   files.write_text_atomically(
       os.path.join(root, 'summary.md'),

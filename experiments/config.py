@@ -22,6 +22,7 @@ LEAF_NAMES = ('femnist', 'synthetic', 'celeba', 'shakespeare')
 OPTIMIZERS = ('sgd', 'adam', 'adagrad', 'rmsprop', 'yogi')
 CLIENT_WEIGHTINGS = ('num_examples', 'uniform', 'loss')
 RUNTIMES = ('inprocess', 'cpp')
+EXECUTORS = ('inline', 'local', 'ray')   # experiments.executors
 CUSTOM_ALGORITHM = 'custom'
 
 
@@ -346,17 +347,36 @@ class OutputConfig:
   runtime: str = setting('inprocess', flag='runtime', choices=RUNTIMES,
                          help='inprocess (tff_conflict.runtime\'s runner of the MapReduceForm '
                          'graphs) or cpp (TFF\'s worker_binary, needed for --workers).')
-  workers: tuple[str, ...] = setting((), flag='workers', check=must(
+  workers: tuple[str, ...] = setting((), flag='tff_workers', check=must(
       'a list of distinct host:port entries (port 1-65535)', lambda v: len(set(v)) == len(v)
       and all(isinstance(a, str) and _host_port(a) for a in v)),
-      help='host:port of remote TFF workers (worker_binary) to run on; empty: local.')
+      help='host:port of remote TFF workers (worker_binary) to run each run\'s rounds on; '
+      'empty: local.')
+  executor: str = setting('inline', flag='executor', choices=EXECUTORS, help='Where the runs of '
+                          'compare and the benchmark run: inline (one after another in this '
+                          'process), local (--workers processes of this machine) or ray (Ray '
+                          'tasks on the cluster of --ray_address); the same numbers on each '
+                          '(docs/experiments.md, "Parallel runs").')
+  executor_workers: Optional[int] = setting(None, flag='workers', check=optional(at_least(1)),
+                                            help='Worker processes of --executor=local (default: '
+                                            'the cores) or ray (default: the cluster\'s CPUs).')
+  ray_address: Optional[str] = setting(None, flag='ray_address', check=optional(
+      NON_EMPTY_STRING), help='The Ray cluster of --executor=ray: auto (the cluster this '
+      'machine belongs to, `ray start`) or HOST:PORT of its head; unset: a cluster of this '
+      'machine, started and ended with the command.')
 
   def __post_init__(self):
     object.__setattr__(self, 'workers', tuple(self.workers or ()))
     check_fields(self)
     if self.workers and self.runtime != 'cpp':
       raise ConfigError('runtime', self.runtime,
-                        "'cpp' with workers (remote workers run TFF's C++ runtime)")
+                        "'cpp' with tff_workers (remote workers run TFF's C++ runtime)")
+    if self.executor_workers is not None and self.executor == 'inline':
+      raise ConfigError('workers', self.executor_workers,
+                        'unset with --executor=inline (it runs in this process); use '
+                        '--executor=local or ray')
+    if self.ray_address is not None and self.executor != 'ray':
+      raise ConfigError('ray_address', self.ray_address, 'unset unless --executor=ray')
 
 
 def _section(default_factory: Callable[[], Any]) -> Any:

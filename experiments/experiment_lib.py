@@ -54,6 +54,16 @@ def input_spec(train_data: Any, loop: config_lib.LoopConfig):
   return training_loop.preprocess(first, loop).element_spec
 
 
+def process_arguments(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
+                      client: config_lib.OptimizerConfig, server: config_lib.OptimizerConfig,
+                      train_data: Any, loop: config_lib.LoopConfig) -> dict[str, Any]:
+  """`builder`'s keyword arguments besides the model: the input spec of `train_data`'s batches,
+  the `client` and `server` optimizers, the population's size where it takes it, and `kwargs`."""
+  return dict(input_spec=input_spec(train_data, loop), client_optimizer_fn=build_optimizer(client),
+              server_optimizer_fn=build_optimizer(server),
+              **population_kwargs(builder, train_data), **kwargs)
+
+
 def pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
   """(x, y) of every client's examples, concatenated; `ValueError` for none."""
   xs, ys = [], []
@@ -165,10 +175,9 @@ class Runs:
     built = self._processes.get(key) if key is not None else None
     if built is None:
       began = time.monotonic()
-      process = builder(
-          model_fn, input_spec=input_spec(train_data, loop),
-          client_optimizer_fn=build_optimizer(client), server_optimizer_fn=build_optimizer(server),
-          **population_kwargs(builder, train_data), **kwargs)
+      process = builder(model_fn, **process_arguments(builder, kwargs, client=client,
+                                                       server=server, train_data=train_data,
+                                                       loop=loop))
       runner = runtime.make_runner(process, self._runtime)
       built = (process, runner, runner.initialize())
       self.build_seconds += time.monotonic() - began
@@ -205,15 +214,6 @@ def check_composition(algorithm: config_lib.AlgorithmConfig) -> None:
   config_lib.one_of(list(AGGREGATOR_HPARAMS))('aggregator', algorithm.aggregator)
 
 
-class _ModelAsked(BaseException):
-  """Stops a builder called by `library_refusal` where it first asks for the model (a
-  BaseException: builders wrap a model function's errors)."""
-
-
-def _model_asked():
-  raise _ModelAsked()
-
-
 # The keywords `build_process` takes that every builder also takes and checks as it does.
 _CORE_KEYWORDS = ('client_weighting', 'aggregator', 'aggregator_kwargs', 'clip_norm')
 
@@ -223,10 +223,10 @@ def library_refusal(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
                     ) -> Optional[Exception]:
   """The library's refusal (a ValueError or TypeError) of `builder(model_fn, **kwargs)` with the
   `client` and `server` optimizers, or None: the builder's own checks of every argument but the
-  model and data, run in a moment before any work. A builder checks them before it asks for the
-  model (it is called with a model function that stops it there, and without input_spec); so
-  does `build_process`, to which every builder passes the core keywords (FedDecorr after
-  checking its model)."""
+  model and data, run in a moment before any work (`learning.check_arguments` with
+  `learning.ANY_MODEL`: a builder checks them before it looks at the model); so does
+  `build_process`, to which every builder passes the core keywords (FedDecorr after checking its
+  model)."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   optimizers = dict(client_optimizer_fn=build_optimizer(client),
                     server_optimizer_fn=build_optimizer(server))
@@ -238,9 +238,7 @@ def library_refusal(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
     calls.append((learning.build_process, {**optimizers, **core}))
   for build, arguments in calls:
     try:
-      build(_model_asked, **arguments)
-    except _ModelAsked:
-      continue
+      learning.check_arguments(build, learning.ANY_MODEL, **arguments)
     except (ValueError, TypeError) as e:
       return e
   return None

@@ -1,4 +1,4 @@
-"""Progress in rounds over one run or a grid of runs: done/total, elapsed time, ETA (a `tqdm`
+"""Progress in rounds over one run, or in runs over a grid: done/total, elapsed time, ETA (a `tqdm`
 bar on a terminal, plain lines otherwise)."""
 
 import sys
@@ -18,8 +18,9 @@ def format_duration(seconds: Optional[float]) -> str:
 
 
 class Progress:
-  """Rounds `done + 1 .. total` ticked one at a time, `label` first and the `tick`'s `postfix`
-  after the times; the ETA is the mean time of the rounds ticked here times the rounds left.
+  """Rounds (or another `unit`: a grid's runs) `done + 1 .. total` ticked one at a time, `label`
+  first and the `tick`'s `postfix` after the times; the ETA is the mean time of the rounds
+  ticked here times the rounds left (`total` may be lowered or raised as a plan firms up).
 
   A grid announces each run (`start_run(rounds, label)`: the label shown after the times) and
   ends it (`end_run()`: the rounds it did not run leave the total). A terminal `stream` (default
@@ -29,13 +30,14 @@ class Progress:
 
   def __init__(self, total: int, *, done: int = 0, label: str = '',
                stream: Optional[TextIO] = None, enabled: bool = True, min_interval: float = 0.0,
-               width: int = 24, clock=time.monotonic):
+               width: int = 24, clock=time.monotonic, unit: str = 'round'):
     if not isinstance(total, int) or total < 0:
       raise ValueError(f'total must be an integer >= 0, got {total!r}')
     if not isinstance(done, int) or not 0 <= done <= total:
       raise ValueError(f'done must be an integer in [0, {total}], got {done!r}')
     self.total, self.done, self._first, self._shown = total, done, done, done
     self._label = f'{label} ' if label else ''
+    self._unit = unit
     self._stream = stream if stream is not None else sys.stdout
     self._enabled, self._min_interval, self._clock = enabled, min_interval, clock
     self._start, self._last_line = clock(), None
@@ -45,7 +47,7 @@ class Progress:
       self._bar = tqdm.tqdm(
           total=total, initial=done, file=self._stream, desc=self._label or None, smoothing=0,
           mininterval=0, leave=True, dynamic_ncols=True,
-          bar_format=f'{{desc}}[{{bar:{width}}}] round {{n_fmt}}/{{total_fmt}}  elapsed '
+          bar_format=f'{{desc}}[{{bar:{width}}}] {unit} {{n_fmt}}/{{total_fmt}}  elapsed '
                      '{elapsed}  ETA {remaining}{postfix}')
 
   def eta(self) -> Optional[float]:
@@ -66,7 +68,7 @@ class Progress:
       return
     now = self._clock()
     if force or self._last_line is None or now - self._last_line >= self._min_interval:
-      line = (f'{self._label}round {self.done:>{len(str(self.total))}d}/{self.total}  elapsed '
+      line = (f'{self._label}{self._unit} {self.done:>{len(str(self.total))}d}/{self.total}  elapsed '
               f'{format_duration(now - self._start)}  ETA {format_duration(self.eta())}')
       self._stream.write(f'{line}  {self._postfix}\n' if self._postfix else f'{line}\n')
       self._stream.flush()

@@ -30,7 +30,8 @@ CHECKPOINT_DIR = 'checkpoints'
 # Hyperparameters that may change between an interrupted run and its resumption.
 RESUMABLE_CHANGES = frozenset({
     'rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints', 'output_dir', 'resume',
-    'progress', 'runtime', 'workers', 'git_commit'})
+    'progress', 'runtime', 'workers', 'tff_workers', 'executor', 'ray_address',
+    'git_commit'})
 TEST_COLUMNS = ('test_accuracy', 'test_loss', 'test_macro_f1')
 
 

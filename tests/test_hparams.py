@@ -15,6 +15,7 @@ import tensorflow_federated as tff
 from experiments import config
 from experiments import flags_lib
 from experiments import experiment_lib
+from tests.conftest import make_tiny_hidden_keras_model
 from tests.conftest import make_tiny_keras_model
 from tests.learning import conftest as learning_helpers
 from tff_conflict import aggregators
@@ -53,7 +54,9 @@ def _builder(builder, **kwargs):
     kwargs.setdefault('num_clients', 3)
 
   def call():
-    builder(make_tiny_keras_model, input_spec=learning_helpers.input_spec(),
+    model_fn = (make_tiny_hidden_keras_model if builder is learning.build_feddecorr
+                else make_tiny_keras_model)   # FedDecorr refuses a classifier reading the input
+    builder(model_fn, input_spec=learning_helpers.input_spec(),
             client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1), **kwargs)
   return call
 

@@ -331,7 +331,7 @@ class BenchmarkConfig:
     must('unset (a method variant sets it: METHOD[client_weighting=...])', lambda v: v is None)(
         'client_weighting', self.loop.weighting)
     must('empty (the benchmark runs on local runtimes)', lambda v: not v)(
-        'workers', list(self.output.workers))
+        'tff_workers', list(self.output.workers))
     datasets = {r.dataset for r in parsed}
     leaf = sorted(d for d in datasets if d.startswith('leaf_'))
     must(f'LEAF\'s data/<name> folder for the regimes of {leaf}', lambda v: not leaf or bool(v))(

@@ -10,7 +10,7 @@ import os
 import random
 import time
 import traceback
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Callable, NamedTuple, Optional, TextIO
 
 import numpy as np
 import tensorflow as tf
@@ -78,6 +78,19 @@ def seeded(seed: int):
     random.setstate(python_state)
     np.random.set_state(numpy_state)
     tf.random.set_seed(tf_seed)
+
+
+def process_of(spec: runs_lib.RunSpec) -> tuple:
+  """What the learning process of `spec` is built from (with its population's size): runs of the
+  same value share one process, set per run by its learning rates, seed and weights."""
+  return (spec.algorithm, json.dumps(dict(spec.kwargs), sort_keys=True, default=str), spec.model,
+          spec.dataset, spec.batch_size, spec.client_momentum)
+
+
+def _builder(spec: runs_lib.RunSpec) -> Callable[..., Any]:
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  return (learning.build_process if spec.algorithm == methods_lib.CUSTOM
+          else learning.ALGORITHMS[spec.algorithm])
 
 
 class Engine(experiment_lib.Runs):
@@ -216,15 +229,29 @@ class Engine(experiment_lib.Runs):
       self._fingerprints[key] = fingerprints.of_run(self._config, spec, self.data)
     return self._fingerprints[key]
 
-  def _train(self, spec, run_dir):
-    from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-    train, eval_data = self.data(spec.regime, spec.data_seed, spec.phase)
-    classes = self.shape_and_classes(spec.regime, spec.data_seed, spec.model)[1]
-    report = spec.phase == runs_lib.REPORT_PHASE
-    loop = experiment_config.LoopConfig(
+  def _loop(self, spec) -> experiment_config.LoopConfig:
+    return experiment_config.LoopConfig(
         rounds=spec.rounds, clients_per_round=spec.clients_per_round, client_epochs=spec.epochs,
         batch_size=spec.batch_size, shuffle_buffer=spec.shuffle_buffer, seed=spec.seed,
         eval_every=1, checkpoint_every=0, keep_checkpoints=0, resume=False)
+
+  def check_build(self, spec: runs_lib.RunSpec) -> None:
+    """Runs the checks of `spec`'s builder on its arguments, model and data without building the
+    process (`tff_conflict.learning.check_arguments`); raises the builder's `ValueError`."""
+    from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+    train, _ = self.data(spec.regime, spec.data_seed, spec.phase)
+    builder = _builder(spec)
+    learning.check_arguments(builder, self._model_fn(spec, 0), **experiment_lib.process_arguments(
+        builder, dict(spec.kwargs), client=experiment_config.OptimizerConfig(
+            spec.client_lr, momentum=spec.client_momentum),
+        server=experiment_config.OptimizerConfig(spec.server_lr), train_data=train,
+        loop=self._loop(spec)))
+
+  def _train(self, spec, run_dir):
+    train, eval_data = self.data(spec.regime, spec.data_seed, spec.phase)
+    classes = self.shape_and_classes(spec.regime, spec.data_seed, spec.model)[1]
+    report = spec.phase == runs_lib.REPORT_PHASE
+    loop = self._loop(spec)
     hparams = {k: v for k, v in spec.to_dict().items() if k != 'kwargs'}
     hparams.update({f'kwargs/{k}': v for k, v in spec.kwargs})
 
@@ -234,12 +261,10 @@ class Engine(experiment_lib.Runs):
 
     start = time.monotonic()
     rows, _, _ = self.execute(
-        learning.build_process if spec.algorithm == methods_lib.CUSTOM
-        else learning.ALGORITHMS[spec.algorithm], dict(spec.kwargs), self._model_fn(spec, 0),
+        _builder(spec), dict(spec.kwargs), self._model_fn(spec, 0),
         client=experiment_config.OptimizerConfig(spec.client_lr, momentum=spec.client_momentum),
         server=experiment_config.OptimizerConfig(spec.server_lr),
-        key=(spec.algorithm, json.dumps(dict(spec.kwargs), sort_keys=True, default=str), spec.model,
-             spec.dataset, spec.batch_size, spec.client_momentum, len(train.client_ids)),
+        key=(*process_of(spec), len(train.client_ids)),
         start=functools.partial(self._start, spec), model_key=(spec.model, spec.dataset),
         train_data=train, eval_data=eval_data, num_classes=classes, loop=loop,
         experiment_dir=run_dir, hparams=hparams, prefix=spec.eval_prefix, per_class=report,
@@ -254,3 +279,33 @@ class Engine(experiment_lib.Runs):
         summary.setdefault(key, value)
     summary['run_seconds'] = seconds
     return summary, self.confusion
+
+
+class Ran(NamedTuple):
+  """What running one spec gave (`run_job`): its summary (None: it failed, `failure` says why),
+  whether it was found finished on disk, and the engine's work on it: seconds building
+  processes, processes built, rounds run."""
+  summary: Optional[dict[str, Any]]
+  failure: Optional[str]
+  skipped: bool
+  build_seconds: float
+  processes_built: int
+  rounds: int
+
+
+def run_job(engine: Engine, spec: runs_lib.RunSpec) -> Ran:
+  """`engine.run(spec)` as a job of an executor (`experiments.executors`)."""
+  before = (len(engine.failures), engine.runs_skipped, engine.build_seconds,
+            engine.num_processes, engine.rounds_done)
+  summary = engine.run(spec)
+  return Ran(summary, engine.failures[-1][1] if len(engine.failures) > before[0] else None,
+             engine.runs_skipped > before[1], engine.build_seconds - before[2],
+             engine.num_processes - before[3], engine.rounds_done - before[4])
+
+
+def worker_engine(config, loader: Optional[Loader] = None) -> Engine:
+  """A worker process's engine (`experiments.executors`): TFF's local runtime installed (its
+  `worker_binary` ends with the worker), runs of `config` with the data of `loader`."""
+  from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  runtime.set_local_context()
+  return Engine(config, loader=loader)

@@ -2,6 +2,7 @@
 runs (`plan`, `engine`; finished runs on disk are skipped) and writes the record and the report."""
 
 import datetime
+import functools
 import os
 import pathlib
 import sys
@@ -18,39 +19,9 @@ from experiments.benchmarking import plan as plan_lib
 from experiments.benchmarking import report as report_lib
 from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import runs as runs_lib
+from experiments.benchmarking import schedule
 
 CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', 'accuracy_curve')
-
-
-def _tune(config, engine, progress) -> list[dict[str, Any]]:
-  """Each tuning task's choice (`plan.tune_method`); then, where server lrs are tuned, the
-  baseline also tries each server lr another method's edge extension reached in the same
-  (dataset, E) (`plan.widen_server_lrs`): it searched every server lr any method searched."""
-  choices, evaluators = [], {}
-  for dataset, epochs, method in plan_lib.tuning_tasks(config):
-
-    def evaluate(candidate, rounds=None, dataset=dataset, epochs=epochs, method=method):
-      summaries = []
-      for seed in config.tuning_seeds:
-        spec = plan_lib.tuning_spec(config, dataset, epochs, method, candidate, seed, rounds)
-        progress.start_run(spec.rounds, spec.label())
-        summaries.append(engine.run(spec))
-        progress.end_run()
-      return plan_lib.score(summaries)
-
-    choices.append(plan_lib.tune_method(
-        config, method, evaluate, dataset=dataset,
-        regime=plan_lib.tuning_regime(config, dataset), epochs=epochs))
-    untried = plan_lib.max_candidates(config, method) - len(choices[-1]['scores'])
-    progress.skip(untried * len(config.tuning_seeds) * config.loop.rounds)
-    evaluators[(dataset, epochs, method.name)] = evaluate
-  for i, c in enumerate(choices):
-    if c['method'] == config.baseline and len(c['server_lrs_tried']) > 1:
-      reached = {lr for other in choices if (other['dataset'], other['epochs'])
-                 == (c['dataset'], c['epochs']) for lr in other['server_lrs_tried']}
-      choices[i] = plan_lib.widen_server_lrs(
-          c, sorted(reached), evaluators[(c['dataset'], c['epochs'], c['method'])])
-  return choices
 
 
 def _write_tuning(config, choices) -> None:
@@ -190,59 +161,116 @@ def check_regimes(config, data: Callable[[str, int], Any]) -> None:
           'larger population (@K in the regime)')
 
 
+def check_builds(config, engine) -> None:
+  """Runs the builder's checks of every distinct process the plan builds (`plan.planned_builds`:
+  the methods' given and fixed arguments, every grid value) on its model and data, without
+  building it: a composition that cannot be built is a `ConfigError` naming --methods, before
+  any run."""
+  for spec in plan_lib.planned_builds(config):
+    try:
+      engine.check_build(spec)
+    except ValueError as e:
+      raise experiment_config.ConfigError('methods', spec.method, reason=(
+          f'cannot be built on {spec.dataset} with model {spec.model}: {e}')) from None
+
+
+def _make_executor(config, engine, loader):
+  from experiments import executors  # pylint: disable=g-import-not-at-top
+  output = config.output
+  return executors.make(output.executor, functools.partial(engine_lib.worker_engine, config, loader),
+                        engine_lib.run_job, workers=output.executor_workers,
+                        ray_address=output.ray_address, state=engine,
+                        affinity=engine_lib.process_of)
+
+
 def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   root = config.root
   start = time.monotonic()
-  tuning_runs = plan_lib.num_runs(config, runs_lib.TUNE_PHASE)
-  report_runs = plan_lib.num_runs(config, runs_lib.REPORT_PHASE)
-  progress = progress_lib.Progress(
-      (tuning_runs + report_runs) * config.loop.rounds, label='[benchmark]',
-      enabled=config.output.progress, min_interval=30.0,
-      stream=sys.stderr if getattr(sys.stderr, 'isatty', lambda: False)() else stream)
-  engine = engine_lib.Engine(config, loader=loader, on_round=progress.tick, stream=stream)
+  engine = engine_lib.Engine(config, loader=loader)
   check_regimes(config, engine.data)
   for dataset in plan_lib.datasets(config):   # your own data or model checked before any run
     model = plan_lib.model_of(config, dataset)
     if dataset in config.datasets or model in config.model_fns:
       engine.shape_and_classes(plan_lib.regimes_of(config, dataset)[0], _first_seed(config), model)
+  check_builds(config, engine)
+  tasks = plan_lib.tasks(config)
   files.write_json_atomically(os.path.join(root, 'config.json'),
                               dict(config_lib.as_dict(config), plan=plan_lib.describe(config)))
+  tuning_runs = plan_lib.num_runs(config, runs_lib.TUNE_PHASE)
+  report_runs = plan_lib.num_runs(config, runs_lib.REPORT_PHASE)
   print(f'benchmark: {len(config.regimes)} regimes x {len(config.methods)} methods x E in '
         f'{list(config.epochs)} x {len(config.report_seeds)} seeds = {report_runs} reporting '
         f'runs, up to {tuning_runs} tuning runs, {config.loop.rounds} rounds each -> {root}',
         file=stream, flush=True)
-  rows = []
+  regimes = []   # size and label skew (`tff_conflict.data.describe`) of the first seed's data
+  for regime in config.regimes:
+    train, _ = engine.data(regime, _first_seed(config))
+    if getattr(train, 'label_counts', None) is not None:   # else too costly (EMNIST's writers)
+      described = data.describe(train)
+      regimes.append({'regime': regime, 'data_seed': _first_seed(config), **{
+          k: described[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
+                                    'classes_per_client', 'label_tv_distance')}})
+  files.write_json_atomically(os.path.join(root, 'regimes.json'), regimes)
+  progress = progress_lib.Progress(
+      tuning_runs + report_runs, label='[benchmark]', unit='run',
+      enabled=config.output.progress, min_interval=30.0,
+      stream=sys.stderr if getattr(sys.stderr, 'isatty', lambda: False)() else stream)
+  report_order = [t.key for t in tasks if t.phase == runs_lib.REPORT_PHASE]
+  tuning_order = [plan_lib.choice_key(config, d, e, m.name)
+                  for d, e, m in plan_lib.tuning_tasks(config)]
+  rows, choices = [], []
+  phases = {}   # when the runs started and when tuning ended (time.monotonic())
+
+  def write_rows(results):
+    rows[:] = [runs_lib.run_row(spec, summary) for key in report_order
+               for spec, summary in results.get(key) or () if summary is not None]
+    results_lib.write_csv(os.path.join(root, 'runs.csv'), rows, runs_lib.RUN_COLUMNS)
+
+  def on_task(task, result, results):
+    del result
+    if task.phase == runs_lib.REPORT_PHASE:
+      write_rows(results)
+    elif all(k in results for k in tuning_order) and not choices:
+      choices.extend(results[k] for k in tuning_order)
+      _write_tuning(config, choices)
+      phases['tuned'] = time.monotonic()
+      after_tuning()
+
+  def on_failure(spec, message):
+    print(f'\nrun failed: {spec.label()}: {message} (details: '
+          f'{os.path.join(spec.directory(root), "error.txt")})', file=stream, flush=True)
+
+  def on_progress(counts):
+    progress.total = counts.total
+    progress.tick(postfix=counts.line())
+
+  counts, executor = schedule.Counts.of(tasks), None
   try:
-    regimes = []   # size and label skew (`tff_conflict.data.describe`) of the first seed's data
-    for regime in config.regimes:
-      train, _ = engine.data(regime, _first_seed(config))
-      if getattr(train, 'label_counts', None) is not None:   # else too costly (EMNIST's writers)
-        described = data.describe(train)
-        regimes.append({'regime': regime, 'data_seed': _first_seed(config), **{
-            k: described[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
-                                      'classes_per_client', 'label_tv_distance')}})
-    files.write_json_atomically(os.path.join(root, 'regimes.json'), regimes)
-    choices = _tune(config, engine, progress)
-    _write_tuning(config, choices)
-    after_tuning()
-    for spec in plan_lib.report_specs(config, choices):
-      progress.start_run(spec.rounds, spec.label())
-      summary = engine.run(spec)
-      progress.end_run()
-      if summary is not None:
-        rows.append(runs_lib.run_row(spec, summary))
-        results_lib.write_csv(os.path.join(root, 'runs.csv'), rows, runs_lib.RUN_COLUMNS)
-  finally:
-    progress.close()
+    executor = _make_executor(config, engine, loader)
+    phases['start'] = time.monotonic()
+    if not tuning_order:
+      _write_tuning(config, choices)
+      phases['tuned'] = phases['start']
+      after_tuning()
+    with executor:
+      results = schedule.run(tasks, executor, root=root, counts=counts, on_progress=on_progress,
+                             on_failure=on_failure, on_task=on_task)
+    write_rows(results)
+  finally:   # timing.json first: closing the progress display may fail (a closed pipe)
     timing = {
         'finished': datetime.datetime.now().isoformat(timespec='seconds'),
-        'wall_seconds': time.monotonic() - start, 'build_seconds': engine.build_seconds,
-        'processes_built': engine.num_processes, 'runs_done': engine.runs_done,
-        'runs_skipped': engine.runs_skipped, 'runs_failed': len(engine.failures),
-        'rounds_done': engine.rounds_done, 'command': command}
+        'wall_seconds': time.monotonic() - start, 'build_seconds': counts.build_seconds,
+        'processes_built': counts.processes_built, 'runs_done': counts.runs_done,
+        'runs_skipped': counts.runs_skipped, 'runs_failed': len(counts.failures),
+        'rounds_done': counts.rounds_done, 'executor': config.output.executor,
+        'starting_seconds': phases.get('start', time.monotonic()) - start,
+        'tuning_seconds': phases.get('tuned', time.monotonic()) - phases.get('start', start),
+        'reporting_seconds': time.monotonic() - phases.get('tuned', time.monotonic()),
+        'workers': getattr(executor, 'workers', None),
+        'command': command}
     path = os.path.join(root, 'timing.json')
     files.write_json_atomically(path, results_lib.read_json(path, []) + [timing])
-  results_lib.write_csv(os.path.join(root, 'runs.csv'), rows, runs_lib.RUN_COLUMNS)
+    progress.close()
   return dict(timing, root=root, report=report_lib.write_report(root), rows=rows,
-              choices=choices, failures=[(s.label(), m) for s, m in engine.failures])
+              choices=choices, failures=[(s.label(), m) for s, m in counts.failures])

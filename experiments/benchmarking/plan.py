@@ -2,9 +2,10 @@
 validation split (candidates, successive halving, edge extension, the choice) and the reporting
 runs at the choices; the rules: docs/design.md, "Tuning"."""
 
+import dataclasses
 import itertools
 import math
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Generator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -140,15 +141,18 @@ def tuning_spec(config, dataset: str, epochs: int, method: Method, candidate: di
                   epochs=epochs, seed=seed, candidate=name, rounds=rounds)
 
 
-def report_specs(config, choices: Sequence[Mapping[str, Any]]) -> list[runs_lib.RunSpec]:
-  """Every reporting run, at the tuned values of `choices` (the given ones without tuning); a
-  variant that inherits runs at its source's and changes only what it fixes."""
+def report_specs(config, choices: Sequence[Mapping[str, Any]], *, dataset: Optional[str] = None,
+                 method: Optional[str] = None) -> list[runs_lib.RunSpec]:
+  """Every reporting run (of `dataset` and `method` when given), at the tuned values of `choices`
+  (the given ones without tuning); a variant that inherits runs at its source's and changes only
+  what it fixes."""
   by_key = {(c['dataset'], c['epochs'], c['method']): c for c in choices}
   table = methods(config)
   by_name, inherited = {m.name: m for m in table}, inherits(config, table)
   specs = []
-  for dataset in datasets(config):
-    for method in table:
+  only_dataset, only_method = dataset, method
+  for dataset in datasets(config) if only_dataset is None else [only_dataset]:
+    for method in table if only_method is None else [by_name[only_method]]:
       for regime in regimes_of(config, dataset):
         for epochs in config.epochs:
           kwargs = methods_lib.given_kwargs(config.given, method)
@@ -186,6 +190,98 @@ def _custom_with_parent_values(kwargs: Mapping[str, Any], algorithm: str,
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """A node of the plan (`tasks`): `body(results)`, given the results of the tasks `after`
+  names (key -> result), is a generator that yields waves of runs that depend on none of each
+  other (lists of `RunSpec`), is sent their summaries in order (None: the run failed) and
+  returns the task's result; `runs` is how many runs it makes at most."""
+  key: tuple
+  after: tuple
+  body: Callable[[Mapping[tuple, Any]], Generator[list, list, Any]]
+  runs: int
+
+  @property
+  def phase(self) -> str:
+    return runs_lib.REPORT_PHASE if self.key[0] == 'report' else runs_lib.TUNE_PHASE
+
+
+def tuning_key(dataset: str, epochs: int, name: str) -> tuple:
+  """The task that tunes method `name` at E = `epochs` on `dataset`'s tuning regime."""
+  return ('tune', dataset, epochs, name)
+
+
+def choice_key(config, dataset: str, epochs: int, name: str) -> tuple:
+  """The task whose result is the choice the reporting runs use: the tuning's, or for the
+  baseline its widening (`widen_search`)."""
+  return ('widen' if name == config.baseline else 'tune', dataset, epochs, name)
+
+
+def report_key(dataset: str, name: str) -> tuple:
+  """The task of method `name`'s reporting runs on `dataset`'s regimes; its result is the list
+  of (spec, summary) in `report_specs` order."""
+  return ('report', dataset, name)
+
+
+def _evaluated(config, dataset: str, epochs: int, method: Method, requests: Generator):
+  """A search generator (`search`, `widen_search`) as a task's body: each (candidate, rounds)
+  request becomes a run per tuning seed, scored by `score`."""
+  try:
+    wave = next(requests)
+    while True:
+      groups = [[tuning_spec(config, dataset, epochs, method, c, seed, rounds)
+                 for seed in config.tuning_seeds] for c, rounds in wave]
+      summaries = iter((yield [spec for group in groups for spec in group]))
+      wave = requests.send([score([next(summaries) for _ in group]) for group in groups])
+  except StopIteration as e:
+    return e.value
+
+
+def tasks(config) -> list[Task]:
+  """The benchmark as a value: every tuning (one task per dataset, E and tuned method; the
+  baseline's choice a further task after every tuning of its dataset and E, `widen_search`)
+  and every method's reporting runs per dataset, after every choice. Only this and
+  the functions it calls read `config`."""
+  out = []
+  table = {m.name: m for m in methods(config)}
+  for dataset, epochs, method in tuning_tasks(config):
+    def tune(results, dataset=dataset, epochs=epochs, method=method):
+      del results
+      where = dict(dataset=dataset, regime=tuning_regime(config, dataset), epochs=epochs)
+      return (yield from _evaluated(config, dataset, epochs, method,
+                                    search(config, method, **where)))
+    out.append(Task(tuning_key(dataset, epochs, method.name), (), tune,
+                    max_candidates(config, method) * len(config.tuning_seeds)))
+  for dataset, epochs, method in tuning_tasks(config):
+    if method.name != config.baseline:
+      continue
+    group = tuple(tuning_key(d, e, m.name) for d, e, m in tuning_tasks(config)
+                  if (d, e) == (dataset, epochs))
+    own = tuning_key(dataset, epochs, method.name)
+
+    def widen(results, dataset=dataset, epochs=epochs, method=method, group=group, own=own):
+      choice = results[own]
+      if len(choice['server_lrs_tried']) < 2:
+        return choice
+      reached = sorted({lr for key in group for lr in results[key]['server_lrs_tried']})
+      return (yield from _evaluated(config, dataset, epochs, method,
+                                    widen_search(choice, reached)))
+    out.append(Task(choice_key(config, dataset, epochs, method.name), group, widen,
+                    0))   # its runs are counted in the tuning's upper bound
+  # Reporting starts once tuning is over (the test split is read by no run before).
+  tuned = tuple(dict.fromkeys(choice_key(config, d, e, m.name) for d, e, m in tuning_tasks(config)))
+  for dataset in datasets(config):
+    for name in table:
+
+      def report(results, dataset=dataset, name=name):
+        specs = report_specs(config, [results[k] for k in tuned], dataset=dataset, method=name)
+        return list(zip(specs, (yield specs)))
+      out.append(Task(report_key(dataset, name), tuned, report,
+                      len(regimes_of(config, dataset)) * len(config.epochs)
+                      * len(config.report_seeds)))
+  return out
+
+
 def describe(config) -> dict[str, Any]:
   """What the report shows of the plan, as JSON values (config.json's `plan`)."""
   table, tune = methods(config), config.tune
@@ -202,6 +298,30 @@ def describe(config) -> dict[str, Any]:
                   for m in table],
       'runs': {phase: num_runs(config, phase)
                for phase in (runs_lib.TUNE_PHASE, runs_lib.REPORT_PHASE)}}
+
+
+def planned_builds(config) -> list[runs_lib.RunSpec]:
+  """A run of each distinct learning process the plan may build (method, builder arguments,
+  model, dataset): every candidate tuning may try before edge extensions (those stay in the
+  hyperparameter's valid range), and every reporting run at its first candidate's values (with
+  what a variant fixes); for the builders' checks before any run (`grid.check_builds`)."""
+  out: dict[tuple, runs_lib.RunSpec] = {}
+  first = []
+  for dataset, epochs, method in tuning_tasks(config):
+    found = _unextended(config, method)
+    for c in found:
+      spec = tuning_spec(config, dataset, epochs, method, c, config.tuning_seeds[0])
+      out.setdefault(_build_key(spec), spec)
+    c = found[0]
+    first.append(dict(dataset=dataset, epochs=epochs, method=method.name, tuned=_tuned(c),
+                      client_lr=c['client_lr'], server_lr=c['server_lr']))
+  for spec in report_specs(config, first):
+    out.setdefault(_build_key(spec), spec)
+  return list(out.values())
+
+
+def _build_key(spec: runs_lib.RunSpec) -> tuple:
+  return (spec.algorithm, repr(spec.kwargs), spec.model, spec.dataset)
 
 
 def planned_runs(config) -> dict[tuple[str, str, str, int], int]:
@@ -361,14 +481,37 @@ def _record(choice: dict, scored: Sequence[tuple[dict, float, int]]) -> dict:
               server_lrs_tried=sorted({float(v['slr']) for v in values if 'slr' in v}))
 
 
+def drive(search: Generator, answer: Callable[[list], list]) -> Any:
+  """Runs a search generator (`search`, `widen_search`) to its end with `answer(requests)`: the
+  (score, finished seeds) of each (candidate, rounds) request; returns its value."""
+  try:
+    requests = next(search)
+    while True:
+      requests = search.send(answer(requests))
+  except StopIteration as e:
+    return e.value
+
+
+def _answer_with(evaluate: Callable[..., tuple[float, int]]) -> Callable[[list], list]:
+  return lambda requests: [evaluate(c) if rounds is None else evaluate(c, rounds=rounds)
+                           for c, rounds in requests]
+
+
 def tune_method(config, method: Method, evaluate: Callable[..., tuple[float, int]],
                 **where) -> dict[str, Any]:
-  """Tunes one method (`config`'s tuning strategy, schedule and edge extension);
-  `evaluate(candidate)` runs it on every tuning seed and returns (score, finished seeds), with
-  halving `evaluate(candidate, rounds=n)` n rounds. Returns the choice as tuning_choices.json
-  records it: `where` (dataset, regime, E), the method, the chosen learning rates and `tuned`
-  values, the winner's `score`, every candidate's, and `at_edge`: the dimensions whose chosen
-  value is still at the edge of those tried.
+  """`search` answered one candidate at a time by `evaluate(candidate)` (with halving,
+  `evaluate(candidate, rounds=n)` for n rounds), which runs it on every tuning seed and returns
+  (score, finished seeds)."""
+  return drive(search(config, method, **where), _answer_with(evaluate))
+
+
+def search(config, method: Method, **where) -> Generator[list, list, dict[str, Any]]:
+  """Tunes one method (`config`'s tuning strategy, schedule and edge extension) as a generator:
+  it yields a wave of evaluation requests, (candidate, rounds) with rounds None for a full run,
+  that depend on none of each other, and is sent their (score, finished seeds) in order.
+  Returns the choice as tuning_choices.json records it: `where` (dataset, regime, E), the
+  method, the chosen learning rates and `tuned` values, the winner's `score`, every candidate's,
+  and `at_edge`: the dimensions whose chosen value is still at the edge of those tried.
 
   Edge extension: while the best candidate's value of a numeric dimension is the largest
   (smallest) of that dimension's values tried (by any candidate: a staged search tries the client
@@ -383,17 +526,19 @@ def tune_method(config, method: Method, evaluate: Callable[..., tuple[float, int
     alive = new   # halving: each rung but the last runs those left and keeps the best third
     if config.schedule == 'halving' and len(new) >= HALVING_RATE:
       for length in rungs(config.loop.rounds, len(new), config.last_k)[:-1]:
-        scores = [evaluate(c, rounds=length)[0] for c in alive]
+        scores = [s for s, _ in (yield [(c, length) for c in alive])]
         order = sorted(range(len(alive)),   # NaN last; stable: ties keep the listed order
                        key=lambda i: -scores[i] if math.isfinite(scores[i]) else math.inf)
         alive = [alive[i] for i in sorted(order[:math.ceil(len(alive) / HALVING_RATE)])]
+    results = (yield [(c, None) for c in alive]) if alive else []
+    full = {candidate_name(c): r for c, r in zip(alive, results)}
     for c in new:   # those halving stopped early: NaN, 0 seeds
-      seen[candidate_name(c)] = evaluate(c) if c in alive else (float('nan'), 0)
+      seen[candidate_name(c)] = full.get(candidate_name(c), (float('nan'), 0))
       scored.append((c, *seen[candidate_name(c)]))
 
-  try_all(candidates(config, method))
+  yield from try_all(candidates(config, method))
   if config.strategy != 'product':
-    try_all(candidates(config, method, best(scored)[0]['client_lr']))
+    yield from try_all(candidates(config, method, best(scored)[0]['client_lr']))
   steps: dict[tuple[str, int], int] = {}
   dims = _numeric_dimensions(config, method)
   tried = lambda dim: [c[dim] for c, _, _ in scored if c.get(dim) is not None]
@@ -411,7 +556,7 @@ def tune_method(config, method: Method, evaluate: Callable[..., tuple[float, int
         continue
       steps[(dim, side)] = steps.get((dim, side), 0) + 1
       before = len(scored)
-      try_all([dict(winner, **{dim: new})])
+      yield from try_all([dict(winner, **{dim: new})])
       moved = moved or len(scored) > before
   winner, top = best(scored)
   at_edge = [d for d in dims if math.isfinite(top) and _edge(tried(d), winner.get(d)) is not None]
@@ -421,16 +566,22 @@ def tune_method(config, method: Method, evaluate: Callable[..., tuple[float, int
 
 
 def widen_server_lrs(choice: dict, server_lrs: Sequence[float], evaluate) -> dict:
+  """`widen_search` answered by `evaluate(candidate)`."""
+  return drive(widen_search(choice, server_lrs), _answer_with(evaluate))
+
+
+def widen_search(choice: dict, server_lrs: Sequence[float]) -> Generator[list, list, dict]:
   """`choice` after also trying, at its chosen client lr and values, each of `server_lrs` it
   has not tried (those other methods' edge extensions reached), so that the baseline searched
   every server lr any method searched; a new candidate wins if it scores higher (ties: the
-  earlier choice)."""
+  earlier choice). A generator of one wave of requests, as `search`."""
   tried = [float(_candidate_values(s['candidate']).get('slr', 'nan')) for s in choice['scores']]
   new = [dict(choice['tuned'], client_lr=choice['client_lr'], server_lr=lr)
          for lr in sorted(server_lrs) if not any(math.isclose(lr, t, rel_tol=1e-5) for t in tried)]
   if not new:
     return choice
-  scored = [(c, *evaluate(c)) for c in new]
+  results = yield [(c, None) for c in new]
+  scored = [(c, *r) for c, r in zip(new, results)]
   winner, top = best([(None, choice['score'], 0)] + scored)
   server_lr = choice['server_lr'] if winner is None else winner['server_lr']
   at_edge = [d for d in choice['at_edge'] if d != 'server_lr']

@@ -105,6 +105,21 @@ def workers_with_token(token):
   return runtime.workers_with_environment('TFF_CONFLICT_TEST_TOKEN', token)
 
 
+def processes_with_token(token):
+  """Every live process whose environment holds TFF_CONFLICT_TEST_TOKEN=token: a binary's worker
+  processes, Ray's processes, TFF's worker_binary."""
+  import psutil  # pylint: disable=g-import-not-at-top
+  found = []
+  for process in psutil.process_iter():
+    try:
+      if (process.environ().get('TFF_CONFLICT_TEST_TOKEN') == token
+          and process.status() != psutil.STATUS_ZOMBIE):
+        found.append(process.pid)
+    except (psutil.Error, OSError):
+      pass
+  return found
+
+
 def binary_env(token):
   return dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', TFF_CONFLICT_TEST_TOKEN=token)
 

@@ -1,10 +1,13 @@
 """experiments.benchmark: flags to config (one-line errors naming the flag), presets, and the
 smoke preset end to end as a process (report with the interval column, runs.csv, no worker
-left)."""
+left), the same runs.csv from local worker processes, and a killed driver's grid resumed."""
 
 import csv
+import json
 import os
 import re
+import subprocess
+import time
 import uuid
 
 from absl import flags
@@ -172,12 +175,31 @@ def test_bad_flags_are_one_line_errors_naming_the_flag(flag_values, message):
       benchmark.config_from_flags()
 
 
-def test_smoke_preset_end_to_end_leaves_no_worker(tmp_path):
+@pytest.fixture(scope='module')
+def smoke(tmp_path_factory):
+  """The smoke preset run as a user runs it: (its directory, the process's result, its token)."""
+  tmp_path = tmp_path_factory.mktemp('smoke')
   token = uuid.uuid4().hex
   result = conftest.run_binary('experiments.benchmark', '--preset=smoke',
                                f'--output_dir={tmp_path}', '--noprogress', token=token)
+  return tmp_path / 'smoke', result, token
+
+
+def _rows(path):
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+_TIMING_COLUMNS = ('seconds_per_round', 'first_round_s', 'run_seconds')
+
+
+def _without_timing(rows):
+  return [{k: v for k, v in r.items() if k not in _TIMING_COLUMNS} for r in rows]
+
+
+def test_smoke_preset_end_to_end_leaves_no_worker(smoke):
+  root, result, token = smoke
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  root = tmp_path / 'smoke'
   report = (root / 'report.md').read_text()
   assert 'Δ vs fedavg [95% CI]' in report and 'Holm p' in report
   assert '### `digits:iid@8`, E=1' in report and '### `digits:#C=2@8`, E=1' in report
@@ -194,6 +216,84 @@ def test_smoke_preset_end_to_end_leaves_no_worker(tmp_path):
   assert '## Diagnosis' in report and '### fedgh' in report
   assert f'report: {root / "report.md"}' in result.stdout
   assert conftest.workers_with_token(token) == []
+
+
+def test_local_workers_give_the_inline_runs_csv_and_leave_no_process(smoke, tmp_path):
+  root, inline, _ = smoke
+  assert inline.returncode == 0
+  token = uuid.uuid4().hex
+  result = conftest.run_binary('experiments.benchmark', '--preset=smoke', '--executor=local',
+                               '--workers=2', f'--output_dir={tmp_path}', '--noprogress',
+                               token=token)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  local = _rows(tmp_path / 'smoke' / 'runs.csv')
+  assert len(local) == 8 and _without_timing(local) == _without_timing(_rows(root / 'runs.csv'))
+  timing = json.loads((tmp_path / 'smoke' / 'timing.json').read_text())[-1]
+  assert (timing['executor'], timing['workers'], timing['runs_done']) == ('local', 2, 8)
+  assert conftest.workers_with_token(token) == []
+  assert conftest.processes_with_token(token) == []
+
+
+@pytest.mark.slow
+def test_a_two_node_ray_cluster_gives_the_inline_runs_csv_and_leaves_no_process(
+    smoke, tmp_path, ray_cluster):
+  root, inline, _ = smoke
+  assert inline.returncode == 0
+  token = uuid.uuid4().hex
+  result = conftest.run_binary('experiments.benchmark', '--preset=smoke', '--executor=ray',
+                               f'--ray_address={ray_cluster.address}', f'--output_dir={tmp_path}',
+                               '--noprogress', token=token)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  ray_rows = _rows(tmp_path / 'smoke' / 'runs.csv')
+  assert _without_timing(ray_rows) == _without_timing(_rows(root / 'runs.csv'))
+  timing = json.loads((tmp_path / 'smoke' / 'timing.json').read_text())[-1]
+  assert (timing['executor'], timing['workers'], timing['runs_done']) == ('ray', 2, 8)
+  # Two actors of 1 CPU on two nodes of 1 CPU: one ran on each node. Both ended with the driver.
+  from tests.experiments import ray_cluster as cluster_lib  # pylint: disable=g-import-not-at-top
+  time.sleep(2)
+  assert [p for p in cluster_lib.leftover_ray_processes(ray_cluster.marker)
+          if '_RayWorker' in ' '.join(p.cmdline())] == []
+  assert conftest.processes_with_token(token) == []
+
+
+def test_a_composition_that_cannot_be_built_is_refused_before_any_run(tmp_path):
+  token = uuid.uuid4().hex
+  result = conftest.run_binary('experiments.benchmark', '--preset=smoke',
+                               '--methods=fedavg,fednova+corrective', f'--output_dir={tmp_path}',
+                               token=token, timeout=300)
+  assert result.returncode == 2
+  assert 'Traceback' not in result.stderr + result.stdout
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith('benchmark: --methods=fednova+corrective: '), lines[0]
+  assert 'normalised averaging cannot be combined with the corrective aggregator' in lines[0]
+  assert not list((tmp_path / 'smoke').rglob('result.json'))
+  assert not (tmp_path / 'smoke' / 'config.json').exists()
+
+
+@pytest.mark.slow
+def test_a_killed_driver_leaves_no_worker_and_a_rerun_runs_only_the_unfinished(tmp_path):
+  token = uuid.uuid4().hex
+  args = ('--preset=smoke', '--executor=local', '--workers=2', '--rounds=6',
+          f'--output_dir={tmp_path}', '--noprogress')
+  process = subprocess.Popen(conftest.binary_command('experiments.benchmark', *args),
+                             cwd=conftest.REPO_ROOT, env=conftest.binary_env(token),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  root = tmp_path / 'smoke'
+  deadline = time.monotonic() + 540
+  while time.monotonic() < deadline and len(list(root.rglob('result.json'))) < 3:
+    time.sleep(0.2)
+  process.kill()
+  process.wait()
+  finished = len(list(root.rglob('result.json')))
+  assert 3 <= finished < 8
+  time.sleep(3)   # the workers see their parent gone
+  assert conftest.processes_with_token(token) == [] and conftest.workers_with_token(token) == []
+  result = conftest.run_binary('experiments.benchmark', *args, token=token)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  timing = json.loads((root / 'timing.json').read_text())[-1]
+  assert (timing['runs_skipped'], timing['runs_done']) == (finished, 8 - finished)
+  assert len(_rows(root / 'runs.csv')) == 8
 
 
 def test_a_bad_flag_ends_in_one_line_without_traceback(tmp_path):

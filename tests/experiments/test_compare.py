@@ -150,3 +150,25 @@ def test_a_rerun_with_fewer_rounds_is_refused_before_any_work(tmp_path, capfd):
       compare.run_comparison(experiment, algorithms, seeds, target)
   assert capfd.readouterr().out == ''
   assert {p: p.read_bytes() for p in sorted(tmp_path.rglob('*')) if p.is_file()} == before
+
+
+@pytest.mark.slow
+def test_local_workers_give_the_inline_comparison(tmp_path):
+  tables = {}
+  for executor in ('inline', 'local'):
+    extra = ['--executor=local', '--workers=2'] if executor == 'local' else []
+    result = conftest.run_binary(
+        'experiments.compare', '--algorithms=fedavg,fedgh,scaffold', '--seeds=0,1',
+        '--num_clients=6', '--clients_per_round=3', '--model=logistic_regression', '--rounds=2',
+        '--client_batch_size=32', '--noprogress', f'--output_dir={tmp_path / executor}', *extra,
+        token='compare-executors')
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = (tmp_path / executor / 'compare_digits' / 'summary.md').read_text().splitlines()
+    tables[executor] = [l.rsplit('|', 3)[0] for l in summary if l.startswith('| ')]   # no times
+    for alg in ('fedavg', 'fedgh', 'scaffold'):
+      for seed in (0, 1):
+        rows = metrics_io.read_csv(str(tmp_path / executor / 'compare_digits' / alg / f'seed{seed}'
+                                       / 'metrics.csv'))
+        tables[executor].append([(r['round_num'], r['test_accuracy'], r['train_loss'])
+                                 for r in rows])
+  assert tables['local'] == tables['inline']

@@ -30,7 +30,7 @@ def test_flags_build_the_config_and_its_flag_values_round_trip():
   with flagsaver.as_parsed(algorithm='custom', client_loss='focal', aggregator='fedgh',
                            proximal_strength='0.2', dataset='synthetic', num_clients='8',
                            rounds='7', clients_per_round='3', seed='4', client_optimizer='adam',
-                           server_momentum='0.5', runtime='cpp', workers='a:1,b:2',
+                           server_momentum='0.5', runtime='cpp', tff_workers='a:1,b:2',
                            focal_gamma='1.5'):
     experiment = flags_lib.experiment_config()
   assert experiment.algorithm == config.AlgorithmConfig('custom', 'focal', 'fedgh',
@@ -43,7 +43,7 @@ def test_flags_build_the_config_and_its_flag_values_round_trip():
   assert experiment.hparams.focal_gamma == 1.5
   assert experiment.experiment_name == 'synthetic_focal+fedgh_seed4'
   values = experiment.flag_values()
-  assert values['client_batch_size'] == 20 and values['workers'] == ['a:1', 'b:2']
+  assert values['client_batch_size'] == 20 and values['tff_workers'] == ['a:1', 'b:2']
   assert values['proximal_term'] is True
   assert config.from_flag_values(values, proximal_term=True) == experiment
 
@@ -76,8 +76,8 @@ def test_proximal_term_only_for_a_composed_method():
      'momentum', 'server_momentum', "--server_momentum must be 0 with optimizer 'adam'"),
     (lambda: config.AlgorithmConfig('custom', client_loss='ce'), 'aggregator', 'aggregator',
      "--aggregator must be given when the algorithm is 'custom', got None"),
-    (lambda: config.OutputConfig(runtime='cpp', workers=('h:1', 'h:1')), 'workers', 'workers',
-     '--workers must be a list of distinct host:port'),
+    (lambda: config.OutputConfig(runtime='cpp', workers=('h:1', 'h:1')), 'workers', 'tff_workers',
+     '--tff_workers must be a list of distinct host:port'),
     (lambda: config.ExperimentConfig(training=config.LoopConfig(rounds=2, clients_per_round=1,
                                                                 eval_every=3)),
      'eval_every', 'eval_every', '--eval_every must be at most rounds=2'),
@@ -130,7 +130,7 @@ def test_booleans_are_not_numbers_and_sections_are_typed():
 def test_the_runtime_defaults_to_the_in_process_runner():
   assert config.OutputConfig().runtime == 'inprocess' == FLAGS['runtime'].default
   assert config.OutputConfig(runtime='cpp', workers=['h:1']).workers == ('h:1',)
-  with pytest.raises(config.ConfigError, match="runtime must be 'cpp' with workers"):
+  with pytest.raises(config.ConfigError, match="runtime must be 'cpp' with tff_workers"):
     config.OutputConfig(workers=('h:1',))
 
 

@@ -29,8 +29,8 @@ from tests.experiments import conftest
     (dict(client_optimizer='adam', client_momentum='0.9'),
      "--client_momentum must be 0 with optimizer 'adam' \\(momentum applies to sgd only\\), "
      'got 0.9'),
-    (dict(workers='localhost:1', runtime='inprocess'),
-     "--runtime must be 'cpp' with workers .*got 'inprocess'"),
+    (dict(tff_workers='localhost:1', runtime='inprocess'),
+     "--runtime must be 'cpp' with tff_workers .*got 'inprocess'"),
     (dict(rounds='3', eval_every='4'), '--eval_every must be at most rounds=3 .*got 4'),
 ])
 def test_cross_flag_checks(flag_values, message):
@@ -48,8 +48,8 @@ def test_cross_flag_checks(flag_values, message):
     (dict(selection_ratio='2'), r'--selection_ratio must be a number in \(0, 1\], got 2.0'),
     (dict(corrective_alpha='1.5'), r'--corrective_alpha must be a number in \[0, 1\], got 1.5'),
     (dict(client_momentum='1'), r'--client_momentum must be a number in \[0, 1\), got 1.0'),
-    (dict(workers='localhost'),
-     r"--workers must be a list of distinct host:port entries .*, got \['localhost'\]"),
+    (dict(tff_workers='localhost'),
+     r"--tff_workers must be a list of distinct host:port entries .*, got \['localhost'\]"),
     (dict(experiment_name='../x'), "--experiment_name must be a relative name .*, got '../x'"),
 ])
 def test_single_flag_values_are_refused_when_parsed(flag_values, message):

@@ -13,6 +13,8 @@ from tff_conflict.learning.algorithms import build_fedld
 from tff_conflict.learning.algorithms import build_fedmgc
 from tff_conflict.learning.algorithms import build_fednova
 from tff_conflict.learning.algorithms import build_fedprox
+from tff_conflict.learning.checking import ANY_MODEL
+from tff_conflict.learning.checking import check_arguments
 from tff_conflict.learning.client_controls import ClientControls
 from tff_conflict.learning.client_work import build_client_work
 from tff_conflict.learning.client_work import build_label_counting_client_work

@@ -14,6 +14,7 @@ import tensorflow_federated as tff
 
 from tff_conflict import _checks
 from tff_conflict import _compat
+from tff_conflict.learning import checking
 
 MetricsArg = Optional[Union[Callable[[], Sequence[tf.keras.metrics.Metric]],
                             Sequence[tf.keras.metrics.Metric]]]
@@ -276,6 +277,7 @@ def resolve_model(model_fn: ModelArg, input_spec: InputSpecArg = None) -> Resolv
   Raises:
     ValueError: on anything else, naming the argument and the value.
   """
+  checking.stop_at_model(model_fn)
   if input_spec is not None:
     input_spec = check_input_spec(input_spec)
   if isinstance(model_fn, tff.learning.models.FunctionalModel):

@@ -9,6 +9,7 @@ import tensorflow_federated as tff
 from tff_conflict import _checks
 from tff_conflict import hparams
 from tff_conflict.learning import _validation
+from tff_conflict.learning import checking
 from tff_conflict.learning import client_work as client_work_lib
 from tff_conflict.learning import corrective as corrective_lib
 from tff_conflict.learning import fednova as fednova_lib
@@ -277,6 +278,7 @@ def _compose(model: models_lib.ResolvedModel, *, loss_fn, metrics_fn, functional
              server_optimizer, mu: float, clip, metrics_aggregator, normalized: bool = False
              ) -> tff.learning.templates.LearningProcess:
   """The composition of `build_process`, from checked arguments."""
+  checking.stop_if_checking()
   if model.kind == models_lib.KERAS:
     loss_fn = models_lib.label_checked(loss_fn, model.num_classes)
   variable_model_fn = variable_model_fn_of(model, loss_fn=loss_fn, metrics_fn=metrics_fn,

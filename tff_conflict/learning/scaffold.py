@@ -16,6 +16,7 @@ from tff_conflict import hparams
 from tff_conflict.aggregators import _flatten as flatten
 from tff_conflict.aggregators import _gather as gather
 from tff_conflict.learning import _validation
+from tff_conflict.learning import checking
 from tff_conflict.learning import client_work as client_work_lib
 from tff_conflict.learning import models as models_lib
 from tff_conflict.learning import process as process_lib
@@ -232,6 +233,7 @@ def build_scaffold(model_fn: models_lib.ModelArg, *,
 def _compose(variable_model_fn, *, factory, weighting: str, client_optimizer, server_optimizer,
              num_clients: int, clip: Optional[float]) -> tff.learning.templates.LearningProcess:
   """The process of `build_scaffold`, from checked arguments."""
+  checking.stop_if_checking()
   with tf.Graph().as_default():
     probe = variable_model_fn()
     metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(probe.metric_finalizers())

@@ -1,0 +1,136 @@
+"""Runs a plan (`plan.tasks`) on an executor (`experiments.executors`): every run of every ready
+task is submitted at once, a task advances when its wave of runs is back, and a task starts when
+the tasks it reads have ended. Returns every task's result."""
+
+import dataclasses
+import os
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from experiments.benchmarking import engine as engine_lib
+from experiments.benchmarking import plan as plan_lib
+from experiments.benchmarking import runs as runs_lib
+
+
+@dataclasses.dataclass
+class Counts:
+  """What the runs of a plan did so far, for the progress display and timing.json."""
+  planned: dict[str, int]          # phase -> runs planned (tuning: an upper bound, lowered as
+  done: dict[str, int]             # its tasks end); phase -> runs back (finished or failed)
+  runs_done: int = 0
+  runs_skipped: int = 0
+  build_seconds: float = 0.0
+  processes_built: int = 0
+  rounds_done: int = 0
+  failures: list = dataclasses.field(default_factory=list)   # (spec, message)
+
+  @classmethod
+  def of(cls, tasks: Sequence[plan_lib.Task]) -> 'Counts':
+    counts = cls(planned={runs_lib.TUNE_PHASE: 0, runs_lib.REPORT_PHASE: 0},
+                 done={runs_lib.TUNE_PHASE: 0, runs_lib.REPORT_PHASE: 0})
+    for task in tasks:
+      counts.planned[task.phase] += task.runs
+    return counts
+
+  @property
+  def total(self) -> int:
+    """Runs planned (at least those back)."""
+    return max(sum(self.done.values()), sum(self.planned.values()))
+
+  def line(self) -> str:
+    """'tune 12/40  report 3/30  1 failed'."""
+    parts = [f'{phase} {self.done[phase]}/{self.planned[phase]}' for phase in self.planned
+             if self.planned[phase]]
+    return '  '.join(parts + ([f'{len(self.failures)} failed'] if self.failures else []))
+
+
+@dataclasses.dataclass
+class _Active:
+  task: plan_lib.Task
+  generator: Any
+  wave: list = dataclasses.field(default_factory=list)
+  got: dict = dataclasses.field(default_factory=dict)   # run directory -> summary
+  used: int = 0
+
+
+def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
+        on_progress: Callable[[Counts], None] = lambda counts: None,
+        on_failure: Callable[[runs_lib.RunSpec, str], None] = lambda spec, message: None,
+        on_task: Callable[[plan_lib.Task, Any, Mapping[tuple, Any]], None] = (
+            lambda task, result, results: None)) -> dict[tuple, Any]:
+  """Runs `tasks` on `executor` (whose jobs are `RunSpec`s answered by `engine.Ran`), keeping
+  `counts` (`Counts.of(tasks)`) up to date; returns task key -> result. `on_task(task, result, results)` is called as each task ends,
+  `on_failure(spec, message)` as a run fails (a worker that died included: its run's error.txt
+  says so), `on_progress(counts)` after every run."""
+  results: dict[tuple, Any] = {}
+  waiting = list(tasks)
+  active: dict[tuple, _Active] = {}
+  in_flight: dict[int, tuple[str, runs_lib.RunSpec]] = {}    # ticket -> (directory, spec)
+  readers: dict[str, list[tuple]] = {}                       # directory -> task keys
+
+  def advance(key: tuple, sent: Optional[list]) -> None:
+    state = active[key]
+    while True:
+      try:
+        wave = next(state.generator) if sent is None else state.generator.send(sent)
+      except StopIteration as stop:
+        del active[key]
+        results[key] = stop.value
+        counts.planned[state.task.phase] += state.used - state.task.runs   # its bound is now exact
+        on_task(state.task, stop.value, results)
+        return
+      if wave:
+        break
+      sent = []
+    state.wave, state.got = list(wave), {}
+    state.used += len(wave)
+    for spec in wave:
+      where = spec.directory(root)
+      if where not in readers:
+        readers[where] = []
+        in_flight[executor.submit(spec)] = (where, spec)
+      readers[where].append(key)
+
+  def start_ready() -> None:   # until none is ready (a task may end at once, readying others)
+    ready = [t for t in waiting if all(k in results for k in t.after)]
+    while ready:
+      for task in ready:
+        waiting.remove(task)
+        active[task.key] = _Active(task, task.body(results))
+        advance(task.key, None)
+      ready = [t for t in waiting if all(k in results for k in t.after)]
+
+  start_ready()
+  while active or waiting:
+    if not in_flight:
+      raise RuntimeError('the plan cannot go on: tasks wait for tasks that never end '
+                         f'{[t.key for t in waiting]}')
+    for outcome in executor.wait():
+      where, spec = in_flight.pop(outcome.ticket)
+      ran = outcome.value
+      if outcome.error is not None:   # the worker died: the run's failure, as any other
+        ran = engine_lib.Ran(None, outcome.error, False, 0.0, 0, 0)
+        _record_crash(where, outcome.error)
+      counts.done[spec.phase] += 1
+      counts.runs_done += ran.summary is not None and not ran.skipped
+      counts.runs_skipped += ran.skipped
+      counts.build_seconds += ran.build_seconds
+      counts.processes_built += ran.processes_built
+      counts.rounds_done += ran.rounds
+      if ran.failure is not None:
+        counts.failures.append((spec, ran.failure))
+        on_failure(spec, ran.failure)
+      for key in readers.pop(where):
+        state = active[key]
+        state.got[where] = ran.summary
+        if all(s.directory(root) in state.got for s in state.wave):
+          advance(key, [state.got[s.directory(root)] for s in state.wave])
+      on_progress(counts)
+    start_ready()
+  return results
+
+
+def _record_crash(run_dir: str, message: str) -> None:
+  """The run's error.txt, as `Engine.run` writes for a run that raised."""
+  os.makedirs(run_dir, exist_ok=True)
+  with open(os.path.join(run_dir, 'error.txt'), 'w') as f:
+    f.write(f'{message}\n')
