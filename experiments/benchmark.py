@@ -80,13 +80,9 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
   parts = flags_lib.experiment_config()
   values = {field.name: field.metadata['parse'](flag, FLAGS[flag].value)
             if 'parse' in field.metadata else FLAGS[flag].value for flag, field in _SETTINGS}
-  # Each algorithm's builder arguments from the method flags (the order seed aside; a flag left
-  # unset, None, leaves the builder's default).
-  given = {algorithm: {keyword: FLAGS[flag].value for keyword, flag in table.items()
-                       if keyword != 'seed' and FLAGS[flag].value is not None}
-           for algorithm, table in experiment_lib.ALGORITHM_HPARAMS.items()}
   config = config_lib.BenchmarkConfig(
-      **values, given=given, loop=parts.training, client=parts.client, server=parts.server,
+      **values, given=config_lib.given_arguments(lambda flag: FLAGS[flag].value),
+      loop=parts.training, client=parts.client, server=parts.server,
       data=parts.data, output=parts.output)
   # The method flags reach the methods by algorithm (`given`): refuse one none reads.
   flags_lib.check_method_flags_apply([

@@ -18,16 +18,38 @@ from experiments.benchmarking import results  # pylint: disable=g-import-not-at-
 from experiments.benchmarking import runs as runs_lib  # pylint: disable=g-import-not-at-top
 
 
+# Twenty colours (matplotlib's ten, then ten darker or other hues), a line style per ten and a
+# marker cycle of 7 (coprime with 10): `style(i)` differs in colour for i < 20 and in (colour,
+# line style) for i < 40.
+_COLOURS = ('#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
+            '#7f7f7f', '#bcbd22', '#17becf',
+            '#000000', '#393b79', '#637939', '#8c6d31', '#843c39', '#7b4173', '#e7ba52',
+            '#6b6ecf', '#31a354', '#fd8d3c')
+_LINE_STYLES = ('-', '--', ':', '-.')
+_MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X')
+
+
+def style(index: int) -> dict[str, str]:
+  """The line style of the `index`-th method of a plot's order: matplotlib's `color`,
+  `linestyle` and `marker` (distinct for every index below 20)."""
+  return {'color': _COLOURS[index % len(_COLOURS)],
+          'linestyle': _LINE_STYLES[index // 10 % len(_LINE_STYLES)],
+          'marker': _MARKERS[index % len(_MARKERS)]}
+
+
 def plot_curves(curves: Mapping[str, Sequence[Any]], path: str, *, ylabel: str,
-                title: str = '') -> bool:
+                title: str = '', order: Sequence[str] = ()) -> bool:
   """Writes a PNG of one line per label: the mean over seeds, shaded +- one standard deviation
   where there are several; returns whether a line was drawn (no file otherwise).
 
   `curves`: label -> per seed a mapping round -> value, or a sequence of values of rounds 1, 2,
   ...; None, a non-finite value or a missing round is skipped, a label without values not drawn.
+  A label's style is `style` of its position in `order` (labels not in it follow, in `curves`'s
+  order), so that a method looks the same in every plot of one order.
   """
   fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
   drawn = False
+  order = list(order) + [label for label in curves if label not in order]
   for label, per_seed in curves.items():
     per_seed = [s if isinstance(s, Mapping) else dict(enumerate(s, start=1)) for s in per_seed]
     xs, means, stds = [], [], []
@@ -39,8 +61,8 @@ def plot_curves(curves: Mapping[str, Sequence[Any]], path: str, *, ylabel: str,
         stds.append(float(np.std(values)))
     if xs:
       means, stds = np.array(means), np.array(stds)
-      (line,) = ax.plot(xs, means, label=label, linewidth=1.6,
-                        marker='.' if len(xs) < 30 else None)
+      (line,) = ax.plot(xs, means, label=label, linewidth=1.6, markersize=4,
+                        markevery=max(1, len(xs) // 12), **style(order.index(label)))
       if len(per_seed) > 1:
         ax.fill_between(xs, means - stds, means + stds, color=line.get_color(), alpha=0.15)
       drawn = True
@@ -68,6 +90,14 @@ def _stem(regime: str, epochs: int) -> str:
   return f'{runs_lib.slug(regime.replace("#C=", "C"))}_E{epochs}'
 
 
+def _diverged_label(method: str, runs) -> str:
+  """`method`, with how many of its seeds' `runs` diverged (drawn at chance from then on)."""
+  runs = list(runs)
+  diverged = sum(results.is_true(row.get('diverged')) for row in runs)
+  return (f'{method} ({diverged}/{len(runs)} diverged, at chance after)' if diverged
+          else method)
+
+
 def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
   """Writes the benchmark's plots of runs.csv's `rows`: per regime and E the test accuracy and
   training loss per round, each method's gain against the regime's conflict, and (several E)
@@ -92,15 +122,20 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
     for key, what, ylabel in (('accuracy_curve', 'accuracy', 'test accuracy'),
                               (loss_curve, 'train_loss', loss_label)):
       name = f'{what}_{_stem(regime, e)}.png'
-      curves = {m: [runs_lib.decode_curve(row.get(key)) for row in runs]
+      counted = key == 'accuracy_curve'   # a diverged run at chance from then on, as counted
+      labels = {m: _diverged_label(m, cell[m].values()) if counted and m in cell else m
+                for m in methods}
+      curves = {labels[m]: [runs_lib.counted_curve(row) if counted
+                            else runs_lib.decode_curve(row.get(key)) for row in runs]
                 for m, runs in ordered.items()}
       if plot_curves(curves, os.path.join(plots_dir, name), ylabel=ylabel,
-                     title=f'{regime}, E={e} (mean ± std over seeds)'):
+                     title=f'{regime}, E={e} (mean ± std over seeds)',
+                     order=[labels[m] for m in methods]):
         written[f'{what}:{regime}:{e}'] = name
   markers = ['o', 's', '^', 'D', 'v', 'P']
   fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
   all_means = []
-  for (i, method), (j, e) in itertools.product(enumerate(others), enumerate(epochs)):
+  for method, (j, e) in itertools.product(others, enumerate(epochs)):
     points = [(results.regime_conflict(cells[(r, e)], baseline)[0], found[(r, e, method)])
               for r in regimes if (r, e, method) in found]
     points = [(conflict, d) for conflict, d in points if conflict is not None]
@@ -110,7 +145,8 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
       ax.errorbar([c for c, _ in points], [d.mean for d in ds],
                   yerr=[[d.mean - d.low if d.n >= 2 else 0.0 for d in ds],
                         [d.high - d.mean if d.n >= 2 else 0.0 for d in ds]],
-                  fmt=markers[j % len(markers)], color=f'C{i % 10}', capsize=2, alpha=0.85,
+                  fmt=markers[j % len(markers)], color=style(methods.index(method))['color'],
+                  capsize=2, alpha=0.85,
                   label=f'{method} E={e}')
   if all_means:
     # The means decide the range; intervals wider than it (few seeds) run off the axes.

@@ -11,6 +11,7 @@ import numpy as np
 
 from experiments import config as experiment_config
 from experiments.benchmarking import methods as methods_lib
+from tff_conflict import hparams as hparams_lib
 
 ConfigError = experiment_config.ConfigError
 _DEFAULTS = experiment_config.ExperimentConfig()  # the parts' defaults
@@ -180,6 +181,17 @@ def _parsed(argument: str, name: str, own: Collection[str] = ()):
     raise ConfigError(argument, name, reason=str(e)) from None
 
 
+def given_arguments(value_of: Optional[Callable[[str], Any]] = None
+                    ) -> dict[str, dict[str, Any]]:
+  """Each algorithm's builder arguments from its method flags, `value_of(flag)` (default: the
+  flag's default), the order seed aside; a flag's None leaves the builder's default."""
+  value_of = value_of or functools.partial(getattr, _DEFAULTS.algorithm)
+  return {algorithm: {h.keyword: value_of(h.flag) for h in hparams
+                      if h.flag is not None and h.keyword != 'seed'
+                      and value_of(h.flag) is not None}
+          for algorithm, hparams in hparams_lib.ALGORITHM_HPARAMS.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class BenchmarkConfig:
   """A benchmark: the grid (regimes x methods x E x seeds), tuning (`tune` to
@@ -191,7 +203,8 @@ class BenchmarkConfig:
   of unbatched `OrderedDict(x=float, y=int)`, each a regime (list it in `regimes`); `model_fns`,
   name -> a function returning a new uncompiled Keras model (`models` maps a dataset to one, else
   your only one). `given`: method or algorithm name -> builder keywords used where nothing is
-  tuned (a method's name wins)."""
+  tuned (a method's name wins), an algorithm's completed by `given_arguments()` (the method
+  flags' defaults), so that every run records the arguments it ran with, as with the flags."""
   regimes: tuple = setting(
       parse=_parse_names, help='Comma-separated regimes (tff_conflict.data.regimes): '
       'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), synthetic(ALPHA,BETA), '
@@ -294,6 +307,10 @@ class BenchmarkConfig:
     must('distinct regimes', lambda _: len(set(names)) == len(names) and len(
         {r.slug for r in parsed}) == len(parsed))('regimes', list(self.regimes))
     object.__setattr__(self, 'regimes', tuple(names))
+    defaults = given_arguments()
+    object.__setattr__(self, 'given', {
+        **{a: {**values, **dict(self.given.get(a, {}))} for a, values in defaults.items()},
+        **{name: dict(values) for name, values in self.given.items() if name not in defaults}})
     for name in self.datasets:
       must('listed in regimes (your dataset is a regime)', lambda v: v in names)('datasets', name)
     must('a non-empty list of methods', bool)('methods', self.methods)
@@ -333,6 +350,11 @@ class BenchmarkConfig:
       tuned = _parsed('tuning_regimes', regime, self.datasets)
       must('entries DATASET:REGIME with a regime of that dataset',
            lambda _: tuned.dataset == dataset)('tuning_regimes', f'{dataset}:{regime}')
+    if self.grids and not self.tune:
+      shown = ','.join(f'{m}.{k}={"/".join(map(str, v))}' for m, grid in self.grids.items()
+                       for k, v in grid.items())
+      raise ConfigError('grids', shown, reason='does not apply with --notune, which tunes nothing '
+                        '(the method flags give the values); drop --grids or --notune')
     for method in self.grids:
       _M.one_of(method_names)('grids', method)
     for method in resolved:

@@ -46,7 +46,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
            tables.variants_section(rows, config),
            '## Results\n']
   for regime, e, heading, table in tables.result_tables(rows, config):
-    parts += [f'### `{regime}`, E={e}\n', heading + '\n', table]
+    parts += [f'### `{regime}`, E={e}\n', *([heading + '\n'] if heading else []), table]
     images = ' '.join(filter(None, (image(f'accuracy:{regime}:{e}', 'test accuracy'),
                                     image(f'train_loss:{regime}:{e}', 'training loss'))))
     if images:

@@ -236,15 +236,22 @@ def verdict(d: Optional[stats.Interval], margin: float = 0.0, chance: bool = Fal
   return 'ties' if -margin < d.low and d.high < margin else 'inconclusive'
 
 
+def paired_comparisons(cell, baseline: str, config: Mapping[str, Any]) -> list[stats.Interval]:
+  """The differences of the primary statistic against `baseline` with at least 2 paired seeds
+  and a finite sd, where neither side collapsed: what `power` reads."""
+  found = [difference(cell, m, baseline, primary_statistic(config)) for m in cell
+           if not (collapsed(cell[m]) or collapsed(cell.get(baseline)))]
+  return [d for d in found if d is not None and d.n >= 2 and math.isfinite(d.sd)]
+
+
 def power(cell, baseline: str, config: Mapping[str, Any]
           ) -> Optional[tuple[float, int, float, float, int]]:
   """(minimal detectable difference, seeds needed to detect `detect_for`, that difference, the
   median paired sd of the primary statistic over the methods, the fewest paired seeds) at
-  `POWER` and level `ALPHA`, from the comparisons with at least 2 seeds where neither side
-  collapsed (a pilot's, for the next run); None without one."""
-  found = [difference(cell, m, baseline, primary_statistic(config)) for m in cell
-           if not (collapsed(cell[m]) or collapsed(cell.get(baseline)))]
-  found = [d for d in found if d is not None and d.n >= 2 and math.isfinite(d.sd)]
+  `POWER` and level `ALPHA`, from the `paired_comparisons` whose difference varies over the
+  seeds (a pilot's, for the next run; one the same in every seed, such as an `identical` one,
+  says nothing of their spread); None without one."""
+  found = [d for d in paired_comparisons(cell, baseline, config) if d.sd > 0]
   if not found:
     return None
   sd, n = statistics.median(d.sd for d in found), min(d.n for d in found)

@@ -119,6 +119,23 @@ def decode_curve(text: Any) -> list[Optional[float]]:
   return [None if v == '' else float(v) for v in str(text).split(';')]
 
 
+def counted_accuracy(accuracy: Optional[float], round_num: int, diverged_round: Optional[int],
+                     chance: Optional[float]) -> Optional[float]:
+  """Round `round_num`'s accuracy as the statistics count it (`summarize`): chance (1 / classes)
+  from the round a run diverged on, where chance is known; else as measured."""
+  if diverged_round is not None and chance is not None and round_num >= diverged_round:
+    return chance
+  return accuracy
+
+
+def counted_curve(row: Mapping[str, Any]) -> list[Optional[float]]:
+  """A runs.csv row's test accuracy per round (1, 2, ...) as the statistics count it: an
+  unevaluated round None, a diverged run at chance from its `diverged_round`."""
+  return [None if a is None else counted_accuracy(a, r, row.get('diverged_round'),
+                                                  row.get('chance_accuracy'))
+          for r, a in enumerate(decode_curve(row.get('accuracy_curve')), start=1)]
+
+
 def _finite(value) -> bool:
   return value is not None and math.isfinite(float(value))
 
@@ -152,8 +169,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
   diverged_round = next((int(r['round_num']) for r in rows if diverges(r)), None)
   chance = 1.0 / num_classes if num_classes else None
   raw = [r.get(f'{prefix}_accuracy') for r in rows]
-  evaluated = [(r['round_num'], chance if diverged_round is not None and chance is not None
-                and r['round_num'] >= diverged_round else a)
+  evaluated = [(r['round_num'], counted_accuracy(a, r['round_num'], diverged_round, chance))
                for r, a in zip(rows, raw) if a is not None]
   accuracies = [a for _, a in evaluated]
   finite = [(n, a) for n, a in evaluated if math.isfinite(a)]

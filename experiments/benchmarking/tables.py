@@ -131,10 +131,12 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
 
 
 def power_line(cell, *, baseline: str, config: Mapping[str, Any]) -> str:
-  """The regime's minimal detectable difference and the seeds to detect its target."""
+  """The regime's minimal detectable difference and the seeds to detect its target; '' when
+  every paired difference is the same in every seed (nothing varies to measure it from)."""
   found = results.power(cell, baseline, config)
   if found is None:
-    return 'Minimal detectable difference: not computable (fewer than 2 paired seeds).'
+    return ('' if results.paired_comparisons(cell, baseline, config) else
+            'Minimal detectable difference: not computable (fewer than 2 paired seeds).')
   mdd, needed, target, sd, n = found
   return text('power_line', mdd=mdd, n=n, sd=sd, power=results.POWER, alpha=results.ALPHA,
               target=target, needed=needed)
@@ -147,10 +149,11 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
   found = results.comparisons(rows, config)
   out = []
   for regime, e, cell in results.cells(rows, config):
-    heading = power_line(cell, baseline=baseline, config=config)
     conflict, source = results.regime_conflict(cell, baseline)
-    if conflict is not None:
-      heading += f' Measured conflict fraction {conflict:.3f} ({source}).'
+    heading = ' '.join(filter(None, (
+        power_line(cell, baseline=baseline, config=config),
+        f'Measured conflict fraction {conflict:.3f} ({source}).' if conflict is not None
+        else '')))
     mine = {m: d for (r, ee, m), d in found.items() if (r, ee) == (regime, e)}
     out.append((regime, e, heading,
                 regime_table(cell, methods, baseline=baseline, found=mine, config=config)))

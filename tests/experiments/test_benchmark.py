@@ -19,6 +19,9 @@ from experiments import benchmark
 from experiments import cli
 from experiments import interrupts
 from experiments import presets
+from experiments.benchmarking import config as config_lib
+from experiments.benchmarking import plan
+from experiments.benchmarking import runs
 from tests.experiments import conftest
 
 FLAGS = flags.FLAGS
@@ -117,6 +120,25 @@ def test_given_values_come_from_the_method_flags():
   assert 'seed' not in config.given['fedgh']
 
 
+def test_the_python_path_records_every_builder_argument_as_the_flags_do():
+  settings = dict(regimes=('digits:iid',), methods=('fedavg', 'fedprox', 'fedld'), tune=False)
+  with flagsaver.as_parsed(regimes='digits:iid', methods='fedavg,fedprox,fedld', tune='false'):
+    from_flags = benchmark.config_from_flags()
+  from_python = config_lib.BenchmarkConfig(**settings)
+  assert from_python.given == from_flags.given
+  assert config_lib.as_dict(from_python)['given'] == config_lib.as_dict(from_flags)['given']
+
+  def recorded(config):   # runs.csv's hparams cell of each method's reporting runs
+    return {s.method: runs.run_row(s, {})['hparams']
+            for s in plan.report_specs(config, [])}
+  assert recorded(from_python) == recorded(from_flags)
+  assert recorded(from_python)['fedprox'] == '{"proximal_strength": 0.01}'
+  assert '"margin_weight": 0.01' in recorded(from_python)['fedld']
+  # A value given from Python wins over the flag's default, the others kept.
+  given = config_lib.BenchmarkConfig(**settings, given={'fedld': {'margin_weight': 0.5}}).given
+  assert given['fedld'] == dict(from_flags.given['fedld'], margin_weight=0.5)
+
+
 @pytest.mark.parametrize('flag_values,message', [
     (dict(preset='fast'), "--preset must be one of 'diagnosis', 'fedga_setting', "
      "'fedga_table', 'fedgh_table', 'fedld_table', 'fedmgc_table', 'results', 'smoke', got "
@@ -143,6 +165,9 @@ def test_given_values_come_from_the_method_flags():
      '--proximal_strength=0.5: does not apply to --algorithm=fedavg, --algorithm=fedgh'),
     (dict(methods='fedavg,fedga', focal_gamma='2'),
      '--focal_gamma=2.0: does not apply to --algorithm=fedavg, --algorithm=fedga'),
+    (dict(methods='fedavg,fedprox', grids='fedprox.proximal_strength=0.1/1', tune='false'),
+     '--grids=fedprox.proximal_strength=0.1/1: does not apply with --notune, which tunes '
+     'nothing (the method flags give the values); drop --grids or --notune'),
 ])
 def test_bad_flags_are_one_line_errors_naming_the_flag(flag_values, message):
   with flagsaver.as_parsed(**flag_values):
