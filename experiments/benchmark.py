@@ -94,13 +94,13 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
 
 def interrupted_message(root: str, error: BaseException) -> str:
   """What a benchmark stopped by Ctrl-C, SIGTERM or a closed standard output keeps: its finished
-  runs (each with its result.json), not the run in progress (it saves no checkpoint)."""
+  runs (each with its result.json), not the runs in progress (they save no checkpoint)."""
   from experiments.benchmarking import runs as runs_lib  # pylint: disable=g-import-not-at-top
   finished = sum(runs_lib.RESULT_FILE in names for _, _, names in os.walk(root))
   what = ('standard output closed' if isinstance(error, interrupts.OutputClosed)
           else 'terminated (SIGTERM)' if isinstance(error, interrupts.Terminated)
           else 'interrupted')
-  return (f'{what}: the {finished} finished runs under {root} are kept; the run in progress '
+  return (f'{what}: the {finished} finished runs under {root} are kept; a run in progress '
           'is not and starts over: rerun the same command to run only what is not finished')
 
 

@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 import uuid
@@ -272,6 +273,30 @@ def test_a_composition_that_cannot_be_built_is_refused_before_any_run(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize('signum, status', [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_an_interrupted_grid_of_local_workers_ends_cleanly_and_leaves_no_process(
+    tmp_path, signum, status):
+  token = uuid.uuid4().hex
+  process = subprocess.Popen(
+      conftest.binary_command('experiments.benchmark', '--preset=smoke', '--executor=local',
+                              '--workers=2', '--rounds=6', f'--output_dir={tmp_path}',
+                              '--noprogress'),
+      cwd=conftest.REPO_ROOT, env=conftest.binary_env(token), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
+  root = tmp_path / 'smoke'
+  deadline = time.monotonic() + 540
+  while time.monotonic() < deadline and not list(root.rglob('result.json')):
+    time.sleep(0.2)
+  process.send_signal(signum)
+  out, err = process.communicate(timeout=120)
+  assert process.returncode == status, out[-2000:] + err[-2000:]
+  assert 'Traceback' not in out + err
+  assert 'finished runs' in err and 'are kept' in err, err
+  time.sleep(1)
+  assert conftest.processes_with_token(token) == []
+
+
+@pytest.mark.slow
 def test_a_killed_driver_leaves_no_worker_and_a_rerun_runs_only_the_unfinished(tmp_path):
   token = uuid.uuid4().hex
   args = ('--preset=smoke', '--executor=local', '--workers=2', '--rounds=6',
@@ -398,6 +423,6 @@ def test_a_stopped_benchmark_says_what_it_keeps_in_its_own_words(tmp_path, monke
     with pytest.raises(stop) as info:
       benchmark.main(['benchmark'])
   assert str(info.value) == (
-      f'{first_words}: the 2 finished runs under {root} are kept; the run in progress is not '
+      f'{first_words}: the 2 finished runs under {root} are kept; a run in progress is not '
       'and starts over: rerun the same command to run only what is not finished')
   assert 'checkpoint_every' not in str(info.value)
