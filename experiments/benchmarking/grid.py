@@ -268,6 +268,9 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
         'tuning_seconds': phases.get('tuned', time.monotonic()) - phases.get('start', start),
         'reporting_seconds': time.monotonic() - phases.get('tuned', time.monotonic()),
         'workers': getattr(executor, 'workers', None),
+        'failed': [{'run': spec.label(), 'error': message,
+                    'details': os.path.relpath(os.path.join(spec.directory(root), 'error.txt'),
+                                               root)} for spec, message in counts.failures],
         'command': command}
     path = os.path.join(root, 'timing.json')
     files.write_json_atomically(path, results_lib.read_json(path, []) + [timing])

@@ -328,8 +328,12 @@ def time_section(timing, rows) -> str:
   run_seconds = sum(results.num(r.get('run_seconds')) or 0.0 for r in rows)
   total = text('time_total', wall=duration(wall), build=duration(build),
                share=100.0 * build / wall if wall else 0.0)
+  failed = timing[-1].get('failed') or []
+  failures = ''.join([f'\nRuns that failed in the last invocation ({len(failed)}; the same command '
+                      'runs them again):\n\n'] + [f'- {f["run"]}: {f["error"]} (`{f["details"]}`)\n'
+                                                 for f in failed]) if failed else ''
   return (f'{table}\n{total}\nReporting runs: {len(rows)}, {duration(run_seconds)} of training '
-          'and evaluation in all.\n')
+          f'and evaluation in all.\n{failures}')
 
 
 def regimes_section(regimes) -> str:

@@ -361,3 +361,21 @@ def test_a_refusal_while_running_restores_every_file_the_report_reads(tiny, monk
   with pytest.raises(engine_lib.SettingsChangedError):
     grid.run_benchmark(config, loader=loader, stream=open(os.devnull, 'w'))
   assert _record(config.root) == before
+
+
+def test_a_failed_run_is_named_in_the_report_and_the_rest_goes_on(tmp_path, monkeypatch):
+  config = _config(tmp_path, tune=False, runtime='inprocess', report_seeds=(0,))
+  train = engine_lib.Engine._train
+
+  def failing(self, spec, run_dir):
+    if spec.method == 'fedgh' and spec.regime == 'digits:#C=2@6':
+      raise FloatingPointError('made to fail')
+    return train(self, spec, run_dir)
+  monkeypatch.setattr(engine_lib.Engine, '_train', failing)
+  outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
+  label = 'report digits:#C=2@6 E=1 fedgh seed 0'
+  assert outcome['failures'] == [(label, 'FloatingPointError: made to fail')]
+  assert len(outcome['rows']) == 3   # the other runs finished
+  report = open(outcome['report']).read()
+  assert (f'- {label}: FloatingPointError: made to fail '
+          '(`runs/digits_C2_6/E1/fedgh/seed0/error.txt`)') in report
