@@ -455,7 +455,7 @@ def _check_methods_on_models(config: 'BenchmarkConfig', resolved, regimes) -> No
       if refusals[key]:
         raise ConfigError('methods', method.name, reason=(
             f'cannot run on regime {regime.name!r}, whose model is {model!r} (--models): '
-            f'{refusals[key]}'))
+            f'{refusals[key]} (e.g. --models={regime.dataset}:mlp)'))
 
 
 # Each part's setting under its flat name (config.json's readers, presets), an optimizer's with

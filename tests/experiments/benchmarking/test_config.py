@@ -3,6 +3,7 @@ naming its flag."""
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -172,6 +173,7 @@ def test_feddecorr_on_a_model_whose_classifier_reads_the_input_is_refused(method
   assert message.startswith(f'--methods={methods[1]}: cannot run on regime ')
   assert "whose model is 'logistic_regression' (--models)" in message
   assert 'z is the input itself' in message and '\n' not in message
+  assert re.search(r'\(e\.g\. --models=(digits|synthetic):mlp\)$', message), message
 
 
 def test_feddecorr_runs_on_models_with_a_hidden_layer():
