@@ -1,5 +1,6 @@
-"""A whole benchmark, one way: `run_benchmark(config)` runs the plan's tuning tasks and reporting
-runs (`plan`, `engine`; finished runs on disk are skipped) and writes the record and the report."""
+"""A whole benchmark, one way: `run_benchmark(config)` checks the plan (`plan.tasks`), runs it on
+the config's executor (`schedule`, `experiments.executors`; finished runs on disk are skipped) and
+writes the record and the report."""
 
 import datetime
 import functools
