@@ -23,7 +23,8 @@ def test_readme_summary_and_methods_paragraphs_match_their_results():
   assert summary.check_file(README) == []
   assert summary.check_file(METHODS) == []
   methods = open(METHODS).read()
-  for block in ('fedga_forms from docs/results/diagnosis;',
+  for block in ('verdicts from docs/results;',
+                'fedga_forms from docs/results/diagnosis;',
                 'fedga_forms from docs/results/fedga_setting;',
                 'fedld_revisions from docs/results/diagnosis;'):
     assert f'<!-- measured: {block}' in methods
@@ -35,15 +36,20 @@ def test_readme_summary_and_methods_paragraphs_match_their_results():
   assert "in its paper's setting" not in methods and "in its paper's setting" not in text
 
 
-def test_a_changed_number_or_verdict_is_caught(tmp_path):
-  text = open(README).read()
-  block_start = text.index('<!-- measured: readme')
-  for old, new in (('ties:', 'beats:'), ('(fedavg 0.', '(fedavg 1.')):
+@pytest.mark.parametrize('source, block, changes', [
+    (METHODS, 'verdicts', (('ties:', 'beats:'), ('(fedavg 0.', '(fedavg 1.'))),
+    (README, 'readme', (('| 0.928 |', '| 1.928 |'), ('fedld -0.065', 'fedld +0.065'))),
+])
+def test_a_changed_number_or_verdict_is_caught(tmp_path, source, block, changes):
+  text = open(source).read()
+  block_start = text.index(f'<!-- measured: {block} ')
+  for old, new in changes:
     changed = text[:block_start] + text[block_start:].replace(old, new, 1)
     assert changed != text
-    path = tmp_path / 'README.md'
+    path = tmp_path / os.path.basename(source)
     path.write_text(changed)
-    assert summary.check_file(str(path)) == ['README.md: block readme (from docs/results)']
+    assert summary.check_file(str(path)) == [
+        f'{os.path.basename(source)}: block {block} (from docs/results)']
     summary.check_file(str(path), write=True)
     assert path.read_text() == text
 
@@ -73,7 +79,7 @@ def test_words_follow_holm_and_the_equivalence_margin(tmp_path):
   # fedgh: +0.02 +- 0.001 over 10 seeds (beats after Holm); fedprox: +-0.001 (ties).
   seeds = [(0.80, 0.82 + 0.001 * (s % 2), 0.80 + 0.001 * (-1) ** s) for s in range(10)]
   _results(str(tmp_path / 'a'), seeds)
-  text = summary.render('readme', 'a', root=str(tmp_path))
+  text = summary.render('verdicts', 'a', root=str(tmp_path))
   assert 'beats: fedgh +0.020 [' in text and 'ties: fedprox' in text
   assert 'Provisional' not in text
   # Three seeds where fedgh's raw interval excludes 0 but Holm's adjustment does not keep it.
@@ -83,7 +89,7 @@ def test_words_follow_holm_and_the_equivalence_margin(tmp_path):
   raw = results.difference(results.group(rows)[('digits:iid', 1)], 'fedgh', 'fedavg')
   assert raw.excludes_zero and raw.p_value < results.ALPHA
   assert not results.significant(results.comparisons(rows, config)[('digits:iid', 1, 'fedgh')])
-  text = summary.render('readme', 'b', root=str(tmp_path))
+  text = summary.render('verdicts', 'b', root=str(tmp_path))
   assert 'beats:' not in text and 'inconclusive: fedgh +0.030' in text
   assert '**Provisional**: 3 seeds.' in text
 
@@ -115,3 +121,16 @@ def test_every_published_beats_or_loses_has_a_holm_adjusted_interval_excluding_z
       assert (interval.low > 0) if verdict == 'beats' else (interval.high < 0), (k, interval)
       held += 1
   assert held > 0   # the published results do contain verdicts
+
+
+def test_the_readme_table_puts_each_method_under_its_holm_verdict(tmp_path):
+  seeds = [(0.80, 0.82 + 0.001 * (s % 2), 0.80 + 0.001 * (-1) ** s) for s in range(10)]
+  _results(str(tmp_path / 'a'), seeds)
+  table = summary.render('readme', 'a', root=str(tmp_path))
+  assert '| regime | fedavg | beats | loses | ties | inconclusive | identical |' in table
+  assert '| `digits:iid` | 0.800 | fedgh +0.020 | - | 1 | 0 | 0 |' in table   # fedprox ties
+  few = [(0.80, 0.83, 0.79), (0.80, 0.82, 0.80), (0.80, 0.84, 0.82)]
+  _results(str(tmp_path / 'b'), few)
+  table = summary.render('readme', 'b', root=str(tmp_path))
+  assert '| `digits:iid` | 0.800 | - | - | 0 | 2 | 0 |' in table   # Holm keeps no verdict
+  assert '**Provisional**: 3 seeds.' in table

@@ -91,8 +91,9 @@ def _norm_ratios(rows, method: str) -> str:
   return f'{min(means):.2f}-{max(means):.2f}' if means else ''
 
 
-def readme(rows, config, curves) -> str:
-  """The README's summary: every method against the baseline in every regime."""
+def verdicts(rows, config, curves) -> str:
+  """The comparison in words (docs/methods.md): every method against the baseline in every
+  regime, with its difference, interval and Holm p, the plateau and the power."""
   baseline, tuning = config['baseline'], config['tuning']
   methods = results_lib.orders(rows, config)[1]
   pairs = [(m, baseline) for m in methods if m != baseline]
@@ -118,6 +119,47 @@ def readme(rows, config, curves) -> str:
   lines = [_provisional(config), '', scope + ' ' + plateau, '', _rule(rows, config, pairs), '']
   return '\n'.join(lines + verdict_lines(rows, config, pairs) + ['', ' '.join(extra)]
                    ).strip() + '\n'
+
+
+def readme(rows, config, curves) -> str:
+  """The README's table: per regime, the baseline's statistic, the methods that beat or lose to
+  it (with their differences) and how many tie, are inconclusive or identical; the words, the
+  family and the caveats as `verdicts` gives them (its full text: docs/methods.md)."""
+  baseline = config['baseline']
+  methods = results_lib.orders(rows, config)[1]
+  pairs = [(m, baseline) for m in methods if m != baseline]
+  found = results_lib.comparisons(rows, config, pairs)
+  open_ = [r for r, _, (_, _, plateaued), _ in results_lib.plateau_verdicts(curves, config)
+           if not plateaued]
+  lines = [_provisional(config), '',
+           f'{len(methods) - 1} methods against {baseline} in {len(config["regimes"])} regimes, '
+           f'{len(config["report_seeds"])} seeds, {config.get("rounds")} rounds; Holm over the '
+           f'{results_lib.family_size(results_lib.comparisons(rows, config))} comparisons '
+           f'(p < {results_lib.ALPHA:g}; ties: the 95% interval inside '
+           f'±{results_lib.margin(config):g}; identical: the same value in every seed).'
+           + (f' {baseline}\'s validation accuracy had not plateaued at round '
+              f'{config.get("rounds")} on {", ".join(f"`{r}`" for r in open_)}.' if open_
+              else ''), '']
+  statistic = results_lib.primary_statistic(config)
+  cells = []
+  for name, regime, e, cell in _cells(rows, config):
+    groups: dict[str, list[str]] = {}
+    for method, against in pairs:
+      d = found.get((regime, e, method))
+      if d is not None:
+        word = results_lib.verdict(d, results_lib.margin(config),
+                                   results_lib.at_chance(cell, method, against))
+        groups.setdefault(word, []).append(f'{method} {d.mean:+.3f}')
+    cells.append((name, tables.fmt(results_lib.mean(cell.get(baseline, {}), statistic), 3),
+                  groups))
+  named, counted = ('beats', 'loses'), ('ties', 'inconclusive', 'at chance', 'identical')
+  counted = [w for w in counted if w != 'at chance' or any(w in g for _, _, g in cells)]
+  lines += ['| ' + ' | '.join(['regime', baseline, *named, *counted]) + ' |',
+            '|' + '---|' * (2 + len(named) + len(counted))]
+  lines += ['| ' + ' | '.join([name, mean] + [', '.join(groups.get(w, [])) or '-' for w in named]
+                              + [str(len(groups.get(w, []))) for w in counted]) + ' |'
+            for name, mean, groups in cells]
+  return '\n'.join(lines).strip() + '\n'
 
 
 def _variants(rows, config, wanted, ratios: bool = False) -> str:
@@ -146,6 +188,7 @@ def _variants(rows, config, wanted, ratios: bool = False) -> str:
 
 BLOCKS: dict[str, Callable[..., str]] = {
     'readme': readme,
+    'verdicts': verdicts,
     # FedGA's two forms, clipped or not, each against its own baseline.
     'fedga_forms': lambda rows, config, _: _variants(rows, config, [
         ('fedga', None), ('fedga_paper', None), ('fedga_clip', 'fedavg_clip'),
@@ -156,7 +199,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
 
 def render(name: str, directory: str, root: str = ROOT) -> str:
   """The text of block `name` from the results in `root/directory`: paragraphs and '- ' bullets
-  wrapped at 100 columns (bullets continue indented)."""
+  wrapped at 100 columns (bullets continue indented; table rows are not wrapped)."""
   if name not in BLOCKS:
     raise _checks.ArgumentError(
         f'unknown measured block {name!r}; {_checks.one_of(sorted(BLOCKS))}', argument='name',
@@ -164,7 +207,8 @@ def render(name: str, directory: str, root: str = ROOT) -> str:
   body = BLOCKS[name](*results_lib.load(os.path.join(root, directory)))
   return '\n'.join(textwrap.fill(line, 100, break_long_words=False, break_on_hyphens=False,
                                  subsequent_indent='  ' if line.startswith('- ') else '')
-                   if line else '' for line in body.splitlines()) + '\n'
+                   if line and not line.startswith('|') else line
+                   for line in body.splitlines()) + '\n'
 
 
 def check_file(path: str, root: str = ROOT, *, write: bool = False) -> list[str]:
