@@ -199,28 +199,36 @@ def test_killed_after_round_3_resumes_at_round_4_and_ends_as_an_uninterrupted_ru
   assert resumed == uninterrupted
 
 
-def _interrupt(tmp_path, sig, *extra_flags):
-  """Runs train, sends `sig` once round 2 is done; returns (process, its output, token)."""
-  token = uuid.uuid4().hex
+def _after_round_2(tmp_path, token, act, *extra_flags, stderr=subprocess.STDOUT):
+  """Runs train for 500 rounds, calls `act(process)` once round 2 is done, and waits for its
+  end; returns (process, stdout read until then, the rest of stdout, stderr)."""
   proc = subprocess.Popen(
       conftest.binary_command('experiments.train', '--rounds=500', *_TINY, *extra_flags,
                               f'--output_dir={tmp_path}'),
       cwd=conftest.REPO_ROOT, env=conftest.binary_env(token), stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True)
+      stderr=stderr, text=True)
   seen = []
   try:
     for line in proc.stdout:
       seen.append(line)
       if re.match(r'fedavg round +2/500 ', line):
-        proc.send_signal(sig)
+        act(proc)
         break
-    rest, _ = proc.communicate(timeout=120)
+    rest, errors = proc.communicate(timeout=120)
   finally:
     if proc.poll() is None:
       proc.kill()
       proc.wait()
+  return proc, ''.join(seen), rest or '', errors or ''
+
+
+def _interrupt(tmp_path, sig, *extra_flags):
+  """Runs train, sends `sig` once round 2 is done; returns (process, its output, token)."""
+  token = uuid.uuid4().hex
+  proc, seen, rest, _ = _after_round_2(tmp_path, token, lambda p: p.send_signal(sig),
+                                       *extra_flags)
   root_conftest.workers_left(token)   # waits for the workers to end
-  return proc, ''.join(seen) + rest, token
+  return proc, seen + rest, token
 
 
 def test_ctrl_c_ends_in_one_line_and_leaves_no_worker(tmp_path):
@@ -236,21 +244,8 @@ def test_ctrl_c_ends_in_one_line_and_leaves_no_worker(tmp_path):
 def test_a_closed_output_pipe_ends_in_one_line_with_the_last_round_saved(tmp_path):
   # `train ... | head -3`: the reader goes away; the next progress line finds the pipe closed.
   token = uuid.uuid4().hex
-  proc = subprocess.Popen(
-      conftest.binary_command('experiments.train', '--rounds=500', *_TINY,
-                              '--checkpoint_every=100', f'--output_dir={tmp_path}'),
-      cwd=conftest.REPO_ROOT, env=conftest.binary_env(token), stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True)
-  try:
-    for line in proc.stdout:
-      if re.match(r'fedavg round +2/500 ', line):
-        proc.stdout.close()
-        break
-    _, errors = proc.communicate(timeout=120)
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
+  proc, _, _, errors = _after_round_2(tmp_path, token, lambda p: p.stdout.close(),
+                                      '--checkpoint_every=100', stderr=subprocess.PIPE)
   assert proc.returncode == 128 + signal.SIGPIPE, errors[-3000:]
   lines = errors.splitlines()
   assert len(lines) == 1, errors[-3000:]
