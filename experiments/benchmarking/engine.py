@@ -10,7 +10,7 @@ import os
 import random
 import time
 import traceback
-from typing import Any, Callable, NamedTuple, Optional, TextIO
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -94,16 +94,13 @@ def _builder(spec: runs_lib.RunSpec) -> Callable[..., Any]:
 
 
 class Engine(experiment_lib.Runs):
-  """The runs of `plan` with the data of `loader` (default `default_loader(config)`), calling
-  `on_round` after every round, failures reported to `stream`."""
+  """The runs of `plan` with the data of `loader` (default `default_loader(config)`); a failed
+  run is recorded in `failures` (the scheduler reports it: `run_job`, `schedule.run`)."""
 
-  def __init__(self, config, *, loader: Optional[Loader] = None,
-               on_round: Callable[[], None] = lambda: None, stream: Optional[TextIO] = None):
+  def __init__(self, config, *, loader: Optional[Loader] = None):
     super().__init__(config.output.runtime)
     self._config = config
     self._loader = loader or default_loader(config)
-    self._on_round = on_round
-    self._stream = stream
     self._data: dict[tuple, tuple[Any, Any]] = {}
     self._weights: dict[tuple, Any] = {}
     self._shapes: dict[tuple, tuple[tuple, int]] = {}
@@ -209,9 +206,6 @@ class Engine(experiment_lib.Runs):
       self.failures.append((spec, message))
       with open(error_path, 'w') as f:
         f.write(traceback.format_exc())
-      if self._stream is not None:
-        print(f'\nrun failed: {spec.label()}: {message} (details: {error_path})',
-              file=self._stream, flush=True)
       return None
     if os.path.exists(error_path):
       os.remove(error_path)
@@ -257,7 +251,6 @@ class Engine(experiment_lib.Runs):
 
     def on_round():
       self.rounds_done += 1
-      self._on_round()
 
     start = time.monotonic()
     rows, _, _ = self.execute(
