@@ -227,13 +227,19 @@ class LocalExecutor(_Slots):
     self._threads = threads_per_worker(self.workers)
     self._context = multiprocessing.get_context('spawn')
     self._pools: list[Optional[concurrent.futures.ProcessPoolExecutor]] = [None] * self.workers
+    # Each slot's worker process, kept here: a broken pool forgets its processes.
+    self._processes: list[list[multiprocessing.process.BaseProcess]] = [
+        [] for _ in range(self.workers)]
 
   def _start(self, slot: int, job: Any) -> concurrent.futures.Future:
     if self._pools[slot] is None:
       self._pools[slot] = concurrent.futures.ProcessPoolExecutor(
           max_workers=1, mp_context=self._context, initializer=_start_worker,
           initargs=(os.getpid(), self._make_state, self._threads))
-    return self._pools[slot].submit(_run_in_worker, self._run, job)
+    future = self._pools[slot].submit(_run_in_worker, self._run, job)
+    if not self._processes[slot]:   # started by the first submit
+      self._processes[slot] = list((getattr(self._pools[slot], '_processes', None) or {}).values())
+    return future
 
   def wait(self) -> list[Outcome]:
     done, _ = concurrent.futures.wait(list(self._busy),
@@ -252,8 +258,8 @@ class LocalExecutor(_Slots):
   def _exit(self, slot: int) -> str:
     """How the slot's worker ended: 'killed by signal 9', 'exit code 1'."""
     codes = []
-    for process in (getattr(self._pools[slot], '_processes', None) or {}).values():
-      process.join(1.0)
+    for process in self._processes[slot]:
+      process.join(5.0)
       codes.append(process.exitcode)
     code = next((c for c in codes if c is not None), None)
     if code is None:
@@ -262,10 +268,10 @@ class LocalExecutor(_Slots):
 
   def _end(self, slot: int) -> None:
     pool, self._pools[slot] = self._pools[slot], None
+    processes, self._processes[slot] = self._processes[slot], []
     self._forget(slot)
     if pool is None:
       return
-    processes = list((getattr(pool, '_processes', None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
       if process.is_alive():
