@@ -265,6 +265,10 @@ class BenchmarkConfig:
   grids: Mapping[str, Mapping[str, tuple]] = setting(
       default_factory=dict, parse=parse_grids, help='METHOD.ARGUMENT=V1/V2/...,...: replaces a '
       'method\'s default grid of that builder argument.')
+  tune_method_grids: bool = setting(True, check=_M.BOOL, help='Search each method\'s own grid '
+                                    '(its arguments\' grids, --grids) with the learning rates; '
+                                    '--notune_method_grids searches the learning rates only, '
+                                    'every method at its given (default: the authors\') values.')
   strategy: str = setting('staged', flag='tuning_strategy', choices=('staged', 'product'),
                           help='staged: client lr first, then the method\'s grid (and server lr) '
                           'at the chosen rate; product: every combination.')
@@ -355,6 +359,9 @@ class BenchmarkConfig:
                        for k, v in grid.items())
       raise ConfigError('grids', shown, reason='does not apply with --notune, which tunes nothing '
                         '(the method flags give the values); drop --grids or --notune')
+    if self.grids and not self.tune_method_grids:
+      raise ConfigError('grids', ','.join(self.grids), reason='does not apply with '
+                        '--notune_method_grids, which searches no method\'s grid; drop one')
     for method in self.grids:
       _M.one_of(method_names)('grids', method)
     for method in resolved:

@@ -67,10 +67,12 @@ def data_seed(config, seed: int) -> int:
 
 
 def methods(config) -> list[Method]:
-  """The methods, in grid order, `--grids` replacing their default grids."""
+  """The methods, in grid order, `--grids` replacing their default grids (none with
+  `--notune_method_grids`: each runs at its given values)."""
   grids = config.grids
-  return [methods_lib.parse_method(n).with_grid(grids[n]) if n in grids
-          else methods_lib.parse_method(n) for n in config.methods]
+  table = [methods_lib.parse_method(n).with_grid(grids[n]) if n in grids
+           else methods_lib.parse_method(n) for n in config.methods]
+  return table if config.tune_method_grids else [m.with_grid({}) for m in table]
 
 
 def inherits(config, table: Sequence[Method]) -> dict[str, Optional[str]]:

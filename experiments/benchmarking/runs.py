@@ -25,9 +25,10 @@ DIAGNOSTICS = {'conflict_before': 'aggregator/conflict_fraction_before',
 # Client updates left out for non-finite values by the client work (zeroed, weight 0) and by the
 # aggregator (a NaN or Inf row): one stage's zeroed update arrives finite at the next.
 EXCLUDED_NON_FINITE = ('num_excluded_nonfinite', 'num_excluded_nonfinite_clients')
-# A run is collapsed when its final accuracy is within this of chance (1 / classes) or its final
-# model gives one class to at least `COLLAPSE_SHARE` of the evaluated examples.
-COLLAPSE_MARGIN = 0.02
+# A run is collapsed when its primary statistic (the mean accuracy of its last `last_k` evaluated
+# rounds) is below this many times chance (1 / classes), or its final model gives one class to at
+# least `COLLAPSE_SHARE` of the evaluated examples.
+COLLAPSE_FACTOR = 2.0
 COLLAPSE_SHARE = 0.9
 
 
@@ -144,8 +145,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
               num_classes: Optional[int] = None) -> dict[str, Any]:
   """A run's summary from its metrics rows: `last_k_accuracy` (the primary statistic: the mean
   over the last `last_k` evaluated rounds, NaN if one is not finite), `best_accuracy` and
-  `best_round` (never a headline), `collapsed` (final accuracy within `COLLAPSE_MARGIN` of chance
-  1 / `num_classes`), the means over rounds of `DIAGNOSTICS`, `seconds_per_round` (rounds >= 2),
+  `best_round` (never a headline), `collapsed` (`last_k_accuracy` below `COLLAPSE_FACTOR` times
+  chance 1 / `num_classes`), the means over rounds of `DIAGNOSTICS`, `seconds_per_round` (rounds >= 2),
   the curves and the final values.
 
   A run diverges at the first round whose `{prefix}_accuracy` or `_loss`, clients' or global
@@ -175,6 +176,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
   finite = [(n, a) for n, a in evaluated if math.isfinite(a)]
   best_round, best = max(finite, key=lambda p: (p[1], -p[0])) if finite else (None, None)
   tail = accuracies[-last_k:]
+  last_k_accuracy = (None if not tail else float(np.mean(tail))
+                     if all(map(math.isfinite, tail)) else float('nan'))
   last = [r for r in rows if r.get(f'{prefix}_accuracy') is not None]
   final = accuracies[-1] if accuracies else None
   times = [r['round_time_s'] for r in rows if r.get('round_time_s') is not None]
@@ -184,8 +187,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
       'final_accuracy': final,
       'best_accuracy': best,
       'best_round': best_round,
-      'last_k_accuracy': (None if not tail else float(np.mean(tail))
-                          if all(map(math.isfinite, tail)) else float('nan')),
+      'last_k_accuracy': last_k_accuracy,
       'final_loss': last[-1].get(f'{prefix}_loss') if last else None,
       'final_macro_f1': last[-1].get(f'{prefix}_macro_f1') if last else None,
       'final_train_loss': rows[-1].get(TRAIN_LOSS) if rows else None,
@@ -196,8 +198,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
           float(r[c]) for r in rows for c in columns
           if c.rsplit('/', 1)[-1] in EXCLUDED_NON_FINITE and _finite(r.get(c)))),
       'chance_accuracy': chance,
-      'collapsed': bool(chance is not None and final is not None
-                        and final <= chance + COLLAPSE_MARGIN),
+      'collapsed': bool(chance is not None and last_k_accuracy is not None
+                        and not last_k_accuracy >= COLLAPSE_FACTOR * chance),
       'seconds_per_round': float(np.mean(later or times)) if times else None,
       'first_round_s': times[0] if times else None,
       'accuracy_curve': encode_curve(raw),
@@ -218,7 +220,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
 
 def collapsed(summary: Mapping[str, Any], confusion) -> bool:
   """Whether a run of `summary` (`summarize`) with its final `confusion` matrix (None: unknown)
-  collapsed: its final accuracy within `COLLAPSE_MARGIN` of chance, diverged (its model's
+  collapsed: its last-k accuracy below `COLLAPSE_FACTOR` times chance, diverged (its model's
   confusion matrix is NaN: at chance), or predicting one class (`predicts_one_class`)."""
   return bool(summary['collapsed'] or summary['diverged'] or predicts_one_class(confusion))
 

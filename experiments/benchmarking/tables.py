@@ -269,7 +269,7 @@ def protocol_section(config, rows) -> str:
   lines += [
       text('protocol_statistic',
            label=results.statistic_label(results.primary_statistic(config), config)),
-      text('protocol_divergence', margin=runs_lib.COLLAPSE_MARGIN,
+      text('protocol_divergence', factor=runs_lib.COLLAPSE_FACTOR,
            share=runs_lib.COLLAPSE_SHARE),
       text('protocol_statistics', seeds=len(seeds),
            pilot=' (fewer than 10: read every interval as a pilot)' if len(seeds) < 10 else '',

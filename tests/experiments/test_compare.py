@@ -40,7 +40,7 @@ def test_summary_and_table_from_hand_made_rows():
 
 def test_diverged_and_collapsed_runs_are_flagged_as_the_benchmark_does():
   healthy = _rows([0.5, 0.8, 0.9])
-  at_chance = _rows([0.1, 0.1003, 0.1003])             # within COLLAPSE_MARGIN of 1/10
+  at_chance = _rows([0.1, 0.1003, 0.1003])             # below COLLAPSE_FACTOR x 1/10
   diverged = _rows([0.4, 0.5, 0.3])
   diverged[1]['test_loss'] = float('nan')
   one_class = [[0] * 10 for _ in range(10)]

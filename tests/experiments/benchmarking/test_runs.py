@@ -60,7 +60,9 @@ def _diverging(accuracies, **columns):
 def test_a_non_finite_accuracy_or_loss_diverges_the_run_and_counts_as_chance_from_then_on():
   rows = _diverging([0.5, 0.6, float('nan'), float('nan')])
   s = runs.summarize(rows, prefix='test', last_k=3, num_classes=10)
-  assert s['diverged'] is True and s['diverged_round'] == 3 and s['collapsed'] is True
+  assert s['diverged'] is True and s['diverged_round'] == 3
+  # Its last-3 mean, 0.267, is above twice chance; the run collapsed because it diverged.
+  assert s['collapsed'] is False and runs.collapsed(s, None) is True
   assert s['final_accuracy'] == 0.1 and s['chance_accuracy'] == 0.1
   assert s['last_k_accuracy'] == pytest.approx((0.6 + 0.1 + 0.1) / 3)
   assert runs.decode_curve(s['accuracy_curve'])[2] is not None  # the raw curve: nan
@@ -87,10 +89,20 @@ def test_clients_zeroed_for_non_finite_updates_diverge_the_run():
 
 
 def test_a_run_at_chance_is_collapsed():
-  s = runs.summarize(_diverging([0.3, 0.1003]), prefix='test', num_classes=10)
+  s = runs.summarize(_diverging([0.2, 0.1003]), prefix='test', num_classes=10)
   assert s['diverged'] is False and s['collapsed'] is True
   assert runs.predicts_one_class([[5, 0], [5, 0]]) and not runs.predicts_one_class([[5, 0], [0, 5]])
   assert not runs.predicts_one_class([[float('nan')]]) and not runs.predicts_one_class(None)
+
+
+def test_a_run_is_collapsed_below_twice_chance_over_its_last_k_rounds():
+  # Ten classes: chance 0.1, the rule's bound 0.2 on the mean of the last 3 evaluated rounds.
+  below = runs.summarize(_diverging([0.9, 0.15, 0.2, 0.21]), prefix='test', last_k=3,
+                         num_classes=10)
+  assert below['last_k_accuracy'] < 0.2 and below['collapsed'] is True
+  above = runs.summarize(_diverging([0.1, 0.19, 0.2, 0.22]), prefix='test', last_k=3,
+                         num_classes=10)
+  assert above['last_k_accuracy'] > 0.2 and above['collapsed'] is False
 
 
 def test_norm_ratio_found_by_its_last_name():
