@@ -87,6 +87,7 @@ BENCHMARK = {
         tuning_regimes='fashion_mnist:fashion_mnist:dir(0.1)@100,digits:digits:dir(0.1)',
         models='fashion_mnist:small_mlp,digits:mlp', detect='fashion_mnist:0.02,digits:0.02',
         primary_statistic='last_k_accuracy', experiment_name='real_data',
+        primary_regimes='fashion_mnist:dir(0.1)@100,fashion_mnist:#C=2@100',
         description='The real-data preset (`--preset=real_data`, docs/experiments.md): '
         'Fashion-MNIST over 100 clients under two label skews and the digits sanity regime; the '
         'five methods, the baselines, FedGH on each baseline and the compositions of the '

@@ -21,6 +21,9 @@ DEFAULT_TUNING_REGIMES = {'digits': 'digits:dir(0.1)', 'synthetic': 'synthetic(1
 # The statistics a report may name as its primary one (runs.csv columns): the mean test accuracy
 # over the last K evaluated rounds (K: the tuning score's `last_k`), or the last round's.
 PRIMARY_STATISTICS = ('last_k_accuracy', 'final_accuracy')
+# The baselines of the seed papers (`best_of`): the best of them on validation is the primary
+# family's second reference.
+BASELINES = ('fedavg', 'fedprox', 'fednova', 'scaffold', 'feddecorr')
 # The difference in accuracy each dataset's regimes should detect at 80% power (a seed count
 # for it is printed); datasets left out: `DEFAULT_DETECT`.
 DEFAULT_DETECT = 0.01
@@ -226,6 +229,13 @@ class BenchmarkConfig:
                                  '--data_seed for all.')
   baseline: str = setting('fedavg', help='The method every other is compared with (paired by '
                           'seed).')
+  best_of: tuple = setting(
+      BASELINES, parse=_parse_names, help='The baselines: the best of those that ran, by '
+      'validation score on its dataset\'s tuning regime, is the second reference of the primary '
+      'family beside --baseline; every other method is compared with both.')
+  primary_regimes: tuple = setting(
+      (), parse=_parse_names, help='The regimes of the primary family, named before the runs '
+      '(default: every regime); the others\' differences are reported without a test.')
   primary_statistic: str = setting('last_k_accuracy', choices=PRIMARY_STATISTICS, help='The one '
                                    'statistic the tables compare, named before the runs: '
                                    'last_k_accuracy (mean test accuracy of the last '
@@ -324,6 +334,11 @@ class BenchmarkConfig:
         'methods', list(self.methods))
     object.__setattr__(self, 'methods', tuple(method_names))
     _M.one_of(method_names)('baseline', self.baseline)
+    object.__setattr__(self, 'best_of', tuple(m for m in self.best_of if m))
+    object.__setattr__(self, 'primary_regimes', tuple(
+        _parsed('primary_regimes', r, self.datasets).name for r in self.primary_regimes if r))
+    for name in self.primary_regimes:
+      _M.one_of(names)('primary_regimes', name)
     must(f'disjoint from --report_seeds {list(self.report_seeds)}', lambda v: not (
         self.tune and set(v) & set(self.report_seeds)))('tuning_seeds', list(self.tuning_seeds))
     must(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs))(

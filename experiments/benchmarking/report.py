@@ -51,6 +51,9 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
                                     image(f'train_loss:{regime}:{e}', 'training loss'))))
     if images:
       parts.append(images + '\n')
+  windows = tables.windows_table(rows, config)
+  if windows:
+    parts += ['## Verdicts on earlier windows\n', windows]
   compositions = tables.composition_table(rows, config)
   if compositions:
     parts += ['## Aggregators on top of the baselines\n',
@@ -62,7 +65,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
             '## Effect of local epochs\n', tables.epoch_effect_table(rows, config)]
   if 'epochs_effect' in plots:
     parts.append(image('epochs_effect', 'effect of local epochs') + '\n')
-  parts += [f'## Where a method loses to {baseline} (Holm)\n', tables.losses_list(rows, config)]
+  parts += ['## Where a method loses (primary family, Holm)\n', tables.losses_list(rows, config)]
   diagnoses = []
   for method in results.orders(rows, config)[1]:
     algorithm = next((r['algorithm'] for r in rows if r['method'] == method), method)

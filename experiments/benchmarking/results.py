@@ -96,7 +96,29 @@ def load(root: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str
   if not isinstance(config, dict):
     raise DamagedRunsFile(f'{os.path.join(root, "config.json")} is missing or damaged (not a '
                           'JSON object): the benchmark did not start or it was edited')
-  return rows('runs.csv'), config_lib.flat_settings(config), rows(CURVES_FILE)
+  flat = config_lib.flat_settings(config)
+  flat['best_baselines'] = best_baselines(
+      read_json(os.path.join(root, 'tuning_choices.json'), []), flat)
+  return rows('runs.csv'), flat, rows(CURVES_FILE)
+
+
+def best_baselines(choices: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
+                   ) -> dict[str, dict[str, Any]]:
+  """dataset -> {'method', 'score', 'regime', 'scores'}: the best of the config's `best_of`
+  baselines by the validation score their tuning chose with (tuning_choices.json; ties: the
+  listed order), on the dataset's tuning regime; none for a dataset without a tuned baseline."""
+  pool = list(config.get('best_of') or config_lib.BASELINES)
+  out: dict[str, dict[str, Any]] = {}
+  for choice in choices:
+    score = _finite(choice.get('score'))
+    if choice.get('method') not in pool or score is None:
+      continue
+    found = out.setdefault(choice['dataset'], {'scores': {}, 'regime': choice.get('regime')})
+    found['scores'][choice['method']] = score
+  for found in out.values():
+    found['method'] = max(found['scores'], key=lambda m: (found['scores'][m], -pool.index(m)))
+    found['score'] = found['scores'][found['method']]
+  return out
 
 
 def num(value) -> Optional[float]:
@@ -187,33 +209,147 @@ def identical(d: Optional[stats.Interval]) -> bool:
 
 
 def family_size(found: Mapping[Any, stats.Interval]) -> int:
-  """The comparisons of `found` in its Holm family (identical ones are none)."""
-  return sum(not identical(d) for d in found.values())
+  """The comparisons of `found` tested in a Holm family (identical ones are none)."""
+  return sum(tested(d) and not identical(d) for d in found.values())
+
+
+PRIMARY = 'primary'   # the name of the primary family
+OTHERS = 'against other baselines'   # `comparisons`' family of the pairs it is given
+
+
+@dataclasses.dataclass(frozen=True)
+class Tested(stats.Interval):
+  """A paired difference with the Holm family its `p_value` was adjusted in ('': no test, its
+  p-value NaN: a comparison outside every family, or an `identical` one)."""
+  family: str = ''
+
+
+def regime_datasets(rows) -> dict[str, str]:
+  return {str(r['regime']): str(r['dataset']) for r in rows}
+
+
+def best_baseline(config: Mapping[str, Any], dataset: str) -> str:
+  """The dataset's best baseline (`best_baselines`), else the config's baseline."""
+  return ((config.get('best_baselines') or {}).get(dataset) or {}).get(
+      'method') or config['baseline']
+
+
+def references(config: Mapping[str, Any], dataset: str) -> list[str]:
+  """What the primary family compares each method with on `dataset`: the baseline, and the best
+  baseline when it is another."""
+  best = best_baseline(config, dataset)
+  return [config['baseline']] + ([best] if best != config['baseline'] else [])
+
+
+def transferred_from(config: Mapping[str, Any], regime: str, dataset: str) -> Optional[str]:
+  """The regime whose tuning `regime` uses when it is another (a transferred tuning), else
+  None (tuned on itself, or untuned)."""
+  if not (config.get('tuning') or {}).get('tune', config.get('tune', True)):
+    return None
+  tuned = ((config.get('plan') or {}).get('tuning_regimes') or {}).get(dataset)
+  return tuned if tuned and tuned != regime else None
+
+
+def primary_regimes(config: Mapping[str, Any]) -> list[str]:
+  return list(config.get('primary_regimes') or config.get('regimes') or [])
+
+
+def compared_methods(rows, config: Mapping[str, Any]) -> list[str]:
+  """The methods the primary family compares with the references: all but `best_of` and the
+  baseline."""
+  pool = set(config.get('best_of') or config_lib.BASELINES) | {config['baseline']}
+  return [m for m in orders(rows, config)[1] if m not in pool]
+
+
+def window_statistic(row: Mapping[str, Any], back: int, last_k: int) -> Optional[float]:
+  """The mean test accuracy of the `last_k` evaluated rounds ending `back` windows of `last_k`
+  before the last (0: the primary statistic's window), a diverged run at chance from its
+  divergence on; None when the curve is too short or a value is not finite."""
+  curve = runs_lib.decode_curve(row.get('accuracy_curve'))
+  diverged = num(row.get('diverged_round'))
+  chance = num(row.get('chance_accuracy'))
+  counted = [runs_lib.counted_accuracy(a, i, None if diverged is None else int(diverged), chance)
+             for i, a in enumerate(curve, start=1) if a is not None]
+  end = len(counted) - back * last_k
+  window = counted[end - last_k:end] if end - last_k >= 0 else []
+  return (float(np.mean(window)) if window and all(v is not None and math.isfinite(v)
+                                                   for v in window) else None)
+
+
+def _holm(found: Mapping[Any, Optional[stats.Interval]], family: str) -> dict[Any, Tested]:
+  """`found`'s intervals as `Tested` of `family`, Holm-adjusted over the non-identical ones."""
+  found = {k: d for k, d in found.items() if d is not None}
+  adjusted = stats.holm([float('nan') if identical(d) else d.p_value for d in found.values()])
+  return {k: Tested(**{**dataclasses.asdict(d), 'p_value': p},
+                    family='' if identical(d) else family)
+          for (k, d), p in zip(found.items(), adjusted)}
+
+
+def family(rows, config: Mapping[str, Any], back: int = 0
+           ) -> dict[tuple[str, int, str, str], Tested]:
+  """The primary family, named before the runs: (regime, E, method, reference) -> the paired
+  difference of the primary statistic, Holm-adjusted over the family: every `compared_methods`
+  against each of `references` in every `primary_regimes` regime and E (an `identical`
+  comparison is no test and outside it). `back` > 0: the same comparisons on the window `back`
+  windows before the last (`window_statistic`; the last-k statistic only), adjusted alike."""
+  datasets = regime_datasets(rows)
+  key = primary_statistic(config)
+  last_k = int((config.get('tuning') or {}).get('last_k') or config.get('last_k') or 5)
+  methods, primary = compared_methods(rows, config), primary_regimes(config)
+  found = {}
+  for regime, e, cell in cells(rows, config):
+    if regime not in primary:
+      continue
+    for method in methods:
+      for against in references(config, datasets[regime]):
+        if method not in cell or against not in cell:
+          continue
+        if back:
+          found[(regime, e, method, against)] = stats.paired_difference(*(
+              {s: v for s, r in cell[m].items()
+               for v in [window_statistic(r, back, last_k)] if v is not None}
+              for m in (method, against)))
+        else:
+          found[(regime, e, method, against)] = difference(cell, method, against, key)
+  return _holm(found, PRIMARY)
 
 
 def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]] = ()
-                ) -> dict[tuple[str, int, str], stats.Interval]:
+                ) -> dict[tuple[str, int, str], Tested]:
   """(regime, E, method) -> `difference` of the primary statistic against the method `pairs`
-  gives it (default: every method against the config's baseline), its `p_value` Holm-adjusted:
-  against the baseline over the Results tables' family (every method), against another method
-  over those other pairs together. An `identical` comparison is no test: its p-value is NaN and
-  it is left out of the family."""
+  gives it (default: every method against the config's baseline): against the baseline, the
+  primary `family`'s test where the comparison is in it, else no test (p-value NaN, family '');
+  against another method, Holm over those other pairs together (family `OTHERS`). A comparison
+  is tested in one family at most."""
   baseline = config['baseline']
-
-  def holm(family):
-    found = {(r, e, m): d for r, e, cell in cells(rows, config) for m, against in family
-             for d in [difference(cell, m, against, primary_statistic(config))] if d is not None}
-    adjusted = stats.holm([float('nan') if identical(d) else d.p_value for d in found.values()])
-    return {k: dataclasses.replace(d, p_value=p) for (k, d), p in zip(found.items(), adjusted)}
-  main = holm([(m, baseline) for m in orders(rows, config)[1] if m != baseline])
-  if pairs:
-    main = {k: d for k, d in main.items() if (k[2], baseline) in pairs}
-  return {**main, **holm([(m, b) for m, b in pairs if b != baseline])}
+  tested = family(rows, config)
+  main = {}
+  for r, e, cell in cells(rows, config):
+    for m in orders(rows, config)[1]:
+      if m == baseline or (pairs and (m, baseline) not in pairs):
+        continue
+      d = tested.get((r, e, m, baseline)) or difference(cell, m, baseline,
+                                                       primary_statistic(config))
+      if d is not None:
+        main[(r, e, m)] = d if isinstance(d, Tested) else Tested(
+            **{**dataclasses.asdict(d), 'p_value': float('nan')})
+  others = {(r, e, m): difference(cell, m, b, primary_statistic(config))
+            for r, e, cell in cells(rows, config) for m, b in pairs if b != baseline
+            if (r, e, m, b) not in tested}
+  return {**main, **_holm(others, OTHERS),
+          **{(r, e, m): d for (r, e, m, b), d in tested.items() if (m, b) in pairs
+             and b != baseline}}
 
 
 def significant(d: Optional[stats.Interval], chance: bool = False) -> bool:
   """Holm agrees (`comparisons`' adjusted p-value below `ALPHA`) and not both at chance."""
-  return d is not None and math.isfinite(d.p_value) and d.p_value < ALPHA and not chance
+  return (d is not None and bool(getattr(d, 'family', True)) and math.isfinite(d.p_value)
+          and d.p_value < ALPHA and not chance)
+
+
+def tested(d: Optional[stats.Interval]) -> bool:
+  """Whether `d` was tested in a family (a `Tested` of none: reported without a verdict)."""
+  return d is not None and bool(getattr(d, 'family', True))
 
 
 def margin(config: Mapping[str, Any]) -> float:
@@ -221,16 +357,22 @@ def margin(config: Mapping[str, Any]) -> float:
   return float(config.get('equivalence_margin') or 0.01)
 
 
+NOT_TESTED = 'not tested'
+
+
 def verdict(d: Optional[stats.Interval], margin: float = 0.0, chance: bool = False) -> str:
   """'beats' / 'loses' where Holm agrees, 'ties' where the 95% interval lies inside +- `margin`
   (never for 0), 'at chance' where both sides collapsed, 'identical' where the runs gave the same
-  statistic in every seed (never 'ties'), else 'inconclusive'."""
+  statistic in every seed (never 'ties'), `NOT_TESTED` outside every family (no verdict word),
+  else 'inconclusive'."""
   if d is None or d.n < 2:
     return 'inconclusive'
   if chance:
     return 'at chance'
   if identical(d):
     return 'identical'
+  if not tested(d):
+    return NOT_TESTED
   if significant(d):
     return 'beats' if d.mean > 0 else 'loses'
   return 'ties' if -margin < d.low and d.high < margin else 'inconclusive'
@@ -244,7 +386,7 @@ def paired_comparisons(cell, baseline: str, config: Mapping[str, Any]) -> list[s
   return [d for d in found if d is not None and d.n >= 2 and math.isfinite(d.sd)]
 
 
-def power(cell, baseline: str, config: Mapping[str, Any]
+def power(cell, baseline: str, config: Mapping[str, Any], *, alpha: float = ALPHA
           ) -> Optional[tuple[float, int, float, float, int]]:
   """(minimal detectable difference, seeds needed to detect `detect_for`, that difference, the
   median paired sd of the primary statistic over the methods, the fewest paired seeds) at
@@ -256,8 +398,14 @@ def power(cell, baseline: str, config: Mapping[str, Any]
     return None
   sd, n = statistics.median(d.sd for d in found), min(d.n for d in found)
   target = detect_for(next(iter(next(iter(cell.values())).values()))['dataset'], config)
-  return (stats.minimal_detectable_difference(sd, n, alpha=ALPHA, power=POWER),
-          stats.seeds_needed(sd, target, alpha=ALPHA, power=POWER), target, sd, n)
+  return (stats.minimal_detectable_difference(sd, n, alpha=alpha, power=POWER),
+          stats.seeds_needed(sd, target, alpha=alpha, power=POWER), target, sd, n)
+
+
+def holm_level(rows, config: Mapping[str, Any]) -> float:
+  """The level of the primary family's first Holm step, `ALPHA` / its size (`ALPHA` for none):
+  where the detectable difference matters for a verdict."""
+  return ALPHA / max(1, family_size(family(rows, config)))
 
 
 def detect_for(dataset: str, config: Mapping[str, Any]) -> float:

@@ -1,6 +1,7 @@
 """The report's Markdown tables and lists from runs.csv's rows and config.json; their prose is
 report_text.md's."""
 
+import dataclasses
 import functools
 import json
 import math
@@ -9,6 +10,7 @@ import re
 from typing import Any, Mapping, Optional, Sequence
 
 from experiments import stats
+from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import results
 from experiments.benchmarking import runs as runs_lib
@@ -91,25 +93,36 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
   return '\n'.join([lines[0], '|' + '---|' * len(header)] + lines[1:]) + '\n'
 
 
+def _tested_cells(cell, method: str, against: str, d) -> tuple[str, str]:
+  """(Δ cell, Holm p cell) of `method` against `against`: '—' for the reference itself, 'no
+  test' for a p-value outside every family."""
+  if method == against:
+    return '—', '—'
+  if d is None:
+    return '—', '-'
+  chance = results.at_chance(cell, method, against)
+  return (delta_cell(d, chance, mark=results.significant(d, chance), pair=(method, against)),
+          fmt_p(d.p_value) if results.tested(d) or results.identical(d) else 'no test')
+
+
 def regime_table(cell, methods: Sequence[str], *, baseline: str,
-                 found: Mapping[str, stats.Interval], config: Mapping[str, Any]) -> str:
-  """One (regime, E) cell's table, a row per method, `found` its comparisons; the columns are
-  docs/experiments.md's "The benchmark: does a method help?"."""
+                 found: Mapping[str, stats.Interval], config: Mapping[str, Any],
+                 best: Optional[str] = None,
+                 found_best: Optional[Mapping[str, stats.Interval]] = None) -> str:
+  """One (regime, E) cell's table, a row per method, `found` its comparisons against the
+  baseline (and `found_best` against `best`, the best baseline, when it is another); the
+  columns are docs/experiments.md's "The benchmark: does a method help?"."""
   key = results.primary_statistic(config)
+  second = best is not None and best != baseline and best in cell
   out = []
   for method in [m for m in methods if cell.get(m)]:
     per_seed = cell[method]
     d, chance = found.get(method), results.at_chance(cell, method, baseline)
-    if method == baseline:
-      delta = p = last_delta = '—'
-    elif d is None:
-      delta, p, last_delta = '—', '-', '-'
-    else:
-      delta = delta_cell(d, chance, mark=results.significant(d, chance),
-                         pair=(method, baseline))
-      p = fmt_p(d.p_value)
-      last_delta = delta_cell(results.difference(cell, method, baseline, 'final_accuracy'),
-                              chance, mark=False)
+    delta, p = _tested_cells(cell, method, baseline, d)
+    last_delta = ('—' if method == baseline else '-' if d is None else delta_cell(
+        results.difference(cell, method, baseline, 'final_accuracy'), chance, mark=False))
+    extra = list(_tested_cells(cell, method, best, (found_best or {}).get(method))
+                 if method != best else ('—', '—')) if second else []
     before = results.mean(per_seed, 'conflict_before')
     excluded = int(sum(results.num(r.get('excluded_nonfinite_updates')) or 0
                        for r in per_seed.values()))
@@ -118,7 +131,7 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
         method, len(per_seed),
         f'{diverged} ({excluded} updates excluded)' if excluded else diverged,
         sum(results.is_true(r.get('collapsed')) for r in per_seed.values()),
-        fmt_mean_std(per_seed, key), delta, p, fmt_mean_std(per_seed, 'final_accuracy'),
+        fmt_mean_std(per_seed, key), delta, p, *extra, fmt_mean_std(per_seed, 'final_accuracy'),
         last_delta,
         '-' if math.isnan(before) else
         f'{before:.3f} → {fmt(results.mean(per_seed, "conflict_after"), 3)}',
@@ -126,20 +139,47 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
         fmt(results.mean(per_seed, 'seconds_per_round'))])
   return markdown_table(
       ['method', 'seeds', 'diverged', 'collapsed', results.statistic_label(key, config),
-       f'Δ vs {baseline} [95% CI]', 'Holm p', 'last-round accuracy', 'Δ last round [95% CI]',
+       f'Δ vs {baseline} [95% CI]', 'Holm p',
+       *([f'Δ vs {best} (best baseline) [95% CI]', 'Holm p'] if second else []),
+       'last-round accuracy', 'Δ last round [95% CI]',
        'conflict before → after', 'norm ratio', 's / round'], out)
 
 
-def power_line(cell, *, baseline: str, config: Mapping[str, Any]) -> str:
-  """The regime's minimal detectable difference and the seeds to detect its target; '' when
+def power_line(cell, *, baseline: str, config: Mapping[str, Any],
+               holm_level: Optional[float] = None) -> str:
+  """The regime's minimal detectable difference and the seeds to detect its target, per
+  comparison and (`holm_level`: a primary regime) at the primary family's Holm level; '' when
   every paired difference is the same in every seed (nothing varies to measure it from)."""
   found = results.power(cell, baseline, config)
   if found is None:
     return ('' if results.paired_comparisons(cell, baseline, config) else
             'Minimal detectable difference: not computable (fewer than 2 paired seeds).')
   mdd, needed, target, sd, n = found
-  return text('power_line', mdd=mdd, n=n, sd=sd, power=results.POWER, alpha=results.ALPHA,
+  line = text('power_line', mdd=mdd, n=n, sd=sd, power=results.POWER, alpha=results.ALPHA,
               target=target, needed=needed)
+  if holm_level is None:
+    return line
+  mdd, needed, *_ = results.power(cell, baseline, config, alpha=holm_level)
+  return line + ' ' + text('power_holm', mdd=mdd, level=holm_level, target=target,
+                           needed=needed)
+
+
+def regime_notes(regime: str, dataset: str, config: Mapping[str, Any]) -> str:
+  """The regime's best baseline (chosen on validation) and whether its tuning is transferred."""
+  notes = []
+  best = (config.get('best_baselines') or {}).get(dataset)
+  if best and regime in results.primary_regimes(config):
+    notes.append(text('best_baseline', best=best['method'], score=best['score'],
+                      regime=best['regime'], others=', '.join(
+                          f'{m} {v:.4f}' for m, v in sorted(best['scores'].items(),
+                                                           key=lambda kv: -kv[1])
+                          if m != best['method'])))
+  source = results.transferred_from(config, regime, dataset)
+  if source:
+    notes.append(text('transferred', source=source))
+  if regime not in results.primary_regimes(config):
+    notes.append(text('outside_family'))
+  return ' '.join(notes)
 
 
 def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
@@ -147,25 +187,43 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
   baseline = config['baseline']
   methods = results.orders(rows, config)[1]
   found = results.comparisons(rows, config)
+  tested = results.family(rows, config)
+  datasets = results.regime_datasets(rows)
+  level = results.holm_level(rows, config)
   out = []
   for regime, e, cell in results.cells(rows, config):
     conflict, source = results.regime_conflict(cell, baseline)
+    primary = regime in results.primary_regimes(config)
     heading = ' '.join(filter(None, (
-        power_line(cell, baseline=baseline, config=config),
+        regime_notes(regime, datasets[regime], config),
+        power_line(cell, baseline=baseline, config=config,
+                   holm_level=level if primary else None),
         f'Measured conflict fraction {conflict:.3f} ({source}).' if conflict is not None
         else '')))
     mine = {m: d for (r, ee, m), d in found.items() if (r, ee) == (regime, e)}
+    best = results.best_baseline(config, datasets[regime]) if primary else None
+    against_best = {m: d for (r, ee, m, b), d in tested.items()
+                    if (r, ee) == (regime, e) and b == best}
+    if best is not None:   # the baselines against the best one: intervals, no test
+      against_best.update({m: results.Tested(**dataclasses.asdict(d))
+                           for m in methods if m not in against_best and m != best
+                           for d in [results.difference(cell, m, best,
+                                                        results.primary_statistic(config))]
+                           if d is not None})
     out.append((regime, e, heading,
-                regime_table(cell, methods, baseline=baseline, found=mine, config=config)))
+                regime_table(cell, methods, baseline=baseline, found=mine, config=config,
+                             best=best, found_best=against_best)))
   return out
 
 
 def composition_table(rows, config) -> str:
   """Each composition `B+A` against its own baseline `B` and against the benchmark's baseline
-  (as the FedGH paper's Table II sets "+FedGH" beside each baseline), per regime and E; the
-  first column's p-values Holm-adjusted over this table. Empty when none ran with its `B`."""
+  (as the FedGH paper's Table II sets "+FedGH" beside each baseline), per regime and E: intervals,
+  with the primary family's Holm p where the comparison is in it (a comparison is tested in one
+  family only). Empty when none ran with its `B`."""
   baseline = config['baseline']
   key = results.primary_statistic(config)
+  tested = results.family(rows, config)
   pairs = [(m, methods_lib.composition_parts(m)[0]) for m in results.orders(rows, config)[1]
            if methods_lib.composition_parts(m)]
   found = [(regime, e, method, own, *(results.difference(cell, a, b, key) for a, b in (
@@ -174,16 +232,47 @@ def composition_table(rows, config) -> str:
            if method in cell and own in cell]
   if not found:
     return ''
-  adjusted = stats.holm([d.p_value if d is not None and not results.identical(d)
-                         else float('nan') for *_, d, _, _ in found])
+
+  def own_cells(regime, e, method, own, d):
+    primary = tested.get((regime, e, method, own))
+    if primary is not None:
+      return delta_cell(primary, False, mark=results.significant(primary),
+                        pair=(method, own)), fmt_p(primary.p_value)
+    return delta_cell(d, False, mark=False, pair=(method, own)), 'no test'
   return markdown_table(
-      ['regime', 'E', 'composition', 'its baseline', 'Δ vs its baseline [95% CI]', 'Holm p',
-       f'Δ vs {baseline}', f'its baseline\'s Δ vs {baseline}'],
-      [[f'`{regime}`', e, method, own,
-        delta_cell(d_own, False, mark=math.isfinite(p) and p < results.ALPHA,
-                   pair=(method, own)), fmt_p(p),
+      ['regime', 'E', 'composition', 'its baseline', 'Δ vs its baseline [95% CI]',
+       'Holm p (primary family)', f'Δ vs {baseline}', f'its baseline\'s Δ vs {baseline}'],
+      [[f'`{regime}`', e, method, own, *own_cells(regime, e, method, own, d_own),
         fmt_difference(d_base), fmt_difference(d_own_base)]
-       for (regime, e, method, own, d_own, d_base, d_own_base), p in zip(found, adjusted)])
+       for regime, e, method, own, d_own, d_base, d_own_base in found])
+
+
+def windows_table(rows, config) -> str:
+  """The primary family's verdicts on the three windows of `last_k` evaluated rounds before the
+  last and on the last (each window's comparisons Holm-adjusted over the family alike), and how
+  many hold on all four; '' without a family or with another primary statistic."""
+  if results.primary_statistic(config) != 'last_k_accuracy':
+    return ''
+  found = [results.family(rows, config, back) for back in (3, 2, 1, 0)]
+  if not found[-1]:
+    return ''
+  cells = results.group(rows)
+  words = {}
+  for k in found[-1]:
+    regime, e, method, against = k
+    chance = results.at_chance(cells[(regime, e)], method, against)
+    words[k] = [results.verdict(f.get(k), results.margin(config), chance) for f in found]
+  same = sum(len(set(w)) == 1 for w in words.values())
+  changed = [[f'`{regime}`', e, method, against, *w]
+             for (regime, e, method, against), w in words.items() if len(set(w)) > 1]
+  last_k = int(config['tuning']['last_k'])
+  head = text('windows_intro', same=same, total=len(words), last_k=last_k)
+  if not changed:
+    return head + '\n'
+  return head + '\n\n' + markdown_table(
+      ['regime', 'E', 'method', 'against', f'{3 * last_k} to {4 * last_k - 1} rounds before',
+       f'{2 * last_k} to {3 * last_k - 1} before', f'{last_k} to {2 * last_k - 1} before',
+       'last window'], changed)
 
 
 def epoch_effect_table(rows, config) -> str:
@@ -207,13 +296,13 @@ def epoch_effect_table(rows, config) -> str:
 
 
 def losses_list(rows, config) -> str:
-  """The cells where a method loses to the baseline (Holm agrees), with what was measured."""
-  baseline = config['baseline']
+  """The primary family's comparisons where a method loses to a reference (Holm agrees), with
+  what was measured."""
   cells = results.group(rows)
   lines = []
-  for (regime, e, method), d in results.comparisons(rows, config).items():
+  for (regime, e, method, against), d in results.family(rows, config).items():
     cell = cells[(regime, e)]
-    if results.verdict(d, chance=results.at_chance(cell, method, baseline)) != 'loses':
+    if results.verdict(d, chance=results.at_chance(cell, method, against)) != 'loses':
       continue
     row = next(iter(cell[method].values()))
     bits = [f'Δ {fmt_difference(d)}, Holm p {fmt_p(d.p_value)}']
@@ -224,7 +313,7 @@ def losses_list(rows, config) -> str:
       bits.append(f'{_diverged(cell[method])} seeds diverged')
     bits.append(f'client lr {row.get("client_lr")}, server lr {row.get("server_lr")}, '
                 f'{row.get("hparams")}')
-    lines.append(f'- {method}, {regime}, E={e}: ' + '; '.join(bits))
+    lines.append(f'- {method} against {against}, {regime}, E={e}: ' + '; '.join(bits))
   return '\n'.join(lines) + '\n' if lines else 'No method loses where Holm agrees.\n'
 
 
@@ -273,10 +362,25 @@ def protocol_section(config, rows) -> str:
            share=runs_lib.COLLAPSE_SHARE),
       text('protocol_statistics', seeds=len(seeds),
            pilot=' (fewer than 10: read every interval as a pilot)' if len(seeds) < 10 else '',
-           comparisons=results.family_size(results.comparisons(rows, config)), baseline=baseline,
-           dagger=DAGGER, alpha=results.ALPHA, margin=results.margin(config)),
+           family=family_description(rows, config), baseline=baseline, dagger=DAGGER,
+           alpha=results.ALPHA,
+           margin=results.margin(config)),
       text('protocol_symbols')]
   return '\n'.join(lines) + '\n'
+
+
+def family_description(rows, config) -> str:
+  """The primary family in words: its size, regimes, methods and references."""
+  best = sorted({results.best_baseline(config, d) for r, d in results.regime_datasets(rows).items()
+                 if r in results.primary_regimes(config)} - {config['baseline']})
+  return text('family', size=results.family_size(results.family(rows, config)),
+              methods=len(results.compared_methods(rows, config)), baseline=config['baseline'],
+              best=(' and against the best baseline of its regime, chosen on validation among '
+                    f'{", ".join(config.get("best_of") or config_lib.BASELINES)} '
+                    f'(here: {", ".join(best)})'
+                    if best else ''),
+              regimes=', '.join(f'`{r}`' for r in results.primary_regimes(config)),
+              level=results.holm_level(rows, config))
 
 
 def setup_section(config) -> str:
