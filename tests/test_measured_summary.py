@@ -59,7 +59,7 @@ def _results(directory, pairs_by_seed):
   os.makedirs(directory)
   rows = []
   for seed, values in enumerate(pairs_by_seed):
-    for method, value in zip(('fedavg', 'fedgh', 'fedprox'), values):
+    for method, value in zip(('fedavg', 'fedgh', 'fedld'), values):
       rows.append({'regime': 'digits:iid', 'dataset': 'digits', 'method': method,
                    'algorithm': method, 'epochs': 1, 'seed': seed, 'client_lr': 0.1,
                    'server_lr': 1.0, 'hparams': '{}', 'final_accuracy': value,
@@ -68,19 +68,19 @@ def _results(directory, pairs_by_seed):
   results.write_csv(os.path.join(directory, 'runs.csv'), rows, runs.RUN_COLUMNS)
   with open(os.path.join(directory, 'config.json'), 'w') as f:
     json.dump({'baseline': 'fedavg', 'regimes': ['digits:iid'],
-               'methods': ['fedavg', 'fedgh', 'fedprox'], 'epochs': [1], 'protocol': 2,
+               'methods': ['fedavg', 'fedgh', 'fedld'], 'epochs': [1], 'protocol': 2,
                'report_seeds': list(range(len(pairs_by_seed))), 'equivalence_margin': 0.01,
                'tuning': {'tune': False, 'last_k': 5},
                'plan': {'methods': [{'name': m, 'server_lrs': [1.0]}
-                                    for m in ('fedavg', 'fedgh', 'fedprox')]}}, f)
+                                    for m in ('fedavg', 'fedgh', 'fedld')]}}, f)
 
 
 def test_words_follow_holm_and_the_equivalence_margin(tmp_path):
-  # fedgh: +0.02 +- 0.001 over 10 seeds (beats after Holm); fedprox: +-0.001 (ties).
+  # fedgh: +0.02 +- 0.001 over 10 seeds (beats after Holm); fedld: +-0.001 (ties).
   seeds = [(0.80, 0.82 + 0.001 * (s % 2), 0.80 + 0.001 * (-1) ** s) for s in range(10)]
   _results(str(tmp_path / 'a'), seeds)
-  text = summary.render('verdicts', 'a', root=str(tmp_path))
-  assert 'beats: fedgh +0.020 [' in text and 'ties: fedprox' in text
+  text = ' '.join(summary.render('verdicts', 'a', root=str(tmp_path)).split())
+  assert 'beats: fedgh +0.020 [' in text and 'ties: fedld' in text
   assert 'Provisional' not in text
   # Three seeds where fedgh's raw interval excludes 0 but Holm's adjustment does not keep it.
   few = [(0.80, 0.83, 0.79), (0.80, 0.82, 0.80), (0.80, 0.84, 0.82)]
@@ -127,10 +127,14 @@ def test_the_readme_table_puts_each_method_under_its_holm_verdict(tmp_path):
   seeds = [(0.80, 0.82 + 0.001 * (s % 2), 0.80 + 0.001 * (-1) ** s) for s in range(10)]
   _results(str(tmp_path / 'a'), seeds)
   table = summary.render('readme', 'a', root=str(tmp_path))
-  assert '| regime | fedavg | beats | loses | ties | inconclusive | identical |' in table
-  assert '| `digits:iid` | 0.800 | fedgh +0.020 | - | 1 | 0 | 0 |' in table   # fedprox ties
+  assert ('| regime | fedavg | best baseline | beat fedavg | lose to fedavg | beat the best | '
+          'lose to the best | ties | inconclusive | identical |') in table
+  # No tuning: fedavg is the only reference; fedld ties.
+  assert ('| `digits:iid` | 0.800 | fedavg itself | fedgh +0.020 | - | (the same) | (the same) '
+          '| 1 | 0 | 0 |') in table
   few = [(0.80, 0.83, 0.79), (0.80, 0.82, 0.80), (0.80, 0.84, 0.82)]
   _results(str(tmp_path / 'b'), few)
   table = summary.render('readme', 'b', root=str(tmp_path))
-  assert '| `digits:iid` | 0.800 | - | - | 0 | 2 | 0 |' in table   # Holm keeps no verdict
+  assert ('| `digits:iid` | 0.800 | fedavg itself | - | - | (the same) | (the same) | 0 | 2 | 0 |'
+          in table)   # Holm keeps no verdict
   assert '**Provisional**: 3 seeds.' in table

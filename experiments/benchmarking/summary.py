@@ -73,14 +73,93 @@ def _provisional(config) -> str:
       flaws) else ''
 
 
-def _rule(rows, config, pairs) -> str:
-  others = sum(1 for (_, _, m) in results_lib.comparisons(rows, config, pairs)
-               if dict(pairs)[m] != config['baseline'])
+def _rule(rows, config, pairs=()) -> str:
+  others = sum(1 for (_, _, m), d in results_lib.comparisons(rows, config, pairs).items()
+               if getattr(d, 'family', '') == results_lib.OTHERS)
   return text('summary_rule', alpha=results_lib.ALPHA, margin=results_lib.margin(config),
               label=results_lib.statistic_label(results_lib.primary_statistic(config), config),
-              comparisons=results_lib.family_size(results_lib.comparisons(rows, config)),
-              baseline=config['baseline'],
-              others=f', and over the {others} against other baselines here' if others else '')
+              family=tables.family_description(rows, config),
+              others=(f'; the {others} comparisons against other baselines here form a family '
+                      f'of their own, "{results_lib.OTHERS}"') if others else '')
+
+
+def _said(d, word: str, method: str, against: str) -> str:
+  """A comparison's words after its method's name: Δ, and the interval with the Holm p for
+  beats / loses, the reason for identical."""
+  if d.n < 2:
+    return f'{d.mean:+.3f} (one seed)'
+  if word == 'identical':
+    reason = methods_lib.identical_reason(method, against)
+    return f'in every seed ({reason})' if reason else 'in every seed'
+  said = f'{d.mean:+.3f}'
+  if word in ('beats', 'loses'):
+    said += f' [{d.low:+.3f}, {d.high:+.3f}], Holm p {tables.fmt_p(d.p_value)}'
+  return said
+
+
+_WORDS = ('beats', 'loses', 'ties', 'inconclusive', 'at chance', 'identical')
+
+
+def family_groups(rows, config) -> list[tuple[str, str, int, str, dict[str, list[str]]]]:
+  """(cell name, regime, E, reference, verdict word -> 'method Δ ...') for every primary regime
+  and E and each of its references (`results.references`), from the primary family."""
+  tested = results_lib.family(rows, config)
+  datasets = results_lib.regime_datasets(rows)
+  out = []
+  for name, regime, e, cell in _cells(rows, config):
+    if regime not in results_lib.primary_regimes(config):
+      continue
+    for against in results_lib.references(config, datasets[regime]):
+      groups: dict[str, list[str]] = {}
+      for (r, ee, method, b), d in tested.items():
+        if (r, ee, b) == (regime, e, against):
+          word = results_lib.verdict(d, results_lib.margin(config),
+                                     results_lib.at_chance(cell, method, against))
+          groups.setdefault(word, []).append(f'{method} {_said(d, word, method, against)}')
+      out.append((name, regime, e, against, groups))
+  return out
+
+
+def _reference_label(rows, config, regime: str, cell, against: str) -> str:
+  """'fedavg 0.812' or 'scaffold 0.830, the best baseline on validation (tuning transferred
+  from ...)'."""
+  mean = tables.fmt(results_lib.mean(cell.get(against, {}),
+                                     results_lib.primary_statistic(config)), 3)
+  label = f'{against} {mean}'
+  if against != config['baseline']:
+    label += ', the best baseline on validation'
+  return label
+
+
+def family_lines(rows, config) -> list[str]:
+  """One line per primary regime, E and reference: the methods grouped by verdict."""
+  cells = results_lib.group(rows)
+  datasets = results_lib.regime_datasets(rows)
+  lines = []
+  for name, regime, e, against, groups in family_groups(rows, config):
+    source = results_lib.transferred_from(config, regime, datasets[regime])
+    where = f'{name}, tuning transferred from `{source}`' if source else name
+    parts = [f'{word}: {", ".join(groups[word])}' for word in _WORDS if word in groups]
+    lines.append(f'- {where}, against {_reference_label(rows, config, regime, cells[(regime, e)], against)}: '
+                 + '; '.join(parts) + '.')
+  return lines
+
+
+def untested_lines(rows, config) -> list[str]:
+  """The differences outside the primary family, without words: every method against the
+  baseline in the other regimes; the baselines against the baseline in the family's."""
+  baseline = config['baseline']
+  found = results_lib.comparisons(rows, config)
+  lines = []
+  for name, regime, e, cell in _cells(rows, config):
+    shown = [f'{m} {tables.fmt_difference(d, digits=3)}' for (r, ee, m), d in found.items()
+             if (r, ee) == (regime, e) and not results_lib.tested(d)
+             and not results_lib.identical(d)]
+    if shown:
+      mean = tables.fmt(results_lib.mean(cell.get(baseline, {}),
+                                         results_lib.primary_statistic(config)), 3)
+      lines.append(f'- {name}, against {baseline} {mean} (no test): ' + ', '.join(shown) + '.')
+  return lines
 
 
 def _norm_ratios(rows, method: str) -> str:
@@ -91,74 +170,101 @@ def _norm_ratios(rows, method: str) -> str:
   return f'{min(means):.2f}-{max(means):.2f}' if means else ''
 
 
+def _plateau_sentence(config, curves) -> str:
+  tuning, baseline = config['tuning'], config['baseline']
+  open_ = [f'`{r}` ({last - previous:+.3f})' for r, _, (last, previous, plateaued), _
+           in results_lib.plateau_verdicts(curves, config) if not plateaued]
+  return text('summary_plateau', baseline=baseline, rounds=config.get('rounds'),
+              window=tuning['plateau_window'], tolerance=tuning['plateau_tolerance'],
+              open=', '.join(open_)) if open_ else ''
+
+
+def _power_sentence(rows, config) -> str:
+  """The primary regimes' detectable differences at the family's Holm level."""
+  baseline, level = config['baseline'], results_lib.holm_level(rows, config)
+  found = [f'{name} {p[0]:.4f} ({p[1]} seeds to detect {p[2]:g})'
+           for name, regime, _, cell in _cells(rows, config)
+           if regime in results_lib.primary_regimes(config)
+           for p in [results_lib.power(cell, baseline, config, alpha=level)] if p]
+  return (f'Minimal detectable differences at 80% power at the family\'s first Holm level '
+          f'({level:.2g}): ' + ', '.join(found) + '.') if found else ''
+
+
 def verdicts(rows, config, curves) -> str:
-  """The comparison in words (docs/methods.md): every method against the baseline in every
-  regime, with its difference, interval and Holm p, the plateau and the power."""
-  baseline, tuning = config['baseline'], config['tuning']
+  """The comparison in words (docs/methods.md): the primary family, regime by regime and
+  reference by reference, with each difference, interval and Holm p; the differences outside it
+  without words; the plateau and the power."""
+  tuning = config['tuning']
   methods = results_lib.orders(rows, config)[1]
-  pairs = [(m, baseline) for m in methods if m != baseline]
   search = text('summary_tuned', server=' and server' if tuning.get('tune_server_lr') else ''
                 ) if tuning.get('tune') else 'untuned'
   scope = text('summary_scope', methods=len(methods), regimes=len(config['regimes']),
                names=', '.join(f'`{r}`' for r in config['regimes']),
                seeds=len(config['report_seeds']), rounds=config.get('rounds'),
                epochs=', '.join(str(e) for e in config['epochs']), search=search)
-  open_ = [f'`{r}` ({last - previous:+.3f})' for r, _, (last, previous, plateaued), _
-           in results_lib.plateau_verdicts(curves, config) if not plateaued]
-  plateau = text('summary_plateau', baseline=baseline, rounds=config.get('rounds'),
-                 window=tuning['plateau_window'], tolerance=tuning['plateau_tolerance'],
-                 open=', '.join(open_)) if open_ else ''
-  power = [f'{name} {found[0]:.4f} ({found[1]} seeds to detect {found[2]:g})'
-           for name, _, _, cell in _cells(rows, config)
-           for found in [results_lib.power(cell, baseline, config)] if found]
-  extra = ['Minimal detectable differences at 80% power: ' + ', '.join(power) + '.'] if (
-      power) else []
+  extra = [_power_sentence(rows, config)]
   if _norm_ratios(rows, 'fedld'):
     extra.append(f'FedLD\'s server step is {_norm_ratios(rows, "fedld")} of the plain mean\'s '
                  '(norm ratio, per regime).')
-  lines = [_provisional(config), '', scope + ' ' + plateau, '', _rule(rows, config, pairs), '']
-  return '\n'.join(lines + verdict_lines(rows, config, pairs) + ['', ' '.join(extra)]
-                   ).strip() + '\n'
+  lines = [_provisional(config), '', scope + ' ' + _plateau_sentence(config, curves), '',
+           _rule(rows, config), '']
+  untested = untested_lines(rows, config)
+  return '\n'.join(lines + family_lines(rows, config)
+                   + (['', 'Outside the family, intervals without a test:', ''] + untested
+                      if untested else [])
+                   + ['', ' '.join(filter(None, extra))]).strip() + '\n'
 
 
 def readme(rows, config, curves) -> str:
-  """The README's table: per regime, the baseline's statistic, the methods that beat or lose to
-  it (with their differences) and how many tie, are inconclusive or identical; the words, the
-  family and the caveats as `verdicts` gives them (its full text: docs/methods.md)."""
+  """The README's table: per primary regime, the baseline's statistic, the best baseline, the
+  methods that beat or lose to each (with their differences) and how many tie, are inconclusive
+  or identical (against the baseline / the best baseline); the words, the family and the caveats
+  as `verdicts` gives them (its full text: docs/methods.md)."""
   baseline = config['baseline']
-  methods = results_lib.orders(rows, config)[1]
-  pairs = [(m, baseline) for m in methods if m != baseline]
-  found = results_lib.comparisons(rows, config, pairs)
+  cells = results_lib.group(rows)
+  datasets = results_lib.regime_datasets(rows)
+  statistic = results_lib.primary_statistic(config)
+  by_cell: dict = {}
+  for name, regime, e, against, groups in family_groups(rows, config):
+    by_cell.setdefault((name, regime, e), {})[against] = groups
   open_ = [r for r, _, (_, _, plateaued), _ in results_lib.plateau_verdicts(curves, config)
            if not plateaued]
   lines = [_provisional(config), '',
-           f'{len(methods) - 1} methods against {baseline} in {len(config["regimes"])} regimes, '
-           f'{len(config["report_seeds"])} seeds, {config.get("rounds")} rounds; Holm over the '
-           f'{results_lib.family_size(results_lib.comparisons(rows, config))} comparisons '
-           f'(p < {results_lib.ALPHA:g}; ties: the 95% interval inside '
+           f'{len(results_lib.compared_methods(rows, config))} methods against {baseline} and '
+           f'the best baseline on validation, {len(config["report_seeds"])} seeds, '
+           f'{config.get("rounds")} rounds; Holm over the '
+           f'{results_lib.family_size(results_lib.family(rows, config))} comparisons of the '
+           f'primary family (p < {results_lib.ALPHA:g}; ties: the 95% interval inside '
            f'±{results_lib.margin(config):g}; identical: the same value in every seed).'
            + (f' {baseline}\'s validation accuracy had not plateaued at round '
               f'{config.get("rounds")} on {", ".join(f"`{r}`" for r in open_)}.' if open_
               else ''), '']
-  statistic = results_lib.primary_statistic(config)
-  cells = []
-  for name, regime, e, cell in _cells(rows, config):
-    groups: dict[str, list[str]] = {}
-    for method, against in pairs:
-      d = found.get((regime, e, method))
-      if d is not None:
-        word = results_lib.verdict(d, results_lib.margin(config),
-                                   results_lib.at_chance(cell, method, against))
-        groups.setdefault(word, []).append(f'{method} {d.mean:+.3f}')
-    cells.append((name, tables.fmt(results_lib.mean(cell.get(baseline, {}), statistic), 3),
-                  groups))
-  named, counted = ('beats', 'loses'), ('ties', 'inconclusive', 'at chance', 'identical')
-  counted = [w for w in counted if w != 'at chance' or any(w in g for _, _, g in cells)]
-  lines += ['| ' + ' | '.join(['regime', baseline, *named, *counted]) + ' |',
-            '|' + '---|' * (2 + len(named) + len(counted))]
-  lines += ['| ' + ' | '.join([name, mean] + [', '.join(groups.get(w, [])) or '-' for w in named]
-                              + [str(len(groups.get(w, []))) for w in counted]) + ' |'
-            for name, mean, groups in cells]
+  named = ('beats', 'loses')
+  counted = ('ties', 'inconclusive', 'at chance', 'identical')
+  counted = [w for w in counted if w != 'at chance' or any(
+      w in g for per in by_cell.values() for g in per.values())]
+  lines += ['| ' + ' | '.join(['regime', baseline, 'best baseline', f'beat {baseline}',
+                               f'lose to {baseline}', 'beat the best', 'lose to the best',
+                               *counted]) + ' |',
+            '|' + '---|' * (7 + len(counted))]
+  for (name, regime, e), per in by_cell.items():
+    best = results_lib.best_baseline(config, datasets[regime])
+    source = results_lib.transferred_from(config, regime, datasets[regime])
+    mine = per.get(baseline, {})
+    theirs = per.get(best, {}) if best != baseline else {}
+    short = lambda g, w: ', '.join(x.split(' [')[0] for x in g.get(w, [])) or '-'
+    count = lambda w: (str(len(mine.get(w, []))) + (f' / {len(theirs.get(w, []))}'
+                                                   if best != baseline else ''))
+    lines.append('| ' + ' | '.join([
+        name + (' (tuning transferred)' if source else ''),
+        tables.fmt(results_lib.mean(cells[(regime, e)].get(baseline, {}), statistic), 3),
+        (f'{best} ' + tables.fmt(results_lib.mean(cells[(regime, e)].get(best, {}),
+                                                   statistic), 3)) if best != baseline
+        else f'{baseline} itself',
+        short(mine, 'beats'), short(mine, 'loses'),
+        short(theirs, 'beats') if best != baseline else '(the same)',
+        short(theirs, 'loses') if best != baseline else '(the same)',
+        *[count(w) for w in counted]]) + ' |')
   return '\n'.join(lines).strip() + '\n'
 
 

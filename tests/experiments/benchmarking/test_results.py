@@ -1,6 +1,8 @@
 """runs.csv read, compared and summarized: a damaged file, paired comparisons and their verdicts,
 the columns a reporting run adds from its metrics rows."""
 
+import dataclasses
+
 import pytest
 
 from experiments.benchmarking import results
@@ -100,3 +102,95 @@ def test_comparisons_against_another_method_are_their_own_holm_family():
               for k in some if k[2] == 'fedld')
   assert len(ps) == 3 and min(d.p_value for k, d in some.items() if k[2] == 'fedld') == (
       pytest.approx(min(1.0, 3 * ps[0])))
+
+
+def _holm_loop(p_values):
+  """Holm's adjustment as a plain loop: p_(i) (m - i + 1), then the running maximum."""
+  order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+  out, running = [0.0] * len(p_values), 0.0
+  for rank, i in enumerate(order):
+    running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+    out[i] = running
+  return out
+
+
+def _with_baselines():
+  """report_rows' runs with scaffold beside them (fedavg + 0.03 in every seed, +- 0.01)."""
+  rows = report_rows.rows()
+  extra = [dict(r, method='scaffold', algorithm='scaffold',
+                last_k_accuracy=r['last_k_accuracy'] + 0.03 + 0.01 * (r['seed'] - 1) ** 2,
+                final_accuracy=r['final_accuracy'] + 0.03)
+           for r in rows if r['method'] == 'fedavg']
+  config = dict(report_rows.CONFIG, methods=['fedavg', 'scaffold', 'fedgh', 'fedld'],
+                primary_regimes=['digits:#C=2'])
+  return rows + extra, config
+
+
+def test_best_baseline_is_chosen_on_validation_among_the_baselines():
+  choices = [{'dataset': 'digits', 'regime': 'digits:iid', 'method': m, 'score': s}
+             for m, s in (('fedavg', 0.80), ('scaffold', 0.83), ('fedgh', 0.95),
+                          ('fedprox', float('nan')))]
+  best = results.best_baselines(choices, {'best_of': ['fedavg', 'fedprox', 'scaffold']})
+  # fedgh scores higher but is no baseline; fedprox's NaN score is never the best.
+  assert best['digits']['method'] == 'scaffold' and best['digits']['score'] == 0.83
+  assert best['digits']['scores'] == {'fedavg': 0.80, 'scaffold': 0.83}
+  # A tie goes to the baseline listed first.
+  tied = results.best_baselines([dict(c, score=0.8) for c in choices[:2]],
+                                {'best_of': ['scaffold', 'fedavg']})
+  assert tied['digits']['method'] == 'scaffold'
+  config = dict(report_rows.CONFIG, best_baselines=best)
+  assert results.references(config, 'digits') == ['fedavg', 'scaffold']
+  assert results.references(config, 'synthetic') == ['fedavg']
+
+
+def test_the_primary_family_is_every_method_against_both_references_in_its_regimes():
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+  rows, config = _with_baselines()
+  config['best_baselines'] = {'digits': {'method': 'scaffold', 'score': 0.9,
+                                         'regime': 'digits:iid', 'scores': {}}}
+  family = results.family(rows, config)
+  # One primary regime (digits:#C=2, E=1), 2 methods (scaffold is a baseline), 2 references.
+  assert sorted(family) == [('digits:#C=2', 1, m, b) for m in ('fedgh', 'fedld')
+                            for b in ('fedavg', 'scaffold')]
+  cell = results.group(rows)[('digits:#C=2', 1)]
+  keys = sorted(family)
+  raw = [scipy_stats.ttest_rel([cell[m][s]['last_k_accuracy'] for s in range(3)],
+                               [cell[b][s]['last_k_accuracy'] for s in range(3)]).pvalue
+         for _, _, m, b in keys]
+  for key, p in zip(keys, _holm_loop(raw)):
+    assert family[key].p_value == pytest.approx(p) and family[key].family == results.PRIMARY
+  assert results.family_size(family) == 4
+  assert results.holm_level(rows, config) == pytest.approx(results.ALPHA / 4)
+  # Against fedavg the Results tables show the family's p; outside it no test and no words.
+  found = results.comparisons(rows, config)
+  assert found[('digits:#C=2', 1, 'fedgh')].p_value == family[('digits:#C=2', 1, 'fedgh',
+                                                              'fedavg')].p_value
+  outside = found[('digits:iid', 1, 'fedgh')]       # digits:iid is not a primary regime
+  assert not results.tested(outside) and results.verdict(outside, 0.01) == results.NOT_TESTED
+  baseline = found[('digits:#C=2', 1, 'scaffold')]   # a baseline against fedavg
+  assert baseline.n == 3 and not results.tested(baseline)
+  assert not results.significant(dataclasses.replace(baseline, p_value=0.0))
+
+
+def test_a_window_before_the_last_is_read_from_the_curve_diverged_rounds_at_chance():
+  row = {'accuracy_curve': runs.encode_curve([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]),
+         'diverged_round': None, 'chance_accuracy': 0.1}
+  assert results.window_statistic(row, 0, 2) == pytest.approx(0.65)
+  assert results.window_statistic(row, 1, 2) == pytest.approx(0.45)
+  assert results.window_statistic(row, 2, 2) == pytest.approx(0.25)
+  assert results.window_statistic(row, 3, 2) is None          # the curve is too short
+  diverged = dict(row, diverged_round=6)
+  assert results.window_statistic(diverged, 0, 2) == pytest.approx(0.1)
+  assert results.window_statistic(diverged, 1, 2) == pytest.approx(0.45)
+  # Evaluated rounds only: an unevaluated round (None) is skipped, not counted.
+  gaps = dict(row, accuracy_curve=runs.encode_curve([0.1, None, 0.3, None, 0.5]))
+  assert results.window_statistic(gaps, 0, 2) == pytest.approx(0.4)
+
+
+def test_a_transferred_tuning_is_named():
+  config = dict(report_rows.CONFIG, plan=dict(report_rows.CONFIG['plan'],
+                                              tuning_regimes={'digits': 'digits:iid'}))
+  assert results.transferred_from(config, 'digits:#C=2', 'digits') == 'digits:iid'
+  assert results.transferred_from(config, 'digits:iid', 'digits') is None
+  untuned = dict(config, tuning=dict(config['tuning'], tune=False))
+  assert results.transferred_from(untuned, 'digits:#C=2', 'digits') is None
