@@ -84,24 +84,57 @@ def test_fedga_setting_preset_is_the_papers_setting_tuned_where_it_reports():
   assert {'fedavg_clip', 'fedga_clip', 'fedga_paper', 'fedga_paper_clip'} <= set(config.methods)
 
 
+def _paper_config(preset, **flag_values):
+  with flagsaver.as_parsed(preset=preset, **flag_values):
+    benchmark.apply_preset()
+    return benchmark.config_from_flags()
+
+
 @pytest.mark.parametrize('preset', sorted(presets.PAPER_TABLES))
 def test_paper_table_presets_are_tuned_grids_of_registered_methods(preset):
-  with flagsaver.as_parsed(preset=preset):
-    benchmark.apply_preset()
-    config = benchmark.config_from_flags()
+  leaf = 'leaf_' in presets.PAPER_TABLES[preset]['regimes']
+  config = _paper_config(preset, **({'leaf_dir': '/data/shakespeare'} if leaf else {}))
   assert config.tune and len(config.report_seeds) == 3
   assert set(config.tuning_regimes.values()) <= set(config.regimes)
   assert 'fedavg' in config.methods
 
 
-def test_fedgh_table_is_each_baseline_without_and_with_fedgh():
-  with flagsaver.as_parsed(preset='fedgh_table'):
-    benchmark.apply_preset()
-    config = benchmark.config_from_flags()
-  baselines = ('fedavg', 'fedprox', 'fednova', 'feddecorr')
-  assert config.methods == tuple(m for b in baselines for m in (b, f'{b}+fedgh'))
+_FEDGH_TABLE = tuple(m for b in ('fedavg', 'fedprox', 'fednova', 'feddecorr')
+                     for m in (b, f'{b}+fedgh'))
+
+
+def test_fedgh_table_is_each_baseline_without_and_with_fedgh_on_fashion_mnist():
+  config = _paper_config('fedgh_table')
+  assert config.methods == _FEDGH_TABLE
+  # Table I's CIFAR-10 setting: K = 20 clients, C = 20, E = 5, T = 100, B = 64, lr 0.01.
+  assert config.regimes == ('fashion_mnist:dir(0.1)@20', 'fashion_mnist:dir(1)@20')
   assert config.client.momentum == 0.9 and config.epochs == (5,)
   assert config.loop.clients_per_round == 20 and config.loop.batch_size == 64
+  assert config.loop.rounds == 100 and 0.01 in config.client_lr_grid
+  assert dict(config.models) == {'fashion_mnist': 'emnist_cnn'}
+
+
+def test_fedgh_table_shakespeare_is_table_one_with_leafs_lstm():
+  config = _paper_config('fedgh_table_shakespeare', leaf_dir='/data/shakespeare')
+  assert config.methods == _FEDGH_TABLE
+  # Table I: K = 660, C = 50, E = 1, T = 50, B = 64, lr 1.0.
+  assert config.regimes == ('leaf_shakespeare:natural@660',)
+  assert config.loop.clients_per_round == 50 and config.epochs == (1,)
+  assert config.loop.rounds == 50 and config.loop.batch_size == 64
+  assert 1.0 in config.client_lr_grid and config.client.momentum == 0
+  assert dict(config.models) == {'leaf_shakespeare': 'leaf_shakespeare_lstm'}
+
+
+def test_fedmgc_table_is_its_fashion_mnist_comparison():
+  config = _paper_config('fedmgc_table')
+  # Figs. 11-12: 100 clients, 10 a round (no SCAFFOLD, which the paper drops there), E = 10,
+  # batch 128, lr 0.001, Dir(alpha p) with alpha 0.5 and 1, FedMGC's FMNIST CNN.
+  assert config.methods == ('fedavg', 'fedprox', 'fednova', 'fedmgc')
+  assert config.regimes == ('fashion_mnist:client_dir(0.5)@100',
+                            'fashion_mnist:client_dir(1)@100')
+  assert config.loop.clients_per_round == 10 and config.epochs == (10,)
+  assert config.loop.batch_size == 128 and 0.001 in config.client_lr_grid
+  assert dict(config.models) == {'fashion_mnist': 'fedmgc_fmnist_cnn'}
 
 
 def test_tuning_regimes_are_regimes_or_dataset_regime_pairs():
@@ -141,8 +174,10 @@ def test_the_python_path_records_every_builder_argument_as_the_flags_do():
 
 @pytest.mark.parametrize('flag_values,message', [
     (dict(preset='fast'), "--preset must be one of 'diagnosis', 'fedga_setting', "
-     "'fedga_table', 'fedgh_table', 'fedld_table', 'fedmgc_table', 'results', 'smoke', got "
-     "'fast'"),
+     "'fedga_table', 'fedgh_table', 'fedgh_table_shakespeare', 'fedld_table', 'fedmgc_table', "
+     "'real_data', 'results', 'smoke', got 'fast'"),
+    (dict(preset='fedgh_table_shakespeare'), "--leaf_dir must be LEAF's data/<name> folder "
+     "for the regimes of ['leaf_shakespeare'], got None"),
     (dict(regimes='digits:dir(0)'), "--regimes=digits:dir(0): regime 'digits:dir(0)'"),
     (dict(methods='fedavg,sgd'), "--methods=sgd: unknown method 'sgd'"),
     (dict(epochs='1,x'), "--epochs must be integers, got ['1', 'x']"),
