@@ -109,6 +109,10 @@ def test_the_parts_and_their_defaults_are_the_experiments():
     (dict(tuning=dict(grids={'fedprox': {'proximal_strength': (0.1, float('nan'))}})),
      '--grids=fedprox: proximal_strength of method'),
     (dict(output=dict(experiment_name='../x')), '--experiment_name must be a relative name'),
+    (dict(tuning=dict(grids={'fedprox': {'proximal_strength': (0.1,)}},
+                      tune_method_grids=False)),
+     '--grids=fedprox: does not apply with --notune_method_grids'),
+    (dict(primary_regimes=('digits:#C=2',)), "--primary_regimes must be one of 'digits:iid'"),
 ])
 def test_bad_settings_name_the_flag(changes, message):
   with pytest.raises(experiment_config.ConfigError) as info:
@@ -220,3 +224,10 @@ def test_the_controls_reading_comes_from_its_config_json(tmp_path):
   assert (method, baseline) == ('fedprox_mu1', 'fedavg')
   assert ran.startswith('fedprox_mu1 against fedavg on `synthetic(1,1)`: E = 20, batch 10, ')
   assert ran.endswith('the global model\'s training loss evaluated every round')
+
+
+def test_primary_regimes_are_named_as_the_regimes_and_best_of_drops_empty_names():
+  config = _config(primary_regimes=('synthetic( 1 , 1 )', ''), best_of=('fedavg', '', 'scaffold'))
+  assert config.primary_regimes == ('synthetic(1,1)',)
+  assert config.best_of == ('fedavg', 'scaffold')
+  assert _config().best_of == config_lib.BASELINES and _config().primary_regimes == ()

@@ -150,3 +150,25 @@ def test_a_variant_runs_at_its_parents_tuned_values_and_changes_one_thing():
   own = _config(methods=('fedavg', 'fedld', 'fedld_projection'), variants_inherit=False)
   assert set(plan.inherits(own, plan.methods(own)).values()) == {None}
   assert len(plan.tuning_tasks(own)) == 3 * 2 * 2
+
+
+def test_without_method_grids_every_method_searches_the_rates_alone_at_its_given_values():
+  config = _config(methods=('fedavg', 'fedprox', 'fedmgc'), strategy='product', epochs=(1,),
+                   given={'fedprox': {'proximal_strength': 0.5}}, tune_method_grids=False,
+                   client_lr_grid=(0.1, 0.3), server_lr_grid=(1.0, 2.0))
+  table = plan.methods(config)
+  assert [m.grid for m in table] == [(), (), ()]
+  for method in table:   # the same 2 x 2 product for every method, the baseline included
+    assert [(c['client_lr'], c['server_lr']) for c in plan.candidates(config, method)] == [
+        (0.1, 1.0), (0.1, 2.0), (0.3, 1.0), (0.3, 2.0)]
+    assert set(plan.candidates(config, method)[0]) == {'client_lr', 'server_lr'}
+  # A run takes the given value of what is no longer searched (the authors' default if none).
+  specs = plan.report_specs(config, [_choice('fedavg', 1, 0.1, 1.0, {}),
+                                     _choice('fedprox', 1, 0.1, 1.0, {}),
+                                     _choice('fedmgc', 1, 0.3, 2.0, {})], dataset='digits')
+  fedprox = next(s for s in specs if s.method == 'fedprox')
+  fedmgc = next(s for s in specs if s.method == 'fedmgc')
+  assert dict(fedprox.kwargs)['proximal_strength'] == 0.5
+  assert dict(fedmgc.kwargs)['gamma'] == 0.5 and (fedmgc.client_lr, fedmgc.server_lr) == (0.3, 2)
+  searched = plan.methods(_config(methods=('fedavg', 'fedmgc'), strategy='product'))[1]
+  assert dict(searched.grid)['gamma'] == (0.5, 1.0, 2.0)
