@@ -169,11 +169,12 @@ def regime_notes(regime: str, dataset: str, config: Mapping[str, Any]) -> str:
   notes = []
   best = (config.get('best_baselines') or {}).get(dataset)
   if best and regime in results.primary_regimes(config):
+    others = ', '.join(f'{m} {v:.4f}' for m, v in sorted(best['scores'].items(),
+                                                         key=lambda kv: -kv[1])
+                       if m != best['method'])
     notes.append(text('best_baseline', best=best['method'], score=best['score'],
-                      regime=best['regime'], others=', '.join(
-                          f'{m} {v:.4f}' for m, v in sorted(best['scores'].items(),
-                                                           key=lambda kv: -kv[1])
-                          if m != best['method'])))
+                      regime=best['regime'],
+                      others=f'; {others}' if others else '; the only baseline tuned'))
   source = results.transferred_from(config, regime, dataset)
   if source:
     notes.append(text('transferred', source=source))
