@@ -105,7 +105,8 @@ def test_every_published_beats_or_loses_has_a_holm_adjusted_interval_excluding_z
   cells = results.group(rows)
   family = results.family(rows, config)
   raw = {k: results.difference(cells[k[:2]], k[2], k[3], key) for k in family}
-  ranked = sorted((k for k, d in raw.items() if not results.identical(d) and d.p_value == d.p_value),
+  ranked = sorted((k for k, d in raw.items()
+                   if not results.identical(d) and d.p_value == d.p_value),
                   key=lambda k: raw[k].p_value)
   adjusted = {k: stats.paired_difference(
       results.by_seed(cells[k[:2]][k[2]], key), results.by_seed(cells[k[:2]][k[3]], key),

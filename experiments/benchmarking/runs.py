@@ -146,7 +146,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
   """A run's summary from its metrics rows: `last_k_accuracy` (the primary statistic: the mean
   over the last `last_k` evaluated rounds, NaN if one is not finite), `best_accuracy` and
   `best_round` (never a headline), `collapsed` (`last_k_accuracy` below `COLLAPSE_FACTOR` times
-  chance 1 / `num_classes`), the means over rounds of `DIAGNOSTICS`, `seconds_per_round` (rounds >= 2),
+  chance 1 / `num_classes`), the means over rounds of `DIAGNOSTICS`, `seconds_per_round`
+  (rounds >= 2),
   the curves and the final values.
 
   A run diverges at the first round whose `{prefix}_accuracy` or `_loss`, clients' or global

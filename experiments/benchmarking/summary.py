@@ -120,9 +120,8 @@ def family_groups(rows, config) -> list[tuple[str, str, int, str, dict[str, list
   return out
 
 
-def _reference_label(rows, config, regime: str, cell, against: str) -> str:
-  """'fedavg 0.812' or 'scaffold 0.830, the best baseline on validation (tuning transferred
-  from ...)'."""
+def _reference_label(config, cell, against: str) -> str:
+  """'fedavg 0.812', or 'scaffold 0.830, the best baseline on validation'."""
   mean = tables.fmt(results_lib.mean(cell.get(against, {}),
                                      results_lib.primary_statistic(config)), 3)
   label = f'{against} {mean}'
@@ -140,8 +139,8 @@ def family_lines(rows, config) -> list[str]:
     source = results_lib.transferred_from(config, regime, datasets[regime])
     where = f'{name}, tuning transferred from `{source}`' if source else name
     parts = [f'{word}: {", ".join(groups[word])}' for word in _WORDS if word in groups]
-    lines.append(f'- {where}, against {_reference_label(rows, config, regime, cells[(regime, e)], against)}: '
-                 + '; '.join(parts) + '.')
+    reference = _reference_label(config, cells[(regime, e)], against)
+    lines.append(f'- {where}, against {reference}: ' + '; '.join(parts) + '.')
   return lines
 
 
