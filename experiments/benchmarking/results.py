@@ -241,6 +241,16 @@ def references(config: Mapping[str, Any], dataset: str) -> list[str]:
   return [config['baseline']] + ([best] if best != config['baseline'] else [])
 
 
+def cell_references(cell, config: Mapping[str, Any], dataset: str) -> list[str]:
+  """`references` in one (regime, E) cell, less a best baseline whose runs there equal the
+  baseline's in every seed (`identical`: one computation, compared once)."""
+  found = references(config, dataset)
+  if len(found) > 1 and identical(difference(cell, found[1], found[0],
+                                             primary_statistic(config))):
+    return found[:1]
+  return found
+
+
 def transferred_from(config: Mapping[str, Any], regime: str, dataset: str) -> Optional[str]:
   """The regime whose tuning `regime` uses when it is another (a transferred tuning), else
   None (tuned on itself, or untuned)."""
@@ -301,7 +311,7 @@ def family(rows, config: Mapping[str, Any], back: int = 0
     if regime not in primary:
       continue
     for method in methods:
-      for against in references(config, datasets[regime]):
+      for against in cell_references(cell, config, datasets[regime]):
         if method not in cell or against not in cell:
           continue
         if back:

@@ -109,7 +109,7 @@ def family_groups(rows, config) -> list[tuple[str, str, int, str, dict[str, list
   for name, regime, e, cell in _cells(rows, config):
     if regime not in results_lib.primary_regimes(config):
       continue
-    for against in results_lib.references(config, datasets[regime]):
+    for against in results_lib.cell_references(cell, config, datasets[regime]):
       groups: dict[str, list[str]] = {}
       for (r, ee, method, b), d in tested.items():
         if (r, ee, b) == (regime, e, against):
@@ -247,7 +247,8 @@ def readme(rows, config, curves) -> str:
                                *counted]) + ' |',
             '|' + '---|' * (7 + len(counted))]
   for (name, regime, e), per in by_cell.items():
-    best = results_lib.best_baseline(config, datasets[regime])
+    best = results_lib.cell_references(cells[(regime, e)], config, datasets[regime])[-1]
+    nominal = results_lib.best_baseline(config, datasets[regime])
     source = results_lib.transferred_from(config, regime, datasets[regime])
     mine = per.get(baseline, {})
     theirs = per.get(best, {}) if best != baseline else {}
@@ -259,6 +260,7 @@ def readme(rows, config, curves) -> str:
         tables.fmt(results_lib.mean(cells[(regime, e)].get(baseline, {}), statistic), 3),
         (f'{best} ' + tables.fmt(results_lib.mean(cells[(regime, e)].get(best, {}),
                                                    statistic), 3)) if best != baseline
+        else f'{nominal}, identical to {baseline} here' if nominal != baseline
         else f'{baseline} itself',
         short(mine, 'beats'), short(mine, 'loses'),
         short(theirs, 'beats') if best != baseline else '(the same)',

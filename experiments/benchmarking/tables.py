@@ -164,8 +164,9 @@ def power_line(cell, *, baseline: str, config: Mapping[str, Any],
                            needed=needed)
 
 
-def regime_notes(regime: str, dataset: str, config: Mapping[str, Any]) -> str:
-  """The regime's best baseline (chosen on validation) and whether its tuning is transferred."""
+def regime_notes(regime: str, dataset: str, config: Mapping[str, Any], cell=None) -> str:
+  """The regime's best baseline (chosen on validation; compared once where its runs equal the
+  baseline's in every seed) and whether its tuning is transferred."""
   notes = []
   best = (config.get('best_baselines') or {}).get(dataset)
   if best and regime in results.primary_regimes(config):
@@ -175,6 +176,9 @@ def regime_notes(regime: str, dataset: str, config: Mapping[str, Any]) -> str:
     notes.append(text('best_baseline', best=best['method'], score=best['score'],
                       regime=best['regime'],
                       others=f'; {others}' if others else '; the only baseline tuned'))
+    if cell is not None and len(results.cell_references(cell, config, dataset)) < len(
+        results.references(config, dataset)):
+      notes.append(text('best_is_baseline', best=best['method'], baseline=config['baseline']))
   source = results.transferred_from(config, regime, dataset)
   if source:
     notes.append(text('transferred', source=source))
@@ -196,13 +200,14 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
     conflict, source = results.regime_conflict(cell, baseline)
     primary = regime in results.primary_regimes(config)
     heading = ' '.join(filter(None, (
-        regime_notes(regime, datasets[regime], config),
+        regime_notes(regime, datasets[regime], config, cell),
         power_line(cell, baseline=baseline, config=config,
                    holm_level=level if primary else None),
         f'Measured conflict fraction {conflict:.3f} ({source}).' if conflict is not None
         else '')))
     mine = {m: d for (r, ee, m), d in found.items() if (r, ee) == (regime, e)}
-    best = results.best_baseline(config, datasets[regime]) if primary else None
+    best = (results.cell_references(cell, config, datasets[regime])[-1] if primary else None)
+    best = None if best == baseline else best
     against_best = {m: d for (r, ee, m, b), d in tested.items()
                     if (r, ee) == (regime, e) and b == best}
     if best is not None:   # the baselines against the best one: intervals, no test

@@ -194,3 +194,18 @@ def test_a_transferred_tuning_is_named():
   assert results.transferred_from(config, 'digits:iid', 'digits') is None
   untuned = dict(config, tuning=dict(config['tuning'], tune=False))
   assert results.transferred_from(untuned, 'digits:#C=2', 'digits') is None
+
+
+def test_a_best_baseline_identical_to_the_baseline_is_compared_once():
+  rows, config = _with_baselines()
+  # scaffold's runs in digits:#C=2 made equal to fedavg's: one computation.
+  fedavg = {(r['regime'], r['seed']): r for r in rows if r['method'] == 'fedavg'}
+  rows = [dict(r, last_k_accuracy=fedavg[(r['regime'], r['seed'])]['last_k_accuracy'])
+          if r['method'] == 'scaffold' and r['epochs'] == 1 else r for r in rows]
+  config['best_baselines'] = {'digits': {'method': 'scaffold', 'score': 0.9,
+                                         'regime': 'digits:iid', 'scores': {}}}
+  family = results.family(rows, config)
+  assert sorted(family) == [('digits:#C=2', 1, m, 'fedavg') for m in ('fedgh', 'fedld')]
+  cell = results.group(rows)[('digits:#C=2', 1)]
+  assert results.cell_references(cell, config, 'digits') == ['fedavg']
+  assert results.references(config, 'digits') == ['fedavg', 'scaffold']
