@@ -359,7 +359,9 @@ def protocol_section(config, rows) -> str:
     extra, base = results.unequal_search(config)
     equal = (text('protocol_search_unequal', methods=', '.join(extra), baseline=baseline,
                   base=base) if extra else
-             text('protocol_search_equal', client=tuning.get('client_lr_grid'), base=base))
+             text('protocol_search_equal', client=tuning.get('client_lr_grid'), base=base,
+                  own=(', then its own grid' if tuning.get('tune_method_grids', True) else
+                       ', every method at its given (default: its authors\') values')))
     lines.append(text('protocol_search', equal=equal))
   lines += [
       text('protocol_statistic',
@@ -410,7 +412,8 @@ def setup_section(config) -> str:
   edge = (text('setup_edge', factor=tuning['edge_factor'], steps=tuning['edge_steps']) + ' '
           if tuning.get('edge_steps') else '')
   lines.append(text(
-      'setup_tuning', strategy=tuning.get('strategy'),
+      'setup_tuning', strategy=tuning.get('strategy') + (
+          ' (successive halving)' if tuning.get('schedule') == 'halving' else ''),
       fraction=tuning.get('validation_fraction'), seeds=tuning.get('tuning_seeds'),
       last_k=tuning.get('last_k'), client=tuning.get('client_lr_grid'),
       server=tuning.get('server_lr_grid'), edge=edge,
