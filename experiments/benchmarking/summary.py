@@ -195,8 +195,10 @@ def verdicts(rows, config, curves) -> str:
   without words; the plateau and the power."""
   tuning = config['tuning']
   methods = results_lib.orders(rows, config)[1]
-  search = text('summary_tuned', server=' and server' if tuning.get('tune_server_lr') else ''
-                ) if tuning.get('tune') else 'untuned'
+  search = text('summary_tuned', server=' and server' if tuning.get('tune_server_lr') else '',
+                seeds=len(tuning.get('tuning_seeds') or ()),
+                own=(', then its own grid' if tuning.get('tune_method_grids', True) else
+                     ' at its authors\' values')) if tuning.get('tune') else 'untuned'
   scope = text('summary_scope', methods=len(methods), regimes=len(config['regimes']),
                names=', '.join(f'`{r}`' for r in config['regimes']),
                seeds=len(config['report_seeds']), rounds=config.get('rounds'),
