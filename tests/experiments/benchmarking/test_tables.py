@@ -247,3 +247,31 @@ def test_the_summary_says_identical_never_ties():
   assert ('identical: fednova in every seed (FedNova is FedAvg when every client takes the same '
           'number of local steps)') in line
   assert 'ties' not in line
+
+
+def test_the_windows_table_lists_the_verdicts_that_change_before_the_last_window():
+  from experiments.benchmarking import runs  # pylint: disable=g-import-not-at-top
+  # fedgh gains 0.05 on every seed's last two rounds only; fedld 0.05 on every round: with
+  # windows of 2 rounds, fedgh ties fedavg before the last window and beats it there, fedld
+  # beats it on all four.
+  rows = []
+  for seed in range(4):
+    base = [0.50 + 0.01 * seed + 0.001 * r for r in range(8)]
+    noise = [(0.002, -0.002, 0.0, 0.0)[seed]] * 8   # mean 0 over the seeds
+    curves = {'fedavg': base,
+              'fedgh': [b + n + (0.05 if r >= 6 else 0.0) for r, (b, n) in
+                        enumerate(zip(base, noise))],
+              'fedld': [b + 0.05 + n for b, n in zip(base, noise)]}
+    for method, curve in curves.items():
+      rows.append(dict(report_rows.rows()[0], method=method, algorithm=method, seed=seed,
+                       data_seed=seed, accuracy_curve=runs.encode_curve(curve),
+                       last_k_accuracy=sum(curve[-2:]) / 2, final_accuracy=curve[-1],
+                       diverged_round=None, chance_accuracy=0.1))
+  config = dict(report_rows.CONFIG, methods=['fedavg', 'fedgh', 'fedld'],
+                tuning=dict(report_rows.CONFIG['tuning'], last_k=2))
+  text = tables.windows_table(rows, config)
+  assert '1 of 2 verdicts are the same on all four windows' in ' '.join(text.split())
+  line = next(l for l in text.splitlines() if l.startswith('| `digits:iid` | 1 | fedgh |'))
+  assert line.endswith('| fedavg | ties | ties | ties | beats |'), line
+  assert '| fedld |' not in text
+  assert tables.windows_table(rows, dict(config, primary_statistic='final_accuracy')) == ''
