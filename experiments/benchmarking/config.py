@@ -79,8 +79,11 @@ def parse_mapping(argument: str, text: str, cast=str) -> dict[str, Any]:
   return mapping
 
 
-def _parse_names(argument: str, text: str) -> tuple:
+def _parse_names(argument: str, text) -> tuple:
+  """Names from a flag's text, or from a list flag's value (its default: a tuple setting)."""
   del argument   # a name's error is the config's, naming the regime or method
+  if isinstance(text, (list, tuple)):
+    text = ','.join(map(str, text))
   return tuple(split_top_level(text))
 
 

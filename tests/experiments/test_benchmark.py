@@ -466,3 +466,11 @@ def test_a_stopped_benchmark_says_what_it_keeps_in_its_own_words(tmp_path, monke
       f'{first_words}: the 2 finished runs under {root} are kept; a run in progress is not '
       'and starts over: rerun the same command to run only what is not finished')
   assert 'checkpoint_every' not in str(info.value)
+
+
+def test_the_best_of_baselines_default_reaches_the_config_as_names():
+  # A tuple setting's flag is a list flag: its default must reach the config as the names.
+  config = _paper_config('real_data')
+  assert config.best_of == config_lib.BASELINES
+  assert config.primary_regimes == ('fashion_mnist:dir(0.1)@100', 'fashion_mnist:#C=2@100')
+  assert _paper_config('real_data', best_of='fedavg,scaffold').best_of == ('fedavg', 'scaffold')
