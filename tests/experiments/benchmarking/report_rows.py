@@ -1,5 +1,5 @@
-"""runs.csv rows made by hand, for the report's tests: three methods over two regimes and two E,
-three seeds each."""
+"""runs.csv rows made by hand, for the report's tests (three methods over two regimes and two E,
+three seeds each), and Holm's adjustment as a plain loop to check the report against."""
 
 from experiments.benchmarking import runs
 
@@ -23,6 +23,16 @@ CONFIG = {'regimes': ['digits:iid', 'digits:#C=2'], 'methods': ['fedavg', 'fedgh
            'plan': {'models': {}, 'tuning_regimes': {},
                     'methods': [{'name': m, 'parent': None, 'grid': {}, 'server_lrs': [1.0]}
                                 for m in ('fedavg', 'fedgh', 'fedld')]}}
+
+
+def holm_reference(p_values):
+  """Holm's adjustment as a plain loop: p_(i) (m - i + 1), then the running maximum."""
+  order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+  out, running = [0.0] * len(p_values), 0.0
+  for rank, i in enumerate(order):
+    running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+    out[i] = running
+  return out
 
 
 def rows():

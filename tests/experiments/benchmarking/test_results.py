@@ -104,16 +104,6 @@ def test_comparisons_against_another_method_are_their_own_holm_family():
       pytest.approx(min(1.0, 3 * ps[0])))
 
 
-def _holm_loop(p_values):
-  """Holm's adjustment as a plain loop: p_(i) (m - i + 1), then the running maximum."""
-  order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-  out, running = [0.0] * len(p_values), 0.0
-  for rank, i in enumerate(order):
-    running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
-    out[i] = running
-  return out
-
-
 def _with_baselines():
   """report_rows' runs with scaffold beside them (fedavg + 0.03 in every seed, +- 0.01)."""
   rows = report_rows.rows()
@@ -157,7 +147,7 @@ def test_the_primary_family_is_every_method_against_both_references_in_its_regim
   raw = [scipy_stats.ttest_rel([cell[m][s]['last_k_accuracy'] for s in range(3)],
                                [cell[b][s]['last_k_accuracy'] for s in range(3)]).pvalue
          for _, _, m, b in keys]
-  for key, p in zip(keys, _holm_loop(raw)):
+  for key, p in zip(keys, report_rows.holm_reference(raw)):
     assert family[key].p_value == pytest.approx(p) and family[key].family == results.PRIMARY
   assert results.family_size(family) == 4
   assert results.holm_level(rows, config) == pytest.approx(results.ALPHA / 4)

@@ -13,16 +13,6 @@ from experiments.benchmarking import tables
 from tests.experiments.benchmarking import report_rows
 
 
-def _holm_reference(p_values):
-  """Holm's adjustment as a plain loop: p_(i) (m - i + 1), then the running maximum."""
-  order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-  out, running = [0.0] * len(p_values), 0.0
-  for rank, i in enumerate(order):
-    running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
-    out[i] = running
-  return out
-
-
 def test_regime_table_numbers_and_holm_over_every_comparison():
   from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
   rows = report_rows.rows()
@@ -41,7 +31,7 @@ def test_regime_table_numbers_and_holm_over_every_comparison():
   identical = ('digits:iid', 5, 'fedgh')
   assert np.isnan(found[identical].p_value) and results.family_size(found) == 5
   keys.remove(identical)
-  holm = dict(zip(keys, _holm_reference([p_value(*k) for k in keys])))
+  holm = dict(zip(keys, report_rows.holm_reference([p_value(*k) for k in keys])))
   for key, p in holm.items():
     assert found[key].p_value == pytest.approx(p)
   cell = results.group(rows)[('digits:#C=2', 1)]
@@ -162,7 +152,7 @@ def test_composition_table_compares_with_its_baseline_and_with_fedavg():
                                                  'regime': 'digits:iid', 'scores': {}}})
   raw = [scipy_stats.ttest_rel(finals['fednova+fedgh'], finals[b]).pvalue
          for b in ('fedavg', 'fednova')]
-  adjusted = _holm_reference(raw)[1]
+  adjusted = report_rows.holm_reference(raw)[1]
   table = tables.composition_table(rows, best).splitlines()
   assert adjusted < 0.05 and table[2].startswith(
       '| `digits:iid` | 1 | fednova+fedgh | fednova | **+0.0267 [')
