@@ -83,15 +83,22 @@ def test_character_models_have_leafs_sizes_and_read_character_ids():
   assert lstm.count_params() == (80 * 8 + _lstm_size(8, 256) + _lstm_size(256, 256) +
                                  256 * 80 + 80) == 817_872
   gru = architectures.shakespeare_gru((80,), 80)  # Keras' GRU (reset_after): 2 bias rows
-  assert gru.count_params() == 80 * 8 + 3 * (8 * 128 + 128 * 128 + 2 * 128) + 128 * 80 + 80
+  assert gru.count_params() == 80 * 8 + 3 * (8 * 64 + 64 * 64 + 2 * 64) + 64 * 80 + 80 == 20_048
+  ids = np.random.default_rng(0).integers(0, 80, (3, 80)).astype(np.int32)
+
+  def changed(position):
+    out = ids.copy()
+    out[:, position] = (out[:, position] + 1) % 80
+    return out
   for model in (lstm, gru):
-    assert model.input.dtype == tf.int32
-    ids = np.random.default_rng(0).integers(0, 80, (3, 80)).astype(np.int32)
-    assert model(ids).shape == (3, 80)
-    # The recurrent state carries the whole window: its first character changes the logits.
-    changed = ids.copy()
-    changed[:, 0] = (changed[:, 0] + 1) % 80
-    assert not np.array_equal(model(ids).numpy(), model(changed).numpy())
+    assert model.input.dtype == tf.int32 and model(ids).shape == (3, 80)
+    assert not np.array_equal(model(ids).numpy(), model(changed(-1)).numpy())
+  # LEAF's LSTM carries the whole window; the CPU's GRU reads its last 20 characters.
+  assert not np.array_equal(lstm(ids).numpy(), lstm(changed(0)).numpy())
+  context = architectures.SHAKESPEARE_GRU_CONTEXT
+  assert context == 20
+  np.testing.assert_array_equal(gru(ids).numpy(), gru(changed(80 - context - 1)).numpy())
+  assert not np.array_equal(gru(ids).numpy(), gru(changed(80 - context)).numpy())
   assert architectures.DEFAULT_MODELS['leaf_shakespeare'] == 'shakespeare_gru'
 
 
