@@ -1,6 +1,7 @@
 """A benchmark's settings as checked, frozen values (the grid, tuning and the run settings every
 run shares); a bad value raises `experiments.config.ConfigError` naming its flag."""
 
+import copy
 import dataclasses
 import functools
 import os
@@ -77,6 +78,32 @@ def parse_mapping(argument: str, text: str, cast=str) -> dict[str, Any]:
       raise ConfigError(argument, item, f'entries DATASET:VALUE with a {cast.__name__} '
                         'value') from None
   return mapping
+
+
+# What a dataset may set for its own regimes (`dataset_settings`), tuning and reporting: its
+# rounds and the learning rates its tuning searches; every other setting is the benchmark's.
+DATASET_SETTINGS = ('rounds', 'client_lr_grid', 'server_lr_grid')
+
+
+def parse_dataset_settings(argument: str, text: str) -> dict[str, dict[str, Any]]:
+  """'leaf_shakespeare.rounds=60,leaf_shakespeare.client_lr_grid=1/3/10' -> {dataset: {setting:
+  value}}: rounds an int, a grid a tuple of floats."""
+  out: dict[str, dict[str, Any]] = {}
+  for item in split_top_level(text):
+    target, sep, value = item.partition('=')
+    dataset, dot, name = target.strip().partition('.')
+    if not sep or not dot or not dataset or not value.strip():
+      raise ConfigError(argument, item, 'entries DATASET.SETTING=VALUE (V1/V2/... for a grid)')
+    if name not in DATASET_SETTINGS:
+      raise ConfigError(argument, item, reason=f'{name!r} is not a setting a dataset may set: '
+                        f'one of {list(DATASET_SETTINGS)}')
+    try:
+      out.setdefault(dataset, {})[name] = (
+          int(value) if name == 'rounds' else tuple(float(v) for v in value.split('/')))
+    except ValueError:
+      raise ConfigError(argument, item, 'entries DATASET.rounds=INT or DATASET.GRID=V1/V2/... '
+                        'of numbers') from None
+  return out
 
 
 def _parse_names(argument: str, text) -> tuple:
@@ -306,6 +333,12 @@ class BenchmarkConfig:
   plateau_tolerance: float = setting(0.01, check=_M.NON_NEGATIVE, help='Tolerance of the '
                                      'plateau criterion (accuracy).')
 
+  dataset_settings: Mapping[str, Mapping[str, Any]] = setting(
+      default_factory=dict, parse=parse_dataset_settings, help='DATASET.SETTING=VALUE,...: '
+      'a dataset\'s own --rounds, --client_lr_grid or --server_lr_grid (V1/V2/...) for its '
+      'regimes, tuning and reporting (e.g. leaf_shakespeare.rounds=100); the others\' are the '
+      'flags\'.')
+
   loop: experiment_config.LoopConfig = _DEFAULTS.training
   client: experiment_config.OptimizerConfig = _DEFAULTS.client
   server: experiment_config.OptimizerConfig = _DEFAULTS.server
@@ -368,6 +401,14 @@ class BenchmarkConfig:
     for dataset, difference in self.detect.items():
       of_datasets('detect', f'{dataset}:{difference}')
       _M.FRACTION('detect', difference)
+    for dataset, own in self.dataset_settings.items():
+      for name, value in own.items():
+        entry = f'{dataset}.{name}={value if name == "rounds" else "/".join(map(str, value))}'
+        of_datasets('dataset_settings', f'{dataset}:{name}')
+        valid = (value >= 1 if name == 'rounds' else
+                 bool(value) and all(_M.is_real(x) and x > 0 for x in value))
+        must('entries with rounds >= 1 or grids of finite numbers > 0', lambda _, ok=valid: ok)(
+            'dataset_settings', entry)
     for dataset, regime in self.tuning_regimes.items():
       tuned = _parsed('tuning_regimes', regime, self.datasets)
       must('entries DATASET:REGIME with a regime of that dataset',
@@ -508,6 +549,30 @@ def replace_settings(config: BenchmarkConfig, **settings: Any) -> BenchmarkConfi
     parts.setdefault(part, {})[field] = settings.pop(name)
   return dataclasses.replace(config, **settings, **{
       part: dataclasses.replace(getattr(config, part), **fields) for part, fields in parts.items()})
+
+
+def for_dataset(config: BenchmarkConfig, dataset: str) -> BenchmarkConfig:
+  """`config` as `dataset`'s regimes run it: its `dataset_settings` in place of the flags' (a
+  view, not checked again: `BenchmarkConfig` checked them)."""
+  own = dict(config.dataset_settings.get(dataset, {}))
+  if not own:
+    return config
+  view = copy.copy(config)
+  if 'rounds' in own:
+    object.__setattr__(view, 'loop', dataclasses.replace(config.loop, rounds=own.pop('rounds')))
+  for name, value in own.items():
+    object.__setattr__(view, name, value)
+  return view
+
+
+def per_dataset(config: Mapping[str, Any], name: str) -> str:
+  """A config.json's setting `name` (flat) as text, with the datasets that set their own:
+  '150' or '150 (leaf_shakespeare: 100)'."""
+  show = lambda v: str(list(v)) if isinstance(v, (list, tuple)) else str(v)
+  own = [f'{d}: {show(s[name])}' for d, s in (config.get('dataset_settings') or {}).items()
+         if name in s]
+  value = config.get(name, (config.get('tuning') or {}).get(name))
+  return show(value) + (f' ({"; ".join(own)})' if own else '')
 
 
 CONTROL_DIR = 'positive_control'

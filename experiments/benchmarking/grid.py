@@ -200,9 +200,11 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
                               dict(config_lib.as_dict(config), plan=plan_lib.describe(config)))
   tuning_runs = plan_lib.num_runs(config, runs_lib.TUNE_PHASE)
   report_runs = plan_lib.num_runs(config, runs_lib.REPORT_PHASE)
+  rounds = config_lib.per_dataset(
+      dict(rounds=config.loop.rounds, dataset_settings=config.dataset_settings), 'rounds')
   print(f'benchmark: {len(config.regimes)} regimes x {len(config.methods)} methods x E in '
         f'{list(config.epochs)} x {len(config.report_seeds)} seeds = {report_runs} reporting '
-        f'runs, up to {tuning_runs} tuning runs, {config.loop.rounds} rounds each -> {root}',
+        f'runs, up to {tuning_runs} tuning runs, {rounds} rounds each -> {root}',
         file=stream, flush=True)
   regimes = []   # size and label skew (`tff_conflict.data.describe`) of the first seed's data
   for regime in config.regimes:

@@ -120,6 +120,7 @@ def run_spec(config, *, phase: str, regime: str, method: Method, kwargs: Mapping
              client_lr: float, server_lr: float, epochs: int, seed: int, candidate: str = '',
              rounds: Optional[int] = None) -> runs_lib.RunSpec:
   dataset = dataset_of(config, regime)
+  config = config_lib.for_dataset(config, dataset)
   return runs_lib.RunSpec(
       phase=phase, regime=regime, dataset=dataset, method=method.name, algorithm=method.algorithm,
       kwargs=tuple(sorted(methods_lib.builder_kwargs(method, kwargs).items())),
@@ -134,7 +135,7 @@ def tuning_spec(config, dataset: str, epochs: int, method: Method, candidate: di
                 rounds: Optional[int] = None) -> runs_lib.RunSpec:
   """A tuning run of `candidate` (`rounds`: a shorter rung of halving, a run of its own)."""
   name = candidate_name(candidate)
-  if rounds is not None and rounds != config.loop.rounds:
+  if rounds is not None and rounds != config_lib.for_dataset(config, dataset).loop.rounds:
     name = f'{name} @{rounds} rounds'
   kwargs = dict(methods_lib.given_kwargs(config.given, method), **_tuned(candidate))
   return run_spec(config, phase=runs_lib.TUNE_PHASE, regime=tuning_regime(config, dataset),
@@ -253,7 +254,8 @@ def tasks(config) -> list[Task]:
       return (yield from _evaluated(config, dataset, epochs, method,
                                     search(config, method, **where)))
     out.append(Task(tuning_key(dataset, epochs, method.name), (), tune,
-                    max_candidates(config, method) * len(config.tuning_seeds)))
+                    max_candidates(config_lib.for_dataset(config, dataset), method)
+                    * len(config.tuning_seeds)))
   for dataset, epochs, method in tuning_tasks(config):
     if method.name != config.baseline:
       continue
@@ -310,7 +312,7 @@ def planned_builds(config) -> list[runs_lib.RunSpec]:
   out: dict[tuple, runs_lib.RunSpec] = {}
   first = []
   for dataset, epochs, method in tuning_tasks(config):
-    found = _unextended(config, method)
+    found = _unextended(config_lib.for_dataset(config, dataset), method)
     for c in found:
       spec = tuning_spec(config, dataset, epochs, method, c, config.tuning_seeds[0])
       out.setdefault(_build_key(spec), spec)
@@ -330,7 +332,7 @@ def planned_runs(config) -> dict[tuple[str, str, str, int], int]:
   """Runs per (phase, method, dataset, E): exact for reporting, an upper bound for tuning
   (stage 2's repeats of stage 1 and every possible edge extension included)."""
   counts = {(runs_lib.TUNE_PHASE, m.name, dataset, epochs):
-            max_candidates(config, m) * len(config.tuning_seeds)
+            max_candidates(config_lib.for_dataset(config, dataset), m) * len(config.tuning_seeds)
             for dataset, epochs, m in tuning_tasks(config)}
   counts.update({(runs_lib.REPORT_PHASE, name, dataset, epochs):
                  len(regimes_of(config, dataset)) * len(config.report_seeds)
@@ -349,7 +351,7 @@ def planned_processes(config) -> dict[tuple[str, str], int]:
   out = {(name, dataset): 1 for dataset in datasets(config) for name in config.methods}
   for dataset, _, m in tuning_tasks(config):
     out[(m.name, dataset)] = len({tuple(sorted(_tuned(c).items()))
-                                  for c in _unextended(config, m)})
+                                  for c in _unextended(config_lib.for_dataset(config, dataset), m)})
   return out
 
 
@@ -520,6 +522,8 @@ def search(config, method: Method, **where) -> Generator[list, list, dict[str, A
   lrs at the given values, the winner may have others), it is tried (with the winner's other
   values) times (divided by) `edge_factor`, at most `edge_steps` times per dimension and side
   and within the dimension's valid range."""
+  if 'dataset' in where:   # its rounds and learning-rate grids (`dataset_settings`)
+    config = config_lib.for_dataset(config, where['dataset'])
   scored: list[tuple[dict, float, int]] = []
   seen: dict[str, tuple[float, int]] = {}
 

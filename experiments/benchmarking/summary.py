@@ -9,6 +9,7 @@ import sys
 import textwrap
 from typing import Callable, Optional, Sequence
 
+from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import tables
@@ -173,7 +174,8 @@ def _plateau_sentence(config, curves) -> str:
   tuning, baseline = config['tuning'], config['baseline']
   open_ = [f'`{r}` ({last - previous:+.3f})' for r, _, (last, previous, plateaued), _
            in results_lib.plateau_verdicts(curves, config) if not plateaued]
-  return text('summary_plateau', baseline=baseline, rounds=config.get('rounds'),
+  return text('summary_plateau', baseline=baseline,
+              rounds=config_lib.per_dataset(config, 'rounds'),
               window=tuning['plateau_window'], tolerance=tuning['plateau_tolerance'],
               open=', '.join(open_)) if open_ else ''
 
@@ -201,7 +203,8 @@ def verdicts(rows, config, curves) -> str:
                      ' at its authors\' values')) if tuning.get('tune') else 'untuned'
   scope = text('summary_scope', methods=len(methods), regimes=len(config['regimes']),
                names=', '.join(f'`{r}`' for r in config['regimes']),
-               seeds=len(config['report_seeds']), rounds=config.get('rounds'),
+               seeds=len(config['report_seeds']),
+               rounds=config_lib.per_dataset(config, 'rounds'),
                epochs=', '.join(str(e) for e in config['epochs']), search=search)
   extra = [_power_sentence(rows, config)]
   if _norm_ratios(rows, 'fedld'):

@@ -328,8 +328,8 @@ def plateau_lines(curve_rows, config) -> str:
   plateaued, with the two means."""
   baseline = config['baseline']
   window, tolerance = config['tuning']['plateau_window'], config['tuning']['plateau_tolerance']
-  head = text('plateau_rule', rounds=config.get('rounds'), baseline=baseline, window=window,
-              tolerance=tolerance)
+  head = text('plateau_rule', rounds=config_lib.per_dataset(config, 'rounds'), baseline=baseline,
+              window=window, tolerance=tolerance)
   if not config['tuning']['tune']:
     return head + ' Not checked: no tuning, so no validation curve.\n'
   verdicts = results.plateau_verdicts(curve_rows, config)
@@ -359,7 +359,8 @@ def protocol_section(config, rows) -> str:
     extra, base = results.unequal_search(config)
     equal = (text('protocol_search_unequal', methods=', '.join(extra), baseline=baseline,
                   base=base) if extra else
-             text('protocol_search_equal', client=tuning.get('client_lr_grid'), base=base,
+             text('protocol_search_equal', client=config_lib.per_dataset(config, 'client_lr_grid'),
+                  base=base,
                   own=(', then its own grid' if tuning.get('tune_method_grids', True) else
                        ', every method at its given (default: its authors\') values')))
     lines.append(text('protocol_search', equal=equal))
@@ -398,7 +399,8 @@ def setup_section(config) -> str:
       f'- Regimes: {", ".join(f"`{r}`" for r in config.get("regimes", []))}.',
       f'- Methods: {", ".join(config.get("methods", []))}; baseline {config["baseline"]}.',
       text('setup_runs', epochs=config.get('epochs'), seeds=config.get('report_seeds'),
-           rounds=config.get('rounds'), clients=config.get('clients_per_round'),
+           rounds=config_lib.per_dataset(config, 'rounds'),
+           clients=config.get('clients_per_round'),
            batch=config.get('batch_size'), momentum=config.get('client_momentum', 0)),
       '- Models: ' + (', '.join(f'{d}: {m}' for d, m in plan['models'].items())
                       or 'each dataset default') + '.',
@@ -415,8 +417,8 @@ def setup_section(config) -> str:
       'setup_tuning', strategy=tuning.get('strategy') + (
           ' (successive halving)' if tuning.get('schedule') == 'halving' else ''),
       fraction=tuning.get('validation_fraction'), seeds=tuning.get('tuning_seeds'),
-      last_k=tuning.get('last_k'), client=tuning.get('client_lr_grid'),
-      server=tuning.get('server_lr_grid'), edge=edge,
+      last_k=tuning.get('last_k'), client=config_lib.per_dataset(config, 'client_lr_grid'),
+      server=config_lib.per_dataset(config, 'server_lr_grid'), edge=edge,
       regimes=', '.join(f'{d}: `{r}`' for d, r in plan['tuning_regimes'].items())
       or 'see Tuning'))
   grids = [f'{m["name"]}: ' + ', '.join(f'{k} in {v}' for k, v in m['grid'].items())

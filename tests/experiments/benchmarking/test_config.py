@@ -231,3 +231,44 @@ def test_primary_regimes_are_named_as_the_regimes_and_best_of_drops_empty_names(
   assert config.primary_regimes == ('synthetic(1,1)',)
   assert config.best_of == ('fedavg', 'scaffold')
   assert _config().best_of == config_lib.BASELINES and _config().primary_regimes == ()
+
+
+def test_a_dataset_sets_its_own_rounds_and_learning_rate_grids():
+  assert config_lib.parse_dataset_settings(
+      'dataset_settings',
+      'synthetic.rounds=7, synthetic.client_lr_grid=1/3,digits.server_lr_grid=2') == {
+          'synthetic': {'rounds': 7, 'client_lr_grid': (1.0, 3.0)},
+          'digits': {'server_lr_grid': (2.0,)}}
+  config = _config(loop=dict(rounds=5), client_lr_grid=(0.1,),
+                   dataset_settings={'synthetic': {'rounds': 7, 'client_lr_grid': (1.0, 3.0)}})
+  own, other = (config_lib.for_dataset(config, d) for d in ('synthetic', 'digits'))
+  assert (own.loop.rounds, own.client_lr_grid, own.server_lr_grid) == (
+      7, (1.0, 3.0), config.server_lr_grid)
+  assert other is config and (config.loop.rounds, config.client_lr_grid) == (5, (0.1,))
+  flat = config_lib.flat_settings(config_lib.as_dict(config))
+  assert config_lib.per_dataset(flat, 'rounds') == '5 (synthetic: 7)'
+  assert config_lib.per_dataset(flat, 'client_lr_grid') == '[0.1] (synthetic: [1.0, 3.0])'
+  assert config_lib.per_dataset(flat, 'server_lr_grid') == str(list(config.server_lr_grid))
+
+
+@pytest.mark.parametrize('text, message', [
+    ('synthetic:rounds=7', '--dataset_settings must be entries DATASET.SETTING=VALUE'),
+    ('synthetic.epochs=2', "--dataset_settings=synthetic.epochs=2: 'epochs' is not a setting"),
+    ('synthetic.rounds=many', '--dataset_settings must be entries DATASET.rounds=INT'),
+    ('synthetic.client_lr_grid=1/x', '--dataset_settings must be entries DATASET.rounds=INT')])
+def test_bad_dataset_settings_text_names_the_flag(text, message):
+  with pytest.raises(experiment_config.ConfigError) as info:
+    config_lib.parse_dataset_settings('dataset_settings', text)
+  assert info.value.flag_message().startswith(message), info.value.flag_message()
+
+
+@pytest.mark.parametrize('settings, message', [
+    ({'mnist': {'rounds': 3}}, "--dataset_settings must be entries of the regimes' datasets"),
+    ({'synthetic': {'rounds': 0}}, '--dataset_settings must be entries with rounds >= 1'),
+    ({'digits': {'client_lr_grid': (0.1, -1.0)}},
+     "--dataset_settings must be entries with rounds >= 1 or grids of finite numbers > 0, got "
+     "'digits.client_lr_grid=0.1/-1.0'")])
+def test_bad_dataset_settings_name_the_flag_and_the_entry(settings, message):
+  with pytest.raises(experiment_config.ConfigError) as info:
+    _config(dataset_settings=settings)
+  assert info.value.flag_message().startswith(message), info.value.flag_message()

@@ -98,6 +98,14 @@ def test_the_plan_as_the_report_reads_it():
       dict(config_lib.as_dict(config), plan=described)))
   assert '- Models: digits: digits_cnn.' in setup and 'digits: `digits:dir(0.1)`' in setup
   assert 'fedprox: proximal_strength in [0.001, 0.01, 0.1, 1.0]' in setup
+  assert '50 rounds, 10 clients per round' in setup and 'client lr grid [0.03, 0.1, 0.3],' in setup
+  own = config_lib.replace_settings(config, dataset_settings={'digits': {
+      'rounds': 7, 'client_lr_grid': (1.0, 3.0)}})
+  flat = config_lib.flat_settings(dict(config_lib.as_dict(own), plan=plan.describe(own)))
+  setup = tables.setup_section(flat)
+  assert '50 (digits: 7) rounds' in setup
+  assert 'client lr grid [0.03, 0.1, 0.3] (digits: [1.0, 3.0]),' in setup
+  assert tables.plateau_lines([], flat).startswith('- Rounds: 50 (digits: 7), enough when')
 
 
 def test_server_learning_rates_are_searched_for_every_method_or_for_none():

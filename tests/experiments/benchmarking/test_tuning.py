@@ -227,3 +227,34 @@ def test_the_baseline_tries_the_server_lrs_others_reached_and_keeps_the_best():
   kept = tuning.widen_server_lrs(choice, [9.0], lambda c: (0.5, 1))
   assert (kept['server_lr'], kept['score'], len(kept['scores'])) == (1.0, 0.95, 5)
   assert tuning.widen_server_lrs(choice, [1.0, 2.0], evaluate) is choice
+
+
+def test_a_datasets_own_rounds_and_grids_drive_its_search_and_its_runs():
+  """`dataset_settings`: digits' tuning searches its own client lrs, its halving rungs end at
+  its own rounds, and its runs (tuning and reporting) run them; the settings of other datasets
+  leave it alone."""
+  config, fedavg = _search('fedavg', strategy='product', rounds=50, schedule='halving', epochs=(1,),
+                           dataset_settings={'digits': {'rounds': 20,
+                                                        'client_lr_grid': (1.0, 2.0, 4.0)}})
+  requests = []
+
+  def evaluate(candidate, rounds=None):
+    requests.append((candidate['client_lr'], rounds))
+    return candidate['client_lr'] * (rounds or 20), 1
+
+  choice = _tune((config, fedavg), evaluate)
+  assert sorted({lr for lr, _ in requests}) == [1.0, 2.0, 4.0]
+  # Halving's rungs of digits' 20 rounds ([6, 20]), not of the flags' 50 ([16, 50]).
+  assert [r for _, r in requests] == [6, 6, 6, None] and choice['client_lr'] == 4.0
+  spec = tuning.tuning_spec(config, 'digits', 1, fedavg, dict(client_lr=4.0, server_lr=1.0), 100)
+  assert spec.rounds == 20 and spec.candidate == 'clr=4,slr=1'
+  short = tuning.tuning_spec(config, 'digits', 1, fedavg, dict(client_lr=4.0, server_lr=1.0), 100,
+                             rounds=6)
+  assert short.rounds == 6 and short.candidate == 'clr=4,slr=1 @6 rounds'
+  assert {s.rounds for s in tuning.report_specs(config, [choice])} == {20}
+  assert tuning.planned_runs(config)[('tune', 'fedavg', 'digits', 1)] == 3 * 2  # 3 lrs x 2 seeds
+  other = config_lib.replace_settings(config, dataset_settings={'synthetic': {'rounds': 7}},
+                                      regimes=('digits:iid', 'synthetic(1,1)'))
+  assert {s.dataset: s.rounds for s in tuning.report_specs(
+      other, [dict(choice, dataset=d) for d in ('digits', 'synthetic')])} == {
+          'digits': 50, 'synthetic': 7}
