@@ -470,7 +470,20 @@ def test_a_stopped_benchmark_says_what_it_keeps_in_its_own_words(tmp_path, monke
 
 def test_the_best_of_baselines_default_reaches_the_config_as_names():
   # A tuple setting's flag is a list flag: its default must reach the config as the names.
-  config = _paper_config('real_data')
+  config = _paper_config('real_data', leaf_dir='/data/shakespeare')
   assert config.best_of == config_lib.BASELINES
-  assert config.primary_regimes == ('fashion_mnist:dir(0.1)@100', 'fashion_mnist:#C=2@100')
-  assert _paper_config('real_data', best_of='fedavg,scaffold').best_of == ('fedavg', 'scaffold')
+  assert _paper_config('real_data', leaf_dir='/data/shakespeare',
+                       best_of='fedavg,scaffold').best_of == ('fedavg', 'scaffold')
+
+
+def test_real_data_runs_shakespeare_at_its_own_rounds_and_rates_and_digits_outside_the_family():
+  config = _paper_config('real_data', leaf_dir='/data/shakespeare')
+  assert config.primary_regimes == ('fashion_mnist:dir(0.1)@100', 'fashion_mnist:#C=2@100',
+                                    presets.SHAKESPEARE_REGIME)
+  assert config.regimes == config.primary_regimes + ('digits:dir(0.1)',)
+  assert config.dataset_settings == {'leaf_shakespeare': {'rounds': 200,
+                                                          'client_lr_grid': (0.3, 1.0, 3.0)}}
+  shakespeare = config_lib.for_dataset(config, 'leaf_shakespeare')
+  assert (shakespeare.loop.rounds, config.loop.rounds) == (200, 150)
+  assert shakespeare.server_lr_grid == config.server_lr_grid == (0.5, 1.0, 2.0)
+  assert len(config.tuning_seeds) == 3 and len(config.report_seeds) == 8
