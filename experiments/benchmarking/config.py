@@ -575,6 +575,13 @@ def per_dataset(config: Mapping[str, Any], name: str) -> str:
   return show(value) + (f' ({"; ".join(own)})' if own else '')
 
 
+def rounds_of(config: Mapping[str, Any], regime: str) -> int:
+  """A config.json's (flat) rounds of `regime`: its dataset's own, else the flag's."""
+  dataset = parse_regime(regime, config.get('datasets') or ()).dataset
+  return ((config.get('dataset_settings') or {}).get(dataset) or {}).get(
+      'rounds', config.get('rounds'))
+
+
 CONTROL_DIR = 'positive_control'
 
 

@@ -236,13 +236,13 @@ def readme(rows, config, curves) -> str:
   lines = [_provisional(config), '',
            f'{len(results_lib.compared_methods(rows, config))} methods against {baseline} and '
            f'the best baseline on validation, {len(config["report_seeds"])} seeds, '
-           f'{config.get("rounds")} rounds; Holm over the '
+           f'{config_lib.per_dataset(config, "rounds")} rounds; Holm over the '
            f'{results_lib.family_size(results_lib.family(rows, config))} comparisons of the '
            f'primary family (p < {results_lib.ALPHA:g}; ties: the 95% interval inside '
            f'±{results_lib.margin(config):g}; identical: the same value in every seed).'
-           + (f' {baseline}\'s validation accuracy had not plateaued at round '
-              f'{config.get("rounds")} on {", ".join(f"`{r}`" for r in open_)}.' if open_
-              else ''), '']
+           + (f' {baseline}\'s validation accuracy had not plateaued on ' + ', '.join(
+               f'`{r}` (round {config_lib.rounds_of(config, r)})' for r in open_) + '.'
+              if open_ else ''), '']
   named = ('beats', 'loses')
   counted = ('ties', 'inconclusive', 'at chance', 'identical')
   counted = [w for w in counted if w != 'at chance' or any(

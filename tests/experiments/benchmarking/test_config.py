@@ -249,6 +249,7 @@ def test_a_dataset_sets_its_own_rounds_and_learning_rate_grids():
   assert config_lib.per_dataset(flat, 'rounds') == '5 (synthetic: 7)'
   assert config_lib.per_dataset(flat, 'client_lr_grid') == '[0.1] (synthetic: [1.0, 3.0])'
   assert config_lib.per_dataset(flat, 'server_lr_grid') == str(list(config.server_lr_grid))
+  assert [config_lib.rounds_of(flat, r) for r in ('synthetic(1,1)', 'digits:iid@8')] == [7, 5]
 
 
 @pytest.mark.parametrize('text, message', [
