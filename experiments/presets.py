@@ -99,8 +99,7 @@ BENCHMARK = {
     # Rounds from pilots (docs/experiments.md, "Real data"): where FedAvg's tuned validation
     # accuracy first gains less than 0.02 from one 50-round window to the next.
     'real_data': dict(
-        _TUNED, regimes='fashion_mnist:dir(0.1)@100,fashion_mnist:#C=2@100,'
-        f'{SHAKESPEARE_REGIME},digits:dir(0.1)',
+        _TUNED, regimes=f'fashion_mnist:dir(0.1)@100,fashion_mnist:#C=2@100,{SHAKESPEARE_REGIME}',
         methods=REAL_DATA_METHODS, epochs=['1'], report_seeds=_SEEDS[:8],
         tuning_seeds=['100', '101', '102'], rounds=150, clients_per_round=10,
         client_batch_size=20, tune_server_lr=True, tuning_strategy='product',
@@ -109,26 +108,25 @@ BENCHMARK = {
         dataset_settings='leaf_shakespeare.rounds=200,leaf_shakespeare.client_lr_grid=0.3/1/3',
         plateau_window=50, plateau_tolerance=0.02,
         tuning_regimes='fashion_mnist:fashion_mnist:dir(0.1)@100,'
-        f'leaf_shakespeare:{SHAKESPEARE_REGIME},digits:digits:dir(0.1)',
-        models='fashion_mnist:small_mlp,leaf_shakespeare:shakespeare_gru,digits:mlp',
+        f'leaf_shakespeare:{SHAKESPEARE_REGIME}',
+        models='fashion_mnist:small_mlp,leaf_shakespeare:shakespeare_gru',
         detect='fashion_mnist:0.02,leaf_shakespeare:0.02',
         primary_statistic='last_k_accuracy', experiment_name='real_data',
         primary_regimes=f'fashion_mnist:dir(0.1)@100,fashion_mnist:#C=2@100,{SHAKESPEARE_REGIME}',
         description='The real-data preset (`--preset=real_data --leaf_dir=DIR`, '
         'docs/experiments.md, "Real data"): Fashion-MNIST over 100 clients, 10 a round, under two '
         'label skews; Shakespeare by speaker, the first 100 roles (by id) of '
-        '`tools/shakespeare_leaf.py`\'s LEAF JSON, each capped at 64 training windows; digits '
-        'as the quick sanity regime (outside the primary family); the five methods, the '
-        'baselines, FedGH on each baseline (`fedgh` is FedGH on FedAvg) and the compositions of '
-        'the methods\' halves with FedGH; every method, the baselines included, searched on the '
-        'same client lr x server lr product (3 tuning seeds, successive halving) at its authors\' '
+        '`tools/shakespeare_leaf.py`\'s LEAF JSON, each capped at 64 training windows; the five '
+        'methods, the baselines, FedGH on each baseline (`fedgh` is FedGH on FedAvg) and the '
+        'compositions of the methods\' halves with FedGH; every method, the baselines included, '
+        'searched on the same client lr x server lr product (3 tuning seeds, successive halving) at its authors\' '
         'values; E = 1; 8 reporting seeds. Rounds from pilots run before the grid, FedAvg tuned '
         'for 300 rounds on the tuning regime; the rule, the first 50-round window of validation '
         'accuracy within 0.02 of the one before: Fashion-MNIST 150 rounds (50-round means 0.692, '
         '0.787, 0.806, 0.812, 0.823, 0.822; 0.806 against 0.787), Shakespeare 200 (client lr 1 '
         'of 1, 3, 10 at server lr 1, one tuning seed: 0.191, 0.266, 0.306, 0.326, 0.340, 0.351; '
-        '0.326 against 0.306), digits 150 (client lr 0.3 of 0.03, 0.1, 0.3, 0.9: 0.872, '
-        '0.959, 0.967, 0.966, 0.968, 0.969; 0.967 against 0.959).'),
+        '0.326 against 0.306). The digits sanity regime is the `results` preset\'s '
+        '(docs/results/digits/).'),
     'diagnosis': dict(
         _TUNED, regimes='digits:dir(0.1),digits:#C=2,synthetic(1,1)',
         methods=','.join(DIAGNOSIS_METHODS), epochs=['1'], report_seeds=_SEEDS, rounds=50,

@@ -476,11 +476,11 @@ def test_the_best_of_baselines_default_reaches_the_config_as_names():
                        best_of='fedavg,scaffold').best_of == ('fedavg', 'scaffold')
 
 
-def test_real_data_runs_shakespeare_at_its_own_rounds_and_rates_and_digits_outside_the_family():
+def test_real_data_runs_shakespeare_at_its_own_rounds_and_rates_in_the_family():
   config = _paper_config('real_data', leaf_dir='/data/shakespeare')
   assert config.primary_regimes == ('fashion_mnist:dir(0.1)@100', 'fashion_mnist:#C=2@100',
                                     presets.SHAKESPEARE_REGIME)
-  assert config.regimes == config.primary_regimes + ('digits:dir(0.1)',)
+  assert config.regimes == config.primary_regimes
   assert config.dataset_settings == {'leaf_shakespeare': {'rounds': 200,
                                                           'client_lr_grid': (0.3, 1.0, 3.0)}}
   shakespeare = config_lib.for_dataset(config, 'leaf_shakespeare')
