@@ -486,4 +486,4 @@ def test_real_data_runs_shakespeare_at_its_own_rounds_and_rates_in_the_family():
   shakespeare = config_lib.for_dataset(config, 'leaf_shakespeare')
   assert (shakespeare.loop.rounds, config.loop.rounds) == (200, 150)
   assert shakespeare.server_lr_grid == config.server_lr_grid == (0.5, 1.0, 2.0)
-  assert len(config.tuning_seeds) == 3 and len(config.report_seeds) == 9
+  assert len(config.tuning_seeds) == 3 and len(config.report_seeds) == 10
