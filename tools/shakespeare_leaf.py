@@ -51,7 +51,9 @@ import sys
 import zipfile
 from typing import Iterable, Iterator, Optional
 
-from tff_conflict.data import leaf_cache
+import tff_conflict
+tff_conflict.quiet()   # before TensorFlow, which the data package loads: no log lines first
+from tff_conflict.data import leaf_cache  # pylint: disable=g-import-not-at-top,g-bad-import-order
 
 SEQ_LENGTH = leaf_cache.SHAKESPEARE_SEQ_LENGTH
 
@@ -283,9 +285,13 @@ def main(argv: Optional[Iterable[str]] = None) -> dict:
                  f'{args.min_samples}')
   if not os.path.exists(args.plays):
     parser.error(f'--plays={args.plays!r} does not exist')
-  stats = convert(read_plays(args.plays), args.out, fraction=args.train_fraction,
-                  split=args.split, seed=args.seed, min_samples=args.min_samples,
-                  write_all_data=args.all_data)
+  plays = read_plays(args.plays)
+  try:
+    stats = convert(plays, args.out, fraction=args.train_fraction, split=args.split,
+                    seed=args.seed, min_samples=args.min_samples, write_all_data=args.all_data)
+  except OSError as e:   # --out a file, or a folder this user cannot write
+    parser.error(f'--out={args.out!r} cannot hold the output: {e.strerror or e}'
+                 + (f' ({e.filename})' if e.filename else ''))
   print(json.dumps(stats, indent=1, ensure_ascii=False))
   return stats
 

@@ -145,3 +145,28 @@ def test_cli_refuses_bad_arguments_naming_them(tmp_path, capsys):
   stats = shakespeare_leaf.main(['--plays', plays, '--out', str(tmp_path / 'o'), '--noall_data'])
   assert stats['users'] == 3 and json.loads(capsys.readouterr().out) == stats
   assert not os.path.exists(tmp_path / 'o' / 'data' / 'all_data')
+
+
+def test_cli_names_an_output_folder_it_cannot_write(tmp_path, capsys):
+  """A file where --out's folder should be (or, for a user without root's rights, a read-only
+  folder): one line naming --out and the reason, exit 2, no traceback."""
+  plays = leaf_fixtures.shakespeare_plays(str(tmp_path))
+  (tmp_path / 'file').write_text('')
+  with pytest.raises(SystemExit) as e:
+    shakespeare_leaf.main(['--plays', plays, '--out', str(tmp_path / 'file')])
+  assert e.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert f"--out='{tmp_path / 'file'}' cannot hold the output: Not a directory" in err
+  assert (tmp_path / 'file').read_text() == ''
+
+
+def test_the_tool_prints_no_tensorflow_log(tmp_path):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  plays = leaf_fixtures.shakespeare_plays(str(tmp_path))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  done = subprocess.run([sys.executable, '-m', 'tools.shakespeare_leaf', '--plays', plays,
+                         '--out', str(tmp_path / 'o')], cwd=root, capture_output=True, text=True,
+                        env={k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'},
+                        check=True)
+  assert done.stderr == '' and json.loads(done.stdout)['users'] == 3
