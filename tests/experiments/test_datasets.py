@@ -79,6 +79,7 @@ def test_fashion_mnist_reads_data_dir_and_names_it_when_absent(tmp_path):
     (config.DataConfig(dataset='emnist', emnist_only_digits=True), 10, 'emnist_cnn'),
     (config.DataConfig(dataset='cifar100'), 100, 'cifar_cnn'),
     (config.DataConfig(dataset='fashion_mnist'), 10, 'small_mlp'),
+    (config.DataConfig(dataset='mnist'), 10, 'fedavg_cnn'),
 ])
 def test_classes_and_default_model_follow_the_dataset(options, classes, model):
   assert (datasets.num_classes(options), datasets.default_model(options)) == (classes, model)

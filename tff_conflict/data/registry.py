@@ -7,11 +7,13 @@ from tff_conflict.data import emnist_data
 from tff_conflict.data import fashion_mnist_data
 from tff_conflict.data import info
 from tff_conflict.data import leaf_data
+from tff_conflict.data import mnist_data
 from tff_conflict.data import synthetic_data
 from tff_conflict.data import tfds_data
 
 DATASETS: dict[str, info.Dataset] = {d.name: d for d in (
     digits_data.DATASET,
+    mnist_data.DATASET,
     fashion_mnist_data.DATASET,
     *tfds_data.DATASETS,
     *emnist_data.DATASETS,
