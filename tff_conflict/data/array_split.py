@@ -42,9 +42,10 @@ def split_arrays(regime, arrays, num_clients: int, *, seed: int, num_classes: in
   that the test clients together hold the whole test split."""
   (x_train, y_train), (x_test, y_test) = arrays
   if num_clients > y_test.size:
-    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
-        f'regime {regime.name!r}: num_clients must be at most {y_test.size} (one '
-        f'held-out example per client), got {num_clients}'))
+    requirement = f'at most {y_test.size} (one held-out example per client)'
+    raise _checks.ArgumentError(
+        f'regime {regime.name!r}: num_clients must be {requirement}, got {num_clients}',
+        argument='num_clients', value=num_clients, requirement=requirement)
   parts = partition_for(regime.split, regime.param, y_train, num_clients, seed=seed,
                         num_classes=num_classes)
   train = client_data_lib.ArrayClientData(x_train, y_train, parts, transform=transform,
