@@ -11,7 +11,7 @@ from tff_conflict import _checks
 from tff_conflict.data import array_split
 from tff_conflict.data import registry
 from tff_conflict.data.info import Regime
-from tff_conflict.data.synthetic_data import SYNTHETIC_DATA_SEED
+from tff_conflict.data.synthetic_data import SYNTHETIC_DATA_SEED  # re-exported (docs, tests)
 
 # Views of `registry.DATASETS`: array data sets take every NIID-Bench split, the others keep
 # their own clients (`natural`), and Synthetic is generated.
