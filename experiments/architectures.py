@@ -9,6 +9,7 @@ from typing import Callable, Iterator, Sequence
 import tensorflow as tf
 
 from tff_conflict import _checks
+from tff_conflict.data import registry
 
 ModelFn = Callable[..., tf.keras.Model]
 _L = tf.keras.layers
@@ -193,15 +194,8 @@ MODELS: dict[str, ModelFn] = {f.__name__: f for f in (
     logistic_regression, mlp, small_mlp, digits_cnn, fedavg_cnn, fedmgc_fmnist_cnn, emnist_cnn,
     cifar_cnn, leaf_femnist_cnn, leaf_celeba_cnn, leaf_shakespeare_lstm, shakespeare_gru)}
 
-# The model of each dataset of `tff_conflict.data` (LEAF's: LEAF's reference models, except
-# Shakespeare's small GRU for the CPU, LEAF's being `leaf_shakespeare_lstm`; fashion_mnist's the
-# one the CPU grid affords, `fedmgc_fmnist_cnn` being the paper's).
-DEFAULT_MODELS = {
-    'digits': 'digits_cnn', 'synthetic': 'logistic_regression', 'emnist': 'emnist_cnn',
-    'emnist_digits': 'emnist_cnn', 'mnist': 'fedavg_cnn', 'fashion_mnist': 'small_mlp',
-    'cifar10': 'cifar_cnn', 'cifar100': 'cifar_cnn', 'leaf_femnist': 'leaf_femnist_cnn',
-    'leaf_synthetic': 'logistic_regression', 'leaf_celeba': 'leaf_celeba_cnn',
-    'leaf_shakespeare': 'shakespeare_gru'}
+# The model of each dataset of `tff_conflict.data`, declared in its module (`info.Dataset.model`).
+DEFAULT_MODELS = {name: entry.model for name, entry in registry.DATASETS.items()}
 
 
 def get(name: str) -> ModelFn:

@@ -218,9 +218,10 @@ class DataConfig:
   dataset: str = setting(
       'digits', flag='dataset', choices=DATASETS,
       help='Federated dataset: digits (scikit-learn digits, Dirichlet label skew, offline), '
-      'emnist (TFF\'s, by writer), synthetic (LEAF Synthetic(alpha, beta)), fashion_mnist (its '
-      'IDX files, --data_dir), mnist/cifar10/cifar100 (tensorflow-datasets), each Dirichlet-'
-      'split, leaf (LEAF\'s FEMNIST, Synthetic, CelebA or Shakespeare JSON files, --leaf_dir).')
+      'emnist (TFF\'s, by writer), synthetic (LEAF Synthetic(alpha, beta)), mnist and '
+      'fashion_mnist (their IDX files, --data_dir), cifar10/cifar100 (tensorflow-datasets), each '
+      'Dirichlet-split, leaf (LEAF\'s FEMNIST, Synthetic, CelebA or Shakespeare JSON files, '
+      '--leaf_dir).')
   num_clients: Optional[int] = setting(
       None, flag='num_clients', check=optional(at_least(1)),
       help='Clients in the population (emnist, leaf: the first N writers or users). Default: the '
@@ -229,16 +230,18 @@ class DataConfig:
                          help='Dirichlet concentration of the label-skew split (digits, '
                          'fashion_mnist, tfds datasets); smaller is more skewed.')
   data_seed: int = setting(0, flag='data_seed', check=at_least(0),
-                           help='Seed of the partition (and of Synthetic\'s data), apart from '
-                           '--seed so that seeds share the data.')
+                           help='Seed of the partition (Synthetic: of its clients\' training '
+                           'examples, its clients and test examples fixed, as the benchmark\'s '
+                           'regime), apart from --seed so that seeds share the data.')
   cache_dir: Optional[str] = setting(None, flag='cache_dir',
                                      help='emnist: directory of emnist_all.sqlite (default TFF\'s '
                                      '~/.tff); leaf: where the converted cache goes (default: '
                                      'next to the data).')
   data_dir: Optional[str] = setting(None, flag='data_dir',
-                                    help='fashion_mnist: the folder of its four IDX files '
-                                    '(default /usr/share/datasets/fashion-mnist, then '
-                                    '~/.keras/datasets/fashion-mnist); mnist, cifar10, cifar100: '
+                                    help='mnist, fashion_mnist: the folder of its four IDX '
+                                    'files (default: mnist ~/.keras/datasets/mnist.npz; '
+                                    'fashion_mnist /usr/share/datasets/fashion-mnist, then '
+                                    '~/.keras/datasets/fashion-mnist); cifar10, cifar100: '
                                     'tensorflow-datasets data_dir.')
   emnist_only_digits: bool = setting(False, flag='emnist_only_digits', check=BOOL,
                                      help='emnist: the 10-class digits-only version.')

@@ -55,7 +55,7 @@ _BAD_INPUTS = [
     ('alpha nan', lambda tmp: ['--alpha=nan'], ['--alpha must be a finite number > 0, got nan'],
      2),
     ('more clients than digits has', lambda tmp: ['--num_clients=1000'],
-     ['--num_clients=1000: num_clients must be at most 359', 'got 1000'], 2),
+     ['--num_clients must be at most 359 (one held-out example per client), got 1000'], 2),
     ('selection ratio 2', lambda tmp: ['--selection_ratio=2'],
      ['--selection_ratio must be a number in (0, 1], got 2.0'], 2),
     ('focal gamma nan', lambda tmp: ['--focal_gamma=nan'],

@@ -54,7 +54,8 @@ def test_load_attributes_loader_errors_to_the_setting_that_points_at_the_data(tm
   with pytest.raises(config.ConfigError) as info:   # the loader's error about --num_clients
     datasets.load(config.DataConfig(num_clients=100000))
   assert (info.value.argument, info.value.value) == ('num_clients', 100000)
-  assert info.value.flag_message().startswith('--num_clients=100000: ')
+  assert info.value.flag_message() == ('--num_clients must be at most 359 (one held-out example '
+                                       'per client), got 100000')
 
 
 def test_fashion_mnist_reads_data_dir_and_names_it_when_absent(tmp_path):
@@ -79,6 +80,7 @@ def test_fashion_mnist_reads_data_dir_and_names_it_when_absent(tmp_path):
     (config.DataConfig(dataset='emnist', emnist_only_digits=True), 10, 'emnist_cnn'),
     (config.DataConfig(dataset='cifar100'), 100, 'cifar_cnn'),
     (config.DataConfig(dataset='fashion_mnist'), 10, 'small_mlp'),
+    (config.DataConfig(dataset='mnist'), 10, 'fedavg_cnn'),
 ])
 def test_classes_and_default_model_follow_the_dataset(options, classes, model):
   assert (datasets.num_classes(options), datasets.default_model(options)) == (classes, model)

@@ -159,3 +159,28 @@ def partition_to_client_data(x, y, partition) -> ArrayClientData:
     raise _checks.ArgumentError(argument='x', value=x, message=(
         f'x must be numeric, got dtype {x.dtype}'))
   return ArrayClientData(np.asarray(x, dtype=np.float32), y, partition)
+
+
+def first_clients(train, test, num_clients: int, *, what: str = 'clients'):
+  """The first `num_clients` clients of `train` (sorted ids), and of `test` the same clients, or
+  all of them when its clients are others (a user-based split, `train.split_kind == 'user'`):
+  the `@K` of a data set with its own clients (EMNIST's writers, LEAF's users).
+
+  A split that can select its clients itself (`LeafClientData.select`) keeps its type, sizes and
+  label counts. `ArgumentError` naming num_clients when `train` has fewer clients (`what`).
+  """
+  num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
+  ids = sorted(train.client_ids)
+  if num_clients > len(ids):
+    raise _checks.ArgumentError.must_be('num_clients', num_clients,
+                                        f'at most the {len(ids)} {what}')
+  keep = set(ids[:num_clients])
+
+  def only(data):
+    if hasattr(data, 'select'):
+      return data.select({c: n for c, n in zip(data.client_ids, data.client_sizes.tolist())
+                          if c in keep})
+    return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+        [c for c in data.client_ids if c in keep], data.serializable_dataset_fn)
+
+  return only(train), test if getattr(train, 'split_kind', None) == 'user' else only(test)

@@ -5,8 +5,8 @@ default data of the README's main command and of the tests).
 import numpy as np
 
 from tff_conflict import _checks
-from tff_conflict.data import client_data as client_data_lib
-from tff_conflict.data import partition as partition_lib
+from tff_conflict.data import array_split
+from tff_conflict.data import info
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (8, 8, 1)
@@ -23,6 +23,15 @@ def load_digits_arrays():
   bunch = datasets.load_digits()
   x = (bunch.images / 16.0).astype(np.float32)[..., None]
   return x, bunch.target.astype(np.int32)
+
+
+def load_arrays(data_dir=None):
+  """`((x_train, y_train), (x_test, y_test))`: the digits split by `holdout_split` (the same for
+  every seed); `data_dir` is ignored (the data is bundled)."""
+  del data_dir
+  x, y = load_digits_arrays()
+  train_idx, test_idx = holdout_split(y, TEST_FRACTION, HOLDOUT_SEED)
+  return (x[train_idx], y[train_idx]), (x[test_idx], y[test_idx])
 
 
 def holdout_split(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -66,16 +75,12 @@ def digits(*, num_clients=20, alpha=0.1, seed=0):
   num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
   alpha = _checks.check_positive('alpha', alpha)
   seed = _checks.check_int('seed', seed, minimum=0)
-  x, y = load_digits_arrays()
-  train_idx, test_idx = holdout_split(y, TEST_FRACTION, HOLDOUT_SEED)
-  if num_clients > test_idx.size:
-    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
-        f'num_clients must be at most {test_idx.size} (one held-out example per '
-        f'client), got {num_clients}'))
-  train_parts = partition_lib.dirichlet_partition(y[train_idx], num_clients, alpha, seed=seed)
-  train = client_data_lib.ArrayClientData(x[train_idx], y[train_idx], train_parts,
-                                          num_classes=NUM_CLASSES)
-  test_parts = partition_lib.partition_like(y[test_idx], train.label_counts, seed=seed)
-  test = client_data_lib.ArrayClientData(x[test_idx], y[test_idx], test_parts,
-                                         num_classes=NUM_CLASSES)
-  return train, test
+  regime = info.Regime(DATASET.name, 'dir', (alpha,), num_clients)
+  return array_split.split_arrays(regime, load_arrays(), num_clients, seed=seed,
+                                  num_classes=NUM_CLASSES)
+
+
+DATASET = info.Dataset(
+    'digits', IMAGE_SHAPE, NUM_CLASSES, loader='digits()', model='digits_cnn',
+    files=lambda _: ('bundled', []), num_clients=20, arrays=load_arrays,
+    tuning_regime='digits:dir(0.1)')

@@ -5,6 +5,8 @@ import collections
 import os
 
 from tff_conflict import _checks
+from tff_conflict.data import client_data as client_data_lib
+from tff_conflict.data import info
 
 EMNIST_FILENAME = 'emnist_all.sqlite'
 EMNIST_URL = 'https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma'
@@ -72,3 +74,26 @@ def emnist(*, only_digits=False, cache_dir=None):
   train, test = tff.simulation.datasets.emnist.load_data(only_digits=only_digits,
                                                          cache_dir=os.path.dirname(path))
   return train.preprocess(_map_elements), test.preprocess(_map_elements)
+
+
+def _load(regime, *, seed, source=None, cache_dir=None):
+  """The regime `emnist:natural@K` (or `emnist_digits:...`): the first K writers
+  (`client_data.first_clients`), their test examples the test split; `source` is cache_dir."""
+  del seed, cache_dir
+  train, test = emnist(only_digits=regime.dataset == 'emnist_digits', cache_dir=source)
+  if regime.num_clients is None:
+    return train, test
+  return client_data_lib.first_clients(train, test, regime.num_clients, what='EMNIST writers')
+
+
+def _files(cache_dir=None) -> tuple[str, list[str]]:
+  path = os.path.abspath(emnist_path(cache_dir))
+  if not os.path.isfile(path):
+    emnist(cache_dir=cache_dir)   # its error: where the file was looked for, how to get it
+  return os.path.dirname(path), [path]
+
+
+DATASETS = tuple(
+    info.Dataset(name, IMAGE_SHAPE, classes, loader=f'emnist(only_digits={only_digits})',
+                 model='emnist_cnn', files=_files, source='cache_dir', load=_load)
+    for name, classes, only_digits in (('emnist', 62, False), ('emnist_digits', 10, True)))

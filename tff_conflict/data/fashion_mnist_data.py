@@ -3,14 +3,12 @@ Debian's `dataset-fashion-mnist`, else Keras's cache; when absent, one line says
 
 import os
 
-import numpy as np
-
 from tff_conflict import _checks
+from tff_conflict.data import array_split
 from tff_conflict.data import idx
+from tff_conflict.data import info
 
-# split -> (images, labels), the names of Zalando's release (Keras and Debian keep them).
-FILES = {'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
-         'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')}
+FILES = idx.FILES
 DEBIAN_DIR = '/usr/share/datasets/fashion-mnist'
 INSTALL_COMMAND = 'apt-get install dataset-fashion-mnist'
 IMAGE_SHAPE = (28, 28, 1)
@@ -27,15 +25,6 @@ def search_dirs(data_dir=None) -> list[str]:
   return [os.fspath(data_dir)] if data_dir is not None else [DEBIAN_DIR, keras_cache_dir()]
 
 
-def _path(directory: str, name: str):
-  """`directory/name`, or the same without '.gz' (a decompressed copy); None when neither is."""
-  for candidate in (name, name[:-len('.gz')]):
-    path = os.path.join(directory, candidate)
-    if os.path.isfile(path):
-      return path
-  return None
-
-
 def find_dir(data_dir=None) -> str:
   """The first of `search_dirs(data_dir)` that holds all four files.
 
@@ -43,13 +32,12 @@ def find_dir(data_dir=None) -> str:
     FileNotFoundError: none does; its one-line message names the folders, the files missing and
       how to get them.
   """
-  names = [name for pair in FILES.values() for name in pair]
   lacking = []
   for directory in search_dirs(data_dir):
-    missing = [name for name in names if _path(directory, name) is None]
+    missing = idx.missing_files(directory)
     if not missing:
       return directory
-    if len(missing) < len(names):
+    if len(missing) < len(idx.FILE_NAMES):
       lacking.append(f'{directory} lacks {", ".join(missing)}')
   where = (f'data_dir={os.fspath(data_dir)!r}' if data_dir is not None else
            f'{DEBIAN_DIR} or {keras_cache_dir()}')
@@ -59,26 +47,6 @@ def find_dir(data_dir=None) -> str:
       f'{DEBIAN_DIR}), or run tf.keras.datasets.fashion_mnist.load_data() on a machine that is '
       'online and copy its ~/.keras/datasets/fashion-mnist to this one (there, or to data_dir); '
       'nothing is downloaded')
-
-
-def _read_split(directory: str, split: str) -> tuple[np.ndarray, np.ndarray]:
-  images_path, labels_path = (_path(directory, name) for name in FILES[split])
-  images, labels = idx.read_idx(images_path), idx.read_idx(labels_path)
-  if images.dtype != np.uint8 or images.ndim != 3 or images.shape[1:] != IMAGE_SHAPE[:2]:
-    raise idx.IdxFormatError(f'{images_path}: expected uint8 images [N, 28, 28], got '
-                             f'{images.dtype.name} {list(images.shape)}')
-  if labels.dtype != np.uint8 or labels.ndim != 1:
-    raise idx.IdxFormatError(f'{labels_path}: expected uint8 labels [N], got '
-                             f'{labels.dtype.name} {list(labels.shape)}')
-  if images.shape[0] == 0:
-    raise idx.IdxFormatError(f'{images_path}: no images')
-  if labels.size != images.shape[0]:
-    raise idx.IdxFormatError(f'{labels_path}: {labels.size} labels for the {images.shape[0]} '
-                             f'images of {images_path}')
-  if labels.max() >= NUM_CLASSES:
-    raise idx.IdxFormatError(f'{labels_path}: labels must be in 0..{NUM_CLASSES - 1}, got '
-                             f'{int(labels.max())} (example {int(np.argmax(labels))})')
-  return images[..., None], labels.astype(np.int32)
 
 
 def load_arrays(data_dir=None):
@@ -91,8 +59,12 @@ def load_arrays(data_dir=None):
     idx.IdxFormatError: a file is damaged or not Fashion-MNIST's (wrong type, shape or labels,
       images and labels of different counts); the message names the file.
   """
+  return idx.read_image_set(find_dir(data_dir), num_classes=NUM_CLASSES)
+
+
+def _files(data_dir=None) -> tuple[str, list[str]]:
   directory = find_dir(data_dir)
-  return _read_split(directory, 'train'), _read_split(directory, 'test')
+  return os.path.abspath(directory), [idx.find_file(directory, n) for n in idx.FILE_NAMES]
 
 
 def fashion_mnist(*, num_clients=100, alpha=0.1, seed=0, data_dir=None):
@@ -115,8 +87,16 @@ def fashion_mnist(*, num_clients=100, alpha=0.1, seed=0, data_dir=None):
     ValueError: a bad argument (named in the message) or a damaged file (`idx.IdxFormatError`).
     FileNotFoundError: the files are not on disk.
   """
-  from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
   num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
   alpha = _checks.check_positive('alpha', alpha)
-  regime = regimes.Regime('fashion_mnist', 'dir', (alpha,), num_clients)
-  return regimes.load_regime(regime, seed=seed, data_dir=data_dir)
+  seed = _checks.check_int('seed', seed, minimum=0)
+  regime = info.Regime(DATASET.name, 'dir', (alpha,), num_clients)
+  return array_split.split_arrays(regime, load_arrays(data_dir), num_clients, seed=seed,
+                                  num_classes=NUM_CLASSES, transform=DATASET.transform)
+
+
+# Its model: the one the CPU grid affords (`fedmgc_fmnist_cnn` is the FedMGC paper's).
+DATASET = info.Dataset(
+    'fashion_mnist', IMAGE_SHAPE, NUM_CLASSES, loader='fashion_mnist()', model='small_mlp',
+    files=_files, source='data_dir', num_clients=100, arrays=load_arrays,
+    transform=array_split.scale_to_unit)

@@ -1,15 +1,23 @@
-"""Reads one IDX file (LeCun's MNIST format, gzip-compressed or not) into a NumPy array; a file
-that is not valid IDX raises `IdxFormatError` naming it."""
+"""Reads IDX files (LeCun's MNIST format, gzip-compressed or not) into NumPy arrays (`read_idx`),
+and a folder of MNIST's four files, as MNIST and Fashion-MNIST ship (`read_image_set`); a file
+that is not valid IDX, or not the images expected, raises `IdxFormatError` naming it."""
 
 import gzip
 import os
 import zlib
+
+from typing import Optional
 
 import numpy as np
 
 # The type byte of the magic number -> the big-endian element type (LeCun's MNIST page).
 DTYPES = {0x08: '>u1', 0x09: '>i1', 0x0B: '>i2', 0x0C: '>i4', 0x0D: '>f4', 0x0E: '>f8'}
 _GZIP_MAGIC = b'\x1f\x8b'
+# split -> (images, labels): the names of LeCun's MNIST release, which Zalando's Fashion-MNIST,
+# Keras and Debian keep.
+FILES = {'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
+         'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')}
+FILE_NAMES = tuple(name for pair in FILES.values() for name in pair)
 
 
 class IdxFormatError(ValueError):
@@ -61,3 +69,55 @@ def read_idx(path) -> np.ndarray:
         f'holds {len(content)} bytes')
   data = np.frombuffer(content, dtype, offset=header).reshape(shape)
   return data.astype(dtype.newbyteorder('='))
+
+
+def find_file(directory: str, name: str) -> Optional[str]:
+  """`directory/name`, or the same without '.gz' (a decompressed copy); None when neither is."""
+  for candidate in (name, name[:-len('.gz')]):
+    path = os.path.join(directory, candidate)
+    if os.path.isfile(path):
+      return path
+  return None
+
+
+def missing_files(directory: str) -> list[str]:
+  """Which of the four `FILE_NAMES` `directory` lacks (compressed or not)."""
+  return [name for name in FILE_NAMES if find_file(directory, name) is None]
+
+
+def check_images(images: np.ndarray, labels: np.ndarray, images_path: str, labels_path: str, *,
+                 num_classes: int, image_size: tuple = (28, 28)) -> tuple[np.ndarray, np.ndarray]:
+  """`(x uint8 [N, H, W, 1], y int32 [N])` of uint8 `images` [N, H, W] and `labels` [N] in
+  0..num_classes-1; else `IdxFormatError` naming the file (its `images_path` or `labels_path`)."""
+  if images.dtype != np.uint8 or images.ndim != 3 or images.shape[1:] != tuple(image_size):
+    raise IdxFormatError(f'{images_path}: expected uint8 images [N, {image_size[0]}, '
+                         f'{image_size[1]}], got {images.dtype.name} {list(images.shape)}')
+  if labels.dtype != np.uint8 or labels.ndim != 1:
+    raise IdxFormatError(f'{labels_path}: expected uint8 labels [N], got '
+                         f'{labels.dtype.name} {list(labels.shape)}')
+  if images.shape[0] == 0:
+    raise IdxFormatError(f'{images_path}: no images')
+  if labels.size != images.shape[0]:
+    raise IdxFormatError(f'{labels_path}: {labels.size} labels for the {images.shape[0]} '
+                         f'images of {images_path}')
+  if labels.max() >= num_classes:
+    raise IdxFormatError(f'{labels_path}: labels must be in 0..{num_classes - 1}, got '
+                         f'{int(labels.max())} (example {int(np.argmax(labels))})')
+  return images[..., None], labels.astype(np.int32)
+
+
+def read_image_set(directory: str, *, num_classes: int = 10):
+  """`((x_train, y_train), (x_test, y_test))` from the four `FILES` in `directory`: x uint8
+  [N, 28, 28, 1], y int32 [N] (`check_images`).
+
+  Raises:
+    FileNotFoundError: a file is missing.
+    IdxFormatError: a file is damaged or not what `check_images` expects; the message names it.
+  """
+  splits = []
+  for images_name, labels_name in FILES.values():
+    images_path, labels_path = (find_file(directory, name) or os.path.join(directory, name)
+                                for name in (images_name, labels_name))
+    splits.append(check_images(read_idx(images_path), read_idx(labels_path), images_path,
+                               labels_path, num_classes=num_classes))
+  return tuple(splits)

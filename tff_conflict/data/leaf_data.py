@@ -1,8 +1,9 @@
 """`leaf(root)`: LEAF's FEMNIST, Synthetic, CelebA or Shakespeare as `ClientData` (users are
-clients), read from the JSON files of LEAF's `preprocess.sh` through an on-disk cache (`leaf_cache`);
-`first_users` keeps some users and thins their examples."""
+clients), read from the JSON files of LEAF's `preprocess.sh` through an on-disk cache
+(`leaf_cache`); `first_users` keeps some users and thins their examples; `DATASETS`: its regimes."""
 
 import collections
+import functools
 import math
 from typing import Optional
 
@@ -11,6 +12,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_conflict import _checks
+from tff_conflict.data import client_data as client_data_lib
 from tff_conflict.data import info as info_lib
 from tff_conflict.data import leaf_cache
 
@@ -202,28 +204,24 @@ def first_users(train: LeafClientData, test: LeafClientData, *,
   Raises:
     ValueError: `num_clients` larger than the training users, or a bad argument (named).
   """
-  for argument, value in (('num_clients', num_clients), ('max_examples', max_examples)):
-    if value is not None:
-      _checks.check_int(argument, value, minimum=1)
-  ids = train.client_ids
-  if num_clients is not None and num_clients > len(ids):
-    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
-        f'num_clients={num_clients} is larger than the {len(ids)} users of LEAF {train.name}'))
-  kept = set(ids[:num_clients])
-  sizes = dict(zip(ids, train.client_sizes.tolist()))
+  if max_examples is not None:
+    _checks.check_int('max_examples', max_examples, minimum=1)
+  if num_clients is not None:
+    train, test = client_data_lib.first_clients(train, test, num_clients,
+                                                 what=f'users of LEAF {train.name}')
+  if max_examples is None:
+    return train, test
+  sizes = dict(zip(train.client_ids, train.client_sizes.tolist()))
 
   def thinned(n: int, n_train: Optional[int]) -> int:
     """How many of a user's n examples it keeps, given its n_train training examples."""
-    if max_examples is None:
-      return n
     if not n_train:  # a user only in test
       return min(n, max_examples)
     return max(1, min(n, math.ceil(n * max_examples / n_train)))
 
-  return (train.select({u: thinned(n, n) for u, n in sizes.items() if u in kept}),
+  return (train.select({u: thinned(n, n) for u, n in sizes.items()}),
           test.select({u: thinned(n, sizes.get(u))
-                       for u, n in zip(test.client_ids, test.client_sizes.tolist())
-                       if train.split_kind == 'user' or u in kept}))
+                       for u, n in zip(test.client_ids, test.client_sizes.tolist())}))
 
 
 def leaf(root, *, name: Optional[str] = None, cache_dir=None, image_dir=None):
@@ -289,3 +287,40 @@ def leaf(root, *, name: Optional[str] = None, cache_dir=None, image_dir=None):
   source = leaf_cache.resolve_source(root, name, image_dir)
   cache = leaf_cache.open_or_build(source, leaf_cache.default_cache_path(source, cache_dir))
   return LeafClientData(cache, 'train'), LeafClientData(cache, 'test')
+
+
+def _load(regime, *, seed, source=None, cache_dir=None):
+  """The regime `leaf_<name>:natural[(max=N)][@K]` from `source`, the leaf_dir (`first_users`)."""
+  del seed
+  _check_leaf_dir(regime.name, source)
+  train, test = leaf(source, name=regime.dataset[len('leaf_'):], cache_dir=cache_dir)
+  if regime.num_clients is None and not regime.param:
+    return train, test
+  return first_users(train, test, num_clients=regime.num_clients,
+                     max_examples=regime.param[0] if regime.param else None)
+
+
+def _check_leaf_dir(what: str, leaf_dir) -> None:
+  if leaf_dir is None:
+    raise _checks.ArgumentError(argument='leaf_dir', value=leaf_dir, message=(
+        f"regime {what!r} needs leaf_dir, LEAF's data/<name> folder"))
+
+
+def _files(name: str, leaf_dir=None) -> tuple[str, list[str]]:
+  _check_leaf_dir(f'leaf_{name}', leaf_dir)
+  source = leaf_cache.resolve_source(leaf_dir, name)
+  return source.data_dir, [p for split in leaf_cache.SPLITS for p in source.files(split)]
+
+
+# LEAF's reference models (`models/<name>/`), but Shakespeare's small GRU for the CPU (LEAF's is
+# `leaf_shakespeare_lstm`); LEAF Synthetic's shape and classes are its files'.
+DATASETS = tuple(
+    info_lib.Dataset(f'leaf_{name}', shape, classes, loader=f'leaf(root, name={name!r})',
+                     model=model, files=functools.partial(_files, name), source='leaf_dir',
+                     load=_load)
+    for name, shape, classes, model in (
+        ('femnist', (28, 28, 1), 62, 'leaf_femnist_cnn'),
+        ('synthetic', None, None, 'logistic_regression'),
+        ('celeba', (84, 84, 3), 2, 'leaf_celeba_cnn'),
+        ('shakespeare', (leaf_cache.SHAKESPEARE_SEQ_LENGTH,), len(leaf_cache.SHAKESPEARE_LETTERS),
+         'shakespeare_gru')))

@@ -7,6 +7,7 @@ import numpy as np
 
 from tff_conflict import _checks
 from tff_conflict.data import client_data as client_data_lib
+from tff_conflict.data import info
 
 NUM_FEATURES = 60
 NUM_CLASSES = 10
@@ -114,3 +115,21 @@ def synthetic(alpha, beta, *, num_clients=30, seed=0, train_seed=None):
       client_data_lib.ArrayClientData(np.concatenate(xs).astype(np.float32), np.concatenate(ys),
                                       parts, num_classes=NUM_CLASSES)
       for xs, ys, parts in splits.values())
+
+
+# A Synthetic regime's clients and test examples are drawn with this seed for every run's seed.
+SYNTHETIC_DATA_SEED = 0
+
+
+def _load(regime, *, seed, source=None, cache_dir=None):
+  """The regime `synthetic(alpha,beta)@K`: the clients of `SYNTHETIC_DATA_SEED`, their training
+  examples drawn again with `seed` (the test split is the same for every seed)."""
+  del source, cache_dir
+  return synthetic(*regime.param, num_clients=regime.num_clients or DATASET.num_clients,
+                   seed=SYNTHETIC_DATA_SEED, train_seed=seed)
+
+
+DATASET = info.Dataset(
+    'synthetic', (NUM_FEATURES,), NUM_CLASSES, loader='synthetic(alpha, beta)',
+    model='logistic_regression', files=lambda _: ('generated', []), num_clients=30, load=_load,
+    tuning_regime='synthetic(1,1)')

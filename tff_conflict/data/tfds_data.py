@@ -1,26 +1,23 @@
 """MNIST, Fashion-MNIST, CIFAR-10 and CIFAR-100 from tensorflow-datasets, Dirichlet-split; never
-downloads (the data must already be prepared in `data_dir`)."""
+downloads (the data must already be prepared in `data_dir`); the regimes of `DATASETS` read
+CIFAR-10 and CIFAR-100 from here (MNIST and Fashion-MNIST from their IDX files)."""
 
+import functools
 import os
 
 import numpy as np
 
 from tff_conflict import _checks
-from tff_conflict.data import client_data as client_data_lib
-from tff_conflict.data import partition as partition_lib
+from tff_conflict.data import array_split
+from tff_conflict.data import info
 
 # name -> (image shape [H, W, C], number of classes)
-DATASETS = {
+IMAGE_SETS = {
     'mnist': ((28, 28, 1), 10),
     'fashion_mnist': ((28, 28, 1), 10),
     'cifar10': ((32, 32, 3), 10),
     'cifar100': ((32, 32, 3), 100),
 }
-
-
-def _scale_to_unit(image):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return tf.cast(image, tf.float32) / 255.0
 
 
 def _default_data_dir(tfds) -> str:
@@ -34,7 +31,7 @@ def load_arrays(name: str, data_dir=None):
     ValueError: unknown `name`.
     FileNotFoundError: the dataset is not prepared in `data_dir` (no download is tried).
   """
-  _checks.check_choice('name', name, sorted(DATASETS))
+  _checks.check_choice('name', name, sorted(IMAGE_SETS))
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   where = os.fspath(data_dir) if data_dir is not None else _default_data_dir(tfds)
   try:
@@ -46,7 +43,7 @@ def load_arrays(name: str, data_dir=None):
         'downloads are disabled. Prepare it where there is network access with '
         f'tfds.builder({name!r}, data_dir=DIR).download_and_prepare() and copy DIR here, then '
         f'pass data_dir=DIR ({type(e).__name__}: {e})') from e
-  shape, _ = DATASETS[name]
+  shape, _ = IMAGE_SETS[name]
 
   def arrays(dataset):
     # Read in large batches (tfds's batch_size=-1 aborts the process under tfds.testing mocks).
@@ -90,20 +87,33 @@ def tfds_dirichlet(name, *, num_clients, alpha, seed=0, data_dir=None):
     ValueError: bad argument (named in the message).
     FileNotFoundError: the dataset is not prepared in `data_dir`.
   """
-  _checks.check_choice('name', name, sorted(DATASETS))
+  _checks.check_choice('name', name, sorted(IMAGE_SETS))
   num_clients = _checks.check_int('num_clients', num_clients, minimum=1)
   alpha = _checks.check_positive('alpha', alpha)
   seed = _checks.check_int('seed', seed, minimum=0)
-  (x_train, y_train), (x_test, y_test) = load_arrays(name, data_dir)
-  if num_clients > y_test.size:
-    raise _checks.ArgumentError(argument='num_clients', value=num_clients, message=(
-        f'num_clients must be at most {y_test.size} (one test example per client '
-        f'in {name}), got {num_clients}'))
-  _, num_classes = DATASETS[name]
-  train_parts = partition_lib.dirichlet_partition(y_train, num_clients, alpha, seed=seed)
-  train = client_data_lib.ArrayClientData(x_train, y_train, train_parts, transform=_scale_to_unit,
-                                          num_classes=num_classes)
-  test_parts = partition_lib.partition_like(y_test, train.label_counts, seed=seed)
-  test = client_data_lib.ArrayClientData(x_test, y_test, test_parts, transform=_scale_to_unit,
-                                         num_classes=num_classes)
-  return train, test
+  _, num_classes = IMAGE_SETS[name]
+  regime = info.Regime(name, 'dir', (alpha,), num_clients)
+  return array_split.split_arrays(regime, load_arrays(name, data_dir), num_clients, seed=seed,
+                                  num_classes=num_classes, transform=array_split.scale_to_unit)
+
+
+def _files(name: str, data_dir=None) -> tuple[str, list[str]]:
+  """The prepared dataset's folder `<data_dir>/<name>` and every file under it."""
+  where = os.path.abspath(os.path.expanduser(os.fspath(data_dir))) if data_dir is not None else (
+      os.path.abspath(os.environ.get('TFDS_DATA_DIR') or
+                      os.path.join(os.path.expanduser('~'), 'tensorflow_datasets')))
+  folder = os.path.join(where, name)
+  if not os.path.isdir(folder):
+    raise FileNotFoundError(f'tensorflow-datasets dataset {name!r} is not prepared in '
+                            f'data_dir={where!r} (no folder {folder})')
+  return folder, sorted(os.path.join(d, f) for d, _, names in os.walk(folder) for f in names)
+
+
+# The regimes' tfds data sets and their models: FedAvg's CIFAR CNN (McMahan et al. 2017).
+MODELS = {'cifar10': 'cifar_cnn', 'cifar100': 'cifar_cnn'}
+DATASETS = tuple(
+    info.Dataset(name, IMAGE_SETS[name][0], IMAGE_SETS[name][1],
+                 loader=f'tfds_dirichlet({name!r}, ...)', model=model,
+                 files=functools.partial(_files, name), source='data_dir', num_clients=100,
+                 arrays=functools.partial(load_arrays, name), transform=array_split.scale_to_unit)
+    for name, model in MODELS.items())
