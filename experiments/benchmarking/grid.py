@@ -1,6 +1,6 @@
 """A whole benchmark, one way: `run_benchmark(config)` makes its plan (`plan.make`), checks it,
-runs it on the config's executor (`schedule`, `experiments.executors`; finished runs on disk are skipped) and
-writes the record and the report."""
+runs it on the config's executor (`schedule`, `experiments.executors`; finished runs on disk are
+skipped) and writes the record and the report."""
 
 import datetime
 import functools
@@ -277,8 +277,8 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
       phases['tuned'] = phases['start']
       after_tuning()
     with executor:
-      results = schedule.run(plan.tasks, executor, root=root, counts=counts, on_progress=on_progress,
-                             on_failure=on_failure, on_task=on_task)
+      results = schedule.run(plan.tasks, executor, root=root, counts=counts,
+                             on_progress=on_progress, on_failure=on_failure, on_task=on_task)
     write_rows(results)
   finally:   # timing.json first: closing the progress display may fail (a closed pipe)
     timing = {

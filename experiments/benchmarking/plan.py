@@ -3,7 +3,6 @@ each inherits, each dataset's settings, the tasks (each method's tuning on the v
 the baseline's widening, the reporting runs at the choices), the builds to check, the counts and
 config.json's description; the rules: docs/design.md, "Tuning"."""
 
-import dataclasses
 from typing import Any, Callable, Generator, Mapping, NamedTuple, Optional, Sequence
 
 from experiments.benchmarking import lookups
@@ -215,8 +214,7 @@ def _custom_with_parent_values(kwargs: Mapping[str, Any], algorithm: str,
   return out
 
 
-@dataclasses.dataclass(frozen=True)
-class Task:
+class Task(NamedTuple):
   """A node of the plan (`Plan.tasks`): `body(results)`, given the results of the tasks `after`
   names (key -> result), is a generator that yields waves of runs that depend on none of each
   other (lists of `RunSpec`), is sent their summaries in order (None: the run failed) and
