@@ -265,8 +265,8 @@ class Engine(experiment_lib.Runs):
     classes = self.shape_and_classes(spec)[1]
     report = spec.phase == runs_lib.REPORT_PHASE
     loop = self._loop(spec)
-    hparams = {k: v for k, v in spec.to_dict().items()
-               if k != 'kwargs' and k not in runs_lib.SOURCES}
+    hparams = {k: v for k, v in spec.to_dict().items()   # as before the spec held LATER
+               if k not in ('kwargs', *runs_lib.SOURCES, *runs_lib.LATER)}
     hparams.update({f'kwargs/{k}': v for k, v in spec.kwargs})
 
     def on_round():

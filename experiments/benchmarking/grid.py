@@ -203,8 +203,9 @@ def _prepare(config, plan, engine, stream) -> None:
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   root = config.root
   check_regimes(config, engine.data, plan)
-  for spec in plan.builds:   # your own data or model checked before any run
-    if spec.dataset in config.datasets or spec.model in config.model_fns:
+  for spec in plan.builds:   # your own data or model checked before any run, on report data
+    if spec.phase == runs_lib.REPORT_PHASE and (
+        spec.dataset in config.datasets or spec.model in config.model_fns):
       engine.shape_and_classes(spec)
   check_builds(plan, engine)
   files.write_json_atomically(os.path.join(root, 'config.json'),
