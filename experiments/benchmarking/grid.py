@@ -170,8 +170,7 @@ def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
 def check_builds(plan, engine) -> None:
   """Runs the builder's checks of every distinct process the plan builds (`Plan.builds`: the
   methods' given and fixed arguments, every grid value) on its model and data, without building
-  it: a composition that cannot be built is a `ConfigError` naming --methods, before any run;
-  your own data or model are checked first (`Engine.shape_and_classes`)."""
+  it: a composition that cannot be built is a `ConfigError` naming --methods, before any run."""
   for spec in plan.builds:
     try:
       engine.check_build(spec)
