@@ -61,7 +61,6 @@ def check_finished_runs(config, plan=None) -> None:
     return
   plan = plan or plan_lib.make(config)
   methods = {m.name: m for m in plan.methods}
-  regimes = [r for s in plan.datasets.values() for r in s.regimes]
   tasks = {(plan.datasets[d].tuning_regime, e, m.name) for d, e, m in plan.tuning}
   for directory, _, names in sorted(os.walk(config.root)):
     result = runs_lib.read_result(directory) if runs_lib.RESULT_FILE in names else None
@@ -72,7 +71,7 @@ def check_finished_runs(config, plan=None) -> None:
       phase, regime, epochs, seed = (recorded['phase'], recorded['regime'],
                                      int(recorded['epochs']), int(recorded['seed']))
       method = methods[recorded['method']]
-      if not ((regime in regimes and epochs in plan.epochs and seed in plan.report_seeds)
+      if not ((regime in plan.regimes and epochs in plan.epochs and seed in plan.report_seeds)
               if phase == runs_lib.REPORT_PHASE
               else (regime, epochs, method.name) in tasks and seed in plan.tuning_seeds):
         continue   # not planned
@@ -149,12 +148,11 @@ def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
   --regimes or --tuning_regimes and the loader's error, or --clients_per_round and the population,
   before any run. `plan`: the config's (`plan.make`), made if not given."""
   plan = plan or plan_lib.make(config)
-  regimes = [r for s in plan.datasets.values() for r in s.regimes]
   tuned = [s.tuning_regime for s in plan.datasets.values()]
-  tuned = [r for r in tuned if r is not None and r not in regimes]
+  tuned = [r for r in tuned if r is not None and r not in plan.regimes]
   clients = plan.run['clients_per_round']
-  for regime in regimes + list(dict.fromkeys(tuned)):
-    flag = 'regimes' if regime in regimes else 'tuning_regimes'
+  for regime in plan.regimes + tuple(dict.fromkeys(tuned)):
+    flag = 'regimes' if regime in plan.regimes else 'tuning_regimes'
     try:
       train, _ = data(regime, _first_seed(plan))
     except (ValueError, FileNotFoundError) as e:
@@ -213,13 +211,12 @@ def _prepare(config, plan, engine, stream) -> None:
   rounds = {s.rounds for s in plan.datasets.values()}
   rounds = (str(rounds.pop()) if len(rounds) == 1
             else ', '.join(f'{d}: {s.rounds}' for d, s in plan.datasets.items()))
-  regimes = [r for s in plan.datasets.values() for r in s.regimes]
-  print(f'benchmark: {len(regimes)} regimes x {len(plan.methods)} methods x E in '
+  print(f'benchmark: {len(plan.regimes)} regimes x {len(plan.methods)} methods x E in '
         f'{list(plan.epochs)} x {len(plan.report_seeds)} seeds = {runs[runs_lib.REPORT_PHASE]} '
         f'reporting runs, up to {runs[runs_lib.TUNE_PHASE]} tuning runs, {rounds} rounds each '
         f'-> {root}', file=stream, flush=True)
   described = []
-  for regime in regimes:
+  for regime in plan.regimes:
     train, _ = engine.data(regime, _first_seed(plan))
     if getattr(train, 'label_counts', None) is not None:   # else too costly (EMNIST's writers)
       values = data.describe(train)

@@ -28,15 +28,17 @@ class Dataset(NamedTuple):
 class Plan(NamedTuple):
   """Everything a benchmark runs, from `make`: the methods in grid order (`--grids` applied)
   and the method whose tuned values each runs at (`inherits`; None: its own), each dataset's
-  settings, E and the tuned E each uses, the seeds, the tunings ((dataset, E, method) in order)
-  and each (dataset, method)'s `search`, each method's `given` builder values and untuned
-  `rates`, the `run` settings every `RunSpec` shares, the partition seed of every run (None: the
-  run's seed); then the `tasks`, one `RunSpec` per process to check (`builds`), the runs per
-  (phase, method, dataset, E) (`runs`: tuning's an upper bound), the processes per (method,
-  dataset) (`processes`) and config.json's `description`."""
+  settings, the reporting regimes (in the grid's order), E and the tuned E each uses, the
+  seeds, the tunings ((dataset, E, method) in order) and each (dataset, method)'s `search`,
+  each method's `given` builder values and untuned `rates`, the `run` settings every `RunSpec`
+  shares, the partition seed of every run (None: the run's seed); then the `tasks`, one
+  `RunSpec` per process to check (`builds`), the runs per (phase, method, dataset, E) (`runs`:
+  tuning's an upper bound), the processes per (method, dataset) (`processes`) and config.json's
+  `description`."""
   methods: tuple
   inherits: Mapping[str, Optional[str]]
   datasets: Mapping[str, Dataset]
+  regimes: tuple
   epochs: tuple
   tuned_epochs: Mapping[int, int]
   report_seeds: tuple
@@ -111,7 +113,8 @@ def make(config) -> Plan:
   datasets = {d: _dataset(config, d) for d in lookups.datasets(config)}
   tuned = config.tune_epochs or config.epochs
   plan = Plan(
-      methods=tuple(table), inherits=inherits, datasets=datasets, epochs=tuple(config.epochs),
+      methods=tuple(table), inherits=inherits, datasets=datasets, regimes=tuple(config.regimes),
+      epochs=tuple(config.epochs),
       tuned_epochs={e: min(tuned, key=lambda t, e=e: (abs(t - e), t)) for e in config.epochs}
       if config.tune else {}, report_seeds=tuple(config.report_seeds),
       tuning_seeds=tuple(config.tuning_seeds), baseline=config.baseline,
