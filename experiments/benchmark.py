@@ -92,6 +92,25 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
   return config
 
 
+def control_config(config: config_lib.BenchmarkConfig) -> config_lib.BenchmarkConfig:
+  """The positive control (`presets.POSITIVE_CONTROL`) under `config.root/positive_control`,
+  with `config`'s seeds, runtime and data directories."""
+  control = presets.POSITIVE_CONTROL
+  description = (
+      f'{control["methods"][1]} against {control["baseline"]} on `{control["regimes"][0]}`: '
+      f'E = {control["epochs"][0]}, batch {control["batch_size"]}, client learning rate '
+      f'{control["client_learning_rate"]}, {control["clients_per_round"]} clients per round, '
+      f'{control["rounds"]} rounds, untuned, the data of seed {control["data_seed"]} for every '
+      'seed (seeds vary the initial model and the clients sampled), the global model\'s '
+      'training loss evaluated every round')
+  return config_lib.replace_settings(
+      config, **control, models={}, datasets={}, model_fns={}, detect={}, vary_partition=False,
+      eval_train_loss=True, client_momentum=0.0, server_learning_rate=1.0,
+      tune=False, tune_epochs=(), grids={},
+      output_dir=config.root, experiment_name=config_lib.CONTROL_DIR,
+      description=f'Positive control: {description}.')
+
+
 def interrupted_message(root: str, error: BaseException) -> str:
   """What a benchmark stopped by Ctrl-C, SIGTERM or a closed standard output keeps: its finished
   runs (each with its result.json), not the runs in progress (they save no checkpoint)."""
@@ -162,7 +181,7 @@ def main(unused_argv):
       if FLAGS.positive_control:   # the checks of run_benchmark, before the control runs
         grid.check_finished_runs(config)
         grid.check_regimes(config, engine_lib.default_loader(config))
-        control_outcome = grid.run_benchmark(config_lib.control_config(config), command=command)
+        control_outcome = grid.run_benchmark(control_config(config), command=command)
         if control_outcome['failures']:
           print(f'positive control: {len(control_outcome["failures"])} runs failed', flush=True)
       outcome = grid.run_benchmark(config, command=command)

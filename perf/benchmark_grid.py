@@ -47,7 +47,7 @@ def main(argv):
   round's excess over a steady one in a warm process: the E > min E runs) and the per-process
   cost (building, the sample's mean, plus the first run's warm-up). The estimate is
   `sum of runs x (rounds x steady + per-run extra) + sum of processes x per-process cost` with the
-  plan's counts (`plan.planned_runs`, `planned_processes`; tuning at its upper bound); the
+  plan's counts (`Plan.runs`, `Plan.processes`; tuning at its upper bound); the
   CPU-time estimate scales it by the sample's CPU / wall ratio (this process and its workers).
   """
   del argv
@@ -57,9 +57,11 @@ def main(argv):
   benchmark.apply_preset()
   config = benchmark.config_from_flags()
   from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import lookups  # pylint: disable=g-import-not-at-top
   from experiments.benchmarking import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  plan = plan_lib.make(config)
   sample = dataclasses.replace(
-      config, regimes=tuple(plan_lib.tuning_regime(config, d) for d in plan_lib.datasets(config)),
+      config, regimes=tuple(lookups.tuning_regime(config, d) for d in plan.datasets),
       report_seeds=(0,),
       loop=dataclasses.replace(config.loop, rounds=FLAGS.sample_rounds, resume=False),
       tune=False, detect={},
@@ -89,8 +91,7 @@ def main(argv):
     if e == first_e:
       warmup[(method, dataset)] = max(0.0, first[(method, dataset, e)] - s
                                       - extra.get((method, dataset), 0.0))
-  planned = plan_lib.planned_runs(config)
-  processes = plan_lib.planned_processes(config)
+  planned, processes = plan.runs, plan.processes
   print(f'Sample: {len(outcome["rows"])} runs of {sample.loop.rounds} rounds on '
         f'{list(sample.regimes)}, {outcome["processes_built"]} processes built '
         f'({build:.1f} s each on average); wall {wall:.0f} s, CPU {cpu:.0f} s '
@@ -104,7 +105,7 @@ def main(argv):
   by_phase = collections.Counter()
   for (method, dataset, e), s in sorted(steady.items()):
     runs_seconds = config.loop.rounds * s + extra.get((method, dataset), 0.0)
-    tune_e = plan_lib.tuned_epochs(config, e)
+    tune_e = plan.tuned_epochs.get(e)
     n_tune = planned.get(('tune', method, dataset, e), 0) if tune_e == e else 0
     n_report = planned.get(('report', method, dataset, e), 0)
     seconds = (n_tune + n_report) * runs_seconds

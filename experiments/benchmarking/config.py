@@ -1,23 +1,24 @@
 """A benchmark's settings as checked, frozen values (the grid, tuning and the run settings every
 run shares); a bad value raises `experiments.config.ConfigError` naming its flag."""
 
-import copy
 import dataclasses
 import functools
 import os
-import re
-from typing import Any, Callable, Collection, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
 from experiments import config as experiment_config
+from experiments.benchmarking import checks
+from experiments.benchmarking import lookups
 from experiments.benchmarking import methods as methods_lib
 from tff_conflict import hparams as hparams_lib
 
 ConfigError = experiment_config.ConfigError
 _DEFAULTS = experiment_config.ExperimentConfig()  # the parts' defaults
 
-DEFAULT_TUNING_REGIMES = {'digits': 'digits:dir(0.1)', 'synthetic': 'synthetic(1,1)'}
+DEFAULT_TUNING_REGIMES = lookups.DEFAULT_TUNING_REGIMES
+parse_regime = lookups.parse_regime
 
 # The statistics a report may name as its primary one (runs.csv columns): the mean test accuracy
 # over the last K evaluated rounds (K: the tuning score's `last_k`), or the last round's.
@@ -143,75 +144,6 @@ def _distinct_ints(minimum: int, *, allow_empty: bool = False) -> _M.Checker:
   return must(f'{"a" if allow_empty else "a non-empty"} list of distinct integers >= {minimum}',
               lambda v: (allow_empty or bool(v)) and len(set(v)) == len(v)
               and all(_M.is_int(x) and x >= minimum for x in v))
-
-
-class OwnRegime(NamedTuple):
-  """A dataset of your own (`BenchmarkConfig.datasets`) as a regime of its name."""
-  name: str
-
-  dataset = slug = property(lambda self: self.name)
-
-
-def parse_regime(name: str, own: Collection[str] = ()):
-  """`OwnRegime(name)` for a name in `own`, else `tff_conflict.data.parse_regime(name)`."""
-  from tff_conflict import data  # pylint: disable=g-import-not-at-top
-  return OwnRegime(name) if isinstance(name, str) and name in own else data.parse_regime(name)
-
-
-_OWN_NAME = re.compile(r'^[A-Za-z0-9_.-]+$')
-_OWN_ELEMENT = ('client data of unbatched examples OrderedDict(x=float32 tensor of a fixed '
-                'shape, y=integer class label of shape [])')
-
-
-def _check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[], Any]],
-               models: Mapping[str, str]) -> None:
-  """Your own datasets and models: new names, `(train, test)` ClientData pairs of `_OWN_ELEMENT`,
-  callables, a model for each dataset (the models are checked on the data by `engine`)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
-  from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
-  for argument, value, builtin in (('datasets', datasets, regimes.DATASETS),
-                                   ('model_fns', model_fns, architectures.MODELS)):
-    must('a dict of name -> value', lambda v: isinstance(v, Mapping))(argument, value)
-    for name in value:
-      must('names of letters, digits, "_", "." and "-" other than the built-in ones '
-           f'{sorted(builtin)}', lambda n: isinstance(n, str) and bool(_OWN_NAME.match(n))
-           and n not in builtin)(argument, name)
-  for name, pair in datasets.items():
-    argument = f'datasets[{name!r}]'
-    must('a pair (train, test) of tff.simulation.datasets.ClientData',
-         lambda p: isinstance(p, (tuple, list)) and len(p) == 2
-         and all(isinstance(c, tff.simulation.datasets.ClientData) for c in p))(argument, pair)
-    specs = []
-    for part, client_data in zip(('train', 'test'), pair):
-      must('client data with at least one client', lambda c: bool(c.client_ids))(
-          f'{argument} {part}', client_data)
-      spec = client_data.element_type_structure
-      must(_OWN_ELEMENT, lambda s: (
-          isinstance(s, Mapping) and set(s) == {'x', 'y'}
-          and all(type(t) is tf.TensorSpec for t in s.values())  # pylint: disable=unidiomatic-typecheck
-          and s['x'].dtype == tf.float32 and s['x'].shape.rank
-          and s['x'].shape.is_fully_defined() and s['y'].dtype.is_integer
-          and s['y'].shape.rank == 0))(f'{argument} {part}', spec)
-      specs.append(spec['x'])
-    must(f'examples of the training data\'s x {specs[0]}', lambda s: s == specs[0])(
-        f'{argument} test', specs[1])
-    if name not in models and len(model_fns) != 1:
-      raise ConfigError('models', dict(models), f'an entry for your dataset {name!r} (a name '
-                        'of model_fns or of experiments.architectures.MODELS), unless '
-                        'model_fns holds one model')
-  for name, model_fn in model_fns.items():
-    must('a no-argument function returning a new uncompiled tf.keras.Model', callable)(
-        f'model_fns[{name!r}]', model_fn)
-
-
-def _parsed(argument: str, name: str, own: Collection[str] = ()):
-  """The regime (or, for 'methods', the method) `name`, or a `ConfigError` naming `argument`."""
-  try:
-    return parse_regime(name, own) if argument != 'methods' else methods_lib.parse_method(name)
-  except ValueError as e:
-    raise ConfigError(argument, name, reason=str(e)) from None
 
 
 def given_arguments(value_of: Optional[Callable[[str], Any]] = None
@@ -348,11 +280,10 @@ class BenchmarkConfig:
   model_fns: Mapping[str, Callable[[], Any]] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
-    from experiments import architectures  # pylint: disable=g-import-not-at-top
-    _check_own(self.datasets, self.model_fns, self.models)
+    checks.check_own(self.datasets, self.model_fns, self.models)
     _M.check_fields(self)
     must('a non-empty list of regimes', bool)('regimes', self.regimes)
-    parsed = [_parsed('regimes', name, self.datasets) for name in self.regimes]
+    parsed = [checks.parsed('regimes', name, self.datasets) for name in self.regimes]
     names = [r.name for r in parsed]
     must('distinct regimes', lambda _: len(set(names)) == len(names) and len(
         {r.slug for r in parsed}) == len(parsed))('regimes', list(self.regimes))
@@ -364,15 +295,15 @@ class BenchmarkConfig:
     for name in self.datasets:
       must('listed in regimes (your dataset is a regime)', lambda v: v in names)('datasets', name)
     must('a non-empty list of methods', bool)('methods', self.methods)
-    resolved = [_parsed('methods', name) for name in self.methods]
+    resolved = [checks.parsed('methods', name) for name in self.methods]
     method_names = [m.name for m in resolved]
     must('distinct methods', lambda _: len(set(method_names)) == len(method_names))(
         'methods', list(self.methods))
     object.__setattr__(self, 'methods', tuple(method_names))
     _M.one_of(method_names)('baseline', self.baseline)
     object.__setattr__(self, 'best_of', tuple(m for m in self.best_of if m))
-    object.__setattr__(self, 'primary_regimes', tuple(
-        _parsed('primary_regimes', r, self.datasets).name for r in self.primary_regimes if r))
+    object.__setattr__(self, 'primary_regimes', tuple(checks.parsed(
+        'primary_regimes', r, self.datasets).name for r in self.primary_regimes if r))
     for name in self.primary_regimes:
       _M.one_of(names)('primary_regimes', name)
     must(f'disjoint from --report_seeds {list(self.report_seeds)}', lambda v: not (
@@ -387,48 +318,9 @@ class BenchmarkConfig:
         'client_weighting', self.loop.weighting)
     must('empty (the benchmark runs on local runtimes)', lambda v: not v)(
         'tff_workers', list(self.output.workers))
-    datasets = {r.dataset for r in parsed}
-    leaf = sorted(d for d in datasets if d.startswith('leaf_'))
-    must(f'LEAF\'s data/<name> folder for the regimes of {leaf}', lambda v: not leaf or bool(v))(
-        'leaf_dir', self.data.leaf_dir)
-    must(f'regimes of one LEAF dataset (one --leaf_dir), not {leaf}', lambda _: len(leaf) <= 1)(
-        'regimes', list(self.regimes))
-    of_datasets = must(f'entries of the regimes\' datasets {sorted(datasets)}',
-                       lambda entry: entry.partition(':')[0] in datasets)
-    for dataset, model in self.models.items():
-      of_datasets('models', f'{dataset}:{model}')
-      _M.one_of(sorted(architectures.MODELS) + sorted(self.model_fns))('models', model)
-    for dataset, difference in self.detect.items():
-      of_datasets('detect', f'{dataset}:{difference}')
-      _M.FRACTION('detect', difference)
-    for dataset, own in self.dataset_settings.items():
-      for name, value in own.items():
-        entry = f'{dataset}.{name}={value if name == "rounds" else "/".join(map(str, value))}'
-        of_datasets('dataset_settings', f'{dataset}:{name}')
-        valid = (value >= 1 if name == 'rounds' else
-                 bool(value) and all(_M.is_real(x) and x > 0 for x in value))
-        must('entries with rounds >= 1 or grids of finite numbers > 0', lambda _, ok=valid: ok)(
-            'dataset_settings', entry)
-    for dataset, regime in self.tuning_regimes.items():
-      tuned = _parsed('tuning_regimes', regime, self.datasets)
-      must('entries DATASET:REGIME with a regime of that dataset',
-           lambda _: tuned.dataset == dataset)('tuning_regimes', f'{dataset}:{regime}')
-    if self.grids and not self.tune:
-      shown = ','.join(f'{m}.{k}={"/".join(map(str, v))}' for m, grid in self.grids.items()
-                       for k, v in grid.items())
-      raise ConfigError('grids', shown, reason='does not apply with --notune, which tunes nothing '
-                        '(the method flags give the values); drop --grids or --notune')
-    if self.grids and not self.tune_method_grids:
-      raise ConfigError('grids', ','.join(self.grids), reason='does not apply with '
-                        '--notune_method_grids, which searches no method\'s grid; drop one')
-    for method in self.grids:
-      _M.one_of(method_names)('grids', method)
-    for method in resolved:
-      if method.name in self.grids:
-        method = method.with_grid(self.grids[method.name])
-      _check_builder_arguments(method, methods_lib.given_kwargs(self.given, method),
-                               client=self.client, server=self.server)
-    _check_methods_on_models(self, resolved, parsed)
+    checks.check_datasets(self, parsed)
+    checks.check_methods(self, resolved)
+    checks.check_methods_on_models(self, resolved, parsed)
 
   @property
   def experiment_name(self) -> str:
@@ -438,90 +330,6 @@ class BenchmarkConfig:
   def root(self) -> str:
     """The benchmark's directory."""
     return os.path.join(self.output.output_dir, self.experiment_name)
-
-
-def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any], *,
-                             client: experiment_config.OptimizerConfig,
-                             server: experiment_config.OptimizerConfig) -> None:
-  """Every fixed or tuned builder argument of `method` is one its builder takes, in its range,
-  and its builder accepts them with the `client` and `server` optimizers (the library's checks,
-  `experiment_lib.library_refusal`: SCAFFOLD's plain SGD, FedNova's client weighting, ...)."""
-  import inspect  # pylint: disable=g-import-not-at-top
-  from tff_conflict import hparams as hparams_lib  # pylint: disable=g-import-not-at-top
-  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-  build = (learning.build_process if method.algorithm == methods_lib.CUSTOM
-           else learning.ALGORITHMS[method.algorithm])
-  parameters = inspect.signature(build).parameters
-  ranges = methods_lib.hparam_ranges(method)   # with a composition's aggregator's
-  # A library builder's `**options` take exactly its spec's further hyperparameters (in ranges).
-  named = {n for n, p in parameters.items() if p.kind != p.VAR_KEYWORD}
-  open_ended = method.algorithm not in hparams_lib.METHODS and len(named) < len(parameters)
-  fixed = dict(method.fixed)
-  checks = [('methods', k, v) for k, v in fixed.items()]
-  checks += [('grids', k, v) for k, values in method.grid for v in values]
-  checks += [('methods', k, v) for k, v in given.items() if k not in fixed]
-  for argument, keyword, value in checks:
-    if not open_ended and keyword not in {*named, *ranges}:
-      raise ConfigError(argument, method.name, reason=f'{keyword}={value!r}: its builder '
-                        f'({method.algorithm}) takes no argument {keyword!r}')
-    if keyword in ranges:
-      try:
-        ranges[keyword].check(value, name=f'{keyword} of method {method.name!r}')
-      except ValueError as e:
-        raise ConfigError(argument, method.name, reason=str(e)) from None
-  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
-  error = experiment_lib.library_refusal(build, methods_lib.builder_kwargs(method, given),
-                                         client=client, server=server)
-  if error is None:
-    return
-  words = {k: v for k, v in experiment_lib.ARGUMENT_WORDS.items() if k != 'client_weighting'}
-  text = experiment_lib.in_flag_words(error, getattr(error, 'argument', None), words=words)
-  if getattr(error, 'argument', None) == 'client_optimizer_fn':   # client SGD, its momentum
-    raise ConfigError('client_momentum', client.momentum,
-                      reason=f'not with --methods={method.name}: {text}')
-  raise ConfigError('methods', method.name, reason=text)
-
-
-def _probe_shape(config: 'BenchmarkConfig', dataset: str) -> Optional[tuple]:
-  """The example shape of `dataset` known before its data load (yours, or
-  `tff_conflict.data.dataset_info`'s); None for LEAF Synthetic's (its files')."""
-  from tff_conflict import data  # pylint: disable=g-import-not-at-top
-  if dataset in config.datasets:
-    return tuple(config.datasets[dataset][0].element_type_structure['x'].shape)
-  try:
-    return data.dataset_info(dataset).element_shape
-  except ValueError:
-    return None
-
-
-def _check_methods_on_models(config: 'BenchmarkConfig', resolved, regimes) -> None:
-  """Every method can train each regime's model (`methods.model_refusal`: FedDecorr on a model
-  whose classifier reads the input would equal FedAvg in every run); else a `ConfigError`
-  naming the method, the regime and the model. A built-in model is built on the dataset's shape
-  (LEAF Synthetic's, unknown before its files load, left to the run's own check)."""
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
-  from experiments.benchmarking import plan  # pylint: disable=g-import-not-at-top
-  refusals: dict[tuple, Optional[str]] = {}
-  for regime in regimes:
-    model = plan.model_of(config, regime.dataset)
-    shape = _probe_shape(config, regime.dataset)
-    if model in config.model_fns:
-      build = config.model_fns[model]
-    elif shape is not None:
-      build = functools.partial(architectures.get(model), shape, 2)
-    else:
-      continue
-    for method in resolved:
-      key = (method.algorithm, model, shape)
-      if key not in refusals:
-        try:
-          refusals[key] = methods_lib.model_refusal(method, build)
-        except ValueError:   # a model that does not fit the data: the run's own error says so
-          refusals[key] = None
-      if refusals[key]:
-        raise ConfigError('methods', method.name, reason=(
-            f'cannot run on regime {regime.name!r}, whose model is {model!r} (--models): '
-            f'{refusals[key]} (e.g. --models={regime.dataset}:mlp)'))
 
 
 # Each part's setting under its flat name (config.json's readers, presets), an optimizer's with
@@ -551,20 +359,6 @@ def replace_settings(config: BenchmarkConfig, **settings: Any) -> BenchmarkConfi
       part: dataclasses.replace(getattr(config, part), **fields) for part, fields in parts.items()})
 
 
-def for_dataset(config: BenchmarkConfig, dataset: str) -> BenchmarkConfig:
-  """`config` as `dataset`'s regimes run it: its `dataset_settings` in place of the flags' (a
-  view, not checked again: `BenchmarkConfig` checked them)."""
-  own = dict(config.dataset_settings.get(dataset, {}))
-  if not own:
-    return config
-  view = copy.copy(config)
-  if 'rounds' in own:
-    object.__setattr__(view, 'loop', dataclasses.replace(config.loop, rounds=own.pop('rounds')))
-  for name, value in own.items():
-    object.__setattr__(view, name, value)
-  return view
-
-
 def per_dataset(config: Mapping[str, Any], name: str) -> str:
   """A config.json's setting `name` (flat) as text, with the datasets that set their own:
   '150' or '150 (leaf_shakespeare: 100)'."""
@@ -583,26 +377,6 @@ def rounds_of(config: Mapping[str, Any], regime: str) -> int:
 
 
 CONTROL_DIR = 'positive_control'
-
-
-def control_config(config: BenchmarkConfig) -> BenchmarkConfig:
-  """The positive control (`presets.POSITIVE_CONTROL`) under `config.root/positive_control`,
-  with `config`'s seeds, runtime and data directories."""
-  from experiments import presets  # pylint: disable=g-import-not-at-top
-  control = presets.POSITIVE_CONTROL
-  description = (
-      f'{control["methods"][1]} against {control["baseline"]} on `{control["regimes"][0]}`: '
-      f'E = {control["epochs"][0]}, batch {control["batch_size"]}, client learning rate '
-      f'{control["client_learning_rate"]}, {control["clients_per_round"]} clients per round, '
-      f'{control["rounds"]} rounds, untuned, the data of seed {control["data_seed"]} for every '
-      'seed (seeds vary the initial model and the clients sampled), the global model\'s '
-      'training loss evaluated every round')
-  return replace_settings(
-      config, **control, models={}, datasets={}, model_fns={}, detect={}, vary_partition=False,
-      eval_train_loss=True, client_momentum=0.0, server_learning_rate=1.0,
-      tune=False, tune_epochs=(), grids={},
-      output_dir=config.root, experiment_name=CONTROL_DIR,
-      description=f'Positive control: {description}.')
 
 
 def control_root(root: str) -> Optional[str]:

@@ -10,6 +10,7 @@ import os
 import random
 import time
 import traceback
+import types
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
@@ -22,7 +23,6 @@ from experiments import architectures
 from experiments import config as experiment_config
 from experiments import experiment_lib
 from experiments.benchmarking import fingerprints
-from experiments.benchmarking import plan as plan_lib
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import runs as runs_lib
 
@@ -94,13 +94,18 @@ def _builder(spec: runs_lib.RunSpec) -> Callable[..., Any]:
 
 
 class Engine(experiment_lib.Runs):
-  """The runs of `plan` with the data of `loader` (default `default_loader(config)`); a failed
-  run is recorded in `failures` (the scheduler reports it: `run_job`, `schedule.run`)."""
+  """Runs `RunSpec`s under `root` on `runtime` with the data of `loader` (default: `default_loader`
+  of each run's data sources) and your own `datasets` and `model_fns`; a run finished on disk is
+  skipped with `resume`; a failed run is recorded in `failures` (the scheduler reports it:
+  `run_job`, `schedule.run`). Each run's settings come from its spec alone."""
 
-  def __init__(self, config, *, loader: Optional[Loader] = None):
-    super().__init__(config.output.runtime)
-    self._config = config
-    self._loader = loader or default_loader(config)
+  def __init__(self, root: str, *, loader: Optional[Loader] = None,
+               datasets: Optional[dict[str, tuple]] = None,
+               model_fns: Optional[dict[str, Callable[[], Any]]] = None,
+               runtime: str = 'inprocess', resume: bool = True):
+    super().__init__(runtime)
+    self._root, self._loader, self._resume = root, loader, resume
+    self._datasets, self._model_fns = dict(datasets or {}), dict(model_fns or {})
     self._data: dict[tuple, tuple[Any, Any]] = {}
     self._weights: dict[tuple, Any] = {}
     self._shapes: dict[tuple, tuple[tuple, int]] = {}
@@ -110,44 +115,56 @@ class Engine(experiment_lib.Runs):
     self.rounds_done = 0
     self.failures: list[tuple[runs_lib.RunSpec, str]] = []
 
-  def data(self, regime: str, seed: int, phase: str = runs_lib.REPORT_PHASE) -> tuple[Any, Any]:
-    """(training, evaluation) data of a regime and data seed, made once: `(train, test)` (your own
-    data as given), or for tuning the fit and validation parts of `train`."""
+  def data(self, regime: str, seed: int, sources: Any = None) -> tuple[Any, Any]:
+    """(train, test) of a regime and data seed, made once: your own data as given, else the
+    loader's (without one, `default_loader` of `sources`' data_dir, leaf_dir and cache_dir: a
+    `RunSpec`, or none: the defaults)."""
     from tff_conflict import data  # pylint: disable=g-import-not-at-top
-    key = (regime, seed, phase)
-    if key not in self._data:
-      if phase == runs_lib.TUNE_PHASE:
-        self._data[key] = data.split_validation(
-            self.data(regime, seed)[0], self._config.validation_fraction, seed=seed)
-      elif regime in self._config.datasets:
-        self._data[key] = tuple(self._config.datasets[regime])
+    if (regime, seed) not in self._data:
+      if regime in self._datasets:
+        self._data[regime, seed] = tuple(self._datasets[regime])
       else:
-        self._data[key] = self._loader(data.parse_regime(regime), seed)
+        loader = self._loader or default_loader(types.SimpleNamespace(
+            data=sources or experiment_config.DataConfig()))
+        self._data[regime, seed] = loader(data.parse_regime(regime), seed)
+    return self._data[regime, seed]
+
+  def run_data(self, spec: runs_lib.RunSpec) -> tuple[Any, Any]:
+    """(training, evaluation) data of a run: its regime's (train, test), or for tuning the fit
+    and validation parts of `train` (its `validation_fraction` held out)."""
+    from tff_conflict import data  # pylint: disable=g-import-not-at-top
+    train_test = self.data(spec.regime, spec.data_seed, spec)
+    if spec.phase != runs_lib.TUNE_PHASE:
+      return train_test
+    key = (spec.regime, spec.data_seed, spec.validation_fraction)
+    if key not in self._data:
+      self._data[key] = data.split_validation(train_test[0], spec.validation_fraction,
+                                              seed=spec.data_seed)
     return self._data[key]
 
-  def shape_and_classes(self, regime: str, seed: int, model: str) -> tuple[tuple, int]:
-    """The example shape and number of classes of `regime`'s data under `model`
+  def shape_and_classes(self, spec: runs_lib.RunSpec) -> tuple[tuple, int]:
+    """The example shape and number of classes of `spec`'s data under its model
     (`experiment_lib.shape_and_classes`: the dataset's, the data's `info`, your data's labels,
     your model's logits)."""
     from tff_conflict import data  # pylint: disable=g-import-not-at-top
-    dataset = plan_lib.dataset_of(self._config, regime)
+    dataset, model = spec.dataset, spec.model
     if (dataset, model) not in self._shapes:
       try:
         classes = data.dataset_info(dataset).num_classes
       except ValueError:
         classes = None
-      own = self._config.model_fns.get(model)
+      own = self._model_fns.get(model)
       self._shapes[dataset, model] = experiment_lib.shape_and_classes(
-          *self.data(regime, seed), dataset=dataset, classes=classes,
-          own_data=dataset in self._config.datasets,
-          own_model=None if own is None else (model, own), loop=self._config.loop)
+          *self.data(spec.regime, spec.data_seed, spec), dataset=dataset, classes=classes,
+          own_data=dataset in self._datasets,
+          own_model=None if own is None else (model, own), loop=self._loop(spec))
     return self._shapes[dataset, model]
 
   def _model_fn(self, spec, seed: int) -> Callable[[], tf.keras.Model]:
     """A function building `spec.model` initialised by `seed` (yours under `seeded(seed)`)."""
-    own = self._config.model_fns.get(spec.model)
+    own = self._model_fns.get(spec.model)
     if own is None:
-      shape, classes = self.shape_and_classes(spec.regime, spec.data_seed, spec.model)
+      shape, classes = self.shape_and_classes(spec)
       return functools.partial(architectures.get(spec.model), shape, classes, seed=seed)
 
     def build():
@@ -187,8 +204,8 @@ class Engine(experiment_lib.Runs):
     """Runs `spec` unless it is finished on disk (`SettingsChangedError` if with other
     settings); returns its summary, or None when it failed (recorded in `failures` and the run's
     error.txt; the next invocation tries again)."""
-    run_dir = spec.directory(self._config.root)
-    done = runs_lib.read_result(run_dir) if self._config.loop.resume else None
+    run_dir = spec.directory(self._root)
+    done = runs_lib.read_result(run_dir) if self._resume else None
     if done is not None:
       check_same_spec(run_dir, done['spec'], spec)
       check_same_fingerprint(run_dir, done.get(fingerprints.KEY), self._fingerprint(spec))
@@ -220,7 +237,9 @@ class Engine(experiment_lib.Runs):
     """`fingerprints.of_run` of `spec` (your own data and model), made once per invocation."""
     key = (spec.dataset, spec.model)
     if key not in self._fingerprints:
-      self._fingerprints[key] = fingerprints.of_run(self._config, spec, self.data)
+      self._fingerprints[key] = fingerprints.of_run(
+          self._datasets, self._model_fns, spec, self.data(spec.regime, spec.data_seed, spec)[0],
+          self._loop(spec))
     return self._fingerprints[key]
 
   def _loop(self, spec) -> experiment_config.LoopConfig:
@@ -233,7 +252,7 @@ class Engine(experiment_lib.Runs):
     """Runs the checks of `spec`'s builder on its arguments, model and data without building the
     process (`tff_conflict.learning.check_arguments`); raises the builder's `ValueError`."""
     from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-    train, _ = self.data(spec.regime, spec.data_seed, spec.phase)
+    train, _ = self.run_data(spec)
     builder = _builder(spec)
     learning.check_arguments(builder, self._model_fn(spec, 0), **experiment_lib.process_arguments(
         builder, dict(spec.kwargs), client=experiment_config.OptimizerConfig(
@@ -242,11 +261,12 @@ class Engine(experiment_lib.Runs):
         loop=self._loop(spec)))
 
   def _train(self, spec, run_dir):
-    train, eval_data = self.data(spec.regime, spec.data_seed, spec.phase)
-    classes = self.shape_and_classes(spec.regime, spec.data_seed, spec.model)[1]
+    train, eval_data = self.run_data(spec)
+    classes = self.shape_and_classes(spec)[1]
     report = spec.phase == runs_lib.REPORT_PHASE
     loop = self._loop(spec)
-    hparams = {k: v for k, v in spec.to_dict().items() if k != 'kwargs'}
+    hparams = {k: v for k, v in spec.to_dict().items()   # as before the spec held LATER
+               if k not in ('kwargs', *runs_lib.SOURCES, *runs_lib.LATER)}
     hparams.update({f'kwargs/{k}': v for k, v in spec.kwargs})
 
     def on_round():
@@ -261,10 +281,10 @@ class Engine(experiment_lib.Runs):
         start=functools.partial(self._start, spec), model_key=(spec.model, spec.dataset),
         train_data=train, eval_data=eval_data, num_classes=classes, loop=loop,
         experiment_dir=run_dir, hparams=hparams, prefix=spec.eval_prefix, per_class=report,
-        global_train=report and self._config.loop.eval_train_loss, label=spec.label(),
+        global_train=report and spec.eval_train_loss, label=spec.label(),
         show_progress=False, on_round=on_round)
     seconds = time.monotonic() - start
-    summary = runs_lib.summarize(rows, prefix=spec.eval_prefix, last_k=self._config.last_k,
+    summary = runs_lib.summarize(rows, prefix=spec.eval_prefix, last_k=spec.last_k,
                                  num_classes=classes)
     summary['collapsed'] = runs_lib.collapsed(summary, self.confusion)
     if report:
@@ -296,9 +316,9 @@ def run_job(engine: Engine, spec: runs_lib.RunSpec) -> Ran:
              engine.num_processes - before[3], engine.rounds_done - before[4])
 
 
-def worker_engine(config, loader: Optional[Loader] = None) -> Engine:
+def worker_engine(root: str, **options) -> Engine:
   """A worker process's engine (`experiments.executors`): TFF's local runtime installed (its
-  `worker_binary` ends with the worker), runs of `config` with the data of `loader`."""
+  `worker_binary` ends with the worker), `Engine(root, **options)`."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   runtime.set_local_context()
-  return Engine(config, loader=loader)
+  return Engine(root, **options)

@@ -48,17 +48,19 @@ def of_model(build: Callable[[], tf.keras.Model]) -> dict[str, Any]:
           'layers_and_shapes': _digest([layers, shapes])}
 
 
-def of_run(config: Any, spec: Any, data: Callable[[str, int], tuple]) -> dict[str, Any]:
-  """The fingerprints of `spec`'s own data and model, by the setting that names them (empty for
-  built-in ones); `data(regime, seed)` gives a regime's (train, test)."""
+def of_run(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[], Any]], spec: Any,
+           train: Any, loop: Any) -> dict[str, Any]:
+  """The fingerprints of `spec`'s own data (in `datasets`) and model (in `model_fns`), by the
+  setting that names them (empty for built-in ones); the model is built on the input spec of
+  `train`'s batches under `loop`."""
   from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
   from tff_conflict.learning import models  # pylint: disable=g-import-not-at-top
   out = {}
-  if spec.dataset in config.datasets:
-    out[f'datasets[{spec.dataset!r}]'] = of_data(*config.datasets[spec.dataset])
-  own = config.model_fns.get(spec.model)
+  if spec.dataset in datasets:
+    out[f'datasets[{spec.dataset!r}]'] = of_data(*datasets[spec.dataset])
+  own = model_fns.get(spec.model)
   if own is not None:
-    input_spec = experiment_lib.input_spec(data(spec.regime, spec.data_seed)[0], config.loop)
+    input_spec = experiment_lib.input_spec(train, loop)
     out[f'model_fns[{spec.model!r}]'] = of_model(
         lambda: models.build_on_input_spec(own(), input_spec))
   return out

@@ -1,6 +1,6 @@
-"""A whole benchmark, one way: `run_benchmark(config)` checks the plan (`plan.tasks`), runs it on
-the config's executor (`schedule`, `experiments.executors`; finished runs on disk are skipped) and
-writes the record and the report."""
+"""A whole benchmark, one way: `run_benchmark(config)` makes its plan (`plan.make`), checks it,
+runs it on the config's executor (`schedule`, `experiments.executors`; finished runs on disk are
+skipped) and writes the record and the report."""
 
 import datetime
 import functools
@@ -15,31 +15,30 @@ from experiments import files
 from experiments import progress as progress_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
-from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import plan as plan_lib
 from experiments.benchmarking import report as report_lib
 from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import runs as runs_lib
 from experiments.benchmarking import schedule
+from experiments.benchmarking import search as search_lib
 
 CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', 'accuracy_curve')
 
 
-def _write_tuning(config, choices) -> None:
+def _write_tuning(plan, root, choices) -> None:
   """tuning_choices.json; tuning.csv: every candidate's validation score and whether it won;
   validation_curves.csv: the chosen candidate's validation accuracy curve on each tuning seed
   whose full-length run finished."""
-  root = config.root
   files.write_json_atomically(os.path.join(root, 'tuning_choices.json'), choices)
   scores, curves = [], []
-  for (dataset, epochs, method), c in zip(plan_lib.tuning_tasks(config), choices):
+  for (dataset, epochs, method), c in zip(plan.tuning, choices):
     where = {k: c[k] for k in ('dataset', 'regime', 'epochs', 'method')}
     chosen = dict(c['tuned'], client_lr=c['client_lr'], server_lr=c['server_lr'])
     scores += [dict(where, candidate=s['candidate'], validation_score=s['score'],
-                    seeds=s['seeds'], chosen=s['candidate'] == plan_lib.candidate_name(chosen))
+                    seeds=s['seeds'], chosen=s['candidate'] == search_lib.candidate_name(chosen))
                for s in c['scores']]
-    for seed in config.tuning_seeds:
-      spec = plan_lib.tuning_spec(config, dataset, epochs, method, chosen, seed)
+    for seed in plan.tuning_seeds:
+      spec = plan_lib.tuning_spec(plan, dataset, epochs, method, chosen, seed)
       result = runs_lib.read_result(spec.directory(root))
       if result is not None:
         curves.append(dict(where, candidate=spec.candidate, seed=seed,
@@ -48,20 +47,21 @@ def _write_tuning(config, choices) -> None:
   results_lib.write_csv(os.path.join(root, results_lib.CURVES_FILE), curves, CURVE_COLUMNS)
 
 
-def _first_seed(config) -> int:
-  return plan_lib.data_seed(config, config.report_seeds[0])
+def _first_seed(plan) -> int:
+  return plan.report_seeds[0] if plan.data_seed is None else plan.data_seed
 
 
-def check_finished_runs(config) -> None:
+def check_finished_runs(config, plan=None) -> None:
   """Raises `engine.SettingsChangedError` for the first finished run on disk that `config` would
   run again (same phase, regime, E, method, seed and tuning candidate) with other settings,
   before anything runs or is written; the values tuning chooses (builder arguments, learning
-  rates) are taken as recorded: `Engine.run` checks them when they are known."""
+  rates) are taken as recorded: `Engine.run` checks them when they are known. `plan`: the
+  config's (`plan.make`), made if not given."""
   if not config.loop.resume:
     return
-  methods = {m.name: m for m in plan_lib.methods(config)}
-  tasks = {(plan_lib.tuning_regime(config, d), e, m.name)
-           for d, e, m in plan_lib.tuning_tasks(config)}
+  plan = plan or plan_lib.make(config)
+  methods = {m.name: m for m in plan.methods}
+  tasks = {(plan.datasets[d].tuning_regime, e, m.name) for d, e, m in plan.tuning}
   for directory, _, names in sorted(os.walk(config.root)):
     result = runs_lib.read_result(directory) if runs_lib.RESULT_FILE in names else None
     recorded = result['spec'] if result is not None else None
@@ -71,17 +71,17 @@ def check_finished_runs(config) -> None:
       phase, regime, epochs, seed = (recorded['phase'], recorded['regime'],
                                      int(recorded['epochs']), int(recorded['seed']))
       method = methods[recorded['method']]
-      if not ((regime in config.regimes and epochs in config.epochs
-               and seed in config.report_seeds) if phase == runs_lib.REPORT_PHASE
-              else (regime, epochs, method.name) in tasks and seed in config.tuning_seeds):
+      if not ((regime in plan.regimes and epochs in plan.epochs and seed in plan.report_seeds)
+              if phase == runs_lib.REPORT_PHASE
+              else (regime, epochs, method.name) in tasks and seed in plan.tuning_seeds):
         continue   # not planned
       kwargs, client_lr, server_lr = (
-          (methods_lib.given_kwargs(config.given, method), *plan_lib.rates(config, method))
-          if phase == runs_lib.REPORT_PHASE and not config.tune
+          (plan.given[method.name], *plan.rates[method.name])
+          if phase == runs_lib.REPORT_PHASE and not plan.tuned_epochs
           else (dict(recorded['kwargs']), recorded['client_lr'], recorded['server_lr']))
       candidate = recorded.get('candidate', '')
       rung = int(recorded['rounds']) if candidate.endswith(' rounds') else None   # of halving
-      spec = plan_lib.run_spec(config, phase=phase, regime=regime, method=method, epochs=epochs,
+      spec = plan_lib.run_spec(plan, phase=phase, regime=regime, method=method, epochs=epochs,
                                seed=seed, candidate=candidate, kwargs=kwargs, rounds=rung,
                                client_lr=client_lr, server_lr=server_lr)
     except (KeyError, TypeError, ValueError):
@@ -95,10 +95,10 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
                   after_tuning: Callable[[], None] = lambda: None,
                   command: str = '') -> dict[str, Any]:
   """Runs the benchmark and writes, besides the runs' directories (`runs/`, `tuning/`):
-    config.json            the settings, and under `plan` the plan (`plan.describe`)
+    config.json            the settings, and under `plan` the plan (`Plan.description`)
     runs.csv               one row per finished reporting run (`runs.RUN_COLUMNS`)
     tuning.csv             one row per tuning candidate: its validation score and whether it won
-    tuning_choices.json    each (dataset, E, method)'s choice (`plan.tune_method`)
+    tuning_choices.json    each (dataset, E, method)'s choice (`search.search`)
     validation_curves.csv  the chosen candidates' validation accuracy per round, per tuning seed
     timing.json            one entry per invocation: wall time, building time, runs run/skipped
     regimes.json           each regime's client sizes and label skew (for data with label counts)
@@ -124,13 +124,14 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
       anything is written (`check_finished_runs`) or, for the values tuning chooses, when the
       run comes; either way the files the report reads are left as they were.
   """
-  check_finished_runs(config)
+  plan = plan_lib.make(config)
+  check_finished_runs(config, plan)
   os.makedirs(config.root, exist_ok=True)
   record = {n: pathlib.Path(config.root, n) for n in results_lib.RECORD_FILES}
   record = {path: path.read_bytes() if path.exists() else None for path in record.values()}
   try:
-    return _run(config, loader=loader, stream=stream or sys.stdout, after_tuning=after_tuning,
-                command=command)
+    return _run(config, plan, loader=loader, stream=stream or sys.stdout,
+                after_tuning=after_tuning, command=command)
   except engine_lib.SettingsChangedError:
     for path, content in record.items():   # a refused command leaves the record as it was
       if content is None:
@@ -141,33 +142,34 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     raise
 
 
-def check_regimes(config, data: Callable[[str, int], Any]) -> None:
+def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
   """Loads every regime (reporting and tuning) once with `data` (`(regime, seed) -> (train,
   test)`) and checks that it holds `clients_per_round` clients: else `ConfigError` naming
   --regimes or --tuning_regimes and the loader's error, or --clients_per_round and the population,
-  before any run."""
-  tuned = [plan_lib.tuning_regime(config, d) for d in plan_lib.datasets(config)]
-  tuned = [r for r in tuned if config.tune and r not in config.regimes]
-  for regime in list(config.regimes) + list(dict.fromkeys(tuned)):
-    flag = 'regimes' if regime in config.regimes else 'tuning_regimes'
+  before any run. `plan`: the config's (`plan.make`), made if not given."""
+  plan = plan or plan_lib.make(config)
+  tuned = [s.tuning_regime for s in plan.datasets.values()]
+  tuned = [r for r in tuned if r is not None and r not in plan.regimes]
+  clients = plan.run['clients_per_round']
+  for regime in plan.regimes + tuple(dict.fromkeys(tuned)):
+    flag = 'regimes' if regime in plan.regimes else 'tuning_regimes'
     try:
-      train, _ = data(regime, _first_seed(config))
+      train, _ = data(regime, _first_seed(plan))
     except (ValueError, FileNotFoundError) as e:
       raise experiment_config.ConfigError(flag, regime, reason=str(e)) from None
     population = len(train.client_ids)
-    if config.loop.clients_per_round > population:
+    if clients > population:
       raise experiment_config.ConfigError(
-          'clients_per_round', config.loop.clients_per_round,
+          'clients_per_round', clients,
           reason=f'regime {regime!r} has {population} clients: use at most {population}, or a '
           'larger population (@K in the regime)')
 
 
-def check_builds(config, engine) -> None:
-  """Runs the builder's checks of every distinct process the plan builds (`plan.planned_builds`:
-  the methods' given and fixed arguments, every grid value) on its model and data, without
-  building it: a composition that cannot be built is a `ConfigError` naming --methods, before
-  any run."""
-  for spec in plan_lib.planned_builds(config):
+def check_builds(plan, engine) -> None:
+  """Runs the builder's checks of every distinct process the plan builds (`Plan.builds`: the
+  methods' given and fixed arguments, every grid value) on its model and data, without building
+  it: a composition that cannot be built is a `ConfigError` naming --methods, before any run."""
+  for spec in plan.builds:
     try:
       engine.check_build(spec)
     except ValueError as e:
@@ -175,53 +177,68 @@ def check_builds(config, engine) -> None:
           f'cannot be built on {spec.dataset} with model {spec.model}: {e}')) from None
 
 
+def _engine_options(config, loader) -> dict[str, Any]:
+  """`engine.Engine`'s arguments: what is not a run's own (`RunSpec`)."""
+  return dict(loader=loader, datasets=config.datasets, model_fns=config.model_fns,
+              runtime=config.output.runtime, resume=config.loop.resume)
+
+
 def _make_executor(config, engine, loader):
   from experiments import executors  # pylint: disable=g-import-not-at-top
   output = config.output
-  return executors.make(output.executor, functools.partial(engine_lib.worker_engine, config, loader),
+  return executors.make(output.executor, functools.partial(
+      engine_lib.worker_engine, config.root, **_engine_options(config, loader)),
                         engine_lib.run_job, workers=output.executor_workers,
                         ray_address=output.ray_address, state=engine,
                         affinity=engine_lib.process_of)
 
 
-def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
+def _prepare(config, plan, engine, stream) -> None:
+  """The checks before any run (the regimes, your own data and models, the builds), then
+  config.json (the settings and `plan`, `Plan.description`), the plan's line on `stream` and
+  regimes.json (size and label skew, `tff_conflict.data.describe`, of the first seed's data)."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   root = config.root
-  start = time.monotonic()
-  engine = engine_lib.Engine(config, loader=loader)
-  check_regimes(config, engine.data)
-  for dataset in plan_lib.datasets(config):   # your own data or model checked before any run
-    model = plan_lib.model_of(config, dataset)
-    if dataset in config.datasets or model in config.model_fns:
-      engine.shape_and_classes(plan_lib.regimes_of(config, dataset)[0], _first_seed(config), model)
-  check_builds(config, engine)
-  tasks = plan_lib.tasks(config)
+  check_regimes(config, engine.data, plan)
+  for spec in plan.builds:   # your own data or model checked before any run, on report data
+    if spec.phase == runs_lib.REPORT_PHASE and (
+        spec.dataset in config.datasets or spec.model in config.model_fns):
+      engine.shape_and_classes(spec)
+  check_builds(plan, engine)
   files.write_json_atomically(os.path.join(root, 'config.json'),
-                              dict(config_lib.as_dict(config), plan=plan_lib.describe(config)))
-  tuning_runs = plan_lib.num_runs(config, runs_lib.TUNE_PHASE)
-  report_runs = plan_lib.num_runs(config, runs_lib.REPORT_PHASE)
-  rounds = config_lib.per_dataset(
-      dict(rounds=config.loop.rounds, dataset_settings=config.dataset_settings), 'rounds')
-  print(f'benchmark: {len(config.regimes)} regimes x {len(config.methods)} methods x E in '
-        f'{list(config.epochs)} x {len(config.report_seeds)} seeds = {report_runs} reporting '
-        f'runs, up to {tuning_runs} tuning runs, {rounds} rounds each -> {root}',
-        file=stream, flush=True)
-  regimes = []   # size and label skew (`tff_conflict.data.describe`) of the first seed's data
-  for regime in config.regimes:
-    train, _ = engine.data(regime, _first_seed(config))
+                              dict(config_lib.as_dict(config), plan=plan.description))
+  runs = plan.description['runs']
+  rounds = {s.rounds for s in plan.datasets.values()}
+  rounds = (str(rounds.pop()) if len(rounds) == 1
+            else ', '.join(f'{d}: {s.rounds}' for d, s in plan.datasets.items()))
+  print(f'benchmark: {len(plan.regimes)} regimes x {len(plan.methods)} methods x E in '
+        f'{list(plan.epochs)} x {len(plan.report_seeds)} seeds = {runs[runs_lib.REPORT_PHASE]} '
+        f'reporting runs, up to {runs[runs_lib.TUNE_PHASE]} tuning runs, {rounds} rounds each '
+        f'-> {root}', file=stream, flush=True)
+  described = []
+  for regime in plan.regimes:
+    train, _ = engine.data(regime, _first_seed(plan))
     if getattr(train, 'label_counts', None) is not None:   # else too costly (EMNIST's writers)
-      described = data.describe(train)
-      regimes.append({'regime': regime, 'data_seed': _first_seed(config), **{
-          k: described[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
-                                    'classes_per_client', 'label_tv_distance')}})
-  files.write_json_atomically(os.path.join(root, 'regimes.json'), regimes)
+      values = data.describe(train)
+      described.append({'regime': regime, 'data_seed': _first_seed(plan), **{
+          k: values[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
+                                 'classes_per_client', 'label_tv_distance')}})
+  files.write_json_atomically(os.path.join(root, 'regimes.json'), described)
+
+
+def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, Any]:
+  root = config.root
+  start = time.monotonic()
+  engine = engine_lib.Engine(root, **_engine_options(
+      config, loader or engine_lib.default_loader(config)))
+  _prepare(config, plan, engine, stream)
+  runs = plan.description['runs']
   progress = progress_lib.Progress(
-      tuning_runs + report_runs, label='[benchmark]', unit='run',
+      runs[runs_lib.TUNE_PHASE] + runs[runs_lib.REPORT_PHASE], label='[benchmark]', unit='run',
       enabled=config.output.progress, min_interval=30.0,
       stream=sys.stderr if getattr(sys.stderr, 'isatty', lambda: False)() else stream)
-  report_order = [t.key for t in tasks if t.phase == runs_lib.REPORT_PHASE]
-  tuning_order = [plan_lib.choice_key(config, d, e, m.name)
-                  for d, e, m in plan_lib.tuning_tasks(config)]
+  report_order = [t.key for t in plan.tasks if t.phase == runs_lib.REPORT_PHASE]
+  tuning_order = [plan_lib.choice_key(plan, d, e, m.name) for d, e, m in plan.tuning]
   rows, choices = [], []
   phases = {}   # when the runs started and when tuning ended (time.monotonic())
 
@@ -236,7 +253,7 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
       write_rows(results)
     elif all(k in results for k in tuning_order) and not choices:
       choices.extend(results[k] for k in tuning_order)
-      _write_tuning(config, choices)
+      _write_tuning(plan, root, choices)
       phases['tuned'] = time.monotonic()
       after_tuning()
 
@@ -248,17 +265,17 @@ def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
     progress.total = counts.total
     progress.tick(postfix=counts.line())
 
-  counts, executor = schedule.Counts.of(tasks), None
+  counts, executor = schedule.Counts.of(plan.tasks), None
   try:
     executor = _make_executor(config, engine, loader)
     phases['start'] = time.monotonic()
     if not tuning_order:
-      _write_tuning(config, choices)
+      _write_tuning(plan, root, choices)
       phases['tuned'] = phases['start']
       after_tuning()
     with executor:
-      results = schedule.run(tasks, executor, root=root, counts=counts, on_progress=on_progress,
-                             on_failure=on_failure, on_task=on_task)
+      results = schedule.run(plan.tasks, executor, root=root, counts=counts,
+                             on_progress=on_progress, on_failure=on_failure, on_task=on_task)
     write_rows(results)
   finally:   # timing.json first: closing the progress display may fail (a closed pipe)
     timing = {

@@ -27,7 +27,7 @@ class Method:
   `aggregator` it fixes), builder arguments `fixed` (sorted pairs) and tuned on `grid`
   ((name, values) pairs), learning rates it fixes (None: searched, or the table's), and the
   `parent` it is a variant of (with the parent in the table, it runs at the parent's tuned
-  values and changes only what it fixes: `plan.inherits`)."""
+  values and changes only what it fixes: `plan.Plan.inherits`)."""
   name: str
   algorithm: str
   fixed: tuple = ()

@@ -43,7 +43,9 @@ class RunSpec:
   training data, evaluated on the test split; TUNE_PHASE: on the fit and validation parts), the
   regime and its dataset, the method and its builder `algorithm` with its keyword arguments
   (sorted (name, value) pairs), the learning rates, local epochs E, the seed (model, sampling,
-  shuffling), the partition's seed, the model, the loop, and the tuning candidate's name."""
+  shuffling), the partition's seed, the model, the loop, the tuning candidate's name; and what
+  else running it needs: the score's `last_k`, a tuning run's `validation_fraction` held out, a
+  reporting run's `eval_train_loss`, and where its data come from (`SOURCES`)."""
   phase: str
   regime: str
   dataset: str
@@ -62,6 +64,12 @@ class RunSpec:
   shuffle_buffer: int
   client_momentum: float = 0.0
   candidate: str = ''
+  last_k: int = 5
+  validation_fraction: float = 0.0
+  eval_train_loss: bool = False
+  data_dir: Optional[str] = None
+  leaf_dir: Optional[str] = None
+  cache_dir: Optional[str] = None
 
   def to_dict(self) -> dict[str, Any]:
     return dict(dataclasses.asdict(self), kwargs=dict(self.kwargs))
@@ -283,9 +291,19 @@ def _identity(settings: Mapping[str, Any]) -> dict[str, Any]:
   return out
 
 
+# Where a run's data come from, not what the run is: never compared.
+SOURCES = ('data_dir', 'leaf_dir', 'cache_dir')
+# Settings a run records since it carries them (before, the benchmark's config held them): a
+# record without one is taken as made with the current value.
+LATER = ('last_k', 'validation_fraction', 'eval_train_loss')
+
+
 def spec_differences(recorded: Mapping[str, Any], spec: RunSpec) -> list[str]:
   """'name: recorded -> current' for each setting that differs, defaults filled in (`_identity`:
-  a run stays finished when a field or builder option is added at its default)."""
+  a run stays finished when a field or builder option is added at its default), `SOURCES`
+  ignored and `LATER` compared only where recorded."""
+  ignored = set(SOURCES) | {k for k in LATER if k not in recorded}
   recorded, current = _identity(recorded), _identity(_json(spec.to_dict()))
   return [f'{k}: {recorded.get(k)!r} -> {current.get(k)!r}'
-          for k in sorted(set(recorded) | set(current)) if recorded.get(k) != current.get(k)]
+          for k in sorted(set(recorded) | set(current))
+          if k not in ignored and recorded.get(k) != current.get(k)]

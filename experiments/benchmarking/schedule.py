@@ -1,4 +1,4 @@
-"""Runs a plan (`plan.tasks`) on an executor (`experiments.executors`): every run of every ready
+"""Runs a plan (`Plan.tasks`) on an executor (`experiments.executors`): every run of every ready
 task is submitted at once, a task advances when its wave of runs is back, and a task starts when
 the tasks it reads have ended. Returns every task's result."""
 

@@ -67,11 +67,12 @@ def test_diagnosis_preset_runs_each_variant_beside_its_parent():
     benchmark.apply_preset()
     config = benchmark.config_from_flags()
   assert len(config.report_seeds) >= 10 and config.variants_inherit
-  inherits = plan.inherits(config, plan.methods(config))
+  made = plan.make(config)
+  inherits = made.inherits
   assert inherits['fedld_projection'] == 'fedld' and inherits['fedga_paper_clip'] == 'fedga'
   assert inherits['fedavg_clip'] == 'fedavg' and inherits['fedga'] is None
-  assert {m.name for _, _, m in plan.tuning_tasks(config)} == {'fedavg', 'fedga', 'fedld', 'fedmgc',
-                                                   'fed_corrective'}
+  assert {m.name for _, _, m in made.tuning} == {'fedavg', 'fedga', 'fedld', 'fedmgc',
+                                                 'fed_corrective'}
 
 
 def test_fedga_setting_preset_is_the_papers_setting_tuned_where_it_reports():
@@ -179,7 +180,7 @@ def test_the_python_path_records_every_builder_argument_as_the_flags_do():
 
   def recorded(config):   # runs.csv's hparams cell of each method's reporting runs
     return {s.method: runs.run_row(s, {})['hparams']
-            for s in plan.report_specs(config, [])}
+            for s in plan.report_specs(plan.make(config), [])}
   assert recorded(from_python) == recorded(from_flags)
   assert recorded(from_python)['fedprox'] == '{"proximal_strength": 0.01}'
   assert '"margin_weight": 0.01' in recorded(from_python)['fedld']
@@ -499,7 +500,8 @@ def test_real_data_runs_shakespeare_at_its_own_rounds_and_rates_in_the_family():
   assert config.regimes == config.primary_regimes
   assert config.dataset_settings == {'leaf_shakespeare': {'rounds': 200,
                                                           'client_lr_grid': (0.3, 1.0, 3.0)}}
-  shakespeare = config_lib.for_dataset(config, 'leaf_shakespeare')
-  assert (shakespeare.loop.rounds, config.loop.rounds) == (200, 150)
+  shakespeare = plan.make(config).datasets['leaf_shakespeare']
+  assert (shakespeare.rounds, config.loop.rounds) == (200, 150)
+  assert shakespeare.client_lr_grid == (0.3, 1.0, 3.0)
   assert shakespeare.server_lr_grid == config.server_lr_grid == (0.5, 1.0, 2.0)
   assert len(config.tuning_seeds) == 3 and len(config.report_seeds) == 10

@@ -186,6 +186,7 @@ def test_feddecorr_runs_on_models_with_a_hidden_layer():
 
 
 def test_control_config_is_the_fedprox_papers_setting(tmp_path):
+  from experiments import benchmark  # pylint: disable=g-import-not-at-top
   outer = config_lib.BenchmarkConfig(
       regimes=('digits:iid',), methods=('fedavg', 'fedgh'), epochs=(1, 5), report_seeds=(3, 4),
       loop=experiment_config.LoopConfig(rounds=20, clients_per_round=5, batch_size=20),
@@ -194,7 +195,7 @@ def test_control_config_is_the_fedprox_papers_setting(tmp_path):
       output=experiment_config.OutputConfig(output_dir=str(tmp_path), experiment_name='results',
                                             runtime='cpp'),
       tune=True, tuning_seeds=(100,), tune_epochs=(1,), grids={'fedgh': {'order': ('random',)}})
-  inner = config_lib.control_config(outer)
+  inner = benchmark.control_config(outer)
   # The outer benchmark's grids name its own methods, not the control's (replace validates).
   assert inner.grids == {}
   assert inner.regimes == ('synthetic(1,1)',)
@@ -216,11 +217,12 @@ def test_control_config_is_the_fedprox_papers_setting(tmp_path):
 
 
 def test_the_controls_reading_comes_from_its_config_json(tmp_path):
+  from experiments import benchmark  # pylint: disable=g-import-not-at-top
   outer = config_lib.BenchmarkConfig(
       regimes=('digits:iid',), methods=('fedavg',),
       output=experiment_config.OutputConfig(output_dir=str(tmp_path)))
   method, baseline, ran = config_lib.control_reading(
-      config_lib.as_dict(config_lib.control_config(outer)))
+      config_lib.as_dict(benchmark.control_config(outer)))
   assert (method, baseline) == ('fedprox_mu1', 'fedavg')
   assert ran.startswith('fedprox_mu1 against fedavg on `synthetic(1,1)`: E = 20, batch 10, ')
   assert ran.endswith('the global model\'s training loss evaluated every round')
@@ -241,10 +243,12 @@ def test_a_dataset_sets_its_own_rounds_and_learning_rate_grids():
           'digits': {'server_lr_grid': (2.0,)}}
   config = _config(loop=dict(rounds=5), client_lr_grid=(0.1,),
                    dataset_settings={'synthetic': {'rounds': 7, 'client_lr_grid': (1.0, 3.0)}})
-  own, other = (config_lib.for_dataset(config, d) for d in ('synthetic', 'digits'))
-  assert (own.loop.rounds, own.client_lr_grid, own.server_lr_grid) == (
+  from experiments.benchmarking import plan  # pylint: disable=g-import-not-at-top
+  own, other = (plan.make(config).datasets[d] for d in ('synthetic', 'digits'))
+  assert (own.rounds, own.client_lr_grid, own.server_lr_grid) == (
       7, (1.0, 3.0), config.server_lr_grid)
-  assert other is config and (config.loop.rounds, config.client_lr_grid) == (5, (0.1,))
+  assert (other.rounds, other.client_lr_grid) == (config.loop.rounds, config.client_lr_grid) == (
+      5, (0.1,))
   flat = config_lib.flat_settings(config_lib.as_dict(config))
   assert config_lib.per_dataset(flat, 'rounds') == '5 (synthetic: 7)'
   assert config_lib.per_dataset(flat, 'client_lr_grid') == '[0.1] (synthetic: [1.0, 3.0])'

@@ -19,6 +19,7 @@ from experiments.benchmarking import grid
 from experiments.benchmarking import plan
 from experiments.benchmarking import results
 from experiments.benchmarking import runs
+from experiments.benchmarking import search
 from tests.experiments import conftest
 
 
@@ -119,7 +120,7 @@ def test_tuning_never_reads_the_test_split(tiny):
   assert all(g.reads > 0 for g in loader.guards if g.seed != 7)
   assert [c['method'] for c in outcome['choices']] == ['fedavg', 'fedgh']
   assert all(c['client_lr'] in (0.05, 0.2) for c in outcome['choices'])
-  spec = plan.report_specs(config, outcome['choices'])[0]
+  spec = plan.report_specs(plan.make(config), outcome['choices'])[0]
   tuned_dir = os.path.join(config.root, 'tuning', 'digits_C2_6', 'E1', 'fedavg')
   candidate = sorted(os.listdir(tuned_dir))[0]
   rows = metrics_io.read_csv(os.path.join(tuned_dir, candidate, 'seed7', 'metrics.csv'))
@@ -130,7 +131,7 @@ def test_tuning_never_reads_the_test_split(tiny):
   curves = metrics_io.read_csv(os.path.join(config.root, 'validation_curves.csv'))
   assert [(r['method'], r['seed']) for r in curves] == [('fedavg', 7), ('fedgh', 7)]
   for row, choice in zip(curves, outcome['choices']):
-    assert row['candidate'] == plan.candidate_name(
+    assert row['candidate'] == search.candidate_name(
         dict(client_lr=choice['client_lr'], server_lr=choice['server_lr']))
     chosen = metrics_io.read_csv(os.path.join(
         config.root, 'tuning', 'digits_C2_6', 'E1', row['method'],
@@ -185,10 +186,11 @@ def test_a_shorter_rung_of_halving_is_no_settings_change(tmp_path):
   # A rung's run is one of its own (its name says its rounds): resuming a halving benchmark
   # finds it finished, not changed; the full-length run's rounds are still checked.
   config = _config(tmp_path, rounds=9, schedule='halving', last_k=1)
-  dataset, epochs, method = plan.tuning_tasks(config)[0]
+  made = plan.make(config)
+  dataset, epochs, method = made.tuning[0]
   candidate = dict(client_lr=0.05, server_lr=1.0)
   for rounds in (3, None):
-    spec = plan.tuning_spec(config, dataset, epochs, method, candidate, 7, rounds)
+    spec = plan.tuning_spec(made, dataset, epochs, method, candidate, 7, rounds)
     os.makedirs(spec.directory(config.root))
     runs.write_result(spec.directory(config.root), {'spec': spec.to_dict(), 'summary': {}})
   grid.check_finished_runs(config)
@@ -217,7 +219,7 @@ def test_a_refused_rerun_leaves_the_record_byte_identical(tiny, monkeypatch):
   assert _record(config.root) == before
   assert len(loader.guards) == loads   # refused before any data was loaded
   # Found only when a run comes (as for the values tuning chooses): the record is restored.
-  monkeypatch.setattr(grid, 'check_finished_runs', lambda config: None)
+  monkeypatch.setattr(grid, 'check_finished_runs', lambda config, plan=None: None)
   with pytest.raises(engine_lib.SettingsChangedError, match='batch_size: 32 -> 10'):
     grid.run_benchmark(changed, loader=loader, stream=open(os.devnull, 'w'))
   assert _record(config.root) == before
@@ -226,8 +228,8 @@ def test_a_refused_rerun_leaves_the_record_byte_identical(tiny, monkeypatch):
 def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
   from tff_conflict import learning
   config = _config(tmp_path, tune=False)
-  engine = engine_lib.Engine(config)
-  fedgh = plan.report_specs(config, [])
+  engine = engine_lib.Engine(config.root)
+  fedgh = plan.report_specs(plan.make(config), [])
   first = next(s for s in fedgh if s.method == 'fedgh')
   target = runs.RunSpec(**dict(first.to_dict(), kwargs=first.kwargs, regime='digits:#C=2@6',
                                seed=1, data_seed=1, client_lr=0.2, server_lr=1.5))
@@ -309,8 +311,8 @@ def test_a_leaf_regime_takes_its_shape_and_classes_from_the_files(tmp_path):
 def test_a_full_disk_ends_the_benchmark_instead_of_failing_each_run(tmp_path, monkeypatch):
   import errno  # pylint: disable=g-import-not-at-top
   config = _config(tmp_path, tune=False)
-  engine = engine_lib.Engine(config)
-  spec = plan.report_specs(config, [])[0]
+  engine = engine_lib.Engine(config.root)
+  spec = plan.report_specs(plan.make(config), [])[0]
 
   def train(error):
     def fail(*args):
@@ -351,7 +353,7 @@ def test_a_refusal_while_running_restores_every_file_the_report_reads(tiny, monk
   before = _record(config.root)
   assert before[results.CURVES_FILE] is not None
 
-  def rewrite_then_refuse(config, **unused):
+  def rewrite_then_refuse(config, *unused, **unused_too):
     for name in results.RECORD_FILES:
       with open(os.path.join(config.root, name), 'w') as f:
         f.write('rewritten')

@@ -127,9 +127,12 @@ def test_fixed_learning_rates_are_not_tuned():
   from experiments.benchmarking import plan as plan_lib
   config = config_lib.BenchmarkConfig(regimes=('digits:iid',),
                                       methods=('fedavg', 'fedld_server_lr'))
-  fedld = plan_lib.methods(config)[1]  # fedld, server lr fixed at 4
-  assert [c['server_lr'] for c in plan_lib.candidates(config, fedld)] == [4.0, 4.0, 4.0]
-  assert {c['server_lr'] for c in plan_lib.candidates(config, fedld, 0.05)} == {4.0}
+  from experiments.benchmarking import search  # pylint: disable=g-import-not-at-top
+  made = plan_lib.make(config)
+  fedld = made.methods[1]  # fedld, server lr fixed at 4
+  settings = made.search['digits', fedld.name]
+  assert [c['server_lr'] for c in search.candidates(settings, fedld)] == [4.0, 4.0, 4.0]
+  assert {c['server_lr'] for c in search.candidates(settings, fedld, 0.05)} == {4.0}
 
 
 def test_compositions_are_baselines_with_an_aggregator_tuned_on_both_grids():

@@ -104,9 +104,11 @@ def test_your_data_and_model_run_under_your_names_and_resume(tmp_path):
 
 def test_your_model_starts_from_the_run_seed(tmp_path):
   config = _config(tmp_path, report_seeds=(0, 1, 2))
-  specs = plan.report_specs(config, [])
-  first, again, other = (engine_lib.Engine(config)._initial_weights(s).trainable  # pylint: disable=protected-access
-                         for s in (specs[0], specs[0], specs[1]))
+  specs = plan.report_specs(plan.make(config), [])
+  first, again, other = (
+      engine_lib.Engine(config.root, datasets=config.datasets, model_fns=config.model_fns)
+      ._initial_weights(s).trainable  # pylint: disable=protected-access
+      for s in (specs[0], specs[0], specs[1]))
   assert all(np.array_equal(a, b) for a, b in zip(first, again))
   assert not np.array_equal(first[0], other[0])   # the first kernel (the biases start at 0)
 

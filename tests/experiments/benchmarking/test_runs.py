@@ -156,6 +156,19 @@ def test_a_run_stays_finished_when_an_option_is_added_at_its_default():
   assert runs.spec_differences(recorded, _spec(client_momentum=0.9))
 
 
+def test_a_run_recorded_before_its_spec_carried_its_settings_stays_finished():
+  # A result.json of before the spec held last_k, validation_fraction, eval_train_loss and the
+  # data sources: taken as made with the current values; a record that holds them is compared.
+  recorded = _spec().to_dict()
+  for key in runs.LATER + runs.SOURCES:
+    del recorded[key]
+  assert not runs.spec_differences(recorded, _spec(last_k=2, eval_train_loss=True))
+  now = _spec(last_k=2).to_dict()
+  assert runs.spec_differences(now, _spec(last_k=3)) == ['last_k: 2 -> 3']
+  # Where the data come from is never the run's identity.
+  assert not runs.spec_differences(now, _spec(last_k=2, leaf_dir='/elsewhere', cache_dir='/c'))
+
+
 def test_a_spec_option_the_builder_takes_through_options_is_filled_in_too(monkeypatch):
   from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
   smoothing = hparams.Hparam('FedGA', 'calibrated-label loss', 'smoothing', None, 0.0,

@@ -1,6 +1,7 @@
-"""The plan as a value (`plan.tasks`) run by `schedule.run`: the same choices and reporting runs as
-the one-at-a-time tuning (`plan.tune_method`, `widen_server_lrs`), the runs of independent
-searches in flight together, reporting after every choice, and failures counted and named."""
+"""The plan as a value (`Plan.tasks`) run by `schedule.run`: the same choices and reporting runs as
+the one-at-a-time tuning (each search driven alone, then the baseline's widening), the runs of
+independent searches in flight together, reporting after every choice, and failures counted and
+named."""
 
 import hashlib
 import math
@@ -14,6 +15,7 @@ from experiments.benchmarking import engine as engine_lib
 from experiments.benchmarking import plan
 from experiments.benchmarking import runs as runs_lib
 from experiments.benchmarking import schedule
+from experiments.benchmarking import search
 
 
 def _config(root, **changes):
@@ -59,59 +61,72 @@ class _Recording(executors.InlineExecutor):
     return super().wait()
 
 
-def _sequential(config):
+def _drive(generator, evaluate):
+  """Runs a search generator to its end, each (candidate, rounds) request answered by
+  `evaluate(candidate, rounds)`."""
+  try:
+    requests = next(generator)
+    while True:
+      requests = generator.send([evaluate(c, rounds) for c, rounds in requests])
+  except StopIteration as e:
+    return e.value
+
+
+def _sequential(made):
   """Choices and reporting runs as the benchmark made them one run at a time before the plan
-  was a value: each method's `tune_method`, then the baseline's `widen_server_lrs`."""
+  was a value: each method's search, then the baseline's widening."""
   choices, evaluators = [], {}
-  for dataset, epochs, method in plan.tuning_tasks(config):
+  for dataset, epochs, method in made.tuning:
     def evaluate(candidate, rounds=None, dataset=dataset, epochs=epochs, method=method):
-      return plan.score([_run(lambda s: False, plan.tuning_spec(
-          config, dataset, epochs, method, candidate, seed, rounds)).summary
-                         for seed in config.tuning_seeds])
-    choices.append(plan.tune_method(config, method, evaluate, dataset=dataset,
-                                    regime=plan.tuning_regime(config, dataset), epochs=epochs))
+      return search.score([_run(lambda s: False, plan.tuning_spec(
+          made, dataset, epochs, method, candidate, seed, rounds)).summary
+                           for seed in made.tuning_seeds])
+    choices.append(_drive(search.search(
+        made.search[dataset, method.name], method, dataset=dataset,
+        regime=made.datasets[dataset].tuning_regime, epochs=epochs), evaluate))
     evaluators[(dataset, epochs, method.name)] = evaluate
   for i, c in enumerate(choices):
-    if c['method'] == config.baseline and len(c['server_lrs_tried']) > 1:
+    if c['method'] == made.baseline and len(c['server_lrs_tried']) > 1:
       reached = {lr for other in choices if (other['dataset'], other['epochs'])
                  == (c['dataset'], c['epochs']) for lr in other['server_lrs_tried']}
-      choices[i] = plan.widen_server_lrs(
-          c, sorted(reached), evaluators[(c['dataset'], c['epochs'], c['method'])])
-  return choices, plan.report_specs(config, choices)
+      choices[i] = _drive(search.widen_search(c, sorted(reached)),
+                          evaluators[(c['dataset'], c['epochs'], c['method'])])
+  return choices, plan.report_specs(made, choices)
 
 
 @pytest.mark.parametrize('changes', [{}, dict(schedule='halving'), dict(strategy='product'),
                                      dict(tune=False)])
 def test_the_plan_chooses_and_reports_as_the_sequential_benchmark(tmp_path, changes):
   config = _config(tmp_path, **changes)
-  tasks = plan.tasks(config)
+  made = plan.make(config)
+  tasks = made.tasks
   executor = _Recording()
   counts = schedule.Counts.of(tasks)
   results = schedule.run(tasks, executor, root=config.root, counts=counts)
-  choices, specs = _sequential(config)
-  assert [results[plan.choice_key(config, d, e, m.name)]
-          for d, e, m in plan.tuning_tasks(config)] == choices
+  choices, specs = _sequential(made)
+  assert [results[plan.choice_key(made, d, e, m.name)] for d, e, m in made.tuning] == choices
   reported = [spec for task in tasks if task.phase == runs_lib.REPORT_PHASE
               for spec, _ in results[task.key]]
   assert reported == specs
   assert all(summary['last_k_accuracy'] == _accuracy(spec) for task in tasks
              if task.phase == runs_lib.REPORT_PHASE for spec, summary in results[task.key])
   if config.tune:   # every method's first wave at once: all candidates of all methods
-    first = sum(len(plan.candidates(config, m)) for _, _, m in plan.tuning_tasks(config))
+    first = sum(len(search.candidates(made.search[d, m.name], m)) for d, _, m in made.tuning)
     assert executor.most_in_flight >= first * len(config.tuning_seeds)
     phases = [spec.phase for spec in executor.order]
     assert runs_lib.TUNE_PHASE not in phases[phases.index(runs_lib.REPORT_PHASE):]
   assert counts.done == {runs_lib.TUNE_PHASE: len(executor.order) - len(specs),
                          runs_lib.REPORT_PHASE: len(specs)}
   assert counts.planned[runs_lib.TUNE_PHASE] == counts.done[runs_lib.TUNE_PHASE]   # exact at the end
-  assert counts.planned[runs_lib.REPORT_PHASE] == plan.num_runs(config, runs_lib.REPORT_PHASE)
+  assert counts.planned[runs_lib.REPORT_PHASE] == made.description['runs'][runs_lib.REPORT_PHASE]
 
 
 def test_a_failed_run_is_counted_named_and_the_rest_goes_on(tmp_path):
   config = _config(tmp_path)
   failing = lambda spec: spec.phase == runs_lib.REPORT_PHASE and spec.method == 'fedgh' \
       and spec.seed == 1
-  tasks = plan.tasks(config)
+  made = plan.make(config)
+  tasks = made.tasks
   counts, failed = schedule.Counts.of(tasks), []
   results = schedule.run(tasks, _Recording(failing), root=config.root, counts=counts,
                          on_failure=lambda spec, message: failed.append((spec.label(), message)))
@@ -119,8 +134,8 @@ def test_a_failed_run_is_counted_named_and_the_rest_goes_on(tmp_path):
   assert all('fedgh seed 1' in label and 'made to fail' in m for label, m in failed)
   report = [summary for task in tasks if task.phase == runs_lib.REPORT_PHASE
             for _, summary in results[task.key]]
-  assert sum(s is None for s in report) == 4 and len(report) == plan.num_runs(
-      config, runs_lib.REPORT_PHASE)
+  assert sum(s is None for s in report) == 4 and len(report) == made.description['runs'][
+      runs_lib.REPORT_PHASE]
   assert 'report' in counts.line() and '4 failed' in counts.line()
 
 
@@ -128,9 +143,9 @@ def test_a_tuning_run_that_fails_scores_nan_and_never_wins(tmp_path):
   config = _config(tmp_path, methods=('fedavg',), epochs=(1,), tune_server_lr=False,
                    edge_steps=0)
   fails = lambda spec: spec.phase == runs_lib.TUNE_PHASE and spec.client_lr == 0.2
-  tasks = plan.tasks(config)
-  results = schedule.run(tasks, _Recording(fails), root=config.root,
-                         counts=schedule.Counts.of(tasks))
-  choice = results[plan.choice_key(config, 'digits', 1, 'fedavg')]
+  made = plan.make(config)
+  results = schedule.run(made.tasks, _Recording(fails), root=config.root,
+                         counts=schedule.Counts.of(made.tasks))
+  choice = results[plan.choice_key(made, 'digits', 1, 'fedavg')]
   assert choice['client_lr'] == 0.05
   assert [math.isnan(s['score']) for s in choice['scores']] == [False, True]

@@ -7,10 +7,11 @@ import pytest
 from experiments import config as experiment_config
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import methods
-from experiments.benchmarking import plan as tuning
+from experiments.benchmarking import plan as plan_lib
+from experiments.benchmarking import search as tuning
 
 
-def _search(name, strategy='staged', client_lrs=(0.03, 0.1, 0.3), rounds=5, **changes):
+def _config(name, strategy='staged', client_lrs=(0.03, 0.1, 0.3), rounds=5, **changes):
   """The benchmark config of `name`'s search (server lrs tuned only for FedLD) and `name`."""
   settings = dict(client_lr_grid=client_lrs, server_lr_grid=(1.0, 3.0),
                   tune_server_lr=name == 'fedld', strategy=strategy, edge_steps=0)
@@ -23,8 +24,26 @@ def _search(name, strategy='staged', client_lrs=(0.03, 0.1, 0.3), rounds=5, **ch
   return config, methods.parse_method(name)
 
 
+def _search(name, *args, **changes):
+  """`name`'s search settings on digits (`plan.make`) and `name`."""
+  config, method = _config(name, *args, **changes)
+  return plan_lib.make(config).search['digits', method.name], method
+
+
+def _drive(search, evaluate):
+  """Runs a search generator, answering each (candidate, rounds) request by `evaluate(candidate)`
+  (`evaluate(candidate, rounds=n)` for a rung of n rounds); returns its value."""
+  try:
+    requests = next(search)
+    while True:
+      requests = search.send([evaluate(c) if rounds is None else evaluate(c, rounds=rounds)
+                              for c, rounds in requests])
+  except StopIteration as e:
+    return e.value
+
+
 def _tune(search, evaluate):
-  return tuning.tune_method(*search, evaluate, dataset='digits', regime='digits:iid', epochs=1)
+  return _drive(tuning.search(*search, dataset='digits', regime='digits:iid', epochs=1), evaluate)
 
 
 def test_candidates():
@@ -208,6 +227,10 @@ def _choice(server_lr, scores, at_edge=()):
               scores=[{'candidate': n, 'score': s, 'seeds': k} for n, s, k in scores])
 
 
+def _widen(choice, server_lrs, evaluate):
+  return _drive(tuning.widen_search(choice, server_lrs), evaluate)
+
+
 def test_the_baseline_tries_the_server_lrs_others_reached_and_keeps_the_best():
   choice = _choice(1.0, [('clr=0.1,slr=1', 0.90, 1), ('clr=0.3,slr=1', 0.95, 1),
                          ('clr=0.3,slr=2', 0.94, 1), ('clr=0.3,slr=3', 0.93, 1)])
@@ -217,44 +240,52 @@ def test_the_baseline_tries_the_server_lrs_others_reached_and_keeps_the_best():
     tried.append(tuning.candidate_name(candidate))
     return {9.0: 0.96, 1 / 3: 0.5}[candidate['server_lr']], 1
 
-  widened = tuning.widen_server_lrs(choice, [1.0, 2.0, 3.0, 9.0, 1 / 3], evaluate)
+  widened = _widen(choice, [1.0, 2.0, 3.0, 9.0, 1 / 3], evaluate)
   assert tried == ['clr=0.3,slr=0.333333', 'clr=0.3,slr=9']   # only the missing ones
   assert (widened['server_lr'], widened['score'], widened['client_lr']) == (9.0, 0.96, 0.3)
   assert widened['at_edge'] == ['server_lr']   # 9 is the largest tried
   assert [s['candidate'] for s in widened['scores']][-2:] == tried
   assert widened['server_lrs_tried'] == pytest.approx([1 / 3, 1.0, 2.0, 3.0, 9.0], rel=1e-5)
   # A new candidate that scores lower leaves the choice as it was (its runs recorded).
-  kept = tuning.widen_server_lrs(choice, [9.0], lambda c: (0.5, 1))
+  kept = _widen(choice, [9.0], lambda c: (0.5, 1))
   assert (kept['server_lr'], kept['score'], len(kept['scores'])) == (1.0, 0.95, 5)
-  assert tuning.widen_server_lrs(choice, [1.0, 2.0], evaluate) is choice
+  assert _widen(choice, [1.0, 2.0], evaluate) is choice
 
 
 def test_a_datasets_own_rounds_and_grids_drive_its_search_and_its_runs():
   """`dataset_settings`: digits' tuning searches its own client lrs, its halving rungs end at
   its own rounds, and its runs (tuning and reporting) run them; the settings of other datasets
-  leave it alone."""
-  config, fedavg = _search('fedavg', strategy='product', rounds=50, schedule='halving', epochs=(1,),
-                           dataset_settings={'digits': {'rounds': 20,
-                                                        'client_lr_grid': (1.0, 2.0, 4.0)}})
+  leave it alone; config.json's plan records the grids searched."""
+  config, fedavg = _config('fedavg', strategy='product', rounds=50, schedule='halving',
+                           epochs=(1,), dataset_settings={'digits': {
+                               'rounds': 20, 'client_lr_grid': (1.0, 2.0, 4.0)}})
   requests = []
 
   def evaluate(candidate, rounds=None):
     requests.append((candidate['client_lr'], rounds))
     return candidate['client_lr'] * (rounds or 20), 1
 
-  choice = _tune((config, fedavg), evaluate)
+  plan = plan_lib.make(config)
+  choice = _tune((plan.search['digits', 'fedavg'], fedavg), evaluate)
   assert sorted({lr for lr, _ in requests}) == [1.0, 2.0, 4.0]
   # Halving's rungs of digits' 20 rounds ([6, 20]), not of the flags' 50 ([16, 50]).
   assert [r for _, r in requests] == [6, 6, 6, None] and choice['client_lr'] == 4.0
-  spec = tuning.tuning_spec(config, 'digits', 1, fedavg, dict(client_lr=4.0, server_lr=1.0), 100)
+  spec = plan_lib.tuning_spec(plan, 'digits', 1, fedavg, dict(client_lr=4.0, server_lr=1.0), 100)
   assert spec.rounds == 20 and spec.candidate == 'clr=4,slr=1'
-  short = tuning.tuning_spec(config, 'digits', 1, fedavg, dict(client_lr=4.0, server_lr=1.0), 100,
-                             rounds=6)
+  short = plan_lib.tuning_spec(plan, 'digits', 1, fedavg, dict(client_lr=4.0, server_lr=1.0),
+                               100, rounds=6)
   assert short.rounds == 6 and short.candidate == 'clr=4,slr=1 @6 rounds'
-  assert {s.rounds for s in tuning.report_specs(config, [choice])} == {20}
-  assert tuning.planned_runs(config)[('tune', 'fedavg', 'digits', 1)] == 3 * 2  # 3 lrs x 2 seeds
-  other = config_lib.replace_settings(config, dataset_settings={'synthetic': {'rounds': 7}},
-                                      regimes=('digits:iid', 'synthetic(1,1)'))
-  assert {s.dataset: s.rounds for s in tuning.report_specs(
+  assert {s.rounds for s in plan_lib.report_specs(plan, [choice])} == {20}
+  assert plan.runs[('tune', 'fedavg', 'digits', 1)] == 3 * 2  # 3 lrs x 2 seeds
+  searched = plan.description['methods'][0]
+  assert searched['client_lrs'] == [1.0, 2.0, 4.0]
+  assert searched['searched'] == {'digits': {'client_lrs': [1.0, 2.0, 4.0],
+                                             'server_lrs': [1.0], 'grid': {}}}
+  assert plan.description['rounds'] == {'digits': 20}
+  other = plan_lib.make(config_lib.replace_settings(
+      config, dataset_settings={'synthetic': {'rounds': 7}},
+      regimes=('digits:iid', 'synthetic(1,1)')))
+  assert {s.dataset: s.rounds for s in plan_lib.report_specs(
       other, [dict(choice, dataset=d) for d in ('digits', 'synthetic')])} == {
           'digits': 50, 'synthetic': 7}
+  assert other.description['methods'][0]['searched']['digits']['client_lrs'] == [0.03, 0.1, 0.3]
