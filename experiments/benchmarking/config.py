@@ -17,7 +17,6 @@ from tff_conflict import hparams as hparams_lib
 ConfigError = experiment_config.ConfigError
 _DEFAULTS = experiment_config.ExperimentConfig()  # the parts' defaults
 
-DEFAULT_TUNING_REGIMES = lookups.DEFAULT_TUNING_REGIMES
 parse_regime = lookups.parse_regime
 
 # The statistics a report may name as its primary one (runs.csv columns): the mean test accuracy
@@ -221,8 +220,9 @@ class BenchmarkConfig:
   tuning_regimes: Mapping[str, str] = setting(
       default_factory=dict, parse=parse_tuning_regimes, help='Regimes tuned on, one per dataset '
       '(e.g. digits:dir(0.1),synthetic(1,1); DATASET:REGIME also works); its choice serves every '
-      'regime of the dataset. Default: DEFAULT_TUNING_REGIMES\'s split (with the grid\'s '
-      'population if one has it), else the dataset\'s first regime.')
+      'regime of the dataset. Default: the split its registry entry names '
+      '(tff_conflict.data.registry; with the grid\'s population if one has it), else the '
+      'dataset\'s first regime.')
   tune_epochs: tuple = setting((), check=_distinct_ints(1, allow_empty=True), parse=_INTS,
                                help='Local epochs tuned at (default: every --epochs); an untuned '
                                'E uses the nearest tuned E\'s values.')

@@ -3,8 +3,6 @@ regime's dataset, the datasets in order, each dataset's model and tuning regime.
 
 from typing import Collection, NamedTuple
 
-DEFAULT_TUNING_REGIMES = {'digits': 'digits:dir(0.1)', 'synthetic': 'synthetic(1,1)'}
-
 
 class OwnRegime(NamedTuple):
   """A dataset of your own (`BenchmarkConfig.datasets`) as a regime of its name."""
@@ -49,7 +47,8 @@ def tuning_regime(config, dataset: str) -> str:
   if dataset in config.tuning_regimes:
     return config.tuning_regimes[dataset]
   ours = [parse_regime(r, config.datasets) for r in regimes_of(config, dataset)]
-  default = DEFAULT_TUNING_REGIMES.get(dataset)
+  # the dataset's registry entry's (`tff_conflict.data.registry`)
+  default = data.regimes.DEFAULT_TUNING_REGIMES.get(dataset)
   if default is None:
     return ours[0].name
   wanted = data.parse_regime(default)
