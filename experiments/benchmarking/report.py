@@ -8,7 +8,7 @@ import shutil
 import traceback
 from typing import Callable, Mapping, Optional
 
-from experiments import plotting
+from experiments.benchmarking import plots as plots_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import diagnosis
 from experiments.benchmarking import results
@@ -24,9 +24,9 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   rows, config, curve_rows = results.load(root)
   baseline = config['baseline']
   plots_dir = os.path.join(root, PLOTS_DIR)
-  plots = plotting.write_plots(rows, config, plots_dir) if rows else {}
+  plots = plots_lib.write_plots(rows, config, plots_dir) if rows else {}
   validation = [f'![validation accuracy, {r}, E={e}]({plot_prefix}/{name})' for (r, e), name
-                in plotting.write_validation_plots(curve_rows, plots_dir).items()]
+                in plots_lib.write_validation_plots(curve_rows, plots_dir).items()]
 
   def image(key, alt):
     return f'![{alt}]({plot_prefix}/{plots[key]})' if key in plots else ''
@@ -104,7 +104,7 @@ def _control_section(root: str, plot_prefix: str) -> Optional[str]:
                        wall=wall, file=f'{config_lib.CONTROL_DIR}/runs.csv') + '\n',
            _shown_on_failure(lambda: diagnosis.control_section(
                rows, method=method, baseline=baseline), 'The reading') + '\n']
-  plots = plotting.write_plots(rows, config, os.path.join(sub, PLOTS_DIR)) if rows else {}
+  plots = plots_lib.write_plots(rows, config, os.path.join(sub, PLOTS_DIR)) if rows else {}
   prefix = posixpath.join(posixpath.dirname(plot_prefix), config_lib.CONTROL_DIR, PLOTS_DIR)
   images = [f'![{alt}]({prefix}/{name})' for key, name in sorted(plots.items())
             for kind, alt in (('train_loss:', 'training loss'), ('accuracy:', 'test accuracy'))
