@@ -75,6 +75,7 @@ def read_runs(path: str) -> list[dict[str, Any]]:
 
 
 def read_json(path, default):
+  """The JSON value in `path`; `default` when it is missing or not JSON."""
   try:
     with open(path) as f:
       return json.load(f)
@@ -275,11 +276,10 @@ def window_statistic(row: Mapping[str, Any], back: int, last_k: int) -> Optional
   """The mean test accuracy of the `last_k` evaluated rounds ending `back` windows of `last_k`
   before the last (0: the primary statistic's window), a diverged run at chance from its
   divergence on; None when the curve is too short or a value is not finite."""
-  curve = runs_lib.decode_curve(row.get('accuracy_curve'))
-  diverged = num(row.get('diverged_round'))
-  chance = num(row.get('chance_accuracy'))
+  diverged, chance = num(row.get('diverged_round')), num(row.get('chance_accuracy'))
   counted = [runs_lib.counted_accuracy(a, i, None if diverged is None else int(diverged), chance)
-             for i, a in enumerate(curve, start=1) if a is not None]
+             for i, a in enumerate(runs_lib.decode_curve(row.get('accuracy_curve')), start=1)
+             if a is not None]
   end = len(counted) - back * last_k
   window = counted[end - last_k:end] if end - last_k >= 0 else []
   return (float(np.mean(window)) if window and all(v is not None and math.isfinite(v)
@@ -353,8 +353,7 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
 
 def significant(d: Optional[stats.Interval], chance: bool = False) -> bool:
   """Holm agrees (`comparisons`' adjusted p-value below `ALPHA`) and not both at chance."""
-  return (d is not None and bool(getattr(d, 'family', True)) and math.isfinite(d.p_value)
-          and d.p_value < ALPHA and not chance)
+  return tested(d) and math.isfinite(d.p_value) and d.p_value < ALPHA and not chance
 
 
 def tested(d: Optional[stats.Interval]) -> bool:
@@ -449,8 +448,7 @@ def plateau_verdicts(curve_rows, config
                      ) -> list[tuple[str, int, tuple[float, float, bool], int]]:
   """(tuning regime, E, `stats.plateau` of the baseline's chosen candidate's validation
   accuracy averaged over the tuning seeds, number of seeds), per tuning regime and E."""
-  baseline = config['baseline']
-  tuning = config['tuning']
+  baseline, tuning = config['baseline'], config['tuning']
   return [(regime, epochs, stats.plateau(
       stats.mean_curve(per_method[baseline]), window=tuning['plateau_window'],
       tolerance=tuning['plateau_tolerance']), len(per_method[baseline]))
@@ -480,10 +478,9 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float
   Raises:
     ValueError: if `rows` is empty or no row has a test accuracy column (never evaluated).
   """
-  if not rows:
-    raise ValueError('rows must hold at least one metrics row, got none')
   if not any(r.get('test_accuracy') not in (None, '') for r in rows):
-    raise ValueError('rows hold no test_accuracy: was the run evaluated?')
+    raise ValueError('rows hold no test_accuracy: was the run evaluated?' if rows else
+                     'rows must hold at least one metrics row, got none')
 
   def column(name):  # a name starting with '/': the first column with that last component
     if name.startswith('/'):
@@ -499,8 +496,8 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float
       'tail_global_train_loss': (float(np.mean(global_losses[-max(1, len(global_losses) // 4):]))
                                  if global_losses else None),
       'global_train_loss_rise': stats.train_loss_rise(global_losses) if global_losses else None,
-      'final_mean_logit': _finite(last.get('test_mean_logit'))}
-  for name in ('rare_pair_error', 'common_pair_error', 'rare_error_share'):
-    out[f'final_{name}'] = _finite(last.get(f'test_{name}'))
-  out['mean_update_norm'] = float(np.mean(norms)) if norms else None
+      'final_mean_logit': _finite(last.get('test_mean_logit')),
+      **{f'final_{name}': _finite(last.get(f'test_{name}'))
+         for name in ('rare_pair_error', 'common_pair_error', 'rare_error_share')},
+      'mean_update_norm': float(np.mean(norms)) if norms else None}
   return out
