@@ -3,6 +3,7 @@
 `check_file` (what the tests run) checks them."""
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -68,13 +69,10 @@ def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
 
 def _provisional(config) -> str:
   """The protocol flaws of the runs, from their config."""
-  extra = results_lib.unequal_search(config)[0]
-  flaws = [f'only {", ".join(extra)} searched server learning rates {config["baseline"]} did '
-           'not'] if extra else []
-  seeds = config.get('report_seeds') or []
-  flaws += [f'{len(seeds)} seeds'] if len(seeds) < 10 else []
-  return '**Provisional**: ' + '; '.join(flaws) + '. Read every number below as a pilot.' if (
-      flaws) else ''
+  extra, seeds = results_lib.unequal_search(config)[0], config.get('report_seeds') or []
+  flaws = ([f'only {", ".join(extra)} searched server learning rates {config["baseline"]} did '
+            'not'] if extra else []) + ([f'{len(seeds)} seeds'] if len(seeds) < 10 else [])
+  return text('summary_provisional', flaws='; '.join(flaws)) if flaws else ''
 
 
 def _rule(rows, config, pairs=()) -> str:
@@ -152,9 +150,8 @@ def untested_lines(rows, config) -> list[str]:
 
 def _norm_ratios(rows, method: str) -> str:
   """The range over cells of `method`'s mean norm ratio ('' where it reports none)."""
-  means = [results_lib.mean(cell[method], 'norm_ratio')
-           for cell in results_lib.group(rows).values() if method in cell]
-  means = [m for m in means if m == m]  # not NaN
+  means = [m for cell in results_lib.group(rows).values() if method in cell
+           for m in [results_lib.mean(cell[method], 'norm_ratio')] if not math.isnan(m)]
   return f'{min(means):.2f}-{max(means):.2f}' if means else ''
 
 
@@ -175,8 +172,7 @@ def _power_sentence(rows, config) -> str:
            for name, regime, _, cell in _cells(rows, config)
            if regime in results_lib.primary_regimes(config)
            for p in [results_lib.power(cell, baseline, config, alpha=level)] if p]
-  return (f'Minimal detectable differences at 80% power at the family\'s first Holm level '
-          f'({level:.2g}): ' + ', '.join(found) + '.') if found else ''
+  return text('summary_power', level=level, found=', '.join(found)) if found else ''
 
 
 def verdicts(rows, config, curves) -> str:
@@ -194,10 +190,8 @@ def verdicts(rows, config, curves) -> str:
                seeds=len(config['report_seeds']),
                rounds=config_lib.per_dataset(config, 'rounds'),
                epochs=', '.join(str(e) for e in config['epochs']), search=search)
-  extra = [_power_sentence(rows, config)]
-  if _norm_ratios(rows, 'fedld'):
-    extra.append(f'FedLD\'s server step is {_norm_ratios(rows, "fedld")} of the plain mean\'s '
-                 '(norm ratio, per regime).')
+  ratios = _norm_ratios(rows, 'fedld')
+  extra = [_power_sentence(rows, config), text('summary_fedld', ratios=ratios) if ratios else '']
   lines = [_provisional(config), '', scope + ' ' + _plateau_sentence(config, curves), '',
            _rule(rows, config), '']
   untested = untested_lines(rows, config)
@@ -261,18 +255,16 @@ def _variants(rows, config, wanted, ratios: bool = False) -> str:
            if m in present and (b is None or b in present)]
   lines = [_provisional(config), '', _rule(rows, config, pairs), '']
   lines += verdict_lines(rows, config, pairs)
-  differ = []
-  for method, parent, keys, _ in tables.variant_differences(rows, config):
-    if method in dict(pairs):
-      differ.append(f'{method} ran with {len(keys)} setting{"s" if len(keys) != 1 else ""} '
-                    f'other than {parent}\'s ({", ".join(keys) or "none"})'
-                    + ('' if len(keys) <= 1 else ': more than the one it is meant to change'))
+  differ = [f'{method} ran with {len(keys)} setting{"s" if len(keys) != 1 else ""} other than '
+            f'{parent}\'s ({", ".join(keys) or "none"})'
+            + ('' if len(keys) <= 1 else ': more than the one it is meant to change')
+            for method, parent, keys, _ in tables.variant_differences(rows, config)
+            if method in dict(pairs)]
   if differ:
     lines += ['', 'Against their parents: ' + '; '.join(differ) + '.']
   found = [f'{m} {_norm_ratios(rows, m)}' for m, _ in pairs if ratios and _norm_ratios(rows, m)]
   if found:
-    lines += ['', 'Norm ratio (server step over the plain mean\'s, range over regimes): '
-              + ', '.join(found) + '.']
+    lines += ['', text('summary_ratios', found=', '.join(found))]
   return '\n'.join(lines).strip() + '\n'
 
 
