@@ -64,8 +64,8 @@ class Progress:
       return
     now = self._clock()
     if force or self._last_line is None or now - self._last_line >= self._min_interval:
-      line = (f'{self._label}{self._unit} {self.done:>{len(str(self.total))}d}/{self.total}  elapsed '
-              f'{format_duration(now - self._start)}  ETA {format_duration(self.eta())}')
+      line = (f'{self._label}{self._unit} {self.done:>{len(str(self.total))}d}/{self.total}  '
+              f'elapsed {format_duration(now - self._start)}  ETA {format_duration(self.eta())}')
       self._stream.write(f'{line}  {self._postfix}\n' if self._postfix else f'{line}\n')
       self._stream.flush()
       self._last_line, self._shown = now, self.done

@@ -111,7 +111,8 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
     delta, p = _tested_cells(cell, method, baseline, d)
     last_delta = ('—' if method == baseline else '-' if d is None else delta_cell(
         results.difference(cell, method, baseline, 'final_accuracy'), chance, mark=False))
-    extra = list(_tested_cells(cell, method, best, (found_best or {}).get(method))) if second else []
+    extra = (list(_tested_cells(cell, method, best, (found_best or {}).get(method)))
+             if second else [])
     before = results.mean(per_seed, 'conflict_before')
     excluded = int(sum(results.num(r.get('excluded_nonfinite_updates')) or 0
                        for r in per_seed.values()))
@@ -340,8 +341,7 @@ def plateau_lines(curve_rows, config) -> str:
 def protocol_section(config, rows) -> str:
   """The protocol, stated before any number: test split, search, primary statistic, divergence,
   statistics, symbols."""
-  baseline, tuning = config['baseline'], config['tuning']
-  seeds = config.get('report_seeds') or []
+  baseline, tuning, seeds = config['baseline'], config['tuning'], config.get('report_seeds') or []
   lines = [text('protocol_test_split')]
   if tuning['tune']:
     extra, base = results.unequal_search(config)
@@ -360,8 +360,7 @@ def protocol_section(config, rows) -> str:
       text('protocol_statistics', seeds=len(seeds),
            pilot=' (fewer than 10: read every interval as a pilot)' if len(seeds) < 10 else '',
            family=family_description(rows, config), baseline=baseline, dagger=DAGGER,
-           alpha=results.ALPHA,
-           margin=results.margin(config)),
+           alpha=results.ALPHA, margin=results.margin(config)),
       text('protocol_symbols')]
   return '\n'.join(lines) + '\n'
 
@@ -372,10 +371,8 @@ def family_description(rows, config) -> str:
                  if r in results.primary_regimes(config)} - {config['baseline']})
   return text('family', size=results.family_size(results.family(rows, config)),
               methods=len(results.compared_methods(rows, config)), baseline=config['baseline'],
-              best=(' and against the best baseline of its regime, chosen on validation among '
-                    f'{", ".join(config.get("best_of") or config_lib.BASELINES)} '
-                    f'(here: {", ".join(best)})'
-                    if best else ''),
+              best=' ' + text('family_best', here=', '.join(best), pool=', '.join(
+                  config.get('best_of') or config_lib.BASELINES)) if best else '',
               regimes=', '.join(f'`{r}`' for r in results.primary_regimes(config)),
               level=results.holm_level(rows, config))
 
@@ -387,8 +384,7 @@ def setup_section(config) -> str:
       f'- Regimes: {", ".join(f"`{r}`" for r in config.get("regimes", []))}.',
       f'- Methods: {", ".join(config.get("methods", []))}; baseline {config["baseline"]}.',
       text('setup_runs', epochs=config.get('epochs'), seeds=config.get('report_seeds'),
-           rounds=config_lib.per_dataset(config, 'rounds'),
-           clients=config.get('clients_per_round'),
+           rounds=config_lib.per_dataset(config, 'rounds'), clients=config.get('clients_per_round'),
            batch=config.get('batch_size'), momentum=config.get('client_momentum', 0)),
       '- Models: ' + (', '.join(f'{d}: {m}' for d, m in plan['models'].items())
                       or 'each dataset default') + '.',
@@ -411,9 +407,7 @@ def setup_section(config) -> str:
       or 'see Tuning'))
   grids = [f'{m["name"]}: ' + ', '.join(f'{k} in {v}' for k, v in m['grid'].items())
            for m in plan['methods'] if m.get('grid')]
-  if grids:
-    lines.append('- Method grids searched (before any edge extension): ' + '; '.join(grids) + '.')
-  return '\n'.join(lines) + '\n'
+  return '\n'.join(lines + ([text('setup_grids', grids='; '.join(grids))] if grids else [])) + '\n'
 
 
 def time_section(timing, rows) -> str:
