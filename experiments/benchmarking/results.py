@@ -214,15 +214,10 @@ def family_size(found: Mapping[Any, stats.Interval]) -> int:
   return sum(tested(d) and not identical(d) for d in found.values())
 
 
+# The Holm families of `stats.Interval.family`: '' is none (no test, its p-value NaN: outside
+# every family, or `identical`).
 PRIMARY = 'primary'   # the name of the primary family
 OTHERS = 'against other baselines'   # `comparisons`' family of the pairs it is given
-
-
-@dataclasses.dataclass(frozen=True)
-class Tested(stats.Interval):
-  """A paired difference with the Holm family its `p_value` was adjusted in ('': no test, its
-  p-value NaN: a comparison outside every family, or an `identical` one)."""
-  family: str = ''
 
 
 def regime_datasets(rows) -> dict[str, str]:
@@ -286,17 +281,17 @@ def window_statistic(row: Mapping[str, Any], back: int, last_k: int) -> Optional
                                                    for v in window) else None)
 
 
-def _holm(found: Mapping[Any, Optional[stats.Interval]], family: str) -> dict[Any, Tested]:
-  """`found`'s intervals as `Tested` of `family`, Holm-adjusted over the non-identical ones."""
+def _holm(found: Mapping[Any, Optional[stats.Interval]], family: str
+          ) -> dict[Any, stats.Interval]:
+  """`found`'s intervals tested in `family`, Holm-adjusted over the non-identical ones."""
   found = {k: d for k, d in found.items() if d is not None}
   adjusted = stats.holm([float('nan') if identical(d) else d.p_value for d in found.values()])
-  return {k: Tested(**{**dataclasses.asdict(d), 'p_value': p},
-                    family='' if identical(d) else family)
+  return {k: dataclasses.replace(d, p_value=p, family='' if identical(d) else family)
           for (k, d), p in zip(found.items(), adjusted)}
 
 
 def family(rows, config: Mapping[str, Any], back: int = 0
-           ) -> dict[tuple[str, int, str, str], Tested]:
+           ) -> dict[tuple[str, int, str, str], stats.Interval]:
   """The primary family, named before the runs: (regime, E, method, reference) -> the paired
   difference of the primary statistic, Holm-adjusted over the family: every `compared_methods`
   against each of `references` in every `primary_regimes` regime and E (an `identical`
@@ -325,7 +320,7 @@ def family(rows, config: Mapping[str, Any], back: int = 0
 
 
 def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]] = ()
-                ) -> dict[tuple[str, int, str], Tested]:
+                ) -> dict[tuple[str, int, str], stats.Interval]:
   """(regime, E, method) -> `difference` of the primary statistic against the method `pairs`
   gives it (default: every method against the config's baseline): against the baseline, the
   primary `family`'s test where the comparison is in it, else no test (p-value NaN, family '');
@@ -341,8 +336,8 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
       d = tested.get((r, e, m, baseline)) or difference(cell, m, baseline,
                                                        primary_statistic(config))
       if d is not None:
-        main[(r, e, m)] = d if isinstance(d, Tested) else Tested(
-            **{**dataclasses.asdict(d), 'p_value': float('nan')})
+        main[(r, e, m)] = d if d.family is not None else dataclasses.replace(
+            d, p_value=float('nan'), family='')
   others = {(r, e, m): difference(cell, m, b, primary_statistic(config))
             for r, e, cell in cells(rows, config) for m, b in pairs if b != baseline
             if (r, e, m, b) not in tested}
@@ -357,8 +352,8 @@ def significant(d: Optional[stats.Interval], chance: bool = False) -> bool:
 
 
 def tested(d: Optional[stats.Interval]) -> bool:
-  """Whether `d` was tested in a family (a `Tested` of none: reported without a verdict)."""
-  return d is not None and bool(getattr(d, 'family', True))
+  """Whether `d` was tested in a family (one of family '': reported without a verdict)."""
+  return d is not None and d.family != ''
 
 
 def margin(config: Mapping[str, Any]) -> float:

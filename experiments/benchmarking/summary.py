@@ -77,7 +77,7 @@ def _provisional(config) -> str:
 
 def _rule(rows, config, pairs=()) -> str:
   others = sum(1 for (_, _, m), d in results_lib.comparisons(rows, config, pairs).items()
-               if getattr(d, 'family', '') == results_lib.OTHERS)
+               if d.family == results_lib.OTHERS)
   return text('summary_rule', alpha=results_lib.ALPHA, margin=results_lib.margin(config),
               label=results_lib.statistic_label(results_lib.primary_statistic(config), config),
               family=tables.family_description(rows, config),

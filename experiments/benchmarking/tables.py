@@ -200,7 +200,7 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
     against_best = {m: d for (r, ee, m, b), d in tested.items()
                     if (r, ee) == (regime, e) and b == best}
     if best is not None:   # the baselines against the best one: intervals, no test
-      against_best.update({m: results.Tested(**dataclasses.asdict(d))
+      against_best.update({m: dataclasses.replace(d, family='')
                            for m in methods if m not in against_best and m != best
                            for d in [results.difference(cell, m, best,
                                                         results.primary_statistic(config))]
