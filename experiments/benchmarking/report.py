@@ -51,13 +51,10 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
                                     image(f'train_loss:{regime}:{e}', 'training loss'))))
     if images:
       parts.append(images + '\n')
-  windows = tables.windows_table(rows, config)
-  if windows:
-    parts += ['## Verdicts on earlier windows\n', windows]
-  compositions = tables.composition_table(rows, config)
-  if compositions:
-    parts += ['## Aggregators on top of the baselines\n',
-              tables.text('compositions_intro', baseline=baseline) + '\n', compositions]
+  windows, compositions = tables.windows_table(rows, config), tables.composition_table(rows, config)
+  parts += ['## Verdicts on earlier windows\n', windows] if windows else []
+  parts += ['## Aggregators on top of the baselines\n', tables.text(
+      'compositions_intro', baseline=baseline) + '\n', compositions] if compositions else []
   parts += [f'## Gain over {baseline} against gradient conflict\n',
             tables.text('gain_intro') + '\n',
             (image('gain_vs_conflict', 'gain against conflict') or 'No plot (no conflict '
@@ -74,11 +71,9 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
                              'The diagnosis')
     if text:
       diagnoses += [f'### {method}\n', text.strip() + '\n']
-  if diagnoses:
-    parts += ['## Diagnosis\n'] + diagnoses
   control_text = _control_section(root, plot_prefix)
-  if control_text:
-    parts += ['## Positive control\n', control_text]
+  parts += (['## Diagnosis\n'] + diagnoses if diagnoses else []) + (
+      ['## Positive control\n', control_text] if control_text else [])
   parts += ['## Files\n', tables.text('files') + '\n']
   return '\n'.join(parts)
 
@@ -109,17 +104,15 @@ def _control_section(root: str, plot_prefix: str) -> Optional[str]:
   images = [f'![{alt}]({prefix}/{name})' for key, name in sorted(plots.items())
             for kind, alt in (('train_loss:', 'training loss'), ('accuracy:', 'test accuracy'))
             if key.startswith(kind)]
-  if images:
-    parts.append(' '.join(images) + '\n')
-  return '\n'.join(parts)
+  return '\n'.join(parts + ([' '.join(images) + '\n'] if images else []))
 
 
 def write_report(root: str) -> str:
   """Writes `root/report.md` (and the plots) from the files under `root`; returns its path."""
-  body = render(root)
-  with open(os.path.join(root, REPORT_FILE), 'w') as f:
+  body, path = render(root), os.path.join(root, REPORT_FILE)
+  with open(path, 'w') as f:
     f.write(body)
-  return os.path.join(root, REPORT_FILE)
+  return path
 
 
 def results_dir_for(results_md: str) -> str:
