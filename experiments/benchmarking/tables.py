@@ -319,17 +319,14 @@ def plateau_lines(curve_rows, config) -> str:
   window, tolerance = config['tuning']['plateau_window'], config['tuning']['plateau_tolerance']
   head = text('plateau_rule', rounds=config_lib.per_dataset(config, 'rounds'), baseline=baseline,
               window=window, tolerance=tolerance)
-  if not config['tuning']['tune']:
-    return head + ' Not checked: no tuning, so no validation curve.\n'
-  verdicts = results.plateau_verdicts(curve_rows, config)
+  verdicts = results.plateau_verdicts(curve_rows, config) if config['tuning']['tune'] else []
   if not verdicts:
-    return head + (f' Not checked: no validation curve of {baseline} recorded '
-                   f'(`{results.CURVES_FILE}`).\n')
+    return head + ' ' + text('plateau_unchecked' if config['tuning']['tune'] else
+                             'plateau_untuned', baseline=baseline, file=results.CURVES_FILE) + '\n'
   lines = [head]
   for regime, epochs, (last, previous, plateaued), seeds in verdicts:
     if not (math.isfinite(last) and math.isfinite(previous)):
-      what = (f'not plateaued (fewer than {2 * window} rounds or a non-finite value; last '
-              f'{fmt(last, 4)}, before {fmt(previous, 4)})')
+      what = text('plateau_short', rounds=2 * window, last=fmt(last, 4), before=fmt(previous, 4))
     else:
       trend = '' if plateaued else ', still climbing' if last > previous else ', falling'
       what = (f'{"plateaued" if plateaued else "NOT plateaued"}: last {window} rounds '
