@@ -113,8 +113,7 @@ def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
   variants = [v for v, (diagnoses, _) in methods_lib.VARIANTS.items() if diagnoses == method]
   present = [v for v in variants if any(r['method'] == v for r in rows)]
   if not present:
-    return [f'No variant of {method} was run (see `experiments.benchmarking.methods.VARIANTS`: '
-            f'{", ".join(variants) or "none"}).']
+    return [text('no_variant', method=method, variants=', '.join(variants) or 'none')]
   table = []
   for v in present:
     reference = variant_baseline(v, rows, baseline)
@@ -195,8 +194,8 @@ def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline:
                        'loss (run with --eval_train_loss)')
   table = tables.markdown_table(
       ['measure', baseline, method, 'difference (paired, 95% CI)'],
-      [[label, _ms(cell, baseline, column), _ms(cell, method, column),
-        fmt_gap(gap(cell, method, baseline, column))]
+      [[label] + [_cell(kind, column, cell, method, baseline)
+                  for kind in ('baseline', 'method', 'gap')]
        for column, label in (('tail_global_train_loss',
                               'training loss (global model), mean of the last quarter of rounds'),
                              ('global_train_loss_rise', 'largest rise of the training loss'),
