@@ -1,5 +1,6 @@
-"""experiments.benchmarking.plots: a distinct style per method (20 methods), the same in every plot of a
-benchmark; a diverged run drawn at chance from the round it diverged, as the tables count it."""
+"""experiments.benchmarking.plots: a distinct style per method (20 methods), the same in every
+plot of a benchmark; a diverged run drawn at chance from the round it diverged, as the tables
+count it."""
 
 import copy
 import math
