@@ -297,15 +297,12 @@ def family(rows, config: Mapping[str, Any], back: int = 0
   against each of `references` in every `primary_regimes` regime and E (an `identical`
   comparison is no test and outside it). `back` > 0: the same comparisons on the window `back`
   windows before the last (`window_statistic`; the last-k statistic only), adjusted alike."""
-  datasets = regime_datasets(rows)
-  key = primary_statistic(config)
+  datasets, key = regime_datasets(rows), primary_statistic(config)
   last_k = int((config.get('tuning') or {}).get('last_k') or config.get('last_k') or 5)
   methods, primary = compared_methods(rows, config), primary_regimes(config)
   found = {}
   for regime, e, cell in cells(rows, config):
-    if regime not in primary:
-      continue
-    for method in methods:
+    for method in methods if regime in primary else []:
       for against in cell_references(cell, config, datasets[regime]):
         if method not in cell or against not in cell:
           continue
@@ -326,19 +323,16 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
   primary `family`'s test where the comparison is in it, else no test (p-value NaN, family '');
   against another method, Holm over those other pairs together (family `OTHERS`). A comparison
   is tested in one family at most."""
-  baseline = config['baseline']
-  tested = family(rows, config)
+  baseline, key, tested = config['baseline'], primary_statistic(config), family(rows, config)
   main = {}
   for r, e, cell in cells(rows, config):
     for m in orders(rows, config)[1]:
-      if m == baseline or (pairs and (m, baseline) not in pairs):
-        continue
-      d = tested.get((r, e, m, baseline)) or difference(cell, m, baseline,
-                                                       primary_statistic(config))
+      d = None if m == baseline or (pairs and (m, baseline) not in pairs) else (
+          tested.get((r, e, m, baseline)) or difference(cell, m, baseline, key))
       if d is not None:
         main[(r, e, m)] = d if d.family is not None else dataclasses.replace(
             d, p_value=float('nan'), family='')
-  others = {(r, e, m): difference(cell, m, b, primary_statistic(config))
+  others = {(r, e, m): difference(cell, m, b, key)
             for r, e, cell in cells(rows, config) for m, b in pairs if b != baseline
             if (r, e, m, b) not in tested}
   return {**main, **_holm(others, OTHERS),
