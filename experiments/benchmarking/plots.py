@@ -127,10 +127,10 @@ def _curve_plots(rows, config, methods, plots_dir: str) -> dict[str, str]:
   return written
 
 
-def _gain_plot(rows, config, methods, epochs, path: str, ylabel: str) -> bool:
-  """Each method's gain (95% CI) against its regime's measured conflict, per E; whether drawn."""
-  baseline, (regimes, _, _) = config['baseline'], results.orders(rows, config)
-  cells, found = results.group(rows), results.comparisons(rows, config)
+def _gain_plot(rows, baseline: str, orders, found, path: str, ylabel: str) -> bool:
+  """Each method's gain (95% CI, `found`) against its regime's measured conflict, per E; whether
+  drawn."""
+  (regimes, methods, epochs), cells = orders, results.group(rows)
   markers = ['o', 's', '^', 'D', 'v', 'P']
   fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
   all_means = []
@@ -161,9 +161,8 @@ def _gain_plot(rows, config, methods, epochs, path: str, ylabel: str) -> bool:
   return bool(all_means)
 
 
-def _epochs_plot(rows, config, others, epochs, path: str, ylabel: str) -> None:
+def _epochs_plot(regimes, others, epochs, found, path: str, ylabel: str) -> None:
   """Per method, its gain's mean (± std) over the regimes, a bar per E."""
-  regimes, found = results.orders(rows, config)[0], results.comparisons(rows, config)
   fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
   width = 0.8 / len(epochs)
   for j, e in enumerate(epochs):
@@ -188,14 +187,15 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
   os.makedirs(plots_dir, exist_ok=True)
   baseline = config['baseline']
   gain = f'{results.statistic_label(results.primary_statistic(config), config)} − {baseline}'
-  _, methods, epochs = results.orders(rows, config)
-  others = [m for m in methods if m != baseline]
+  regimes, methods, epochs = orders = results.orders(rows, config)
+  others, found = [m for m in methods if m != baseline], results.comparisons(rows, config)
   written = _curve_plots(rows, config, methods, plots_dir)
-  if _gain_plot(rows, config, methods, epochs, os.path.join(plots_dir, 'gain_vs_conflict.png'),
+  if _gain_plot(rows, baseline, orders, found, os.path.join(plots_dir, 'gain_vs_conflict.png'),
                 gain):
     written['gain_vs_conflict'] = 'gain_vs_conflict.png'
   if others and len(epochs) > 1:
-    _epochs_plot(rows, config, others, epochs, os.path.join(plots_dir, 'epochs_effect.png'), gain)
+    _epochs_plot(regimes, others, epochs, found, os.path.join(plots_dir, 'epochs_effect.png'),
+                 gain)
     written['epochs_effect'] = 'epochs_effect.png'
   return written
 
