@@ -27,12 +27,12 @@ from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import metrics_io
 from experiments import files
-from experiments import plotting
 from experiments import presets
 from experiments import progress as progress_lib
 from experiments import stats
 from experiments import training_loop
 from experiments.benchmarking import config as bench_config
+from experiments.benchmarking import plots as plotting
 from experiments.benchmarking import runs as runs_lib
 
 FLAGS = flags.FLAGS

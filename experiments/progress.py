@@ -21,12 +21,9 @@ class Progress:
   """Rounds (or another `unit`: a grid's runs) `done + 1 .. total` ticked one at a time, `label`
   first and the `tick`'s `postfix` after the times; the ETA is the mean time of the rounds
   ticked here times the rounds left (`total` may be lowered or raised as a plan firms up).
-
-  A grid announces each run (`start_run(rounds, label)`: the label shown after the times) and
-  ends it (`end_run()`: the rounds it did not run leave the total). A terminal `stream` (default
-  stdout) gets a `tqdm` bar `width` characters wide redrawn in place, anything else plain lines,
-  at most one per `min_interval` seconds of `clock`; `enabled=False` shows nothing.
-  """
+  A terminal `stream` (default stdout) gets a `tqdm` bar `width` characters wide redrawn in
+  place, anything else plain lines, at most one per `min_interval` seconds of `clock`;
+  `enabled=False` shows nothing."""
 
   def __init__(self, total: int, *, done: int = 0, label: str = '',
                stream: Optional[TextIO] = None, enabled: bool = True, min_interval: float = 0.0,
@@ -41,8 +38,7 @@ class Progress:
     self._stream = stream if stream is not None else sys.stdout
     self._enabled, self._min_interval, self._clock = enabled, min_interval, clock
     self._start, self._last_line = clock(), None
-    self._postfix, self._run_rounds, self._run_ticks = '', 0, 0
-    self._bar = None
+    self._postfix, self._bar = '', None
     if enabled and getattr(self._stream, 'isatty', lambda: False)():
       self._bar = tqdm.tqdm(
           total=total, initial=done, file=self._stream, desc=self._label or None, smoothing=0,
@@ -68,8 +64,8 @@ class Progress:
       return
     now = self._clock()
     if force or self._last_line is None or now - self._last_line >= self._min_interval:
-      line = (f'{self._label}{self._unit} {self.done:>{len(str(self.total))}d}/{self.total}  elapsed '
-              f'{format_duration(now - self._start)}  ETA {format_duration(self.eta())}')
+      line = (f'{self._label}{self._unit} {self.done:>{len(str(self.total))}d}/{self.total}  '
+              f'elapsed {format_duration(now - self._start)}  ETA {format_duration(self.eta())}')
       self._stream.write(f'{line}  {self._postfix}\n' if self._postfix else f'{line}\n')
       self._stream.flush()
       self._last_line, self._shown = now, self.done
@@ -77,24 +73,9 @@ class Progress:
   def tick(self, *, postfix: Optional[str] = None) -> None:
     """One round finished; `postfix` (if given) replaces the figures shown after the times."""
     self.done = min(self.total, self.done + 1)
-    self._run_ticks += 1
     if postfix is not None:
       self._postfix = postfix
     self._show()
-
-  def start_run(self, rounds: int, label: str = '') -> None:
-    self._run_rounds, self._run_ticks, self._postfix = int(rounds), 0, label
-
-  def end_run(self) -> None:
-    self.skip(max(0, self._run_rounds - self._run_ticks))
-    self._run_rounds = self._run_ticks = 0
-
-  def skip(self, rounds: int) -> None:
-    """Drops `rounds` planned rounds that will not run."""
-    if rounds > 0:
-      self.total = max(self.done, self.total - int(rounds))
-      if self._bar is not None:
-        self._show()
 
   def close(self) -> None:
     """Ends the bar's line on a terminal; otherwise prints the last state unless shown (once)."""

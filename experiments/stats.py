@@ -15,13 +15,16 @@ from tff_conflict import _checks
 @dataclasses.dataclass(frozen=True)
 class Interval:
   """The mean of n paired differences, its confidence interval [low, high], the two-sided
-  t-test's `p_value` of a zero mean and the sample `sd`; all but the mean NaN for n < 2."""
+  t-test's `p_value` of a zero mean and the sample `sd`; all but the mean NaN for n < 2.
+  `family`: the multiple-test family `p_value` was adjusted in (None: not adjusted; '': in none,
+  no test)."""
   mean: float
   low: float
   high: float
   n: int
   p_value: float = float('nan')
   sd: float = float('nan')
+  family: Optional[str] = None
 
   @property
   def excludes_zero(self) -> bool:

@@ -101,10 +101,8 @@ def variant_baseline(method: str, rows, default: str = BASELINE) -> str:
 
 def _verdict(base: Optional[stats.Interval], variant: Optional[stats.Interval]) -> str:
   """How a variant's gap to FedAvg compares with the method's own."""
-  if variant is None:
-    return 'not run'
-  if base is None:
-    return ''
+  if variant is None or base is None:
+    return 'not run' if variant is None else ''
   change = variant.mean - base.mean
   if abs(change) < 0.005:
     return 'no change'
@@ -115,8 +113,7 @@ def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
   variants = [v for v, (diagnoses, _) in methods_lib.VARIANTS.items() if diagnoses == method]
   present = [v for v in variants if any(r['method'] == v for r in rows)]
   if not present:
-    return [f'No variant of {method} was run (see `experiments.benchmarking.methods.VARIANTS`: '
-            f'{", ".join(variants) or "none"}).']
+    return [text('no_variant', method=method, variants=', '.join(variants) or 'none')]
   table = []
   for v in present:
     reference = variant_baseline(v, rows, baseline)
@@ -162,8 +159,7 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
   reading = f'A variant of {algorithm}: {_reading(method)}' if variant else _reading(algorithm)
   name = {'final_accuracy': 'final accuracy',
           'last_k_accuracy': 'mean accuracy of the last rounds'}.get(statistic, statistic)
-  lines = [reading, ''] if reading else []
-  lines += _measure_table(cells, method, baseline, [
+  lines = ([reading, ''] if reading else []) + _measure_table(cells, method, baseline, [
       (f'{{b}} {name}', 'baseline', statistic), (f'{{m}} {name}', 'method', statistic),
       ('gap (paired, 95% CI)', 'gap', statistic),
       ('best (test-selected) - final: {m} / {b}', 'both', 'accuracy_drop')])
@@ -172,8 +168,8 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
     part = _measurement(measurement, cells, method, baseline)
     lines += part + [''] if part else []
   if not variant:
-    lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '']
-    lines += _variant_table(rows, cells, method, baseline, statistic)
+    lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '',
+              *_variant_table(rows, cells, method, baseline, statistic)]
   return '\n'.join(lines) + '\n'
 
 
@@ -198,14 +194,14 @@ def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline:
                        'loss (run with --eval_train_loss)')
   table = tables.markdown_table(
       ['measure', baseline, method, 'difference (paired, 95% CI)'],
-      [[label, _ms(cell, baseline, column), _ms(cell, method, column),
-        fmt_gap(gap(cell, method, baseline, column))]
+      [[label] + [_cell(kind, column, cell, method, baseline)
+                  for kind in ('baseline', 'method', 'gap')]
        for column, label in (('tail_global_train_loss',
                               'training loss (global model), mean of the last quarter of rounds'),
                              ('global_train_loss_rise', 'largest rise of the training loss'),
                              ('final_accuracy', 'final test accuracy'))])
-  loss = gap(cell, method, baseline, 'tail_global_train_loss')
-  rise = gap(cell, method, baseline, 'global_train_loss_rise')
+  loss, rise = (gap(cell, method, baseline, c)
+                for c in ('tail_global_train_loss', 'global_train_loss_rise'))
   reproduced = (loss is not None and rise is not None and loss.excludes_zero and loss.mean < 0
                 and rise.excludes_zero and rise.mean < 0
                 and rise.mean <= -0.5 * results.mean(cell[baseline], 'global_train_loss_rise'))

@@ -8,7 +8,7 @@ import shutil
 import traceback
 from typing import Callable, Mapping, Optional
 
-from experiments import plotting
+from experiments.benchmarking import plots as plots_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import diagnosis
 from experiments.benchmarking import results
@@ -24,9 +24,9 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   rows, config, curve_rows = results.load(root)
   baseline = config['baseline']
   plots_dir = os.path.join(root, PLOTS_DIR)
-  plots = plotting.write_plots(rows, config, plots_dir) if rows else {}
+  plots = plots_lib.write_plots(rows, config, plots_dir) if rows else {}
   validation = [f'![validation accuracy, {r}, E={e}]({plot_prefix}/{name})' for (r, e), name
-                in plotting.write_validation_plots(curve_rows, plots_dir).items()]
+                in plots_lib.write_validation_plots(curve_rows, plots_dir).items()]
 
   def image(key, alt):
     return f'![{alt}]({plot_prefix}/{plots[key]})' if key in plots else ''
@@ -51,13 +51,10 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
                                     image(f'train_loss:{regime}:{e}', 'training loss'))))
     if images:
       parts.append(images + '\n')
-  windows = tables.windows_table(rows, config)
-  if windows:
-    parts += ['## Verdicts on earlier windows\n', windows]
-  compositions = tables.composition_table(rows, config)
-  if compositions:
-    parts += ['## Aggregators on top of the baselines\n',
-              tables.text('compositions_intro', baseline=baseline) + '\n', compositions]
+  windows, compositions = tables.windows_table(rows, config), tables.composition_table(rows, config)
+  parts += ['## Verdicts on earlier windows\n', windows] if windows else []
+  parts += ['## Aggregators on top of the baselines\n', tables.text(
+      'compositions_intro', baseline=baseline) + '\n', compositions] if compositions else []
   parts += [f'## Gain over {baseline} against gradient conflict\n',
             tables.text('gain_intro') + '\n',
             (image('gain_vs_conflict', 'gain against conflict') or 'No plot (no conflict '
@@ -74,11 +71,9 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
                              'The diagnosis')
     if text:
       diagnoses += [f'### {method}\n', text.strip() + '\n']
-  if diagnoses:
-    parts += ['## Diagnosis\n'] + diagnoses
   control_text = _control_section(root, plot_prefix)
-  if control_text:
-    parts += ['## Positive control\n', control_text]
+  parts += (['## Diagnosis\n'] + diagnoses if diagnoses else []) + (
+      ['## Positive control\n', control_text] if control_text else [])
   parts += ['## Files\n', tables.text('files') + '\n']
   return '\n'.join(parts)
 
@@ -104,22 +99,20 @@ def _control_section(root: str, plot_prefix: str) -> Optional[str]:
                        wall=wall, file=f'{config_lib.CONTROL_DIR}/runs.csv') + '\n',
            _shown_on_failure(lambda: diagnosis.control_section(
                rows, method=method, baseline=baseline), 'The reading') + '\n']
-  plots = plotting.write_plots(rows, config, os.path.join(sub, PLOTS_DIR)) if rows else {}
+  plots = plots_lib.write_plots(rows, config, os.path.join(sub, PLOTS_DIR)) if rows else {}
   prefix = posixpath.join(posixpath.dirname(plot_prefix), config_lib.CONTROL_DIR, PLOTS_DIR)
   images = [f'![{alt}]({prefix}/{name})' for key, name in sorted(plots.items())
             for kind, alt in (('train_loss:', 'training loss'), ('accuracy:', 'test accuracy'))
             if key.startswith(kind)]
-  if images:
-    parts.append(' '.join(images) + '\n')
-  return '\n'.join(parts)
+  return '\n'.join(parts + ([' '.join(images) + '\n'] if images else []))
 
 
 def write_report(root: str) -> str:
   """Writes `root/report.md` (and the plots) from the files under `root`; returns its path."""
-  body = render(root)
-  with open(os.path.join(root, REPORT_FILE), 'w') as f:
+  body, path = render(root), os.path.join(root, REPORT_FILE)
+  with open(path, 'w') as f:
     f.write(body)
-  return os.path.join(root, REPORT_FILE)
+  return path
 
 
 def results_dir_for(results_md: str) -> str:

@@ -75,6 +75,7 @@ def read_runs(path: str) -> list[dict[str, Any]]:
 
 
 def read_json(path, default):
+  """The JSON value in `path`; `default` when it is missing or not JSON."""
   try:
     with open(path) as f:
       return json.load(f)
@@ -213,15 +214,10 @@ def family_size(found: Mapping[Any, stats.Interval]) -> int:
   return sum(tested(d) and not identical(d) for d in found.values())
 
 
+# The Holm families of `stats.Interval.family`: '' is none (no test, its p-value NaN: outside
+# every family, or `identical`).
 PRIMARY = 'primary'   # the name of the primary family
 OTHERS = 'against other baselines'   # `comparisons`' family of the pairs it is given
-
-
-@dataclasses.dataclass(frozen=True)
-class Tested(stats.Interval):
-  """A paired difference with the Holm family its `p_value` was adjusted in ('': no test, its
-  p-value NaN: a comparison outside every family, or an `identical` one)."""
-  family: str = ''
 
 
 def regime_datasets(rows) -> dict[str, str]:
@@ -275,42 +271,38 @@ def window_statistic(row: Mapping[str, Any], back: int, last_k: int) -> Optional
   """The mean test accuracy of the `last_k` evaluated rounds ending `back` windows of `last_k`
   before the last (0: the primary statistic's window), a diverged run at chance from its
   divergence on; None when the curve is too short or a value is not finite."""
-  curve = runs_lib.decode_curve(row.get('accuracy_curve'))
-  diverged = num(row.get('diverged_round'))
-  chance = num(row.get('chance_accuracy'))
+  diverged, chance = num(row.get('diverged_round')), num(row.get('chance_accuracy'))
   counted = [runs_lib.counted_accuracy(a, i, None if diverged is None else int(diverged), chance)
-             for i, a in enumerate(curve, start=1) if a is not None]
+             for i, a in enumerate(runs_lib.decode_curve(row.get('accuracy_curve')), start=1)
+             if a is not None]
   end = len(counted) - back * last_k
   window = counted[end - last_k:end] if end - last_k >= 0 else []
   return (float(np.mean(window)) if window and all(v is not None and math.isfinite(v)
                                                    for v in window) else None)
 
 
-def _holm(found: Mapping[Any, Optional[stats.Interval]], family: str) -> dict[Any, Tested]:
-  """`found`'s intervals as `Tested` of `family`, Holm-adjusted over the non-identical ones."""
+def _holm(found: Mapping[Any, Optional[stats.Interval]], family: str
+          ) -> dict[Any, stats.Interval]:
+  """`found`'s intervals tested in `family`, Holm-adjusted over the non-identical ones."""
   found = {k: d for k, d in found.items() if d is not None}
   adjusted = stats.holm([float('nan') if identical(d) else d.p_value for d in found.values()])
-  return {k: Tested(**{**dataclasses.asdict(d), 'p_value': p},
-                    family='' if identical(d) else family)
+  return {k: dataclasses.replace(d, p_value=p, family='' if identical(d) else family)
           for (k, d), p in zip(found.items(), adjusted)}
 
 
 def family(rows, config: Mapping[str, Any], back: int = 0
-           ) -> dict[tuple[str, int, str, str], Tested]:
+           ) -> dict[tuple[str, int, str, str], stats.Interval]:
   """The primary family, named before the runs: (regime, E, method, reference) -> the paired
   difference of the primary statistic, Holm-adjusted over the family: every `compared_methods`
   against each of `references` in every `primary_regimes` regime and E (an `identical`
   comparison is no test and outside it). `back` > 0: the same comparisons on the window `back`
   windows before the last (`window_statistic`; the last-k statistic only), adjusted alike."""
-  datasets = regime_datasets(rows)
-  key = primary_statistic(config)
+  datasets, key = regime_datasets(rows), primary_statistic(config)
   last_k = int((config.get('tuning') or {}).get('last_k') or config.get('last_k') or 5)
   methods, primary = compared_methods(rows, config), primary_regimes(config)
   found = {}
   for regime, e, cell in cells(rows, config):
-    if regime not in primary:
-      continue
-    for method in methods:
+    for method in methods if regime in primary else []:
       for against in cell_references(cell, config, datasets[regime]):
         if method not in cell or against not in cell:
           continue
@@ -325,25 +317,22 @@ def family(rows, config: Mapping[str, Any], back: int = 0
 
 
 def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]] = ()
-                ) -> dict[tuple[str, int, str], Tested]:
+                ) -> dict[tuple[str, int, str], stats.Interval]:
   """(regime, E, method) -> `difference` of the primary statistic against the method `pairs`
   gives it (default: every method against the config's baseline): against the baseline, the
   primary `family`'s test where the comparison is in it, else no test (p-value NaN, family '');
   against another method, Holm over those other pairs together (family `OTHERS`). A comparison
   is tested in one family at most."""
-  baseline = config['baseline']
-  tested = family(rows, config)
+  baseline, key, tested = config['baseline'], primary_statistic(config), family(rows, config)
   main = {}
   for r, e, cell in cells(rows, config):
     for m in orders(rows, config)[1]:
-      if m == baseline or (pairs and (m, baseline) not in pairs):
-        continue
-      d = tested.get((r, e, m, baseline)) or difference(cell, m, baseline,
-                                                       primary_statistic(config))
+      d = None if m == baseline or (pairs and (m, baseline) not in pairs) else (
+          tested.get((r, e, m, baseline)) or difference(cell, m, baseline, key))
       if d is not None:
-        main[(r, e, m)] = d if isinstance(d, Tested) else Tested(
-            **{**dataclasses.asdict(d), 'p_value': float('nan')})
-  others = {(r, e, m): difference(cell, m, b, primary_statistic(config))
+        main[(r, e, m)] = d if d.family is not None else dataclasses.replace(
+            d, p_value=float('nan'), family='')
+  others = {(r, e, m): difference(cell, m, b, key)
             for r, e, cell in cells(rows, config) for m, b in pairs if b != baseline
             if (r, e, m, b) not in tested}
   return {**main, **_holm(others, OTHERS),
@@ -353,13 +342,12 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
 
 def significant(d: Optional[stats.Interval], chance: bool = False) -> bool:
   """Holm agrees (`comparisons`' adjusted p-value below `ALPHA`) and not both at chance."""
-  return (d is not None and bool(getattr(d, 'family', True)) and math.isfinite(d.p_value)
-          and d.p_value < ALPHA and not chance)
+  return tested(d) and math.isfinite(d.p_value) and d.p_value < ALPHA and not chance
 
 
 def tested(d: Optional[stats.Interval]) -> bool:
-  """Whether `d` was tested in a family (a `Tested` of none: reported without a verdict)."""
-  return d is not None and bool(getattr(d, 'family', True))
+  """Whether `d` was tested in a family (one of family '': reported without a verdict)."""
+  return d is not None and d.family != ''
 
 
 def margin(config: Mapping[str, Any]) -> float:
@@ -449,8 +437,7 @@ def plateau_verdicts(curve_rows, config
                      ) -> list[tuple[str, int, tuple[float, float, bool], int]]:
   """(tuning regime, E, `stats.plateau` of the baseline's chosen candidate's validation
   accuracy averaged over the tuning seeds, number of seeds), per tuning regime and E."""
-  baseline = config['baseline']
-  tuning = config['tuning']
+  baseline, tuning = config['baseline'], config['tuning']
   return [(regime, epochs, stats.plateau(
       stats.mean_curve(per_method[baseline]), window=tuning['plateau_window'],
       tolerance=tuning['plateau_tolerance']), len(per_method[baseline]))
@@ -480,10 +467,9 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float
   Raises:
     ValueError: if `rows` is empty or no row has a test accuracy column (never evaluated).
   """
-  if not rows:
-    raise ValueError('rows must hold at least one metrics row, got none')
   if not any(r.get('test_accuracy') not in (None, '') for r in rows):
-    raise ValueError('rows hold no test_accuracy: was the run evaluated?')
+    raise ValueError('rows hold no test_accuracy: was the run evaluated?' if rows else
+                     'rows must hold at least one metrics row, got none')
 
   def column(name):  # a name starting with '/': the first column with that last component
     if name.startswith('/'):
@@ -499,8 +485,8 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float
       'tail_global_train_loss': (float(np.mean(global_losses[-max(1, len(global_losses) // 4):]))
                                  if global_losses else None),
       'global_train_loss_rise': stats.train_loss_rise(global_losses) if global_losses else None,
-      'final_mean_logit': _finite(last.get('test_mean_logit'))}
-  for name in ('rare_pair_error', 'common_pair_error', 'rare_error_share'):
-    out[f'final_{name}'] = _finite(last.get(f'test_{name}'))
-  out['mean_update_norm'] = float(np.mean(norms)) if norms else None
+      'final_mean_logit': _finite(last.get('test_mean_logit')),
+      **{f'final_{name}': _finite(last.get(f'test_{name}'))
+         for name in ('rare_pair_error', 'common_pair_error', 'rare_error_share')},
+      'mean_update_norm': float(np.mean(norms)) if norms else None}
   return out

@@ -39,9 +39,8 @@ def fmt_mean_std(per_seed, column: str, digits: int = 4) -> str:
   """'mean ± sample sd' over seeds of a column's finite values ('mean' for one, '-' for none)."""
   values = list(results.by_seed(per_seed or {}, column).values())
   mean, std = stats.mean_std(values)
-  if math.isnan(mean):
-    return '-'
-  return f'{mean:.{digits}f} ± {std:.{digits}f}' if len(values) > 1 else f'{mean:.{digits}f}'
+  return ('-' if math.isnan(mean) else f'{mean:.{digits}f} ± {std:.{digits}f}'
+          if len(values) > 1 else f'{mean:.{digits}f}')
 
 
 def fmt_p(p: float) -> str:
@@ -52,12 +51,9 @@ def fmt_difference(d: Optional[stats.Interval], *, mark: bool = False, digits: i
                    half_width: bool = False) -> str:
   """'+m [+low, +high]' (bold with a dagger where `mark`), with `half_width` '+m ± h' (h the
   interval's half-width); '+m (n=1)' for one seed."""
-  if d is None:
-    return '-'
-  if d.n < 2:
-    return f'{d.mean:+.{digits}f} (n=1)'
-  if half_width:
-    return f'{d.mean:+.{digits}f} ± {(d.high - d.low) / 2:.{digits}f}'
+  if d is None or d.n < 2 or half_width:
+    return ('-' if d is None else f'{d.mean:+.{digits}f} (n=1)' if d.n < 2 else
+            f'{d.mean:+.{digits}f} ± {(d.high - d.low) / 2:.{digits}f}')
   interval = f'{d.mean:+.{digits}f} [{d.low:+.{digits}f}, {d.high:+.{digits}f}]'
   return f'**{interval}** {DAGGER}' if mark else interval
 
@@ -66,15 +62,11 @@ def delta_cell(d: Optional[stats.Interval], chance: bool, *, mark: bool,
                pair: Optional[tuple[str, str]] = None) -> str:
   """A Δ cell: the interval, or why it is no comparison (both at chance, identical runs: with
   `pair`, the methods compared, also `methods.identical_reason`, or that none is known)."""
-  if d is None:
-    return '-'
-  if chance:
-    return f'{d.mean:+.4f} (both at chance: no comparison)'
+  if d is None or chance:
+    return '-' if d is None else f'{d.mean:+.4f} (both at chance: no comparison)'
   if results.identical(d):
-    if pair is None:
-      return 'identical in every seed (no test)'
-    reason = methods_lib.identical_reason(*pair)
-    return f'identical in every seed (no test): {reason or "reason unknown"}'
+    return 'identical in every seed (no test)' + (
+        '' if pair is None else f': {methods_lib.identical_reason(*pair) or "reason unknown"}')
   return fmt_difference(d, mark=mark)
 
 
@@ -96,10 +88,8 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def _tested_cells(cell, method: str, against: str, d) -> tuple[str, str]:
   """(Δ cell, Holm p cell) of `method` against `against`: '—' for the reference itself, 'no
   test' for a p-value outside every family."""
-  if method == against:
-    return '—', '—'
-  if d is None:
-    return '—', '-'
+  if method == against or d is None:
+    return '—', '—' if method == against else '-'
   chance = results.at_chance(cell, method, against)
   return (delta_cell(d, chance, mark=results.significant(d, chance), pair=(method, against)),
           fmt_p(d.p_value) if results.tested(d) or results.identical(d) else 'no test')
@@ -121,15 +111,14 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
     delta, p = _tested_cells(cell, method, baseline, d)
     last_delta = ('—' if method == baseline else '-' if d is None else delta_cell(
         results.difference(cell, method, baseline, 'final_accuracy'), chance, mark=False))
-    extra = list(_tested_cells(cell, method, best, (found_best or {}).get(method))
-                 if method != best else ('—', '—')) if second else []
+    extra = (list(_tested_cells(cell, method, best, (found_best or {}).get(method)))
+             if second else [])
     before = results.mean(per_seed, 'conflict_before')
     excluded = int(sum(results.num(r.get('excluded_nonfinite_updates')) or 0
                        for r in per_seed.values()))
-    diverged = _diverged(per_seed)
     out.append([
-        method, len(per_seed),
-        f'{diverged} ({excluded} updates excluded)' if excluded else diverged,
+        method, len(per_seed), f'{_diverged(per_seed)} ({excluded} updates excluded)'
+        if excluded else _diverged(per_seed),
         sum(results.is_true(r.get('collapsed')) for r in per_seed.values()),
         fmt_mean_std(per_seed, key), delta, p, *extra, fmt_mean_std(per_seed, 'final_accuracy'),
         last_delta,
@@ -211,7 +200,7 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
     against_best = {m: d for (r, ee, m, b), d in tested.items()
                     if (r, ee) == (regime, e) and b == best}
     if best is not None:   # the baselines against the best one: intervals, no test
-      against_best.update({m: results.Tested(**dataclasses.asdict(d))
+      against_best.update({m: dataclasses.replace(d, family='')
                            for m in methods if m not in against_best and m != best
                            for d in [results.difference(cell, m, best,
                                                         results.primary_statistic(config))]
@@ -330,17 +319,14 @@ def plateau_lines(curve_rows, config) -> str:
   window, tolerance = config['tuning']['plateau_window'], config['tuning']['plateau_tolerance']
   head = text('plateau_rule', rounds=config_lib.per_dataset(config, 'rounds'), baseline=baseline,
               window=window, tolerance=tolerance)
-  if not config['tuning']['tune']:
-    return head + ' Not checked: no tuning, so no validation curve.\n'
-  verdicts = results.plateau_verdicts(curve_rows, config)
+  verdicts = results.plateau_verdicts(curve_rows, config) if config['tuning']['tune'] else []
   if not verdicts:
-    return head + (f' Not checked: no validation curve of {baseline} recorded '
-                   f'(`{results.CURVES_FILE}`).\n')
+    return head + ' ' + text('plateau_unchecked' if config['tuning']['tune'] else
+                             'plateau_untuned', baseline=baseline, file=results.CURVES_FILE) + '\n'
   lines = [head]
   for regime, epochs, (last, previous, plateaued), seeds in verdicts:
     if not (math.isfinite(last) and math.isfinite(previous)):
-      what = (f'not plateaued (fewer than {2 * window} rounds or a non-finite value; last '
-              f'{fmt(last, 4)}, before {fmt(previous, 4)})')
+      what = text('plateau_short', rounds=2 * window, last=fmt(last, 4), before=fmt(previous, 4))
     else:
       trend = '' if plateaued else ', still climbing' if last > previous else ', falling'
       what = (f'{"plateaued" if plateaued else "NOT plateaued"}: last {window} rounds '
@@ -352,8 +338,7 @@ def plateau_lines(curve_rows, config) -> str:
 def protocol_section(config, rows) -> str:
   """The protocol, stated before any number: test split, search, primary statistic, divergence,
   statistics, symbols."""
-  baseline, tuning = config['baseline'], config['tuning']
-  seeds = config.get('report_seeds') or []
+  baseline, tuning, seeds = config['baseline'], config['tuning'], config.get('report_seeds') or []
   lines = [text('protocol_test_split')]
   if tuning['tune']:
     extra, base = results.unequal_search(config)
@@ -372,8 +357,7 @@ def protocol_section(config, rows) -> str:
       text('protocol_statistics', seeds=len(seeds),
            pilot=' (fewer than 10: read every interval as a pilot)' if len(seeds) < 10 else '',
            family=family_description(rows, config), baseline=baseline, dagger=DAGGER,
-           alpha=results.ALPHA,
-           margin=results.margin(config)),
+           alpha=results.ALPHA, margin=results.margin(config)),
       text('protocol_symbols')]
   return '\n'.join(lines) + '\n'
 
@@ -384,10 +368,8 @@ def family_description(rows, config) -> str:
                  if r in results.primary_regimes(config)} - {config['baseline']})
   return text('family', size=results.family_size(results.family(rows, config)),
               methods=len(results.compared_methods(rows, config)), baseline=config['baseline'],
-              best=(' and against the best baseline of its regime, chosen on validation among '
-                    f'{", ".join(config.get("best_of") or config_lib.BASELINES)} '
-                    f'(here: {", ".join(best)})'
-                    if best else ''),
+              best=' ' + text('family_best', here=', '.join(best), pool=', '.join(
+                  config.get('best_of') or config_lib.BASELINES)) if best else '',
               regimes=', '.join(f'`{r}`' for r in results.primary_regimes(config)),
               level=results.holm_level(rows, config))
 
@@ -399,8 +381,7 @@ def setup_section(config) -> str:
       f'- Regimes: {", ".join(f"`{r}`" for r in config.get("regimes", []))}.',
       f'- Methods: {", ".join(config.get("methods", []))}; baseline {config["baseline"]}.',
       text('setup_runs', epochs=config.get('epochs'), seeds=config.get('report_seeds'),
-           rounds=config_lib.per_dataset(config, 'rounds'),
-           clients=config.get('clients_per_round'),
+           rounds=config_lib.per_dataset(config, 'rounds'), clients=config.get('clients_per_round'),
            batch=config.get('batch_size'), momentum=config.get('client_momentum', 0)),
       '- Models: ' + (', '.join(f'{d}: {m}' for d, m in plan['models'].items())
                       or 'each dataset default') + '.',
@@ -423,16 +404,13 @@ def setup_section(config) -> str:
       or 'see Tuning'))
   grids = [f'{m["name"]}: ' + ', '.join(f'{k} in {v}' for k, v in m['grid'].items())
            for m in plan['methods'] if m.get('grid')]
-  if grids:
-    lines.append('- Method grids searched (before any edge extension): ' + '; '.join(grids) + '.')
-  return '\n'.join(lines) + '\n'
+  return '\n'.join(lines + ([text('setup_grids', grids='; '.join(grids))] if grids else [])) + '\n'
 
 
 def time_section(timing, rows) -> str:
   if not timing:
     return 'No timing recorded.\n'
-  wall = sum(t.get('wall_seconds', 0.0) for t in timing)
-  build = sum(t.get('build_seconds', 0.0) for t in timing)
+  wall, build = (sum(t.get(k, 0.0) for t in timing) for k in ('wall_seconds', 'build_seconds'))
   table = markdown_table(
       ['invocation', 'finished', 'wall time', 'building processes', 'processes built',
        'runs run', 'runs skipped', 'runs failed'],
@@ -444,9 +422,8 @@ def time_section(timing, rows) -> str:
   total = text('time_total', wall=duration(wall), build=duration(build),
                share=100.0 * build / wall if wall else 0.0)
   failed = timing[-1].get('failed') or []
-  failures = ''.join([f'\nRuns that failed in the last invocation ({len(failed)}; the same command '
-                      'runs them again):\n\n'] + [f'- {f["run"]}: {f["error"]} (`{f["details"]}`)\n'
-                                                 for f in failed]) if failed else ''
+  failures = ''.join([f'\n{text("time_failed", failed=len(failed))}\n\n'] + [
+      f'- {f["run"]}: {f["error"]} (`{f["details"]}`)\n' for f in failed]) if failed else ''
   return (f'{table}\n{total}\nReporting runs: {len(rows)}, {duration(run_seconds)} of training '
           f'and evaluation in all.\n{failures}')
 
@@ -514,32 +491,29 @@ def tuning_section(choices, config) -> str:
     return 'Not tuned (`--tune=false`): every run uses the given values (see Setup).\n'
   if not choices:
     return 'No tuning results.\n'
-  baseline = config['baseline']
-  out = []
+  baseline, out = config['baseline'], []
   for where in dict.fromkeys((c['dataset'], c['regime'], c['epochs']) for c in choices):
-    dataset, regime, epochs = where
     here = [c for c in choices if (c['dataset'], c['regime'], c['epochs']) == where]
-    table = []
-    for c in here:
-      scores = sorted((s for s in c['scores'] if s['score'] is not None
-                       and math.isfinite(s['score'])), key=lambda s: -s['score'])
-      edge = c.get('at_edge') or ()
-      table.append([
-          f'{c["method"]} (at edge: {", ".join(edge)})' if edge else c['method'],
+    out += [text('tuning_where', dataset=where[0], regime=where[1], epochs=where[2]) + '\n',
+            markdown_table(['method', 'client lr', 'server lr', 'own values', 'validation score',
+                            'runner-up', 'candidates', 'client lrs tried', 'server lrs tried'],
+                           [_tuning_row(c) for c in here])]
+    tried = {c['method']: set(c['server_lrs_tried']) for c in here}
+    if baseline in tried:
+      missing = sorted(set().union(*tried.values()) - tried[baseline])
+      out.append(text('tuning_unequal', baseline=baseline, missing=_lrs(missing)) + '\n'
+                 if missing else text('tuning_equal', baseline=baseline) + '\n')
+  return '\n'.join(out)
+
+
+def _tuning_row(c) -> list[Any]:
+  """A tuning choice's row: the chosen values and score, the runner-up and what was tried."""
+  scores = sorted((s for s in c['scores'] if s['score'] is not None
+                   and math.isfinite(s['score'])), key=lambda s: -s['score'])
+  edge = c.get('at_edge') or ()
+  return [f'{c["method"]} (at edge: {", ".join(edge)})' if edge else c['method'],
           f'{c["client_lr"]:g}', f'{c["server_lr"]:g}',
           ', '.join(f'{k}={_fmt_value(v)}' for k, v in sorted(c['tuned'].items())) or '-',
           f'{c["score"]:.4f}' if c['score'] is not None and math.isfinite(c['score']) else 'nan',
           f'{scores[1]["candidate"]}: {scores[1]["score"]:.4f}' if len(scores) > 1 else '-',
-          len(c['scores']), _lrs(c['client_lrs_tried']), _lrs(c['server_lrs_tried'])])
-    out.append(text('tuning_where', dataset=dataset, epochs=epochs, regime=regime) + '\n')
-    out.append(markdown_table(['method', 'client lr', 'server lr', 'own values',
-                               'validation score', 'runner-up', 'candidates', 'client lrs tried',
-                               'server lrs tried'], table))
-    tried = {c['method']: set(c['server_lrs_tried']) for c in here}
-    if baseline in tried:
-      missing = sorted(set().union(*tried.values()) - tried[baseline])
-      out.append(f'The baseline ({baseline}) searched every server learning rate any method '
-                 'searched.\n' if not missing else
-                 f'The baseline ({baseline}) did not search the server learning rates '
-                 f'{_lrs(missing)} that other methods searched.\n')
-  return '\n'.join(out)
+          len(c['scores']), _lrs(c['client_lrs_tried']), _lrs(c['server_lrs_tried'])]

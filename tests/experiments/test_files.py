@@ -56,7 +56,7 @@ def test_a_write_the_disk_refuses_names_the_file(tmp_path, monkeypatch):
 
 
 def test_plots_are_written_atomically_with_the_umask(tmp_path, umask_022):
-  from experiments import plotting  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import plots as plotting  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'curve.png'
   assert plotting.plot_curves({'a': [{1: 1.0, 2: 0.5}]}, str(path), ylabel='y')
   assert path.read_bytes()[:4] == b'\x89PNG' and stat.S_IMODE(os.stat(path).st_mode) == 0o644

@@ -1,12 +1,13 @@
-"""experiments.plotting: a distinct style per method (20 methods), the same in every plot of a
-benchmark; a diverged run drawn at chance from the round it diverged, as the tables count it."""
+"""experiments.benchmarking.plots: a distinct style per method (20 methods), the same in every
+plot of a benchmark; a diverged run drawn at chance from the round it diverged, as the tables
+count it."""
 
 import copy
 import math
 
 import pytest
 
-from experiments import plotting
+from experiments.benchmarking import plots as plotting
 from experiments.benchmarking import results
 from experiments.benchmarking import runs as runs_lib
 from tests.experiments.benchmarking import report_rows

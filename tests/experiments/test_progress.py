@@ -63,39 +63,28 @@ def test_eta_counts_only_rounds_of_this_run_after_resume():
   assert bar.eta() == pytest.approx(8.0)  # 4 s per round, 2 rounds left
 
 
-def test_a_grid_of_runs_reconciles_the_total_and_rate_limits_plain_lines():
+def test_a_grid_of_runs_rate_limits_plain_lines_and_shows_the_last():
   stream, clock = io.StringIO(), _FakeClock()
-  bar = progress.Progress(30, label='[benchmark]', stream=stream, min_interval=10.0, clock=clock)
-  bar.start_run(10, 'run a')
-  for _ in range(10):
+  bar = progress.Progress(30, label='[benchmark]', stream=stream, min_interval=10.0, clock=clock,
+                          unit='run')
+  for i in range(12):
     clock.now += 2.0
-    bar.tick()
-  bar.end_run()
-  assert bar.done == 10 and bar.total == 30
-  assert bar.eta() == 40.0  # 2 s per round, 20 rounds left
-  bar.start_run(10, 'run b (finished already)')
-  bar.end_run()
-  assert bar.total == 20 and bar.eta() == 20.0
-  bar.start_run(10, 'run c fails after 3 rounds')
-  for _ in range(3):
-    clock.now += 2.0
-    bar.tick()
-  bar.end_run()
-  assert bar.total == 13
+    bar.tick(postfix=f'run {i} done')
+  assert bar.eta() == pytest.approx(36.0)  # 2 s per run, 18 runs left
+  bar.total = 13   # the plan firmed up
+  bar.tick(postfix='run 12 done')
   bar.close()
   lines = stream.getvalue().splitlines()
-  assert lines[0] == '[benchmark] round  1/30  elapsed 0:02  ETA 0:58  run a'
-  assert lines[-1].startswith('[benchmark] round 13/13') and 'ETA 0:00' in lines[-1]
-  assert 'run c fails after 3 rounds' in lines[-1]
-  assert len(lines) <= 6  # at most one line per 10 s, plus the last
+  assert lines[0] == '[benchmark] run  1/30  elapsed 0:02  ETA 0:58  run 0 done'
+  assert lines[-1].startswith('[benchmark] run 13/13') and 'ETA 0:00' in lines[-1]
+  assert 'run 12 done' in lines[-1]
+  assert len(lines) <= 5  # at most one line per 10 s, plus the last
 
 
 def test_disabled_writes_nothing():
   stream = io.StringIO()
   bar = progress.Progress(5, enabled=False, stream=stream)
-  bar.start_run(5)
   bar.tick()
-  bar.end_run()
   bar.close()
   assert stream.getvalue() == ''
 

@@ -1,5 +1,5 @@
-"""PNG plots (matplotlib, Agg backend): a metric per round, one line per method; the benchmark's
-plots from runs.csv's rows."""
+"""The report's PNG plots (matplotlib, Agg backend): a metric per round, one line per method
+(`plot_curves`, also compare's); the benchmark's plots from runs.csv's rows."""
 
 import itertools
 import math
@@ -98,16 +98,8 @@ def _diverged_label(method: str, runs) -> str:
           else method)
 
 
-def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
-  """Writes the benchmark's plots of runs.csv's `rows`: per regime and E the test accuracy and
-  training loss per round, each method's gain against the regime's conflict, and (several E)
-  the effect of E; returns name -> file name inside `plots_dir`."""
-  os.makedirs(plots_dir, exist_ok=True)
-  baseline = config['baseline']
-  gain = f'{results.statistic_label(results.primary_statistic(config), config)} − {baseline}'
-  regimes, methods, epochs = results.orders(rows, config)
-  others = [m for m in methods if m != baseline]
-  cells, found = results.group(rows), results.comparisons(rows, config)
+def _curve_plots(rows, config, methods, plots_dir: str) -> dict[str, str]:
+  """Per regime and E, the test accuracy and the training loss per round, a line per method."""
   written = {}
   for regime, e, cell in results.cells(rows, config):
     ordered = {m: cell[m].values() for m in methods if m in cell}
@@ -132,10 +124,19 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
                      title=f'{regime}, E={e} (mean ± std over seeds)',
                      order=[labels[m] for m in methods]):
         written[f'{what}:{regime}:{e}'] = name
+  return written
+
+
+def _gain_plot(rows, baseline: str, orders, found, path: str, ylabel: str) -> bool:
+  """Each method's gain (95% CI, `found`) against its regime's measured conflict, per E; whether
+  drawn."""
+  (regimes, methods, epochs), cells = orders, results.group(rows)
   markers = ['o', 's', '^', 'D', 'v', 'P']
   fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
   all_means = []
-  for method, (j, e) in itertools.product(others, enumerate(epochs)):
+  for method, (j, e) in itertools.product(methods, enumerate(epochs)):
+    if method == baseline:
+      continue
     points = [(results.regime_conflict(cells[(r, e)], baseline)[0], found[(r, e, method)])
               for r in regimes if (r, e, method) in found]
     points = [(conflict, d) for conflict, d in points if conflict is not None]
@@ -146,8 +147,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
                   yerr=[[d.mean - d.low if d.n >= 2 else 0.0 for d in ds],
                         [d.high - d.mean if d.n >= 2 else 0.0 for d in ds]],
                   fmt=markers[j % len(markers)], color=style(methods.index(method))['color'],
-                  capsize=2, alpha=0.85,
-                  label=f'{method} E={e}')
+                  capsize=2, alpha=0.85, label=f'{method} E={e}')
   if all_means:
     # The means decide the range; intervals wider than it (few seeds) run off the axes.
     low, high = min(all_means + [0.0]), max(all_means + [0.0])
@@ -156,27 +156,46 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
     ax.axhline(0.0, color='black', linewidth=0.8)
     ax.set_xlabel(f'measured conflict fraction of the regime ({baseline} or mean of methods)')
     ax.set_title('Gain over the baseline against gradient conflict')
-    _save(fig, ax, os.path.join(plots_dir, 'gain_vs_conflict.png'), f'{gain} (95% CI)',
-          'x-small', ncol=2)
-    written['gain_vs_conflict'] = 'gain_vs_conflict.png'
+    _save(fig, ax, path, f'{ylabel} (95% CI)', 'x-small', ncol=2)
   plt.close(fig)
+  return bool(all_means)
+
+
+def _epochs_plot(regimes, others, epochs, found, path: str, ylabel: str) -> None:
+  """Per method, its gain's mean (± std) over the regimes, a bar per E."""
+  fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+  width = 0.8 / len(epochs)
+  for j, e in enumerate(epochs):
+    spread = [stats.mean_std([found[(r, e, m)].mean for r in regimes if (r, e, m) in found])
+              for m in others]
+    ax.bar([k + j * width for k in range(len(others))],
+           [0.0 if math.isnan(mean) else mean for mean, _ in spread], width,
+           yerr=[0.0 if math.isnan(std) else std for _, std in spread], capsize=2,
+           label=f'E={e}')
+  ax.axhline(0.0, color='black', linewidth=0.8)
+  ax.set_xticks([k + width * (len(epochs) - 1) / 2 for k in range(len(others))])
+  ax.set_xticklabels(others, rotation=20, fontsize='small')
+  ax.set_title('Effect of local epochs on each method\'s gain')
+  _save(fig, ax, path, f'{ylabel}\nmean over regimes (± std over regimes)', grid='y')
+  plt.close(fig)
+
+
+def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
+  """Writes the benchmark's plots of runs.csv's `rows`: per regime and E the test accuracy and
+  training loss per round, each method's gain against the regime's conflict, and (several E)
+  the effect of E; returns name -> file name inside `plots_dir`."""
+  os.makedirs(plots_dir, exist_ok=True)
+  baseline = config['baseline']
+  gain = f'{results.statistic_label(results.primary_statistic(config), config)} − {baseline}'
+  regimes, methods, epochs = orders = results.orders(rows, config)
+  others, found = [m for m in methods if m != baseline], results.comparisons(rows, config)
+  written = _curve_plots(rows, config, methods, plots_dir)
+  if _gain_plot(rows, baseline, orders, found, os.path.join(plots_dir, 'gain_vs_conflict.png'),
+                gain):
+    written['gain_vs_conflict'] = 'gain_vs_conflict.png'
   if others and len(epochs) > 1:
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
-    width = 0.8 / len(epochs)
-    for j, e in enumerate(epochs):
-      spread = [stats.mean_std([found[(r, e, m)].mean for r in regimes if (r, e, m) in found])
-                for m in others]
-      ax.bar([k + j * width for k in range(len(others))],
-             [0.0 if math.isnan(mean) else mean for mean, _ in spread], width,
-             yerr=[0.0 if math.isnan(std) else std for _, std in spread], capsize=2,
-             label=f'E={e}')
-    ax.axhline(0.0, color='black', linewidth=0.8)
-    ax.set_xticks([k + width * (len(epochs) - 1) / 2 for k in range(len(others))])
-    ax.set_xticklabels(others, rotation=20, fontsize='small')
-    ax.set_title('Effect of local epochs on each method\'s gain')
-    _save(fig, ax, os.path.join(plots_dir, 'epochs_effect.png'),
-          f'{gain}\nmean over regimes (± std over regimes)', grid='y')
-    plt.close(fig)
+    _epochs_plot(regimes, others, epochs, found, os.path.join(plots_dir, 'epochs_effect.png'),
+                 gain)
     written['epochs_effect'] = 'epochs_effect.png'
   return written
 
