@@ -23,6 +23,15 @@ def _dense(seeds, units, activation='relu'):
   return _L.Dense(units, activation=activation, kernel_initializer=_glorot(seeds))
 
 
+def _torch_dense(seeds, units, fan_in, activation='relu'):
+  """PyTorch's default `nn.Linear` initialisation: weights (kaiming_uniform, a = sqrt(5)) and
+  biases U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+  uniform = lambda: tf.keras.initializers.RandomUniform(
+      -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in), seed=next(seeds))
+  return _L.Dense(units, activation=activation, kernel_initializer=uniform(),
+                  bias_initializer=uniform())
+
+
 def _conv(seeds, filters, size, padding='same'):
   return _L.Conv2D(filters, size, padding=padding, activation='relu',
                    kernel_initializer=_glorot(seeds))
@@ -41,16 +50,18 @@ def _image_layers(input_shape):
                                      '(S*S,) for an image model')
 
 
-def _model(name: str, input_shape, num_classes, seed, body, image=True) -> tf.keras.Model:
+def _model(name: str, input_shape, num_classes, seed, body, image=True,
+           logits=lambda seeds, n: _dense(seeds, n, None)) -> tf.keras.Model:
   """`body(seeds)`'s layers between the input (reshaped to an image, or flattened) and a dense
-  layer of logits; the initializers take seeds 1000 seed + 1, + 2, ... in layer order."""
+  layer of logits (`logits(seeds, num_classes)`); the initializers take seeds 1000 seed + 1,
+  + 2, ... in layer order."""
   input_shape = tuple(int(d) for d in input_shape)
   if not input_shape or any(d < 1 for d in input_shape):
     raise _checks.ArgumentError.must_be('input_shape', input_shape, 'one or more sizes >= 1')
   _checks.check_int('num_classes', num_classes, minimum=2)
   seeds = itertools.count(int(seed) * 1000 + 1)
   head = _image_layers(input_shape) if image else [_L.Flatten()]
-  layers = [*head, *body(seeds), _dense(seeds, int(num_classes), None)]
+  layers = [*head, *body(seeds), logits(seeds, int(num_classes))]
   if not any(isinstance(layer, _L.BatchNormalization) for layer in layers):
     return tf.keras.Sequential([_L.InputLayer(input_shape=input_shape), *layers], name=name)
   out = inputs = tf.keras.Input(shape=input_shape)  # batch norm: with the batch's statistics
@@ -78,6 +89,15 @@ def small_mlp(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
   BENCHMARKS.md)."""
   return _model('small_mlp', input_shape, num_classes, seed, lambda s: [_dense(s, 128)],
                 image=False)
+
+
+def torch_mlp(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
+  """`small_mlp` initialised as PyTorch's `nn.Linear` is: the FedGA authors' MLP 784-128-10
+  (github.com/Xiao-Chenguang/FedGA; docs/experiments.md, "FedGA's Table 1 beside ours")."""
+  fan_in = math.prod(int(d) for d in input_shape)
+  return _model('torch_mlp', input_shape, num_classes, seed,
+                lambda s: [_torch_dense(s, 128, fan_in)], image=False,
+                logits=lambda s, n: _torch_dense(s, n, 128, None))
 
 
 def digits_cnn(input_shape: Sequence[int], num_classes: int, *, seed: int = 0):
@@ -191,7 +211,7 @@ def shakespeare_gru(input_shape: Sequence[int], num_classes: int, *, seed: int =
 
 
 MODELS: dict[str, ModelFn] = {f.__name__: f for f in (
-    logistic_regression, mlp, small_mlp, digits_cnn, fedavg_cnn, fedmgc_fmnist_cnn, emnist_cnn,
+    logistic_regression, mlp, small_mlp, torch_mlp, digits_cnn, fedavg_cnn, fedmgc_fmnist_cnn, emnist_cnn,
     cifar_cnn, leaf_femnist_cnn, leaf_celeba_cnn, leaf_shakespeare_lstm, shakespeare_gru)}
 
 # The model of each dataset of `tff_conflict.data`, declared in its module (`info.Dataset.model`).

@@ -7,7 +7,7 @@ import tensorflow as tf
 import tff_conflict
 from experiments import architectures
 
-_SHAPES = {'logistic_regression': (60,), 'mlp': (64,), 'small_mlp': (28, 28, 1),
+_SHAPES = {'logistic_regression': (60,), 'mlp': (64,), 'small_mlp': (28, 28, 1), 'torch_mlp': (28, 28, 1),
            'digits_cnn': (64,), 'fedavg_cnn': (28, 28), 'fedmgc_fmnist_cnn': (28, 28, 1),
            'emnist_cnn': (28, 28, 1), 'cifar_cnn': (32, 32, 3), 'leaf_femnist_cnn': (28, 28, 1),
            'leaf_celeba_cnn': (20, 20, 3), 'leaf_shakespeare_lstm': (12,),
@@ -112,3 +112,14 @@ def test_bad_arguments():
     with pytest.raises(tff_conflict.ArgumentError, match=f'{argument} must be') as info:
       call()
     assert (info.value.argument, info.value.value) == (argument, value)
+
+
+def test_torch_mlp_is_pytorchs_linear_initialisation():
+  """Weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)): 784 inputs, then 128."""
+  model = architectures.torch_mlp((28, 28, 1), 10, seed=0)
+  kernel, bias, logits_kernel, logits_bias = model.get_weights()
+  assert kernel.shape == (784, 128) and logits_kernel.shape == (128, 10)
+  for values, fan_in in ((kernel, 784), (bias, 784), (logits_kernel, 128), (logits_bias, 128)):
+    bound = 1 / np.sqrt(fan_in)
+    assert 0.5 * bound < np.abs(values).max() <= bound
+  assert np.std(kernel) == pytest.approx(1 / np.sqrt(3 * 784), rel=0.02)   # U(-b, b): b / sqrt(3)
