@@ -156,8 +156,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
   """A run's summary from its metrics rows: `last_k_accuracy` (the primary statistic: the mean
   over the last `last_k` evaluated rounds, NaN if one is not finite), `best_accuracy` and
   `best_round` (never a headline), `collapsed` (`at_floor` with chance 1 / `num_classes`;
-  `collapse_columns` adds the majority rate and the confusion matrix), the means over rounds of `DIAGNOSTICS`, `seconds_per_round`
-  (rounds >= 2),
+  `collapse_columns` adds the majority rate and the confusion matrix), the means over rounds of
+  `DIAGNOSTICS`, `seconds_per_round` (rounds >= 2),
   the curves and the final values.
 
   A run diverges at the first round whose `{prefix}_accuracy` or `_loss`, clients' or global
