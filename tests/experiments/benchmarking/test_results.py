@@ -2,6 +2,7 @@
 the columns a reporting run adds from its metrics rows."""
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -245,3 +246,26 @@ def test_a_baseline_identical_to_the_baseline_is_compared_once():
   assert sorted(family) == [('digits:#C=2', 1, m, 'fedavg') for m in ('fedgh', 'fedld')]
   cell = results.group(rows)[('digits:#C=2', 1)]
   assert results.cell_references(cell, config) == ['fedavg']
+
+
+def test_an_old_row_reads_its_majority_rate_from_result_json_else_keeps_the_old_rule(tmp_path):
+  # A runs.csv row written before `majority_rate`: 80 classes, statistic 0.21 (above twice
+  # chance 0.025); its run's confusion matrix puts 20 of 100 test examples in one class.
+  row = {'regime': 'digits:iid', 'method': 'fedavg', 'epochs': 1, 'seed': 0,
+         'last_k_accuracy': 0.21, 'chance_accuracy': 0.0125, 'collapsed': 'False'}
+  alone = dict(row)
+  results.recheck_collapse(alone, str(tmp_path))   # no result.json: twice chance only
+  assert alone['majority_rate'] is None and alone['collapsed'] is False
+  run_dir = runs.report_run_dir(str(tmp_path), 'digits:iid', 1, 'fedavg', 0)
+  os.makedirs(run_dir)
+  confusion = np.diag([20.0] * 5 + [0.0] * 75)
+  runs.write_result(run_dir, {'spec': {}, 'confusion_matrix': confusion})
+  results.recheck_collapse(row, str(tmp_path))
+  assert row['majority_rate'] == pytest.approx(0.2) and row['collapsed'] is True
+  # A row's own column comes first; a flag already set stays.
+  own = dict(row, majority_rate=0.1, collapsed='False')
+  results.recheck_collapse(own, str(tmp_path))
+  assert own['majority_rate'] == 0.1 and own['collapsed'] is False
+  kept = dict(own, collapsed='True')
+  results.recheck_collapse(kept, str(tmp_path))
+  assert kept['collapsed'] is True
