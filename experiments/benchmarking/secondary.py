@@ -83,4 +83,6 @@ def collapse_section(rows, config: Mapping[str, Any]) -> str:
   return '\n'.join([text('collapse_intro', margin=runs_lib.COLLAPSE_MARGIN,
                           factor=runs_lib.COLLAPSE_FACTOR, share=runs_lib.COLLAPSE_SHARE,
                           unknown=unknown, total=len(rows)), '']
-                   + (['- ' + line for line in lines] or ['No run collapsed.'])) + '\n'
+                   + (['- ' + line for line in lines] or [
+                       'No run collapsed.' if not unknown else
+                       'No run flagged by the rules that could be applied.'])) + '\n'
