@@ -12,6 +12,7 @@ from experiments.benchmarking import plots as plots_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import diagnosis
 from experiments.benchmarking import results
+from experiments.benchmarking import secondary
 from experiments.benchmarking import tables
 
 REPORT_FILE = 'report.md'
@@ -52,7 +53,11 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
     if images:
       parts.append(images + '\n')
   windows, compositions = tables.windows_table(rows, config), tables.composition_table(rows, config)
+  power, speed = secondary.power_table(rows, config), secondary.speed_table(rows, config)
+  parts += ['## Power per comparison\n', power] if power else []
+  parts += ['## Collapsed runs\n', secondary.collapse_section(rows, config)] if rows else []
   parts += ['## Verdicts on earlier windows\n', windows] if windows else []
+  parts += ['## Rounds to a target (secondary)\n', speed] if speed else []
   parts += ['## Aggregators on top of the baselines\n', tables.text(
       'compositions_intro', baseline=baseline) + '\n', compositions] if compositions else []
   parts += [f'## Gain over {baseline} against gradient conflict\n',

@@ -7,7 +7,6 @@ import io
 import json
 import math
 import os
-import statistics
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -98,28 +97,24 @@ def load(root: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str
     raise DamagedRunsFile(f'{os.path.join(root, "config.json")} is missing or damaged (not a '
                           'JSON object): the benchmark did not start or it was edited')
   flat = config_lib.flat_settings(config)
-  flat['best_baselines'] = best_baselines(
-      read_json(os.path.join(root, 'tuning_choices.json'), []), flat)
-  return rows('runs.csv'), flat, rows(CURVES_FILE)
+  runs = rows('runs.csv')
+  for row in runs:
+    recheck_collapse(row, root)
+  return runs, flat, rows(CURVES_FILE)
 
 
-def best_baselines(choices: Sequence[Mapping[str, Any]], config: Mapping[str, Any]
-                   ) -> dict[str, dict[str, Any]]:
-  """dataset -> {'method', 'score', 'regime', 'scores'}: the best of the config's `best_of`
-  baselines by the validation score their tuning chose with (tuning_choices.json; ties: the
-  listed order), on the dataset's tuning regime; none for a dataset without a tuned baseline."""
-  pool = list(config.get('best_of') or config_lib.BASELINES)
-  out: dict[str, dict[str, Any]] = {}
-  for choice in choices:
-    score = _finite(choice.get('score'))
-    if choice.get('method') not in pool or score is None:
-      continue
-    found = out.setdefault(choice['dataset'], {'scores': {}, 'regime': choice.get('regime')})
-    found['scores'][choice['method']] = score
-  for found in out.values():
-    found['method'] = max(found['scores'], key=lambda m: (found['scores'][m], -pool.index(m)))
-    found['score'] = found['scores'][found['method']]
-  return out
+def recheck_collapse(row: dict[str, Any], root: str) -> None:
+  """Sets a runs.csv row's `majority_rate` (its own; for a row written before the column, from
+  its run's result.json confusion matrix where that is on disk; else None: unknown) and flags it
+  `collapsed` where `runs.at_floor` finds it at that rate (a flag already set stays)."""
+  majority = _finite(row.get('majority_rate'))
+  if majority is None:
+    result = runs_lib.read_result(runs_lib.report_run_dir(
+        root, str(row['regime']), int(row['epochs']), str(row['method']), int(row['seed'])))
+    majority = runs_lib.majority_rate((result or {}).get('confusion_matrix'))
+  row['majority_rate'] = majority
+  row['collapsed'] = is_true(row.get('collapsed')) or runs_lib.at_floor(
+      _finite(row.get('last_k_accuracy')), _finite(row.get('chance_accuracy')), majority)
 
 
 def num(value) -> Optional[float]:
@@ -224,27 +219,19 @@ def regime_datasets(rows) -> dict[str, str]:
   return {str(r['regime']): str(r['dataset']) for r in rows}
 
 
-def best_baseline(config: Mapping[str, Any], dataset: str) -> str:
-  """The dataset's best baseline (`best_baselines`), else the config's baseline."""
-  return ((config.get('best_baselines') or {}).get(dataset) or {}).get(
-      'method') or config['baseline']
+def references(config: Mapping[str, Any]) -> list[str]:
+  """What the primary family compares each method with: the baseline, then every other baseline
+  of `best_of`."""
+  pool = config.get('best_of') or config_lib.BASELINES
+  return [config['baseline']] + [b for b in pool if b != config['baseline']]
 
 
-def references(config: Mapping[str, Any], dataset: str) -> list[str]:
-  """What the primary family compares each method with on `dataset`: the baseline, and the best
-  baseline when it is another."""
-  best = best_baseline(config, dataset)
-  return [config['baseline']] + ([best] if best != config['baseline'] else [])
-
-
-def cell_references(cell, config: Mapping[str, Any], dataset: str) -> list[str]:
-  """`references` in one (regime, E) cell, less a best baseline whose runs there equal the
+def cell_references(cell, config: Mapping[str, Any]) -> list[str]:
+  """`references` that ran in one (regime, E) cell, less a baseline whose runs there equal the
   baseline's in every seed (`identical`: one computation, compared once)."""
-  found = references(config, dataset)
-  if len(found) > 1 and identical(difference(cell, found[1], found[0],
-                                             primary_statistic(config))):
-    return found[:1]
-  return found
+  baseline = config['baseline']
+  return [b for b in references(config) if b in cell and (b == baseline or not identical(
+      difference(cell, b, baseline, primary_statistic(config))))]
 
 
 def transferred_from(config: Mapping[str, Any], regime: str, dataset: str) -> Optional[str]:
@@ -294,16 +281,17 @@ def family(rows, config: Mapping[str, Any], back: int = 0
            ) -> dict[tuple[str, int, str, str], stats.Interval]:
   """The primary family, named before the runs: (regime, E, method, reference) -> the paired
   difference of the primary statistic, Holm-adjusted over the family: every `compared_methods`
-  against each of `references` in every `primary_regimes` regime and E (an `identical`
-  comparison is no test and outside it). `back` > 0: the same comparisons on the window `back`
+  against each of `cell_references` (every baseline that ran) in every `primary_regimes` regime
+  and E, each (method, regime, E, baseline) one member (an `identical` comparison is no test and
+  outside it). `back` > 0: the same comparisons on the window `back`
   windows before the last (`window_statistic`; the last-k statistic only), adjusted alike."""
-  datasets, key = regime_datasets(rows), primary_statistic(config)
+  key = primary_statistic(config)
   last_k = int((config.get('tuning') or {}).get('last_k') or config.get('last_k') or 5)
   methods, primary = compared_methods(rows, config), primary_regimes(config)
   found = {}
   for regime, e, cell in cells(rows, config):
     for method in methods if regime in primary else []:
-      for against in cell_references(cell, config, datasets[regime]):
+      for against in cell_references(cell, config):
         if method not in cell or against not in cell:
           continue
         if back:
@@ -376,28 +364,83 @@ def verdict(d: Optional[stats.Interval], margin: float = 0.0, chance: bool = Fal
   return 'ties' if -margin < d.low and d.high < margin else 'inconclusive'
 
 
-def paired_comparisons(cell, baseline: str, config: Mapping[str, Any]) -> list[stats.Interval]:
-  """The differences of the primary statistic against `baseline` with at least 2 paired seeds
-  and a finite sd, where neither side collapsed: what `power` reads."""
-  found = [difference(cell, m, baseline, primary_statistic(config)) for m in cell
-           if not (collapsed(cell[m]) or collapsed(cell.get(baseline)))]
-  return [d for d in found if d is not None and d.n >= 2 and math.isfinite(d.sd)]
+EVERY = 'every baseline'   # the column of `against_every`'s verdicts
 
 
-def power(cell, baseline: str, config: Mapping[str, Any], *, alpha: float = ALPHA
-          ) -> Optional[tuple[float, int, float, float, int]]:
-  """(minimal detectable difference, seeds needed to detect `detect_for`, that difference, the
-  median paired sd of the primary statistic over the methods, the fewest paired seeds) at
-  `POWER` and level `ALPHA`, from the `paired_comparisons` whose difference varies over the
-  seeds (a pilot's, for the next run; one the same in every seed, such as an `identical` one,
-  says nothing of their spread); None without one."""
-  found = [d for d in paired_comparisons(cell, baseline, config) if d.sd > 0]
-  if not found:
+def against_every(words: Sequence[str]) -> str:
+  """A method's verdict against every baseline from its `verdict` against each (Berger,
+  "Multiparameter hypothesis testing and acceptance sampling", Technometrics 24(4), 1982).
+
+  'beats every baseline' only where it beats each one: the intersection-union test of "it is
+  better than each", whose null hypothesis is the union of the per-baseline nulls, rejects where
+  each per-baseline test rejects and is then valid at the level of those tests, with no
+  correction across the baselines. Here each per-baseline test is its comparison's
+  Holm-adjusted test in the primary `family`, where every (method, regime, E, baseline) is one
+  member, so the family-wise error over every word below stays at `ALPHA`. 'loses to a
+  baseline' where it loses to any one (Holm agrees); 'ties every baseline' where it ties each
+  one (each 95% interval inside the margin); 'at chance' / 'identical' where every comparison
+  is; else 'inconclusive' (also with no comparison)."""
+  if 'loses' in words:
+    return 'loses to a baseline'
+  for word, said in (('beats', 'beats every baseline'), ('ties', 'ties every baseline'),
+                     ('at chance', 'at chance'), ('identical', 'identical')):
+    if words and all(w == word for w in words):
+      return said
+  return 'inconclusive'
+
+
+def every_baseline(rows, config: Mapping[str, Any]
+                   ) -> dict[tuple[str, int, str], tuple[str, dict[str, str]]]:
+  """(regime, E, method) -> (`against_every` verdict, baseline -> `verdict`) over the primary
+  `family`."""
+  cells, out = group(rows), {}
+  for (regime, e, method, against), d in family(rows, config).items():
+    word = verdict(d, margin(config), at_chance(cells[(regime, e)], method, against))
+    out.setdefault((regime, e, method), {})[against] = word
+  return {k: (against_every(list(words.values())), words) for k, words in out.items()}
+
+
+def detectable(d: Optional[stats.Interval], level: float) -> Optional[float]:
+  """The difference a comparison detects with `POWER` at `level` (the family's first Holm level:
+  `holm_level`) from its own paired sd and seeds (`stats.minimal_detectable_difference`); None
+  without 2 seeds and a finite sd."""
+  if d is None or d.n < 2 or not math.isfinite(d.sd):
     return None
-  sd, n = statistics.median(d.sd for d in found), min(d.n for d in found)
-  target = detect_for(next(iter(next(iter(cell.values())).values()))['dataset'], config)
-  return (stats.minimal_detectable_difference(sd, n, alpha=alpha, power=POWER),
-          stats.seeds_needed(sd, target, alpha=alpha, power=POWER), target, sd, n)
+  return stats.minimal_detectable_difference(d.sd, d.n, alpha=level, power=POWER)
+
+
+def speed_target(config: Mapping[str, Any]) -> float:
+  """The fraction of the baseline's primary statistic the speed statistic's target is
+  (config.json's `speed_target`, default 0.9), named before the runs."""
+  return float(config.get('speed_target') or 0.9)
+
+
+def rounds_to(row: Mapping[str, Any], target: float) -> tuple[int, bool]:
+  """(the first round whose counted test accuracy (`runs.counted_curve`) reaches `target`,
+  whether it did): one that never does counts as its horizon + 1, a bound."""
+  curve = runs_lib.counted_curve(row)
+  found = next((r for r, a in enumerate(curve, start=1)
+                if a is not None and math.isfinite(a) and a >= target), None)
+  return (found, True) if found is not None else (len(curve) + 1, False)
+
+
+def speed(rows, config: Mapping[str, Any]
+          ) -> dict[tuple[str, int], tuple[float, dict[str, tuple[dict[int, int], int]]]]:
+  """(regime, E) -> (the target: `speed_target` times the mean over the baseline's seeds of its
+  primary statistic, method -> (seed -> `rounds_to` it, seeds that never reach it)), for the
+  cells where the baseline ran. A secondary statistic outside every family."""
+  key, out = primary_statistic(config), {}
+  for regime, e, cell in cells(rows, config):
+    if config['baseline'] not in cell:
+      continue
+    target = speed_target(config) * mean(cell[config['baseline']], key)
+    per = {}
+    for method, per_seed in cell.items():
+      found = {s: rounds_to(r, target) for s, r in per_seed.items()}
+      per[method] = ({s: n for s, (n, _) in found.items()},
+                     sum(not hit for _, hit in found.values()))
+    out[(regime, e)] = (target, per)
+  return out
 
 
 def holm_level(rows, config: Mapping[str, Any]) -> float:

@@ -26,9 +26,11 @@ DIAGNOSTICS = {'conflict_before': 'aggregator/conflict_fraction_before',
 # aggregator (a NaN or Inf row): one stage's zeroed update arrives finite at the next.
 EXCLUDED_NON_FINITE = ('num_excluded_nonfinite', 'num_excluded_nonfinite_clients')
 # A run is collapsed when its primary statistic (the mean accuracy of its last `last_k` evaluated
-# rounds) is below this many times chance (1 / classes), or its final model gives one class to at
-# least `COLLAPSE_SHARE` of the evaluated examples.
+# rounds) is below `COLLAPSE_FACTOR` times chance (1 / classes) or within `COLLAPSE_MARGIN` of the
+# test split's majority-class rate, or its final model gives one class to at least
+# `COLLAPSE_SHARE` of the evaluated examples.
 COLLAPSE_FACTOR = 2.0
+COLLAPSE_MARGIN = 0.02
 COLLAPSE_SHARE = 0.9
 
 
@@ -103,7 +105,7 @@ RUN_COLUMNS = (
     'best_accuracy', 'best_round', 'last_k_accuracy', 'final_loss', 'final_macro_f1',
     'final_train_loss', 'diverged', 'diverged_round', 'zeroed_rounds',
     'excluded_nonfinite_updates', 'collapsed',
-    'chance_accuracy', 'conflict_before', 'conflict_after', 'norm_ratio',
+    'chance_accuracy', 'majority_rate', 'conflict_before', 'conflict_after', 'norm_ratio',
     'seconds_per_round', 'first_round_s', 'run_seconds', 'final_global_train_loss',
     'accuracy_curve', 'train_loss_curve', 'conflict_curve', 'global_train_loss_curve')
 
@@ -153,9 +155,9 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
               num_classes: Optional[int] = None) -> dict[str, Any]:
   """A run's summary from its metrics rows: `last_k_accuracy` (the primary statistic: the mean
   over the last `last_k` evaluated rounds, NaN if one is not finite), `best_accuracy` and
-  `best_round` (never a headline), `collapsed` (`last_k_accuracy` below `COLLAPSE_FACTOR` times
-  chance 1 / `num_classes`), the means over rounds of `DIAGNOSTICS`, `seconds_per_round`
-  (rounds >= 2),
+  `best_round` (never a headline), `collapsed` (`at_floor` with chance 1 / `num_classes`;
+  `collapse_columns` adds the majority rate and the confusion matrix), the means over rounds of
+  `DIAGNOSTICS`, `seconds_per_round` (rounds >= 2),
   the curves and the final values.
 
   A run diverges at the first round whose `{prefix}_accuracy` or `_loss`, clients' or global
@@ -207,8 +209,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
           float(r[c]) for r in rows for c in columns
           if c.rsplit('/', 1)[-1] in EXCLUDED_NON_FINITE and _finite(r.get(c)))),
       'chance_accuracy': chance,
-      'collapsed': bool(chance is not None and last_k_accuracy is not None
-                        and not last_k_accuracy >= COLLAPSE_FACTOR * chance),
+      'collapsed': at_floor(last_k_accuracy, chance),
       'seconds_per_round': float(np.mean(later or times)) if times else None,
       'first_round_s': times[0] if times else None,
       'accuracy_curve': encode_curve(raw),
@@ -227,11 +228,43 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
   return summary
 
 
+def at_floor(statistic: Optional[float], chance: Optional[float],
+             majority: Optional[float] = None) -> bool:
+  """Whether a primary `statistic` is no better than a constant guess: below `COLLAPSE_FACTOR`
+  times `chance`, or (where the test split's `majority` rate is known) below `majority +
+  COLLAPSE_MARGIN` (NaN: True; an unknown statistic or chance: False)."""
+  if statistic is None or chance is None:
+    return False
+  floor = max(COLLAPSE_FACTOR * chance, -math.inf if majority is None
+              else majority + COLLAPSE_MARGIN)
+  return not statistic >= floor
+
+
+def majority_rate(confusion) -> Optional[float]:
+  """The test split's majority-class rate: the largest row sum (true class) of a confusion matrix
+  over its total (None for none, NaN or an empty one)."""
+  if confusion is None:
+    return None
+  matrix = np.asarray(confusion, dtype=np.float64)
+  if matrix.ndim != 2 or not np.all(np.isfinite(matrix)) or matrix.sum() <= 0:
+    return None
+  return float(matrix.sum(axis=1).max() / matrix.sum())
+
+
+def collapse_columns(summary: Mapping[str, Any], confusion) -> dict[str, Any]:
+  """runs.csv's `majority_rate` (`majority_rate` of the final `confusion`, None: unknown) and
+  `collapsed`: `at_floor` with it, diverged (its model's confusion matrix is NaN: at chance), or
+  predicting one class (`predicts_one_class`)."""
+  majority = majority_rate(confusion)
+  return {'majority_rate': majority, 'collapsed': bool(
+      summary['collapsed'] or summary['diverged'] or predicts_one_class(confusion)
+      or at_floor(summary['last_k_accuracy'], summary['chance_accuracy'], majority))}
+
+
 def collapsed(summary: Mapping[str, Any], confusion) -> bool:
-  """Whether a run of `summary` (`summarize`) with its final `confusion` matrix (None: unknown)
-  collapsed: its last-k accuracy below `COLLAPSE_FACTOR` times chance, diverged (its model's
-  confusion matrix is NaN: at chance), or predicting one class (`predicts_one_class`)."""
-  return bool(summary['collapsed'] or summary['diverged'] or predicts_one_class(confusion))
+  """`collapse_columns`' flag of a run of `summary` (`summarize`) with its final `confusion`
+  matrix (None: unknown)."""
+  return collapse_columns(summary, confusion)['collapsed']
 
 
 def predicts_one_class(confusion) -> bool:

@@ -101,14 +101,13 @@ def _said(d, word: str, method: str, against: str) -> str:
 
 def family_groups(rows, config) -> list[tuple[str, str, int, str, dict[str, list[str]]]]:
   """(cell name, regime, E, reference, verdict word -> 'method Δ ...') for every primary regime
-  and E and each of its references (`results.references`), from the primary family."""
+  and E and each of its references (`results.cell_references`), from the primary family."""
   tested = results_lib.family(rows, config)
-  datasets = results_lib.regime_datasets(rows)
   out = []
   for name, regime, e, cell in _cells(rows, config):
     if regime not in results_lib.primary_regimes(config):
       continue
-    for against in results_lib.cell_references(cell, config, datasets[regime]):
+    for against in results_lib.cell_references(cell, config):
       groups: dict[str, list[str]] = {}
       for (r, ee, method, b), d in tested.items():
         if (r, ee, b) == (regime, e, against):
@@ -119,16 +118,23 @@ def family_groups(rows, config) -> list[tuple[str, str, int, str, dict[str, list
 
 
 def family_lines(rows, config) -> list[str]:
-  """One line per primary regime, E and reference: the methods grouped by verdict."""
-  cells = results_lib.group(rows)
-  datasets = results_lib.regime_datasets(rows)
-  lines = []
-  for name, regime, e, against, groups in family_groups(rows, config):
+  """One line per primary regime, E and reference: the methods grouped by verdict; then one per
+  primary regime and E: the methods grouped by their verdict against every baseline."""
+  cells, datasets = results_lib.group(rows), results_lib.regime_datasets(rows)
+  every, lines = results_lib.every_baseline(rows, config), []
+  found = family_groups(rows, config)
+  for i, (name, regime, e, against, groups) in enumerate(found):
     source = results_lib.transferred_from(config, regime, datasets[regime])
     where = f'{name}, tuning transferred from `{source}`' if source else name
-    reference = f'{against} {_mean(config, cells[(regime, e)], against)}' + (
-        ', the best baseline on validation' if against != config['baseline'] else '')
-    lines.append(f'- {where}, against {reference}: {_grouped(groups)}.')
+    lines.append(f'- {where}, against {against} {_mean(config, cells[(regime, e)], against)}: '
+                 f'{_grouped(groups)}.')
+    if i + 1 == len(found) or found[i + 1][1:3] != (regime, e):
+      words: dict[str, list[str]] = {}
+      for (r, ee, method), (word, _) in every.items():
+        if (r, ee) == (regime, e):
+          words.setdefault(word, []).append(method)
+      lines.append(f'- {where}, against every baseline: ' + '; '.join(
+          f'{w}: {", ".join(ms)}' for w, ms in words.items()) + '.')
   return lines
 
 
@@ -166,13 +172,23 @@ def _plateau_sentence(config, curves) -> str:
 
 
 def _power_sentence(rows, config) -> str:
-  """The primary regimes' detectable differences at the family's Holm level."""
-  baseline, level = config['baseline'], results_lib.holm_level(rows, config)
-  found = [f'{name} {p[0]:.4f} ({p[1]} seeds to detect {p[2]:g})'
-           for name, regime, _, cell in _cells(rows, config)
-           if regime in results_lib.primary_regimes(config)
-           for p in [results_lib.power(cell, baseline, config, alpha=level)] if p]
-  return text('summary_power', level=level, found=', '.join(found)) if found else ''
+  """How many of the primary family's comparisons are underpowered (`results.detectable` at the
+  family's first Holm level above the dataset's target), per regime."""
+  level, datasets = results_lib.holm_level(rows, config), results_lib.regime_datasets(rows)
+  weak: dict[str, list[float]] = {}
+  for (regime, _, _, _), d in results_lib.family(rows, config).items():
+    mdd = results_lib.detectable(d, level)
+    weak.setdefault(regime, [])
+    if mdd is not None and mdd > results_lib.detect_for(datasets[regime], config):
+      weak[regime].append(mdd)
+  if not weak:
+    return ''
+  targets = sorted({results_lib.detect_for(datasets[r], config) for r in weak})
+  return text('summary_power', level=level, weak=sum(map(len, weak.values())),
+              total=results_lib.family_size(results_lib.family(rows, config)),
+              targets=', '.join(f'{t:g}' for t in targets),
+              named='; '.join(f'`{r}` {len(v)}' + (f' ({min(v):.3f}-{max(v):.3f})' if v else '')
+                              for r, v in weak.items()))
 
 
 def verdicts(rows, config, curves) -> str:
@@ -202,48 +218,43 @@ def verdicts(rows, config, curves) -> str:
 
 
 def readme(rows, config, curves) -> str:
-  """The README's table: per primary regime, the baseline's statistic, the best baseline, the
-  methods that beat or lose to each (with their differences) and how many tie, are inconclusive
-  or identical (against the baseline / the best baseline); the words, the family and the caveats
-  as `verdicts` gives them (its full text: docs/methods.md)."""
+  """The README's table: a row per compared method, per primary regime its verdict against the
+  baseline (with its Δ) and against every baseline (`results.every_baseline`); the baseline's
+  statistic in the first row; the words, the family and the caveats as `verdicts` gives them
+  (its full text: docs/methods.md)."""
   baseline = config['baseline']
-  cells, datasets = results_lib.group(rows), results_lib.regime_datasets(rows)
-  by_cell: dict = {}
-  for name, regime, e, against, groups in family_groups(rows, config):
-    by_cell.setdefault((name, regime, e), {})[against] = groups
+  tested, every = results_lib.family(rows, config), results_lib.every_baseline(rows, config)
+  datasets, cells = results_lib.regime_datasets(rows), results_lib.group(rows)
+  names = [(name, regime, e) for name, regime, e, _ in _cells(rows, config)
+           if regime in results_lib.primary_regimes(config)]
   open_ = [f'`{r}` (round {config_lib.rounds_of(config, r)})' for r, _, (_, _, plateaued), _
            in results_lib.plateau_verdicts(curves, config) if not plateaued]
   rule = text('readme_rule', methods=len(results_lib.compared_methods(rows, config)),
               baseline=baseline, seeds=len(config['report_seeds']),
-              rounds=config_lib.per_dataset(config, 'rounds'),
-              size=results_lib.family_size(results_lib.family(rows, config)),
+              others=', '.join(results_lib.references(config)[1:]) or 'no other',
+              size=results_lib.family_size(tested),
               alpha=results_lib.ALPHA, margin=results_lib.margin(config),
               open=(f' {baseline}\'s validation accuracy had not plateaued on '
                     + ', '.join(open_) + '.') if open_ else '')
-  counted = [w for w in _WORDS[2:] if w != 'at chance' or any(
-      w in g for per in by_cell.values() for g in per.values())]
-  short = lambda g, w: ', '.join(x.split(' [')[0] for x in g.get(w, [])) or '-'
-  table = []
-  for (name, regime, e), per in by_cell.items():
-    cell = cells[(regime, e)]
-    best = results_lib.cell_references(cell, config, datasets[regime])[-1]
-    nominal = results_lib.best_baseline(config, datasets[regime])
-    mine, theirs = per.get(baseline, {}), per.get(best, {}) if best != baseline else {}
-    table.append([
-        name + (' (tuning transferred)' if results_lib.transferred_from(
-            config, regime, datasets[regime]) else ''),
-        _mean(config, cell, baseline),
-        f'{best} {_mean(config, cell, best)}' if best != baseline
-        else f'{nominal}, identical to {baseline} here' if nominal != baseline
-        else f'{baseline} itself',
-        short(mine, 'beats'), short(mine, 'loses'),
-        *([short(theirs, 'beats'), short(theirs, 'loses')] if best != baseline
-          else ['(the same)'] * 2),
-        *[str(len(mine.get(w, []))) + (f' / {len(theirs.get(w, []))}' if best != baseline
-                                       else '') for w in counted]])
+
+  def words(regime, e, method):
+    d = tested.get((regime, e, method, baseline))
+    word = '-' if d is None else _word(d, config, cells[(regime, e)], method, baseline)
+    return f'{word} / {_SHORT.get(every.get((regime, e, method), ("-",))[0], "-")}'
+  table = [[f'{baseline} (mean)', *[_mean(config, cells[(r, e)], baseline)
+                                            for _, r, e in names]]]
+  table += [[method, *[words(r, e, method) for _, r, e in names]]
+            for method in results_lib.compared_methods(rows, config)]
+  header = [name + (' (tuning transferred)' if results_lib.transferred_from(
+      config, r, datasets[r]) else '') for name, r, _ in names]
   return '\n'.join([_provisional(config), '', rule, '', tables.markdown_table(
-      ['regime', baseline, 'best baseline', f'beat {baseline}', f'lose to {baseline}',
-       'beat the best', 'lose to the best', *counted], table)]).strip() + '\n'
+      ['method', *header], table)]).strip() + '\n'
+
+
+# The README's words against every baseline (`results.against_every`), shortened.
+_SHORT = {'beats every baseline': 'beats all', 'loses to a baseline': 'loses to one',
+          'ties every baseline': 'ties all', 'inconclusive': 'inconclusive',
+          'at chance': 'at chance', 'identical': 'identical'}
 
 
 def _variants(rows, config, wanted, ratios: bool = False) -> str:

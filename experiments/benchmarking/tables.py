@@ -95,24 +95,20 @@ def _tested_cells(cell, method: str, against: str, d) -> tuple[str, str]:
           fmt_p(d.p_value) if results.tested(d) or results.identical(d) else 'no test')
 
 
-def regime_table(cell, methods: Sequence[str], *, baseline: str,
-                 found: Mapping[str, stats.Interval], config: Mapping[str, Any],
-                 best: Optional[str] = None,
-                 found_best: Optional[Mapping[str, stats.Interval]] = None) -> str:
-  """One (regime, E) cell's table, a row per method, `found` its comparisons against the
-  baseline (and `found_best` against `best`, the best baseline, when it is another); the
-  columns are docs/experiments.md's "The benchmark: does a method help?"."""
-  key = results.primary_statistic(config)
-  second = best is not None and best != baseline and best in cell
+def regime_table(cell, methods: Sequence[str], *, config: Mapping[str, Any],
+                 against: Sequence[str], found: Mapping[str, Mapping[str, stats.Interval]],
+                 every: Optional[Mapping[str, str]] = None) -> str:
+  """One (regime, E) cell's table, a row per method; `found`: baseline -> method -> its
+  comparison, for each of `against` (the baseline first); `every`: method -> its verdict against
+  every baseline (`results.every_baseline`; a primary regime). The columns are
+  docs/experiments.md's "The benchmark: does a method help?"."""
+  key, baseline = results.primary_statistic(config), against[0]
   out = []
   for method in [m for m in methods if cell.get(m)]:
     per_seed = cell[method]
-    d, chance = found.get(method), results.at_chance(cell, method, baseline)
-    delta, p = _tested_cells(cell, method, baseline, d)
+    d, chance = found[baseline].get(method), results.at_chance(cell, method, baseline)
     last_delta = ('—' if method == baseline else '-' if d is None else delta_cell(
         results.difference(cell, method, baseline, 'final_accuracy'), chance, mark=False))
-    extra = (list(_tested_cells(cell, method, best, (found_best or {}).get(method)))
-             if second else [])
     before = results.mean(per_seed, 'conflict_before')
     excluded = int(sum(results.num(r.get('excluded_nonfinite_updates')) or 0
                        for r in per_seed.values()))
@@ -120,54 +116,50 @@ def regime_table(cell, methods: Sequence[str], *, baseline: str,
         method, len(per_seed), f'{_diverged(per_seed)} ({excluded} updates excluded)'
         if excluded else _diverged(per_seed),
         sum(results.is_true(r.get('collapsed')) for r in per_seed.values()),
-        fmt_mean_std(per_seed, key), delta, p, *extra, fmt_mean_std(per_seed, 'final_accuracy'),
-        last_delta,
+        fmt_mean_std(per_seed, key),
+        *[c for b in against for c in _tested_cells(cell, method, b, found[b].get(method))],
+        *([every.get(method, '—')] if every is not None else []),
+        fmt_mean_std(per_seed, 'final_accuracy'), last_delta,
         '-' if math.isnan(before) else
         f'{before:.3f} → {fmt(results.mean(per_seed, "conflict_after"), 3)}',
         fmt(results.mean(per_seed, 'norm_ratio'), 3),
         fmt(results.mean(per_seed, 'seconds_per_round'))])
   return markdown_table(
       ['method', 'seeds', 'diverged', 'collapsed', results.statistic_label(key, config),
-       f'Δ vs {baseline} [95% CI]', 'Holm p',
-       *([f'Δ vs {best} (best baseline) [95% CI]', 'Holm p'] if second else []),
+       *[c for b in against for c in (f'Δ vs {b} [95% CI]', 'Holm p')],
+       *(['vs every baseline'] if every is not None else []),
        'last-round accuracy', 'Δ last round [95% CI]',
        'conflict before → after', 'norm ratio', 's / round'], out)
 
 
-def power_line(cell, *, baseline: str, config: Mapping[str, Any],
-               holm_level: Optional[float] = None) -> str:
-  """The regime's minimal detectable difference and the seeds to detect its target, per
-  comparison and (`holm_level`: a primary regime) at the primary family's Holm level; '' when
-  every paired difference is the same in every seed (nothing varies to measure it from)."""
-  found = results.power(cell, baseline, config)
-  if found is None:
-    return ('' if results.paired_comparisons(cell, baseline, config) else
-            'Minimal detectable difference: not computable (fewer than 2 paired seeds).')
-  mdd, needed, target, sd, n = found
-  line = text('power_line', mdd=mdd, n=n, sd=sd, power=results.POWER, alpha=results.ALPHA,
-              target=target, needed=needed)
-  if holm_level is None:
-    return line
-  mdd, needed, *_ = results.power(cell, baseline, config, alpha=holm_level)
-  return line + ' ' + text('power_holm', mdd=mdd, level=holm_level, target=target,
-                           needed=needed)
+def power_line(cell, *, baseline: str, config: Mapping[str, Any]) -> str:
+  """Outside the primary family: the range over the comparisons against `baseline` (neither side
+  collapsed, a difference that varies over the seeds) of each one's minimal detectable
+  difference at `ALPHA` and of the seeds to detect its target; '' without one."""
+  key = results.primary_statistic(config)
+  found = [d for m in cell for d in [results.difference(cell, m, baseline, key)]
+           if not (results.collapsed(cell[m]) or results.collapsed(cell.get(baseline)))
+           and d is not None and d.n >= 2 and math.isfinite(d.sd) and d.sd > 0]
+  if not found:
+    return ''
+  target = results.detect_for(next(iter(next(iter(cell.values())).values()))['dataset'], config)
+  mdd = [results.detectable(d, results.ALPHA) for d in found]
+  needed = [stats.seeds_needed(d.sd, target, alpha=results.ALPHA, power=results.POWER)
+            for d in found]
+  return text('power_line', low=min(mdd), high=max(mdd), n=min(d.n for d in found),
+              power=results.POWER, alpha=results.ALPHA, target=target, fewest=min(needed),
+              most=max(needed))
 
 
 def regime_notes(regime: str, dataset: str, config: Mapping[str, Any], cell=None) -> str:
-  """The regime's best baseline (chosen on validation; compared once where its runs equal the
-  baseline's in every seed) and whether its tuning is transferred."""
+  """The baselines compared once where their runs equal the baseline's in every seed, and
+  whether the regime's tuning is transferred."""
   notes = []
-  best = (config.get('best_baselines') or {}).get(dataset)
-  if best and regime in results.primary_regimes(config):
-    others = ', '.join(f'{m} {v:.4f}' for m, v in sorted(best['scores'].items(),
-                                                         key=lambda kv: -kv[1])
-                       if m != best['method'])
-    notes.append(text('best_baseline', best=best['method'], score=best['score'],
-                      regime=best['regime'],
-                      others=f'; {others}' if others else '; the only baseline tuned'))
-    if cell is not None and len(results.cell_references(cell, config, dataset)) < len(
-        results.references(config, dataset)):
-      notes.append(text('best_is_baseline', best=best['method'], baseline=config['baseline']))
+  if cell is not None and regime in results.primary_regimes(config):
+    same = [b for b in results.references(config)
+            if b in cell and b not in results.cell_references(cell, config)]
+    if same:
+      notes.append(text('same_as_baseline', same=', '.join(same), baseline=config['baseline']))
   source = results.transferred_from(config, regime, dataset)
   if source:
     notes.append(text('transferred', source=source))
@@ -178,36 +170,29 @@ def regime_notes(regime: str, dataset: str, config: Mapping[str, Any], cell=None
 
 def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
   """(regime, E, heading line, table) for every cell."""
-  baseline = config['baseline']
+  baseline, key = config['baseline'], results.primary_statistic(config)
   methods = results.orders(rows, config)[1]
-  found = results.comparisons(rows, config)
-  tested = results.family(rows, config)
-  datasets = results.regime_datasets(rows)
-  level = results.holm_level(rows, config)
+  found, tested = results.comparisons(rows, config), results.family(rows, config)
+  every, datasets = results.every_baseline(rows, config), results.regime_datasets(rows)
   out = []
   for regime, e, cell in results.cells(rows, config):
     conflict, source = results.regime_conflict(cell, baseline)
     primary = regime in results.primary_regimes(config)
     heading = ' '.join(filter(None, (
         regime_notes(regime, datasets[regime], config, cell),
-        power_line(cell, baseline=baseline, config=config,
-                   holm_level=level if primary else None),
+        '' if primary else power_line(cell, baseline=baseline, config=config),
         f'Measured conflict fraction {conflict:.3f} ({source}).' if conflict is not None
         else '')))
-    mine = {m: d for (r, ee, m), d in found.items() if (r, ee) == (regime, e)}
-    best = (results.cell_references(cell, config, datasets[regime])[-1] if primary else None)
-    best = None if best == baseline else best
-    against_best = {m: d for (r, ee, m, b), d in tested.items()
-                    if (r, ee) == (regime, e) and b == best}
-    if best is not None:   # the baselines against the best one: intervals, no test
-      against_best.update({m: dataclasses.replace(d, family='')
-                           for m in methods if m not in against_best and m != best
-                           for d in [results.difference(cell, m, best,
-                                                        results.primary_statistic(config))]
-                           if d is not None})
-    out.append((regime, e, heading,
-                regime_table(cell, methods, baseline=baseline, found=mine, config=config,
-                             best=best, found_best=against_best)))
+    against = results.cell_references(cell, config) if primary else [baseline]
+    per = {baseline: {m: d for (r, ee, m), d in found.items() if (r, ee) == (regime, e)}}
+    for b in against[1:]:   # the primary family's; the baselines against each other: no test
+      per[b] = {m: tested.get((regime, e, m, b)) or dataclasses.replace(d, family='')
+                for m in methods if m != b
+                for d in [results.difference(cell, m, b, key)] if d is not None}
+    out.append((regime, e, heading, regime_table(
+        cell, methods, config=config, against=against, found=per,
+        every={m: w for (r, ee, m), (w, _) in every.items() if (r, ee) == (regime, e)}
+        if primary else None)))
   return out
 
 
@@ -350,10 +335,10 @@ def protocol_section(config, rows) -> str:
                        ', every method at its given (default: its authors\') values')))
     lines.append(text('protocol_search', equal=equal))
   lines += [
-      text('protocol_statistic',
+      text('protocol_statistic', last_k=tuning.get('last_k'),
            label=results.statistic_label(results.primary_statistic(config), config)),
       text('protocol_divergence', factor=runs_lib.COLLAPSE_FACTOR,
-           share=runs_lib.COLLAPSE_SHARE),
+           margin=runs_lib.COLLAPSE_MARGIN, share=runs_lib.COLLAPSE_SHARE),
       text('protocol_statistics', seeds=len(seeds),
            pilot=' (fewer than 10: read every interval as a pilot)' if len(seeds) < 10 else '',
            family=family_description(rows, config), baseline=baseline, dagger=DAGGER,
@@ -363,13 +348,11 @@ def protocol_section(config, rows) -> str:
 
 
 def family_description(rows, config) -> str:
-  """The primary family in words: its size, regimes, methods and references."""
-  best = sorted({results.best_baseline(config, d) for r, d in results.regime_datasets(rows).items()
-                 if r in results.primary_regimes(config)} - {config['baseline']})
+  """The primary family in words: its size, regimes, methods and references, and the rule of
+  the verdict against every baseline (`results.against_every`)."""
   return text('family', size=results.family_size(results.family(rows, config)),
               methods=len(results.compared_methods(rows, config)), baseline=config['baseline'],
-              best=' ' + text('family_best', here=', '.join(best), pool=', '.join(
-                  config.get('best_of') or config_lib.BASELINES)) if best else '',
+              others=', '.join(results.references(config)[1:]) or 'none',
               regimes=', '.join(f'`{r}`' for r in results.primary_regimes(config)),
               level=results.holm_level(rows, config))
 
@@ -432,9 +415,11 @@ def regimes_section(regimes) -> str:
   if not regimes:
     return 'Not recorded.\n'
   return markdown_table(
-      ['regime', 'clients', 'examples', 'examples per client (min / median / max)',
+      ['regime', 'clients', 'examples', 'test examples',
+       'examples per client (min / median / max)',
        'classes per client (mean)', 'label TV distance to the pooled labels (mean)'],
       [[f'`{r["regime"]}`', r['num_clients'], r['num_examples'],
+        r.get('test_examples', 'not recorded'),
         '{min} / {median:g} / {max}'.format(**r['examples_per_client']),
         f'{r["classes_per_client"]["mean"]:.2f}', f'{r["label_tv_distance"]["mean"]:.3f}']
        for r in regimes]) + '\n' + text('regimes_note') + '\n'

@@ -2,7 +2,9 @@
 the columns a reporting run adds from its metrics rows."""
 
 import dataclasses
+import os
 
+import numpy as np
 import pytest
 
 from experiments.benchmarking import results
@@ -116,30 +118,78 @@ def _with_baselines():
   return rows + extra, config
 
 
-def test_best_baseline_is_chosen_on_validation_among_the_baselines():
-  choices = [{'dataset': 'digits', 'regime': 'digits:iid', 'method': m, 'score': s}
-             for m, s in (('fedavg', 0.80), ('scaffold', 0.83), ('fedgh', 0.95),
-                          ('fedprox', float('nan')))]
-  best = results.best_baselines(choices, {'best_of': ['fedavg', 'fedprox', 'scaffold']})
-  # fedgh scores higher but is no baseline; fedprox's NaN score is never the best.
-  assert best['digits']['method'] == 'scaffold' and best['digits']['score'] == 0.83
-  assert best['digits']['scores'] == {'fedavg': 0.80, 'scaffold': 0.83}
-  # A tie goes to the baseline listed first.
-  tied = results.best_baselines([dict(c, score=0.8) for c in choices[:2]],
-                                {'best_of': ['scaffold', 'fedavg']})
-  assert tied['digits']['method'] == 'scaffold'
-  config = dict(report_rows.CONFIG, best_baselines=best)
-  assert results.references(config, 'digits') == ['fedavg', 'scaffold']
-  assert results.references(config, 'synthetic') == ['fedavg']
+def test_the_references_are_the_baseline_and_every_other_baseline_that_ran():
+  config = dict(report_rows.CONFIG, best_of=['fedprox', 'fedavg', 'scaffold'])
+  assert results.references(config) == ['fedavg', 'fedprox', 'scaffold']
+  rows, _ = _with_baselines()
+  cell = results.group(rows)[('digits:#C=2', 1)]
+  assert results.cell_references(cell, config) == ['fedavg', 'scaffold']   # fedprox never ran
+
+
+def _iut_rows():
+  """`_with_baselines` with fedprox (fedavg + 0.05, +- 0.01) and `strong` (fedavg + 0.2,
+  +- 0.002) beside them."""
+  rows, config = _with_baselines()
+  extra = [dict(r, method=m, algorithm=m, last_k_accuracy=r['last_k_accuracy'] + gain
+                + noise * (r['seed'] - 1) ** 2)
+           for r in rows if r['method'] == 'fedavg'
+           for m, gain, noise in (('fedprox', 0.05, 0.01), ('strong', 0.2, 0.002))]
+  return rows + extra, dict(config, methods=config['methods'] + ['fedprox', 'strong'])
+
+
+def test_beats_every_baseline_only_where_it_beats_each_one_holm_over_every_comparison():
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+  rows, config = _iut_rows()
+  found = results.every_baseline(rows, config)
+  # A plain loop: every (method, baseline) of the primary regime, a paired t-test each, Holm
+  # over all of them; beats every baseline = beats each; loses = loses to any one.
+  cell = results.group(rows)[('digits:#C=2', 1)]
+  keys = [(m, b) for m in ('fedgh', 'fedld', 'strong') for b in ('fedavg', 'fedprox', 'scaffold')]
+  values = lambda m: [cell[m][s]['last_k_accuracy'] for s in range(3)]
+  raw = [scipy_stats.ttest_rel(values(m), values(b)) for m, b in keys]
+  adjusted = report_rows.holm_reference([t.pvalue for t in raw])
+  words = {}
+  for (m, b), t, p in zip(keys, raw, adjusted):
+    words.setdefault(m, []).append('beats' if p < 0.05 and t.statistic > 0 else
+                                   'loses' if p < 0.05 else 'other')
+  for m, per in words.items():
+    expected = ('loses to a baseline' if 'loses' in per else 'beats every baseline'
+                if all(w == 'beats' for w in per) else 'inconclusive')
+    assert found[('digits:#C=2', 1, m)][0] == expected, (m, per)
+  assert found[('digits:#C=2', 1, 'strong')][0] == 'beats every baseline'
+  assert found[('digits:#C=2', 1, 'fedld')][0] == 'loses to a baseline'
+  assert set(found[('digits:#C=2', 1, 'strong')][1]) == {'fedavg', 'fedprox', 'scaffold'}
+  assert results.against_every(['beats', 'inconclusive']) == 'inconclusive'
+  assert results.against_every(['beats', 'loses']) == 'loses to a baseline'
+  assert results.against_every(['ties', 'ties']) == 'ties every baseline'
+  assert results.against_every([]) == 'inconclusive'
+
+
+def test_each_comparison_has_its_own_detectable_difference_at_the_first_holm_level():
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
+  rows, config = _iut_rows()
+  level = results.holm_level(rows, config)
+  assert level == pytest.approx(results.ALPHA / 9)
+  for (regime, e, m, b), d in results.family(rows, config).items():
+    cell = results.group(rows)[(regime, e)]
+    diffs = [cell[m][s]['last_k_accuracy'] - cell[b][s]['last_k_accuracy'] for s in range(3)]
+    sd = float(np.std(diffs, ddof=1))
+    got = results.detectable(d, level)
+    # A plain search: the smallest difference (steps of 1e-5 sd) whose noncentral-t power at
+    # the Holm level reaches 80%.
+    crit = scipy_stats.t.ppf(1 - level / 2, 2)
+    power = lambda delta: (scipy_stats.nct.sf(crit, 2, delta * 3 ** 0.5 / sd)
+                           + scipy_stats.nct.cdf(-crit, 2, delta * 3 ** 0.5 / sd))
+    assert power(got) == pytest.approx(0.8, abs=1e-6) and power(0.99 * got) < 0.8
+  assert results.detectable(None, level) is None
 
 
 def test_the_primary_family_is_every_method_against_both_references_in_its_regimes():
   from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
   rows, config = _with_baselines()
-  config['best_baselines'] = {'digits': {'method': 'scaffold', 'score': 0.9,
-                                         'regime': 'digits:iid', 'scores': {}}}
   family = results.family(rows, config)
-  # One primary regime (digits:#C=2, E=1), 2 methods (scaffold is a baseline), 2 references.
+  # One primary regime (digits:#C=2, E=1), 2 methods (scaffold is a baseline), the 2 baselines
+  # that ran.
   assert sorted(family) == [('digits:#C=2', 1, m, b) for m in ('fedgh', 'fedld')
                             for b in ('fedavg', 'scaffold')]
   cell = results.group(rows)[('digits:#C=2', 1)]
@@ -186,16 +236,36 @@ def test_a_transferred_tuning_is_named():
   assert results.transferred_from(untuned, 'digits:#C=2', 'digits') is None
 
 
-def test_a_best_baseline_identical_to_the_baseline_is_compared_once():
+def test_a_baseline_identical_to_the_baseline_is_compared_once():
   rows, config = _with_baselines()
   # scaffold's runs in digits:#C=2 made equal to fedavg's: one computation.
   fedavg = {(r['regime'], r['seed']): r for r in rows if r['method'] == 'fedavg'}
   rows = [dict(r, last_k_accuracy=fedavg[(r['regime'], r['seed'])]['last_k_accuracy'])
           if r['method'] == 'scaffold' and r['epochs'] == 1 else r for r in rows]
-  config['best_baselines'] = {'digits': {'method': 'scaffold', 'score': 0.9,
-                                         'regime': 'digits:iid', 'scores': {}}}
   family = results.family(rows, config)
   assert sorted(family) == [('digits:#C=2', 1, m, 'fedavg') for m in ('fedgh', 'fedld')]
   cell = results.group(rows)[('digits:#C=2', 1)]
-  assert results.cell_references(cell, config, 'digits') == ['fedavg']
-  assert results.references(config, 'digits') == ['fedavg', 'scaffold']
+  assert results.cell_references(cell, config) == ['fedavg']
+
+
+def test_an_old_row_reads_its_majority_rate_from_result_json_else_keeps_the_old_rule(tmp_path):
+  # A runs.csv row written before `majority_rate`: 80 classes, statistic 0.21 (above twice
+  # chance 0.025); its run's confusion matrix puts 20 of 100 test examples in one class.
+  row = {'regime': 'digits:iid', 'method': 'fedavg', 'epochs': 1, 'seed': 0,
+         'last_k_accuracy': 0.21, 'chance_accuracy': 0.0125, 'collapsed': 'False'}
+  alone = dict(row)
+  results.recheck_collapse(alone, str(tmp_path))   # no result.json: twice chance only
+  assert alone['majority_rate'] is None and alone['collapsed'] is False
+  run_dir = runs.report_run_dir(str(tmp_path), 'digits:iid', 1, 'fedavg', 0)
+  os.makedirs(run_dir)
+  confusion = np.diag([20.0] * 5 + [0.0] * 75)
+  runs.write_result(run_dir, {'spec': {}, 'confusion_matrix': confusion})
+  results.recheck_collapse(row, str(tmp_path))
+  assert row['majority_rate'] == pytest.approx(0.2) and row['collapsed'] is True
+  # A row's own column comes first; a flag already set stays.
+  own = dict(row, majority_rate=0.1, collapsed='False')
+  results.recheck_collapse(own, str(tmp_path))
+  assert own['majority_rate'] == 0.1 and own['collapsed'] is False
+  kept = dict(own, collapsed='True')
+  results.recheck_collapse(kept, str(tmp_path))
+  assert kept['collapsed'] is True

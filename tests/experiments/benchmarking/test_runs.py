@@ -3,6 +3,7 @@
 import math
 import os
 
+import numpy as np
 import pytest
 
 from experiments.benchmarking import runs
@@ -203,3 +204,19 @@ def test_partially_zeroed_clients_are_counted_without_diverging_the_run():
   assert s['diverged'] is False and s['zeroed_rounds'] == 0
   assert s['excluded_nonfinite_updates'] == 5
   assert runs.summarize(_diverging([0.5, 0.6]), prefix='test')['excluded_nonfinite_updates'] == 0
+
+
+def test_a_run_near_the_majority_class_rate_is_collapsed():
+  # 80 classes (chance 0.0125, twice chance 0.025); 100 test examples, each of 5 classes 20 of
+  # them (majority rate 0.2), every one predicted right: no single predicted class.
+  spread = np.diag([20.0] * 5 + [0.0] * 75)
+  assert runs.majority_rate(spread) == pytest.approx(0.2)
+  assert runs.majority_rate(None) is None and runs.majority_rate([[float('nan')]]) is None
+  for accuracies, flagged in (([0.5, 0.21, 0.21], True), ([0.5, 0.23, 0.23], False)):
+    s = runs.summarize(_diverging(accuracies), prefix='test', last_k=2, num_classes=80)
+    assert s['collapsed'] is False   # above twice chance: that rule alone misses it
+    assert runs.collapse_columns(s, spread) == {'majority_rate': 0.2, 'collapsed': flagged}
+    assert runs.collapsed(s, spread) is flagged
+  # Unknown majority (no confusion matrix): twice chance only.
+  assert runs.at_floor(0.21, 0.0125) is False and runs.at_floor(0.21, 0.0125, 0.2) is True
+  assert runs.at_floor(float('nan'), 0.1) is True and runs.at_floor(None, 0.1) is False

@@ -1,0 +1,88 @@
+"""The report's sections beside the Results tables: each primary comparison's own detectable
+difference, the collapsed runs named, and the rounds each method takes to a target (secondary,
+no test)."""
+
+from typing import Any, Mapping
+
+from scipy import stats as scipy_stats
+
+from experiments import stats
+from experiments.benchmarking import results
+from experiments.benchmarking import runs as runs_lib
+from experiments.benchmarking.tables import fmt, fmt_difference, fmt_p, markdown_table, text
+
+
+def power_table(rows, config: Mapping[str, Any]) -> str:
+  """Each primary comparison's own minimal detectable difference at the family's first Holm
+  level, from its own paired sd (`results.detectable`), "underpowered" where it exceeds its
+  dataset's target (`results.detect_for`); a row per (regime, E, method), a column per
+  baseline. '' without a family."""
+  found, level = results.family(rows, config), results.holm_level(rows, config)
+  datasets, table, weak = results.regime_datasets(rows), {}, 0
+  against = list(dict.fromkeys(b for *_, b in found))
+  for (regime, e, method, b), d in found.items():
+    mdd, target = results.detectable(d, level), results.detect_for(datasets[regime], config)
+    weak += mdd is not None and mdd > target
+    table.setdefault((regime, e, method), {})[b] = (
+        'identical' if results.identical(d) else fmt(mdd, 4) + (
+            f' **underpowered** (sd {d.sd:.4f})' if mdd is not None and mdd > target else ''))
+  if not table:
+    return ''
+  return text('power_intro', level=level, power=results.POWER, weak=weak,
+              total=results.family_size(found)) + '\n\n' + markdown_table(
+      ['regime', 'E', 'method', *[f'vs {b}' for b in against]],
+      [[f'`{r}`', e, m, *[per.get(b, '-') for b in against]]
+       for (r, e, m), per in table.items()])
+
+
+def speed_table(rows, config: Mapping[str, Any]) -> str:
+  """Rounds to the speed target (`results.speed`) per regime, E and method: the mean and the
+  seeds that never reach it, and the paired difference with the baseline, in rounds (a run that
+  never reaches it counted at the horizon + 1); no test."""
+  out = []
+  for (regime, e), (target, per) in results.speed(rows, config).items():
+    base = per[config['baseline']][0]
+    for method, (rounds, never) in per.items():
+      d = (None if method == config['baseline'] else
+           stats.paired_difference(rounds, base))
+      out.append([f'`{regime}`', e, f'{target:.4f}', method,
+                  f'{sum(rounds.values()) / len(rounds):.1f}', f'{never} of {len(rounds)}',
+                  '—' if method == config['baseline'] else fmt_difference(d, digits=1)])
+  if not out:
+    return ''
+  return text('speed_intro', fraction=results.speed_target(config), baseline=config['baseline'],
+              label=results.statistic_label(results.primary_statistic(config), config)
+              ) + '\n\n' + markdown_table(
+      ['regime', 'E', 'target', 'method', 'rounds (mean)', 'never reached',
+       f'Δ rounds vs {config["baseline"]} [95% CI]'], out)
+
+
+def collapse_section(rows, config: Mapping[str, Any]) -> str:
+  """The collapsed runs named per regime, E and method (seed, statistic, majority rate where
+  known), each method's count against the baseline's with Fisher's exact test (two-sided,
+  unadjusted), and how many runs' majority rate is unknown (twice chance and one class only)."""
+  key, baseline, lines = results.primary_statistic(config), config['baseline'], []
+  for regime, e, cell in results.cells(rows, config):
+    base = cell.get(baseline, {})
+    base_n = sum(results.is_true(r.get('collapsed')) for r in base.values())
+    for method, per_seed in cell.items():
+      hit = {s: r for s, r in sorted(per_seed.items()) if results.is_true(r.get('collapsed'))}
+      if not hit:
+        continue
+      p = (scipy_stats.fisher_exact([[len(hit), len(per_seed) - len(hit)],
+                                     [base_n, len(base) - base_n]])[1]
+           if base and method != baseline else float('nan'))
+      named = ', '.join(f'seed {s} {fmt(results.num(r.get(key)), 3)}' + (
+          '' if results.num(r.get('majority_rate')) is None else
+          f' (majority rate {results.num(r.get("majority_rate")):.4f})') for s, r in hit.items())
+      lines.append(text('collapse_line', regime=regime, e=e, method=method, n=len(hit),
+                        seeds=len(per_seed), named=named, baseline=baseline, base=base_n,
+                        of=len(base), p=fmt_p(p),
+                        differs=' (differs)' if p < results.ALPHA else ''))
+  unknown = sum(results.num(r.get('majority_rate')) is None for r in rows)
+  return '\n'.join([text('collapse_intro', margin=runs_lib.COLLAPSE_MARGIN,
+                          factor=runs_lib.COLLAPSE_FACTOR, share=runs_lib.COLLAPSE_SHARE,
+                          unknown=unknown, total=len(rows)), '']
+                   + (['- ' + line for line in lines] or [
+                       'No run collapsed.' if not unknown else
+                       'No run flagged by the rules that could be applied.'])) + '\n'
