@@ -13,9 +13,10 @@ from tff_conflict import hparams
 
 Method = methods_lib.Method
 HALVING_RATE = 3  # successive halving keeps the best 1 / HALVING_RATE (at least 2) at each rung
-# The learning rates' hard bounds (client and server alike) that edge extension stops at: SGD
-# below 1e-4 barely moves in a benchmark's rounds, above 10 it diverges on every model here.
-LR_BOUNDS = (1e-4, 10.0)
+# The learning rates' hard bounds that edge extension stops at: a client SGD step below 1e-4, or
+# a server step below 0.01 of the clients' mean update, barely moves a model in a benchmark's
+# rounds; above 10 either diverges on every model here.
+LR_BOUNDS = {'client_lr': (1e-4, 10.0), 'server_lr': (0.01, 10.0)}
 
 
 class SearchSettings(NamedTuple):
@@ -168,7 +169,7 @@ def _bound(method: Method, dim: str, side: int) -> Optional[float]:
   learning rates' `LR_BOUNDS`, 1 above a ratio's or unit interval's range (`tff_conflict.hparams`);
   None where the range is open (a geometric extension never reaches 0 or infinity)."""
   if dim in methods_lib.RATES:
-    return LR_BOUNDS[side > 0]
+    return LR_BOUNDS[dim][side > 0]
   h = methods_lib.hparam_ranges(method).get(dim)
   return 1.0 if side > 0 and h is not None and h.kind in (hparams.RATIO, hparams.UNIT_INTERVAL) \
       else None
@@ -314,7 +315,7 @@ def widen_search(choice: dict, server_lrs: Sequence[float]) -> Generator[list, l
   at_bound = [d for d in choice.get('at_bound', []) if d != 'server_lr']
   side = _edge(tried + [c['server_lr'] for c in new], server_lr)
   if side is not None:
-    (at_bound if server_lr == LR_BOUNDS[side > 0] else at_edge).append('server_lr')
+    (at_bound if server_lr == LR_BOUNDS['server_lr'][side > 0] else at_edge).append('server_lr')
   return _record(dict(choice, server_lr=server_lr, at_edge=at_edge, at_bound=at_bound,
                       score=choice['score'] if winner is None else top),
                  [(c, choice.get('rounds'), s, n) for c, s, n in scored])

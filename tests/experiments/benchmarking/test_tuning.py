@@ -111,7 +111,8 @@ def test_a_best_value_at_an_edge_extends_the_grid_until_it_is_interior():
   assert choice['client_lr'] == pytest.approx(0.9) and choice['at_edge'] == []
   # 3 client lrs, the extensions to the learning rates' bounds: 0.9, 2.7, 8.1, 10 above, six
   # (0.01 ... 0.000123, then 1e-4) below.
-  assert tuning.LR_BOUNDS == (1e-4, 10.0) and tuning.max_candidates(*search) == 3 + 4 + 6
+  assert tuning.LR_BOUNDS['client_lr'] == (1e-4, 10.0)
+  assert tuning.max_candidates(*search) == 3 + 4 + 6
 
 
 def test_the_client_lr_is_extended_after_stage_two_changes_the_methods_value():
@@ -264,7 +265,7 @@ def test_edge_extension_goes_past_edge_steps_to_an_interior_learning_rate():
 def test_edge_extension_stops_at_a_learning_rates_hard_bound():
   calls = []
   choice = _tune(_search('fedavg', edge_steps=1), _scorer(lambda c: c['client_lr'], calls))
-  assert choice['client_lr'] == tuning.LR_BOUNDS[1] and len(calls) == 3 + 4
+  assert choice['client_lr'] == tuning.LR_BOUNDS['client_lr'][1] and len(calls) == 3 + 4
   assert (choice['at_edge'], choice['at_bound']) == ([], ['client_lr'])
   # Without extensions (edge_steps 0) the grid's top is at an edge, not at a bound.
   flat = _tune(_search('fedavg'), _scorer(lambda c: c['client_lr'], []))
