@@ -77,14 +77,14 @@ def candidates(settings: SearchSettings, method: Method,
           for values in itertools.product(*[v for _, v in method.grid]) for slr in server_lrs]
 
 
-def _numeric_dimensions(settings: SearchSettings, method: Method) -> list[str]:
-  """The searched dimensions with two or more numeric values: 'client_lr', 'server_lr', and the
-  method's numeric grid arguments."""
+def _numeric_dimensions(settings: SearchSettings, method: Method) -> dict[str, tuple]:
+  """The searched dimensions with two or more numeric values ('client_lr', 'server_lr', and the
+  method's numeric grid arguments) -> their values."""
   def numeric(values):
     return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                    for v in values)
   dims = zip(methods_lib.RATES, (settings.client_lrs, settings.server_lrs))
-  return [d for d, values in (*dims, *method.grid) if numeric(values)]
+  return {d: tuple(values) for d, values in (*dims, *method.grid) if numeric(values)}
 
 
 def unextended(settings: SearchSettings, method: Method) -> list[dict]:
@@ -117,8 +117,9 @@ def max_candidates(settings: SearchSettings, method: Method) -> int:
   return (_runs(settings, len(candidates(settings, method)))
           + (_runs(settings, len(candidates(settings, method, settings.client_lrs[0])))
              if staged else 0)
-          + sum(_steps_to_bound(settings, method, d, side)
-                for d in _numeric_dimensions(settings, method) for side in (-1, 1)))
+          + sum(_steps_to_bound(settings, method, d, values, side)
+                for d, values in _numeric_dimensions(settings, method).items()
+                for side in (-1, 1)))
 
 
 def rungs(rounds: int, num_candidates: int, min_rounds: int) -> list[int]:
@@ -166,13 +167,13 @@ def _edge(values, value) -> Optional[int]:
 
 def _bound(method: Method, dim: str, side: int) -> Optional[float]:
   """The hard bound of `dim` on `side` (+1 above, -1 below) that edge extension stops at: the
-  learning rates' `LR_BOUNDS`, 1 above a ratio's or unit interval's range (`tff_conflict.hparams`);
-  None where the range is open (a geometric extension never reaches 0 or infinity)."""
+  learning rates' `LR_BOUNDS`, 1 above a ratio's or unit interval's range (`tff_conflict.hparams`,
+  whose other numeric ranges are open: a geometric extension never reaches 0 or infinity)."""
   if dim in methods_lib.RATES:
     return LR_BOUNDS[dim][side > 0]
   h = methods_lib.hparam_ranges(method).get(dim)
-  return 1.0 if side > 0 and h is not None and h.kind in (hparams.RATIO, hparams.UNIT_INTERVAL) \
-      else None
+  ratio = h is not None and h.kind in (hparams.RATIO, hparams.UNIT_INTERVAL)
+  return 1.0 if side > 0 and ratio else None
 
 
 def _extension(method: Method, dim: str, value: float, side: int, factor: float) -> float:
@@ -181,11 +182,9 @@ def _extension(method: Method, dim: str, value: float, side: int, factor: float)
   return new if bound is None else min(new, bound) if side > 0 else max(new, bound)
 
 
-def _steps_to_bound(settings: SearchSettings, method: Method, dim: str, side: int) -> int:
-  """The extensions of `dim` past its searched values on `side` that `search` may make at most:
+def _steps_to_bound(settings: SearchSettings, method: Method, dim: str, values, side: int) -> int:
+  """The extensions of `dim` past its searched `values` on `side` that `search` may make at most:
   to its hard bound, or `edge_steps` where it has none; 0 when `edge_steps` is 0."""
-  values = dict(zip(methods_lib.RATES, (settings.client_lrs, settings.server_lrs)))
-  values = values.get(dim) or dict(method.grid)[dim]
   value, bound = (max(values) if side > 0 else min(values)), _bound(method, dim, side)
   if not settings.edge_steps or bound is None:
     return settings.edge_steps
@@ -193,19 +192,6 @@ def _steps_to_bound(settings: SearchSettings, method: Method, dim: str, side: in
   while (value - bound) * side < 0:
     value, steps = _extension(method, dim, value, side, settings.edge_factor), steps + 1
   return steps
-
-
-def _valid(method: Method, dim: str, value) -> bool:
-  """Whether `value` is positive and in the valid range of `dim` (`tff_conflict.hparams`)."""
-  if not math.isfinite(value) or value <= 0:
-    return False
-  h = methods_lib.hparam_ranges(method).get(dim)   # None for the learning rates
-  try:
-    if h is not None:
-      h.check(value)
-  except ValueError:
-    return False
-  return True
 
 
 def _where(method: Method, dims, tried, winner: dict) -> tuple[list, list]:
@@ -283,7 +269,7 @@ def search(settings: SearchSettings, method: Method,
                           and steps.get((dim, side), 0) >= settings.edge_steps):
         continue
       new = _extension(method, dim, winner[dim], side, settings.edge_factor)
-      if (new - winner[dim]) * side <= 0 or not _valid(method, dim, new):
+      if (new - winner[dim]) * side <= 0 or not math.isfinite(new):
         continue
       steps[(dim, side)] = steps.get((dim, side), 0) + 1
       before = len(scored)
