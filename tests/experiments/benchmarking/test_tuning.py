@@ -302,6 +302,10 @@ def test_the_baseline_tries_the_server_lrs_others_reached_and_keeps_the_best():
   kept = _widen(choice, [9.0], lambda c: (0.5, 1))
   assert (kept['server_lr'], kept['score'], len(kept['scores'])) == (1.0, 0.95, 5)
   assert _widen(choice, [1.0, 2.0], evaluate) is choice
+  # A server lr another method extended to the stated bound, winning there, is at the bound.
+  bounded = _widen(choice, [10.0], lambda c: (0.99, 1))
+  assert (bounded['server_lr'], bounded['at_edge']) == (10.0, [])
+  assert bounded['at_bound'] == ['server_lr']
 
 
 def test_a_datasets_own_rounds_and_grids_drive_its_search_and_its_runs():
