@@ -188,19 +188,7 @@ def _steps_to_bound(settings: SearchSettings, method: Method, dim: str, values, 
   value, bound = (max(values) if side > 0 else min(values)), _bound(method, dim, side)
   if not settings.edge_steps or bound is None:
     return settings.edge_steps
-  steps = 0
-  while (value - bound) * side < 0:
-    value, steps = _extension(method, dim, value, side, settings.edge_factor), steps + 1
-  return steps
-
-
-def _where(method: Method, dims, tried, winner: dict) -> tuple[list, list]:
-  """(`at_edge`, `at_bound`): the dimensions whose chosen value is the largest or smallest of
-  those `tried(dim)`, at a hard bound or not."""
-  sides = {d: _edge(tried(d), winner.get(d)) for d in dims}
-  at_bound = [d for d, side in sides.items()
-              if side is not None and winner[d] == _bound(method, d, side)]
-  return [d for d, side in sides.items() if side is not None and d not in at_bound], at_bound
+  return max(0, math.ceil(side * math.log(bound / value, settings.edge_factor) - 1e-9))
 
 
 def _record(choice: dict, runs: Sequence[tuple[dict, int, float, int]]) -> dict:
@@ -276,7 +264,9 @@ def search(settings: SearchSettings, method: Method,
       yield from try_all([dict(winner, **{dim: new})])
       moved = moved or len(scored) > before
   winner, top = best(scored)
-  at_edge, at_bound = _where(method, dims, tried, winner) if math.isfinite(top) else ([], [])
+  sides = {d: _edge(tried(d), winner.get(d)) for d in dims if math.isfinite(top)}
+  at_bound = [d for d, side in sides.items() if side and winner[d] == _bound(method, d, side)]
+  at_edge = [d for d, side in sides.items() if side and d not in at_bound]
   return _record(dict(where, method=method.name, rounds=settings.rounds,
                       client_lr=winner['client_lr'], server_lr=winner['server_lr'],
                       tuned=tuned_values(winner), score=top, scores=[], at_edge=at_edge,
