@@ -22,9 +22,10 @@ LR_BOUNDS = {'client_lr': (1e-4, 10.0), 'server_lr': (0.01, 10.0)}
 class SearchSettings(NamedTuple):
   """How one method's tuning searches on one dataset (`plan.make` resolves them): the strategy
   ('staged' or 'product'), the schedule ('full' or 'halving'), a full run's `rounds`, the score's
-  `last_k` (halving's shortest rung), `edge_steps` extensions per side by `edge_factor`, the
-  client and server lrs searched, stage 1's (untuned) `server_lr`, and the method's `given`
-  builder values (stage 1 runs its grid's at them)."""
+  `last_k` (halving's shortest rung), `edge_steps` (edge extension's cap on a side without a
+  hard bound; 0: none) and `edge_factor`, the client and server lrs searched, stage 1's
+  (untuned) `server_lr`, and the method's `given` builder values (stage 1 runs its grid's at
+  them)."""
   strategy: str
   schedule: str
   rounds: int
