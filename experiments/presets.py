@@ -112,7 +112,7 @@ BENCHMARK = {
         methods=REAL_DATA_METHODS, epochs=['1'], report_seeds=_SEEDS,
         tuning_seeds=['100', '101', '102'], rounds=150, clients_per_round=10,
         client_batch_size=20, tune_server_lr=True, tuning_strategy='product',
-        tuning_schedule='halving', tune_method_grids=False, tuning_edge_steps=0,
+        tuning_schedule='halving', tune_method_grids=False, tuning_edge_steps=3,
         client_lr_grid=['0.03', '0.1', '0.3'], server_lr_grid=['0.5', '1', '2'],
         dataset_settings='leaf_shakespeare.rounds=200,leaf_shakespeare.client_lr_grid=0.3/1/3',
         plateau_window=50, plateau_tolerance=0.02,

@@ -250,8 +250,10 @@ class BenchmarkConfig:
                                        'training examples held out for tuning.')
   edge_steps: int = setting(3, flag='tuning_edge_steps', check=_M.at_least(0),
                             help='When a numeric grid\'s best value is at its edge, extend the '
-                            'grid past it geometrically at most this many times per side; 0: '
-                            'never. A best value still at an edge is marked in the report.')
+                            'grid past it geometrically until the best is interior or at a hard '
+                            'bound (search.LR_BOUNDS, a ratio\'s 1), at most this many times on '
+                            'a side without one; 0: never. The report marks what stays at an '
+                            'edge or a bound.')
   edge_factor: float = setting(3.0, flag='tuning_edge_factor', check=must(
       'a finite number > 1', lambda v: _M.is_real(v) and v > 1),
                                help='Factor of each extension.')

@@ -26,7 +26,8 @@ CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', '
 
 
 def _write_tuning(plan, root, choices) -> None:
-  """tuning_choices.json; tuning.csv: every candidate's validation score and whether it won;
+  """tuning_choices.json; tuning.csv: every candidate's validation score at each length it ran
+  (`rounds`) and whether it won (`chosen`: the winner's full-length row only);
   validation_curves.csv: the chosen candidate's validation accuracy curve on each tuning seed
   whose full-length run finished."""
   files.write_json_atomically(os.path.join(root, 'tuning_choices.json'), choices)
@@ -34,8 +35,10 @@ def _write_tuning(plan, root, choices) -> None:
   for (dataset, epochs, method), c in zip(plan.tuning, choices):
     where = {k: c[k] for k in ('dataset', 'regime', 'epochs', 'method')}
     chosen = dict(c['tuned'], client_lr=c['client_lr'], server_lr=c['server_lr'])
-    scores += [dict(where, candidate=s['candidate'], validation_score=s['score'],
-                    seeds=s['seeds'], chosen=s['candidate'] == search_lib.candidate_name(chosen))
+    scores += [dict(where, candidate=s['candidate'], rounds=s.get('rounds'),
+                    validation_score=s['score'], seeds=s['seeds'],
+                    chosen=(s['candidate'], s.get('rounds')) == (
+                        search_lib.candidate_name(chosen), c.get('rounds')))
                for s in c['scores']]
     for seed in plan.tuning_seeds:
       spec = plan_lib.tuning_spec(plan, dataset, epochs, method, chosen, seed)

@@ -9,17 +9,23 @@ from typing import Any, Generator, Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from experiments.benchmarking import methods as methods_lib
+from tff_conflict import hparams
 
 Method = methods_lib.Method
-HALVING_RATE = 3  # successive halving keeps the best 1 / HALVING_RATE at each rung
+HALVING_RATE = 3  # successive halving keeps the best 1 / HALVING_RATE (at least 2) at each rung
+# The learning rates' hard bounds that edge extension stops at: a client SGD step below 1e-4, or
+# a server step below 0.01 of the clients' mean update, barely moves a model in a benchmark's
+# rounds; above 10 either diverges on every model here.
+LR_BOUNDS = {'client_lr': (1e-4, 10.0), 'server_lr': (0.01, 10.0)}
 
 
 class SearchSettings(NamedTuple):
   """How one method's tuning searches on one dataset (`plan.make` resolves them): the strategy
   ('staged' or 'product'), the schedule ('full' or 'halving'), a full run's `rounds`, the score's
-  `last_k` (halving's shortest rung), `edge_steps` extensions per side by `edge_factor`, the
-  client and server lrs searched, stage 1's (untuned) `server_lr`, and the method's `given`
-  builder values (stage 1 runs its grid's at them)."""
+  `last_k` (halving's shortest rung), `edge_steps` (edge extension's cap on a side without a
+  hard bound; 0: none) and `edge_factor`, the client and server lrs searched, stage 1's
+  (untuned) `server_lr`, and the method's `given` builder values (stage 1 runs its grid's at
+  them)."""
   strategy: str
   schedule: str
   rounds: int
@@ -72,14 +78,14 @@ def candidates(settings: SearchSettings, method: Method,
           for values in itertools.product(*[v for _, v in method.grid]) for slr in server_lrs]
 
 
-def _numeric_dimensions(settings: SearchSettings, method: Method) -> list[str]:
-  """The searched dimensions with two or more numeric values: 'client_lr', 'server_lr', and the
-  method's numeric grid arguments."""
+def _numeric_dimensions(settings: SearchSettings, method: Method) -> dict[str, tuple]:
+  """The searched dimensions with two or more numeric values ('client_lr', 'server_lr', and the
+  method's numeric grid arguments) -> their values."""
   def numeric(values):
     return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                    for v in values)
   dims = zip(methods_lib.RATES, (settings.client_lrs, settings.server_lrs))
-  return [d for d, values in (*dims, *method.grid) if numeric(values)]
+  return {d: tuple(values) for d, values in (*dims, *method.grid) if numeric(values)}
 
 
 def unextended(settings: SearchSettings, method: Method) -> list[dict]:
@@ -89,17 +95,38 @@ def unextended(settings: SearchSettings, method: Method) -> list[dict]:
       candidates(settings, method, settings.client_lrs[0]) if staged else [])
 
 
+def _kept(alive: int) -> int:
+  """How many of `alive` candidates a rung of successive halving keeps: the best third, and at
+  least 2 (of 2 or more), so that the choice is made at full length among 2 finalists or more."""
+  return max(min(alive, 2), math.ceil(alive / HALVING_RATE))
+
+
+def _runs(settings: SearchSettings, new: int) -> int:
+  """The runs (candidate, length) `search` makes for a batch of `new` candidates."""
+  alive, out = new, 0
+  if settings.schedule == 'halving' and new >= HALVING_RATE:
+    for _ in rungs(settings.rounds, new, settings.last_k)[:-1]:
+      alive, out = _kept(alive), out + alive
+  return out + alive
+
+
 def max_candidates(settings: SearchSettings, method: Method) -> int:
-  """The candidates `search` may try at most: `unextended` (repeats included) and `edge_steps`
-  extensions per side of every numeric dimension."""
-  return (len(unextended(settings, method))
-          + 2 * settings.edge_steps * len(_numeric_dimensions(settings, method)))
+  """The runs (candidate, length) `search` may make at most: halving's rungs of `unextended`'s
+  batches (repeats included) and every edge extension to each numeric dimension's hard bound (or
+  `edge_steps` extensions where it has none), on both sides."""
+  staged = settings.strategy != 'product'
+  return (_runs(settings, len(candidates(settings, method)))
+          + (_runs(settings, len(candidates(settings, method, settings.client_lrs[0])))
+             if staged else 0)
+          + sum(_steps_to_bound(settings, method, d, values, side)
+                for d, values in _numeric_dimensions(settings, method).items()
+                for side in (-1, 1)))
 
 
 def rungs(rounds: int, num_candidates: int, min_rounds: int) -> list[int]:
   """Successive halving's run lengths, shortest first, the last `rounds`: `rounds // 3^j` for
   j = s..0, s the most rungs below `rounds` that `num_candidates` fill (3^s <= num_candidates)
-  with at least `min_rounds` rounds each.
+  with at least `min_rounds` rounds each. Each rung keeps the best third, at least 2 (`_kept`).
 
   Successive halving: Jamieson and Talwalkar, "Non-stochastic Best Arm Identification and
   Hyperparameter Optimization", AISTATS 2016, arXiv:1502.07943.
@@ -139,25 +166,39 @@ def _edge(values, value) -> Optional[int]:
   return 1 if value == max(values) else -1 if value == min(values) else None
 
 
-def _valid(method: Method, dim: str, value) -> bool:
-  """Whether `value` is positive and in the valid range of `dim` (`tff_conflict.hparams`)."""
-  if not math.isfinite(value) or value <= 0:
-    return False
-  h = methods_lib.hparam_ranges(method).get(dim)   # None for the learning rates
-  try:
-    if h is not None:
-      h.check(value)
-  except ValueError:
-    return False
-  return True
+def _bound(method: Method, dim: str, side: int) -> Optional[float]:
+  """The hard bound of `dim` on `side` (+1 above, -1 below) that edge extension stops at: the
+  learning rates' `LR_BOUNDS`, 1 above a ratio's or unit interval's range (`tff_conflict.hparams`,
+  whose other numeric ranges are open: a geometric extension never reaches 0 or infinity)."""
+  if dim in methods_lib.RATES:
+    return LR_BOUNDS[dim][side > 0]
+  h = methods_lib.hparam_ranges(method).get(dim)
+  ratio = h is not None and h.kind in (hparams.RATIO, hparams.UNIT_INTERVAL)
+  return 1.0 if side > 0 and ratio else None
 
 
-def _record(choice: dict, scored: Sequence[tuple[dict, float, int]]) -> dict:
-  """`choice` with what tuning tried: every candidate's score (in the order tried), their number
-  and the client and server learning rates among them (edge extensions included)."""
-  scores = choice['scores'] + [{'candidate': candidate_name(c), 'score': s, 'seeds': n}
-                               for c, s, n in scored]
-  values = [_candidate_values(s['candidate']) for s in scores]
+def _extension(method: Method, dim: str, value: float, side: int, factor: float) -> float:
+  """`value` times (divided by) `factor`, clipped to `dim`'s hard bound on `side`."""
+  new, bound = (value * factor if side > 0 else value / factor), _bound(method, dim, side)
+  return new if bound is None else min(new, bound) if side > 0 else max(new, bound)
+
+
+def _steps_to_bound(settings: SearchSettings, method: Method, dim: str, values, side: int) -> int:
+  """The extensions of `dim` past its searched `values` on `side` that `search` may make at most:
+  to its hard bound, or `edge_steps` where it has none; 0 when `edge_steps` is 0."""
+  value, bound = (max(values) if side > 0 else min(values)), _bound(method, dim, side)
+  if not settings.edge_steps or bound is None:
+    return settings.edge_steps
+  return max(0, math.ceil(side * math.log(bound / value, settings.edge_factor) - 1e-9))
+
+
+def _record(choice: dict, runs: Sequence[tuple[dict, int, float, int]]) -> dict:
+  """`choice` with what tuning ran: each candidate's score and finished seeds at each run length
+  it ran (`scores`, in the order run), the candidates' number and the client and server learning
+  rates among them (edge extensions included)."""
+  scores = choice['scores'] + [{'candidate': candidate_name(c), 'rounds': r, 'score': s,
+                                'seeds': n} for c, r, s, n in runs]
+  values = [_candidate_values(n) for n in dict.fromkeys(s['candidate'] for s in scores)]
   return dict(choice, scores=scores, candidates=len(values),
               client_lrs_tried=sorted({float(v['clr']) for v in values if 'clr' in v}),
               server_lrs_tried=sorted({float(v['slr']) for v in values if 'slr' in v}))
@@ -168,60 +209,69 @@ def search(settings: SearchSettings, method: Method,
   """Tunes one method as a generator: it yields a wave of evaluation requests, (candidate,
   rounds) with rounds None for a full run, that depend on none of each other, and is sent their
   (score, finished seeds) in order. Returns the choice as tuning_choices.json records it: `where`
-  (dataset, regime, E), the method, the chosen learning rates and `tuned` values, the winner's
-  `score`, every candidate's, and `at_edge`: the dimensions whose chosen value is still at the
-  edge of those tried.
+  (dataset, regime, E), the method, the full length `rounds`, the chosen learning rates and
+  `tuned` values, the winner's `score`, every candidate's at every length it ran (`scores`),
+  `at_edge`: the dimensions whose chosen value is still at the edge of those tried, and
+  `at_bound`: those at a hard bound.
 
-  Edge extension: while the best candidate's value of a numeric dimension is the largest
-  (smallest) of that dimension's values tried (by any candidate: a staged search tries the client
-  lrs at the given values, the winner may have others), it is tried (with the winner's other
-  values) times (divided by) `edge_factor`, at most `edge_steps` times per dimension and side
-  and within the dimension's valid range."""
-  scored: list[tuple[dict, float, int]] = []
-  seen: dict[str, tuple[float, int]] = {}
+  The choice is made among full-length scores only: halving's last rung is the full length and
+  keeps at least 2 finalists (`_kept`); edge extensions run at full length.
+
+  Edge extension (`edge_steps` > 0): while the best candidate's value of a numeric dimension is
+  the largest (smallest) of that dimension's values tried (by any candidate, at any length: a
+  staged search tries the client lrs at the given values, the winner may have others), it is
+  tried (with the winner's other values) times (divided by) `edge_factor`, clipped to the
+  dimension's hard bound (`_bound`), until the winner is interior or at the bound; on a side
+  without a finite bound, at most `edge_steps` times."""
+  runs: list[tuple[dict, int, float, int]] = []   # (candidate, rounds, score, seeds), each run
+  scored: list[tuple[dict, float, int]] = []   # full-length scores, the choice's
+  seen: set[str] = set()
 
   def try_all(new):
     new = list({candidate_name(c): c for c in new if candidate_name(c) not in seen}.values())
-    alive = new   # halving: each rung but the last runs those left and keeps the best third
+    seen.update(map(candidate_name, new))
+    alive = new   # halving: each rung but the last runs those left and keeps the best
     if settings.schedule == 'halving' and len(new) >= HALVING_RATE:
       for length in rungs(settings.rounds, len(new), settings.last_k)[:-1]:
-        scores = [s for s, _ in (yield [(c, length) for c in alive])]
+        results = yield [(c, length) for c in alive]
+        runs.extend((c, length, *r) for c, r in zip(alive, results))
         order = sorted(range(len(alive)),   # NaN last; stable: ties keep the listed order
-                       key=lambda i: -scores[i] if math.isfinite(scores[i]) else math.inf)
-        alive = [alive[i] for i in sorted(order[:math.ceil(len(alive) / HALVING_RATE)])]
+                       key=lambda i: -results[i][0] if math.isfinite(results[i][0]) else math.inf)
+        alive = [alive[i] for i in sorted(order[:_kept(len(alive))])]
     results = (yield [(c, None) for c in alive]) if alive else []
-    full = {candidate_name(c): r for c, r in zip(alive, results)}
-    for c in new:   # those halving stopped early: NaN, 0 seeds
-      seen[candidate_name(c)] = full.get(candidate_name(c), (float('nan'), 0))
-      scored.append((c, *seen[candidate_name(c)]))
+    runs.extend((c, settings.rounds, *r) for c, r in zip(alive, results))
+    scored.extend((c, *r) for c, r in zip(alive, results))
 
   yield from try_all(candidates(settings, method))
   if settings.strategy != 'product':
     yield from try_all(candidates(settings, method, best(scored)[0]['client_lr']))
   steps: dict[tuple[str, int], int] = {}
   dims = _numeric_dimensions(settings, method)
-  tried = lambda dim: [c[dim] for c, _, _ in scored if c.get(dim) is not None]
-  moved = True
+  tried = lambda dim: [c[dim] for c, *_ in runs if c.get(dim) is not None]
+  moved = settings.edge_steps > 0
   while moved and math.isfinite(best(scored)[1]):
     moved = False
     for dim in dims:
       winner = best(scored)[0]
       side = _edge(tried(dim), winner.get(dim))
-      if side is None or steps.get((dim, side), 0) >= settings.edge_steps:
+      if side is None or (_bound(method, dim, side) is None
+                          and steps.get((dim, side), 0) >= settings.edge_steps):
         continue
-      factor = settings.edge_factor
-      new = winner[dim] * factor if side > 0 else winner[dim] / factor
-      if not _valid(method, dim, new):
+      new = _extension(method, dim, winner[dim], side, settings.edge_factor)
+      if (new - winner[dim]) * side <= 0 or not math.isfinite(new):
         continue
       steps[(dim, side)] = steps.get((dim, side), 0) + 1
       before = len(scored)
       yield from try_all([dict(winner, **{dim: new})])
       moved = moved or len(scored) > before
   winner, top = best(scored)
-  at_edge = [d for d in dims if math.isfinite(top) and _edge(tried(d), winner.get(d)) is not None]
-  return _record(dict(where, method=method.name, client_lr=winner['client_lr'],
-                      server_lr=winner['server_lr'], tuned=tuned_values(winner), score=top,
-                      scores=[], at_edge=at_edge), scored)
+  sides = {d: _edge(tried(d), winner.get(d)) for d in dims if math.isfinite(top)}
+  at_bound = [d for d, side in sides.items() if side and winner[d] == _bound(method, d, side)]
+  at_edge = [d for d, side in sides.items() if side and d not in at_bound]
+  return _record(dict(where, method=method.name, rounds=settings.rounds,
+                      client_lr=winner['client_lr'], server_lr=winner['server_lr'],
+                      tuned=tuned_values(winner), score=top, scores=[], at_edge=at_edge,
+                      at_bound=at_bound), runs)
 
 
 def widen_search(choice: dict, server_lrs: Sequence[float]) -> Generator[list, list, dict]:
@@ -239,7 +289,10 @@ def widen_search(choice: dict, server_lrs: Sequence[float]) -> Generator[list, l
   winner, top = best([(None, choice['score'], 0)] + scored)
   server_lr = choice['server_lr'] if winner is None else winner['server_lr']
   at_edge = [d for d in choice['at_edge'] if d != 'server_lr']
-  if _edge(tried + [c['server_lr'] for c in new], server_lr) is not None:
-    at_edge.append('server_lr')
-  return _record(dict(choice, server_lr=server_lr, at_edge=at_edge,
-                      score=choice['score'] if winner is None else top), scored)
+  at_bound = [d for d in choice.get('at_bound', []) if d != 'server_lr']
+  side = _edge(tried + [c['server_lr'] for c in new], server_lr)
+  if side is not None:
+    (at_bound if server_lr == LR_BOUNDS['server_lr'][side > 0] else at_edge).append('server_lr')
+  return _record(dict(choice, server_lr=server_lr, at_edge=at_edge, at_bound=at_bound,
+                      score=choice['score'] if winner is None else top),
+                 [(c, choice.get('rounds'), s, n) for c, s, n in scored])

@@ -492,13 +492,15 @@ def tuning_section(choices, config) -> str:
 
 
 def _tuning_row(c) -> list[Any]:
-  """A tuning choice's row: the chosen values and score, the runner-up and what was tried."""
-  scores = sorted((s for s in c['scores'] if s['score'] is not None
-                   and math.isfinite(s['score'])), key=lambda s: -s['score'])
-  edge = c.get('at_edge') or ()
-  return [f'{c["method"]} (at edge: {", ".join(edge)})' if edge else c['method'],
+  """A tuning choice's row: the chosen values and score, the runner-up at full length and what
+  was tried."""
+  scores = sorted((s for s in c['scores'] if s['score'] is not None and math.isfinite(s['score'])
+                   and s.get('rounds') == c.get('rounds')), key=lambda s: -s['score'])
+  edge = [f'at {k[3:]}: {", ".join(c[k])}' for k in ('at_edge', 'at_bound') if c.get(k)]
+  return [f'{c["method"]} ({"; ".join(edge)})' if edge else c['method'],
           f'{c["client_lr"]:g}', f'{c["server_lr"]:g}',
           ', '.join(f'{k}={_fmt_value(v)}' for k, v in sorted(c['tuned'].items())) or '-',
           f'{c["score"]:.4f}' if c['score'] is not None and math.isfinite(c['score']) else 'nan',
           f'{scores[1]["candidate"]}: {scores[1]["score"]:.4f}' if len(scores) > 1 else '-',
-          len(c['scores']), _lrs(c['client_lrs_tried']), _lrs(c['server_lrs_tried'])]
+          c.get('candidates', len(c['scores'])), _lrs(c['client_lrs_tried']),
+          _lrs(c['server_lrs_tried'])]

@@ -100,6 +100,14 @@ def test_paper_table_presets_are_tuned_grids_of_registered_methods(preset):
   assert 'fedavg' in config.methods
 
 
+@pytest.mark.parametrize('preset', sorted(n for n, p in presets.BENCHMARK.items()
+                                           if p.get('tune')))
+def test_every_preset_that_tunes_extends_its_grids_past_their_edges(preset):
+  leaf = 'leaf_' in presets.BENCHMARK[preset]['regimes']
+  config = _paper_config(preset, **({'leaf_dir': '/data/shakespeare'} if leaf else {}))
+  assert config.tune and config.edge_steps > 0
+
+
 _FEDGH_TABLE = tuple(m for b in ('fedavg', 'fedprox', 'fednova', 'feddecorr')
                      for m in (b, f'{b}+fedgh'))
 

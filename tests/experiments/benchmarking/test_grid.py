@@ -202,6 +202,32 @@ def test_a_shorter_rung_of_halving_is_no_settings_change(tmp_path):
     grid.check_finished_runs(_config(tmp_path, rounds=12, schedule='halving', last_k=1))
 
 
+def test_tuning_csv_has_every_candidates_score_at_every_rung(tmp_path):
+  # Halving over 3 client lrs (rungs of 3 and 9 rounds): 3 rung rows and 2 full-length ones
+  # per method, then stage 2's 2 other server lrs at full length, each row with a finite score;
+  # `chosen` only on the winner's full-length row.
+  config = _config(tmp_path, rounds=9, schedule='halving', last_k=1,
+                   client_lr_grid=(0.05, 0.1, 0.2))
+  made = plan.make(config)
+  choices = []
+  for dataset, epochs, method in made.tuning:
+    requests = search.search(made.search[dataset, method.name], method, dataset=dataset,
+                             regime='digits:#C=2@6', epochs=epochs)
+    wave = next(requests)
+    try:
+      while True:
+        wave = requests.send([(c['client_lr'] * (9 if r is None else r), 1) for c, r in wave])
+    except StopIteration as e:
+      choices.append(e.value)
+  grid._write_tuning(made, str(tmp_path), choices)
+  rows = metrics_io.read_csv(os.path.join(tmp_path, 'tuning.csv'))
+  assert [(r['method'], r['rounds']) for r in rows] == [
+      (m, n) for m in ('fedavg', 'fedgh') for n in (3, 3, 3, 9, 9, 9, 9)]
+  assert all(np.isfinite(r['validation_score']) for r in rows)
+  chosen = [(r['method'], r['candidate'], r['rounds']) for r in rows if str(r['chosen']) == 'True']
+  assert chosen == [(m, 'clr=0.2,slr=1', 9) for m in ('fedavg', 'fedgh')]
+
+
 def _record(root):
   out = {}
   for name in results.RECORD_FILES:

@@ -54,9 +54,10 @@ def test_methods_with_grids_given_values_and_tuned_epochs():
   assert [(d, e, m.name) for d, e, m in made.tuning] == [
       (d, e, m) for d in ('digits', 'synthetic') for e in (1, 5) for m in ('fedavg', 'fedprox')]
   counts = made.runs
-  # Stage 1 (2 lrs), stage 2 (2 mus x 3 server lrs), and up to 3 extensions per side of the
-  # three numeric dimensions: 2 seeds each.
-  assert counts[(runs.TUNE_PHASE, 'fedprox', 'digits', 5)] == (2 + 6 + 2 * 3 * 3) * 2
+  # Stage 1 (2 lrs), stage 2 (2 mus x 3 server lrs), the learning rates' extensions to their
+  # bounds (client lr: 4 up to 10, 7 down to 1e-4; server lr: 2 up to 10, 5 down to 0.01) and
+  # up to 3 extensions per side of mu (no finite bound): 2 seeds each.
+  assert counts[(runs.TUNE_PHASE, 'fedprox', 'digits', 5)] == (2 + 6 + 11 + 7 + 2 * 3) * 2
   assert counts[(runs.REPORT_PHASE, 'fedprox', 'digits', 2)] == 1 * 5
   assert made.description['runs'][runs.REPORT_PHASE] == 2 * 2 * 3 * 5
   assert made.processes[('fedprox', 'digits')] == 3  # given 0.5, then 1 and 2

@@ -138,7 +138,17 @@ def test_a_value_at_a_grids_edge_is_flagged():
   assert ('| fedavg (at edge: client_lr) | 2.7 | 1 | - | 0.8000 | - | 1 | 0.3, 0.9, 2.7 | 1 |'
           in text)
   assert 'The baseline (fedavg) searched every server learning rate any method searched.' in text
-  assert 'x or / 3, at most 3 times per side' in tables.setup_section(config)
+  assert 'at most 3 times per side without one' in tables.setup_section(config)
+  # A search with halving's rungs: the runner-up is the best other full-length score (the
+  # winner's shorter rung is none), each candidate counted once; a value at a bound is named.
+  rungs = [{'candidate': 'clr=2.7,slr=1', 'rounds': 10, 'score': 0.9, 'seeds': 2},
+           {'candidate': 'clr=0.9,slr=1', 'rounds': 10, 'score': 0.7, 'seeds': 2},
+           {'candidate': 'clr=2.7,slr=1', 'rounds': 30, 'score': 0.8, 'seeds': 2},
+           {'candidate': 'clr=0.9,slr=1', 'rounds': 30, 'score': 0.75, 'seeds': 2}]
+  halving = dict(choice, rounds=30, scores=rungs, candidates=2, at_edge=[],
+                 at_bound=['server_lr'])
+  assert ('| fedavg (at bound: server_lr) | 2.7 | 1 | - | 0.8000 | clr=0.9,slr=1: 0.7500 | 2 |'
+          in tables.tuning_section([halving], config))
 
 
 def test_composition_table_compares_with_its_baseline_and_with_fedavg():

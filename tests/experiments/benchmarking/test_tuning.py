@@ -109,7 +109,10 @@ def test_a_best_value_at_an_edge_extends_the_grid_until_it_is_interior():
   choice = _tune(search, _scorer(lambda c: -abs(math.log(c['client_lr'] / 0.9)), calls))
   assert [float(n.split(',')[0][4:]) for n in calls] == pytest.approx([0.03, 0.1, 0.3, 0.9, 2.7])
   assert choice['client_lr'] == pytest.approx(0.9) and choice['at_edge'] == []
-  assert tuning.max_candidates(*search) == 3 + 2 * 3   # 3 client lrs, 3 extensions per side
+  # 3 client lrs, the extensions to the learning rates' bounds: 0.9, 2.7, 8.1, 10 above, six
+  # (0.01 ... 0.000123, then 1e-4) below.
+  assert tuning.LR_BOUNDS['client_lr'] == (1e-4, 10.0)
+  assert tuning.max_candidates(*search) == 3 + 4 + 6
 
 
 def test_the_client_lr_is_extended_after_stage_two_changes_the_methods_value():
@@ -139,22 +142,24 @@ def test_a_value_still_at_an_edge_is_reported():
 
 
 def test_an_extension_stays_in_the_valid_range():
-  # FedMGC's selection ratio lies in (0, 1]: its best, 0.7 at the top, is extended no further
-  # than the range allows (0.7 x 3 > 1), so it stays at the edge.
+  # FedMGC's selection ratio lies in (0, 1]: its best, 0.7 at the top, is extended to the
+  # range's bound (0.7 x 3 > 1: 1), which wins and is recorded at its bound, not at an edge.
+  calls = []
   choice = _tune(_search('fedmgc', edge_steps=2),
                  _scorer(lambda c: c.get('selection_ratio', 0.5) - abs(c.get('gamma', 1.0) - 1.0)
-                         - abs(c['client_lr'] - 0.1), []))
-  assert choice['tuned']['selection_ratio'] == 0.7 and 'selection_ratio' in choice['at_edge']
-  assert choice['tuned']['gamma'] == 1.0 and 'gamma' not in choice['at_edge']
+                         - abs(c['client_lr'] - 0.1), calls))
+  assert sum('selection_ratio=1,' in n or n.endswith('selection_ratio=1') for n in calls) == 1
+  assert choice['tuned']['selection_ratio'] == 1.0 and choice['at_bound'] == ['selection_ratio']
+  assert choice['tuned']['gamma'] == 1.0 and choice['at_edge'] == []
 
 
 def test_a_compositions_aggregator_grid_stays_in_the_aggregators_range():
-  # fedprox+dgc tunes DGC's selection ratio (in (0, 1]) beside mu: 0.7 at the top stays there.
+  # fedprox+dgc tunes DGC's selection ratio (in (0, 1]) beside mu: 0.7 at the top goes to 1.
   choice = _tune(_search('fedprox+dgc', edge_steps=2),
                  _scorer(lambda c: c.get('selection_ratio', 0.5)
                          - abs(math.log10(c.get('proximal_strength', 0.01) / 0.01))
                          - abs(c['client_lr'] - 0.1), []))
-  assert choice['tuned']['selection_ratio'] == 0.7 and 'selection_ratio' in choice['at_edge']
+  assert choice['tuned']['selection_ratio'] == 1.0 and choice['at_bound'] == ['selection_ratio']
   assert choice['tuned']['proximal_strength'] == 0.01
 
 
@@ -214,10 +219,57 @@ def test_halving_chooses_as_the_full_search_with_fewer_full_runs():
   to_the_end = lambda c: sum(rounds == 50 for _, rounds in c)
   assert to_the_end(calls['halving']) < to_the_end(calls['full'])
   assert sum(r for _, r in calls['halving']) < sum(r for _, r in calls['full'])
-  # Candidates stopped early are recorded (NaN, 0 seeds) and were never run to the end.
-  stopped = [s['candidate'] for s in halving['scores'] if s['seeds'] == 0]
-  assert stopped and all(math.isnan(s['score']) for s in halving['scores'] if s['seeds'] == 0)
-  assert not {(n, 50) for n in stopped} & set(calls['halving'])
+  # Every run is recorded with its length and a finite score: candidates stopped early at
+  # their last rung's, and were never run to the end.
+  assert [(s['candidate'], s['rounds']) for s in halving['scores']] == calls['halving']
+  assert all(math.isfinite(s['score']) and s['seeds'] == 2 for s in halving['scores'])
+  full_length = {s['candidate'] for s in halving['scores'] if s['rounds'] == 50}
+  stopped = {s['candidate'] for s in halving['scores']} - full_length
+  assert stopped and not {(n, 50) for n in stopped} & set(calls['halving'])
+  assert halving['candidates'] == len(full_length | stopped)
+
+
+def test_halving_chooses_at_full_length_among_at_least_two_finalists():
+  """3 and 9 candidates: each rung keeps the best third but at least 2, and the choice is the
+  best full-length score: lr 0.3 leads every rung, lr 0.1 (second) wins at 50 rounds."""
+  for client_lrs, rungs in (((0.03, 0.1, 0.3), [16, 50]),
+                            ((0.01, 0.03, 0.1, 0.3, 1.0, 0.02, 0.05, 0.2, 0.5), [5, 16, 50])):
+    calls = []
+
+    def evaluate(c, rounds=50):
+      calls.append((c['client_lr'], rounds))
+      lr = c['client_lr']
+      rung = {0.3: 0.9, 0.1: 0.85}.get(lr, 0.5 + lr / 10)
+      return (rung if rounds < 50 else {0.1: 0.8}.get(lr, 0.7)), 1
+    choice = _tune(_search('fedavg', 'product', client_lrs=client_lrs, rounds=50, last_k=5,
+                           schedule='halving'), evaluate)
+    assert sorted({r for _, r in calls}) == rungs
+    finalists = [lr for lr, r in calls if r == 50]
+    assert len(finalists) == 2 and 0.1 in finalists and 0.3 in finalists
+    assert choice['client_lr'] == 0.1 and choice['score'] == 0.8
+    assert len(choice['scores']) == len(calls) and choice['candidates'] == len(client_lrs)
+
+
+def test_edge_extension_goes_past_edge_steps_to_an_interior_learning_rate():
+  # The best client lr, 8.1, is 3 factors past the grid's top (0.3); edge_steps = 1 used to stop
+  # at 0.9 (at_edge); the learning rates extend until the winner is interior or at a bound.
+  calls = []
+  choice = _tune(_search('fedavg', edge_steps=1),
+                 _scorer(lambda c: -abs(math.log(c['client_lr'] / 8.1)), calls))
+  assert [float(n.split(',')[0][4:]) for n in calls] == pytest.approx(
+      [0.03, 0.1, 0.3, 0.9, 2.7, 8.1, 10.0])
+  assert choice['client_lr'] == pytest.approx(8.1)
+  assert (choice['at_edge'], choice['at_bound']) == ([], [])
+
+
+def test_edge_extension_stops_at_a_learning_rates_hard_bound():
+  calls = []
+  choice = _tune(_search('fedavg', edge_steps=1), _scorer(lambda c: c['client_lr'], calls))
+  assert choice['client_lr'] == tuning.LR_BOUNDS['client_lr'][1] and len(calls) == 3 + 4
+  assert (choice['at_edge'], choice['at_bound']) == ([], ['client_lr'])
+  # Without extensions (edge_steps 0) the grid's top is at an edge, not at a bound.
+  flat = _tune(_search('fedavg'), _scorer(lambda c: c['client_lr'], []))
+  assert (flat['client_lr'], flat['at_edge'], flat['at_bound']) == (0.3, ['client_lr'], [])
 
 
 def _choice(server_lr, scores, at_edge=()):
@@ -250,6 +302,10 @@ def test_the_baseline_tries_the_server_lrs_others_reached_and_keeps_the_best():
   kept = _widen(choice, [9.0], lambda c: (0.5, 1))
   assert (kept['server_lr'], kept['score'], len(kept['scores'])) == (1.0, 0.95, 5)
   assert _widen(choice, [1.0, 2.0], evaluate) is choice
+  # A server lr another method extended to the stated bound, winning there, is at the bound.
+  bounded = _widen(choice, [10.0], lambda c: (0.99, 1))
+  assert (bounded['server_lr'], bounded['at_edge']) == (10.0, [])
+  assert bounded['at_bound'] == ['server_lr']
 
 
 def test_a_datasets_own_rounds_and_grids_drive_its_search_and_its_runs():
@@ -269,14 +325,15 @@ def test_a_datasets_own_rounds_and_grids_drive_its_search_and_its_runs():
   choice = _tune((plan.search['digits', 'fedavg'], fedavg), evaluate)
   assert sorted({lr for lr, _ in requests}) == [1.0, 2.0, 4.0]
   # Halving's rungs of digits' 20 rounds ([6, 20]), not of the flags' 50 ([16, 50]).
-  assert [r for _, r in requests] == [6, 6, 6, None] and choice['client_lr'] == 4.0
+  # Two finalists run the full length.
+  assert [r for _, r in requests] == [6, 6, 6, None, None] and choice['client_lr'] == 4.0
   spec = plan_lib.tuning_spec(plan, 'digits', 1, fedavg, dict(client_lr=4.0, server_lr=1.0), 100)
   assert spec.rounds == 20 and spec.candidate == 'clr=4,slr=1'
   short = plan_lib.tuning_spec(plan, 'digits', 1, fedavg, dict(client_lr=4.0, server_lr=1.0),
                                100, rounds=6)
   assert short.rounds == 6 and short.candidate == 'clr=4,slr=1 @6 rounds'
   assert {s.rounds for s in plan_lib.report_specs(plan, [choice])} == {20}
-  assert plan.runs[('tune', 'fedavg', 'digits', 1)] == 3 * 2  # 3 lrs x 2 seeds
+  assert plan.runs[('tune', 'fedavg', 'digits', 1)] == (3 + 2) * 2  # 3 lrs, 2 finalists; 2 seeds
   searched = plan.description['methods'][0]
   assert searched['client_lrs'] == [1.0, 2.0, 4.0]
   assert searched['searched'] == {'digits': {'client_lrs': [1.0, 2.0, 4.0],
