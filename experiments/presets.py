@@ -80,10 +80,10 @@ PAPER_TABLES = {
         'authors\' code\'s setting, untuned: 100 clients of equal size with per-client '
         'Dirichlet(alpha) class mixes, alpha 0.05, 0.1, 0.5, 1, 10, 10 per round, E = 2, batch 64, '
         'client SGD lr 0.1 without momentum, server lr 1, 100 rounds, the 784-128-10 ReLU MLP '
-        '(`small_mlp`), FedProx mu 0.001, FedGA\'s per-batch soft-target labels, every client '
+        'initialised as PyTorch\'s nn.Linear (`torch_mlp`), FedProx mu 0.001, FedGA\'s per-batch soft-target labels, every client '
         'step clipped at global norm 5 as the authors clip every method\'s (proximal gradient '
         'included); 5 seeds.',
-        clients_per_round=10, client_batch_size=64, models='mnist:small_mlp'),
+        clients_per_round=10, client_batch_size=64, models='mnist:torch_mlp'),
         tune=False, report_seeds=_SEEDS[:5], client_learning_rate=0.1, server_learning_rate=1.0,
         proximal_strength=0.001, client_clip_norm=5.0),
 }

@@ -142,7 +142,7 @@ def test_fedga_table_is_the_authors_mnist_setting_untuned():
   assert config.methods == ('fedavg', 'fedprox', 'fedga') and not config.tune
   assert config.report_seeds == (0, 1, 2, 3, 4) and config.epochs == (2,)
   assert config.loop.rounds == 100 and config.loop.clients_per_round == 10
-  assert config.loop.batch_size == 64 and dict(config.models) == {'mnist': 'small_mlp'}
+  assert config.loop.batch_size == 64 and dict(config.models) == {'mnist': 'torch_mlp'}
   assert (config.client.learning_rate, config.client.momentum) == (0.1, 0.0)
   assert config.server.learning_rate == 1.0
   assert config.given['fedprox'] == {'proximal_strength': 0.001, 'clip_norm': 5.0}
