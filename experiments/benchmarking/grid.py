@@ -220,9 +220,11 @@ def _prepare(config, plan, engine, stream) -> None:
     train, _ = engine.data(regime, _first_seed(plan))
     if getattr(train, 'label_counts', None) is not None:   # else too costly (EMNIST's writers)
       values = data.describe(train)
+      source = plan.datasets[plan.dataset_of(regime)]
       described.append({'regime': regime, 'data_seed': _first_seed(plan), **{
           k: values[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
-                                 'classes_per_client', 'label_tv_distance')}})
+                                 'classes_per_client', 'label_tv_distance')},
+                        'data_location': source.data_location, 'data_digest': source.data_digest})
   files.write_json_atomically(os.path.join(root, 'regimes.json'), described)
 
 

@@ -16,13 +16,16 @@ Method = methods_lib.Method
 
 class Dataset(NamedTuple):
   """One dataset's settings (`--dataset_settings` applied): its regimes, model, rounds, the
-  learning rates its tuning searches, and its tuning regime (None without tuning)."""
+  learning rates its tuning searches, its tuning regime (None without tuning), and the folder
+  its files are read from and their digest (`fingerprints.of_source`; None: your own data)."""
   regimes: tuple
   model: str
   rounds: int
   client_lr_grid: tuple
   server_lr_grid: tuple
   tuning_regime: Optional[str]
+  data_location: Optional[str] = None
+  data_digest: Optional[str] = None
 
 
 class Plan(NamedTuple):
@@ -84,13 +87,15 @@ def _inherits(config, table: Sequence[Method]) -> dict[str, Optional[str]]:
 
 
 def _dataset(config, name: str) -> Dataset:
+  from experiments.benchmarking import fingerprints  # pylint: disable=g-import-not-at-top
   own = config.dataset_settings.get(name, {})
+  source = (None, None) if name in config.datasets else fingerprints.of_source(name, config.data)
   return Dataset(
       tuple(lookups.regimes_of(config, name)), lookups.model_of(config, name),
       own.get('rounds', config.loop.rounds),
       tuple(own.get('client_lr_grid', config.client_lr_grid)),
       tuple(own.get('server_lr_grid', config.server_lr_grid)),
-      lookups.tuning_regime(config, name) if config.tune else None)
+      lookups.tuning_regime(config, name) if config.tune else None, *source)
 
 
 def _search(config, plan: Plan, dataset: Dataset, method: Method) -> search_lib.SearchSettings:
@@ -154,7 +159,8 @@ def run_spec(plan: Plan, *, phase: str, regime: str, method: Method, kwargs: Map
       client_lr=float(client_lr), server_lr=float(server_lr), epochs=int(epochs), seed=int(seed),
       data_seed=seed if plan.data_seed is None else plan.data_seed,
       model=plan.datasets[dataset].model, rounds=rounds or plan.datasets[dataset].rounds,
-      candidate=candidate, **shared)
+      candidate=candidate, data_location=plan.datasets[dataset].data_location,
+      data_digest=plan.datasets[dataset].data_digest, **shared)
 
 
 def tuning_spec(plan: Plan, dataset: str, epochs: int, method: Method, candidate: dict,
@@ -319,6 +325,8 @@ def _describe(plan: Plan) -> dict[str, Any]:
       'datasets': list(plan.datasets),
       'models': {d: s.model for d, s in plan.datasets.items()},
       'rounds': {d: s.rounds for d, s in plan.datasets.items()},
+      'data': {d: {'location': s.data_location, 'digest': s.data_digest}
+               for d, s in plan.datasets.items()},
       'tuning_regimes': {d: s.tuning_regime for d, s in plan.datasets.items()}
                         if plan.tuned_epochs else {},
       'tuned_epochs': {str(e): t for e, t in plan.tuned_epochs.items()},

@@ -332,15 +332,15 @@ def test_a_full_disk_ends_the_benchmark_instead_of_failing_each_run(tmp_path, mo
      "--regimes=digits:iid@360: regime 'digits:iid@360': num_clients must be at most 359"),
     (dict(regimes=('digits:iid@2',)),
      "--clients_per_round=3: regime 'digits:iid@2' has 2 clients: use at most 2"),
-    (dict(regimes=('emnist:natural',), models={}),
+    (dict(regimes=('emnist:natural',), models={},
+          data=experiment_config.DataConfig(cache_dir='/no/such/cache')),
      '--regimes=emnist:natural: Federated EMNIST needs'),
     (dict(tuning_seeds=(7,), tuning_regimes={'digits': 'digits:iid@2'}),
      "--clients_per_round=3: regime 'digits:iid@2' has 2 clients"),
 ])
 def test_a_regime_that_cannot_run_is_refused_before_anything_is_written(tmp_path, changes,
                                                                         message):
-  config = _config(tmp_path, data=experiment_config.DataConfig(cache_dir=str(tmp_path / 'no')),
-                   **changes)
+  config = _config(tmp_path, **changes)
   with pytest.raises(experiment_config.ConfigError) as info:
     grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert message in info.value.flag_message()
@@ -381,3 +381,31 @@ def test_a_failed_run_is_named_in_the_report_and_the_rest_goes_on(tmp_path, monk
   report = open(outcome['report']).read()
   assert (f'- {label}: FloatingPointError: made to fail '
           '(`runs/digits_C2_6/E1/fedgh/seed0/error.txt`)') in report
+
+
+def _files(root):
+  return {os.path.join(d, n): open(os.path.join(d, n), 'rb').read()
+          for d, _, names in os.walk(root) for n in names}
+
+
+def test_a_rerun_on_other_data_is_refused_in_one_line_with_every_file_intact(tmp_path):
+  from tests.data import idx_fixtures  # pylint: disable=g-import-not-at-top
+  for name, seed in (('a', 0), ('b', 1)):
+    idx_fixtures.fashion_mnist_dir(tmp_path / name, train_per_class=3, test_per_class=1,
+                                   seed=seed)
+  config = lambda folder: _config(
+      tmp_path, regimes=('fashion_mnist:iid@3',), methods=('fedavg',), report_seeds=(0,),
+      rounds=1, tune=False, models={'fashion_mnist': 'logistic_regression'}, tuning_regimes={},
+      data=experiment_config.DataConfig(data_dir=str(tmp_path / folder)))
+  grid.run_benchmark(config('a'), stream=open(os.devnull, 'w'))
+  recorded = runs.read_result(os.path.join(config('a').root, 'runs', 'fashion_mnist_iid_3', 'E1',
+                                           'fedavg', 'seed0'))['spec']
+  assert recorded['data_location'] == str(tmp_path / 'a') and recorded['data_digest']
+  described = results.read_json(os.path.join(config('a').root, 'regimes.json'), [])
+  assert described[0]['data_location'] == str(tmp_path / 'a')
+  before = _files(config('a').root)
+  with pytest.raises(engine_lib.SettingsChangedError) as info:
+    grid.run_benchmark(config('b'), stream=open(os.devnull, 'w'))
+  assert '\n' not in str(info.value)
+  assert f"data_location: '{tmp_path / 'a'}' -> '{tmp_path / 'b'}'" in str(info.value)
+  assert _files(config('a').root) == before
