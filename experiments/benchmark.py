@@ -189,9 +189,15 @@ def main(unused_argv):
       e.args = (interrupted_message(config.root, e),)
       raise
     report_path, failures = outcome['report'], outcome['failures']
+    workers = outcome.get('workers') or 1
     print(f'\n{outcome["runs_done"]} runs run, {outcome["runs_skipped"]} found finished, '
           f'{len(failures)} failed; {outcome["processes_built"]} learning processes built in '
-          f'{outcome["build_seconds"]:.0f} s of {outcome["wall_seconds"]:.0f} s')
+          f'{outcome["build_seconds"]:.0f} s' + (f' (summed over {workers} workers)'
+                                                   if workers > 1 else '')
+          + f'; {outcome["wall_seconds"]:.0f} s in all')
+    if outcome['incomplete']:
+      print(f'incomplete searches (no choice, their reporting runs not run): '
+            f'{"; ".join(outcome["incomplete"])}; the same command completes them')
   wall = time.monotonic() - start
   print(f'report: {report_path}')
   print(f'runs: {os.path.join(config.root, "runs.csv")}')

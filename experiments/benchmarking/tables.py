@@ -424,6 +424,8 @@ def time_section(timing, rows) -> str:
   failed = timing[-1].get('failed') or []
   failures = ''.join([f'\n{text("time_failed", failed=len(failed))}\n\n'] + [
       f'- {f["run"]}: {f["error"]} (`{f["details"]}`)\n' for f in failed]) if failed else ''
+  held = timing[-1].get('incomplete') or []
+  failures += f'\n{text("time_incomplete", searches="; ".join(held))}\n' if held else ''
   return (f'{table}\n{total}\nReporting runs: {len(rows)}, {duration(run_seconds)} of training '
           f'and evaluation in all.\n{failures}')
 

@@ -3,6 +3,7 @@ process is built once and reused, finished runs are skipped, and a reused proces
 same run as a freshly built one."""
 
 import functools
+import io
 import os
 
 import numpy as np
@@ -409,3 +410,54 @@ def test_a_rerun_on_other_data_is_refused_in_one_line_with_every_file_intact(tmp
   assert '\n' not in str(info.value)
   assert f"data_location: '{tmp_path / 'a'}' -> '{tmp_path / 'b'}'" in str(info.value)
   assert _files(config('a').root) == before
+
+
+@pytest.mark.parametrize('failing', ['fedavg', 'fedgh'])
+def test_a_search_with_a_failed_run_chooses_nothing_until_the_rerun_completes_it(tmp_path,
+                                                                                 failing):
+  # A file where one tuning candidate's run directory should be fails that run: its search makes
+  # no choice, its reporting runs (everyone's, for the baseline) wait; the plain rerun, the file
+  # gone, completes the search and runs them.
+  config = _config(tmp_path, regimes=('digits:#C=2@6',), report_seeds=(0,),
+                   tune_server_lr=False, tune_method_grids=False)
+  blocker = os.path.join(config.root, 'tuning', 'digits_C2_6', 'E1', failing, runs.slug(
+      search.candidate_name(dict(client_lr=0.2, server_lr=1.0))), 'seed7')
+  os.makedirs(os.path.dirname(blocker))
+  open(blocker, 'w').close()
+  stream = io.StringIO()
+  outcome = grid.run_benchmark(config, stream=stream)
+  assert [label for label, _ in outcome['failures']] == [
+      f'tune digits:#C=2@6 E=1 {failing} clr=0.2,slr=1 seed 7']
+  assert 'is a file where the run\'s directory should be' in outcome['failures'][0][1]
+  assert outcome['incomplete'] == [f'{failing} on digits:#C=2@6, E = 1']
+  assert [c['method'] for c in outcome['choices']] == [m for m in ('fedavg', 'fedgh')
+                                                       if m != failing]
+  chosen = results.read_json(os.path.join(config.root, 'tuning_choices.json'), [])
+  assert [c['method'] for c in chosen] == [c['method'] for c in outcome['choices']]
+  assert {r['method'] for r in outcome['rows']} == (set() if failing == 'fedavg' else {'fedavg'})
+  report = open(outcome['report']).read()
+  assert 'Incomplete searches' in report and f'{failing} on digits:#C=2@6, E = 1' in report
+  os.remove(blocker)
+  outcome = grid.run_benchmark(config, stream=stream)
+  assert outcome['failures'] == [] and outcome['incomplete'] == []
+  assert [c['method'] for c in outcome['choices']] == ['fedavg', 'fedgh']
+  assert outcome['runs_done'] == 1 + (2 if failing == 'fedavg' else 1)
+  choice = {c['method']: c['client_lr'] for c in outcome['choices']}
+  assert sorted((r['method'], r['client_lr']) for r in outcome['rows']) == sorted(choice.items())
+
+
+def test_a_reporting_run_made_at_another_choice_is_replaced_with_a_line(tiny, monkeypatch):
+  config, loader, outcome = tiny
+  monkeypatch.setattr(loader, 'tuning_over', True)
+  spec = next(s for s in plan.report_specs(plan.make(config), outcome['choices'])
+              if s.method == 'fedgh')
+  result = runs.read_result(spec.directory(config.root))
+  other = 0.05 if spec.client_lr == 0.2 else 0.2
+  runs.write_result(spec.directory(config.root),
+                    dict(result, spec=dict(result['spec'], client_lr=other)))
+  stream = io.StringIO()
+  again = grid.run_benchmark(config, loader=loader, stream=stream)
+  assert again['runs_done'] == 1 and again['failures'] == []
+  assert (f'replacing {spec.directory(config.root)}: made at another tuned choice '
+          f'(client_lr: {other!r} -> {spec.client_lr!r})') in stream.getvalue()
+  assert runs.read_result(spec.directory(config.root))['spec']['client_lr'] == spec.client_lr
