@@ -28,6 +28,7 @@ from experiments import experiment_lib
 from experiments import metrics_io
 from experiments import presets
 from experiments.benchmarking import config as config_lib
+from experiments.benchmarking import lookups
 from experiments.benchmarking import methods as methods_lib
 
 FLAGS = flags.FLAGS
@@ -84,6 +85,10 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
       **values, given=config_lib.given_arguments(lambda flag: FLAGS[flag].value),
       loop=parts.training, client=parts.client, server=parts.server,
       data=parts.data, output=parts.output)
+  own = {d for d, settings in config.dataset_settings.items() if 'rounds' in settings}
+  if FLAGS['rounds'].present and set(lookups.datasets(config)) <= own:
+    raise experiment_config.ConfigError('rounds', FLAGS.rounds, reason='no regime reads it: '
+                                        f'--dataset_settings sets the rounds of {sorted(own)}')
   # The method flags reach the methods by algorithm (`given`): refuse one none reads.
   flags_lib.check_method_flags_apply([
       experiment_config.AlgorithmConfig(m.algorithm)

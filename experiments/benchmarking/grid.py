@@ -243,10 +243,13 @@ def _prepare(config, plan, engine, stream) -> None:
   rounds = {s.rounds for s in plan.datasets.values()}
   rounds = (str(rounds.pop()) if len(rounds) == 1
             else ', '.join(f'{d}: {s.rounds}' for d, s in plan.datasets.items()))
+  own = [d for d in plan.datasets if 'rounds' in config.dataset_settings.get(d, {})]
+  rounds += (f' rounds each ({", ".join(own)}: --dataset_settings\'s, which win over '
+             f'--rounds={config.loop.rounds})' if own else ' rounds each')
   print(f'benchmark: {len(plan.regimes)} regimes x {len(plan.methods)} methods x E in '
         f'{list(plan.epochs)} x {len(plan.report_seeds)} seeds = {runs[runs_lib.REPORT_PHASE]} '
-        f'reporting runs, up to {runs[runs_lib.TUNE_PHASE]} tuning runs, {rounds} rounds each '
-        f'-> {root}', file=stream, flush=True)
+        f'reporting runs, up to {runs[runs_lib.TUNE_PHASE]} tuning runs, {rounds} -> {root}',
+        file=stream, flush=True)
   described = []
   for regime in plan.regimes:
     train, _ = engine.data(regime, _first_seed(plan))

@@ -399,7 +399,8 @@ def setup_section(config) -> str:
           ' (successive halving)' if tuning.get('schedule') == 'halving' else ''),
       fraction=tuning.get('validation_fraction'), seeds=tuning.get('tuning_seeds'),
       last_k=tuning.get('last_k'), client=config_lib.per_dataset(config, 'client_lr_grid'),
-      server=config_lib.per_dataset(config, 'server_lr_grid'), edge=edge,
+      server=config_lib.per_dataset(config, 'server_lr_grid') if tuning.get('tune_server_lr', True)
+      else f'none (--notune_server_lr: {config.get("server_learning_rate")})', edge=edge,
       regimes=', '.join(f'{d}: `{r}`' for d, r in plan['tuning_regimes'].items())
       or 'see Tuning'))
   grids = [f'{m["name"]}: ' + ', '.join(f'{k} in {v}' for k, v in m['grid'].items())

@@ -396,9 +396,14 @@ def test_a_rerun_on_other_data_is_refused_in_one_line_with_every_file_intact(tmp
                                    seed=seed)
   config = lambda folder: _config(
       tmp_path, regimes=('fashion_mnist:iid@3',), methods=('fedavg',), report_seeds=(0,),
-      rounds=1, tune=False, models={'fashion_mnist': 'logistic_regression'}, tuning_regimes={},
+      rounds=2, tune=False, models={'fashion_mnist': 'logistic_regression'}, tuning_regimes={},
+      dataset_settings={'fashion_mnist': {'rounds': 1}},
       data=experiment_config.DataConfig(data_dir=str(tmp_path / folder)))
-  grid.run_benchmark(config('a'), stream=open(os.devnull, 'w'))
+  stream = io.StringIO()
+  grid.run_benchmark(config('a'), stream=stream)
+  # The header says which rounds win: the dataset's own.
+  assert (", 1 rounds each (fashion_mnist: --dataset_settings's, which win over --rounds=2) ->"
+          in stream.getvalue()), stream.getvalue()
   recorded = runs.read_result(os.path.join(config('a').root, 'runs', 'fashion_mnist_iid_3', 'E1',
                                            'fedavg', 'seed0'))['spec']
   assert recorded['data_location'] == str(tmp_path / 'a') and recorded['data_digest']
