@@ -203,3 +203,14 @@ def test_partially_zeroed_clients_are_counted_without_diverging_the_run():
   assert s['diverged'] is False and s['zeroed_rounds'] == 0
   assert s['excluded_nonfinite_updates'] == 5
   assert runs.summarize(_diverging([0.5, 0.6]), prefix='test')['excluded_nonfinite_updates'] == 0
+
+
+def test_a_runs_data_is_compared_where_recorded_and_known():
+  # Records from before the data were recorded stay finished; data that cannot be found now are
+  # their loader's error, not a difference.
+  now = _spec(data_location='/data/a', data_digest='0123')
+  before = {k: v for k, v in now.to_dict().items() if k not in ('data_location', 'data_digest')}
+  assert not runs.spec_differences(before, now)
+  assert not runs.spec_differences(now.to_dict(), _spec())
+  assert runs.spec_differences(now.to_dict(), _spec(data_location='/data/b', data_digest='0123')
+                               ) == ["data_location: '/data/a' -> '/data/b'"]
