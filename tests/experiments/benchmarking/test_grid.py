@@ -442,6 +442,7 @@ def test_a_search_with_a_failed_run_chooses_nothing_until_the_rerun_completes_it
   assert {r['method'] for r in outcome['rows']} == (set() if failing == 'fedavg' else {'fedavg'})
   report = open(outcome['report']).read()
   assert 'Incomplete searches' in report and f'{failing} on digits:#C=2@6, E = 1' in report
+  assert 'Traceback' not in report and ' failed:' not in report.replace('Runs that failed', '')
   os.remove(blocker)
   outcome = grid.run_benchmark(config, stream=stream)
   assert outcome['failures'] == [] and outcome['incomplete'] == []
