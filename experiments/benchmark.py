@@ -81,6 +81,9 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
   parts = flags_lib.experiment_config()
   values = {field.name: field.metadata['parse'](flag, FLAGS[flag].value)
             if 'parse' in field.metadata else FLAGS[flag].value for flag, field in _SETTINGS}
+  if not (values['tune'] or FLAGS['dataset_settings'].present):   # a preset's grids: unread
+    values['dataset_settings'] = {d: {k: v for k, v in s.items() if k == 'rounds'}
+                                  for d, s in values['dataset_settings'].items()}
   config = config_lib.BenchmarkConfig(
       **values, given=config_lib.given_arguments(lambda flag: FLAGS[flag].value),
       loop=parts.training, client=parts.client, server=parts.server,

@@ -490,6 +490,16 @@ def test_a_stopped_benchmark_says_what_it_keeps_in_its_own_words(tmp_path, monke
   assert 'checkpoint_every' not in str(info.value)
 
 
+def test_a_presets_grids_are_dropped_with_notune_and_given_ones_refused():
+  config = _paper_config('real_data', leaf_dir='/data/shakespeare', tune='false')
+  assert config.dataset_settings == {'leaf_shakespeare': {'rounds': 200}}
+  with flagsaver.as_parsed(regimes='digits:iid', methods='fedavg', tune='false',
+                           dataset_settings='digits.client_lr_grid=0.1/0.3'):
+    with conftest.flag_error(re.escape('--dataset_settings must be an entry of rounds with '
+                                       '--notune')):
+      benchmark.config_from_flags()
+
+
 def test_the_best_of_baselines_default_reaches_the_config_as_names():
   # A tuple setting's flag is a list flag: its default must reach the config as the names.
   config = _paper_config('real_data', leaf_dir='/data/shakespeare')
