@@ -61,9 +61,10 @@ def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
         before_submit: Callable[[runs_lib.RunSpec], None] = lambda spec: None
         ) -> dict[tuple, Any]:
   """Runs `tasks` on `executor` (whose jobs are `RunSpec`s answered by `engine.Ran`), keeping
-  `counts` (`Counts.of(tasks)`) up to date; returns task key -> result. `on_task(task, result, results)` is called as each task ends,
-  `on_failure(spec, message)` as a run fails (a worker that died included: its run's error.txt
-  says so), `on_progress(counts)` after every run, `before_submit(spec)` before a run goes."""
+  `counts` (`Counts.of(tasks)`) up to date; returns task key -> result. `on_task(task, result,
+  results)` is called as each task ends, `on_failure(spec, message)` as a run fails (a worker
+  that died included: its run's error.txt says so), `on_progress(counts)` after every run,
+  `before_submit(spec)` before a run goes."""
   results: dict[tuple, Any] = {}
   waiting = list(tasks)
   active: dict[tuple, _Active] = {}

@@ -114,7 +114,8 @@ def test_the_parts_and_their_defaults_are_the_experiments():
      '--grids=fedprox: does not apply with --notune_method_grids'),
     (dict(primary_regimes=('digits:#C=2',)), "--primary_regimes must be one of 'digits:iid'"),
     (dict(data=dict(data_dir='/data/fm')), "--data_dir=/data/fm: no regime reads it (only those "
-     "of ['mnist', 'fashion_mnist', 'cifar10', 'cifar100'] do, not of ['digits', 'synthetic']); drop it"),
+     "of ['mnist', 'fashion_mnist', 'cifar10', 'cifar100'] do, not of ['digits', "
+     "'synthetic']); drop it"),
     (dict(data=dict(cache_dir='/c')), "--cache_dir=/c: no regime reads it (only those of "
      "['emnist', 'emnist_digits', 'leaf_femnist'"),
     (dict(data=dict(leaf_dir='/l')), "--leaf_dir=/l: no regime reads it"),
