@@ -106,18 +106,21 @@ def _tuned_fields(plan, name: str) -> set[str]:
   return out | ({'server_lr'} if method.server_lr is None and server_lrs else set())
 
 
-def _replace_stale(plan, root: str, stream: TextIO, spec) -> None:
+def _replace_stale(plan, root: str, stream: TextIO, said: set, spec) -> None:
   """A finished reporting run on disk that differs from `spec` only in values tuning chooses
-  (made at an older invocation's choice) is deleted, with a line, to run again at this one; any
-  other difference is refused when it runs (`engine.check_same_spec`)."""
+  (made at an older invocation's choice) is deleted to run again at this one, with a line per
+  method and change (`said`: those said); any other difference is refused when it runs
+  (`engine.check_same_spec`)."""
   run_dir = spec.directory(root)
   done = runs_lib.read_result(run_dir) if spec.phase == runs_lib.REPORT_PHASE else None
-  differences = runs_lib.spec_differences(done['spec'], spec) if done else []
+  differences = '; '.join(runs_lib.spec_differences(done['spec'], spec) if done else [])
   if differences and all(d.split(':')[0] in _tuned_fields(plan, spec.method)
-                         for d in differences):
+                         for d in differences.split('; ')):
     shutil.rmtree(run_dir)
-    print(f'replacing {run_dir}: made at another tuned choice ({"; ".join(differences)})',
-          file=stream, flush=True)
+    if (spec.method, differences) not in said:
+      said.add((spec.method, differences))
+      print(f'replacing the reporting runs of {spec.method} made at another tuned choice '
+            f'({differences}), e.g. {run_dir}', file=stream, flush=True)
 
 
 def run_benchmark(config: config_lib.BenchmarkConfig, *,
@@ -317,7 +320,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
       results = schedule.run(
           plan.tasks, executor, root=root, counts=counts, on_progress=on_progress,
           on_failure=on_failure, on_task=on_task, before_submit=functools.partial(
-              _replace_stale, plan, root, stream) if config.loop.resume and plan.tuned_epochs
+              _replace_stale, plan, root, stream, set()) if config.loop.resume and plan.tuned_epochs
           else lambda spec: None)
     write_rows(results)
   finally:   # timing.json first: closing the progress display may fail (a closed pipe)
