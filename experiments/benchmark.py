@@ -28,6 +28,7 @@ from experiments import experiment_lib
 from experiments import metrics_io
 from experiments import presets
 from experiments.benchmarking import config as config_lib
+from experiments.benchmarking import lookups
 from experiments.benchmarking import methods as methods_lib
 
 FLAGS = flags.FLAGS
@@ -80,10 +81,17 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
   parts = flags_lib.experiment_config()
   values = {field.name: field.metadata['parse'](flag, FLAGS[flag].value)
             if 'parse' in field.metadata else FLAGS[flag].value for flag, field in _SETTINGS}
+  if not (values['tune'] or FLAGS['dataset_settings'].present):   # a preset's grids: unread
+    values['dataset_settings'] = {d: {k: v for k, v in s.items() if k == 'rounds'}
+                                  for d, s in values['dataset_settings'].items()}
   config = config_lib.BenchmarkConfig(
       **values, given=config_lib.given_arguments(lambda flag: FLAGS[flag].value),
       loop=parts.training, client=parts.client, server=parts.server,
       data=parts.data, output=parts.output)
+  own = {d for d, settings in config.dataset_settings.items() if 'rounds' in settings}
+  if FLAGS['rounds'].present and set(lookups.datasets(config)) <= own:
+    raise experiment_config.ConfigError('rounds', FLAGS.rounds, reason='no regime reads it: '
+                                        f'--dataset_settings sets the rounds of {sorted(own)}')
   # The method flags reach the methods by algorithm (`given`): refuse one none reads.
   flags_lib.check_method_flags_apply([
       experiment_config.AlgorithmConfig(m.algorithm)
@@ -189,9 +197,15 @@ def main(unused_argv):
       e.args = (interrupted_message(config.root, e),)
       raise
     report_path, failures = outcome['report'], outcome['failures']
+    workers = outcome.get('workers') or 1
     print(f'\n{outcome["runs_done"]} runs run, {outcome["runs_skipped"]} found finished, '
           f'{len(failures)} failed; {outcome["processes_built"]} learning processes built in '
-          f'{outcome["build_seconds"]:.0f} s of {outcome["wall_seconds"]:.0f} s')
+          f'{outcome["build_seconds"]:.0f} s' + (f' (summed over {workers} workers)'
+                                                   if workers > 1 else '')
+          + f'; {outcome["wall_seconds"]:.0f} s in all')
+    if outcome['incomplete']:
+      print(f'incomplete searches (no choice, their reporting runs not run): '
+            f'{"; ".join(outcome["incomplete"])}; the same command completes them')
   wall = time.monotonic() - start
   print(f'report: {report_path}')
   print(f'runs: {os.path.join(config.root, "runs.csv")}')

@@ -45,6 +45,11 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
   """absl's parser, its errors (and a validator's `ConfigError`) ending in one line."""
   try:
     rest = FLAGS(argv)
+  except SystemExit as e:   # absl's --help, --helpshort, --helpfull print and exit 1: a success
+    if e.code == 1 and any(a.lstrip('-').split('=')[0] in ('help', 'helpshort', 'helpfull',
+                                                           'helpxml', '?', 'h') for a in argv[1:]):
+      sys.exit(0)
+    raise
   except (flags.Error, config.ConfigError) as e:
     message = e.flag_message() if isinstance(e, config.ConfigError) else e
     fail(f'{message} (--helpfull lists every flag)', USAGE_EXIT)

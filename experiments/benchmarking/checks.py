@@ -95,14 +95,32 @@ def check_datasets(config, parsed_regimes) -> None:
     for name, value in own.items():
       entry = f'{dataset}.{name}={value if name == "rounds" else "/".join(map(str, value))}'
       of_datasets('dataset_settings', f'{dataset}:{name}')
+      must('an entry of rounds with --notune (only tuning searches a grid)', lambda _, n=name: (
+          config.tune or n == 'rounds'))('dataset_settings', entry)
       valid = (value >= 1 if name == 'rounds' else
                bool(value) and all(_M.is_real(x) and x > 0 for x in value))
       must('entries with rounds >= 1 or grids of finite numbers > 0', lambda _, ok=valid: ok)(
           'dataset_settings', entry)
+  _check_sources_read(config.data, datasets)
   for dataset, regime in config.tuning_regimes.items():
     tuned = parsed('tuning_regimes', regime, config.datasets)
     must('entries DATASET:REGIME with a regime of that dataset',
          lambda _: tuned.dataset == dataset)('tuning_regimes', f'{dataset}:{regime}')
+
+
+def _check_sources_read(data, datasets: Collection[str]) -> None:
+  """Refuses --data_dir, --leaf_dir or --cache_dir given when no regime's dataset reads it (its
+  registry entry's `source`; a LEAF dataset keeps its converted cache under --cache_dir)."""
+  from tff_conflict.data import registry  # pylint: disable=g-import-not-at-top
+  readers = {}
+  for name, entry in registry.DATASETS.items():
+    for source in {entry.source} | ({'cache_dir'} if entry.source == 'leaf_dir' else set()):
+      readers.setdefault(source, []).append(name)
+  for source in registry.SOURCES:
+    value = getattr(data, source)
+    if value is not None and not set(readers.get(source, ())) & set(datasets):
+      raise ConfigError(source, value, reason=f'no regime reads it (only those of '
+                        f'{readers.get(source, [])} do, not of {sorted(datasets)}); drop it')
 
 
 def check_methods(config, resolved) -> None:

@@ -97,6 +97,8 @@ def parse_dataset_settings(argument: str, text: str) -> dict[str, dict[str, Any]
     if name not in DATASET_SETTINGS:
       raise ConfigError(argument, item, reason=f'{name!r} is not a setting a dataset may set: '
                         f'one of {list(DATASET_SETTINGS)}')
+    if name in out.get(dataset, {}):
+      raise ConfigError(argument, item, reason=f'{dataset}.{name} is given twice; give it once')
     try:
       out.setdefault(dataset, {})[name] = (
           int(value) if name == 'rounds' else tuple(float(v) for v in value.split('/')))

@@ -211,9 +211,12 @@ class Engine(experiment_lib.Runs):
       check_same_fingerprint(run_dir, done.get(fingerprints.KEY), self._fingerprint(spec))
       self.runs_skipped += 1
       return done['summary']
-    os.makedirs(run_dir, exist_ok=True)
     error_path = os.path.join(run_dir, 'error.txt')
     try:
+      if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
+        raise FileExistsError(f'{run_dir} is a file where the run\'s directory should be: move '
+                              'or delete it')
+      os.makedirs(run_dir, exist_ok=True)
       summary, confusion = self._train(spec, run_dir)
     except Exception as e:  # pylint: disable=broad-except
       if isinstance(e, interrupts.OutputClosed) or (isinstance(e, OSError)
@@ -221,7 +224,7 @@ class Engine(experiment_lib.Runs):
         raise   # a full or read-only disk fails every run, a closed output ends the command
       message = f'{type(e).__name__}: {e}'
       self.failures.append((spec, message))
-      with open(error_path, 'w') as f:
+      with contextlib.suppress(OSError), open(error_path, 'w') as f:   # unless no directory
         f.write(traceback.format_exc())
       return None
     if os.path.exists(error_path):

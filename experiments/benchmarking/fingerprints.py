@@ -66,6 +66,20 @@ def of_run(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[], A
   return out
 
 
+def of_source(dataset: str, data: Any) -> tuple[Optional[str], Optional[str]]:
+  """(the folder `dataset`'s files are read from, or 'bundled' / 'generated'; a digest of the
+  files' names, sizes and modification times) under `data`'s data_dir, leaf_dir and cache_dir
+  (`tff_conflict.data.source_fingerprint`); (None, None) when they cannot be found (the
+  loader's error says why when the data are loaded)."""
+  from tff_conflict import data as data_lib  # pylint: disable=g-import-not-at-top
+  try:
+    found = data_lib.source_fingerprint(dataset, data_dir=data.data_dir, leaf_dir=data.leaf_dir,
+                                        cache_dir=data.cache_dir)
+  except (ValueError, OSError):
+    return None, None
+  return found['location'], _digest(found['files'])
+
+
 def differences(recorded: Optional[Mapping[str, Any]], current: Mapping[str, Any]) -> list[str]:
   """'what: item recorded -> now' for each item of `current`'s parts (`of_run`) that `recorded`
   (result.json's `KEY`) holds otherwise, or 'what: not recorded'."""

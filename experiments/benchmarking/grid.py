@@ -6,6 +6,7 @@ import datetime
 import functools
 import os
 import pathlib
+import shutil
 import sys
 import time
 from typing import Any, Callable, Optional, TextIO
@@ -93,6 +94,38 @@ def check_finished_runs(config, plan=None) -> None:
       engine_lib.check_same_spec(directory, recorded, spec)
 
 
+def _tuned_fields(plan, name: str) -> set[str]:
+  """The settings (`runs.spec_differences`' names) of method `name`'s reporting runs that its
+  tuning chooses: the learning rates it does not fix and its (or its source's) grid's builder
+  arguments it does not fix; a custom variant's loss and aggregator arguments."""
+  methods = {m.name: m for m in plan.methods}
+  method = methods[name]
+  source = methods[plan.inherits[name] or name]
+  server_lrs = any(len(s.server_lrs) > 1 for (_, m), s in plan.search.items()
+                   if m == source.name)
+  out = {f'kwargs.{k}' for k in dict(source.grid) if k not in dict(method.fixed)}
+  out |= {'kwargs.loss_kwargs', 'kwargs.aggregator_kwargs'} if source is not method else set()
+  out |= {'client_lr'} if method.client_lr is None else set()
+  return out | ({'server_lr'} if method.server_lr is None and server_lrs else set())
+
+
+def _replace_stale(plan, root: str, stream: TextIO, said: set, spec) -> None:
+  """A finished reporting run on disk that differs from `spec` only in values tuning chooses
+  (made at an older invocation's choice) is deleted to run again at this one, with a line per
+  method and change (`said`: those said); any other difference is refused when it runs
+  (`engine.check_same_spec`)."""
+  run_dir = spec.directory(root)
+  done = runs_lib.read_result(run_dir) if spec.phase == runs_lib.REPORT_PHASE else None
+  differences = '; '.join(runs_lib.spec_differences(done['spec'], spec) if done else [])
+  if differences and all(d.split(':')[0] in _tuned_fields(plan, spec.method)
+                         for d in differences.split('; ')):
+    shutil.rmtree(run_dir)
+    if (spec.method, differences) not in said:
+      said.add((spec.method, differences))
+      print(f'replacing the reporting runs of {spec.method} made at another tuned choice '
+            f'({differences}), e.g. {run_dir}', file=stream, flush=True)
+
+
 def run_benchmark(config: config_lib.BenchmarkConfig, *,
                   loader: Optional[engine_lib.Loader] = None, stream: Optional[TextIO] = None,
                   after_tuning: Callable[[], None] = lambda: None,
@@ -117,8 +150,10 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
   Returns:
     This invocation's timing.json entry (`wall_seconds`, `build_seconds`, `processes_built`,
     `runs_done`, `runs_skipped`, ...) with `root`, `report` (report.md's path), `rows`
-    (runs.csv's), `choices` (tuning_choices.json's) and `failures` ((run label, error) of the
-    runs that failed; they are retried on the next run).
+    (runs.csv's), `choices` (tuning_choices.json's), `failures` ((run label, error) of the
+    runs that failed; they are retried on the next run) and `incomplete` (the searches a failed
+    run left without a choice: their method's reporting runs, and everyone's for the baseline,
+    wait for the next run).
 
   Raises:
     experiments.config.ConfigError: a regime that cannot run (`check_regimes`), or your own data
@@ -214,18 +249,23 @@ def _prepare(config, plan, engine, stream) -> None:
   rounds = {s.rounds for s in plan.datasets.values()}
   rounds = (str(rounds.pop()) if len(rounds) == 1
             else ', '.join(f'{d}: {s.rounds}' for d, s in plan.datasets.items()))
+  own = [d for d in plan.datasets if 'rounds' in config.dataset_settings.get(d, {})]
+  rounds += (f' rounds each ({", ".join(own)}: --dataset_settings\'s, which win over '
+             f'--rounds={config.loop.rounds})' if own else ' rounds each')
   print(f'benchmark: {len(plan.regimes)} regimes x {len(plan.methods)} methods x E in '
         f'{list(plan.epochs)} x {len(plan.report_seeds)} seeds = {runs[runs_lib.REPORT_PHASE]} '
-        f'reporting runs, up to {runs[runs_lib.TUNE_PHASE]} tuning runs, {rounds} rounds each '
-        f'-> {root}', file=stream, flush=True)
+        f'reporting runs, up to {runs[runs_lib.TUNE_PHASE]} tuning runs, {rounds} -> {root}',
+        file=stream, flush=True)
   described = []
   for regime in plan.regimes:
     train, _ = engine.data(regime, _first_seed(plan))
     if getattr(train, 'label_counts', None) is not None:   # else too costly (EMNIST's writers)
       values = data.describe(train)
+      source = plan.datasets[plan.dataset_of(regime)]
       described.append({'regime': regime, 'data_seed': _first_seed(plan), **{
           k: values[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
-                                 'classes_per_client', 'label_tv_distance')}})
+                                 'classes_per_client', 'label_tv_distance')},
+                        'data_location': source.data_location, 'data_digest': source.data_digest})
   files.write_json_atomically(os.path.join(root, 'regimes.json'), described)
 
 
@@ -242,7 +282,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
       stream=sys.stderr if getattr(sys.stderr, 'isatty', lambda: False)() else stream)
   report_order = [t.key for t in plan.tasks if t.phase == runs_lib.REPORT_PHASE]
   tuning_order = [plan_lib.choice_key(plan, d, e, m.name) for d, e, m in plan.tuning]
-  rows, choices = [], []
+  rows, choices, incomplete = [], [], []   # incomplete: the searches a failed run holds
   phases = {}   # when the runs started and when tuning ended (time.monotonic())
 
   def write_rows(results):
@@ -254,9 +294,12 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
     del result
     if task.phase == runs_lib.REPORT_PHASE:
       write_rows(results)
-    elif all(k in results for k in tuning_order) and not choices:
-      choices.extend(results[k] for k in tuning_order)
-      _write_tuning(plan, root, choices)
+    elif all(k in results for k in tuning_order) and not phases.get('tuned'):
+      done = [(t, results[k]) for t, k in zip(plan.tuning, tuning_order)]
+      incomplete.extend(c for _, c in done if plan_lib.is_incomplete(c))
+      choices.extend(c for _, c in done if not plan_lib.is_incomplete(c))
+      _write_tuning(plan._replace(tuning=tuple(
+          t for t, c in done if not plan_lib.is_incomplete(c))), root, choices)
       phases['tuned'] = time.monotonic()
       after_tuning()
 
@@ -277,8 +320,11 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
       phases['tuned'] = phases['start']
       after_tuning()
     with executor:
-      results = schedule.run(plan.tasks, executor, root=root, counts=counts,
-                             on_progress=on_progress, on_failure=on_failure, on_task=on_task)
+      results = schedule.run(
+          plan.tasks, executor, root=root, counts=counts, on_progress=on_progress,
+          on_failure=on_failure, on_task=on_task, before_submit=functools.partial(
+              _replace_stale, plan, root, stream, set()) if config.loop.resume and plan.tuned_epochs
+          else lambda spec: None)
     write_rows(results)
   finally:   # timing.json first: closing the progress display may fail (a closed pipe)
     timing = {
@@ -294,6 +340,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
         'failed': [{'run': spec.label(), 'error': message,
                     'details': os.path.relpath(os.path.join(spec.directory(root), 'error.txt'),
                                                root)} for spec, message in counts.failures],
+        'incomplete': [f'{c["method"]} on {c["regime"]}, E = {c["epochs"]}' for c in incomplete],
         'command': command}
     path = os.path.join(root, 'timing.json')
     files.write_json_atomically(path, results_lib.read_json(path, []) + [timing])

@@ -16,13 +16,16 @@ Method = methods_lib.Method
 
 class Dataset(NamedTuple):
   """One dataset's settings (`--dataset_settings` applied): its regimes, model, rounds, the
-  learning rates its tuning searches, and its tuning regime (None without tuning)."""
+  learning rates its tuning searches, its tuning regime (None without tuning), and the folder
+  its files are read from and their digest (`fingerprints.of_source`; None: your own data)."""
   regimes: tuple
   model: str
   rounds: int
   client_lr_grid: tuple
   server_lr_grid: tuple
   tuning_regime: Optional[str]
+  data_location: Optional[str] = None
+  data_digest: Optional[str] = None
 
 
 class Plan(NamedTuple):
@@ -84,13 +87,15 @@ def _inherits(config, table: Sequence[Method]) -> dict[str, Optional[str]]:
 
 
 def _dataset(config, name: str) -> Dataset:
+  from experiments.benchmarking import fingerprints  # pylint: disable=g-import-not-at-top
   own = config.dataset_settings.get(name, {})
+  source = (None, None) if name in config.datasets else fingerprints.of_source(name, config.data)
   return Dataset(
       tuple(lookups.regimes_of(config, name)), lookups.model_of(config, name),
       own.get('rounds', config.loop.rounds),
       tuple(own.get('client_lr_grid', config.client_lr_grid)),
       tuple(own.get('server_lr_grid', config.server_lr_grid)),
-      lookups.tuning_regime(config, name) if config.tune else None)
+      lookups.tuning_regime(config, name) if config.tune else None, *source)
 
 
 def _search(config, plan: Plan, dataset: Dataset, method: Method) -> search_lib.SearchSettings:
@@ -154,7 +159,8 @@ def run_spec(plan: Plan, *, phase: str, regime: str, method: Method, kwargs: Map
       client_lr=float(client_lr), server_lr=float(server_lr), epochs=int(epochs), seed=int(seed),
       data_seed=seed if plan.data_seed is None else plan.data_seed,
       model=plan.datasets[dataset].model, rounds=rounds or plan.datasets[dataset].rounds,
-      candidate=candidate, **shared)
+      candidate=candidate, data_location=plan.datasets[dataset].data_location,
+      data_digest=plan.datasets[dataset].data_digest, **shared)
 
 
 def tuning_spec(plan: Plan, dataset: str, epochs: int, method: Method, candidate: dict,
@@ -249,15 +255,32 @@ def report_key(dataset: str, name: str) -> tuple:
   return ('report', dataset, name)
 
 
+def incomplete(plan: Plan, dataset: str, epochs: int, name: str) -> dict[str, Any]:
+  """The result of a search a run of which failed: no choice (`is_incomplete`); the rerun of
+  the same command runs the failed run again and completes it."""
+  return dict(dataset=dataset, regime=plan.datasets[dataset].tuning_regime, epochs=epochs,
+              method=name, incomplete=True)
+
+
+def is_incomplete(choice: Any) -> bool:
+  return bool(choice.get('incomplete'))
+
+
 def _evaluated(plan: Plan, dataset: str, epochs: int, method: Method, requests: Generator):
   """A search generator (`search.search`, `widen_search`) as a task's body: each (candidate,
-  rounds) request becomes a run per tuning seed, scored by `search.score`."""
+  rounds) request becomes a run per tuning seed, scored by `search.score`; a wave with a failed
+  run (summary None) ends the search `incomplete`: a choice among the rest would be another
+  search's."""
   try:
     wave = next(requests)
     while True:
       groups = [[tuning_spec(plan, dataset, epochs, method, c, seed, rounds)
                  for seed in plan.tuning_seeds] for c, rounds in wave]
-      summaries = iter((yield [spec for group in groups for spec in group]))
+      summaries = yield [spec for group in groups for spec in group]
+      if any(s is None for s in summaries):
+        requests.close()
+        return incomplete(plan, dataset, epochs, method.name)
+      summaries = iter(summaries)
       wave = requests.send([search_lib.score([next(summaries) for _ in group])
                             for group in groups])
   except StopIteration as e:
@@ -285,20 +308,28 @@ def _tasks(plan: Plan) -> list[Task]:
     own = tuning_key(dataset, epochs, method.name)
 
     def widen(results, dataset=dataset, epochs=epochs, method=method, group=group, own=own):
-      choice = results[own]
-      if len(choice['server_lrs_tried']) < 2:
+      choice = results[own]   # widened to the server lrs every search reached: all complete
+      if is_incomplete(choice) or len(choice['server_lrs_tried']) < 2:
         return choice
+      if any(is_incomplete(results[key]) for key in group):
+        return incomplete(plan, dataset, epochs, method.name)
       reached = sorted({lr for key in group for lr in results[key]['server_lrs_tried']})
       return (yield from _evaluated(plan, dataset, epochs, method,
                                     search_lib.widen_search(choice, reached)))
     out.append(Task(choice_key(plan, dataset, epochs, method.name), group, widen,
                     0))   # its runs are counted in the tuning's upper bound
-  # Reporting starts once tuning is over (the test split is read by no run before).
+  # Reporting starts once tuning is over (the test split is read by no run before), and not
+  # for a method whose choice, or the baseline's (every comparison's), is incomplete.
   tuned = tuple(dict.fromkeys(choice_key(plan, d, e, m.name) for d, e, m in plan.tuning))
+  sources = {m.name: plan.inherits[m.name] or m.name for m in plan.methods}
   for dataset, settings in plan.datasets.items():
     for method in plan.methods:
+      needs = tuple(choice_key(plan, dataset, e, name) for e in set(plan.tuned_epochs.values())
+                    for name in (sources[method.name], plan.baseline))
 
-      def report(results, dataset=dataset, name=method.name):
+      def report(results, dataset=dataset, name=method.name, needs=needs):
+        if any(is_incomplete(results[key]) for key in needs):
+          return None
         specs = report_specs(plan, [results[k] for k in tuned], dataset=dataset, method=name)
         return list(zip(specs, (yield specs)))
       out.append(Task(report_key(dataset, method.name), tuned, report,
@@ -319,6 +350,8 @@ def _describe(plan: Plan) -> dict[str, Any]:
       'datasets': list(plan.datasets),
       'models': {d: s.model for d, s in plan.datasets.items()},
       'rounds': {d: s.rounds for d, s in plan.datasets.items()},
+      'data': {d: {'location': s.data_location, 'digest': s.data_digest}
+               for d, s in plan.datasets.items()},
       'tuning_regimes': {d: s.tuning_regime for d, s in plan.datasets.items()}
                         if plan.tuned_epochs else {},
       'tuned_epochs': {str(e): t for e, t in plan.tuned_epochs.items()},

@@ -47,7 +47,9 @@ class RunSpec:
   (sorted (name, value) pairs), the learning rates, local epochs E, the seed (model, sampling,
   shuffling), the partition's seed, the model, the loop, the tuning candidate's name; and what
   else running it needs: the score's `last_k`, a tuning run's `validation_fraction` held out, a
-  reporting run's `eval_train_loss`, and where its data come from (`SOURCES`)."""
+  reporting run's `eval_train_loss`, where its data come from (`SOURCES`), and what they were:
+  the folder read (`data_location`; None: your own data, `fingerprints.of_run`) and a digest of
+  its files' names, sizes and times (`fingerprints.of_source`)."""
   phase: str
   regime: str
   dataset: str
@@ -72,6 +74,8 @@ class RunSpec:
   data_dir: Optional[str] = None
   leaf_dir: Optional[str] = None
   cache_dir: Optional[str] = None
+  data_location: Optional[str] = None
+  data_digest: Optional[str] = None
 
   def to_dict(self) -> dict[str, Any]:
     return dict(dataclasses.asdict(self), kwargs=dict(self.kwargs))
@@ -328,14 +332,15 @@ def _identity(settings: Mapping[str, Any]) -> dict[str, Any]:
 SOURCES = ('data_dir', 'leaf_dir', 'cache_dir')
 # Settings a run records since it carries them (before, the benchmark's config held them): a
 # record without one is taken as made with the current value.
-LATER = ('last_k', 'validation_fraction', 'eval_train_loss')
+LATER = ('last_k', 'validation_fraction', 'eval_train_loss', 'data_location', 'data_digest')
 
 
 def spec_differences(recorded: Mapping[str, Any], spec: RunSpec) -> list[str]:
   """'name: recorded -> current' for each setting that differs, defaults filled in (`_identity`:
   a run stays finished when a field or builder option is added at its default), `SOURCES`
-  ignored and `LATER` compared only where recorded."""
-  ignored = set(SOURCES) | {k for k in LATER if k not in recorded}
+  ignored and `LATER` compared only where recorded (and known now: data that cannot be read
+  are its loader's error)."""
+  ignored = set(SOURCES) | {k for k in LATER if k not in recorded or getattr(spec, k) is None}
   recorded, current = _identity(recorded), _identity(_json(spec.to_dict()))
   return [f'{k}: {recorded.get(k)!r} -> {current.get(k)!r}'
           for k in sorted(set(recorded) | set(current))

@@ -2,6 +2,7 @@
 task is submitted at once, a task advances when its wave of runs is back, and a task starts when
 the tasks it reads have ended. Returns every task's result."""
 
+import contextlib
 import dataclasses
 import os
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -56,11 +57,14 @@ def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
         on_progress: Callable[[Counts], None] = lambda counts: None,
         on_failure: Callable[[runs_lib.RunSpec, str], None] = lambda spec, message: None,
         on_task: Callable[[plan_lib.Task, Any, Mapping[tuple, Any]], None] = (
-            lambda task, result, results: None)) -> dict[tuple, Any]:
+            lambda task, result, results: None),
+        before_submit: Callable[[runs_lib.RunSpec], None] = lambda spec: None
+        ) -> dict[tuple, Any]:
   """Runs `tasks` on `executor` (whose jobs are `RunSpec`s answered by `engine.Ran`), keeping
-  `counts` (`Counts.of(tasks)`) up to date; returns task key -> result. `on_task(task, result, results)` is called as each task ends,
-  `on_failure(spec, message)` as a run fails (a worker that died included: its run's error.txt
-  says so), `on_progress(counts)` after every run."""
+  `counts` (`Counts.of(tasks)`) up to date; returns task key -> result. `on_task(task, result,
+  results)` is called as each task ends, `on_failure(spec, message)` as a run fails (a worker
+  that died included: its run's error.txt says so), `on_progress(counts)` after every run,
+  `before_submit(spec)` before a run goes."""
   results: dict[tuple, Any] = {}
   waiting = list(tasks)
   active: dict[tuple, _Active] = {}
@@ -87,6 +91,7 @@ def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
       where = spec.directory(root)
       if where not in readers:
         readers[where] = []
+        before_submit(spec)
         in_flight[executor.submit(spec)] = (where, spec)
       readers[where].append(key)
 
@@ -131,6 +136,7 @@ def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
 
 def _record_crash(run_dir: str, message: str) -> None:
   """The run's error.txt, as `Engine.run` writes for a run that raised."""
-  os.makedirs(run_dir, exist_ok=True)
-  with open(os.path.join(run_dir, 'error.txt'), 'w') as f:
-    f.write(f'{message}\n')
+  with contextlib.suppress(OSError):   # a file where the run's directory should be
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, 'error.txt'), 'w') as f:
+      f.write(f'{message}\n')

@@ -382,7 +382,8 @@ def setup_section(config) -> str:
           ' (successive halving)' if tuning.get('schedule') == 'halving' else ''),
       fraction=tuning.get('validation_fraction'), seeds=tuning.get('tuning_seeds'),
       last_k=tuning.get('last_k'), client=config_lib.per_dataset(config, 'client_lr_grid'),
-      server=config_lib.per_dataset(config, 'server_lr_grid'), edge=edge,
+      server=config_lib.per_dataset(config, 'server_lr_grid') if tuning.get('tune_server_lr', True)
+      else f'none (--notune_server_lr: {config.get("server_learning_rate")})', edge=edge,
       regimes=', '.join(f'{d}: `{r}`' for d, r in plan['tuning_regimes'].items())
       or 'see Tuning'))
   grids = [f'{m["name"]}: ' + ', '.join(f'{k} in {v}' for k, v in m['grid'].items())
@@ -407,6 +408,8 @@ def time_section(timing, rows) -> str:
   failed = timing[-1].get('failed') or []
   failures = ''.join([f'\n{text("time_failed", failed=len(failed))}\n\n'] + [
       f'- {f["run"]}: {f["error"]} (`{f["details"]}`)\n' for f in failed]) if failed else ''
+  held = timing[-1].get('incomplete') or []
+  failures += f'\n{text("time_incomplete", searches="; ".join(held))}\n' if held else ''
   return (f'{table}\n{total}\nReporting runs: {len(rows)}, {duration(run_seconds)} of training '
           f'and evaluation in all.\n{failures}')
 

@@ -225,6 +225,11 @@ def test_the_python_path_records_every_builder_argument_as_the_flags_do():
      '--proximal_strength=0.5: does not apply to --algorithm=fedavg, --algorithm=fedgh'),
     (dict(methods='fedavg,fedga', focal_gamma='2'),
      '--focal_gamma=2.0: does not apply to --algorithm=fedavg, --algorithm=fedga'),
+    (dict(regimes='digits:iid', methods='fedavg', rounds='5',
+          dataset_settings='digits.rounds=3'),
+     "--rounds=5: no regime reads it: --dataset_settings sets the rounds of ['digits']"),
+    (dict(regimes='digits:iid', methods='fedavg', data_dir='/data/fm'),
+     "--data_dir=/data/fm: no regime reads it"),
     (dict(methods='fedavg,fedprox', grids='fedprox.proximal_strength=0.1/1', tune='false'),
      '--grids=fedprox.proximal_strength=0.1/1: does not apply with --notune, which tunes '
      'nothing (the method flags give the values); drop --grids or --notune'),
@@ -493,6 +498,16 @@ def test_a_stopped_benchmark_says_what_it_keeps_in_its_own_words(tmp_path, monke
   assert 'checkpoint_every' not in str(info.value)
 
 
+def test_a_presets_grids_are_dropped_with_notune_and_given_ones_refused():
+  config = _paper_config('real_data', leaf_dir='/data/shakespeare', tune='false')
+  assert config.dataset_settings == {'leaf_shakespeare': {'rounds': 200}}
+  with flagsaver.as_parsed(regimes='digits:iid', methods='fedavg', tune='false',
+                           dataset_settings='digits.client_lr_grid=0.1/0.3'):
+    with conftest.flag_error(re.escape('--dataset_settings must be an entry of rounds with '
+                                       '--notune')):
+      benchmark.config_from_flags()
+
+
 def test_the_best_of_baselines_default_reaches_the_config_as_names():
   # A tuple setting's flag is a list flag: its default must reach the config as the names.
   config = _paper_config('real_data', leaf_dir='/data/shakespeare')
@@ -513,3 +528,26 @@ def test_real_data_runs_shakespeare_at_its_own_rounds_and_rates_in_the_family():
   assert shakespeare.client_lr_grid == (0.3, 1.0, 3.0)
   assert shakespeare.server_lr_grid == config.server_lr_grid == (0.5, 1.0, 2.0)
   assert len(config.tuning_seeds) == 3 and len(config.report_seeds) == 10
+
+
+def test_the_summary_line_says_the_build_time_is_summed_over_workers(tmp_path, monkeypatch,
+                                                                       capsys):
+  from experiments.benchmarking import grid  # pylint: disable=g-import-not-at-top
+  outcome = dict(runs_done=8, runs_skipped=0, processes_built=4, build_seconds=46.0,
+                 wall_seconds=44.0, workers=2, failures=[], report='report.md',
+                 incomplete=['fedavg on digits:#C=2@8, E = 1'])
+  monkeypatch.setattr(grid, 'run_benchmark', lambda config, **kwargs: outcome)
+  with flagsaver.as_parsed(preset='smoke', output_dir=str(tmp_path)):
+    benchmark.main(['benchmark'])
+  out = capsys.readouterr().out
+  assert ('4 learning processes built in 46 s (summed over 2 workers); 44 s in all' in out), out
+  assert ('incomplete searches (no choice, their reporting runs not run): fedavg on '
+          'digits:#C=2@8, E = 1; the same command completes them') in out
+
+
+@pytest.mark.parametrize('module', ['experiments.benchmark', 'experiments.train',
+                                    'experiments.compare'])
+def test_help_exits_0(module):
+  result = conftest.run_binary(module, '--help', token=uuid.uuid4().hex, timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert '--helpfull' in result.stdout

@@ -113,6 +113,15 @@ def test_the_parts_and_their_defaults_are_the_experiments():
                       tune_method_grids=False)),
      '--grids=fedprox: does not apply with --notune_method_grids'),
     (dict(primary_regimes=('digits:#C=2',)), "--primary_regimes must be one of 'digits:iid'"),
+    (dict(data=dict(data_dir='/data/fm')), "--data_dir=/data/fm: no regime reads it (only those "
+     "of ['mnist', 'fashion_mnist', 'cifar10', 'cifar100'] do, not of ['digits', "
+     "'synthetic']); drop it"),
+    (dict(data=dict(cache_dir='/c')), "--cache_dir=/c: no regime reads it (only those of "
+     "['emnist', 'emnist_digits', 'leaf_femnist'"),
+    (dict(data=dict(leaf_dir='/l')), "--leaf_dir=/l: no regime reads it"),
+    (dict(tune=False, dataset_settings={'digits': {'client_lr_grid': (0.1,)}}),
+     "--dataset_settings must be an entry of rounds with --notune (only tuning searches a "
+     "grid), got 'digits.client_lr_grid=0.1'"),
 ])
 def test_bad_settings_name_the_flag(changes, message):
   with pytest.raises(experiment_config.ConfigError) as info:
@@ -260,7 +269,9 @@ def test_a_dataset_sets_its_own_rounds_and_learning_rate_grids():
     ('synthetic:rounds=7', '--dataset_settings must be entries DATASET.SETTING=VALUE'),
     ('synthetic.epochs=2', "--dataset_settings=synthetic.epochs=2: 'epochs' is not a setting"),
     ('synthetic.rounds=many', '--dataset_settings must be entries DATASET.rounds=INT'),
-    ('synthetic.client_lr_grid=1/x', '--dataset_settings must be entries DATASET.rounds=INT')])
+    ('synthetic.client_lr_grid=1/x', '--dataset_settings must be entries DATASET.rounds=INT'),
+    ('synthetic.rounds=3,synthetic.rounds=5',
+     '--dataset_settings=synthetic.rounds=5: synthetic.rounds is given twice; give it once')])
 def test_bad_dataset_settings_text_names_the_flag(text, message):
   with pytest.raises(experiment_config.ConfigError) as info:
     config_lib.parse_dataset_settings('dataset_settings', text)

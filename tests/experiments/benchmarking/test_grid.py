@@ -3,6 +3,7 @@ process is built once and reused, finished runs are skipped, and a reused proces
 same run as a freshly built one."""
 
 import functools
+import io
 import os
 import re
 
@@ -362,15 +363,15 @@ def test_a_full_disk_ends_the_benchmark_instead_of_failing_each_run(tmp_path, mo
      "--regimes=digits:iid@360: regime 'digits:iid@360': num_clients must be at most 359"),
     (dict(regimes=('digits:iid@2',)),
      "--clients_per_round=3: regime 'digits:iid@2' has 2 clients: use at most 2"),
-    (dict(regimes=('emnist:natural',), models={}),
+    (dict(regimes=('emnist:natural',), models={},
+          data=experiment_config.DataConfig(cache_dir='/no/such/cache')),
      '--regimes=emnist:natural: Federated EMNIST needs'),
     (dict(tuning_seeds=(7,), tuning_regimes={'digits': 'digits:iid@2'}),
      "--clients_per_round=3: regime 'digits:iid@2' has 2 clients"),
 ])
 def test_a_regime_that_cannot_run_is_refused_before_anything_is_written(tmp_path, changes,
                                                                         message):
-  config = _config(tmp_path, data=experiment_config.DataConfig(cache_dir=str(tmp_path / 'no')),
-                   **changes)
+  config = _config(tmp_path, **changes)
   with pytest.raises(experiment_config.ConfigError) as info:
     grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert message in info.value.flag_message()
@@ -411,3 +412,92 @@ def test_a_failed_run_is_named_in_the_report_and_the_rest_goes_on(tmp_path, monk
   report = open(outcome['report']).read()
   assert (f'- {label}: FloatingPointError: made to fail '
           '(`runs/digits_C2_6/E1/fedgh/seed0/error.txt`)') in report
+
+
+def _files(root):
+  return {os.path.join(d, n): open(os.path.join(d, n), 'rb').read()
+          for d, _, names in os.walk(root) for n in names}
+
+
+def test_a_rerun_on_other_data_is_refused_in_one_line_with_every_file_intact(tmp_path):
+  from tests.data import idx_fixtures  # pylint: disable=g-import-not-at-top
+  for name, seed in (('a', 0), ('b', 1)):
+    idx_fixtures.fashion_mnist_dir(tmp_path / name, train_per_class=3, test_per_class=1,
+                                   seed=seed)
+  config = lambda folder: _config(
+      tmp_path, regimes=('fashion_mnist:iid@3',), methods=('fedavg',), report_seeds=(0,),
+      rounds=2, tune=False, models={'fashion_mnist': 'logistic_regression'}, tuning_regimes={},
+      dataset_settings={'fashion_mnist': {'rounds': 1}},
+      data=experiment_config.DataConfig(data_dir=str(tmp_path / folder)))
+  stream = io.StringIO()
+  grid.run_benchmark(config('a'), stream=stream)
+  # The header says which rounds win: the dataset's own.
+  assert (", 1 rounds each (fashion_mnist: --dataset_settings's, which win over --rounds=2) ->"
+          in stream.getvalue()), stream.getvalue()
+  recorded = runs.read_result(os.path.join(config('a').root, 'runs', 'fashion_mnist_iid_3', 'E1',
+                                           'fedavg', 'seed0'))['spec']
+  assert recorded['data_location'] == str(tmp_path / 'a') and recorded['data_digest']
+  described = results.read_json(os.path.join(config('a').root, 'regimes.json'), [])
+  assert described[0]['data_location'] == str(tmp_path / 'a')
+  before = _files(config('a').root)
+  with pytest.raises(engine_lib.SettingsChangedError) as info:
+    grid.run_benchmark(config('b'), stream=open(os.devnull, 'w'))
+  assert '\n' not in str(info.value)
+  assert f"data_location: '{tmp_path / 'a'}' -> '{tmp_path / 'b'}'" in str(info.value)
+  assert _files(config('a').root) == before
+
+
+@pytest.mark.parametrize('failing', ['fedavg', 'fedgh'])
+def test_a_search_with_a_failed_run_chooses_nothing_until_the_rerun_completes_it(tmp_path,
+                                                                                 failing):
+  # A file where one tuning candidate's run directory should be fails that run: its search makes
+  # no choice, its reporting runs (everyone's, for the baseline) wait; the plain rerun, the file
+  # gone, completes the search and runs them.
+  config = _config(tmp_path, regimes=('digits:#C=2@6',), report_seeds=(0,),
+                   tune_server_lr=False, tune_method_grids=False)
+  blocker = os.path.join(config.root, 'tuning', 'digits_C2_6', 'E1', failing, runs.slug(
+      search.candidate_name(dict(client_lr=0.2, server_lr=1.0))), 'seed7')
+  os.makedirs(os.path.dirname(blocker))
+  open(blocker, 'w').close()
+  stream = io.StringIO()
+  outcome = grid.run_benchmark(config, stream=stream)
+  assert [label for label, _ in outcome['failures']] == [
+      f'tune digits:#C=2@6 E=1 {failing} clr=0.2,slr=1 seed 7']
+  assert 'is a file where the run\'s directory should be' in outcome['failures'][0][1]
+  assert outcome['incomplete'] == [f'{failing} on digits:#C=2@6, E = 1']
+  assert [c['method'] for c in outcome['choices']] == [m for m in ('fedavg', 'fedgh')
+                                                       if m != failing]
+  chosen = results.read_json(os.path.join(config.root, 'tuning_choices.json'), [])
+  assert [c['method'] for c in chosen] == [c['method'] for c in outcome['choices']]
+  assert {r['method'] for r in outcome['rows']} == (set() if failing == 'fedavg' else {'fedavg'})
+  report = open(outcome['report']).read()
+  assert 'Incomplete searches' in report and f'{failing} on digits:#C=2@6, E = 1' in report
+  assert 'Traceback' not in report and ' failed:' not in report.replace('Runs that failed', '')
+  os.remove(blocker)
+  outcome = grid.run_benchmark(config, stream=stream)
+  assert outcome['failures'] == [] and outcome['incomplete'] == []
+  assert [c['method'] for c in outcome['choices']] == ['fedavg', 'fedgh']
+  assert outcome['runs_done'] == 1 + (2 if failing == 'fedavg' else 1)
+  choice = {c['method']: c['client_lr'] for c in outcome['choices']}
+  assert sorted((r['method'], r['client_lr']) for r in outcome['rows']) == sorted(choice.items())
+
+
+def test_a_reporting_run_made_at_another_choice_is_replaced_with_a_line(tiny, monkeypatch):
+  config, loader, outcome = tiny
+  monkeypatch.setattr(loader, 'tuning_over', True)
+  specs = [s for s in plan.report_specs(plan.make(config), outcome['choices'])
+           if s.method == 'fedgh']
+  spec = specs[0]
+  other = 0.05 if spec.client_lr == 0.2 else 0.2
+  for stale in specs:   # as an older invocation's choice left them
+    result = runs.read_result(stale.directory(config.root))
+    runs.write_result(stale.directory(config.root),
+                      dict(result, spec=dict(result['spec'], client_lr=other)))
+  stream = io.StringIO()
+  again = grid.run_benchmark(config, loader=loader, stream=stream)
+  assert again['runs_done'] == len(specs) == 4 and again['failures'] == []
+  assert stream.getvalue().count('replacing') == 1
+  assert ('replacing the reporting runs of fedgh made at another tuned choice '
+          f'(client_lr: {other!r} -> {spec.client_lr!r}), e.g. {spec.directory(config.root)}'
+          ) in stream.getvalue()
+  assert runs.read_result(spec.directory(config.root))['spec']['client_lr'] == spec.client_lr

@@ -121,6 +121,10 @@ def test_the_plan_as_the_report_reads_it():
   assert '50 (digits: 7) rounds' in setup
   assert 'client lr grid [0.03, 0.1, 0.3] (digits: [1.0, 3.0]),' in setup
   assert tables.plateau_lines([], flat).startswith('- Rounds: 50 (digits: 7), enough when')
+  fixed = config_lib.replace_settings(config, tune_server_lr=False)
+  setup = tables.setup_section(config_lib.flat_settings(dict(
+      config_lib.as_dict(fixed), plan=plan.make(fixed).description)))
+  assert 'server lr grid none (--notune_server_lr: 1.0).' in setup, setup
 
 
 def test_server_learning_rates_are_searched_for_every_method_or_for_none():

@@ -220,3 +220,14 @@ def test_a_run_near_the_majority_class_rate_is_collapsed():
   # Unknown majority (no confusion matrix): twice chance only.
   assert runs.at_floor(0.21, 0.0125) is False and runs.at_floor(0.21, 0.0125, 0.2) is True
   assert runs.at_floor(float('nan'), 0.1) is True and runs.at_floor(None, 0.1) is False
+
+
+def test_a_runs_data_is_compared_where_recorded_and_known():
+  # Records from before the data were recorded stay finished; data that cannot be found now are
+  # their loader's error, not a difference.
+  now = _spec(data_location='/data/a', data_digest='0123')
+  before = {k: v for k, v in now.to_dict().items() if k not in ('data_location', 'data_digest')}
+  assert not runs.spec_differences(before, now)
+  assert not runs.spec_differences(now.to_dict(), _spec())
+  assert runs.spec_differences(now.to_dict(), _spec(data_location='/data/b', data_digest='0123')
+                               ) == ["data_location: '/data/a' -> '/data/b'"]

@@ -4,7 +4,6 @@ independent searches in flight together, reporting after every choice, and failu
 named."""
 
 import hashlib
-import math
 
 import pytest
 
@@ -139,13 +138,34 @@ def test_a_failed_run_is_counted_named_and_the_rest_goes_on(tmp_path):
   assert 'report' in counts.line() and '4 failed' in counts.line()
 
 
-def test_a_tuning_run_that_fails_scores_nan_and_never_wins(tmp_path):
+def test_a_tuning_run_that_fails_leaves_its_search_incomplete_and_no_reporting_run_starts(
+    tmp_path):
+  # Before, the search chose among the rest (the failed candidate scored NaN).
   config = _config(tmp_path, methods=('fedavg',), epochs=(1,), tune_server_lr=False,
                    edge_steps=0)
   fails = lambda spec: spec.phase == runs_lib.TUNE_PHASE and spec.client_lr == 0.2
   made = plan.make(config)
-  results = schedule.run(made.tasks, _Recording(fails), root=config.root,
+  executor = _Recording(fails)
+  results = schedule.run(made.tasks, executor, root=config.root,
                          counts=schedule.Counts.of(made.tasks))
   choice = results[plan.choice_key(made, 'digits', 1, 'fedavg')]
-  assert choice['client_lr'] == 0.05
-  assert [math.isnan(s['score']) for s in choice['scores']] == [False, True]
+  assert plan.is_incomplete(choice) and 'client_lr' not in choice
+  assert all(results[t.key] is None for t in made.tasks if t.phase == runs_lib.REPORT_PHASE)
+
+
+def test_another_methods_incomplete_search_holds_its_reports_and_the_baselines_widening(
+    tmp_path):
+  # fedgh's failed candidate: no fedgh choice; the baseline's widening to the server lrs every
+  # search reached waits for it (so every report does); without server lr tuning, no widening:
+  # only fedgh's reports wait.
+  fails = lambda spec: spec.phase == runs_lib.TUNE_PHASE and spec.method == 'fedgh'
+  for tune_server_lr, held in ((True, {'fedavg', 'fedgh'}), (False, {'fedgh'})):
+    made = plan.make(_config(tmp_path, methods=('fedavg', 'fedgh'), epochs=(1,),
+                             tune_server_lr=tune_server_lr))
+    results = schedule.run(made.tasks, _Recording(fails), root=str(tmp_path),
+                           counts=schedule.Counts.of(made.tasks))
+    assert {name for name in ('fedavg', 'fedgh') if plan.is_incomplete(
+        results[plan.choice_key(made, 'digits', 1, name)])} == held
+    reported = {t.key[2] for t in made.tasks if t.phase == runs_lib.REPORT_PHASE
+                and results[t.key] is not None}
+    assert reported == {'fedavg', 'fedgh'} - held
