@@ -289,7 +289,7 @@ class Engine(experiment_lib.Runs):
     seconds = time.monotonic() - start
     summary = runs_lib.summarize(rows, prefix=spec.eval_prefix, last_k=spec.last_k,
                                  num_classes=classes)
-    summary['collapsed'] = runs_lib.collapsed(summary, self.confusion)
+    summary.update(runs_lib.collapse_columns(summary, self.confusion))
     if report:
       for key, value in results_lib.summarize_run(rows).items():
         summary.setdefault(key, value)

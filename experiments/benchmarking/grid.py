@@ -180,6 +180,13 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     raise
 
 
+def _examples(client_data) -> Optional[int]:
+  """The examples of a split, from its label counts (its data unread: the test split is read by
+  no run before tuning ends); None when it has none."""
+  counts = getattr(client_data, 'label_counts', None)
+  return None if counts is None else int(counts.sum())
+
+
 def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
   """Loads every regime (reporting and tuning) once with `data` (`(regime, seed) -> (train,
   test)`) and checks that it holds `clients_per_round` clients: else `ConfigError` naming
@@ -258,13 +265,14 @@ def _prepare(config, plan, engine, stream) -> None:
         file=stream, flush=True)
   described = []
   for regime in plan.regimes:
-    train, _ = engine.data(regime, _first_seed(plan))
+    train, test = engine.data(regime, _first_seed(plan))
     if getattr(train, 'label_counts', None) is not None:   # else too costly (EMNIST's writers)
       values = data.describe(train)
       source = plan.datasets[plan.dataset_of(regime)]
       described.append({'regime': regime, 'data_seed': _first_seed(plan), **{
           k: values[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
                                  'classes_per_client', 'label_tv_distance')},
+                        'test_examples': _examples(test),
                         'data_location': source.data_location, 'data_digest': source.data_digest})
   files.write_json_atomically(os.path.join(root, 'regimes.json'), described)
 

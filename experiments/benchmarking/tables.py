@@ -422,7 +422,7 @@ def regimes_section(regimes) -> str:
        'examples per client (min / median / max)',
        'classes per client (mean)', 'label TV distance to the pooled labels (mean)'],
       [[f'`{r["regime"]}`', r['num_clients'], r['num_examples'],
-        r.get('test_examples', 'not recorded'),
+        'not recorded' if r.get('test_examples') is None else r['test_examples'],
         '{min} / {median:g} / {max}'.format(**r['examples_per_client']),
         f'{r["classes_per_client"]["mean"]:.2f}', f'{r["label_tv_distance"]["mean"]:.3f}']
        for r in regimes]) + '\n' + text('regimes_note') + '\n'
