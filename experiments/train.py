@@ -42,7 +42,8 @@ flags_lib.register_validators()
 def main(unused_argv):
   flags_lib.quiet_logs()
   flags_lib.refuse_flags({name: 'applies to compare and the benchmark, which run several runs '
-                          '(train runs one)' for name in ('executor', 'workers', 'ray_address')})
+                          '(train runs one)' for name in ('executor', 'workers', 'ray_address',
+                                                          'worker_cpus', 'worker_gpus')})
   experiment = flags_lib.check_common_flags()
   if experiment.training.resume:   # before any work: a rerun never cuts a longer run
     training_loop.check_rounds(experiment.experiment_dir, experiment.training.rounds)

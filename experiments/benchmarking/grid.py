@@ -178,10 +178,9 @@ def check_builds(config, engine) -> None:
 def _make_executor(config, engine, loader):
   from experiments import executors  # pylint: disable=g-import-not-at-top
   output = config.output
-  return executors.make(output.executor, functools.partial(engine_lib.worker_engine, config, loader),
-                        engine_lib.run_job, workers=output.executor_workers,
-                        ray_address=output.ray_address, state=engine,
-                        affinity=engine_lib.process_of)
+  return executors.make(executors.Options.of(output),
+                        functools.partial(engine_lib.worker_engine, config, loader),
+                        engine_lib.run_job, state=engine, affinity=engine_lib.process_of)
 
 
 def _run(config, *, loader, stream, after_tuning, command) -> dict[str, Any]:
