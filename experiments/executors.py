@@ -22,6 +22,8 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 from experiments import config as config_lib
 
 _PR_SET_PDEATHSIG = 1
+# A worker's state; a job's run on it; what a job's run builds in the state (None: nothing).
+MakeState, Run, Affinity = Callable[[], Any], Callable[[Any, Any], Any], Callable[[Any], Any]
 # The bound on joining a Ray cluster at --ray_address: its port answering, then `ray.init`.
 RAY_JOIN_SECONDS = 30.0
 
@@ -96,9 +98,8 @@ def threads_per_worker(workers: int) -> int:
   return max(1, default_workers() // max(1, workers))
 
 
-def make(options: 'Options | str', make_state: Callable[[], Any],
-         run: Callable[[Any, Any], Any], *, state: Any = None,
-         affinity: Callable[[Any], Any] = lambda job: None) -> Executor:
+def make(options: 'Options | str', make_state: MakeState, run: Run, *, state: Any = None,
+         affinity: Affinity = lambda job: None) -> Executor:
   """The executor `options` describe (a name alone: its defaults), from `REGISTRY`. `inline` runs
   on `state` when given (else `make_state()`). A worker is given, when it can, jobs of an
   `affinity(job)` it has run before (what its state built for them serves again)."""
@@ -125,12 +126,22 @@ def _check_picklable(executor: str, *functions: Callable) -> None:
         '--executor=inline')) from None
 
 
-class InlineExecutor:
+class _Closing:
+  """`with executor:` closes it at the end."""
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+
+class InlineExecutor(_Closing):
   """Runs each job in this process, one at a time, when `wait` is called (first in, first out)."""
 
   workers = 1
 
-  def __init__(self, state: Any, run: Callable[[Any, Any], Any]):
+  def __init__(self, state: Any, run: Run):
     self._state, self._run = state, run
     self._queue: collections.deque = collections.deque()
     self._tickets = 0
@@ -151,12 +162,6 @@ class InlineExecutor:
   def close(self) -> None:
     self._queue.clear()
 
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    self.close()
-
 
 # ---- local: worker processes ------------------------------------------------------------------
 def _die_with_parent(parent: int) -> None:
@@ -175,7 +180,7 @@ def _die_with_parent(parent: int) -> None:
   threading.Thread(target=watch, daemon=True, name='die-with-parent').start()
 
 
-def _serve(parent: int, make_state: Callable[[], Any], run: Callable[[Any, Any], Any],
+def _serve(parent: int, make_state: MakeState, run: Run,
            threads: int, connection: multiprocessing.connection.Connection) -> None:
   """A local worker: ends with its parent, leaves Ctrl-C to it (the parent ends the workers),
   fits TensorFlow's thread pools to its share of the cores, makes its state, then answers each
@@ -221,13 +226,13 @@ def fit_threads(threads: int) -> None:
   tf.config.threading.set_inter_op_parallelism_threads(max(threads, MIN_INTER_OP_THREADS))
 
 
-class _Slots:
+class _Slots(_Closing):
   """The queue and the dispatch of executors with `workers` slots, each running one job at a time
   on its own worker: a free slot takes the first queued job of an affinity it ran before, else of
   an affinity no slot ran, else the first job. Subclasses start a slot's job (`_start`, giving a
   handle) and wait for handles (`wait`)."""
 
-  def __init__(self, workers: int, affinity: Callable[[Any], Any]):
+  def __init__(self, workers: int, affinity: Affinity):
     self.workers = int(workers)
     self._affinity = affinity
     self._queue: list[tuple[int, Any]] = []
@@ -266,12 +271,6 @@ class _Slots:
     """A slot's worker is gone: what it built is gone with it."""
     self._seen[slot] = set()
 
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    self.close()
-
 
 def _exit_cause(process: multiprocessing.process.BaseProcess) -> str:
   """How a worker that closed its pipe ended: 'killed by signal 9', 'exit code 1'."""
@@ -288,9 +287,8 @@ class LocalExecutor(_Slots):
   """`workers` processes of this machine (started with 'spawn': TensorFlow is not fork-safe),
   each a `multiprocessing.Process` with a pipe, so that its death is its own job's failure."""
 
-  def __init__(self, options: Options, make_state: Callable[[], Any],
-               run: Callable[[Any, Any], Any], *, state: Any = None,
-               affinity: Callable[[Any], Any] = lambda job: None):
+  def __init__(self, options: Options, make_state: MakeState, run: Run, *, state: Any = None,
+               affinity: Affinity = lambda job: None):
     del state   # each worker makes its own
     super().__init__(options.workers or max(1, int(default_workers() // options.cpus_per_worker)),
                      affinity)
@@ -358,11 +356,11 @@ class LocalExecutor(_Slots):
 class _RayWorker:
   """A Ray actor holding one worker's state."""
 
-  def __init__(self, make_state: Callable[[], Any], threads: int):
+  def __init__(self, make_state: MakeState, threads: int):
     fit_threads(threads)
     self._state = make_state()
 
-  def run(self, run: Callable[[Any, Any], Any], job: Any) -> Any:
+  def run(self, run: Run, job: Any) -> Any:
     return run(self._state, job)
 
 
@@ -448,9 +446,8 @@ class RayExecutor(_Slots):
   on stderr (None: as many as it places). Each actor makes its state once and runs the jobs it
   is given; Ray's messages (its scheduling warnings, the workers' output) reach this process's."""
 
-  def __init__(self, options: Options, make_state: Callable[[], Any],
-               run: Callable[[Any, Any], Any], *, state: Any = None,
-               affinity: Callable[[Any], Any] = lambda job: None):
+  def __init__(self, options: Options, make_state: MakeState, run: Run, *, state: Any = None,
+               affinity: Affinity = lambda job: None):
     del state   # each actor makes its own
     for name, value in _RAY_QUIET.items():   # read by Ray's processes, which inherit them
       os.environ.setdefault(name, value)
@@ -523,8 +520,8 @@ class RayExecutor(_Slots):
     self._end_cluster()
 
 
-def _inline(options: Options, make_state: Callable[[], Any], run: Callable[[Any, Any], Any], *,
-            state: Any = None, affinity: Callable[[Any], Any] = lambda job: None) -> Executor:
+def _inline(options: Options, make_state: MakeState, run: Run, *, state: Any = None,
+            affinity: Affinity = lambda job: None) -> Executor:
   del options, affinity
   return InlineExecutor(make_state() if state is None else state, run)
 

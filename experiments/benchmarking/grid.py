@@ -90,6 +90,7 @@ def check_finished_runs(config) -> None:
       engine_lib.check_same_spec(directory, recorded, spec)
 
 
+@files.sole_writer(lambda config, **_: config.root)   # before anything is read or written
 def run_benchmark(config: config_lib.BenchmarkConfig, *,
                   loader: Optional[engine_lib.Loader] = None, stream: Optional[TextIO] = None,
                   after_tuning: Callable[[], None] = lambda: None,

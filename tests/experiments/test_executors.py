@@ -5,18 +5,24 @@ cause named, and is replaced; no process outlives `close()`. Besides: local work
 TensorFlow's threads to their share and end with the process that started them (SIGKILL
 included); Ray caps --workers to what its cluster places."""
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import uuid
 
 import psutil
 import pytest
 
 from experiments import config as config_lib
 from experiments import executors
+from tests import conftest as root_conftest
+from tests.experiments import conftest
 
 
 def make_state():
@@ -220,6 +226,74 @@ def test_a_ray_address_where_nothing_listens_is_refused_at_once_naming_it():
     executors.make(executors.Options('ray', address='127.0.0.1:1'), make_state, run)
   assert e.value.argument == 'ray_address' and '127.0.0.1:1' in e.value.flag_message()
   assert len(e.value.flag_message().splitlines()) == 1
+
+
+_RAY_GRID = ('--regimes=digits:iid', '--methods=fedavg', '--rounds=2', '--report_seeds=0',
+             '--notune', '--epochs=1', '--noprogress', '--executor=ray')
+
+
+def test_a_benchmark_joining_a_ray_address_where_nothing_listens_ends_in_one_line(tmp_path):
+  pytest.importorskip('ray')
+  result = conftest.run_binary('experiments.benchmark', *_RAY_GRID, '--ray_address=127.0.0.1:1',
+                               f'--output_dir={tmp_path}', token=uuid.uuid4().hex)
+  assert result.returncode == 2
+  lines = [l for l in result.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1 and '--ray_address=127.0.0.1:1: nothing answers at' in lines[0], lines
+
+
+@contextlib.contextmanager
+def _silent_listener():
+  """A port of this machine that accepts connections and never answers (not a Ray cluster)."""
+  server = socket.create_server(('0.0.0.0', 0))
+  accepted = []
+
+  def accept():
+    with contextlib.suppress(OSError):
+      while True:
+        accepted.append(server.accept()[0])
+  threading.Thread(target=accept, daemon=True).start()
+  try:
+    yield server.getsockname()[1], accepted
+  finally:
+    server.close()
+    for connection in accepted:
+      connection.close()
+
+
+def test_sigterm_while_joining_ray_ends_the_benchmark_with_143_and_its_line(tmp_path):
+  pytest.importorskip('ray')
+  token = uuid.uuid4().hex
+  with _silent_listener() as (port, accepted):
+    process = subprocess.Popen(
+        conftest.binary_command('experiments.benchmark', *_RAY_GRID,
+                                f'--ray_address=127.0.0.1:{port}', f'--output_dir={tmp_path}'),
+        cwd=conftest.REPO_ROOT, env=conftest.binary_env(token), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+      root_conftest.wait_until(lambda: accepted or process.poll() is not None, timeout=300)
+      time.sleep(3)   # the address answered the probe: ray.init is trying to join it
+      assert process.poll() is None
+      process.send_signal(signal.SIGTERM)
+      out, err = process.communicate(timeout=60)
+    finally:
+      process.kill()
+  assert process.returncode == 143, out[-2000:] + err[-2000:]
+  assert 'terminated (SIGTERM)' in err.strip().splitlines()[-1], err
+  assert 'Traceback' not in out + err
+
+
+@pytest.mark.slow
+def test_a_ray_address_that_never_answers_ends_the_benchmark_in_one_line_within_the_bound(
+    tmp_path):
+  pytest.importorskip('ray')
+  with _silent_listener() as (port, _):
+    result = conftest.run_binary('experiments.benchmark', *_RAY_GRID,
+                                 f'--ray_address=127.0.0.1:{port}', f'--output_dir={tmp_path}',
+                                 token=uuid.uuid4().hex, timeout=300)
+  assert result.returncode == 2, result.stderr[-2000:]
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.endswith(f'--ray_address=127.0.0.1:{port}: no Ray cluster answered there within '
+                       f'{executors.RAY_JOIN_SECONDS:.0f} s'), result.stderr[-2000:]
 
 
 def test_ray_caps_workers_to_what_its_cluster_places_and_refuses_what_it_cannot(
