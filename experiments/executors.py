@@ -400,7 +400,7 @@ def _join(ray: Any, address: Optional[str], **kwargs) -> threading.Event:
   def init():
     try:
       ray.init(address=address or 'local', **kwargs)
-    except Exception as e:  # pylint: disable=broad-except
+    except BaseException as e:  # pylint: disable=broad-except
       errors.append(e)
     joined.set()
     stop.wait()
