@@ -221,9 +221,9 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
   output = experiment.output
   inline = output.executor == 'inline'
   done = {}   # (algorithm, seed) -> (metrics rows, confusion matrix; None: not evaluated now)
-  with executors.make(output.executor, functools.partial(_worker_state, experiment, root),
-                      _run_one, workers=output.executor_workers,
-                      ray_address=output.ray_address, affinity=lambda job: job[0],
+  with executors.make(executors.Options.of(output),
+                      functools.partial(_worker_state, experiment, root), _run_one,
+                      affinity=lambda job: job[0],
                       state=_State(experiment, root, task, experiment_lib.Runs(output.runtime),
                                    stream) if inline else None) as executor:
     tickets = {executor.submit(job): job for job in jobs}

@@ -362,11 +362,18 @@ class OutputConfig:
                           '(docs/experiments.md, "Parallel runs").')
   executor_workers: Optional[int] = setting(None, flag='workers', check=optional(at_least(1)),
                                             help='Worker processes of --executor=local (default: '
-                                            'the cores) or ray (default: the cluster\'s CPUs).')
+                                            'the cores / --worker_cpus) or Ray actors of ray '
+                                            '(default, and at most: what the cluster places).')
   ray_address: Optional[str] = setting(None, flag='ray_address', check=optional(
       NON_EMPTY_STRING), help='The Ray cluster of --executor=ray: auto (the cluster this '
-      'machine belongs to, `ray start`) or HOST:PORT of its head; unset: a cluster of this '
-      'machine, started and ended with the command.')
+      'machine belongs to, `ray start`) or HOST:PORT of its head, joined within 30 s or refused; '
+      'unset: a cluster of this machine, started and ended with the command.')
+  worker_cpus: float = setting(1.0, flag='worker_cpus', check=POSITIVE, help='CPUs each worker '
+                               'takes: a Ray actor\'s num_cpus; --executor=local starts the '
+                               'cores divided by it by default.')
+  worker_gpus: float = setting(0.0, flag='worker_gpus', check=NON_NEGATIVE, help='The GPUs (a '
+                               'fraction allowed) each Ray actor takes (num_gpus); 0 unless '
+                               '--executor=ray.')
 
   def __post_init__(self):
     object.__setattr__(self, 'workers', tuple(self.workers or ()))
@@ -374,12 +381,26 @@ class OutputConfig:
     if self.workers and self.runtime != 'cpp':
       raise ConfigError('runtime', self.runtime,
                         "'cpp' with tff_workers (remote workers run TFF's C++ runtime)")
-    if self.executor_workers is not None and self.executor == 'inline':
-      raise ConfigError('workers', self.executor_workers,
-                        'unset with --executor=inline (it runs in this process); use '
-                        '--executor=local or ray')
-    if self.ray_address is not None and self.executor != 'ray':
-      raise ConfigError('ray_address', self.ray_address, 'unset unless --executor=ray')
+    check_executor(self.executor, self.executor_workers, self.ray_address, self.worker_cpus,
+                   self.worker_gpus)
+
+
+def check_executor(executor: str, workers: Optional[int], ray_address: Optional[str],
+                   worker_cpus: float, worker_gpus: float) -> None:
+  """The settings of an executor (`experiments.executors.Options`) that fit together, else a
+  `ConfigError` naming the flag."""
+  one_of(EXECUTORS)('executor', executor)
+  if workers is not None and executor == 'inline':
+    raise ConfigError('workers', workers, 'unset with --executor=inline (it runs in this '
+                      'process); use --executor=local or ray')
+  if worker_cpus != 1 and executor == 'inline':
+    raise ConfigError('worker_cpus', worker_cpus, '1 with --executor=inline (it runs in this '
+                      'process)')
+  if worker_gpus and executor != 'ray':
+    raise ConfigError('worker_gpus', worker_gpus, '0 unless --executor=ray (Ray actors take a '
+                      'fraction of a GPU; local workers take none)')
+  if ray_address is not None and executor != 'ray':
+    raise ConfigError('ray_address', ray_address, 'unset unless --executor=ray')
 
 
 def _section(default_factory: Callable[[], Any]) -> Any:

@@ -1,12 +1,16 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Atomic file writes (a reader sees the old file or the new one, never half of one), and one
+writer per experiment directory (`one_writer`)."""
 
 import contextlib
 import csv
 import errno
+import fcntl
+import functools
 import json
 import math
 import os
 import secrets
+import sys
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 TEMP_MARK = '.tmp-'
@@ -99,3 +103,63 @@ def remove_temporaries(directory: str, prefix: str = '') -> None:
   for name in os.listdir(directory):
     if name.startswith(prefix) and TEMP_MARK in name:
       os.remove(os.path.join(directory, name))
+
+
+LOCK_FILE = '.writer.lock'
+
+
+class Locked(Failure):
+  """Another live process writes in the directory."""
+
+
+def _holder(fd: int) -> str:
+  os.lseek(fd, 0, os.SEEK_SET)
+  return os.read(fd, 64).decode(errors='replace').strip()
+
+
+@contextlib.contextmanager
+def one_writer(directory: str) -> Iterator[None]:
+  """Holds `directory`'s writer lock for the block (created if missing): an exclusive
+  `fcntl.flock` on `<directory>/.writer.lock` (as the LEAF cache locks its own) holding this
+  process's pid, removed at the end. While another process holds it, raises `Locked` naming its
+  pid, having read and written nothing else. The kernel releases the lock of a process that
+  dies; its pid left in the file is taken over with a one-line note on stderr."""
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, LOCK_FILE)
+  while True:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = _holder(fd)
+      os.close(fd)
+      raise Locked(f'{directory} is being written by process {holder or "(starting)"}, which '
+                   f'holds {path}: wait for it to end, or write elsewhere') from None
+    if os.path.exists(path) and os.stat(path).st_ino == os.fstat(fd).st_ino:
+      break
+    os.close(fd)   # its holder removed that file meanwhile: lock the new one
+  try:
+    stale = _holder(fd)
+    if stale:
+      print(f'note: took over {path} from process {stale}, which ended without releasing it',
+            file=sys.stderr, flush=True)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f'{os.getpid()}\n'.encode(), 0)
+    yield
+  finally:
+    with contextlib.suppress(OSError):
+      os.unlink(path)
+    os.close(fd)
+
+
+def sole_writer(directory_of: Callable[..., str]) -> Callable[[Callable], Callable]:
+  """Decorates a function that writes in `directory_of(*args, **kwargs)` to run in `one_writer`
+  of it."""
+
+  def decorate(function):
+    @functools.wraps(function)
+    def locked(*args, **kwargs):
+      with one_writer(directory_of(*args, **kwargs)):
+        return function(*args, **kwargs)
+    return locked
+  return decorate

@@ -18,6 +18,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config
 from experiments import experiment_lib
+from experiments import files
 from experiments import flags_lib
 from experiments import training_loop
 
@@ -42,11 +43,17 @@ flags_lib.register_validators()
 def main(unused_argv):
   flags_lib.quiet_logs()
   flags_lib.refuse_flags({name: 'applies to compare and the benchmark, which run several runs '
-                          '(train runs one)' for name in ('executor', 'workers', 'ray_address')})
+                          '(train runs one)' for name in ('executor', 'workers', 'ray_address',
+                                                          'worker_cpus', 'worker_gpus')})
   experiment = flags_lib.check_common_flags()
-  if experiment.training.resume:   # before any work: a rerun never cuts a longer run
-    training_loop.check_rounds(experiment.experiment_dir, experiment.training.rounds)
   experiment_dir = cli.prepare_output_dir(experiment.experiment_dir)
+  with files.one_writer(experiment_dir):   # before anything in it is read or written
+    _train(experiment, experiment_dir)
+
+
+def _train(experiment: config.ExperimentConfig, experiment_dir: str) -> None:
+  if experiment.training.resume:   # before any work: a rerun never cuts a longer run
+    training_loop.check_rounds(experiment_dir, experiment.training.rounds)
   cli.install_context(experiment)
   task = experiment_lib.load_task(experiment)
   print(f'{experiment.algorithm.label} on {experiment.data.dataset} '

@@ -31,7 +31,7 @@ CHECKPOINT_DIR = 'checkpoints'
 RESUMABLE_CHANGES = frozenset({
     'rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints', 'output_dir', 'resume',
     'progress', 'runtime', 'workers', 'tff_workers', 'executor', 'ray_address',
-    'git_commit'})
+    'worker_cpus', 'worker_gpus', 'git_commit'})
 TEST_COLUMNS = ('test_accuracy', 'test_loss', 'test_macro_f1')
 
 

@@ -126,6 +126,7 @@ def _replace_stale(plan, root: str, stream: TextIO, said: set, spec) -> None:
             f'({differences}), e.g. {run_dir}', file=stream, flush=True)
 
 
+@files.sole_writer(lambda config, **_: config.root)   # before anything is read or written
 def run_benchmark(config: config_lib.BenchmarkConfig, *,
                   loader: Optional[engine_lib.Loader] = None, stream: Optional[TextIO] = None,
                   after_tuning: Callable[[], None] = lambda: None,
@@ -231,11 +232,10 @@ def _engine_options(config, loader) -> dict[str, Any]:
 def _make_executor(config, engine, loader):
   from experiments import executors  # pylint: disable=g-import-not-at-top
   output = config.output
-  return executors.make(output.executor, functools.partial(
-      engine_lib.worker_engine, config.root, **_engine_options(config, loader)),
-                        engine_lib.run_job, workers=output.executor_workers,
-                        ray_address=output.ray_address, state=engine,
-                        affinity=engine_lib.process_of)
+  return executors.make(
+      executors.Options.of(output),
+      functools.partial(engine_lib.worker_engine, config.root, **_engine_options(config, loader)),
+      engine_lib.run_job, state=engine, affinity=engine_lib.process_of)
 
 
 def _prepare(config, plan, engine, stream) -> None:

@@ -13,8 +13,6 @@ from typing import Iterator, Optional
 
 import portpicker
 import psutil
-# The process names and command-line pieces `ray stop` looks for (raylet first, gcs_server last).
-from ray.autoscaler._private.constants import RAY_PROCESSES
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Every process of a cluster started here carries MARKER_VARIABLE=<the cluster's marker> in its
@@ -25,8 +23,16 @@ MARKER_VARIABLE = 'TFF_CONFLICT_RAY_MARKER'
 # `--node-ip-address` and in an address given to ray.init) with the machine's routable address.
 NODE_IP = '127.0.0.2'
 # Per node; Ray's default (30% of memory) would let each node claim gigabytes of /dev/shm.
-_OBJECT_STORE_BYTES = 100 * 2**20
+OBJECT_STORE_BYTES = 100 * 2**20
 _WAIT_SECONDS = 10.0
+# What names a Ray process: (a piece of its name, True) or (a piece of its command line, False),
+# as `ray stop` finds them (its own list is private to Ray).
+RAY_PROCESSES = (
+    ('raylet', True), ('plasma_store', True), ('monitor.py', False),
+    ('ray.util.client.server', False), ('default_worker.py', False), ('setup_worker.py', False),
+    ('ray::', True), ('log_monitor.py', False), ('dashboard/agent.py', False),
+    ('dashboard/dashboard.py', False), ('runtime_env/agent/main.py', False),
+    ('ray_process_reaper.py', False), ('gcs_server', True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +163,7 @@ def start_two_node_cluster(temp_dir: str, num_cpus: int = 1) -> Cluster:
   env.pop('RAY_ADDRESS', None)
   port = portpicker.pick_unused_port()
   common = [f'--num-cpus={num_cpus}', '--num-gpus=0', f'--node-ip-address={NODE_IP}',
-            f'--object-store-memory={_OBJECT_STORE_BYTES}', '--disable-usage-stats']
+            f'--object-store-memory={OBJECT_STORE_BYTES}', '--disable-usage-stats']
   start = time.monotonic()
   try:
     _ray_start(['--head', f'--port={port}', f'--temp-dir={temp_dir}',

@@ -1,11 +1,14 @@
-"""experiments.files: atomic writes that follow the umask."""
+"""experiments.files: atomic writes that follow the umask; one writer per directory."""
 
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
 from experiments import files
+from tests.experiments import conftest
 
 
 @pytest.fixture
@@ -61,3 +64,48 @@ def test_plots_are_written_atomically_with_the_umask(tmp_path, umask_022):
   assert plotting.plot_curves({'a': [{1: 1.0, 2: 0.5}]}, str(path), ylabel='y')
   assert path.read_bytes()[:4] == b'\x89PNG' and stat.S_IMODE(os.stat(path).st_mode) == 0o644
   assert os.listdir(tmp_path) == ['curve.png']
+
+
+# Holds `files.one_writer(argv[1])`, says so, and sleeps.
+_HOLD = ('import sys, time\nfrom experiments import files\nwith files.one_writer(sys.argv[1]):\n'
+         '  print("held", flush=True)\n  time.sleep(600)\n')
+
+
+def _holder(directory):
+  """Another process holding `directory`'s writer lock."""
+  process = subprocess.Popen([sys.executable, '-c', _HOLD, str(directory)], text=True,
+                             stdout=subprocess.PIPE, cwd=conftest.REPO_ROOT)
+  assert process.stdout.readline() == 'held\n'
+  return process
+
+
+def test_a_directory_another_live_process_writes_is_refused_naming_its_pid(tmp_path):
+  holder = _holder(tmp_path)
+  try:
+    (tmp_path / 'runs.csv').write_text('theirs')
+    with pytest.raises(files.Locked, match=rf'process {holder.pid}\b') as e:
+      with files.one_writer(str(tmp_path)):
+        pytest.fail('entered a directory another process writes')
+    assert len(str(e.value).splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == [files.LOCK_FILE, 'runs.csv']
+    assert (tmp_path / 'runs.csv').read_text() == 'theirs'
+    assert (tmp_path / files.LOCK_FILE).read_text() == f'{holder.pid}\n'
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over_with_a_note_and_removed_after(
+    tmp_path, capsys):
+  holder = _holder(tmp_path)
+  holder.kill()
+  holder.wait()
+  assert (tmp_path / files.LOCK_FILE).read_text() == f'{holder.pid}\n'   # left behind
+  with files.one_writer(str(tmp_path)):
+    assert (tmp_path / files.LOCK_FILE).read_text() == f'{os.getpid()}\n'
+  note = capsys.readouterr().err.splitlines()
+  assert len(note) == 1 and f'from process {holder.pid},' in note[0], note
+  assert os.listdir(tmp_path) == []   # released and removed
+  with files.one_writer(str(tmp_path)):
+    pass
+  assert capsys.readouterr().err == ''   # nothing to take over

@@ -107,13 +107,13 @@ def test_two_node_cluster_runs_tensorflow_tasks_on_both_nodes_and_leaves_nothing
                  for pid in worker_pids | set(running))
 
 
-# A driver with a local Ray instance on the loopback (two workers started), then ended as argv[1]
+# A driver with a local Ray instance (two workers started), then ended as argv[1]
 # says.
 _DRIVER = textwrap.dedent('''
     import sys, time
     import ray
     ray.init(address='local', num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _temp_dir=sys.argv[2], _node_ip_address=sys.argv[3])
+             _temp_dir=sys.argv[2])
 
     @ray.remote
     def pid():
@@ -134,7 +134,7 @@ def test_a_local_ray_instance_ends_with_its_driver(ending, tmp_path_factory):
   marker = uuid.uuid4().hex
   env = dict(os.environ, PYTHONPATH=cluster_lib.REPO_ROOT, **{cluster_lib.MARKER_VARIABLE: marker})
   with cluster_lib.short_path(tmp_path_factory.mktemp('ray')) as temp_dir:
-    argv = [sys.executable, '-c', _DRIVER, str(ending), temp_dir, cluster_lib.NODE_IP]
+    argv = [sys.executable, '-c', _DRIVER, str(ending), temp_dir]
     driver = subprocess.Popen(conftest.with_default_sigint(argv), stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True, env=env,
                               start_new_session=True)
