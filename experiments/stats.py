@@ -1,9 +1,8 @@
 """Statistics over seeds: means, Student-t intervals of paired differences, Holm's adjustment,
 the power of a paired t-test, and curves (mean, plateau, largest rise)."""
 
-import dataclasses
 import math
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 from scipy import optimize
@@ -12,8 +11,7 @@ from scipy import stats as scipy_stats
 from tff_conflict import _checks
 
 
-@dataclasses.dataclass(frozen=True)
-class Interval:
+class Interval(NamedTuple):
   """The mean of n paired differences, its confidence interval [low, high], the two-sided
   t-test's `p_value` of a zero mean and the sample `sd`; all but the mean NaN for n < 2.
   `family`: the multiple-test family `p_value` was adjusted in (None: not adjusted; '': in none,

@@ -2,7 +2,6 @@
 compared with the baseline (paired over seeds, Holm); each run's summary columns."""
 
 import csv
-import dataclasses
 import io
 import json
 import math
@@ -273,7 +272,7 @@ def _holm(found: Mapping[Any, Optional[stats.Interval]], family: str
   """`found`'s intervals tested in `family`, Holm-adjusted over the non-identical ones."""
   found = {k: d for k, d in found.items() if d is not None}
   adjusted = stats.holm([float('nan') if identical(d) else d.p_value for d in found.values()])
-  return {k: dataclasses.replace(d, p_value=p, family='' if identical(d) else family)
+  return {k: d._replace(p_value=p, family='' if identical(d) else family)
           for (k, d), p in zip(found.items(), adjusted)}
 
 
@@ -318,8 +317,8 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
       d = None if m == baseline or (pairs and (m, baseline) not in pairs) else (
           tested.get((r, e, m, baseline)) or difference(cell, m, baseline, key))
       if d is not None:
-        main[(r, e, m)] = d if d.family is not None else dataclasses.replace(
-            d, p_value=float('nan'), family='')
+        main[(r, e, m)] = d if d.family is not None else d._replace(
+            p_value=float('nan'), family='')
   others = {(r, e, m): difference(cell, m, b, key)
             for r, e, cell in cells(rows, config) for m, b in pairs if b != baseline
             if (r, e, m, b) not in tested}

@@ -1,7 +1,6 @@
 """The report's Markdown tables and lists from runs.csv's rows and config.json; their prose is
 report_text.md's."""
 
-import dataclasses
 import functools
 import json
 import math
@@ -186,7 +185,7 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
     against = results.cell_references(cell, config) if primary else [baseline]
     per = {baseline: {m: d for (r, ee, m), d in found.items() if (r, ee) == (regime, e)}}
     for b in against[1:]:   # the primary family's; the baselines against each other: no test
-      per[b] = {m: tested.get((regime, e, m, b)) or dataclasses.replace(d, family='')
+      per[b] = {m: tested.get((regime, e, m, b)) or d._replace(family='')
                 for m in methods if m != b
                 for d in [results.difference(cell, m, b, key)] if d is not None}
     out.append((regime, e, heading, regime_table(

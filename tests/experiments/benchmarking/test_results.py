@@ -1,7 +1,6 @@
 """runs.csv read, compared and summarized: a damaged file, paired comparisons and their verdicts,
 the columns a reporting run adds from its metrics rows."""
 
-import dataclasses
 import os
 
 import numpy as np
@@ -209,7 +208,7 @@ def test_the_primary_family_is_every_method_against_both_references_in_its_regim
   assert not results.tested(outside) and results.verdict(outside, 0.01) == results.NOT_TESTED
   baseline = found[('digits:#C=2', 1, 'scaffold')]   # a baseline against fedavg
   assert baseline.n == 3 and not results.tested(baseline)
-  assert not results.significant(dataclasses.replace(baseline, p_value=0.0))
+  assert not results.significant(baseline._replace(p_value=0.0))
 
 
 def test_a_window_before_the_last_is_read_from_the_curve_diverged_rounds_at_chance():
