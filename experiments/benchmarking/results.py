@@ -328,7 +328,7 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
 
 
 def significant(d: Optional[stats.Interval], chance: bool = False) -> bool:
-  """Holm agrees (`comparisons`' adjusted p-value below `ALPHA`) and not both at chance."""
+  """Holm agrees (`comparisons`' adjusted p-value below `ALPHA`) and not both collapsed."""
   return tested(d) and math.isfinite(d.p_value) and d.p_value < ALPHA and not chance
 
 
@@ -347,13 +347,13 @@ NOT_TESTED = 'not tested'
 
 def verdict(d: Optional[stats.Interval], margin: float = 0.0, chance: bool = False) -> str:
   """'beats' / 'loses' where Holm agrees, 'ties' where the 95% interval lies inside +- `margin`
-  (never for 0), 'at chance' where both sides collapsed, 'identical' where the runs gave the same
+  (never for 0), 'both collapsed' where both sides collapsed, 'identical' where the runs gave the same
   statistic in every seed (never 'ties'), `NOT_TESTED` outside every family (no verdict word),
   else 'inconclusive'."""
   if d is None or d.n < 2:
     return 'inconclusive'
   if chance:
-    return 'at chance'
+    return 'both collapsed'
   if identical(d):
     return 'identical'
   if not tested(d):
@@ -377,12 +377,12 @@ def against_every(words: Sequence[str]) -> str:
   Holm-adjusted test in the primary `family`, where every (method, regime, E, baseline) is one
   member, so the family-wise error over every word below stays at `ALPHA`. 'loses to a
   baseline' where it loses to any one (Holm agrees); 'ties every baseline' where it ties each
-  one (each 95% interval inside the margin); 'at chance' / 'identical' where every comparison
+  one (each 95% interval inside the margin); 'both collapsed' / 'identical' where every comparison
   is; else 'inconclusive' (also with no comparison)."""
   if 'loses' in words:
     return 'loses to a baseline'
   for word, said in (('beats', 'beats every baseline'), ('ties', 'ties every baseline'),
-                     ('at chance', 'at chance'), ('identical', 'identical')):
+                     ('both collapsed', 'both collapsed'), ('identical', 'identical')):
     if words and all(w == word for w in words):
       return said
   return 'inconclusive'

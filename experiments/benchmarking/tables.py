@@ -59,10 +59,10 @@ def fmt_difference(d: Optional[stats.Interval], *, mark: bool = False, digits: i
 
 def delta_cell(d: Optional[stats.Interval], chance: bool, *, mark: bool,
                pair: Optional[tuple[str, str]] = None) -> str:
-  """A Δ cell: the interval, or why it is no comparison (both at chance, identical runs: with
+  """A Δ cell: the interval, or why it is no comparison (both sides collapsed, identical runs: with
   `pair`, the methods compared, also `methods.identical_reason`, or that none is known)."""
   if d is None or chance:
-    return '-' if d is None else f'{d.mean:+.4f} (both at chance: no comparison)'
+    return '-' if d is None else f'{d.mean:+.4f} (both collapsed: no comparison)'
   if results.identical(d):
     return 'identical in every seed (no test)' + (
         '' if pair is None else f': {methods_lib.identical_reason(*pair) or "reason unknown"}')

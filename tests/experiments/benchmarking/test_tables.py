@@ -238,10 +238,10 @@ def test_identical_and_all_chance_comparisons_say_so():
   assert results.at_chance(cell, 'fedld', 'fedavg')
   assert not results.at_chance(results.group(rows)[('digits:#C=2', 1)], 'fedld', 'fedavg')
   assert results.significant(c) and not results.significant(c, chance=True)
-  assert results.verdict(c, 0.01, chance=True) == 'at chance'
+  assert results.verdict(c, 0.01, chance=True) == 'both collapsed'
   table = tables.regime_table(cell, ['fedavg', 'fedld'], against=['fedavg'],
                               found={'fedavg': {'fedld': c}}, config=report_rows.CONFIG)
-  assert '†' not in table and table.count('(both at chance: no comparison)') == 2
+  assert '†' not in table and table.count('(both collapsed: no comparison)') == 2
   # The power line leaves out every comparison with a collapsed side.
   assert tables.power_line(cell, baseline='fedavg', config=report_rows.CONFIG) == ''
 
