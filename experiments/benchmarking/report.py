@@ -19,6 +19,15 @@ REPORT_FILE = 'report.md'
 PLOTS_DIR = 'plots'
 
 
+def _drop_stale(plots_dir: str, written) -> None:
+  """Deletes the plots in `plots_dir` this rendering did not write (of regimes, methods or E
+  no longer in the runs), so that the folder holds the report's plots only."""
+  if os.path.isdir(plots_dir):
+    for name in os.listdir(plots_dir):
+      if name.endswith('.png') and name not in written:
+        os.remove(os.path.join(plots_dir, name))
+
+
 def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   """The report's Markdown body from the files under `root`; writes the plots under
   `root/plots`."""
@@ -26,8 +35,10 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   baseline = config['baseline']
   plots_dir = os.path.join(root, PLOTS_DIR)
   plots = plots_lib.write_plots(rows, config, plots_dir) if rows else {}
+  validation_plots = plots_lib.write_validation_plots(curve_rows, plots_dir)
   validation = [f'![validation accuracy, {r}, E={e}]({plot_prefix}/{name})' for (r, e), name
-                in plots_lib.write_validation_plots(curve_rows, plots_dir).items()]
+                in validation_plots.items()]
+  _drop_stale(plots_dir, {*plots.values(), *validation_plots.values()})
 
   def image(key, alt):
     return f'![{alt}]({plot_prefix}/{plots[key]})' if key in plots else ''

@@ -49,6 +49,22 @@ def test_write_report_from_files(tmp_path):
   assert '### fedavg' not in diagnoses
 
 
+def test_plots_of_regimes_no_longer_run_are_removed(tmp_path):
+  root = str(tmp_path / 'bench')
+  _write_benchmark(root)
+  report.write_report(root)
+  assert os.path.exists(os.path.join(root, 'plots', 'accuracy_digits_C2_E1.png'))
+  with open(os.path.join(root, 'plots', 'accuracy_gone_E1.png'), 'wb') as f:
+    f.write(b'old')
+  with open(os.path.join(root, 'plots', 'notes.txt'), 'w') as f:
+    f.write('mine')
+  _write_benchmark(root, [r for r in report_rows.rows() if r['regime'] != 'digits:#C=2'])
+  report.write_report(root)
+  names = os.listdir(os.path.join(root, 'plots'))
+  assert 'accuracy_gone_E1.png' not in names and 'accuracy_digits_C2_E1.png' not in names
+  assert 'notes.txt' in names and 'accuracy_digits_iid_E5.png' in names
+
+
 def test_a_failing_diagnosis_is_shown_not_raised(tmp_path, monkeypatch):
   root = str(tmp_path / 'bench')
   _write_benchmark(root)
