@@ -335,15 +335,16 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
           else lambda spec: None)
     write_rows(results)
   finally:   # timing.json first: closing the progress display may fail (a closed pipe)
+    now = time.monotonic()
     timing = {
         'finished': datetime.datetime.now().isoformat(timespec='seconds'),
-        'wall_seconds': time.monotonic() - start, 'build_seconds': counts.build_seconds,
+        'wall_seconds': now - start, 'build_seconds': counts.build_seconds,
         'processes_built': counts.processes_built, 'runs_done': counts.runs_done,
         'runs_skipped': counts.runs_skipped, 'runs_failed': len(counts.failures),
         'rounds_done': counts.rounds_done, 'executor': config.output.executor,
-        'starting_seconds': phases.get('start', time.monotonic()) - start,
-        'tuning_seconds': phases.get('tuned', time.monotonic()) - phases.get('start', start),
-        'reporting_seconds': time.monotonic() - phases.get('tuned', time.monotonic()),
+        'starting_seconds': phases.get('start', now) - start,
+        'tuning_seconds': phases.get('tuned', now) - phases.get('start', now),
+        'reporting_seconds': now - phases.get('tuned', now),
         'workers': getattr(executor, 'workers', None),
         'failed': [{'run': spec.label(), 'error': message,
                     'details': os.path.relpath(os.path.join(spec.directory(root), 'error.txt'),
@@ -351,7 +352,8 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
         'incomplete': [f'{c["method"]} on {c["regime"]}, E = {c["epochs"]}' for c in incomplete],
         'command': command}
     path = os.path.join(root, 'timing.json')
-    files.write_json_atomically(path, results_lib.read_json(path, []) + [timing])
+    if 'start' in phases:   # an executor that never started (a Ray join that failed) ran nothing
+      files.write_json_atomically(path, results_lib.read_json(path, []) + [timing])
     progress.close()
   return dict(timing, root=root, report=report_lib.write_report(root), rows=rows,
               choices=choices, failures=[(s.label(), m) for s, m in counts.failures])

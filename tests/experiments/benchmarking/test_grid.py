@@ -501,3 +501,23 @@ def test_a_reporting_run_made_at_another_choice_is_replaced_with_a_line(tiny, mo
           f'(client_lr: {other!r} -> {spec.client_lr!r}), e.g. {spec.directory(config.root)}'
           ) in stream.getvalue()
   assert runs.read_result(spec.directory(config.root))['spec']['client_lr'] == spec.client_lr
+
+
+def test_an_executor_that_never_starts_adds_no_invocation_to_timing(tmp_path, monkeypatch):
+  """A Ray join that fails ran nothing: timing.json (the report's Time table) gains no entry,
+  and no time in it is negative."""
+  config = _config(tmp_path, tune=False, report_seeds=(0,), regimes=('digits:iid@6',))
+
+  def refuse(*args, **kwargs):
+    del args, kwargs
+    raise experiment_config.ConfigError('ray_address', '127.0.0.1:1', reason='nothing answers')
+  monkeypatch.setattr(grid, '_make_executor', refuse)
+  with pytest.raises(experiment_config.ConfigError):
+    grid.run_benchmark(config, stream=io.StringIO())
+  assert not os.path.exists(os.path.join(config.root, 'timing.json'))
+  monkeypatch.undo()
+  outcome = grid.run_benchmark(config, stream=io.StringIO())
+  timing = results.read_json(os.path.join(config.root, 'timing.json'), [])
+  assert len(timing) == 1 and outcome['runs_done'] == 2
+  assert min(timing[0][k] for k in ('starting_seconds', 'tuning_seconds',
+                                    'reporting_seconds')) >= 0
