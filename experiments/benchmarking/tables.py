@@ -402,8 +402,10 @@ def time_section(timing, rows) -> str:
         t.get('runs_done', ''), t.get('runs_skipped', ''), t.get('runs_failed', '')]
        for i, t in enumerate(timing, start=1)])
   run_seconds = sum(results.num(r.get('run_seconds')) or 0.0 for r in rows)
+  # Building is summed over the workers: its share is of the workers' time, not the wall's.
+  busy = sum(t.get('wall_seconds', 0.0) * (t.get('workers') or 1) for t in timing)
   total = text('time_total', wall=duration(wall), build=duration(build),
-               share=100.0 * build / wall if wall else 0.0)
+               share=100.0 * build / busy if busy else 0.0, busy=duration(busy))
   failed = timing[-1].get('failed') or []
   failures = ''.join([f'\n{text("time_failed", failed=len(failed))}\n\n'] + [
       f'- {f["run"]}: {f["error"]} (`{f["details"]}`)\n' for f in failed]) if failed else ''

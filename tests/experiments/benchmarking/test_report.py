@@ -36,7 +36,7 @@ def test_write_report_from_files(tmp_path):
   _write_benchmark(root)
   text = open(report.write_report(root)).read()
   assert '| fedld | 0.1 | 2 | margin_weight=0.01 | 0.8000 | b: 0.7000 | 2 |' in text
-  assert '0 min 25 s (25.0%) building learning processes' in text
+  assert "0 min 25 s (25.0% of the workers' 1 min 40 s) building learning processes" in text
   assert '### `digits:#C=2`, E=1' in text and '### `digits:#C=2`, E=5' not in text
   for name in ('accuracy_digits_C2_E1.png', 'train_loss_digits_iid_E5.png',
                'gain_vs_conflict.png', 'epochs_effect.png'):
@@ -47,6 +47,14 @@ def test_write_report_from_files(tmp_path):
   assert '### fedld\n\nThe revised update of client i has norm' in diagnoses
   assert '| digits:#C=2, E=1 | 0.800 ± 0.000 | 1.25 | 0.400 ± 0.000 |' in diagnoses
   assert '### fedavg' not in diagnoses
+
+
+def test_building_is_a_share_of_the_workers_time(tmp_path):
+  """Build time summed over 2 workers (46 s) against 44 s of wall time: 52.3% of 88 s, never
+  over 100%."""
+  text = tables.time_section([{'finished': 'x', 'wall_seconds': 44.0, 'build_seconds': 46.0,
+                               'workers': 2}], [])
+  assert "Total over invocations: 0 min 44 s; 0 min 46 s (52.3% of the workers' 1 min 28 s)" in text
 
 
 def test_plots_of_regimes_no_longer_run_are_removed(tmp_path):
