@@ -59,16 +59,21 @@ def _finite(values) -> list[float]:
   return [float(v) for v in values if v is not None and math.isfinite(float(v))]
 
 
+def _read_csv(path: str, hint: str) -> list[dict]:
+  """The rows of the CSV file `path`; an unreadable one fails in one line with `hint`."""
+  try:
+    with open(path, newline='') as f:
+      return list(csv.DictReader(f))
+  except OSError as e:
+    raise _fail(f'{path}: {e.strerror} ({hint})') from None
+
+
 def f1_curve(root: str, row: dict) -> list[Optional[float]]:
   """The run's `test_macro_f1` per round from its metrics.csv."""
   path = os.path.join(runs_lib.report_run_dir(root, row['regime'], int(row['epochs']),
                                               row['method'], int(row['seed'])), 'metrics.csv')
-  try:
-    with open(path, newline='') as f:
-      rows = list(csv.DictReader(f))
-  except OSError as e:
-    raise _fail(f'{path}: {e.strerror} (the tool reads the benchmark\'s output directory, '
-                'whose runs/ hold each run\'s metrics.csv)') from None
+  rows = _read_csv(path, 'the tool reads the benchmark\'s output directory, whose runs/ hold '
+                   'each run\'s metrics.csv')
   if rows and F1_COLUMN not in rows[0]:
     raise _fail(f'{path} has no column {F1_COLUMN}')
   return [float(r[F1_COLUMN]) if r[F1_COLUMN] not in ('', None) else None for r in rows]
@@ -77,12 +82,7 @@ def f1_curve(root: str, row: dict) -> list[Optional[float]]:
 def load(root: str) -> dict:
   """(alpha, method) -> seed -> {'acc': curve, 'f1': curve} of every reporting run."""
   path = os.path.join(root, 'runs.csv')
-  try:
-    with open(path, newline='') as f:
-      rows = list(csv.DictReader(f))
-  except OSError as e:
-    raise _fail(f'{path}: {e.strerror} (pass the benchmark\'s directory, '
-                'OUTPUT_DIR/fedga_table)') from None
+  rows = _read_csv(path, 'pass the benchmark\'s directory, OUTPUT_DIR/fedga_table')
   if not rows:
     raise _fail(f'{path} holds no runs')
   cells: dict = {}
