@@ -303,8 +303,9 @@ def test_rounds_to_the_target_count_a_run_that_never_reaches_it():
 def test_committed_shakespeare_runs_at_the_majority_class_rate_are_collapsed(tmp_path):
   # docs/results as committed lacks `majority_rate` (written before it) and its result.json
   # files: the twice-chance rule alone flags none. Shakespeare's test split is 782 windows, 156
-  # of them ending in a space (issue 47's 0.1995): given that rate, the rule flags exactly the
-  # 10 runs at 0.163-0.203.
+  # of them ending in a space (a majority-class rate of 156/782 = 0.1995, counted on the split
+  # tools/shakespeare_leaf.py writes): given that rate, the rule flags exactly the 10 runs at
+  # 0.163-0.203.
   source = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'docs', 'results')
   rows, config, _ = results.load(source)
   assert not any(results.is_true(r['collapsed']) for r in rows)
