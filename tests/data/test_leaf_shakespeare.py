@@ -133,10 +133,30 @@ def test_first_users_thins_evenly_and_keeps_the_split_proportion(folder):
   assert capped.client_ids == train.client_ids and capped.client_sizes.tolist() == [5, 5, 5]
 
 
+def test_a_test_cap_keeps_that_many_test_examples_per_user_whatever_its_training_cap(folder):
+  train, test = data.leaf(folder)
+  test_sizes = dict(zip(test.client_ids, test.client_sizes.tolist()))
+  expected_test = leaf_fixtures.shakespeare_split(folder, 'test')
+  small_train, small_test = data.first_users(train, test, num_clients=2, max_examples=3,
+                                             max_test_examples=4)
+  assert small_train.client_sizes.tolist() == [3, 3]
+  for k, user in enumerate(small_test.client_ids):
+    kept = min(test_sizes[user], 4)
+    assert small_test.client_sizes[k] == kept
+    positions = leaf_data.kept_positions(test_sizes[user], kept)
+    np.testing.assert_array_equal(_read(small_test, user)[0],
+                                  [_ids(expected_test[user][0][i]) for i in positions])
+  # Alone, the test cap leaves the training examples whole.
+  whole, capped_test = data.first_users(train, test, max_test_examples=1)
+  np.testing.assert_array_equal(whole.client_sizes, train.client_sizes)
+  assert capped_test.client_sizes.tolist() == [1] * len(test.client_ids)
+
+
 def test_first_users_refuses_bad_arguments(folder):
   train, test = data.leaf(folder)
   for kwargs, argument, value in ((dict(num_clients=4), 'num_clients', 4),
                                   (dict(max_examples=0), 'max_examples', 0),
+                                  (dict(max_test_examples=0), 'max_test_examples', 0),
                                   (dict(num_clients=1.5), 'num_clients', 1.5)):
     with pytest.raises(tff_conflict.ArgumentError) as info:
       data.first_users(train, test, **kwargs)
@@ -159,10 +179,19 @@ def test_regimes_name_the_population_and_the_cap(folder):
   assert train.client_ids == expected_train.client_ids and test.client_ids == train.client_ids
   np.testing.assert_array_equal(train.client_sizes, expected_train.client_sizes)
   np.testing.assert_array_equal(test.client_sizes, expected_test.client_sizes)
+  capped = data.parse_regime('leaf_shakespeare:natural(max=20, test=2)@2')
+  assert capped.param == (20, 2) and capped.name == 'leaf_shakespeare:natural(max=20,test=2)@2'
+  assert data.parse_regime(capped.name) == capped
+  _, capped_test = data.load_regime(capped, leaf_dir=folder)
+  _, expected_test = data.first_users(*data.leaf(folder), num_clients=2, max_examples=20,
+                                      max_test_examples=2)
+  np.testing.assert_array_equal(capped_test.client_sizes, expected_test.client_sizes)
   everything, _ = data.load_regime('leaf_shakespeare:natural', leaf_dir=folder)
   assert everything.client_ids == data.leaf(folder)[0].client_ids
   for text, message in (('emnist:natural(max=5)', 'applies to the LEAF datasets'),
                         ('leaf_shakespeare:natural(max=0)', 'needs N >= 1'),
+                        ('leaf_shakespeare:natural(max=5,test=0)', 'T >= 1'),
+                        ('leaf_shakespeare:natural(test=5)', 'natural\\(max=N\\[,test=T\\]\\)'),
                         ('leaf_shakespeare:natural(5)', 'natural or \\(LEAF\\) natural\\(max=N')):
     with pytest.raises(tff_conflict.ArgumentError, match=message) as info:
       data.parse_regime(text)

@@ -76,8 +76,9 @@ class Regime:
     split: 'iid', 'dir' (Dirichlet label skew, `param` = (alpha,)), '#C' (`param` = (k,)),
       'qty' (quantity skew, `param` = (beta,)), 'client_dir' (per-client Dirichlet class mix,
       equal sizes, `param` = (alpha,)), 'synthetic' (`param` = (alpha, beta)) or 'natural'
-      (the dataset's own clients; LEAF's may have `param` = (max_examples,): each client keeps
-      at most that many training examples, `leaf_data.first_users`).
+      (the dataset's own clients; LEAF's may have `param` = (max_examples,) or (max_examples,
+      max_test_examples): each client keeps at most that many training (and test) examples,
+      `leaf_data.first_users`).
     param: the split's parameters.
     num_clients: the population size; None for the dataset's default.
   """
@@ -96,7 +97,8 @@ class Regime:
     elif self.split == '#C':
       text = f'{self.dataset}:#C={self.param[0]}'
     elif self.split == 'natural' and self.param:
-      text = f'{self.dataset}:natural(max={self.param[0]})'
+      test = f',test={self.param[1]}' if len(self.param) > 1 else ''
+      text = f'{self.dataset}:natural(max={self.param[0]}{test})'
     else:
       text = f'{self.dataset}:{self.split}'
     return text if self.num_clients is None else f'{text}@{self.num_clients}'

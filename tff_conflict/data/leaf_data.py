@@ -185,7 +185,8 @@ def kept_positions(n: int, m: int) -> np.ndarray:
 
 
 def first_users(train: LeafClientData, test: LeafClientData, *,
-                num_clients: Optional[int] = None, max_examples: Optional[int] = None
+                num_clients: Optional[int] = None, max_examples: Optional[int] = None,
+                max_test_examples: Optional[int] = None
                 ) -> tuple[LeafClientData, LeafClientData]:
   """Some users of a LEAF dataset, each with fewer examples: a population a CPU can train.
 
@@ -197,6 +198,9 @@ def first_users(train: LeafClientData, test: LeafClientData, *,
       spaced over the user's examples; its test examples are thinned by the same factor,
       `ceil(n_test * max_examples / n_train)` of them (at least 1), so the train / test
       proportion stays the files' (users only in test keep at most `max_examples`). None: all.
+    max_test_examples: instead, keep at most this many test examples per user, evenly spaced
+      (`kept_positions`), whatever its training examples: a test split large enough that one
+      evaluation's sampling error is small. None: as `max_examples` says.
 
   Returns:
     `(train, test)` `LeafClientData` with `client_sizes` and `label_counts` of what they keep.
@@ -204,23 +208,29 @@ def first_users(train: LeafClientData, test: LeafClientData, *,
   Raises:
     ValueError: `num_clients` larger than the training users, or a bad argument (named).
   """
-  if max_examples is not None:
-    _checks.check_int('max_examples', max_examples, minimum=1)
+  for name, value in (('max_examples', max_examples), ('max_test_examples', max_test_examples)):
+    if value is not None:
+      _checks.check_int(name, value, minimum=1)
   if num_clients is not None:
     train, test = client_data_lib.first_clients(train, test, num_clients,
                                                  what=f'users of LEAF {train.name}')
-  if max_examples is None:
-    return train, test
   sizes = dict(zip(train.client_ids, train.client_sizes.tolist()))
 
   def thinned(n: int, n_train: Optional[int]) -> int:
     """How many of a user's n examples it keeps, given its n_train training examples."""
+    if max_examples is None:
+      return n
     if not n_train:  # a user only in test
       return min(n, max_examples)
     return max(1, min(n, math.ceil(n * max_examples / n_train)))
 
+  def test_kept(n: int, n_train: Optional[int]) -> int:
+    return thinned(n, n_train) if max_test_examples is None else min(n, max_test_examples)
+
+  if max_examples is None and max_test_examples is None:
+    return train, test
   return (train.select({u: thinned(n, n) for u, n in sizes.items()}),
-          test.select({u: thinned(n, sizes.get(u))
+          test.select({u: test_kept(n, sizes.get(u))
                        for u, n in zip(test.client_ids, test.client_sizes.tolist())}))
 
 
@@ -290,14 +300,16 @@ def leaf(root, *, name: Optional[str] = None, cache_dir=None, image_dir=None):
 
 
 def _load(regime, *, seed, source=None, cache_dir=None):
-  """The regime `leaf_<name>:natural[(max=N)][@K]` from `source`, the leaf_dir (`first_users`)."""
+  """The regime `leaf_<name>:natural[(max=N[,test=T])][@K]` from `source`, the leaf_dir
+  (`first_users`)."""
   del seed
   _check_leaf_dir(regime.name, source)
   train, test = leaf(source, name=regime.dataset[len('leaf_'):], cache_dir=cache_dir)
   if regime.num_clients is None and not regime.param:
     return train, test
-  return first_users(train, test, num_clients=regime.num_clients,
-                     max_examples=regime.param[0] if regime.param else None)
+  limits = tuple(regime.param) + (None, None)
+  return first_users(train, test, num_clients=regime.num_clients, max_examples=limits[0],
+                     max_test_examples=limits[1])
 
 
 def _check_leaf_dir(what: str, leaf_dir) -> None:

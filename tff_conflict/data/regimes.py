@@ -30,7 +30,8 @@ _NUMBER = r'([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)'
 _SYNTHETIC = re.compile(rf'^synthetic\(\s*{_NUMBER}\s*,\s*{_NUMBER}\s*\)$')
 _SPLITS = {
     'iid': re.compile(r'^iid$'),
-    'natural': re.compile(r'^natural(?:\(\s*max\s*=\s*([0-9]+)\s*\))?$'),
+    'natural': re.compile(r'^natural(?:\(\s*max\s*=\s*([0-9]+)\s*'
+                          r'(?:,\s*test\s*=\s*([0-9]+)\s*)?\))?$'),
     'dir': re.compile(rf'^dir\(\s*{_NUMBER}\s*\)$'),
     '#C': re.compile(r'^#C=([0-9]+)$'),
     'qty': re.compile(rf'^qty\(\s*{_NUMBER}\s*\)$'),
@@ -40,7 +41,8 @@ _SPLITS = {
 
 def parse_regime(text: str) -> Regime:
   """Parses `'DATASET:SPLIT[@K]'` or `'synthetic(ALPHA,BETA)[@K]'` (LEAF's natural split also as
-  `natural(max=N)`); `ValueError` naming the text otherwise. The splits are NIID-Bench's
+  `natural(max=N)` or `natural(max=N,test=T)`); `ValueError` naming the text otherwise. The
+  splits are NIID-Bench's
   (`tff_conflict.data.partition`); the names, datasets and test splits: docs/methods.md, "Data
   sets and partitions"."""
   if not isinstance(text, str):
@@ -69,7 +71,7 @@ def parse_regime(text: str) -> Regime:
   else:
     raise _checks.ArgumentError(argument='regime', value=text, message=(
         f'regime {text!r}: the split must be iid, dir(ALPHA), #C=K, qty(BETA), '
-        f'client_dir(ALPHA), natural or (LEAF) natural(max=N), got {split!r}'))
+        f'client_dir(ALPHA), natural or (LEAF) natural(max=N[,test=T]), got {split!r}'))
   if dataset in NATURAL_DATASETS and kind != 'natural':
     raise _checks.ArgumentError(argument='regime', value=text, message=(
         f'regime {text!r}: {dataset} keeps its own clients; use {dataset}:natural'))
@@ -95,10 +97,11 @@ def parse_regime(text: str) -> Regime:
       raise _checks.ArgumentError(argument='regime', value=text, message=(
           f'regime {text!r}: natural(max=N) applies to the LEAF datasets {list(LEAF_DATASETS)}; '
           f'use {dataset}:natural'))
-    if int(match[1]) < 1:
+    limits = tuple(int(m) for m in match.groups() if m is not None)
+    if min(limits) < 1:
       raise _checks.ArgumentError(argument='regime', value=text, message=(
-          f'regime {text!r}: natural(max=N) needs N >= 1, got {match[1]}'))
-    return Regime(dataset, kind, (int(match[1]),), num_clients)
+          f'regime {text!r}: natural(max=N[,test=T]) needs N >= 1 and T >= 1'))
+    return Regime(dataset, kind, limits, num_clients)
   return Regime(dataset, kind, (), num_clients)
 
 
@@ -138,7 +141,8 @@ def load_regime(regime: Regime, *, seed: int = 0, cache_dir: Optional[str] = Non
       directory.
     leaf_dir: LEAF datasets: LEAF's `data/<name>` folder. `@K` keeps the first K users (sorted
       ids) and, unless the files' split is user-based, the same users' test examples;
-      `natural(max=N)` thins each user's examples (`leaf_data.first_users`). EMNIST's `@K`
+      `natural(max=N)` thins each user's examples and `natural(max=N,test=T)` keeps at most T
+      test examples per user (`leaf_data.first_users`). EMNIST's `@K`
       keeps the first K writers in train and test alike (`client_data.first_clients`).
 
   Returns:
