@@ -1,0 +1,60 @@
+"""tools/pilot_horizon.py on a hand-made pilot directory."""
+
+import csv
+import json
+import os
+
+import pytest
+
+from tools import pilot_horizon
+
+
+def _write(root, validation, test, other=None):
+  os.makedirs(root, exist_ok=True)
+  scores = [dict(candidate='clr=0.1,slr=1', score=0.8, seeds=2),
+            dict(candidate='clr=0.3,slr=1', score=0.7, seeds=2)]
+  with open(os.path.join(root, 'tuning_choices.json'), 'w') as f:
+    json.dump([dict(method='fedavg', regime='digits:dir(0.1)', score=0.8, scores=scores)], f)
+  with open(os.path.join(root, 'validation_curves.csv'), 'w', newline='') as f:
+    w = csv.DictWriter(f, ['method', 'candidate', 'seed', 'accuracy_curve'])
+    w.writeheader()
+    for seed, curve in enumerate(validation):
+      w.writerow(dict(method='fedavg', candidate='clr=0.1,slr=1', seed=seed,
+                      accuracy_curve=';'.join(map(str, curve))))
+    if other:   # another candidate's curve: never read
+      w.writerow(dict(method='fedavg', candidate='clr=0.3,slr=1', seed=0,
+                      accuracy_curve=';'.join(map(str, other))))
+  with open(os.path.join(root, 'runs.csv'), 'w', newline='') as f:
+    w = csv.DictWriter(f, ['method', 'seed', 'accuracy_curve'])
+    w.writeheader()
+    for seed, curve in enumerate(test):
+      w.writerow(dict(method='fedavg', seed=seed, accuracy_curve=';'.join(map(str, curve))))
+
+
+def test_the_horizon_ends_the_first_window_that_gains_less_than_the_tolerance(tmp_path):
+  # Windows of 2 rounds: means 0.1, 0.5, 0.6, 0.61 -> gains 0.4, 0.1, 0.01.
+  curve = [0.0, 0.2, 0.4, 0.6, 0.6, 0.6, 0.6, 0.62, 0.9]   # the odd last round is left out
+  _write(tmp_path / 'p', [curve, curve], [curve], other=[0.0] * 9)
+  [pilot] = [pilot_horizon.pilot(str(tmp_path / 'p'), window=2, tolerance=0.05)]
+  assert pilot['validation']['means'] == pytest.approx([0.1, 0.5, 0.6, 0.61])
+  assert pilot['validation']['horizon'] == 8   # 0.61 - 0.6 < 0.05; 0.6 - 0.5 is not
+  assert pilot_horizon.horizon([0.1, 0.5, 0.6, 0.61], 2, 0.2) == 6
+  assert pilot_horizon.horizon([0.1, 0.5], 2, 0.2) is None
+  # The validation curve is the mean over the tuning seeds of the chosen candidate.
+  _write(tmp_path / 'q', [[0.0] * 4, [1.0] * 4], [[0.5] * 4])
+  q = pilot_horizon.pilot(str(tmp_path / 'q'), window=2, tolerance=0.05)
+  assert q['validation']['means'] == [0.5, 0.5] and q['tuning_seeds'] == 2
+
+
+def test_main_writes_markdown_and_refuses_bad_input_in_one_line(tmp_path, capsys):
+  _write(tmp_path / 'p', [[0.1, 0.5, 0.51, 0.53]], [[0.1, 0.4, 0.6, 0.6]])
+  out = tmp_path / 'h.md'
+  assert pilot_horizon.main([str(tmp_path / 'p'), '--window=1', f'--out={out}']) == 0
+  text = out.read_text()
+  assert '| `digits:dir(0.1)` | clr=0.1,slr=1 | validation | 1 | 0.100, 0.500, 0.510, 0.530 | 3 |' \
+      in text
+  assert '| test | 1 | 0.100, 0.400, 0.600, 0.600 | 4 |' in text
+  assert pilot_horizon.main([str(tmp_path / 'missing')]) == 1
+  assert pilot_horizon.main([str(tmp_path / 'p'), '--window=0']) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 2 and all(line.startswith('pilot_horizon: ') for line in err)
