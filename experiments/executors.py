@@ -6,7 +6,6 @@ import contextlib
 import ctypes
 import logging
 import math
-import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
@@ -21,29 +20,26 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from experiments import config as config_lib
 
-_PR_SET_PDEATHSIG = 1
 # A worker's state; a job's run on it; what a job's run builds in the state (None: nothing).
 MakeState, Run, Affinity = Callable[[], Any], Callable[[Any, Any], Any], Callable[[Any], Any]
 # The bound on joining a Ray cluster at --ray_address: its port answering, then `ray.init`.
 RAY_JOIN_SECONDS = 30.0
-# An inter-op pool of one thread deadlocks the in-process runner's round (a graph op that waits
-# for another op of the same graph, seen here); two never did.
+# An inter-op pool of one thread deadlocked the in-process runner's round (an op waiting for
+# another op of its graph); two never did.
 MIN_INTER_OP_THREADS = 2
 
 
 class Outcome(NamedTuple):
-  """A finished job: its `ticket` (from `submit`), `run`'s `value` (None if the worker died) and
-  `error` (why the worker died, else None)."""
+  """A finished job: its `ticket`, `run`'s `value` and `error`, why its worker died (else None)."""
   ticket: int
   value: Any
   error: Optional[str] = None
 
 
 class Options(NamedTuple):
-  """An executor's settings (`config.OutputConfig`'s --executor, --workers, --ray_address,
-  --worker_cpus, --worker_gpus): `kind` (of `REGISTRY`); `workers` (None: as many as the cores or
-  the Ray cluster hold); `address` (a Ray cluster's; None: one started here); each worker's CPUs
-  and fraction of a GPU (a Ray actor's `num_cpus` and `num_gpus`, as Flower sizes its clients)."""
+  """--executor, --workers (None: as many as fit), --ray_address (None: a cluster started here),
+  --worker_cpus and --worker_gpus: each worker's CPUs and fraction of a GPU (a Ray actor's
+  `num_cpus` and `num_gpus`, as Flower sizes its clients; local workers take no GPU)."""
   kind: str = 'inline'
   workers: Optional[int] = None
   address: Optional[str] = None
@@ -55,22 +51,20 @@ class Options(NamedTuple):
     return cls(output.executor, output.executor_workers, output.ray_address, output.worker_cpus,
                output.worker_gpus)
 
+  def local_workers(self) -> int:
+    """`workers`, else as many as this machine's cores hold."""
+    return self.workers or max(1, int(default_workers() // self.cpus_per_worker))
+
 
 class Executor(Protocol):
-  """Runs `run(state, job)` on a worker's `state`, made once per worker by `make_state()`.
-
-  `submit(job)` queues a job and returns its ticket (1, 2, ...); `wait()` blocks until at least
-  one job is done and returns their `Outcome`s; `pending` counts the jobs not yet returned;
-  `close()` (also on leaving a `with` block) drops the queue and ends every worker, a job in
-  progress lost. `workers` jobs run at once. An exception raised by `run` is raised by `wait`. A
-  worker that dies mid-job (a native crash, the OOM killer) gives its job an `Outcome` whose
-  `error` names the cause, and is replaced. Each promises:
-    inline: jobs run in this process, one per `wait`, in submission order.
-    local: outcomes as jobs end; a death names the signal or the exit code; a worker ends with
-      the process that started it (SIGKILL too).
-    ray: outcomes as jobs end; a death names the actor's pid and Ray's exit type and detail (Ray
-      does not report the signal); `close` ends a cluster started here.
-  """
+  """Runs `run(state, job)` on a worker's `state` (made once per worker by `make_state()`),
+  `workers` jobs at once: `submit(job)` queues a job and returns its ticket (1, 2, ...); `wait()`
+  blocks until a job is done and returns the `Outcome`s done (inline, which runs in this process:
+  in submission order); `pending` counts the jobs not yet returned; `close()` (or a `with`
+  block's end) drops the queue and ends every worker (and a Ray cluster started here). `wait`
+  raises `run`'s exception. A worker dying mid-job is replaced, its job's `Outcome.error` naming
+  the cause: local, the signal or exit code (its workers end with this process, SIGKILL too);
+  ray, the actor's pid and Ray's exit type and detail (Ray gives no signal)."""
   workers: int
 
   def submit(self, job: Any) -> int: ...
@@ -91,30 +85,15 @@ def default_workers() -> int:
   return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
 
 
-def _wanted(options: Options) -> int:
-  """The workers `options` ask for: `workers`, else as many as the cores hold."""
-  return options.workers or max(1, int(default_workers() // options.cpus_per_worker))
-
-
 def threads_per_worker(workers: int) -> int:
   """TensorFlow's threads of each of `workers` workers: an equal share of the cores, at least 1."""
   return max(1, default_workers() // max(1, workers))
 
 
-def fit_threads(threads: int) -> None:
-  """Fits this process's TensorFlow (before its first op) to `threads` cores: `threads` intra-op
-  threads and as many inter-op threads, at least `MIN_INTER_OP_THREADS`."""
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  tf.config.threading.set_intra_op_parallelism_threads(threads)
-  tf.config.threading.set_inter_op_parallelism_threads(max(threads, MIN_INTER_OP_THREADS))
-
-
 def make(options: 'Options | str', make_state: MakeState, run: Run, *, state: Any = None,
          affinity: Affinity = lambda job: None) -> Executor:
-  """The executor `options` describe (a name alone: its defaults), from `REGISTRY`. `inline` runs
-  on `state` when given (else `make_state()`). A worker is given, when it can, jobs of an
-  `affinity(job)` it has run before (what its state built for them serves again)."""
+  """The executor of `options` (a name alone: its defaults) from `REGISTRY`; `inline` runs on
+  `state` if given. A worker takes, when it can, jobs of an `affinity(job)` it ran before."""
   options = Options(options) if isinstance(options, str) else Options(*options)
   config_lib.check_executor(*options)
   try:   # what a worker needs must reach it
@@ -132,15 +111,13 @@ def make(options: 'Options | str', make_state: MakeState, run: Run, *, state: An
 
 
 class _Slots(Executor):
-  """`workers` slots, each running one job at a time on its own worker (`_held[slot]`, None until
-  `_start` makes it): a free slot takes the first queued job of an affinity it ran before, else
-  of one no slot ran, else the first. Subclasses start a job (`_start`, giving a handle), give
-  the handles of ended jobs (`_done`), a job's (value, cause of its worker's death) or its
-  exception raised (`_result`), and stop a worker (`_stop`)."""
+  """`workers` slots, each running a job at a time on its worker (`_held`): a free slot takes the
+  first queued job of an affinity it ran, else of one no slot ran, else the first. Subclasses
+  start a job (`_start` -> a handle), give the ended handles (`_done`), a job's (value, its
+  worker's death) or exception (`_result`) and stop a worker (`_stop`)."""
 
   def __init__(self, workers: int, affinity: Affinity):
-    self.workers = int(workers)
-    self._affinity = affinity
+    self.workers, self._affinity = int(workers), affinity
     self._queue: list[tuple[int, Any]] = []
     self._busy: dict[Any, tuple[int, int]] = {}    # handle -> (slot, ticket)
     self._seen: list[set] = [set() for _ in range(self.workers)]   # affinities each slot ran
@@ -214,54 +191,60 @@ class InlineExecutor(_Slots):
     return [Outcome(ticket, self._run(self._state, job))]
 
 
-# ---- local: worker processes ------------------------------------------------------------------
+class _Worker:
+  """A worker's state (a Ray actor, or a local worker's), made once after fitting TensorFlow to
+  `threads` cores: as many intra-op and inter-op threads (at least `MIN_INTER_OP_THREADS`)."""
+
+  def __init__(self, make_state: MakeState, threads: int):
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(threads, MIN_INTER_OP_THREADS))
+    self._state = make_state()
+
+  def run(self, run: Run, job: Any) -> Any:
+    return run(self._state, job)
+
+
 def _serve(parent: int, make_state: MakeState, run: Run, threads: int,
            connection: multiprocessing.connection.Connection) -> None:
-  """A local worker: ends with `parent` (PR_SET_PDEATHSIG on Linux, a thread watching its pid
-  everywhere), leaves Ctrl-C to it, fits TensorFlow's threads, makes its state, then answers each
+  """A local worker: ends with `parent` (at once on Linux, PR_SET_PDEATHSIG; elsewhere when its
+  job ends and finds the pipe closed), leaves Ctrl-C to it, makes its `_Worker`, then answers each
   job with (value, None) or (None, the exception) until the pipe closes."""
   if sys.platform.startswith('linux'):
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-  def watch():
-    while os.getppid() == parent:
-      time.sleep(1.0)
-    os._exit(1)  # pylint: disable=protected-access
-  threading.Thread(target=watch, daemon=True, name='die-with-parent').start()
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)   # 1: PR_SET_PDEATHSIG
+  if os.getppid() != parent:   # it died before prctl took effect
+    return
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
-  fit_threads(threads)
   try:
-    state, error = make_state(), None
+    worker, error = _Worker(make_state, threads), None
   except Exception as e:  # pylint: disable=broad-except
-    state, error = None, e   # raised in the parent by the first job
-  while True:
-    try:
+    worker, error = None, e   # raised in the parent by the first job
+  with contextlib.suppress(EOFError):   # until the pipe closes
+    while True:
       job = connection.recv()
-    except EOFError:
-      return
-    try:
-      if error is not None:
-        raise error
-      reply = (run(state, job), None)
-    except Exception as e:  # pylint: disable=broad-except
-      e.add_note(f'raised in worker process {os.getpid()}:\n{traceback.format_exc()}')
-      reply = (None, e)
-    try:
-      connection.send(reply)
-    except (pickle.PicklingError, TypeError, AttributeError) as e:
-      connection.send((None, RuntimeError(f'{reply!r} (not picklable: {e})')))
+      try:
+        if error is not None:
+          raise error
+        reply = (worker.run(run, job), None)
+      except Exception as e:  # pylint: disable=broad-except
+        e.add_note(f'raised in worker process {os.getpid()}:\n{traceback.format_exc()}')
+        reply = (None, e)
+      try:
+        connection.send(reply)
+      except (pickle.PicklingError, TypeError, AttributeError) as e:
+        connection.send((None, RuntimeError(f'{reply!r} (not picklable: {e})')))
 
 
 class LocalExecutor(_Slots):
-  """`workers` processes of this machine (default: the cores / `cpus_per_worker`), each a
-  `multiprocessing.Process` (spawned: TensorFlow is not fork-safe) with a pipe, so that its death
-  is its own job's failure."""
+  """`workers` processes (default: the cores / `cpus_per_worker`), spawned (TensorFlow is not
+  fork-safe), each with a pipe so that its death is its own job's failure."""
 
   def __init__(self, options: Options, make_state: MakeState, run: Run, state: Any,
                affinity: Affinity):
     del state   # each worker makes its own
-    super().__init__(_wanted(options), affinity)
+    super().__init__(options.local_workers(), affinity)
     self._args = (os.getpid(), make_state, run, threads_per_worker(self.workers))
     self._context = multiprocessing.get_context('spawn')
 
@@ -306,38 +289,19 @@ class LocalExecutor(_Slots):
     process.join()
 
 
-# ---- ray: actors on a cluster -----------------------------------------------------------------
-class _RayWorker:
-  """A Ray actor holding one worker's state."""
-
-  def __init__(self, make_state: MakeState, threads: int):
-    fit_threads(threads)
-    self._state = make_state()
-
-  def run(self, run: Run, job: Any) -> Any:
-    return run(self._state, job)
-
-
-def _probe(address: str) -> None:
-  """`ConfigError` naming --ray_address unless its HOST:PORT accepts a connection within
-  `RAY_JOIN_SECONDS` ('auto' is Ray's to find, and fails fast)."""
-  host, _, port = address.removeprefix('ray://').rpartition(':')
-  if not port.isdigit():
-    return
+def _join(ray: Any, address: Optional[str], **kwargs) -> threading.Event:
+  """`ray.init(**kwargs)` in a thread living until the returned event is set (the binaries' SIGTERM
+  handler stays: Ray sets its own on the main thread only; a cluster started here dies with it).
+  An `address` (HOST:PORT probed; 'auto' is Ray's to find) is joined within `RAY_JOIN_SECONDS`."""
+  host, _, port = (address or '').removeprefix('ray://').rpartition(':')
   try:
-    socket.create_connection((host.strip('[]'), int(port)), timeout=RAY_JOIN_SECONDS).close()
+    if port.isdigit():
+      socket.create_connection((host.strip('[]'), int(port)), timeout=RAY_JOIN_SECONDS).close()
   except OSError as e:
     raise config_lib.ConfigError('ray_address', address, reason=(
         f'nothing answers at {host}:{port} ({e.strerror or e}); start the cluster (`ray start '
         '--head`) and give its head\'s address, or leave --ray_address unset for a cluster of '
         'this machine')) from None
-
-
-def _join(ray: Any, address: Optional[str], **kwargs) -> threading.Event:
-  """`ray.init(**kwargs)` in a thread that lives until the returned event is set: the binaries'
-  SIGTERM handler stays (Ray replaces it on the main thread only), a cluster started here lives
-  with that thread (its processes die with the thread that started them), and joining an
-  `address` is bounded by `RAY_JOIN_SECONDS`."""
   joined, stop, errors = threading.Event(), threading.Event(), []
 
   def init():
@@ -362,35 +326,31 @@ def _join(ray: Any, address: Optional[str], **kwargs) -> threading.Event:
 
 
 class RayExecutor(_Slots):
-  """Ray actors, one per worker (`num_cpus=cpus_per_worker`, `num_gpus=gpus_per_worker`), on the
-  cluster at `options.address` (None: a cluster of this machine, started here and ended by
-  `close`). `workers` are capped, with a notice on stderr, to what the cluster places (None: as
-  many). Ray's messages (its warnings, the workers' output) reach this process's."""
+  """Ray actors (`num_cpus=cpus_per_worker`, `num_gpus=gpus_per_worker`) on the cluster at
+  `options.address` (None: one of this machine, started here and ended by `close`); `workers`
+  capped, with a notice on stderr, to what the cluster places (None: as many)."""
 
   def __init__(self, options: Options, make_state: MakeState, run: Run, state: Any,
                affinity: Affinity):
     del state   # each actor makes its own
-    # Read by Ray's processes: no metrics agent (nothing collects its metrics), and no warning
-    # that a future Ray changes the visible accelerators of CPU-only tasks.
     for name in ('RAY_enable_metrics_collection', 'RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO'):
-      os.environ.setdefault(name, '0')
+      os.environ.setdefault(name, '0')   # for Ray's processes: no metrics agent, no notice
     import ray  # pylint: disable=g-import-not-at-top
     self._ray, self._make_state, self._run = ray, make_state, run
     cpus, gpus = options.cpus_per_worker, options.gpus_per_worker
-    if options.address:
-      _probe(options.address)
-    here = {} if options.address else dict(num_cpus=math.ceil(_wanted(options) * cpus))
     # Ray's note that `ray.init` off the main thread sets no SIGTERM handler: `_join` wants none.
     logging.getLogger('ray._private.worker').addFilter(
         lambda record: not record.getMessage().startswith('SIGTERM handler is not set'))
-    self._cluster = _join(ray, options.address, include_dashboard=False,
-                          configure_logging=False, **here)
+    self._cluster = _join(ray, options.address, include_dashboard=False, configure_logging=False,
+                          num_cpus=None if options.address else
+                          math.ceil(options.local_workers() * cpus))   # a new cluster's
     needs = [(k, n) for k, n in (('CPU', cpus), ('GPU', gpus)) if n]
     fit = sum(min(math.floor(node['Resources'].get(k, 0) / n + 1e-6) for k, n in needs)
               for node in ray.nodes() if node['Alive'])   # the workers its nodes hold at once
     if fit < 1:
       have = {k: v for k, v in ray.cluster_resources().items() if k in ('CPU', 'GPU')}
-      self._end_cluster()
+      self._ray.shutdown()
+      self._cluster.set()
       raise config_lib.ConfigError('worker_gpus' if gpus else 'worker_cpus', gpus or cpus, reason=(
           f'no node of the Ray cluster holds one worker of {cpus} CPUs and {gpus} GPUs '
           f'(the cluster has {have})'))
@@ -398,7 +358,7 @@ class RayExecutor(_Slots):
       print(f'executor: --workers={options.workers} capped to {fit}: the Ray cluster places '
             f'{fit} workers of {cpus} CPUs and {gpus} GPUs each', file=sys.stderr, flush=True)
     super().__init__(min(options.workers or fit, fit), affinity)
-    self._actor = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=0)(_RayWorker)
+    self._actor = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=0)(_Worker)
     self._threads = max(1, int(cpus))
 
   def _start(self, slot: int, job: Any):
@@ -418,8 +378,7 @@ class RayExecutor(_Slots):
     except (exceptions.RayActorError, exceptions.WorkerCrashedError,
             exceptions.NodeDiedError) as e:   # in Ray's words: its pid, exit type and detail
       text = ' '.join(str(e).split())
-      found = re.search(r'pid: (\d+).*Worker exit type: (\S+) Worker exit detail: (.*?\.)( |$)',
-                        text)
+      found = re.search(r'pid: (\d+).*exit type: (\S+) Worker exit detail: (.*?\.)( |$)', text)
       return None, (f'its Ray worker (pid {found[1]}) died ({found[2]}: {found[3]})' if found
                     else f'its Ray worker died ({type(e).__name__}: {text[:200]})')
 
@@ -427,14 +386,11 @@ class RayExecutor(_Slots):
     with contextlib.suppress(Exception):
       self._ray.kill(actor)
 
-  def _end_cluster(self) -> None:
-    self._ray.shutdown()
-    self._cluster.set()
-
   def close(self) -> None:
     """Ends every actor, and the cluster when it was started here."""
     super().close()
-    self._end_cluster()
+    self._ray.shutdown()
+    self._cluster.set()
 
 
 # The executors by --executor's names: `factory(options, make_state, run, state, affinity)`.
