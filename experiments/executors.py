@@ -2,11 +2,10 @@
 or `ray` (Ray actors on a cluster), each an `Executor`: `submit(job)`, then `wait()` for outcomes.
 `make(options, make_state, run)` builds the one `Options` names from `REGISTRY`."""
 
-import collections
+import contextlib
 import ctypes
 import logging
 import math
-import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
@@ -21,28 +20,26 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from experiments import config as config_lib
 
-_PR_SET_PDEATHSIG = 1
 # A worker's state; a job's run on it; what a job's run builds in the state (None: nothing).
 MakeState, Run, Affinity = Callable[[], Any], Callable[[Any, Any], Any], Callable[[Any], Any]
 # The bound on joining a Ray cluster at --ray_address: its port answering, then `ray.init`.
 RAY_JOIN_SECONDS = 30.0
+# An inter-op pool of one thread deadlocked the in-process runner's round (an op waiting for
+# another op of its graph); two never did.
+MIN_INTER_OP_THREADS = 2
 
 
 class Outcome(NamedTuple):
-  """A finished job: `ticket` (from `submit`), `value` (what `run` returned; None if the worker
-  died) and `error` (why the worker died, else None)."""
+  """A finished job: its `ticket`, `run`'s `value` and `error`, why its worker died (else None)."""
   ticket: int
   value: Any
   error: Optional[str] = None
 
 
 class Options(NamedTuple):
-  """An executor's settings (`config.OutputConfig`'s --executor, --workers, --ray_address,
-  --worker_cpus and --worker_gpus): `kind` (a name of `REGISTRY`); `workers` (None: as many as
-  fit, the cores divided by `cpus_per_worker`, or what the Ray cluster can place); `address`
-  (the Ray cluster's; None: one of this machine, started and ended here); the CPUs and the
-  fraction of a GPU each worker takes (a Ray actor's `num_cpus` and `num_gpus`, as Flower's Ray
-  backend sizes its clients; local workers take no GPU)."""
+  """--executor, --workers (None: as many as fit), --ray_address (None: a cluster started here),
+  --worker_cpus and --worker_gpus: each worker's CPUs and fraction of a GPU (a Ray actor's
+  `num_cpus` and `num_gpus`, as Flower sizes its clients; local workers take no GPU)."""
   kind: str = 'inline'
   workers: Optional[int] = None
   address: Optional[str] = None
@@ -54,25 +51,20 @@ class Options(NamedTuple):
     return cls(output.executor, output.executor_workers, output.ray_address, output.worker_cpus,
                output.worker_gpus)
 
+  def local_workers(self) -> int:
+    """`workers`, else as many as this machine's cores hold."""
+    return self.workers or max(1, int(default_workers() // self.cpus_per_worker))
+
 
 class Executor(Protocol):
-  """Runs `run(state, job)` on a worker's `state` (made once per worker by `make_state()`, e.g.
-  the benchmark's `Engine`, which builds a learning process once per method and reuses it).
-
-  `submit(job)` queues a job and returns its ticket (1, 2, ...); `wait()` blocks until at least
-  one job is done and returns their `Outcome`s; `pending` counts the jobs submitted and not yet
-  returned; `close()` (also on leaving a `with` block) drops the queue and ends every worker, a
-  job in progress lost. `workers` jobs run at once. An exception raised by `run` is raised by
-  `wait` (a job's own failures are `run`'s to record and return). A worker that dies mid-job (a
-  native crash, the kernel's OOM killer) gives its job an `Outcome` whose `error` names the cause
-  and is replaced. Promises of each:
-    inline: jobs run in this process, one per `wait`, in submission order; no worker dies alone.
-    local: `workers` processes of this machine; outcomes in the order jobs end; a death names the
-      signal or the exit code; a worker ends with the process that started it (SIGKILL too).
-    ray: `workers` Ray actors; outcomes in the order jobs end; a death names the actor's pid and
-      Ray's exit type and detail (Ray does not report the signal); `close` ends a cluster started
-      here.
-  """
+  """Runs `run(state, job)` on a worker's `state` (made once per worker by `make_state()`),
+  `workers` jobs at once: `submit(job)` queues a job and returns its ticket (1, 2, ...); `wait()`
+  blocks until a job is done and returns the `Outcome`s done (inline, which runs in this process:
+  in submission order); `pending` counts the jobs not yet returned; `close()` (or a `with`
+  block's end) drops the queue and ends every worker (and a Ray cluster started here). `wait`
+  raises `run`'s exception. A worker dying mid-job is replaced, its job's `Outcome.error` naming
+  the cause: local, the signal or exit code (its workers end with this process, SIGKILL too);
+  ray, the actor's pid and Ray's exit type and detail (Ray gives no signal)."""
   workers: int
 
   def submit(self, job: Any) -> int: ...
@@ -80,164 +72,56 @@ class Executor(Protocol):
   @property
   def pending(self) -> int: ...
   def close(self) -> None: ...
-  def __enter__(self) -> 'Executor': ...
-  def __exit__(self, *exc) -> None: ...
+
+  def __enter__(self) -> 'Executor':
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
 
 
 def default_workers() -> int:
   """The cores this process may use."""
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:
-    return os.cpu_count() or 1
+  return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
 
 
 def threads_per_worker(workers: int) -> int:
-  """TensorFlow's intra- and inter-op threads for each of `workers` workers: an equal share of
-  the cores, at least 1."""
+  """TensorFlow's threads of each of `workers` workers: an equal share of the cores, at least 1."""
   return max(1, default_workers() // max(1, workers))
 
 
 def make(options: 'Options | str', make_state: MakeState, run: Run, *, state: Any = None,
          affinity: Affinity = lambda job: None) -> Executor:
-  """The executor `options` describe (a name alone: its defaults), from `REGISTRY`. `inline` runs
-  on `state` when given (else `make_state()`). A worker is given, when it can, jobs of an
-  `affinity(job)` it has run before (what its state built for them serves again)."""
+  """The executor of `options` (a name alone: its defaults) from `REGISTRY`; `inline` runs on
+  `state` if given. A worker takes, when it can, jobs of an `affinity(job)` it ran before."""
   options = Options(options) if isinstance(options, str) else Options(*options)
   config_lib.check_executor(*options)
-  if options.kind != 'inline':
-    _check_picklable(options.kind, make_state, run)
-  return REGISTRY[options.kind](options, make_state, run, state=state, affinity=affinity)
-
-
-def _check_picklable(executor: str, *functions: Callable) -> None:
-  """`ConfigError` naming --executor when what a worker needs cannot be sent to it (your own data
-  or model functions defined where a worker cannot import them)."""
-  try:
-    if executor == 'ray':
+  try:   # what a worker needs must reach it
+    if options.kind == 'ray':
       from ray import cloudpickle  # pylint: disable=g-import-not-at-top
-      cloudpickle.dumps(functions)
-    else:
-      pickle.dumps(functions)
+      cloudpickle.dumps((make_state, run))
+    elif options.kind != 'inline':
+      pickle.dumps((make_state, run))
   except Exception as e:  # pylint: disable=broad-except
-    raise config_lib.ConfigError('executor', executor, reason=(
+    raise config_lib.ConfigError('executor', options.kind, reason=(
         f'what its workers need cannot be sent to them ({type(e).__name__}: {e}); define your '
         'own data and model functions at the top level of an importable module, or use '
         '--executor=inline')) from None
+  return REGISTRY[options.kind](options, make_state, run, state, affinity)
 
 
-class _Closing:
-  """`with executor:` closes it at the end."""
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    self.close()
-
-
-class InlineExecutor(_Closing):
-  """Runs each job in this process, one at a time, when `wait` is called (first in, first out)."""
-
-  workers = 1
-
-  def __init__(self, state: Any, run: Run):
-    self._state, self._run = state, run
-    self._queue: collections.deque = collections.deque()
-    self._tickets = 0
-
-  def submit(self, job: Any) -> int:
-    self._tickets += 1
-    self._queue.append((self._tickets, job))
-    return self._tickets
-
-  @property
-  def pending(self) -> int:
-    return len(self._queue)
-
-  def wait(self) -> list[Outcome]:
-    ticket, job = self._queue.popleft()
-    return [Outcome(ticket, self._run(self._state, job))]
-
-  def close(self) -> None:
-    self._queue.clear()
-
-
-# ---- local: worker processes ------------------------------------------------------------------
-def _die_with_parent(parent: int) -> None:
-  """Ends this worker when `parent` dies, whatever ended it (SIGKILL included): the kernel's
-  PR_SET_PDEATHSIG on Linux, and a thread that watches the parent's pid everywhere."""
-  if sys.platform.startswith('linux'):
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-  if os.getppid() != parent:
-    os._exit(1)  # pylint: disable=protected-access
-
-  def watch():
-    while True:
-      threading.Event().wait(1.0)
-      if os.getppid() != parent:
-        os._exit(1)  # pylint: disable=protected-access
-  threading.Thread(target=watch, daemon=True, name='die-with-parent').start()
-
-
-def _serve(parent: int, make_state: MakeState, run: Run,
-           threads: int, connection: multiprocessing.connection.Connection) -> None:
-  """A local worker: ends with its parent, leaves Ctrl-C to it (the parent ends the workers),
-  fits TensorFlow's thread pools to its share of the cores, makes its state, then answers each
-  job received with (True, value) or (False, exception, traceback) until the pipe closes."""
-  _die_with_parent(parent)
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
-  signal.signal(signal.SIGTERM, signal.SIG_DFL)
-  fit_threads(threads)
-  state, error = None, None
-  try:
-    state = make_state()
-  except Exception as e:  # pylint: disable=broad-except
-    error = e   # raised in the parent by the first job
-  while True:
-    try:
-      job = connection.recv()
-    except EOFError:
-      return
-    try:
-      if error is not None:
-        raise error
-      reply = (True, run(state, job))
-    except Exception as e:  # pylint: disable=broad-except
-      reply = (False, e, traceback.format_exc())
-    try:
-      connection.send(reply)
-    except (pickle.PicklingError, TypeError, AttributeError) as e:
-      connection.send((False, RuntimeError(f'{reply[1]!r} (not picklable: {e})'), ''))
-
-
-# An inter-op pool of one thread deadlocks the in-process runner's round (a graph op that waits
-# for another op of the same graph, seen here); two never did.
-MIN_INTER_OP_THREADS = 2
-
-
-def fit_threads(threads: int) -> None:
-  """TensorFlow's thread pools of this process fitted to a share of `threads` cores (before
-  TensorFlow runs its first op): `threads` intra-op threads (one op's parallel parts) and as many
-  inter-op threads (ops at once), at least `MIN_INTER_OP_THREADS`."""
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  tf.config.threading.set_intra_op_parallelism_threads(threads)
-  tf.config.threading.set_inter_op_parallelism_threads(max(threads, MIN_INTER_OP_THREADS))
-
-
-class _Slots(_Closing):
-  """The queue and the dispatch of executors with `workers` slots, each running one job at a time
-  on its own worker: a free slot takes the first queued job of an affinity it ran before, else of
-  an affinity no slot ran, else the first job. Subclasses start a slot's job (`_start`, giving a
-  handle) and wait for handles (`wait`)."""
+class _Slots(Executor):
+  """`workers` slots, each running a job at a time on its worker (`_held`): a free slot takes the
+  first queued job of an affinity it ran, else of one no slot ran, else the first. Subclasses
+  start a job (`_start` -> a handle), give the ended handles (`_done`), a job's (value, its
+  worker's death) or exception (`_result`) and stop a worker (`_stop`)."""
 
   def __init__(self, workers: int, affinity: Affinity):
-    self.workers = int(workers)
-    self._affinity = affinity
+    self.workers, self._affinity = int(workers), affinity
     self._queue: list[tuple[int, Any]] = []
     self._busy: dict[Any, tuple[int, int]] = {}    # handle -> (slot, ticket)
     self._seen: list[set] = [set() for _ in range(self.workers)]   # affinities each slot ran
+    self._held: list[Any] = [None] * self.workers
     self._tickets = 0
 
   def submit(self, job: Any) -> int:
@@ -267,134 +151,157 @@ class _Slots(_Closing):
         self._seen[slot].add(self._affinity(job))
         self._busy[self._start(slot, job)] = (slot, ticket)
 
-  def _forget(self, slot: int) -> None:
-    """A slot's worker is gone: what it built is gone with it."""
-    self._seen[slot] = set()
-
-
-def _exit_cause(process: multiprocessing.process.BaseProcess) -> str:
-  """How a worker that closed its pipe ended: 'killed by signal 9', 'exit code 1'."""
-  process.join(30.0)
-  if process.exitcode is None:   # alive with its pipe closed: ended here
-    process.kill()
-    process.join()
-    return 'closed its pipe and was killed'
-  code = process.exitcode
-  return f'killed by signal {-code}' if code < 0 else f'exit code {code}'
-
-
-class LocalExecutor(_Slots):
-  """`workers` processes of this machine (started with 'spawn': TensorFlow is not fork-safe),
-  each a `multiprocessing.Process` with a pipe, so that its death is its own job's failure."""
-
-  def __init__(self, options: Options, make_state: MakeState, run: Run, *, state: Any = None,
-               affinity: Affinity = lambda job: None):
-    del state   # each worker makes its own
-    super().__init__(options.workers or max(1, int(default_workers() // options.cpus_per_worker)),
-                     affinity)
-    self._make_state, self._run = make_state, run
-    self._threads = threads_per_worker(self.workers)
-    self._context = multiprocessing.get_context('spawn')
-    self._processes: list[Optional[tuple[Any, Any]]] = [None] * self.workers   # (process, pipe)
-
-  def _start(self, slot: int, job: Any) -> int:
-    if self._processes[slot] is None:
-      pipe, child_end = self._context.Pipe()
-      process = self._context.Process(target=_serve, daemon=True, args=(
-          os.getpid(), self._make_state, self._run, self._threads, child_end))
-      process.start()
-      child_end.close()   # the worker holds the only other end: its death is the pipe's end
-      self._processes[slot] = (process, pipe)
-    try:
-      self._processes[slot][1].send(job)
-    except OSError:
-      pass   # the worker died: `wait` names how
-    return slot
-
   def wait(self) -> list[Outcome]:
-    slots = {}   # what `wait` watches of each busy slot: its pipe and its process's end
-    for slot in self._busy:
-      process, pipe = self._processes[slot]
-      slots[pipe] = slots[process.sentinel] = slot
     outcomes = []
-    for slot in sorted({slots[r] for r in multiprocessing.connection.wait(list(slots))}):
-      process, pipe = self._processes[slot]
-      ticket = self._busy.pop(slot)[1]
-      try:
-        reply = pipe.recv() if pipe.poll() else None
-      except (EOFError, OSError):
-        reply = None
-      if reply is None:
-        outcomes.append(Outcome(ticket, None, f'its worker process died ({_exit_cause(process)})'))
+    for handle in self._done():
+      slot, ticket = self._busy.pop(handle)
+      value, death = self._result(handle)
+      if death:
         self._end(slot)
-      elif not reply[0]:
-        if reply[2]:
-          reply[1].add_note(f'raised in worker process {process.pid}:\n{reply[2]}')
-        raise reply[1]
-      else:
-        outcomes.append(Outcome(ticket, reply[1]))
+      outcomes.append(Outcome(ticket, value, death))
     self._dispatch()
     return outcomes
 
   def _end(self, slot: int) -> None:
-    worker, self._processes[slot] = self._processes[slot], None
-    self._forget(slot)
+    """Stops `slot`'s worker, if any; what it built is gone with it."""
+    worker, self._held[slot] = self._held[slot], None
+    self._seen[slot] = set()
     if worker is not None:
-      worker[1].close()
-      worker[0].kill()
-      worker[0].join()
+      self._stop(worker)
 
   def close(self) -> None:
-    """Ends every worker now (a job in progress is lost, as on an interrupt)."""
     self._queue.clear()
     self._busy.clear()
     for slot in range(self.workers):
       self._end(slot)
 
 
-# ---- ray: actors on a cluster -----------------------------------------------------------------
-class _RayWorker:
-  """A Ray actor holding one worker's state."""
+class InlineExecutor(_Slots):
+  """One slot, this process: `wait` runs the first job queued on `state`."""
+
+  def __init__(self, state: Any, run: Run):
+    super().__init__(1, lambda job: None)
+    self._state, self._run = state, run
+
+  def _dispatch(self) -> None:
+    pass   # jobs wait in the queue for `wait`
+
+  def wait(self) -> list[Outcome]:
+    ticket, job = self._queue.pop(0)
+    return [Outcome(ticket, self._run(self._state, job))]
+
+
+class _Worker:
+  """A worker's state (a Ray actor, or a local worker's), made once after fitting TensorFlow to
+  `threads` cores: as many intra-op and inter-op threads (at least `MIN_INTER_OP_THREADS`)."""
 
   def __init__(self, make_state: MakeState, threads: int):
-    fit_threads(threads)
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(threads, MIN_INTER_OP_THREADS))
     self._state = make_state()
 
   def run(self, run: Run, job: Any) -> Any:
     return run(self._state, job)
 
 
-# Ray's notices that say nothing about the runs: no metrics agent (nothing collects its metrics),
-# and no warning that a future Ray changes the visible accelerators of CPU-only tasks.
-_RAY_QUIET = {'RAY_enable_metrics_collection': '0', 'RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO': '0'}
-
-
-def _not_init_thread_note(record) -> bool:
-  """Drops Ray's note that `ray.init` off the main thread installs no SIGTERM handler (`_join`
-  wants none)."""
-  return not record.getMessage().startswith('SIGTERM handler is not set')
-
-
-def _probe(address: str) -> None:
-  """`ConfigError` naming --ray_address unless its HOST:PORT accepts a connection within
-  `RAY_JOIN_SECONDS` ('auto' is Ray's to find, and fails fast)."""
-  host, _, port = address.removeprefix('ray://').rpartition(':')
-  if not port.isdigit():
+def _serve(parent: int, make_state: MakeState, run: Run, threads: int,
+           connection: multiprocessing.connection.Connection) -> None:
+  """A local worker: ends with `parent` (at once on Linux, PR_SET_PDEATHSIG; elsewhere when its
+  job ends and finds the pipe closed), leaves Ctrl-C to it, makes its `_Worker`, then answers each
+  job with (value, None) or (None, the exception) until the pipe closes."""
+  if sys.platform.startswith('linux'):
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)   # 1: PR_SET_PDEATHSIG
+  if os.getppid() != parent:   # it died before prctl took effect
     return
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
   try:
-    socket.create_connection((host.strip('[]'), int(port)), timeout=RAY_JOIN_SECONDS).close()
+    worker, error = _Worker(make_state, threads), None
+  except Exception as e:  # pylint: disable=broad-except
+    worker, error = None, e   # raised in the parent by the first job
+  with contextlib.suppress(EOFError):   # until the pipe closes
+    while True:
+      job = connection.recv()
+      try:
+        if error is not None:
+          raise error
+        reply = (worker.run(run, job), None)
+      except Exception as e:  # pylint: disable=broad-except
+        e.add_note(f'raised in worker process {os.getpid()}:\n{traceback.format_exc()}')
+        reply = (None, e)
+      try:
+        connection.send(reply)
+      except (pickle.PicklingError, TypeError, AttributeError) as e:
+        connection.send((None, RuntimeError(f'{reply!r} (not picklable: {e})')))
+
+
+class LocalExecutor(_Slots):
+  """`workers` processes (default: the cores / `cpus_per_worker`), spawned (TensorFlow is not
+  fork-safe), each with a pipe so that its death is its own job's failure."""
+
+  def __init__(self, options: Options, make_state: MakeState, run: Run, state: Any,
+               affinity: Affinity):
+    del state   # each worker makes its own
+    super().__init__(options.local_workers(), affinity)
+    self._args = (os.getpid(), make_state, run, threads_per_worker(self.workers))
+    self._context = multiprocessing.get_context('spawn')
+
+  def _start(self, slot: int, job: Any) -> int:
+    if self._held[slot] is None:
+      pipe, child_end = self._context.Pipe()
+      process = self._context.Process(target=_serve, args=(*self._args, child_end), daemon=True)
+      process.start()
+      child_end.close()   # the worker holds the only other end: its death is the pipe's end
+      self._held[slot] = (process, pipe)
+    with contextlib.suppress(OSError):   # the worker died: `_result` names how
+      self._held[slot][1].send(job)
+    return slot
+
+  def _done(self) -> list[int]:
+    watched = {}   # each busy slot's pipe and process's sentinel -> the slot
+    for slot in self._busy:
+      process, pipe = self._held[slot]
+      watched[pipe] = watched[process.sentinel] = slot
+    return sorted({watched[r] for r in multiprocessing.connection.wait(list(watched))})
+
+  def _result(self, slot: int) -> tuple[Any, Optional[str]]:
+    process, pipe = self._held[slot]
+    try:
+      if not pipe.poll():
+        raise EOFError
+      value, error = pipe.recv()
+    except (EOFError, OSError):   # the worker ended: 'killed by signal 9', 'exit code 1'
+      process.join(30.0)
+      code = process.exitcode
+      return None, 'its worker process died ({})'.format(
+          'closed its pipe and was killed' if code is None else
+          f'killed by signal {-code}' if code < 0 else f'exit code {code}')
+    if error is not None:
+      raise error
+    return value, None
+
+  def _stop(self, worker: tuple[Any, Any]) -> None:
+    process, pipe = worker
+    pipe.close()
+    process.kill()
+    process.join()
+
+
+def _join(ray: Any, address: Optional[str], **kwargs) -> threading.Event:
+  """`ray.init(**kwargs)` in a thread living until the returned event is set (the binaries' SIGTERM
+  handler stays: Ray sets its own on the main thread only; a cluster started here dies with it).
+  An `address` (HOST:PORT probed; 'auto' is Ray's to find) is joined within `RAY_JOIN_SECONDS`."""
+  host, _, port = (address or '').removeprefix('ray://').rpartition(':')
+  try:
+    if port.isdigit():
+      socket.create_connection((host.strip('[]'), int(port)), timeout=RAY_JOIN_SECONDS).close()
   except OSError as e:
     raise config_lib.ConfigError('ray_address', address, reason=(
         f'nothing answers at {host}:{port} ({e.strerror or e}); start the cluster (`ray start '
         '--head`) and give its head\'s address, or leave --ray_address unset for a cluster of '
         'this machine')) from None
-
-
-def _join(ray: Any, address: Optional[str], **kwargs) -> threading.Event:
-  """`ray.init(**kwargs)` in a thread that lives until the returned event is set: the binaries'
-  Ctrl-C and SIGTERM handlers stay in place during it (Ray replaces SIGTERM's on the main thread
-  only), a cluster started here lives with that thread (its processes die with the thread that
-  started them), and joining an `address` is bounded by `RAY_JOIN_SECONDS`."""
   joined, stop, errors = threading.Event(), threading.Event(), []
 
   def init():
@@ -418,53 +325,32 @@ def _join(ray: Any, address: Optional[str], **kwargs) -> threading.Event:
   return stop
 
 
-def _placeable(ray: Any, options: Options) -> int:
-  """How many workers of `options`' CPUs and GPUs the cluster's live nodes hold at once."""
-  total = 0
-  for node in ray.nodes():
-    have = node.get('Resources', {}) if node.get('Alive') else {}
-    fit = math.floor(have.get('CPU', 0) / options.cpus_per_worker + 1e-6)
-    if options.gpus_per_worker:
-      fit = min(fit, math.floor(have.get('GPU', 0) / options.gpus_per_worker + 1e-6))
-    total += fit
-  return total
-
-
-def _ray_death(error: Exception) -> str:
-  """Why a Ray actor died, in Ray's words: its pid, exit type and exit detail."""
-  text = ' '.join(str(error).split())
-  found = re.search(r'pid: (\d+).*Worker exit type: (\S+) Worker exit detail: (.*?\.)( |$)', text)
-  if found is None:
-    return f'its Ray worker died ({type(error).__name__}: {text[:200]})'
-  return f'its Ray worker (pid {found[1]}) died ({found[2]}: {found[3]})'
-
-
 class RayExecutor(_Slots):
-  """Ray actors, one per worker (`num_cpus=cpus_per_worker`, `num_gpus=gpus_per_worker`), on the
-  cluster at `options.address` (None: a cluster of this machine for the workers, started here
-  and ended by `close`). `workers` beyond what the cluster can place are capped, with a notice
-  on stderr (None: as many as it places). Each actor makes its state once and runs the jobs it
-  is given; Ray's messages (its scheduling warnings, the workers' output) reach this process's."""
+  """Ray actors (`num_cpus=cpus_per_worker`, `num_gpus=gpus_per_worker`) on the cluster at
+  `options.address` (None: one of this machine, started here and ended by `close`); `workers`
+  capped, with a notice on stderr, to what the cluster places (None: as many)."""
 
-  def __init__(self, options: Options, make_state: MakeState, run: Run, *, state: Any = None,
-               affinity: Affinity = lambda job: None):
+  def __init__(self, options: Options, make_state: MakeState, run: Run, state: Any,
+               affinity: Affinity):
     del state   # each actor makes its own
-    for name, value in _RAY_QUIET.items():   # read by Ray's processes, which inherit them
-      os.environ.setdefault(name, value)
+    for name in ('RAY_enable_metrics_collection', 'RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO'):
+      os.environ.setdefault(name, '0')   # for Ray's processes: no metrics agent, no notice
     import ray  # pylint: disable=g-import-not-at-top
     self._ray, self._make_state, self._run = ray, make_state, run
     cpus, gpus = options.cpus_per_worker, options.gpus_per_worker
-    here = {} if options.address else dict(num_cpus=math.ceil(
-        (options.workers or max(1, int(default_workers() // cpus))) * cpus))
-    if options.address:
-      _probe(options.address)
-    logging.getLogger('ray._private.worker').addFilter(_not_init_thread_note)
-    self._stop = _join(ray, options.address, include_dashboard=False, configure_logging=False,
-                       **here)
-    fit = _placeable(ray, options)
+    # Ray's note that `ray.init` off the main thread sets no SIGTERM handler: `_join` wants none.
+    logging.getLogger('ray._private.worker').addFilter(
+        lambda record: not record.getMessage().startswith('SIGTERM handler is not set'))
+    self._cluster = _join(ray, options.address, include_dashboard=False, configure_logging=False,
+                          num_cpus=None if options.address else
+                          math.ceil(options.local_workers() * cpus))   # a new cluster's
+    needs = [(k, n) for k, n in (('CPU', cpus), ('GPU', gpus)) if n]
+    fit = sum(min(math.floor(node['Resources'].get(k, 0) / n + 1e-6) for k, n in needs)
+              for node in ray.nodes() if node['Alive'])   # the workers its nodes hold at once
     if fit < 1:
       have = {k: v for k, v in ray.cluster_resources().items() if k in ('CPU', 'GPU')}
-      self._end_cluster()
+      self._ray.shutdown()
+      self._cluster.set()
       raise config_lib.ConfigError('worker_gpus' if gpus else 'worker_cpus', gpus or cpus, reason=(
           f'no node of the Ray cluster holds one worker of {cpus} CPUs and {gpus} GPUs '
           f'(the cluster has {have})'))
@@ -472,60 +358,43 @@ class RayExecutor(_Slots):
       print(f'executor: --workers={options.workers} capped to {fit}: the Ray cluster places '
             f'{fit} workers of {cpus} CPUs and {gpus} GPUs each', file=sys.stderr, flush=True)
     super().__init__(min(options.workers or fit, fit), affinity)
-    self._actor = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=0)(_RayWorker)
+    self._actor = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=0)(_Worker)
     self._threads = max(1, int(cpus))
-    self._actors: list[Any] = [None] * self.workers
 
   def _start(self, slot: int, job: Any):
-    if self._actors[slot] is None:
-      self._actors[slot] = self._actor.remote(self._make_state, self._threads)
-    return self._actors[slot].run.remote(self._run, job)
+    if self._held[slot] is None:
+      self._held[slot] = self._actor.remote(self._make_state, self._threads)
+    return self._held[slot].run.remote(self._run, job)
 
-  def wait(self) -> list[Outcome]:
-    ray = self._ray
-    done, _ = ray.wait(list(self._busy), num_returns=1)
-    outcomes = []
-    for ref in done:
-      slot, ticket = self._busy.pop(ref)
-      try:
-        outcomes.append(Outcome(ticket, ray.get(ref)))
-      except ray.exceptions.RayTaskError as e:
-        raise e.as_instanceof_cause() from None
-      except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
-              ray.exceptions.NodeDiedError) as e:
-        outcomes.append(Outcome(ticket, None, _ray_death(e)))
-        self._kill(slot)
-    self._dispatch()
-    return outcomes
+  def _done(self) -> list[Any]:
+    return self._ray.wait(list(self._busy), num_returns=1)[0]
 
-  def _kill(self, slot: int) -> None:
-    actor, self._actors[slot] = self._actors[slot], None
-    self._forget(slot)
-    if actor is not None:
-      try:
-        self._ray.kill(actor)
-      except Exception:  # pylint: disable=broad-except
-        pass
+  def _result(self, ref: Any) -> tuple[Any, Optional[str]]:
+    exceptions = self._ray.exceptions
+    try:
+      return self._ray.get(ref), None
+    except exceptions.RayTaskError as e:
+      raise e.as_instanceof_cause() from None
+    except (exceptions.RayActorError, exceptions.WorkerCrashedError,
+            exceptions.NodeDiedError) as e:   # in Ray's words: its pid, exit type and detail
+      text = ' '.join(str(e).split())
+      found = re.search(r'pid: (\d+).*exit type: (\S+) Worker exit detail: (.*?\.)( |$)', text)
+      return None, (f'its Ray worker (pid {found[1]}) died ({found[2]}: {found[3]})' if found
+                    else f'its Ray worker died ({type(e).__name__}: {text[:200]})')
 
-  def _end_cluster(self) -> None:
-    self._ray.shutdown()
-    self._stop.set()
+  def _stop(self, actor: Any) -> None:
+    with contextlib.suppress(Exception):
+      self._ray.kill(actor)
 
   def close(self) -> None:
     """Ends every actor, and the cluster when it was started here."""
-    self._queue.clear()
-    self._busy.clear()
-    for slot in range(len(self._actors)):
-      self._kill(slot)
-    self._end_cluster()
+    super().close()
+    self._ray.shutdown()
+    self._cluster.set()
 
 
-def _inline(options: Options, make_state: MakeState, run: Run, *, state: Any = None,
-            affinity: Affinity = lambda job: None) -> Executor:
-  del options, affinity
-  return InlineExecutor(make_state() if state is None else state, run)
-
-
-# The executors by --executor's names: `factory(options, make_state, run, state=, affinity=)`.
+# The executors by --executor's names: `factory(options, make_state, run, state, affinity)`.
 REGISTRY: dict[str, Callable[..., Executor]] = {
-    'inline': _inline, 'local': LocalExecutor, 'ray': RayExecutor}
+    'inline': lambda options, make_state, run, state, affinity: InlineExecutor(
+        make_state() if state is None else state, run),
+    'local': LocalExecutor, 'ray': RayExecutor}
