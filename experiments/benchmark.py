@@ -33,15 +33,13 @@ from experiments.benchmarking import methods as methods_lib
 
 FLAGS = flags.FLAGS
 
-ALL_REGIMES = ('digits:iid', 'digits:dir(0.1)', 'digits:dir(0.5)', 'digits:dir(1)',
-               'digits:#C=2', 'digits:qty(0.5)', 'synthetic(0,0)', 'synthetic(0.5,0.5)',
-               'synthetic(1,1)')
-
-# The benchmark's own flags: one per setting of its config with a `help`, read by its `parse`; a
+# The benchmark's own flags: one per setting of its config with a flag, read by its `parse`; a
 # setting without a default (a list of names, a mapping, grids) is text.
-_TEXT_DEFAULTS = {'regimes': ','.join(ALL_REGIMES), 'methods': ','.join(methods_lib.METHODS)}
-_SETTINGS = [(f.metadata.get('flag', f.name), f)
-             for f in dataclasses.fields(config_lib.BenchmarkConfig) if 'help' in f.metadata]
+_TEXT_DEFAULTS = {'regimes': 'digits:iid,digits:dir(0.1),digits:dir(0.5),digits:dir(1),digits:#C=2,'
+                  'digits:qty(0.5),synthetic(0,0),synthetic(0.5,0.5),synthetic(1,1)',
+                  'methods': ','.join(methods_lib.METHODS)}
+_SETTINGS = [(experiment_config.flag_of(f), f) for f in dataclasses.fields(
+    config_lib.BenchmarkConfig) if experiment_config.flag_of(f)]
 for _flag, _field in _SETTINGS:
   _define, _default = flags_lib.definer(_field, _TEXT_DEFAULTS.get(_flag, '') if (
       _field.default is dataclasses.MISSING) else _field.default)
@@ -54,8 +52,6 @@ flags.DEFINE_bool('positive_control', False, 'Also run the positive control firs
                   'and report it.')
 flags.DEFINE_bool('report_only', False, 'Only rewrite the report from the runs on disk.')
 
-flags_lib.register_validators()
-
 # Flags of train/compare that mean nothing here, and what to use instead.
 _NOT_HERE = {
     'dataset': '--regimes', 'num_clients': '@K in --regimes', 'alpha': '--regimes',
@@ -65,7 +61,8 @@ _NOT_HERE = {
     'checkpoint_every': 'nothing (finished runs are kept)', 'keep_checkpoints': 'nothing',
     'client_optimizer': 'nothing (client SGD)', 'server_optimizer': 'nothing (server SGD)',
     'server_momentum': 'nothing', 'client_weighting': 'a method variant, METHOD[...]',
-    'tff_workers': 'nothing (local runtimes only; --executor and --workers run runs in parallel)', 'seed': '--report_seeds',
+    'tff_workers': 'nothing (local runtimes only; --executor and --workers run runs in parallel)',
+    'seed': '--report_seeds',
     'leaf_name': '--regimes=leaf_femnist:natural (or leaf_synthetic, leaf_celeba)',
 }
 

@@ -185,10 +185,10 @@ class BenchmarkConfig:
   primary_regimes: tuple = setting(
       (), parse=_parse_names, help='The regimes of the primary family, named before the runs '
       '(default: every regime); the others\' differences are reported without a test.')
-  primary_statistic: str = setting('last_k_accuracy', choices=('last_k_accuracy', 'final_accuracy'), help='The one '
-                                   'statistic the tables compare, named before the runs: '
-                                   'last_k_accuracy (mean test accuracy of the last '
-                                   '--tuning_last_k rounds) or final_accuracy.')
+  primary_statistic: str = setting(
+      'last_k_accuracy', choices=('last_k_accuracy', 'final_accuracy'), help='The one statistic '
+      'the tables compare, named before the runs: last_k_accuracy (mean test accuracy of the last '
+      '--tuning_last_k rounds) or final_accuracy.')
   equivalence_margin: float = setting(0.01, check=_M.FRACTION, help='A method ties the baseline '
                                       'only when the 95% interval of their difference lies '
                                       'inside +- this margin.')
