@@ -179,9 +179,9 @@ class BenchmarkConfig:
   baseline: str = setting('fedavg', help='The method every other is compared with (paired by '
                           'seed).')
   best_of: tuple = setting(
-      BASELINES, parse=_parse_names, help='The baselines: the best of those that ran, by '
-      'validation score on its dataset\'s tuning regime, is the second reference of the primary '
-      'family beside --baseline; every other method is compared with both.')
+      BASELINES, parse=_parse_names, help='The baselines whose best by validation score (of those '
+      'that ran) is the primary family\'s second reference beside --baseline; every other method '
+      'is compared with both.')
   primary_regimes: tuple = setting(
       (), parse=_parse_names, help='The regimes of the primary family, named before the runs '
       '(default: every regime); the others\' differences are reported without a test.')
@@ -196,21 +196,19 @@ class BenchmarkConfig:
       default_factory=dict, parse=functools.partial(parse_mapping, cast=float),
       help='DATASET:DIFFERENCE,...: the accuracy difference the report gives a seed count for '
       '(80% power); default DETECT, else DEFAULT_DETECT.')
-  variants_inherit: bool = setting(True, check=_M.BOOL, help='A variant whose parent method is '
-                                   'in --methods runs at the parent\'s tuned values, changing '
-                                   'only what it fixes; --novariants_inherit tunes it on the '
-                                   'parent\'s grids.')
+  variants_inherit: bool = setting(True, check=_M.BOOL, help='A variant of a method in '
+                                   '--methods runs at its parent\'s tuned values but what it '
+                                   'fixes; --novariants_inherit tunes it on the parent\'s grids.')
   description: str = setting('', help='A sentence for the report\'s Setup section.')
   tune: bool = setting(True, check=_M.BOOL, help='Tune on a validation split first; --notune '
                        'uses the given values (the learning-rate and method flags).')
   tuning_seeds: tuple = setting((100, 101), check=_distinct_ints(0), parse=_INTS,
                                 help='Seeds of the tuning runs (disjoint from --report_seeds).')
   tuning_regimes: Mapping[str, str] = setting(
-      default_factory=dict, parse=parse_tuning_regimes, help='Regimes tuned on, one per dataset '
-      '(e.g. digits:dir(0.1),synthetic(1,1); DATASET:REGIME also works); its choice serves every '
-      'regime of the dataset. Default: the split its registry entry names '
-      '(tff_conflict.data.registry; with the grid\'s population if one has it), else the '
-      'dataset\'s first regime.')
+      default_factory=dict, parse=parse_tuning_regimes, help='The regime tuned on per dataset, '
+      'its choice serving all the dataset\'s regimes (e.g. digits:dir(0.1),synthetic(1,1), or '
+      'DATASET:REGIME). Default: its registry entry\'s split (tff_conflict.data.registry, at the '
+      'grid\'s population if any), else its first regime.')
   tune_epochs: tuple = setting((), check=_distinct_ints(1, allow_empty=True), parse=_INTS,
                                help='Local epochs tuned at (default: every --epochs); an untuned '
                                'E uses the nearest tuned E\'s values.')
@@ -226,9 +224,8 @@ class BenchmarkConfig:
       default_factory=dict, parse=parse_grids, help='METHOD.ARGUMENT=V1/V2/...,...: replaces a '
       'method\'s default grid of that builder argument.')
   tune_method_grids: bool = setting(True, check=_M.BOOL, help='Search each method\'s own grid '
-                                    '(its arguments\' grids, --grids) with the learning rates; '
-                                    '--notune_method_grids searches the learning rates only, '
-                                    'every method at its given (default: the authors\') values.')
+                                    '(--grids) with the learning rates; --notune_method_grids: '
+                                    'the rates only, at the given (the authors\') values.')
   strategy: str = setting('staged', flag='tuning_strategy', choices=('staged', 'product'),
                           help='staged: client lr first, then the method\'s grid (and server lr) '
                           'at the chosen rate; product: every combination.')
@@ -237,20 +234,19 @@ class BenchmarkConfig:
   validation_fraction: float = setting(0.2, check=_M.FRACTION, help='Share of each client\'s '
                                        'training examples held out for tuning.')
   edge_steps: int = setting(
-      3, flag='tuning_edge_steps', check=_M.at_least(0), help='When a numeric grid\'s best value '
-      'is at its edge, extend the grid past it geometrically until the best is interior or at a '
-      'hard bound (search.LR_BOUNDS, a ratio\'s 1), at most this many times on a side without '
-      'one; 0: never. The report marks what stays at an edge or a bound.')
-  edge_factor: float = setting(3.0, flag='tuning_edge_factor', check=must(
-      'a finite number > 1', lambda v: _M.is_real(v) and v > 1),
-                               help='Factor of each extension.')
+      3, flag='tuning_edge_steps', check=_M.at_least(0), help='Extend a numeric grid whose best '
+      'is at its edge geometrically until the best is interior or at a hard bound '
+      '(search.LR_BOUNDS, a ratio\'s 1), at most this many times a side; 0: never (the report '
+      'marks what stays at an edge or a bound).')
+  edge_factor: float = setting(3.0, flag='tuning_edge_factor', help='Factor of each extension.',
+                               check=must('a finite number > 1', lambda v: _M.is_real(v) and v > 1))
   schedule: str = setting('full', flag='tuning_schedule', choices=('full', 'halving'),
                           help='full: every candidate runs every round; halving: successive '
                           'halving over rounds (the best third of each rung runs 3x longer).')
-  plateau_window: int = setting(10, check=_M.at_least(1), help='The report\'s plateau '
+  plateau_window: int = setting(10, check=_M.at_least(1), help='K of the report\'s plateau '
                                 'criterion (stats.plateau): the baseline\'s tuned validation '
-                                'accuracy has plateaued when the mean of its last K rounds is '
-                                'within --plateau_tolerance of the mean of the K before.')
+                                'accuracy\'s mean over its last K rounds within '
+                                '--plateau_tolerance of the K before\'s.')
   plateau_tolerance: float = setting(0.01, check=_M.NON_NEGATIVE, help='Tolerance of the '
                                      'plateau criterion (accuracy).')
 
