@@ -71,8 +71,7 @@ apply_preset = functools.partial(flags_lib.apply_preset, presets.BENCHMARK)
 
 
 def config_from_flags() -> config_lib.BenchmarkConfig:
-  """The benchmark's config from the flags (after the preset): the shared flags give its parts,
-  its own the grid and tuning; raises `experiment_config.ConfigError`."""
+  """The benchmark's config from the flags (after the preset); raises `ConfigError`."""
   flags_lib.refuse_flags({name: f'does not apply to experiments.benchmark; use {instead}'
                           for name, instead in _NOT_HERE.items()})
   parts = flags_lib.experiment_config()
@@ -98,8 +97,8 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
 
 
 def control_config(config: config_lib.BenchmarkConfig) -> config_lib.BenchmarkConfig:
-  """The positive control (`presets.POSITIVE_CONTROL`) under `config.root/positive_control`,
-  with `config`'s seeds, runtime and data directories."""
+  """The positive control (`presets.POSITIVE_CONTROL`) under `config.root`, with its seeds,
+  runtime and data directories."""
   control = presets.POSITIVE_CONTROL
   description = (
       f'{control["methods"][1]} against {control["baseline"]} on `{control["regimes"][0]}`: '
@@ -117,8 +116,7 @@ def control_config(config: config_lib.BenchmarkConfig) -> config_lib.BenchmarkCo
 
 
 def interrupted_message(root: str, error: BaseException) -> str:
-  """What a benchmark stopped by Ctrl-C, SIGTERM or a closed standard output keeps: its finished
-  runs (each with its result.json), not the runs in progress (they save no checkpoint)."""
+  """What a benchmark stopped by Ctrl-C, SIGTERM or a closed stdout keeps: its finished runs."""
   from experiments.benchmarking import runs as runs_lib  # pylint: disable=g-import-not-at-top
   finished = sum(runs_lib.RESULT_FILE in names for _, _, names in os.walk(root))
   what = ('standard output closed' if isinstance(error, interrupts.OutputClosed)

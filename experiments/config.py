@@ -42,8 +42,8 @@ class ConfigError(_checks.ArgumentError):
 
 def from_library_error(error: Exception, argument: str, value: Any, *,
                        arguments: Mapping[str, str] = types.MappingProxyType({})) -> ConfigError:
-  """`error` of the library as a `ConfigError` naming its own argument's flag (`arguments`), in its
-  words when it states a requirement; else naming `argument`, the setting being used."""
+  """`error` as a `ConfigError` naming its argument's flag (`arguments`), in its words when it
+  states a requirement; else naming `argument`, the setting being used."""
   if getattr(error, 'argument', None) in arguments:
     argument, value = arguments[error.argument], getattr(error, 'value', value)
     if getattr(error, 'requirement', None) is not None:
@@ -149,9 +149,8 @@ METHOD_FLAGS = frozenset(h.flag for h in METHOD_HPARAMS)
 
 class AlgorithmConfig:
   """Which method runs (`name`, or 'custom': `client_loss` with `aggregator`; `aggregator` also
-  on top of a baseline that takes one), with one field per method flag of `tff_conflict.hparams`.
-  `proximal_term` adds FedProx's proximal term to a method without its own (the binaries set it
-  for 'custom' when `--proximal_strength` is given)."""
+  on a baseline that takes one), one field per method flag of `tff_conflict.hparams`;
+  `proximal_term` adds FedProx's term to a method without its own."""
   name: str = setting('fedavg', flag='algorithm', check=NON_EMPTY_STRING)
   client_loss: Optional[str] = setting(None, flag='client_loss')
   aggregator: Optional[str] = setting(None, flag='aggregator')
@@ -179,8 +178,7 @@ class AlgorithmConfig:
     return f'{name}+proximal' if self.proximal_term else name
 
   def hparam_flags(self) -> Optional[tuple[str, ...]]:
-    """The method flags this method reads (`tff_conflict.hparams`' tables); None for a name the
-    tables do not know."""
+    """The method flags this method reads (`tff_conflict.hparams`); None for an unknown name."""
     custom = self.name == CUSTOM_ALGORITHM
     tables = [hparams_lib.LOSS_HPARAMS.get(self.client_loss) if custom
               else hparams_lib.ALGORITHM_HPARAMS.get(self.name)]
@@ -223,8 +221,7 @@ class DataConfig:
                          'split (digits, fashion_mnist, tfds datasets); smaller is more skewed.')
   data_seed: int = setting(0, check=at_least(0), help='Seed of the partition (Synthetic: of its '
                            'clients\' training examples, its clients and test examples fixed, as '
-                           'the benchmark\'s regime), apart from --seed so that seeds share the '
-                           'data.')
+                           'the benchmark\'s regime), apart from --seed: seeds share the data.')
   cache_dir: Optional[str] = setting(None, help='emnist: directory of emnist_all.sqlite (default '
                                      'TFF\'s ~/.tff); leaf: where the converted cache goes '
                                      '(default: next to the data).')
@@ -332,14 +329,12 @@ class OutputConfig:
                          '(TFF\'s worker_binary, needed for --workers).')
   workers: tuple[str, ...] = setting((), flag='tff_workers', check=must(
       'a list of distinct host:port entries (port 1-65535)', lambda v: len(set(v)) == len(v)
-      and all(isinstance(a, str) and _host_port(a) for a in v)),
-      help='host:port of remote TFF workers (worker_binary) to run each run\'s rounds on; '
-      'empty: local.')
+      and all(isinstance(a, str) and _host_port(a) for a in v)), help='host:port of remote TFF '
+      'workers (worker_binary) to run each run\'s rounds on; empty: local.')
   executor: str = setting('inline', choices=EXECUTORS, help='Where the runs of compare and the '
-                          'benchmark run: inline (one after another in this process), local '
-                          '(--workers processes of this machine) or ray (Ray tasks on the '
-                          'cluster of --ray_address); the same numbers on each '
-                          '(docs/experiments.md, "Parallel runs").')
+                          'benchmark run: inline (in turn, in this process), local (--workers '
+                          'processes here) or ray (tasks on the Ray cluster of --ray_address); '
+                          'the same numbers on each (docs/experiments.md, "Parallel runs").')
   executor_workers: Optional[int] = setting(None, flag='workers', check=optional(at_least(1)),
                                             help='Worker processes of --executor=local (default: '
                                             'the cores / --worker_cpus) or Ray actors of ray '
@@ -349,8 +344,7 @@ class OutputConfig:
       'cluster this machine belongs to, `ray start`) or HOST:PORT of its head, joined within 30 s '
       'or refused; unset: a cluster of this machine, started and ended with the command.')
   worker_cpus: float = setting(1.0, check=POSITIVE, help='CPUs each worker takes: a Ray actor\'s '
-                               'num_cpus; --executor=local starts the cores divided by it by '
-                               'default.')
+                               'num_cpus; --executor=local starts the cores / it by default.')
   worker_gpus: float = setting(0.0, check=NON_NEGATIVE, help='The GPUs (a fraction allowed) each '
                                'Ray actor takes (num_gpus); 0 unless --executor=ray.')
 

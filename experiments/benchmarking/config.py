@@ -139,10 +139,9 @@ def _distinct_ints(minimum: int, *, allow_empty: bool = False) -> _M.Checker:
               and all(_M.is_int(x) and x >= minimum for x in v))
 
 
-def given_arguments(value_of: Optional[Callable[[str], Any]] = None
-                    ) -> dict[str, dict[str, Any]]:
-  """Each algorithm's builder arguments from its method flags, `value_of(flag)` (default: the
-  flag's default), the order seed aside; a flag's None leaves the builder's default."""
+def given_arguments(value_of: Optional[Callable[[str], Any]] = None) -> dict[str, dict[str, Any]]:
+  """Each algorithm's builder arguments from its method flags, `value_of(flag)` (default: their
+  defaults), but the seed; a flag's None leaves the builder's default."""
   value_of = value_of or functools.partial(getattr, _DEFAULTS.algorithm)
   return {algorithm: {h.keyword: value_of(h.flag) for h in hparams
                       if h.flag is not None and h.keyword != 'seed'
@@ -243,10 +242,10 @@ class BenchmarkConfig:
   schedule: str = setting('full', flag='tuning_schedule', choices=('full', 'halving'),
                           help='full: every candidate runs every round; halving: successive '
                           'halving over rounds (the best third of each rung runs 3x longer).')
-  plateau_window: int = setting(10, check=_M.at_least(1), help='K of the report\'s plateau '
+  plateau_window: int = setting(10, check=_M.at_least(1), help='The report\'s plateau '
                                 'criterion (stats.plateau): the baseline\'s tuned validation '
-                                'accuracy\'s mean over its last K rounds within '
-                                '--plateau_tolerance of the K before\'s.')
+                                'accuracy has plateaued when the mean of its last K rounds is '
+                                'within --plateau_tolerance of the mean of the K before.')
   plateau_tolerance: float = setting(0.01, check=_M.NON_NEGATIVE, help='Tolerance of the '
                                      'plateau criterion (accuracy).')
 
@@ -311,8 +310,7 @@ class BenchmarkConfig:
   root = property(lambda self: os.path.join(self.output.output_dir, self.experiment_name))
 
 
-# Each part's setting under its flat name (config.json's readers, presets), an optimizer's with
-# its side: name -> (part, field).
+# flat name (config.json's readers, presets; an optimizer's with its side) -> (part, field).
 _PARTS = {(f'{part}_' if part in ('client', 'server') else '') + field.name: (part, field.name)
           for part in ('loop', 'client', 'server', 'data', 'output')
           for field in dataclasses.fields(getattr(BenchmarkConfig, part))}
@@ -378,7 +376,7 @@ TUNING_SETTINGS = tuple(_NAMES[_NAMES.index('tune'):_NAMES.index('plateau_tolera
 
 
 def _plain(value: Any) -> Any:
-  """`value` as JSON values (a NumPy scalar, which the checks accept, as its Python value)."""
+  """`value` as JSON values (a NumPy scalar as its Python value)."""
   if dataclasses.is_dataclass(value):
     value = dataclasses.asdict(value)
   if isinstance(value, Mapping):
