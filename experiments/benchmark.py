@@ -33,15 +33,13 @@ from experiments.benchmarking import methods as methods_lib
 
 FLAGS = flags.FLAGS
 
-ALL_REGIMES = ('digits:iid', 'digits:dir(0.1)', 'digits:dir(0.5)', 'digits:dir(1)',
-               'digits:#C=2', 'digits:qty(0.5)', 'synthetic(0,0)', 'synthetic(0.5,0.5)',
-               'synthetic(1,1)')
-
-# The benchmark's own flags: one per setting of its config with a `help`, read by its `parse`; a
+# The benchmark's own flags: one per setting of its config with a flag, read by its `parse`; a
 # setting without a default (a list of names, a mapping, grids) is text.
-_TEXT_DEFAULTS = {'regimes': ','.join(ALL_REGIMES), 'methods': ','.join(methods_lib.METHODS)}
-_SETTINGS = [(f.metadata.get('flag', f.name), f)
-             for f in dataclasses.fields(config_lib.BenchmarkConfig) if 'help' in f.metadata]
+_TEXT_DEFAULTS = {'regimes': 'digits:iid,digits:dir(0.1),digits:dir(0.5),digits:dir(1),digits:#C=2,'
+                  'digits:qty(0.5),synthetic(0,0),synthetic(0.5,0.5),synthetic(1,1)',
+                  'methods': ','.join(methods_lib.METHODS)}
+_SETTINGS = [(experiment_config.flag_of(f), f) for f in dataclasses.fields(
+    config_lib.BenchmarkConfig) if experiment_config.flag_of(f)]
 for _flag, _field in _SETTINGS:
   _define, _default = flags_lib.definer(_field, _TEXT_DEFAULTS.get(_flag, '') if (
       _field.default is dataclasses.MISSING) else _field.default)
@@ -54,8 +52,6 @@ flags.DEFINE_bool('positive_control', False, 'Also run the positive control firs
                   'and report it.')
 flags.DEFINE_bool('report_only', False, 'Only rewrite the report from the runs on disk.')
 
-flags_lib.register_validators()
-
 # Flags of train/compare that mean nothing here, and what to use instead.
 _NOT_HERE = {
     'dataset': '--regimes', 'num_clients': '@K in --regimes', 'alpha': '--regimes',
@@ -65,7 +61,8 @@ _NOT_HERE = {
     'checkpoint_every': 'nothing (finished runs are kept)', 'keep_checkpoints': 'nothing',
     'client_optimizer': 'nothing (client SGD)', 'server_optimizer': 'nothing (server SGD)',
     'server_momentum': 'nothing', 'client_weighting': 'a method variant, METHOD[...]',
-    'tff_workers': 'nothing (local runtimes only; --executor and --workers run runs in parallel)', 'seed': '--report_seeds',
+    'tff_workers': 'nothing (local runtimes only; --executor and --workers run runs in parallel)',
+    'seed': '--report_seeds',
     'leaf_name': '--regimes=leaf_femnist:natural (or leaf_synthetic, leaf_celeba)',
 }
 
@@ -74,8 +71,7 @@ apply_preset = functools.partial(flags_lib.apply_preset, presets.BENCHMARK)
 
 
 def config_from_flags() -> config_lib.BenchmarkConfig:
-  """The benchmark's config from the flags (after the preset): the shared flags give its parts,
-  its own the grid and tuning; raises `experiment_config.ConfigError`."""
+  """The benchmark's config from the flags (after the preset); raises `ConfigError`."""
   flags_lib.refuse_flags({name: f'does not apply to experiments.benchmark; use {instead}'
                           for name, instead in _NOT_HERE.items()})
   parts = flags_lib.experiment_config()
@@ -101,8 +97,8 @@ def config_from_flags() -> config_lib.BenchmarkConfig:
 
 
 def control_config(config: config_lib.BenchmarkConfig) -> config_lib.BenchmarkConfig:
-  """The positive control (`presets.POSITIVE_CONTROL`) under `config.root/positive_control`,
-  with `config`'s seeds, runtime and data directories."""
+  """The positive control (`presets.POSITIVE_CONTROL`) under `config.root`, with its seeds,
+  runtime and data directories."""
   control = presets.POSITIVE_CONTROL
   description = (
       f'{control["methods"][1]} against {control["baseline"]} on `{control["regimes"][0]}`: '
@@ -120,8 +116,7 @@ def control_config(config: config_lib.BenchmarkConfig) -> config_lib.BenchmarkCo
 
 
 def interrupted_message(root: str, error: BaseException) -> str:
-  """What a benchmark stopped by Ctrl-C, SIGTERM or a closed standard output keeps: its finished
-  runs (each with its result.json), not the runs in progress (they save no checkpoint)."""
+  """What a benchmark stopped by Ctrl-C, SIGTERM or a closed stdout keeps: its finished runs."""
   from experiments.benchmarking import runs as runs_lib  # pylint: disable=g-import-not-at-top
   finished = sum(runs_lib.RESULT_FILE in names for _, _, names in os.walk(root))
   what = ('standard output closed' if isinstance(error, interrupts.OutputClosed)

@@ -25,8 +25,7 @@ Failure = files.Failure
 
 
 def _program() -> str:
-  main = sys.modules.get('__main__')
-  spec = getattr(main, '__spec__', None)
+  spec = getattr(sys.modules.get('__main__'), '__spec__', None)
   if spec is not None and spec.name:
     return spec.name.rpartition('.')[2]
   return os.path.basename(sys.argv[0]) or 'experiment'
@@ -35,8 +34,7 @@ def _program() -> str:
 def fail(message: str, exit_status: int) -> NoReturn:
   """Prints `<binary>: <message>` on one line to stderr and exits with `exit_status`."""
   sys.stdout.flush()
-  text = ' '.join(str(message).split())  # one line
-  sys.stderr.write(f'{_program()}: {text}\n')
+  sys.stderr.write(f'{_program()}: {" ".join(str(message).split())}\n')
   sys.stderr.flush()
   sys.exit(exit_status)
 
@@ -60,15 +58,14 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
 
 
 def _interrupted(message: str, signum: int) -> NoReturn:
-  """Ends with `message` as the last line: warnings of the work the signal cut short (an event
-  loop's coroutines never awaited, seen at teardown) are not printed after it."""
+  """Ends with `message` as the last line (no warning of the work the signal cut short after it)."""
   warnings.simplefilter('ignore')
   fail(message, 128 + signum)
 
 
 def _end_if_interrupted() -> None:
-  """After `main` (all saved): a signal ends the process at once, and one received whose
-  exception was dropped or surfaced as another error ends the command with 128 + its number."""
+  """After `main` (all saved): a signal ends the process at once; one received whose exception
+  was dropped or surfaced as another error ends the command with 128 + its number."""
   interrupts.install(interrupts.exit_now)
   signum = interrupts.received()
   if signum is not None:
@@ -85,12 +82,10 @@ def _disk_message(error: OSError) -> str:
 
 
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) -> None:
-  """`absl.app.run(main)`: a flag that does not parse or validate, a positional argument, a
-  `tff_conflict.ArgumentError` (a `config.ConfigError` names the flag), a full or read-only disk
-  or a `tff_conflict.runtime.DataError` prints `<binary>: <message>` and exits 2, a `Failure`
-  exits 1, Ctrl-C and SIGTERM exit 130 and 143 after the run saved its last finished round, as
-  a closed standard output (`| head`) exits 141 (the one line on stderr). Anything else keeps
-  its traceback."""
+  """`absl.app.run(main)`, each error a user can cause one line `<binary>: <message>` on stderr:
+  bad flags or arguments, a full or read-only disk, a `runtime.DataError` exit 2, a `Failure` 1,
+  Ctrl-C, SIGTERM and a closed stdout (`| head`) 130, 143 and 141 after the run saved its last
+  finished round. Anything else keeps its traceback."""
 
   def wrapped(args):
     interrupts.install(interrupts.raise_interrupt)
@@ -144,8 +139,8 @@ def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
 
 
 def install_context(experiment: config.ExperimentConfig) -> None:
-  """Installs TFF's local context, then its remote one for `--tff_workers` (if any), an unreachable
-  worker reported as a `Failure` naming `--tff_workers`."""
+  """Installs TFF's local context, then a remote one for `--tff_workers` (unreachable: a
+  `Failure`)."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   runtime.set_local_context()
   workers = list(experiment.output.workers)

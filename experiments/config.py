@@ -18,10 +18,6 @@ DATASETS = {
     'fashion_mnist': ('alpha', 'data_dir'), 'cifar10': ('alpha', 'data_dir'),
     'cifar100': ('alpha', 'data_dir'), 'leaf': ('leaf_dir', 'leaf_name', 'cache_dir'),
 }
-LEAF_NAMES = ('femnist', 'synthetic', 'celeba', 'shakespeare')
-OPTIMIZERS = ('sgd', 'adam', 'adagrad', 'rmsprop', 'yogi')
-CLIENT_WEIGHTINGS = ('num_examples', 'uniform', 'loss')
-RUNTIMES = ('inprocess', 'cpp')
 EXECUTORS = ('inline', 'local', 'ray')   # experiments.executors
 CUSTOM_ALGORITHM = 'custom'
 
@@ -46,8 +42,8 @@ class ConfigError(_checks.ArgumentError):
 
 def from_library_error(error: Exception, argument: str, value: Any, *,
                        arguments: Mapping[str, str] = types.MappingProxyType({})) -> ConfigError:
-  """`error` of the library as a `ConfigError` naming its own argument's flag (`arguments`), in its
-  words when it states a requirement; else naming `argument`, the setting being used."""
+  """`error` as a `ConfigError` naming its argument's flag (`arguments`), in its words when it
+  states a requirement; else naming `argument`, the setting being used."""
   if getattr(error, 'argument', None) in arguments:
     argument, value = arguments[error.argument], getattr(error, 'value', value)
     if getattr(error, 'requirement', None) is not None:
@@ -63,13 +59,12 @@ def parse_numbers(argument: str, values: Sequence[Any], cast: type = int) -> tup
     raise ConfigError(argument, values, 'integers' if cast is int else 'numbers') from None
 
 
-# `check(name, value)` returns the value or raises the error naming both (as the library's).
+# A check, `check(name, value)`, returns the value or raises the error naming both.
 Checker = Callable[[str, Any], Any]
 
 
 def must(requirement: str, test: Callable[[Any], bool]) -> Checker:
   """The check that `test(value)` holds; else `ConfigError(name, value, requirement)`."""
-
   def check(name: str, value: Any) -> Any:
     try:
       ok = bool(test(value))
@@ -78,11 +73,10 @@ def must(requirement: str, test: Callable[[Any], bool]) -> Checker:
     if not ok:
       raise ConfigError(name, value, requirement)
     return value
-
   return check
 
 
-def library(check: Callable[[str, Any], Any]) -> Checker:
+def library(check: Checker) -> Checker:
   """A check of `tff_conflict._checks` raising a `ConfigError` in its words (the value kept)."""
   def checker(name: str, value: Any) -> Any:
     try:
@@ -115,11 +109,6 @@ def optional(check: Checker) -> Checker:
   return lambda name, value: value if value is None else check(name, value)
 
 
-def _relative_name(value) -> bool:
-  return (isinstance(value, str) and bool(value) and not os.path.isabs(value)
-          and '..' not in value.replace('\\', '/').split('/'))
-
-
 def _host_port(value) -> bool:
   host, _, port = value.rpartition(':')
   return bool(host) and port.isdigit() and 1 <= int(port) <= 65535
@@ -132,8 +121,8 @@ def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
             check: Optional[Checker] = None, choices: Optional[Sequence[str]] = None,
             help: Optional[str] = None, parse: Optional[Callable[[str, Any], Any]] = None,
             **kwargs) -> Any:  # pylint: disable=redefined-builtin
-  """A dataclass field set by `--flag` (`help`), checked by `check` or `choices` (None too when
-  that is the default); `parse(flag, flag value)` reads a flag given as text or a list."""
+  """A dataclass field set by `--flag` (default: its name when it has a `help`), checked by `check`
+  or `choices` (None too when that is the default); `parse(flag, text or list)` reads the flag."""
   if choices is not None:
     check = optional(one_of(choices)) if default is None else one_of(choices)
   metadata = {k: v for k, v in (('flag', flag), ('check', check), ('choices', choices),
@@ -141,12 +130,17 @@ def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
   return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
+def flag_of(field: dataclasses.Field) -> Optional[str]:
+  """The flag setting `field` (see `setting`); None: none does."""
+  return field.metadata.get('flag', field.name if 'help' in field.metadata else None)
+
+
 def check_fields(instance: Any, prefix: str = '') -> None:
   """Runs the `check` of every field of a dataclass instance, naming it `prefix + flag`."""
   for field in dataclasses.fields(instance):
-    check = field.metadata.get('check')
-    if check is not None:
-      check(prefix + field.metadata.get('flag', field.name), getattr(instance, field.name))
+    if 'check' in field.metadata:
+      field.metadata['check'](prefix + (flag_of(field) or field.name),
+                              getattr(instance, field.name))
 
 
 METHOD_HPARAMS = tuple(h for h in hparams_lib.HPARAMS if h.flag is not None and h.flag != 'seed')
@@ -155,9 +149,8 @@ METHOD_FLAGS = frozenset(h.flag for h in METHOD_HPARAMS)
 
 class AlgorithmConfig:
   """Which method runs (`name`, or 'custom': `client_loss` with `aggregator`; `aggregator` also
-  on top of a baseline that takes one), with one field per method flag of `tff_conflict.hparams`.
-  `proximal_term` adds FedProx's proximal term to a method without its own (the binaries set it
-  for 'custom' when `--proximal_strength` is given)."""
+  on a baseline that takes one), one field per method flag of `tff_conflict.hparams`;
+  `proximal_term` adds FedProx's term to a method without its own."""
   name: str = setting('fedavg', flag='algorithm', check=NON_EMPTY_STRING)
   client_loss: Optional[str] = setting(None, flag='client_loss')
   aggregator: Optional[str] = setting(None, flag='aggregator')
@@ -185,8 +178,7 @@ class AlgorithmConfig:
     return f'{name}+proximal' if self.proximal_term else name
 
   def hparam_flags(self) -> Optional[tuple[str, ...]]:
-    """The method flags this method reads (`tff_conflict.hparams`' tables); None for a name the
-    tables do not know."""
+    """The method flags this method reads (`tff_conflict.hparams`); None for an unknown name."""
     custom = self.name == CUSTOM_ALGORITHM
     tables = [hparams_lib.LOSS_HPARAMS.get(self.client_loss) if custom
               else hparams_lib.ALGORITHM_HPARAMS.get(self.name)]
@@ -215,46 +207,40 @@ AlgorithmConfig = dataclasses.dataclass(frozen=True)(AlgorithmConfig)
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
   """The federated dataset (`experiments.datasets`)."""
-  dataset: str = setting(
-      'digits', flag='dataset', choices=DATASETS,
-      help='Federated dataset: digits (scikit-learn digits, Dirichlet label skew, offline), '
-      'emnist (TFF\'s, by writer), synthetic (LEAF Synthetic(alpha, beta)), mnist and '
-      'fashion_mnist (their IDX files, --data_dir), cifar10/cifar100 (tensorflow-datasets), each '
-      'Dirichlet-split, leaf (LEAF\'s FEMNIST, Synthetic, CelebA or Shakespeare JSON files, '
-      '--leaf_dir).')
+  dataset: str = setting('digits', choices=DATASETS, help='Federated dataset: digits (scikit-learn '
+                         'digits, Dirichlet label skew, offline), emnist (TFF\'s, by writer), '
+                         'synthetic (LEAF Synthetic(alpha, beta)), mnist and fashion_mnist (their '
+                         'IDX files, --data_dir), cifar10/cifar100 (tensorflow-datasets), each '
+                         'Dirichlet-split, leaf (LEAF\'s FEMNIST, Synthetic, CelebA or '
+                         'Shakespeare JSON files, --leaf_dir).')
   num_clients: Optional[int] = setting(
-      None, flag='num_clients', check=optional(at_least(1)),
-      help='Clients in the population (emnist, leaf: the first N writers or users). Default: the '
-      'dataset\'s (digits 20, synthetic 30, fashion_mnist and tfds 100, else all).')
-  alpha: float = setting(0.1, flag='alpha', check=POSITIVE,
-                         help='Dirichlet concentration of the label-skew split (digits, '
-                         'fashion_mnist, tfds datasets); smaller is more skewed.')
-  data_seed: int = setting(0, flag='data_seed', check=at_least(0),
-                           help='Seed of the partition (Synthetic: of its clients\' training '
-                           'examples, its clients and test examples fixed, as the benchmark\'s '
-                           'regime), apart from --seed so that seeds share the data.')
-  cache_dir: Optional[str] = setting(None, flag='cache_dir',
-                                     help='emnist: directory of emnist_all.sqlite (default TFF\'s '
-                                     '~/.tff); leaf: where the converted cache goes (default: '
-                                     'next to the data).')
-  data_dir: Optional[str] = setting(None, flag='data_dir',
-                                    help='mnist, fashion_mnist: the folder of its four IDX '
-                                    'files (default: mnist ~/.keras/datasets/mnist.npz; '
-                                    'fashion_mnist /usr/share/datasets/fashion-mnist, then '
-                                    '~/.keras/datasets/fashion-mnist); cifar10, cifar100: '
-                                    'tensorflow-datasets data_dir.')
-  emnist_only_digits: bool = setting(False, flag='emnist_only_digits', check=BOOL,
+      None, check=optional(at_least(1)), help='Clients in the population (emnist, leaf: the '
+      'first N writers or users). Default: the dataset\'s (digits 20, synthetic 30, fashion_mnist '
+      'and tfds 100, else all).')
+  alpha: float = setting(0.1, check=POSITIVE, help='Dirichlet concentration of the label-skew '
+                         'split (digits, fashion_mnist, tfds datasets); smaller is more skewed.')
+  data_seed: int = setting(0, check=at_least(0), help='Seed of the partition (Synthetic: of its '
+                           'clients\' training examples, its clients and test examples fixed, as '
+                           'the benchmark\'s regime), apart from --seed: seeds share the data.')
+  cache_dir: Optional[str] = setting(None, help='emnist: directory of emnist_all.sqlite (default '
+                                     'TFF\'s ~/.tff); leaf: where the converted cache goes '
+                                     '(default: next to the data).')
+  data_dir: Optional[str] = setting(
+      None, help='mnist, fashion_mnist: the folder of its four IDX files (default: mnist '
+      '~/.keras/datasets/mnist.npz; fashion_mnist /usr/share/datasets/fashion-mnist, then '
+      '~/.keras/datasets/fashion-mnist); cifar10, cifar100: tensorflow-datasets data_dir.')
+  emnist_only_digits: bool = setting(False, check=BOOL,
                                      help='emnist: the 10-class digits-only version.')
-  synthetic_alpha: float = setting(1.0, flag='synthetic_alpha', check=NON_NEGATIVE,
+  synthetic_alpha: float = setting(1.0, check=NON_NEGATIVE,
                                    help='synthetic: LEAF alpha (model heterogeneity).')
-  synthetic_beta: float = setting(1.0, flag='synthetic_beta', check=NON_NEGATIVE,
+  synthetic_beta: float = setting(1.0, check=NON_NEGATIVE,
                                   help='synthetic: LEAF beta (data heterogeneity).')
-  leaf_dir: Optional[str] = setting(
-      None, flag='leaf_dir', help='leaf: LEAF\'s dataset folder data/<name> (data/train/*.json, '
-      'data/test/*.json) or its data/ folder; the splits are the files\' own.')
-  leaf_name: Optional[str] = setting(None, flag='leaf_name', choices=LEAF_NAMES,
-                                     help='leaf: which LEAF dataset --leaf_dir holds. Default: '
-                                     'the name of its folder.')
+  leaf_dir: Optional[str] = setting(None, help='leaf: LEAF\'s dataset folder data/<name> '
+                                    '(data/train/*.json, data/test/*.json) or its data/ folder; '
+                                    'the splits are the files\' own.')
+  leaf_name: Optional[str] = setting(
+      None, choices=('femnist', 'synthetic', 'celeba', 'shakespeare'),
+      help='leaf: which LEAF dataset --leaf_dir holds. Default: the name of its folder.')
 
   def __post_init__(self):
     check_fields(self)
@@ -265,38 +251,33 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
-  """Settings of the run loop (`experiments.training_loop`); `seed` also seeds the model and
+  """The run loop's settings (`experiments.training_loop`); `seed` also seeds the model and
   randomized aggregators."""
-  rounds: int = setting(flag='rounds', check=at_least(1), help='Federated rounds.')
-  clients_per_round: int = setting(flag='clients_per_round', check=at_least(1),
-                                   help='Clients sampled per round without replacement (the '
-                                   'sample of round r depends only on --seed and r).')
-  client_epochs: int = setting(1, flag='client_epochs', check=at_least(1),
-                               help='Local epochs per round.')
+  rounds: int = setting(check=at_least(1), help='Federated rounds.')
+  clients_per_round: int = setting(check=at_least(1), help='Clients sampled per round without '
+                                   'replacement (the sample of round r depends only on --seed '
+                                   'and r).')
+  client_epochs: int = setting(1, check=at_least(1), help='Local epochs per round.')
   batch_size: int = setting(20, flag='client_batch_size', check=at_least(1),
                             help='Local batch size (also --batch_size).')
   shuffle_buffer: int = setting(1000, flag='client_shuffle_buffer', check=at_least(0),
                                 help='Shuffle buffer of each client dataset (0: none); its seed '
                                 'comes from --seed, the round and the client.')
   seed: int = setting(0, flag='seed', check=at_least(0))
-  eval_every: int = setting(1, flag='eval_every', check=at_least(0),
-                            help='Evaluate on the test split every N rounds and after the last; '
-                            '0: only after the last.')
-  eval_train_loss: bool = setting(False, flag='eval_train_loss', check=BOOL,
-                                  help='Also evaluate the global model on the union of the '
-                                  'clients\' training data (global_train_loss, '
+  eval_every: int = setting(1, check=at_least(0), help='Evaluate on the test split every N '
+                            'rounds and after the last; 0: only after the last.')
+  eval_train_loss: bool = setting(False, check=BOOL, help='Also evaluate the global model on the '
+                                  'union of the clients\' training data (global_train_loss, '
                                   'global_train_accuracy: FedProx\'s training loss).')
-  checkpoint_every: int = setting(1, flag='checkpoint_every', check=at_least(0),
-                                  help='Save the server state every N rounds, after the last '
-                                  'and on Ctrl-C or SIGTERM; 0: never.')
-  keep_checkpoints: int = setting(3, flag='keep_checkpoints', check=at_least(0),
-                                  help='Checkpoints to keep; 0 keeps all.')
-  resume: bool = setting(True, flag='resume', check=BOOL,
-                         help='Continue from the latest checkpoint of the same experiment; '
-                         '--noresume starts over (deleting its old outputs).')
-  weighting: Optional[str] = setting(None, flag='client_weighting', choices=CLIENT_WEIGHTINGS,
-                                     help='Client weighting of the aggregate. Default: the '
-                                     'method\'s own (FedMGC: loss, others: num_examples).')
+  checkpoint_every: int = setting(1, check=at_least(0), help='Save the server state every N '
+                                  'rounds, after the last and on Ctrl-C or SIGTERM; 0: never.')
+  keep_checkpoints: int = setting(3, check=at_least(0), help='Checkpoints to keep; 0 keeps all.')
+  resume: bool = setting(True, check=BOOL, help='Continue from the latest checkpoint of the same '
+                         'experiment; --noresume starts over (deleting its old outputs).')
+  weighting: Optional[str] = setting(
+      None, flag='client_weighting', choices=('num_examples', 'uniform', 'loss'),
+      help='Client weighting of the aggregate. Default: the method\'s own (FedMGC: loss, others: '
+      'num_examples).')
 
   __post_init__ = check_fields
 
@@ -310,13 +291,11 @@ class LoopConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-  """The client's or the server's optimizer (flags `--client_*`, `--server_*`), checked by the
-  config holding it."""
-  learning_rate: float = setting(flag='learning_rate', check=POSITIVE, help='learning rate.')
-  optimizer: str = setting('sgd', flag='optimizer', choices=OPTIMIZERS,
+  """The client's or the server's optimizer (`--client_*`, `--server_*`), checked by its config."""
+  learning_rate: float = setting(check=POSITIVE, help='learning rate.')
+  optimizer: str = setting('sgd', choices=('sgd', 'adam', 'adagrad', 'rmsprop', 'yogi'),
                            help='optimizer (tff.learning.optimizers).')
-  momentum: float = setting(0.0, flag='momentum', check=MOMENTUM,
-                            help='momentum in [0, 1) (sgd only).')
+  momentum: float = setting(0.0, check=MOMENTUM, help='momentum in [0, 1) (sgd only).')
 
 
 def check_parts(config: Any) -> None:
@@ -337,43 +316,37 @@ def check_parts(config: Any) -> None:
 @dataclasses.dataclass(frozen=True)
 class OutputConfig:
   """Where results go (`<output_dir>/<experiment_name>/`) and the execution backend."""
-  output_dir: str = setting('results', flag='output_dir', check=NON_EMPTY_STRING,
-                            help='Root of the outputs; each experiment writes under '
-                            '<output_dir>/<experiment_name>/.')
-  experiment_name: Optional[str] = setting(None, flag='experiment_name',
-                                           check=optional(must(
-                                               'a relative name without ".."', _relative_name)),
-                                           help='The experiment\'s directory. Default: from the '
-                                           'algorithm(s) and dataset.')
-  progress: bool = setting(True, flag='progress', check=BOOL, help='Show a progress bar (plain '
-                           'lines when stdout is not a terminal).')
-  runtime: str = setting('inprocess', flag='runtime', choices=RUNTIMES,
-                         help='inprocess (tff_conflict.runtime\'s runner of the MapReduceForm '
-                         'graphs) or cpp (TFF\'s worker_binary, needed for --workers).')
+  output_dir: str = setting('results', check=NON_EMPTY_STRING, help='Root of the outputs; each '
+                            'experiment writes under <output_dir>/<experiment_name>/.')
+  experiment_name: Optional[str] = setting(
+      None, check=optional(must('a relative name without ".."', lambda v: bool(v) and not (
+          os.path.isabs(v) or '..' in v.replace('\\', '/').split('/')))),
+      help='The experiment\'s directory. Default: from the algorithm(s) and dataset.')
+  progress: bool = setting(True, check=BOOL, help='Show a progress bar (plain lines when stdout '
+                           'is not a terminal).')
+  runtime: str = setting('inprocess', choices=('inprocess', 'cpp'), help='inprocess '
+                         '(tff_conflict.runtime\'s runner of the MapReduceForm graphs) or cpp '
+                         '(TFF\'s worker_binary, needed for --workers).')
   workers: tuple[str, ...] = setting((), flag='tff_workers', check=must(
       'a list of distinct host:port entries (port 1-65535)', lambda v: len(set(v)) == len(v)
-      and all(isinstance(a, str) and _host_port(a) for a in v)),
-      help='host:port of remote TFF workers (worker_binary) to run each run\'s rounds on; '
-      'empty: local.')
-  executor: str = setting('inline', flag='executor', choices=EXECUTORS, help='Where the runs of '
-                          'compare and the benchmark run: inline (one after another in this '
-                          'process), local (--workers processes of this machine) or ray (Ray '
-                          'tasks on the cluster of --ray_address); the same numbers on each '
-                          '(docs/experiments.md, "Parallel runs").')
+      and all(isinstance(a, str) and _host_port(a) for a in v)), help='host:port of remote TFF '
+      'workers (worker_binary) to run each run\'s rounds on; empty: local.')
+  executor: str = setting('inline', choices=EXECUTORS, help='Where the runs of compare and the '
+                          'benchmark run: inline (in turn, in this process), local (--workers '
+                          'processes here) or ray (tasks on the Ray cluster of --ray_address); '
+                          'the same numbers on each (docs/experiments.md, "Parallel runs").')
   executor_workers: Optional[int] = setting(None, flag='workers', check=optional(at_least(1)),
                                             help='Worker processes of --executor=local (default: '
                                             'the cores / --worker_cpus) or Ray actors of ray '
                                             '(default, and at most: what the cluster places).')
-  ray_address: Optional[str] = setting(None, flag='ray_address', check=optional(
-      NON_EMPTY_STRING), help='The Ray cluster of --executor=ray: auto (the cluster this '
-      'machine belongs to, `ray start`) or HOST:PORT of its head, joined within 30 s or refused; '
-      'unset: a cluster of this machine, started and ended with the command.')
-  worker_cpus: float = setting(1.0, flag='worker_cpus', check=POSITIVE, help='CPUs each worker '
-                               'takes: a Ray actor\'s num_cpus; --executor=local starts the '
-                               'cores divided by it by default.')
-  worker_gpus: float = setting(0.0, flag='worker_gpus', check=NON_NEGATIVE, help='The GPUs (a '
-                               'fraction allowed) each Ray actor takes (num_gpus); 0 unless '
-                               '--executor=ray.')
+  ray_address: Optional[str] = setting(
+      None, check=optional(NON_EMPTY_STRING), help='The Ray cluster of --executor=ray: auto (the '
+      'cluster this machine belongs to, `ray start`) or HOST:PORT of its head, joined within 30 s '
+      'or refused; unset: a cluster of this machine, started and ended with the command.')
+  worker_cpus: float = setting(1.0, check=POSITIVE, help='CPUs each worker takes: a Ray actor\'s '
+                               'num_cpus; --executor=local starts the cores / it by default.')
+  worker_gpus: float = setting(0.0, check=NON_NEGATIVE, help='The GPUs (a fraction allowed) each '
+                               'Ray actor takes (num_gpus); 0 unless --executor=ray.')
 
   def __post_init__(self):
     object.__setattr__(self, 'workers', tuple(self.workers or ()))
@@ -387,8 +360,7 @@ class OutputConfig:
 
 def check_executor(executor: str, workers: Optional[int], ray_address: Optional[str],
                    worker_cpus: float, worker_gpus: float) -> None:
-  """The settings of an executor (`experiments.executors.Options`) that fit together, else a
-  `ConfigError` naming the flag."""
+  """Refuses (`ConfigError`) executor settings (`experiments.executors.Options`) that clash."""
   one_of(EXECUTORS)('executor', executor)
   if workers is not None and executor == 'inline':
     raise ConfigError('workers', workers, 'unset with --executor=inline (it runs in this '
@@ -403,22 +375,18 @@ def check_executor(executor: str, workers: Optional[int], ray_address: Optional[
     raise ConfigError('ray_address', ray_address, 'unset unless --executor=ray')
 
 
-def _section(default_factory: Callable[[], Any]) -> Any:
-  return dataclasses.field(default_factory=default_factory)
-
-
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
-  """Everything one training run depends on (the seed is `training.seed`); `model` is a model of
-  `experiments.architectures.MODELS` (None: the dataset's default)."""
-  algorithm: AlgorithmConfig = _section(AlgorithmConfig)
-  data: DataConfig = _section(DataConfig)
-  model: Optional[str] = setting(None, flag='model', help='Model (experiments.architectures.'
-                                 'MODELS). Default: the dataset\'s (docs/experiments.md).')
-  training: LoopConfig = _section(lambda: LoopConfig(rounds=50, clients_per_round=10))
-  client: OptimizerConfig = _section(lambda: OptimizerConfig(0.05))
-  server: OptimizerConfig = _section(lambda: OptimizerConfig(1.0))
-  output: OutputConfig = _section(OutputConfig)
+  """Everything one training run depends on (the seed is `training.seed`)."""
+  algorithm: AlgorithmConfig = dataclasses.field(default_factory=AlgorithmConfig)
+  data: DataConfig = dataclasses.field(default_factory=DataConfig)
+  model: Optional[str] = setting(None, help='Model (experiments.architectures.MODELS). Default: '
+                                 'the dataset\'s (docs/experiments.md).')
+  training: LoopConfig = dataclasses.field(
+      default_factory=lambda: LoopConfig(rounds=50, clients_per_round=10))
+  client: OptimizerConfig = dataclasses.field(default_factory=lambda: OptimizerConfig(0.05))
+  server: OptimizerConfig = dataclasses.field(default_factory=lambda: OptimizerConfig(1.0))
+  output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
 
   def __post_init__(self):
     check_parts(self)
@@ -443,21 +411,15 @@ class ExperimentConfig:
     return dataclasses.replace(self, training=dataclasses.replace(self.training, seed=seed))
 
   @property
-  def dataset_label(self) -> str:
-    """The dataset; a LEAF one by its own name (`leaf_femnist`: `data.leaf_name`, else the name
-    of `data.leaf_dir`'s folder)."""
-    if self.data.dataset != 'leaf':
-      return self.data.dataset
-    name = self.data.leaf_name or (
-        os.path.basename(os.path.normpath(self.data.leaf_dir)) if self.data.leaf_dir else '')
-    name = re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('._')
-    return f'leaf_{name}' if name else 'leaf'
-
-  @property
   def experiment_name(self) -> str:
-    """`output.experiment_name`, or `<dataset label>_<algorithm label>_seed<seed>`."""
-    return (self.output.experiment_name
-            or f'{self.dataset_label}_{self.algorithm.label}_seed{self.seed}')
+    """`output.experiment_name`, or `<dataset>_<algorithm label>_seed<seed>`, a LEAF dataset as
+    `leaf_<data.leaf_name, else the name of data.leaf_dir's folder>`."""
+    dataset = self.data.dataset
+    if dataset == 'leaf':
+      name = self.data.leaf_name or os.path.basename(os.path.normpath(self.data.leaf_dir))
+      name = re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('._')
+      dataset = f'leaf_{name}' if name else 'leaf'
+    return self.output.experiment_name or f'{dataset}_{self.algorithm.label}_seed{self.seed}'
 
   @property
   def experiment_dir(self) -> str:
@@ -469,10 +431,9 @@ class ExperimentConfig:
     values: dict[str, Any] = {}
     applied = self.algorithm.hparam_flags()
     for section, flag, field in flag_fields():
-      if flag in METHOD_FLAGS and applied is not None and flag not in applied:
-        continue
-      value = getattr(getattr(self, section) if section else self, field.name)
-      values[flag] = list(value) if isinstance(value, tuple) else value
+      if flag not in METHOD_FLAGS or applied is None or flag in applied:
+        value = getattr(getattr(self, section) if section else self, field.name)
+        values[flag] = list(value) if isinstance(value, tuple) else value
     if self.algorithm.name == CUSTOM_ALGORITHM or self.algorithm.proximal_term:
       values['proximal_term'] = self.algorithm.proximal_term
     return values
@@ -487,12 +448,12 @@ def flag_fields() -> Iterator[tuple[Optional[str], str, dataclasses.Field]]:
   an optimizer's flags are prefixed by its side (`--client_learning_rate`)."""
   for section in dataclasses.fields(ExperimentConfig):
     if section.name not in _SECTIONS:
-      yield None, section.metadata['flag'], section
+      yield None, flag_of(section), section
       continue
     prefix = f'{section.name}_' if _SECTIONS[section.name] is OptimizerConfig else ''
     for field in dataclasses.fields(_SECTIONS[section.name]):
-      if 'flag' in field.metadata:
-        yield section.name, prefix + field.metadata['flag'], field
+      if flag_of(field):
+        yield section.name, prefix + flag_of(field), field
 
 
 def from_flag_values(values: Mapping[str, Any], *, proximal_term: bool = False
@@ -505,6 +466,5 @@ def from_flag_values(values: Mapping[str, Any], *, proximal_term: bool = False
       (settings[section] if section else own)[field.name] = values[flag]
   settings['algorithm']['proximal_term'] = bool(proximal_term)
   defaults = ExperimentConfig()
-  sections = {name: dataclasses.replace(getattr(defaults, name), **kwargs)
-              for name, kwargs in settings.items()}
-  return ExperimentConfig(**sections, **own)
+  return ExperimentConfig(**own, **{name: dataclasses.replace(getattr(defaults, name), **kwargs)
+                                    for name, kwargs in settings.items()})

@@ -1,5 +1,5 @@
-"""The flags the experiment binaries share: one per setting of `config.ExperimentConfig`, with its
-default, choices and check (a method flag's from `tff_conflict.hparams`), and reading them back."""
+"""The flags the experiment binaries share, one per setting of `config.ExperimentConfig` (a method
+flag's from `tff_conflict.hparams`) with its check, and reading them back."""
 
 import dataclasses
 import functools
@@ -38,35 +38,31 @@ _DEFINE = {int: flags.DEFINE_integer, Optional[int]: flags.DEFINE_integer,
 
 def definer(field: Any, default: Any) -> tuple[Callable[..., Any], Any]:
   """(absl's DEFINE function, flag default) of a setting: an enum of its choices, a list for a
-  tuple default, else by its type (a string for text the binary parses). Called by the module
-  defining the flag, as absl records it; the help goes by keyword."""
+  tuple default, else by its type (a string for text the binary parses); the caller defines the
+  flag (absl records the module that does), its help by keyword."""
   if 'choices' in field.metadata:
-    choices = list(field.metadata['choices'])
-    return functools.partial(flags.DEFINE_enum, enum_values=choices), default
+    return functools.partial(flags.DEFINE_enum,
+                             enum_values=list(field.metadata['choices'])), default
   if isinstance(default, tuple):
     return flags.DEFINE_list, [f'{v:g}' if isinstance(v, float) else str(v) for v in default]
   return _DEFINE.get(field.type, flags.DEFINE_string), default
 
 
 _DEFAULTS = config.ExperimentConfig()
-# Defined by the binaries themselves (train: --algorithm, ..., --seed; compare: --seeds).
-_BINARY_FLAGS = ('algorithm', 'client_loss', 'aggregator', 'seed')
 _METHOD = {h.flag: h for h in config.METHOD_HPARAMS}
 
 for _section, _flag, _field in config.flag_fields():
-  if _flag in _BINARY_FLAGS:
-    continue
   _default = getattr(getattr(_DEFAULTS, _section) if _section else _DEFAULTS, _field.name)
-  if _flag not in _METHOD:
+  _h = _METHOD.get(_flag)
+  if _h is not None:
+    _define = (functools.partial(flags.DEFINE_enum, enum_values=list(_h.choices))
+               if _h.kind == hparams_lib.CHOICE else
+               flags.DEFINE_bool if _h.kind == hparams_lib.BOOL else flags.DEFINE_float)
+    _define(_flag, _default, help=_method_flag_help(_h))
+  elif _flag not in ('algorithm', 'client_loss', 'aggregator', 'seed'):   # the binaries' own
     _define, _default = definer(_field, _default)
     _define(_flag, _default, help=f'{_section.capitalize()} {_field.metadata["help"]}'
             if _section in ('client', 'server') else _field.metadata['help'])
-  elif _METHOD[_flag].kind == hparams_lib.CHOICE:
-    flags.DEFINE_enum(_flag, _default, list(_METHOD[_flag].choices),
-                      _method_flag_help(_METHOD[_flag]))
-  else:
-    (flags.DEFINE_bool if _METHOD[_flag].kind == hparams_lib.BOOL else flags.DEFINE_float)(
-        _flag, _default, _method_flag_help(_METHOD[_flag]))
 
 flags.DEFINE_alias('batch_size', 'client_batch_size')   # another name of --client_batch_size
 
@@ -75,7 +71,7 @@ flags.DEFINE_string('preset', None, 'A named set of flag values; flags given exp
 
 
 def register_validators() -> None:
-  """Registers on each defined flag the check of its setting (its `ConfigError` reaches `cli`)."""
+  """Registers on each defined flag its setting's check (its `ConfigError` reaches `cli`)."""
   for _, name, field in config.flag_fields():
     if 'check' in field.metadata and name in FLAGS and name not in _VALIDATED:
       flags.register_validator(name, lambda value, name=name, check=field.metadata['check']:
@@ -107,9 +103,8 @@ def refuse_flags(reasons: dict[str, str]) -> None:
 
 
 def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.ExperimentConfig:
-  """`experiment_config()`, refusing a flag of another dataset, a method flag that none of
-  `algorithms` (default: the config's algorithm) reads, and settings the library's builder of
-  one of them refuses (`experiment_lib.check_method`), in flag words."""
+  """`experiment_config()`, refusing a flag of another dataset, a method flag none of `algorithms`
+  (default: the config's) reads, and settings their builders refuse (`check_method`)."""
   refuse_flags({name: f'applies only to --dataset in '
                 f'{sorted(d for d, names in config.DATASETS.items() if name in names)}, not '
                 f'--dataset={FLAGS.dataset}' for name in _DATASET_FLAGS
@@ -144,9 +139,8 @@ def check_method_flags_apply(algorithms: Sequence[config.AlgorithmConfig]) -> No
 
 
 def experiment_config(**overrides: Any) -> config.ExperimentConfig:
-  """The `ExperimentConfig` of the parsed flags with `overrides` (flag -> value); a custom
-  composition adds the proximal term when --proximal_strength is given (a named algorithm reads
-  the flag only if its own, fedprox's)."""
+  """The `ExperimentConfig` of the parsed flags with `overrides` (flag -> value); 'custom' adds the
+  proximal term when --proximal_strength is given."""
   values = {name: FLAGS[name].value for name in FLAGS if FLAGS[name].name == name}
   values.update(overrides)
   return config.from_flag_values(values, proximal_term=FLAGS['proximal_strength'].present and (

@@ -1,16 +1,15 @@
 """The binaries' presets as data: name -> flag values (`--preset`; flags given explicitly win),
-and the positive control the benchmark runs first; why each is sized so: docs/experiments.md,
-"Presets"."""
+and the benchmark's positive control; why each is sized so: docs/experiments.md, "Presets"."""
 
 _SEEDS = [str(s) for s in range(10)]
 _TUNED = dict(models='digits:mlp', tune=True, tuning_seeds=['100'], runtime='inprocess')
 
 # The diagnosis variants (`benchmarking.methods.VARIANTS`) beside their parents.
-DIAGNOSIS_METHODS = ('fedavg', 'fedga', 'fedld', 'fedmgc', 'fed_corrective',
-                     'fedga_paper', 'fedga_clip', 'fedga_paper_clip', 'fedavg_clip',
-                     'fedld_projection', 'fedld_model', 'fedld_preserve_norms',
-                     'fedld_margin_only', 'fedld_principal_only', 'fedmgc_focal_only',
-                     'fedmgc_dgc_only', 'fedavg_uniform', 'fed_corrective_alpha1')
+DIAGNOSIS_METHODS = ('fedavg', 'fedga', 'fedld', 'fedmgc', 'fed_corrective', 'fedga_paper',
+                     'fedga_clip', 'fedga_paper_clip', 'fedavg_clip', 'fedld_projection',
+                     'fedld_model', 'fedld_preserve_norms', 'fedld_margin_only',
+                     'fedld_principal_only', 'fedmgc_focal_only', 'fedmgc_dgc_only',
+                     'fedavg_uniform', 'fed_corrective_alpha1')
 
 
 # The real-data comparison: the five methods, the baselines, FedGH on each baseline (`fedgh` is
@@ -73,16 +72,16 @@ PAPER_TABLES = {
         clients_per_round=5, client_batch_size=50),
     # Untuned, at the values of `Xiao-Chenguang/FedGA`'s configs/sgd-param.csv (FedGA: defaults).
     'fedga_table': dict(_paper(
-        'fedga_table', ','.join(f'mnist:client_dir({a})@100' for a in ('0.05', '0.1', '0.5', '1',
-                                                                        '10')),
+        'fedga_table',
+        ','.join(f'mnist:client_dir({a})@100' for a in ('0.05', '0.1', '0.5', '1', '10')),
         'fedavg,fedprox,fedga', 2, '',
         'The FedGA paper\'s Table 1 on MNIST (`--preset=fedga_table --data_dir=DIR`) in the '
         'authors\' code\'s setting, untuned: 100 clients of equal size with per-client '
         'Dirichlet(alpha) class mixes, alpha 0.05, 0.1, 0.5, 1, 10, 10 per round, E = 2, batch 64, '
         'client SGD lr 0.1 without momentum, server lr 1, 100 rounds, the 784-128-10 ReLU MLP '
-        'initialised as PyTorch\'s nn.Linear (`torch_mlp`), FedProx mu 0.001, FedGA\'s per-batch soft-target labels, every client '
-        'step clipped at global norm 5 as the authors clip every method\'s (proximal gradient '
-        'included); 5 seeds.',
+        'initialised as PyTorch\'s nn.Linear (`torch_mlp`), FedProx mu 0.001, FedGA\'s per-batch '
+        'soft-target labels, every client step clipped at global norm 5 as the authors clip every '
+        'method\'s (proximal gradient included); 5 seeds.',
         clients_per_round=10, client_batch_size=64, models='mnist:torch_mlp'),
         tune=False, report_seeds=_SEEDS[:5], client_learning_rate=0.1, server_learning_rate=1.0,
         proximal_strength=0.001, client_clip_norm=5.0),
@@ -164,18 +163,15 @@ BENCHMARK = {
 # flat names (`benchmarking.config.replace_settings`).
 POSITIVE_CONTROL = dict(regimes=('synthetic(1,1)',), baseline='fedavg',
                         methods=('fedavg', 'fedprox_mu1'), epochs=(20,), rounds=40,
-                        clients_per_round=10, batch_size=10, client_learning_rate=0.01,
-                        data_seed=0)
+                        clients_per_round=10, batch_size=10, client_learning_rate=0.01, data_seed=0)
 
 
-# experiments.compare's: the README's main command (`make run`): offline digits, Dirichlet 0.1
-# over 20 clients, 10 per round, FedAvg, FedProx and the five methods, seed 0, FedAvg's 2NN
-# (mlp) trained 2 local epochs per round (--runtime=cpp gives the same table on TFF's runtime).
+# experiments.compare's: the README's main command (`make run`; --runtime=cpp gives the same
+# table on TFF's runtime).
 COMPARE = {
-    'readme': dict(dataset='digits', num_clients=20, alpha=0.1, clients_per_round=10,
-                   rounds=20, client_epochs=2, client_batch_size=20, model='mlp',
-                   client_learning_rate=0.1, eval_every=1,
-                   algorithms=['fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga', 'fedld',
-                               'fed_corrective'], seeds=['0'],
-                   target_accuracy=0.8, experiment_name='readme_digits'),
+    'readme': dict(dataset='digits', num_clients=20, alpha=0.1, clients_per_round=10, rounds=20,
+                   client_epochs=2, client_batch_size=20, model='mlp', client_learning_rate=0.1,
+                   eval_every=1, algorithms=['fedavg', 'fedprox', 'fedgh', 'fedmgc', 'fedga',
+                                             'fedld', 'fed_corrective'],
+                   seeds=['0'], target_accuracy=0.8, experiment_name='readme_digits'),
 }

@@ -4,7 +4,7 @@ run shares); a bad value raises `experiments.config.ConfigError` naming its flag
 import dataclasses
 import functools
 import os
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import numpy as np
 
@@ -19,46 +19,45 @@ _DEFAULTS = experiment_config.ExperimentConfig()  # the parts' defaults
 
 parse_regime = lookups.parse_regime
 
-# The statistics a report may name as its primary one (runs.csv columns): the mean test accuracy
-# over the last K evaluated rounds (K: the tuning score's `last_k`), or the last round's.
-PRIMARY_STATISTICS = ('last_k_accuracy', 'final_accuracy')
-# The baselines of the seed papers (`best_of`): the best of them on validation is the primary
-# family's second reference.
+# The baselines of the seed papers (`best_of`).
 BASELINES = ('fedavg', 'fedprox', 'fednova', 'scaffold', 'feddecorr')
-# The difference in accuracy each dataset's regimes should detect at 80% power (a seed count
-# for it is printed); datasets left out: `DEFAULT_DETECT`.
+# The accuracy difference a dataset's regimes should detect at 80% power (`--detect`'s default).
 DEFAULT_DETECT = 0.01
 DETECT = {'synthetic': 0.02}
-# config.json's protocol: 2 = a fixed test split, the same learning-rate search for every
-# method, a primary statistic named before the runs, divergence at chance, Holm (before: none).
+# config.json's protocol: 2 = a fixed test split, one learning-rate search for all, a primary
+# statistic named before the runs, divergence at chance, Holm (before: none).
 PROTOCOL = 2
 
 
 def split_top_level(text: str, separator: str = ',') -> list[str]:
   """'digits:dir(0.1),synthetic(1,1)' -> ['digits:dir(0.1)', 'synthetic(1,1)']: the stripped,
   non-empty pieces between separators outside (), [] and {}."""
-  pieces, depth, current = [], 0, []
-  for char in text:
-    if char in '([{':
-      depth += 1
-    elif char in ')]}':
-      depth -= 1
+  pieces, depth, start = [], 0, 0
+  for i, char in enumerate(text):
+    depth += (char in '([{') - (char in ')]}')
     if char == separator and depth == 0:
-      pieces.append(''.join(current))
-      current = []
-    else:
-      current.append(char)
-  pieces.append(''.join(current))
-  return [p.strip() for p in pieces if p.strip()]
+      pieces.append(text[start:i])
+      start = i + 1
+  return [p.strip() for p in pieces + [text[start:]] if p.strip()]
+
+
+def _dotted_entries(argument: str, text: str, form: str) -> Iterator[tuple[str, str, str, str]]:
+  """(entry, A, B, VALUE) of each entry A.B=VALUE of `text` (B may be empty), else a
+  `ConfigError` asking for `entries <form>`."""
+  for item in split_top_level(text):
+    target, sep, value = item.partition('=')
+    first, dot, second = target.strip().partition('.')
+    if not sep or not dot or not first or not value.strip():
+      raise ConfigError(argument, item, f'entries {form}')
+    yield item, first, second, value
 
 
 def parse_grids(argument: str, text: str) -> dict[str, dict[str, tuple]]:
   """'fedprox.proximal_strength=0.01/0.1,fedmgc.gamma=1/2' -> {method: {keyword: values}}."""
   grids: dict[str, dict[str, tuple]] = {}
-  for item in split_top_level(text):
-    target, sep, values = item.partition('=')
-    method, dot, keyword = target.strip().partition('.')
-    if not sep or not dot or not method or not keyword or not values.strip():
+  for item, method, keyword, values in _dotted_entries(argument, text,
+                                                       'METHOD.ARGUMENT=V1/V2/...'):
+    if not keyword:
       raise ConfigError(argument, item, 'entries METHOD.ARGUMENT=V1/V2/...')
     grids.setdefault(method, {})[keyword] = tuple(
         methods_lib.parse_value(v) for v in values.split('/'))
@@ -80,8 +79,7 @@ def parse_mapping(argument: str, text: str, cast=str) -> dict[str, Any]:
   return mapping
 
 
-# What a dataset may set for its own regimes (`dataset_settings`), tuning and reporting: its
-# rounds and the learning rates its tuning searches; every other setting is the benchmark's.
+# What a dataset may set for its own regimes, tuning and reporting; every other is the benchmark's.
 DATASET_SETTINGS = ('rounds', 'client_lr_grid', 'server_lr_grid')
 
 
@@ -89,11 +87,8 @@ def parse_dataset_settings(argument: str, text: str) -> dict[str, dict[str, Any]
   """'leaf_shakespeare.rounds=60,leaf_shakespeare.client_lr_grid=1/3/10' -> {dataset: {setting:
   value}}: rounds an int, a grid a tuple of floats."""
   out: dict[str, dict[str, Any]] = {}
-  for item in split_top_level(text):
-    target, sep, value = item.partition('=')
-    dataset, dot, name = target.strip().partition('.')
-    if not sep or not dot or not dataset or not value.strip():
-      raise ConfigError(argument, item, 'entries DATASET.SETTING=VALUE (V1/V2/... for a grid)')
+  for item, dataset, name, value in _dotted_entries(
+      argument, text, 'DATASET.SETTING=VALUE (V1/V2/... for a grid)'):
     if name not in DATASET_SETTINGS:
       raise ConfigError(argument, item, reason=f'{name!r} is not a setting a dataset may set: '
                         f'one of {list(DATASET_SETTINGS)}')
@@ -109,11 +104,10 @@ def parse_dataset_settings(argument: str, text: str) -> dict[str, dict[str, Any]
 
 
 def _parse_names(argument: str, text) -> tuple:
-  """Names from a flag's text, or from a list flag's value (its default: a tuple setting)."""
-  del argument   # a name's error is the config's, naming the regime or method
-  if isinstance(text, (list, tuple)):
-    text = ','.join(map(str, text))
-  return tuple(split_top_level(text))
+  """Names from a flag's text or a list flag's value (a name's error is the config's)."""
+  del argument
+  return tuple(split_top_level(','.join(map(str, text)) if isinstance(text, (list, tuple))
+                               else text))
 
 
 def parse_tuning_regimes(argument: str, text: str) -> dict[str, str]:
@@ -123,13 +117,11 @@ def parse_tuning_regimes(argument: str, text: str) -> dict[str, str]:
   mapping = {}
   for item in split_top_level(text):
     try:
-      regime = data.parse_regime(item.strip())
+      mapping[data.parse_regime(item).dataset] = item
     except ValueError as e:
       if ':' not in item:
-        raise ConfigError(argument, item.strip(), reason=str(e)) from None
+        raise ConfigError(argument, item, reason=str(e)) from None
       mapping.update(parse_mapping(argument, item))
-      continue
-    mapping[regime.dataset] = item.strip()
   return mapping
 
 
@@ -147,10 +139,9 @@ def _distinct_ints(minimum: int, *, allow_empty: bool = False) -> _M.Checker:
               and all(_M.is_int(x) and x >= minimum for x in v))
 
 
-def given_arguments(value_of: Optional[Callable[[str], Any]] = None
-                    ) -> dict[str, dict[str, Any]]:
-  """Each algorithm's builder arguments from its method flags, `value_of(flag)` (default: the
-  flag's default), the order seed aside; a flag's None leaves the builder's default."""
+def given_arguments(value_of: Optional[Callable[[str], Any]] = None) -> dict[str, dict[str, Any]]:
+  """Each algorithm's builder arguments from its method flags, `value_of(flag)` (default: their
+  defaults), but the seed; a flag's None leaves the builder's default."""
   value_of = value_of or functools.partial(getattr, _DEFAULTS.algorithm)
   return {algorithm: {h.keyword: value_of(h.flag) for h in hparams
                       if h.flag is not None and h.keyword != 'seed'
@@ -161,16 +152,10 @@ def given_arguments(value_of: Optional[Callable[[str], Any]] = None
 @dataclasses.dataclass(frozen=True)
 class BenchmarkConfig:
   """A benchmark: the grid (regimes x methods x E x seeds), tuning (`tune` to
-  `plateau_tolerance`, on a validation split) and the parts of `ExperimentConfig` every run shares
-  (`loop`'s client_epochs and seed set by the grid; SGD `client` and `server`; a local runtime).
-  A setting with `help` is set by the flag of its name (`flag` when given).
-
-  Your own data and models (docs/experiments.md): `datasets`, name -> `(train, test)` ClientData
-  of unbatched `OrderedDict(x=float, y=int)`, each a regime (list it in `regimes`); `model_fns`,
-  name -> a function returning a new uncompiled Keras model (`models` maps a dataset to one, else
-  your only one). `given`: method or algorithm name -> builder keywords used where nothing is
-  tuned (a method's name wins), an algorithm's completed by `given_arguments()` (the method
-  flags' defaults), so that every run records the arguments it ran with, as with the flags."""
+  `plateau_tolerance`) and the parts of `ExperimentConfig` every run shares (the grid sets
+  `loop`'s client_epochs and seed). `datasets` and `model_fns`: your own (docs/experiments.md,
+  "Your own data and model"); `given`: method or algorithm -> builder keywords where nothing is
+  tuned, an algorithm's completed by `given_arguments()`."""
   regimes: tuple = setting(
       parse=_parse_names, help='Comma-separated regimes (tff_conflict.data.regimes): '
       'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), synthetic(ALPHA,BETA), '
@@ -193,16 +178,16 @@ class BenchmarkConfig:
   baseline: str = setting('fedavg', help='The method every other is compared with (paired by '
                           'seed).')
   best_of: tuple = setting(
-      BASELINES, parse=_parse_names, help='The baselines: the best of those that ran, by '
-      'validation score on its dataset\'s tuning regime, is the second reference of the primary '
-      'family beside --baseline; every other method is compared with both.')
+      BASELINES, parse=_parse_names, help='The baselines whose best by validation score (of those '
+      'that ran) is the primary family\'s second reference beside --baseline; every other method '
+      'is compared with both.')
   primary_regimes: tuple = setting(
       (), parse=_parse_names, help='The regimes of the primary family, named before the runs '
       '(default: every regime); the others\' differences are reported without a test.')
-  primary_statistic: str = setting('last_k_accuracy', choices=PRIMARY_STATISTICS, help='The one '
-                                   'statistic the tables compare, named before the runs: '
-                                   'last_k_accuracy (mean test accuracy of the last '
-                                   '--tuning_last_k rounds) or final_accuracy.')
+  primary_statistic: str = setting(
+      'last_k_accuracy', choices=('last_k_accuracy', 'final_accuracy'), help='The one statistic '
+      'the tables compare, named before the runs: last_k_accuracy (mean test accuracy of the last '
+      '--tuning_last_k rounds) or final_accuracy.')
   equivalence_margin: float = setting(0.01, check=_M.FRACTION, help='A method ties the baseline '
                                       'only when the 95% interval of their difference lies '
                                       'inside +- this margin.')
@@ -210,21 +195,19 @@ class BenchmarkConfig:
       default_factory=dict, parse=functools.partial(parse_mapping, cast=float),
       help='DATASET:DIFFERENCE,...: the accuracy difference the report gives a seed count for '
       '(80% power); default DETECT, else DEFAULT_DETECT.')
-  variants_inherit: bool = setting(True, check=_M.BOOL, help='A variant whose parent method is '
-                                   'in --methods runs at the parent\'s tuned values, changing '
-                                   'only what it fixes; --novariants_inherit tunes it on the '
-                                   'parent\'s grids.')
+  variants_inherit: bool = setting(True, check=_M.BOOL, help='A variant of a method in '
+                                   '--methods runs at its parent\'s tuned values but what it '
+                                   'fixes; --novariants_inherit tunes it on the parent\'s grids.')
   description: str = setting('', help='A sentence for the report\'s Setup section.')
   tune: bool = setting(True, check=_M.BOOL, help='Tune on a validation split first; --notune '
                        'uses the given values (the learning-rate and method flags).')
   tuning_seeds: tuple = setting((100, 101), check=_distinct_ints(0), parse=_INTS,
                                 help='Seeds of the tuning runs (disjoint from --report_seeds).')
   tuning_regimes: Mapping[str, str] = setting(
-      default_factory=dict, parse=parse_tuning_regimes, help='Regimes tuned on, one per dataset '
-      '(e.g. digits:dir(0.1),synthetic(1,1); DATASET:REGIME also works); its choice serves every '
-      'regime of the dataset. Default: the split its registry entry names '
-      '(tff_conflict.data.registry; with the grid\'s population if one has it), else the '
-      'dataset\'s first regime.')
+      default_factory=dict, parse=parse_tuning_regimes, help='The regime tuned on per dataset, '
+      'its choice serving all the dataset\'s regimes (e.g. digits:dir(0.1),synthetic(1,1), or '
+      'DATASET:REGIME). Default: its registry entry\'s split (tff_conflict.data.registry, at the '
+      'grid\'s population if any), else its first regime.')
   tune_epochs: tuple = setting((), check=_distinct_ints(1, allow_empty=True), parse=_INTS,
                                help='Local epochs tuned at (default: every --epochs); an untuned '
                                'E uses the nearest tuned E\'s values.')
@@ -240,9 +223,8 @@ class BenchmarkConfig:
       default_factory=dict, parse=parse_grids, help='METHOD.ARGUMENT=V1/V2/...,...: replaces a '
       'method\'s default grid of that builder argument.')
   tune_method_grids: bool = setting(True, check=_M.BOOL, help='Search each method\'s own grid '
-                                    '(its arguments\' grids, --grids) with the learning rates; '
-                                    '--notune_method_grids searches the learning rates only, '
-                                    'every method at its given (default: the authors\') values.')
+                                    '(--grids) with the learning rates; --notune_method_grids: '
+                                    'the rates only, at the given (the authors\') values.')
   strategy: str = setting('staged', flag='tuning_strategy', choices=('staged', 'product'),
                           help='staged: client lr first, then the method\'s grid (and server lr) '
                           'at the chosen rate; product: every combination.')
@@ -250,15 +232,13 @@ class BenchmarkConfig:
                         'score: mean validation accuracy of its last K rounds.')
   validation_fraction: float = setting(0.2, check=_M.FRACTION, help='Share of each client\'s '
                                        'training examples held out for tuning.')
-  edge_steps: int = setting(3, flag='tuning_edge_steps', check=_M.at_least(0),
-                            help='When a numeric grid\'s best value is at its edge, extend the '
-                            'grid past it geometrically until the best is interior or at a hard '
-                            'bound (search.LR_BOUNDS, a ratio\'s 1), at most this many times on '
-                            'a side without one; 0: never. The report marks what stays at an '
-                            'edge or a bound.')
-  edge_factor: float = setting(3.0, flag='tuning_edge_factor', check=must(
-      'a finite number > 1', lambda v: _M.is_real(v) and v > 1),
-                               help='Factor of each extension.')
+  edge_steps: int = setting(
+      3, flag='tuning_edge_steps', check=_M.at_least(0), help='Extend a numeric grid whose best '
+      'is at its edge geometrically until the best is interior or at a hard bound '
+      '(search.LR_BOUNDS, a ratio\'s 1), at most this many times a side; 0: never (the report '
+      'marks what stays at an edge or a bound).')
+  edge_factor: float = setting(3.0, flag='tuning_edge_factor', help='Factor of each extension.',
+                               check=must('a finite number > 1', lambda v: _M.is_real(v) and v > 1))
   schedule: str = setting('full', flag='tuning_schedule', choices=('full', 'halving'),
                           help='full: every candidate runs every round; halving: successive '
                           'halving over rounds (the best third of each rung runs 3x longer).')
@@ -270,10 +250,9 @@ class BenchmarkConfig:
                                      'plateau criterion (accuracy).')
 
   dataset_settings: Mapping[str, Mapping[str, Any]] = setting(
-      default_factory=dict, parse=parse_dataset_settings, help='DATASET.SETTING=VALUE,...: '
-      'a dataset\'s own --rounds, --client_lr_grid or --server_lr_grid (V1/V2/...) for its '
-      'regimes, tuning and reporting (e.g. leaf_shakespeare.rounds=100); the others\' are the '
-      'flags\'.')
+      default_factory=dict, parse=parse_dataset_settings, help='DATASET.SETTING=VALUE,...: a '
+      'dataset\'s own --rounds, --client_lr_grid or --server_lr_grid (V1/V2/...) for its regimes, '
+      'tuning and reporting (e.g. leaf_shakespeare.rounds=100); the others\' are the flags\'.')
 
   loop: experiment_config.LoopConfig = _DEFAULTS.training
   client: experiment_config.OptimizerConfig = _DEFAULTS.client
@@ -289,8 +268,8 @@ class BenchmarkConfig:
     must('a non-empty list of regimes', bool)('regimes', self.regimes)
     parsed = [checks.parsed('regimes', name, self.datasets) for name in self.regimes]
     names = [r.name for r in parsed]
-    must('distinct regimes', lambda _: len(set(names)) == len(names) and len(
-        {r.slug for r in parsed}) == len(parsed))('regimes', list(self.regimes))
+    must('distinct regimes', lambda _: len({*names}) == len({r.slug for r in parsed}) == len(
+        parsed))('regimes', list(self.regimes))
     object.__setattr__(self, 'regimes', tuple(names))
     defaults = given_arguments()
     object.__setattr__(self, 'given', {
@@ -301,7 +280,7 @@ class BenchmarkConfig:
     must('a non-empty list of methods', bool)('methods', self.methods)
     resolved = [checks.parsed('methods', name) for name in self.methods]
     method_names = [m.name for m in resolved]
-    must('distinct methods', lambda _: len(set(method_names)) == len(method_names))(
+    must('distinct methods', lambda _: len({*method_names}) == len(resolved))(
         'methods', list(self.methods))
     object.__setattr__(self, 'methods', tuple(method_names))
     _M.one_of(method_names)('baseline', self.baseline)
@@ -326,18 +305,12 @@ class BenchmarkConfig:
     checks.check_methods(self, resolved)
     checks.check_methods_on_models(self, resolved, parsed)
 
-  @property
-  def experiment_name(self) -> str:
-    return self.output.experiment_name or 'benchmark'
-
-  @property
-  def root(self) -> str:
-    """The benchmark's directory."""
-    return os.path.join(self.output.output_dir, self.experiment_name)
+  experiment_name = property(lambda self: self.output.experiment_name or 'benchmark')
+  # The benchmark's directory.
+  root = property(lambda self: os.path.join(self.output.output_dir, self.experiment_name))
 
 
-# Each part's setting under its flat name (config.json's readers, presets), an optimizer's with
-# its side: name -> (part, field).
+# flat name (config.json's readers, presets; an optimizer's with its side) -> (part, field).
 _PARTS = {(f'{part}_' if part in ('client', 'server') else '') + field.name: (part, field.name)
           for part in ('loop', 'client', 'server', 'data', 'output')
           for field in dataclasses.fields(getattr(BenchmarkConfig, part))}
@@ -403,7 +376,7 @@ TUNING_SETTINGS = tuple(_NAMES[_NAMES.index('tune'):_NAMES.index('plateau_tolera
 
 
 def _plain(value: Any) -> Any:
-  """`value` as JSON values (a NumPy scalar, which the checks accept, as its Python value)."""
+  """`value` as JSON values (a NumPy scalar as its Python value)."""
   if dataclasses.is_dataclass(value):
     value = dataclasses.asdict(value)
   if isinstance(value, Mapping):
