@@ -13,13 +13,11 @@ from experiments.benchmarking.tables import text
 
 _DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                      'docs', 'experiments.md')
-_READINGS = "### What each method's diagnosis reads"
 BASELINE = 'fedavg'
 gap = results.difference  # (cell, method, baseline, column): method - baseline paired by seed
 _RARE, _COMMON = 'final_rare_pair_error', 'final_common_pair_error'
-# The measurements that test each algorithm's reading (others: the conflict fraction): per
-# measurement its columns' (header, cell kind, column), a run needing the first one's column; a
-# header's {m} / {b} are the method and its baseline.
+# Per algorithm the measurements testing its reading (others: 'conflict'); per measurement its
+# columns' (header, cell kind, column), a run needing the first column; {m} / {b} the two methods.
 _MEASURED = {'fedga': ['pair_errors', 'logit'], 'fedld': ['norm_ratio'],
              'fed_corrective': ['norm_ratio']}
 _MEASUREMENTS = {
@@ -38,9 +36,8 @@ _MEASUREMENTS = {
 
 
 def fmt_gap(g: Optional[stats.Interval]) -> str:
-  """'+0.012 ± 0.003' (mean ± the 95% t-interval's half-width). No significance mark: a
-  diagnosis is exploratory (no multiplicity correction); the Results tables mark what Holm's
-  adjustment keeps."""
+  """'+0.012 ± 0.003' (mean ± the 95% interval's half-width), unmarked: a diagnosis is
+  exploratory (no multiplicity correction)."""
   return tables.fmt_difference(g, digits=3, half_width=True)
 
 
@@ -49,19 +46,17 @@ def cells_of(rows, method: str) -> list[tuple[str, Mapping[str, Any]]]:
   return [(f'{r}, E={e}', cell) for (r, e), cell in results.group(rows).items() if method in cell]
 
 
-def _ms(cell, method, column, digits=3) -> str:
-  return tables.fmt_mean_std(cell.get(method), column, digits)
-
-
 def _cell(kind: str, column: str, cell, method: str, baseline: str) -> str:
+  """A measurement cell: `kind` 'gap', 'inverse' (1 / mean), 'both', 'method' or 'baseline'."""
+  def ms(name, digits=3):
+    return tables.fmt_mean_std(cell.get(name), column, digits)
   if kind == 'gap':
     return fmt_gap(gap(cell, method, baseline, column))
   if kind == 'inverse':
     return f'{1.0 / results.mean(cell[method], column):.2f}'
   if kind == 'both':
-    return f'{_ms(cell, method, column)} / {_ms(cell, baseline, column)}'
-  digits = 2 if column == 'final_mean_logit' else 3
-  return _ms(cell, method if kind == 'method' else baseline, column, digits)
+    return f'{ms(method)} / {ms(baseline)}'
+  return ms(method if kind == 'method' else baseline, 2 if column == 'final_mean_logit' else 3)
 
 
 def _measure_table(cells, method, baseline, columns, needs: Optional[str] = None) -> list[str]:
@@ -93,8 +88,8 @@ def _measurement(name: str, cells, method: str, baseline: str) -> list[str]:
 
 
 def variant_baseline(method: str, rows, default: str = BASELINE) -> str:
-  """The method `method` is compared with: its variant's `baseline` where that ran in `rows`
-  (a clipped variant against FedAvg clipped alike), else `default`."""
+  """Its variant's own `baseline` where that ran in `rows` (a clipped variant against FedAvg
+  clipped alike), else `default`."""
   own = methods_lib.VARIANTS[method][1].baseline if method in methods_lib.VARIANTS else None
   return own if own is not None and any(r['method'] == own for r in rows) else default
 
@@ -127,11 +122,11 @@ def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
 
 
 def _reading(algorithm: str) -> Optional[str]:
-  """What the diagnosis of `algorithm` reads and why: its item in docs/experiments.md's "What
-  each method's diagnosis reads" (`- `name`: ...`, one paragraph), None without one."""
+  """The item `- `algorithm`: ...` of docs/experiments.md's "What each method's diagnosis
+  reads", joined into one line; None without one."""
   try:
     with open(_DOCS) as f:
-      _, heading, items = f.read().partition(_READINGS + '\n')
+      _, heading, items = f.read().partition("### What each method's diagnosis reads\n")
   except OSError:
     return None
   item = re.search(rf'^- `{re.escape(algorithm)}`: (.*(?:\n  .*)*)', items, re.MULTILINE)
@@ -140,14 +135,9 @@ def _reading(algorithm: str) -> Optional[str]:
 
 def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
             baseline: str = BASELINE, statistic: str = 'final_accuracy') -> Optional[str]:
-  """The diagnosis of `method` (of `algorithm`, or one of `methods.VARIANTS`) on column
-  `statistic`: the paired gap against `baseline` (a variant's own where that ran) per regime and
-  E, the measurement that tests the algorithm's reading, its variants' gaps; None for the
-  baseline.
-
-  Raises:
-    ValueError: if `method` has no run in `rows`.
-  """
+  """The diagnosis of `method` (of `algorithm` or a `methods.VARIANTS`) on `statistic`: its
+  paired gap to `baseline` (`variant_baseline`) per cell, the measurements that test its reading,
+  its variants' gaps; None for the baseline. Raises ValueError if `method` has no run."""
   if method == baseline:
     return None
   cells = cells_of(rows, method)
@@ -174,16 +164,10 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
 
 
 def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline: str) -> str:
-  """The reading of the positive control: `method` against `baseline` in the first regime
-  `method` ran in, paired over seeds, on the global model's training loss (`--eval_train_loss`).
-  Reproduced when `method`'s loss over the last quarter of the rounds is lower and its largest
-  rise above the running minimum smaller, both with 95% intervals excluding 0, and that rise at
-  most half the baseline's (a steadier run, not a marginally smoother one).
-
-  Raises:
-    ValueError: `method` has no run in `rows`, or either method has no run in that regime
-      carrying the global training loss.
-  """
+  """The positive control's reading, `method` against `baseline` paired in `method`'s first
+  regime: reproduced where its tail global training loss and its largest rise are both lower
+  (95% intervals excluding 0), that rise at most half the baseline's. Raises ValueError without
+  a run of `method`, or of either with the global training loss (`--eval_train_loss`)."""
   cells = sorted(cells_of(rows, method), key=lambda x: x[0])
   if not cells:
     raise ValueError(f'the positive control has no run of {method!r}')

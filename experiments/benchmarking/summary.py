@@ -40,7 +40,6 @@ def _word(d, config, cell, method: str, against: str) -> str:
 
 
 def _mean(config, cell, method: str) -> str:
-  """`method`'s mean primary statistic in `cell`, 3 digits."""
   return tables.fmt(results_lib.mean(cell.get(method, {}),
                                      results_lib.primary_statistic(config)), 3)
 
@@ -50,8 +49,7 @@ def _grouped(groups) -> str:
 
 
 def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
-  """One line per cell: the methods grouped by verdict, with their Δ (and, for beats / loses,
-  the interval and Holm p)."""
+  """One line per cell: `pairs` grouped by verdict, each with `_said`."""
   found = results_lib.comparisons(rows, config, pairs)
   baseline = config['baseline']
   lines = []
@@ -68,7 +66,6 @@ def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
 
 
 def _provisional(config) -> str:
-  """The protocol flaws of the runs, from their config."""
   extra, seeds = results_lib.unequal_search(config)[0], config.get('report_seeds') or []
   flaws = ([f'only {", ".join(extra)} searched server learning rates {config["baseline"]} did '
             'not'] if extra else []) + ([f'{len(seeds)} seeds'] if len(seeds) < 10 else [])
@@ -86,8 +83,7 @@ def _rule(rows, config, pairs=()) -> str:
 
 
 def _said(d, word: str, method: str, against: str) -> str:
-  """A comparison's words after its method's name: Δ, and the interval with the Holm p for
-  beats / loses, the reason for identical."""
+  """Δ, with the interval and Holm p for beats / loses, the reason for identical."""
   if d.n < 2:
     return f'{d.mean:+.3f} (one seed)'
   if word == 'identical':
@@ -100,8 +96,7 @@ def _said(d, word: str, method: str, against: str) -> str:
 
 
 def family_groups(rows, config) -> list[tuple[str, str, int, str, dict[str, list[str]]]]:
-  """(cell name, regime, E, reference, verdict word -> 'method Δ ...') for every primary regime
-  and E and each of its references (`results.cell_references`), from the primary family."""
+  """(cell name, regime, E, reference, verdict -> ['method Δ ...']) over the primary family."""
   tested = results_lib.family(rows, config)
   out = []
   for name, regime, e, cell in _cells(rows, config):
@@ -118,8 +113,8 @@ def family_groups(rows, config) -> list[tuple[str, str, int, str, dict[str, list
 
 
 def family_lines(rows, config) -> list[str]:
-  """One line per primary regime, E and reference: the methods grouped by verdict; then one per
-  primary regime and E: the methods grouped by their verdict against every baseline."""
+  """Per primary regime and E a line per reference and one against every baseline: the
+  methods grouped by verdict."""
   cells, datasets = results_lib.group(rows), results_lib.regime_datasets(rows)
   every, lines = results_lib.every_baseline(rows, config), []
   found = family_groups(rows, config)
@@ -139,8 +134,7 @@ def family_lines(rows, config) -> list[str]:
 
 
 def untested_lines(rows, config) -> list[str]:
-  """The differences outside the primary family, without words: every method against the
-  baseline in the other regimes; the baselines against the baseline in the family's."""
+  """The differences against the baseline outside the primary family, without words."""
   baseline = config['baseline']
   found = results_lib.comparisons(rows, config)
   lines = []
@@ -155,7 +149,7 @@ def untested_lines(rows, config) -> list[str]:
 
 
 def _norm_ratios(rows, method: str) -> str:
-  """The range over cells of `method`'s mean norm ratio ('' where it reports none)."""
+  """The range over cells of `method`'s mean norm ratio ('' for none)."""
   means = [m for cell in results_lib.group(rows).values() if method in cell
            for m in [results_lib.mean(cell[method], 'norm_ratio')] if not math.isnan(m)]
   return f'{min(means):.2f}-{max(means):.2f}' if means else ''
@@ -172,8 +166,7 @@ def _plateau_sentence(config, curves) -> str:
 
 
 def _power_sentence(rows, config) -> str:
-  """How many of the primary family's comparisons are underpowered (`results.detectable` at the
-  family's first Holm level above the dataset's target), per regime."""
+  """Per regime, the primary comparisons whose `results.detectable` exceeds the target."""
   level, datasets = results_lib.holm_level(rows, config), results_lib.regime_datasets(rows)
   weak: dict[str, list[float]] = {}
   for (regime, _, _, _), d in results_lib.family(rows, config).items():
@@ -192,9 +185,8 @@ def _power_sentence(rows, config) -> str:
 
 
 def verdicts(rows, config, curves) -> str:
-  """The comparison in words (docs/methods.md): the primary family, regime by regime and
-  reference by reference, with each difference, interval and Holm p; the differences outside it
-  without words; the plateau and the power."""
+  """The comparison in words (docs/methods.md): scope, rule, `family_lines`, `untested_lines`,
+  plateau and power."""
   tuning = config['tuning']
   methods = results_lib.orders(rows, config)[1]
   search = text('summary_tuned', server=' and server' if tuning.get('tune_server_lr') else '',
@@ -218,10 +210,8 @@ def verdicts(rows, config, curves) -> str:
 
 
 def readme(rows, config, curves) -> str:
-  """The README's table: a row per compared method, per primary regime its verdict against the
-  baseline (with its Δ) and against every baseline (`results.every_baseline`); the baseline's
-  statistic in the first row; the words, the family and the caveats as `verdicts` gives them
-  (its full text: docs/methods.md)."""
+  """The README's table: per compared method and primary regime its verdict against the
+  baseline and against every baseline; the baseline's mean first."""
   baseline = config['baseline']
   tested, every = results_lib.family(rows, config), results_lib.every_baseline(rows, config)
   datasets, cells = results_lib.regime_datasets(rows), results_lib.group(rows)
@@ -258,9 +248,8 @@ _SHORT = {'beats every baseline': 'beats all', 'loses to a baseline': 'loses to 
 
 
 def _variants(rows, config, wanted, ratios: bool = False) -> str:
-  """The (method, against) of `wanted` that ran (against None: the baseline) compared, with what
-  each ran with that its parent did not (`tables.variant_differences`: a variant that changes
-  more than one thing is said to) and, with `ratios`, their norm ratios."""
+  """`wanted`'s (method, against) that ran (None: the baseline) compared, with the settings
+  that differ from its parent's and, with `ratios`, the norm ratios."""
   present = {r['method'] for r in rows}
   pairs = [(m, b or config['baseline']) for m, b in wanted
            if m in present and (b is None or b in present)]
@@ -291,8 +280,7 @@ BLOCKS: dict[str, Callable[..., str]] = {
 
 
 def render(name: str, directory: str, root: str = ROOT) -> str:
-  """The text of block `name` from the results in `root/directory`: paragraphs and '- ' bullets
-  wrapped at 100 columns (bullets continue indented; table rows are not wrapped)."""
+  """Block `name` from the results in `root/directory`, wrapped at 100 columns (not tables)."""
   if name not in BLOCKS:
     raise _checks.ArgumentError(
         f'unknown measured block {name!r}; {_checks.one_of(sorted(BLOCKS))}', argument='name',
@@ -305,12 +293,8 @@ def render(name: str, directory: str, root: str = ROOT) -> str:
 
 
 def check_file(path: str, root: str = ROOT, *, write: bool = False) -> list[str]:
-  """The blocks of `path` whose text differs from what their results give (empty: all agree);
-  `write` rewrites them.
-
-  Raises:
-    ValueError: a block without its end marker or an unknown block name.
-  """
+  """The blocks of `path` that differ from their results (`write`: rewrites them); raises
+  ValueError for a block without its end marker."""
   with open(path) as f:
     content = f.read()
   out, last, stale = [], 0, []
