@@ -13,10 +13,8 @@ from experiments.benchmarking.tables import fmt, fmt_difference, fmt_p, markdown
 
 
 def power_table(rows, config: Mapping[str, Any]) -> str:
-  """Each primary comparison's own minimal detectable difference at the family's first Holm
-  level, from its own paired sd (`results.detectable`), "underpowered" where it exceeds its
-  dataset's target (`results.detect_for`); a row per (regime, E, method), a column per
-  baseline. '' without a family."""
+  """Each primary comparison's `results.detectable` at `holm_level`, "underpowered" above its
+  dataset's target; a row per (regime, E, method), a column per reference; '' without one."""
   found, level = results.family(rows, config), results.holm_level(rows, config)
   datasets, table, weak = results.regime_datasets(rows), {}, 0
   against = list(dict.fromkeys(b for *_, b in found))
@@ -36,9 +34,8 @@ def power_table(rows, config: Mapping[str, Any]) -> str:
 
 
 def speed_table(rows, config: Mapping[str, Any]) -> str:
-  """Rounds to the speed target (`results.speed`) per regime, E and method: the mean and the
-  seeds that never reach it, and the paired difference with the baseline, in rounds (a run that
-  never reaches it counted at the horizon + 1); no test."""
+  """`results.speed` per regime, E and method: mean rounds, seeds never reaching the target,
+  the paired difference with the baseline in rounds (no test)."""
   out = []
   for (regime, e), (target, per) in results.speed(rows, config).items():
     base = per[config['baseline']][0]
@@ -58,9 +55,8 @@ def speed_table(rows, config: Mapping[str, Any]) -> str:
 
 
 def collapse_section(rows, config: Mapping[str, Any]) -> str:
-  """The collapsed runs named per regime, E and method (seed, statistic, majority rate where
-  known), each method's count against the baseline's with Fisher's exact test (two-sided,
-  unadjusted), and how many runs' majority rate is unknown (twice chance and one class only)."""
+  """The collapsed runs per regime, E and method, each count against the baseline's (Fisher's
+  exact test, two-sided, unadjusted), and how many runs' majority rate is unknown."""
   key, baseline, lines = results.primary_statistic(config), config['baseline'], []
   for regime, e, cell in results.cells(rows, config):
     base = cell.get(baseline, {})

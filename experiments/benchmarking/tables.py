@@ -192,8 +192,7 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
 def composition_table(rows, config) -> str:
   """Each composition `B+A` against its `B` (with the primary family's Holm p where tested)
   and against the baseline (as FedGH's Table II), per regime and E; '' when none ran with `B`."""
-  baseline = config['baseline']
-  key = results.primary_statistic(config)
+  baseline, key = config['baseline'], results.primary_statistic(config)
   tested = results.family(rows, config)
   pairs = [(m, methods_lib.composition_parts(m)[0]) for m in results.orders(rows, config)[1]
            if methods_lib.composition_parts(m)]
@@ -206,10 +205,8 @@ def composition_table(rows, config) -> str:
 
   def own_cells(regime, e, method, own, d):
     primary = tested.get((regime, e, method, own))
-    if primary is not None:
-      return delta_cell(primary, False, mark=results.significant(primary),
-                        pair=(method, own)), fmt_p(primary.p_value)
-    return delta_cell(d, False, mark=False, pair=(method, own)), 'no test'
+    return (delta_cell(primary or d, False, mark=results.significant(primary), pair=(method, own)),
+            'no test' if primary is None else fmt_p(primary.p_value))
   return markdown_table(
       ['regime', 'E', 'composition', 'its baseline', 'Δ vs its baseline [95% CI]',
        'Holm p (primary family)', f'Δ vs {baseline}', f'its baseline\'s Δ vs {baseline}'],
@@ -226,12 +223,9 @@ def windows_table(rows, config) -> str:
   found = [results.family(rows, config, back) for back in (3, 2, 1, 0)]
   if not found[-1]:
     return ''
-  cells = results.group(rows)
-  words = {}
-  for k in found[-1]:
-    regime, e, method, against = k
-    chance = results.at_chance(cells[(regime, e)], method, against)
-    words[k] = [results.verdict(f.get(k), results.margin(config), chance) for f in found]
+  cells, margin = results.group(rows), results.margin(config)
+  words = {k: [results.verdict(f.get(k), margin, results.at_chance(cells[k[:2]], *k[2:]))
+               for f in found] for k in found[-1]}
   same = sum(len(set(w)) == 1 for w in words.values())
   changed = [[f'`{regime}`', e, method, against, *w]
              for (regime, e, method, against), w in words.items() if len(set(w)) > 1]
@@ -249,9 +243,7 @@ def epoch_effect_table(rows, config) -> str:
   """Per method and E: its mean gain over regimes, and in how many Holm finds it > 0 / < 0."""
   baseline = config['baseline']
   regimes, methods, epochs = results.orders(rows, config)
-  found = results.comparisons(rows, config)
-  cells = results.group(rows)
-  out = []
+  found, cells, out = results.comparisons(rows, config), results.group(rows), []
   for method in [m for m in methods if m != baseline]:
     parts = []
     for e in epochs:
@@ -266,22 +258,19 @@ def epoch_effect_table(rows, config) -> str:
 
 def losses_list(rows, config) -> str:
   """The primary family's comparisons a method loses (Holm agrees), with what was measured."""
-  cells = results.group(rows)
-  lines = []
+  cells, lines = results.group(rows), []
   for (regime, e, method, against), d in results.family(rows, config).items():
     cell = cells[(regime, e)]
     if results.verdict(d, chance=results.at_chance(cell, method, against)) != 'loses':
       continue
-    row = next(iter(cell[method].values()))
-    bits = [f'Δ {fmt_difference(d)}, Holm p {fmt_p(d.p_value)}']
-    ratio = results.mean(cell[method], 'norm_ratio')
-    if not math.isnan(ratio):
-      bits.append(f'norm ratio {ratio:.3f}')
-    if _diverged(cell[method]):
-      bits.append(f'{_diverged(cell[method])} seeds diverged')
-    bits.append(f'client lr {row.get("client_lr")}, server lr {row.get("server_lr")}, '
-                f'{row.get("hparams")}')
-    lines.append(f'- {method} against {against}, {regime}, E={e}: ' + '; '.join(bits))
+    row, ratio = next(iter(cell[method].values())), results.mean(cell[method], 'norm_ratio')
+    bits = [f'Δ {fmt_difference(d)}, Holm p {fmt_p(d.p_value)}',
+            '' if math.isnan(ratio) else f'norm ratio {ratio:.3f}',
+            f'{_diverged(cell[method])} seeds diverged' if _diverged(cell[method]) else '',
+            f'client lr {row.get("client_lr")}, server lr {row.get("server_lr")}, '
+            f'{row.get("hparams")}']
+    lines.append(f'- {method} against {against}, {regime}, E={e}: '
+                 + '; '.join(filter(None, bits)))
   return '\n'.join(lines) + '\n' if lines else 'No method loses where Holm agrees.\n'
 
 
