@@ -155,8 +155,7 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
       ('best (test-selected) - final: {m} / {b}', 'both', 'accuracy_drop')])
   lines += ['', text('gap_note'), '']
   for measurement in _MEASURED.get(algorithm, ['conflict']):
-    part = _measurement(measurement, cells, method, baseline)
-    lines += part + [''] if part else []
+    lines += [*part, ''] if (part := _measurement(measurement, cells, method, baseline)) else []
   if not variant:
     lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '',
               *_variant_table(rows, cells, method, baseline, statistic)]
@@ -168,10 +167,9 @@ def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline:
   regime: reproduced where its tail global training loss and its largest rise are both lower
   (95% intervals excluding 0), that rise at most half the baseline's. Raises ValueError without
   a run of `method`, or of either with the global training loss (`--eval_train_loss`)."""
-  cells = sorted(cells_of(rows, method), key=lambda x: x[0])
-  if not cells:
+  regime, cell = min(cells_of(rows, method), key=lambda x: x[0], default=(None, None))
+  if cell is None:
     raise ValueError(f'the positive control has no run of {method!r}')
-  regime, cell = cells[0]
   for name in (method, baseline):
     if not results.by_seed(cell.get(name, {}), 'tail_global_train_loss'):
       raise ValueError(f'{name!r} has no run in regime {regime!r} with the global training '
@@ -186,8 +184,7 @@ def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline:
                              ('final_accuracy', 'final test accuracy'))])
   loss, rise = (gap(cell, method, baseline, c)
                 for c in ('tail_global_train_loss', 'global_train_loss_rise'))
-  reproduced = (loss is not None and rise is not None and loss.excludes_zero and loss.mean < 0
-                and rise.excludes_zero and rise.mean < 0
+  reproduced = (all(d is not None and d.excludes_zero and d.mean < 0 for d in (loss, rise))
                 and rise.mean <= -0.5 * results.mean(cell[baseline], 'global_train_loss_rise'))
   return (f'{table}\nReading: the published effect is '
           + text('control_reproduced' if reproduced else 'control_not_reproduced') + '\n')

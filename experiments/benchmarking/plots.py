@@ -75,12 +75,10 @@ def _stem(regime: str, epochs: int) -> str:
   return f'{runs_lib.slug(regime.replace("#C=", "C"))}_E{epochs}'
 
 
-def _diverged_label(method: str, runs) -> str:
-  """`method`, with how many of its `runs` diverged (drawn at chance from then on)."""
-  runs = list(runs)
-  diverged = sum(results.is_true(row.get('diverged')) for row in runs)
-  return (f'{method} ({diverged}/{len(runs)} diverged, at chance after)' if diverged
-          else method)
+def _diverged_label(method: str, per_seed) -> str:
+  """`method`, with how many of its runs diverged (drawn at chance from then on)."""
+  diverged = sum(results.is_true(row.get('diverged')) for row in per_seed.values())
+  return f'{method} ({diverged}/{len(per_seed)} diverged, at chance after)' if diverged else method
 
 
 def _curve_plots(rows, config, methods, plots_dir: str) -> dict[str, str]:
@@ -99,7 +97,7 @@ def _curve_plots(rows, config, methods, plots_dir: str) -> dict[str, str]:
                               (loss_curve, 'train_loss', loss_label)):
       name = f'{what}_{_stem(regime, e)}.png'
       counted = key == 'accuracy_curve'   # a diverged run at chance from then on, as counted
-      labels = {m: _diverged_label(m, cell[m].values()) if counted and m in cell else m
+      labels = {m: _diverged_label(m, cell[m]) if counted and m in cell else m
                 for m in methods}
       curves = {labels[m]: [runs_lib.counted_curve(row) if counted
                             else runs_lib.decode_curve(row.get(key)) for row in runs]
@@ -120,9 +118,8 @@ def _gain_plot(rows, baseline: str, orders, found, path: str, ylabel: str) -> bo
   for method, (j, e) in itertools.product(methods, enumerate(epochs)):
     if method == baseline:
       continue
-    points = [(results.regime_conflict(cells[(r, e)], baseline)[0], found[(r, e, method)])
-              for r in regimes if (r, e, method) in found]
-    points = [(conflict, d) for conflict, d in points if conflict is not None]
+    points = [(c, found[(r, e, method)]) for r in regimes if (r, e, method) in found
+              for c in [results.regime_conflict(cells[(r, e)], baseline)[0]] if c is not None]
     if points:
       ds = [d for _, d in points]
       all_means += [d.mean for d in ds]

@@ -36,22 +36,19 @@ def power_table(rows, config: Mapping[str, Any]) -> str:
 def speed_table(rows, config: Mapping[str, Any]) -> str:
   """`results.speed` per regime, E and method: mean rounds, seeds never reaching the target,
   the paired difference with the baseline in rounds (no test)."""
-  out = []
-  for (regime, e), (target, per) in results.speed(rows, config).items():
-    base = per[config['baseline']][0]
-    for method, (rounds, never) in per.items():
-      d = (None if method == config['baseline'] else
-           stats.paired_difference(rounds, base))
-      out.append([f'`{regime}`', e, f'{target:.4f}', method,
-                  f'{sum(rounds.values()) / len(rounds):.1f}', f'{never} of {len(rounds)}',
-                  '—' if method == config['baseline'] else fmt_difference(d, digits=1)])
+  baseline = config['baseline']
+  out = [[f'`{regime}`', e, f'{target:.4f}', method, f'{sum(rounds.values()) / len(rounds):.1f}',
+          f'{never} of {len(rounds)}', '—' if method == baseline else fmt_difference(
+              stats.paired_difference(rounds, per[baseline][0]), digits=1)]
+         for (regime, e), (target, per) in results.speed(rows, config).items()
+         for method, (rounds, never) in per.items()]
   if not out:
     return ''
-  return text('speed_intro', fraction=results.speed_target(config), baseline=config['baseline'],
+  return text('speed_intro', fraction=results.speed_target(config), baseline=baseline,
               label=results.statistic_label(results.primary_statistic(config), config)
               ) + '\n\n' + markdown_table(
       ['regime', 'E', 'target', 'method', 'rounds (mean)', 'never reached',
-       f'Δ rounds vs {config["baseline"]} [95% CI]'], out)
+       f'Δ rounds vs {baseline} [95% CI]'], out)
 
 
 def collapse_section(rows, config: Mapping[str, Any]) -> str:

@@ -145,38 +145,27 @@ def power_line(cell, *, baseline: str, config: Mapping[str, Any]) -> str:
               most=max(needed))
 
 
-def regime_notes(regime: str, dataset: str, config: Mapping[str, Any], cell=None) -> str:
-  """The baselines identical to the baseline, a transferred tuning, outside the family."""
-  notes = []
-  if cell is not None and regime in results.primary_regimes(config):
-    same = [b for b in results.references(config)
-            if b in cell and b not in results.cell_references(cell, config)]
-    if same:
-      notes.append(text('same_as_baseline', same=', '.join(same), baseline=config['baseline']))
-  source = results.transferred_from(config, regime, dataset)
-  if source:
-    notes.append(text('transferred', source=source))
-  if regime not in results.primary_regimes(config):
-    notes.append(text('outside_family'))
-  return ' '.join(notes)
-
-
 def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
-  """(regime, E, heading line, table) for every cell."""
+  """(regime, E, heading line, table) for every cell; the heading names the baselines identical
+  to the baseline, a transferred tuning, the power outside the family and the conflict."""
   baseline, key = config['baseline'], results.primary_statistic(config)
   methods = results.orders(rows, config)[1]
   found, tested = results.comparisons(rows, config), results.family(rows, config)
   every, datasets = results.every_baseline(rows, config), results.regime_datasets(rows)
   out = []
   for regime, e, cell in results.cells(rows, config):
-    conflict, source = results.regime_conflict(cell, baseline)
-    primary = regime in results.primary_regimes(config)
+    conflict, whose = results.regime_conflict(cell, baseline)
+    primary, refs = regime in results.primary_regimes(config), results.cell_references(cell, config)
+    same = [b for b in results.references(config) if primary and b in cell and b not in refs]
+    source = results.transferred_from(config, regime, datasets[regime])
     heading = ' '.join(filter(None, (
-        regime_notes(regime, datasets[regime], config, cell),
+        text('same_as_baseline', same=', '.join(same), baseline=baseline) if same else '',
+        text('transferred', source=source) if source else '',
+        '' if primary else text('outside_family'),
         '' if primary else power_line(cell, baseline=baseline, config=config),
-        f'Measured conflict fraction {conflict:.3f} ({source}).' if conflict is not None
+        f'Measured conflict fraction {conflict:.3f} ({whose}).' if conflict is not None
         else '')))
-    against = results.cell_references(cell, config) if primary else [baseline]
+    against = refs if primary else [baseline]
     per = {baseline: {m: d for (r, ee, m), d in found.items() if (r, ee) == (regime, e)}}
     for b in against[1:]:   # the primary family's; the baselines against each other: no test
       per[b] = {m: tested.get((regime, e, m, b)) or d._replace(family='')
