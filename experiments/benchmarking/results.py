@@ -27,10 +27,8 @@ _IDENTITY = ('regime', 'method', 'epochs', 'seed')  # the cells that place a row
 def write_csv(path: str, rows: Sequence[Mapping[str, Any]],
               columns: Sequence[str] = ()) -> None:
   """Writes `rows` atomically: `columns` first, then every other key in first-seen order."""
-  names = list(columns)
-  for row in rows:
-    names += [k for k in row if k not in names]
-  files.write_csv_atomically(path, names, rows)
+  files.write_csv_atomically(path, list(dict.fromkeys([*columns, *(k for r in rows for k in r)])),
+                             rows)
 
 
 class DamagedRunsFile(ValueError):

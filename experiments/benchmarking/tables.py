@@ -451,8 +451,8 @@ def tuning_section(choices, config) -> str:
     tried = {c['method']: set(c['server_lrs_tried']) for c in here}
     if baseline in tried:
       missing = sorted(set().union(*tried.values()) - tried[baseline])
-      out.append(text('tuning_unequal', baseline=baseline, missing=_lrs(missing)) + '\n'
-                 if missing else text('tuning_equal', baseline=baseline) + '\n')
+      out.append(text('tuning_unequal' if missing else 'tuning_equal', baseline=baseline,
+                      missing=_lrs(missing)) + '\n')
   return '\n'.join(out)
 
 
