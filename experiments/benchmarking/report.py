@@ -132,8 +132,7 @@ def results_dir_for(results_md: str) -> str:
 def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -> str:
   """Copies `root`'s result files (and its positive control's) to `results_dir_for` (`root` may
   be it), then writes `header` and the report one level down to RESULTS.md; returns the dir."""
-  target = results_dir_for(results_md)
-  control = config_lib.control_root(root)
+  target, control = results_dir_for(results_md), config_lib.control_root(root)
   for source_dir, target_dir in [(root, target)] + (
       [(control, os.path.join(target, config_lib.CONTROL_DIR))] if control else []):
     os.makedirs(target_dir, exist_ok=True)

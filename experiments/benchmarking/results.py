@@ -337,11 +337,9 @@ def against_every(words: Sequence[str]) -> str:
   baseline' only where it beats each; 'loses to a baseline' where it loses to one."""
   if 'loses' in words:
     return 'loses to a baseline'
-  for word, said in (('beats', 'beats every baseline'), ('ties', 'ties every baseline'),
-                     ('both collapsed', 'both collapsed'), ('identical', 'identical')):
-    if words and all(w == word for w in words):
-      return said
-  return 'inconclusive'
+  alike = {'beats': 'beats every baseline', 'ties': 'ties every baseline',
+           'both collapsed': 'both collapsed', 'identical': 'identical'}
+  return alike.get(words[0], 'inconclusive') if len(set(words)) == 1 else 'inconclusive'
 
 
 def every_baseline(rows, config: Mapping[str, Any]
