@@ -109,11 +109,12 @@ def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
   present = [v for v in variants if any(r['method'] == v for r in rows)]
   if not present:
     return [text('no_variant', method=method, variants=', '.join(variants) or 'none')]
-  table = [[v, methods_lib.described(v), _reading(v) or '', reference] + [
-      '-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})' for _, cell in cells
-      for base, ours in [(gap(cell, method, baseline, statistic),
-                          gap(cell, v, reference, statistic))]]
-           for v in present for reference in [variant_baseline(v, rows, baseline)]]
+  def row(v, reference):
+    return [v, methods_lib.described(v), _reading(v) or '', reference] + [
+        '-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})'
+        for base, ours in ((gap(c, method, baseline, statistic), gap(c, v, reference, statistic))
+                           for _, c in cells)]
+  table = [row(v, variant_baseline(v, rows, baseline)) for v in present]
   return [tables.markdown_table(['variant', 'changes', 'question', 'compared with']
                                 + [f'{label}: gap' for label, _ in cells], table).rstrip()]
 

@@ -56,9 +56,9 @@ def verdict_lines(rows, config, pairs: Sequence[tuple[str, str]]) -> list[str]:
   """One line per cell: `pairs` grouped by verdict, each with `_said`."""
   found, baseline, lines = results_lib.comparisons(rows, config, pairs), config['baseline'], []
   for name, regime, e, cell in _cells(rows, config):
-    said = [(w, f'{m if b == baseline else f"{m} (against {b})"} {_said(d, w, m, b)}')
-            for m, b in pairs for d in [found.get((regime, e, m))] if d is not None
-            for w in [_word(d, config, cell, m, b)]]
+    said = [_said(found[(regime, e, m)], config, cell, m, b,
+                  m if b == baseline else f'{m} (against {b})')
+            for m, b in pairs if (regime, e, m) in found]
     lines.append(f'- {name} ({baseline} {_mean(config, cell, baseline)}): {_grouped(said)}.')
   return lines
 
@@ -80,17 +80,19 @@ def _rule(rows, config, pairs=()) -> str:
                       f'of their own, "{results_lib.OTHERS}"') if others else '')
 
 
-def _said(d, word: str, method: str, against: str) -> str:
-  """Δ, with the interval and Holm p for beats / loses, the reason for identical."""
+def _said(d, config, cell, method: str, against: str, label: str) -> tuple[str, str]:
+  """(verdict word, `label` then Δ: with the interval and Holm p for beats / loses, the reason
+  for identical)."""
+  word = _word(d, config, cell, method, against)
   if d.n < 2:
-    return f'{d.mean:+.3f} (one seed)'
+    return word, f'{label} {d.mean:+.3f} (one seed)'
   if word == 'identical':
     reason = methods_lib.identical_reason(method, against)
-    return f'in every seed ({reason})' if reason else 'in every seed'
-  said = f'{d.mean:+.3f}'
+    return word, f'{label} in every seed' + (f' ({reason})' if reason else '')
+  said = f'{label} {d.mean:+.3f}'
   if word in ('beats', 'loses'):
     said += f' [{d.low:+.3f}, {d.high:+.3f}], Holm p {tables.fmt_p(d.p_value)}'
-  return said
+  return word, said
 
 
 def family_lines(rows, config) -> list[str]:
@@ -105,8 +107,8 @@ def family_lines(rows, config) -> list[str]:
     source = results_lib.transferred_from(config, regime, datasets[regime])
     where = f'{name}, tuning transferred from `{source}`' if source else name
     lines += [f'- {where}, against {b} {_mean(config, cell, b)}: ' + _grouped(
-        (w, f'{m} {_said(d, w, m, b)}') for (r, ee, m, bb), d in tested.items()
-        if (r, ee, bb) == (regime, e, b) for w in [_word(d, config, cell, m, b)]) + '.'
+        _said(d, config, cell, m, b, m) for (r, ee, m, bb), d in tested.items()
+        if (r, ee, bb) == (regime, e, b)) + '.'
               for b in against]
     lines.append(f'- {where}, against every baseline: ' + _grouped(
         ((w, m) for (r, ee, m), (w, _) in every.items() if (r, ee) == (regime, e)), None) + '.')
