@@ -268,10 +268,10 @@ def family(rows, config: Mapping[str, Any], back: int = 0
     for method in methods if regime in primary else []:
       for against in cell_references(cell, config):
         if method in cell and against in cell:
-          found[(regime, e, method, against)] = stats.paired_difference(*(
-              {s: v for s, r in cell[m].items() for v in [window_statistic(r, back, last_k)]
-               if v is not None} for m in (method, against))) if back else difference(
-                   cell, method, against, key)
+          found[(regime, e, method, against)] = (
+              difference(cell, method, against, key) if not back else stats.paired_difference(
+                  *({s: v for s, r in cell[m].items() for v in [window_statistic(r, back, last_k)]
+                     if v is not None} for m in (method, against))))
   return _holm(found, PRIMARY)
 
 
