@@ -13,13 +13,11 @@ from experiments.benchmarking.tables import text
 
 _DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                      'docs', 'experiments.md')
-_READINGS = "### What each method's diagnosis reads"
 BASELINE = 'fedavg'
 gap = results.difference  # (cell, method, baseline, column): method - baseline paired by seed
 _RARE, _COMMON = 'final_rare_pair_error', 'final_common_pair_error'
-# The measurements that test each algorithm's reading (others: the conflict fraction): per
-# measurement its columns' (header, cell kind, column), a run needing the first one's column; a
-# header's {m} / {b} are the method and its baseline.
+# Per algorithm the measurements testing its reading (others: 'conflict'); per measurement its
+# columns' (header, cell kind, column), a run needing the first column; {m} / {b} the two methods.
 _MEASURED = {'fedga': ['pair_errors', 'logit'], 'fedld': ['norm_ratio'],
              'fed_corrective': ['norm_ratio']}
 _MEASUREMENTS = {
@@ -38,9 +36,8 @@ _MEASUREMENTS = {
 
 
 def fmt_gap(g: Optional[stats.Interval]) -> str:
-  """'+0.012 ± 0.003' (mean ± the 95% t-interval's half-width). No significance mark: a
-  diagnosis is exploratory (no multiplicity correction); the Results tables mark what Holm's
-  adjustment keeps."""
+  """'+0.012 ± 0.003' (mean ± the 95% interval's half-width), unmarked: a diagnosis is
+  exploratory (no multiplicity correction)."""
   return tables.fmt_difference(g, digits=3, half_width=True)
 
 
@@ -49,19 +46,17 @@ def cells_of(rows, method: str) -> list[tuple[str, Mapping[str, Any]]]:
   return [(f'{r}, E={e}', cell) for (r, e), cell in results.group(rows).items() if method in cell]
 
 
-def _ms(cell, method, column, digits=3) -> str:
-  return tables.fmt_mean_std(cell.get(method), column, digits)
-
-
 def _cell(kind: str, column: str, cell, method: str, baseline: str) -> str:
+  """A measurement cell: `kind` 'gap', 'inverse' (1 / mean), 'both', 'method' or 'baseline'."""
+  def ms(name, digits=3):
+    return tables.fmt_mean_std(cell.get(name), column, digits)
   if kind == 'gap':
     return fmt_gap(gap(cell, method, baseline, column))
   if kind == 'inverse':
     return f'{1.0 / results.mean(cell[method], column):.2f}'
   if kind == 'both':
-    return f'{_ms(cell, method, column)} / {_ms(cell, baseline, column)}'
-  digits = 2 if column == 'final_mean_logit' else 3
-  return _ms(cell, method if kind == 'method' else baseline, column, digits)
+    return f'{ms(method)} / {ms(baseline)}'
+  return ms(method if kind == 'method' else baseline, 2 if column == 'final_mean_logit' else 3)
 
 
 def _measure_table(cells, method, baseline, columns, needs: Optional[str] = None) -> list[str]:
@@ -93,8 +88,8 @@ def _measurement(name: str, cells, method: str, baseline: str) -> list[str]:
 
 
 def variant_baseline(method: str, rows, default: str = BASELINE) -> str:
-  """The method `method` is compared with: its variant's `baseline` where that ran in `rows`
-  (a clipped variant against FedAvg clipped alike), else `default`."""
+  """Its variant's own `baseline` where that ran in `rows` (a clipped variant against FedAvg
+  clipped alike), else `default`."""
   own = methods_lib.VARIANTS[method][1].baseline if method in methods_lib.VARIANTS else None
   return own if own is not None and any(r['method'] == own for r in rows) else default
 
@@ -114,24 +109,22 @@ def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
   present = [v for v in variants if any(r['method'] == v for r in rows)]
   if not present:
     return [text('no_variant', method=method, variants=', '.join(variants) or 'none')]
-  table = []
-  for v in present:
-    reference = variant_baseline(v, rows, baseline)
-    gaps = [(gap(cell, method, baseline, statistic), gap(cell, v, reference, statistic))
-            for _, cell in cells]
-    table.append([v, methods_lib.described(v), _reading(v) or '', reference] + [
+  def row(v, reference):
+    return [v, methods_lib.described(v), _reading(v) or '', reference] + [
         '-' if ours is None else f'{fmt_gap(ours)} ({_verdict(base, ours)})'
-        for base, ours in gaps])
+        for base, ours in ((gap(c, method, baseline, statistic), gap(c, v, reference, statistic))
+                           for _, c in cells)]
+  table = [row(v, variant_baseline(v, rows, baseline)) for v in present]
   return [tables.markdown_table(['variant', 'changes', 'question', 'compared with']
                                 + [f'{label}: gap' for label, _ in cells], table).rstrip()]
 
 
 def _reading(algorithm: str) -> Optional[str]:
-  """What the diagnosis of `algorithm` reads and why: its item in docs/experiments.md's "What
-  each method's diagnosis reads" (`- `name`: ...`, one paragraph), None without one."""
+  """The item `- `algorithm`: ...` of docs/experiments.md's "What each method's diagnosis
+  reads", joined into one line; None without one."""
   try:
     with open(_DOCS) as f:
-      _, heading, items = f.read().partition(_READINGS + '\n')
+      _, heading, items = f.read().partition("### What each method's diagnosis reads\n")
   except OSError:
     return None
   item = re.search(rf'^- `{re.escape(algorithm)}`: (.*(?:\n  .*)*)', items, re.MULTILINE)
@@ -140,14 +133,9 @@ def _reading(algorithm: str) -> Optional[str]:
 
 def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
             baseline: str = BASELINE, statistic: str = 'final_accuracy') -> Optional[str]:
-  """The diagnosis of `method` (of `algorithm`, or one of `methods.VARIANTS`) on column
-  `statistic`: the paired gap against `baseline` (a variant's own where that ran) per regime and
-  E, the measurement that tests the algorithm's reading, its variants' gaps; None for the
-  baseline.
-
-  Raises:
-    ValueError: if `method` has no run in `rows`.
-  """
+  """The diagnosis of `method` (of `algorithm` or a `methods.VARIANTS`) on `statistic`: its
+  paired gap to `baseline` (`variant_baseline`) per cell, the measurements that test its reading,
+  its variants' gaps; None for the baseline. Raises ValueError if `method` has no run."""
   if method == baseline:
     return None
   cells = cells_of(rows, method)
@@ -165,8 +153,7 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
       ('best (test-selected) - final: {m} / {b}', 'both', 'accuracy_drop')])
   lines += ['', text('gap_note'), '']
   for measurement in _MEASURED.get(algorithm, ['conflict']):
-    part = _measurement(measurement, cells, method, baseline)
-    lines += part + [''] if part else []
+    lines += [*part, ''] if (part := _measurement(measurement, cells, method, baseline)) else []
   if not variant:
     lines += ['Variants (same seeds, partition and clients; a variant changes one cause):', '',
               *_variant_table(rows, cells, method, baseline, statistic)]
@@ -174,20 +161,13 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
 
 
 def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline: str) -> str:
-  """The reading of the positive control: `method` against `baseline` in the first regime
-  `method` ran in, paired over seeds, on the global model's training loss (`--eval_train_loss`).
-  Reproduced when `method`'s loss over the last quarter of the rounds is lower and its largest
-  rise above the running minimum smaller, both with 95% intervals excluding 0, and that rise at
-  most half the baseline's (a steadier run, not a marginally smoother one).
-
-  Raises:
-    ValueError: `method` has no run in `rows`, or either method has no run in that regime
-      carrying the global training loss.
-  """
-  cells = sorted(cells_of(rows, method), key=lambda x: x[0])
-  if not cells:
+  """The positive control's reading, `method` against `baseline` paired in `method`'s first
+  regime: reproduced where its tail global training loss and its largest rise are both lower
+  (95% intervals excluding 0), that rise at most half the baseline's. Raises ValueError without
+  a run of `method`, or of either with the global training loss (`--eval_train_loss`)."""
+  regime, cell = min(cells_of(rows, method), key=lambda x: x[0], default=(None, None))
+  if cell is None:
     raise ValueError(f'the positive control has no run of {method!r}')
-  regime, cell = cells[0]
   for name in (method, baseline):
     if not results.by_seed(cell.get(name, {}), 'tail_global_train_loss'):
       raise ValueError(f'{name!r} has no run in regime {regime!r} with the global training '
@@ -202,8 +182,7 @@ def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline:
                              ('final_accuracy', 'final test accuracy'))])
   loss, rise = (gap(cell, method, baseline, c)
                 for c in ('tail_global_train_loss', 'global_train_loss_rise'))
-  reproduced = (loss is not None and rise is not None and loss.excludes_zero and loss.mean < 0
-                and rise.excludes_zero and rise.mean < 0
+  reproduced = (all(d is not None and d.excludes_zero and d.mean < 0 for d in (loss, rise))
                 and rise.mean <= -0.5 * results.mean(cell[baseline], 'global_train_loss_rise'))
   return (f'{table}\nReading: the published effect is '
           + text('control_reproduced' if reproduced else 'control_not_reproduced') + '\n')

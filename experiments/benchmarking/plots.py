@@ -18,49 +18,34 @@ from experiments.benchmarking import results  # pylint: disable=g-import-not-at-
 from experiments.benchmarking import runs as runs_lib  # pylint: disable=g-import-not-at-top
 
 
-# Twenty colours (matplotlib's ten, then ten darker or other hues), a line style per ten and a
-# marker cycle of 7 (coprime with 10): `style(i)` differs in colour for i < 20 and in (colour,
-# line style) for i < 40.
+# Matplotlib's ten colours, then ten darker or other hues.
 _COLOURS = ('#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
-            '#7f7f7f', '#bcbd22', '#17becf',
-            '#000000', '#393b79', '#637939', '#8c6d31', '#843c39', '#7b4173', '#e7ba52',
-            '#6b6ecf', '#31a354', '#fd8d3c')
-_LINE_STYLES = ('-', '--', ':', '-.')
-_MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X')
+            '#7f7f7f', '#bcbd22', '#17becf', '#000000', '#393b79', '#637939', '#8c6d31',
+            '#843c39', '#7b4173', '#e7ba52', '#6b6ecf', '#31a354', '#fd8d3c')
 
 
 def style(index: int) -> dict[str, str]:
-  """The line style of the `index`-th method of a plot's order: matplotlib's `color`,
-  `linestyle` and `marker` (distinct for every index below 20)."""
-  return {'color': _COLOURS[index % len(_COLOURS)],
-          'linestyle': _LINE_STYLES[index // 10 % len(_LINE_STYLES)],
-          'marker': _MARKERS[index % len(_MARKERS)]}
+  """The `index`-th method's matplotlib `color`, `linestyle` (one per ten) and `marker` (a
+  cycle of 7, coprime with 10): distinct colours below 20."""
+  return {'color': _COLOURS[index % 20], 'linestyle': ('-', '--', ':', '-.')[index // 10 % 4],
+          'marker': ('o', 's', '^', 'D', 'v', 'P', 'X')[index % 7]}
 
 
 def plot_curves(curves: Mapping[str, Sequence[Any]], path: str, *, ylabel: str,
                 title: str = '', order: Sequence[str] = ()) -> bool:
-  """Writes a PNG of one line per label: the mean over seeds, shaded +- one standard deviation
-  where there are several; returns whether a line was drawn (no file otherwise).
-
-  `curves`: label -> per seed a mapping round -> value, or a sequence of values of rounds 1, 2,
-  ...; None, a non-finite value or a missing round is skipped, a label without values not drawn.
-  A label's style is `style` of its position in `order` (labels not in it follow, in `curves`'s
-  order), so that a method looks the same in every plot of one order.
-  """
+  """Writes a PNG of a line per label (`curves`: label -> per seed round -> value, or values of
+  rounds 1, 2, ...; None or non-finite skipped): the mean over seeds +- one sd, styled by its
+  place in `order` (others after); returns whether a line was drawn (no file otherwise)."""
   fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
   drawn = False
   order = list(order) + [label for label in curves if label not in order]
   for label, per_seed in curves.items():
     per_seed = [s if isinstance(s, Mapping) else dict(enumerate(s, start=1)) for s in per_seed]
-    xs, means, stds = [], [], []
-    for r in sorted(set().union(*per_seed)) if per_seed else []:
-      values = [s[r] for s in per_seed if r in s and s[r] is not None and np.isfinite(s[r])]
-      if values:
-        xs.append(r)
-        means.append(float(np.mean(values)))
-        stds.append(float(np.std(values)))
+    values = {r: [s[r] for s in per_seed if r in s and s[r] is not None and np.isfinite(s[r])]
+              for r in sorted(set().union(*per_seed))}
+    xs = [r for r, v in values.items() if v]
     if xs:
-      means, stds = np.array(means), np.array(stds)
+      means, stds = (np.array([float(f(values[r])) for r in xs]) for f in (np.mean, np.std))
       (line,) = ax.plot(xs, means, label=label, linewidth=1.6, markersize=4,
                         markevery=max(1, len(xs) // 12), **style(order.index(label)))
       if len(per_seed) > 1:
@@ -77,7 +62,7 @@ def plot_curves(curves: Mapping[str, Sequence[Any]], path: str, *, ylabel: str,
 
 def _save(fig, ax, path: str, ylabel: str, legend: str = 'small', grid: str = 'both',
           **legend_kwargs) -> None:
-  """Labels `ax` (grid lines on axis `grid`), then writes `fig` atomically in `path`'s format."""
+  """Labels `ax`, then writes `fig` atomically in `path`'s format."""
   ax.set_ylabel(ylabel)
   ax.grid(True, alpha=0.3, axis=grid)
   ax.legend(fontsize=legend, **legend_kwargs)
@@ -90,12 +75,10 @@ def _stem(regime: str, epochs: int) -> str:
   return f'{runs_lib.slug(regime.replace("#C=", "C"))}_E{epochs}'
 
 
-def _diverged_label(method: str, runs) -> str:
-  """`method`, with how many of its seeds' `runs` diverged (drawn at chance from then on)."""
-  runs = list(runs)
-  diverged = sum(results.is_true(row.get('diverged')) for row in runs)
-  return (f'{method} ({diverged}/{len(runs)} diverged, at chance after)' if diverged
-          else method)
+def _diverged_label(method: str, per_seed) -> str:
+  """`method`, with how many of its runs diverged (drawn at chance from then on)."""
+  diverged = sum(results.is_true(row.get('diverged')) for row in per_seed.values())
+  return f'{method} ({diverged}/{len(per_seed)} diverged, at chance after)' if diverged else method
 
 
 def _curve_plots(rows, config, methods, plots_dir: str) -> dict[str, str]:
@@ -103,9 +86,8 @@ def _curve_plots(rows, config, methods, plots_dir: str) -> dict[str, str]:
   written = {}
   for regime, e, cell in results.cells(rows, config):
     ordered = {m: cell[m].values() for m in methods if m in cell}
-    # One loss comparable across methods: the global model's cross-entropy on the training
-    # data. Without it, the clients' mean training loss is each method's own objective
-    # (focal, calibrated, margin ...): labelled so, not comparable across methods.
+    # The global model's cross-entropy on the training data compares methods; without it, the
+    # clients' training loss is each method's own objective (focal, margin ...): labelled so.
     loss_curve, loss_label = (
         ('global_train_loss_curve', 'global model\'s cross-entropy on the training data')
         if any(row.get('global_train_loss_curve') for runs in ordered.values() for row in runs)
@@ -115,7 +97,7 @@ def _curve_plots(rows, config, methods, plots_dir: str) -> dict[str, str]:
                               (loss_curve, 'train_loss', loss_label)):
       name = f'{what}_{_stem(regime, e)}.png'
       counted = key == 'accuracy_curve'   # a diverged run at chance from then on, as counted
-      labels = {m: _diverged_label(m, cell[m].values()) if counted and m in cell else m
+      labels = {m: _diverged_label(m, cell[m]) if counted and m in cell else m
                 for m in methods}
       curves = {labels[m]: [runs_lib.counted_curve(row) if counted
                             else runs_lib.decode_curve(row.get(key)) for row in runs]
@@ -128,8 +110,7 @@ def _curve_plots(rows, config, methods, plots_dir: str) -> dict[str, str]:
 
 
 def _gain_plot(rows, baseline: str, orders, found, path: str, ylabel: str) -> bool:
-  """Each method's gain (95% CI, `found`) against its regime's measured conflict, per E; whether
-  drawn."""
+  """Each method's gain (95% CI) against its regime's conflict, per E; whether drawn."""
   (regimes, methods, epochs), cells = orders, results.group(rows)
   markers = ['o', 's', '^', 'D', 'v', 'P']
   fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
@@ -137,9 +118,8 @@ def _gain_plot(rows, baseline: str, orders, found, path: str, ylabel: str) -> bo
   for method, (j, e) in itertools.product(methods, enumerate(epochs)):
     if method == baseline:
       continue
-    points = [(results.regime_conflict(cells[(r, e)], baseline)[0], found[(r, e, method)])
-              for r in regimes if (r, e, method) in found]
-    points = [(conflict, d) for conflict, d in points if conflict is not None]
+    points = [(c, found[(r, e, method)]) for r in regimes if (r, e, method) in found
+              for c in [results.regime_conflict(cells[(r, e)], baseline)[0]] if c is not None]
     if points:
       ds = [d for _, d in points]
       all_means += [d.mean for d in ds]
@@ -181,9 +161,8 @@ def _epochs_plot(regimes, others, epochs, found, path: str, ylabel: str) -> None
 
 
 def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
-  """Writes the benchmark's plots of runs.csv's `rows`: per regime and E the test accuracy and
-  training loss per round, each method's gain against the regime's conflict, and (several E)
-  the effect of E; returns name -> file name inside `plots_dir`."""
+  """Writes the curves per regime and E, the gain against conflict and (several E) the effect
+  of E; returns name -> file name inside `plots_dir`."""
   os.makedirs(plots_dir, exist_ok=True)
   baseline = config['baseline']
   gain = f'{results.statistic_label(results.primary_statistic(config), config)} − {baseline}'
@@ -201,8 +180,8 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
 
 
 def write_validation_plots(curve_rows, plots_dir: str) -> dict[tuple[str, int], str]:
-  """Per tuning regime and E, each method's chosen candidate's validation accuracy (mean ± std
-  over the tuning seeds); returns (regime, E) -> file name inside `plots_dir`."""
+  """Writes each method's validation accuracy per tuning regime and E; returns (regime, E) ->
+  file name inside `plots_dir`."""
   written = {}
   for (regime, epochs), curves in results.curve_groups(curve_rows).items():
     os.makedirs(plots_dir, exist_ok=True)

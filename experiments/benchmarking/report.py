@@ -19,26 +19,19 @@ REPORT_FILE = 'report.md'
 PLOTS_DIR = 'plots'
 
 
-def _drop_stale(plots_dir: str, written) -> None:
-  """Deletes the plots in `plots_dir` this rendering did not write (of regimes, methods or E
-  no longer in the runs), so that the folder holds the report's plots only."""
-  if os.path.isdir(plots_dir):
-    for name in os.listdir(plots_dir):
-      if name.endswith('.png') and name not in written:
-        os.remove(os.path.join(plots_dir, name))
-
-
 def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
-  """The report's Markdown body from the files under `root`; writes the plots under
-  `root/plots`."""
+  """The report's Markdown from the files under `root`; writes `root/plots` (and deletes the
+  plots there of runs no longer in it)."""
   rows, config, curve_rows = results.load(root)
-  baseline = config['baseline']
-  plots_dir = os.path.join(root, PLOTS_DIR)
+  baseline, plots_dir = config['baseline'], os.path.join(root, PLOTS_DIR)
   plots = plots_lib.write_plots(rows, config, plots_dir) if rows else {}
   validation_plots = plots_lib.write_validation_plots(curve_rows, plots_dir)
   validation = [f'![validation accuracy, {r}, E={e}]({plot_prefix}/{name})' for (r, e), name
                 in validation_plots.items()]
-  _drop_stale(plots_dir, {*plots.values(), *validation_plots.values()})
+  for name in set(os.listdir(plots_dir) if os.path.isdir(plots_dir) else []) - {
+      *plots.values(), *validation_plots.values()}:
+    if name.endswith('.png'):
+      os.remove(os.path.join(plots_dir, name))
 
   def image(key, alt):
     return f'![{alt}]({plot_prefix}/{plots[key]})' if key in plots else ''
@@ -137,12 +130,9 @@ def results_dir_for(results_md: str) -> str:
 
 
 def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -> str:
-  """Writes RESULTS.md, `header` (machine, date, command, ...) then the report one heading level
-  down, after copying the result files (and the positive control's) from `root` to
-  `docs/results/` beside it (`root` may be that directory: the committed data re-rendered);
-  returns that directory."""
-  target = results_dir_for(results_md)
-  control = config_lib.control_root(root)
+  """Copies `root`'s result files (and its positive control's) to `results_dir_for` (`root` may
+  be it), then writes `header` and the report one level down to RESULTS.md; returns the dir."""
+  target, control = results_dir_for(results_md), config_lib.control_root(root)
   for source_dir, target_dir in [(root, target)] + (
       [(control, os.path.join(target, config_lib.CONTROL_DIR))] if control else []):
     os.makedirs(target_dir, exist_ok=True)

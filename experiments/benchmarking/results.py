@@ -27,10 +27,8 @@ _IDENTITY = ('regime', 'method', 'epochs', 'seed')  # the cells that place a row
 def write_csv(path: str, rows: Sequence[Mapping[str, Any]],
               columns: Sequence[str] = ()) -> None:
   """Writes `rows` atomically: `columns` first, then every other key in first-seen order."""
-  names = list(columns)
-  for row in rows:
-    names += [k for k in row if k not in names]
-  files.write_csv_atomically(path, names, rows)
+  files.write_csv_atomically(path, list(dict.fromkeys([*columns, *(k for r in rows for k in r)])),
+                             rows)
 
 
 class DamagedRunsFile(ValueError):
@@ -54,11 +52,8 @@ def _damage(text: str) -> Optional[str]:
 
 
 def read_runs(path: str) -> list[dict[str, Any]]:
-  """runs.csv's rows with numbers parsed (curves, hparams, regime and method stay text).
-
-  Raises:
-    DamagedRunsFile: the file was cut short or edited.
-  """
+  """runs.csv's rows, numbers parsed (curves, hparams, regime, method stay text); raises
+  DamagedRunsFile where the file was cut short or edited."""
   with open(path, newline='') as f:
     problem = _damage(f.read())
   if problem:
@@ -82,30 +77,23 @@ def read_json(path, default):
 
 
 def load(root: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
-  """(runs.csv's rows, config.json's flat settings, validation_curves.csv's rows) of a benchmark
-  directory (no rows for a missing file).
-
-  Raises:
-    DamagedRunsFile: config.json is missing or not JSON, or runs.csv is damaged.
-  """
-  def rows(name):
-    path = os.path.join(root, name)
-    return read_runs(path) if os.path.exists(path) else []
+  """(runs.csv's rows, config.json's flat settings, validation_curves.csv's rows) of `root`
+  (no rows for a missing file); raises DamagedRunsFile for a damaged runs.csv or config.json."""
   config = read_json(os.path.join(root, 'config.json'), None)
   if not isinstance(config, dict):
     raise DamagedRunsFile(f'{os.path.join(root, "config.json")} is missing or damaged (not a '
                           'JSON object): the benchmark did not start or it was edited')
   flat = config_lib.flat_settings(config)
-  runs = rows('runs.csv')
+  runs, curves = (read_runs(path) if os.path.exists(path) else []
+                  for path in (os.path.join(root, n) for n in ('runs.csv', CURVES_FILE)))
   for row in runs:
     recheck_collapse(row, root)
-  return runs, flat, rows(CURVES_FILE)
+  return runs, flat, curves
 
 
 def recheck_collapse(row: dict[str, Any], root: str) -> None:
-  """Sets a runs.csv row's `majority_rate` (its own; for a row written before the column, from
-  its run's result.json confusion matrix where that is on disk; else None: unknown) and flags it
-  `collapsed` where `runs.at_floor` finds it at that rate (a flag already set stays)."""
+  """Sets a row's `majority_rate` (its own, else its result.json's confusion matrix's, else None)
+  and flags it `collapsed` where `runs.at_floor` finds it so (a set flag stays)."""
   majority = _finite(row.get('majority_rate'))
   if majority is None:
     result = runs_lib.read_result(runs_lib.report_run_dir(
@@ -117,7 +105,6 @@ def recheck_collapse(row: dict[str, Any], root: str) -> None:
 
 
 def num(value) -> Optional[float]:
-  """A cell as a float; None for an empty or non-numeric one."""
   try:
     return None if value in (None, '') else float(value)
   except (TypeError, ValueError):
@@ -143,7 +130,7 @@ def group(rows) -> dict[tuple[str, int], dict[str, dict[int, Mapping[str, Any]]]
 
 
 def by_seed(per_seed, key) -> dict[int, float]:
-  """seed -> the number in column `key`, for the seeds that have one (NaN left out)."""
+  """seed -> the finite number in column `key`, for the seeds that have one."""
   values = {seed: _finite(row.get(key)) for seed, row in per_seed.items()}
   return {seed: value for seed, value in values.items() if value is not None}
 
@@ -198,8 +185,7 @@ def at_chance(cell, method: str, baseline: str) -> bool:
 
 
 def identical(d: Optional[stats.Interval]) -> bool:
-  """The two sides' runs gave the same statistic in every one of at least 2 paired seeds: one
-  computation, not a tie (`methods.identical_reason` says why where it is known)."""
+  """The same statistic in every one of at least 2 paired seeds: one computation, not a tie."""
   return d is not None and d.n >= 2 and d.sd == 0 and d.mean == 0
 
 
@@ -208,10 +194,8 @@ def family_size(found: Mapping[Any, stats.Interval]) -> int:
   return sum(tested(d) and not identical(d) for d in found.values())
 
 
-# The Holm families of `stats.Interval.family`: '' is none (no test, its p-value NaN: outside
-# every family, or `identical`).
-PRIMARY = 'primary'   # the name of the primary family
-OTHERS = 'against other baselines'   # `comparisons`' family of the pairs it is given
+# `stats.Interval.family` names: '' is none (no test, p-value NaN), else one of:
+PRIMARY, OTHERS = 'primary', 'against other baselines'   # `family`'s, `comparisons`' pairs'
 
 
 def regime_datasets(rows) -> dict[str, str]:
@@ -219,23 +203,20 @@ def regime_datasets(rows) -> dict[str, str]:
 
 
 def references(config: Mapping[str, Any]) -> list[str]:
-  """What the primary family compares each method with: the baseline, then every other baseline
-  of `best_of`."""
+  """What the primary family compares with: the baseline, then `best_of`'s other baselines."""
   pool = config.get('best_of') or config_lib.BASELINES
   return [config['baseline']] + [b for b in pool if b != config['baseline']]
 
 
 def cell_references(cell, config: Mapping[str, Any]) -> list[str]:
-  """`references` that ran in one (regime, E) cell, less a baseline whose runs there equal the
-  baseline's in every seed (`identical`: one computation, compared once)."""
+  """`references` that ran in `cell`, less those `identical` to the baseline there."""
   baseline = config['baseline']
   return [b for b in references(config) if b in cell and (b == baseline or not identical(
       difference(cell, b, baseline, primary_statistic(config))))]
 
 
 def transferred_from(config: Mapping[str, Any], regime: str, dataset: str) -> Optional[str]:
-  """The regime whose tuning `regime` uses when it is another (a transferred tuning), else
-  None (tuned on itself, or untuned)."""
+  """The other regime whose tuning `regime` uses, else None (tuned on itself, or untuned)."""
   if not (config.get('tuning') or {}).get('tune', config.get('tune', True)):
     return None
   tuned = ((config.get('plan') or {}).get('tuning_regimes') or {}).get(dataset)
@@ -247,16 +228,14 @@ def primary_regimes(config: Mapping[str, Any]) -> list[str]:
 
 
 def compared_methods(rows, config: Mapping[str, Any]) -> list[str]:
-  """The methods the primary family compares with the references: all but `best_of` and the
-  baseline."""
+  """The methods the primary family compares: all but the baseline and `best_of`."""
   pool = set(config.get('best_of') or config_lib.BASELINES) | {config['baseline']}
   return [m for m in orders(rows, config)[1] if m not in pool]
 
 
 def window_statistic(row: Mapping[str, Any], back: int, last_k: int) -> Optional[float]:
-  """The mean test accuracy of the `last_k` evaluated rounds ending `back` windows of `last_k`
-  before the last (0: the primary statistic's window), a diverged run at chance from its
-  divergence on; None when the curve is too short or a value is not finite."""
+  """The mean counted test accuracy of the `last_k` evaluated rounds `back` windows before the
+  last (0: the primary statistic's); None for a short curve or a non-finite value."""
   diverged, chance = num(row.get('diverged_round')), num(row.get('chance_accuracy'))
   counted = [runs_lib.counted_accuracy(a, i, None if diverged is None else int(diverged), chance)
              for i, a in enumerate(runs_lib.decode_curve(row.get('accuracy_curve')), start=1)
@@ -278,12 +257,9 @@ def _holm(found: Mapping[Any, Optional[stats.Interval]], family: str
 
 def family(rows, config: Mapping[str, Any], back: int = 0
            ) -> dict[tuple[str, int, str, str], stats.Interval]:
-  """The primary family, named before the runs: (regime, E, method, reference) -> the paired
-  difference of the primary statistic, Holm-adjusted over the family: every `compared_methods`
-  against each of `cell_references` (every baseline that ran) in every `primary_regimes` regime
-  and E, each (method, regime, E, baseline) one member (an `identical` comparison is no test and
-  outside it). `back` > 0: the same comparisons on the window `back`
-  windows before the last (`window_statistic`; the last-k statistic only), adjusted alike."""
+  """The primary family: (regime, E, method, reference) -> the Holm-adjusted paired difference
+  of every `compared_methods` against each `cell_references` in the `primary_regimes`; with
+  `back` > 0, on the `window_statistic` `back` windows before the last."""
   key = primary_statistic(config)
   last_k = int((config.get('tuning') or {}).get('last_k') or config.get('last_k') or 5)
   methods, primary = compared_methods(rows, config), primary_regimes(config)
@@ -291,25 +267,19 @@ def family(rows, config: Mapping[str, Any], back: int = 0
   for regime, e, cell in cells(rows, config):
     for method in methods if regime in primary else []:
       for against in cell_references(cell, config):
-        if method not in cell or against not in cell:
-          continue
-        if back:
-          found[(regime, e, method, against)] = stats.paired_difference(*(
-              {s: v for s, r in cell[m].items()
-               for v in [window_statistic(r, back, last_k)] if v is not None}
-              for m in (method, against)))
-        else:
-          found[(regime, e, method, against)] = difference(cell, method, against, key)
+        if method in cell and against in cell:
+          found[(regime, e, method, against)] = (
+              difference(cell, method, against, key) if not back else stats.paired_difference(
+                  *({s: v for s, r in cell[m].items() for v in [window_statistic(r, back, last_k)]
+                     if v is not None} for m in (method, against))))
   return _holm(found, PRIMARY)
 
 
 def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]] = ()
                 ) -> dict[tuple[str, int, str], stats.Interval]:
-  """(regime, E, method) -> `difference` of the primary statistic against the method `pairs`
-  gives it (default: every method against the config's baseline): against the baseline, the
-  primary `family`'s test where the comparison is in it, else no test (p-value NaN, family '');
-  against another method, Holm over those other pairs together (family `OTHERS`). A comparison
-  is tested in one family at most."""
+  """(regime, E, method) -> its `difference` against its `pairs` partner (default: the
+  baseline): tested in the primary `family` where it is in it, else against the baseline no test
+  (family ''), against another method Holm over those pairs (family `OTHERS`)."""
   baseline, key, tested = config['baseline'], primary_statistic(config), family(rows, config)
   main = {}
   for r, e, cell in cells(rows, config):
@@ -333,7 +303,7 @@ def significant(d: Optional[stats.Interval], chance: bool = False) -> bool:
 
 
 def tested(d: Optional[stats.Interval]) -> bool:
-  """Whether `d` was tested in a family (one of family '': reported without a verdict)."""
+  """Whether `d` was tested in a family (family '': reported without a verdict)."""
   return d is not None and d.family != ''
 
 
@@ -346,10 +316,8 @@ NOT_TESTED = 'not tested'
 
 
 def verdict(d: Optional[stats.Interval], margin: float = 0.0, chance: bool = False) -> str:
-  """'beats' / 'loses' where Holm agrees, 'ties' where the 95% interval lies inside +- `margin`
-  (never for 0), 'both collapsed' where both sides collapsed, 'identical' where the runs gave the same
-  statistic in every seed (never 'ties'), `NOT_TESTED` outside every family (no verdict word),
-  else 'inconclusive'."""
+  """'beats' / 'loses' where Holm agrees, 'ties' with the 95% interval inside +- `margin`,
+  'both collapsed', 'identical', `NOT_TESTED` outside every family, else 'inconclusive'."""
   if d is None or d.n < 2:
     return 'inconclusive'
   if chance:
@@ -363,35 +331,20 @@ def verdict(d: Optional[stats.Interval], margin: float = 0.0, chance: bool = Fal
   return 'ties' if -margin < d.low and d.high < margin else 'inconclusive'
 
 
-EVERY = 'every baseline'   # the column of `against_every`'s verdicts
-
-
 def against_every(words: Sequence[str]) -> str:
-  """A method's verdict against every baseline from its `verdict` against each (Berger,
-  "Multiparameter hypothesis testing and acceptance sampling", Technometrics 24(4), 1982).
-
-  'beats every baseline' only where it beats each one: the intersection-union test of "it is
-  better than each", whose null hypothesis is the union of the per-baseline nulls, rejects where
-  each per-baseline test rejects and is then valid at the level of those tests, with no
-  correction across the baselines. Here each per-baseline test is its comparison's
-  Holm-adjusted test in the primary `family`, where every (method, regime, E, baseline) is one
-  member, so the family-wise error over every word below stays at `ALPHA`. 'loses to a
-  baseline' where it loses to any one (Holm agrees); 'ties every baseline' where it ties each
-  one (each 95% interval inside the margin); 'both collapsed' / 'identical' where every comparison
-  is; else 'inconclusive' (also with no comparison)."""
+  """A method's verdict against every baseline from its `verdict` against each: the
+  intersection-union test (Berger, Technometrics 24(4), 1982; docs/methods.md), 'beats every
+  baseline' only where it beats each; 'loses to a baseline' where it loses to one."""
   if 'loses' in words:
     return 'loses to a baseline'
-  for word, said in (('beats', 'beats every baseline'), ('ties', 'ties every baseline'),
-                     ('both collapsed', 'both collapsed'), ('identical', 'identical')):
-    if words and all(w == word for w in words):
-      return said
-  return 'inconclusive'
+  alike = {'beats': 'beats every baseline', 'ties': 'ties every baseline',
+           'both collapsed': 'both collapsed', 'identical': 'identical'}
+  return alike.get(words[0], 'inconclusive') if len(set(words)) == 1 else 'inconclusive'
 
 
 def every_baseline(rows, config: Mapping[str, Any]
                    ) -> dict[tuple[str, int, str], tuple[str, dict[str, str]]]:
-  """(regime, E, method) -> (`against_every` verdict, baseline -> `verdict`) over the primary
-  `family`."""
+  """(regime, E, method) -> (`against_every` verdict, baseline -> `verdict`) over `family`."""
   cells, out = group(rows), {}
   for (regime, e, method, against), d in family(rows, config).items():
     word = verdict(d, margin(config), at_chance(cells[(regime, e)], method, against))
@@ -400,23 +353,21 @@ def every_baseline(rows, config: Mapping[str, Any]
 
 
 def detectable(d: Optional[stats.Interval], level: float) -> Optional[float]:
-  """The difference a comparison detects with `POWER` at `level` (the family's first Holm level:
-  `holm_level`) from its own paired sd and seeds (`stats.minimal_detectable_difference`); None
-  without 2 seeds and a finite sd."""
+  """`stats.minimal_detectable_difference` at `level` and `POWER` from `d`'s own sd and seeds;
+  None without 2 seeds and a finite sd."""
   if d is None or d.n < 2 or not math.isfinite(d.sd):
     return None
   return stats.minimal_detectable_difference(d.sd, d.n, alpha=level, power=POWER)
 
 
 def speed_target(config: Mapping[str, Any]) -> float:
-  """The fraction of the baseline's primary statistic the speed statistic's target is
-  (config.json's `speed_target`, default 0.9), named before the runs."""
+  """The speed target's fraction of the baseline's primary statistic (default 0.9)."""
   return float(config.get('speed_target') or 0.9)
 
 
 def rounds_to(row: Mapping[str, Any], target: float) -> tuple[int, bool]:
-  """(the first round whose counted test accuracy (`runs.counted_curve`) reaches `target`,
-  whether it did): one that never does counts as its horizon + 1, a bound."""
+  """(the first round whose `runs.counted_curve` reaches `target`, whether one did; else the
+  horizon + 1)."""
   curve = runs_lib.counted_curve(row)
   found = next((r for r, a in enumerate(curve, start=1)
                 if a is not None and math.isfinite(a) and a >= target), None)
@@ -425,26 +376,22 @@ def rounds_to(row: Mapping[str, Any], target: float) -> tuple[int, bool]:
 
 def speed(rows, config: Mapping[str, Any]
           ) -> dict[tuple[str, int], tuple[float, dict[str, tuple[dict[int, int], int]]]]:
-  """(regime, E) -> (the target: `speed_target` times the mean over the baseline's seeds of its
-  primary statistic, method -> (seed -> `rounds_to` it, seeds that never reach it)), for the
-  cells where the baseline ran. A secondary statistic outside every family."""
-  key, out = primary_statistic(config), {}
+  """(regime, E) -> (target: `speed_target` times the baseline's mean primary statistic,
+  method -> (seed -> `rounds_to` it, seeds never reaching it)) where the baseline ran."""
+  out = {}
   for regime, e, cell in cells(rows, config):
-    if config['baseline'] not in cell:
-      continue
-    target = speed_target(config) * mean(cell[config['baseline']], key)
-    per = {}
-    for method, per_seed in cell.items():
-      found = {s: rounds_to(r, target) for s, r in per_seed.items()}
-      per[method] = ({s: n for s, (n, _) in found.items()},
-                     sum(not hit for _, hit in found.values()))
-    out[(regime, e)] = (target, per)
+    if config['baseline'] in cell:
+      target = speed_target(config) * mean(cell[config['baseline']], primary_statistic(config))
+      found = {m: {s: rounds_to(r, target) for s, r in per_seed.items()}
+               for m, per_seed in cell.items()}
+      out[(regime, e)] = (target, {m: ({s: n for s, (n, _) in f.items()},
+                                       sum(not hit for _, hit in f.values()))
+                                   for m, f in found.items()})
   return out
 
 
 def holm_level(rows, config: Mapping[str, Any]) -> float:
-  """The level of the primary family's first Holm step, `ALPHA` / its size (`ALPHA` for none):
-  where the detectable difference matters for a verdict."""
+  """The primary family's first Holm level: `ALPHA` / its size."""
   return ALPHA / max(1, family_size(family(rows, config)))
 
 
@@ -455,8 +402,7 @@ def detect_for(dataset: str, config: Mapping[str, Any]) -> float:
 
 
 def regime_conflict(cell, baseline: str) -> tuple[Optional[float], str]:
-  """The regime's measured conflict fraction: the baseline's, else the mean of the methods that
-  report one (before their correction)."""
+  """(measured conflict fraction, whose): the baseline's, else the mean over the methods'."""
   own = list(by_seed(cell.get(baseline, {}), 'conflict_before').values())
   values = own or [v for s in cell.values() for v in by_seed(s, 'conflict_before').values()]
   if not values:
@@ -477,8 +423,7 @@ def curve_groups(curve_rows) -> dict[tuple[str, int], dict[str, list[list[Option
 
 def plateau_verdicts(curve_rows, config
                      ) -> list[tuple[str, int, tuple[float, float, bool], int]]:
-  """(tuning regime, E, `stats.plateau` of the baseline's chosen candidate's validation
-  accuracy averaged over the tuning seeds, number of seeds), per tuning regime and E."""
+  """(tuning regime, E, `stats.plateau` of the baseline's mean validation curve, seeds)."""
   baseline, tuning = config['baseline'], config['tuning']
   return [(regime, epochs, stats.plateau(
       stats.mean_curve(per_method[baseline]), window=tuning['plateau_window'],
@@ -493,22 +438,16 @@ def total_wall_seconds(root: str) -> float:
 
 
 def unequal_search(config) -> tuple[list[str], list]:
-  """(the methods whose tuning searched server learning rates the baseline's did not, the
-  baseline's), from config.json's plan."""
+  """(methods that searched server lrs the baseline did not, the baseline's), from the plan."""
   searched = {m['name']: m['server_lrs'] for m in config['plan']['methods']}
   base = set(searched.get(config['baseline'], []))
   return sorted(m for m, lrs in searched.items() if not set(lrs) <= base), sorted(base)
 
 
 def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float]]:
-  """The runs.csv columns a reporting run adds from its metrics.csv rows (None where the run
-  lacks the column or every evaluated accuracy is non-finite): `final_*` are the last
-  evaluation's, `tail_global_train_loss` the mean over the last quarter of the evaluated rounds
-  (an oscillating loss makes the last value alone noisy).
-
-  Raises:
-    ValueError: if `rows` is empty or no row has a test accuracy column (never evaluated).
-  """
+  """The runs.csv columns a run adds from its metrics.csv rows (None where missing): `final_*`
+  of the last evaluation, `tail_global_train_loss` over the last quarter of rounds; raises
+  ValueError without rows or a test accuracy."""
   if not any(r.get('test_accuracy') not in (None, '') for r in rows):
     raise ValueError('rows hold no test_accuracy: was the run evaluated?' if rows else
                      'rows must hold at least one metrics row, got none')
@@ -520,7 +459,7 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float
   accuracies, losses = column('test_accuracy'), column('train_loss')
   global_losses, norms = column('global_train_loss'), column('/mean_update_norm')
   last = ([r for r in rows if _finite(r.get('test_accuracy')) is not None] or list(rows))[-1]
-  out = {
+  return {
       'accuracy_drop': max(accuracies) - accuracies[-1] if accuracies else None,
       'train_loss_rise': stats.train_loss_rise(losses) if losses else None,
       'final_global_train_loss': global_losses[-1] if global_losses else None,
@@ -531,4 +470,3 @@ def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float
       **{f'final_{name}': _finite(last.get(f'test_{name}'))
          for name in ('rare_pair_error', 'common_pair_error', 'rare_error_share')},
       'mean_update_norm': float(np.mean(norms)) if norms else None}
-  return out

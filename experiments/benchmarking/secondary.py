@@ -13,10 +13,8 @@ from experiments.benchmarking.tables import fmt, fmt_difference, fmt_p, markdown
 
 
 def power_table(rows, config: Mapping[str, Any]) -> str:
-  """Each primary comparison's own minimal detectable difference at the family's first Holm
-  level, from its own paired sd (`results.detectable`), "underpowered" where it exceeds its
-  dataset's target (`results.detect_for`); a row per (regime, E, method), a column per
-  baseline. '' without a family."""
+  """Each primary comparison's `results.detectable` at `holm_level`, "underpowered" above its
+  dataset's target; a row per (regime, E, method), a column per reference; '' without one."""
   found, level = results.family(rows, config), results.holm_level(rows, config)
   datasets, table, weak = results.regime_datasets(rows), {}, 0
   against = list(dict.fromkeys(b for *_, b in found))
@@ -36,31 +34,26 @@ def power_table(rows, config: Mapping[str, Any]) -> str:
 
 
 def speed_table(rows, config: Mapping[str, Any]) -> str:
-  """Rounds to the speed target (`results.speed`) per regime, E and method: the mean and the
-  seeds that never reach it, and the paired difference with the baseline, in rounds (a run that
-  never reaches it counted at the horizon + 1); no test."""
-  out = []
-  for (regime, e), (target, per) in results.speed(rows, config).items():
-    base = per[config['baseline']][0]
-    for method, (rounds, never) in per.items():
-      d = (None if method == config['baseline'] else
-           stats.paired_difference(rounds, base))
-      out.append([f'`{regime}`', e, f'{target:.4f}', method,
-                  f'{sum(rounds.values()) / len(rounds):.1f}', f'{never} of {len(rounds)}',
-                  '—' if method == config['baseline'] else fmt_difference(d, digits=1)])
+  """`results.speed` per regime, E and method: mean rounds, seeds never reaching the target,
+  the paired difference with the baseline in rounds (no test)."""
+  baseline = config['baseline']
+  out = [[f'`{regime}`', e, f'{target:.4f}', method, f'{sum(rounds.values()) / len(rounds):.1f}',
+          f'{never} of {len(rounds)}', '—' if method == baseline else fmt_difference(
+              stats.paired_difference(rounds, per[baseline][0]), digits=1)]
+         for (regime, e), (target, per) in results.speed(rows, config).items()
+         for method, (rounds, never) in per.items()]
   if not out:
     return ''
-  return text('speed_intro', fraction=results.speed_target(config), baseline=config['baseline'],
+  return text('speed_intro', fraction=results.speed_target(config), baseline=baseline,
               label=results.statistic_label(results.primary_statistic(config), config)
               ) + '\n\n' + markdown_table(
       ['regime', 'E', 'target', 'method', 'rounds (mean)', 'never reached',
-       f'Δ rounds vs {config["baseline"]} [95% CI]'], out)
+       f'Δ rounds vs {baseline} [95% CI]'], out)
 
 
 def collapse_section(rows, config: Mapping[str, Any]) -> str:
-  """The collapsed runs named per regime, E and method (seed, statistic, majority rate where
-  known), each method's count against the baseline's with Fisher's exact test (two-sided,
-  unadjusted), and how many runs' majority rate is unknown (twice chance and one class only)."""
+  """The collapsed runs per regime, E and method, each count against the baseline's (Fisher's
+  exact test, two-sided, unadjusted), and how many runs' majority rate is unknown."""
   key, baseline, lines = results.primary_statistic(config), config['baseline'], []
   for regime, e, cell in results.cells(rows, config):
     base = cell.get(baseline, {})

@@ -35,7 +35,7 @@ def fmt(value: Optional[float], digits: int = 2) -> str:
 
 
 def fmt_mean_std(per_seed, column: str, digits: int = 4) -> str:
-  """'mean ± sample sd' over seeds of a column's finite values ('mean' for one, '-' for none)."""
+  """'mean ± sd' over seeds of a column's finite values ('mean' for one, '-' for none)."""
   values = list(results.by_seed(per_seed or {}, column).values())
   mean, std = stats.mean_std(values)
   return ('-' if math.isnan(mean) else f'{mean:.{digits}f} ± {std:.{digits}f}'
@@ -48,8 +48,8 @@ def fmt_p(p: float) -> str:
 
 def fmt_difference(d: Optional[stats.Interval], *, mark: bool = False, digits: int = 4,
                    half_width: bool = False) -> str:
-  """'+m [+low, +high]' (bold with a dagger where `mark`), with `half_width` '+m ± h' (h the
-  interval's half-width); '+m (n=1)' for one seed."""
+  """'+m [+low, +high]' (bold with a dagger where `mark`), '+m ± half-width' with `half_width`,
+  '+m (n=1)' for one seed."""
   if d is None or d.n < 2 or half_width:
     return ('-' if d is None else f'{d.mean:+.{digits}f} (n=1)' if d.n < 2 else
             f'{d.mean:+.{digits}f} ± {(d.high - d.low) / 2:.{digits}f}')
@@ -59,8 +59,7 @@ def fmt_difference(d: Optional[stats.Interval], *, mark: bool = False, digits: i
 
 def delta_cell(d: Optional[stats.Interval], chance: bool, *, mark: bool,
                pair: Optional[tuple[str, str]] = None) -> str:
-  """A Δ cell: the interval, or why it is no comparison (both sides collapsed, identical runs: with
-  `pair`, the methods compared, also `methods.identical_reason`, or that none is known)."""
+  """A Δ cell: the interval, or why it is none (both collapsed; identical, with `pair` why)."""
   if d is None or chance:
     return '-' if d is None else f'{d.mean:+.4f} (both collapsed: no comparison)'
   if results.identical(d):
@@ -85,8 +84,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _tested_cells(cell, method: str, against: str, d) -> tuple[str, str]:
-  """(Δ cell, Holm p cell) of `method` against `against`: '—' for the reference itself, 'no
-  test' for a p-value outside every family."""
+  """(Δ cell, Holm p cell) of `method` against `against` ('no test' outside every family)."""
   if method == against or d is None:
     return '—', '—' if method == against else '-'
   chance = results.at_chance(cell, method, against)
@@ -97,10 +95,8 @@ def _tested_cells(cell, method: str, against: str, d) -> tuple[str, str]:
 def regime_table(cell, methods: Sequence[str], *, config: Mapping[str, Any],
                  against: Sequence[str], found: Mapping[str, Mapping[str, stats.Interval]],
                  every: Optional[Mapping[str, str]] = None) -> str:
-  """One (regime, E) cell's table, a row per method; `found`: baseline -> method -> its
-  comparison, for each of `against` (the baseline first); `every`: method -> its verdict against
-  every baseline (`results.every_baseline`; a primary regime). The columns are
-  docs/experiments.md's "The benchmark: does a method help?"."""
+  """One (regime, E) cell's table, a row per method (columns: docs/experiments.md); `found`:
+  reference -> method -> comparison, per `against`; `every`: method -> verdict against all."""
   key, baseline = results.primary_statistic(config), against[0]
   out = []
   for method in [m for m in methods if cell.get(m)]:
@@ -132,9 +128,8 @@ def regime_table(cell, methods: Sequence[str], *, config: Mapping[str, Any],
 
 
 def power_line(cell, *, baseline: str, config: Mapping[str, Any]) -> str:
-  """Outside the primary family: the range over the comparisons against `baseline` (neither side
-  collapsed, a difference that varies over the seeds) of each one's minimal detectable
-  difference at `ALPHA` and of the seeds to detect its target; '' without one."""
+  """Outside the primary family: the range of the detectable differences at `ALPHA` and seeds
+  needed over the comparisons against `baseline` (neither collapsed, sd > 0); '' without one."""
   key = results.primary_statistic(config)
   found = [d for m in cell for d in [results.difference(cell, m, baseline, key)]
            if not (results.collapsed(cell[m]) or results.collapsed(cell.get(baseline)))
@@ -150,39 +145,27 @@ def power_line(cell, *, baseline: str, config: Mapping[str, Any]) -> str:
               most=max(needed))
 
 
-def regime_notes(regime: str, dataset: str, config: Mapping[str, Any], cell=None) -> str:
-  """The baselines compared once where their runs equal the baseline's in every seed, and
-  whether the regime's tuning is transferred."""
-  notes = []
-  if cell is not None and regime in results.primary_regimes(config):
-    same = [b for b in results.references(config)
-            if b in cell and b not in results.cell_references(cell, config)]
-    if same:
-      notes.append(text('same_as_baseline', same=', '.join(same), baseline=config['baseline']))
-  source = results.transferred_from(config, regime, dataset)
-  if source:
-    notes.append(text('transferred', source=source))
-  if regime not in results.primary_regimes(config):
-    notes.append(text('outside_family'))
-  return ' '.join(notes)
-
-
 def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, str]]:
-  """(regime, E, heading line, table) for every cell."""
+  """(regime, E, heading line, table) for every cell; the heading names the baselines identical
+  to the baseline, a transferred tuning, the power outside the family and the conflict."""
   baseline, key = config['baseline'], results.primary_statistic(config)
   methods = results.orders(rows, config)[1]
   found, tested = results.comparisons(rows, config), results.family(rows, config)
   every, datasets = results.every_baseline(rows, config), results.regime_datasets(rows)
   out = []
   for regime, e, cell in results.cells(rows, config):
-    conflict, source = results.regime_conflict(cell, baseline)
-    primary = regime in results.primary_regimes(config)
+    conflict, whose = results.regime_conflict(cell, baseline)
+    primary, refs = regime in results.primary_regimes(config), results.cell_references(cell, config)
+    same = [b for b in results.references(config) if primary and b in cell and b not in refs]
+    source = results.transferred_from(config, regime, datasets[regime])
     heading = ' '.join(filter(None, (
-        regime_notes(regime, datasets[regime], config, cell),
+        text('same_as_baseline', same=', '.join(same), baseline=baseline) if same else '',
+        text('transferred', source=source) if source else '',
+        '' if primary else text('outside_family'),
         '' if primary else power_line(cell, baseline=baseline, config=config),
-        f'Measured conflict fraction {conflict:.3f} ({source}).' if conflict is not None
+        f'Measured conflict fraction {conflict:.3f} ({whose}).' if conflict is not None
         else '')))
-    against = results.cell_references(cell, config) if primary else [baseline]
+    against = refs if primary else [baseline]
     per = {baseline: {m: d for (r, ee, m), d in found.items() if (r, ee) == (regime, e)}}
     for b in against[1:]:   # the primary family's; the baselines against each other: no test
       per[b] = {m: tested.get((regime, e, m, b)) or d._replace(family='')
@@ -196,12 +179,9 @@ def result_tables(rows, config: Mapping[str, Any]) -> list[tuple[str, int, str, 
 
 
 def composition_table(rows, config) -> str:
-  """Each composition `B+A` against its own baseline `B` and against the benchmark's baseline
-  (as the FedGH paper's Table II sets "+FedGH" beside each baseline), per regime and E: intervals,
-  with the primary family's Holm p where the comparison is in it (a comparison is tested in one
-  family only). Empty when none ran with its `B`."""
-  baseline = config['baseline']
-  key = results.primary_statistic(config)
+  """Each composition `B+A` against its `B` (with the primary family's Holm p where tested)
+  and against the baseline (as FedGH's Table II), per regime and E; '' when none ran with `B`."""
+  baseline, key = config['baseline'], results.primary_statistic(config)
   tested = results.family(rows, config)
   pairs = [(m, methods_lib.composition_parts(m)[0]) for m in results.orders(rows, config)[1]
            if methods_lib.composition_parts(m)]
@@ -214,10 +194,8 @@ def composition_table(rows, config) -> str:
 
   def own_cells(regime, e, method, own, d):
     primary = tested.get((regime, e, method, own))
-    if primary is not None:
-      return delta_cell(primary, False, mark=results.significant(primary),
-                        pair=(method, own)), fmt_p(primary.p_value)
-    return delta_cell(d, False, mark=False, pair=(method, own)), 'no test'
+    return (delta_cell(primary or d, False, mark=results.significant(primary), pair=(method, own)),
+            'no test' if primary is None else fmt_p(primary.p_value))
   return markdown_table(
       ['regime', 'E', 'composition', 'its baseline', 'Δ vs its baseline [95% CI]',
        'Holm p (primary family)', f'Δ vs {baseline}', f'its baseline\'s Δ vs {baseline}'],
@@ -227,20 +205,16 @@ def composition_table(rows, config) -> str:
 
 
 def windows_table(rows, config) -> str:
-  """The primary family's verdicts on the three windows of `last_k` evaluated rounds before the
-  last and on the last (each window's comparisons Holm-adjusted over the family alike), and how
-  many hold on all four; '' without a family or with another primary statistic."""
+  """The primary family's verdicts on the three `last_k` windows before the last and on the
+  last, each Holm-adjusted alike; '' without a family or a last-k primary statistic."""
   if results.primary_statistic(config) != 'last_k_accuracy':
     return ''
   found = [results.family(rows, config, back) for back in (3, 2, 1, 0)]
   if not found[-1]:
     return ''
-  cells = results.group(rows)
-  words = {}
-  for k in found[-1]:
-    regime, e, method, against = k
-    chance = results.at_chance(cells[(regime, e)], method, against)
-    words[k] = [results.verdict(f.get(k), results.margin(config), chance) for f in found]
+  cells, margin = results.group(rows), results.margin(config)
+  words = {k: [results.verdict(f.get(k), margin, results.at_chance(cells[k[:2]], *k[2:]))
+               for f in found] for k in found[-1]}
   same = sum(len(set(w)) == 1 for w in words.values())
   changed = [[f'`{regime}`', e, method, against, *w]
              for (regime, e, method, against), w in words.items() if len(set(w)) > 1]
@@ -255,13 +229,10 @@ def windows_table(rows, config) -> str:
 
 
 def epoch_effect_table(rows, config) -> str:
-  """Per method and E: the mean over regimes of its gain over the baseline, and how many
-  regimes' comparisons Holm finds above / below 0."""
+  """Per method and E: its mean gain over regimes, and in how many Holm finds it > 0 / < 0."""
   baseline = config['baseline']
   regimes, methods, epochs = results.orders(rows, config)
-  found = results.comparisons(rows, config)
-  cells = results.group(rows)
-  out = []
+  found, cells, out = results.comparisons(rows, config), results.group(rows), []
   for method in [m for m in methods if m != baseline]:
     parts = []
     for e in epochs:
@@ -275,30 +246,25 @@ def epoch_effect_table(rows, config) -> str:
 
 
 def losses_list(rows, config) -> str:
-  """The primary family's comparisons where a method loses to a reference (Holm agrees), with
-  what was measured."""
-  cells = results.group(rows)
-  lines = []
+  """The primary family's comparisons a method loses (Holm agrees), with what was measured."""
+  cells, lines = results.group(rows), []
   for (regime, e, method, against), d in results.family(rows, config).items():
     cell = cells[(regime, e)]
     if results.verdict(d, chance=results.at_chance(cell, method, against)) != 'loses':
       continue
-    row = next(iter(cell[method].values()))
-    bits = [f'Δ {fmt_difference(d)}, Holm p {fmt_p(d.p_value)}']
-    ratio = results.mean(cell[method], 'norm_ratio')
-    if not math.isnan(ratio):
-      bits.append(f'norm ratio {ratio:.3f}')
-    if _diverged(cell[method]):
-      bits.append(f'{_diverged(cell[method])} seeds diverged')
-    bits.append(f'client lr {row.get("client_lr")}, server lr {row.get("server_lr")}, '
-                f'{row.get("hparams")}')
-    lines.append(f'- {method} against {against}, {regime}, E={e}: ' + '; '.join(bits))
+    row, ratio = next(iter(cell[method].values())), results.mean(cell[method], 'norm_ratio')
+    bits = [f'Δ {fmt_difference(d)}, Holm p {fmt_p(d.p_value)}',
+            '' if math.isnan(ratio) else f'norm ratio {ratio:.3f}',
+            f'{_diverged(cell[method])} seeds diverged' if _diverged(cell[method]) else '',
+            f'client lr {row.get("client_lr")}, server lr {row.get("server_lr")}, '
+            f'{row.get("hparams")}']
+    lines.append(f'- {method} against {against}, {regime}, E={e}: '
+                 + '; '.join(filter(None, bits)))
   return '\n'.join(lines) + '\n' if lines else 'No method loses where Holm agrees.\n'
 
 
 def plateau_lines(curve_rows, config) -> str:
-  """The rounds criterion and, per tuning regime and E, whether the baseline's validation curve
-  plateaued, with the two means."""
+  """The rounds criterion and, per tuning regime and E, whether the baseline plateaued."""
   baseline = config['baseline']
   window, tolerance = config['tuning']['plateau_window'], config['tuning']['plateau_tolerance']
   head = text('plateau_rule', rounds=config_lib.per_dataset(config, 'rounds'), baseline=baseline,
@@ -320,8 +286,7 @@ def plateau_lines(curve_rows, config) -> str:
 
 
 def protocol_section(config, rows) -> str:
-  """The protocol, stated before any number: test split, search, primary statistic, divergence,
-  statistics, symbols."""
+  """The protocol: test split, search, primary statistic, divergence, statistics, symbols."""
   baseline, tuning, seeds = config['baseline'], config['tuning'], config.get('report_seeds') or []
   lines = [text('protocol_test_split')]
   if tuning['tune']:
@@ -347,8 +312,7 @@ def protocol_section(config, rows) -> str:
 
 
 def family_description(rows, config) -> str:
-  """The primary family in words: its size, regimes, methods and references, and the rule of
-  the verdict against every baseline (`results.against_every`)."""
+  """The primary family in words: size, regimes, methods, references, `against_every`."""
   return text('family', size=results.family_size(results.family(rows, config)),
               methods=len(results.compared_methods(rows, config)), baseline=config['baseline'],
               others=', '.join(results.references(config)[1:]) or 'none',
@@ -439,10 +403,8 @@ def _settings(row) -> dict[str, Any]:
 
 
 def variant_differences(rows, config) -> list[tuple[str, str, list[str], list[str]]]:
-  """(variant, parent, the settings that differ, differences) for every method whose parent
-  (config.json's plan) ran too: the learning rates and builder arguments (runs.csv's `hparams`)
-  that differ between their runs over every regime, E and seed both ran ('name: parent value ->
-  variant value (regime)')."""
+  """(variant, parent, settings that differ, 'name: parent value -> variant value (regime)')
+  for each method whose plan parent ran too, over the lrs and `hparams` of every run both ran."""
   methods = results.orders(rows, config)[1]
   parents = {m['name']: m.get('parent') for m in config['plan']['methods']}
   out = []
@@ -463,7 +425,6 @@ def variant_differences(rows, config) -> list[tuple[str, str, list[str], list[st
 
 
 def variants_section(rows, config) -> str:
-  """What each variant changes against its parent, read from the runs themselves."""
   lines = []
   for method, parent, keys, found in variant_differences(rows, config):
     note = '' if len(keys) == 1 else f' ({len(keys)} settings differ, not one)'
@@ -490,14 +451,13 @@ def tuning_section(choices, config) -> str:
     tried = {c['method']: set(c['server_lrs_tried']) for c in here}
     if baseline in tried:
       missing = sorted(set().union(*tried.values()) - tried[baseline])
-      out.append(text('tuning_unequal', baseline=baseline, missing=_lrs(missing)) + '\n'
-                 if missing else text('tuning_equal', baseline=baseline) + '\n')
+      out.append(text('tuning_unequal' if missing else 'tuning_equal', baseline=baseline,
+                      missing=_lrs(missing)) + '\n')
   return '\n'.join(out)
 
 
 def _tuning_row(c) -> list[Any]:
-  """A tuning choice's row: the chosen values and score, the runner-up at full length and what
-  was tried."""
+  """A tuning choice's row: values, score, the runner-up at full length, what was tried."""
   scores = sorted((s for s in c['scores'] if s['score'] is not None and math.isfinite(s['score'])
                    and s.get('rounds') == c.get('rounds')), key=lambda s: -s['score'])
   edge = [f'at {k[3:]}: {", ".join(c[k])}' for k in ('at_edge', 'at_bound') if c.get(k)]
