@@ -55,7 +55,7 @@ def input_spec(train_data: Any, loop: config_lib.LoopConfig):
 def process_arguments(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
                       client: config_lib.OptimizerConfig, server: config_lib.OptimizerConfig,
                       train_data: Any, loop: config_lib.LoopConfig) -> dict[str, Any]:
-  """`builder`'s keyword arguments besides the model: input spec, optimizers, population, `kwargs`."""
+  """`builder`'s keywords besides the model: input spec, optimizers, population, `kwargs`."""
   return dict(input_spec=input_spec(train_data, loop), client_optimizer_fn=build_optimizer(client),
               server_optimizer_fn=build_optimizer(server),
               **population_kwargs(builder, train_data), **kwargs)
@@ -149,8 +149,8 @@ class Runs:
 
   def execute(self, builder: Callable[..., Any], kwargs: Mapping[str, Any], model_fn, *,
               client: config_lib.OptimizerConfig, server: config_lib.OptimizerConfig,
-              train_data: Any, eval_data: Any,
-              num_classes: int, loop: config_lib.LoopConfig, experiment_dir: str,
+              train_data: Any, eval_data: Any, num_classes: int, loop: config_lib.LoopConfig,
+              experiment_dir: str,
               hparams: Mapping[str, Any], key: Any = None,
               start: Optional[Callable[[Any, Any], Any]] = None, model_key: Any = None,
               prefix: str = 'test', per_class: bool = True, global_train: bool = False,
@@ -214,8 +214,8 @@ def library_refusal(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   optimizers = dict(client_optimizer_fn=build_optimizer(client),
                     server_optimizer_fn=build_optimizer(server))
-  takes = 'num_clients' in inspect.signature(builder).parameters
-  population = {'num_clients': 1} if takes else {}
+  population = ({'num_clients': 1} if 'num_clients' in inspect.signature(builder).parameters
+                else {})
   core = {k: v for k, v in kwargs.items() if k in _CORE_KEYWORDS}
   calls = [(builder, {**optimizers, **population, **kwargs})]
   if builder is not learning.build_process:

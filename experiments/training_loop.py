@@ -3,6 +3,7 @@ checkpoints and an exact resume (docs/design.md, "Experiments")."""
 
 import asyncio
 import collections
+import contextlib
 import csv
 import os
 import shutil
@@ -235,7 +236,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   the process, `runner.initialize()`), or the rest of the run in `experiment_dir` with the same
   `hparams`; returns (metrics rows of rounds 1..rounds, final state, round resumed from).
   `evaluate_fn`: weights -> metrics among `test_columns`; `release_managers` get each row after
-  metrics.csv. Ctrl-C or SIGTERM saves the last finished round and re-raises saying how to resume."""
+  metrics.csv. Ctrl-C or SIGTERM saves the last finished round, re-raises saying how to resume."""
   runner = process if runner is None else runner
   client_ids = list(train_data.client_ids)
   if config.clients_per_round > len(client_ids):
@@ -298,7 +299,8 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
     raise
   finally:
     events.close()
-    _close(bar)
+    with contextlib.suppress(interrupts.OutputClosed):   # nothing more is shown then
+      bar.close()
   return writer.rows, state, done
 
 
@@ -404,14 +406,6 @@ def _postfix(accuracy: Optional[float], loss: Optional[float], untrained: bool) 
   shown = '-' if accuracy is None else f'{accuracy:.4f}'
   return f'test_accuracy {shown}' + ('  train_loss n/a (no client trained)' if untrained
                                      else '' if loss is None else f'  train_loss {loss:.4f}')
-
-
-def _close(bar: progress_lib.Progress) -> None:
-  """Closes the progress bar; nothing more is shown where standard output is closed."""
-  try:
-    bar.close()
-  except interrupts.OutputClosed:
-    pass
 
 
 def _interrupted_message(prefix: str, finished: int, saved: int, rounds: int,
