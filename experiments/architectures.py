@@ -24,8 +24,7 @@ def _dense(seeds, units, activation='relu'):
 
 
 def _torch_dense(seeds, units, fan_in, activation='relu'):
-  """PyTorch's default `nn.Linear` initialisation: weights (kaiming_uniform, a = sqrt(5)) and
-  biases U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+  """PyTorch's `nn.Linear` initialisation: weights and biases U(+-1/sqrt(fan_in))."""
   uniform = lambda: tf.keras.initializers.RandomUniform(
       -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in), seed=next(seeds))
   return _L.Dense(units, activation=activation, kernel_initializer=uniform(),

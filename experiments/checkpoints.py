@@ -66,8 +66,7 @@ class CheckpointManager(tff.program.ProgramStateManager):
         os.remove(self.path(old))
 
   async def load(self, version: int, structure: Any) -> Any:
-    """The state saved as `version`, of `structure`'s structure, shapes and dtypes;
-    `ProgramStateNotFoundError` for none, `CheckpointError` for a damaged file or another one."""
+    """The state of `version` like `structure`; `ProgramStateNotFoundError`, `CheckpointError`."""
     path = self.path(version)
     if not os.path.exists(path):
       raise tff.program.ProgramStateNotFoundError(version)

@@ -172,8 +172,7 @@ def _worker_state(experiment: config.ExperimentConfig, root: str) -> _State:
 
 
 def _run_one(state: _State, job: tuple[str, int]) -> tuple[list[dict[str, Any]], Any]:
-  """(metrics rows, confusion matrix or None: not evaluated now) of (algorithm, seed), run into
-  (or resumed from) `<root>/<algorithm>/seed<seed>`."""
+  """(metrics rows, confusion matrix or None) of (algorithm, seed) in `<root>/<alg>/seed<seed>`."""
   algorithm, seed = job
   experiment = state.experiment
   rows, _, _ = experiment_lib.run_experiment(
@@ -193,8 +192,7 @@ def comparison_name(experiment: config.ExperimentConfig) -> str:
 def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str],
                    seeds: Sequence[int], target_accuracy: float, *, stream=None
                    ) -> tuple[str, list[str], str]:
-  """Runs every (algorithm, seed) of `experiment`, writes the table and plots; returns (the
-  Markdown table, the plot files, the directory)."""
+  """Runs every (algorithm, seed); returns (the Markdown table, the plot files, the directory)."""
   root = os.path.join(experiment.output.output_dir, comparison_name(experiment))
   jobs = [(algorithm, seed) for seed in seeds for algorithm in algorithms]
   if experiment.training.resume:   # before any work: a rerun never cuts a longer run

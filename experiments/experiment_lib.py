@@ -82,8 +82,7 @@ def _assigner(model: tf.keras.Model) -> Callable[[list], None]:
 
 
 class Runs:
-  """Runs on one runtime ('inprocess' or 'cpp'), reusing processes built under one key,
-  evaluation arrays and models (docs/design.md, "The method comparison")."""
+  """Runs on one runtime, reusing processes, evaluation arrays and models (docs/design.md)."""
 
   def __init__(self, runtime: str = 'inprocess'):
     self._runtime = runtime
@@ -155,9 +154,8 @@ class Runs:
               start: Optional[Callable[[Any, Any], Any]] = None, model_key: Any = None,
               prefix: str = 'test', per_class: bool = True, global_train: bool = False,
               **loop_kwargs) -> tuple:
-    """`training_loop.run_training` (`loop_kwargs` are its own) of `builder(model_fn,
-    **process_arguments(...))`, built once per `key` (None: each call), from `start(runner,
-    initial state)` when given, evaluated on `eval_data` (`evaluator`)."""
+    """`run_training` of `builder(model_fn, ...)` (built once per `key`; None: each call), from
+    `start(runner, initial state)` if given, evaluated on `eval_data` (`evaluator`)."""
     from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
     built = self._processes.get(key) if key is not None else None
     if built is None:
@@ -248,8 +246,7 @@ def in_flag_words(error: Exception, argument: Optional[str] = None,
 
 
 def check_method(config: config_lib.ExperimentConfig) -> None:
-  """`ConfigError` in flag words where the builder of `config.algorithm` refuses its settings
-  (`library_refusal`), naming the flag refused, else --aggregator or --algorithm."""
+  """`ConfigError` naming the flag whose setting `config.algorithm`'s builder refuses."""
   builder, kwargs = method_of(config)
   error = library_refusal(getattr(builder, '__wrapped__', builder), kwargs,
                           client=config.client, server=config.server)
@@ -405,8 +402,7 @@ def load_task(config: config_lib.ExperimentConfig,
 
 
 def check_model_for(algorithm: str, model: tf.keras.Model, name: str) -> None:
-  """`ConfigError` naming --model `name` where `algorithm` cannot train `model`: FedDecorr on a
-  classifier of the input, which trains as FedAvg (`learning.check_trained_representation`)."""
+  """`ConfigError` naming --model where FedDecorr cannot train it (a classifier of the input)."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   try:
     if algorithm == 'feddecorr':
@@ -424,8 +420,7 @@ def hparams_record(config: config_lib.ExperimentConfig, **extra: Any) -> dict[st
 def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[tuple] = None,
                    runs: Optional[Runs] = None, experiment_dir: Optional[str] = None,
                    label: Optional[str] = None, **loop_kwargs) -> tuple:
-  """`Runs.execute` of `config` on `task` = (train, test) (default `load_task(config)`) into
-  `experiment_dir` (default `config.experiment_dir`); `loop_kwargs` are `run_training`'s."""
+  """`Runs.execute` of `config` on `task` (default `load_task(config)`) into `experiment_dir`."""
   train, test = load_task(config) if task is None else task
   builder, kwargs = method_of(config)
   model_fn, classes = model_of(config, train)

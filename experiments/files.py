@@ -87,8 +87,7 @@ def write_csv_atomically(path: str, columns: Sequence[str],
 
 def append_csv_rows(path: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]], *,
                     sync: bool = True) -> None:
-  """Appends `rows` to a CSV whose header is `columns`: cheap, not atomic (flushed, and with `sync`
-  synced: a write cut short leaves at most a partial last line)."""
+  """Appends `rows` to a CSV of `columns`, not atomically (a cut write leaves a partial line)."""
   with _naming(path), open(path, 'a', newline='') as f:
     _write_rows(f, columns, rows)
     f.flush()

@@ -87,8 +87,7 @@ def exit_now(signum, frame) -> None:
 
 
 def install(handler) -> None:
-  """`handler` for Ctrl-C and SIGTERM (main thread only), unless ignored or handled by another
-  than us or TFF's runtime."""
+  """`handler` for Ctrl-C and SIGTERM (main thread), unless ignored or handled by another."""
   if threading.current_thread() is not threading.main_thread():
     return
   for signum in _SIGNALS:

@@ -50,8 +50,7 @@ def _leaves(value: Any, name: str = '') -> Iterator[tuple[str, Any]]:
 
 
 def flatten_metrics(metrics: Any, prefix: str = '') -> 'collections.OrderedDict[str, Any]':
-  """The metrics.csv cells of nested measurements, each per-client vector as its `<name>/min`,
-  `/mean`, `/max` (NaN when empty) and `/count`."""
+  """metrics.csv cells: each per-client vector as `<name>/min`, `/mean`, `/max` and `/count`."""
   out = collections.OrderedDict()
   for name, value in _leaves(metrics, prefix):
     if not isinstance(value, np.ndarray):

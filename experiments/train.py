@@ -1,5 +1,5 @@
 """Trains one algorithm on one dataset (`python -m experiments.train --algorithm=fedgh
---dataset=digits`): metrics.csv, hparams.csv and checkpoints under `<output_dir>/<experiment_name>/`;
+--dataset=digits`): metrics.csv, hparams.csv, checkpoints under `<output_dir>/<experiment_name>/`;
 rerunning an interrupted command resumes it (`--noresume` starts over)."""
 
 from experiments import interrupts  # pylint: disable=g-bad-import-order

@@ -42,8 +42,7 @@ class ResumeError(files.Failure, ValueError):
 
 def sample_clients(client_ids: Sequence[str], num_clients: int, *, seed: int,
                    round_num: int) -> list[str]:
-  """`num_clients` distinct clients drawn by `numpy.random.default_rng([seed, round_num])`, in
-  the order of `client_ids`."""
+  """`num_clients` distinct clients by `default_rng([seed, round_num])`, in `client_ids`' order."""
   if not 1 <= num_clients <= len(client_ids):
     raise config_lib.ConfigError('num_clients', num_clients,
                                  f'an integer in [1, {len(client_ids)}]')
@@ -78,8 +77,7 @@ _COHORT_FUNCTIONS: 'weakref.WeakKeyDictionary[Any, dict[tuple, Any]]' = weakref.
 
 
 class RoundData:
-  """A round's datasets (`preprocess` of each sampled client's), traced into one function per
-  cohort size (eager pipelines are Python-built ops); else read one client at a time."""
+  """A round's `preprocess`ed datasets, traced as one function per cohort size where possible."""
 
   def __init__(self, train_data: Any, config: config_lib.LoopConfig):
     self._train_data, self._config = train_data, config
@@ -306,8 +304,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
 
 def _prepare(experiment_dir: str, config: config_lib.LoopConfig,
              hparams: Mapping[str, Any]) -> str:
-  """Checks a resumed run (or clears the directory's outputs), writes hparams.csv; returns the
-  path of metrics.csv."""
+  """Checks a resumed run (or clears its outputs), writes hparams.csv; returns metrics.csv."""
   os.makedirs(experiment_dir, exist_ok=True)
   hparams_path = os.path.join(experiment_dir, HPARAMS_FILE)
   if config.resume:
@@ -323,8 +320,7 @@ def _prepare(experiment_dir: str, config: config_lib.LoopConfig,
 
 
 def _model_weights(process: Any, runner: Any, state: Any) -> Any:
-  """A composed process's weights are in its state; else the runner's own (an in-process run
-  never goes through TFF's runtime, which would start a worker_binary)."""
+  """A composed process's weights are in its state; else the runner's (not TFF's runtime)."""
   weights = getattr(state, 'global_model_weights', None)
   if isinstance(weights, tff.learning.models.ModelWeights):
     return weights
@@ -332,8 +328,7 @@ def _model_weights(process: Any, runner: Any, state: Any) -> Any:
 
 
 def _controls(process: Any, client_ids: Sequence[str]) -> tuple:
-  """(SCAFFOLD's client controls or None, round's state -> what its checkpoint holds: the state,
-  with that round's controls)."""
+  """(SCAFFOLD's client controls or None, (state, round) -> what that round's checkpoint holds)."""
   if scaffold_lib.control_layout(process) is None:
     return None, lambda state, round_num: state
   controls = client_controls_lib.ClientControls.for_process(process, client_ids)
@@ -343,8 +338,7 @@ def _controls(process: Any, client_ids: Sequence[str]) -> tuple:
 
 def _resume(manager, metrics_path: str, state: Any, rounds: int, saved: Callable,
             controls: Any, notify: Callable[[str], None]) -> tuple:
-  """(state, round, its rows 1..round, columns) to resume from (`_restore`), or (`state`, 0, [],
-  None), said in one line; the controls saved with the state are restored."""
+  """(state, round, rows 1..round, columns) to resume from, or (`state`, 0, [], None), said."""
   loaded, done, rows, columns = _restore(manager, metrics_path, saved(state, 0), rounds, notify)
   if controls is not None and loaded is not None:
     controls.restore(loaded['client_controls'])
@@ -358,9 +352,7 @@ def _resume(manager, metrics_path: str, state: Any, rounds: int, saved: Callable
 
 def _train_round(runner: Any, state: Any, datasets: list, controls: Any, sampled: list[str],
                  round_num: int) -> tuple:
-  """(new state, the round's metrics, its headline cells, whether no client trained): a round in
-  which every client was left out (as non-finite) has no training loss (its 0 would read as
-  perfect). The clients' new controls are kept, and left out of the metrics."""
+  """(new state, round metrics, headline cells, whether no client trained: then no train loss)."""
   start_time = time.monotonic()
   output = runner.next(state, datasets)
   round_time = time.monotonic() - start_time
@@ -377,8 +369,7 @@ def _train_round(runner: Any, state: Any, datasets: list, controls: Any, sampled
 
 def _release(events, managers: Sequence[Any], row: Mapping[str, Any], round_num: int, *,
              resumed: bool, metrics_path: str) -> None:
-  """Releases `row` to each manager; `ResumeError` where the first resumed round's columns are
-  not metrics.csv's."""
+  """Releases `row`; `ResumeError` where a resumed run's first row has other columns."""
   try:
     for release_manager in managers:
       events.run_until_complete(release_manager.release(row, round_num))
@@ -392,8 +383,7 @@ def _release(events, managers: Sequence[Any], row: Mapping[str, Any], round_num:
 
 def _evaluate(evaluate_fn: Callable[[Any], Mapping], weights: Any,
               test_columns: Sequence[str]) -> dict[str, Any]:
-  """`eval_time_s` and the metrics of `evaluate_fn(weights)`; ValueError for one not in
-  `test_columns`."""
+  """`eval_time_s` and `evaluate_fn(weights)`; ValueError for a metric not in `test_columns`."""
   start_time = time.monotonic()
   test_metrics = dict(evaluate_fn(weights))
   unknown = sorted(set(test_metrics) - set(test_columns))
