@@ -2,6 +2,7 @@
 (docs/design.md, "Experiments", signals). Imports only the standard library."""
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -47,12 +48,10 @@ def guard_stdout() -> None:
 
 def discard_stdout() -> None:
   """Sends what is left for a closed standard output to /dev/null (no BrokenPipeError at exit)."""
-  try:
+  with contextlib.suppress(OSError, AttributeError, ValueError):
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.__stdout__.fileno())
     os.close(devnull)
-  except (OSError, AttributeError, ValueError):
-    pass
 
 
 def received() -> Optional[int]:

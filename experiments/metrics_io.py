@@ -2,6 +2,7 @@
 (layout and guarantees: docs/design.md, "Results on disk")."""
 
 import collections
+import contextlib
 import csv
 import io
 import math
@@ -215,12 +216,10 @@ def provenance() -> dict[str, str]:
       values[f'version/{package}'] = importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
       values[f'version/{package}'] = 'not installed'
-  values['version/tff_conflict'] = tff_conflict.__version__
-  try:
-    repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  values['version/tff_conflict'], values['git_commit'] = tff_conflict.__version__, ''
+  repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with contextlib.suppress(OSError, subprocess.SubprocessError):
     git = subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=5,
                          check=False, cwd=repository)
     values['git_commit'] = git.stdout.strip() if git.returncode == 0 else ''
-  except (OSError, subprocess.SubprocessError):
-    values['git_commit'] = ''
   return values

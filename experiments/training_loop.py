@@ -158,7 +158,7 @@ def check_rounds(experiment_dir: str, rounds: int) -> None:
   try:
     intact = len(metrics_io.read_metrics(metrics_path)[0]) if os.path.exists(metrics_path) else 0
   except OSError:
-    intact = 0   # `_restore` names the unreadable file
+    intact = 0   # `_resume` names the unreadable file
   saved = checkpoints_lib.saved_versions(os.path.join(experiment_dir, CHECKPOINT_DIR))
   recorded = max([intact, *saved])
   if recorded <= rounds:
@@ -182,11 +182,11 @@ def _short(error: Exception) -> str:
   return text if len(text) <= 160 else text[:157] + '...'
 
 
-def _restore(manager, metrics_path: str, template: Any, rounds: int,
-             notify: Callable[[str], None]) -> tuple:
-  """(saved value or None, its round, rows 1..round, columns) of the newest readable checkpoint
-  that metrics.csv's intact rows cover, each disagreement said in one line naming the file;
-  `ResumeError` for an unreadable metrics.csv."""
+def _resume(manager, metrics_path: str, state: Any, rounds: int, saved: Callable,
+            controls: Any, notify: Callable[[str], None]) -> tuple:
+  """(state, round, rows 1..round, columns) of the newest readable checkpoint that metrics.csv's
+  intact rows cover, else (`state`, 0, [], None); each disagreement said in one line naming the
+  file; `ResumeError` for an unreadable metrics.csv. Restores the controls saved with it."""
   start = (None, 0, [], None)
   versions = [v for v in manager.versions() if v <= rounds]
   newest = max(versions, default=0)
@@ -195,7 +195,7 @@ def _restore(manager, metrics_path: str, template: Any, rounds: int,
       notify(f'warning: {metrics_path} is missing but {manager.root_dir} holds the state after '
              f'round {newest}; the metrics of those rounds exist nowhere else, so the run starts '
              'over from round 1')
-    return start
+    return state, 0, [], None
   try:
     found, columns, problem = metrics_io.read_metrics(metrics_path)
   except OSError as e:
@@ -204,7 +204,8 @@ def _restore(manager, metrics_path: str, template: Any, rounds: int,
   intact = len(found)
   for version in reversed([v for v in versions if v <= intact]):
     try:
-      start = (asyncio.run(manager.load(version, template)), version, found[:version], columns)
+      start = (asyncio.run(manager.load(version, saved(state, 0))), version, found[:version],
+               columns)
       break
     except Exception as e:  # pylint: disable=broad-except
       notify(f'warning: the checkpoint {manager.path(version)} cannot be read ({_short(e)}); '
@@ -220,7 +221,15 @@ def _restore(manager, metrics_path: str, template: Any, rounds: int,
   elif intact and not versions and not start[1]:
     notify(f'warning: {metrics_path} has rows for {_rounds(1, intact)} but {manager.root_dir} '
            'holds no checkpoint to continue from; starting over from round 1')
-  return start
+  loaded, done, rows, columns = start
+  if controls is not None and loaded is not None:
+    controls.restore(loaded['client_controls'])
+    loaded = loaded['state']
+  if done == rounds:
+    notify(f'all {rounds} rounds are already done ({metrics_path})')
+  elif done:
+    notify(f'resuming from round {done}: running {_rounds(done + 1, rounds)} of {rounds}')
+  return (state if loaded is None else loaded), done, rows, columns
 
 
 def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], Mapping],
@@ -334,20 +343,6 @@ def _controls(process: Any, client_ids: Sequence[str]) -> tuple:
   controls = client_controls_lib.ClientControls.for_process(process, client_ids)
   return controls, lambda state, round_num: collections.OrderedDict(
       state=state, client_controls=controls.arrays(version=round_num))
-
-
-def _resume(manager, metrics_path: str, state: Any, rounds: int, saved: Callable,
-            controls: Any, notify: Callable[[str], None]) -> tuple:
-  """(state, round, rows 1..round, columns) to resume from, or (`state`, 0, [], None), said."""
-  loaded, done, rows, columns = _restore(manager, metrics_path, saved(state, 0), rounds, notify)
-  if controls is not None and loaded is not None:
-    controls.restore(loaded['client_controls'])
-    loaded = loaded['state']
-  if done == rounds:
-    notify(f'all {rounds} rounds are already done ({metrics_path})')
-  elif done:
-    notify(f'resuming from round {done}: running {_rounds(done + 1, rounds)} of {rounds}')
-  return (state if loaded is None else loaded), done, rows, columns
 
 
 def _train_round(runner: Any, state: Any, datasets: list, controls: Any, sampled: list[str],
