@@ -19,8 +19,7 @@ DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 class Failure(Exception):
-  """An error the user can fix that is not a flag's value (a damaged or different earlier output,
-  an unreachable worker): the binaries print it as one line and exit with status 1."""
+  """A user-fixable error that is not a flag's value: printed as one line, exit status 1."""
 
 
 @contextlib.contextmanager
