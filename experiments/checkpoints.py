@@ -13,10 +13,8 @@ import tree
 from experiments import files
 
 _PREFIX = 'round_'
-_SUFFIX = '.npz'
-_VERSION = re.compile(rf'^{_PREFIX}(\d+){re.escape(_SUFFIX)}$')
-_FORMAT_KEY = 'tff_conflict_checkpoint'
-_FORMAT = 1
+_VERSION = re.compile(rf'^{_PREFIX}(\d+)\.npz$')
+_FORMAT_KEY, _FORMAT = 'tff_conflict_checkpoint', 1
 
 
 class CheckpointError(ValueError):
@@ -32,10 +30,9 @@ def saved_versions(root_dir: str) -> list[int]:
 
 
 class CheckpointManager(tff.program.ProgramStateManager):
-  """Saves and restores server state under `root_dir`, keeping the newest `keep_total` versions
-  (<= 0: all). Version r is the state after round r, its leaves (flattened with dm-tree, as TFF
-  does) the arrays of one `.npz`; a save replaces an existing version, a load checks every leaf's
-  shape and dtype. TFF's methods are coroutines; `versions`, `path`, `remove_after` are not."""
+  """Server states under `root_dir`, the newest `keep_total` kept (<= 0: all): version r, the state
+  after round r, is its dm-tree leaves in one `.npz`; a load checks each leaf's shape and dtype.
+  TFF's methods are coroutines; `versions`, `path`, `remove_after` are not."""
 
   def __init__(self, root_dir: str, keep_total: int = 3):
     self.root_dir, self._keep_total = root_dir, int(keep_total)
@@ -43,11 +40,10 @@ class CheckpointManager(tff.program.ProgramStateManager):
     files.remove_temporaries(root_dir, _PREFIX)
 
   def versions(self) -> list[int]:
-    """Saved round numbers, ascending."""
     return saved_versions(self.root_dir)
 
   def path(self, version: int) -> str:
-    return os.path.join(self.root_dir, f'{_PREFIX}{version}{_SUFFIX}')
+    return os.path.join(self.root_dir, f'{_PREFIX}{version}.npz')
 
   async def get_versions(self) -> Optional[list[int]]:
     """Saved round numbers, ascending; None when there is none (TFF's contract)."""
@@ -59,10 +55,8 @@ class CheckpointManager(tff.program.ProgramStateManager):
     if any(leaf.dtype == object for leaf in leaves):
       raise ValueError('a checkpointed state must hold arrays and scalars only, got a leaf of '
                        'Python objects')
-    arrays = {_FORMAT_KEY: np.int64(_FORMAT), **{f'leaf_{i}': leaf for i, leaf in
-                                                 enumerate(leaves)}}
-    # np.savez's layout; the archive is closed even when a write fails (a full disk), where
-    # np.savez leaves it to the garbage collector, whose failing close prints a traceback.
+    arrays = {_FORMAT_KEY: np.int64(_FORMAT), **{f'leaf_{i}': x for i, x in enumerate(leaves)}}
+    # np.savez's layout, but the archive is closed even when a write fails (a full disk).
     with files.atomic_open(self.path(version), 'wb') as f, zipfile.ZipFile(f, 'w') as archive:
       for name, array in arrays.items():
         with archive.open(f'{name}.npy', 'w', force_zip64=True) as member:
@@ -72,9 +66,7 @@ class CheckpointManager(tff.program.ProgramStateManager):
         os.remove(self.path(old))
 
   async def load(self, version: int, structure: Any) -> Any:
-    """The state saved as `version`, of the structure, shapes and dtypes of `structure` (e.g.
-    `process.initialize()`); `tff.program.ProgramStateNotFoundError` when there is none,
-    `CheckpointError` for a damaged file or another structure."""
+    """The state of `version` like `structure`; `ProgramStateNotFoundError`, `CheckpointError`."""
     path = self.path(version)
     if not os.path.exists(path):
       raise tff.program.ProgramStateNotFoundError(version)
@@ -97,9 +89,8 @@ class CheckpointManager(tff.program.ProgramStateManager):
     return tree.unflatten_as(structure, leaves)
 
   def remove_after(self, round_num: int) -> None:
-    for version in self.versions():
-      if version > round_num:
-        os.remove(self.path(version))
+    for version in (v for v in self.versions() if v > round_num):
+      os.remove(self.path(version))
 
 
 def _restore_leaf(array: np.ndarray, template: Any, path: str, index: int) -> Any:

@@ -1,6 +1,6 @@
-"""Compares federated algorithms (and seeds) on the same data, initial models and clients per round:
-`python -m experiments.compare --algorithms=fedavg,fedgh --seeds=0,1,2` writes each run, summary.md
-and plots under `<output_dir>/compare_<dataset>/` (`--preset=readme`: the README's command)."""
+"""Compares algorithms (and seeds) on the same data, initial models and clients per round: `python
+-m experiments.compare --algorithms=fedavg,fedgh --seeds=0,1,2` writes each run, summary.md and
+plots under `<output_dir>/compare_<dataset>/` (`--preset=readme`: the README's command)."""
 
 from experiments import interrupts  # pylint: disable=g-bad-import-order
 if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
@@ -8,6 +8,7 @@ if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading)
 
 import dataclasses
 import functools
+import itertools
 import os
 import sys
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
@@ -58,8 +59,7 @@ def _distinct(items) -> bool:
 
 
 def check_flags() -> tuple[config.ExperimentConfig, tuple[str, ...], tuple[int, ...], float]:
-  """(settings, algorithms, seeds, target accuracy) of the flags, after the cross-flag checks;
-  raises `config.ConfigError`."""
+  """(settings, algorithms, seeds, target accuracy) of the flags; `config.ConfigError`."""
   experiment = flags_lib.check_common_flags(algorithms=FLAGS.algorithms)
   config.must(f'a non-empty list of distinct algorithms of {_ALL_ALGORITHMS}',
               lambda v: _distinct(v) and all(a in _ALL_ALGORITHMS for a in v))(
@@ -74,17 +74,16 @@ def summarize(runs: Sequence[Sequence[Mapping[str, Any]]], target_accuracy: floa
               num_classes: Optional[int] = None,
               confusions: Optional[Sequence[Any]] = None) -> dict[str, list]:
   """An algorithm's table row from each seed's metrics rows: per seed, the benchmark's summary of
-  the test curve (`runs.summarize` over `num_classes`: a diverged run counts as chance from its
-  divergence on), the round it diverged at (None) and whether it collapsed (`runs.collapsed`,
-  with its final confusion matrix of `confusions` where known), and the first round at
-  `target_accuracy` (where reached)."""
+  the test curve (`runs.summarize`: a diverged run counts as chance from then on), the round it
+  diverged at, whether it collapsed (`runs.collapsed`, with its final confusion matrix where
+  known), and the first round at `target_accuracy` (where reached)."""
   summaries = [runs_lib.summarize(rows, prefix='test', last_k=LAST_K, num_classes=num_classes)
                for rows in runs]
   out = {k: [s[k] for s in summaries] for k in ('last_k_accuracy', 'final_accuracy',
                                                  'final_macro_f1', 'seconds_per_round',
                                                  'diverged_round')}
-  out['collapsed'] = [runs_lib.collapsed(s, c) for s, c in zip(
-      summaries, list(confusions or ()) + [None] * (len(summaries) - len(confusions or ())))]
+  out['collapsed'] = [runs_lib.collapsed(s, c)
+                      for s, c in itertools.zip_longest(summaries, confusions or ())]
   out['rounds_to_target'] = [reached[0] for reached in (
       [r['round_num'] for r in rows if (r.get('test_accuracy') or 0) >= target_accuracy]
       for rows in runs) if reached]
@@ -113,9 +112,8 @@ def _health(summary: Mapping[str, list]) -> str:
 
 
 def markdown_table(summaries: Mapping[str, Mapping[str, list]], target_accuracy: float) -> str:
-  """The comparison (algorithm -> `summarize`) as a Markdown table, mean ± sample std over seeds: the
-  benchmark's primary statistic first, then the last round's, and which runs diverged or
-  collapsed (at chance or predicting one class, as the benchmark flags them)."""
+  """The comparison (algorithm -> `summarize`) as a Markdown table, mean ± sample std over seeds:
+  the benchmark's primary statistic, the last round's, and which runs diverged or collapsed."""
   lines = [f'| algorithm | test accuracy, mean of last {LAST_K} rounds | final test accuracy | '
            f'final macro-F1 | first round at {target_accuracy:g} test accuracy | '
            'mean round time (s) | diverged / collapsed |', '|---|---|---|---|---|---|---|']
@@ -155,8 +153,7 @@ def write_plots(runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], root:
 
 
 class _State(NamedTuple):
-  """What a worker of the comparison holds: the settings, the directory, the data, the runs
-  (processes built once per algorithm) and where progress goes (None: nowhere)."""
+  """A comparison worker's settings, directory, data, runs and progress stream (None: none)."""
   experiment: config.ExperimentConfig
   root: str
   task: tuple
@@ -165,8 +162,7 @@ class _State(NamedTuple):
 
 
 def _worker_state(experiment: config.ExperimentConfig, root: str) -> _State:
-  """A worker process's `_State` (`experiments.executors`): TFF's local runtime installed, the
-  data loaded once, no per-round progress (the driver shows runs done)."""
+  """A worker process's `_State`: TFF's local runtime, the data loaded once, no round progress."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   runtime.set_local_context()
   quiet = dataclasses.replace(experiment, output=dataclasses.replace(experiment.output,
@@ -176,8 +172,7 @@ def _worker_state(experiment: config.ExperimentConfig, root: str) -> _State:
 
 
 def _run_one(state: _State, job: tuple[str, int]) -> tuple[list[dict[str, Any]], Any]:
-  """(metrics rows, confusion matrix or None when not evaluated now) of one (algorithm, seed) of
-  the comparison, run into (or resumed from) its directory `<root>/<algorithm>/seed<seed>`."""
+  """(metrics rows, confusion matrix or None) of (algorithm, seed) in `<root>/<alg>/seed<seed>`."""
   algorithm, seed = job
   experiment = state.experiment
   rows, _, _ = experiment_lib.run_experiment(
@@ -197,14 +192,13 @@ def comparison_name(experiment: config.ExperimentConfig) -> str:
 def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str],
                    seeds: Sequence[int], target_accuracy: float, *, stream=None
                    ) -> tuple[str, list[str], str]:
-  """Runs every (algorithm, seed) of `experiment` (its algorithm and seed replaced per run) and
-  writes the table and plots; returns (the Markdown table, the plot files, the directory)."""
+  """Runs every (algorithm, seed); returns (the Markdown table, the plot files, the directory)."""
   root = os.path.join(experiment.output.output_dir, comparison_name(experiment))
-  run_dirs = {(alg, seed): os.path.join(root, alg, f'seed{seed}') for seed in seeds
-              for alg in algorithms}
+  jobs = [(algorithm, seed) for seed in seeds for algorithm in algorithms]
   if experiment.training.resume:   # before any work: a rerun never cuts a longer run
-    for run_dir in run_dirs.values():
-      training_loop.check_rounds(run_dir, experiment.training.rounds)
+    for algorithm, seed in jobs:
+      training_loop.check_rounds(os.path.join(root, algorithm, f'seed{seed}'),
+                                 experiment.training.rounds)
   os.makedirs(root, exist_ok=True)
   hparams = experiment_lib.hparams_record(
       experiment, algorithms=list(algorithms), seeds=list(seeds), target_accuracy=target_accuracy)
@@ -217,7 +211,6 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
         f'{len(task[0].client_ids)} clients, {experiment.training.clients_per_round} per round, '
         f'{experiment.training.rounds} rounds, model {experiment_lib.model_name(experiment)} -> '
         f'{root}', file=stream or sys.stdout, flush=True)
-  jobs = [(algorithm, seed) for seed in seeds for algorithm in algorithms]
   output = experiment.output
   inline = output.executor == 'inline'
   done = {}   # (algorithm, seed) -> (metrics rows, confusion matrix; None: not evaluated now)
@@ -258,9 +251,7 @@ def main(unused_argv):
   cli.prepare_output_dir(os.path.join(experiment.output.output_dir, comparison_name(experiment)))
   cli.install_context(experiment)
   table, plots, root = run_comparison(experiment, algorithms, seeds, target_accuracy)
-  print()
-  print(table)
-  print(f'table: {os.path.join(root, "summary.md")}')
+  print(f'\n{table}\ntable: {os.path.join(root, "summary.md")}')
   for path in plots:
     print(f'plot: {path}')
 

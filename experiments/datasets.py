@@ -1,5 +1,5 @@
-"""The binaries' datasets: a `config.DataConfig` as a regime of `tff_conflict.data` (`regime`),
-loaded through `load_regime` as the benchmark loads (`load`), its classes and default model."""
+"""The binaries' datasets: a `config.DataConfig` as a regime of `tff_conflict.data`, loaded as the
+benchmark loads, its classes and default model."""
 
 from typing import Any
 
@@ -7,8 +7,7 @@ from experiments import config
 
 
 def regime(data: config.DataConfig):
-  """`data`'s regime: `DATASET:dir(alpha)@K` (array datasets), `synthetic(a,b)@K`, or the
-  dataset's own clients, `emnist[_digits]:natural@K`, `leaf_<name>:natural@K`."""
+  """`DATASET:dir(alpha)@K`, `synthetic(a,b)@K`, or the dataset's own clients (`:natural@K`)."""
   from tff_conflict.data import leaf_cache  # pylint: disable=g-import-not-at-top
   from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
   name, n = data.dataset, data.num_clients
@@ -24,9 +23,8 @@ def regime(data: config.DataConfig):
 
 
 def load(data: config.DataConfig) -> tuple[Any, Any]:
-  """(train, test) `ClientData` of `data` (`load_regime(regime(data), seed=data.data_seed)`); the
-  loader's ValueError or OSError as a `ConfigError` naming num_clients, else the dataset's source
-  setting (`info.Dataset.source`) when it is set, else dataset."""
+  """(train, test) `ClientData` of `data`; the loader's ValueError or OSError as a `ConfigError`
+  naming num_clients, else the dataset's source setting when set, else dataset."""
   from tff_conflict import data as data_lib  # pylint: disable=g-import-not-at-top
   try:
     return data_lib.load_regime(regime(data), seed=data.data_seed, data_dir=data.data_dir,

@@ -1,5 +1,5 @@
-"""The one run path of `train`, `compare` and the benchmark: `Runs.execute` builds a process,
-runs it (`training_loop`) and evaluates it; `run_experiment` runs an `ExperimentConfig`."""
+"""The one run path of `train`, `compare` and the benchmark: `Runs.execute` builds, runs
+(`training_loop`) and evaluates a process; `run_experiment` runs an `ExperimentConfig`."""
 
 import functools
 import inspect
@@ -22,8 +22,7 @@ ALGORITHM_HPARAMS, LOSS_HPARAMS, AGGREGATOR_HPARAMS = (
     {name: hparams_lib.flag_table(table) for name, table in tables.items()}
     for tables in (hparams_lib.ALGORITHM_HPARAMS, hparams_lib.LOSS_HPARAMS,
                    hparams_lib.AGGREGATOR_HPARAMS))
-# Evaluation columns `<prefix>_<name>`: errors split by class co-occurrence in the training
-# partition (`tff_conflict.evaluation.confusion_by_cooccurrence`).
+# Errors split by class co-occurrence in training (`evaluation.confusion_by_cooccurrence`).
 PAIR_ERROR_COLUMNS = ('rare_pair_error', 'common_pair_error', 'rare_error_share')
 GLOBAL_TRAIN_COLUMNS = ('global_train_loss', 'global_train_accuracy')
 
@@ -35,9 +34,8 @@ def hparam_kwargs(table: Mapping[str, str], values: Mapping[str, Any]) -> dict[s
 
 def population_kwargs(build: Callable[..., Any], train_data: Any) -> dict[str, Any]:
   """`num_clients=<the population>` for a builder that takes it (SCAFFOLD's N), else {}."""
-  if 'num_clients' in inspect.signature(build).parameters:
-    return {'num_clients': len(train_data.client_ids)}
-  return {}
+  takes = 'num_clients' in inspect.signature(build).parameters
+  return {'num_clients': len(train_data.client_ids)} if takes else {}
 
 
 def build_optimizer(settings):
@@ -57,8 +55,7 @@ def input_spec(train_data: Any, loop: config_lib.LoopConfig):
 def process_arguments(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
                       client: config_lib.OptimizerConfig, server: config_lib.OptimizerConfig,
                       train_data: Any, loop: config_lib.LoopConfig) -> dict[str, Any]:
-  """`builder`'s keyword arguments besides the model: the input spec of `train_data`'s batches,
-  the `client` and `server` optimizers, the population's size where it takes it, and `kwargs`."""
+  """`builder`'s keywords besides the model: input spec, optimizers, population, `kwargs`."""
   return dict(input_spec=input_spec(train_data, loop), client_optimizer_fn=build_optimizer(client),
               server_optimizer_fn=build_optimizer(server),
               **population_kwargs(builder, train_data), **kwargs)
@@ -66,18 +63,14 @@ def process_arguments(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
 
 def pooled_arrays(client_data) -> tuple[np.ndarray, np.ndarray]:
   """(x, y) of every client's examples, concatenated; `ValueError` for none."""
-  xs, ys = [], []
-  for batch in client_data.create_tf_dataset_from_all_clients().batch(4096).as_numpy_iterator():
-    xs.append(batch['x'])
-    ys.append(batch['y'])
-  if not xs:
+  batches = list(client_data.create_tf_dataset_from_all_clients().batch(4096).as_numpy_iterator())
+  if not batches:
     raise ValueError('a split of the data holds no examples')
-  return np.concatenate(xs), np.concatenate(ys)
+  return tuple(np.concatenate([b[k] for b in batches]) for k in ('x', 'y'))
 
 
 def _assigner(model: tf.keras.Model) -> Callable[[list], None]:
-  """Assigns (trainable, then non-trainable) weights to `model` in one traced call (eagerly, each
-  assignment is a Python-dispatched op)."""
+  """Assigns (trainable, then non-trainable) weights to `model` in one traced call."""
   variables = list(model.trainable_weights) + list(model.non_trainable_weights)
 
   def assign_all(values):
@@ -89,8 +82,7 @@ def _assigner(model: tf.keras.Model) -> Callable[[list], None]:
 
 
 class Runs:
-  """Runs runs on one runtime ('inprocess' or 'cpp'), reusing what they share: processes built
-  under one key, evaluation arrays and models (docs/design.md, "The method comparison")."""
+  """Runs on one runtime, reusing processes, evaluation arrays and models (docs/design.md)."""
 
   def __init__(self, runtime: str = 'inprocess'):
     self._runtime = runtime
@@ -112,15 +104,11 @@ class Runs:
   def evaluator(self, model_fn: Callable[[], tf.keras.Model], eval_data: Any, num_classes: int,
                 *, model_key: Any = None, prefix: str = 'test', per_class: bool = True,
                 train_data: Any = None, global_train: bool = False) -> tuple:
-    """(evaluate, columns): model weights -> metrics of the model on the whole `eval_data`.
-
-    Columns `<prefix>_accuracy`, `_loss`, `_macro_f1`; with `per_class`, `_mean_logit` (its
-    drift shows a loss not invariant to shifting all logits), `_class_accuracy/<k>` and, where
-    `train_data` has `label_counts`, `PAIR_ERROR_COLUMNS`. With `global_train`, the global
-    objective `sum_k n_k/n F_k(w)` on the union of `train_data` (FedProx's "training loss": Li et
-    al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, Fig. 1-2), not the
-    clients' `train_loss` measured while training. The model (`model_fn()`, cached under
-    `model_key`) is built at the first call, after the process."""
+    """(evaluate, columns): model weights -> metrics on the whole `eval_data`: `<prefix>_accuracy`,
+    `_loss`, `_macro_f1`; with `per_class`, `_mean_logit`, `_class_accuracy/<k>` and (where
+    `train_data` has `label_counts`) `PAIR_ERROR_COLUMNS`; with `global_train`, the objective
+    `sum_k n_k/n F_k(w)` on `train_data` (FedProx's "training loss", Li et al., MLSys 2020,
+    Fig. 1-2). The model (`model_fn()`, cached under `model_key`) is built at the first call."""
     from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
     cooccurrence = None
     counts = getattr(train_data, 'label_counts', None)
@@ -160,17 +148,14 @@ class Runs:
 
   def execute(self, builder: Callable[..., Any], kwargs: Mapping[str, Any], model_fn, *,
               client: config_lib.OptimizerConfig, server: config_lib.OptimizerConfig,
-              train_data: Any, eval_data: Any,
-              num_classes: int, loop: config_lib.LoopConfig, experiment_dir: str,
+              train_data: Any, eval_data: Any, num_classes: int, loop: config_lib.LoopConfig,
+              experiment_dir: str,
               hparams: Mapping[str, Any], key: Any = None,
               start: Optional[Callable[[Any, Any], Any]] = None, model_key: Any = None,
               prefix: str = 'test', per_class: bool = True, global_train: bool = False,
               **loop_kwargs) -> tuple:
-    """Runs one run through `training_loop.run_training` (`loop_kwargs` are its own) and returns
-    its value: the process `builder(model_fn, ..., **kwargs)` with the `client` and `server`
-    optimizers and the population's size where it takes it, built once per `key` (None: each
-    call), from `start(runner, initial state)` when given, evaluated on `eval_data`
-    (`evaluator`)."""
+    """`run_training` of `builder(model_fn, ...)` (built once per `key`; None: each call), from
+    `start(runner, initial state)` if given, evaluated on `eval_data` (`evaluator`)."""
     from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
     built = self._processes.get(key) if key is not None else None
     if built is None:
@@ -221,12 +206,9 @@ _CORE_KEYWORDS = ('client_weighting', 'aggregator', 'aggregator_kwargs', 'clip_n
 def library_refusal(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
                     client: config_lib.OptimizerConfig, server: config_lib.OptimizerConfig
                     ) -> Optional[Exception]:
-  """The library's refusal (a ValueError or TypeError) of `builder(model_fn, **kwargs)` with the
-  `client` and `server` optimizers, or None: the builder's own checks of every argument but the
-  model and data, run in a moment before any work (`learning.check_arguments` with
-  `learning.ANY_MODEL`: a builder checks them before it looks at the model); so does
-  `build_process`, to which every builder passes the core keywords (FedDecorr after checking its
-  model)."""
+  """The ValueError or TypeError of `builder(model_fn, **kwargs)` with these optimizers, or None:
+  the builder's own checks, and `build_process`'s of the core keywords, run before any work
+  (`learning.check_arguments` with `learning.ANY_MODEL`)."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   optimizers = dict(client_optimizer_fn=build_optimizer(client),
                     server_optimizer_fn=build_optimizer(server))
@@ -244,14 +226,6 @@ def library_refusal(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
   return None
 
 
-def optimizer_flag(side: str, settings: config_lib.OptimizerConfig) -> tuple[str, Any]:
-  """(flag, value) naming an optimizer the library refused: `--<side>_momentum` for SGD with
-  momentum, else `--<side>_optimizer`."""
-  if settings.optimizer == 'sgd' and settings.momentum:
-    return f'{side}_momentum', settings.momentum
-  return f'{side}_optimizer', settings.optimizer
-
-
 # A refused builder argument's name in a binary's message.
 ARGUMENT_WORDS = {'client_optimizer_fn': 'the client optimizer',
                   'server_optimizer_fn': 'the server optimizer',
@@ -262,8 +236,7 @@ ARGUMENT_WORDS = {'client_optimizer_fn': 'the client optimizer',
 
 def in_flag_words(error: Exception, argument: Optional[str] = None,
                   words: Mapping[str, str] = ARGUMENT_WORDS) -> str:
-  """The library's message of `error` on one line with its builder arguments named in `words`
-  (`argument`'s leading 'argument: ' dropped)."""
+  """`error`'s message on one line, builder arguments named in `words`, 'argument: ' dropped."""
   text = ' '.join(str(error).split())
   if argument and text.startswith(f'{argument}: '):
     text = text[len(argument) + 2:]
@@ -273,9 +246,7 @@ def in_flag_words(error: Exception, argument: Optional[str] = None,
 
 
 def check_method(config: config_lib.ExperimentConfig) -> None:
-  """`config_lib.ConfigError` in flag words, before any work, where the library's builder of
-  `config.algorithm` refuses its settings (`library_refusal`): naming the optimizer's flag, the
-  client weighting, the aggregator or the method flag it refused, else --algorithm."""
+  """`ConfigError` naming the flag whose setting `config.algorithm`'s builder refuses."""
   builder, kwargs = method_of(config)
   error = library_refusal(getattr(builder, '__wrapped__', builder), kwargs,
                           client=config.client, server=config.server)
@@ -286,11 +257,13 @@ def check_method(config: config_lib.ExperimentConfig) -> None:
   # What is refused where no setting is named: the composition, else the algorithm.
   composition = (('aggregator', algorithm.aggregator) if algorithm.aggregator is not None
                  else ('algorithm', algorithm.name))
-  flags = {'client_optimizer_fn': optimizer_flag('client', config.client),
-           'server_optimizer_fn': optimizer_flag('server', config.server),
-           'client_weighting': ('client_weighting', weighting),
-           'normalized_averaging': ('client_weighting', weighting) if weighting == 'loss'
-                                   else composition}
+  # An optimizer refused: --<side>_momentum for SGD with momentum, else --<side>_optimizer.
+  flags = {f'{side}_optimizer_fn': (f'{side}_momentum', opt.momentum)
+           if opt.optimizer == 'sgd' and opt.momentum else (f'{side}_optimizer', opt.optimizer)
+           for side, opt in (('client', config.client), ('server', config.server))}
+  flags.update(client_weighting=('client_weighting', weighting),
+               normalized_averaging=('client_weighting', weighting) if weighting == 'loss'
+               else composition)
   for table in (ALGORITHM_HPARAMS.get(algorithm.name, {}),
                 AGGREGATOR_HPARAMS.get(algorithm.aggregator, {}),
                 LOSS_HPARAMS.get(algorithm.client_loss, {})):
@@ -304,10 +277,9 @@ def check_method(config: config_lib.ExperimentConfig) -> None:
 
 
 def method_of(config: config_lib.ExperimentConfig) -> tuple[Callable[..., Any], dict[str, Any]]:
-  """(builder, keyword arguments) of `config.algorithm`: `learning.ALGORITHMS[name]` with its
-  hyperparameters, proximal term and aggregator, or for 'custom' `learning.build_process`. A
-  builder's ValueError, an unknown name or a proximal term for a builder without one become a
-  `config.ConfigError` naming --algorithm."""
+  """(builder, keyword arguments) of `config.algorithm` (`learning.ALGORITHMS[name]`, or
+  `learning.build_process` for 'custom'); the builder's ValueError, an unknown name or a proximal
+  term for a builder without one become a `ConfigError`."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   algorithm = config.algorithm
   values = dict(vars(config.hparams), seed=config.seed)
@@ -358,15 +330,12 @@ def model_name(config: config_lib.ExperimentConfig) -> str:
 def shape_and_classes(train: Any, test: Any, *, dataset: str = '', classes: Optional[int] = None,
                       own_data: bool = False, own_model: Optional[tuple[str, Callable]] = None,
                       loop: Optional[config_lib.LoopConfig] = None) -> tuple[tuple, int]:
-  """(example shape, number of classes) of `dataset`'s `(train, test)`: x's shape; `classes` when
-  known, else the data's `info` (LEAF Synthetic), else (`own_data`: yours) the largest label + 1;
-  with your model `own_model` = (name, function), its logits, which must hold every label (and
-  equal the known classes). `ConfigError` naming `datasets[dataset]` for a label < 0, no examples
-  or fewer than 2 classes, `model_fns[name]` for a model that does not fit the data
-  (`tff_conflict.learning.models.resolve_model`, on batches of `loop`)."""
+  """(x's shape, classes) of `dataset`'s `(train, test)`: `classes`, else the data's `info`, else
+  (`own_data`) the largest label + 1; with `own_model` = (name, function), its logits, which must
+  hold every label. `ConfigError` naming `datasets[dataset]` for a label < 0, no examples or one
+  class, `model_fns[name]` for a model that does not fit the data (on batches of `loop`)."""
   info = getattr(train, 'info', None) or getattr(test, 'info', None)
-  if classes is None and info is not None:
-    classes = info.num_classes
+  classes = info.num_classes if classes is None and info is not None else classes
   top = None
   if own_data:
     argument = f'datasets[{dataset!r}]'
@@ -400,7 +369,7 @@ def shape_and_classes(train: Any, test: Any, *, dataset: str = '', classes: Opti
 
 
 def model_of(config: config_lib.ExperimentConfig, train: Any) -> tuple:
-  """(model function seeded by `config.seed`, number of classes) on `train`."""
+  """(model function seeded by `config.seed`, classes) on `train`."""
   shape, classes = shape_and_classes(train, None, classes=datasets.num_classes(config.data))
   return functools.partial(architectures.get(model_name(config)), shape, classes,
                            seed=config.seed), classes
@@ -408,10 +377,9 @@ def model_of(config: config_lib.ExperimentConfig, train: Any) -> tuple:
 
 def load_task(config: config_lib.ExperimentConfig,
               algorithms: Optional[Sequence[str]] = None) -> tuple[Any, Any]:
-  """(train, test) ClientData of `config`; `config.ConfigError` for data the loader refuses, an
-  unknown model or one that cannot take the inputs (built in a scratch graph) or that one of
-  `algorithms` (default `config`'s) cannot train (`check_model_for`), or clients_per_round
-  larger than the population."""
+  """(train, test) of `config`; `ConfigError` for data the loader refuses, a model unknown, unfit
+  for the inputs or for one of `algorithms` (default `config`'s), or clients_per_round above the
+  population."""
   train, test = datasets.load(config.data)
   name = model_name(config)
   config_lib.one_of(sorted(architectures.MODELS))('model', name)
@@ -434,14 +402,11 @@ def load_task(config: config_lib.ExperimentConfig,
 
 
 def check_model_for(algorithm: str, model: tf.keras.Model, name: str) -> None:
-  """`config.ConfigError` naming --model when `algorithm` cannot train `model` (called `name`):
-  FedDecorr on a model whose classifier reads the input, where its term has no gradient and it
-  would train exactly as FedAvg (`tff_conflict.learning.check_trained_representation`)."""
+  """`ConfigError` naming --model where FedDecorr cannot train it (a classifier of the input)."""
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-  if algorithm != 'feddecorr':
-    return
   try:
-    learning.check_trained_representation(model)
+    if algorithm == 'feddecorr':
+      learning.check_trained_representation(model)
   except ValueError as e:
     raise config_lib.ConfigError('model', name, reason=f'--algorithm={algorithm} cannot train '
                                  f'it: {e}') from None
@@ -449,17 +414,13 @@ def check_model_for(algorithm: str, model: tf.keras.Model, name: str) -> None:
 
 def hparams_record(config: config_lib.ExperimentConfig, **extra: Any) -> dict[str, Any]:
   """hparams.csv of a run of `config`: each setting under its flag's name, `extra`, provenance."""
-  values = config.flag_values()
-  values.update(extra)
-  values.update(metrics_io.provenance())
-  return values
+  return {**config.flag_values(), **extra, **metrics_io.provenance()}
 
 
 def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[tuple] = None,
                    runs: Optional[Runs] = None, experiment_dir: Optional[str] = None,
                    label: Optional[str] = None, **loop_kwargs) -> tuple:
-  """`Runs.execute` of `config` on `task` = (train, test) (default `load_task(config)`) into
-  `experiment_dir` (default `config.experiment_dir`); `loop_kwargs` are `run_training`'s."""
+  """`Runs.execute` of `config` on `task` (default `load_task(config)`) into `experiment_dir`."""
   train, test = load_task(config) if task is None else task
   builder, kwargs = method_of(config)
   model_fn, classes = model_of(config, train)

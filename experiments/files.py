@@ -19,15 +19,13 @@ DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 class Failure(Exception):
-  """An error the user can fix that is not a flag's value (a damaged or different earlier output,
-  an unreachable worker): the binaries print it as one line and exit with status 1."""
+  """A user-fixable error that is not a flag's value: printed as one line, exit status 1."""
 
 
 @contextlib.contextmanager
 def atomic_open(path: str, mode: str = 'w', **kwargs: Any) -> Iterator[IO]:
-  """A file (mode 'w' or 'wb') whose content replaces `path` when the block ends cleanly: written
-  to `<name>.tmp-<random>` beside it, synced, renamed over it, with the umask's permissions. An
-  error or a kill leaves the old file and at most a temporary (`remove_temporaries`)."""
+  """A file (mode 'w' or 'wb') written to `<path>.tmp-<random>`, synced and renamed over `path`
+  when the block ends cleanly; an error or a kill leaves the old file and at most a temporary."""
   if mode not in ('w', 'wb'):
     raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
   temp = f'{os.path.abspath(path)}{TEMP_MARK}{secrets.token_hex(6)}'
@@ -62,8 +60,7 @@ def write_text_atomically(path: str, text: str) -> None:
 def write_json_atomically(path: str, value: Any,
                           default: Optional[Callable[[Any], Any]] = None) -> None:
   """`value` as indented JSON with sorted keys (`default` as in `json.dump`)."""
-  with atomic_open(path, 'w') as f:
-    json.dump(value, f, indent=1, sort_keys=True, default=default)
+  write_text_atomically(path, json.dumps(value, indent=1, sort_keys=True, default=default))
 
 
 def csv_cell(value: Any) -> str:
@@ -89,8 +86,7 @@ def write_csv_atomically(path: str, columns: Sequence[str],
 
 def append_csv_rows(path: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]], *,
                     sync: bool = True) -> None:
-  """Appends `rows` to a CSV whose header is `columns`: not atomic but cheap; flushed (and with
-  `sync` synced), so a write cut short leaves at most a partial last line."""
+  """Appends `rows` to a CSV of `columns`, not atomically (a cut write leaves a partial line)."""
   with _naming(path), open(path, 'a', newline='') as f:
     _write_rows(f, columns, rows)
     f.flush()
@@ -119,11 +115,9 @@ def _holder(fd: int) -> str:
 
 @contextlib.contextmanager
 def one_writer(directory: str) -> Iterator[None]:
-  """Holds `directory`'s writer lock for the block (created if missing): an exclusive
-  `fcntl.flock` on `<directory>/.writer.lock` (as the LEAF cache locks its own) holding this
-  process's pid, removed at the end. While another process holds it, raises `Locked` naming its
-  pid, having read and written nothing else. The kernel releases the lock of a process that
-  dies; its pid left in the file is taken over with a one-line note on stderr."""
+  """Holds `directory`'s writer lock for the block: an exclusive `fcntl.flock` on
+  `<directory>/.writer.lock` holding this process's pid, removed at the end. `Locked` naming the
+  holder's pid while another process holds it; a dead holder's pid is taken over with a note."""
   os.makedirs(directory, exist_ok=True)
   path = os.path.join(directory, LOCK_FILE)
   while True:
@@ -153,8 +147,7 @@ def one_writer(directory: str) -> Iterator[None]:
 
 
 def sole_writer(directory_of: Callable[..., str]) -> Callable[[Callable], Callable]:
-  """Decorates a function that writes in `directory_of(*args, **kwargs)` to run in `one_writer`
-  of it."""
+  """Runs the decorated function in `one_writer(directory_of(*args, **kwargs))`."""
 
   def decorate(function):
     @functools.wraps(function)

@@ -2,6 +2,7 @@
 (docs/design.md, "Experiments", signals). Imports only the standard library."""
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -17,8 +18,7 @@ class Terminated(KeyboardInterrupt):
 
 
 class OutputClosed(BrokenPipeError):
-  """Standard output's reader went away (`train ... | head -3`): a run stops as on Ctrl-C, its
-  last finished round saved (raised by the writes of `guard_stdout`'s stream)."""
+  """Standard output's reader went away (`train ... | head -3`): a run stops as on Ctrl-C."""
 
 
 class _GuardedOutput:
@@ -27,23 +27,17 @@ class _GuardedOutput:
   def __init__(self, stream):
     self._stream = stream
 
-  def _call(self, method, *args):
-    try:
-      return getattr(self._stream, method)(*args)
-    except BrokenPipeError:
-      raise OutputClosed('standard output closed') from None
-
-  def write(self, text):
-    return self._call('write', text)
-
-  def writelines(self, lines):
-    return self._call('writelines', lines)
-
-  def flush(self):
-    return self._call('flush')
-
   def __getattr__(self, name):
-    return getattr(self._stream, name)
+    method = getattr(self._stream, name)
+    if name not in ('write', 'writelines', 'flush'):
+      return method
+
+    def guarded(*args):
+      try:
+        return method(*args)
+      except BrokenPipeError:
+        raise OutputClosed('standard output closed') from None
+    return guarded
 
 
 def guard_stdout() -> None:
@@ -53,14 +47,11 @@ def guard_stdout() -> None:
 
 
 def discard_stdout() -> None:
-  """Sends what is left for a closed standard output to /dev/null, so that Python's flush at
-  exit does not print a BrokenPipeError."""
-  try:
+  """Sends what is left for a closed standard output to /dev/null (no BrokenPipeError at exit)."""
+  with contextlib.suppress(OSError, AttributeError, ValueError):
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.__stdout__.fileno())
     os.close(devnull)
-  except (OSError, AttributeError, ValueError):
-    pass
 
 
 def received() -> Optional[int]:
@@ -73,8 +64,7 @@ def _interrupt_for(signum: int) -> KeyboardInterrupt:
 
 
 def raise_interrupt(signum, frame) -> None:
-  """Records the signal; the first raises its `KeyboardInterrupt` / `Terminated` (a second, while
-  the first one's unwinds and saves the run, is only recorded)."""
+  """Records the signal; the first raises its `KeyboardInterrupt` / `Terminated`."""
   del frame
   _received.append(signum)
   if len(_received) == 1:
@@ -96,8 +86,7 @@ def exit_now(signum, frame) -> None:
 
 
 def install(handler) -> None:
-  """`handler` for Ctrl-C and SIGTERM (main thread only), unless the signal is ignored (a
-  background job's SIGINT) or handled by another than us or TFF's runtime."""
+  """`handler` for Ctrl-C and SIGTERM (main thread), unless ignored or handled by another."""
   if threading.current_thread() is not threading.main_thread():
     return
   for signum in _SIGNALS:
@@ -108,15 +97,13 @@ def install(handler) -> None:
 
 
 def exit_on_signals() -> None:
-  """Ctrl-C and SIGTERM end the process at once with 130 / 143 (a binary calls it first, before
-  TensorFlow loads; `experiments.cli.run` then takes over)."""
+  """Ctrl-C and SIGTERM end the process at once with 130 / 143 (before TensorFlow loads)."""
   install(exit_now)
   atexit.register(_at_teardown)   # registered first: the last exit hook to run
 
 
 def _at_teardown() -> None:
-  """Ignores signals once the command is over, so that the process ends with its status (Python
-  resets a Python handler to the default action while tearing down)."""
+  """Ignores signals once the command is over, so that the process ends with its status."""
   if threading.current_thread() is threading.main_thread():
     for signum in _SIGNALS:
       if signal.getsignal(signum) in (raise_interrupt, exit_now):
@@ -124,8 +111,7 @@ def _at_teardown() -> None:
 
 
 def raise_if_interrupted() -> None:
-  """Raises the interrupt of a signal received, if any (Python may have dropped its exception in
-  a callback); nothing without handlers installed (a library user)."""
+  """Raises the interrupt of a signal received, if any (Python may have dropped its exception)."""
   if _received:
     raise _interrupt_for(_received[0])
 

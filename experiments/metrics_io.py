@@ -2,6 +2,7 @@
 (layout and guarantees: docs/design.md, "Results on disk")."""
 
 import collections
+import contextlib
 import csv
 import io
 import math
@@ -21,21 +22,19 @@ ROUND_COLUMN = 'round_num'
 PER_CLIENT_COLUMNS = (ROUND_COLUMN, 'name', 'client_index', 'value')
 HEADLINE_COLUMNS = ('train_loss', 'train_accuracy', 'test_accuracy', 'test_loss', 'test_macro_f1',
                     'round_time_s', 'eval_time_s')
-# The suffix of the column counting the examples a round's clients trained on: 0 when every
-# client was left out (e.g. as non-finite), whose training metrics are then no measurement.
+# The column counting the examples a round's clients trained on: 0 when every client was left out.
 TRAINED_EXAMPLES = 'train/num_examples'
 
 
 def trained_nothing(flat: Mapping[str, Any]) -> bool:
-  """Whether flattened round metrics (`flatten_metrics`) count 0 trained examples."""
+  """Whether flattened round metrics count 0 trained examples."""
   count = next((v for k, v in flat.items() if k.endswith(TRAINED_EXAMPLES)), None)
   return count is not None and float(count) == 0
 
 
 def _leaves(value: Any, name: str = '') -> Iterator[tuple[str, Any]]:
-  """(`/`-joined name, value) of nested measurements (mappings, namedtuples) in their order: None;
-  a per-client float64 vector for an array of rank >= 1 or a non-empty list or tuple; else a
-  float; empty lists and tuples give nothing; `ValueError` naming a value that is not a number."""
+  """(`/`-joined name, value) of nested measurements (mappings, namedtuples): None, a float, or a
+  per-client float64 vector (rank >= 1, a non-empty list); `ValueError` naming a non-number."""
   if isinstance(value, Mapping) or hasattr(value, '_asdict'):
     for key, item in (value if isinstance(value, Mapping) else value._asdict()).items():
       yield from _leaves(item, f'{name}/{key}' if name else str(key))
@@ -52,8 +51,7 @@ def _leaves(value: Any, name: str = '') -> Iterator[tuple[str, Any]]:
 
 
 def flatten_metrics(metrics: Any, prefix: str = '') -> 'collections.OrderedDict[str, Any]':
-  """The metrics.csv cells of nested measurements (`_leaves`): each per-client vector as its
-  `<name>/min`, `/mean`, `/max` (NaN when empty) and `/count`."""
+  """metrics.csv cells: each per-client vector as `<name>/min`, `/mean`, `/max` and `/count`."""
   out = collections.OrderedDict()
   for name, value in _leaves(metrics, prefix):
     if not isinstance(value, np.ndarray):
@@ -83,13 +81,9 @@ def read_csv(path: str) -> list[dict[str, Any]]:
 
 
 def read_metrics(path: str) -> tuple[list[dict[str, Any]], list[str], Optional[str]]:
-  """(its intact rows, its header ([] when damaged), why reading stopped before the end or None)
-  of a `metrics.csv`; `OSError` when it cannot be read.
-
-  Rows are intact up to the first damaged one (left out with all after it): a last line cut
-  short (the file was truncated), another number of cells than the header, a `round_num` other
-  than the row's position (1, 2, ...), or a cell neither empty nor a number.
-  """
+  """(intact rows, header ([] when damaged), why reading stopped early or None) of a metrics.csv;
+  `OSError`. Rows end before the first damaged one: a last line cut short, another number of
+  cells than the header, a `round_num` other than its position, a cell not a number."""
   with open(path, 'rb') as f:
     data = f.read()
   try:
@@ -132,15 +126,10 @@ def _per_client_rows(path: str, through_round: int) -> list[dict[str, Any]]:
 
 
 class MetricsReleaseManager(tff.program.ReleaseManager):
-  """Releases each round's measurements (key: the round) as one metrics.csv row (`round_num`, the
-  `HEADLINE_COLUMNS` present, then `flatten_metrics(value)`) and per_client.csv's rows. Rounds
-  must increase and keep the first round's columns; each appends its lines, and a new header or
-  a resumed run rewrites a file atomically (docs/design.md, "Results on disk").
-
-  `rows` (with header `columns`, default the first row's keys) are the rounds 1..n of a resumed
-  run to keep, per_client.csv's too; `always` names every row has (None where a round has no
-  value); `sync`: each round's lines are synced to disk (needed where a run resumes).
-  """
+  """Releases round `key`'s measurements as a metrics.csv row (`round_num`, `HEADLINE_COLUMNS`,
+  then `flatten_metrics(value)`) and per_client.csv rows, appended (docs/design.md, "Results on
+  disk"). `rows` (header `columns`) are a resumed run's rounds 1..n to keep; `always`: columns of
+  every row; `sync`: each round's lines are synced to disk."""
 
   def __init__(self, directory: str, *, rows: Optional[Sequence[Mapping[str, Any]]] = None,
                columns: Optional[Sequence[str]] = None, always: Sequence[str] = (),
@@ -169,8 +158,7 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
       files.append_csv_rows(path, columns, new, sync=self._sync)
 
   async def release(self, value: Any, key: int) -> None:
-    """Writes round `key`'s `value`; `ValueError` for a round not after the last one or other
-    columns than the file's."""
+    """`ValueError` for a round not after the last one or other columns than the file's."""
     round_num = int(key)
     row = collections.OrderedDict((name, None) for name in self._always)
     row.update(flatten_metrics(value))
@@ -204,7 +192,7 @@ def hparam_str(value) -> str:
 
 
 def write_hparams(path: str, hparams: Mapping[str, Any]) -> None:
-  """Writes `hparams.csv`: a header of names and one row of values (lists comma-joined)."""
+  """`hparams.csv`: a header of names and one row of values (lists comma-joined)."""
   files.write_csv_atomically(path, list(hparams), [{k: hparam_str(v) for k, v in hparams.items()}])
 
 
@@ -218,8 +206,7 @@ def read_hparams(path: str) -> dict[str, str]:
 
 
 def provenance() -> dict[str, str]:
-  """`version/<package>` of Python and the packages results depend on, and `git_commit` ('' outside
-  a git checkout)."""
+  """`version/<package>` of Python and the packages results depend on, `git_commit` (or '')."""
   import importlib.metadata  # pylint: disable=g-import-not-at-top
   import tff_conflict  # pylint: disable=g-import-not-at-top
   values = {'version/python': platform.python_version()}
@@ -229,12 +216,10 @@ def provenance() -> dict[str, str]:
       values[f'version/{package}'] = importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
       values[f'version/{package}'] = 'not installed'
-  values['version/tff_conflict'] = tff_conflict.__version__
-  try:
-    repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  values['version/tff_conflict'], values['git_commit'] = tff_conflict.__version__, ''
+  repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with contextlib.suppress(OSError, subprocess.SubprocessError):
     git = subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=5,
                          check=False, cwd=repository)
     values['git_commit'] = git.stdout.strip() if git.returncode == 0 else ''
-  except (OSError, subprocess.SubprocessError):
-    values['git_commit'] = ''
   return values

@@ -1,5 +1,5 @@
-"""Progress in rounds over one run, or in runs over a grid: done/total, elapsed time, ETA (a `tqdm`
-bar on a terminal, plain lines otherwise)."""
+"""Progress in rounds over a run, or runs over a grid: done/total, elapsed time, ETA (a `tqdm` bar
+on a terminal, plain lines otherwise)."""
 
 import sys
 import time
@@ -18,12 +18,10 @@ def format_duration(seconds: Optional[float]) -> str:
 
 
 class Progress:
-  """Rounds (or another `unit`: a grid's runs) `done + 1 .. total` ticked one at a time, `label`
-  first and the `tick`'s `postfix` after the times; the ETA is the mean time of the rounds
-  ticked here times the rounds left (`total` may be lowered or raised as a plan firms up).
-  A terminal `stream` (default stdout) gets a `tqdm` bar `width` characters wide redrawn in
-  place, anything else plain lines, at most one per `min_interval` seconds of `clock`;
-  `enabled=False` shows nothing."""
+  """`unit`s `done + 1 .. total` ticked one at a time, `label` first and `postfix` after the times;
+  ETA: the mean time per tick here times those left (`total` may change). A terminal `stream`
+  (default stdout) gets a `tqdm` bar `width` wide, anything else plain lines, at most one per
+  `min_interval` seconds of `clock`; `enabled=False` shows nothing."""
 
   def __init__(self, total: int, *, done: int = 0, label: str = '',
                stream: Optional[TextIO] = None, enabled: bool = True, min_interval: float = 0.0,
@@ -33,12 +31,10 @@ class Progress:
     if not isinstance(done, int) or not 0 <= done <= total:
       raise ValueError(f'done must be an integer in [0, {total}], got {done!r}')
     self.total, self.done, self._first, self._shown = total, done, done, done
-    self._label = f'{label} ' if label else ''
-    self._unit = unit
+    self._label, self._unit = f'{label} ' if label else '', unit
     self._stream = stream if stream is not None else sys.stdout
     self._enabled, self._min_interval, self._clock = enabled, min_interval, clock
-    self._start, self._last_line = clock(), None
-    self._postfix, self._bar = '', None
+    self._start, self._last_line, self._postfix, self._bar = clock(), None, '', None
     if enabled and getattr(self._stream, 'isatty', lambda: False)():
       self._bar = tqdm.tqdm(
           total=total, initial=done, file=self._stream, desc=self._label or None, smoothing=0,
@@ -47,11 +43,10 @@ class Progress:
                      '{elapsed}  ETA {remaining}{postfix}')
 
   def eta(self) -> Optional[float]:
-    """Seconds left at the mean time of the rounds ticked so far (None before the first)."""
+    """Seconds left at the mean time per tick so far (None before the first)."""
     ticked = self.done - self._first
-    if ticked <= 0:
-      return None
-    return (self._clock() - self._start) / ticked * max(0, self.total - self.done)
+    return ((self._clock() - self._start) / ticked * max(0, self.total - self.done)
+            if ticked > 0 else None)
 
   def _show(self, force: bool = False) -> None:
     if not self._enabled:
@@ -71,7 +66,7 @@ class Progress:
       self._last_line, self._shown = now, self.done
 
   def tick(self, *, postfix: Optional[str] = None) -> None:
-    """One round finished; `postfix` (if given) replaces the figures shown after the times."""
+    """One more done; `postfix` (if given) replaces the figures shown after the times."""
     self.done = min(self.total, self.done + 1)
     if postfix is not None:
       self._postfix = postfix

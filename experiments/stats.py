@@ -12,10 +12,8 @@ from tff_conflict import _checks
 
 
 class Interval(NamedTuple):
-  """The mean of n paired differences, its confidence interval [low, high], the two-sided
-  t-test's `p_value` of a zero mean and the sample `sd`; all but the mean NaN for n < 2.
-  `family`: the multiple-test family `p_value` was adjusted in (None: not adjusted; '': in none,
-  no test)."""
+  """Mean of n paired differences, its interval [low, high], the two-sided t-test's `p_value`, the
+  sample `sd` (NaN for n < 2); `family`: where `p_value` was adjusted (None: not; '': no test)."""
   mean: float
   low: float
   high: float
@@ -34,8 +32,7 @@ def _finite(values) -> list[float]:
 
 
 def mean_std(values: Sequence[Optional[float]]) -> tuple[float, float]:
-  """Mean and sample standard deviation (ddof = 1; 0 for one value) of the finite values; NaNs
-  for none."""
+  """Mean and sample sd (ddof = 1; 0 for one value) of the finite values; NaNs for none."""
   finite = _finite(values)
   if len(finite) < 2:
     return (finite[0], 0.0) if finite else (float('nan'), float('nan'))
@@ -44,13 +41,9 @@ def mean_std(values: Sequence[Optional[float]]) -> tuple[float, float]:
 
 def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Optional[float]],
                       confidence: float = 0.95) -> Optional[Interval]:
-  """Student's t interval of the mean of x[k] - y[k] over the keys (seeds) both hold finite;
-  None when none is shared.
-
-  `mean +- t_{(1 + c)/2, n - 1} sd / sqrt(n)` (ddof = 1) excludes 0 exactly when the two-sided
-  paired t-test, whose p-value it carries, rejects at level 1 - c (p 0 for a constant nonzero
-  difference, 1 for a constant 0).
-  """
+  """Student's t interval `mean +- t_{(1 + c)/2, n - 1} sd / sqrt(n)` of x[k] - y[k] over the
+  keys both hold finite (None: none), with the paired t-test's p-value (0 for a constant nonzero
+  difference, 1 for a constant 0); it excludes 0 where the test rejects at level 1 - c."""
   _checks.check_fraction('confidence', confidence)
   keys = sorted(k for k in set(x) & set(y) if _finite([x[k]]) and _finite([y[k]]))
   if not keys:
@@ -61,21 +54,15 @@ def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Op
     return Interval(mean, float('nan'), float('nan'), n)
   sd = float(d.std(ddof=1))
   half = float(scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n))
-  if sd > 0:
-    p_value = float(2 * scipy_stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
-  else:
-    p_value = 1.0 if mean == 0 else 0.0
+  p_value = (float(2 * scipy_stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1)) if sd > 0
+             else 1.0 if mean == 0 else 0.0)
   return Interval(mean, mean - half, mean + half, n, p_value, sd)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-  """Holm's step-down adjusted p-values, in the order given.
-
-  With the m finite p-values sorted, p_(1) <= ... <= p_(m): `adj_(i) = max_{j <= i} min(1,
-  (m - j + 1) p_(j))`; rejecting where `adj < alpha` controls the family-wise error rate at
-  alpha (Holm, "A Simple Sequentially Rejective Multiple Test Procedure", Scandinavian Journal of
-  Statistics 6(2), 1979). A NaN p-value (one seed) stays NaN and does not count in m.
-  """
+  """Holm's step-down adjusted p-values in the given order, `adj_(i) = max_{j <= i} min(1,
+  (m - j + 1) p_(j))` over the m finite ones sorted (Holm, Scand. J. Statist. 6(2), 1979); NaN
+  stays NaN and does not count in m."""
   values = [float(p) for p in p_values]
   finite = sorted((p, i) for i, p in enumerate(values) if math.isfinite(p))
   out = [float('nan')] * len(values)
@@ -87,9 +74,8 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def paired_power(difference: float, sd: float, n: int, alpha: float = 0.05) -> float:
-  """The power of a two-sided paired t-test at level `alpha` with `n` pairs of differences of
-  mean `difference` and standard deviation `sd`: `P(|T| > t_{1 - alpha/2, n-1})`, T noncentral
-  t with n - 1 degrees of freedom and noncentrality `difference sqrt(n) / sd`."""
+  """A two-sided paired t-test's power, `P(|T| > t_{1 - alpha/2, n-1})`, T noncentral t (n - 1
+  degrees of freedom, noncentrality `difference sqrt(n) / sd`)."""
   if n < 2:
     return float('nan')
   if sd <= 0:
@@ -101,8 +87,8 @@ def paired_power(difference: float, sd: float, n: int, alpha: float = 0.05) -> f
 
 def minimal_detectable_difference(sd: float, n: int, *, alpha: float = 0.05,
                                   power: float = 0.8) -> float:
-  """The smallest |mean difference| `paired_power` detects with probability `power` (its root,
-  bracketed from 0); NaN for n < 2 or a non-finite sd."""
+  """The smallest |mean difference| `paired_power` detects with probability `power`; NaN for
+  n < 2 or a non-finite sd."""
   _checks.check_fraction('alpha', alpha)
   _checks.check_fraction('power', power)
   if n < 2 or not math.isfinite(sd) or sd < 0:
@@ -117,12 +103,8 @@ def minimal_detectable_difference(sd: float, n: int, *, alpha: float = 0.05,
 
 def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: float = 0.8,
                  maximum: int = 10_000) -> int:
-  """The fewest pairs (>= 2) whose paired t-test detects `difference` with probability `power`
-  when the differences' sd is `sd` (a pilot's); `maximum` when even that many do not.
-
-  Raises:
-    ArgumentError: a difference not > 0, an sd not >= 0, alpha or power outside (0, 1).
-  """
+  """The fewest pairs (>= 2, at most `maximum`) whose paired t-test detects `difference` with
+  probability `power` at differences' sd `sd`; `ArgumentError` for a bad argument."""
   _checks.check_fraction('alpha', alpha)
   _checks.check_fraction('power', power)
   _checks.check_positive('difference', difference)
@@ -135,9 +117,8 @@ def seeds_needed(sd: float, difference: float, *, alpha: float = 0.05, power: fl
 
 def plateau(values: Sequence[Optional[float]], *, window: int, tolerance: float
             ) -> tuple[float, float, bool]:
-  """(mean of the last `window` values, mean of the `window` before, whether they lie within
-  `tolerance`: plateaued). None values (rounds not evaluated) are skipped; fewer than `2 window`
-  values or a non-finite one among them: not plateaued."""
+  """(mean of the last `window` values, of the `window` before, whether within `tolerance`);
+  None values are skipped; fewer than `2 window` values or a non-finite one: not plateaued."""
   present = [float(v) for v in values if v is not None]
   if len(present) < 2 * window:
     return float('nan'), float('nan'), False
@@ -147,9 +128,8 @@ def plateau(values: Sequence[Optional[float]], *, window: int, tolerance: float
 
 
 def train_loss_rise(losses: Sequence[float]) -> float:
-  """The largest rise of the training loss above its running minimum, `max_r (l_r - min_{s<r}
-  l_s)`: the instability the FedProx paper shows for FedAvg with many local epochs (Li et al.,
-  "Federated Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127, Fig. 1-2)."""
+  """`max_r (l_r - min_{s<r} l_s)`: FedAvg's instability with many local epochs in the FedProx
+  paper (Li et al., MLSys 2020, arXiv:1812.06127, Fig. 1-2)."""
   rise, low = 0.0, math.inf
   for loss in losses:
     rise, low = max(rise, loss - low), min(low, loss)

@@ -1,5 +1,5 @@
-"""Trains one federated algorithm on one dataset, e.g. `python -m experiments.train --algorithm=fedgh
---dataset=digits`: metrics.csv, hparams.csv and checkpoints under `<output_dir>/<experiment_name>/`;
+"""Trains one algorithm on one dataset (`python -m experiments.train --algorithm=fedgh
+--dataset=digits`): metrics.csv, hparams.csv, checkpoints under `<output_dir>/<experiment_name>/`;
 rerunning an interrupted command resumes it (`--noresume` starts over)."""
 
 from experiments import interrupts  # pylint: disable=g-bad-import-order
@@ -25,9 +25,9 @@ from experiments import training_loop
 FLAGS = flags.FLAGS
 
 _DEFAULTS = config.ExperimentConfig()
-_ALGORITHM_NAMES = list(experiment_lib.ALGORITHM_HPARAMS) + [config.CUSTOM_ALGORITHM]
 
-flags.DEFINE_enum('algorithm', _DEFAULTS.algorithm.name, _ALGORITHM_NAMES, 'Method '
+flags.DEFINE_enum('algorithm', _DEFAULTS.algorithm.name,
+                  list(experiment_lib.ALGORITHM_HPARAMS) + [config.CUSTOM_ALGORITHM], 'Method '
                   '(tff_conflict.learning.ALGORITHMS), or custom: --client_loss with --aggregator.')
 flags.DEFINE_enum('client_loss', None, list(experiment_lib.LOSS_HPARAMS),
                   'With --algorithm=custom: the client loss (tff_conflict.learning.LOSSES).')
@@ -48,21 +48,17 @@ def main(unused_argv):
   experiment = flags_lib.check_common_flags()
   experiment_dir = cli.prepare_output_dir(experiment.experiment_dir)
   with files.one_writer(experiment_dir):   # before anything in it is read or written
-    _train(experiment, experiment_dir)
-
-
-def _train(experiment: config.ExperimentConfig, experiment_dir: str) -> None:
-  if experiment.training.resume:   # before any work: a rerun never cuts a longer run
-    training_loop.check_rounds(experiment_dir, experiment.training.rounds)
-  cli.install_context(experiment)
-  task = experiment_lib.load_task(experiment)
-  print(f'{experiment.algorithm.label} on {experiment.data.dataset} '
-        f'({len(task[0].client_ids)} clients, {experiment.training.clients_per_round} per round, '
-        f'model {experiment_lib.model_name(experiment)}) -> {experiment_dir}', flush=True)
-  last = experiment_lib.run_experiment(experiment, task=task)[0][-1]
-  print(f'round {last["round_num"]}: test_accuracy {last["test_accuracy"]:.4f}  '
-        f'test_macro_f1 {last["test_macro_f1"]:.4f}  test_loss {last["test_loss"]:.4f}')
-  print(f'metrics: {os.path.join(experiment_dir, training_loop.METRICS_FILE)}')
+    if experiment.training.resume:   # before any work: a rerun never cuts a longer run
+      training_loop.check_rounds(experiment_dir, experiment.training.rounds)
+    cli.install_context(experiment)
+    task = experiment_lib.load_task(experiment)
+    print(f'{experiment.algorithm.label} on {experiment.data.dataset} ({len(task[0].client_ids)} '
+          f'clients, {experiment.training.clients_per_round} per round, model '
+          f'{experiment_lib.model_name(experiment)}) -> {experiment_dir}', flush=True)
+    last = experiment_lib.run_experiment(experiment, task=task)[0][-1]
+    print(f'round {last["round_num"]}: test_accuracy {last["test_accuracy"]:.4f}  '
+          f'test_macro_f1 {last["test_macro_f1"]:.4f}  test_loss {last["test_loss"]:.4f}')
+    print(f'metrics: {os.path.join(experiment_dir, training_loop.METRICS_FILE)}')
 
 
 if __name__ == '__main__':

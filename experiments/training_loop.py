@@ -3,6 +3,7 @@ checkpoints and an exact resume (docs/design.md, "Experiments")."""
 
 import asyncio
 import collections
+import contextlib
 import csv
 import os
 import shutil
@@ -41,8 +42,7 @@ class ResumeError(files.Failure, ValueError):
 
 def sample_clients(client_ids: Sequence[str], num_clients: int, *, seed: int,
                    round_num: int) -> list[str]:
-  """`num_clients` distinct clients drawn by `numpy.random.default_rng([seed, round_num])`, in
-  the order of `client_ids`: a function of (seed, round_num) only."""
+  """`num_clients` distinct clients by `default_rng([seed, round_num])`, in `client_ids`' order."""
   if not 1 <= num_clients <= len(client_ids):
     raise config_lib.ConfigError('num_clients', num_clients,
                                  f'an integer in [1, {len(client_ids)}]')
@@ -51,8 +51,7 @@ def sample_clients(client_ids: Sequence[str], num_clients: int, *, seed: int,
 
 
 def _shuffle_seed(config: config_lib.LoopConfig, round_num: int, client_index: int) -> Any:
-  """The tf.data shuffle seed of (seed, round, the client's position in the round); None without
-  shuffling."""
+  """The shuffle seed of (seed, round, the client's position in the round); None: no shuffle."""
   if config.shuffle_buffer <= 0:
     return None
   return int(np.random.default_rng([int(config.seed), int(round_num), int(client_index), 1])
@@ -78,10 +77,7 @@ _COHORT_FUNCTIONS: 'weakref.WeakKeyDictionary[Any, dict[tuple, Any]]' = weakref.
 
 
 class RoundData:
-  """A round's datasets: `preprocess` of each sampled client's, the client data's
-  `serializable_dataset_fn` and the pipeline traced into one function per cohort size (eagerly,
-  each client's pipeline is Python-built ops); data whose dataset function cannot be traced, or
-  traces to other element specs, is read one client at a time."""
+  """A round's `preprocess`ed datasets, traced as one function per cohort size where possible."""
 
   def __init__(self, train_data: Any, config: config_lib.LoopConfig):
     self._train_data, self._config = train_data, config
@@ -89,8 +85,7 @@ class RoundData:
       self._functions = _COHORT_FUNCTIONS.setdefault(train_data, {})
     except TypeError:  # not weakly referenceable: traced per run
       self._functions = {}
-    self._element_spec = None
-    self._traceable = True
+    self._element_spec, self._traceable = None, True
 
   def _trace(self, k: int):
     dataset_fn, config, specs = self._train_data.serializable_dataset_fn, self._config, []
@@ -144,8 +139,7 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
         'unknown and resuming it is refused. Use --noresume to start over, or another '
         '--experiment_name.') from None
   current = {k: metrics_io.hparam_str(v) for k, v in hparams.items()}
-  # A method flag the run does not read is not recorded (earlier versions recorded every one);
-  # a setting one side does not record at all counts as empty (e.g. a setting added later).
+  # An unread method flag is not recorded; a setting one side lacks counts as empty.
   ignored = lambda k: (k in RESUMABLE_CHANGES or k.startswith('version/')
                        or (k in config_lib.METHOD_FLAGS and k not in current))
   diffs = sorted(k for k in set(stored) | set(current)
@@ -158,13 +152,13 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
 
 
 def check_rounds(experiment_dir: str, rounds: int) -> None:
-  """Refuses (`ResumeError`) to rerun the run in `experiment_dir` with fewer rounds than it has
-  recorded (intact metrics.csv rows, checkpoints): a rerun keeps what is there, never cuts it."""
+  """`ResumeError` for rerunning the run in `experiment_dir` with fewer rounds than it has
+  recorded (intact metrics.csv rows, checkpoints): a rerun never cuts it."""
   metrics_path = os.path.join(experiment_dir, METRICS_FILE)
   try:
     intact = len(metrics_io.read_metrics(metrics_path)[0]) if os.path.exists(metrics_path) else 0
   except OSError:
-    intact = 0   # `_restore` names the unreadable file
+    intact = 0   # `_resume` names the unreadable file
   saved = checkpoints_lib.saved_versions(os.path.join(experiment_dir, CHECKPOINT_DIR))
   recorded = max([intact, *saved])
   if recorded <= rounds:
@@ -188,11 +182,11 @@ def _short(error: Exception) -> str:
   return text if len(text) <= 160 else text[:157] + '...'
 
 
-def _restore(manager, metrics_path: str, template: Any, rounds: int,
-             notify: Callable[[str], None]) -> tuple:
-  """(saved value or None, its round, rows 1..round, columns) of the newest readable checkpoint
-  that metrics.csv's intact rows cover; each disagreement between the two (a crash, an edit) is
-  reported in one line naming the file. `ResumeError` for an unreadable metrics.csv."""
+def _resume(manager, metrics_path: str, state: Any, rounds: int, saved: Callable,
+            controls: Any, notify: Callable[[str], None]) -> tuple:
+  """(state, round, rows 1..round, columns) of the newest readable checkpoint that metrics.csv's
+  intact rows cover, else (`state`, 0, [], None); each disagreement said in one line naming the
+  file; `ResumeError` for an unreadable metrics.csv. Restores the controls saved with it."""
   start = (None, 0, [], None)
   versions = [v for v in manager.versions() if v <= rounds]
   newest = max(versions, default=0)
@@ -201,7 +195,7 @@ def _restore(manager, metrics_path: str, template: Any, rounds: int,
       notify(f'warning: {metrics_path} is missing but {manager.root_dir} holds the state after '
              f'round {newest}; the metrics of those rounds exist nowhere else, so the run starts '
              'over from round 1')
-    return start
+    return state, 0, [], None
   try:
     found, columns, problem = metrics_io.read_metrics(metrics_path)
   except OSError as e:
@@ -210,7 +204,8 @@ def _restore(manager, metrics_path: str, template: Any, rounds: int,
   intact = len(found)
   for version in reversed([v for v in versions if v <= intact]):
     try:
-      start = (asyncio.run(manager.load(version, template)), version, found[:version], columns)
+      start = (asyncio.run(manager.load(version, saved(state, 0))), version, found[:version],
+               columns)
       break
     except Exception as e:  # pylint: disable=broad-except
       notify(f'warning: the checkpoint {manager.path(version)} cannot be read ({_short(e)}); '
@@ -226,7 +221,15 @@ def _restore(manager, metrics_path: str, template: Any, rounds: int,
   elif intact and not versions and not start[1]:
     notify(f'warning: {metrics_path} has rows for {_rounds(1, intact)} but {manager.root_dir} '
            'holds no checkpoint to continue from; starting over from round 1')
-  return start
+  loaded, done, rows, columns = start
+  if controls is not None and loaded is not None:
+    controls.restore(loaded['client_controls'])
+    loaded = loaded['state']
+  if done == rounds:
+    notify(f'all {rounds} rounds are already done ({metrics_path})')
+  elif done:
+    notify(f'resuming from round {done}: running {_rounds(done + 1, rounds)} of {rounds}')
+  return (state if loaded is None else loaded), done, rows, columns
 
 
 def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], Mapping],
@@ -236,15 +239,11 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
                  test_columns: Sequence[str] = TEST_COLUMNS,
                  on_round: Callable[[], None] = lambda: None,
                  release_managers: Sequence[tff.program.ReleaseManager] = ()) -> tuple:
-  """Runs rounds 1..config.rounds of `process` (through `runner`, default the process, from
-  `initial_state`, default `runner.initialize()`) on clients sampled from `train_data`, or the
-  rest of them when the run in `experiment_dir` with the same `hparams` is resumed; returns (the
-  metrics rows of rounds 1..rounds, the final state, the round resumed from).
-
-  `evaluate_fn` maps model weights to metrics among `test_columns`; `release_managers` receive
-  each round's row after metrics.csv. SCAFFOLD's client controls are kept between rounds and
-  checkpointed with the state. Ctrl-C or SIGTERM saves the last finished round and re-raises
-  with a message saying how to resume. `ResumeError`: a run that cannot be resumed."""
+  """Runs rounds 1..config.rounds of `process` (through `runner`, from `initial_state`; defaults:
+  the process, `runner.initialize()`), or the rest of the run in `experiment_dir` with the same
+  `hparams`; returns (metrics rows of rounds 1..rounds, final state, round resumed from).
+  `evaluate_fn`: weights -> metrics among `test_columns`; `release_managers` get each row after
+  metrics.csv. Ctrl-C or SIGTERM saves the last finished round, re-raises saying how to resume."""
   runner = process if runner is None else runner
   client_ids = list(train_data.client_ids)
   if config.clients_per_round > len(client_ids):
@@ -255,66 +254,24 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   def notify(text: str) -> None:
     print(f'{prefix}{text}', file=stream or sys.stdout, flush=True)
 
-  def model_weights(state):
-    # A composed process's weights are in its state; else the runner's own (an in-process run
-    # never goes through TFF's runtime, which would start a worker_binary).
-    weights = getattr(state, 'global_model_weights', None)
-    if isinstance(weights, tff.learning.models.ModelWeights):
-      return weights
-    return (getattr(runner, 'get_model_weights', None) or process.get_model_weights)(state)
-
-  controls = None
-  if scaffold_lib.control_layout(process) is not None:
-    controls = client_controls_lib.ClientControls.for_process(process, client_ids)
-
-  def saved(state, round_num: int):
-    """What a checkpoint of round `round_num` holds: the state, with that round's controls."""
-    if controls is None:
-      return state
-    return collections.OrderedDict(state=state,
-                                   client_controls=controls.arrays(version=round_num))
-
-  os.makedirs(experiment_dir, exist_ok=True)
-  hparams_path = os.path.join(experiment_dir, HPARAMS_FILE)
-  metrics_path = os.path.join(experiment_dir, METRICS_FILE)
-  if config.resume:
-    _check_hparams(hparams_path, hparams)
-    check_rounds(experiment_dir, config.rounds)
-  else:
-    for name in (METRICS_FILE, metrics_io.PER_CLIENT_FILE, HPARAMS_FILE):
-      if os.path.exists(os.path.join(experiment_dir, name)):
-        os.remove(os.path.join(experiment_dir, name))
-    shutil.rmtree(os.path.join(experiment_dir, CHECKPOINT_DIR), ignore_errors=True)
-  metrics_io.write_hparams(hparams_path, hparams)
-
+  controls, saved = _controls(process, client_ids)
+  metrics_path = _prepare(experiment_dir, config, hparams)
   manager = checkpoints_lib.CheckpointManager(os.path.join(experiment_dir, CHECKPOINT_DIR),
                                               keep_total=config.keep_checkpoints)
   state = runner.initialize() if initial_state is None else initial_state
   done, rows, columns = 0, [], None
   if config.resume:
-    loaded, done, rows, columns = _restore(manager, metrics_path, saved(state, 0), config.rounds,
-                                           notify)
-    if controls is not None and loaded is not None:
-      controls.restore(loaded['client_controls'])
-      loaded = loaded['state']
-    state = state if loaded is None else loaded
+    state, done, rows, columns = _resume(manager, metrics_path, state, config.rounds, saved,
+                                         controls, notify)
   manager.remove_after(done)
   # Rows are synced only where a rerun resumes from a checkpoint.
   writer = metrics_io.MetricsReleaseManager(experiment_dir, rows=rows, columns=columns,
                                             always=test_columns, sync=config.checkpoint_every > 0)
-  managers = [writer, *release_managers]
-  if done == config.rounds:
-    notify(f'all {config.rounds} rounds are already done ({metrics_path})')
-  elif done:
-    notify(f'resuming from round {done}: running {_rounds(done + 1, config.rounds)} of '
-           f'{config.rounds}')
-
   make_datasets = RoundData(train_data, config)
   events = asyncio.new_event_loop()   # one for the run's releases and saves
   bar = progress_lib.Progress(config.rounds, done=done, label=label, stream=stream,
                               enabled=show_progress and done < config.rounds)
-  finished_state, finished_round, saved_round = state, done, done
-  latest_accuracy = None
+  finished_state, finished_round, saved_round, accuracy = state, done, done, None
   try:
     for round_num in range(done + 1, config.rounds + 1):
       interrupts.raise_if_interrupted()   # a signal whose exception Python dropped in a callback
@@ -323,54 +280,22 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
       datasets = make_datasets(sampled, round_num)
       if controls is not None:
         datasets = controls.for_cohort(sampled, datasets)
-      start_time = time.monotonic()
-      output = runner.next(state, datasets)
-      round_time = time.monotonic() - start_time
-      state = output.state
-      # The clients' new controls are kept, and left out of the metrics.
-      round_metrics = (output.metrics if controls is None
-                       else controls.update(sampled, output, version=round_num))
-      flat = metrics_io.flatten_metrics(round_metrics)
-      # A round in which no client trained (each left out as non-finite) has no training loss:
-      # its measured 0 would read as a perfect round.
-      untrained = metrics_io.trained_nothing(flat)
-      row: dict[str, Any] = {
-          'train_loss': None if untrained else flat.get('client_work/train/loss'),
-          'train_accuracy': (None if untrained
-                             else flat.get('client_work/train/sparse_categorical_accuracy')),
-          'round_time_s': round_time, 'eval_time_s': None}
+      state, round_metrics, row, untrained = _train_round(runner, state, datasets, controls,
+                                                          sampled, round_num)
       if config.is_eval_round(round_num):
-        start_time = time.monotonic()
-        test_metrics = dict(evaluate_fn(model_weights(state)))
-        unknown = sorted(set(test_metrics) - set(test_columns))
-        if unknown:
-          raise ValueError(f'evaluate_fn returned {unknown}, which are not in test_columns')
-        row['eval_time_s'] = time.monotonic() - start_time
-        row.update(test_metrics)
-        latest_accuracy = test_metrics.get('test_accuracy', latest_accuracy)
+        row.update(_evaluate(evaluate_fn, _model_weights(process, runner, state), test_columns))
+        accuracy = row.get('test_accuracy', accuracy)
       row.update(round_metrics)
-      try:
-        for release_manager in managers:
-          events.run_until_complete(release_manager.release(row, round_num))
-      except ValueError as e:
-        if round_num != done + 1 or not done:
-          raise
-        raise ResumeError(f'{metrics_path} has other columns than the metrics of this run '
-                          f'({e}); it was edited, or written by another version: use '
-                          '--noresume to start over') from None
+      _release(events, (writer, *release_managers), row, round_num,
+               resumed=done and round_num == done + 1, metrics_path=metrics_path)
       finished_state, finished_round = state, round_num
       if config.is_checkpoint_round(round_num):
         events.run_until_complete(manager.save(saved(state, round_num), round_num))
         saved_round = round_num
       on_round()
       interrupts.raise_if_interrupted()
-      loss = row.get('train_loss')
-      accuracy = '-' if latest_accuracy is None else f'{latest_accuracy:.4f}'
-      bar.tick(postfix=f'test_accuracy {accuracy}' + (
-          '  train_loss n/a (no client trained)' if untrained
-          else '' if loss is None else f'  train_loss {loss:.4f}'))
+      bar.tick(postfix=_postfix(accuracy, row['train_loss'], untrained))
   except (KeyboardInterrupt, interrupts.OutputClosed) as e:
-    _close(bar)
     if config.checkpoint_every > 0 and finished_round > saved_round:
       events.run_until_complete(
           manager.save(saved(finished_state, finished_round), finished_round))
@@ -381,16 +306,91 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
     raise
   finally:
     events.close()
-    _close(bar)
+    with contextlib.suppress(interrupts.OutputClosed):   # nothing more is shown then
+      bar.close()
   return writer.rows, state, done
 
 
-def _close(bar: progress_lib.Progress) -> None:
-  """Closes the progress bar; nothing more is shown where standard output is closed."""
+def _prepare(experiment_dir: str, config: config_lib.LoopConfig,
+             hparams: Mapping[str, Any]) -> str:
+  """Checks a resumed run (or clears its outputs), writes hparams.csv; returns metrics.csv."""
+  os.makedirs(experiment_dir, exist_ok=True)
+  hparams_path = os.path.join(experiment_dir, HPARAMS_FILE)
+  if config.resume:
+    _check_hparams(hparams_path, hparams)
+    check_rounds(experiment_dir, config.rounds)
+  else:
+    for name in (METRICS_FILE, metrics_io.PER_CLIENT_FILE, HPARAMS_FILE):
+      if os.path.exists(os.path.join(experiment_dir, name)):
+        os.remove(os.path.join(experiment_dir, name))
+    shutil.rmtree(os.path.join(experiment_dir, CHECKPOINT_DIR), ignore_errors=True)
+  metrics_io.write_hparams(hparams_path, hparams)
+  return os.path.join(experiment_dir, METRICS_FILE)
+
+
+def _model_weights(process: Any, runner: Any, state: Any) -> Any:
+  """A composed process's weights are in its state; else the runner's (not TFF's runtime)."""
+  weights = getattr(state, 'global_model_weights', None)
+  if isinstance(weights, tff.learning.models.ModelWeights):
+    return weights
+  return (getattr(runner, 'get_model_weights', None) or process.get_model_weights)(state)
+
+
+def _controls(process: Any, client_ids: Sequence[str]) -> tuple:
+  """(SCAFFOLD's client controls or None, (state, round) -> what that round's checkpoint holds)."""
+  if scaffold_lib.control_layout(process) is None:
+    return None, lambda state, round_num: state
+  controls = client_controls_lib.ClientControls.for_process(process, client_ids)
+  return controls, lambda state, round_num: collections.OrderedDict(
+      state=state, client_controls=controls.arrays(version=round_num))
+
+
+def _train_round(runner: Any, state: Any, datasets: list, controls: Any, sampled: list[str],
+                 round_num: int) -> tuple:
+  """(new state, round metrics, headline cells, whether no client trained: then no train loss)."""
+  start_time = time.monotonic()
+  output = runner.next(state, datasets)
+  round_time = time.monotonic() - start_time
+  round_metrics = (output.metrics if controls is None
+                   else controls.update(sampled, output, version=round_num))
+  flat = metrics_io.flatten_metrics(round_metrics)
+  untrained = metrics_io.trained_nothing(flat)
+  row = {'train_loss': None if untrained else flat.get('client_work/train/loss'),
+         'train_accuracy': (None if untrained
+                            else flat.get('client_work/train/sparse_categorical_accuracy')),
+         'round_time_s': round_time, 'eval_time_s': None}
+  return output.state, round_metrics, row, untrained
+
+
+def _release(events, managers: Sequence[Any], row: Mapping[str, Any], round_num: int, *,
+             resumed: bool, metrics_path: str) -> None:
+  """Releases `row`; `ResumeError` where a resumed run's first row has other columns."""
   try:
-    bar.close()
-  except interrupts.OutputClosed:
-    pass
+    for release_manager in managers:
+      events.run_until_complete(release_manager.release(row, round_num))
+  except ValueError as e:
+    if not resumed:
+      raise
+    raise ResumeError(f'{metrics_path} has other columns than the metrics of this run '
+                      f'({e}); it was edited, or written by another version: use '
+                      '--noresume to start over') from None
+
+
+def _evaluate(evaluate_fn: Callable[[Any], Mapping], weights: Any,
+              test_columns: Sequence[str]) -> dict[str, Any]:
+  """`eval_time_s` and `evaluate_fn(weights)`; ValueError for a metric not in `test_columns`."""
+  start_time = time.monotonic()
+  test_metrics = dict(evaluate_fn(weights))
+  unknown = sorted(set(test_metrics) - set(test_columns))
+  if unknown:
+    raise ValueError(f'evaluate_fn returned {unknown}, which are not in test_columns')
+  return {'eval_time_s': time.monotonic() - start_time, **test_metrics}
+
+
+def _postfix(accuracy: Optional[float], loss: Optional[float], untrained: bool) -> str:
+  shown = '-' if accuracy is None else f'{accuracy:.4f}'
+  return f'test_accuracy {shown}' + ('  train_loss n/a (no client trained)' if untrained
+                                     else '' if loss is None else f'  train_loss {loss:.4f}')
 
 
 def _interrupted_message(prefix: str, finished: int, saved: int, rounds: int,
