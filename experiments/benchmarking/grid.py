@@ -1,6 +1,5 @@
-"""A whole benchmark, one way: `run_benchmark(config)` makes its plan (`plan.make`), checks it,
-runs it on the config's executor (`schedule`, `experiments.executors`; finished runs on disk are
-skipped) and writes the record and the report."""
+"""A whole benchmark: `run_benchmark(config)` makes its plan (`plan.make`), checks it, runs it on
+the config's executor (`schedule`; finished runs on disk skipped) and writes record and report."""
 
 import datetime
 import functools
@@ -27,10 +26,8 @@ CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', '
 
 
 def _write_tuning(plan, root, choices) -> None:
-  """tuning_choices.json; tuning.csv: every candidate's validation score at each length it ran
-  (`rounds`) and whether it won (`chosen`: the winner's full-length row only);
-  validation_curves.csv: the chosen candidate's validation accuracy curve on each tuning seed
-  whose full-length run finished."""
+  """tuning_choices.json, tuning.csv (each candidate's score at each length, `chosen`: the
+  winner's full-length row) and validation_curves.csv (the winner's curve per finished seed)."""
   files.write_json_atomically(os.path.join(root, 'tuning_choices.json'), choices)
   scores, curves = [], []
   for (dataset, epochs, method), c in zip(plan.tuning, choices):
@@ -57,10 +54,8 @@ def _first_seed(plan) -> int:
 
 def check_finished_runs(config, plan=None) -> None:
   """Raises `engine.SettingsChangedError` for the first finished run on disk that `config` would
-  run again (same phase, regime, E, method, seed and tuning candidate) with other settings,
-  before anything runs or is written; the values tuning chooses (builder arguments, learning
-  rates) are taken as recorded: `Engine.run` checks them when they are known. `plan`: the
-  config's (`plan.make`), made if not given."""
+  run again with other settings, before anything is written; the values tuning chooses are
+  taken as recorded (`Engine.run` checks them once known)."""
   if not config.loop.resume:
     return
   plan = plan or plan_lib.make(config)
@@ -96,8 +91,7 @@ def check_finished_runs(config, plan=None) -> None:
 
 def _tuned_fields(plan, name: str) -> set[str]:
   """The settings (`runs.spec_differences`' names) of method `name`'s reporting runs that its
-  tuning chooses: the learning rates it does not fix and its (or its source's) grid's builder
-  arguments it does not fix; a custom variant's loss and aggregator arguments."""
+  (or its source's) tuning chooses and it does not fix."""
   methods = {m.name: m for m in plan.methods}
   method = methods[name]
   source = methods[plan.inherits[name] or name]
@@ -110,10 +104,8 @@ def _tuned_fields(plan, name: str) -> set[str]:
 
 
 def _replace_stale(plan, root: str, stream: TextIO, said: set, spec) -> None:
-  """A finished reporting run on disk that differs from `spec` only in values tuning chooses
-  (made at an older invocation's choice) is deleted to run again at this one, with a line per
-  method and change (`said`: those said); any other difference is refused when it runs
-  (`engine.check_same_spec`)."""
+  """Deletes a finished reporting run that differs from `spec` only in values tuning chooses (an
+  older choice's), saying so once per method and change (`said`)."""
   run_dir = spec.directory(root)
   done = runs_lib.read_result(run_dir) if spec.phase == runs_lib.REPORT_PHASE else None
   differences = '; '.join(runs_lib.spec_differences(done['spec'], spec) if done else [])
@@ -148,20 +140,11 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     after_tuning: called once tuning is over, before the first reporting run.
     command: the command line, recorded in timing.json and the report.
 
-  Returns:
-    This invocation's timing.json entry (`wall_seconds`, `build_seconds`, `processes_built`,
-    `runs_done`, `runs_skipped`, ...) with `root`, `report` (report.md's path), `rows`
-    (runs.csv's), `choices` (tuning_choices.json's), `failures` ((run label, error) of the
-    runs that failed; they are retried on the next run) and `incomplete` (the searches a failed
-    run left without a choice: their method's reporting runs, and everyone's for the baseline,
-    wait for the next run).
-
-  Raises:
-    experiments.config.ConfigError: a regime that cannot run (`check_regimes`), or your own data
-      or model that do not fit (`Engine.shape_and_classes`), before anything is written.
-    engine.SettingsChangedError: a finished run on disk has other settings, found before
-      anything is written (`check_finished_runs`) or, for the values tuning chooses, when the
-      run comes; either way the files the report reads are left as they were.
+  Returns this invocation's timing.json entry with `root`, `report` (its path), `rows`,
+  `choices`, `failures` ((run label, error), retried next time) and `incomplete` (the searches
+  a failed run left without a choice). Raises `ConfigError` for a regime, data or model that
+  cannot run, and `engine.SettingsChangedError` for a finished run with other settings, leaving
+  the record as it was.
   """
   plan = plan_lib.make(config)
   check_finished_runs(config, plan)
@@ -181,18 +164,9 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     raise
 
 
-def _examples(client_data) -> Optional[int]:
-  """The examples of a split, from its label counts (its data unread: the test split is read by
-  no run before tuning ends); None when it has none."""
-  counts = getattr(client_data, 'label_counts', None)
-  return None if counts is None else int(counts.sum())
-
-
 def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
-  """Loads every regime (reporting and tuning) once with `data` (`(regime, seed) -> (train,
-  test)`) and checks that it holds `clients_per_round` clients: else `ConfigError` naming
-  --regimes or --tuning_regimes and the loader's error, or --clients_per_round and the population,
-  before any run. `plan`: the config's (`plan.make`), made if not given."""
+  """Loads every regime once with `data` (`(regime, seed) -> (train, test)`): a `ConfigError`
+  naming --regimes or --tuning_regimes when it fails, --clients_per_round when it is too small."""
   plan = plan or plan_lib.make(config)
   tuned = [s.tuning_regime for s in plan.datasets.values()]
   tuned = [r for r in tuned if r is not None and r not in plan.regimes]
@@ -212,9 +186,8 @@ def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
 
 
 def check_builds(plan, engine) -> None:
-  """Runs the builder's checks of every distinct process the plan builds (`Plan.builds`: the
-  methods' given and fixed arguments, every grid value) on its model and data, without building
-  it: a composition that cannot be built is a `ConfigError` naming --methods, before any run."""
+  """The builder's checks of every process of `Plan.builds`, unbuilt: else a `ConfigError`
+  naming --methods."""
   for spec in plan.builds:
     try:
       engine.check_build(spec)
@@ -224,24 +197,13 @@ def check_builds(plan, engine) -> None:
 
 
 def _engine_options(config, loader) -> dict[str, Any]:
-  """`engine.Engine`'s arguments: what is not a run's own (`RunSpec`)."""
   return dict(loader=loader, datasets=config.datasets, model_fns=config.model_fns,
               runtime=config.output.runtime, resume=config.loop.resume)
 
 
-def _make_executor(config, engine, loader):
-  from experiments import executors  # pylint: disable=g-import-not-at-top
-  output = config.output
-  return executors.make(
-      executors.Options.of(output),
-      functools.partial(engine_lib.worker_engine, config.root, **_engine_options(config, loader)),
-      engine_lib.run_job, state=engine, affinity=engine_lib.process_of)
-
-
 def _prepare(config, plan, engine, stream) -> None:
-  """The checks before any run (the regimes, your own data and models, the builds), then
-  config.json (the settings and `plan`, `Plan.description`), the plan's line on `stream` and
-  regimes.json (size and label skew, `tff_conflict.data.describe`, of the first seed's data)."""
+  """The checks before any run, then config.json, the plan's line on `stream` and regimes.json
+  (size and label skew of the first seed's data, `tff_conflict.data.describe`)."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   root = config.root
   check_regimes(config, engine.data, plan)
@@ -272,7 +234,8 @@ def _prepare(config, plan, engine, stream) -> None:
       described.append({'regime': regime, 'data_seed': _first_seed(plan), **{
           k: values[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
                                  'classes_per_client', 'label_tv_distance')},
-                        'test_examples': _examples(test),
+                        'test_examples': None if getattr(test, 'label_counts', None) is None
+                        else int(test.label_counts.sum()),   # the test split unread
                         'data_location': source.data_location, 'data_digest': source.data_digest})
   files.write_json_atomically(os.path.join(root, 'regimes.json'), described)
 
@@ -321,7 +284,11 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
 
   counts, executor = schedule.Counts.of(plan.tasks), None
   try:
-    executor = _make_executor(config, engine, loader)
+    from experiments import executors  # pylint: disable=g-import-not-at-top
+    executor = executors.make(
+        executors.Options.of(config.output), functools.partial(
+            engine_lib.worker_engine, root, **_engine_options(config, loader)),
+        engine_lib.run_job, state=engine, affinity=engine_lib.process_of)
     phases['start'] = time.monotonic()
     if not tuning_order:
       _write_tuning(plan, root, choices)
