@@ -1,6 +1,5 @@
-"""The deeper checks of a `config.BenchmarkConfig` (your own data and models, the methods'
-builder arguments on their optimizers and models, the per-dataset entries); each bad value raises
-`experiments.config.ConfigError` naming its flag."""
+"""The deeper checks of a `config.BenchmarkConfig` (your own data and models, the methods on
+their builders and models, the per-dataset entries): `ConfigError` naming the flag."""
 
 import functools
 import re
@@ -33,7 +32,7 @@ _OWN_ELEMENT = ('client data of unbatched examples OrderedDict(x=float32 tensor 
 def check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[], Any]],
                models: Mapping[str, str]) -> None:
   """Your own datasets and models: new names, `(train, test)` ClientData pairs of `_OWN_ELEMENT`,
-  callables, a model for each dataset (the models are checked on the data by `engine`)."""
+  callables, a model for each dataset."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from experiments import architectures  # pylint: disable=g-import-not-at-top
@@ -74,8 +73,8 @@ def check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[]
 
 
 def check_datasets(config, parsed_regimes) -> None:
-  """The entries naming datasets (--models, --detect, --dataset_settings, --tuning_regimes) name
-  the regimes' datasets and hold valid values; one LEAF dataset at most, with its folder."""
+  """The per-dataset entries name the regimes' datasets and hold valid values; one LEAF dataset
+  at most, with its folder."""
   from experiments import architectures  # pylint: disable=g-import-not-at-top
   datasets = {r.dataset for r in parsed_regimes}
   leaf = sorted(d for d in datasets if d.startswith('leaf_'))
@@ -109,8 +108,8 @@ def check_datasets(config, parsed_regimes) -> None:
 
 
 def _check_sources_read(data, datasets: Collection[str]) -> None:
-  """Refuses --data_dir, --leaf_dir or --cache_dir given when no regime's dataset reads it (its
-  registry entry's `source`; a LEAF dataset keeps its converted cache under --cache_dir)."""
+  """Refuses --data_dir, --leaf_dir or --cache_dir when no regime's dataset reads it (a LEAF
+  dataset keeps its converted cache under --cache_dir)."""
   from tff_conflict.data import registry  # pylint: disable=g-import-not-at-top
   readers = {}
   for name, entry in registry.DATASETS.items():
@@ -124,8 +123,7 @@ def _check_sources_read(data, datasets: Collection[str]) -> None:
 
 
 def check_methods(config, resolved) -> None:
-  """--grids apply (tuning on, method grids searched, methods of the grid) and every method's
-  builder takes its fixed, given and grid values (`_check_builder_arguments`)."""
+  """--grids apply, and every method's builder takes its fixed, given and grid values."""
   if config.grids and not config.tune:
     shown = ','.join(f'{m}.{k}={"/".join(map(str, v))}' for m, grid in config.grids.items()
                      for k, v in grid.items())
@@ -146,16 +144,14 @@ def check_methods(config, resolved) -> None:
 def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any], *,
                              client: experiment_config.OptimizerConfig,
                              server: experiment_config.OptimizerConfig) -> None:
-  """Every fixed or tuned builder argument of `method` is one its builder takes, in its range,
-  and its builder accepts them with the `client` and `server` optimizers (the library's checks,
-  `experiment_lib.library_refusal`: SCAFFOLD's plain SGD, FedNova's client weighting, ...)."""
+  """Every fixed or tuned argument of `method` is one its builder takes, in range, and accepts
+  with the `client` and `server` optimizers (`experiment_lib.library_refusal`)."""
   import inspect  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   build = (learning.build_process if method.algorithm == methods_lib.CUSTOM
            else learning.ALGORITHMS[method.algorithm])
   parameters = inspect.signature(build).parameters
   ranges = methods_lib.hparam_ranges(method)   # with a composition's aggregator's
-  # A library builder's `**options` take exactly its spec's further hyperparameters (in ranges).
   named = {n for n, p in parameters.items() if p.kind != p.VAR_KEYWORD}
   open_ended = method.algorithm not in hparams_lib.METHODS and len(named) < len(parameters)
   fixed = dict(method.fixed)
@@ -185,8 +181,7 @@ def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any
 
 
 def _probe_shape(config, dataset: str) -> Optional[tuple]:
-  """The example shape of `dataset` known before its data load (yours, or
-  `tff_conflict.data.dataset_info`'s); None for LEAF Synthetic's (its files')."""
+  """`dataset`'s example shape before its data load; None for LEAF Synthetic's."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   if dataset in config.datasets:
     return tuple(config.datasets[dataset][0].element_type_structure['x'].shape)
@@ -197,10 +192,8 @@ def _probe_shape(config, dataset: str) -> Optional[tuple]:
 
 
 def check_methods_on_models(config, resolved, regimes) -> None:
-  """Every method can train each regime's model (`methods.model_refusal`: FedDecorr on a model
-  whose classifier reads the input would equal FedAvg in every run); else a `ConfigError`
-  naming the method, the regime and the model. A built-in model is built on the dataset's shape
-  (LEAF Synthetic's, unknown before its files load, left to the run's own check)."""
+  """Every method can train each regime's model (`methods.model_refusal`), else a `ConfigError`
+  naming the method, the regime and the model."""
   from experiments import architectures  # pylint: disable=g-import-not-at-top
   refusals: dict[tuple, Optional[str]] = {}
   for regime in regimes:
