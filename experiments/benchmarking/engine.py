@@ -1,5 +1,5 @@
-"""Runs one `RunSpec` at a time (`Engine.run`, through `experiment_lib.Runs.execute`), skipping
-runs finished on disk with the same settings (docs/design.md, "The method comparison")."""
+"""Runs one `RunSpec` at a time (`Engine.run`), skipping runs finished on disk with the same
+settings (docs/design.md, "The method comparison")."""
 
 import collections
 import contextlib
@@ -83,6 +83,12 @@ def _builder(spec: runs_lib.RunSpec) -> Callable[..., Any]:
           else learning.ALGORITHMS[spec.algorithm])
 
 
+def _optimizers(spec: runs_lib.RunSpec) -> dict[str, experiment_config.OptimizerConfig]:
+  return dict(client=experiment_config.OptimizerConfig(spec.client_lr,
+                                                       momentum=spec.client_momentum),
+              server=experiment_config.OptimizerConfig(spec.server_lr))
+
+
 class Engine(experiment_lib.Runs):
   """Runs `RunSpec`s under `root` with the data of `loader` (default: `default_loader` of each
   run's sources) and your own `datasets` and `model_fns`, skipping runs finished on disk with
@@ -95,13 +101,8 @@ class Engine(experiment_lib.Runs):
     super().__init__(runtime)
     self._root, self._loader, self._resume = root, loader, resume
     self._datasets, self._model_fns = dict(datasets or {}), dict(model_fns or {})
-    self._data: dict[tuple, tuple[Any, Any]] = {}
-    self._weights: dict[tuple, Any] = {}
-    self._shapes: dict[tuple, tuple[tuple, int]] = {}
-    self._fingerprints: dict[tuple, dict[str, Any]] = {}
-    self.runs_done = 0
-    self.runs_skipped = 0
-    self.rounds_done = 0
+    self._data, self._weights, self._shapes, self._fingerprints = {}, {}, {}, {}   # made once
+    self.runs_done = self.runs_skipped = self.rounds_done = 0
     self.failures: list[tuple[runs_lib.RunSpec, str]] = []
 
   def data(self, regime: str, seed: int, sources: Any = None) -> tuple[Any, Any]:
@@ -137,7 +138,7 @@ class Engine(experiment_lib.Runs):
     if (dataset, model) not in self._shapes:
       try:
         classes = data.dataset_info(dataset).num_classes
-      except ValueError:
+      except ValueError:   # your own data, LEAF Synthetic: from the data
         classes = None
       own = self._model_fns.get(model)
       self._shapes[dataset, model] = experiment_lib.shape_and_classes(
@@ -238,13 +239,10 @@ class Engine(experiment_lib.Runs):
   def check_build(self, spec: runs_lib.RunSpec) -> None:
     """The builder's checks of `spec`, unbuilt; raises the builder's `ValueError`."""
     from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-    train, _ = self.run_data(spec)
-    builder = _builder(spec)
-    learning.check_arguments(builder, self._model_fn(spec, 0), **experiment_lib.process_arguments(
-        builder, dict(spec.kwargs), client=experiment_config.OptimizerConfig(
-            spec.client_lr, momentum=spec.client_momentum),
-        server=experiment_config.OptimizerConfig(spec.server_lr), train_data=train,
-        loop=self._loop(spec)))
+    arguments = experiment_lib.process_arguments(
+        _builder(spec), dict(spec.kwargs), **_optimizers(spec), train_data=self.run_data(spec)[0],
+        loop=self._loop(spec))
+    learning.check_arguments(_builder(spec), self._model_fn(spec, 0), **arguments)
 
   def _train(self, spec, run_dir):
     train, eval_data = self.run_data(spec)
@@ -257,12 +255,9 @@ class Engine(experiment_lib.Runs):
 
     def on_round():
       self.rounds_done += 1
-
     start = time.monotonic()
     rows, _, _ = self.execute(
-        _builder(spec), dict(spec.kwargs), self._model_fn(spec, 0),
-        client=experiment_config.OptimizerConfig(spec.client_lr, momentum=spec.client_momentum),
-        server=experiment_config.OptimizerConfig(spec.server_lr),
+        _builder(spec), dict(spec.kwargs), self._model_fn(spec, 0), **_optimizers(spec),
         key=(*process_of(spec), len(train.client_ids)),
         start=functools.partial(self._start, spec), model_key=(spec.model, spec.dataset),
         train_data=train, eval_data=eval_data, num_classes=classes, loop=loop,
@@ -274,8 +269,7 @@ class Engine(experiment_lib.Runs):
                                  num_classes=classes)
     summary.update(runs_lib.collapse_columns(summary, self.confusion))
     if report:
-      for key, value in results_lib.summarize_run(rows).items():
-        summary.setdefault(key, value)
+      summary.update((k, v) for k, v in results_lib.summarize_run(rows).items() if k not in summary)
     summary['run_seconds'] = seconds
     return summary, self.confusion
 
