@@ -74,7 +74,7 @@ def check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[]
 
 def check_datasets(config, parsed_regimes) -> None:
   """The per-dataset entries name the regimes' datasets and hold valid values; one LEAF dataset
-  at most, with its folder."""
+  at most, with its folder; --data_dir, --leaf_dir, --cache_dir only where a regime reads it."""
   from experiments import architectures  # pylint: disable=g-import-not-at-top
   datasets = {r.dataset for r in parsed_regimes}
   leaf = sorted(d for d in datasets if d.startswith('leaf_'))
@@ -100,26 +100,20 @@ def check_datasets(config, parsed_regimes) -> None:
                bool(value) and all(_M.is_real(x) and x > 0 for x in value))
       must('entries with rounds >= 1 or grids of finite numbers > 0', lambda _, ok=valid: ok)(
           'dataset_settings', entry)
-  _check_sources_read(config.data, datasets)
-  for dataset, regime in config.tuning_regimes.items():
-    tuned = parsed('tuning_regimes', regime, config.datasets)
-    must('entries DATASET:REGIME with a regime of that dataset',
-         lambda _: tuned.dataset == dataset)('tuning_regimes', f'{dataset}:{regime}')
-
-
-def _check_sources_read(data, datasets: Collection[str]) -> None:
-  """Refuses --data_dir, --leaf_dir or --cache_dir when no regime's dataset reads it (a LEAF
-  dataset keeps its converted cache under --cache_dir)."""
   from tff_conflict.data import registry  # pylint: disable=g-import-not-at-top
-  readers = {}
+  readers = {}   # source -> the datasets reading it (LEAF's converted cache under --cache_dir)
   for name, entry in registry.DATASETS.items():
     for source in {entry.source} | ({'cache_dir'} if entry.source == 'leaf_dir' else set()):
       readers.setdefault(source, []).append(name)
   for source in registry.SOURCES:
-    value = getattr(data, source)
-    if value is not None and not set(readers.get(source, ())) & set(datasets):
+    value = getattr(config.data, source)
+    if value is not None and not set(readers.get(source, ())) & datasets:
       raise ConfigError(source, value, reason=f'no regime reads it (only those of '
                         f'{readers.get(source, [])} do, not of {sorted(datasets)}); drop it')
+  for dataset, regime in config.tuning_regimes.items():
+    tuned = parsed('tuning_regimes', regime, config.datasets)
+    must('entries DATASET:REGIME with a regime of that dataset',
+         lambda _: tuned.dataset == dataset)('tuning_regimes', f'{dataset}:{regime}')
 
 
 def check_methods(config, resolved) -> None:
@@ -180,25 +174,19 @@ def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any
   raise ConfigError('methods', method.name, reason=text)
 
 
-def _probe_shape(config, dataset: str) -> Optional[tuple]:
-  """`dataset`'s example shape before its data load; None for LEAF Synthetic's."""
-  from tff_conflict import data  # pylint: disable=g-import-not-at-top
-  if dataset in config.datasets:
-    return tuple(config.datasets[dataset][0].element_type_structure['x'].shape)
-  try:
-    return data.dataset_info(dataset).element_shape
-  except ValueError:
-    return None
-
-
 def check_methods_on_models(config, resolved, regimes) -> None:
   """Every method can train each regime's model (`methods.model_refusal`), else a `ConfigError`
   naming the method, the regime and the model."""
   from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
   refusals: dict[tuple, Optional[str]] = {}
   for regime in regimes:
-    model = lookups.model_of(config, regime.dataset)
-    shape = _probe_shape(config, regime.dataset)
+    model, own = lookups.model_of(config, regime.dataset), config.datasets.get(regime.dataset)
+    try:   # the example shape before the data load (LEAF Synthetic's: its files')
+      shape = (tuple(own[0].element_type_structure['x'].shape) if own
+               else data.dataset_info(regime.dataset).element_shape)
+    except ValueError:
+      shape = None
     if model in config.model_fns:
       build = config.model_fns[model]
     elif shape is not None:

@@ -133,12 +133,9 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     regimes.json           each regime's client sizes and label skew (for data with label counts)
     report.md, plots/      the report (`report`)
 
-  Args:
-    config: the benchmark.
-    loader: `(regime, seed) -> (train, test)`; default `tff_conflict.data.load_regime`.
-    stream: progress and messages (default stdout; the bar goes to stderr on a terminal).
-    after_tuning: called once tuning is over, before the first reporting run.
-    command: the command line, recorded in timing.json and the report.
+  `loader`: `(regime, seed) -> (train, test)` (default `tff_conflict.data.load_regime`);
+  `stream`: messages (default stdout); `after_tuning`: called before the first reporting run;
+  `command`: the command line, for timing.json and the report.
 
   Returns this invocation's timing.json entry with `root`, `report` (its path), `rows`,
   `choices`, `failures` ((run label, error), retried next time) and `incomplete` (the searches
@@ -149,8 +146,8 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
   plan = plan_lib.make(config)
   check_finished_runs(config, plan)
   os.makedirs(config.root, exist_ok=True)
-  record = {n: pathlib.Path(config.root, n) for n in results_lib.RECORD_FILES}
-  record = {path: path.read_bytes() if path.exists() else None for path in record.values()}
+  record = [pathlib.Path(config.root, n) for n in results_lib.RECORD_FILES]
+  record = {path: path.read_bytes() if path.exists() else None for path in record}
   try:
     return _run(config, plan, loader=loader, stream=stream or sys.stdout,
                 after_tuning=after_tuning, command=command)
@@ -168,10 +165,9 @@ def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
   """Loads every regime once with `data` (`(regime, seed) -> (train, test)`): a `ConfigError`
   naming --regimes or --tuning_regimes when it fails, --clients_per_round when it is too small."""
   plan = plan or plan_lib.make(config)
-  tuned = [s.tuning_regime for s in plan.datasets.values()]
-  tuned = [r for r in tuned if r is not None and r not in plan.regimes]
+  tuned = [s.tuning_regime for s in plan.datasets.values() if s.tuning_regime not in plan.regimes]
   clients = plan.run['clients_per_round']
-  for regime in plan.regimes + tuple(dict.fromkeys(tuned)):
+  for regime in plan.regimes + tuple(dict.fromkeys(r for r in tuned if r is not None)):
     flag = 'regimes' if regime in plan.regimes else 'tuning_regimes'
     try:
       train, _ = data(regime, _first_seed(plan))
@@ -261,18 +257,21 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
                for spec, summary in results.get(key) or () if summary is not None]
     results_lib.write_csv(os.path.join(root, 'runs.csv'), rows, runs_lib.RUN_COLUMNS)
 
+  def end_tuning(results):
+    done = [(t, results[k]) for t, k in zip(plan.tuning, tuning_order)]
+    incomplete.extend(c for _, c in done if plan_lib.is_incomplete(c))
+    done = [(t, c) for t, c in done if not plan_lib.is_incomplete(c)]
+    choices.extend(c for _, c in done)
+    _write_tuning(plan._replace(tuning=tuple(t for t, _ in done)), root, choices)
+    phases['tuned'] = time.monotonic()
+    after_tuning()
+
   def on_task(task, result, results):
     del result
     if task.phase == runs_lib.REPORT_PHASE:
       write_rows(results)
-    elif all(k in results for k in tuning_order) and not phases.get('tuned'):
-      done = [(t, results[k]) for t, k in zip(plan.tuning, tuning_order)]
-      incomplete.extend(c for _, c in done if plan_lib.is_incomplete(c))
-      choices.extend(c for _, c in done if not plan_lib.is_incomplete(c))
-      _write_tuning(plan._replace(tuning=tuple(
-          t for t, c in done if not plan_lib.is_incomplete(c))), root, choices)
-      phases['tuned'] = time.monotonic()
-      after_tuning()
+    elif all(k in results for k in tuning_order) and 'tuned' not in phases:
+      end_tuning(results)
 
   def on_failure(spec, message):
     print(f'\nrun failed: {spec.label()}: {message} (details: '
@@ -291,9 +290,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
         engine_lib.run_job, state=engine, affinity=engine_lib.process_of)
     phases['start'] = time.monotonic()
     if not tuning_order:
-      _write_tuning(plan, root, choices)
-      phases['tuned'] = phases['start']
-      after_tuning()
+      end_tuning({})
     with executor:
       results = schedule.run(
           plan.tasks, executor, root=root, counts=counts, on_progress=on_progress,
