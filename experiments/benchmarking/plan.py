@@ -58,13 +58,6 @@ class Plan(NamedTuple):
                 if regime in s.regimes or regime == s.tuning_regime)
 
 
-def _methods(config) -> list[Method]:
-  """The methods, in grid order, with `--grids` (none with `--notune_method_grids`)."""
-  table = [methods_lib.parse_method(n).with_grid(config.grids[n]) if n in config.grids
-           else methods_lib.parse_method(n) for n in config.methods]
-  return table if config.tune_method_grids else [m.with_grid({}) for m in table]
-
-
 def _inherits(config, table: Sequence[Method]) -> dict[str, Optional[str]]:
   """name -> the method whose tuned values it runs at (its parent's source), None: its own."""
   parents = {m.name: m.parent for m in table}
@@ -103,7 +96,9 @@ def _search(config, plan: Plan, dataset: Dataset, method: Method) -> search_lib.
 
 def make(config) -> Plan:
   """The plan of `config` (a `config.BenchmarkConfig`); nothing after reads `config`."""
-  table = _methods(config)
+  table = [methods_lib.parse_method(n) for n in config.methods]   # `--grids` applied
+  table = [m.with_grid(config.grids.get(m.name, dict(m.grid)) if config.tune_method_grids else {})
+           for m in table]
   inherits = _inherits(config, table)
   datasets = {d: _dataset(config, d) for d in lookups.datasets(config)}
   tuned = config.tune_epochs or config.epochs
@@ -137,19 +132,17 @@ def run_spec(plan: Plan, *, phase: str, regime: str, method: Method, kwargs: Map
              client_lr: float, server_lr: float, epochs: int, seed: int, candidate: str = '',
              rounds: Optional[int] = None) -> runs_lib.RunSpec:
   dataset = plan.dataset_of(regime)
-  shared = dict(plan.run)
-  if phase == runs_lib.REPORT_PHASE:
-    shared['validation_fraction'] = 0.0   # only a tuning run holds out a validation part
-  else:
-    shared['eval_train_loss'] = False     # only a reporting run evaluates the training loss
+  data = plan.datasets[dataset]
+  # Only a tuning run holds out a validation part, only a reporting run evaluates the train loss.
+  only = {'validation_fraction': 0.0} if phase == runs_lib.REPORT_PHASE else {
+      'eval_train_loss': False}
   return runs_lib.RunSpec(
       phase=phase, regime=regime, dataset=dataset, method=method.name, algorithm=method.algorithm,
       kwargs=tuple(sorted(methods_lib.builder_kwargs(method, kwargs).items())),
       client_lr=float(client_lr), server_lr=float(server_lr), epochs=int(epochs), seed=int(seed),
-      data_seed=seed if plan.data_seed is None else plan.data_seed,
-      model=plan.datasets[dataset].model, rounds=rounds or plan.datasets[dataset].rounds,
-      candidate=candidate, data_location=plan.datasets[dataset].data_location,
-      data_digest=plan.datasets[dataset].data_digest, **shared)
+      data_seed=seed if plan.data_seed is None else plan.data_seed, model=data.model,
+      rounds=rounds or data.rounds, candidate=candidate, data_location=data.data_location,
+      data_digest=data.data_digest, **dict(plan.run, **only))
 
 
 def tuning_spec(plan: Plan, dataset: str, epochs: int, method: Method, candidate: dict,
@@ -158,11 +151,11 @@ def tuning_spec(plan: Plan, dataset: str, epochs: int, method: Method, candidate
   name = search_lib.candidate_name(candidate)
   if rounds is not None and rounds != plan.datasets[dataset].rounds:
     name = f'{name} @{rounds} rounds'
-  kwargs = dict(plan.given[method.name], **search_lib.tuned_values(candidate))
   return run_spec(plan, phase=runs_lib.TUNE_PHASE, regime=plan.datasets[dataset].tuning_regime,
-                  method=method, kwargs=kwargs,
-                  client_lr=candidate['client_lr'], server_lr=candidate['server_lr'],
-                  epochs=epochs, seed=seed, candidate=name, rounds=rounds)
+                  method=method, kwargs={**plan.given[method.name], **search_lib.tuned_values(
+                      candidate)}, client_lr=candidate['client_lr'],
+                  server_lr=candidate['server_lr'], epochs=epochs, seed=seed, candidate=name,
+                  rounds=rounds)
 
 
 def report_specs(plan: Plan, choices: Sequence[Mapping[str, Any]], *,
