@@ -268,9 +268,7 @@ def write_result(run_dir: str, result: Mapping[str, Any]) -> None:
 
 
 def _json_default(value):
-  if isinstance(value, np.generic):
-    return value.item()
-  if isinstance(value, np.ndarray):
+  if isinstance(value, (np.generic, np.ndarray)):
     return value.tolist()
   raise TypeError(f'not JSON-serializable: {type(value)}')
 

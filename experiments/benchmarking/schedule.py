@@ -4,7 +4,7 @@ submitted at once, a task advances when its wave is back and starts when those i
 import contextlib
 import dataclasses
 import os
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from experiments.benchmarking import engine as engine_lib
 from experiments.benchmarking import plan as plan_lib
@@ -41,15 +41,13 @@ class Counts:
 
 
 def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
-        on_progress: Callable[[Counts], None] = lambda counts: None,
-        on_failure: Callable[[runs_lib.RunSpec, str], None] = lambda spec, message: None,
-        on_task: Callable[[plan_lib.Task, Any, Mapping[tuple, Any]], None] = (
-            lambda task, result, results: None),
-        before_submit: Callable[[runs_lib.RunSpec], None] = lambda spec: None
-        ) -> dict[tuple, Any]:
+        on_progress=lambda counts: None, on_failure=lambda spec, message: None,
+        on_task=lambda task, result, results: None,
+        before_submit=lambda spec: None) -> dict[tuple, Any]:
   """Runs `tasks` on `executor` (jobs: `RunSpec`s, answers: `engine.Ran`) keeping `counts` up to
-  date; returns task key -> result. Calls `on_task` as each task ends, `on_failure` as a run
-  fails (a dead worker's too), `on_progress` after every run, `before_submit` before a run."""
+  date; returns task key -> result. Calls `on_task(task, result, results)` as each task ends,
+  `on_failure(spec, message)` as a run fails (a dead worker's too), `on_progress(counts)` after
+  every run, `before_submit(spec)` before a run."""
   results: dict[tuple, Any] = {}
   waiting = list(tasks)
   active: dict[tuple, dict] = {}   # key -> task, generator, wave, got (directory -> summary), used

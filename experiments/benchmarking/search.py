@@ -165,12 +165,6 @@ def _bound(method: Method, dim: str, side: int) -> Optional[float]:
   return 1.0 if side > 0 and ratio else None
 
 
-def _extension(method: Method, dim: str, value: float, side: int, factor: float) -> float:
-  """`value` times (divided by) `factor`, clipped to `dim`'s hard bound on `side`."""
-  new, bound = (value * factor if side > 0 else value / factor), _bound(method, dim, side)
-  return new if bound is None else min(new, bound) if side > 0 else max(new, bound)
-
-
 def _steps_to_bound(settings: SearchSettings, method: Method, dim: str, values, side: int) -> int:
   """The most extensions of `dim` past `values` on `side`: to its bound, else `edge_steps`."""
   value, bound = (max(values) if side > 0 else min(values)), _bound(method, dim, side)
@@ -231,10 +225,12 @@ def search(settings: SearchSettings, method: Method,
     for dim in dims:
       winner = best(scored)[0]
       side = _edge(tried(dim), winner.get(dim))
-      if side is None or (_bound(method, dim, side) is None
-                          and steps.get((dim, side), 0) >= settings.edge_steps):
+      bound = side and _bound(method, dim, side)
+      if side is None or (bound is None and steps.get((dim, side), 0) >= settings.edge_steps):
         continue
-      new = _extension(method, dim, winner[dim], side, settings.edge_factor)
+      factor, new = settings.edge_factor, winner[dim]   # clipped to the bound
+      new = new * factor if side > 0 else new / factor
+      new = new if bound is None else min(new, bound) if side > 0 else max(new, bound)
       if (new - winner[dim]) * side <= 0 or not math.isfinite(new):
         continue
       steps[(dim, side)] = steps.get((dim, side), 0) + 1
