@@ -31,8 +31,7 @@ _OWN_ELEMENT = ('client data of unbatched examples OrderedDict(x=float32 tensor 
 
 def check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[], Any]],
                models: Mapping[str, str]) -> None:
-  """Your own datasets and models: new names, `(train, test)` ClientData pairs of `_OWN_ELEMENT`,
-  callables, a model for each dataset."""
+  """Your own datasets and models: new names, ClientData pairs, callables, a model for each."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from experiments import architectures  # pylint: disable=g-import-not-at-top
@@ -138,8 +137,7 @@ def check_methods(config, resolved) -> None:
 def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any], *,
                              client: experiment_config.OptimizerConfig,
                              server: experiment_config.OptimizerConfig) -> None:
-  """Every fixed or tuned argument of `method` is one its builder takes, in range, and accepts
-  with the `client` and `server` optimizers (`experiment_lib.library_refusal`)."""
+  """Every argument of `method` is its builder's, in range, and fits the optimizers."""
   import inspect  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   build = (learning.build_process if method.algorithm == methods_lib.CUSTOM
@@ -175,8 +173,7 @@ def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any
 
 
 def check_methods_on_models(config, resolved, regimes) -> None:
-  """Every method can train each regime's model (`methods.model_refusal`), else a `ConfigError`
-  naming the method, the regime and the model."""
+  """Every method can train each regime's model (`methods.model_refusal`)."""
   from experiments import architectures  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   refusals: dict[tuple, Optional[str]] = {}

@@ -119,8 +119,7 @@ class Engine(experiment_lib.Runs):
     return self._data[regime, seed]
 
   def run_data(self, spec: runs_lib.RunSpec) -> tuple[Any, Any]:
-    """A run's (training, evaluation) data: (train, test), or for tuning train's fit and
-    validation parts."""
+    """A run's (training, evaluation) data: (train, test), or for tuning train's two parts."""
     from tff_conflict import data  # pylint: disable=g-import-not-at-top
     train_test = self.data(spec.regime, spec.data_seed, spec)
     if spec.phase != runs_lib.TUNE_PHASE:
@@ -187,8 +186,7 @@ class Engine(experiment_lib.Runs):
     return state
 
   def run(self, spec: runs_lib.RunSpec) -> Optional[dict[str, Any]]:
-    """Runs `spec` unless finished on disk (`SettingsChangedError` if with other settings);
-    returns its summary, or None when it failed (recorded in `failures` and error.txt)."""
+    """Runs `spec` unless finished on disk; its summary, None when it failed (error.txt)."""
     run_dir = spec.directory(self._root)
     done = runs_lib.read_result(run_dir) if self._resume else None
     if done is not None:
@@ -275,8 +273,7 @@ class Engine(experiment_lib.Runs):
 
 
 class Ran(NamedTuple):
-  """What running one spec gave (`run_job`): its summary (None: failed, see `failure`), whether
-  it was found finished, and the engine's work on it."""
+  """What running one spec gave (`run_job`): its summary (None: failed) and the work done."""
   summary: Optional[dict[str, Any]]
   failure: Optional[str]
   skipped: bool

@@ -17,14 +17,11 @@ def _digest(value: Any) -> str:
 
 def _num_examples(dataset: tf.data.Dataset) -> int:
   size = int(dataset.cardinality())
-  if size >= 0:
-    return size
-  return int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+  return size if size >= 0 else int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
 
 
 def of_data(train: Any, test: Any) -> dict[str, Any]:
-  """The clients and examples of `train` and `test` (ClientData), their ids and sizes digested,
-  and the examples' element spec."""
+  """The clients and examples of `train` and `test`, ids and sizes digested; the element spec."""
   out = {}
   for part, client_data in (('train', train), ('test', test)):
     sizes = [[str(c), _num_examples(client_data.create_tf_dataset_for_client(c))]
@@ -76,8 +73,7 @@ def of_source(dataset: str, data: Any) -> tuple[Optional[str], Optional[str]]:
 
 
 def differences(recorded: Optional[Mapping[str, Any]], current: Mapping[str, Any]) -> list[str]:
-  """'what: item recorded -> now' for each item of `current` (`of_run`) that `recorded` holds
-  otherwise, or 'what: not recorded'."""
+  """'what: item recorded -> now' for each item of `current` (`of_run`) `recorded` differs in."""
   recorded = recorded or {}
   out = []
   for what, now in current.items():

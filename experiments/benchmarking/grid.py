@@ -26,8 +26,8 @@ CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', '
 
 
 def _write_tuning(plan, root, choices) -> None:
-  """tuning_choices.json, tuning.csv (each candidate's score at each length, `chosen`: the
-  winner's full-length row) and validation_curves.csv (the winner's curve per finished seed)."""
+  """tuning_choices.json, tuning.csv (every score; `chosen`: the winner's full-length row) and
+  validation_curves.csv (the winner's curve per finished seed)."""
   files.write_json_atomically(os.path.join(root, 'tuning_choices.json'), choices)
   scores, curves = [], []
   for (dataset, epochs, method), c in zip(plan.tuning, choices):
@@ -90,8 +90,7 @@ def check_finished_runs(config, plan=None) -> None:
 
 
 def _tuned_fields(plan, name: str) -> set[str]:
-  """The settings (`runs.spec_differences`' names) of method `name`'s reporting runs that its
-  (or its source's) tuning chooses and it does not fix."""
+  """The settings (`runs.spec_differences`' names) of `name`'s runs that tuning chooses."""
   methods = {m.name: m for m in plan.methods}
   method = methods[name]
   source = methods[plan.inherits[name] or name]
@@ -182,8 +181,7 @@ def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
 
 
 def check_builds(plan, engine) -> None:
-  """The builder's checks of every process of `Plan.builds`, unbuilt: else a `ConfigError`
-  naming --methods."""
+  """The builder's checks of every process of `Plan.builds`, else `ConfigError` (--methods)."""
   for spec in plan.builds:
     try:
       engine.check_build(spec)

@@ -41,8 +41,7 @@ def model_of(config, dataset: str) -> str:
 
 
 def tuning_regime(config, dataset: str) -> str:
-  """`dataset`'s tuning regime: `tuning_regimes`', else the grid's version of the registry's
-  default split (e.g. with its population), else that default, else its first regime."""
+  """`dataset`'s tuning regime: given, else the grid's one of the default split, else its first."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   if dataset in config.tuning_regimes:
     return config.tuning_regimes[dataset]

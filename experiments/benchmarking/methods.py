@@ -57,8 +57,7 @@ VARIANTS = hparams_lib.VARIANTS
 
 
 def described(variant: str) -> str:
-  """What `VARIANTS[variant]` changes: 'form=paper', 'fedga_clip with form=paper' (another
-  parent), 'custom[loss=ce,aggregator=dgc]'."""
+  """What `VARIANTS[variant]` changes: 'form=paper', 'fedga_clip with form=paper', 'custom[...]'."""
   diagnoses, v = VARIANTS[variant]
   items = [f'{k}={x}' for k, x in v.changes]
   if v.ablation:
@@ -186,8 +185,7 @@ def hparam_ranges(method: Method) -> dict[str, Any]:
 
 
 def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
-  """The builder's keyword arguments: `SEEDED`, fixed, `tuned`; a composition's aggregator's
-  own ones gathered into `aggregator_kwargs`."""
+  """The builder's arguments: `SEEDED`, fixed, `tuned`, a composition's in `aggregator_kwargs`."""
   kwargs = {**SEEDED.get(method.algorithm, {}), **dict(method.fixed), **(tuned or {})}
   aggregator = _composed(method)
   if aggregator:

@@ -14,8 +14,7 @@ Method = methods_lib.Method
 
 
 class Dataset(NamedTuple):
-  """One dataset's settings (`--dataset_settings` applied; `tuning_regime` None without tuning;
-  `data_location`, `data_digest`: `fingerprints.of_source`, None for your own data)."""
+  """One dataset's settings (`data_location`, `data_digest`: `fingerprints.of_source`)."""
   regimes: tuple
   model: str
   rounds: int
@@ -83,8 +82,7 @@ def _dataset(config, name: str) -> Dataset:
 
 
 def _search(config, plan: Plan, dataset: Dataset, method: Method) -> search_lib.SearchSettings:
-  """A method's search on a dataset: the dataset's lr grids (server lrs only with
-  `tune_server_lr`), a fixed rate alone."""
+  """A method's search on a dataset: its lr grids (server lrs with `tune_server_lr`)."""
   client_lr, server_lr = plan.rates[method.name]
   return search_lib.SearchSettings(
       config.strategy, config.schedule, dataset.rounds, config.last_k, config.edge_steps,
@@ -233,8 +231,7 @@ def is_incomplete(choice: Any) -> bool:
 
 
 def _evaluated(plan: Plan, dataset: str, epochs: int, method: Method, requests: Generator):
-  """A search generator as a task's body: each (candidate, rounds) request a run per tuning
-  seed, scored by `search.score`; a failed run ends the search `incomplete`."""
+  """A search as a task's body: a run per request and tuning seed; a failure ends it incomplete."""
   try:
     wave = next(requests)
     while True:
@@ -327,8 +324,7 @@ def _describe(plan: Plan) -> dict[str, Any]:
 
 
 def _builds(plan: Plan) -> list[runs_lib.RunSpec]:
-  """A run per distinct process the plan may build (`grid.check_builds`): every candidate before
-  edge extensions (which stay in range) and every reporting run at its first candidate's."""
+  """A run per distinct process of the candidates before extensions and the reporting runs."""
   out: dict[tuple, runs_lib.RunSpec] = {}
   first = []
   for dataset, epochs, method in plan.tuning:

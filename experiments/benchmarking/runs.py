@@ -212,8 +212,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
 
 def at_floor(statistic: Optional[float], chance: Optional[float],
              majority: Optional[float] = None) -> bool:
-  """Whether `statistic` is below `COLLAPSE_FACTOR` x `chance` or `majority + COLLAPSE_MARGIN`
-  (NaN: True; an unknown statistic or chance: False)."""
+  """Whether `statistic` is below `COLLAPSE_FACTOR` x `chance` or `majority + COLLAPSE_MARGIN`."""
   if statistic is None or chance is None:
     return False
   floor = max(COLLAPSE_FACTOR * chance, -math.inf if majority is None
@@ -278,8 +277,7 @@ def _json(value: Any) -> Any:
 
 
 def _identity(settings: Mapping[str, Any]) -> dict[str, Any]:
-  """A run's settings as JSON (builder keywords as `kwargs.<name>`), with the defaults of
-  `RunSpec`, its builder and its `tff_conflict.hparams` options filled in."""
+  """A run's settings as JSON (`kwargs.<name>`), with the defaults of its builder filled in."""
   import inspect  # pylint: disable=g-import-not-at-top
   from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top

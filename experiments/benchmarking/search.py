@@ -106,8 +106,7 @@ def _runs(settings: SearchSettings, new: int) -> int:
 
 
 def max_candidates(settings: SearchSettings, method: Method) -> int:
-  """The runs `search` may make at most: halving's of the batches before extensions, and every
-  edge extension to each numeric dimension's bound (or `edge_steps`), on both sides."""
+  """The runs `search` may make at most, every possible edge extension included."""
   return (sum(_runs(settings, len(batch)) for batch in _batches(settings, method))
           + sum(_steps_to_bound(settings, method, d, values, side)
                 for d, values in _numeric_dimensions(settings, method).items()
@@ -156,8 +155,7 @@ def _edge(values, value) -> Optional[int]:
 
 
 def _bound(method: Method, dim: str, side: int) -> Optional[float]:
-  """The hard bound of `dim` on `side` (+1 above, -1 below): `LR_BOUNDS`, 1 above a ratio or unit
-  interval (`tff_conflict.hparams`), else None (open)."""
+  """`dim`'s hard bound on `side` (+1 / -1): `LR_BOUNDS`, 1 above a ratio, else None."""
   if dim in methods_lib.RATES:
     return LR_BOUNDS[dim][side > 0]
   h = methods_lib.hparam_ranges(method).get(dim)
@@ -174,8 +172,7 @@ def _steps_to_bound(settings: SearchSettings, method: Method, dim: str, values, 
 
 
 def _record(choice: dict, runs: Sequence[tuple[dict, int, float, int]]) -> dict:
-  """`choice` with what tuning ran (`scores`: each candidate's at each length, in order), the
-  number of candidates and the learning rates tried."""
+  """`choice` with the `scores` of `runs`, the number of candidates and the lrs tried."""
   scores = choice['scores'] + [{'candidate': candidate_name(c), 'rounds': r, 'score': s,
                                 'seeds': n} for c, r, s, n in runs]
   values = [_candidate_values(n) for n in dict.fromkeys(s['candidate'] for s in scores)]
@@ -248,8 +245,7 @@ def search(settings: SearchSettings, method: Method,
 
 
 def widen_search(choice: dict, server_lrs: Sequence[float]) -> Generator[list, list, dict]:
-  """`choice` after also trying, at its values, each of `server_lrs` it has not tried (that other
-  methods reached); a new one wins if it scores higher. A generator, as `search`."""
+  """`choice` after also trying each of `server_lrs` it has not (a generator, as `search`)."""
   tried = [float(_candidate_values(s['candidate']).get('slr', 'nan')) for s in choice['scores']]
   new = [dict(choice['tuned'], client_lr=choice['client_lr'], server_lr=lr)
          for lr in sorted(server_lrs) if not any(math.isclose(lr, t, rel_tol=1e-5) for t in tried)]
