@@ -121,8 +121,9 @@ def make(config) -> Plan:
       data_seed=None if config.vary_partition else config.data.data_seed)
   plan = plan._replace(search={(d, m.name): _search(config, plan, s, m)
                                for d, s in datasets.items() for m in table})
-  plan = plan._replace(tasks=tuple(_tasks(plan)), builds=tuple(_builds(plan)),
-                       runs=_runs(plan), processes=_processes(plan))
+  builds, runs, processes = _builds_and_counts(plan)
+  plan = plan._replace(builds=builds, runs=runs, processes=processes)
+  plan = plan._replace(tasks=tuple(_tasks(plan)))
   return plan._replace(description=_describe(plan))
 
 
@@ -258,8 +259,8 @@ def _tasks(plan: Plan) -> list[Task]:
       where = dict(dataset=dataset, regime=plan.datasets[dataset].tuning_regime, epochs=epochs)
       return (yield from _evaluated(plan, dataset, epochs, method, search_lib.search(
           plan.search[dataset, method.name], method, **where)))
-    out.append(Task(('tune', dataset, epochs, method.name), (), tune, search_lib.max_candidates(
-        plan.search[dataset, method.name], method) * len(plan.tuning_seeds)))
+    out.append(Task(('tune', dataset, epochs, method.name), (), tune,
+                    plan.runs[runs_lib.TUNE_PHASE, method.name, dataset, epochs]))
   for dataset, epochs, method in plan.tuning:
     if method.name != plan.baseline:
       continue
@@ -323,40 +324,29 @@ def _describe(plan: Plan) -> dict[str, Any]:
                for phase in (runs_lib.TUNE_PHASE, runs_lib.REPORT_PHASE)}}
 
 
-def _builds(plan: Plan) -> list[runs_lib.RunSpec]:
-  """A run per distinct process of the candidates before extensions and the reporting runs."""
-  out: dict[tuple, runs_lib.RunSpec] = {}
-  first = []
+def _builds_and_counts(plan: Plan) -> tuple[tuple, dict, dict]:
+  """(a run per distinct process of the candidates before edge extensions and of the reporting
+  runs, runs per (phase, method, dataset, E): tuning's an upper bound, processes at most per
+  (method, dataset))."""
+  builds, first = {}, []
+  runs = {(runs_lib.REPORT_PHASE, m.name, dataset, epochs):
+          len(settings.regimes) * len(plan.report_seeds)
+          for dataset, settings in plan.datasets.items() for m in plan.methods
+          for epochs in plan.epochs}
+  processes = {(m.name, dataset): 1 for dataset in plan.datasets for m in plan.methods}
   for dataset, epochs, method in plan.tuning:
-    found = search_lib.unextended(plan.search[dataset, method.name], method)
+    settings = plan.search[dataset, method.name]
+    found = search_lib.unextended(settings, method)
+    runs[runs_lib.TUNE_PHASE, method.name, dataset, epochs] = search_lib.max_candidates(
+        settings, method) * len(plan.tuning_seeds)
+    processes[method.name, dataset] = len({repr(sorted(search_lib.tuned_values(c).items()))
+                                           for c in found})
     for c in found:
       spec = tuning_spec(plan, dataset, epochs, method, c, plan.tuning_seeds[0])
-      out.setdefault((spec.algorithm, repr(spec.kwargs), spec.model, spec.dataset), spec)
-    c = found[0]
+      builds.setdefault((spec.algorithm, repr(spec.kwargs), spec.model, spec.dataset), spec)
     first.append(dict(dataset=dataset, epochs=epochs, method=method.name,
-                      tuned=search_lib.tuned_values(c), client_lr=c['client_lr'],
-                      server_lr=c['server_lr']))
+                      tuned=search_lib.tuned_values(found[0]), client_lr=found[0]['client_lr'],
+                      server_lr=found[0]['server_lr']))
   for spec in report_specs(plan, first):
-    out.setdefault((spec.algorithm, repr(spec.kwargs), spec.model, spec.dataset), spec)
-  return list(out.values())
-
-
-def _runs(plan: Plan) -> dict[tuple[str, str, str, int], int]:
-  """Runs per (phase, method, dataset, E): exact for reporting, an upper bound for tuning."""
-  counts = {(runs_lib.TUNE_PHASE, m.name, dataset, epochs): search_lib.max_candidates(
-      plan.search[dataset, m.name], m) * len(plan.tuning_seeds)
-            for dataset, epochs, m in plan.tuning}
-  counts.update({(runs_lib.REPORT_PHASE, m.name, dataset, epochs):
-                 len(settings.regimes) * len(plan.report_seeds)
-                 for dataset, settings in plan.datasets.items() for m in plan.methods
-                 for epochs in plan.epochs})
-  return counts
-
-
-def _processes(plan: Plan) -> dict[tuple[str, str], int]:
-  """Processes built at most per (method, dataset): one per distinct candidate arguments."""
-  out = {(m.name, dataset): 1 for dataset in plan.datasets for m in plan.methods}
-  for dataset, _, m in plan.tuning:
-    out[(m.name, dataset)] = len({tuple(sorted(search_lib.tuned_values(c).items()))
-                                  for c in search_lib.unextended(plan.search[dataset, m.name], m)})
-  return out
+    builds.setdefault((spec.algorithm, repr(spec.kwargs), spec.model, spec.dataset), spec)
+  return tuple(builds.values()), runs, processes
