@@ -90,9 +90,8 @@ def _optimizers(spec: runs_lib.RunSpec) -> dict[str, experiment_config.Optimizer
 
 
 class Engine(experiment_lib.Runs):
-  """Runs `RunSpec`s under `root` with the data of `loader` (default: `default_loader` of each
-  run's sources) and your own `datasets` and `model_fns`, skipping runs finished on disk with
-  `resume` and recording failed ones in `failures`. A run's settings come from its spec alone."""
+  """Runs `RunSpec`s under `root` with the data of `loader` (default: each run's sources') and
+  your own `datasets` and `model_fns`; a run's settings come from its spec alone."""
 
   def __init__(self, root: str, *, loader: Optional[Loader] = None,
                datasets: Optional[dict[str, tuple]] = None,

@@ -21,10 +21,8 @@ SEEDED = {'fedgh': {'seed': 0}}
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-  """One compared method, named as on the command line: its `algorithm` (a
-  `tff_conflict.learning.ALGORITHMS` builder, or `CUSTOM`: `build_process`), builder arguments
-  `fixed` (sorted pairs) and tuned on `grid` ((name, values) pairs), learning rates it fixes
-  (None: searched), and the `parent` it is a variant of (`plan.Plan.inherits`)."""
+  """One compared method: its `algorithm` (`CUSTOM`: `build_process`), builder arguments `fixed`
+  and tuned on `grid`, learning rates it fixes, and the `parent` it is a variant of."""
   name: str
   algorithm: str
   fixed: tuple = ()
@@ -213,9 +211,8 @@ def identical_reason(method: str, other: str) -> Optional[str]:
 
 
 def model_refusal(method: Method, build_model: Callable[[], Any]) -> Optional[str]:
-  """Why `method` cannot train the model `build_model()` builds, else None: FedDecorr on a model
-  whose classifier reads the input, where its term has no gradient
-  (`tff_conflict.learning.check_trained_representation`)."""
+  """Why `method` cannot train the model `build_model()` builds, else None (FedDecorr's term
+  without a gradient: `tff_conflict.learning.check_trained_representation`)."""
   if method.algorithm != 'feddecorr':
     return None
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -2,6 +2,7 @@
 the tasks (tuning, the baseline's widening, the reporting runs at the choices), the builds to
 check and the counts; the rules: docs/design.md, "Tuning"."""
 
+import itertools
 from typing import Any, Callable, Generator, Mapping, NamedTuple, Optional, Sequence
 
 from experiments.benchmarking import lookups
@@ -28,9 +29,7 @@ class Dataset(NamedTuple):
 class Plan(NamedTuple):
   """Everything a benchmark runs, from `make`: `inherits` names the method whose tuned values
   each runs at (None: its own), `tuning` the (dataset, E, method) tuned, `run` the settings every
-  `RunSpec` shares, `data_seed` the partition seed (None: each run's); `builds` a `RunSpec` per
-  process to check, `runs` the runs per (phase, method, dataset, E) (tuning's an upper bound),
-  `processes` per (method, dataset), `description` config.json's `plan`."""
+  `RunSpec` shares; `data_seed` None: each run's seed; `runs` per (phase, method, dataset, E)."""
   methods: tuple
   inherits: Mapping[str, Optional[str]]
   datasets: Mapping[str, Dataset]
@@ -165,24 +164,23 @@ def report_specs(plan: Plan, choices: Sequence[Mapping[str, Any]], *,
   by_key = {(c['dataset'], c['epochs'], c['method']): c for c in choices}
   by_name = {m.name: m for m in plan.methods}
   specs = []
-  for name in plan.datasets if dataset is None else [dataset]:
-    for m in plan.methods if method is None else [by_name[method]]:
-      for regime in plan.datasets[name].regimes:
-        for epochs in plan.epochs:
-          kwargs = plan.given[m.name]
-          client_lr, server_lr = plan.rates[m.name]
-          source = by_name.get(plan.inherits[m.name], m)
-          if plan.tuned_epochs:
-            choice = by_key[(name, plan.tuned_epochs[epochs], source.name)]
-            if source.algorithm == m.algorithm:   # itself, or a variant of its algorithm
-              kwargs = {**plan.given[source.name], **choice['tuned'], **dict(m.fixed)}
-            elif m.algorithm == methods_lib.CUSTOM:
-              kwargs = _custom_with_parent_values(kwargs, source.algorithm, choice['tuned'])
-            client_lr = choice['client_lr'] if m.client_lr is None else m.client_lr
-            server_lr = choice['server_lr'] if m.server_lr is None else m.server_lr
-          specs += [run_spec(plan, phase=runs_lib.REPORT_PHASE, regime=regime, method=m,
-                             kwargs=kwargs, client_lr=client_lr, server_lr=server_lr,
-                             epochs=epochs, seed=seed) for seed in plan.report_seeds]
+  for name, m in itertools.product(plan.datasets if dataset is None else [dataset],
+                                   plan.methods if method is None else [by_name[method]]):
+    source = by_name.get(plan.inherits[m.name], m)
+    for regime, epochs in itertools.product(plan.datasets[name].regimes, plan.epochs):
+      kwargs = plan.given[m.name]
+      client_lr, server_lr = plan.rates[m.name]
+      if plan.tuned_epochs:
+        choice = by_key[(name, plan.tuned_epochs[epochs], source.name)]
+        if source.algorithm == m.algorithm:   # itself, or a variant of its algorithm
+          kwargs = {**plan.given[source.name], **choice['tuned'], **dict(m.fixed)}
+        elif m.algorithm == methods_lib.CUSTOM:
+          kwargs = _custom_with_parent_values(kwargs, source.algorithm, choice['tuned'])
+        client_lr = choice['client_lr'] if m.client_lr is None else m.client_lr
+        server_lr = choice['server_lr'] if m.server_lr is None else m.server_lr
+      specs += [run_spec(plan, phase=runs_lib.REPORT_PHASE, regime=regime, method=m,
+                         kwargs=kwargs, client_lr=client_lr, server_lr=server_lr,
+                         epochs=epochs, seed=seed) for seed in plan.report_seeds]
   return specs
 
 
@@ -254,18 +252,17 @@ def _tasks(plan: Plan) -> list[Task]:
   task per method's reporting runs on a dataset (result: [(spec, summary)]) after every choice."""
   out = []
   for dataset, epochs, method in plan.tuning:
+    own = ('tune', dataset, epochs, method.name)
+
     def tune(results, dataset=dataset, epochs=epochs, method=method):
       del results
       where = dict(dataset=dataset, regime=plan.datasets[dataset].tuning_regime, epochs=epochs)
       return (yield from _evaluated(plan, dataset, epochs, method, search_lib.search(
           plan.search[dataset, method.name], method, **where)))
-    out.append(Task(('tune', dataset, epochs, method.name), (), tune,
-                    plan.runs[runs_lib.TUNE_PHASE, method.name, dataset, epochs]))
-  for dataset, epochs, method in plan.tuning:
+    out.append(Task(own, (), tune, plan.runs[runs_lib.TUNE_PHASE, method.name, dataset, epochs]))
     if method.name != plan.baseline:
       continue
     group = tuple(('tune', d, e, m.name) for d, e, m in plan.tuning if (d, e) == (dataset, epochs))
-    own = ('tune', dataset, epochs, method.name)
 
     def widen(results, dataset=dataset, epochs=epochs, method=method, group=group, own=own):
       choice = results[own]   # widened to the server lrs every search reached: all complete
@@ -325,9 +322,8 @@ def _describe(plan: Plan) -> dict[str, Any]:
 
 
 def _builds_and_counts(plan: Plan) -> tuple[tuple, dict, dict]:
-  """(a run per distinct process of the candidates before edge extensions and of the reporting
-  runs, runs per (phase, method, dataset, E): tuning's an upper bound, processes at most per
-  (method, dataset))."""
+  """(a run per distinct process of the unextended candidates and the reporting runs, runs per
+  (phase, method, dataset, E), tuning's an upper bound, processes at most per (method, dataset))."""
   builds, first = {}, []
   runs = {(runs_lib.REPORT_PHASE, m.name, dataset, epochs):
           len(settings.regimes) * len(plan.report_seeds)

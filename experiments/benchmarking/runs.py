@@ -147,11 +147,9 @@ def _finite(value) -> bool:
 
 def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5,
               num_classes: Optional[int] = None) -> dict[str, Any]:
-  """A run's summary from its metrics rows: `last_k_accuracy` (the primary statistic: the mean
-  of the last `last_k` evaluated rounds, NaN if one is not finite), the best, final and
-  `DIAGNOSTICS` values, timing and curves. A run diverges at the first round with a non-finite
-  accuracy or loss, no example trained or a rejected server update; from then on its
-  accuracies count as chance (its curve keeps the raw values)."""
+  """A run's summary from its metrics rows, `last_k_accuracy` (the mean of the last `last_k`
+  evaluated rounds) the primary statistic. From the first round with a non-finite accuracy or
+  loss, no example trained or a rejected server update, a run's accuracies count as chance."""
   columns = list(rows[0]) if rows else []
   find = lambda suffix: [c for c in columns if c.endswith(suffix)]
   examples = next(iter(find('train/num_examples')), None)

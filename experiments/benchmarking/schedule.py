@@ -44,10 +44,9 @@ def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
         on_progress=lambda counts: None, on_failure=lambda spec, message: None,
         on_task=lambda task, result, results: None,
         before_submit=lambda spec: None) -> dict[tuple, Any]:
-  """Runs `tasks` on `executor` (jobs: `RunSpec`s, answers: `engine.Ran`) keeping `counts` up to
-  date; returns task key -> result. Calls `on_task(task, result, results)` as each task ends,
-  `on_failure(spec, message)` as a run fails (a dead worker's too), `on_progress(counts)` after
-  every run, `before_submit(spec)` before a run."""
+  """Runs `tasks` on `executor` (jobs: `RunSpec`s, answers: `engine.Ran`) keeping `counts`;
+  returns task key -> result. Calls `on_task` as a task ends, `on_failure` as a run fails (a
+  dead worker's too), `on_progress` after every run, `before_submit` before a run."""
   results: dict[tuple, Any] = {}
   waiting = list(tasks)
   active: dict[tuple, dict] = {}   # key -> task, generator, wave, got (directory -> summary), used

@@ -73,11 +73,9 @@ def candidates(settings: SearchSettings, method: Method,
 
 def _numeric_dimensions(settings: SearchSettings, method: Method) -> dict[str, tuple]:
   """The searched dimensions with two or more numeric values -> their values."""
-  def numeric(values):
-    return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                   for v in values)
-  dims = zip(methods_lib.RATES, (settings.client_lrs, settings.server_lrs))
-  return {d: tuple(values) for d, values in (*dims, *method.grid) if numeric(values)}
+  dims = (*zip(methods_lib.RATES, (settings.client_lrs, settings.server_lrs)), *method.grid)
+  return {d: tuple(values) for d, values in dims if len(values) > 1 and all(
+      isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)}
 
 
 def _batches(settings: SearchSettings, method: Method) -> list[list[dict]]:
@@ -184,13 +182,10 @@ def _record(choice: dict, runs: Sequence[tuple[dict, int, float, int]]) -> dict:
 def search(settings: SearchSettings, method: Method,
            **where) -> Generator[list, list, dict[str, Any]]:
   """Tunes one method: yields waves of independent requests (candidate, rounds; None: full), is
-  sent their (score, finished seeds), and returns the choice as tuning_choices.json records it
-  (`where`, the chosen values, `scores`, `at_edge` / `at_bound`: the dimensions still at the
-  edge of those tried / at a hard bound). The choice is made among full-length scores only.
-
-  Edge extension (`edge_steps` > 0): while the winner's value of a numeric dimension is the
-  largest (smallest) tried, it is tried times (divided by) `edge_factor`, clipped to the hard
-  bound (`_bound`); on a side without one, at most `edge_steps` times."""
+  sent their (score, finished seeds), returns the choice (tuning_choices.json's), made among
+  full-length scores. Edge extension: while the winner's value of a numeric dimension is the
+  largest (smallest) tried, it is tried times (divided by) `edge_factor`, up to the hard bound
+  (`_bound`), else at most `edge_steps` times; `at_edge` / `at_bound` name those still there."""
   runs: list[tuple[dict, int, float, int]] = []   # (candidate, rounds, score, seeds), each run
   scored: list[tuple[dict, float, int]] = []   # full-length scores, the choice's
   seen: set[str] = set()
