@@ -33,11 +33,10 @@ def _write_tuning(plan, root, choices) -> None:
   for (dataset, epochs, method), c in zip(plan.tuning, choices):
     where = {k: c[k] for k in ('dataset', 'regime', 'epochs', 'method')}
     chosen = dict(c['tuned'], client_lr=c['client_lr'], server_lr=c['server_lr'])
+    won = (search_lib.candidate_name(chosen), c.get('rounds'))
     scores += [dict(where, candidate=s['candidate'], rounds=s.get('rounds'),
                     validation_score=s['score'], seeds=s['seeds'],
-                    chosen=(s['candidate'], s.get('rounds')) == (
-                        search_lib.candidate_name(chosen), c.get('rounds')))
-               for s in c['scores']]
+                    chosen=(s['candidate'], s.get('rounds')) == won) for s in c['scores']]
     for seed in plan.tuning_seeds:
       spec = plan_lib.tuning_spec(plan, dataset, epochs, method, chosen, seed)
       result = runs_lib.read_result(spec.directory(root))

@@ -78,13 +78,11 @@ def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
       readers[where].append(key)
 
   def start_ready() -> None:   # until none is ready (a task may end at once, readying others)
-    ready = [t for t in waiting if all(k in results for k in t.after)]
-    while ready:
+    while ready := [t for t in waiting if all(k in results for k in t.after)]:
       for task in ready:
         waiting.remove(task)
         active[task.key] = dict(task=task, generator=task.body(results), used=0)
         advance(task.key, None)
-      ready = [t for t in waiting if all(k in results for k in t.after)]
 
   start_ready()
   while active or waiting:
