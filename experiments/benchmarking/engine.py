@@ -179,9 +179,8 @@ class Engine(experiment_lib.Runs):
     state = runner.set_hparams(state, hparams)
     aggregator = getattr(state, 'aggregator', None)
     if isinstance(aggregator, collections.abc.Mapping) and 'seed' in aggregator:
-      aggregator = collections.OrderedDict(aggregator)
-      aggregator['seed'] = np.int64(spec.seed)
-      state = state._replace(aggregator=aggregator)
+      state = state._replace(aggregator=collections.OrderedDict(aggregator,
+                                                                seed=np.int64(spec.seed)))
     return state
 
   def run(self, spec: runs_lib.RunSpec) -> Optional[dict[str, Any]]:

@@ -99,10 +99,9 @@ RUN_COLUMNS = (
     'regime', 'dataset', 'method', 'algorithm', 'epochs', 'seed', 'data_seed', 'model', 'rounds',
     'clients_per_round', 'batch_size', 'client_lr', 'server_lr', 'hparams', 'final_accuracy',
     'best_accuracy', 'best_round', 'last_k_accuracy', 'final_loss', 'final_macro_f1',
-    'final_train_loss', 'diverged', 'diverged_round', 'zeroed_rounds',
-    'excluded_nonfinite_updates', 'collapsed',
-    'chance_accuracy', 'majority_rate', 'conflict_before', 'conflict_after', 'norm_ratio',
-    'seconds_per_round', 'first_round_s', 'run_seconds', 'final_global_train_loss',
+    'final_train_loss', 'diverged', 'diverged_round', 'zeroed_rounds', 'excluded_nonfinite_updates',
+    'collapsed', 'chance_accuracy', 'majority_rate', 'conflict_before', 'conflict_after',
+    'norm_ratio', 'seconds_per_round', 'first_round_s', 'run_seconds', 'final_global_train_loss',
     'accuracy_curve', 'train_loss_curve', 'conflict_curve', 'global_train_loss_curve')
 
 
