@@ -127,49 +127,42 @@ def check_methods(config, resolved) -> None:
                       '--notune_method_grids, which searches no method\'s grid; drop one')
   for method in config.grids:
     _M.one_of([m.name for m in resolved])('grids', method)
-  for method in resolved:
+  import inspect  # pylint: disable=g-import-not-at-top
+  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  for method in resolved:   # every argument its builder's, in range, fitting the optimizers
     if method.name in config.grids:
       method = method.with_grid(config.grids[method.name])
-    _check_builder_arguments(method, methods_lib.given_kwargs(config.given, method),
-                             client=config.client, server=config.server)
-
-
-def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any], *,
-                             client: experiment_config.OptimizerConfig,
-                             server: experiment_config.OptimizerConfig) -> None:
-  """Every argument of `method` is its builder's, in range, and fits the optimizers."""
-  import inspect  # pylint: disable=g-import-not-at-top
-  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-  build = (learning.build_process if method.algorithm == methods_lib.CUSTOM
-           else learning.ALGORITHMS[method.algorithm])
-  parameters = inspect.signature(build).parameters
-  ranges = methods_lib.hparam_ranges(method)   # with a composition's aggregator's
-  named = {n for n, p in parameters.items() if p.kind != p.VAR_KEYWORD}
-  open_ended = method.algorithm not in hparams_lib.METHODS and len(named) < len(parameters)
-  fixed = dict(method.fixed)
-  checks = [('methods', k, v) for k, v in fixed.items()]
-  checks += [('grids', k, v) for k, values in method.grid for v in values]
-  checks += [('methods', k, v) for k, v in given.items() if k not in fixed]
-  for argument, keyword, value in checks:
-    if not open_ended and keyword not in {*named, *ranges}:
-      raise ConfigError(argument, method.name, reason=f'{keyword}={value!r}: its builder '
-                        f'({method.algorithm}) takes no argument {keyword!r}')
-    if keyword in ranges:
-      try:
-        ranges[keyword].check(value, name=f'{keyword} of method {method.name!r}')
-      except ValueError as e:
-        raise ConfigError(argument, method.name, reason=str(e)) from None
-  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
-  error = experiment_lib.library_refusal(build, methods_lib.builder_kwargs(method, given),
-                                         client=client, server=server)
-  if error is None:
-    return
-  words = {k: v for k, v in experiment_lib.ARGUMENT_WORDS.items() if k != 'client_weighting'}
-  text = experiment_lib.in_flag_words(error, getattr(error, 'argument', None), words=words)
-  if getattr(error, 'argument', None) == 'client_optimizer_fn':   # client SGD, its momentum
-    raise ConfigError('client_momentum', client.momentum,
-                      reason=f'not with --methods={method.name}: {text}')
-  raise ConfigError('methods', method.name, reason=text)
+    given = methods_lib.given_kwargs(config.given, method)
+    build = (learning.build_process if method.algorithm == methods_lib.CUSTOM
+             else learning.ALGORITHMS[method.algorithm])
+    parameters = inspect.signature(build).parameters
+    ranges = methods_lib.hparam_ranges(method)   # with a composition's aggregator's
+    named = {n for n, p in parameters.items() if p.kind != p.VAR_KEYWORD}
+    open_ended = method.algorithm not in hparams_lib.METHODS and len(named) < len(parameters)
+    fixed = dict(method.fixed)
+    checks = [('methods', k, v) for k, v in fixed.items()]
+    checks += [('grids', k, v) for k, values in method.grid for v in values]
+    checks += [('methods', k, v) for k, v in given.items() if k not in fixed]
+    for argument, keyword, value in checks:
+      if not open_ended and keyword not in {*named, *ranges}:
+        raise ConfigError(argument, method.name, reason=f'{keyword}={value!r}: its builder '
+                          f'({method.algorithm}) takes no argument {keyword!r}')
+      if keyword in ranges:
+        try:
+          ranges[keyword].check(value, name=f'{keyword} of method {method.name!r}')
+        except ValueError as e:
+          raise ConfigError(argument, method.name, reason=str(e)) from None
+    error = experiment_lib.library_refusal(build, methods_lib.builder_kwargs(method, given),
+                                           client=config.client, server=config.server)
+    if error is None:
+      continue
+    words = {k: v for k, v in experiment_lib.ARGUMENT_WORDS.items() if k != 'client_weighting'}
+    text = experiment_lib.in_flag_words(error, getattr(error, 'argument', None), words=words)
+    if getattr(error, 'argument', None) == 'client_optimizer_fn':   # client SGD, its momentum
+      raise ConfigError('client_momentum', config.client.momentum,
+                        reason=f'not with --methods={method.name}: {text}')
+    raise ConfigError('methods', method.name, reason=text)
 
 
 def check_methods_on_models(config, resolved, regimes) -> None:

@@ -179,16 +179,6 @@ def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
           'larger population (@K in the regime)')
 
 
-def check_builds(plan, engine) -> None:
-  """The builder's checks of every process of `Plan.builds`, else `ConfigError` (--methods)."""
-  for spec in plan.builds:
-    try:
-      engine.check_build(spec)
-    except ValueError as e:
-      raise experiment_config.ConfigError('methods', spec.method, reason=(
-          f'cannot be built on {spec.dataset} with model {spec.model}: {e}')) from None
-
-
 def _engine_options(config, loader) -> dict[str, Any]:
   return dict(loader=loader, datasets=config.datasets, model_fns=config.model_fns,
               runtime=config.output.runtime, resume=config.loop.resume)
@@ -204,7 +194,12 @@ def _prepare(config, plan, engine, stream) -> None:
     if spec.phase == runs_lib.REPORT_PHASE and (
         spec.dataset in config.datasets or spec.model in config.model_fns):
       engine.shape_and_classes(spec)
-  check_builds(plan, engine)
+  for spec in plan.builds:   # the builder's checks of every process, without building it
+    try:
+      engine.check_build(spec)
+    except ValueError as e:
+      raise experiment_config.ConfigError('methods', spec.method, reason=(
+          f'cannot be built on {spec.dataset} with model {spec.model}: {e}')) from None
   files.write_json_atomically(os.path.join(root, 'config.json'),
                               dict(config_lib.as_dict(config), plan=plan.description))
   runs = plan.description['runs']
