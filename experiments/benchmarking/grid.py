@@ -88,28 +88,25 @@ def check_finished_runs(config, plan=None) -> None:
       engine_lib.check_same_spec(directory, recorded, spec)
 
 
-def _tuned_fields(plan, name: str) -> set[str]:
-  """The settings (`runs.spec_differences`' names) of `name`'s runs that tuning chooses."""
-  methods = {m.name: m for m in plan.methods}
-  method = methods[name]
-  source = methods[plan.inherits[name] or name]
-  server_lrs = any(len(s.server_lrs) > 1 for (_, m), s in plan.search.items()
-                   if m == source.name)
-  out = {f'kwargs.{k}' for k in dict(source.grid) if k not in dict(method.fixed)}
-  out |= {'kwargs.loss_kwargs', 'kwargs.aggregator_kwargs'} if source is not method else set()
-  out |= {'client_lr'} if method.client_lr is None else set()
-  return out | ({'server_lr'} if method.server_lr is None and server_lrs else set())
-
-
 def _replace_stale(plan, root: str, stream: TextIO, said: set, spec) -> None:
   """Deletes a finished reporting run that differs from `spec` only in values tuning chooses (an
   older choice's), saying so once per method and change (`said`)."""
   run_dir = spec.directory(root)
   done = runs_lib.read_result(run_dir) if spec.phase == runs_lib.REPORT_PHASE else None
-  differences = '; '.join(runs_lib.spec_differences(done['spec'], spec) if done else [])
-  if differences and all(d.split(':')[0] in _tuned_fields(plan, spec.method)
-                         for d in differences.split('; ')):
+  differences = runs_lib.spec_differences(done['spec'], spec) if done else []
+  if not differences:
+    return
+  methods = {m.name: m for m in plan.methods}
+  method = methods[spec.method]
+  source = methods[plan.inherits[method.name] or method.name]
+  server_lrs = any(len(s.server_lrs) > 1 for (_, m), s in plan.search.items() if m == source.name)
+  tuned = {f'kwargs.{k}' for k in dict(source.grid) if k not in dict(method.fixed)}
+  tuned |= {'kwargs.loss_kwargs', 'kwargs.aggregator_kwargs'} if source is not method else set()
+  tuned |= {'client_lr'} if method.client_lr is None else set()
+  tuned |= {'server_lr'} if method.server_lr is None and server_lrs else set()
+  if all(d.split(':')[0] in tuned for d in differences):
     shutil.rmtree(run_dir)
+    differences = '; '.join(differences)
     if (spec.method, differences) not in said:
       said.add((spec.method, differences))
       print(f'replacing the reporting runs of {spec.method} made at another tuned choice '
