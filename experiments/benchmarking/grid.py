@@ -225,6 +225,26 @@ def _prepare(config, plan, engine, stream) -> None:
   files.write_json_atomically(os.path.join(root, 'regimes.json'), described)
 
 
+def _timing(config, counts, phases, start, executor, incomplete, command) -> dict[str, Any]:
+  """timing.json's entry (`phases`: when the runs started and tuning ended, if they did)."""
+  root, now = config.root, time.monotonic()
+  return {
+      'finished': datetime.datetime.now().isoformat(timespec='seconds'),
+      'wall_seconds': now - start, 'build_seconds': counts.build_seconds,
+      'processes_built': counts.processes_built, 'runs_done': counts.runs_done,
+      'runs_skipped': counts.runs_skipped, 'runs_failed': len(counts.failures),
+      'rounds_done': counts.rounds_done, 'executor': config.output.executor,
+      'starting_seconds': phases.get('start', now) - start,
+      'tuning_seconds': phases.get('tuned', now) - phases.get('start', now),
+      'reporting_seconds': now - phases.get('tuned', now),
+      'workers': getattr(executor, 'workers', None),
+      'failed': [{'run': spec.label(), 'error': message,
+                  'details': os.path.relpath(os.path.join(spec.directory(root), 'error.txt'),
+                                             root)} for spec, message in counts.failures],
+      'incomplete': [f'{c["method"]} on {c["regime"]}, E = {c["epochs"]}' for c in incomplete],
+      'command': command}
+
+
 def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, Any]:
   root = config.root
   start = time.monotonic()
@@ -288,22 +308,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
           else lambda spec: None)
     write_rows(results)
   finally:   # timing.json first: closing the progress display may fail (a closed pipe)
-    now = time.monotonic()
-    timing = {
-        'finished': datetime.datetime.now().isoformat(timespec='seconds'),
-        'wall_seconds': now - start, 'build_seconds': counts.build_seconds,
-        'processes_built': counts.processes_built, 'runs_done': counts.runs_done,
-        'runs_skipped': counts.runs_skipped, 'runs_failed': len(counts.failures),
-        'rounds_done': counts.rounds_done, 'executor': config.output.executor,
-        'starting_seconds': phases.get('start', now) - start,
-        'tuning_seconds': phases.get('tuned', now) - phases.get('start', now),
-        'reporting_seconds': now - phases.get('tuned', now),
-        'workers': getattr(executor, 'workers', None),
-        'failed': [{'run': spec.label(), 'error': message,
-                    'details': os.path.relpath(os.path.join(spec.directory(root), 'error.txt'),
-                                               root)} for spec, message in counts.failures],
-        'incomplete': [f'{c["method"]} on {c["regime"]}, E = {c["epochs"]}' for c in incomplete],
-        'command': command}
+    timing = _timing(config, counts, phases, start, executor, incomplete, command)
     path = os.path.join(root, 'timing.json')
     if 'start' in phases:   # an executor that never started (a Ray join that failed) ran nothing
       files.write_json_atomically(path, results_lib.read_json(path, []) + [timing])
