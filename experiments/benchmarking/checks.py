@@ -1,6 +1,5 @@
-"""The deeper checks of a `config.BenchmarkConfig` (your own data and models, the methods'
-builder arguments on their optimizers and models, the per-dataset entries); each bad value raises
-`experiments.config.ConfigError` naming its flag."""
+"""The deeper checks of a `config.BenchmarkConfig` (your own data and models, the methods on
+their builders and models, the per-dataset entries): `ConfigError` naming the flag."""
 
 import functools
 import re
@@ -32,8 +31,7 @@ _OWN_ELEMENT = ('client data of unbatched examples OrderedDict(x=float32 tensor 
 
 def check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[], Any]],
                models: Mapping[str, str]) -> None:
-  """Your own datasets and models: new names, `(train, test)` ClientData pairs of `_OWN_ELEMENT`,
-  callables, a model for each dataset (the models are checked on the data by `engine`)."""
+  """Your own datasets and models: new names, ClientData pairs, callables, a model for each."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from experiments import architectures  # pylint: disable=g-import-not-at-top
@@ -74,8 +72,8 @@ def check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[]
 
 
 def check_datasets(config, parsed_regimes) -> None:
-  """The entries naming datasets (--models, --detect, --dataset_settings, --tuning_regimes) name
-  the regimes' datasets and hold valid values; one LEAF dataset at most, with its folder."""
+  """The per-dataset entries name the regimes' datasets and hold valid values; one LEAF dataset
+  at most, with its folder; --data_dir, --leaf_dir, --cache_dir only where a regime reads it."""
   from experiments import architectures  # pylint: disable=g-import-not-at-top
   datasets = {r.dataset for r in parsed_regimes}
   leaf = sorted(d for d in datasets if d.startswith('leaf_'))
@@ -101,31 +99,24 @@ def check_datasets(config, parsed_regimes) -> None:
                bool(value) and all(_M.is_real(x) and x > 0 for x in value))
       must('entries with rounds >= 1 or grids of finite numbers > 0', lambda _, ok=valid: ok)(
           'dataset_settings', entry)
-  _check_sources_read(config.data, datasets)
+  from tff_conflict.data import registry  # pylint: disable=g-import-not-at-top
+  readers = {}   # source -> the datasets reading it (LEAF's converted cache under --cache_dir)
+  for name, entry in registry.DATASETS.items():
+    for source in {entry.source} | ({'cache_dir'} if entry.source == 'leaf_dir' else set()):
+      readers.setdefault(source, []).append(name)
+  for source in registry.SOURCES:
+    value = getattr(config.data, source)
+    if value is not None and not set(readers.get(source, ())) & datasets:
+      raise ConfigError(source, value, reason=f'no regime reads it (only those of '
+                        f'{readers.get(source, [])} do, not of {sorted(datasets)}); drop it')
   for dataset, regime in config.tuning_regimes.items():
     tuned = parsed('tuning_regimes', regime, config.datasets)
     must('entries DATASET:REGIME with a regime of that dataset',
          lambda _: tuned.dataset == dataset)('tuning_regimes', f'{dataset}:{regime}')
 
 
-def _check_sources_read(data, datasets: Collection[str]) -> None:
-  """Refuses --data_dir, --leaf_dir or --cache_dir given when no regime's dataset reads it (its
-  registry entry's `source`; a LEAF dataset keeps its converted cache under --cache_dir)."""
-  from tff_conflict.data import registry  # pylint: disable=g-import-not-at-top
-  readers = {}
-  for name, entry in registry.DATASETS.items():
-    for source in {entry.source} | ({'cache_dir'} if entry.source == 'leaf_dir' else set()):
-      readers.setdefault(source, []).append(name)
-  for source in registry.SOURCES:
-    value = getattr(data, source)
-    if value is not None and not set(readers.get(source, ())) & set(datasets):
-      raise ConfigError(source, value, reason=f'no regime reads it (only those of '
-                        f'{readers.get(source, [])} do, not of {sorted(datasets)}); drop it')
-
-
 def check_methods(config, resolved) -> None:
-  """--grids apply (tuning on, method grids searched, methods of the grid) and every method's
-  builder takes its fixed, given and grid values (`_check_builder_arguments`)."""
+  """--grids apply, and every method's builder takes its fixed, given and grid values."""
   if config.grids and not config.tune:
     shown = ','.join(f'{m}.{k}={"/".join(map(str, v))}' for m, grid in config.grids.items()
                      for k, v in grid.items())
@@ -136,76 +127,56 @@ def check_methods(config, resolved) -> None:
                       '--notune_method_grids, which searches no method\'s grid; drop one')
   for method in config.grids:
     _M.one_of([m.name for m in resolved])('grids', method)
-  for method in resolved:
+  import inspect  # pylint: disable=g-import-not-at-top
+  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  for method in resolved:   # every argument its builder's, in range, fitting the optimizers
     if method.name in config.grids:
       method = method.with_grid(config.grids[method.name])
-    _check_builder_arguments(method, methods_lib.given_kwargs(config.given, method),
-                             client=config.client, server=config.server)
-
-
-def _check_builder_arguments(method: methods_lib.Method, given: Mapping[str, Any], *,
-                             client: experiment_config.OptimizerConfig,
-                             server: experiment_config.OptimizerConfig) -> None:
-  """Every fixed or tuned builder argument of `method` is one its builder takes, in its range,
-  and its builder accepts them with the `client` and `server` optimizers (the library's checks,
-  `experiment_lib.library_refusal`: SCAFFOLD's plain SGD, FedNova's client weighting, ...)."""
-  import inspect  # pylint: disable=g-import-not-at-top
-  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-  build = (learning.build_process if method.algorithm == methods_lib.CUSTOM
-           else learning.ALGORITHMS[method.algorithm])
-  parameters = inspect.signature(build).parameters
-  ranges = methods_lib.hparam_ranges(method)   # with a composition's aggregator's
-  # A library builder's `**options` take exactly its spec's further hyperparameters (in ranges).
-  named = {n for n, p in parameters.items() if p.kind != p.VAR_KEYWORD}
-  open_ended = method.algorithm not in hparams_lib.METHODS and len(named) < len(parameters)
-  fixed = dict(method.fixed)
-  checks = [('methods', k, v) for k, v in fixed.items()]
-  checks += [('grids', k, v) for k, values in method.grid for v in values]
-  checks += [('methods', k, v) for k, v in given.items() if k not in fixed]
-  for argument, keyword, value in checks:
-    if not open_ended and keyword not in {*named, *ranges}:
-      raise ConfigError(argument, method.name, reason=f'{keyword}={value!r}: its builder '
-                        f'({method.algorithm}) takes no argument {keyword!r}')
-    if keyword in ranges:
-      try:
-        ranges[keyword].check(value, name=f'{keyword} of method {method.name!r}')
-      except ValueError as e:
-        raise ConfigError(argument, method.name, reason=str(e)) from None
-  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
-  error = experiment_lib.library_refusal(build, methods_lib.builder_kwargs(method, given),
-                                         client=client, server=server)
-  if error is None:
-    return
-  words = {k: v for k, v in experiment_lib.ARGUMENT_WORDS.items() if k != 'client_weighting'}
-  text = experiment_lib.in_flag_words(error, getattr(error, 'argument', None), words=words)
-  if getattr(error, 'argument', None) == 'client_optimizer_fn':   # client SGD, its momentum
-    raise ConfigError('client_momentum', client.momentum,
-                      reason=f'not with --methods={method.name}: {text}')
-  raise ConfigError('methods', method.name, reason=text)
-
-
-def _probe_shape(config, dataset: str) -> Optional[tuple]:
-  """The example shape of `dataset` known before its data load (yours, or
-  `tff_conflict.data.dataset_info`'s); None for LEAF Synthetic's (its files')."""
-  from tff_conflict import data  # pylint: disable=g-import-not-at-top
-  if dataset in config.datasets:
-    return tuple(config.datasets[dataset][0].element_type_structure['x'].shape)
-  try:
-    return data.dataset_info(dataset).element_shape
-  except ValueError:
-    return None
+    given = methods_lib.given_kwargs(config.given, method)
+    build = (learning.build_process if method.algorithm == methods_lib.CUSTOM
+             else learning.ALGORITHMS[method.algorithm])
+    parameters = inspect.signature(build).parameters
+    ranges = methods_lib.hparam_ranges(method)   # with a composition's aggregator's
+    named = {n for n, p in parameters.items() if p.kind != p.VAR_KEYWORD}
+    open_ended = method.algorithm not in hparams_lib.METHODS and len(named) < len(parameters)
+    fixed = dict(method.fixed)
+    checks = [('methods', k, v) for k, v in fixed.items()]
+    checks += [('grids', k, v) for k, values in method.grid for v in values]
+    checks += [('methods', k, v) for k, v in given.items() if k not in fixed]
+    for argument, keyword, value in checks:
+      if not open_ended and keyword not in {*named, *ranges}:
+        raise ConfigError(argument, method.name, reason=f'{keyword}={value!r}: its builder '
+                          f'({method.algorithm}) takes no argument {keyword!r}')
+      if keyword in ranges:
+        try:
+          ranges[keyword].check(value, name=f'{keyword} of method {method.name!r}')
+        except ValueError as e:
+          raise ConfigError(argument, method.name, reason=str(e)) from None
+    error = experiment_lib.library_refusal(build, methods_lib.builder_kwargs(method, given),
+                                           client=config.client, server=config.server)
+    if error is None:
+      continue
+    words = {k: v for k, v in experiment_lib.ARGUMENT_WORDS.items() if k != 'client_weighting'}
+    text = experiment_lib.in_flag_words(error, getattr(error, 'argument', None), words=words)
+    if getattr(error, 'argument', None) == 'client_optimizer_fn':   # client SGD, its momentum
+      raise ConfigError('client_momentum', config.client.momentum,
+                        reason=f'not with --methods={method.name}: {text}')
+    raise ConfigError('methods', method.name, reason=text)
 
 
 def check_methods_on_models(config, resolved, regimes) -> None:
-  """Every method can train each regime's model (`methods.model_refusal`: FedDecorr on a model
-  whose classifier reads the input would equal FedAvg in every run); else a `ConfigError`
-  naming the method, the regime and the model. A built-in model is built on the dataset's shape
-  (LEAF Synthetic's, unknown before its files load, left to the run's own check)."""
+  """Every method can train each regime's model (`methods.model_refusal`)."""
   from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import data  # pylint: disable=g-import-not-at-top
   refusals: dict[tuple, Optional[str]] = {}
   for regime in regimes:
-    model = lookups.model_of(config, regime.dataset)
-    shape = _probe_shape(config, regime.dataset)
+    model, own = lookups.model_of(config, regime.dataset), config.datasets.get(regime.dataset)
+    try:   # the example shape before the data load (LEAF Synthetic's: its files')
+      shape = (tuple(own[0].element_type_structure['x'].shape) if own
+               else data.dataset_info(regime.dataset).element_shape)
+    except ValueError:
+      shape = None
     if model in config.model_fns:
       build = config.model_fns[model]
     elif shape is not None:

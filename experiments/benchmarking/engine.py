@@ -1,5 +1,5 @@
-"""Runs one `RunSpec` at a time (`Engine.run`, through `experiment_lib.Runs.execute`), skipping
-runs finished on disk with the same settings (docs/design.md, "The method comparison")."""
+"""Runs one `RunSpec` at a time (`Engine.run`), skipping runs finished on disk with the same
+settings (docs/design.md, "The method comparison")."""
 
 import collections
 import contextlib
@@ -33,24 +33,16 @@ class SettingsChangedError(files.Failure, ValueError):
   """A finished run on disk was made with other settings than the run asked for now."""
 
 
-def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSpec) -> None:
-  """Raises `SettingsChangedError` when the run `recorded` in `run_dir` is not `spec`."""
-  differences = '; '.join(runs_lib.spec_differences(recorded, spec))
+def _refuse(run_dir: str, what: str, differences: list[str]) -> None:
   if differences:
     raise SettingsChangedError(
-        f'{run_dir} holds a finished run with other settings ({differences}); use another '
+        f'{run_dir} holds a finished run {what} ({"; ".join(differences)}); use another '
         '--experiment_name or --output_dir, or --noresume to run everything again')
 
 
-def check_same_fingerprint(run_dir: str, recorded: Any, current: dict[str, Any]) -> None:
-  """Raises `SettingsChangedError` when your own data or model (`fingerprints.of_run`: `current`)
-  differ from those the run in `run_dir` finished with (`recorded`), or were not recorded."""
-  differences = '; '.join(fingerprints.differences(recorded, current))
-  if differences:
-    raise SettingsChangedError(
-        f'{run_dir} holds a finished run of other data or another model under the same name '
-        f'({differences}); use another --experiment_name or --output_dir, or --noresume to run '
-        'everything again')
+def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSpec) -> None:
+  """Raises `SettingsChangedError` when the run `recorded` in `run_dir` is not `spec`."""
+  _refuse(run_dir, 'with other settings', runs_lib.spec_differences(recorded, spec))
 
 
 def default_loader(config) -> Loader:
@@ -65,8 +57,7 @@ def default_loader(config) -> Loader:
 
 @contextlib.contextmanager
 def seeded(seed: int):
-  """Python's, NumPy's and TensorFlow's global seeds set to `seed` inside and restored after, so
-  that a user's model is seeded and a later run draws as in a fresh process."""
+  """Python's, NumPy's and TensorFlow's global seeds set to `seed` inside, restored after."""
   python_state, numpy_state = random.getstate(), np.random.get_state()
   tf_seed = tf.compat.v1.get_seed(None)[0]
   random.seed(seed)
@@ -81,8 +72,7 @@ def seeded(seed: int):
 
 
 def process_of(spec: runs_lib.RunSpec) -> tuple:
-  """What the learning process of `spec` is built from (with its population's size): runs of the
-  same value share one process, set per run by its learning rates, seed and weights."""
+  """What `spec`'s learning process is built from: runs of one value share a process."""
   return (spec.algorithm, json.dumps(dict(spec.kwargs), sort_keys=True, default=str), spec.model,
           spec.dataset, spec.batch_size, spec.client_momentum)
 
@@ -93,11 +83,15 @@ def _builder(spec: runs_lib.RunSpec) -> Callable[..., Any]:
           else learning.ALGORITHMS[spec.algorithm])
 
 
+def _optimizers(spec: runs_lib.RunSpec) -> dict[str, experiment_config.OptimizerConfig]:
+  return dict(client=experiment_config.OptimizerConfig(spec.client_lr,
+                                                       momentum=spec.client_momentum),
+              server=experiment_config.OptimizerConfig(spec.server_lr))
+
+
 class Engine(experiment_lib.Runs):
-  """Runs `RunSpec`s under `root` on `runtime` with the data of `loader` (default: `default_loader`
-  of each run's data sources) and your own `datasets` and `model_fns`; a run finished on disk is
-  skipped with `resume`; a failed run is recorded in `failures` (the scheduler reports it:
-  `run_job`, `schedule.run`). Each run's settings come from its spec alone."""
+  """Runs `RunSpec`s under `root` with the data of `loader` (default: each run's sources') and
+  your own `datasets` and `model_fns`; a run's settings come from its spec alone."""
 
   def __init__(self, root: str, *, loader: Optional[Loader] = None,
                datasets: Optional[dict[str, tuple]] = None,
@@ -106,19 +100,13 @@ class Engine(experiment_lib.Runs):
     super().__init__(runtime)
     self._root, self._loader, self._resume = root, loader, resume
     self._datasets, self._model_fns = dict(datasets or {}), dict(model_fns or {})
-    self._data: dict[tuple, tuple[Any, Any]] = {}
-    self._weights: dict[tuple, Any] = {}
-    self._shapes: dict[tuple, tuple[tuple, int]] = {}
-    self._fingerprints: dict[tuple, dict[str, Any]] = {}
-    self.runs_done = 0
-    self.runs_skipped = 0
-    self.rounds_done = 0
+    self._data, self._weights, self._shapes, self._fingerprints = {}, {}, {}, {}   # made once
+    self.runs_done = self.runs_skipped = self.rounds_done = 0
     self.failures: list[tuple[runs_lib.RunSpec, str]] = []
 
   def data(self, regime: str, seed: int, sources: Any = None) -> tuple[Any, Any]:
-    """(train, test) of a regime and data seed, made once: your own data as given, else the
-    loader's (without one, `default_loader` of `sources`' data_dir, leaf_dir and cache_dir: a
-    `RunSpec`, or none: the defaults)."""
+    """(train, test) of a regime and data seed, made once: your own data, else the loader's (or
+    `default_loader` of `sources`: a `RunSpec`, or None for the defaults)."""
     from tff_conflict import data  # pylint: disable=g-import-not-at-top
     if (regime, seed) not in self._data:
       if regime in self._datasets:
@@ -130,8 +118,7 @@ class Engine(experiment_lib.Runs):
     return self._data[regime, seed]
 
   def run_data(self, spec: runs_lib.RunSpec) -> tuple[Any, Any]:
-    """(training, evaluation) data of a run: its regime's (train, test), or for tuning the fit
-    and validation parts of `train` (its `validation_fraction` held out)."""
+    """A run's (training, evaluation) data: (train, test), or for tuning train's two parts."""
     from tff_conflict import data  # pylint: disable=g-import-not-at-top
     train_test = self.data(spec.regime, spec.data_seed, spec)
     if spec.phase != runs_lib.TUNE_PHASE:
@@ -143,15 +130,13 @@ class Engine(experiment_lib.Runs):
     return self._data[key]
 
   def shape_and_classes(self, spec: runs_lib.RunSpec) -> tuple[tuple, int]:
-    """The example shape and number of classes of `spec`'s data under its model
-    (`experiment_lib.shape_and_classes`: the dataset's, the data's `info`, your data's labels,
-    your model's logits)."""
+    """The example shape and number of classes of `spec`'s data under its model."""
     from tff_conflict import data  # pylint: disable=g-import-not-at-top
     dataset, model = spec.dataset, spec.model
     if (dataset, model) not in self._shapes:
       try:
         classes = data.dataset_info(dataset).num_classes
-      except ValueError:
+      except ValueError:   # your own data, LEAF Synthetic: from the data
         classes = None
       own = self._model_fns.get(model)
       self._shapes[dataset, model] = experiment_lib.shape_and_classes(
@@ -183,8 +168,7 @@ class Engine(experiment_lib.Runs):
     return self._weights[key]
 
   def _start(self, spec: runs_lib.RunSpec, runner, state):
-    """The process's initial state with the run's model, learning rates and order seed (through
-    the runner: an in-process run never goes through TFF's runtime)."""
+    """The process's initial state with the run's model weights, learning rates and seed."""
     state = runner.set_model_weights(state, self._initial_weights(spec))
     hparams = runner.get_hparams(state)
     for part, value in (('client_work', spec.client_lr), ('finalizer', spec.server_lr)):
@@ -195,20 +179,18 @@ class Engine(experiment_lib.Runs):
     state = runner.set_hparams(state, hparams)
     aggregator = getattr(state, 'aggregator', None)
     if isinstance(aggregator, collections.abc.Mapping) and 'seed' in aggregator:
-      aggregator = collections.OrderedDict(aggregator)
-      aggregator['seed'] = np.int64(spec.seed)
-      state = state._replace(aggregator=aggregator)
+      state = state._replace(aggregator=collections.OrderedDict(aggregator,
+                                                                seed=np.int64(spec.seed)))
     return state
 
   def run(self, spec: runs_lib.RunSpec) -> Optional[dict[str, Any]]:
-    """Runs `spec` unless it is finished on disk (`SettingsChangedError` if with other
-    settings); returns its summary, or None when it failed (recorded in `failures` and the run's
-    error.txt; the next invocation tries again)."""
+    """Runs `spec` unless finished on disk; its summary, None when it failed (error.txt)."""
     run_dir = spec.directory(self._root)
     done = runs_lib.read_result(run_dir) if self._resume else None
     if done is not None:
       check_same_spec(run_dir, done['spec'], spec)
-      check_same_fingerprint(run_dir, done.get(fingerprints.KEY), self._fingerprint(spec))
+      _refuse(run_dir, 'of other data or another model under the same name',
+              fingerprints.differences(done.get(fingerprints.KEY), self._fingerprint(spec)))
       self.runs_skipped += 1
       return done['summary']
     error_path = os.path.join(run_dir, 'error.txt')
@@ -237,7 +219,6 @@ class Engine(experiment_lib.Runs):
     return summary
 
   def _fingerprint(self, spec: runs_lib.RunSpec) -> dict[str, Any]:
-    """`fingerprints.of_run` of `spec` (your own data and model), made once per invocation."""
     key = (spec.dataset, spec.model)
     if key not in self._fingerprints:
       self._fingerprints[key] = fingerprints.of_run(
@@ -252,16 +233,12 @@ class Engine(experiment_lib.Runs):
         eval_every=1, checkpoint_every=0, keep_checkpoints=0, resume=False)
 
   def check_build(self, spec: runs_lib.RunSpec) -> None:
-    """Runs the checks of `spec`'s builder on its arguments, model and data without building the
-    process (`tff_conflict.learning.check_arguments`); raises the builder's `ValueError`."""
+    """The builder's checks of `spec`, unbuilt; raises the builder's `ValueError`."""
     from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-    train, _ = self.run_data(spec)
-    builder = _builder(spec)
-    learning.check_arguments(builder, self._model_fn(spec, 0), **experiment_lib.process_arguments(
-        builder, dict(spec.kwargs), client=experiment_config.OptimizerConfig(
-            spec.client_lr, momentum=spec.client_momentum),
-        server=experiment_config.OptimizerConfig(spec.server_lr), train_data=train,
-        loop=self._loop(spec)))
+    arguments = experiment_lib.process_arguments(
+        _builder(spec), dict(spec.kwargs), **_optimizers(spec), train_data=self.run_data(spec)[0],
+        loop=self._loop(spec))
+    learning.check_arguments(_builder(spec), self._model_fn(spec, 0), **arguments)
 
   def _train(self, spec, run_dir):
     train, eval_data = self.run_data(spec)
@@ -274,12 +251,9 @@ class Engine(experiment_lib.Runs):
 
     def on_round():
       self.rounds_done += 1
-
     start = time.monotonic()
     rows, _, _ = self.execute(
-        _builder(spec), dict(spec.kwargs), self._model_fn(spec, 0),
-        client=experiment_config.OptimizerConfig(spec.client_lr, momentum=spec.client_momentum),
-        server=experiment_config.OptimizerConfig(spec.server_lr),
+        _builder(spec), dict(spec.kwargs), self._model_fn(spec, 0), **_optimizers(spec),
         key=(*process_of(spec), len(train.client_ids)),
         start=functools.partial(self._start, spec), model_key=(spec.model, spec.dataset),
         train_data=train, eval_data=eval_data, num_classes=classes, loop=loop,
@@ -291,16 +265,13 @@ class Engine(experiment_lib.Runs):
                                  num_classes=classes)
     summary.update(runs_lib.collapse_columns(summary, self.confusion))
     if report:
-      for key, value in results_lib.summarize_run(rows).items():
-        summary.setdefault(key, value)
+      summary.update((k, v) for k, v in results_lib.summarize_run(rows).items() if k not in summary)
     summary['run_seconds'] = seconds
     return summary, self.confusion
 
 
 class Ran(NamedTuple):
-  """What running one spec gave (`run_job`): its summary (None: it failed, `failure` says why),
-  whether it was found finished on disk, and the engine's work on it: seconds building
-  processes, processes built, rounds run."""
+  """What running one spec gave (`run_job`): its summary (None: failed) and the work done."""
   summary: Optional[dict[str, Any]]
   failure: Optional[str]
   skipped: bool
@@ -320,8 +291,7 @@ def run_job(engine: Engine, spec: runs_lib.RunSpec) -> Ran:
 
 
 def worker_engine(root: str, **options) -> Engine:
-  """A worker process's engine (`experiments.executors`): TFF's local runtime installed (its
-  `worker_binary` ends with the worker), `Engine(root, **options)`."""
+  """A worker process's `Engine(root, **options)`, with TFF's local runtime installed."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   runtime.set_local_context()
   return Engine(root, **options)

@@ -1,6 +1,5 @@
-"""What your own data and models were when a run finished (`BenchmarkConfig.datasets` /
-`model_fns`): the clients' ids and sizes, the model's layers and variable shapes; recorded in
-result.json so that a change under the same name is refused, never reused."""
+"""What your own data and models (and the built-in data's files) were when a run finished,
+recorded in result.json so that a change under the same name is refused, never reused."""
 
 import hashlib
 import json
@@ -18,14 +17,11 @@ def _digest(value: Any) -> str:
 
 def _num_examples(dataset: tf.data.Dataset) -> int:
   size = int(dataset.cardinality())
-  if size >= 0:
-    return size
-  return int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
+  return size if size >= 0 else int(dataset.reduce(np.int64(0), lambda n, _: n + 1))
 
 
 def of_data(train: Any, test: Any) -> dict[str, Any]:
-  """The clients' ids and numbers of examples of `train` and `test` (ClientData), summed up
-  (clients, examples) and digested, and the examples' element spec."""
+  """The clients and examples of `train` and `test`, ids and sizes digested; the element spec."""
   out = {}
   for part, client_data in (('train', train), ('test', test)):
     sizes = [[str(c), _num_examples(client_data.create_tf_dataset_for_client(c))]
@@ -38,8 +34,7 @@ def of_data(train: Any, test: Any) -> dict[str, Any]:
 
 
 def of_model(build: Callable[[], tf.keras.Model]) -> dict[str, Any]:
-  """The layers (their classes) and the variables' shapes of the model `build()` makes (built in
-  a scratch graph; `build` makes a built model)."""
+  """The layers and variables' shapes of the built model `build()` makes (in a scratch graph)."""
   with tf.Graph().as_default():
     model = build()
     layers = [type(layer).__name__ for layer in model.layers]
@@ -50,9 +45,8 @@ def of_model(build: Callable[[], tf.keras.Model]) -> dict[str, Any]:
 
 def of_run(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[], Any]], spec: Any,
            train: Any, loop: Any) -> dict[str, Any]:
-  """The fingerprints of `spec`'s own data (in `datasets`) and model (in `model_fns`), by the
-  setting that names them (empty for built-in ones); the model is built on the input spec of
-  `train`'s batches under `loop`."""
+  """The fingerprints of `spec`'s own data and model by the setting that names them (none for
+  built-in ones); the model is built on `train`'s batches under `loop`."""
   from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
   from tff_conflict.learning import models  # pylint: disable=g-import-not-at-top
   out = {}
@@ -67,10 +61,8 @@ def of_run(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[], A
 
 
 def of_source(dataset: str, data: Any) -> tuple[Optional[str], Optional[str]]:
-  """(the folder `dataset`'s files are read from, or 'bundled' / 'generated'; a digest of the
-  files' names, sizes and modification times) under `data`'s data_dir, leaf_dir and cache_dir
-  (`tff_conflict.data.source_fingerprint`); (None, None) when they cannot be found (the
-  loader's error says why when the data are loaded)."""
+  """(the folder `dataset`'s files are read from under `data`'s sources, or 'bundled' /
+  'generated'; a digest of their names, sizes and times), (None, None) when not found."""
   from tff_conflict import data as data_lib  # pylint: disable=g-import-not-at-top
   try:
     found = data_lib.source_fingerprint(dataset, data_dir=data.data_dir, leaf_dir=data.leaf_dir,
@@ -81,8 +73,7 @@ def of_source(dataset: str, data: Any) -> tuple[Optional[str], Optional[str]]:
 
 
 def differences(recorded: Optional[Mapping[str, Any]], current: Mapping[str, Any]) -> list[str]:
-  """'what: item recorded -> now' for each item of `current`'s parts (`of_run`) that `recorded`
-  (result.json's `KEY`) holds otherwise, or 'what: not recorded'."""
+  """'what: item recorded -> now' for each item of `current` (`of_run`) `recorded` differs in."""
   recorded = recorded or {}
   out = []
   for what, now in current.items():
@@ -98,8 +89,6 @@ def differences(recorded: Optional[Mapping[str, Any]], current: Mapping[str, Any
 def _flat(value: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
   out = {}
   for key, item in value.items():
-    if isinstance(item, Mapping):
-      out.update(_flat(item, f'{prefix}{key}.'))
-    else:
-      out[f'{prefix}{key}'] = item
+    out.update(_flat(item, f'{prefix}{key}.') if isinstance(item, Mapping)
+               else {prefix + key: item})
   return out

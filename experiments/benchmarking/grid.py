@@ -1,6 +1,5 @@
-"""A whole benchmark, one way: `run_benchmark(config)` makes its plan (`plan.make`), checks it,
-runs it on the config's executor (`schedule`, `experiments.executors`; finished runs on disk are
-skipped) and writes the record and the report."""
+"""A whole benchmark: `run_benchmark(config)` makes its plan (`plan.make`), checks it, runs it on
+the config's executor (`schedule`; finished runs on disk skipped) and writes record and report."""
 
 import datetime
 import functools
@@ -27,20 +26,17 @@ CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', '
 
 
 def _write_tuning(plan, root, choices) -> None:
-  """tuning_choices.json; tuning.csv: every candidate's validation score at each length it ran
-  (`rounds`) and whether it won (`chosen`: the winner's full-length row only);
-  validation_curves.csv: the chosen candidate's validation accuracy curve on each tuning seed
-  whose full-length run finished."""
+  """tuning_choices.json, tuning.csv (every score; `chosen`: the winner's full-length row) and
+  validation_curves.csv (the winner's curve per finished seed)."""
   files.write_json_atomically(os.path.join(root, 'tuning_choices.json'), choices)
   scores, curves = [], []
   for (dataset, epochs, method), c in zip(plan.tuning, choices):
     where = {k: c[k] for k in ('dataset', 'regime', 'epochs', 'method')}
     chosen = dict(c['tuned'], client_lr=c['client_lr'], server_lr=c['server_lr'])
+    won = (search_lib.candidate_name(chosen), c.get('rounds'))
     scores += [dict(where, candidate=s['candidate'], rounds=s.get('rounds'),
                     validation_score=s['score'], seeds=s['seeds'],
-                    chosen=(s['candidate'], s.get('rounds')) == (
-                        search_lib.candidate_name(chosen), c.get('rounds')))
-               for s in c['scores']]
+                    chosen=(s['candidate'], s.get('rounds')) == won) for s in c['scores']]
     for seed in plan.tuning_seeds:
       spec = plan_lib.tuning_spec(plan, dataset, epochs, method, chosen, seed)
       result = runs_lib.read_result(spec.directory(root))
@@ -57,10 +53,8 @@ def _first_seed(plan) -> int:
 
 def check_finished_runs(config, plan=None) -> None:
   """Raises `engine.SettingsChangedError` for the first finished run on disk that `config` would
-  run again (same phase, regime, E, method, seed and tuning candidate) with other settings,
-  before anything runs or is written; the values tuning chooses (builder arguments, learning
-  rates) are taken as recorded: `Engine.run` checks them when they are known. `plan`: the
-  config's (`plan.make`), made if not given."""
+  run again with other settings, before anything is written; the values tuning chooses are
+  taken as recorded (`Engine.run` checks them once known)."""
   if not config.loop.resume:
     return
   plan = plan or plan_lib.make(config)
@@ -94,32 +88,25 @@ def check_finished_runs(config, plan=None) -> None:
       engine_lib.check_same_spec(directory, recorded, spec)
 
 
-def _tuned_fields(plan, name: str) -> set[str]:
-  """The settings (`runs.spec_differences`' names) of method `name`'s reporting runs that its
-  tuning chooses: the learning rates it does not fix and its (or its source's) grid's builder
-  arguments it does not fix; a custom variant's loss and aggregator arguments."""
-  methods = {m.name: m for m in plan.methods}
-  method = methods[name]
-  source = methods[plan.inherits[name] or name]
-  server_lrs = any(len(s.server_lrs) > 1 for (_, m), s in plan.search.items()
-                   if m == source.name)
-  out = {f'kwargs.{k}' for k in dict(source.grid) if k not in dict(method.fixed)}
-  out |= {'kwargs.loss_kwargs', 'kwargs.aggregator_kwargs'} if source is not method else set()
-  out |= {'client_lr'} if method.client_lr is None else set()
-  return out | ({'server_lr'} if method.server_lr is None and server_lrs else set())
-
-
 def _replace_stale(plan, root: str, stream: TextIO, said: set, spec) -> None:
-  """A finished reporting run on disk that differs from `spec` only in values tuning chooses
-  (made at an older invocation's choice) is deleted to run again at this one, with a line per
-  method and change (`said`: those said); any other difference is refused when it runs
-  (`engine.check_same_spec`)."""
+  """Deletes a finished reporting run that differs from `spec` only in values tuning chooses (an
+  older choice's), saying so once per method and change (`said`)."""
   run_dir = spec.directory(root)
   done = runs_lib.read_result(run_dir) if spec.phase == runs_lib.REPORT_PHASE else None
-  differences = '; '.join(runs_lib.spec_differences(done['spec'], spec) if done else [])
-  if differences and all(d.split(':')[0] in _tuned_fields(plan, spec.method)
-                         for d in differences.split('; ')):
+  differences = runs_lib.spec_differences(done['spec'], spec) if done else []
+  if not differences:
+    return
+  methods = {m.name: m for m in plan.methods}
+  method = methods[spec.method]
+  source = methods[plan.inherits[method.name] or method.name]
+  server_lrs = any(len(s.server_lrs) > 1 for (_, m), s in plan.search.items() if m == source.name)
+  tuned = {f'kwargs.{k}' for k in dict(source.grid) if k not in dict(method.fixed)}
+  tuned |= {'kwargs.loss_kwargs', 'kwargs.aggregator_kwargs'} if source is not method else set()
+  tuned |= {'client_lr'} if method.client_lr is None else set()
+  tuned |= {'server_lr'} if method.server_lr is None and server_lrs else set()
+  if all(d.split(':')[0] in tuned for d in differences):
     shutil.rmtree(run_dir)
+    differences = '; '.join(differences)
     if (spec.method, differences) not in said:
       said.add((spec.method, differences))
       print(f'replacing the reporting runs of {spec.method} made at another tuned choice '
@@ -141,33 +128,21 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     regimes.json           each regime's client sizes and label skew (for data with label counts)
     report.md, plots/      the report (`report`)
 
-  Args:
-    config: the benchmark.
-    loader: `(regime, seed) -> (train, test)`; default `tff_conflict.data.load_regime`.
-    stream: progress and messages (default stdout; the bar goes to stderr on a terminal).
-    after_tuning: called once tuning is over, before the first reporting run.
-    command: the command line, recorded in timing.json and the report.
+  `loader`: `(regime, seed) -> (train, test)` (default `tff_conflict.data.load_regime`);
+  `stream`: messages (default stdout); `after_tuning`: called before the first reporting run;
+  `command`: the command line, for timing.json and the report.
 
-  Returns:
-    This invocation's timing.json entry (`wall_seconds`, `build_seconds`, `processes_built`,
-    `runs_done`, `runs_skipped`, ...) with `root`, `report` (report.md's path), `rows`
-    (runs.csv's), `choices` (tuning_choices.json's), `failures` ((run label, error) of the
-    runs that failed; they are retried on the next run) and `incomplete` (the searches a failed
-    run left without a choice: their method's reporting runs, and everyone's for the baseline,
-    wait for the next run).
-
-  Raises:
-    experiments.config.ConfigError: a regime that cannot run (`check_regimes`), or your own data
-      or model that do not fit (`Engine.shape_and_classes`), before anything is written.
-    engine.SettingsChangedError: a finished run on disk has other settings, found before
-      anything is written (`check_finished_runs`) or, for the values tuning chooses, when the
-      run comes; either way the files the report reads are left as they were.
+  Returns this invocation's timing.json entry with `root`, `report` (its path), `rows`,
+  `choices`, `failures` ((run label, error), retried next time) and `incomplete` (the searches
+  a failed run left without a choice). Raises `ConfigError` for a regime, data or model that
+  cannot run, and `engine.SettingsChangedError` for a finished run with other settings, leaving
+  the record as it was.
   """
   plan = plan_lib.make(config)
   check_finished_runs(config, plan)
   os.makedirs(config.root, exist_ok=True)
-  record = {n: pathlib.Path(config.root, n) for n in results_lib.RECORD_FILES}
-  record = {path: path.read_bytes() if path.exists() else None for path in record.values()}
+  record = [pathlib.Path(config.root, n) for n in results_lib.RECORD_FILES]
+  record = {path: path.read_bytes() if path.exists() else None for path in record}
   try:
     return _run(config, plan, loader=loader, stream=stream or sys.stdout,
                 after_tuning=after_tuning, command=command)
@@ -181,23 +156,13 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
     raise
 
 
-def _examples(client_data) -> Optional[int]:
-  """The examples of a split, from its label counts (its data unread: the test split is read by
-  no run before tuning ends); None when it has none."""
-  counts = getattr(client_data, 'label_counts', None)
-  return None if counts is None else int(counts.sum())
-
-
 def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
-  """Loads every regime (reporting and tuning) once with `data` (`(regime, seed) -> (train,
-  test)`) and checks that it holds `clients_per_round` clients: else `ConfigError` naming
-  --regimes or --tuning_regimes and the loader's error, or --clients_per_round and the population,
-  before any run. `plan`: the config's (`plan.make`), made if not given."""
+  """Loads every regime once with `data` (`(regime, seed) -> (train, test)`): a `ConfigError`
+  naming --regimes or --tuning_regimes when it fails, --clients_per_round when it is too small."""
   plan = plan or plan_lib.make(config)
-  tuned = [s.tuning_regime for s in plan.datasets.values()]
-  tuned = [r for r in tuned if r is not None and r not in plan.regimes]
+  tuned = [s.tuning_regime for s in plan.datasets.values() if s.tuning_regime not in plan.regimes]
   clients = plan.run['clients_per_round']
-  for regime in plan.regimes + tuple(dict.fromkeys(tuned)):
+  for regime in plan.regimes + tuple(dict.fromkeys(r for r in tuned if r is not None)):
     flag = 'regimes' if regime in plan.regimes else 'tuning_regimes'
     try:
       train, _ = data(regime, _first_seed(plan))
@@ -211,37 +176,14 @@ def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
           'larger population (@K in the regime)')
 
 
-def check_builds(plan, engine) -> None:
-  """Runs the builder's checks of every distinct process the plan builds (`Plan.builds`: the
-  methods' given and fixed arguments, every grid value) on its model and data, without building
-  it: a composition that cannot be built is a `ConfigError` naming --methods, before any run."""
-  for spec in plan.builds:
-    try:
-      engine.check_build(spec)
-    except ValueError as e:
-      raise experiment_config.ConfigError('methods', spec.method, reason=(
-          f'cannot be built on {spec.dataset} with model {spec.model}: {e}')) from None
-
-
 def _engine_options(config, loader) -> dict[str, Any]:
-  """`engine.Engine`'s arguments: what is not a run's own (`RunSpec`)."""
   return dict(loader=loader, datasets=config.datasets, model_fns=config.model_fns,
               runtime=config.output.runtime, resume=config.loop.resume)
 
 
-def _make_executor(config, engine, loader):
-  from experiments import executors  # pylint: disable=g-import-not-at-top
-  output = config.output
-  return executors.make(
-      executors.Options.of(output),
-      functools.partial(engine_lib.worker_engine, config.root, **_engine_options(config, loader)),
-      engine_lib.run_job, state=engine, affinity=engine_lib.process_of)
-
-
 def _prepare(config, plan, engine, stream) -> None:
-  """The checks before any run (the regimes, your own data and models, the builds), then
-  config.json (the settings and `plan`, `Plan.description`), the plan's line on `stream` and
-  regimes.json (size and label skew, `tff_conflict.data.describe`, of the first seed's data)."""
+  """The checks before any run, then config.json, the plan's line on `stream` and regimes.json
+  (size and label skew of the first seed's data, `tff_conflict.data.describe`)."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   root = config.root
   check_regimes(config, engine.data, plan)
@@ -249,7 +191,12 @@ def _prepare(config, plan, engine, stream) -> None:
     if spec.phase == runs_lib.REPORT_PHASE and (
         spec.dataset in config.datasets or spec.model in config.model_fns):
       engine.shape_and_classes(spec)
-  check_builds(plan, engine)
+  for spec in plan.builds:   # the builder's checks of every process, without building it
+    try:
+      engine.check_build(spec)
+    except ValueError as e:
+      raise experiment_config.ConfigError('methods', spec.method, reason=(
+          f'cannot be built on {spec.dataset} with model {spec.model}: {e}')) from None
   files.write_json_atomically(os.path.join(root, 'config.json'),
                               dict(config_lib.as_dict(config), plan=plan.description))
   runs = plan.description['runs']
@@ -272,9 +219,30 @@ def _prepare(config, plan, engine, stream) -> None:
       described.append({'regime': regime, 'data_seed': _first_seed(plan), **{
           k: values[k] for k in ('num_clients', 'num_examples', 'examples_per_client',
                                  'classes_per_client', 'label_tv_distance')},
-                        'test_examples': _examples(test),
+                        'test_examples': None if getattr(test, 'label_counts', None) is None
+                        else int(test.label_counts.sum()),   # the test split unread
                         'data_location': source.data_location, 'data_digest': source.data_digest})
   files.write_json_atomically(os.path.join(root, 'regimes.json'), described)
+
+
+def _timing(config, counts, phases, start, executor, incomplete, command) -> dict[str, Any]:
+  """timing.json's entry (`phases`: when the runs started and tuning ended, if they did)."""
+  root, now = config.root, time.monotonic()
+  return {
+      'finished': datetime.datetime.now().isoformat(timespec='seconds'),
+      'wall_seconds': now - start, 'build_seconds': counts.build_seconds,
+      'processes_built': counts.processes_built, 'runs_done': counts.runs_done,
+      'runs_skipped': counts.runs_skipped, 'runs_failed': len(counts.failures),
+      'rounds_done': counts.rounds_done, 'executor': config.output.executor,
+      'starting_seconds': phases.get('start', now) - start,
+      'tuning_seconds': phases.get('tuned', now) - phases.get('start', now),
+      'reporting_seconds': now - phases.get('tuned', now),
+      'workers': getattr(executor, 'workers', None),
+      'failed': [{'run': spec.label(), 'error': message,
+                  'details': os.path.relpath(os.path.join(spec.directory(root), 'error.txt'),
+                                             root)} for spec, message in counts.failures],
+      'incomplete': [f'{c["method"]} on {c["regime"]}, E = {c["epochs"]}' for c in incomplete],
+      'command': command}
 
 
 def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, Any]:
@@ -298,18 +266,21 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
                for spec, summary in results.get(key) or () if summary is not None]
     results_lib.write_csv(os.path.join(root, 'runs.csv'), rows, runs_lib.RUN_COLUMNS)
 
+  def end_tuning(results):
+    done = [(t, results[k]) for t, k in zip(plan.tuning, tuning_order)]
+    incomplete.extend(c for _, c in done if plan_lib.is_incomplete(c))
+    done = [(t, c) for t, c in done if not plan_lib.is_incomplete(c)]
+    choices.extend(c for _, c in done)
+    _write_tuning(plan._replace(tuning=tuple(t for t, _ in done)), root, choices)
+    phases['tuned'] = time.monotonic()
+    after_tuning()
+
   def on_task(task, result, results):
     del result
     if task.phase == runs_lib.REPORT_PHASE:
       write_rows(results)
-    elif all(k in results for k in tuning_order) and not phases.get('tuned'):
-      done = [(t, results[k]) for t, k in zip(plan.tuning, tuning_order)]
-      incomplete.extend(c for _, c in done if plan_lib.is_incomplete(c))
-      choices.extend(c for _, c in done if not plan_lib.is_incomplete(c))
-      _write_tuning(plan._replace(tuning=tuple(
-          t for t, c in done if not plan_lib.is_incomplete(c))), root, choices)
-      phases['tuned'] = time.monotonic()
-      after_tuning()
+    elif all(k in results for k in tuning_order) and 'tuned' not in phases:
+      end_tuning(results)
 
   def on_failure(spec, message):
     print(f'\nrun failed: {spec.label()}: {message} (details: '
@@ -321,12 +292,14 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
 
   counts, executor = schedule.Counts.of(plan.tasks), None
   try:
-    executor = _make_executor(config, engine, loader)
+    from experiments import executors  # pylint: disable=g-import-not-at-top
+    executor = executors.make(
+        executors.Options.of(config.output), functools.partial(
+            engine_lib.worker_engine, root, **_engine_options(config, loader)),
+        engine_lib.run_job, state=engine, affinity=engine_lib.process_of)
     phases['start'] = time.monotonic()
     if not tuning_order:
-      _write_tuning(plan, root, choices)
-      phases['tuned'] = phases['start']
-      after_tuning()
+      end_tuning({})
     with executor:
       results = schedule.run(
           plan.tasks, executor, root=root, counts=counts, on_progress=on_progress,
@@ -335,22 +308,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
           else lambda spec: None)
     write_rows(results)
   finally:   # timing.json first: closing the progress display may fail (a closed pipe)
-    now = time.monotonic()
-    timing = {
-        'finished': datetime.datetime.now().isoformat(timespec='seconds'),
-        'wall_seconds': now - start, 'build_seconds': counts.build_seconds,
-        'processes_built': counts.processes_built, 'runs_done': counts.runs_done,
-        'runs_skipped': counts.runs_skipped, 'runs_failed': len(counts.failures),
-        'rounds_done': counts.rounds_done, 'executor': config.output.executor,
-        'starting_seconds': phases.get('start', now) - start,
-        'tuning_seconds': phases.get('tuned', now) - phases.get('start', now),
-        'reporting_seconds': now - phases.get('tuned', now),
-        'workers': getattr(executor, 'workers', None),
-        'failed': [{'run': spec.label(), 'error': message,
-                    'details': os.path.relpath(os.path.join(spec.directory(root), 'error.txt'),
-                                               root)} for spec, message in counts.failures],
-        'incomplete': [f'{c["method"]} on {c["regime"]}, E = {c["epochs"]}' for c in incomplete],
-        'command': command}
+    timing = _timing(config, counts, phases, start, executor, incomplete, command)
     path = os.path.join(root, 'timing.json')
     if 'start' in phases:   # an executor that never started (a Ray join that failed) ran nothing
       files.write_json_atomically(path, results_lib.read_json(path, []) + [timing])

@@ -1,5 +1,5 @@
-"""What a benchmark's regimes name, read from its config (`config.BenchmarkConfig`): each
-regime's dataset, the datasets in order, each dataset's model and tuning regime."""
+"""What a benchmark config's regimes name: each regime's dataset, the datasets in order, each
+dataset's model and tuning regime."""
 
 from typing import Collection, NamedTuple
 
@@ -41,13 +41,11 @@ def model_of(config, dataset: str) -> str:
 
 
 def tuning_regime(config, dataset: str) -> str:
-  """The regime whose tuning `dataset`'s regimes use: `tuning_regimes`, else the grid's version
-  of the default split (e.g. with its population), else the default, else its first regime."""
+  """`dataset`'s tuning regime: given, else the grid's one of the default split, else its first."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   if dataset in config.tuning_regimes:
     return config.tuning_regimes[dataset]
   ours = [parse_regime(r, config.datasets) for r in regimes_of(config, dataset)]
-  # the dataset's registry entry's (`tff_conflict.data.registry`)
   default = data.regimes.DEFAULT_TUNING_REGIMES.get(dataset)
   if default is None:
     return ours[0].name

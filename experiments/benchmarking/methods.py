@@ -14,20 +14,15 @@ from tff_conflict import hparams as hparams_lib
 CUSTOM = 'custom'
 RATES = ('client_lr', 'server_lr')
 
-# Builder arguments (of an algorithm, or of a composed aggregator) a run's seed must not be baked
-# into: FedGH draws its partner order from a seed held in the server state, which the benchmark
-# sets to each run's seed (`engine`); the process is built with seed 0.
+# Builder arguments a run's seed must not be baked into: FedGH's seed lives in the server state,
+# set to each run's seed (`engine`); the process is built with seed 0.
 SEEDED = {'fedgh': {'seed': 0}}
 
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-  """One compared method, named as in the report and on the command line: its `algorithm` (a
-  `tff_conflict.learning.ALGORITHMS` builder, or `CUSTOM`: `build_process`, whose `loss` and
-  `aggregator` it fixes), builder arguments `fixed` (sorted pairs) and tuned on `grid`
-  ((name, values) pairs), learning rates it fixes (None: searched, or the table's), and the
-  `parent` it is a variant of (with the parent in the table, it runs at the parent's tuned
-  values and changes only what it fixes: `plan.Plan.inherits`)."""
+  """One compared method: its `algorithm` (`CUSTOM`: `build_process`), builder arguments `fixed`
+  and tuned on `grid`, learning rates it fixes, and the `parent` it is a variant of."""
   name: str
   algorithm: str
   fixed: tuple = ()
@@ -55,14 +50,12 @@ def _grid(hparams) -> tuple:
 METHODS: dict[str, Method] = {name: Method(name, name, grid=_grid(hparams))
                               for name, hparams in hparams_lib.ALGORITHM_HPARAMS.items()}
 
-# The diagnosis variants of the methods' specs by name: (the method it diagnoses, its
-# `tff_conflict.hparams.Variant`); the question each asks: docs/experiments.md.
+# name -> (the method it diagnoses, its `tff_conflict.hparams.Variant`); docs/experiments.md.
 VARIANTS = hparams_lib.VARIANTS
 
 
 def described(variant: str) -> str:
-  """What `VARIANTS[variant]` changes, as the report shows it: 'form=paper', 'fedga_clip with
-  form=paper' (a parent other than the method it diagnoses), 'custom[loss=ce,aggregator=dgc]'."""
+  """What `VARIANTS[variant]` changes: 'form=paper', 'fedga_clip with form=paper', 'custom[...]'."""
   diagnoses, v = VARIANTS[variant]
   items = [f'{k}={x}' for k, x in v.changes]
   if v.ablation:
@@ -113,13 +106,9 @@ def _compose(baseline: str, aggregator: str) -> Method:
 
 
 def parse_method(text: str) -> Method:
-  """A method of `METHODS` or `VARIANTS`, a composition, or `METHOD[key=value,...]`: that method
-  (its grid minus the keys fixed) with the given builder arguments (or `client_lr`, `server_lr`
-  fixed), named as written (spaces removed).
-
-  Raises:
-    ValueError: an unknown name, algorithm, loss or aggregator, or a malformed variant.
-  """
+  """A method of `METHODS` or `VARIANTS`, a composition, or `METHOD[key=value,...]` (that method
+  with the given builder arguments or learning rates fixed), named as written without spaces;
+  `ValueError` for an unknown name, algorithm, loss or aggregator or a malformed variant."""
   text = text.strip().replace(' ', '')
   if text in METHODS:
     return METHODS[text]
@@ -177,8 +166,7 @@ def _variant(name: str) -> Method:
 
 
 def given_kwargs(given: Mapping[str, Mapping[str, Any]], method: Method) -> dict[str, Any]:
-  """Builder arguments used where nothing is tuned: `given[algorithm]`, then `given[name]`,
-  then the method's fixed ones."""
+  """Builder arguments where nothing is tuned: `given[algorithm]`, `given[name]`, the fixed."""
   return {**given.get(method.algorithm, {}), **given.get(method.name, {}), **dict(method.fixed)}
 
 
@@ -189,15 +177,13 @@ def _composed(method: Method) -> Optional[str]:
 
 
 def hparam_ranges(method: Method) -> dict[str, Any]:
-  """keyword -> `tff_conflict.hparams.Hparam` of every hyperparameter `method`'s builder takes
-  by name: its algorithm's, and for a composition its aggregator's."""
+  """keyword -> `tff_conflict.hparams.Hparam` of `method`'s algorithm and composed aggregator."""
   return {h.keyword: h for h in (hparams_lib.ALGORITHM_HPARAMS.get(method.algorithm, ())
                                  + hparams_lib.AGGREGATOR_HPARAMS.get(_composed(method), ()))}
 
 
 def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
-  """The builder's keyword arguments: the seeded defaults, the method's fixed ones, `tuned`;
-  for a composition, the aggregator's own arguments gathered into `aggregator_kwargs`."""
+  """The builder's arguments: `SEEDED`, fixed, `tuned`, a composition's in `aggregator_kwargs`."""
   kwargs = {**SEEDED.get(method.algorithm, {}), **dict(method.fixed), **(tuned or {})}
   aggregator = _composed(method)
   if aggregator:
@@ -209,8 +195,7 @@ def builder_kwargs(method: Method, tuned: Optional[Mapping[str, Any]] = None) ->
   return kwargs
 
 
-# Why a method's runs can equal another's in every seed (the report's "identical"), by the pair
-# of names (either order): one computation under two names, or where a condition holds.
+# Why a method's runs can equal another's in every seed (the report's "identical"), by pair.
 IDENTICAL_REASONS = {
     ('fedavg+fedgh', 'fedgh'): 'the same computation: FedGH is FedAvg with the fedgh aggregator',
     ('fednova', 'fedavg'): 'FedNova is FedAvg when every client takes the same number of local '
@@ -226,11 +211,8 @@ def identical_reason(method: str, other: str) -> Optional[str]:
 
 
 def model_refusal(method: Method, build_model: Callable[[], Any]) -> Optional[str]:
-  """Why `method` cannot train the Keras model `build_model()` builds, else None (the model is
-  built, in a scratch graph, only for a method it could refuse): FedDecorr (with its
-  compositions and variants) on a model whose classifier reads the input, where its term has no
-  gradient and every run would equal FedAvg's
-  (`tff_conflict.learning.check_trained_representation`). `build_model`'s own errors pass."""
+  """Why `method` cannot train the model `build_model()` builds, else None (FedDecorr's term
+  without a gradient: `tff_conflict.learning.check_trained_representation`)."""
   if method.algorithm != 'feddecorr':
     return None
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

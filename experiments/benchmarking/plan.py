@@ -1,8 +1,8 @@
-"""A benchmark's plan as one value, `make(config) -> Plan`, resolved once: the methods and what
-each inherits, each dataset's settings, the tasks (each method's tuning on the validation split,
-the baseline's widening, the reporting runs at the choices), the builds to check, the counts and
-config.json's description; the rules: docs/design.md, "Tuning"."""
+"""A benchmark's plan as one value, `make(config) -> Plan`: the methods, each dataset's settings,
+the tasks (tuning, the baseline's widening, the reporting runs at the choices), the builds to
+check and the counts; the rules: docs/design.md, "Tuning"."""
 
+import itertools
 from typing import Any, Callable, Generator, Mapping, NamedTuple, Optional, Sequence
 
 from experiments.benchmarking import lookups
@@ -15,9 +15,7 @@ Method = methods_lib.Method
 
 
 class Dataset(NamedTuple):
-  """One dataset's settings (`--dataset_settings` applied): its regimes, model, rounds, the
-  learning rates its tuning searches, its tuning regime (None without tuning), and the folder
-  its files are read from and their digest (`fingerprints.of_source`; None: your own data)."""
+  """One dataset's settings (`data_location`, `data_digest`: `fingerprints.of_source`)."""
   regimes: tuple
   model: str
   rounds: int
@@ -29,15 +27,9 @@ class Dataset(NamedTuple):
 
 
 class Plan(NamedTuple):
-  """Everything a benchmark runs, from `make`: the methods in grid order (`--grids` applied)
-  and the method whose tuned values each runs at (`inherits`; None: its own), each dataset's
-  settings, the reporting regimes (in the grid's order), E and the tuned E each uses, the
-  seeds, the tunings ((dataset, E, method) in order) and each (dataset, method)'s `search`,
-  each method's `given` builder values and untuned `rates`, the `run` settings every `RunSpec`
-  shares, the partition seed of every run (None: the run's seed); then the `tasks`, one
-  `RunSpec` per process to check (`builds`), the runs per (phase, method, dataset, E) (`runs`:
-  tuning's an upper bound), the processes per (method, dataset) (`processes`) and config.json's
-  `description`."""
+  """Everything a benchmark runs, from `make`: `inherits` names the method whose tuned values
+  each runs at (None: its own), `tuning` the (dataset, E, method) tuned, `run` the settings every
+  `RunSpec` shares; `data_seed` None: each run's seed; `runs` per (phase, method, dataset, E)."""
   methods: tuple
   inherits: Mapping[str, Optional[str]]
   datasets: Mapping[str, Dataset]
@@ -60,22 +52,12 @@ class Plan(NamedTuple):
   description: Mapping[str, Any] = {}
 
   def dataset_of(self, regime: str) -> str:
-    """The dataset of a reporting or tuning regime of the plan."""
     return next(d for d, s in self.datasets.items()
                 if regime in s.regimes or regime == s.tuning_regime)
 
 
-def _methods(config) -> list[Method]:
-  """The methods, in grid order, `--grids` replacing their default grids (none with
-  `--notune_method_grids`: each runs at its given values)."""
-  table = [methods_lib.parse_method(n).with_grid(config.grids[n]) if n in config.grids
-           else methods_lib.parse_method(n) for n in config.methods]
-  return table if config.tune_method_grids else [m.with_grid({}) for m in table]
-
-
 def _inherits(config, table: Sequence[Method]) -> dict[str, Optional[str]]:
-  """name -> the method whose tuned values it runs at (`variants_inherit`, its parent in the
-  table, or that one's own when it inherits too); None: tuned itself (or untuned)."""
+  """name -> the method whose tuned values it runs at (its parent's source), None: its own."""
   parents = {m.name: m.parent for m in table}
   out = {}
   for m in table:
@@ -99,8 +81,7 @@ def _dataset(config, name: str) -> Dataset:
 
 
 def _search(config, plan: Plan, dataset: Dataset, method: Method) -> search_lib.SearchSettings:
-  """A method's search on a dataset: the dataset's grids, the same for every method (the
-  baseline included); a fixed rate alone; server lrs only with `tune_server_lr`."""
+  """A method's search on a dataset: its lr grids (server lrs with `tune_server_lr`)."""
   client_lr, server_lr = plan.rates[method.name]
   return search_lib.SearchSettings(
       config.strategy, config.schedule, dataset.rounds, config.last_k, config.edge_steps,
@@ -111,9 +92,10 @@ def _search(config, plan: Plan, dataset: Dataset, method: Method) -> search_lib.
 
 
 def make(config) -> Plan:
-  """The plan of the benchmark `config` (a `config.BenchmarkConfig`); nothing after reads
-  `config` to know what to run."""
-  table = _methods(config)
+  """The plan of `config` (a `config.BenchmarkConfig`); nothing after reads `config`."""
+  table = [methods_lib.parse_method(n) for n in config.methods]   # `--grids` applied
+  table = [m.with_grid(config.grids.get(m.name, dict(m.grid)) if config.tune_method_grids else {})
+           for m in table]
   inherits = _inherits(config, table)
   datasets = {d: _dataset(config, d) for d in lookups.datasets(config)}
   tuned = config.tune_epochs or config.epochs
@@ -138,79 +120,74 @@ def make(config) -> Plan:
       data_seed=None if config.vary_partition else config.data.data_seed)
   plan = plan._replace(search={(d, m.name): _search(config, plan, s, m)
                                for d, s in datasets.items() for m in table})
-  plan = plan._replace(tasks=tuple(_tasks(plan)), builds=tuple(_builds(plan)),
-                       runs=_runs(plan), processes=_processes(plan))
+  builds, runs, processes = _builds_and_counts(plan)
+  plan = plan._replace(builds=builds, runs=runs, processes=processes)
+  plan = plan._replace(tasks=tuple(_tasks(plan)))
   return plan._replace(description=_describe(plan))
 
 
 def run_spec(plan: Plan, *, phase: str, regime: str, method: Method, kwargs: Mapping[str, Any],
              client_lr: float, server_lr: float, epochs: int, seed: int, candidate: str = '',
              rounds: Optional[int] = None) -> runs_lib.RunSpec:
-  """A run of the plan, with everything it needs to run (`engine.Engine.run`)."""
   dataset = plan.dataset_of(regime)
-  shared = dict(plan.run)
-  if phase == runs_lib.REPORT_PHASE:
-    shared['validation_fraction'] = 0.0   # only a tuning run holds out a validation part
-  else:
-    shared['eval_train_loss'] = False     # only a reporting run evaluates the training loss
+  data = plan.datasets[dataset]
+  # Only a tuning run holds out a validation part, only a reporting run evaluates the train loss.
+  only = {'validation_fraction': 0.0} if phase == runs_lib.REPORT_PHASE else {
+      'eval_train_loss': False}
   return runs_lib.RunSpec(
       phase=phase, regime=regime, dataset=dataset, method=method.name, algorithm=method.algorithm,
       kwargs=tuple(sorted(methods_lib.builder_kwargs(method, kwargs).items())),
       client_lr=float(client_lr), server_lr=float(server_lr), epochs=int(epochs), seed=int(seed),
-      data_seed=seed if plan.data_seed is None else plan.data_seed,
-      model=plan.datasets[dataset].model, rounds=rounds or plan.datasets[dataset].rounds,
-      candidate=candidate, data_location=plan.datasets[dataset].data_location,
-      data_digest=plan.datasets[dataset].data_digest, **shared)
+      data_seed=seed if plan.data_seed is None else plan.data_seed, model=data.model,
+      rounds=rounds or data.rounds, candidate=candidate, data_location=data.data_location,
+      data_digest=data.data_digest, **dict(plan.run, **only))
 
 
 def tuning_spec(plan: Plan, dataset: str, epochs: int, method: Method, candidate: dict,
                 seed: int, rounds: Optional[int] = None) -> runs_lib.RunSpec:
-  """A tuning run of `candidate` (`rounds`: a shorter rung of halving, a run of its own)."""
+  """A tuning run of `candidate` (`rounds`: a shorter rung of halving)."""
   name = search_lib.candidate_name(candidate)
   if rounds is not None and rounds != plan.datasets[dataset].rounds:
     name = f'{name} @{rounds} rounds'
-  kwargs = dict(plan.given[method.name], **search_lib.tuned_values(candidate))
   return run_spec(plan, phase=runs_lib.TUNE_PHASE, regime=plan.datasets[dataset].tuning_regime,
-                  method=method, kwargs=kwargs,
-                  client_lr=candidate['client_lr'], server_lr=candidate['server_lr'],
-                  epochs=epochs, seed=seed, candidate=name, rounds=rounds)
+                  method=method, kwargs={**plan.given[method.name], **search_lib.tuned_values(
+                      candidate)}, client_lr=candidate['client_lr'],
+                  server_lr=candidate['server_lr'], epochs=epochs, seed=seed, candidate=name,
+                  rounds=rounds)
 
 
 def report_specs(plan: Plan, choices: Sequence[Mapping[str, Any]], *,
                  dataset: Optional[str] = None, method: Optional[str] = None
                  ) -> list[runs_lib.RunSpec]:
-  """Every reporting run (of `dataset` and `method` when given), at the tuned values of `choices`
-  (the given ones without tuning); a variant that inherits runs at its source's and changes only
-  what it fixes."""
+  """Every reporting run (of `dataset` and `method` when given) at the values of `choices`; a
+  variant runs at its source's and changes only what it fixes."""
   by_key = {(c['dataset'], c['epochs'], c['method']): c for c in choices}
   by_name = {m.name: m for m in plan.methods}
   specs = []
-  for name in plan.datasets if dataset is None else [dataset]:
-    for m in plan.methods if method is None else [by_name[method]]:
-      for regime in plan.datasets[name].regimes:
-        for epochs in plan.epochs:
-          kwargs = plan.given[m.name]
-          client_lr, server_lr = plan.rates[m.name]
-          source = by_name.get(plan.inherits[m.name], m)
-          if plan.tuned_epochs:
-            choice = by_key[(name, plan.tuned_epochs[epochs], source.name)]
-            if source.algorithm == m.algorithm:   # itself, or a variant of its algorithm
-              kwargs = {**plan.given[source.name], **choice['tuned'], **dict(m.fixed)}
-            elif m.algorithm == methods_lib.CUSTOM:
-              kwargs = _custom_with_parent_values(kwargs, source.algorithm, choice['tuned'])
-            client_lr = choice['client_lr'] if m.client_lr is None else m.client_lr
-            server_lr = choice['server_lr'] if m.server_lr is None else m.server_lr
-          specs += [run_spec(plan, phase=runs_lib.REPORT_PHASE, regime=regime, method=m,
-                             kwargs=kwargs, client_lr=client_lr, server_lr=server_lr,
-                             epochs=epochs, seed=seed) for seed in plan.report_seeds]
+  for name, m in itertools.product(plan.datasets if dataset is None else [dataset],
+                                   plan.methods if method is None else [by_name[method]]):
+    source = by_name.get(plan.inherits[m.name], m)
+    for regime, epochs in itertools.product(plan.datasets[name].regimes, plan.epochs):
+      kwargs = plan.given[m.name]
+      client_lr, server_lr = plan.rates[m.name]
+      if plan.tuned_epochs:
+        choice = by_key[(name, plan.tuned_epochs[epochs], source.name)]
+        if source.algorithm == m.algorithm:   # itself, or a variant of its algorithm
+          kwargs = {**plan.given[source.name], **choice['tuned'], **dict(m.fixed)}
+        elif m.algorithm == methods_lib.CUSTOM:
+          kwargs = _custom_with_parent_values(kwargs, source.algorithm, choice['tuned'])
+        client_lr = choice['client_lr'] if m.client_lr is None else m.client_lr
+        server_lr = choice['server_lr'] if m.server_lr is None else m.server_lr
+      specs += [run_spec(plan, phase=runs_lib.REPORT_PHASE, regime=regime, method=m,
+                         kwargs=kwargs, client_lr=client_lr, server_lr=server_lr,
+                         epochs=epochs, seed=seed) for seed in plan.report_seeds]
   return specs
 
 
 def _custom_with_parent_values(kwargs: Mapping[str, Any], algorithm: str,
                                values: Mapping[str, Any]) -> dict[str, Any]:
-  """A 'custom' variant's builder arguments with its parent's tuned values where its loss or
-  aggregator takes the same hyperparameter (`tff_conflict.hparams`; e.g. FedLD's tuned
-  margin_weight for `loss='margin'`); values it fixes itself win."""
+  """A 'custom' variant's arguments with its parent's tuned values where its loss or aggregator
+  takes the same hyperparameter (e.g. FedLD's margin_weight); its own values win."""
   tuned = [h for h in hparams_lib.ALGORITHM_HPARAMS.get(algorithm, ()) if h.keyword in values]
   out = dict(kwargs)
   for part, tables in (('loss', hparams_lib.LOSS_HPARAMS),
@@ -224,10 +201,9 @@ def _custom_with_parent_values(kwargs: Mapping[str, Any], algorithm: str,
 
 
 class Task(NamedTuple):
-  """A node of the plan (`Plan.tasks`): `body(results)`, given the results of the tasks `after`
-  names (key -> result), is a generator that yields waves of runs that depend on none of each
-  other (lists of `RunSpec`), is sent their summaries in order (None: the run failed) and
-  returns the task's result; `runs` is how many runs it makes at most."""
+  """A node of `Plan.tasks`: `body(results)`, given the results of the tasks `after` names, is a
+  generator yielding waves of independent `RunSpec`s, sent their summaries (None: failed),
+  returning the task's result; `runs`: its most runs."""
   key: tuple
   after: tuple
   body: Callable[[Mapping[tuple, Any]], Generator[list, list, Any]]
@@ -238,26 +214,13 @@ class Task(NamedTuple):
     return runs_lib.REPORT_PHASE if self.key[0] == 'report' else runs_lib.TUNE_PHASE
 
 
-def tuning_key(dataset: str, epochs: int, name: str) -> tuple:
-  """The task that tunes method `name` at E = `epochs` on `dataset`'s tuning regime."""
-  return ('tune', dataset, epochs, name)
-
-
 def choice_key(plan: Plan, dataset: str, epochs: int, name: str) -> tuple:
-  """The task whose result is the choice the reporting runs use: the tuning's, or for the
-  baseline its widening (`search.widen_search`)."""
+  """The task whose result the reporting runs use: the tuning's, the baseline's widening."""
   return ('widen' if name == plan.baseline else 'tune', dataset, epochs, name)
 
 
-def report_key(dataset: str, name: str) -> tuple:
-  """The task of method `name`'s reporting runs on `dataset`'s regimes; its result is the list
-  of (spec, summary) in `report_specs` order."""
-  return ('report', dataset, name)
-
-
 def incomplete(plan: Plan, dataset: str, epochs: int, name: str) -> dict[str, Any]:
-  """The result of a search a run of which failed: no choice (`is_incomplete`); the rerun of
-  the same command runs the failed run again and completes it."""
+  """The result of a search a run of which failed: no choice; a rerun completes it."""
   return dict(dataset=dataset, regime=plan.datasets[dataset].tuning_regime, epochs=epochs,
               method=name, incomplete=True)
 
@@ -267,10 +230,7 @@ def is_incomplete(choice: Any) -> bool:
 
 
 def _evaluated(plan: Plan, dataset: str, epochs: int, method: Method, requests: Generator):
-  """A search generator (`search.search`, `widen_search`) as a task's body: each (candidate,
-  rounds) request becomes a run per tuning seed, scored by `search.score`; a wave with a failed
-  run (summary None) ends the search `incomplete`: a choice among the rest would be another
-  search's."""
+  """A search as a task's body: a run per request and tuning seed; a failure ends it incomplete."""
   try:
     wave = next(requests)
     while True:
@@ -288,24 +248,21 @@ def _evaluated(plan: Plan, dataset: str, epochs: int, method: Method, requests: 
 
 
 def _tasks(plan: Plan) -> list[Task]:
-  """Every tuning (one task per dataset, E and tuned method; the baseline's choice a further
-  task after every tuning of its dataset and E, `search.widen_search`) and every method's
-  reporting runs per dataset, after every choice."""
+  """A task per tuning, the baseline's widening after every tuning of its dataset and E, and a
+  task per method's reporting runs on a dataset (result: [(spec, summary)]) after every choice."""
   out = []
   for dataset, epochs, method in plan.tuning:
+    own = ('tune', dataset, epochs, method.name)
+
     def tune(results, dataset=dataset, epochs=epochs, method=method):
       del results
       where = dict(dataset=dataset, regime=plan.datasets[dataset].tuning_regime, epochs=epochs)
       return (yield from _evaluated(plan, dataset, epochs, method, search_lib.search(
           plan.search[dataset, method.name], method, **where)))
-    out.append(Task(tuning_key(dataset, epochs, method.name), (), tune, search_lib.max_candidates(
-        plan.search[dataset, method.name], method) * len(plan.tuning_seeds)))
-  for dataset, epochs, method in plan.tuning:
+    out.append(Task(own, (), tune, plan.runs[runs_lib.TUNE_PHASE, method.name, dataset, epochs]))
     if method.name != plan.baseline:
       continue
-    group = tuple(tuning_key(d, e, m.name) for d, e, m in plan.tuning
-                  if (d, e) == (dataset, epochs))
-    own = tuning_key(dataset, epochs, method.name)
+    group = tuple(('tune', d, e, m.name) for d, e, m in plan.tuning if (d, e) == (dataset, epochs))
 
     def widen(results, dataset=dataset, epochs=epochs, method=method, group=group, own=own):
       choice = results[own]   # widened to the server lrs every search reached: all complete
@@ -332,14 +289,13 @@ def _tasks(plan: Plan) -> list[Task]:
           return None
         specs = report_specs(plan, [results[k] for k in tuned], dataset=dataset, method=name)
         return list(zip(specs, (yield specs)))
-      out.append(Task(report_key(dataset, method.name), tuned, report,
+      out.append(Task(('report', dataset, method.name), tuned, report,
                       len(settings.regimes) * len(plan.epochs) * len(plan.report_seeds)))
   return out
 
 
 def _describe(plan: Plan) -> dict[str, Any]:
-  """What the report shows of the plan, as JSON values (config.json's `plan`): per method, the
-  learning rates and grid its tuning searched on each dataset (`searched`), and their union."""
+  """config.json's `plan`: per method, what its tuning searched on each dataset, and the union."""
   def searched(m, dataset):
     s = plan.search[dataset, m.name]
     return {'client_lrs': list(s.client_lrs), 'server_lrs': list(s.server_lrs),
@@ -365,45 +321,28 @@ def _describe(plan: Plan) -> dict[str, Any]:
                for phase in (runs_lib.TUNE_PHASE, runs_lib.REPORT_PHASE)}}
 
 
-def _builds(plan: Plan) -> list[runs_lib.RunSpec]:
-  """A run of each distinct learning process the plan may build (method, builder arguments,
-  model, dataset): every candidate tuning may try before edge extensions (those stay in the
-  hyperparameter's valid range), and every reporting run at its first candidate's values (with
-  what a variant fixes); for the builders' checks before any run (`grid.check_builds`)."""
-  out: dict[tuple, runs_lib.RunSpec] = {}
-  first = []
+def _builds_and_counts(plan: Plan) -> tuple[tuple, dict, dict]:
+  """(a run per distinct process of the unextended candidates and the reporting runs, runs per
+  (phase, method, dataset, E), tuning's an upper bound, processes at most per (method, dataset))."""
+  builds, first = {}, []
+  runs = {(runs_lib.REPORT_PHASE, m.name, dataset, epochs):
+          len(settings.regimes) * len(plan.report_seeds)
+          for dataset, settings in plan.datasets.items() for m in plan.methods
+          for epochs in plan.epochs}
+  processes = {(m.name, dataset): 1 for dataset in plan.datasets for m in plan.methods}
   for dataset, epochs, method in plan.tuning:
-    found = search_lib.unextended(plan.search[dataset, method.name], method)
+    settings = plan.search[dataset, method.name]
+    found = search_lib.unextended(settings, method)
+    runs[runs_lib.TUNE_PHASE, method.name, dataset, epochs] = search_lib.max_candidates(
+        settings, method) * len(plan.tuning_seeds)
+    processes[method.name, dataset] = len({repr(sorted(search_lib.tuned_values(c).items()))
+                                           for c in found})
     for c in found:
       spec = tuning_spec(plan, dataset, epochs, method, c, plan.tuning_seeds[0])
-      out.setdefault((spec.algorithm, repr(spec.kwargs), spec.model, spec.dataset), spec)
-    c = found[0]
+      builds.setdefault((spec.algorithm, repr(spec.kwargs), spec.model, spec.dataset), spec)
     first.append(dict(dataset=dataset, epochs=epochs, method=method.name,
-                      tuned=search_lib.tuned_values(c), client_lr=c['client_lr'],
-                      server_lr=c['server_lr']))
+                      tuned=search_lib.tuned_values(found[0]), client_lr=found[0]['client_lr'],
+                      server_lr=found[0]['server_lr']))
   for spec in report_specs(plan, first):
-    out.setdefault((spec.algorithm, repr(spec.kwargs), spec.model, spec.dataset), spec)
-  return list(out.values())
-
-
-def _runs(plan: Plan) -> dict[tuple[str, str, str, int], int]:
-  """Runs per (phase, method, dataset, E): exact for reporting, an upper bound for tuning
-  (stage 2's repeats of stage 1 and every possible edge extension included)."""
-  counts = {(runs_lib.TUNE_PHASE, m.name, dataset, epochs): search_lib.max_candidates(
-      plan.search[dataset, m.name], m) * len(plan.tuning_seeds)
-            for dataset, epochs, m in plan.tuning}
-  counts.update({(runs_lib.REPORT_PHASE, m.name, dataset, epochs):
-                 len(settings.regimes) * len(plan.report_seeds)
-                 for dataset, settings in plan.datasets.items() for m in plan.methods
-                 for epochs in plan.epochs})
-  return counts
-
-
-def _processes(plan: Plan) -> dict[tuple[str, str], int]:
-  """Learning processes built at most per (method, dataset): one per distinct set of builder
-  arguments among its candidates."""
-  out = {(m.name, dataset): 1 for dataset in plan.datasets for m in plan.methods}
-  for dataset, _, m in plan.tuning:
-    out[(m.name, dataset)] = len({tuple(sorted(search_lib.tuned_values(c).items()))
-                                  for c in search_lib.unextended(plan.search[dataset, m.name], m)})
-  return out
+    builds.setdefault((spec.algorithm, repr(spec.kwargs), spec.model, spec.dataset), spec)
+  return tuple(builds.values()), runs, processes

@@ -18,17 +18,14 @@ TUNE_PHASE = 'tune'
 
 TRAIN_LOSS = 'train_loss'
 GLOBAL_TRAIN_LOSS = 'global_train_loss'   # the global model's loss on the clients' union
-# Summary key -> the metric averaged over rounds: the exact column, else the first ending so.
+# Summary key -> the metric averaged over rounds: this column, else the first ending so.
 DIAGNOSTICS = {'conflict_before': 'aggregator/conflict_fraction_before',
                'conflict_after': 'aggregator/conflict_fraction_after',
                'norm_ratio': 'aggregator/norm_ratio'}
-# Client updates left out for non-finite values by the client work (zeroed, weight 0) and by the
-# aggregator (a NaN or Inf row): one stage's zeroed update arrives finite at the next.
+# Updates left out as non-finite by the client work (zeroed) and by the aggregator (a NaN row).
 EXCLUDED_NON_FINITE = ('num_excluded_nonfinite', 'num_excluded_nonfinite_clients')
-# A run is collapsed when its primary statistic (the mean accuracy of its last `last_k` evaluated
-# rounds) is below `COLLAPSE_FACTOR` times chance (1 / classes) or within `COLLAPSE_MARGIN` of the
-# test split's majority-class rate, or its final model gives one class to at least
-# `COLLAPSE_SHARE` of the evaluated examples.
+# A run is collapsed below `COLLAPSE_FACTOR` x chance or `COLLAPSE_MARGIN` above the majority
+# rate (`at_floor`), or when it predicts one class for `COLLAPSE_SHARE` of the examples.
 COLLAPSE_FACTOR = 2.0
 COLLAPSE_MARGIN = 0.02
 COLLAPSE_SHARE = 0.9
@@ -41,15 +38,10 @@ def slug(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-  """Everything that determines one run: its phase (REPORT_PHASE: trained on the clients'
-  training data, evaluated on the test split; TUNE_PHASE: on the fit and validation parts), the
-  regime and its dataset, the method and its builder `algorithm` with its keyword arguments
-  (sorted (name, value) pairs), the learning rates, local epochs E, the seed (model, sampling,
-  shuffling), the partition's seed, the model, the loop, the tuning candidate's name; and what
-  else running it needs: the score's `last_k`, a tuning run's `validation_fraction` held out, a
-  reporting run's `eval_train_loss`, where its data come from (`SOURCES`), and what they were:
-  the folder read (`data_location`; None: your own data, `fingerprints.of_run`) and a digest of
-  its files' names, sizes and times (`fingerprints.of_source`)."""
+  """Everything one run needs: REPORT_PHASE trains on the training data and evaluates on the
+  test split, TUNE_PHASE on the fit and validation parts; `kwargs` are sorted (name, value)
+  pairs; `SOURCES` say where its data are read, `data_location` / `data_digest` what they were
+  (`fingerprints.of_source`; None: your own data)."""
   phase: str
   regime: str
   dataset: str
@@ -107,10 +99,9 @@ RUN_COLUMNS = (
     'regime', 'dataset', 'method', 'algorithm', 'epochs', 'seed', 'data_seed', 'model', 'rounds',
     'clients_per_round', 'batch_size', 'client_lr', 'server_lr', 'hparams', 'final_accuracy',
     'best_accuracy', 'best_round', 'last_k_accuracy', 'final_loss', 'final_macro_f1',
-    'final_train_loss', 'diverged', 'diverged_round', 'zeroed_rounds',
-    'excluded_nonfinite_updates', 'collapsed',
-    'chance_accuracy', 'majority_rate', 'conflict_before', 'conflict_after', 'norm_ratio',
-    'seconds_per_round', 'first_round_s', 'run_seconds', 'final_global_train_loss',
+    'final_train_loss', 'diverged', 'diverged_round', 'zeroed_rounds', 'excluded_nonfinite_updates',
+    'collapsed', 'chance_accuracy', 'majority_rate', 'conflict_before', 'conflict_after',
+    'norm_ratio', 'seconds_per_round', 'first_round_s', 'run_seconds', 'final_global_train_loss',
     'accuracy_curve', 'train_loss_curve', 'conflict_curve', 'global_train_loss_curve')
 
 
@@ -136,16 +127,14 @@ def decode_curve(text: Any) -> list[Optional[float]]:
 
 def counted_accuracy(accuracy: Optional[float], round_num: int, diverged_round: Optional[int],
                      chance: Optional[float]) -> Optional[float]:
-  """Round `round_num`'s accuracy as the statistics count it (`summarize`): chance (1 / classes)
-  from the round a run diverged on, where chance is known; else as measured."""
+  """Round `round_num`'s accuracy as counted: chance (where known) from `diverged_round` on."""
   if diverged_round is not None and chance is not None and round_num >= diverged_round:
     return chance
   return accuracy
 
 
 def counted_curve(row: Mapping[str, Any]) -> list[Optional[float]]:
-  """A runs.csv row's test accuracy per round (1, 2, ...) as the statistics count it: an
-  unevaluated round None, a diverged run at chance from its `diverged_round`."""
+  """A runs.csv row's test accuracy per round (1, 2, ...) as counted (`counted_accuracy`)."""
   return [None if a is None else counted_accuracy(a, r, row.get('diverged_round'),
                                                   row.get('chance_accuracy'))
           for r, a in enumerate(decode_curve(row.get('accuracy_curve')), start=1)]
@@ -157,19 +146,9 @@ def _finite(value) -> bool:
 
 def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5,
               num_classes: Optional[int] = None) -> dict[str, Any]:
-  """A run's summary from its metrics rows: `last_k_accuracy` (the primary statistic: the mean
-  over the last `last_k` evaluated rounds, NaN if one is not finite), `best_accuracy` and
-  `best_round` (never a headline), `collapsed` (`at_floor` with chance 1 / `num_classes`;
-  `collapse_columns` adds the majority rate and the confusion matrix), the means over rounds of
-  `DIAGNOSTICS`, `seconds_per_round` (rounds >= 2),
-  the curves and the final values.
-
-  A run diverges at the first round whose `{prefix}_accuracy` or `_loss`, clients' or global
-  training loss is not finite, whose training metrics count no example (every update zeroed: its
-  zero loss would hide it), or whose finalizer rejected a non-finite server update
-  (`.../update_non_finite` > 0). Its accuracies count as chance from that round on, so that it
-  enters the paired statistics instead of dropping out; its curve keeps the raw values.
-  """
+  """A run's summary from its metrics rows, `last_k_accuracy` (the mean of the last `last_k`
+  evaluated rounds) the primary statistic. From the first round with a non-finite accuracy or
+  loss, no example trained or a rejected server update, a run's accuracies count as chance."""
   columns = list(rows[0]) if rows else []
   find = lambda suffix: [c for c in columns if c.endswith(suffix)]
   examples = next(iter(find('train/num_examples')), None)
@@ -195,25 +174,21 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
                      if all(map(math.isfinite, tail)) else float('nan'))
   last = [r for r in rows if r.get(f'{prefix}_accuracy') is not None]
   final = accuracies[-1] if accuracies else None
-  times = [r['round_time_s'] for r in rows if r.get('round_time_s') is not None]
-  later = [r['round_time_s'] for r in rows
-           if r['round_num'] >= 2 and r.get('round_time_s') is not None]
+  timed = [r for r in rows if r.get('round_time_s') is not None]
+  times = [r['round_time_s'] for r in timed]
+  later = [r['round_time_s'] for r in timed if r['round_num'] >= 2]
   summary = {
-      'final_accuracy': final,
-      'best_accuracy': best,
-      'best_round': best_round,
+      'final_accuracy': final, 'best_accuracy': best, 'best_round': best_round,
       'last_k_accuracy': last_k_accuracy,
       'final_loss': last[-1].get(f'{prefix}_loss') if last else None,
       'final_macro_f1': last[-1].get(f'{prefix}_macro_f1') if last else None,
       'final_train_loss': rows[-1].get(TRAIN_LOSS) if rows else None,
-      'diverged': diverged_round is not None,
-      'diverged_round': diverged_round,
+      'diverged': diverged_round is not None, 'diverged_round': diverged_round,
       'zeroed_rounds': len(zeroed),
       'excluded_nonfinite_updates': int(sum(
           float(r[c]) for r in rows for c in columns
           if c.rsplit('/', 1)[-1] in EXCLUDED_NON_FINITE and _finite(r.get(c)))),
-      'chance_accuracy': chance,
-      'collapsed': at_floor(last_k_accuracy, chance),
+      'chance_accuracy': chance, 'collapsed': at_floor(last_k_accuracy, chance),
       'seconds_per_round': float(np.mean(later or times)) if times else None,
       'first_round_s': times[0] if times else None,
       'accuracy_curve': encode_curve(raw),
@@ -234,9 +209,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, prefix: str, last_k: int = 5
 
 def at_floor(statistic: Optional[float], chance: Optional[float],
              majority: Optional[float] = None) -> bool:
-  """Whether a primary `statistic` is no better than a constant guess: below `COLLAPSE_FACTOR`
-  times `chance`, or (where the test split's `majority` rate is known) below `majority +
-  COLLAPSE_MARGIN` (NaN: True; an unknown statistic or chance: False)."""
+  """Whether `statistic` is below `COLLAPSE_FACTOR` x `chance` or `majority + COLLAPSE_MARGIN`."""
   if statistic is None or chance is None:
     return False
   floor = max(COLLAPSE_FACTOR * chance, -math.inf if majority is None
@@ -244,21 +217,21 @@ def at_floor(statistic: Optional[float], chance: Optional[float],
   return not statistic >= floor
 
 
-def majority_rate(confusion) -> Optional[float]:
-  """The test split's majority-class rate: the largest row sum (true class) of a confusion matrix
-  over its total (None for none, NaN or an empty one)."""
-  if confusion is None:
-    return None
-  matrix = np.asarray(confusion, dtype=np.float64)
+def _largest_share(confusion, axis: int) -> Optional[float]:
+  """The largest sum along `axis` of a confusion matrix over its total (None: none, NaN, empty)."""
+  matrix = np.asarray(confusion if confusion is not None else np.nan, dtype=np.float64)
   if matrix.ndim != 2 or not np.all(np.isfinite(matrix)) or matrix.sum() <= 0:
     return None
-  return float(matrix.sum(axis=1).max() / matrix.sum())
+  return float(matrix.sum(axis=axis).max() / matrix.sum())
+
+
+def majority_rate(confusion) -> Optional[float]:
+  """The test split's majority-class rate (the largest true-class share), None if unknown."""
+  return _largest_share(confusion, 1)
 
 
 def collapse_columns(summary: Mapping[str, Any], confusion) -> dict[str, Any]:
-  """runs.csv's `majority_rate` (`majority_rate` of the final `confusion`, None: unknown) and
-  `collapsed`: `at_floor` with it, diverged (its model's confusion matrix is NaN: at chance), or
-  predicting one class (`predicts_one_class`)."""
+  """runs.csv's `majority_rate` and `collapsed`: at the floor, diverged or predicting one class."""
   majority = majority_rate(confusion)
   return {'majority_rate': majority, 'collapsed': bool(
       summary['collapsed'] or summary['diverged'] or predicts_one_class(confusion)
@@ -266,20 +239,14 @@ def collapse_columns(summary: Mapping[str, Any], confusion) -> dict[str, Any]:
 
 
 def collapsed(summary: Mapping[str, Any], confusion) -> bool:
-  """`collapse_columns`' flag of a run of `summary` (`summarize`) with its final `confusion`
-  matrix (None: unknown)."""
+  """`collapse_columns`' flag."""
   return collapse_columns(summary, confusion)['collapsed']
 
 
 def predicts_one_class(confusion) -> bool:
-  """Whether a confusion matrix (rows: true class, columns: predicted) puts at least
-  `COLLAPSE_SHARE` of its examples in one predicted class (False for none or NaN)."""
-  if confusion is None:
-    return False
-  matrix = np.asarray(confusion, dtype=np.float64)
-  if matrix.ndim != 2 or not np.all(np.isfinite(matrix)) or matrix.sum() <= 0:
-    return False
-  return bool(matrix.sum(axis=0).max() >= COLLAPSE_SHARE * matrix.sum())
+  """Whether a confusion matrix (rows: true class) predicts one class for `COLLAPSE_SHARE`."""
+  share = _largest_share(confusion, 0)
+  return share is not None and share >= COLLAPSE_SHARE
 
 
 def read_result(run_dir: str) -> Optional[dict[str, Any]]:
@@ -297,9 +264,7 @@ def write_result(run_dir: str, result: Mapping[str, Any]) -> None:
 
 
 def _json_default(value):
-  if isinstance(value, np.generic):
-    return value.item()
-  if isinstance(value, np.ndarray):
+  if isinstance(value, (np.generic, np.ndarray)):
     return value.tolist()
   raise TypeError(f'not JSON-serializable: {type(value)}')
 
@@ -309,9 +274,7 @@ def _json(value: Any) -> Any:
 
 
 def _identity(settings: Mapping[str, Any]) -> dict[str, Any]:
-  """A run's identity: its settings (builder keywords as `kwargs.<name>`) with the defaults of
-  `RunSpec`, of its builder (`build_process` for 'custom') and of its spec's options
-  (`tff_conflict.hparams.ALGORITHM_HPARAMS`) filled in, as JSON."""
+  """A run's settings as JSON (`kwargs.<name>`), with the defaults of its builder filled in."""
   import inspect  # pylint: disable=g-import-not-at-top
   from tff_conflict import hparams  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
@@ -330,16 +293,13 @@ def _identity(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 # Where a run's data come from, not what the run is: never compared.
 SOURCES = ('data_dir', 'leaf_dir', 'cache_dir')
-# Settings a run records since it carries them (before, the benchmark's config held them): a
-# record without one is taken as made with the current value.
+# Settings runs record only lately: a record without one is taken as made with the current value.
 LATER = ('last_k', 'validation_fraction', 'eval_train_loss', 'data_location', 'data_digest')
 
 
 def spec_differences(recorded: Mapping[str, Any], spec: RunSpec) -> list[str]:
-  """'name: recorded -> current' for each setting that differs, defaults filled in (`_identity`:
-  a run stays finished when a field or builder option is added at its default), `SOURCES`
-  ignored and `LATER` compared only where recorded (and known now: data that cannot be read
-  are its loader's error)."""
+  """'name: recorded -> current' for each setting that differs (`_identity`), `SOURCES` ignored
+  and `LATER` compared only where recorded and known now."""
   ignored = set(SOURCES) | {k for k in LATER if k not in recorded or getattr(spec, k) is None}
   recorded, current = _identity(recorded), _identity(_json(spec.to_dict()))
   return [f'{k}: {recorded.get(k)!r} -> {current.get(k)!r}'

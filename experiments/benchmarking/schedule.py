@@ -1,11 +1,10 @@
-"""Runs a plan (`Plan.tasks`) on an executor (`experiments.executors`): every run of every ready
-task is submitted at once, a task advances when its wave of runs is back, and a task starts when
-the tasks it reads have ended. Returns every task's result."""
+"""Runs a plan's tasks on an executor (`experiments.executors`): every run of every ready task is
+submitted at once, a task advances when its wave is back and starts when those it reads end."""
 
 import contextlib
 import dataclasses
 import os
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from experiments.benchmarking import engine as engine_lib
 from experiments.benchmarking import plan as plan_lib
@@ -15,8 +14,8 @@ from experiments.benchmarking import runs as runs_lib
 @dataclasses.dataclass
 class Counts:
   """What the runs of a plan did so far, for the progress display and timing.json."""
-  planned: dict[str, int]          # phase -> runs planned (tuning: an upper bound, lowered as
-  done: dict[str, int]             # its tasks end); phase -> runs back (finished or failed)
+  planned: dict[str, int]   # phase -> runs planned (tuning: an upper bound until its tasks end)
+  done: dict[str, int]      # phase -> runs back (finished or failed)
   runs_done: int = 0
   runs_skipped: int = 0
   build_seconds: float = 0.0
@@ -26,15 +25,12 @@ class Counts:
 
   @classmethod
   def of(cls, tasks: Sequence[plan_lib.Task]) -> 'Counts':
-    counts = cls(planned={runs_lib.TUNE_PHASE: 0, runs_lib.REPORT_PHASE: 0},
-                 done={runs_lib.TUNE_PHASE: 0, runs_lib.REPORT_PHASE: 0})
-    for task in tasks:
-      counts.planned[task.phase] += task.runs
-    return counts
+    phases = (runs_lib.TUNE_PHASE, runs_lib.REPORT_PHASE)
+    return cls(planned={p: sum(t.runs for t in tasks if t.phase == p) for p in phases},
+               done=dict.fromkeys(phases, 0))
 
   @property
   def total(self) -> int:
-    """Runs planned (at least those back)."""
     return max(sum(self.done.values()), sum(self.planned.values()))
 
   def line(self) -> str:
@@ -44,49 +40,35 @@ class Counts:
     return '  '.join(parts + ([f'{len(self.failures)} failed'] if self.failures else []))
 
 
-@dataclasses.dataclass
-class _Active:
-  task: plan_lib.Task
-  generator: Any
-  wave: list = dataclasses.field(default_factory=list)
-  got: dict = dataclasses.field(default_factory=dict)   # run directory -> summary
-  used: int = 0
-
-
 def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
-        on_progress: Callable[[Counts], None] = lambda counts: None,
-        on_failure: Callable[[runs_lib.RunSpec, str], None] = lambda spec, message: None,
-        on_task: Callable[[plan_lib.Task, Any, Mapping[tuple, Any]], None] = (
-            lambda task, result, results: None),
-        before_submit: Callable[[runs_lib.RunSpec], None] = lambda spec: None
-        ) -> dict[tuple, Any]:
-  """Runs `tasks` on `executor` (whose jobs are `RunSpec`s answered by `engine.Ran`), keeping
-  `counts` (`Counts.of(tasks)`) up to date; returns task key -> result. `on_task(task, result,
-  results)` is called as each task ends, `on_failure(spec, message)` as a run fails (a worker
-  that died included: its run's error.txt says so), `on_progress(counts)` after every run,
-  `before_submit(spec)` before a run goes."""
+        on_progress=lambda counts: None, on_failure=lambda spec, message: None,
+        on_task=lambda task, result, results: None,
+        before_submit=lambda spec: None) -> dict[tuple, Any]:
+  """Runs `tasks` on `executor` (jobs: `RunSpec`s, answers: `engine.Ran`) keeping `counts`;
+  returns task key -> result. Calls `on_task` as a task ends, `on_failure` as a run fails (a
+  dead worker's too), `on_progress` after every run, `before_submit` before a run."""
   results: dict[tuple, Any] = {}
   waiting = list(tasks)
-  active: dict[tuple, _Active] = {}
+  active: dict[tuple, dict] = {}   # key -> task, generator, wave, got (directory -> summary), used
   in_flight: dict[int, tuple[str, runs_lib.RunSpec]] = {}    # ticket -> (directory, spec)
   readers: dict[str, list[tuple]] = {}                       # directory -> task keys
 
   def advance(key: tuple, sent: Optional[list]) -> None:
     state = active[key]
+    task = state['task']
     while True:
       try:
-        wave = next(state.generator) if sent is None else state.generator.send(sent)
+        wave = next(state['generator']) if sent is None else state['generator'].send(sent)
       except StopIteration as stop:
         del active[key]
         results[key] = stop.value
-        counts.planned[state.task.phase] += state.used - state.task.runs   # its bound is now exact
-        on_task(state.task, stop.value, results)
+        counts.planned[task.phase] += state['used'] - task.runs   # its bound is now exact
+        on_task(task, stop.value, results)
         return
       if wave:
         break
       sent = []
-    state.wave, state.got = list(wave), {}
-    state.used += len(wave)
+    state.update(wave=list(wave), got={}, used=state['used'] + len(wave))
     for spec in wave:
       where = spec.directory(root)
       if where not in readers:
@@ -96,13 +78,11 @@ def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
       readers[where].append(key)
 
   def start_ready() -> None:   # until none is ready (a task may end at once, readying others)
-    ready = [t for t in waiting if all(k in results for k in t.after)]
-    while ready:
+    while ready := [t for t in waiting if all(k in results for k in t.after)]:
       for task in ready:
         waiting.remove(task)
-        active[task.key] = _Active(task, task.body(results))
+        active[task.key] = dict(task=task, generator=task.body(results), used=0)
         advance(task.key, None)
-      ready = [t for t in waiting if all(k in results for k in t.after)]
 
   start_ready()
   while active or waiting:
@@ -112,9 +92,12 @@ def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
     for outcome in executor.wait():
       where, spec = in_flight.pop(outcome.ticket)
       ran = outcome.value
-      if outcome.error is not None:   # the worker died: the run's failure, as any other
+      if outcome.error is not None:   # the worker died: the run's failure, in its error.txt
         ran = engine_lib.Ran(None, outcome.error, False, 0.0, 0, 0)
-        _record_crash(where, outcome.error)
+        with contextlib.suppress(OSError):   # a file where the run's directory should be
+          os.makedirs(where, exist_ok=True)
+          with open(os.path.join(where, 'error.txt'), 'w') as f:
+            f.write(f'{outcome.error}\n')
       counts.done[spec.phase] += 1
       counts.runs_done += ran.summary is not None and not ran.skipped
       counts.runs_skipped += ran.skipped
@@ -125,18 +108,10 @@ def run(tasks: Sequence[plan_lib.Task], executor, *, root: str, counts: Counts,
         counts.failures.append((spec, ran.failure))
         on_failure(spec, ran.failure)
       for key in readers.pop(where):
-        state = active[key]
-        state.got[where] = ran.summary
-        if all(s.directory(root) in state.got for s in state.wave):
-          advance(key, [state.got[s.directory(root)] for s in state.wave])
+        got, wave = active[key]['got'], active[key]['wave']
+        got[where] = ran.summary
+        if all(s.directory(root) in got for s in wave):
+          advance(key, [got[s.directory(root)] for s in wave])
       on_progress(counts)
     start_ready()
   return results
-
-
-def _record_crash(run_dir: str, message: str) -> None:
-  """The run's error.txt, as `Engine.run` writes for a run that raised."""
-  with contextlib.suppress(OSError):   # a file where the run's directory should be
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, 'error.txt'), 'w') as f:
-      f.write(f'{message}\n')

@@ -1,6 +1,5 @@
-"""One method's tuning search as a generator over explicit `SearchSettings` (no config): the
-candidates, successive halving's rungs, the scores, edge extension and the baseline's widening;
-the rules: docs/design.md, "Tuning"."""
+"""One method's tuning search as a generator over `SearchSettings`: candidates, successive
+halving's rungs, scores, edge extension and the baseline's widening; docs/design.md, "Tuning"."""
 
 import itertools
 import math
@@ -13,19 +12,15 @@ from tff_conflict import hparams
 
 Method = methods_lib.Method
 HALVING_RATE = 3  # successive halving keeps the best 1 / HALVING_RATE (at least 2) at each rung
-# The learning rates' hard bounds that edge extension stops at: a client SGD step below 1e-4, or
-# a server step below 0.01 of the clients' mean update, barely moves a model in a benchmark's
-# rounds; above 10 either diverges on every model here.
+# The learning rates' hard bounds for edge extension: below, a step barely moves a model in a
+# benchmark's rounds; above 10, either diverges on every model here.
 LR_BOUNDS = {'client_lr': (1e-4, 10.0), 'server_lr': (0.01, 10.0)}
 
 
 class SearchSettings(NamedTuple):
-  """How one method's tuning searches on one dataset (`plan.make` resolves them): the strategy
-  ('staged' or 'product'), the schedule ('full' or 'halving'), a full run's `rounds`, the score's
-  `last_k` (halving's shortest rung), `edge_steps` (edge extension's cap on a side without a
-  hard bound; 0: none) and `edge_factor`, the client and server lrs searched, stage 1's
-  (untuned) `server_lr`, and the method's `given` builder values (stage 1 runs its grid's at
-  them)."""
+  """How one method's tuning searches on one dataset: `strategy` 'staged' or 'product',
+  `schedule` 'full' or 'halving', `last_k` (also halving's shortest rung), `edge_steps` (the cap
+  on a side without a hard bound; 0: no extension), stage 1's `server_lr` and `given` values."""
   strategy: str
   schedule: str
   rounds: int
@@ -54,17 +49,15 @@ def candidate_name(c: Mapping[str, Any]) -> str:
 
 
 def _candidate_values(name: str) -> dict[str, str]:
-  """The values of a `candidate_name` as text: 'clr=0.1,slr=1' -> {'clr': '0.1', 'slr': '1'}."""
+  """'clr=0.1,slr=1' -> {'clr': '0.1', 'slr': '1'}."""
   return dict(part.partition('=')[::2] for part in name.split(',') if part)
 
 
 def candidates(settings: SearchSettings, method: Method,
                client_lr: Optional[float] = None) -> list[dict]:
-  """Tuning candidates ({'client_lr':, 'server_lr':, **the method's tuned arguments}) before
-  edge extensions. Staged: stage 1 (`client_lr` None) tries the client lrs at the method's
-  given values of its grid (named, so that stage 2 recognises the point) and the untuned server
-  lr; stage 2, at the chosen `client_lr`, the method's grid and the server lrs (none if it has
-  nothing more). Product: every combination of client lr, grid and server lr."""
+  """Tuning candidates before edge extensions. Staged: stage 1 (`client_lr` None) the client lrs
+  at the given values and the untuned server lr; stage 2, at `client_lr`, the grid and the server
+  lrs (none if nothing more). Product: every combination of client lr, grid and server lr."""
   client_lrs, server_lrs = settings.client_lrs, settings.server_lrs
   names = [k for k, _ in method.grid]
   if settings.strategy != 'product':
@@ -79,25 +72,25 @@ def candidates(settings: SearchSettings, method: Method,
 
 
 def _numeric_dimensions(settings: SearchSettings, method: Method) -> dict[str, tuple]:
-  """The searched dimensions with two or more numeric values ('client_lr', 'server_lr', and the
-  method's numeric grid arguments) -> their values."""
-  def numeric(values):
-    return len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                   for v in values)
-  dims = zip(methods_lib.RATES, (settings.client_lrs, settings.server_lrs))
-  return {d: tuple(values) for d, values in (*dims, *method.grid) if numeric(values)}
+  """The searched dimensions with two or more numeric values -> their values."""
+  dims = (*zip(methods_lib.RATES, (settings.client_lrs, settings.server_lrs)), *method.grid)
+  return {d: tuple(values) for d, values in dims if len(values) > 1 and all(
+      isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)}
+
+
+def _batches(settings: SearchSettings, method: Method) -> list[list[dict]]:
+  """The batches tuning tries before edge extensions (stage 2 at the first client lr)."""
+  staged = settings.strategy != 'product'
+  return [candidates(settings, method)] + (
+      [candidates(settings, method, settings.client_lrs[0])] if staged else [])
 
 
 def unextended(settings: SearchSettings, method: Method) -> list[dict]:
-  """Every candidate tuning may try before edge extensions (stage 2 at the first client lr)."""
-  staged = settings.strategy != 'product'
-  return candidates(settings, method) + (
-      candidates(settings, method, settings.client_lrs[0]) if staged else [])
+  return [c for batch in _batches(settings, method) for c in batch]
 
 
 def _kept(alive: int) -> int:
-  """How many of `alive` candidates a rung of successive halving keeps: the best third, and at
-  least 2 (of 2 or more), so that the choice is made at full length among 2 finalists or more."""
+  """How many of `alive` a rung of halving keeps: the best third, at least 2 finalists."""
   return max(min(alive, 2), math.ceil(alive / HALVING_RATE))
 
 
@@ -111,22 +104,16 @@ def _runs(settings: SearchSettings, new: int) -> int:
 
 
 def max_candidates(settings: SearchSettings, method: Method) -> int:
-  """The runs (candidate, length) `search` may make at most: halving's rungs of `unextended`'s
-  batches (repeats included) and every edge extension to each numeric dimension's hard bound (or
-  `edge_steps` extensions where it has none), on both sides."""
-  staged = settings.strategy != 'product'
-  return (_runs(settings, len(candidates(settings, method)))
-          + (_runs(settings, len(candidates(settings, method, settings.client_lrs[0])))
-             if staged else 0)
+  """The runs `search` may make at most, every possible edge extension included."""
+  return (sum(_runs(settings, len(batch)) for batch in _batches(settings, method))
           + sum(_steps_to_bound(settings, method, d, values, side)
                 for d, values in _numeric_dimensions(settings, method).items()
                 for side in (-1, 1)))
 
 
 def rungs(rounds: int, num_candidates: int, min_rounds: int) -> list[int]:
-  """Successive halving's run lengths, shortest first, the last `rounds`: `rounds // 3^j` for
-  j = s..0, s the most rungs below `rounds` that `num_candidates` fill (3^s <= num_candidates)
-  with at least `min_rounds` rounds each. Each rung keeps the best third, at least 2 (`_kept`).
+  """Successive halving's run lengths, shortest first: `rounds // 3^j` for j = s..0, s the most
+  rungs that `num_candidates` fill (3^s <= num_candidates) with `min_rounds` rounds or more.
 
   Successive halving: Jamieson and Talwalkar, "Non-stochastic Best Arm Identification and
   Hyperparameter Optimization", AISTATS 2016, arXiv:1502.07943.
@@ -139,8 +126,7 @@ def rungs(rounds: int, num_candidates: int, min_rounds: int) -> list[int]:
 
 
 def score(summaries: Sequence[Optional[dict[str, Any]]]) -> tuple[float, int]:
-  """(mean of the runs' `last_k_accuracy`, number of finished runs); NaN when any run is missing,
-  diverged or not finite."""
+  """(mean `last_k_accuracy`, finished runs); NaN when a run is missing, diverged or not finite."""
   values = [s.get('last_k_accuracy') if s else None for s in summaries]
   finished = sum(v is not None for v in values)
   diverged = any(s and (s.get('diverged') is True or str(s.get('diverged')).lower() == 'true')
@@ -167,9 +153,7 @@ def _edge(values, value) -> Optional[int]:
 
 
 def _bound(method: Method, dim: str, side: int) -> Optional[float]:
-  """The hard bound of `dim` on `side` (+1 above, -1 below) that edge extension stops at: the
-  learning rates' `LR_BOUNDS`, 1 above a ratio's or unit interval's range (`tff_conflict.hparams`,
-  whose other numeric ranges are open: a geometric extension never reaches 0 or infinity)."""
+  """`dim`'s hard bound on `side` (+1 / -1): `LR_BOUNDS`, 1 above a ratio, else None."""
   if dim in methods_lib.RATES:
     return LR_BOUNDS[dim][side > 0]
   h = methods_lib.hparam_ranges(method).get(dim)
@@ -177,15 +161,8 @@ def _bound(method: Method, dim: str, side: int) -> Optional[float]:
   return 1.0 if side > 0 and ratio else None
 
 
-def _extension(method: Method, dim: str, value: float, side: int, factor: float) -> float:
-  """`value` times (divided by) `factor`, clipped to `dim`'s hard bound on `side`."""
-  new, bound = (value * factor if side > 0 else value / factor), _bound(method, dim, side)
-  return new if bound is None else min(new, bound) if side > 0 else max(new, bound)
-
-
 def _steps_to_bound(settings: SearchSettings, method: Method, dim: str, values, side: int) -> int:
-  """The extensions of `dim` past its searched `values` on `side` that `search` may make at most:
-  to its hard bound, or `edge_steps` where it has none; 0 when `edge_steps` is 0."""
+  """The most extensions of `dim` past `values` on `side`: to its bound, else `edge_steps`."""
   value, bound = (max(values) if side > 0 else min(values)), _bound(method, dim, side)
   if not settings.edge_steps or bound is None:
     return settings.edge_steps
@@ -193,9 +170,7 @@ def _steps_to_bound(settings: SearchSettings, method: Method, dim: str, values, 
 
 
 def _record(choice: dict, runs: Sequence[tuple[dict, int, float, int]]) -> dict:
-  """`choice` with what tuning ran: each candidate's score and finished seeds at each run length
-  it ran (`scores`, in the order run), the candidates' number and the client and server learning
-  rates among them (edge extensions included)."""
+  """`choice` with the `scores` of `runs`, the number of candidates and the lrs tried."""
   scores = choice['scores'] + [{'candidate': candidate_name(c), 'rounds': r, 'score': s,
                                 'seeds': n} for c, r, s, n in runs]
   values = [_candidate_values(n) for n in dict.fromkeys(s['candidate'] for s in scores)]
@@ -206,23 +181,11 @@ def _record(choice: dict, runs: Sequence[tuple[dict, int, float, int]]) -> dict:
 
 def search(settings: SearchSettings, method: Method,
            **where) -> Generator[list, list, dict[str, Any]]:
-  """Tunes one method as a generator: it yields a wave of evaluation requests, (candidate,
-  rounds) with rounds None for a full run, that depend on none of each other, and is sent their
-  (score, finished seeds) in order. Returns the choice as tuning_choices.json records it: `where`
-  (dataset, regime, E), the method, the full length `rounds`, the chosen learning rates and
-  `tuned` values, the winner's `score`, every candidate's at every length it ran (`scores`),
-  `at_edge`: the dimensions whose chosen value is still at the edge of those tried, and
-  `at_bound`: those at a hard bound.
-
-  The choice is made among full-length scores only: halving's last rung is the full length and
-  keeps at least 2 finalists (`_kept`); edge extensions run at full length.
-
-  Edge extension (`edge_steps` > 0): while the best candidate's value of a numeric dimension is
-  the largest (smallest) of that dimension's values tried (by any candidate, at any length: a
-  staged search tries the client lrs at the given values, the winner may have others), it is
-  tried (with the winner's other values) times (divided by) `edge_factor`, clipped to the
-  dimension's hard bound (`_bound`), until the winner is interior or at the bound; on a side
-  without a finite bound, at most `edge_steps` times."""
+  """Tunes one method: yields waves of independent requests (candidate, rounds; None: full), is
+  sent their (score, finished seeds), returns the choice (tuning_choices.json's), made among
+  full-length scores. Edge extension: while the winner's value of a numeric dimension is the
+  largest (smallest) tried, it is tried times (divided by) `edge_factor`, up to the hard bound
+  (`_bound`), else at most `edge_steps` times; `at_edge` / `at_bound` name those still there."""
   runs: list[tuple[dict, int, float, int]] = []   # (candidate, rounds, score, seeds), each run
   scored: list[tuple[dict, float, int]] = []   # full-length scores, the choice's
   seen: set[str] = set()
@@ -254,10 +217,12 @@ def search(settings: SearchSettings, method: Method,
     for dim in dims:
       winner = best(scored)[0]
       side = _edge(tried(dim), winner.get(dim))
-      if side is None or (_bound(method, dim, side) is None
-                          and steps.get((dim, side), 0) >= settings.edge_steps):
+      bound = side and _bound(method, dim, side)
+      if side is None or (bound is None and steps.get((dim, side), 0) >= settings.edge_steps):
         continue
-      new = _extension(method, dim, winner[dim], side, settings.edge_factor)
+      factor, new = settings.edge_factor, winner[dim]   # clipped to the bound
+      new = new * factor if side > 0 else new / factor
+      new = new if bound is None else min(new, bound) if side > 0 else max(new, bound)
       if (new - winner[dim]) * side <= 0 or not math.isfinite(new):
         continue
       steps[(dim, side)] = steps.get((dim, side), 0) + 1
@@ -275,10 +240,7 @@ def search(settings: SearchSettings, method: Method,
 
 
 def widen_search(choice: dict, server_lrs: Sequence[float]) -> Generator[list, list, dict]:
-  """`choice` after also trying, at its chosen client lr and values, each of `server_lrs` it
-  has not tried (those other methods' edge extensions reached), so that the baseline searched
-  every server lr any method searched; a new candidate wins if it scores higher (ties: the
-  earlier choice). A generator of one wave of requests, as `search`."""
+  """`choice` after also trying each of `server_lrs` it has not (a generator, as `search`)."""
   tried = [float(_candidate_values(s['candidate']).get('slr', 'nan')) for s in choice['scores']]
   new = [dict(choice['tuned'], client_lr=choice['client_lr'], server_lr=lr)
          for lr in sorted(server_lrs) if not any(math.isclose(lr, t, rel_tol=1e-5) for t in tried)]

@@ -14,6 +14,7 @@ import tensorflow_federated as tff
 from experiments import metrics_io
 from experiments import architectures
 from experiments import config as experiment_config
+from experiments import executors
 from experiments import training_loop
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
@@ -511,7 +512,7 @@ def test_an_executor_that_never_starts_adds_no_invocation_to_timing(tmp_path, mo
   def refuse(*args, **kwargs):
     del args, kwargs
     raise experiment_config.ConfigError('ray_address', '127.0.0.1:1', reason='nothing answers')
-  monkeypatch.setattr(grid, '_make_executor', refuse)
+  monkeypatch.setattr(executors, 'make', refuse)
   with pytest.raises(experiment_config.ConfigError):
     grid.run_benchmark(config, stream=io.StringIO())
   assert not os.path.exists(os.path.join(config.root, 'timing.json'))
