@@ -117,7 +117,7 @@ def test_your_model_starts_from_the_run_seed(tmp_path):
 def test_tuning_on_your_data_and_a_built_in_model(tmp_path):
   config = _config(tmp_path, methods=('fedavg',), report_seeds=(0,), models={'my_digits': 'mlp'},
                    model_fns={}, tuning_seeds=(9,), client_lr_grid=(0.1, 0.3),
-                   server_lr_grid=(1.0,), last_k=1, edge_steps=0)
+                   server_lr_grid=(1.0,), last_k=1, edge_steps=0, tune=True)
   outcome = grid.run_benchmark(config, stream=open(os.devnull, 'w'))
   assert outcome['failures'] == [] and [c['regime'] for c in outcome['choices']] == [
       'my_digits']
