@@ -79,7 +79,10 @@ def validation_sizes(directory: str) -> dict[str, int]:
   seed = (int(tuning['tuning_seeds'][0]) if config['vary_partition']
           else int(config['data']['data_seed']))
   sizes = {}
-  for dataset, regime in config['plan']['tuning_regimes'].items():
+  tuned_on = config['plan'].get('tuned_on')
+  for dataset, regime in (config['plan']['tuning_regimes'].items() if tuned_on is None else
+                          ((data.parse_regime(r).dataset, r) for r in dict.fromkeys(
+                              tuned_on.values()))):
     train, _ = data.load_regime(data.parse_regime(regime), seed=seed)
     _, validation = data.split_validation(train, tuning['validation_fraction'], seed=seed)
     sizes[dataset] = sum(1 for _ in validation.create_tf_dataset_from_all_clients())

@@ -22,8 +22,8 @@ parse_regime = lookups.parse_regime
 # The baselines of the seed papers (`best_of`).
 BASELINES = ('fedavg', 'fedprox', 'fednova', 'scaffold', 'feddecorr')
 # The accuracy difference a dataset's regimes should detect at 80% power (`--detect`'s default).
-DEFAULT_DETECT = 0.01
-DETECT = {'synthetic': 0.02}
+DEFAULT_DETECT = 0.02
+DETECT = {}
 # config.json's protocol: 2 = a fixed test split, one learning-rate search for all, a primary
 # statistic named before the runs, divergence at chance, Holm (before: none).
 PROTOCOL = 2
@@ -208,6 +208,9 @@ class BenchmarkConfig:
       'its choice serving all the dataset\'s regimes (e.g. digits:dir(0.1),synthetic(1,1), or '
       'DATASET:REGIME). Default: its registry entry\'s split (tff_conflict.data.registry, at the '
       'grid\'s population if any), else its first regime.')
+  tune_each_regime: bool = setting(False, check=_M.BOOL, help='Tune every method on each '
+                                   'reporting regime\'s own validation split, each regime '
+                                   'reported at its own choice (instead of --tuning_regimes).')
   tune_epochs: tuple = setting((), check=_distinct_ints(1, allow_empty=True), parse=_INTS,
                                help='Local epochs tuned at (default: every --epochs); an untuned '
                                'E uses the nearest tuned E\'s values.')
@@ -289,6 +292,8 @@ class BenchmarkConfig:
         'primary_regimes', r, self.datasets).name for r in self.primary_regimes if r))
     for name in self.primary_regimes:
       _M.one_of(names)('primary_regimes', name)
+    must('empty with --tune_each_regime (each regime is tuned on itself)', lambda v: not (
+        v and self.tune_each_regime))('tuning_regimes', dict(self.tuning_regimes))
     must(f'disjoint from --report_seeds {list(self.report_seeds)}', lambda v: not (
         self.tune and set(v) & set(self.report_seeds)))('tuning_seeds', list(self.tuning_seeds))
     must(f'among --epochs {list(self.epochs)}', lambda v: set(v) <= set(self.epochs))(

@@ -30,7 +30,7 @@ def _write_tuning(plan, root, choices) -> None:
   validation_curves.csv (the winner's curve per finished seed)."""
   files.write_json_atomically(os.path.join(root, 'tuning_choices.json'), choices)
   scores, curves = [], []
-  for (dataset, epochs, method), c in zip(plan.tuning, choices):
+  for (tuned, epochs, method), c in zip(plan.tuning, choices):
     where = {k: c[k] for k in ('dataset', 'regime', 'epochs', 'method')}
     chosen = dict(c['tuned'], client_lr=c['client_lr'], server_lr=c['server_lr'])
     won = (search_lib.candidate_name(chosen), c.get('rounds'))
@@ -38,7 +38,7 @@ def _write_tuning(plan, root, choices) -> None:
                     validation_score=s['score'], seeds=s['seeds'],
                     chosen=(s['candidate'], s.get('rounds')) == won) for s in c['scores']]
     for seed in plan.tuning_seeds:
-      spec = plan_lib.tuning_spec(plan, dataset, epochs, method, chosen, seed)
+      spec = plan_lib.tuning_spec(plan, tuned, epochs, method, chosen, seed)
       result = runs_lib.read_result(spec.directory(root))
       if result is not None:
         curves.append(dict(where, candidate=spec.candidate, seed=seed,
@@ -59,7 +59,7 @@ def check_finished_runs(config, plan=None) -> None:
     return
   plan = plan or plan_lib.make(config)
   methods = {m.name: m for m in plan.methods}
-  tasks = {(plan.datasets[d].tuning_regime, e, m.name) for d, e, m in plan.tuning}
+  tasks = {(r, e, m.name) for r, e, m in plan.tuning}
   for directory, _, names in sorted(os.walk(config.root)):
     result = runs_lib.read_result(directory) if runs_lib.RESULT_FILE in names else None
     recorded = result['spec'] if result is not None else None
@@ -160,7 +160,7 @@ def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
   """Loads every regime once with `data` (`(regime, seed) -> (train, test)`): a `ConfigError`
   naming --regimes or --tuning_regimes when it fails, --clients_per_round when it is too small."""
   plan = plan or plan_lib.make(config)
-  tuned = [s.tuning_regime for s in plan.datasets.values() if s.tuning_regime not in plan.regimes]
+  tuned = [r for s in plan.datasets.values() for r in s.tuning_regimes if r not in plan.regimes]
   clients = plan.run['clients_per_round']
   for regime in plan.regimes + tuple(dict.fromkeys(r for r in tuned if r is not None)):
     flag = 'regimes' if regime in plan.regimes else 'tuning_regimes'

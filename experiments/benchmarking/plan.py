@@ -15,20 +15,26 @@ Method = methods_lib.Method
 
 
 class Dataset(NamedTuple):
-  """One dataset's settings (`data_location`, `data_digest`: `fingerprints.of_source`)."""
+  """One dataset's settings: `tuned_on` maps each reporting regime to the regime whose tuning it
+  uses (empty without tuning); `data_location`, `data_digest`: `fingerprints.of_source`."""
   regimes: tuple
   model: str
   rounds: int
   client_lr_grid: tuple
   server_lr_grid: tuple
-  tuning_regime: Optional[str]
+  tuned_on: Mapping[str, str]
   data_location: Optional[str] = None
   data_digest: Optional[str] = None
+
+  @property
+  def tuning_regimes(self) -> tuple:
+    """The regimes tuned on, once each, in the reporting regimes' order."""
+    return tuple(dict.fromkeys(self.tuned_on.values()))
 
 
 class Plan(NamedTuple):
   """Everything a benchmark runs, from `make`: `inherits` names the method whose tuned values
-  each runs at (None: its own), `tuning` the (dataset, E, method) tuned, `run` the settings every
+  each runs at (None: its own), `tuning` the (tuning regime, E, method) tuned, `run` the settings every
   `RunSpec` shares; `data_seed` None: each run's seed; `runs` per (phase, method, dataset, E)."""
   methods: tuple
   inherits: Mapping[str, Optional[str]]
@@ -53,7 +59,7 @@ class Plan(NamedTuple):
 
   def dataset_of(self, regime: str) -> str:
     return next(d for d, s in self.datasets.items()
-                if regime in s.regimes or regime == s.tuning_regime)
+                if regime in s.regimes or regime in s.tuning_regimes)
 
 
 def _inherits(config, table: Sequence[Method]) -> dict[str, Optional[str]]:
@@ -72,12 +78,13 @@ def _dataset(config, name: str) -> Dataset:
   from experiments.benchmarking import fingerprints  # pylint: disable=g-import-not-at-top
   own = config.dataset_settings.get(name, {})
   source = (None, None) if name in config.datasets else fingerprints.of_source(name, config.data)
+  regimes = tuple(lookups.regimes_of(config, name))
+  tuned_on = ({} if not config.tune else {r: r for r in regimes} if config.tune_each_regime
+              else dict.fromkeys(regimes, lookups.tuning_regime(config, name)))
   return Dataset(
-      tuple(lookups.regimes_of(config, name)), lookups.model_of(config, name),
-      own.get('rounds', config.loop.rounds),
+      regimes, lookups.model_of(config, name), own.get('rounds', config.loop.rounds),
       tuple(own.get('client_lr_grid', config.client_lr_grid)),
-      tuple(own.get('server_lr_grid', config.server_lr_grid)),
-      lookups.tuning_regime(config, name) if config.tune else None, *source)
+      tuple(own.get('server_lr_grid', config.server_lr_grid)), tuned_on, *source)
 
 
 def _search(config, plan: Plan, dataset: Dataset, method: Method) -> search_lib.SearchSettings:
@@ -105,8 +112,8 @@ def make(config) -> Plan:
       tuned_epochs={e: min(tuned, key=lambda t, e=e: (abs(t - e), t)) for e in config.epochs}
       if config.tune else {}, report_seeds=tuple(config.report_seeds),
       tuning_seeds=tuple(config.tuning_seeds), baseline=config.baseline,
-      tuning=tuple((d, e, m) for d in datasets for e in tuned for m in table
-                   if inherits[m.name] is None) if config.tune else (),
+      tuning=tuple((r, e, m) for d in datasets.values() for r in d.tuning_regimes
+                   for e in tuned for m in table if inherits[m.name] is None),
       search={}, given={m.name: methods_lib.given_kwargs(config.given, m) for m in table},
       rates={m.name: (config.client.learning_rate if m.client_lr is None else m.client_lr,
                       config.server.learning_rate if m.server_lr is None else m.server_lr)
@@ -143,13 +150,13 @@ def run_spec(plan: Plan, *, phase: str, regime: str, method: Method, kwargs: Map
       data_digest=data.data_digest, **dict(plan.run, **only))
 
 
-def tuning_spec(plan: Plan, dataset: str, epochs: int, method: Method, candidate: dict,
+def tuning_spec(plan: Plan, tuned: str, epochs: int, method: Method, candidate: dict,
                 seed: int, rounds: Optional[int] = None) -> runs_lib.RunSpec:
-  """A tuning run of `candidate` (`rounds`: a shorter rung of halving)."""
+  """A tuning run of `candidate` on the regime `tuned` (`rounds`: a shorter rung of halving)."""
   name = search_lib.candidate_name(candidate)
-  if rounds is not None and rounds != plan.datasets[dataset].rounds:
+  if rounds is not None and rounds != plan.datasets[plan.dataset_of(tuned)].rounds:
     name = f'{name} @{rounds} rounds'
-  return run_spec(plan, phase=runs_lib.TUNE_PHASE, regime=plan.datasets[dataset].tuning_regime,
+  return run_spec(plan, phase=runs_lib.TUNE_PHASE, regime=tuned,
                   method=method, kwargs={**plan.given[method.name], **search_lib.tuned_values(
                       candidate)}, client_lr=candidate['client_lr'],
                   server_lr=candidate['server_lr'], epochs=epochs, seed=seed, candidate=name,
@@ -161,7 +168,7 @@ def report_specs(plan: Plan, choices: Sequence[Mapping[str, Any]], *,
                  ) -> list[runs_lib.RunSpec]:
   """Every reporting run (of `dataset` and `method` when given) at the values of `choices`; a
   variant runs at its source's and changes only what it fixes."""
-  by_key = {(c['dataset'], c['epochs'], c['method']): c for c in choices}
+  by_key = {(c['regime'], c['epochs'], c['method']): c for c in choices}
   by_name = {m.name: m for m in plan.methods}
   specs = []
   for name, m in itertools.product(plan.datasets if dataset is None else [dataset],
@@ -171,7 +178,8 @@ def report_specs(plan: Plan, choices: Sequence[Mapping[str, Any]], *,
       kwargs = plan.given[m.name]
       client_lr, server_lr = plan.rates[m.name]
       if plan.tuned_epochs:
-        choice = by_key[(name, plan.tuned_epochs[epochs], source.name)]
+        choice = by_key[(plan.datasets[name].tuned_on[regime], plan.tuned_epochs[epochs],
+                         source.name)]
         if source.algorithm == m.algorithm:   # itself, or a variant of its algorithm
           kwargs = {**plan.given[source.name], **choice['tuned'], **dict(m.fixed)}
         elif m.algorithm == methods_lib.CUSTOM:
@@ -214,32 +222,33 @@ class Task(NamedTuple):
     return runs_lib.REPORT_PHASE if self.key[0] == 'report' else runs_lib.TUNE_PHASE
 
 
-def choice_key(plan: Plan, dataset: str, epochs: int, name: str) -> tuple:
-  """The task whose result the reporting runs use: the tuning's, the baseline's widening."""
-  return ('widen' if name == plan.baseline else 'tune', dataset, epochs, name)
+def choice_key(plan: Plan, tuned: str, epochs: int, name: str) -> tuple:
+  """The task whose result the reporting runs use: the tuning's on the regime `tuned`, the
+  baseline's widening."""
+  return ('widen' if name == plan.baseline else 'tune', tuned, epochs, name)
 
 
-def incomplete(plan: Plan, dataset: str, epochs: int, name: str) -> dict[str, Any]:
+def incomplete(plan: Plan, tuned: str, epochs: int, name: str) -> dict[str, Any]:
   """The result of a search a run of which failed: no choice; a rerun completes it."""
-  return dict(dataset=dataset, regime=plan.datasets[dataset].tuning_regime, epochs=epochs,
-              method=name, incomplete=True)
+  return dict(dataset=plan.dataset_of(tuned), regime=tuned, epochs=epochs, method=name,
+              incomplete=True)
 
 
 def is_incomplete(choice: Any) -> bool:
   return bool(choice.get('incomplete'))
 
 
-def _evaluated(plan: Plan, dataset: str, epochs: int, method: Method, requests: Generator):
+def _evaluated(plan: Plan, tuned: str, epochs: int, method: Method, requests: Generator):
   """A search as a task's body: a run per request and tuning seed; a failure ends it incomplete."""
   try:
     wave = next(requests)
     while True:
-      groups = [[tuning_spec(plan, dataset, epochs, method, c, seed, rounds)
+      groups = [[tuning_spec(plan, tuned, epochs, method, c, seed, rounds)
                  for seed in plan.tuning_seeds] for c, rounds in wave]
       summaries = yield [spec for group in groups for spec in group]
       if any(s is None for s in summaries):
         requests.close()
-        return incomplete(plan, dataset, epochs, method.name)
+        return incomplete(plan, tuned, epochs, method.name)
       summaries = iter(summaries)
       wave = requests.send([search_lib.score([next(summaries) for _ in group])
                             for group in groups])
@@ -248,32 +257,34 @@ def _evaluated(plan: Plan, dataset: str, epochs: int, method: Method, requests: 
 
 
 def _tasks(plan: Plan) -> list[Task]:
-  """A task per tuning, the baseline's widening after every tuning of its dataset and E, and a
+  """A task per tuning, the baseline's widening after every tuning of its regime and E, and a
   task per method's reporting runs on a dataset (result: [(spec, summary)]) after every choice."""
   out = []
-  for dataset, epochs, method in plan.tuning:
-    own = ('tune', dataset, epochs, method.name)
+  for tuned, epochs, method in plan.tuning:
+    own = ('tune', tuned, epochs, method.name)
+    settings = plan.search[plan.dataset_of(tuned), method.name]
 
-    def tune(results, dataset=dataset, epochs=epochs, method=method):
+    def tune(results, tuned=tuned, epochs=epochs, method=method, settings=settings):
       del results
-      where = dict(dataset=dataset, regime=plan.datasets[dataset].tuning_regime, epochs=epochs)
-      return (yield from _evaluated(plan, dataset, epochs, method, search_lib.search(
-          plan.search[dataset, method.name], method, **where)))
-    out.append(Task(own, (), tune, plan.runs[runs_lib.TUNE_PHASE, method.name, dataset, epochs]))
+      where = dict(dataset=plan.dataset_of(tuned), regime=tuned, epochs=epochs)
+      return (yield from _evaluated(plan, tuned, epochs, method,
+                                    search_lib.search(settings, method, **where)))
+    out.append(Task(own, (), tune, search_lib.max_candidates(settings, method)
+                    * len(plan.tuning_seeds)))
     if method.name != plan.baseline:
       continue
-    group = tuple(('tune', d, e, m.name) for d, e, m in plan.tuning if (d, e) == (dataset, epochs))
+    group = tuple(('tune', r, e, m.name) for r, e, m in plan.tuning if (r, e) == (tuned, epochs))
 
-    def widen(results, dataset=dataset, epochs=epochs, method=method, group=group, own=own):
+    def widen(results, tuned=tuned, epochs=epochs, method=method, group=group, own=own):
       choice = results[own]   # widened to the server lrs every search reached: all complete
       if is_incomplete(choice) or len(choice['server_lrs_tried']) < 2:
         return choice
       if any(is_incomplete(results[key]) for key in group):
-        return incomplete(plan, dataset, epochs, method.name)
+        return incomplete(plan, tuned, epochs, method.name)
       reached = sorted({lr for key in group for lr in results[key]['server_lrs_tried']})
-      return (yield from _evaluated(plan, dataset, epochs, method,
+      return (yield from _evaluated(plan, tuned, epochs, method,
                                     search_lib.widen_search(choice, reached)))
-    out.append(Task(choice_key(plan, dataset, epochs, method.name), group, widen,
+    out.append(Task(choice_key(plan, tuned, epochs, method.name), group, widen,
                     0))   # its runs are counted in the tuning's upper bound
   # Reporting starts once tuning is over (the test split is read by no run before), and not
   # for a method whose choice, or the baseline's (every comparison's), is incomplete.
@@ -281,7 +292,8 @@ def _tasks(plan: Plan) -> list[Task]:
   sources = {m.name: plan.inherits[m.name] or m.name for m in plan.methods}
   for dataset, settings in plan.datasets.items():
     for method in plan.methods:
-      needs = tuple(choice_key(plan, dataset, e, name) for e in set(plan.tuned_epochs.values())
+      needs = tuple(choice_key(plan, r, e, name) for r in settings.tuning_regimes
+                    for e in set(plan.tuned_epochs.values())
                     for name in (sources[method.name], plan.baseline))
 
       def report(results, dataset=dataset, name=method.name, needs=needs):
@@ -308,8 +320,7 @@ def _describe(plan: Plan) -> dict[str, Any]:
       'rounds': {d: s.rounds for d, s in plan.datasets.items()},
       'data': {d: {'location': s.data_location, 'digest': s.data_digest}
                for d, s in plan.datasets.items()},
-      'tuning_regimes': {d: s.tuning_regime for d, s in plan.datasets.items()}
-                        if plan.tuned_epochs else {},
+      'tuned_on': {r: t for s in plan.datasets.values() for r, t in s.tuned_on.items()},
       'tuned_epochs': {str(e): t for e, t in plan.tuned_epochs.items()},
       'methods': [{'name': m.name, 'algorithm': m.algorithm,
                    'grid': {k: list(v) for k, v in m.grid}, 'given': plan.given[m.name],
@@ -330,17 +341,19 @@ def _builds_and_counts(plan: Plan) -> tuple[tuple, dict, dict]:
           for dataset, settings in plan.datasets.items() for m in plan.methods
           for epochs in plan.epochs}
   processes = {(m.name, dataset): 1 for dataset in plan.datasets for m in plan.methods}
-  for dataset, epochs, method in plan.tuning:
+  for tuned, epochs, method in plan.tuning:
+    dataset = plan.dataset_of(tuned)
     settings = plan.search[dataset, method.name]
     found = search_lib.unextended(settings, method)
-    runs[runs_lib.TUNE_PHASE, method.name, dataset, epochs] = search_lib.max_candidates(
-        settings, method) * len(plan.tuning_seeds)
+    key = (runs_lib.TUNE_PHASE, method.name, dataset, epochs)
+    runs[key] = runs.get(key, 0) + search_lib.max_candidates(settings, method) * len(
+        plan.tuning_seeds)
     processes[method.name, dataset] = len({repr(sorted(search_lib.tuned_values(c).items()))
                                            for c in found})
     for c in found:
-      spec = tuning_spec(plan, dataset, epochs, method, c, plan.tuning_seeds[0])
+      spec = tuning_spec(plan, tuned, epochs, method, c, plan.tuning_seeds[0])
       builds.setdefault((spec.algorithm, repr(spec.kwargs), spec.model, spec.dataset), spec)
-    first.append(dict(dataset=dataset, epochs=epochs, method=method.name,
+    first.append(dict(dataset=dataset, regime=tuned, epochs=epochs, method=method.name,
                       tuned=search_lib.tuned_values(found[0]), client_lr=found[0]['client_lr'],
                       server_lr=found[0]['server_lr']))
   for spec in report_specs(plan, first):

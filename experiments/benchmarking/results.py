@@ -219,7 +219,9 @@ def transferred_from(config: Mapping[str, Any], regime: str, dataset: str) -> Op
   """The other regime whose tuning `regime` uses, else None (tuned on itself, or untuned)."""
   if not (config.get('tuning') or {}).get('tune', config.get('tune', True)):
     return None
-  tuned = ((config.get('plan') or {}).get('tuning_regimes') or {}).get(dataset)
+  plan = config.get('plan') or {}
+  tuned = (plan['tuned_on'].get(regime) if 'tuned_on' in plan   # older config.json: per dataset
+           else (plan.get('tuning_regimes') or {}).get(dataset))
   return tuned if tuned and tuned != regime else None
 
 

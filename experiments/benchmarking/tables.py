@@ -320,6 +320,14 @@ def family_description(rows, config) -> str:
               level=results.holm_level(rows, config))
 
 
+def _tuned_on(plan) -> str:
+  """Which regime each reporting regime's tuning ran on (older config.json: per dataset)."""
+  if 'tuned_on' not in plan:
+    return ', '.join(f'{d}: `{r}`' for d, r in plan.get('tuning_regimes', {}).items())
+  return ', '.join(f'`{r}`: ' + ('itself' if t == r else f'`{t}`')
+                   for r, t in plan['tuned_on'].items())
+
+
 def setup_section(config) -> str:
   tuning, plan = config['tuning'], config['plan']
   lines = [f'- {config["description"]}'] if config.get('description') else []
@@ -347,8 +355,7 @@ def setup_section(config) -> str:
       last_k=tuning.get('last_k'), client=config_lib.per_dataset(config, 'client_lr_grid'),
       server=config_lib.per_dataset(config, 'server_lr_grid') if tuning.get('tune_server_lr', True)
       else f'none (--notune_server_lr: {config.get("server_learning_rate")})', edge=edge,
-      regimes=', '.join(f'{d}: `{r}`' for d, r in plan['tuning_regimes'].items())
-      or 'see Tuning'))
+      regimes=_tuned_on(plan) or 'see Tuning'))
   grids = [f'{m["name"]}: ' + ', '.join(f'{k} in {v}' for k, v in m['grid'].items())
            for m in plan['methods'] if m.get('grid')]
   return '\n'.join(lines + ([text('setup_grids', grids='; '.join(grids))] if grids else [])) + '\n'

@@ -1,6 +1,8 @@
 """The plan: a config resolved once (`plan.make`) into methods with their grids, each dataset's
 settings, tuning tasks and runs."""
 
+import pytest
+
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import lookups
 from experiments.benchmarking import methods
@@ -27,14 +29,44 @@ def test_models_and_tuning_regimes_per_dataset():
   assert list(made.datasets) == lookups.datasets(config) == ['digits', 'synthetic']
   assert made.description['models'] == {'digits': 'digits_cnn',
                                         'synthetic': 'logistic_regression'}
-  assert [made.datasets[d].tuning_regime for d in ('digits', 'synthetic')] == [
-      'digits:dir(0.1)', 'synthetic(1,1)']
+  assert [made.datasets[d].tuning_regimes for d in ('digits', 'synthetic')] == [
+      ('digits:dir(0.1)',), ('synthetic(1,1)',)]
+  assert made.datasets['digits'].tuned_on == {'digits:dir(0.1)': 'digits:dir(0.1)',
+                                              'digits:iid': 'digits:dir(0.1)'}
   assert made.datasets['digits'].regimes == ('digits:dir(0.1)', 'digits:iid')
   assert lookups.tuning_regime(_config(regimes=('mnist:iid',)), 'mnist') == 'mnist:iid'
   # The grid's own version of the default split (its population), else the default.
   assert lookups.tuning_regime(_config(regimes=('digits:iid@8', 'digits:dir(0.1)@8')),
                                'digits') == 'digits:dir(0.1)@8'
   assert lookups.tuning_regime(_config(regimes=('digits:iid@8',)), 'digits') == 'digits:dir(0.1)'
+
+
+def test_each_regime_tuned_on_itself_reports_at_its_own_choice():
+  config = _config(regimes=('digits:dir(0.1)@8', 'digits:#C=2@8'), tune_each_regime=True,
+                   methods=('fedavg',), report_seeds=(0,), epochs=(1,))
+  made = plan.make(config)
+  assert made.datasets['digits'].tuned_on == {'digits:dir(0.1)@8': 'digits:dir(0.1)@8',
+                                              'digits:#C=2@8': 'digits:#C=2@8'}
+  assert [(r, e, m.name) for r, e, m in made.tuning] == [
+      ('digits:dir(0.1)@8', 1, 'fedavg'), ('digits:#C=2@8', 1, 'fedavg')]
+  assert [t.key for t in made.tasks if t.phase == 'tune'] == [
+      ('tune', 'digits:dir(0.1)@8', 1, 'fedavg'), ('widen', 'digits:dir(0.1)@8', 1, 'fedavg'),
+      ('tune', 'digits:#C=2@8', 1, 'fedavg'), ('widen', 'digits:#C=2@8', 1, 'fedavg')]
+  # A tuning run reads its own regime; each regime reports at the choice made on it.
+  spec = plan.tuning_spec(made, 'digits:#C=2@8', 1, made.methods[0],
+                          dict(client_lr=0.1, server_lr=1.0), 100)
+  assert (spec.regime, spec.dataset, spec.phase) == ('digits:#C=2@8', 'digits', 'tune')
+  choices = [dict(_choice('fedavg', 1, lr, 1.0, {}), regime=r)
+             for r, lr in (('digits:dir(0.1)@8', 0.1), ('digits:#C=2@8', 0.3))]
+  assert {(s.regime, s.client_lr) for s in plan.report_specs(made, choices)} == {
+      ('digits:dir(0.1)@8', 0.1), ('digits:#C=2@8', 0.3)}
+  assert made.description['tuned_on'] == made.datasets['digits'].tuned_on
+  assert made.runs['tune', 'fedavg', 'digits', 1] == 2 * plan.search_lib.max_candidates(
+      made.search['digits', 'fedavg'], made.methods[0]) * len(made.tuning_seeds)
+  with pytest.raises(config_lib.ConfigError,
+                     match='tuning_regimes must be empty with --tune_each_regime'):
+    _config(regimes=('digits:dir(0.1)@8',), tune_each_regime=True,
+            tuning_regimes={'digits': 'digits:dir(0.1)@8'})
 
 
 def test_methods_with_grids_given_values_and_tuned_epochs():
@@ -50,9 +82,10 @@ def test_methods_with_grids_given_values_and_tuned_epochs():
   # The same learning-rate search for every method, the baseline included.
   rates = lambda m: (made.search['digits', m].client_lrs, made.search['digits', m].server_lrs)
   assert rates('fedprox') == rates('fedavg') == ((0.1, 0.2), (1.0, 2.0, 3.0))
-  # Tuning: per dataset, per tuned E, per method.
-  assert [(d, e, m.name) for d, e, m in made.tuning] == [
-      (d, e, m) for d in ('digits', 'synthetic') for e in (1, 5) for m in ('fedavg', 'fedprox')]
+  # Tuning: per tuning regime (one per dataset), per tuned E, per method.
+  assert [(r, e, m.name) for r, e, m in made.tuning] == [
+      (r, e, m) for r in ('digits:dir(0.1)', 'synthetic(1,1)') for e in (1, 5)
+      for m in ('fedavg', 'fedprox')]
   counts = made.runs
   # Stage 1 (2 lrs), stage 2 (2 mus x 3 server lrs), the learning rates' extensions to their
   # bounds (client lr: 4 up to 10, 7 down to 1e-4; server lr: 2 up to 10, 5 down to 0.01) and
@@ -74,16 +107,16 @@ def test_report_runs_take_the_choice_of_their_tuned_epochs():
       (m, e, s) for m in ('fedavg', 'fedprox') for e in (1, 2) for s in (0, 1)]
   assert all(s.client_lr == 0.3 and s.data_seed == 0 for s in specs)
   assert dict(specs[-1].kwargs) == {'proximal_strength': 0.1}
-  dataset, epochs, method = made.tuning[1]
-  candidate = search.candidates(made.search[dataset, method.name], method)[0]
-  spec = plan.tuning_spec(made, dataset, epochs, method, candidate, 100)
+  tuned, epochs, method = made.tuning[1]
+  candidate = search.candidates(made.search[made.dataset_of(tuned), method.name], method)[0]
+  spec = plan.tuning_spec(made, tuned, epochs, method, candidate, 100)
   assert spec.phase == runs.TUNE_PHASE and spec.regime == 'digits:dir(0.1)'
   assert spec.candidate == search.candidate_name(candidate) and spec.rounds == config.loop.rounds
   # What the run needs besides is in its spec: a worker never reads the config.
   assert (spec.last_k, spec.validation_fraction, spec.eval_train_loss) == (5, 0.2, False)
   assert (specs[0].validation_fraction, specs[0].leaf_dir) == (0.0, config.data.leaf_dir)
   # A shorter rung of successive halving is a run of its own.
-  short = plan.tuning_spec(made, dataset, epochs, method, candidate, 100, rounds=2)
+  short = plan.tuning_spec(made, tuned, epochs, method, candidate, 100, rounds=2)
   assert short.rounds == 2 and short.candidate == f'{spec.candidate} @2 rounds'
 
 
@@ -104,13 +137,13 @@ def test_the_plan_as_the_report_reads_it():
                                       epochs=(1,), report_seeds=(0, 1))
   described = json.loads(json.dumps(plan.make(config).description))
   assert described['models'] == {'digits': 'digits_cnn'}
-  assert described['tuning_regimes'] == {'digits': 'digits:dir(0.1)'}
+  assert described['tuned_on'] == {'digits:iid@8': 'digits:dir(0.1)'}
   assert described['methods'][1]['grid'] == {'proximal_strength': [0.001, 0.01, 0.1, 1.0]}
   assert described['runs'] == {'tune': sum(plan.make(config).runs[k] for k in (
       ('tune', m, 'digits', 1) for m in ('fedavg', 'fedprox'))), 'report': 4}
   setup = tables.setup_section(config_lib.flat_settings(
       dict(config_lib.as_dict(config), plan=described)))
-  assert '- Models: digits: digits_cnn.' in setup and 'digits: `digits:dir(0.1)`' in setup
+  assert '- Models: digits: digits_cnn.' in setup and '`digits:iid@8`: `digits:dir(0.1)`' in setup
   assert 'fedprox: proximal_strength in [0.001, 0.01, 0.1, 1.0]' in setup
   assert '50 rounds, 10 clients per round' in setup and 'client lr grid [0.03, 0.1, 0.3],' in setup
   own = config_lib.replace_settings(config, dataset_settings={'digits': {

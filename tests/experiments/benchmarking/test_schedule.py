@@ -75,21 +75,21 @@ def _sequential(made):
   """Choices and reporting runs as the benchmark made them one run at a time before the plan
   was a value: each method's search, then the baseline's widening."""
   choices, evaluators = [], {}
-  for dataset, epochs, method in made.tuning:
-    def evaluate(candidate, rounds=None, dataset=dataset, epochs=epochs, method=method):
+  for tuned, epochs, method in made.tuning:
+    def evaluate(candidate, rounds=None, tuned=tuned, epochs=epochs, method=method):
       return search.score([_run(lambda s: False, plan.tuning_spec(
-          made, dataset, epochs, method, candidate, seed, rounds)).summary
+          made, tuned, epochs, method, candidate, seed, rounds)).summary
                            for seed in made.tuning_seeds])
     choices.append(_drive(search.search(
-        made.search[dataset, method.name], method, dataset=dataset,
-        regime=made.datasets[dataset].tuning_regime, epochs=epochs), evaluate))
-    evaluators[(dataset, epochs, method.name)] = evaluate
+        made.search[made.dataset_of(tuned), method.name], method,
+        dataset=made.dataset_of(tuned), regime=tuned, epochs=epochs), evaluate))
+    evaluators[(tuned, epochs, method.name)] = evaluate
   for i, c in enumerate(choices):
     if c['method'] == made.baseline and len(c['server_lrs_tried']) > 1:
-      reached = {lr for other in choices if (other['dataset'], other['epochs'])
-                 == (c['dataset'], c['epochs']) for lr in other['server_lrs_tried']}
+      reached = {lr for other in choices if (other['regime'], other['epochs'])
+                 == (c['regime'], c['epochs']) for lr in other['server_lrs_tried']}
       choices[i] = _drive(search.widen_search(c, sorted(reached)),
-                          evaluators[(c['dataset'], c['epochs'], c['method'])])
+                          evaluators[(c['regime'], c['epochs'], c['method'])])
   return choices, plan.report_specs(made, choices)
 
 
@@ -110,7 +110,8 @@ def test_the_plan_chooses_and_reports_as_the_sequential_benchmark(tmp_path, chan
   assert all(summary['last_k_accuracy'] == _accuracy(spec) for task in tasks
              if task.phase == runs_lib.REPORT_PHASE for spec, summary in results[task.key])
   if config.tune:   # every method's first wave at once: all candidates of all methods
-    first = sum(len(search.candidates(made.search[d, m.name], m)) for d, _, m in made.tuning)
+    first = sum(len(search.candidates(made.search[made.dataset_of(r), m.name], m))
+                for r, _, m in made.tuning)
     assert executor.most_in_flight >= first * len(config.tuning_seeds)
     phases = [spec.phase for spec in executor.order]
     assert runs_lib.TUNE_PHASE not in phases[phases.index(runs_lib.REPORT_PHASE):]
@@ -148,7 +149,7 @@ def test_a_tuning_run_that_fails_leaves_its_search_incomplete_and_no_reporting_r
   executor = _Recording(fails)
   results = schedule.run(made.tasks, executor, root=config.root,
                          counts=schedule.Counts.of(made.tasks))
-  choice = results[plan.choice_key(made, 'digits', 1, 'fedavg')]
+  choice = results[plan.choice_key(made, made.tuning[0][0], 1, 'fedavg')]
   assert plan.is_incomplete(choice) and 'client_lr' not in choice
   assert all(results[t.key] is None for t in made.tasks if t.phase == runs_lib.REPORT_PHASE)
 
@@ -165,7 +166,7 @@ def test_another_methods_incomplete_search_holds_its_reports_and_the_baselines_w
     results = schedule.run(made.tasks, _Recording(fails), root=str(tmp_path),
                            counts=schedule.Counts.of(made.tasks))
     assert {name for name in ('fedavg', 'fedgh') if plan.is_incomplete(
-        results[plan.choice_key(made, 'digits', 1, name)])} == held
+        results[plan.choice_key(made, made.tuning[0][0], 1, name)])} == held
     reported = {t.key[2] for t in made.tasks if t.phase == runs_lib.REPORT_PHASE
                 and results[t.key] is not None}
     assert reported == {'fedavg', 'fedgh'} - held
