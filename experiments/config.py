@@ -380,7 +380,7 @@ class ExperimentConfig:
   """Everything one training run depends on (the seed is `training.seed`)."""
   algorithm: AlgorithmConfig = dataclasses.field(default_factory=AlgorithmConfig)
   data: DataConfig = dataclasses.field(default_factory=DataConfig)
-  model: Optional[str] = setting(None, help='Model (experiments.architectures.MODELS). Default: '
+  model: Optional[str] = setting(None, help='Model (tff_conflict.models.MODELS). Default: '
                                  'the dataset\'s (docs/experiments.md).')
   training: LoopConfig = dataclasses.field(
       default_factory=lambda: LoopConfig(rounds=50, clients_per_round=10))

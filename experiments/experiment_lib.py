@@ -10,12 +10,12 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from experiments import architectures
 from experiments import config as config_lib
 from experiments import datasets
 from experiments import metrics_io
 from experiments import training_loop
 from tff_conflict import hparams as hparams_lib
+from tff_conflict import models as models_lib
 
 # Builder keyword -> flag, per algorithm, loss and aggregator (`tff_conflict.hparams`).
 ALGORITHM_HPARAMS, LOSS_HPARAMS, AGGREGATOR_HPARAMS = (
@@ -371,7 +371,7 @@ def shape_and_classes(train: Any, test: Any, *, dataset: str = '', classes: Opti
 def model_of(config: config_lib.ExperimentConfig, train: Any) -> tuple:
   """(model function seeded by `config.seed`, classes) on `train`."""
   shape, classes = shape_and_classes(train, None, classes=datasets.num_classes(config.data))
-  return functools.partial(architectures.get(model_name(config)), shape, classes,
+  return functools.partial(models_lib.get(model_name(config)), shape, classes,
                            seed=config.seed), classes
 
 
@@ -382,7 +382,7 @@ def load_task(config: config_lib.ExperimentConfig,
   population."""
   train, test = datasets.load(config.data)
   name = model_name(config)
-  config_lib.one_of(sorted(architectures.MODELS))('model', name)
+  config_lib.one_of(sorted(models_lib.MODELS))('model', name)
   if config.training.clients_per_round > len(train.client_ids):
     raise config_lib.ConfigError(
         'clients_per_round', config.training.clients_per_round,

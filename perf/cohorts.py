@@ -26,7 +26,7 @@ def _child(method, kind, sizes):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import models  # pylint: disable=g-import-not-at-top
   from perf.memory import PeakRss  # pylint: disable=g-import-not-at-top
   from tff_conflict import aggregators  # pylint: disable=g-import-not-at-top
   from tff_conflict.aggregators import _gather  # pylint: disable=g-import-not-at-top,protected-access
@@ -42,7 +42,7 @@ def _child(method, kind, sizes):
   ids = train.client_ids
   spec = collections.OrderedDict(x=tf.TensorSpec([None, FEATURES], tf.float32),
                                  y=tf.TensorSpec([None], tf.int32))
-  model_fn = functools.partial(architectures.mlp, (FEATURES,), CLASSES, seed=0)
+  model_fn = functools.partial(models.mlp, (FEATURES,), CLASSES, seed=0)
   start = time.monotonic()
   process = learning.ALGORITHMS[method](
       model_fn, input_spec=spec,

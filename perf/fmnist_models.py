@@ -17,7 +17,7 @@ REGIME = 'fashion_mnist:iid@100'   # 600 training images per client
 def _time_model(model, method, rounds, data_dir):
   """(parameters, build + first round s, the other rounds' times s) of `model` under `method`."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import models  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
@@ -28,7 +28,7 @@ def _time_model(model, method, rounds, data_dir):
     chosen = [ids[(r * CLIENTS_PER_ROUND + k) % len(ids)] for k in range(CLIENTS_PER_ROUND)]
     return [train.create_tf_dataset_for_client(c).batch(BATCH_SIZE) for c in chosen]
 
-  model_fn = functools.partial(architectures.get(model), (28, 28, 1), 10, seed=0)
+  model_fn = functools.partial(models.get(model), (28, 28, 1), 10, seed=0)
   start = time.monotonic()
   process = learning.ALGORITHMS[method](
       model_fn, input_spec=cohort(0)[0].element_spec,

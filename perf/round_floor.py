@@ -46,23 +46,23 @@ class Workload:
 
 
 def _workload(name: str) -> Workload:
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import models  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   if name == 'digits10':
     train, _ = data.digits(num_clients=20, alpha=0.1, seed=0)
     ids = train.client_ids[:10]
-    return Workload(name, train, ids, lambda: architectures.mlp((8, 8, 1), 10, seed=0))
+    return Workload(name, train, ids, lambda: models.mlp((8, 8, 1), 10, seed=0))
   if name == 'digits100':
     train, _ = data.digits(num_clients=100, alpha=0.1, seed=0)
     return Workload(name, train, train.client_ids,
-                    lambda: architectures.mlp((8, 8, 1), 10, seed=0))
+                    lambda: models.mlp((8, 8, 1), 10, seed=0))
   if name == 'cnn10':
     rng = np.random.default_rng(0)
     x = rng.random((600, 28, 28, 1), dtype=np.float32)
     y = rng.integers(0, 62, 600)
     train = data.partition_to_client_data(x, y, np.arange(600).reshape(10, 60))
     return Workload(name, train, train.client_ids,
-                    lambda: architectures.emnist_cnn((28, 28, 1), 62, seed=0))
+                    lambda: models.emnist_cnn((28, 28, 1), 62, seed=0))
   raise app.UsageError(f'--workloads: unknown workload {name!r}; choose among {WORKLOADS}')
 
 

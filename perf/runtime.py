@@ -43,7 +43,7 @@ def digits_case(algorithm: str, num_clients: int) -> Case:
   per round."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from experiments import config as experiment_config  # pylint: disable=g-import-not-at-top
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import models  # pylint: disable=g-import-not-at-top
   from experiments import training_loop  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
@@ -58,7 +58,7 @@ def digits_case(algorithm: str, num_clients: int) -> Case:
             for i, cid in enumerate(ids)]
 
   spec = datasets(0)[0].element_spec
-  keras_fn = functools.partial(architectures.mlp, tuple(spec['x'].shape[1:]), 10, seed=0)
+  keras_fn = functools.partial(models.mlp, tuple(spec['x'].shape[1:]), 10, seed=0)
   process = learning.ALGORITHMS[algorithm](
       keras_fn, input_spec=spec, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
   return Case(process, datasets)

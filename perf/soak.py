@@ -24,7 +24,7 @@ def main():
   parser.add_argument('--algorithm', default='fedavg')
   args = parser.parse_args()
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import models  # pylint: disable=g-import-not-at-top
   from experiments import config as config_lib  # pylint: disable=g-import-not-at-top
   from experiments import training_loop  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
@@ -36,7 +36,7 @@ def main():
                                  seed=0, eval_every=0, checkpoint_every=0)
   spec = training_loop.preprocess(train.create_tf_dataset_for_client('00'), config).element_spec
   process = learning.ALGORITHMS[args.algorithm](
-      functools.partial(architectures.logistic_regression, tuple(spec['x'].shape[1:]), 10,
+      functools.partial(models.logistic_regression, tuple(spec['x'].shape[1:]), 10,
                         seed=0), input_spec=spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.05))
   runner = runtime.make_runner(process, 'inprocess')

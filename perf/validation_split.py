@@ -46,7 +46,7 @@ def main():
   parser.add_argument('--dir', default=None)
   args = parser.parse_args()
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import models  # pylint: disable=g-import-not-at-top
   from experiments import config as config_lib  # pylint: disable=g-import-not-at-top
   from experiments import training_loop  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
@@ -66,7 +66,7 @@ def main():
     spec = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
                                     config).element_spec
     process = learning.build_fedavg(
-        functools.partial(architectures.mlp, (28, 28, 1), 62, seed=0), input_spec=spec,
+        functools.partial(models.mlp, (28, 28, 1), 62, seed=0), input_spec=spec,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.05))
     runner = process if args.runtime == 'cpp' else runtime.make_runner(process, 'inprocess')
     state = runner.initialize()

@@ -34,10 +34,10 @@ def check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[]
   """Your own datasets and models: new names, ClientData pairs, callables, a model for each."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import models as models_lib  # pylint: disable=g-import-not-at-top
   from tff_conflict.data import regimes  # pylint: disable=g-import-not-at-top
   for argument, value, builtin in (('datasets', datasets, regimes.DATASETS),
-                                   ('model_fns', model_fns, architectures.MODELS)):
+                                   ('model_fns', model_fns, models_lib.MODELS)):
     must('a dict of name -> value', lambda v: isinstance(v, Mapping))(argument, value)
     for name in value:
       must('names of letters, digits, "_", "." and "-" other than the built-in ones '
@@ -64,7 +64,7 @@ def check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[]
         f'{argument} test', specs[1])
     if name not in models and len(model_fns) != 1:
       raise ConfigError('models', dict(models), f'an entry for your dataset {name!r} (a name '
-                        'of model_fns or of experiments.architectures.MODELS), unless '
+                        'of model_fns or of tff_conflict.models.MODELS), unless '
                         'model_fns holds one model')
   for name, model_fn in model_fns.items():
     must('a no-argument function returning a new uncompiled tf.keras.Model', callable)(
@@ -74,7 +74,7 @@ def check_own(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[]
 def check_datasets(config, parsed_regimes) -> None:
   """The per-dataset entries name the regimes' datasets and hold valid values; one LEAF dataset
   at most, with its folder; --data_dir, --leaf_dir, --cache_dir only where a regime reads it."""
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import models as models_lib  # pylint: disable=g-import-not-at-top
   datasets = {r.dataset for r in parsed_regimes}
   leaf = sorted(d for d in datasets if d.startswith('leaf_'))
   must(f'LEAF\'s data/<name> folder for the regimes of {leaf}', lambda v: not leaf or bool(v))(
@@ -85,7 +85,7 @@ def check_datasets(config, parsed_regimes) -> None:
                      lambda entry: entry.partition(':')[0] in datasets)
   for dataset, model in config.models.items():
     of_datasets('models', f'{dataset}:{model}')
-    _M.one_of(sorted(architectures.MODELS) + sorted(config.model_fns))('models', model)
+    _M.one_of(sorted(models_lib.MODELS) + sorted(config.model_fns))('models', model)
   for dataset, difference in config.detect.items():
     of_datasets('detect', f'{dataset}:{difference}')
     _M.FRACTION('detect', difference)
@@ -167,7 +167,7 @@ def check_methods(config, resolved) -> None:
 
 def check_methods_on_models(config, resolved, regimes) -> None:
   """Every method can train each regime's model (`methods.model_refusal`)."""
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import models as models_lib  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   refusals: dict[tuple, Optional[str]] = {}
   for regime in regimes:
@@ -180,7 +180,7 @@ def check_methods_on_models(config, resolved, regimes) -> None:
     if model in config.model_fns:
       build = config.model_fns[model]
     elif shape is not None:
-      build = functools.partial(architectures.get(model), shape, 2)
+      build = functools.partial(models_lib.get(model), shape, 2)
     else:
       continue
     for method in resolved:

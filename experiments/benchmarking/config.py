@@ -170,7 +170,7 @@ class BenchmarkConfig:
                                 'sampled and (--vary_partition) the partition.')
   models: Mapping[str, str] = setting(
       default_factory=dict, parse=parse_mapping, help='DATASET:MODEL,... '
-      '(experiments.architectures.MODELS); default each dataset\'s model.')
+      '(tff_conflict.models.MODELS); default each dataset\'s model.')
   given: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   vary_partition: bool = setting(True, check=_M.BOOL, help='Draw each seed\'s partition (and '
                                  'Synthetic data) with that seed; --novary_partition uses '

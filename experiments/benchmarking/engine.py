@@ -19,12 +19,12 @@ import tensorflow as tf
 from experiments.benchmarking import results as results_lib
 from experiments import files
 from experiments import interrupts
-from experiments import architectures
 from experiments import config as experiment_config
 from experiments import experiment_lib
 from experiments.benchmarking import fingerprints
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import runs as runs_lib
+from tff_conflict import models
 
 Loader = Callable[[Any, int], tuple[Any, Any]]
 
@@ -150,7 +150,7 @@ class Engine(experiment_lib.Runs):
     own = self._model_fns.get(spec.model)
     if own is None:
       shape, classes = self.shape_and_classes(spec)
-      return functools.partial(architectures.get(spec.model), shape, classes, seed=seed)
+      return functools.partial(models.get(spec.model), shape, classes, seed=seed)
 
     def build():
       with seeded(seed):

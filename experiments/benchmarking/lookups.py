@@ -32,12 +32,12 @@ def regimes_of(config, dataset: str) -> list[str]:
 
 def model_of(config, dataset: str) -> str:
   """`--models`' entry, else your only model for your dataset, else the dataset's default."""
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import models  # pylint: disable=g-import-not-at-top
   if dataset in config.models:
     return config.models[dataset]
   if dataset in config.datasets:   # your only model (`BenchmarkConfig` checks there is one)
     return next(iter(config.model_fns))
-  return architectures.DEFAULT_MODELS[dataset]
+  return models.DEFAULT_MODELS[dataset]
 
 
 def tuning_regime(config, dataset: str) -> str:

@@ -63,9 +63,9 @@ def test_examples_are_leafs_character_ids(folder):
 
 
 def test_a_keras_character_model_trains_on_it(folder):
-  from experiments import architectures  # pylint: disable=g-import-not-at-top
+  from tff_conflict import models  # pylint: disable=g-import-not-at-top
   train, _ = data.leaf(folder)
-  model = architectures.shakespeare_gru((80,), 80)
+  model = models.shakespeare_gru((80,), 80)
   model.compile(tf.keras.optimizers.SGD(0.1),
                 tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   batches = train.create_tf_dataset_for_client('a_test_play_HAMLET').map(

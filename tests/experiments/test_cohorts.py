@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from experiments import architectures
 from experiments import config as config_lib
 from experiments import metrics_io
 from experiments import experiment_lib
 from experiments import training_loop
 from tff_conflict import learning
+from tff_conflict import models
 from tff_conflict import runtime
 
 NUM_CLIENTS, PER_ROUND, ROUNDS, SEED = 14, 10, 3, 1
@@ -61,7 +61,7 @@ def test_a_run_over_an_empty_client_completes_and_writes_its_metrics(name, kind,
   spec = training_loop.preprocess(train.create_tf_dataset_for_client('c00'), config).element_spec
   builder = learning.ALGORITHMS[name]
   process = builder(
-      functools.partial(architectures.logistic_regression, (4,), 3, seed=0), input_spec=spec,
+      functools.partial(models.logistic_regression, (4,), 3, seed=0), input_spec=spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
       **experiment_lib.population_kwargs(builder, train))
   result = training_loop.run_training(

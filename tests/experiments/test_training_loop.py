@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from experiments import architectures
 from experiments import checkpoints
 from experiments import interrupts
 from experiments import config as config_lib
 from experiments import metrics_io
 from experiments import training_loop
+from tff_conflict import models
 from tests.experiments import conftest
 
 
@@ -91,7 +91,7 @@ def _tiny_setup(seed=0):
   train, test = conftest.make_tiny_client_data()
   config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=seed)
   spec = training_loop.preprocess(train.create_tf_dataset_for_client('c0'), config).element_spec
-  keras_model_fn = functools.partial(architectures.logistic_regression, (4,), 3, seed=seed)
+  keras_model_fn = functools.partial(models.logistic_regression, (4,), 3, seed=seed)
   process = learning.build_fedgh(
       keras_model_fn, input_spec=spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1), seed=seed)
@@ -464,7 +464,7 @@ def tiny_scaffold():
   config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4)
   spec = training_loop.preprocess(train.create_tf_dataset_for_client('c0'), config).element_spec
   process = learning.build_scaffold(
-      functools.partial(architectures.logistic_regression, (4,), 3, seed=0), input_spec=spec,
+      functools.partial(models.logistic_regression, (4,), 3, seed=0), input_spec=spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
       num_clients=len(train.client_ids))
   return process, train, evaluate_fn

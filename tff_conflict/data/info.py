@@ -29,7 +29,7 @@ class Dataset:
     element_shape, num_classes: its elements (`DatasetInfo`); None where only its files tell
       (LEAF Synthetic).
     loader: the public call that loads it, as `DatasetInfo.loader` shows it.
-    model: the name of its default model (`experiments.architectures.MODELS`).
+    model: the name of its default model (`tff_conflict.models.MODELS`).
     source: the argument of `load_regime` naming where its files are ('data_dir', 'leaf_dir' or
       'cache_dir'), which its errors name; None for data that needs no files.
     num_clients: the default population (`@K` absent); None: all of its own clients.

@@ -12,7 +12,6 @@ import pytest
 import tensorflow_federated as tff
 
 from experiments import metrics_io
-from experiments import architectures
 from experiments import config as experiment_config
 from experiments import executors
 from experiments import training_loop
@@ -23,6 +22,7 @@ from experiments.benchmarking import plan
 from experiments.benchmarking import results
 from experiments.benchmarking import runs
 from experiments.benchmarking import search
+from tff_conflict import models
 from tests.experiments import conftest
 
 
@@ -276,12 +276,12 @@ def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
   spec = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
                                   loop).element_spec
   process = learning.build_fedgh(
-      functools.partial(architectures.logistic_regression, (8, 8, 1), 10, seed=1),
+      functools.partial(models.logistic_regression, (8, 8, 1), 10, seed=1),
       input_spec=spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.2),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.5), seed=1)
   evaluate, columns = engine.evaluator(
-      functools.partial(architectures.logistic_regression, (8, 8, 1), 10), test, 10,
+      functools.partial(models.logistic_regression, (8, 8, 1), 10), test, 10,
       model_key='fresh', train_data=train)
   fresh = training_loop.run_training(
       process, train_data=train, evaluate_fn=evaluate, config=loop,

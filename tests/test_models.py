@@ -1,36 +1,37 @@
-"""experiments.architectures, the Keras models of the binaries: logits of the right shape, seeded initialisation, input checks."""
+"""tff_conflict.models, the Keras models by name: logits of the right shape, seeded
+initialisation, input checks."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tff_conflict
-from experiments import architectures
+from tff_conflict import models
 
-_SHAPES = {'logistic_regression': (60,), 'mlp': (64,), 'small_mlp': (28, 28, 1), 'torch_mlp': (28, 28, 1),
-           'digits_cnn': (64,), 'fedavg_cnn': (28, 28), 'fedmgc_fmnist_cnn': (28, 28, 1),
-           'emnist_cnn': (28, 28, 1), 'cifar_cnn': (32, 32, 3), 'leaf_femnist_cnn': (28, 28, 1),
-           'leaf_celeba_cnn': (20, 20, 3), 'leaf_shakespeare_lstm': (12,),
-           'shakespeare_gru': (12,)}
+_SHAPES = {'logistic_regression': (60,), 'mlp': (64,), 'small_mlp': (28, 28, 1),
+           'torch_mlp': (28, 28, 1), 'digits_cnn': (64,), 'fedavg_cnn': (28, 28),
+           'fedmgc_fmnist_cnn': (28, 28, 1), 'emnist_cnn': (28, 28, 1), 'cifar_cnn': (32, 32, 3),
+           'leaf_femnist_cnn': (28, 28, 1), 'leaf_celeba_cnn': (20, 20, 3),
+           'leaf_shakespeare_lstm': (12,), 'shakespeare_gru': (12,)}
 
 
-@pytest.mark.parametrize('name', sorted(architectures.MODELS))
+@pytest.mark.parametrize('name', sorted(models.MODELS))
 def test_model_outputs_logits_and_is_seeded(name):
   shape = _SHAPES[name]
   with tf.Graph().as_default():  # keep the eager context clean (BUILD_NOTES.md)
-    model = architectures.get(name)(shape, 7, seed=3)
+    model = models.get(name)(shape, 7, seed=3)
     assert model.output_shape == (None, 7)
     assert not model._is_compiled  # pylint: disable=protected-access
-  a = architectures.get(name)(shape, 7, seed=3)
-  b = architectures.get(name)(shape, 7, seed=3)
-  c = architectures.get(name)(shape, 7, seed=4)
+  a = models.get(name)(shape, 7, seed=3)
+  b = models.get(name)(shape, 7, seed=3)
+  c = models.get(name)(shape, 7, seed=4)
   for wa, wb in zip(a.get_weights(), b.get_weights()):
     np.testing.assert_array_equal(wa, wb)
   assert any(not np.array_equal(wa, wc) for wa, wc in zip(a.get_weights(), c.get_weights()))
 
 
 def test_emnist_cnn_has_tffs_size():
-  model = architectures.emnist_cnn((28, 28, 1), 62)
+  model = models.emnist_cnn((28, 28, 1), 62)
   assert model.count_params() == 1_206_590  # google-research/federated's EMNIST CNN
 
 
@@ -38,21 +39,21 @@ def test_leaf_femnist_cnn_has_leafs_size():
   # LEAF's models/femnist/cnn.py: conv5x5 1->32, conv5x5 32->64, dense 7*7*64 -> 2048 -> 62.
   expected = (5 * 5 * 1 * 32 + 32) + (5 * 5 * 32 * 64 + 64) + (7 * 7 * 64 * 2048 + 2048) + (
       2048 * 62 + 62)
-  assert architectures.leaf_femnist_cnn((28, 28, 1), 62).count_params() == expected == 6_603_710
+  assert models.leaf_femnist_cnn((28, 28, 1), 62).count_params() == expected == 6_603_710
 
 
 def test_fashion_mnist_models_have_their_sizes():
   # FedMGC's: conv5x5 1->32, pool, conv5x5 32->64, pool ('same': 28 -> 14 -> 7), dense 7*7*64 -> 10.
   expected = (5 * 5 * 1 * 32 + 32) + (5 * 5 * 32 * 64 + 64) + (7 * 7 * 64 * 10 + 10)
-  assert architectures.fedmgc_fmnist_cnn((28, 28, 1), 10).count_params() == expected == 83_466
-  assert architectures.small_mlp((28, 28, 1), 10).count_params() == (784 + 1) * 128 + 129 * 10
-  assert architectures.DEFAULT_MODELS['fashion_mnist'] == 'small_mlp'
+  assert models.fedmgc_fmnist_cnn((28, 28, 1), 10).count_params() == expected == 83_466
+  assert models.small_mlp((28, 28, 1), 10).count_params() == (784 + 1) * 128 + 129 * 10
+  assert models.DEFAULT_MODELS['fashion_mnist'] == 'small_mlp'
 
 
 def test_leaf_celeba_cnn_normalizes_with_batch_statistics_always():
   """LEAF's CelebA CNN, recomputed in numpy: 4 x [conv, batch norm with the batch's own mean and
   variance, 2x2 max-pool ('same'), ReLU], dense; the same in training and in evaluation."""
-  model = architectures.leaf_celeba_cnn((84, 84, 3), 2, seed=1)
+  model = models.leaf_celeba_cnn((84, 84, 3), 2, seed=1)
   # 84 -> 42 -> 21 -> 11 -> 6 after four 'same' pools; 4 x 32 x (9 C_in + 1) + BN + dense.
   assert model.count_params() == (
       (27 * 32 + 32) + 3 * (288 * 32 + 32) + 4 * 4 * 32 + (6 * 6 * 32 * 2 + 2))
@@ -79,10 +80,10 @@ def _lstm_size(inputs, units):
 
 def test_character_models_have_leafs_sizes_and_read_character_ids():
   # LEAF's models/shakespeare/stacked_lstm.py: embedding [80, 8], 2 x LSTM(256), dense 256 -> 80.
-  lstm = architectures.leaf_shakespeare_lstm((80,), 80)
+  lstm = models.leaf_shakespeare_lstm((80,), 80)
   assert lstm.count_params() == (80 * 8 + _lstm_size(8, 256) + _lstm_size(256, 256) +
                                  256 * 80 + 80) == 817_872
-  gru = architectures.shakespeare_gru((80,), 80)  # Keras' GRU (reset_after): 2 bias rows
+  gru = models.shakespeare_gru((80,), 80)  # Keras' GRU (reset_after): 2 bias rows
   assert gru.count_params() == 80 * 8 + 3 * (8 * 64 + 64 * 64 + 2 * 64) + 64 * 80 + 80 == 20_048
   ids = np.random.default_rng(0).integers(0, 80, (3, 80)).astype(np.int32)
 
@@ -95,19 +96,19 @@ def test_character_models_have_leafs_sizes_and_read_character_ids():
     assert not np.array_equal(model(ids).numpy(), model(changed(-1)).numpy())
   # LEAF's LSTM carries the whole window; the CPU's GRU reads its last 20 characters.
   assert not np.array_equal(lstm(ids).numpy(), lstm(changed(0)).numpy())
-  context = architectures.SHAKESPEARE_GRU_CONTEXT
+  context = models.SHAKESPEARE_GRU_CONTEXT
   assert context == 20
   np.testing.assert_array_equal(gru(ids).numpy(), gru(changed(80 - context - 1)).numpy())
   assert not np.array_equal(gru(ids).numpy(), gru(changed(80 - context)).numpy())
-  assert architectures.DEFAULT_MODELS['leaf_shakespeare'] == 'shakespeare_gru'
+  assert models.DEFAULT_MODELS['leaf_shakespeare'] == 'shakespeare_gru'
 
 
 def test_bad_arguments():
-  for call, argument, value in ((lambda: architectures.get('resnet'), 'model', 'resnet'),
-                                (lambda: architectures.mlp((4,), 1), 'num_classes', 1),
-                                (lambda: architectures.digits_cnn((10,), 3), 'input_shape',
+  for call, argument, value in ((lambda: models.get('resnet'), 'model', 'resnet'),
+                                (lambda: models.mlp((4,), 1), 'num_classes', 1),
+                                (lambda: models.digits_cnn((10,), 3), 'input_shape',
                                  (10,)),  # not a square image
-                                (lambda: architectures.shakespeare_gru((8, 8), 80),
+                                (lambda: models.shakespeare_gru((8, 8), 80),
                                  'input_shape', (8, 8))):  # not a sequence of ids
     with pytest.raises(tff_conflict.ArgumentError, match=f'{argument} must be') as info:
       call()
@@ -116,7 +117,7 @@ def test_bad_arguments():
 
 def test_torch_mlp_is_pytorchs_linear_initialisation():
   """Weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)): 784 inputs, then 128."""
-  model = architectures.torch_mlp((28, 28, 1), 10, seed=0)
+  model = models.torch_mlp((28, 28, 1), 10, seed=0)
   kernel, bias, logits_kernel, logits_bias = model.get_weights()
   assert kernel.shape == (784, 128) and logits_kernel.shape == (128, 10)
   for values, fan_in in ((kernel, 784), (bias, 784), (logits_kernel, 128), (logits_bias, 128)):

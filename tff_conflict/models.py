@@ -1,6 +1,6 @@
 """Keras models by name: `MODELS[name](input_shape, num_classes, *, seed=0)` is a new uncompiled
-model from inputs to logits, its initializers seeded by `seed`; `DEFAULT_MODELS` per dataset. The
-character models take int32 character ids `[L]` and predict the next one of `num_classes`."""
+model from inputs to logits, its initializers seeded by `seed`; `DEFAULT_MODELS[dataset]` names each
+dataset's. The character models take int32 character ids `[L]` and predict the next character."""
 
 import itertools
 import math
