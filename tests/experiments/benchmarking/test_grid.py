@@ -212,9 +212,9 @@ def test_tuning_csv_has_every_candidates_score_at_every_rung(tmp_path):
                    client_lr_grid=(0.05, 0.1, 0.2))
   made = plan.make(config)
   choices = []
-  for dataset, epochs, method in made.tuning:
-    requests = search.search(made.search[dataset, method.name], method, dataset=dataset,
-                             regime='digits:#C=2@6', epochs=epochs)
+  for tuned, epochs, method in made.tuning:
+    requests = search.search(made.search[made.dataset_of(tuned), method.name], method,
+                             dataset=made.dataset_of(tuned), regime=tuned, epochs=epochs)
     wave = next(requests)
     try:
       while True:

@@ -85,9 +85,9 @@ def test_power_line_ranges_over_each_comparisons_own_paired_sd():
   low, high = (stats.minimal_detectable_difference(sd, 3) for sd in sds)
   assert line.startswith(f'Outside the primary family: minimal detectable differences '
                          f'{low:.4f}-{high:.4f} per comparison')
-  needed = [stats.seeds_needed(sd, 0.01) for sd in sds]
-  assert f'detecting 0.01 takes {needed[0]}-{needed[1]} seeds' in line
-  assert results.detect_for('synthetic', report_rows.CONFIG) == config_lib.DETECT['synthetic']
+  needed = [stats.seeds_needed(sd, 0.02) for sd in sds]
+  assert f'detecting 0.02 takes {needed[0]}-{needed[1]} seeds' in line
+  assert results.detect_for('synthetic', report_rows.CONFIG) == config_lib.DEFAULT_DETECT == 0.02
   assert results.detect_for('digits', report_rows.CONFIG) == config_lib.DEFAULT_DETECT
   assert results.detect_for('synthetic', dict(report_rows.CONFIG,
                                               detect={'synthetic': 0.05})) == 0.05

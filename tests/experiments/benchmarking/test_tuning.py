@@ -327,12 +327,13 @@ def test_a_datasets_own_rounds_and_grids_drive_its_search_and_its_runs():
   # Halving's rungs of digits' 20 rounds ([6, 20]), not of the flags' 50 ([16, 50]).
   # Two finalists run the full length.
   assert [r for _, r in requests] == [6, 6, 6, None, None] and choice['client_lr'] == 4.0
-  spec = plan_lib.tuning_spec(plan, 'digits', 1, fedavg, dict(client_lr=4.0, server_lr=1.0), 100)
+  tuned = plan.tuning[0][0]
+  spec = plan_lib.tuning_spec(plan, tuned, 1, fedavg, dict(client_lr=4.0, server_lr=1.0), 100)
   assert spec.rounds == 20 and spec.candidate == 'clr=4,slr=1'
-  short = plan_lib.tuning_spec(plan, 'digits', 1, fedavg, dict(client_lr=4.0, server_lr=1.0),
+  short = plan_lib.tuning_spec(plan, tuned, 1, fedavg, dict(client_lr=4.0, server_lr=1.0),
                                100, rounds=6)
   assert short.rounds == 6 and short.candidate == 'clr=4,slr=1 @6 rounds'
-  assert {s.rounds for s in plan_lib.report_specs(plan, [choice])} == {20}
+  assert {s.rounds for s in plan_lib.report_specs(plan, [dict(choice, regime=tuned)])} == {20}
   assert plan.runs[('tune', 'fedavg', 'digits', 1)] == (3 + 2) * 2  # 3 lrs, 2 finalists; 2 seeds
   searched = plan.description['methods'][0]
   assert searched['client_lrs'] == [1.0, 2.0, 4.0]
