@@ -344,6 +344,7 @@ def test_a_datasets_own_rounds_and_grids_drive_its_search_and_its_runs():
       config, dataset_settings={'synthetic': {'rounds': 7}},
       regimes=('digits:iid', 'synthetic(1,1)')))
   assert {s.dataset: s.rounds for s in plan_lib.report_specs(
-      other, [dict(choice, dataset=d) for d in ('digits', 'synthetic')])} == {
+      other, [dict(choice, dataset=d, regime=r) for d, r in (
+          ('digits', tuned), ('synthetic', 'synthetic(1,1)'))])} == {
           'digits': 50, 'synthetic': 7}
   assert other.description['methods'][0]['searched']['digits']['client_lrs'] == [0.03, 0.1, 0.3]
