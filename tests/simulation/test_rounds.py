@@ -1,6 +1,9 @@
-"""experiments.training_loop.RoundData: a round's datasets made in one traced call equal those made
-one client at a time (in-memory arrays, their validation split, TFF's test client data); client
-data whose dataset function cannot be traced is read one client at a time."""
+"""tff_conflict.simulation.rounds: client sampling by (seed, round), seeded preprocessing, and
+RoundData: a round's datasets made in one traced call equal those made one client at a time
+(in-memory arrays, their validation split, TFF's test client data); client data whose dataset
+function cannot be traced is read one client at a time."""
+
+import collections
 
 import numpy as np
 import pytest
@@ -8,9 +11,53 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiments import config as config_lib
-from experiments import training_loop
 from tests.experiments import conftest
+from tff_conflict import _checks
 from tff_conflict import data
+from tff_conflict.simulation import rounds
+
+
+def test_sample_clients_depends_only_on_seed_and_round():
+  ids = [f'c{i}' for i in range(20)]
+  a = rounds.sample_clients(ids, 5, seed=1, round_num=3)
+  assert a == rounds.sample_clients(ids, 5, seed=1, round_num=3)
+  assert len(set(a)) == 5 and a == sorted(a, key=ids.index)
+  others = {tuple(rounds.sample_clients(ids, 5, seed=s, round_num=r))
+            for s, r in [(1, 4), (2, 3), (1, 5)]}
+  assert tuple(a) not in others or len(others) > 1
+  # Round 3's sample is the same whatever was drawn before (no shared generator state).
+  rounds.sample_clients(ids, 5, seed=1, round_num=2)
+  assert rounds.sample_clients(ids, 5, seed=1, round_num=3) == a
+  for too_many in (0, 21):
+    with pytest.raises(_checks.ArgumentError,
+                       match=rf'^num_clients must be an integer in \[1, 20\], got {too_many}$'
+                       ) as refused:
+      rounds.sample_clients(ids, too_many, seed=1, round_num=3)
+    assert (refused.value.argument, refused.value.value) == ('num_clients', too_many)
+  assert rounds.sample_clients(ids, 20, seed=0, round_num=1) == ids
+  with pytest.raises(ValueError, match='num_clients'):
+    rounds.sample_clients(ids, 21, seed=0, round_num=1)
+
+
+def test_sample_frequencies_are_uniform():
+  ids = [str(i) for i in range(10)]
+  counts = collections.Counter(c for r in range(1, 2001)
+                               for c in rounds.sample_clients(ids, 3, seed=0, round_num=r))
+  # Each client is drawn with probability 3/10: 600 of 2000 rounds (std about 20).
+  assert all(abs(n - 600) < 100 for n in counts.values()), counts
+
+
+def test_preprocess_is_seeded_per_round_and_client():
+  train, _ = conftest.make_tiny_client_data(examples_per_client=40)
+  config = config_lib.LoopConfig(rounds=1, clients_per_round=1, batch_size=8,
+                                 client_epochs=2, seed=5)
+  ds = train.create_tf_dataset_for_client('c0')
+  labels = lambda d: np.concatenate([b['y'] for b in d.as_numpy_iterator()]).tolist()
+  a = labels(rounds.preprocess(ds, config, round_num=1, client_index=0))
+  assert a == labels(rounds.preprocess(ds, config, round_num=1, client_index=0))
+  assert len(a) == 80 and sorted(a) == sorted(labels(ds.batch(40)) * 2)
+  b = labels(rounds.preprocess(ds, config, round_num=2, client_index=0))
+  assert a != b
 
 
 def _elements(dataset):
@@ -43,11 +90,11 @@ def test_round_datasets_equal_one_client_at_a_time(kind, epochs, shuffle_buffer)
   train = _client_data(kind)
   config = config_lib.LoopConfig(rounds=3, clients_per_round=3, batch_size=4, seed=3,
                                  client_epochs=epochs, shuffle_buffer=shuffle_buffer)
-  make = training_loop.RoundData(train, config)
+  make = rounds.RoundData(train, config)
   for round_num, ids in ((1, train.client_ids[:3]), (2, train.client_ids[1:4]),
                          (3, train.client_ids[:1])):
-    expected = [training_loop.preprocess(train.create_tf_dataset_for_client(cid), config,
-                                      round_num=round_num, client_index=i)
+    expected = [rounds.preprocess(train.create_tf_dataset_for_client(cid), config,
+                                  round_num=round_num, client_index=i)
                 for i, cid in enumerate(ids)]
     _assert_same_datasets(make(ids, round_num), expected)
   assert make([], 1) == []
@@ -95,6 +142,6 @@ def test_client_data_that_cannot_be_traced_alike_is_read_one_client_at_a_time(wr
   train = wrapper(inner)
   config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=0)
   ids = train.client_ids[:2]
-  expected = [training_loop.preprocess(inner.create_tf_dataset_for_client(cid), config,
-                                       round_num=1, client_index=i) for i, cid in enumerate(ids)]
-  _assert_same_datasets(training_loop.RoundData(train, config)(ids, 1), expected)
+  expected = [rounds.preprocess(inner.create_tf_dataset_for_client(cid), config,
+                                round_num=1, client_index=i) for i, cid in enumerate(ids)]
+  _assert_same_datasets(rounds.RoundData(train, config)(ids, 1), expected)
