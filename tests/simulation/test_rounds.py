@@ -4,6 +4,7 @@ RoundData: a round's datasets made in one traced call equal those made one clien
 function cannot be traced is read one client at a time."""
 
 import collections
+import types
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from experiments import config as config_lib
 from tests.experiments import conftest
 from tff_conflict import _checks
 from tff_conflict import data
+from tff_conflict import learning
 from tff_conflict.simulation import rounds
 
 
@@ -58,6 +60,33 @@ def test_preprocess_is_seeded_per_round_and_client():
   assert len(a) == 80 and sorted(a) == sorted(labels(ds.batch(40)) * 2)
   b = labels(rounds.preprocess(ds, config, round_num=2, client_index=0))
   assert a != b
+
+
+def test_any_config_with_the_four_fields_preprocesses_as_a_loop_config():
+  train, _ = conftest.make_tiny_client_data(examples_per_client=40)
+  loop = config_lib.LoopConfig(rounds=1, clients_per_round=1, batch_size=8, client_epochs=2,
+                               seed=5)
+  plain = types.SimpleNamespace(shuffle_buffer=loop.shuffle_buffer, seed=5, client_epochs=2,
+                                batch_size=8)
+  ds = train.create_tf_dataset_for_client('c0')
+  _assert_same_datasets([rounds.preprocess(ds, plain, round_num=2, client_index=1)],
+                        [rounds.preprocess(ds, loop, round_num=2, client_index=1)])
+
+
+def test_a_checkpointed_state_restores_the_controls_saved_with_it():
+  assert rounds.checkpointed('state', None, 3) == 'state'
+  assert rounds.restored('state', None) == 'state'
+  saved = learning.ClientControls(['a', 'b'], 2)
+  saved.restore(collections.OrderedDict(controls=np.array([[1, 2], [3, 4]], np.float32),
+                                        participated=np.array([True, True]), version=3))
+  checkpoint = rounds.checkpointed('state', saved, 3)
+  assert list(checkpoint) == ['state', 'client_controls']
+  fresh = learning.ClientControls(['a', 'b'], 2)
+  assert rounds.restored(checkpoint, fresh) == 'state'
+  np.testing.assert_array_equal(fresh.control('b'), [3, 4])
+  assert fresh.version == 3 and fresh.has_participated('a')
+  with pytest.raises(ValueError, match='version 2 is not held'):
+    rounds.checkpointed('state', saved, 2)
 
 
 def _elements(dataset):
