@@ -25,8 +25,8 @@ from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config as experiment_config
 from experiments import flags_lib
 from experiments import experiment_lib
-from experiments import metrics_io
 from experiments import presets
+from experiments import training_loop
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import lookups
 from experiments.benchmarking import methods as methods_lib
@@ -213,7 +213,7 @@ def main(unused_argv):
         'Wall time of this command': tables.duration(wall),
         'Wall time of the benchmark (every invocation, see Time)': tables.duration(
             results.total_wall_seconds(config.root)),
-        'Git commit': metrics_io.provenance().get('git_commit') or 'unknown',
+        'Git commit': training_loop.provenance().get('git_commit') or 'unknown',
     }
     target = report_lib.write_results_md(FLAGS.results_md, config.root, header=header)
     print(f'results: {FLAGS.results_md} (data and plots in {target})')

@@ -26,7 +26,6 @@ from experiments import config
 from experiments import executors
 from experiments import experiment_lib
 from experiments import flags_lib
-from experiments import metrics_io
 from experiments import files
 from experiments import presets
 from experiments import progress as progress_lib
@@ -205,7 +204,7 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
   hparams.update(vars(experiment.hparams))  # every method's, read per run
   for name in ('algorithm', 'client_loss', 'aggregator', 'seed', 'proximal_term'):  # per run
     hparams.pop(name, None)
-  metrics_io.write_hparams(os.path.join(root, training_loop.HPARAMS_FILE), hparams)
+  training_loop.write_hparams(os.path.join(root, training_loop.HPARAMS_FILE), hparams)
   task = experiment_lib.load_task(experiment, algorithms)   # the same data for every seed
   print(f'{len(algorithms)} algorithms x {len(seeds)} seed(s) on {experiment.data.dataset}: '
         f'{len(task[0].client_ids)} clients, {experiment.training.clients_per_round} per round, '

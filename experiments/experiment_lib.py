@@ -12,10 +12,10 @@ import tensorflow as tf
 
 from experiments import config as config_lib
 from experiments import datasets
-from experiments import metrics_io
 from experiments import training_loop
 from tff_conflict import hparams as hparams_lib
 from tff_conflict import models as models_lib
+from tff_conflict.simulation import rounds as rounds_lib
 
 # Builder keyword -> flag, per algorithm, loss and aggregator (`tff_conflict.hparams`).
 ALGORITHM_HPARAMS, LOSS_HPARAMS, AGGREGATOR_HPARAMS = (
@@ -49,7 +49,7 @@ def build_optimizer(settings):
 
 def input_spec(train_data: Any, loop: config_lib.LoopConfig):
   first = train_data.create_tf_dataset_for_client(train_data.client_ids[0])
-  return training_loop.preprocess(first, loop).element_spec
+  return rounds_lib.preprocess(first, loop).element_spec
 
 
 def process_arguments(builder: Callable[..., Any], kwargs: Mapping[str, Any], *,
@@ -414,7 +414,7 @@ def check_model_for(algorithm: str, model: tf.keras.Model, name: str) -> None:
 
 def hparams_record(config: config_lib.ExperimentConfig, **extra: Any) -> dict[str, Any]:
   """hparams.csv of a run of `config`: each setting under its flag's name, `extra`, provenance."""
-  return {**config.flag_values(), **extra, **metrics_io.provenance()}
+  return {**config.flag_values(), **extra, **training_loop.provenance()}
 
 
 def run_experiment(config: config_lib.ExperimentConfig, *, task: Optional[tuple] = None,

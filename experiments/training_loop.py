@@ -1,31 +1,28 @@
-"""The run loop every run goes through: the round's client datasets, rounds, evaluation, metrics,
-checkpoints and an exact resume (docs/design.md, "Experiments")."""
+"""The run loop every run goes through, on `tff_conflict.simulation`'s parts: rounds, evaluation,
+metrics, hparams.csv, checkpoints and an exact resume (docs/design.md, "Experiments")."""
 
 import asyncio
-import collections
 import contextlib
 import csv
 import os
+import platform
 import shutil
+import subprocess
 import sys
 import time
-import weakref
 from typing import Any, Callable, Mapping, Optional, Sequence, TextIO
 
-import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
-from experiments import checkpoints as checkpoints_lib
 from experiments import interrupts
 from experiments import config as config_lib
 from experiments import files
-from experiments import metrics_io
 from experiments import progress as progress_lib
-from tff_conflict.learning import client_controls as client_controls_lib
-from tff_conflict.learning import scaffold as scaffold_lib
+from tff_conflict.simulation import checkpoints as checkpoints_lib
+from tff_conflict.simulation import metrics as metrics_lib
+from tff_conflict.simulation import rounds as rounds_lib
 
-METRICS_FILE = metrics_io.METRICS_FILE
+METRICS_FILE = metrics_lib.METRICS_FILE
 HPARAMS_FILE = 'hparams.csv'
 CHECKPOINT_DIR = 'checkpoints'
 # Hyperparameters that may change between an interrupted run and its resumption.
@@ -40,91 +37,44 @@ class ResumeError(files.Failure, ValueError):
   """An earlier run's outputs cannot be resumed as they are; the message says what to do."""
 
 
-def sample_clients(client_ids: Sequence[str], num_clients: int, *, seed: int,
-                   round_num: int) -> list[str]:
-  """`num_clients` distinct clients by `default_rng([seed, round_num])`, in `client_ids`' order."""
-  if not 1 <= num_clients <= len(client_ids):
-    raise config_lib.ConfigError('num_clients', num_clients,
-                                 f'an integer in [1, {len(client_ids)}]')
-  rng = np.random.default_rng([int(seed), int(round_num)])
-  return [client_ids[i] for i in np.sort(rng.choice(len(client_ids), num_clients, replace=False))]
+def hparam_str(value) -> str:
+  if isinstance(value, (list, tuple)):
+    return ','.join(str(v) for v in value)
+  return '' if value is None else str(value)
 
 
-def _shuffle_seed(config: config_lib.LoopConfig, round_num: int, client_index: int) -> Any:
-  """The shuffle seed of (seed, round, the client's position in the round); None: no shuffle."""
-  if config.shuffle_buffer <= 0:
-    return None
-  return int(np.random.default_rng([int(config.seed), int(round_num), int(client_index), 1])
-             .integers(0, 2**31 - 1))
+def write_hparams(path: str, hparams: Mapping[str, Any]) -> None:
+  """`hparams.csv`: a header of names and one row of values (lists comma-joined)."""
+  files.write_csv_atomically(path, list(hparams), [{k: hparam_str(v) for k, v in hparams.items()}])
 
 
-def _pipeline(dataset: tf.data.Dataset, config: config_lib.LoopConfig, seed: Any):
-  if config.shuffle_buffer > 0:
-    dataset = dataset.shuffle(config.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
-  if config.client_epochs > 1:
-    dataset = dataset.repeat(config.client_epochs)
-  return dataset.batch(config.batch_size)
+def read_hparams(path: str) -> dict[str, str]:
+  """`hparams.csv` as name -> string value."""
+  with open(path, newline='') as f:
+    rows = list(csv.DictReader(f))
+  if len(rows) != 1:
+    raise ValueError(f'{path} must hold exactly one row of values, found {len(rows)}')
+  return dict(rows[0])
 
 
-def preprocess(dataset: tf.data.Dataset, config: config_lib.LoopConfig, *, round_num: int = 0,
-               client_index: int = 0) -> tf.data.Dataset:
-  """Shuffle (seeded by seed, round and position) -> repeat `client_epochs` -> batch."""
-  return _pipeline(dataset, config, _shuffle_seed(config, round_num, client_index))
-
-
-# Traced cohort functions per client data (alive as long as it is), kept across runs.
-_COHORT_FUNCTIONS: 'weakref.WeakKeyDictionary[Any, dict[tuple, Any]]' = weakref.WeakKeyDictionary()
-
-
-class RoundData:
-  """A round's `preprocess`ed datasets, traced as one function per cohort size where possible."""
-
-  def __init__(self, train_data: Any, config: config_lib.LoopConfig):
-    self._train_data, self._config = train_data, config
+def provenance() -> dict[str, str]:
+  """`version/<package>` of Python and the packages results depend on, `git_commit` (or '')."""
+  import importlib.metadata  # pylint: disable=g-import-not-at-top
+  import tff_conflict  # pylint: disable=g-import-not-at-top
+  values = {'version/python': platform.python_version()}
+  for package in ('tensorflow', 'tensorflow-federated', 'numpy', 'absl-py', 'scikit-learn',
+                  'tensorflow-datasets'):
     try:
-      self._functions = _COHORT_FUNCTIONS.setdefault(train_data, {})
-    except TypeError:  # not weakly referenceable: traced per run
-      self._functions = {}
-    self._element_spec, self._traceable = None, True
-
-  def _trace(self, k: int):
-    dataset_fn, config, specs = self._train_data.serializable_dataset_fn, self._config, []
-
-    def make(client_ids, seeds):
-      datasets = [_pipeline(dataset_fn(client_ids[i]), config, seeds[i]) for i in range(k)]
-      specs.extend(d.element_spec for d in datasets)
-      return [tf.data.experimental.to_variant(d) for d in datasets]
-
-    signature = [tf.TensorSpec([k], tf.string), tf.TensorSpec([k], tf.int64)]
-    return tf.function(make, input_signature=signature,
-                       autograph=False).get_concrete_function(), specs
-
-  def _one_by_one(self, client_ids, round_num):
-    return [preprocess(self._train_data.create_tf_dataset_for_client(cid), self._config,
-                       round_num=round_num, client_index=i)
-            for i, cid in enumerate(client_ids)]
-
-  def __call__(self, client_ids: Sequence[str], round_num: int) -> list[tf.data.Dataset]:
-    """The datasets of `client_ids` (in this order) in round `round_num`."""
-    config, k = self._config, len(client_ids)
-    if not self._traceable or not k:
-      return self._one_by_one(client_ids, round_num)
-    if self._element_spec is None:
-      self._element_spec = self._one_by_one(client_ids[:1], round_num)[0].element_spec
-    key = (config.shuffle_buffer, config.client_epochs, config.batch_size, k)
-    if key not in self._functions:
-      try:
-        self._functions[key] = self._trace(k)
-      except Exception:  # pylint: disable=broad-except
-        self._traceable = False  # e.g. a dataset function that runs Python on the client id
-        return self._one_by_one(client_ids, round_num)
-    function, specs = self._functions[key]
-    if any(spec != self._element_spec for spec in specs):
-      self._traceable = False  # traced, the datasets would have other shapes or types
-      return self._one_by_one(client_ids, round_num)
-    seeds = [_shuffle_seed(config, round_num, i) or 0 for i in range(k)]
-    variants = function(tf.constant(list(client_ids), tf.string), tf.constant(seeds, tf.int64))
-    return [tf.data.experimental.from_variant(v, self._element_spec) for v in variants]
+      values[f'version/{package}'] = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+      values[f'version/{package}'] = 'not installed'
+  values['version/tff_conflict'], values['git_commit'] = tff_conflict.__version__, ''
+  repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with contextlib.suppress(OSError, subprocess.SubprocessError):
+    git = subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=5,
+                         check=False, cwd=repository)
+    values['git_commit'] = git.stdout.strip() if git.returncode == 0 else ''
+  return values
 
 
 def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
@@ -132,13 +82,13 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
   if not os.path.exists(path):
     return
   try:
-    stored = metrics_io.read_hparams(path)
+    stored = read_hparams(path)
   except (OSError, ValueError, csv.Error) as e:
     raise ResumeError(
         f'{path} cannot be read ({e}), so the settings of the earlier run in this directory are '
         'unknown and resuming it is refused. Use --noresume to start over, or another '
         '--experiment_name.') from None
-  current = {k: metrics_io.hparam_str(v) for k, v in hparams.items()}
+  current = {k: hparam_str(v) for k, v in hparams.items()}
   # An unread method flag is not recorded; a setting one side lacks counts as empty.
   ignored = lambda k: (k in RESUMABLE_CHANGES or k.startswith('version/')
                        or (k in config_lib.METHOD_FLAGS and k not in current))
@@ -156,7 +106,7 @@ def check_rounds(experiment_dir: str, rounds: int) -> None:
   recorded (intact metrics.csv rows, checkpoints): a rerun never cuts it."""
   metrics_path = os.path.join(experiment_dir, METRICS_FILE)
   try:
-    intact = len(metrics_io.read_metrics(metrics_path)[0]) if os.path.exists(metrics_path) else 0
+    intact = len(metrics_lib.read_metrics(metrics_path)[0]) if os.path.exists(metrics_path) else 0
   except OSError:
     intact = 0   # `_resume` names the unreadable file
   saved = checkpoints_lib.saved_versions(os.path.join(experiment_dir, CHECKPOINT_DIR))
@@ -182,8 +132,8 @@ def _short(error: Exception) -> str:
   return text if len(text) <= 160 else text[:157] + '...'
 
 
-def _resume(manager, metrics_path: str, state: Any, rounds: int, saved: Callable,
-            controls: Any, notify: Callable[[str], None]) -> tuple:
+def _resume(manager, metrics_path: str, state: Any, rounds: int, controls: Any,
+            notify: Callable[[str], None]) -> tuple:
   """(state, round, rows 1..round, columns) of the newest readable checkpoint that metrics.csv's
   intact rows cover, else (`state`, 0, [], None); each disagreement said in one line naming the
   file; `ResumeError` for an unreadable metrics.csv. Restores the controls saved with it."""
@@ -197,15 +147,15 @@ def _resume(manager, metrics_path: str, state: Any, rounds: int, saved: Callable
              'over from round 1')
     return state, 0, [], None
   try:
-    found, columns, problem = metrics_io.read_metrics(metrics_path)
+    found, columns, problem = metrics_lib.read_metrics(metrics_path)
   except OSError as e:
     raise ResumeError(f'{metrics_path} cannot be read ({e.strerror or e}); fix it, or use '
                       '--noresume to start over') from None
   intact = len(found)
   for version in reversed([v for v in versions if v <= intact]):
     try:
-      start = (asyncio.run(manager.load(version, saved(state, 0))), version, found[:version],
-               columns)
+      start = (asyncio.run(manager.load(version, rounds_lib.checkpointed(state, controls, 0))),
+               version, found[:version], columns)
       break
     except Exception as e:  # pylint: disable=broad-except
       notify(f'warning: the checkpoint {manager.path(version)} cannot be read ({_short(e)}); '
@@ -222,9 +172,8 @@ def _resume(manager, metrics_path: str, state: Any, rounds: int, saved: Callable
     notify(f'warning: {metrics_path} has rows for {_rounds(1, intact)} but {manager.root_dir} '
            'holds no checkpoint to continue from; starting over from round 1')
   loaded, done, rows, columns = start
-  if controls is not None and loaded is not None:
-    controls.restore(loaded['client_controls'])
-    loaded = loaded['state']
+  if loaded is not None:
+    loaded = rounds_lib.restored(loaded, controls)
   if done == rounds:
     notify(f'all {rounds} rounds are already done ({metrics_path})')
   elif done:
@@ -254,20 +203,20 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   def notify(text: str) -> None:
     print(f'{prefix}{text}', file=stream or sys.stdout, flush=True)
 
-  controls, saved = _controls(process, client_ids)
+  controls = rounds_lib.scaffold_controls(process, client_ids)
   metrics_path = _prepare(experiment_dir, config, hparams)
   manager = checkpoints_lib.CheckpointManager(os.path.join(experiment_dir, CHECKPOINT_DIR),
                                               keep_total=config.keep_checkpoints)
   state = runner.initialize() if initial_state is None else initial_state
   done, rows, columns = 0, [], None
   if config.resume:
-    state, done, rows, columns = _resume(manager, metrics_path, state, config.rounds, saved,
-                                         controls, notify)
+    state, done, rows, columns = _resume(manager, metrics_path, state, config.rounds, controls,
+                                         notify)
   manager.remove_after(done)
   # Rows are synced only where a rerun resumes from a checkpoint.
-  writer = metrics_io.MetricsReleaseManager(experiment_dir, rows=rows, columns=columns,
+  writer = metrics_lib.MetricsReleaseManager(experiment_dir, rows=rows, columns=columns,
                                             always=test_columns, sync=config.checkpoint_every > 0)
-  make_datasets = RoundData(train_data, config)
+  make_datasets = rounds_lib.RoundData(train_data, config)
   events = asyncio.new_event_loop()   # one for the run's releases and saves
   bar = progress_lib.Progress(config.rounds, done=done, label=label, stream=stream,
                               enabled=show_progress and done < config.rounds)
@@ -275,13 +224,13 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   try:
     for round_num in range(done + 1, config.rounds + 1):
       interrupts.raise_if_interrupted()   # a signal whose exception Python dropped in a callback
-      sampled = sample_clients(client_ids, config.clients_per_round, seed=config.seed,
-                               round_num=round_num)
+      sampled = rounds_lib.sample_clients(client_ids, config.clients_per_round,
+                                          seed=config.seed, round_num=round_num)
       datasets = make_datasets(sampled, round_num)
-      if controls is not None:
-        datasets = controls.for_cohort(sampled, datasets)
-      state, round_metrics, row, untrained = _train_round(runner, state, datasets, controls,
-                                                          sampled, round_num)
+      start_time = time.monotonic()
+      state, round_metrics = rounds_lib.train_round(runner, state, sampled, datasets,
+                                                    controls=controls, round_num=round_num)
+      row, untrained = _headline(round_metrics, time.monotonic() - start_time)
       if config.is_eval_round(round_num):
         row.update(_evaluate(evaluate_fn, _model_weights(process, runner, state), test_columns))
         accuracy = row.get('test_accuracy', accuracy)
@@ -290,7 +239,8 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
                resumed=done and round_num == done + 1, metrics_path=metrics_path)
       finished_state, finished_round = state, round_num
       if config.is_checkpoint_round(round_num):
-        events.run_until_complete(manager.save(saved(state, round_num), round_num))
+        events.run_until_complete(
+            manager.save(rounds_lib.checkpointed(state, controls, round_num), round_num))
         saved_round = round_num
       on_round()
       interrupts.raise_if_interrupted()
@@ -298,7 +248,8 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   except (KeyboardInterrupt, interrupts.OutputClosed) as e:
     if config.checkpoint_every > 0 and finished_round > saved_round:
       events.run_until_complete(
-          manager.save(saved(finished_state, finished_round), finished_round))
+          manager.save(rounds_lib.checkpointed(finished_state, controls, finished_round),
+                       finished_round))
       saved_round = finished_round
     e.args = (_interrupted_message(
         prefix, finished_round, saved_round, config.rounds, manager.root_dir,
@@ -320,11 +271,11 @@ def _prepare(experiment_dir: str, config: config_lib.LoopConfig,
     _check_hparams(hparams_path, hparams)
     check_rounds(experiment_dir, config.rounds)
   else:
-    for name in (METRICS_FILE, metrics_io.PER_CLIENT_FILE, HPARAMS_FILE):
+    for name in (METRICS_FILE, metrics_lib.PER_CLIENT_FILE, HPARAMS_FILE):
       if os.path.exists(os.path.join(experiment_dir, name)):
         os.remove(os.path.join(experiment_dir, name))
     shutil.rmtree(os.path.join(experiment_dir, CHECKPOINT_DIR), ignore_errors=True)
-  metrics_io.write_hparams(hparams_path, hparams)
+  write_hparams(hparams_path, hparams)
   return os.path.join(experiment_dir, METRICS_FILE)
 
 
@@ -336,30 +287,15 @@ def _model_weights(process: Any, runner: Any, state: Any) -> Any:
   return (getattr(runner, 'get_model_weights', None) or process.get_model_weights)(state)
 
 
-def _controls(process: Any, client_ids: Sequence[str]) -> tuple:
-  """(SCAFFOLD's client controls or None, (state, round) -> what that round's checkpoint holds)."""
-  if scaffold_lib.control_layout(process) is None:
-    return None, lambda state, round_num: state
-  controls = client_controls_lib.ClientControls.for_process(process, client_ids)
-  return controls, lambda state, round_num: collections.OrderedDict(
-      state=state, client_controls=controls.arrays(version=round_num))
-
-
-def _train_round(runner: Any, state: Any, datasets: list, controls: Any, sampled: list[str],
-                 round_num: int) -> tuple:
-  """(new state, round metrics, headline cells, whether no client trained: then no train loss)."""
-  start_time = time.monotonic()
-  output = runner.next(state, datasets)
-  round_time = time.monotonic() - start_time
-  round_metrics = (output.metrics if controls is None
-                   else controls.update(sampled, output, version=round_num))
-  flat = metrics_io.flatten_metrics(round_metrics)
-  untrained = metrics_io.trained_nothing(flat)
+def _headline(round_metrics: Any, round_time: float) -> tuple:
+  """(a round's headline cells, whether no client trained: then no train loss)."""
+  flat = metrics_lib.flatten_metrics(round_metrics)
+  untrained = metrics_lib.trained_nothing(flat)
   row = {'train_loss': None if untrained else flat.get('client_work/train/loss'),
          'train_accuracy': (None if untrained
                             else flat.get('client_work/train/sparse_categorical_accuracy')),
          'round_time_s': round_time, 'eval_time_s': None}
-  return output.state, round_metrics, row, untrained
+  return row, untrained
 
 
 def _release(events, managers: Sequence[Any], row: Mapping[str, Any], round_num: int, *,

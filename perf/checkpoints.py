@@ -1,6 +1,6 @@
-"""Cost of saving the server state every round (`experiments.checkpoints`) against a round:
-`python -m perf.checkpoints [--rounds=4] [--repeats=5]` prints a Markdown table of round, save and
-load times and checkpoint sizes, beside TFF's `FileProgramStateManager`."""
+"""Cost of saving the server state every round (`tff_conflict.simulation.checkpoints`) against a
+round: `python -m perf.checkpoints [--rounds=4] [--repeats=5]` prints a Markdown table of round,
+save and load times and checkpoint sizes, beside TFF's `FileProgramStateManager`."""
 
 import argparse
 import asyncio
@@ -13,11 +13,11 @@ import tff_conflict  # pylint: disable=unused-import  (quiet TF logs, before Ten
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from perf import workloads  # pylint: disable=g-import-not-at-top
-from experiments import checkpoints
 from experiments import config
 from experiments import experiment_lib
-from experiments import training_loop
 from tff_conflict import runtime
+from tff_conflict.simulation import checkpoints
+from tff_conflict.simulation import rounds
 
 
 def _digits_case(clients):
@@ -27,9 +27,9 @@ def _digits_case(clients):
       training=config.LoopConfig(rounds=1, clients_per_round=clients, client_epochs=2,
                                  batch_size=20))
   train, _ = experiment_lib.load_task(experiment)
-  ids = training_loop.sample_clients(train.client_ids, clients, seed=0, round_num=1)
-  data = [training_loop.preprocess(train.create_tf_dataset_for_client(c),
-                                   experiment.training, round_num=1, client_index=i)
+  ids = rounds.sample_clients(train.client_ids, clients, seed=0, round_num=1)
+  data = [rounds.preprocess(train.create_tf_dataset_for_client(c),
+                            experiment.training, round_num=1, client_index=i)
           for i, c in enumerate(ids)]
   return experiment_lib.model_of(experiment, train)[0], data
 

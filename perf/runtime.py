@@ -44,17 +44,17 @@ def digits_case(algorithm: str, num_clients: int) -> Case:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from experiments import config as experiment_config  # pylint: disable=g-import-not-at-top
   from tff_conflict import models  # pylint: disable=g-import-not-at-top
-  from experiments import training_loop  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
+  from tff_conflict.simulation import rounds  # pylint: disable=g-import-not-at-top
   train, _ = data.digits(num_clients=max(20, num_clients), alpha=0.1, seed=0)
   config = experiment_config.LoopConfig(rounds=1, clients_per_round=num_clients,
                                         client_epochs=2, batch_size=20)
   ids = train.client_ids[:num_clients]
 
   def datasets(round_num):
-    return [training_loop.preprocess(train.create_tf_dataset_for_client(cid), config,
-                                     round_num=round_num, client_index=i)
+    return [rounds.preprocess(train.create_tf_dataset_for_client(cid), config,
+                              round_num=round_num, client_index=i)
             for i, cid in enumerate(ids)]
 
   spec = datasets(0)[0].element_spec

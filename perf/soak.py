@@ -30,11 +30,12 @@ def main():
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  from tff_conflict.simulation import rounds  # pylint: disable=g-import-not-at-top
 
   train, _ = data.digits(num_clients=20, alpha=0.5, seed=0)
   config = config_lib.LoopConfig(rounds=args.rounds, clients_per_round=10, batch_size=20,
                                  seed=0, eval_every=0, checkpoint_every=0)
-  spec = training_loop.preprocess(train.create_tf_dataset_for_client('00'), config).element_spec
+  spec = rounds.preprocess(train.create_tf_dataset_for_client('00'), config).element_spec
   process = learning.ALGORITHMS[args.algorithm](
       functools.partial(models.logistic_regression, tuple(spec['x'].shape[1:]), 10,
                         seed=0), input_spec=spec,

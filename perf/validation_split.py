@@ -48,10 +48,10 @@ def main():
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_conflict import models  # pylint: disable=g-import-not-at-top
   from experiments import config as config_lib  # pylint: disable=g-import-not-at-top
-  from experiments import training_loop  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
+  from tff_conflict.simulation import rounds  # pylint: disable=g-import-not-at-top
   runtime.set_local_context()
 
   tmp = tempfile.mkdtemp(prefix='split_bench_', dir=args.dir)
@@ -63,8 +63,8 @@ def main():
              'per-example split (before)': _per_example_split(train, 0.2, 0)}
     config = config_lib.LoopConfig(rounds=args.rounds, clients_per_round=10, batch_size=20,
                                    seed=0)
-    spec = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
-                                    config).element_spec
+    spec = rounds.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
+                             config).element_spec
     process = learning.build_fedavg(
         functools.partial(models.mlp, (28, 28, 1), 62, seed=0), input_spec=spec,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.05))
@@ -74,12 +74,12 @@ def main():
           f'{args.runtime} runtime, {args.rounds} rounds of 10 clients', flush=True)
     times = {name: {'data': [], 'next': []} for name in parts}
     for round_num in range(args.rounds + 1):  # round 0 warms every path up, untimed
-      sampled = training_loop.sample_clients(train.client_ids, 10, seed=0, round_num=round_num)
+      sampled = rounds.sample_clients(train.client_ids, 10, seed=0, round_num=round_num)
       names = list(parts) if round_num % 2 else list(parts)[::-1]
       for name in names:
         start = time.perf_counter()
-        datasets = [training_loop.preprocess(parts[name].create_tf_dataset_for_client(c), config,
-                                             round_num=round_num, client_index=i)
+        datasets = [rounds.preprocess(parts[name].create_tf_dataset_for_client(c), config,
+                                      round_num=round_num, client_index=i)
                     for i, c in enumerate(sampled)]
         made = time.perf_counter()
         runner.next(state, datasets)  # the same state: every path runs the same round

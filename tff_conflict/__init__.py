@@ -8,7 +8,7 @@ from tff_conflict._quiet import quiet
 __version__ = '0.1.0'
 
 _SUBMODULES = ('runtime', 'conflict', 'aggregators', 'losses', 'learning', 'data', 'evaluation',
-               'hparams', 'models')
+               'hparams', 'models', 'simulation')
 
 # The one error of bad arguments (naming the argument and the value) and its TypeError form.
 _ERRORS = ('ArgumentError', 'ArgumentTypeError')

@@ -11,10 +11,10 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from experiments import files
-from experiments import metrics_io
 from experiments import stats
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import runs as runs_lib
+from tff_conflict.simulation import metrics as metrics_io
 
 ALPHA, POWER = 0.05, 0.8  # the level of every test, the power the seed counts aim at
 CURVES_FILE = 'validation_curves.csv'

@@ -17,11 +17,11 @@ import uuid
 from absl.testing import flagsaver
 import pytest
 
-from experiments import metrics_io
 from experiments import train
 from tests import conftest as root_conftest
 from tests.data import leaf_fixtures
 from tests.experiments import conftest
+from tff_conflict.simulation import metrics as metrics_lib
 
 # Tiny runs: a few clients of scikit-learn digits, softmax regression.
 _TINY = ('--num_clients=6', '--clients_per_round=3', '--model=logistic_regression',
@@ -154,7 +154,7 @@ def test_help_ends_without_stray_output(tmp_path, flag):
 
 
 def _rows_without_timing(path):
-  return conftest.non_timing(metrics_io.read_csv(str(path)))
+  return conftest.non_timing(metrics_lib.read_csv(str(path)))
 
 
 def test_killed_after_round_3_resumes_at_round_4_and_ends_as_an_uninterrupted_run(tmp_path):
@@ -256,7 +256,7 @@ def test_a_closed_output_pipe_ends_in_one_line_with_the_last_round_saved(tmp_pat
   finished, run_dir = int(match[1]), tmp_path / 'digits_fedavg_seed0'
   assert finished >= 2 and match[2] == str(run_dir / 'checkpoints')
   assert (run_dir / 'checkpoints' / f'round_{finished}.npz').exists()
-  assert len(metrics_io.read_csv(str(run_dir / 'metrics.csv'))) == finished
+  assert len(metrics_lib.read_csv(str(run_dir / 'metrics.csv'))) == finished
   assert conftest.workers_with_token(token) == []
 
 

@@ -15,12 +15,13 @@ import pytest
 import tensorflow_federated as tff
 
 from experiments import config as config_lib
-from experiments import metrics_io
 from experiments import experiment_lib
 from experiments import training_loop
 from tff_conflict import learning
 from tff_conflict import models
 from tff_conflict import runtime
+from tff_conflict.simulation import metrics as metrics_lib
+from tff_conflict.simulation import rounds
 
 NUM_CLIENTS, PER_ROUND, ROUNDS, SEED = 14, 10, 3, 1
 EMPTY = 'c05'  # the client with no examples
@@ -44,7 +45,7 @@ def _population():
 
 
 def _participants(round_num, ids):
-  sampled = training_loop.sample_clients(ids, PER_ROUND, seed=SEED, round_num=round_num)
+  sampled = rounds.sample_clients(ids, PER_ROUND, seed=SEED, round_num=round_num)
   return PER_ROUND - (EMPTY in sampled)
 
 
@@ -58,7 +59,7 @@ def test_a_run_over_an_empty_client_completes_and_writes_its_metrics(name, kind,
   train = _population()
   config = config_lib.LoopConfig(rounds=ROUNDS, clients_per_round=PER_ROUND, batch_size=4,
                                  seed=SEED, eval_every=0, checkpoint_every=0)
-  spec = training_loop.preprocess(train.create_tf_dataset_for_client('c00'), config).element_spec
+  spec = rounds.preprocess(train.create_tf_dataset_for_client('c00'), config).element_spec
   builder = learning.ALGORITHMS[name]
   process = builder(
       functools.partial(models.logistic_regression, (4,), 3, seed=0), input_spec=spec,
@@ -69,7 +70,7 @@ def test_a_run_over_an_empty_client_completes_and_writes_its_metrics(name, kind,
       experiment_dir=str(tmp_path), hparams={'algorithm': name}, show_progress=False,
       runner=None if kind == 'cpp' else runtime.make_runner(process, kind), stream=io.StringIO(),
       test_columns=[])
-  rows = metrics_io.read_csv(os.path.join(str(tmp_path), training_loop.METRICS_FILE))
+  rows = metrics_lib.read_csv(os.path.join(str(tmp_path), training_loop.METRICS_FILE))
   assert [int(r['round_num']) for r in rows] == list(range(1, ROUNDS + 1))
   assert len(result[0]) == ROUNDS
   participants = [_participants(r, train.client_ids) for r in range(1, ROUNDS + 1)]
@@ -80,7 +81,7 @@ def test_a_run_over_an_empty_client_completes_and_writes_its_metrics(name, kind,
       assert int(float(row['aggregator/num_participating'])) == expected
   if name == 'fed_corrective':  # one corrective weight per participant: 9, then 10, then 9
     assert [int(float(r['aggregator/corrective_weights/count'])) for r in rows] == participants
-    per_client = metrics_io.read_csv(os.path.join(str(tmp_path), metrics_io.PER_CLIENT_FILE))
+    per_client = metrics_lib.read_csv(os.path.join(str(tmp_path), metrics_lib.PER_CLIENT_FILE))
     for round_num, expected in enumerate(participants, start=1):
       values = [float(r['value']) for r in per_client if int(r['round_num']) == round_num
                 and r['name'] == 'aggregator/corrective_weights']

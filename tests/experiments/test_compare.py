@@ -6,8 +6,9 @@ from absl.testing import flagsaver
 import pytest
 
 from experiments import compare
-from experiments import metrics_io
+from experiments import training_loop
 from tests.experiments import conftest
+from tff_conflict.simulation import metrics as metrics_lib
 
 FLAGS = flags.FLAGS
 
@@ -117,7 +118,7 @@ def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd, no_tff_runtim
   assert f'plot: {root / "conflict_fraction.png"}' in out
   for name in ('summary.md', 'accuracy.png', 'conflict_fraction.png', 'hparams.csv'):
     assert (root / name).stat().st_size > 0
-  runs = {alg: metrics_io.read_csv(str(root / alg / 'seed0' / 'metrics.csv'))
+  runs = {alg: metrics_lib.read_csv(str(root / alg / 'seed0' / 'metrics.csv'))
           for alg in ('fedavg', 'fedgh')}
   assert [r['round_num'] for r in runs['fedgh']] == [1, 2]
   # Same clients per round: the same number of training examples in each round.
@@ -127,14 +128,13 @@ def test_two_algorithms_two_rounds_on_tiny_digits(tmp_path, capfd, no_tff_runtim
   # Same initial model: round 1 starts from the same weights, so the first-round training loss
   # (computed during local training of the same clients) is identical for the same client loss.
   assert runs['fedavg'][0]['train_loss'] == runs['fedgh'][0]['train_loss']
-  hparams = metrics_io.read_hparams(str(root / 'fedgh' / 'seed0' / 'hparams.csv'))
+  hparams = training_loop.read_hparams(str(root / 'fedgh' / 'seed0' / 'hparams.csv'))
   assert hparams['algorithm'] == 'fedgh' and hparams['seed'] == '0'
   assert hparams['fedgh_order'] == 'index'   # a method flag reaches the method's runs
   assert 'algorithms' not in hparams
 
 
 def test_a_rerun_with_fewer_rounds_is_refused_before_any_work(tmp_path, capfd):
-  from experiments import training_loop  # pylint: disable=g-import-not-at-top
   run_dir = tmp_path / 'cmp' / 'fedgh' / 'seed1'
   (run_dir / 'checkpoints').mkdir(parents=True)
   metrics = run_dir / 'metrics.csv'
@@ -167,8 +167,8 @@ def test_local_workers_give_the_inline_comparison(tmp_path):
     tables[executor] = [l.rsplit('|', 3)[0] for l in summary if l.startswith('| ')]   # no times
     for alg in ('fedavg', 'fedgh', 'scaffold'):
       for seed in (0, 1):
-        rows = metrics_io.read_csv(str(tmp_path / executor / 'compare_digits' / alg / f'seed{seed}'
-                                       / 'metrics.csv'))
+        rows = metrics_lib.read_csv(str(tmp_path / executor / 'compare_digits' / alg / f'seed{seed}'
+                                        / 'metrics.csv'))
         tables[executor].append([(r['round_num'], r['test_accuracy'], r['train_loss'])
                                  for r in rows])
   assert tables['local'] == tables['inline']

@@ -10,8 +10,8 @@ import pytest
 from experiments import config
 from experiments import experiment_lib
 from experiments import flags_lib
-from experiments import metrics_io
 from experiments import train  # pylint: disable=unused-import  (defines --algorithm, --seed)
+from experiments import training_loop
 import tff_conflict
 
 FLAGS = flags.FLAGS
@@ -144,7 +144,7 @@ def test_a_run_from_a_config_alone(tmp_path):
   task = experiment_lib.load_task(experiment)
   rows, _, _ = experiment_lib.run_experiment(experiment, task=task)
   assert [r['round_num'] for r in rows] == [1]
-  hparams = metrics_io.read_hparams(str(tmp_path / 'digits_fedprox_seed0' / 'hparams.csv'))
+  hparams = training_loop.read_hparams(str(tmp_path / 'digits_fedprox_seed0' / 'hparams.csv'))
   assert hparams['algorithm'] == 'fedprox' and hparams['runtime'] == 'inprocess'
   assert hparams['proximal_strength'] == '0.01' and 'version/tensorflow' in hparams
 

@@ -6,11 +6,12 @@ from absl import flags
 from absl.testing import flagsaver
 import pytest
 
-from experiments import checkpoints
 from experiments import flags_lib
-from experiments import metrics_io
 from experiments import train
+from experiments import training_loop
 from tests.experiments import conftest
+from tff_conflict.simulation import checkpoints
+from tff_conflict.simulation import metrics as metrics_lib
 
 
 @pytest.mark.parametrize('flag_values, message', [
@@ -103,9 +104,9 @@ def test_a_baseline_with_an_aggregator_on_top(tmp_path, capfd):
       client_batch_size='32', output_dir=str(tmp_path), experiment_name='nova_gh', seed='3'):
     train.main(['train'])
   assert 'fednova+fedgh on digits' in capfd.readouterr().out
-  hparams = metrics_io.read_hparams(str(tmp_path / 'nova_gh' / 'hparams.csv'))
+  hparams = training_loop.read_hparams(str(tmp_path / 'nova_gh' / 'hparams.csv'))
   assert hparams['aggregator'] == 'fedgh' and hparams['fedgh_order'] == 'index'
-  columns = metrics_io.read_metrics(str(tmp_path / 'nova_gh' / 'metrics.csv'))[1]
+  columns = metrics_lib.read_metrics(str(tmp_path / 'nova_gh' / 'metrics.csv'))[1]
   assert any(c.endswith('tau_eff') for c in columns)   # FedNova's server wrapper ran
   assert any(c.endswith('num_projections') for c in columns)   # FedGH ran inside it
 
@@ -128,9 +129,9 @@ def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
   experiment_dir = tmp_path / 'smoke'
   assert 'focal+fedgh on digits (6 clients, 3 per round, model logistic_regression)' in out
   assert str(experiment_dir / 'metrics.csv') in out
-  rows = metrics_io.read_csv(str(experiment_dir / 'metrics.csv'))
+  rows = metrics_lib.read_csv(str(experiment_dir / 'metrics.csv'))
   assert [r['round_num'] for r in rows] == [1, 2]
-  columns = metrics_io.read_metrics(str(experiment_dir / 'metrics.csv'))[1]
+  columns = metrics_lib.read_metrics(str(experiment_dir / 'metrics.csv'))[1]
   assert columns[:8] == ['round_num', 'train_loss', 'train_accuracy', 'test_accuracy',
                          'test_loss', 'test_macro_f1', 'round_time_s', 'eval_time_s']
   assert 'test_class_accuracy/9' in columns
@@ -141,7 +142,7 @@ def test_two_rounds_on_tiny_digits_with_a_composed_method(tmp_path, capfd):
   assert any(c.startswith('aggregator/') and c.endswith('norm_ratio') for c in columns)
   for row in rows:
     assert 0.0 <= row['test_accuracy'] <= 1.0 and row['train_loss'] > 0
-  hparams = metrics_io.read_hparams(str(experiment_dir / 'hparams.csv'))
+  hparams = training_loop.read_hparams(str(experiment_dir / 'hparams.csv'))
   assert hparams['seed'] == '3' and hparams['aggregator'] == 'fedgh'
   assert hparams['proximal_strength'] == '0.1' and hparams['rounds'] == '2'
   assert 'focal_gamma' in hparams and 'corrective_alpha' not in hparams  # what it reads
@@ -185,7 +186,7 @@ def test_scaffold_keeps_its_client_controls_in_the_checkpoint_and_resumes(tmp_pa
   with flagsaver.as_parsed(rounds='3', **flag_values):
     train.main(['train'])
   assert 'resuming from round 2' in capfd.readouterr().out
-  rows = metrics_io.read_csv(str(tmp_path / 'sc' / 'metrics.csv'))
+  rows = metrics_lib.read_csv(str(tmp_path / 'sc' / 'metrics.csv'))
   assert [r['round_num'] for r in rows] == [1, 2, 3]
   assert not any(c.startswith('client_controls') for c in rows[0])
 
@@ -248,7 +249,6 @@ def test_method_flag_help_reads_as_sentences():
 
 @pytest.mark.slow
 def test_a_rerun_with_fewer_rounds_keeps_the_finished_run(tmp_path, capfd):
-  from experiments import training_loop  # pylint: disable=g-import-not-at-top
   flag_values = dict(algorithm='fedgh', dataset='digits', num_clients='6', clients_per_round='3',
                      model='logistic_regression', client_batch_size='32',
                      output_dir=str(tmp_path), experiment_name='six')
@@ -264,4 +264,4 @@ def test_a_rerun_with_fewer_rounds_keeps_the_finished_run(tmp_path, capfd):
       train.main(['train'])
   assert capfd.readouterr().out == ''   # refused before the header
   assert {p: p.read_bytes() for p in sorted(run_dir.rglob('*')) if p.is_file()} == before
-  assert len(metrics_io.read_csv(str(run_dir / 'metrics.csv'))) == 6
+  assert len(metrics_lib.read_csv(str(run_dir / 'metrics.csv'))) == 6

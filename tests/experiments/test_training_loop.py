@@ -1,4 +1,4 @@
-"""The shared run loop: client sampling, resume equal to an uninterrupted run, determinism,
+"""The shared run loop: resume equal to an uninterrupted run, determinism,
 hyperparameter checks on resume; and the checkpoint manager."""
 
 import asyncio
@@ -14,41 +14,14 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from experiments import checkpoints
 from experiments import interrupts
 from experiments import config as config_lib
-from experiments import metrics_io
 from experiments import training_loop
 from tff_conflict import models
 from tests.experiments import conftest
-
-
-def test_sample_clients_depends_only_on_seed_and_round():
-  ids = [f'c{i}' for i in range(20)]
-  a = training_loop.sample_clients(ids, 5, seed=1, round_num=3)
-  assert a == training_loop.sample_clients(ids, 5, seed=1, round_num=3)
-  assert len(set(a)) == 5 and a == sorted(a, key=ids.index)
-  others = {tuple(training_loop.sample_clients(ids, 5, seed=s, round_num=r))
-            for s, r in [(1, 4), (2, 3), (1, 5)]}
-  assert tuple(a) not in others or len(others) > 1
-  # Round 3's sample is the same whatever was drawn before (no shared generator state).
-  training_loop.sample_clients(ids, 5, seed=1, round_num=2)
-  assert training_loop.sample_clients(ids, 5, seed=1, round_num=3) == a
-  for too_many in (0, 21):
-    with pytest.raises(config_lib.ConfigError) as refused:
-      training_loop.sample_clients(ids, too_many, seed=1, round_num=3)
-    assert (refused.value.argument, refused.value.value) == ('num_clients', too_many)
-  assert training_loop.sample_clients(ids, 20, seed=0, round_num=1) == ids
-  with pytest.raises(ValueError, match='num_clients'):
-    training_loop.sample_clients(ids, 21, seed=0, round_num=1)
-
-
-def test_sample_frequencies_are_uniform():
-  ids = [str(i) for i in range(10)]
-  counts = collections.Counter(c for r in range(1, 2001)
-                               for c in training_loop.sample_clients(ids, 3, seed=0, round_num=r))
-  # Each client is drawn with probability 3/10: 600 of 2000 rounds (std about 20).
-  assert all(abs(n - 600) < 100 for n in counts.values()), counts
+from tff_conflict.simulation import checkpoints
+from tff_conflict.simulation import metrics as metrics_lib
+from tff_conflict.simulation import rounds
 
 
 def test_loop_config_rounds_schedule_and_validation():
@@ -66,19 +39,6 @@ def test_loop_config_rounds_schedule_and_validation():
     config_lib.LoopConfig(rounds=1, clients_per_round=1, eval_every=-1)
 
 
-def test_preprocess_is_seeded_per_round_and_client():
-  data, _ = conftest.make_tiny_client_data(examples_per_client=40)
-  config = config_lib.LoopConfig(rounds=1, clients_per_round=1, batch_size=8,
-                                    client_epochs=2, seed=5)
-  ds = data.create_tf_dataset_for_client('c0')
-  labels = lambda d: np.concatenate([b['y'] for b in d.as_numpy_iterator()]).tolist()
-  a = labels(training_loop.preprocess(ds, config, round_num=1, client_index=0))
-  assert a == labels(training_loop.preprocess(ds, config, round_num=1, client_index=0))
-  assert len(a) == 80 and sorted(a) == sorted(labels(ds.batch(40)) * 2)
-  b = labels(training_loop.preprocess(ds, config, round_num=2, client_index=0))
-  assert a != b
-
-
 @pytest.fixture(scope='module')
 def tiny():
   """One FedGH process on tiny data, shared by the tests of this module (building is slow)."""
@@ -90,7 +50,7 @@ def _tiny_setup(seed=0):
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   train, test = conftest.make_tiny_client_data()
   config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4, seed=seed)
-  spec = training_loop.preprocess(train.create_tf_dataset_for_client('c0'), config).element_spec
+  spec = rounds.preprocess(train.create_tf_dataset_for_client('c0'), config).element_spec
   keras_model_fn = functools.partial(models.logistic_regression, (4,), 3, seed=seed)
   process = learning.build_fedgh(
       keras_model_fn, input_spec=spec,
@@ -143,7 +103,7 @@ def test_resume_after_round_2_equals_an_uninterrupted_run_and_runs_are_determini
   assert resumed[2] == 2
   assert [r['round_num'] for r in resumed[0]] == [1, 2, 3, 4]
   _assert_same_rows(full[0], resumed[0])
-  on_disk = metrics_io.read_csv(str(tmp_path / 'resumed' / 'metrics.csv'))
+  on_disk = metrics_lib.read_csv(str(tmp_path / 'resumed' / 'metrics.csv'))
   assert [r['round_num'] for r in on_disk] == [1, 2, 3, 4]  # rewritten, not duplicated
   _assert_same_rows(full[0], on_disk)
   assert any(k.startswith('aggregator/') and 'conflict_fraction_before' in k
@@ -165,7 +125,7 @@ def test_resume_refuses_other_hyperparameters_and_noresume_starts_over(tmp_path,
   fresh = _run(process, train, evaluate_fn, tmp_path, 1, resume=False,
                hparams={'lr': 0.2, 'rounds': 1})
   assert fresh[2] == 0 and len(fresh[0]) == 1
-  assert metrics_io.read_hparams(str(tmp_path / 'hparams.csv'))['lr'] == '0.2'
+  assert training_loop.read_hparams(str(tmp_path / 'hparams.csv'))['lr'] == '0.2'
   assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [1]
 
 
@@ -242,7 +202,7 @@ def test_a_varying_cohort_keeps_metrics_columns_and_writes_every_client_value(tm
       (10, 9.0), (9, 16.0), (10, 27.0), (9, 32.0)]
   assert [r[f'{name}/mean'] for r in result[0]] == pytest.approx([4.5, 8.0, 13.5, 16.0])
   assert not any(c.startswith(f'{name}/') and c.split('/')[-1].isdigit() for c in result[0][0])
-  per_client = metrics_io.read_csv(str(tmp_path / 'run' / 'per_client.csv'))
+  per_client = metrics_lib.read_csv(str(tmp_path / 'run' / 'per_client.csv'))
   assert [(r['round_num'], r['client_index'], r['value']) for r in per_client] == [
       (r, i, float(i * r)) for r in range(1, 5) for i in range(10 if r % 2 else 9)]
   assert {r['name'] for r in per_client} == {name}
@@ -261,8 +221,8 @@ def test_a_varying_cohort_run_resumed_after_round_3_equals_the_uninterrupted_run
   resumed = _varying_run(tmp_path / 'cut', 4, eval_every=1)
   assert resumed[2] == 3
   _assert_same_rows(full[0], resumed[0])
-  assert (metrics_io.read_csv(str(tmp_path / 'full' / 'per_client.csv'))
-          == metrics_io.read_csv(str(tmp_path / 'cut' / 'per_client.csv')))
+  assert (metrics_lib.read_csv(str(tmp_path / 'full' / 'per_client.csv'))
+          == metrics_lib.read_csv(str(tmp_path / 'cut' / 'per_client.csv')))
 
 
 @pytest.fixture(scope='module')
@@ -293,7 +253,7 @@ def test_a_truncated_metrics_file_resumes_from_the_checkpoint_its_intact_rows_co
       'resuming from round 2: running rounds 3-4 of 4'], lines
   assert resumed[2] == 2
   _assert_same_rows(full_run, resumed[0])
-  _assert_same_rows(full_run, metrics_io.read_csv(str(metrics)))
+  _assert_same_rows(full_run, metrics_lib.read_csv(str(metrics)))
 
 
 def test_a_missing_metrics_file_starts_over(tmp_path, tiny, full_run):
@@ -306,7 +266,7 @@ def test_a_missing_metrics_file_starts_over(tmp_path, tiny, full_run):
       f'warning: {metrics} is missing but {tmp_path / "checkpoints"} holds the state after round '
       '3; the metrics of those rounds exist nowhere else, so the run starts over from round 1\n')
   assert resumed[2] == 0
-  _assert_same_rows(full_run, metrics_io.read_csv(str(metrics)))
+  _assert_same_rows(full_run, metrics_lib.read_csv(str(metrics)))
 
 
 def test_rows_missing_for_saved_rounds_are_recomputed(tmp_path, tiny, full_run):
@@ -462,7 +422,7 @@ def tiny_scaffold():
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   _, train, evaluate_fn = _tiny_setup()
   config = config_lib.LoopConfig(rounds=1, clients_per_round=2, batch_size=4)
-  spec = training_loop.preprocess(train.create_tf_dataset_for_client('c0'), config).element_spec
+  spec = rounds.preprocess(train.create_tf_dataset_for_client('c0'), config).element_spec
   process = learning.build_scaffold(
       functools.partial(models.logistic_regression, (4,), 3, seed=0), input_spec=spec,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
@@ -529,10 +489,18 @@ def test_scaffold_resumed_or_interrupted_equals_the_uninterrupted_run(tmp_path, 
     np.testing.assert_array_equal(a, b)
 
 
+def test_hparams_round_trip(tmp_path):
+  path = str(tmp_path / 'hparams.csv')
+  training_loop.write_hparams(path, {'rounds': 3, 'workers': ['a:1', 'b:2'], 'cache_dir': None,
+                                     'lr': 0.1})
+  assert training_loop.read_hparams(path) == {'rounds': '3', 'workers': 'a:1,b:2',
+                                              'cache_dir': '', 'lr': '0.1'}
+
+
 def test_resume_ignores_method_flags_the_run_no_longer_records(tmp_path):
   path = str(tmp_path / 'hparams.csv')
-  metrics_io.write_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',
-                                  'focal_gamma': 0.5})   # an earlier version recorded every flag
+  training_loop.write_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',
+                                     'focal_gamma': 0.5})   # an earlier version recorded every flag
   training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random'})  # pylint: disable=protected-access
   with pytest.raises(training_loop.ResumeError, match='fedgh_order'):
     training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'index'})  # pylint: disable=protected-access
@@ -590,7 +558,7 @@ def test_a_round_in_which_no_client_trained_has_no_training_loss(tmp_path):
       test_columns=('test_accuracy',), stream=out)[0]
   assert [(r['train_loss'], r['train_accuracy']) for r in rows] == [
       (0.5, 0.7), (None, None), (0.5, 0.7)]
-  on_disk = metrics_io.read_csv(str(tmp_path / 'metrics.csv'))
+  on_disk = metrics_lib.read_csv(str(tmp_path / 'metrics.csv'))
   assert [r['train_loss'] for r in on_disk] == [0.5, None, 0.5]
   lines = [line for line in out.getvalue().splitlines() if 'test_accuracy' in line]
   assert any('train_loss n/a' in line for line in lines), out.getvalue()

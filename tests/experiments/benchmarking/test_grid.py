@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from experiments import metrics_io
 from experiments import config as experiment_config
 from experiments import executors
 from experiments import training_loop
@@ -24,6 +23,8 @@ from experiments.benchmarking import runs
 from experiments.benchmarking import search
 from tff_conflict import models
 from tests.experiments import conftest
+from tff_conflict.simulation import metrics as metrics_lib
+from tff_conflict.simulation import rounds
 
 
 class GuardedClientData(tff.simulation.datasets.ClientData):
@@ -126,17 +127,17 @@ def test_tuning_never_reads_the_test_split(tiny):
   spec = plan.report_specs(plan.make(config), outcome['choices'])[0]
   tuned_dir = os.path.join(config.root, 'tuning', 'digits_C2_6', 'E1', 'fedavg')
   candidate = sorted(os.listdir(tuned_dir))[0]
-  rows = metrics_io.read_csv(os.path.join(tuned_dir, candidate, 'seed7', 'metrics.csv'))
+  rows = metrics_lib.read_csv(os.path.join(tuned_dir, candidate, 'seed7', 'metrics.csv'))
   assert 'val_accuracy' in rows[0] and not any(k.startswith('test') for k in rows[0])
   assert spec.client_lr == outcome['choices'][0]['client_lr']
   # The chosen candidates' validation curves, one row per method and tuning seed, as their runs
   # recorded them.
-  curves = metrics_io.read_csv(os.path.join(config.root, 'validation_curves.csv'))
+  curves = metrics_lib.read_csv(os.path.join(config.root, 'validation_curves.csv'))
   assert [(r['method'], r['seed']) for r in curves] == [('fedavg', 7), ('fedgh', 7)]
   for row, choice in zip(curves, outcome['choices']):
     assert row['candidate'] == search.candidate_name(
         dict(client_lr=choice['client_lr'], server_lr=choice['server_lr']))
-    chosen = metrics_io.read_csv(os.path.join(
+    chosen = metrics_lib.read_csv(os.path.join(
         config.root, 'tuning', 'digits_C2_6', 'E1', row['method'],
         runs.slug(row['candidate']), 'seed7', 'metrics.csv'))
     assert runs.decode_curve(row['accuracy_curve']) == pytest.approx(
@@ -152,7 +153,7 @@ def test_one_process_per_method_and_the_same_start_per_seed(tiny):
       (g, m, s) for g in config.regimes for m in config.methods for s in (0, 1)}
   first_loss = {}
   for r in rows:
-    metrics = metrics_io.read_csv(os.path.join(
+    metrics = metrics_lib.read_csv(os.path.join(
         runs.report_run_dir(config.root, r['regime'], 1, r['method'], r['seed']), 'metrics.csv'))
     first_loss[(r['regime'], r['method'], r['seed'])] = metrics[0]['train_loss']
   for regime in config.regimes:
@@ -222,7 +223,7 @@ def test_tuning_csv_has_every_candidates_score_at_every_rung(tmp_path):
     except StopIteration as e:
       choices.append(e.value)
   grid._write_tuning(made, str(tmp_path), choices)
-  rows = metrics_io.read_csv(os.path.join(tmp_path, 'tuning.csv'))
+  rows = metrics_lib.read_csv(os.path.join(tmp_path, 'tuning.csv'))
   assert [(r['method'], r['rounds']) for r in rows] == [
       (m, n) for m in ('fedavg', 'fedgh') for n in (3, 3, 3, 9, 9, 9, 9)]
   assert all(np.isfinite(r['validation_score']) for r in rows)
@@ -268,13 +269,13 @@ def test_a_reused_process_runs_as_a_fresh_one(tmp_path):
   engine.run(first)  # builds the process with the first run's seed and learning rates
   engine.run(target)
   assert engine.num_processes == 1
-  reused = metrics_io.read_csv(os.path.join(target.directory(config.root), 'metrics.csv'))
+  reused = metrics_lib.read_csv(os.path.join(target.directory(config.root), 'metrics.csv'))
 
   train, test = engine.data('digits:#C=2@6', 1)
   loop = experiment_config.LoopConfig(rounds=2, clients_per_round=3, batch_size=32, seed=1,
                                       checkpoint_every=0)
-  spec = training_loop.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
-                                  loop).element_spec
+  spec = rounds.preprocess(train.create_tf_dataset_for_client(train.client_ids[0]),
+                           loop).element_spec
   process = learning.build_fedgh(
       functools.partial(models.logistic_regression, (8, 8, 1), 10, seed=1),
       input_spec=spec,

@@ -1,5 +1,5 @@
-"""experiments.checkpoints: a tff.program.ProgramStateManager; exact round trip, atomic saves,
-checked loads, versions kept."""
+"""tff_conflict.simulation.checkpoints: a tff.program.ProgramStateManager; exact round trip,
+atomic saves, checked loads, versions kept."""
 
 import asyncio
 import collections
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from experiments import checkpoints
-from experiments import files
+from tff_conflict.simulation import _files
+from tff_conflict.simulation import checkpoints
 
 
 def _state(scale=1.0):
@@ -120,14 +120,14 @@ class _FullDisk:
 def test_a_full_disk_fails_the_save_once_and_leaves_nothing_behind(tmp_path, monkeypatch, room):
   manager = checkpoints.CheckpointManager(str(tmp_path))
   asyncio.run(manager.save(_state(), 1))
-  atomic_open = files.atomic_open
+  atomic_open = _files.atomic_open
 
   @contextlib.contextmanager
   def full(path, mode='w', **kwargs):
     with atomic_open(path, mode, **kwargs) as f:
       yield _FullDisk(f, room)
 
-  monkeypatch.setattr(files, 'atomic_open', full)
+  monkeypatch.setattr(_files, 'atomic_open', full)
   ignored = []   # what Python would print as 'Exception ignored in ...' (ZipFile.__del__)
   monkeypatch.setattr(sys, 'unraisablehook', ignored.append)
   with pytest.raises(OSError) as info:

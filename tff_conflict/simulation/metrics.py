@@ -1,20 +1,18 @@
-"""Results on disk: `metrics.csv` and `per_client.csv` keyed by `round_num`, and `hparams.csv`
-(layout and guarantees: docs/design.md, "Results on disk")."""
+"""Round metrics on disk: `metrics.csv` and `per_client.csv` keyed by `round_num`, written by a
+`tff.program.ReleaseManager` and read back up to the first damaged row (docs/design.md, "Results
+on disk")."""
 
 import collections
-import contextlib
 import csv
 import io
 import math
 import os
-import platform
-import subprocess
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow_federated as tff
 
-from experiments import files
+from tff_conflict.simulation import _files
 
 METRICS_FILE = 'metrics.csv'
 PER_CLIENT_FILE = 'per_client.csv'
@@ -141,10 +139,10 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
     self._columns = None
     if self._rows:
       self._columns = list(columns) if columns is not None else list(self._rows[0])
-    files.write_csv_atomically(self.metrics_path, self._columns or [ROUND_COLUMN], self._rows)
+    _files.write_csv_atomically(self.metrics_path, self._columns or [ROUND_COLUMN], self._rows)
     self._per_client = _per_client_rows(self.per_client_path, len(self._rows))
     if self._per_client or os.path.exists(self.per_client_path):
-      files.write_csv_atomically(self.per_client_path, PER_CLIENT_COLUMNS, self._per_client)
+      _files.write_csv_atomically(self.per_client_path, PER_CLIENT_COLUMNS, self._per_client)
 
   @property
   def rows(self) -> list[dict[str, Any]]:
@@ -153,9 +151,9 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
   def _add(self, path, columns, rows, new, rewrite) -> None:
     rows.extend(new)
     if rewrite or not os.path.exists(path):
-      files.write_csv_atomically(path, columns, rows)
+      _files.write_csv_atomically(path, columns, rows)
     else:  # the new lines only: a round's cost does not grow with the round number
-      files.append_csv_rows(path, columns, new, sync=self._sync)
+      _files.append_csv_rows(path, columns, new, sync=self._sync)
 
   async def release(self, value: Any, key: int) -> None:
     """`ValueError` for a round not after the last one or other columns than the file's."""
@@ -183,43 +181,3 @@ class MetricsReleaseManager(tff.program.ReleaseManager):
     if new:
       self._add(self.per_client_path, PER_CLIENT_COLUMNS, self._per_client, new,
                 not self._per_client)
-
-
-def hparam_str(value) -> str:
-  if isinstance(value, (list, tuple)):
-    return ','.join(str(v) for v in value)
-  return '' if value is None else str(value)
-
-
-def write_hparams(path: str, hparams: Mapping[str, Any]) -> None:
-  """`hparams.csv`: a header of names and one row of values (lists comma-joined)."""
-  files.write_csv_atomically(path, list(hparams), [{k: hparam_str(v) for k, v in hparams.items()}])
-
-
-def read_hparams(path: str) -> dict[str, str]:
-  """`hparams.csv` as name -> string value."""
-  with open(path, newline='') as f:
-    rows = list(csv.DictReader(f))
-  if len(rows) != 1:
-    raise ValueError(f'{path} must hold exactly one row of values, found {len(rows)}')
-  return dict(rows[0])
-
-
-def provenance() -> dict[str, str]:
-  """`version/<package>` of Python and the packages results depend on, `git_commit` (or '')."""
-  import importlib.metadata  # pylint: disable=g-import-not-at-top
-  import tff_conflict  # pylint: disable=g-import-not-at-top
-  values = {'version/python': platform.python_version()}
-  for package in ('tensorflow', 'tensorflow-federated', 'numpy', 'absl-py', 'scikit-learn',
-                  'tensorflow-datasets'):
-    try:
-      values[f'version/{package}'] = importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-      values[f'version/{package}'] = 'not installed'
-  values['version/tff_conflict'], values['git_commit'] = tff_conflict.__version__, ''
-  repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  with contextlib.suppress(OSError, subprocess.SubprocessError):
-    git = subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=5,
-                         check=False, cwd=repository)
-    values['git_commit'] = git.stdout.strip() if git.returncode == 0 else ''
-  return values

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow_federated as tff
 import tree
 
-from experiments import files
+from tff_conflict.simulation import _files
 
 _PREFIX = 'round_'
 _VERSION = re.compile(rf'^{_PREFIX}(\d+)\.npz$')
@@ -37,7 +37,7 @@ class CheckpointManager(tff.program.ProgramStateManager):
   def __init__(self, root_dir: str, keep_total: int = 3):
     self.root_dir, self._keep_total = root_dir, int(keep_total)
     os.makedirs(root_dir, exist_ok=True)
-    files.remove_temporaries(root_dir, _PREFIX)
+    _files.remove_temporaries(root_dir, _PREFIX)
 
   def versions(self) -> list[int]:
     return saved_versions(self.root_dir)
@@ -57,7 +57,7 @@ class CheckpointManager(tff.program.ProgramStateManager):
                        'Python objects')
     arrays = {_FORMAT_KEY: np.int64(_FORMAT), **{f'leaf_{i}': x for i, x in enumerate(leaves)}}
     # np.savez's layout, but the archive is closed even when a write fails (a full disk).
-    with files.atomic_open(self.path(version), 'wb') as f, zipfile.ZipFile(f, 'w') as archive:
+    with _files.atomic_open(self.path(version), 'wb') as f, zipfile.ZipFile(f, 'w') as archive:
       for name, array in arrays.items():
         with archive.open(f'{name}.npy', 'w', force_zip64=True) as member:
           np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
