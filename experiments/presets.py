@@ -14,8 +14,9 @@ DIAGNOSIS_METHODS = ('fedavg', 'fedga', 'fedld', 'fedmgc', 'fed_corrective', 'fe
 
 # The real-data comparison: the five methods, the baselines, FedGH on each baseline (`fedgh` is
 # FedGH on FedAvg) and the compositions of the methods' halves with FedGH.
-# Shakespeare by speaker at a CPU's size: the first 100 roles, 64 training windows each at most.
-SHAKESPEARE_REGIME = 'leaf_shakespeare:natural(max=64)@100'
+# Shakespeare by speaker at a CPU's size: the first 100 roles, 64 training windows each at most,
+# 150 test windows each at most (10,230 in all: one evaluation's sampling error under 0.005).
+SHAKESPEARE_REGIME = 'leaf_shakespeare:natural(max=64,test=150)@100'
 
 REAL_DATA_METHODS = (
     'fedavg,fedprox,fednova,scaffold,feddecorr,fedgh,fedprox+fedgh,fednova+fedgh,scaffold+fedgh,'
@@ -104,39 +105,36 @@ BENCHMARK = {
         description='The results preset (`--preset=results`, docs/experiments.md): the seeds\' '
         'baselines, every method at its defaults and the compositions of the methods\' halves '
         'with FedGH, 10 reporting seeds, one tuning seed, 50 rounds, E = 1.'),
-    # Rounds from pilots (docs/experiments.md, "Real data"): where FedAvg's tuned validation
-    # accuracy first gains less than 0.02 from one 50-round window to the next.
+    # Rounds from each regime's pilot (docs/results/pilots/horizons.md, `tools.pilot_horizon`):
+    # FedAvg tuned on the regime itself for 300 rounds; the first 50-round window of validation
+    # accuracy gaining less than 0.02 over the one before ends the horizon, the dataset's the
+    # longest of its regimes'.
     'real_data': dict(
-        _TUNED, regimes=f'fashion_mnist:dir(0.1)@100,fashion_mnist:#C=2@100,{SHAKESPEARE_REGIME}',
+        _TUNED, regimes=f'fashion_mnist:dir(0.1)@100,fashion_mnist:#C=2@100,{SHAKESPEARE_REGIME},'
+        'digits:dir(0.1)',
         methods=REAL_DATA_METHODS, epochs=['1'], report_seeds=_SEEDS,
-        tuning_seeds=['100', '101', '102'], rounds=150, clients_per_round=10,
+        tuning_seeds=['100', '101', '102'], rounds=200, clients_per_round=10,
         client_batch_size=20, tune_server_lr=True, tuning_strategy='product',
         tuning_schedule='halving', tune_method_grids=False, tuning_edge_steps=3,
+        tune_each_regime=True, tuning_last_k=20,
         client_lr_grid=['0.03', '0.1', '0.3'], server_lr_grid=['0.5', '1', '2'],
-        dataset_settings='leaf_shakespeare.rounds=200,leaf_shakespeare.client_lr_grid=0.3/1/3',
+        dataset_settings='leaf_shakespeare.client_lr_grid=0.3/1/3,digits.rounds=150',
         plateau_window=50, plateau_tolerance=0.02,
-        tuning_regimes='fashion_mnist:fashion_mnist:dir(0.1)@100,'
-        f'leaf_shakespeare:{SHAKESPEARE_REGIME}',
-        models='fashion_mnist:small_mlp,leaf_shakespeare:shakespeare_gru',
-        detect='fashion_mnist:0.02,leaf_shakespeare:0.02',
+        models='fashion_mnist:small_mlp,leaf_shakespeare:shakespeare_gru,digits:mlp',
         primary_statistic='last_k_accuracy', experiment_name='real_data',
         primary_regimes=f'fashion_mnist:dir(0.1)@100,fashion_mnist:#C=2@100,{SHAKESPEARE_REGIME}',
         description='The real-data preset (`--preset=real_data --leaf_dir=DIR`, '
         'docs/experiments.md, "Real data"): Fashion-MNIST over 100 clients, 10 a round, under two '
         'label skews; Shakespeare by speaker, the first 100 roles (by id) of '
-        '`tools/shakespeare_leaf.py`\'s LEAF JSON, each capped at 64 training windows; the five '
+        '`tools/shakespeare_leaf.py`\'s LEAF JSON, each capped at 64 training windows and 150 '
+        'test windows; the digits sanity regime outside the primary family; the five '
         'methods, the baselines, FedGH on each baseline (`fedgh` is FedGH on FedAvg) and the '
         'compositions of the methods\' halves with FedGH; every method, the baselines included, '
-        'searched on the same client lr x server lr product (3 tuning seeds, successive '
-        'halving) at its authors\' values; E = 1; 10 reporting seeds (8 and 9 left '
-        'Shakespeare\'s Holm-level detectable difference at 0.022 and 0.0204). Rounds from '
-        'pilots run before the grid, FedAvg tuned for 300 rounds on the tuning regime; the '
-        'rule, the first 50-round window of validation accuracy within 0.02 of the one before: '
-        'Fashion-MNIST 150 rounds (50-round means 0.692, '
-        '0.787, 0.806, 0.812, 0.823, 0.822; 0.806 against 0.787), Shakespeare 200 (client lr 1 '
-        'of 1, 3, 10 at server lr 1, one tuning seed: 0.191, 0.266, 0.306, 0.326, 0.340, 0.351; '
-        '0.326 against 0.306). The digits sanity regime is the `results` preset\'s '
-        '(docs/results/digits/).'),
+        'searched on the same client lr x server lr product on each regime\'s own validation '
+        'split (3 tuning seeds, successive halving, 2 finalists at full length, edge extension) '
+        'at its authors\' values; E = 1; the primary statistic the mean test accuracy of the '
+        'last 20 rounds; 10 reporting seeds, each drawing its own partition; rounds from each '
+        'regime\'s pilot (docs/results/pilots/horizons.md).'),
     'diagnosis': dict(
         _TUNED, regimes='digits:dir(0.1),digits:#C=2,synthetic(1,1)',
         methods=','.join(DIAGNOSIS_METHODS), epochs=['1'], report_seeds=_SEEDS, rounds=50,

@@ -120,6 +120,7 @@ def run_benchmark(config: config_lib.BenchmarkConfig, *,
                   command: str = '') -> dict[str, Any]:
   """Runs the benchmark and writes, besides the runs' directories (`runs/`, `tuning/`):
     config.json            the settings, and under `plan` the plan (`Plan.description`)
+    family.json            the primary family, named before any run (`results.family_members`)
     runs.csv               one row per finished reporting run (`runs.RUN_COLUMNS`)
     tuning.csv             one row per tuning candidate: its validation score and whether it won
     tuning_choices.json    each (dataset, E, method)'s choice (`search.search`)
@@ -197,8 +198,10 @@ def _prepare(config, plan, engine, stream) -> None:
     except ValueError as e:
       raise experiment_config.ConfigError('methods', spec.method, reason=(
           f'cannot be built on {spec.dataset} with model {spec.model}: {e}')) from None
-  files.write_json_atomically(os.path.join(root, 'config.json'),
-                              dict(config_lib.as_dict(config), plan=plan.description))
+  recorded = dict(config_lib.as_dict(config), plan=plan.description)
+  files.write_json_atomically(os.path.join(root, 'config.json'), recorded)
+  files.write_json_atomically(os.path.join(root, results_lib.FAMILY_FILE),
+                              results_lib.family_members(config_lib.flat_settings(recorded)))
   runs = plan.description['runs']
   rounds = {s.rounds for s in plan.datasets.values()}
   rounds = (str(rounds.pop()) if len(rounds) == 1

@@ -235,6 +235,23 @@ def compared_methods(rows, config: Mapping[str, Any]) -> list[str]:
   return [m for m in orders(rows, config)[1] if m not in pool]
 
 
+FAMILY_FILE = 'family.json'
+
+
+def family_members(config: Mapping[str, Any]) -> dict[str, Any]:
+  """family.json, the primary family named before the runs from the config alone: every
+  (regime, E, method, reference) `family` may test (an identical pair is left out when it
+  runs), the statistic, the level, the margin and the detectable difference aimed at."""
+  methods = [{'method': m, 'regime': r} for m in config['methods'] for r in config['regimes']]
+  rows = [dict(m, epochs=e) for m in methods for e in config['epochs']]
+  return {'statistic': statistic_label(primary_statistic(config), config), 'alpha': ALPHA,
+          'margin': margin(config), 'detect': {d: detect_for(d, config) for d in sorted(
+              {r.split(':')[0].split('(')[0] for r in primary_regimes(config)})},
+          'members': [[r, e, m, against] for r in primary_regimes(config)
+                      for e in config['epochs'] for m in compared_methods(rows, config)
+                      for against in references(config)]}
+
+
 def window_statistic(row: Mapping[str, Any], back: int, last_k: int) -> Optional[float]:
   """The mean counted test accuracy of the `last_k` evaluated rounds `back` windows before the
   last (0: the primary statistic's); None for a short curve or a non-finite value."""

@@ -500,7 +500,7 @@ def test_a_stopped_benchmark_says_what_it_keeps_in_its_own_words(tmp_path, monke
 
 def test_a_presets_grids_are_dropped_with_notune_and_given_ones_refused():
   config = _paper_config('real_data', leaf_dir='/data/shakespeare', tune='false')
-  assert config.dataset_settings == {'leaf_shakespeare': {'rounds': 200}}
+  assert config.dataset_settings == {'leaf_shakespeare': {}, 'digits': {'rounds': 150}}
   with flagsaver.as_parsed(regimes='digits:iid', methods='fedavg', tune='false',
                            dataset_settings='digits.client_lr_grid=0.1/0.3'):
     with conftest.flag_error(re.escape('--dataset_settings must be an entry of rounds with '
@@ -516,17 +516,23 @@ def test_the_best_of_baselines_default_reaches_the_config_as_names():
                        best_of='fedavg,scaffold').best_of == ('fedavg', 'scaffold')
 
 
-def test_real_data_runs_shakespeare_at_its_own_rounds_and_rates_in_the_family():
+def test_real_data_tunes_each_regime_on_itself_at_its_pilots_rounds():
   config = _paper_config('real_data', leaf_dir='/data/shakespeare')
+  assert presets.SHAKESPEARE_REGIME == 'leaf_shakespeare:natural(max=64,test=150)@100'
   assert config.primary_regimes == ('fashion_mnist:dir(0.1)@100', 'fashion_mnist:#C=2@100',
                                     presets.SHAKESPEARE_REGIME)
-  assert config.regimes == config.primary_regimes
-  assert config.dataset_settings == {'leaf_shakespeare': {'rounds': 200,
-                                                          'client_lr_grid': (0.3, 1.0, 3.0)}}
-  shakespeare = plan.make(config).datasets['leaf_shakespeare']
-  assert (shakespeare.rounds, config.loop.rounds) == (200, 150)
+  assert config.regimes == config.primary_regimes + ('digits:dir(0.1)',)   # sanity: outside
+  assert config.dataset_settings == {'leaf_shakespeare': {'client_lr_grid': (0.3, 1.0, 3.0)},
+                                     'digits': {'rounds': 150}}
+  made = plan.make(config)
+  assert {d: s.rounds for d, s in made.datasets.items()} == {
+      'fashion_mnist': 200, 'leaf_shakespeare': 200, 'digits': 150}
+  assert all(s.tuned_on == {r: r for r in s.regimes} for s in made.datasets.values())
+  shakespeare = made.datasets['leaf_shakespeare']
   assert shakespeare.client_lr_grid == (0.3, 1.0, 3.0)
   assert shakespeare.server_lr_grid == config.server_lr_grid == (0.5, 1.0, 2.0)
+  assert (config.last_k, config.primary_statistic) == (20, 'last_k_accuracy')
+  assert config.vary_partition and config.edge_steps == 3
   assert len(config.tuning_seeds) == 3 and len(config.report_seeds) == 10
 
 

@@ -58,3 +58,24 @@ def test_main_writes_markdown_and_refuses_bad_input_in_one_line(tmp_path, capsys
   assert pilot_horizon.main([str(tmp_path / 'p'), '--window=0']) == 1
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 2 and all(line.startswith('pilot_horizon: ') for line in err)
+
+
+def test_the_committed_pilots_give_the_real_data_presets_rounds():
+  """docs/results/pilots/horizons.md is the tool's output on the committed pilots, and each
+  dataset of `--preset=real_data` runs the longest horizon of its regimes' pilots."""
+  from experiments import presets  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarking import plan  # pylint: disable=g-import-not-at-top
+  from tests.experiments import test_benchmark  # pylint: disable=g-import-not-at-top
+  root = os.path.join(os.path.dirname(__file__), '..', '..', 'docs', 'results', 'pilots')
+  pilots = [pilot_horizon.pilot(os.path.join(root, name), 50, 0.02)
+            for name in ('fmnist_dir', 'fmnist_c2', 'shakespeare', 'digits')]
+  with open(os.path.join(root, 'horizons.md'), encoding='utf-8') as f:
+    assert f.read() == pilot_horizon.markdown(pilots, 50, 0.02)
+  config = test_benchmark._paper_config('real_data', leaf_dir='/data/shakespeare')  # pylint: disable=protected-access
+  made = plan.make(config)
+  assert {p['regime'] for p in pilots} == set(config.regimes)
+  for dataset, settings in made.datasets.items():
+    horizons = [p[split]['horizon'] for p in pilots if p['regime'] in settings.regimes
+                for split in ('validation', 'test')]
+    assert settings.rounds == max(horizons), (dataset, horizons)
+  assert presets.BENCHMARK['real_data']['plateau_window'] == 50

@@ -4,6 +4,7 @@ same run as a freshly built one."""
 
 import functools
 import io
+import json
 import os
 import re
 
@@ -243,6 +244,9 @@ def test_a_refused_rerun_leaves_the_record_byte_identical(tiny, monkeypatch):
   config, loader, _ = tiny
   before = _record(config.root)
   assert before['config.json'] is not None and before['runs.csv'] is not None
+  with open(os.path.join(config.root, results.FAMILY_FILE)) as f:   # named before the runs
+    assert json.load(f) == json.loads(json.dumps(results.family_members(
+        config_lib.flat_settings(json.loads(before['config.json'])))))
   changed = _config(config.output.output_dir,
                     loop=experiment_config.LoopConfig(rounds=2, clients_per_round=3,
                                                       batch_size=10))

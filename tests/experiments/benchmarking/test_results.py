@@ -211,6 +211,21 @@ def test_the_primary_family_is_every_method_against_both_references_in_its_regim
   assert not results.significant(baseline._replace(p_value=0.0))
 
 
+def test_the_family_file_names_every_member_the_family_tests_before_any_run():
+  rows, config = _with_baselines()
+  named = results.family_members(config)
+  members = {tuple(m) for m in named['members']}
+  assert set(results.family(rows, config)) <= members
+  # Named from the config alone: every compared method against every reference, in every
+  # primary regime and E, whether or not it ran.
+  references = results.references(config)
+  assert len(members) == len(results.primary_regimes(config)) * len(config['epochs']) * len(
+      [m for m in config['methods'] if m not in references]) * len(references)
+  assert (named['alpha'], named['margin'], named['detect']) == (
+      results.ALPHA, results.margin(config), {'digits': results.detect_for('digits', config)})
+  assert named['statistic'] == 'mean accuracy, last 5 rounds'
+
+
 def test_a_window_before_the_last_is_read_from_the_curve_diverged_rounds_at_chance():
   row = {'accuracy_curve': runs.encode_curve([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]),
          'diverged_round': None, 'chance_accuracy': 0.1}
