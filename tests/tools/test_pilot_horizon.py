@@ -79,3 +79,18 @@ def test_the_committed_pilots_give_the_real_data_presets_rounds():
                 for split in ('validation', 'test')]
     assert settings.rounds == max(horizons), (dataset, horizons)
   assert presets.BENCHMARK['real_data']['plateau_window'] == 50
+
+
+def test_benchmarks_md_states_the_pilots_costs_as_their_timing_files():
+  root = os.path.join(os.path.dirname(__file__), '..', '..')
+  with open(os.path.join(root, 'BENCHMARKS.md'), encoding='utf-8') as f:
+    text = f.read()
+  for name in ('fmnist_dir', 'fmnist_c2', 'shakespeare', 'digits'):
+    pilot = os.path.join(root, 'docs', 'results', 'pilots', name)
+    with open(os.path.join(pilot, 'timing.json'), encoding='utf-8') as f:
+      timing = json.load(f)[-1]
+    with open(os.path.join(pilot, 'tuning_choices.json'), encoding='utf-8') as f:
+      regime = json.load(f)[0]['regime']
+    cells = [f'{round(timing[k]):,} s' for k in ('wall_seconds', 'tuning_seconds',
+                                                 'reporting_seconds')]
+    assert f"| `{regime}` | {' | '.join(cells)} | {timing['runs_done']} |" in text, name
