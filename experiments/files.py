@@ -1,4 +1,4 @@
-"""Atomic file writes (`tff_conflict.simulation._files`: a reader sees the old file or the new one,
+"""Atomic file writes (`tff_conflict._files`: a reader sees the old file or the new one,
 never half of one), and one writer per experiment directory (`one_writer`)."""
 
 import contextlib
@@ -11,9 +11,9 @@ import sys
 from typing import Any, Callable, Iterator, Optional
 
 # The writes the library shares with the binaries, from one place.
-from tff_conflict.simulation._files import atomic_open
-from tff_conflict.simulation._files import csv_cell
-from tff_conflict.simulation._files import write_csv_atomically
+from tff_conflict._files import atomic_open
+from tff_conflict._files import csv_cell
+from tff_conflict._files import write_csv_atomically
 
 # errno of a write refused by the disk itself: full, over quota, read-only.
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})

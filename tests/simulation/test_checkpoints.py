@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_conflict.simulation import _files
+from tff_conflict import _files
 from tff_conflict.simulation import checkpoints
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_conflict.simulation import _files
+from tff_conflict import _files
 from tff_conflict.simulation import metrics as metrics_lib
 
 

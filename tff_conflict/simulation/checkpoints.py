@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow_federated as tff
 import tree
 
-from tff_conflict.simulation import _files
+from tff_conflict import _files
 
 _PREFIX = 'round_'
 _VERSION = re.compile(rf'^{_PREFIX}(\d+)\.npz$')

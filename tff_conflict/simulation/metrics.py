@@ -12,7 +12,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_conflict.simulation import _files
+from tff_conflict import _files
 
 METRICS_FILE = 'metrics.csv'
 PER_CLIENT_FILE = 'per_client.csv'
