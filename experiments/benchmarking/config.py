@@ -208,6 +208,9 @@ class BenchmarkConfig:
       'its choice serving all the dataset\'s regimes (e.g. digits:dir(0.1),synthetic(1,1), or '
       'DATASET:REGIME). Default: its registry entry\'s split (tff_conflict.data.registry, at the '
       'grid\'s population if any), else its first regime.')
+  family_methods: tuple = setting((), parse=_parse_names, help='The methods the primary family '
+                                  'compares with the baselines (default: every method but '
+                                  'them); the others are reported with intervals, untested.')
   tune_each_regime: bool = setting(False, check=_M.BOOL, help='Tune every method on each '
                                    'reporting regime\'s own validation split, each regime '
                                    'reported at its own choice (instead of --tuning_regimes).')
@@ -292,6 +295,10 @@ class BenchmarkConfig:
         'primary_regimes', r, self.datasets).name for r in self.primary_regimes if r))
     for name in self.primary_regimes:
       _M.one_of(names)('primary_regimes', name)
+    compared = [m for m in method_names if m != self.baseline and m not in self.best_of]
+    object.__setattr__(self, 'family_methods', tuple(m for m in self.family_methods if m))
+    for name in self.family_methods:
+      _M.one_of(compared)('family_methods', name)
     must('empty with --tune_each_regime (each regime is tuned on itself)', lambda v: not (
         v and self.tune_each_regime))('tuning_regimes', dict(self.tuning_regimes))
     must(f'disjoint from --report_seeds {list(self.report_seeds)}', lambda v: not (

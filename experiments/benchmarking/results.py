@@ -230,9 +230,11 @@ def primary_regimes(config: Mapping[str, Any]) -> list[str]:
 
 
 def compared_methods(rows, config: Mapping[str, Any]) -> list[str]:
-  """The methods the primary family compares: all but the baseline and `best_of`."""
+  """The methods the primary family compares: `family_methods` if named, else all but the
+  baseline and `best_of`; the others are reported with intervals and no test."""
   pool = set(config.get('best_of') or config_lib.BASELINES) | {config['baseline']}
-  return [m for m in orders(rows, config)[1] if m not in pool]
+  named = config.get('family_methods') or ()
+  return [m for m in orders(rows, config)[1] if m not in pool and (not named or m in named)]
 
 
 FAMILY_FILE = 'family.json'

@@ -313,8 +313,16 @@ def protocol_section(config, rows) -> str:
 
 def family_description(rows, config) -> str:
   """The primary family in words: size, regimes, methods, references, `against_every`."""
+  named, methods = config.get('family_methods'), results.compared_methods(rows, config)
+  outside = [m for m in results.orders(rows, config)[1] if m not in methods
+             and m != config['baseline'] and m not in results.references(config)]
   return text('family', size=results.family_size(results.family(rows, config)),
-              methods=len(results.compared_methods(rows, config)), baseline=config['baseline'],
+              which=(f'methods named for it ({", ".join(methods)})' if named
+                     else 'methods that are not baselines'),
+              moved=(f'. Outside it, to keep each comparison\'s detectable difference within '
+                     f'reach of the seeds, {", ".join(outside)}: their intervals are shown, '
+                     'untested' if named and outside else ''),
+              methods=len(methods), baseline=config['baseline'],
               others=', '.join(results.references(config)[1:]) or 'none',
               regimes=', '.join(f'`{r}`' for r in results.primary_regimes(config)),
               level=results.holm_level(rows, config))

@@ -19,6 +19,7 @@ from experiments import benchmark
 from experiments import cli
 from experiments import interrupts
 from experiments import presets
+from experiments import stats
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import plan
 from experiments.benchmarking import runs
@@ -532,6 +533,11 @@ def test_real_data_tunes_each_regime_on_itself_at_its_pilots_rounds():
   assert shakespeare.client_lr_grid == (0.3, 1.0, 3.0)
   assert shakespeare.server_lr_grid == config.server_lr_grid == (0.5, 1.0, 2.0)
   assert (config.last_k, config.primary_statistic) == (20, 'last_k_accuracy')
+  assert config.family_methods == ('fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective')
+  # docs/experiments.md: the paired sd that detects 0.02 at 10 seeds, 180 members or 75.
+  for members, sd in ((180, 0.009), (75, 0.010)):
+    found = stats.minimal_detectable_difference(sd, 10, alpha=0.05 / members, power=0.8)
+    assert 0.0195 <= found <= 0.0205, (members, found)
   assert config.vary_partition and config.edge_steps == 3
   assert len(config.tuning_seeds) == 3 and len(config.report_seeds) == 10
 

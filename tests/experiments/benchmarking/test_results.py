@@ -226,6 +226,28 @@ def test_the_family_file_names_every_member_the_family_tests_before_any_run():
   assert named['statistic'] == 'mean accuracy, last 5 rounds'
 
 
+def test_family_methods_keep_the_others_out_of_the_family_untested():
+  from experiments.benchmarking import tables  # pylint: disable=g-import-not-at-top
+  rows, config = _with_baselines()
+  named = dict(config, family_methods=['fedld'])
+  family = results.family(rows, named)
+  assert sorted(family) == [('digits:#C=2', 1, 'fedld', b) for b in ('fedavg', 'scaffold')]
+  # Holm over the smaller family: each p-value adjusted over 2 members, not 4.
+  whole = results.family(rows, config)
+  raw = {k: d.p_value for k, d in whole.items()}
+  assert results.holm_level(rows, named) == pytest.approx(results.ALPHA / 2)
+  assert family[('digits:#C=2', 1, 'fedld', 'fedavg')].p_value <= raw[
+      ('digits:#C=2', 1, 'fedld', 'fedavg')]
+  found = results.comparisons(rows, named)
+  outside = found[('digits:#C=2', 1, 'fedgh')]
+  assert not results.tested(outside) and results.verdict(outside, 0.01) == results.NOT_TESTED
+  assert {tuple(m) for m in results.family_members(named)['members']} == {
+      ('digits:#C=2', e, 'fedld', b) for e in (1, 5) for b in results.references(named)}
+  said = tables.family_description(rows, named)
+  assert 'the 1 methods named for it (fedld)' in said and 'Outside it' in said and 'fedgh' in said
+  assert 'methods that are not baselines' in tables.family_description(rows, config)
+
+
 def test_a_window_before_the_last_is_read_from_the_curve_diverged_rounds_at_chance():
   row = {'accuracy_curve': runs.encode_curve([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]),
          'diverged_round': None, 'chance_accuracy': 0.1}
