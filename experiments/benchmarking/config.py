@@ -181,6 +181,9 @@ class BenchmarkConfig:
       BASELINES, parse=_parse_names, help='The baselines whose best by validation score (of those '
       'that ran) is the primary family\'s second reference beside --baseline; every other method '
       'is compared with both.')
+  family_methods: tuple = setting((), parse=_parse_names, help='The methods the primary family '
+                                  'compares with the baselines (default: every method but '
+                                  'them); the others are reported with intervals, untested.')
   primary_regimes: tuple = setting(
       (), parse=_parse_names, help='The regimes of the primary family, named before the runs '
       '(default: every regime); the others\' differences are reported without a test.')
@@ -208,9 +211,6 @@ class BenchmarkConfig:
       'its choice serving all the dataset\'s regimes (e.g. digits:dir(0.1),synthetic(1,1), or '
       'DATASET:REGIME). Default: its registry entry\'s split (tff_conflict.data.registry, at the '
       'grid\'s population if any), else its first regime.')
-  family_methods: tuple = setting((), parse=_parse_names, help='The methods the primary family '
-                                  'compares with the baselines (default: every method but '
-                                  'them); the others are reported with intervals, untested.')
   tune_each_regime: bool = setting(False, check=_M.BOOL, help='Tune every method on each '
                                    'reporting regime\'s own validation split, each regime '
                                    'reported at its own choice (instead of --tuning_regimes).')

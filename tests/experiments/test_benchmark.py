@@ -22,6 +22,7 @@ from experiments import presets
 from experiments import stats
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import plan
+from experiments.benchmarking import results
 from experiments.benchmarking import runs
 from tests.experiments import conftest
 
@@ -534,6 +535,11 @@ def test_real_data_tunes_each_regime_on_itself_at_its_pilots_rounds():
   assert shakespeare.server_lr_grid == config.server_lr_grid == (0.5, 1.0, 2.0)
   assert (config.last_k, config.primary_statistic) == (20, 'last_k_accuracy')
   assert config.family_methods == ('fedgh', 'fedmgc', 'fedga', 'fedld', 'fed_corrective')
+  # config.json records it where the report reads it: family.json names 5 x 5 x 3 members.
+  recorded = config_lib.flat_settings(dict(config_lib.as_dict(config),
+                                           plan=made.description))
+  assert recorded['family_methods'] == list(config.family_methods)
+  assert len(results.family_members(recorded)['members']) == 75
   # docs/experiments.md: the paired sd that detects 0.02 at 10 seeds, 180 members or 75.
   for members, sd in ((180, 0.009), (75, 0.010)):
     found = stats.minimal_detectable_difference(sd, 10, alpha=0.05 / members, power=0.8)
