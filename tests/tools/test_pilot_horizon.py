@@ -94,3 +94,18 @@ def test_benchmarks_md_states_the_pilots_costs_as_their_timing_files():
     cells = [f'{round(timing[k]):,} s' for k in ('wall_seconds', 'tuning_seconds',
                                                  'reporting_seconds')]
     assert f"| `{regime}` | {' | '.join(cells)} | {timing['runs_done']} |" in text, name
+
+
+def test_the_docs_test_split_sizes_are_the_pilots_regimes_json():
+  root = os.path.join(os.path.dirname(__file__), '..', '..')
+  sizes = {}
+  for name in ('fmnist_dir', 'fmnist_c2', 'shakespeare'):
+    with open(os.path.join(root, 'docs', 'results', 'pilots', name, 'regimes.json')) as f:
+      for entry in json.load(f):
+        sizes[entry['regime'].split(':')[0]] = entry['test_examples']
+  assert sizes == {'fashion_mnist': 10000, 'leaf_shakespeare': 10230}
+  with open(os.path.join(root, 'docs', 'experiments.md'), encoding='utf-8') as f:
+    text = ' '.join(f.read().split())
+  assert (f'hold {sizes["fashion_mnist"]:,} images (Fashion-MNIST) and '
+          f'{sizes["leaf_shakespeare"]:,} windows (Shakespeare)') in text
+  assert f'`max=64,test=150` have {sizes["leaf_shakespeare"]:,} test windows' in text
