@@ -28,7 +28,7 @@ from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import files
 from experiments import presets
-from experiments import progress as progress_lib
+from tff_conflict.simulation import progress as progress_lib
 from experiments import stats
 from experiments import training_loop
 from experiments.benchmarking import config as bench_config

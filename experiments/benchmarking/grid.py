@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, TextIO
 
 from experiments import config as experiment_config
 from experiments import files
-from experiments import progress as progress_lib
+from tff_conflict.simulation import progress as progress_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
 from experiments.benchmarking import plan as plan_lib

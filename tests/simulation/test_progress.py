@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from experiments import progress
+from tff_conflict.simulation import progress
 
 
 class _FakeClock:
