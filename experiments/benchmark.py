@@ -26,7 +26,7 @@ from experiments import config as experiment_config
 from experiments import flags_lib
 from experiments import experiment_lib
 from experiments import presets
-from experiments import training_loop
+from tff_conflict.simulation import training_loop
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import lookups
 from experiments.benchmarking import methods as methods_lib

@@ -30,7 +30,7 @@ from experiments import files
 from experiments import presets
 from tff_conflict.simulation import progress as progress_lib
 from experiments import stats
-from experiments import training_loop
+from tff_conflict.simulation import training_loop
 from experiments.benchmarking import config as bench_config
 from experiments.benchmarking import plots as plotting
 from experiments.benchmarking import runs as runs_lib

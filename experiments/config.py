@@ -251,8 +251,8 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
-  """The run loop's settings (`experiments.training_loop`); `seed` also seeds the model and
-  randomized aggregators."""
+  """The run loop's settings (`tff_conflict.simulation.training_loop`); `seed` also seeds the
+  model and randomized aggregators."""
   rounds: int = setting(check=at_least(1), help='Federated rounds.')
   clients_per_round: int = setting(check=at_least(1), help='Clients sampled per round without '
                                    'replacement (the sample of round r depends only on --seed '

@@ -10,17 +10,14 @@ import os
 import sys
 from typing import Any, Callable, Iterator, Optional
 
-# The writes the library shares with the binaries, from one place.
+# The errors and writes the library shares with the binaries, from one place.
+from tff_conflict._checks import Failure
 from tff_conflict._files import atomic_open
 from tff_conflict._files import csv_cell
 from tff_conflict._files import write_csv_atomically
 
 # errno of a write refused by the disk itself: full, over quota, read-only.
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
-
-
-class Failure(Exception):
-  """A user-fixable error that is not a flag's value: printed as one line, exit status 1."""
 
 
 def write_text_atomically(path: str, text: str) -> None:

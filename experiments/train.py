@@ -20,7 +20,7 @@ from experiments import config
 from experiments import experiment_lib
 from experiments import files
 from experiments import flags_lib
-from experiments import training_loop
+from tff_conflict.simulation import training_loop
 
 FLAGS = flags.FLAGS
 

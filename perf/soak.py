@@ -26,7 +26,7 @@ def main():
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_conflict import models  # pylint: disable=g-import-not-at-top
   from experiments import config as config_lib  # pylint: disable=g-import-not-at-top
-  from experiments import training_loop  # pylint: disable=g-import-not-at-top
+  from tff_conflict.simulation import training_loop  # pylint: disable=g-import-not-at-top
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
   from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top

@@ -1,6 +1,6 @@
-"""The library's one error of bad arguments, `ArgumentError` (naming the argument and the value),
-and the checks of Python scalars: each returns the value normalized or raises it (booleans are
-never numbers)."""
+"""The library's errors a user fixes: `ArgumentError` (a bad argument, named with its value) and
+`Failure` (anything else, e.g. a run's outputs); the checks of Python scalars: each returns the
+value normalized or raises `ArgumentError` (booleans are never numbers)."""
 
 import math
 import numbers
@@ -39,6 +39,10 @@ class ArgumentError(ValueError):
 
 class ArgumentTypeError(ArgumentError, TypeError):
   """An `ArgumentError` whose value has the wrong type (also a `TypeError`)."""
+
+
+class Failure(Exception):
+  """A user-fixable error that is not an argument's value (a binary prints it, exit status 1)."""
 
 
 def one_of(choices: Sequence[Any]) -> str:

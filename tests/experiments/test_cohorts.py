@@ -16,7 +16,7 @@ import tensorflow_federated as tff
 
 from experiments import config as config_lib
 from experiments import experiment_lib
-from experiments import training_loop
+from tff_conflict.simulation import training_loop
 from tff_conflict import learning
 from tff_conflict import models
 from tff_conflict import runtime

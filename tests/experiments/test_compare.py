@@ -6,7 +6,7 @@ from absl.testing import flagsaver
 import pytest
 
 from experiments import compare
-from experiments import training_loop
+from tff_conflict.simulation import training_loop
 from tests.experiments import conftest
 from tff_conflict.simulation import metrics as metrics_lib
 

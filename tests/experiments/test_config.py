@@ -11,7 +11,7 @@ from experiments import config
 from experiments import experiment_lib
 from experiments import flags_lib
 from experiments import train  # pylint: disable=unused-import  (defines --algorithm, --seed)
-from experiments import training_loop
+from tff_conflict.simulation import training_loop
 import tff_conflict
 
 FLAGS = flags.FLAGS

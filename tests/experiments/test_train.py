@@ -8,7 +8,7 @@ import pytest
 
 from experiments import flags_lib
 from experiments import train
-from experiments import training_loop
+from tff_conflict.simulation import training_loop
 from tests.experiments import conftest
 from tff_conflict.simulation import checkpoints
 from tff_conflict.simulation import metrics as metrics_lib

@@ -14,7 +14,7 @@ import tensorflow_federated as tff
 
 from experiments import config as experiment_config
 from experiments import executors
-from experiments import training_loop
+from tff_conflict.simulation import training_loop
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib
 from experiments.benchmarking import grid

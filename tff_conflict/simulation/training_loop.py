@@ -1,5 +1,6 @@
-"""The run loop every run goes through, on `tff_conflict.simulation`'s parts: rounds, evaluation,
-metrics, hparams.csv, checkpoints and an exact resume (docs/design.md, "Experiments")."""
+"""The run loop (TFF's `tff.simulation.run_training_process`, here with an exact resume): rounds,
+evaluation, metrics.csv, hparams.csv and checkpoints of a process in a directory; a rerun with the
+same hparams continues it (docs/design.md, "Experiments")."""
 
 import asyncio
 import contextlib
@@ -10,16 +11,15 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence, TextIO
+from typing import Any, Callable, Collection, Mapping, Optional, Sequence, TextIO
 
 import tensorflow_federated as tff
 
-from experiments import interrupts
-from experiments import config as config_lib
-from experiments import files
-from experiments import progress as progress_lib
+from tff_conflict import _checks
+from tff_conflict import _files
 from tff_conflict.simulation import checkpoints as checkpoints_lib
 from tff_conflict.simulation import metrics as metrics_lib
+from tff_conflict.simulation import progress as progress_lib
 from tff_conflict.simulation import rounds as rounds_lib
 
 METRICS_FILE = metrics_lib.METRICS_FILE
@@ -33,7 +33,7 @@ RESUMABLE_CHANGES = frozenset({
 TEST_COLUMNS = ('test_accuracy', 'test_loss', 'test_macro_f1')
 
 
-class ResumeError(files.Failure, ValueError):
+class ResumeError(_checks.Failure, ValueError):
   """An earlier run's outputs cannot be resumed as they are; the message says what to do."""
 
 
@@ -45,7 +45,7 @@ def hparam_str(value) -> str:
 
 def write_hparams(path: str, hparams: Mapping[str, Any]) -> None:
   """`hparams.csv`: a header of names and one row of values (lists comma-joined)."""
-  files.write_csv_atomically(path, list(hparams), [{k: hparam_str(v) for k, v in hparams.items()}])
+  _files.write_csv_atomically(path, list(hparams), [{k: hparam_str(v) for k, v in hparams.items()}])
 
 
 def read_hparams(path: str) -> dict[str, str]:
@@ -69,7 +69,7 @@ def provenance() -> dict[str, str]:
     except importlib.metadata.PackageNotFoundError:
       values[f'version/{package}'] = 'not installed'
   values['version/tff_conflict'], values['git_commit'] = tff_conflict.__version__, ''
-  repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  repository = os.path.dirname(os.path.abspath(tff_conflict.__file__))   # git looks upward
   with contextlib.suppress(OSError, subprocess.SubprocessError):
     git = subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True, timeout=5,
                          check=False, cwd=repository)
@@ -77,8 +77,9 @@ def provenance() -> dict[str, str]:
   return values
 
 
-def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
-  """Refuses to resume a run whose stored hyperparameters differ from `hparams`."""
+def _check_hparams(path: str, hparams: Mapping[str, Any], optional: Collection[str] = ()) -> None:
+  """Refuses to resume a run whose stored hyperparameters differ from `hparams` (one of `optional`
+  that `hparams` leaves out is not compared)."""
   if not os.path.exists(path):
     return
   try:
@@ -89,9 +90,9 @@ def _check_hparams(path: str, hparams: Mapping[str, Any]) -> None:
         'unknown and resuming it is refused. Use --noresume to start over, or another '
         '--experiment_name.') from None
   current = {k: hparam_str(v) for k, v in hparams.items()}
-  # An unread method flag is not recorded; a setting one side lacks counts as empty.
+  # A setting one side lacks counts as empty.
   ignored = lambda k: (k in RESUMABLE_CHANGES or k.startswith('version/')
-                       or (k in config_lib.METHOD_FLAGS and k not in current))
+                       or (k in optional and k not in current))
   diffs = sorted(k for k in set(stored) | set(current)
                  if not ignored(k) and stored.get(k, '') != current.get(k, ''))
   if diffs:
@@ -182,29 +183,35 @@ def _resume(manager, metrics_path: str, state: Any, rounds: int, controls: Any,
 
 
 def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], Mapping],
-                 config: config_lib.LoopConfig, experiment_dir: str, hparams: Mapping[str, Any],
+                 config: Any, experiment_dir: str, hparams: Mapping[str, Any],
                  runner: Any = None, initial_state: Any = None, label: str = '',
                  show_progress: bool = True, stream: Optional[TextIO] = None,
                  test_columns: Sequence[str] = TEST_COLUMNS,
                  on_round: Callable[[], None] = lambda: None,
-                 release_managers: Sequence[tff.program.ReleaseManager] = ()) -> tuple:
+                 release_managers: Sequence[tff.program.ReleaseManager] = (),
+                 optional_hparams: Collection[str] = (),
+                 check_interrupt: Callable[[], None] = lambda: None,
+                 output_closed: tuple[type[BaseException], ...] = ()) -> tuple:
   """Runs rounds 1..config.rounds of `process` (through `runner`, from `initial_state`; defaults:
   the process, `runner.initialize()`), or the rest of the run in `experiment_dir` with the same
   `hparams`; returns (metrics rows of rounds 1..rounds, final state, round resumed from).
+  `config`: the binaries' `LoopConfig` or any object with its attributes and `is_*_round` methods.
   `evaluate_fn`: weights -> metrics among `test_columns`; `release_managers` get each row after
-  metrics.csv. Ctrl-C or SIGTERM saves the last finished round, re-raises saying how to resume."""
+  metrics.csv. Ctrl-C, SIGTERM (`check_interrupt()` raises one Python dropped) or an error of
+  `output_closed` saves the last finished round and re-raises saying how to resume.
+  `ArgumentError` for more clients per round than `train_data` has."""
   runner = process if runner is None else runner
   client_ids = list(train_data.client_ids)
   if config.clients_per_round > len(client_ids):
-    raise config_lib.ConfigError('clients_per_round', config.clients_per_round,
-                                 f'at most the population of {len(client_ids)} clients')
+    raise _checks.ArgumentError.must_be('clients_per_round', config.clients_per_round,
+                                        f'at most the population of {len(client_ids)} clients')
   prefix = f'{label}: ' if label else ''
 
   def notify(text: str) -> None:
     print(f'{prefix}{text}', file=stream or sys.stdout, flush=True)
 
   controls = rounds_lib.scaffold_controls(process, client_ids)
-  metrics_path = _prepare(experiment_dir, config, hparams)
+  metrics_path = _prepare(experiment_dir, config, hparams, optional_hparams)
   manager = checkpoints_lib.CheckpointManager(os.path.join(experiment_dir, CHECKPOINT_DIR),
                                               keep_total=config.keep_checkpoints)
   state = runner.initialize() if initial_state is None else initial_state
@@ -223,7 +230,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   finished_state, finished_round, saved_round, accuracy = state, done, done, None
   try:
     for round_num in range(done + 1, config.rounds + 1):
-      interrupts.raise_if_interrupted()   # a signal whose exception Python dropped in a callback
+      check_interrupt()   # a signal whose exception Python dropped in a callback
       sampled = rounds_lib.sample_clients(client_ids, config.clients_per_round,
                                           seed=config.seed, round_num=round_num)
       datasets = make_datasets(sampled, round_num)
@@ -243,9 +250,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
             manager.save(rounds_lib.checkpointed(state, controls, round_num), round_num))
         saved_round = round_num
       on_round()
-      interrupts.raise_if_interrupted()
+      check_interrupt()
       bar.tick(postfix=_postfix(accuracy, row['train_loss'], untrained))
-  except (KeyboardInterrupt, interrupts.OutputClosed) as e:
+  except (KeyboardInterrupt, *output_closed) as e:
     if config.checkpoint_every > 0 and finished_round > saved_round:
       events.run_until_complete(
           manager.save(rounds_lib.checkpointed(finished_state, controls, finished_round),
@@ -253,22 +260,22 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
       saved_round = finished_round
     e.args = (_interrupted_message(
         prefix, finished_round, saved_round, config.rounds, manager.root_dir,
-        'standard output closed' if isinstance(e, interrupts.OutputClosed) else 'interrupted'),)
+        'standard output closed' if isinstance(e, output_closed) else 'interrupted'),)
     raise
   finally:
     events.close()
-    with contextlib.suppress(interrupts.OutputClosed):   # nothing more is shown then
+    with contextlib.suppress(*output_closed):   # nothing more is shown then
       bar.close()
   return writer.rows, state, done
 
 
-def _prepare(experiment_dir: str, config: config_lib.LoopConfig,
-             hparams: Mapping[str, Any]) -> str:
+def _prepare(experiment_dir: str, config: Any, hparams: Mapping[str, Any],
+             optional_hparams: Collection[str]) -> str:
   """Checks a resumed run (or clears its outputs), writes hparams.csv; returns metrics.csv."""
   os.makedirs(experiment_dir, exist_ok=True)
   hparams_path = os.path.join(experiment_dir, HPARAMS_FILE)
   if config.resume:
-    _check_hparams(hparams_path, hparams)
+    _check_hparams(hparams_path, hparams, optional_hparams)
     check_rounds(experiment_dir, config.rounds)
   else:
     for name in (METRICS_FILE, metrics_lib.PER_CLIENT_FILE, HPARAMS_FILE):

@@ -16,12 +16,15 @@ import tensorflow_federated as tff
 
 from experiments import interrupts
 from experiments import config as config_lib
-from experiments import training_loop
+from tff_conflict import _checks
 from tff_conflict import models
 from tests.experiments import conftest
 from tff_conflict.simulation import checkpoints
 from tff_conflict.simulation import metrics as metrics_lib
 from tff_conflict.simulation import rounds
+from tff_conflict.simulation import training_loop
+
+no_tff_runtime = conftest.no_tff_runtime   # the experiments' fixture, for the in-process run
 
 
 def test_loop_config_rounds_schedule_and_validation():
@@ -66,14 +69,14 @@ def _tiny_setup(seed=0):
 
 
 def _run(process, train, evaluate_fn, experiment_dir, rounds, *, resume=True, hparams=None,
-         checkpoint_every=2, seed=0, runner=None, stream=None):
+         checkpoint_every=2, seed=0, runner=None, stream=None, **loop_kwargs):
   config = config_lib.LoopConfig(rounds=rounds, clients_per_round=2, batch_size=4,
                                  client_epochs=2, seed=seed, eval_every=2,
                                  checkpoint_every=checkpoint_every, resume=resume)
   return training_loop.run_training(
       process, train_data=train, evaluate_fn=evaluate_fn, config=config,
       experiment_dir=str(experiment_dir), hparams=hparams or {'lr': 0.1, 'rounds': rounds},
-      show_progress=False, runner=runner, stream=stream or io.StringIO())
+      show_progress=False, runner=runner, stream=stream or io.StringIO(), **loop_kwargs)
 
 
 def _assert_same_rows(a, b):
@@ -132,7 +135,7 @@ def test_resume_refuses_other_hyperparameters_and_noresume_starts_over(tmp_path,
 def test_clients_per_round_larger_than_population(tmp_path, tiny):
   process, train, evaluate_fn = tiny
   config = config_lib.LoopConfig(rounds=1, clients_per_round=5)
-  with pytest.raises(config_lib.ConfigError,
+  with pytest.raises(_checks.ArgumentError,
                      match='clients_per_round must be at most the population of 4 clients, got 5'):
     training_loop.run_training(process, train_data=train, evaluate_fn=evaluate_fn,
                                config=config, experiment_dir=str(tmp_path), hparams={},
@@ -321,11 +324,12 @@ def test_a_finished_run_says_so(tmp_path, tiny):
 
 
 class _InterruptedRunner:
-  """Runs `process`, but raises KeyboardInterrupt (Ctrl-C) in its `at_round`-th round."""
+  """Runs `process`, but raises `error` (default: Ctrl-C's) in its `at_round`-th round."""
 
-  def __init__(self, process, at_round):
+  def __init__(self, process, at_round, error=KeyboardInterrupt):
     self._process = process
     self._at_round = at_round
+    self._error = error
     self._rounds = 0
 
   def initialize(self):
@@ -334,8 +338,18 @@ class _InterruptedRunner:
   def next(self, state, data):
     self._rounds += 1
     if self._rounds == self._at_round:
-      raise KeyboardInterrupt()
+      raise self._error()
     return self._process.next(state, data)
+
+
+def test_an_error_of_output_closed_stops_the_run_as_ctrl_c_does(tmp_path, tiny):
+  process, train, evaluate_fn = tiny
+  runner = _InterruptedRunner(process, at_round=2, error=interrupts.OutputClosed)
+  with pytest.raises(interrupts.OutputClosed, match='^standard output closed after round 1 of 3; '
+                     'the state after round 1 is saved'):
+    _run(process, train, evaluate_fn, tmp_path, 3, runner=runner,
+         output_closed=(interrupts.OutputClosed,))
+  assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [1]
 
 
 def test_ctrl_c_saves_the_last_finished_round_and_the_rerun_resumes_from_it(
@@ -378,7 +392,8 @@ def test_a_sigterm_whose_exception_python_dropped_still_stops_the_run(
   monkeypatch.setattr(interrupts, '_received', [])
   with pytest.raises(interrupts.Terminated) as info:
     _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=2,
-         runner=_DroppedSigtermRunner(process, at_round=2))
+         runner=_DroppedSigtermRunner(process, at_round=2),
+         check_interrupt=interrupts.raise_if_interrupted)
   assert str(info.value).startswith('interrupted after round 2 of 4; the state after round 2 '
                                     'is saved')
   assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [2]
@@ -501,12 +516,15 @@ def test_resume_ignores_method_flags_the_run_no_longer_records(tmp_path):
   path = str(tmp_path / 'hparams.csv')
   training_loop.write_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',
                                      'focal_gamma': 0.5})   # an earlier version recorded every flag
-  training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random'})  # pylint: disable=protected-access
+  check = functools.partial(training_loop._check_hparams, path)  # pylint: disable=protected-access
+  check({'algorithm': 'fedgh', 'fedgh_order': 'random'}, config_lib.METHOD_FLAGS)
+  with pytest.raises(training_loop.ResumeError, match='focal_gamma'):   # not optional: compared
+    check({'algorithm': 'fedgh', 'fedgh_order': 'random'})
   with pytest.raises(training_loop.ResumeError, match='fedgh_order'):
-    training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'index'})  # pylint: disable=protected-access
+    check({'algorithm': 'fedgh', 'fedgh_order': 'index'}, config_lib.METHOD_FLAGS)
   with pytest.raises(training_loop.ResumeError, match='proximal_term'):
-    training_loop._check_hparams(path, {'algorithm': 'fedgh', 'fedgh_order': 'random',  # pylint: disable=protected-access
-                                        'proximal_term': True})
+    check({'algorithm': 'fedgh', 'fedgh_order': 'random', 'proximal_term': True},
+          config_lib.METHOD_FLAGS)
 
 
 def test_a_rerun_with_fewer_rounds_is_refused_and_keeps_the_longer_run(tmp_path, tiny):
