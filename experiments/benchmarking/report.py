@@ -58,6 +58,8 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
       parts.append(images + '\n')
   windows, compositions = tables.windows_table(rows, config), tables.composition_table(rows, config)
   power, speed = secondary.power_table(rows, config), secondary.speed_table(rows, config)
+  noise = secondary.noise_table(rows, config, read('regimes.json', []))
+  parts += ['## Noise against the effects\n', noise] if noise else []
   parts += ['## Power per comparison\n', power] if power else []
   parts += ['## Collapsed runs\n', secondary.collapse_section(rows, config)] if rows else []
   parts += ['## Verdicts on earlier windows\n', windows] if windows else []
