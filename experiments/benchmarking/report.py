@@ -42,7 +42,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   parts = [f'# Benchmark `{config.get("experiment_name", os.path.basename(root))}`\n',
            '## Setup\n', 'Protocol:\n', tables.protocol_section(config, rows),
            f'\nSettings ({len(rows)} reporting runs):\n', tables.setup_section(config),
-           tables.plateau_lines(curve_rows, config),
+           tables.plateau_lines(curve_rows, config, rows),
            '## Regimes\n', tables.regimes_section(read('regimes.json', [])),
            '## Time\n', tables.time_section(read('timing.json', []), rows),
            '## Tuning\n', tables.tuning_section(read('tuning_choices.json', []), config),

@@ -459,6 +459,15 @@ def plateau_verdicts(curve_rows, config
           if baseline in per_method]
 
 
+def test_plateau_verdicts(rows, config) -> list[tuple[str, int, tuple[float, float, bool], int]]:
+  """(regime, E, `stats.plateau` of the baseline's mean counted test curve, reporting seeds)."""
+  baseline, tuning = config['baseline'], config['tuning']
+  return [(regime, e, stats.plateau(
+      stats.mean_curve([runs_lib.counted_curve(r) for r in cell[baseline].values()]),
+      window=tuning['plateau_window'], tolerance=tuning['plateau_tolerance']),
+           len(cell[baseline])) for regime, e, cell in cells(rows, config) if baseline in cell]
+
+
 def total_wall_seconds(root: str) -> float:
   """The wall time of every invocation recorded in `root/timing.json`."""
   return sum(t.get('wall_seconds', 0.0) for t in read_json(os.path.join(root, 'timing.json'), []))

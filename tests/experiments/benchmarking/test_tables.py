@@ -338,3 +338,14 @@ def test_noise_table_against_a_quarter_of_the_target():
   assert '| `digits:#C=2` | 1 | not recorded | not recorded | 0.0000 | 0.0000 | 0.0050 |' in table
   assert '(27 runs in all)' in ' '.join(table.split())
   assert secondary.noise_table(rows, dict(config, primary_statistic='final_accuracy'), []) == ''
+
+
+def test_the_baselines_test_curve_is_checked_for_a_plateau():
+  # fedavg's curves are final x (1, 2, 3, 4) / 4 with finals 0.80, 0.82, 0.84 on digits:iid, E=1:
+  # the mean curve 0.82 x (0.25, 0.5, 0.75, 1): last 2 rounds 0.7175, the 2 before 0.3075.
+  config = dict(report_rows.CONFIG, rounds=4, tuning=dict(
+      report_rows.CONFIG['tuning'], tune=False, plateau_window=2, plateau_tolerance=0.01))
+  text = tables.plateau_lines([], config, report_rows.rows())
+  assert ('  - `digits:iid`, E=1, test (3 reporting seeds): NOT plateaued: last 2 rounds 0.7175, '
+          'the 2 before 0.3075 (+0.4100, still climbing).') in text.splitlines(), text
+  assert 'Not checked: no tuning' in text
