@@ -343,6 +343,7 @@ def _tuned_on(plan) -> str:
 def setup_section(config) -> str:
   tuning, plan = config['tuning'], config['plan']
   lines = [f'- {config["description"]}'] if config.get('description') else []
+  natural = [f'`{r}`' for r in config.get('regimes', []) if ':natural' in r]
   lines += [
       f'- Regimes: {", ".join(f"`{r}`" for r in config.get("regimes", []))}.',
       f'- Methods: {", ".join(config.get("methods", []))}; baseline {config["baseline"]}.',
@@ -352,7 +353,9 @@ def setup_section(config) -> str:
       '- Models: ' + (', '.join(f'{d}: {m}' for d, m in plan['models'].items())
                       or 'each dataset default') + '.',
       text('setup_same_start') + ' ' + (
-          text('setup_partition_varies') if config.get('vary_partition', True) else
+          text('setup_partition_varies') + (' ' + text(
+              'setup_partition_natural', regimes=', '.join(natural)) if natural else '')
+          if config.get('vary_partition', True) else
           text('setup_partition_fixed', data_seed=config.get('data_seed'))),
       text('setup_processes')]
   if not tuning['tune']:

@@ -349,3 +349,14 @@ def test_the_baselines_test_curve_is_checked_for_a_plateau():
   assert ('  - `digits:iid`, E=1, test (3 reporting seeds): NOT plateaued: last 2 rounds 0.7175, '
           'the 2 before 0.3075 (+0.4100, still climbing).') in text.splitlines(), text
   assert 'Not checked: no tuning' in text
+
+
+def test_the_setup_says_a_seed_does_not_vary_a_natural_partition():
+  config = dict(report_rows.CONFIG, regimes=['digits:iid', 'leaf_shakespeare:natural@10'],
+                tuning=dict(report_rows.CONFIG['tuning'], tune=False))
+  setup = ' '.join(tables.setup_section(config).split())
+  assert ('the partition of the training pool is drawn with the seed too. A natural partition '
+          '(`leaf_shakespeare:natural@10`) is the clients themselves: there a seed varies the '
+          'initial model, the clients sampled and the batch order, not the data.') in setup
+  assert 'A natural partition' not in tables.setup_section(dict(config, regimes=['digits:iid']))
+  assert 'A natural partition' not in tables.setup_section(dict(config, vary_partition=False))
