@@ -143,3 +143,15 @@ def mean_curve(curves: Sequence[Sequence[Optional[float]]]) -> list[Optional[flo
     values = [c[i] for c in curves if i < len(c) and c[i] is not None]
     out.append(float(sum(values) / len(values)) if values else None)
   return out
+
+
+def window_noise(values: Sequence[float]) -> float:
+  """The within-run noise of a window's mean: the sample sd of `values` about their least-squares
+  line (n - 2 degrees of freedom: a slow trend is not noise) over sqrt(n); nan for fewer than 3
+  values or a non-finite one."""
+  y = np.asarray(values, dtype=float)
+  if y.size < 3 or not np.all(np.isfinite(y)):
+    return float('nan')
+  x = np.arange(y.size)
+  residuals = y - np.polyval(np.polyfit(x, y, 1), x)
+  return float(np.sqrt(np.sum(residuals ** 2) / (y.size - 2) / y.size))

@@ -42,7 +42,7 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
   parts = [f'# Benchmark `{config.get("experiment_name", os.path.basename(root))}`\n',
            '## Setup\n', 'Protocol:\n', tables.protocol_section(config, rows),
            f'\nSettings ({len(rows)} reporting runs):\n', tables.setup_section(config),
-           tables.plateau_lines(curve_rows, config),
+           tables.plateau_lines(curve_rows, config, rows),
            '## Regimes\n', tables.regimes_section(read('regimes.json', [])),
            '## Time\n', tables.time_section(read('timing.json', []), rows),
            '## Tuning\n', tables.tuning_section(read('tuning_choices.json', []), config),
@@ -58,6 +58,8 @@ def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
       parts.append(images + '\n')
   windows, compositions = tables.windows_table(rows, config), tables.composition_table(rows, config)
   power, speed = secondary.power_table(rows, config), secondary.speed_table(rows, config)
+  noise = secondary.noise_table(rows, config, read('regimes.json', []))
+  parts += ['## Noise against the effects\n', noise] if noise else []
   parts += ['## Power per comparison\n', power] if power else []
   parts += ['## Collapsed runs\n', secondary.collapse_section(rows, config)] if rows else []
   parts += ['## Verdicts on earlier windows\n', windows] if windows else []

@@ -254,17 +254,23 @@ def family_members(config: Mapping[str, Any]) -> dict[str, Any]:
                       for against in references(config)]}
 
 
-def window_statistic(row: Mapping[str, Any], back: int, last_k: int) -> Optional[float]:
-  """The mean counted test accuracy of the `last_k` evaluated rounds `back` windows before the
-  last (0: the primary statistic's); None for a short curve or a non-finite value."""
+def window(row: Mapping[str, Any], back: int, last_k: int) -> Optional[list[float]]:
+  """The counted test accuracies of the `last_k` evaluated rounds `back` windows before the last
+  (0: the primary statistic's); None for a short curve or a non-finite value."""
   diverged, chance = num(row.get('diverged_round')), num(row.get('chance_accuracy'))
   counted = [runs_lib.counted_accuracy(a, i, None if diverged is None else int(diverged), chance)
              for i, a in enumerate(runs_lib.decode_curve(row.get('accuracy_curve')), start=1)
              if a is not None]
   end = len(counted) - back * last_k
-  window = counted[end - last_k:end] if end - last_k >= 0 else []
-  return (float(np.mean(window)) if window and all(v is not None and math.isfinite(v)
-                                                   for v in window) else None)
+  values = counted[end - last_k:end] if end - last_k >= 0 else []
+  return (values if values and all(v is not None and math.isfinite(v) for v in values)
+          else None)
+
+
+def window_statistic(row: Mapping[str, Any], back: int, last_k: int) -> Optional[float]:
+  """The mean of `window`; None where it is None."""
+  values = window(row, back, last_k)
+  return None if values is None else float(np.mean(values))
 
 
 def _holm(found: Mapping[Any, Optional[stats.Interval]], family: str
@@ -451,6 +457,15 @@ def plateau_verdicts(curve_rows, config
       tolerance=tuning['plateau_tolerance']), len(per_method[baseline]))
           for (regime, epochs), per_method in curve_groups(curve_rows).items()
           if baseline in per_method]
+
+
+def test_plateau_verdicts(rows, config) -> list[tuple[str, int, tuple[float, float, bool], int]]:
+  """(regime, E, `stats.plateau` of the baseline's mean counted test curve, reporting seeds)."""
+  baseline, tuning = config['baseline'], config['tuning']
+  return [(regime, e, stats.plateau(
+      stats.mean_curve([runs_lib.counted_curve(r) for r in cell[baseline].values()]),
+      window=tuning['plateau_window'], tolerance=tuning['plateau_tolerance']),
+           len(cell[baseline])) for regime, e, cell in cells(rows, config) if baseline in cell]
 
 
 def total_wall_seconds(root: str) -> float:

@@ -1,9 +1,11 @@
-"""The report's sections beside the Results tables: each primary comparison's own detectable
-difference, the collapsed runs named, and the rounds each method takes to a target (secondary,
-no test)."""
+"""The report's sections beside the Results tables: the noise against the effects, each primary
+comparison's own detectable difference, the collapsed runs named, and the rounds each method
+takes to a target (secondary, no test)."""
 
-from typing import Any, Mapping
+import math
+from typing import Any, Mapping, Optional, Sequence
 
+import numpy as np
 from scipy import stats as scipy_stats
 
 from experiments import stats
@@ -79,3 +81,37 @@ def collapse_section(rows, config: Mapping[str, Any]) -> str:
                    + (['- ' + line for line in lines] or [
                        'No run collapsed.' if not unknown else
                        'No run flagged by the rules that could be applied.'])) + '\n'
+
+
+def _against(value: Optional[float], ceiling: float) -> str:
+  return 'not recorded' if value is None else fmt(value, 4) + (
+      ' **above**' if value > ceiling else '')
+
+
+def noise_table(rows, config: Mapping[str, Any], regimes: Sequence[Mapping[str, Any]]) -> str:
+  """Per regime and E, against a quarter of the dataset's target difference: one evaluation's
+  sampling error `sqrt(a (1 - a) / n)` (a: the baseline's mean primary statistic, n: the test
+  examples in regimes.json) and the within-run noise of each run's last-K mean
+  (`stats.window_noise`, median and max over the cell's runs); '' unless the primary statistic
+  is a last-K mean."""
+  if results.primary_statistic(config) != 'last_k_accuracy' or not rows:
+    return ''
+  last_k, baseline = int(config['tuning']['last_k']), config['baseline']
+  tests, datasets = {r['regime']: r.get('test_examples') for r in regimes}, \
+      results.regime_datasets(rows)
+  out, runs = [], 0
+  for regime, e, cell in results.cells(rows, config):
+    ceiling, n = results.detect_for(datasets[regime], config) / 4, tests.get(regime)
+    windows = [results.window(r, 0, last_k) for per_seed in cell.values()
+               for r in per_seed.values()]
+    noise = sorted(v for v in (stats.window_noise(w) for w in windows if w) if math.isfinite(v))
+    runs += len(windows)
+    a = results.mean(cell[baseline], 'last_k_accuracy') if baseline in cell else math.nan
+    sampling = math.sqrt(a * (1 - a) / n) if n and math.isfinite(a) else None
+    out.append([f'`{regime}`', e, n or 'not recorded', _against(sampling, ceiling),
+                _against(float(np.median(noise)) if noise else None, ceiling),
+                _against(noise[-1] if noise else None, ceiling), f'{ceiling:.4f}'])
+  return text('noise_intro', baseline=baseline, last_k=last_k, runs=runs) + '\n\n' + \
+      markdown_table(['regime', 'E', 'test examples', 'one evaluation\'s sampling error',
+                      'within-run noise (median)', 'within-run noise (max)',
+                      'ceiling (a quarter of the target)'], out)

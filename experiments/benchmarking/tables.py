@@ -263,25 +263,29 @@ def losses_list(rows, config) -> str:
   return '\n'.join(lines) + '\n' if lines else 'No method loses where Holm agrees.\n'
 
 
-def plateau_lines(curve_rows, config) -> str:
-  """The rounds criterion and, per tuning regime and E, whether the baseline plateaued."""
+def plateau_lines(curve_rows, config, rows=()) -> str:
+  """The rounds criterion and, per tuning regime and E, whether the baseline's validation curve
+  plateaued; per reporting regime and E, whether its test curve (`rows`) did."""
   baseline = config['baseline']
   window, tolerance = config['tuning']['plateau_window'], config['tuning']['plateau_tolerance']
   head = text('plateau_rule', rounds=config_lib.per_dataset(config, 'rounds'), baseline=baseline,
               window=window, tolerance=tolerance)
   verdicts = results.plateau_verdicts(curve_rows, config) if config['tuning']['tune'] else []
-  if not verdicts:
-    return head + ' ' + text('plateau_unchecked' if config['tuning']['tune'] else
-                             'plateau_untuned', baseline=baseline, file=results.CURVES_FILE) + '\n'
-  lines = [head]
-  for regime, epochs, (last, previous, plateaued), seeds in verdicts:
-    if not (math.isfinite(last) and math.isfinite(previous)):
-      what = text('plateau_short', rounds=2 * window, last=fmt(last, 4), before=fmt(previous, 4))
-    else:
-      trend = '' if plateaued else ', still climbing' if last > previous else ', falling'
-      what = (f'{"plateaued" if plateaued else "NOT plateaued"}: last {window} rounds '
-              f'{last:.4f}, the {window} before {previous:.4f} ({last - previous:+.4f}{trend})')
-    lines.append(f'  - `{regime}`, E={epochs} ({seeds} tuning seeds): {what}.')
+  tests = results.test_plateau_verdicts(rows, config) if rows else []
+  lines = [head if verdicts else head + ' ' + text(
+      'plateau_unchecked' if config['tuning']['tune'] else 'plateau_untuned', baseline=baseline,
+      file=results.CURVES_FILE)]
+  for split, found in (('tuning', verdicts), ('reporting', tests)):
+    for regime, epochs, (last, previous, plateaued), seeds in found:
+      if not (math.isfinite(last) and math.isfinite(previous)):
+        what = text('plateau_short', rounds=2 * window, last=fmt(last, 4),
+                    before=fmt(previous, 4))
+      else:
+        trend = '' if plateaued else ', still climbing' if last > previous else ', falling'
+        what = (f'{"plateaued" if plateaued else "NOT plateaued"}: last {window} rounds '
+                f'{last:.4f}, the {window} before {previous:.4f} ({last - previous:+.4f}{trend})')
+      curve = 'validation' if split == 'tuning' else 'test'
+      lines.append(f'  - `{regime}`, E={epochs}, {curve} ({seeds} {split} seeds): {what}.')
   return '\n'.join(lines) + '\n'
 
 
@@ -339,6 +343,7 @@ def _tuned_on(plan) -> str:
 def setup_section(config) -> str:
   tuning, plan = config['tuning'], config['plan']
   lines = [f'- {config["description"]}'] if config.get('description') else []
+  natural = [f'`{r}`' for r in config.get('regimes', []) if ':natural' in r]
   lines += [
       f'- Regimes: {", ".join(f"`{r}`" for r in config.get("regimes", []))}.',
       f'- Methods: {", ".join(config.get("methods", []))}; baseline {config["baseline"]}.',
@@ -348,7 +353,9 @@ def setup_section(config) -> str:
       '- Models: ' + (', '.join(f'{d}: {m}' for d, m in plan['models'].items())
                       or 'each dataset default') + '.',
       text('setup_same_start') + ' ' + (
-          text('setup_partition_varies') if config.get('vary_partition', True) else
+          text('setup_partition_varies') + (' ' + text(
+              'setup_partition_natural', regimes=', '.join(natural)) if natural else '')
+          if config.get('vary_partition', True) else
           text('setup_partition_fixed', data_seed=config.get('data_seed'))),
       text('setup_processes')]
   if not tuning['tune']:

@@ -137,3 +137,27 @@ def test_train_loss_rise():
 def test_mean_curve_skips_missing_rounds():
   assert stats.mean_curve([[0.2, None, 0.6], [0.4, 0.5]]) == pytest.approx([0.3, 0.5, 0.6])
   assert stats.mean_curve([[None], [None]]) == [None] and stats.mean_curve([]) == []
+
+
+def _window_noise_reference(values):
+  """Least squares by the normal equations, then the residuals' sd (n - 2) over sqrt(n)."""
+  n = len(values)
+  xs = list(range(n))
+  x_mean, y_mean = sum(xs) / n, sum(values) / n
+  slope = (sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, values))
+           / sum((x - x_mean) ** 2 for x in xs))
+  residuals = [y - (y_mean + slope * (x - x_mean)) for x, y in zip(xs, values)]
+  return math.sqrt(sum(r * r for r in residuals) / (n - 2)) / math.sqrt(n)
+
+
+def test_window_noise_hand_worked_and_against_a_loop():
+  # A line is all trend: no noise. 0, 1, 0, 1: the line 0.2 + 0.2 x leaves -0.2, 0.6, -0.6, 0.2,
+  # squares 0.8 over 2 degrees of freedom = 0.4, over n = 4: 0.1, root 0.3162.
+  assert stats.window_noise([0.5, 0.6, 0.7, 0.8]) == pytest.approx(0.0, abs=1e-12)
+  assert stats.window_noise([0.0, 1.0, 0.0, 1.0]) == pytest.approx(math.sqrt(0.1))
+  rng = np.random.default_rng(3)
+  for n in (3, 5, 20):
+    values = list(rng.uniform(0.6, 0.9, n))
+    assert stats.window_noise(values) == pytest.approx(_window_noise_reference(values))
+  assert math.isnan(stats.window_noise([0.1, 0.2]))
+  assert math.isnan(stats.window_noise([0.1, float('nan'), 0.2]))

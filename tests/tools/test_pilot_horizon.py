@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import statistics
 
 import pytest
 
@@ -49,15 +50,20 @@ def test_the_horizon_ends_the_first_window_that_gains_less_than_the_tolerance(tm
 def test_main_writes_markdown_and_refuses_bad_input_in_one_line(tmp_path, capsys):
   _write(tmp_path / 'p', [[0.1, 0.5, 0.51, 0.53]], [[0.1, 0.4, 0.6, 0.6]])
   out = tmp_path / 'h.md'
-  assert pilot_horizon.main([str(tmp_path / 'p'), '--window=1', f'--out={out}']) == 0
+  assert pilot_horizon.main([str(tmp_path / 'p'), '--window=1', '--last_k=3',
+                             f'--out={out}']) == 0
   text = out.read_text()
+  # The test curve's last 3 rounds up to its horizon 4: 0.4, 0.6, 0.6 about the line
+  # 0.4333 + 0.1 x leave -0.0333, 0.0667, -0.0333: sqrt(0.00667 / 1 / 3) = 0.0471.
+  assert '| `digits:dir(0.1)` | 4 | 3 | 1 | 0.0471 | 0.0471 |' in text
   assert '| `digits:dir(0.1)` | clr=0.1,slr=1 | validation | 1 | 0.100, 0.500, 0.510, 0.530 | 3 |' \
       in text
   assert '| test | 1 | 0.100, 0.400, 0.600, 0.600 | 4 |' in text
   assert pilot_horizon.main([str(tmp_path / 'missing')]) == 1
   assert pilot_horizon.main([str(tmp_path / 'p'), '--window=0']) == 1
+  assert pilot_horizon.main([str(tmp_path / 'p'), '--last_k=0']) == 1
   err = capsys.readouterr().err.strip().splitlines()
-  assert len(err) == 2 and all(line.startswith('pilot_horizon: ') for line in err)
+  assert len(err) == 3 and all(line.startswith('pilot_horizon: ') for line in err)
 
 
 def test_the_committed_pilots_give_the_real_data_presets_rounds():
@@ -74,6 +80,8 @@ def test_the_committed_pilots_give_the_real_data_presets_rounds():
   config = test_benchmark._paper_config('real_data', leaf_dir='/data/shakespeare')  # pylint: disable=protected-access
   made = plan.make(config)
   assert {p['regime'] for p in pilots} == set(config.regimes)
+  # docs/experiments.md: the last-20 mean's within-run noise has a median under a quarter of 0.02.
+  assert all(statistics.median(p['noise']['values']) < 0.005 for p in pilots)
   for dataset, settings in made.datasets.items():
     horizons = [p[split]['horizon'] for p in pilots if p['regime'] in settings.regimes
                 for split in ('validation', 'test')]

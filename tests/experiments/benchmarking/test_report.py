@@ -213,10 +213,13 @@ def test_plateau_verdicts_and_validation_plots(tmp_path):
   text = open(report.write_report(root)).read()
   setup = text[text.index('## Setup'):text.index('## Regimes')]
   assert ('the mean of its last 3 rounds within 0.01 of the mean of the 3 before' in setup)
-  assert ('`digits:dir(0.1)`, E=1 (2 tuning seeds): plateaued: last 3 rounds 0.8077, the 3 '
+  assert ('`digits:dir(0.1)`, E=1, validation (2 tuning seeds): plateaued: last 3 rounds 0.8077, the 3 '
           'before 0.8043 (+0.0033)' in setup)
-  assert ('`digits:dir(0.1)`, E=5 (1 tuning seeds): NOT plateaued: last 3 rounds 0.7000, the 3 '
+  assert ('`digits:dir(0.1)`, E=5, validation (1 tuning seeds): NOT plateaued: last 3 rounds 0.7000, the 3 '
           'before 0.4000 (+0.3000, still climbing)' in setup)
+  # The reporting runs' test curves (4 rounds each here) are checked alike: too short for 2 x 3.
+  assert ('`digits:iid`, E=1, test (3 reporting seeds): not plateaued (fewer than 6 rounds'
+          in setup)
   tuning = text[text.index('## Tuning'):text.index('## Results')]
   for name in ('validation_digits_dir_0.1_E1.png', 'validation_digits_dir_0.1_E5.png'):
     assert os.path.getsize(os.path.join(root, 'plots', name)) > 0

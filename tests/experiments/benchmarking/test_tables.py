@@ -10,6 +10,7 @@ import pytest
 from experiments import stats
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import results
+from experiments.benchmarking import runs
 from experiments.benchmarking import secondary
 from experiments.benchmarking import tables
 from tests.experiments.benchmarking import report_rows
@@ -260,7 +261,6 @@ def test_the_summary_says_identical_never_ties():
 
 
 def test_the_windows_table_lists_the_verdicts_that_change_before_the_last_window():
-  from experiments.benchmarking import runs  # pylint: disable=g-import-not-at-top
   # fedgh gains 0.05 on every seed's last two rounds only; fedld 0.05 on every round: with
   # windows of 2 rounds, fedgh ties fedavg before the last window and beats it there, fedld
   # beats it on all four.
@@ -322,3 +322,41 @@ def test_committed_shakespeare_runs_at_the_majority_class_rate_are_collapsed(tmp
           '(majority rate 0.1995)') in text
   assert 'fedavg 0 of 10, Fisher p 0.087 (differs)' not in text   # 4 of 10 against 0: p 0.087
   assert 'fedavg 0 of 10, Fisher p 0.087' in text
+
+
+def test_noise_table_against_a_quarter_of_the_target():
+  rows = report_rows.rows()
+  for row in rows:   # one noisy run; every other curve is a line (final x r / 4): no noise
+    if (row['regime'], row['epochs'], row['method'], row['seed']) == ('digits:iid', 1, 'fedld', 0):
+      row['accuracy_curve'] = runs.encode_curve([0.7, 0.6, 0.7, 0.6])
+  config = dict(report_rows.CONFIG, tuning=dict(report_rows.CONFIG['tuning'], last_k=4))
+  table = secondary.noise_table(rows, config, [{'regime': 'digits:iid', 'test_examples': 100}])
+  # fedavg's mean statistic 0.82 on 100 examples: sqrt(0.82 x 0.18 / 100) = 0.0384 > 0.02 / 4.
+  # The noisy run: 0.1 x sqrt(0.1) (test_stats' hand-worked 0, 1, 0, 1) = 0.0316, the median 0.
+  assert ('| `digits:iid` | 1 | 100 | 0.0384 **above** | 0.0000 | 0.0316 **above** | 0.0050 |'
+          in table), table
+  assert '| `digits:#C=2` | 1 | not recorded | not recorded | 0.0000 | 0.0000 | 0.0050 |' in table
+  assert '(27 runs in all)' in ' '.join(table.split())
+  assert secondary.noise_table(rows, dict(config, primary_statistic='final_accuracy'), []) == ''
+
+
+def test_the_baselines_test_curve_is_checked_for_a_plateau():
+  # fedavg's curves are final x (1, 2, 3, 4) / 4 with finals 0.80, 0.82, 0.84 on digits:iid, E=1:
+  # the mean curve 0.82 x (0.25, 0.5, 0.75, 1): last 2 rounds 0.7175, the 2 before 0.3075.
+  config = dict(report_rows.CONFIG, rounds=4, tuning=dict(
+      report_rows.CONFIG['tuning'], tune=False, plateau_window=2, plateau_tolerance=0.01))
+  text = tables.plateau_lines([], config, report_rows.rows())
+  assert ('  - `digits:iid`, E=1, test (3 reporting seeds): NOT plateaued: last 2 rounds 0.7175, '
+          'the 2 before 0.3075 (+0.4100, still climbing).') in text.splitlines(), text
+  assert 'Not checked: no tuning' in text
+
+
+def test_the_setup_says_a_seed_does_not_vary_a_natural_partition():
+  config = dict(report_rows.CONFIG, regimes=['digits:iid', 'leaf_shakespeare:natural@10'],
+                tuning=dict(report_rows.CONFIG['tuning'], tune=False))
+  setup = ' '.join(tables.setup_section(config).split())
+  assert ('the partition of the training pool is drawn with the seed too. A natural partition '
+          '(`leaf_shakespeare:natural@10`) is the clients themselves: there a seed varies the '
+          'initial model, the clients sampled and the batch order, not the data.') in setup
+  assert 'A natural partition' not in tables.setup_section(dict(config, regimes=['digits:iid']))
+  assert 'A natural partition' not in tables.setup_section(dict(config, vary_partition=False))
