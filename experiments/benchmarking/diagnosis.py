@@ -36,8 +36,7 @@ _MEASUREMENTS = {
 
 
 def fmt_gap(g: Optional[stats.Interval]) -> str:
-  """'+0.012 ± 0.003' (mean ± the 95% interval's half-width), unmarked: a diagnosis is
-  exploratory (no multiplicity correction)."""
+  """'+0.012 ± 0.003' (mean ± the 95% interval's half-width), unmarked: exploratory."""
   return tables.fmt_difference(g, digits=3, half_width=True)
 
 
@@ -88,8 +87,7 @@ def _measurement(name: str, cells, method: str, baseline: str) -> list[str]:
 
 
 def variant_baseline(method: str, rows, default: str = BASELINE) -> str:
-  """Its variant's own `baseline` where that ran in `rows` (a clipped variant against FedAvg
-  clipped alike), else `default`."""
+  """The variant `method`'s own `baseline` where that ran in `rows`, else `default`."""
   own = methods_lib.VARIANTS[method][1].baseline if method in methods_lib.VARIANTS else None
   return own if own is not None and any(r['method'] == own for r in rows) else default
 
@@ -120,8 +118,7 @@ def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
 
 
 def _reading(algorithm: str) -> Optional[str]:
-  """The item `- `algorithm`: ...` of docs/experiments.md's "What each method's diagnosis
-  reads", joined into one line; None without one."""
+  """docs/experiments.md's item `- `algorithm`: ...` (diagnosis readings) in one line, or None."""
   try:
     with open(_DOCS) as f:
       _, heading, items = f.read().partition("### What each method's diagnosis reads\n")

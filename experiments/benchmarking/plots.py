@@ -161,8 +161,7 @@ def _epochs_plot(regimes, others, epochs, found, path: str, ylabel: str) -> None
 
 
 def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
-  """Writes the curves per regime and E, the gain against conflict and (several E) the effect
-  of E; returns name -> file name inside `plots_dir`."""
+  """Writes the curves, the gain against conflict and the effect of E; returns name -> file."""
   os.makedirs(plots_dir, exist_ok=True)
   baseline = config['baseline']
   gain = f'{results.statistic_label(results.primary_statistic(config), config)} − {baseline}'
@@ -180,8 +179,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
 
 
 def write_validation_plots(curve_rows, plots_dir: str) -> dict[tuple[str, int], str]:
-  """Writes each method's validation accuracy per tuning regime and E; returns (regime, E) ->
-  file name inside `plots_dir`."""
+  """Writes the validation accuracy per tuning regime and E; returns (regime, E) -> file."""
   written = {}
   for (regime, epochs), curves in results.curve_groups(curve_rows).items():
     os.makedirs(plots_dir, exist_ok=True)

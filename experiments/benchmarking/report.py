@@ -20,8 +20,7 @@ PLOTS_DIR = 'plots'
 
 
 def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
-  """The report's Markdown from the files under `root`; writes `root/plots` (and deletes the
-  plots there of runs no longer in it)."""
+  """The report's Markdown from the files under `root`; (re)writes `root/plots`."""
   rows, config, curve_rows = results.load(root)
   baseline, plots_dir = config['baseline'], os.path.join(root, PLOTS_DIR)
   plots = plots_lib.write_plots(rows, config, plots_dir) if rows else {}

@@ -131,8 +131,8 @@ def group(rows) -> dict[tuple[str, int], dict[str, dict[int, Mapping[str, Any]]]
 
 def by_seed(per_seed, key) -> dict[int, float]:
   """seed -> the finite number in column `key`, for the seeds that have one."""
-  values = {seed: _finite(row.get(key)) for seed, row in per_seed.items()}
-  return {seed: value for seed, value in values.items() if value is not None}
+  return {seed: value for seed, row in per_seed.items()
+          for value in [_finite(row.get(key))] if value is not None}
 
 
 def mean(per_seed, key) -> float:
@@ -241,9 +241,8 @@ FAMILY_FILE = 'family.json'
 
 
 def family_members(config: Mapping[str, Any]) -> dict[str, Any]:
-  """family.json, the primary family named before the runs from the config alone: every
-  (regime, E, method, reference) `family` may test (an identical pair is left out when it
-  runs), the statistic, the level, the margin and the detectable difference aimed at."""
+  """family.json from the config alone, before the runs: every (regime, E, method, reference)
+  `family` may test, the statistic, the level, the margin and the difference aimed at."""
   methods = [{'method': m, 'regime': r} for m in config['methods'] for r in config['regimes']]
   rows = [dict(m, epochs=e) for m in methods for e in config['epochs']]
   return {'statistic': statistic_label(primary_statistic(config), config), 'alpha': ALPHA,
@@ -302,14 +301,11 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
   baseline): tested in the primary `family` where it is in it, else against the baseline no test
   (family ''), against another method Holm over those pairs (family `OTHERS`)."""
   baseline, key, tested = config['baseline'], primary_statistic(config), family(rows, config)
-  main = {}
-  for r, e, cell in cells(rows, config):
-    for m in orders(rows, config)[1]:
-      d = None if m == baseline or (pairs and (m, baseline) not in pairs) else (
-          tested.get((r, e, m, baseline)) or difference(cell, m, baseline, key))
-      if d is not None:
-        main[(r, e, m)] = d if d.family is not None else d._replace(
-            p_value=float('nan'), family='')
+  main = {(r, e, m): d if d.family is not None else d._replace(p_value=float('nan'), family='')
+          for r, e, cell in cells(rows, config) for m in orders(rows, config)[1]
+          if not pairs or (m, baseline) in pairs
+          for d in [tested.get((r, e, m, baseline)) or difference(cell, m, baseline, key)]
+          if d is not None}
   others = {(r, e, m): difference(cell, m, b, key)
             for r, e, cell in cells(rows, config) for m, b in pairs if b != baseline
             if (r, e, m, b) not in tested}
@@ -354,8 +350,7 @@ def verdict(d: Optional[stats.Interval], margin: float = 0.0, chance: bool = Fal
 
 def against_every(words: Sequence[str]) -> str:
   """A method's verdict against every baseline from its `verdict` against each: the
-  intersection-union test (Berger, Technometrics 24(4), 1982; docs/methods.md), 'beats every
-  baseline' only where it beats each; 'loses to a baseline' where it loses to one."""
+  intersection-union test (Berger, Technometrics 24(4), 1982; docs/methods.md)."""
   if 'loses' in words:
     return 'loses to a baseline'
   alike = {'beats': 'beats every baseline', 'ties': 'ties every baseline',
@@ -374,8 +369,7 @@ def every_baseline(rows, config: Mapping[str, Any]
 
 
 def detectable(d: Optional[stats.Interval], level: float) -> Optional[float]:
-  """`stats.minimal_detectable_difference` at `level` and `POWER` from `d`'s own sd and seeds;
-  None without 2 seeds and a finite sd."""
+  """`stats.minimal_detectable_difference` at `level` and `POWER` from `d`'s sd and n, or None."""
   if d is None or d.n < 2 or not math.isfinite(d.sd):
     return None
   return stats.minimal_detectable_difference(d.sd, d.n, alpha=level, power=POWER)
@@ -387,8 +381,7 @@ def speed_target(config: Mapping[str, Any]) -> float:
 
 
 def rounds_to(row: Mapping[str, Any], target: float) -> tuple[int, bool]:
-  """(the first round whose `runs.counted_curve` reaches `target`, whether one did; else the
-  horizon + 1)."""
+  """(the first round whose `runs.counted_curve` reaches `target`, else the horizon + 1, hit)."""
   curve = runs_lib.counted_curve(row)
   found = next((r for r, a in enumerate(curve, start=1)
                 if a is not None and math.isfinite(a) and a >= target), None)
@@ -454,7 +447,6 @@ def plateau_verdicts(curve_rows, config
 
 
 def total_wall_seconds(root: str) -> float:
-  """The wall time of every invocation recorded in `root/timing.json`."""
   return sum(t.get('wall_seconds', 0.0) for t in read_json(os.path.join(root, 'timing.json'), []))
 
 
@@ -466,8 +458,7 @@ def unequal_search(config) -> tuple[list[str], list]:
 
 
 def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float]]:
-  """The runs.csv columns a run adds from its metrics.csv rows (None where missing): `final_*`
-  of the last evaluation, `tail_global_train_loss` over the last quarter of rounds; raises
+  """The runs.csv columns a run adds from its metrics.csv rows (None where missing); raises
   ValueError without rows or a test accuracy."""
   if not any(r.get('test_accuracy') not in (None, '') for r in rows):
     raise ValueError('rows hold no test_accuracy: was the run evaluated?' if rows else

@@ -34,8 +34,7 @@ def power_table(rows, config: Mapping[str, Any]) -> str:
 
 
 def speed_table(rows, config: Mapping[str, Any]) -> str:
-  """`results.speed` per regime, E and method: mean rounds, seeds never reaching the target,
-  the paired difference with the baseline in rounds (no test)."""
+  """`results.speed` per regime, E and method, with the paired difference in rounds (no test)."""
   baseline = config['baseline']
   out = [[f'`{regime}`', e, f'{target:.4f}', method, f'{sum(rounds.values()) / len(rounds):.1f}',
           f'{never} of {len(rounds)}', '—' if method == baseline else fmt_difference(
