@@ -8,6 +8,7 @@ import shutil
 import traceback
 from typing import Callable, Mapping, Optional
 
+from experiments import files
 from experiments.benchmarking import plots as plots_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import diagnosis
@@ -117,9 +118,8 @@ def _control_section(root: str, plot_prefix: str) -> Optional[str]:
 
 def write_report(root: str) -> str:
   """Writes `root/report.md` (and the plots) from the files under `root`; returns its path."""
-  body, path = render(root), os.path.join(root, REPORT_FILE)
-  with open(path, 'w') as f:
-    f.write(body)
+  path = os.path.join(root, REPORT_FILE)
+  files.write_text_atomically(path, render(root))
   return path
 
 
@@ -144,6 +144,5 @@ def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -
   lines = ['# Results', ''] + [f'- {key}: {value}' for key, value in header.items()] + [
       '', tables.text('results_md_data', runs=f'{os.path.relpath(target, here)}/runs.csv'), '']
   lines += ['#' + line if line.startswith('#') else line for line in body.splitlines()]
-  with open(results_md, 'w') as f:
-    f.write('\n'.join(lines) + '\n')
+  files.write_text_atomically(results_md, '\n'.join(lines) + '\n')
   return target

@@ -424,18 +424,16 @@ def variant_differences(rows, config) -> list[tuple[str, str, list[str], list[st
   parents = {m['name']: m.get('parent') for m in config['plan']['methods']}
   out = []
   for method in [m for m in methods if parents.get(m) in methods]:
-    parent, found, changed = parents[method], [], set()
+    parent, found = parents[method], {}   # change -> its setting
     for cell in results.group(rows).values():
       for seed in sorted(set(cell.get(method, {})) & set(cell.get(parent, {}))):
         a, b = _settings(cell[parent][seed]), _settings(cell[method][seed])
         for k in sorted(set(a) | set(b)):
           x, y = results.num(a.get(k)), results.num(b.get(k))
-          change = (f'{k}: {_fmt_value(a.get(k, "-"))} -> {_fmt_value(b.get(k, "-"))} '
-                    f'({cell[method][seed]["regime"]})')
-          if (x != y or (x is None and a.get(k) != b.get(k))) and change not in found:
-            found.append(change)
-            changed.add(k)
-    out.append((method, parent, sorted(changed), found))
+          if x != y or (x is None and a.get(k) != b.get(k)):
+            found.setdefault(f'{k}: {_fmt_value(a.get(k, "-"))} -> {_fmt_value(b.get(k, "-"))} '
+                             f'({cell[method][seed]["regime"]})', k)
+    out.append((method, parent, sorted(set(found.values())), list(found)))
   return out
 
 
