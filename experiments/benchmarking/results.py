@@ -283,16 +283,13 @@ def family(rows, config: Mapping[str, Any], back: int = 0
   key = primary_statistic(config)
   last_k = int((config.get('tuning') or {}).get('last_k') or config.get('last_k') or 5)
   methods, primary = compared_methods(rows, config), primary_regimes(config)
-  found = {}
-  for regime, e, cell in cells(rows, config):
-    for method in methods if regime in primary else []:
-      for against in cell_references(cell, config):
-        if method in cell and against in cell:
-          found[(regime, e, method, against)] = (
-              difference(cell, method, against, key) if not back else stats.paired_difference(
-                  *({s: v for s, r in cell[m].items() for v in [window_statistic(r, back, last_k)]
-                     if v is not None} for m in (method, against))))
-  return _holm(found, PRIMARY)
+  windows = lambda per_seed: {s: v for s, r in per_seed.items()
+                              for v in [window_statistic(r, back, last_k)] if v is not None}
+  return _holm({(regime, e, method, against): difference(cell, method, against, key) if not back
+                else stats.paired_difference(windows(cell[method]), windows(cell[against]))
+                for regime, e, cell in cells(rows, config) if regime in primary
+                for method in methods if method in cell
+                for against in cell_references(cell, config)}, PRIMARY)
 
 
 def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]] = ()

@@ -105,8 +105,7 @@ def regime_table(cell, methods: Sequence[str], *, config: Mapping[str, Any],
     last_delta = ('—' if method == baseline else '-' if d is None else delta_cell(
         results.difference(cell, method, baseline, 'final_accuracy'), chance, mark=False))
     before = results.mean(per_seed, 'conflict_before')
-    excluded = int(sum(results.num(r.get('excluded_nonfinite_updates')) or 0
-                       for r in per_seed.values()))
+    excluded = int(sum(results.by_seed(per_seed, 'excluded_nonfinite_updates').values()))
     out.append([
         method, len(per_seed), f'{_diverged(per_seed)} ({excluded} updates excluded)'
         if excluded else _diverged(per_seed),
