@@ -173,11 +173,9 @@ def check_methods_on_models(config, resolved, regimes) -> None:
                else data.dataset_info(regime.dataset).element_shape)
     except ValueError:
       shape = None
-    if model in config.model_fns:
-      build = config.model_fns[model]
-    elif shape is not None:
-      build = functools.partial(models_lib.get(model), shape, 2)
-    else:
+    build = (config.model_fns[model] if model in config.model_fns else None if shape is None
+             else functools.partial(models_lib.get(model), shape, 2))
+    if build is None:
       continue
     for method in resolved:
       key = (method.algorithm, model, shape)

@@ -151,8 +151,7 @@ def orders(rows, config) -> tuple[list[str], list[str], list[int]]:
 
 def cells(rows, config) -> list[tuple[str, int, Mapping[str, Any]]]:
   """(regime, E, method -> seed -> row) of every cell that ran, in the report's order."""
-  regimes, _, epochs = orders(rows, config)
-  found = group(rows)
+  (regimes, _, epochs), found = orders(rows, config), group(rows)
   return [(r, e, found[(r, e)]) for r in regimes for e in epochs if (r, e) in found]
 
 

@@ -318,9 +318,7 @@ def family_description(rows, config) -> str:
   return text('family', size=results.family_size(results.family(rows, config)),
               which=(f'methods named for it ({", ".join(methods)})' if named
                      else 'methods that are not baselines'),
-              moved=(f'. Outside it, to keep each comparison\'s detectable difference within '
-                     f'reach of the seeds, {", ".join(outside)}: their intervals are shown, '
-                     'untested' if named and outside else ''),
+              moved=text('family_moved', outside=', '.join(outside)) if named and outside else '',
               methods=len(methods), baseline=config['baseline'],
               others=', '.join(results.references(config)[1:]) or 'none',
               regimes=', '.join(f'`{r}`' for r in results.primary_regimes(config)),
