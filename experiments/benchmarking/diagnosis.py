@@ -130,9 +130,8 @@ def _reading(algorithm: str) -> Optional[str]:
 
 def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
             baseline: str = BASELINE, statistic: str = 'final_accuracy') -> Optional[str]:
-  """The diagnosis of `method` (of `algorithm` or a `methods.VARIANTS`) on `statistic`: its
-  paired gap to `baseline` (`variant_baseline`) per cell, the measurements that test its reading,
-  its variants' gaps; None for the baseline. Raises ValueError if `method` has no run."""
+  """The diagnosis of `method` on `statistic`: its paired gap to `baseline` per cell, the
+  measurements that test its reading, its variants' gaps; None for the baseline."""
   if method == baseline:
     return None
   cells = cells_of(rows, method)
@@ -158,10 +157,9 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
 
 
 def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline: str) -> str:
-  """The positive control's reading, `method` against `baseline` paired in `method`'s first
-  regime: reproduced where its tail global training loss and its largest rise are both lower
-  (95% intervals excluding 0), that rise at most half the baseline's. Raises ValueError without
-  a run of `method`, or of either with the global training loss (`--eval_train_loss`)."""
+  """The positive control's reading, `method` against `baseline` in `method`'s first regime:
+  reproduced where its tail global training loss and its largest rise are both lower (95%
+  intervals excluding 0), that rise at most half the baseline's; ValueError without the runs."""
   regime, cell = min(cells_of(rows, method), key=lambda x: x[0], default=(None, None))
   if cell is None:
     raise ValueError(f'the positive control has no run of {method!r}')

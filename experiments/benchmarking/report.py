@@ -1,6 +1,5 @@
-"""The benchmark's report from the files a benchmark leaves on disk (`--report_only` regenerates
-it): `write_report(root)` writes report.md and plots/; `write_results_md` publishes it as
-RESULTS.md with its data in docs/results/."""
+"""The benchmark's report from its files on disk: `write_report(root)` writes report.md and plots/,
+`write_results_md` publishes it as RESULTS.md with its data in docs/results/."""
 
 import os
 import posixpath

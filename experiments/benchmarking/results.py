@@ -255,10 +255,7 @@ def family_members(config: Mapping[str, Any]) -> dict[str, Any]:
 def window_statistic(row: Mapping[str, Any], back: int, last_k: int) -> Optional[float]:
   """The mean counted test accuracy of the `last_k` evaluated rounds `back` windows before the
   last (0: the primary statistic's); None for a short curve or a non-finite value."""
-  diverged, chance = num(row.get('diverged_round')), num(row.get('chance_accuracy'))
-  counted = [runs_lib.counted_accuracy(a, i, None if diverged is None else int(diverged), chance)
-             for i, a in enumerate(runs_lib.decode_curve(row.get('accuracy_curve')), start=1)
-             if a is not None]
+  counted = [a for a in runs_lib.counted_curve(row) if a is not None]
   end = len(counted) - back * last_k
   window = counted[end - last_k:end] if end - last_k >= 0 else []
   return (float(np.mean(window)) if window and all(v is not None and math.isfinite(v)

@@ -1,6 +1,5 @@
-"""The report's sections beside the Results tables: each primary comparison's own detectable
-difference, the collapsed runs named, and the rounds each method takes to a target (secondary,
-no test)."""
+"""The report's sections beside the Results tables: each primary comparison's detectable
+difference, the collapsed runs, the rounds each method takes to a target (no test)."""
 
 from typing import Any, Mapping
 

@@ -1,6 +1,5 @@
-"""Measured sentences of README.md and docs/methods.md, generated from the results they cite:
-`python -m experiments.benchmarking.summary --write README.md docs/methods.md` rewrites them and
-`check_file` (what the tests run) checks them."""
+"""README.md's and docs/methods.md's measured sentences from the results they cite: `--write FILES`
+rewrites them, `check_file` (the tests') checks them."""
 
 import argparse
 import math
