@@ -214,17 +214,14 @@ def windows_table(rows, config) -> str:
   cells, margin = results.group(rows), results.margin(config)
   words = {k: [results.verdict(f.get(k), margin, results.at_chance(cells[k[:2]], *k[2:]))
                for f in found] for k in found[-1]}
-  same = sum(len(set(w)) == 1 for w in words.values())
   changed = [[f'`{regime}`', e, method, against, *w]
              for (regime, e, method, against), w in words.items() if len(set(w)) > 1]
   last_k = int(config['tuning']['last_k'])
-  head = text('windows_intro', same=same, total=len(words), last_k=last_k)
-  if not changed:
-    return head + '\n'
-  return head + '\n\n' + markdown_table(
+  head = text('windows_intro', same=len(words) - len(changed), total=len(words), last_k=last_k)
+  return head + '\n' + ('\n' + markdown_table(
       ['regime', 'E', 'method', 'against', f'{3 * last_k} to {4 * last_k - 1} rounds before',
        f'{2 * last_k} to {3 * last_k - 1} before', f'{last_k} to {2 * last_k - 1} before',
-       'last window'], changed)
+       'last window'], changed) if changed else '')
 
 
 def epoch_effect_table(rows, config) -> str:
