@@ -62,12 +62,10 @@ def _measure_table(cells, method, baseline, columns, needs: Optional[str] = None
   """A row per cell (where `method` has column `needs`): the regime, then `columns`."""
   cells = [(label, c) for label, c in cells
            if needs is None or results.by_seed(c.get(method, {}), needs)]
-  if not cells:
-    return []
   return [tables.markdown_table(
       ['regime'] + [h.format(m=method, b=baseline) for h, _, _ in columns],
       [[label] + [_cell(kind, column, c, method, baseline) for _, kind, column in columns]
-       for label, c in cells]).rstrip()]
+       for label, c in cells]).rstrip()] if cells else []
 
 
 def _measurement(name: str, cells, method: str, baseline: str) -> list[str]:

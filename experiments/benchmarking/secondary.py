@@ -23,13 +23,11 @@ def power_table(rows, config: Mapping[str, Any]) -> str:
     table.setdefault((regime, e, method), {})[b] = (
         'identical' if results.identical(d) else fmt(mdd, 4) + (
             f' **underpowered** (sd {d.sd:.4f})' if mdd is not None and mdd > target else ''))
-  if not table:
-    return ''
   return text('power_intro', level=level, power=results.POWER, weak=weak,
               total=results.family_size(found)) + '\n\n' + markdown_table(
       ['regime', 'E', 'method', *[f'vs {b}' for b in against]],
       [[f'`{r}`', e, m, *[per.get(b, '-') for b in against]]
-       for (r, e, m), per in table.items()])
+       for (r, e, m), per in table.items()]) if table else ''
 
 
 def speed_table(rows, config: Mapping[str, Any]) -> str:
@@ -40,13 +38,11 @@ def speed_table(rows, config: Mapping[str, Any]) -> str:
               stats.paired_difference(rounds, per[baseline][0]), digits=1)]
          for (regime, e), (target, per) in results.speed(rows, config).items()
          for method, (rounds, never) in per.items()]
-  if not out:
-    return ''
   return text('speed_intro', fraction=results.speed_target(config), baseline=baseline,
               label=results.statistic_label(results.primary_statistic(config), config)
               ) + '\n\n' + markdown_table(
       ['regime', 'E', 'target', 'method', 'rounds (mean)', 'never reached',
-       f'Δ rounds vs {baseline} [95% CI]'], out)
+       f'Δ rounds vs {baseline} [95% CI]'], out) if out else ''
 
 
 def collapse_section(rows, config: Mapping[str, Any]) -> str:

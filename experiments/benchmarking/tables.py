@@ -206,11 +206,9 @@ def composition_table(rows, config) -> str:
 def windows_table(rows, config) -> str:
   """The primary family's verdicts on the three `last_k` windows before the last and on the
   last, each Holm-adjusted alike; '' without a family or a last-k primary statistic."""
-  if results.primary_statistic(config) != 'last_k_accuracy':
+  if results.primary_statistic(config) != 'last_k_accuracy' or not results.family(rows, config):
     return ''
   found = [results.family(rows, config, back) for back in (3, 2, 1, 0)]
-  if not found[-1]:
-    return ''
   cells, margin = results.group(rows), results.margin(config)
   words = {k: [results.verdict(f.get(k), margin, results.at_chance(cells[k[:2]], *k[2:]))
                for f in found] for k in found[-1]}
