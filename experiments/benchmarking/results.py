@@ -83,12 +83,11 @@ def load(root: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str
   if not isinstance(config, dict):
     raise DamagedRunsFile(f'{os.path.join(root, "config.json")} is missing or damaged (not a '
                           'JSON object): the benchmark did not start or it was edited')
-  flat = config_lib.flat_settings(config)
   runs, curves = (read_runs(path) if os.path.exists(path) else []
                   for path in (os.path.join(root, n) for n in ('runs.csv', CURVES_FILE)))
   for row in runs:
     recheck_collapse(row, root)
-  return runs, flat, curves
+  return runs, config_lib.flat_settings(config), curves
 
 
 def recheck_collapse(row: dict[str, Any], root: str) -> None:
