@@ -115,9 +115,7 @@ def _gain_plot(rows, baseline: str, orders, found, path: str, ylabel: str) -> bo
   markers = ['o', 's', '^', 'D', 'v', 'P']
   fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
   all_means = []
-  for method, (j, e) in itertools.product(methods, enumerate(epochs)):
-    if method == baseline:
-      continue
+  for method, (j, e) in itertools.product(methods, enumerate(epochs)):   # found: no baseline
     points = [(c, found[(r, e, method)]) for r in regimes if (r, e, method) in found
               for c in [results.regime_conflict(cells[(r, e)], baseline)[0]] if c is not None]
     if points:
