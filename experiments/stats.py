@@ -1,6 +1,7 @@
 """Statistics over seeds: means, Student-t intervals of paired differences, Holm's adjustment,
 the power of a paired t-test, and curves (mean, plateau, largest rise)."""
 
+import itertools
 import math
 from typing import Mapping, NamedTuple, Optional, Sequence
 
@@ -61,12 +62,9 @@ def paired_difference(x: Mapping[object, Optional[float]], y: Mapping[object, Op
 
 def holm(p_values: Sequence[float]) -> list[float]:
   """Holm's step-down adjusted p-values in the given order, `adj_(i) = max_{j <= i} min(1,
-  (m - j + 1) p_(j))` over the m finite ones sorted (Holm, Scand. J. Statist. 6(2), 1979); NaN
-  stays NaN and does not count in m."""
-  values = [float(p) for p in p_values]
-  finite = sorted((p, i) for i, p in enumerate(values) if math.isfinite(p))
-  out = [float('nan')] * len(values)
-  running = 0.0
+  (m - j + 1) p_(j))` over the m finite ones (Holm, Scand. J. Statist. 6(2), 1979); NaN stays."""
+  finite = sorted((float(p), i) for i, p in enumerate(p_values) if math.isfinite(p))
+  out, running = [float('nan')] * len(p_values), 0.0
   for rank, (p, i) in enumerate(finite):
     running = max(running, min(1.0, (len(finite) - rank) * p))
     out[i] = running
@@ -138,11 +136,8 @@ def train_loss_rise(losses: Sequence[float]) -> float:
 
 def mean_curve(curves: Sequence[Sequence[Optional[float]]]) -> list[Optional[float]]:
   """The mean over seeds per round (None where no seed has a value)."""
-  out = []
-  for i in range(max((len(c) for c in curves), default=0)):
-    values = [c[i] for c in curves if i < len(c) and c[i] is not None]
-    out.append(float(sum(values) / len(values)) if values else None)
-  return out
+  rounds = ([v for v in values if v is not None] for values in itertools.zip_longest(*curves))
+  return [float(sum(values) / len(values)) if values else None for values in rounds]
 
 
 def window_noise(values: Sequence[float]) -> float:

@@ -5,14 +5,12 @@ import functools
 import re
 from typing import Any, Callable, Collection, Mapping, Optional
 
-from experiments import config as experiment_config
+from experiments import config as _M
 from experiments.benchmarking import lookups
 from experiments.benchmarking import methods as methods_lib
 from tff_conflict import hparams as hparams_lib
 
-ConfigError = experiment_config.ConfigError
-_M = experiment_config
-must = _M.must
+ConfigError, must = _M.ConfigError, _M.must
 
 
 def parsed(argument: str, name: str, own: Collection[str] = ()):
@@ -100,15 +98,13 @@ def check_datasets(config, parsed_regimes) -> None:
       must('entries with rounds >= 1 or grids of finite numbers > 0', lambda _, ok=valid: ok)(
           'dataset_settings', entry)
   from tff_conflict.data import registry  # pylint: disable=g-import-not-at-top
-  readers = {}   # source -> the datasets reading it (LEAF's converted cache under --cache_dir)
-  for name, entry in registry.DATASETS.items():
-    for source in {entry.source} | ({'cache_dir'} if entry.source == 'leaf_dir' else set()):
-      readers.setdefault(source, []).append(name)
-  for source in registry.SOURCES:
+  for source in registry.SOURCES:   # LEAF's converted cache is under --cache_dir
+    readers = [n for n, e in registry.DATASETS.items()
+               if source == e.source or (source, e.source) == ('cache_dir', 'leaf_dir')]
     value = getattr(config.data, source)
-    if value is not None and not set(readers.get(source, ())) & datasets:
-      raise ConfigError(source, value, reason=f'no regime reads it (only those of '
-                        f'{readers.get(source, [])} do, not of {sorted(datasets)}); drop it')
+    if value is not None and not set(readers) & datasets:
+      raise ConfigError(source, value, reason=f'no regime reads it (only those of {readers} do, '
+                        f'not of {sorted(datasets)}); drop it')
   for dataset, regime in config.tuning_regimes.items():
     tuned = parsed('tuning_regimes', regime, config.datasets)
     must('entries DATASET:REGIME with a regime of that dataset',
@@ -177,11 +173,9 @@ def check_methods_on_models(config, resolved, regimes) -> None:
                else data.dataset_info(regime.dataset).element_shape)
     except ValueError:
       shape = None
-    if model in config.model_fns:
-      build = config.model_fns[model]
-    elif shape is not None:
-      build = functools.partial(models_lib.get(model), shape, 2)
-    else:
+    build = (config.model_fns[model] if model in config.model_fns else None if shape is None
+             else functools.partial(models_lib.get(model), shape, 2))
+    if build is None:
       continue
     for method in resolved:
       key = (method.algorithm, model, shape)

@@ -36,8 +36,7 @@ _MEASUREMENTS = {
 
 
 def fmt_gap(g: Optional[stats.Interval]) -> str:
-  """'+0.012 ± 0.003' (mean ± the 95% interval's half-width), unmarked: a diagnosis is
-  exploratory (no multiplicity correction)."""
+  """'+0.012 ± 0.003' (mean ± the 95% interval's half-width), unmarked: exploratory."""
   return tables.fmt_difference(g, digits=3, half_width=True)
 
 
@@ -63,12 +62,10 @@ def _measure_table(cells, method, baseline, columns, needs: Optional[str] = None
   """A row per cell (where `method` has column `needs`): the regime, then `columns`."""
   cells = [(label, c) for label, c in cells
            if needs is None or results.by_seed(c.get(method, {}), needs)]
-  if not cells:
-    return []
   return [tables.markdown_table(
       ['regime'] + [h.format(m=method, b=baseline) for h, _, _ in columns],
       [[label] + [_cell(kind, column, c, method, baseline) for _, kind, column in columns]
-       for label, c in cells]).rstrip()]
+       for label, c in cells]).rstrip()] if cells else []
 
 
 def _measurement(name: str, cells, method: str, baseline: str) -> list[str]:
@@ -88,8 +85,7 @@ def _measurement(name: str, cells, method: str, baseline: str) -> list[str]:
 
 
 def variant_baseline(method: str, rows, default: str = BASELINE) -> str:
-  """Its variant's own `baseline` where that ran in `rows` (a clipped variant against FedAvg
-  clipped alike), else `default`."""
+  """The variant `method`'s own `baseline` where that ran in `rows`, else `default`."""
   own = methods_lib.VARIANTS[method][1].baseline if method in methods_lib.VARIANTS else None
   return own if own is not None and any(r['method'] == own for r in rows) else default
 
@@ -120,8 +116,7 @@ def _variant_table(rows, cells, method, baseline, statistic) -> list[str]:
 
 
 def _reading(algorithm: str) -> Optional[str]:
-  """The item `- `algorithm`: ...` of docs/experiments.md's "What each method's diagnosis
-  reads", joined into one line; None without one."""
+  """docs/experiments.md's item `- `algorithm`: ...` (diagnosis readings) in one line, or None."""
   try:
     with open(_DOCS) as f:
       _, heading, items = f.read().partition("### What each method's diagnosis reads\n")
@@ -133,9 +128,8 @@ def _reading(algorithm: str) -> Optional[str]:
 
 def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
             baseline: str = BASELINE, statistic: str = 'final_accuracy') -> Optional[str]:
-  """The diagnosis of `method` (of `algorithm` or a `methods.VARIANTS`) on `statistic`: its
-  paired gap to `baseline` (`variant_baseline`) per cell, the measurements that test its reading,
-  its variants' gaps; None for the baseline. Raises ValueError if `method` has no run."""
+  """The diagnosis of `method` on `statistic`: its paired gap to `baseline` per cell, the
+  measurements that test its reading, its variants' gaps; None for the baseline."""
   if method == baseline:
     return None
   cells = cells_of(rows, method)
@@ -161,10 +155,9 @@ def section(method: str, algorithm: str, rows: Sequence[Mapping[str, Any]], *,
 
 
 def control_section(rows: Sequence[Mapping[str, Any]], *, method: str, baseline: str) -> str:
-  """The positive control's reading, `method` against `baseline` paired in `method`'s first
-  regime: reproduced where its tail global training loss and its largest rise are both lower
-  (95% intervals excluding 0), that rise at most half the baseline's. Raises ValueError without
-  a run of `method`, or of either with the global training loss (`--eval_train_loss`)."""
+  """The positive control's reading, `method` against `baseline` in `method`'s first regime:
+  reproduced where its tail global training loss and its largest rise are both lower (95%
+  intervals excluding 0), that rise at most half the baseline's; ValueError without the runs."""
   regime, cell = min(cells_of(rows, method), key=lambda x: x[0], default=(None, None))
   if cell is None:
     raise ValueError(f'the positive control has no run of {method!r}')

@@ -115,9 +115,7 @@ def _gain_plot(rows, baseline: str, orders, found, path: str, ylabel: str) -> bo
   markers = ['o', 's', '^', 'D', 'v', 'P']
   fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
   all_means = []
-  for method, (j, e) in itertools.product(methods, enumerate(epochs)):
-    if method == baseline:
-      continue
+  for method, (j, e) in itertools.product(methods, enumerate(epochs)):   # found: no baseline
     points = [(c, found[(r, e, method)]) for r in regimes if (r, e, method) in found
               for c in [results.regime_conflict(cells[(r, e)], baseline)[0]] if c is not None]
     if points:
@@ -161,8 +159,7 @@ def _epochs_plot(regimes, others, epochs, found, path: str, ylabel: str) -> None
 
 
 def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
-  """Writes the curves per regime and E, the gain against conflict and (several E) the effect
-  of E; returns name -> file name inside `plots_dir`."""
+  """Writes the curves, the gain against conflict and the effect of E; returns name -> file."""
   os.makedirs(plots_dir, exist_ok=True)
   baseline = config['baseline']
   gain = f'{results.statistic_label(results.primary_statistic(config), config)} − {baseline}'
@@ -180,8 +177,7 @@ def write_plots(rows, config, plots_dir: str) -> dict[str, str]:
 
 
 def write_validation_plots(curve_rows, plots_dir: str) -> dict[tuple[str, int], str]:
-  """Writes each method's validation accuracy per tuning regime and E; returns (regime, E) ->
-  file name inside `plots_dir`."""
+  """Writes the validation accuracy per tuning regime and E; returns (regime, E) -> file."""
   written = {}
   for (regime, epochs), curves in results.curve_groups(curve_rows).items():
     os.makedirs(plots_dir, exist_ok=True)

@@ -1,6 +1,5 @@
-"""The benchmark's report from the files a benchmark leaves on disk (`--report_only` regenerates
-it): `write_report(root)` writes report.md and plots/; `write_results_md` publishes it as
-RESULTS.md with its data in docs/results/."""
+"""The benchmark's report from its files on disk: `write_report(root)` writes report.md and plots/,
+`write_results_md` publishes it as RESULTS.md with its data in docs/results/."""
 
 import os
 import posixpath
@@ -8,6 +7,7 @@ import shutil
 import traceback
 from typing import Callable, Mapping, Optional
 
+from experiments import files
 from experiments.benchmarking import plots as plots_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import diagnosis
@@ -20,8 +20,7 @@ PLOTS_DIR = 'plots'
 
 
 def render(root: str, *, plot_prefix: str = PLOTS_DIR) -> str:
-  """The report's Markdown from the files under `root`; writes `root/plots` (and deletes the
-  plots there of runs no longer in it)."""
+  """The report's Markdown from the files under `root`; (re)writes `root/plots`."""
   rows, config, curve_rows = results.load(root)
   baseline, plots_dir = config['baseline'], os.path.join(root, PLOTS_DIR)
   plots = plots_lib.write_plots(rows, config, plots_dir) if rows else {}
@@ -120,9 +119,8 @@ def _control_section(root: str, plot_prefix: str) -> Optional[str]:
 
 def write_report(root: str) -> str:
   """Writes `root/report.md` (and the plots) from the files under `root`; returns its path."""
-  body, path = render(root), os.path.join(root, REPORT_FILE)
-  with open(path, 'w') as f:
-    f.write(body)
+  path = os.path.join(root, REPORT_FILE)
+  files.write_text_atomically(path, render(root))
   return path
 
 
@@ -147,6 +145,5 @@ def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -
   lines = ['# Results', ''] + [f'- {key}: {value}' for key, value in header.items()] + [
       '', tables.text('results_md_data', runs=f'{os.path.relpath(target, here)}/runs.csv'), '']
   lines += ['#' + line if line.startswith('#') else line for line in body.splitlines()]
-  with open(results_md, 'w') as f:
-    f.write('\n'.join(lines) + '\n')
+  files.write_text_atomically(results_md, '\n'.join(lines) + '\n')
   return target

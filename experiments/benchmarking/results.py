@@ -83,12 +83,11 @@ def load(root: str) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str
   if not isinstance(config, dict):
     raise DamagedRunsFile(f'{os.path.join(root, "config.json")} is missing or damaged (not a '
                           'JSON object): the benchmark did not start or it was edited')
-  flat = config_lib.flat_settings(config)
   runs, curves = (read_runs(path) if os.path.exists(path) else []
                   for path in (os.path.join(root, n) for n in ('runs.csv', CURVES_FILE)))
   for row in runs:
     recheck_collapse(row, root)
-  return runs, flat, curves
+  return runs, config_lib.flat_settings(config), curves
 
 
 def recheck_collapse(row: dict[str, Any], root: str) -> None:
@@ -131,8 +130,8 @@ def group(rows) -> dict[tuple[str, int], dict[str, dict[int, Mapping[str, Any]]]
 
 def by_seed(per_seed, key) -> dict[int, float]:
   """seed -> the finite number in column `key`, for the seeds that have one."""
-  values = {seed: _finite(row.get(key)) for seed, row in per_seed.items()}
-  return {seed: value for seed, value in values.items() if value is not None}
+  return {seed: value for seed, row in per_seed.items()
+          for value in [_finite(row.get(key))] if value is not None}
 
 
 def mean(per_seed, key) -> float:
@@ -151,8 +150,7 @@ def orders(rows, config) -> tuple[list[str], list[str], list[int]]:
 
 def cells(rows, config) -> list[tuple[str, int, Mapping[str, Any]]]:
   """(regime, E, method -> seed -> row) of every cell that ran, in the report's order."""
-  regimes, _, epochs = orders(rows, config)
-  found = group(rows)
+  (regimes, _, epochs), found = orders(rows, config), group(rows)
   return [(r, e, found[(r, e)]) for r in regimes for e in epochs if (r, e) in found]
 
 
@@ -241,9 +239,8 @@ FAMILY_FILE = 'family.json'
 
 
 def family_members(config: Mapping[str, Any]) -> dict[str, Any]:
-  """family.json, the primary family named before the runs from the config alone: every
-  (regime, E, method, reference) `family` may test (an identical pair is left out when it
-  runs), the statistic, the level, the margin and the detectable difference aimed at."""
+  """family.json from the config alone, before the runs: every (regime, E, method, reference)
+  `family` may test, the statistic, the level, the margin and the difference aimed at."""
   methods = [{'method': m, 'regime': r} for m in config['methods'] for r in config['regimes']]
   rows = [dict(m, epochs=e) for m in methods for e in config['epochs']]
   return {'statistic': statistic_label(primary_statistic(config), config), 'alpha': ALPHA,
@@ -257,10 +254,7 @@ def family_members(config: Mapping[str, Any]) -> dict[str, Any]:
 def window(row: Mapping[str, Any], back: int, last_k: int) -> Optional[list[float]]:
   """The counted test accuracies of the `last_k` evaluated rounds `back` windows before the last
   (0: the primary statistic's); None for a short curve or a non-finite value."""
-  diverged, chance = num(row.get('diverged_round')), num(row.get('chance_accuracy'))
-  counted = [runs_lib.counted_accuracy(a, i, None if diverged is None else int(diverged), chance)
-             for i, a in enumerate(runs_lib.decode_curve(row.get('accuracy_curve')), start=1)
-             if a is not None]
+  counted = [a for a in runs_lib.counted_curve(row) if a is not None]
   end = len(counted) - back * last_k
   values = counted[end - last_k:end] if end - last_k >= 0 else []
   return (values if values and all(v is not None and math.isfinite(v) for v in values)
@@ -290,16 +284,13 @@ def family(rows, config: Mapping[str, Any], back: int = 0
   key = primary_statistic(config)
   last_k = int((config.get('tuning') or {}).get('last_k') or config.get('last_k') or 5)
   methods, primary = compared_methods(rows, config), primary_regimes(config)
-  found = {}
-  for regime, e, cell in cells(rows, config):
-    for method in methods if regime in primary else []:
-      for against in cell_references(cell, config):
-        if method in cell and against in cell:
-          found[(regime, e, method, against)] = (
-              difference(cell, method, against, key) if not back else stats.paired_difference(
-                  *({s: v for s, r in cell[m].items() for v in [window_statistic(r, back, last_k)]
-                     if v is not None} for m in (method, against))))
-  return _holm(found, PRIMARY)
+  windows = lambda per_seed: {s: v for s, r in per_seed.items()
+                              for v in [window_statistic(r, back, last_k)] if v is not None}
+  return _holm({(regime, e, method, against): difference(cell, method, against, key) if not back
+                else stats.paired_difference(windows(cell[method]), windows(cell[against]))
+                for regime, e, cell in cells(rows, config) if regime in primary
+                for method in methods if method in cell
+                for against in cell_references(cell, config)}, PRIMARY)
 
 
 def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]] = ()
@@ -308,14 +299,11 @@ def comparisons(rows, config: Mapping[str, Any], pairs: Sequence[tuple[str, str]
   baseline): tested in the primary `family` where it is in it, else against the baseline no test
   (family ''), against another method Holm over those pairs (family `OTHERS`)."""
   baseline, key, tested = config['baseline'], primary_statistic(config), family(rows, config)
-  main = {}
-  for r, e, cell in cells(rows, config):
-    for m in orders(rows, config)[1]:
-      d = None if m == baseline or (pairs and (m, baseline) not in pairs) else (
-          tested.get((r, e, m, baseline)) or difference(cell, m, baseline, key))
-      if d is not None:
-        main[(r, e, m)] = d if d.family is not None else d._replace(
-            p_value=float('nan'), family='')
+  main = {(r, e, m): d if d.family is not None else d._replace(p_value=float('nan'), family='')
+          for r, e, cell in cells(rows, config) for m in orders(rows, config)[1]
+          if not pairs or (m, baseline) in pairs
+          for d in [tested.get((r, e, m, baseline)) or difference(cell, m, baseline, key)]
+          if d is not None}
   others = {(r, e, m): difference(cell, m, b, key)
             for r, e, cell in cells(rows, config) for m, b in pairs if b != baseline
             if (r, e, m, b) not in tested}
@@ -360,8 +348,7 @@ def verdict(d: Optional[stats.Interval], margin: float = 0.0, chance: bool = Fal
 
 def against_every(words: Sequence[str]) -> str:
   """A method's verdict against every baseline from its `verdict` against each: the
-  intersection-union test (Berger, Technometrics 24(4), 1982; docs/methods.md), 'beats every
-  baseline' only where it beats each; 'loses to a baseline' where it loses to one."""
+  intersection-union test (Berger, Technometrics 24(4), 1982; docs/methods.md)."""
   if 'loses' in words:
     return 'loses to a baseline'
   alike = {'beats': 'beats every baseline', 'ties': 'ties every baseline',
@@ -380,8 +367,7 @@ def every_baseline(rows, config: Mapping[str, Any]
 
 
 def detectable(d: Optional[stats.Interval], level: float) -> Optional[float]:
-  """`stats.minimal_detectable_difference` at `level` and `POWER` from `d`'s own sd and seeds;
-  None without 2 seeds and a finite sd."""
+  """`stats.minimal_detectable_difference` at `level` and `POWER` from `d`'s sd and n, or None."""
   if d is None or d.n < 2 or not math.isfinite(d.sd):
     return None
   return stats.minimal_detectable_difference(d.sd, d.n, alpha=level, power=POWER)
@@ -393,8 +379,7 @@ def speed_target(config: Mapping[str, Any]) -> float:
 
 
 def rounds_to(row: Mapping[str, Any], target: float) -> tuple[int, bool]:
-  """(the first round whose `runs.counted_curve` reaches `target`, whether one did; else the
-  horizon + 1)."""
+  """(the first round whose `runs.counted_curve` reaches `target`, else the horizon + 1, hit)."""
   curve = runs_lib.counted_curve(row)
   found = next((r for r, a in enumerate(curve, start=1)
                 if a is not None and math.isfinite(a) and a >= target), None)
@@ -469,7 +454,6 @@ def test_plateau_verdicts(rows, config) -> list[tuple[str, int, tuple[float, flo
 
 
 def total_wall_seconds(root: str) -> float:
-  """The wall time of every invocation recorded in `root/timing.json`."""
   return sum(t.get('wall_seconds', 0.0) for t in read_json(os.path.join(root, 'timing.json'), []))
 
 
@@ -481,8 +465,7 @@ def unequal_search(config) -> tuple[list[str], list]:
 
 
 def summarize_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Optional[float]]:
-  """The runs.csv columns a run adds from its metrics.csv rows (None where missing): `final_*`
-  of the last evaluation, `tail_global_train_loss` over the last quarter of rounds; raises
+  """The runs.csv columns a run adds from its metrics.csv rows (None where missing); raises
   ValueError without rows or a test accuracy."""
   if not any(r.get('test_accuracy') not in (None, '') for r in rows):
     raise ValueError('rows hold no test_accuracy: was the run evaluated?' if rows else

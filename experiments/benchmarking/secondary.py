@@ -1,6 +1,6 @@
 """The report's sections beside the Results tables: the noise against the effects, each primary
-comparison's own detectable difference, the collapsed runs named, and the rounds each method
-takes to a target (secondary, no test)."""
+comparison's detectable difference, the collapsed runs, the rounds each method takes to a target
+(no test)."""
 
 import math
 from typing import Any, Mapping, Optional, Sequence
@@ -26,31 +26,26 @@ def power_table(rows, config: Mapping[str, Any]) -> str:
     table.setdefault((regime, e, method), {})[b] = (
         'identical' if results.identical(d) else fmt(mdd, 4) + (
             f' **underpowered** (sd {d.sd:.4f})' if mdd is not None and mdd > target else ''))
-  if not table:
-    return ''
   return text('power_intro', level=level, power=results.POWER, weak=weak,
               total=results.family_size(found)) + '\n\n' + markdown_table(
       ['regime', 'E', 'method', *[f'vs {b}' for b in against]],
       [[f'`{r}`', e, m, *[per.get(b, '-') for b in against]]
-       for (r, e, m), per in table.items()])
+       for (r, e, m), per in table.items()]) if table else ''
 
 
 def speed_table(rows, config: Mapping[str, Any]) -> str:
-  """`results.speed` per regime, E and method: mean rounds, seeds never reaching the target,
-  the paired difference with the baseline in rounds (no test)."""
+  """`results.speed` per regime, E and method, with the paired difference in rounds (no test)."""
   baseline = config['baseline']
   out = [[f'`{regime}`', e, f'{target:.4f}', method, f'{sum(rounds.values()) / len(rounds):.1f}',
           f'{never} of {len(rounds)}', '—' if method == baseline else fmt_difference(
               stats.paired_difference(rounds, per[baseline][0]), digits=1)]
          for (regime, e), (target, per) in results.speed(rows, config).items()
          for method, (rounds, never) in per.items()]
-  if not out:
-    return ''
   return text('speed_intro', fraction=results.speed_target(config), baseline=baseline,
               label=results.statistic_label(results.primary_statistic(config), config)
               ) + '\n\n' + markdown_table(
       ['regime', 'E', 'target', 'method', 'rounds (mean)', 'never reached',
-       f'Δ rounds vs {baseline} [95% CI]'], out)
+       f'Δ rounds vs {baseline} [95% CI]'], out) if out else ''
 
 
 def collapse_section(rows, config: Mapping[str, Any]) -> str:

@@ -1,6 +1,5 @@
-"""Measured sentences of README.md and docs/methods.md, generated from the results they cite:
-`python -m experiments.benchmarking.summary --write README.md docs/methods.md` rewrites them and
-`check_file` (what the tests run) checks them."""
+"""README.md's and docs/methods.md's measured sentences from the results they cite: `--write FILES`
+rewrites them, `check_file` (the tests') checks them."""
 
 import argparse
 import math
@@ -81,8 +80,7 @@ def _rule(rows, config, pairs=()) -> str:
 
 
 def _said(d, config, cell, method: str, against: str, label: str) -> tuple[str, str]:
-  """(verdict word, `label` then Δ: with the interval and Holm p for beats / loses, the reason
-  for identical)."""
+  """(verdict word, `label` and Δ, with the interval and Holm p for beats / loses)."""
   word = _word(d, config, cell, method, against)
   if d.n < 2:
     return word, f'{label} {d.mean:+.3f} (one seed)'
@@ -96,8 +94,7 @@ def _said(d, config, cell, method: str, against: str, label: str) -> tuple[str, 
 
 
 def family_lines(rows, config) -> list[str]:
-  """Per primary regime and E a line per reference and one against every baseline: the
-  methods grouped by verdict."""
+  """Per primary regime and E, the methods grouped by verdict against each reference and all."""
   tested, datasets = results_lib.family(rows, config), results_lib.regime_datasets(rows)
   every, lines = results_lib.every_baseline(rows, config), []
   for name, regime, e, cell in _cells(rows, config):
@@ -156,8 +153,7 @@ def _power_sentence(rows, config) -> str:
 
 
 def verdicts(rows, config, curves) -> str:
-  """The comparison in words (docs/methods.md): scope, rule, `family_lines`, `untested_lines`,
-  plateau and power."""
+  """The comparison in words (docs/methods.md): scope, rule, verdicts, plateau and power."""
   tuning, rounds = config['tuning'], config_lib.per_dataset(config, 'rounds')
   search = text('summary_tuned', server=' and server' if tuning.get('tune_server_lr') else '',
                 seeds=len(tuning.get('tuning_seeds') or ()),
@@ -183,8 +179,7 @@ def verdicts(rows, config, curves) -> str:
 
 
 def readme(rows, config, curves) -> str:
-  """The README's table: per compared method and primary regime its verdict against the
-  baseline and against every baseline; the baseline's mean first."""
+  """The README's table: each compared method's verdicts per primary regime, baseline's first."""
   baseline = config['baseline']
   tested, every = results_lib.family(rows, config), results_lib.every_baseline(rows, config)
   datasets, cells = results_lib.regime_datasets(rows), results_lib.group(rows)
@@ -265,8 +260,7 @@ def render(name: str, directory: str, root: str = ROOT) -> str:
 
 
 def check_file(path: str, root: str = ROOT, *, write: bool = False) -> list[str]:
-  """The blocks of `path` that differ from their results (`write`: rewrites them); raises
-  ValueError for a block without its end marker."""
+  """The blocks of `path` that differ from their results (`write`: rewrites them)."""
   with open(path) as f:
     content = f.read()
   out, last, stale = [], 0, []

@@ -105,8 +105,7 @@ def regime_table(cell, methods: Sequence[str], *, config: Mapping[str, Any],
     last_delta = ('—' if method == baseline else '-' if d is None else delta_cell(
         results.difference(cell, method, baseline, 'final_accuracy'), chance, mark=False))
     before = results.mean(per_seed, 'conflict_before')
-    excluded = int(sum(results.num(r.get('excluded_nonfinite_updates')) or 0
-                       for r in per_seed.values()))
+    excluded = int(sum(results.by_seed(per_seed, 'excluded_nonfinite_updates').values()))
     out.append([
         method, len(per_seed), f'{_diverged(per_seed)} ({excluded} updates excluded)'
         if excluded else _diverged(per_seed),
@@ -207,25 +206,20 @@ def composition_table(rows, config) -> str:
 def windows_table(rows, config) -> str:
   """The primary family's verdicts on the three `last_k` windows before the last and on the
   last, each Holm-adjusted alike; '' without a family or a last-k primary statistic."""
-  if results.primary_statistic(config) != 'last_k_accuracy':
+  if results.primary_statistic(config) != 'last_k_accuracy' or not results.family(rows, config):
     return ''
   found = [results.family(rows, config, back) for back in (3, 2, 1, 0)]
-  if not found[-1]:
-    return ''
   cells, margin = results.group(rows), results.margin(config)
   words = {k: [results.verdict(f.get(k), margin, results.at_chance(cells[k[:2]], *k[2:]))
                for f in found] for k in found[-1]}
-  same = sum(len(set(w)) == 1 for w in words.values())
   changed = [[f'`{regime}`', e, method, against, *w]
              for (regime, e, method, against), w in words.items() if len(set(w)) > 1]
   last_k = int(config['tuning']['last_k'])
-  head = text('windows_intro', same=same, total=len(words), last_k=last_k)
-  if not changed:
-    return head + '\n'
-  return head + '\n\n' + markdown_table(
+  head = text('windows_intro', same=len(words) - len(changed), total=len(words), last_k=last_k)
+  return head + '\n' + ('\n' + markdown_table(
       ['regime', 'E', 'method', 'against', f'{3 * last_k} to {4 * last_k - 1} rounds before',
        f'{2 * last_k} to {3 * last_k - 1} before', f'{last_k} to {2 * last_k - 1} before',
-       'last window'], changed)
+       'last window'], changed) if changed else '')
 
 
 def epoch_effect_table(rows, config) -> str:
@@ -323,9 +317,7 @@ def family_description(rows, config) -> str:
   return text('family', size=results.family_size(results.family(rows, config)),
               which=(f'methods named for it ({", ".join(methods)})' if named
                      else 'methods that are not baselines'),
-              moved=(f'. Outside it, to keep each comparison\'s detectable difference within '
-                     f'reach of the seeds, {", ".join(outside)}: their intervals are shown, '
-                     'untested' if named and outside else ''),
+              moved=text('family_moved', outside=', '.join(outside)) if named and outside else '',
               methods=len(methods), baseline=config['baseline'],
               others=', '.join(results.references(config)[1:]) or 'none',
               regimes=', '.join(f'`{r}`' for r in results.primary_regimes(config)),
@@ -431,18 +423,16 @@ def variant_differences(rows, config) -> list[tuple[str, str, list[str], list[st
   parents = {m['name']: m.get('parent') for m in config['plan']['methods']}
   out = []
   for method in [m for m in methods if parents.get(m) in methods]:
-    parent, found, changed = parents[method], [], set()
+    parent, found = parents[method], {}   # change -> its setting
     for cell in results.group(rows).values():
       for seed in sorted(set(cell.get(method, {})) & set(cell.get(parent, {}))):
         a, b = _settings(cell[parent][seed]), _settings(cell[method][seed])
         for k in sorted(set(a) | set(b)):
           x, y = results.num(a.get(k)), results.num(b.get(k))
-          change = (f'{k}: {_fmt_value(a.get(k, "-"))} -> {_fmt_value(b.get(k, "-"))} '
-                    f'({cell[method][seed]["regime"]})')
-          if (x != y or (x is None and a.get(k) != b.get(k))) and change not in found:
-            found.append(change)
-            changed.add(k)
-    out.append((method, parent, sorted(changed), found))
+          if x != y or (x is None and a.get(k) != b.get(k)):
+            found.setdefault(f'{k}: {_fmt_value(a.get(k, "-"))} -> {_fmt_value(b.get(k, "-"))} '
+                             f'({cell[method][seed]["regime"]})', k)
+    out.append((method, parent, sorted(set(found.values())), list(found)))
   return out
 
 
