@@ -2,7 +2,7 @@
 validation split: `python -m experiments.benchmark --preset=smoke --output_dir=/tmp/bench` writes
 report.md, runs.csv and plots under `<output_dir>/<experiment_name>/` (docs/experiments.md)."""
 
-from experiments import interrupts  # pylint: disable=g-bad-import-order
+from tff_conflict import _interrupts as interrupts  # pylint: disable=g-bad-import-order
 if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
   interrupts.exit_on_signals()
 

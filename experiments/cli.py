@@ -13,7 +13,7 @@ from absl import flags
 
 from experiments import config
 from experiments import files
-from experiments import interrupts
+from tff_conflict import _interrupts as interrupts
 from tff_conflict import _checks
 
 FLAGS = flags.FLAGS

@@ -2,7 +2,7 @@
 -m experiments.compare --algorithms=fedavg,fedgh --seeds=0,1,2` writes each run, summary.md and
 plots under `<output_dir>/compare_<dataset>/` (`--preset=readme`: the README's command)."""
 
-from experiments import interrupts  # pylint: disable=g-bad-import-order
+from tff_conflict import _interrupts as interrupts  # pylint: disable=g-bad-import-order
 if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
   interrupts.exit_on_signals()
 

@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from experiments import config as config_lib
 from experiments import datasets
-from experiments import interrupts
 from tff_conflict.simulation import training_loop
 from tff_conflict import hparams as hparams_lib
 from tff_conflict import models as models_lib
@@ -181,9 +180,7 @@ class Runs:
     return training_loop.run_training(
         process, train_data=train_data, evaluate_fn=evaluate, config=loop,
         experiment_dir=experiment_dir, hparams=hparams, runner=runner, initial_state=state,
-        test_columns=columns, optional_hparams=config_lib.METHOD_FLAGS,
-        check_interrupt=interrupts.raise_if_interrupted, output_closed=(interrupts.OutputClosed,),
-        **loop_kwargs)
+        test_columns=columns, optional_hparams=config_lib.METHOD_FLAGS, **loop_kwargs)
 
 
 def check_composition(algorithm: config_lib.AlgorithmConfig) -> None:

@@ -2,7 +2,7 @@
 --dataset=digits`): metrics.csv, hparams.csv, checkpoints under `<output_dir>/<experiment_name>/`;
 rerunning an interrupted command resumes it (`--noresume` starts over)."""
 
-from experiments import interrupts  # pylint: disable=g-bad-import-order
+from tff_conflict import _interrupts as interrupts  # pylint: disable=g-bad-import-order
 if __name__ == '__main__':   # Ctrl-C / SIGTERM before main (TensorFlow loading): 130 / 143 at once
   interrupts.exit_on_signals()
 

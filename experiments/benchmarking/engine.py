@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from experiments.benchmarking import results as results_lib
 from experiments import files
-from experiments import interrupts
+from tff_conflict import _interrupts as interrupts
 from experiments import config as experiment_config
 from experiments import experiment_lib
 from experiments.benchmarking import fingerprints

@@ -17,7 +17,7 @@ import pytest
 
 from experiments import benchmark
 from experiments import cli
-from experiments import interrupts
+from tff_conflict import _interrupts as interrupts
 from experiments import presets
 from experiments import stats
 from experiments.benchmarking import config as config_lib

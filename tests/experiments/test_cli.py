@@ -14,7 +14,8 @@ from tests.experiments import conftest
 # A binary whose main sends itself `SIG` from where the test puts it, then returns normally.
 _PROGRAM = textwrap.dedent('''
     import atexit, os, signal, sys, time, weakref
-    from experiments import cli, interrupts
+    from experiments import cli
+    from tff_conflict import _interrupts as interrupts
     SIG = getattr(signal, sys.argv[1])
     WHERE = sys.argv[2]
 
@@ -93,7 +94,7 @@ def test_a_bad_argument_ends_in_one_line_naming_it_and_the_value(where, line):
 def test_a_signal_while_python_tears_down_a_finished_command_keeps_its_status():
   program = textwrap.dedent('''
       import os, signal, time
-      from experiments import interrupts
+      from tff_conflict import _interrupts as interrupts
       interrupts.exit_on_signals()
       class Late:
         def __del__(self):   # runs while Python tears down, after the exit hooks

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from experiments import interrupts
+from tff_conflict import _interrupts as interrupts
 from experiments import config as config_lib
 from tff_conflict import _checks
 from tff_conflict import models
@@ -342,13 +342,12 @@ class _InterruptedRunner:
     return self._process.next(state, data)
 
 
-def test_an_error_of_output_closed_stops_the_run_as_ctrl_c_does(tmp_path, tiny):
+def test_a_closed_standard_output_stops_the_run_as_ctrl_c_does(tmp_path, tiny):
   process, train, evaluate_fn = tiny
   runner = _InterruptedRunner(process, at_round=2, error=interrupts.OutputClosed)
   with pytest.raises(interrupts.OutputClosed, match='^standard output closed after round 1 of 3; '
                      'the state after round 1 is saved'):
-    _run(process, train, evaluate_fn, tmp_path, 3, runner=runner,
-         output_closed=(interrupts.OutputClosed,))
+    _run(process, train, evaluate_fn, tmp_path, 3, runner=runner)
   assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [1]
 
 
@@ -392,8 +391,7 @@ def test_a_sigterm_whose_exception_python_dropped_still_stops_the_run(
   monkeypatch.setattr(interrupts, '_received', [])
   with pytest.raises(interrupts.Terminated) as info:
     _run(process, train, evaluate_fn, tmp_path, 4, checkpoint_every=2,
-         runner=_DroppedSigtermRunner(process, at_round=2),
-         check_interrupt=interrupts.raise_if_interrupted)
+         runner=_DroppedSigtermRunner(process, at_round=2))
   assert str(info.value).startswith('interrupted after round 2 of 4; the state after round 2 '
                                     'is saved')
   assert checkpoints.CheckpointManager(str(tmp_path / 'checkpoints')).versions() == [2]

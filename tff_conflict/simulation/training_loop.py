@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 
 from tff_conflict import _checks
 from tff_conflict import _files
+from tff_conflict import _interrupts
 from tff_conflict.simulation import checkpoints as checkpoints_lib
 from tff_conflict.simulation import metrics as metrics_lib
 from tff_conflict.simulation import progress as progress_lib
@@ -189,16 +190,15 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
                  test_columns: Sequence[str] = TEST_COLUMNS,
                  on_round: Callable[[], None] = lambda: None,
                  release_managers: Sequence[tff.program.ReleaseManager] = (),
-                 optional_hparams: Collection[str] = (),
-                 check_interrupt: Callable[[], None] = lambda: None,
-                 output_closed: tuple[type[BaseException], ...] = ()) -> tuple:
+                 optional_hparams: Collection[str] = ()) -> tuple:
   """Runs rounds 1..config.rounds of `process` (through `runner`, from `initial_state`; defaults:
   the process, `runner.initialize()`), or the rest of the run in `experiment_dir` with the same
   `hparams`; returns (metrics rows of rounds 1..rounds, final state, round resumed from).
   `config`: the binaries' `LoopConfig` or any object with its attributes and `is_*_round` methods.
   `evaluate_fn`: weights -> metrics among `test_columns`; `release_managers` get each row after
-  metrics.csv. Ctrl-C, SIGTERM (`check_interrupt()` raises one Python dropped) or an error of
-  `output_closed` saves the last finished round and re-raises saying how to resume.
+  metrics.csv. Ctrl-C, SIGTERM (`_interrupts.raise_if_interrupted` raises one Python dropped) or
+  a closed standard output (`_interrupts.OutputClosed`) saves the last finished round and
+  re-raises saying how to resume.
   `ArgumentError` for more clients per round than `train_data` has."""
   runner = process if runner is None else runner
   client_ids = list(train_data.client_ids)
@@ -230,7 +230,7 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
   finished_state, finished_round, saved_round, accuracy = state, done, done, None
   try:
     for round_num in range(done + 1, config.rounds + 1):
-      check_interrupt()   # a signal whose exception Python dropped in a callback
+      _interrupts.raise_if_interrupted()   # a signal whose exception Python dropped in a callback
       sampled = rounds_lib.sample_clients(client_ids, config.clients_per_round,
                                           seed=config.seed, round_num=round_num)
       datasets = make_datasets(sampled, round_num)
@@ -250,9 +250,9 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
             manager.save(rounds_lib.checkpointed(state, controls, round_num), round_num))
         saved_round = round_num
       on_round()
-      check_interrupt()
+      _interrupts.raise_if_interrupted()
       bar.tick(postfix=_postfix(accuracy, row['train_loss'], untrained))
-  except (KeyboardInterrupt, *output_closed) as e:
+  except (KeyboardInterrupt, _interrupts.OutputClosed) as e:
     if config.checkpoint_every > 0 and finished_round > saved_round:
       events.run_until_complete(
           manager.save(rounds_lib.checkpointed(finished_state, controls, finished_round),
@@ -260,11 +260,11 @@ def run_training(process: Any, *, train_data: Any, evaluate_fn: Callable[[Any], 
       saved_round = finished_round
     e.args = (_interrupted_message(
         prefix, finished_round, saved_round, config.rounds, manager.root_dir,
-        'standard output closed' if isinstance(e, output_closed) else 'interrupted'),)
+        'standard output closed' if isinstance(e, _interrupts.OutputClosed) else 'interrupted'),)
     raise
   finally:
     events.close()
-    with contextlib.suppress(*output_closed):   # nothing more is shown then
+    with contextlib.suppress(_interrupts.OutputClosed):   # nothing more is shown then
       bar.close()
   return writer.rows, state, done
 
