@@ -10,7 +10,6 @@ import os
 import random
 import time
 import traceback
-import types
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
@@ -45,13 +44,14 @@ def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSp
   _refuse(run_dir, 'with other settings', runs_lib.spec_differences(recorded, spec))
 
 
-def default_loader(config) -> Loader:
-  """`(regime, seed) -> (train, test)` through `tff_conflict.data.load_regime`."""
+def default_loader(sources) -> Loader:
+  """`(regime, seed) -> (train, test)` through `tff_conflict.data.load_regime`, reading the
+  `cache_dir`, `data_dir` and `leaf_dir` of `sources` (a `DataConfig` or a `RunSpec`)."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
 
   def load(regime, seed):
-    return data.load_regime(regime, seed=seed, cache_dir=config.data.cache_dir,
-                            data_dir=config.data.data_dir, leaf_dir=config.data.leaf_dir)
+    return data.load_regime(regime, seed=seed, cache_dir=sources.cache_dir,
+                            data_dir=sources.data_dir, leaf_dir=sources.leaf_dir)
   return load
 
 
@@ -112,8 +112,7 @@ class Engine(experiment_lib.Runs):
       if regime in self._datasets:
         self._data[regime, seed] = tuple(self._datasets[regime])
       else:
-        loader = self._loader or default_loader(types.SimpleNamespace(
-            data=sources or experiment_config.DataConfig()))
+        loader = self._loader or default_loader(sources or experiment_config.DataConfig())
         self._data[regime, seed] = loader(data.parse_regime(regime), seed)
     return self._data[regime, seed]
 
@@ -130,20 +129,53 @@ class Engine(experiment_lib.Runs):
     return self._data[key]
 
   def shape_and_classes(self, spec: runs_lib.RunSpec) -> tuple[tuple, int]:
-    """The example shape and number of classes of `spec`'s data under its model."""
+    """(x's shape, classes) of `spec`'s data under its model: the dataset's classes, else the
+    data's `info`, else (your own data) the largest label + 1; your own model's logits, which must
+    hold every label. `ConfigError` naming `datasets[...]` for a label < 0, no examples or one
+    class, `model_fns[...]` for a model that does not fit the data."""
     from tff_conflict import data  # pylint: disable=g-import-not-at-top
-    dataset, model = spec.dataset, spec.model
-    if (dataset, model) not in self._shapes:
+    from tff_conflict.learning import models as builders  # pylint: disable=g-import-not-at-top
+    dataset, name = spec.dataset, spec.model
+    if (dataset, name) in self._shapes:
+      return self._shapes[dataset, name]
+    train, test = self.data(spec.regime, spec.data_seed, spec)
+    try:
+      classes = data.dataset_info(dataset).num_classes
+    except ValueError:   # your own data, LEAF Synthetic: from the data
+      info = getattr(train, 'info', None) or getattr(test, 'info', None)
+      classes = None if info is None else info.num_classes
+    top = None
+    if dataset in self._datasets:
+      argument = f'datasets[{dataset!r}]'
       try:
-        classes = data.dataset_info(dataset).num_classes
-      except ValueError:   # your own data, LEAF Synthetic: from the data
-        classes = None
-      own = self._model_fns.get(model)
-      self._shapes[dataset, model] = experiment_lib.shape_and_classes(
-          *self.data(spec.regime, spec.data_seed, spec), dataset=dataset, classes=classes,
-          own_data=dataset in self._datasets,
-          own_model=None if own is None else (model, own), loop=self._loop(spec))
-    return self._shapes[dataset, model]
+        labels = np.concatenate([np.reshape(experiment_lib.pooled_arrays(split)[1], -1)
+                                 for split in (train, test)])
+      except ValueError as e:
+        raise experiment_config.from_library_error(e, argument, dataset) from None
+      top = int(labels.max())
+      if labels.min() < 0:
+        raise experiment_config.ConfigError(argument, int(labels.min()),
+                                            'class labels 0, 1, ... (a label < 0 was found)')
+    own = self._model_fns.get(name)
+    if own is not None:
+      try:
+        logits = builders.resolve_model(
+            own, experiment_lib.input_spec(train, self._loop(spec))).num_classes
+      except ValueError as e:
+        raise experiment_config.ConfigError(f'model_fns[{name!r}]', own, reason=str(e)) from None
+      if (classes is not None and logits != classes) or (top is not None and top >= logits):
+        need = f'{classes} classes' if classes is not None else f'labels up to {top}'
+        raise experiment_config.ConfigError(
+            f'model_fns[{name!r}]', own, reason=f'the dataset {dataset!r} has '
+            f'{need}, the model gives {logits} logits: one per class is needed')
+      classes = logits
+    if classes is None:   # your data, a built-in model
+      if top < 1:
+        raise experiment_config.ConfigError(f'datasets[{dataset!r}]', top + 1,
+                                            'data of at least 2 classes (labels 0 and 1 at least)')
+      classes = top + 1
+    self._shapes[dataset, name] = (tuple(train.element_type_structure['x'].shape), classes)
+    return self._shapes[dataset, name]
 
   def _model_fn(self, spec, seed: int) -> Callable[[], tf.keras.Model]:
     """A function building `spec.model` initialised by `seed` (yours under `seeded(seed)`)."""
