@@ -10,6 +10,7 @@ import os
 import random
 import time
 import traceback
+import types
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
@@ -44,14 +45,13 @@ def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSp
   _refuse(run_dir, 'with other settings', runs_lib.spec_differences(recorded, spec))
 
 
-def default_loader(sources) -> Loader:
-  """`(regime, seed) -> (train, test)` through `tff_conflict.data.load_regime`, reading the
-  `cache_dir`, `data_dir` and `leaf_dir` of `sources` (a `DataConfig` or a `RunSpec`)."""
+def default_loader(config) -> Loader:
+  """`(regime, seed) -> (train, test)` through `tff_conflict.data.load_regime`."""
   from tff_conflict import data  # pylint: disable=g-import-not-at-top
 
   def load(regime, seed):
-    return data.load_regime(regime, seed=seed, cache_dir=sources.cache_dir,
-                            data_dir=sources.data_dir, leaf_dir=sources.leaf_dir)
+    return data.load_regime(regime, seed=seed, cache_dir=config.data.cache_dir,
+                            data_dir=config.data.data_dir, leaf_dir=config.data.leaf_dir)
   return load
 
 
@@ -112,7 +112,8 @@ class Engine(experiment_lib.Runs):
       if regime in self._datasets:
         self._data[regime, seed] = tuple(self._datasets[regime])
       else:
-        loader = self._loader or default_loader(sources or experiment_config.DataConfig())
+        loader = self._loader or default_loader(types.SimpleNamespace(
+            data=sources or experiment_config.DataConfig()))
         self._data[regime, seed] = loader(data.parse_regime(regime), seed)
     return self._data[regime, seed]
 

@@ -236,7 +236,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
   root = config.root
   start = time.monotonic()
   engine = engine_lib.Engine(root, **_engine_options(
-      config, loader or engine_lib.default_loader(config.data)))
+      config, loader or engine_lib.default_loader(config)))
   _prepare(config, plan, engine, stream)
   runs = plan.description['runs']
   progress = progress_lib.Progress(

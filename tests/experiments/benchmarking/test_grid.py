@@ -84,7 +84,7 @@ def _config(root, *, rounds=2, clients_per_round=3, eval_train_loss=False, runti
 
 class _GuardedLoader:
   def __init__(self, config):
-    self._load = engine_lib.default_loader(config.data)
+    self._load = engine_lib.default_loader(config)
     self.guards = []
     self.tuning_over = False
 
