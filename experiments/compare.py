@@ -74,14 +74,14 @@ def summarize(runs: Sequence[Sequence[Mapping[str, Any]]], target_accuracy: floa
               confusions: Optional[Sequence[Any]] = None) -> dict[str, list]:
   """An algorithm's table row from each seed's metrics rows: per seed, the benchmark's summary of
   the test curve (`runs.summarize`: a diverged run counts as chance from then on), the round it
-  diverged at, whether it collapsed (`runs.collapsed`, with its final confusion matrix where
+  diverged at, whether it collapsed (`runs.collapse_columns`, with its final confusion matrix where
   known), and the first round at `target_accuracy` (where reached)."""
   summaries = [runs_lib.summarize(rows, prefix='test', last_k=LAST_K, num_classes=num_classes)
                for rows in runs]
   out = {k: [s[k] for s in summaries] for k in ('last_k_accuracy', 'final_accuracy',
                                                  'final_macro_f1', 'seconds_per_round',
                                                  'diverged_round')}
-  out['collapsed'] = [runs_lib.collapsed(s, c)
+  out['collapsed'] = [runs_lib.collapse_columns(s, c)['collapsed']
                       for s, c in itertools.zip_longest(summaries, confusions or ())]
   out['rounds_to_target'] = [reached[0] for reached in (
       [r['round_num'] for r in rows if (r.get('test_accuracy') or 0) >= target_accuracy]

@@ -33,16 +33,13 @@ class SettingsChangedError(files.Failure, ValueError):
   """A finished run on disk was made with other settings than the run asked for now."""
 
 
-def _refuse(run_dir: str, what: str, differences: list[str]) -> None:
+def refuse_changed(run_dir: str, differences: list[str], what: str = 'with other settings'
+                   ) -> None:
+  """Raises `SettingsChangedError` naming the `differences` of the finished run in `run_dir`."""
   if differences:
     raise SettingsChangedError(
         f'{run_dir} holds a finished run {what} ({"; ".join(differences)}); use another '
         '--experiment_name or --output_dir, or --noresume to run everything again')
-
-
-def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSpec) -> None:
-  """Raises `SettingsChangedError` when the run `recorded` in `run_dir` is not `spec`."""
-  _refuse(run_dir, 'with other settings', runs_lib.spec_differences(recorded, spec))
 
 
 def default_loader(config) -> Loader:
@@ -221,9 +218,10 @@ class Engine(experiment_lib.Runs):
     run_dir = spec.directory(self._root)
     done = runs_lib.read_result(run_dir) if self._resume else None
     if done is not None:
-      check_same_spec(run_dir, done['spec'], spec)
-      _refuse(run_dir, 'of other data or another model under the same name',
-              fingerprints.differences(done.get(fingerprints.KEY), self._fingerprint(spec)))
+      refuse_changed(run_dir, runs_lib.spec_differences(done['spec'], spec))
+      refuse_changed(run_dir, fingerprints.differences(done.get(fingerprints.KEY),
+                                                       self._fingerprint(spec)),
+                     'of other data or another model under the same name')
       self.runs_skipped += 1
       return done['summary']
     error_path = os.path.join(run_dir, 'error.txt')

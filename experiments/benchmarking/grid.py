@@ -85,7 +85,7 @@ def check_finished_runs(config, plan=None) -> None:
     except (KeyError, TypeError, ValueError):
       continue   # not a run of this kind: its own check, when it runs, says what is wrong
     if os.path.normpath(spec.directory(config.root)) == os.path.normpath(directory):
-      engine_lib.check_same_spec(directory, recorded, spec)
+      engine_lib.refuse_changed(directory, runs_lib.spec_differences(recorded, spec))
 
 
 def _replace_stale(plan, root: str, stream: TextIO, said: set, spec) -> None:
