@@ -72,10 +72,9 @@ def check_flags() -> tuple[config.ExperimentConfig, tuple[str, ...], tuple[int, 
 def summarize(runs: Sequence[Sequence[Mapping[str, Any]]], target_accuracy: float, *,
               num_classes: Optional[int] = None,
               confusions: Optional[Sequence[Any]] = None) -> dict[str, list]:
-  """An algorithm's table row from each seed's metrics rows: per seed, the benchmark's summary of
-  the test curve (`runs.summarize`: a diverged run counts as chance from then on), the round it
-  diverged at, whether it collapsed (`runs.collapse_columns`, with its final confusion matrix where
-  known), and the first round at `target_accuracy` (where reached)."""
+  """An algorithm's table row: per seed, the benchmark's summary of its metrics rows
+  (`runs.summarize`, `runs.collapse_columns` with its final confusion matrix where known) and the
+  first round at `target_accuracy` (where reached)."""
   summaries = [runs_lib.summarize(rows, prefix='test', last_k=LAST_K, num_classes=num_classes)
                for rows in runs]
   out = {k: [s[k] for s in summaries] for k in ('last_k_accuracy', 'final_accuracy',
@@ -152,8 +151,7 @@ def write_plots(runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], root:
 
 
 def _worker_state(experiment: config.ExperimentConfig, root: str) -> tuple:
-  """A worker process's state (`_run_one`'s): TFF's local runtime, the data loaded once, no round
-  progress."""
+  """`_run_one`'s state in a worker: TFF's local runtime, the data loaded once, no progress."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   runtime.set_local_context()
   quiet = dataclasses.replace(experiment, output=dataclasses.replace(experiment.output,

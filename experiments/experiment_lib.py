@@ -102,9 +102,8 @@ class Runs:
                 *, model_key: Any = None, prefix: str = 'test', per_class: bool = True,
                 train_data: Any = None, global_train: bool = False) -> tuple:
     """(evaluate, columns): model weights -> `evaluation.metrics_row` on the whole `eval_data`
-    (pair errors with `per_class` where `train_data` has `label_counts`; the global training
-    loss on `train_data` with `global_train`); the model, `model_fn()` cached under
-    `model_key`, is built at the first call."""
+    (`train_data`'s label counts, its loss with `global_train`) of `model_fn()`, cached under
+    `model_key` and built at the first call."""
     from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
     cooccurrence = None
     counts = getattr(train_data, 'label_counts', None)
