@@ -250,11 +250,20 @@ class Engine(experiment_lib.Runs):
     return summary
 
   def _fingerprint(self, spec: runs_lib.RunSpec) -> dict[str, Any]:
-    key = (spec.dataset, spec.model)
+    """The fingerprints of `spec`'s own data and model by the setting that names them (none for
+    built-in ones); the model is built on the run's batches."""
+    from tff_conflict.learning import models as builders  # pylint: disable=g-import-not-at-top
+    key, out = (spec.dataset, spec.model), {}
     if key not in self._fingerprints:
-      self._fingerprints[key] = fingerprints.of_run(
-          self._datasets, self._model_fns, spec, self.data(spec.regime, spec.data_seed, spec)[0],
-          self._loop(spec))
+      if spec.dataset in self._datasets:
+        out[f'datasets[{spec.dataset!r}]'] = fingerprints.of_data(*self._datasets[spec.dataset])
+      own = self._model_fns.get(spec.model)
+      if own is not None:
+        input_spec = experiment_lib.input_spec(self.data(spec.regime, spec.data_seed, spec)[0],
+                                               self._loop(spec))
+        out[f'model_fns[{spec.model!r}]'] = fingerprints.of_model(
+            lambda: builders.build_on_input_spec(own(), input_spec))
+      self._fingerprints[key] = out
     return self._fingerprints[key]
 
   def _loop(self, spec) -> experiment_config.LoopConfig:

@@ -161,11 +161,6 @@ def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
           'larger population (@K in the regime)')
 
 
-def _engine_options(config, loader) -> dict[str, Any]:
-  return dict(loader=loader, datasets=config.datasets, model_fns=config.model_fns,
-              runtime=config.output.runtime, resume=config.loop.resume)
-
-
 def _prepare(config, plan, engine, stream) -> None:
   """The checks before any run, then config.json, the plan's line on `stream` and regimes.json
   (size and label skew of the first seed's data, `tff_conflict.data.describe`)."""
@@ -235,8 +230,9 @@ def _timing(config, counts, phases, start, executor, incomplete, command) -> dic
 def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, Any]:
   root = config.root
   start = time.monotonic()
-  engine = engine_lib.Engine(root, **_engine_options(
-      config, loader or engine_lib.default_loader(config)))
+  options = dict(datasets=config.datasets, model_fns=config.model_fns,
+                 runtime=config.output.runtime, resume=config.loop.resume)   # a worker's too
+  engine = engine_lib.Engine(root, loader=loader or engine_lib.default_loader(config), **options)
   _prepare(config, plan, engine, stream)
   runs = plan.description['runs']
   progress = progress_lib.Progress(
@@ -282,7 +278,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
     from experiments import executors  # pylint: disable=g-import-not-at-top
     executor = executors.make(
         executors.Options.of(config.output), functools.partial(
-            engine_lib.worker_engine, root, **_engine_options(config, loader)),
+            engine_lib.worker_engine, root, loader=loader, **options),
         engine_lib.run_job, state=engine, affinity=engine_lib.process_of)
     phases['start'] = time.monotonic()
     if not tuning_order:

@@ -34,8 +34,9 @@ class Dataset(NamedTuple):
 
 class Plan(NamedTuple):
   """Everything a benchmark runs, from `make`: `inherits` names the method whose tuned values
-  each runs at (None: its own), `tuning` the (tuning regime, E, method) tuned, `run` the settings every
-  `RunSpec` shares; `data_seed` None: each run's seed; `runs` per (phase, method, dataset, E)."""
+  each runs at (None: its own), `tuning` the (tuning regime, E, method) tuned, `run` the settings
+  every `RunSpec` shares; `data_seed` None: each run's seed; `runs` per (phase, method, dataset,
+  E)."""
   methods: tuple
   inherits: Mapping[str, Optional[str]]
   datasets: Mapping[str, Dataset]
