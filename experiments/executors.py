@@ -177,13 +177,11 @@ class _Slots(Executor):
 
 
 class InlineExecutor(_Slots):
-  """One slot, this process: `wait` runs the first job queued on `state` (None: `make_state()`)."""
+  """One slot, this process: `wait` runs the first job queued on `state`."""
 
-  def __init__(self, options: Options, make_state: MakeState, run: Run, state: Any,
-               affinity: Affinity):
-    del options, affinity
+  def __init__(self, state: Any, run: Run):
     super().__init__(1, lambda job: None)
-    self._state, self._run = make_state() if state is None else state, run
+    self._state, self._run = state, run
 
   def _dispatch(self) -> None:
     pass   # jobs wait in the queue for `wait`
@@ -397,4 +395,6 @@ class RayExecutor(_Slots):
 
 # The executors by --executor's names: `factory(options, make_state, run, state, affinity)`.
 REGISTRY: dict[str, Callable[..., Executor]] = {
-    'inline': InlineExecutor, 'local': LocalExecutor, 'ray': RayExecutor}
+    'inline': lambda options, make_state, run, state, affinity: InlineExecutor(
+        make_state() if state is None else state, run),
+    'local': LocalExecutor, 'ray': RayExecutor}
