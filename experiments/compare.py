@@ -11,7 +11,7 @@ import functools
 import itertools
 import os
 import sys
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 # Quiet before TensorFlow is imported (its C++ logs read the environment then); TensorFlow must be
 # imported before absl's app.run() parses flags (BUILD_NOTES.md, Keras pitfalls).
@@ -72,16 +72,15 @@ def check_flags() -> tuple[config.ExperimentConfig, tuple[str, ...], tuple[int, 
 def summarize(runs: Sequence[Sequence[Mapping[str, Any]]], target_accuracy: float, *,
               num_classes: Optional[int] = None,
               confusions: Optional[Sequence[Any]] = None) -> dict[str, list]:
-  """An algorithm's table row from each seed's metrics rows: per seed, the benchmark's summary of
-  the test curve (`runs.summarize`: a diverged run counts as chance from then on), the round it
-  diverged at, whether it collapsed (`runs.collapsed`, with its final confusion matrix where
-  known), and the first round at `target_accuracy` (where reached)."""
+  """An algorithm's table row: per seed, the benchmark's summary of its metrics rows
+  (`runs.summarize`, `runs.collapse_columns` with its final confusion matrix where known) and the
+  first round at `target_accuracy` (where reached)."""
   summaries = [runs_lib.summarize(rows, prefix='test', last_k=LAST_K, num_classes=num_classes)
                for rows in runs]
   out = {k: [s[k] for s in summaries] for k in ('last_k_accuracy', 'final_accuracy',
                                                  'final_macro_f1', 'seconds_per_round',
                                                  'diverged_round')}
-  out['collapsed'] = [runs_lib.collapsed(s, c)
+  out['collapsed'] = [runs_lib.collapse_columns(s, c)['collapsed']
                       for s, c in itertools.zip_longest(summaries, confusions or ())]
   out['rounds_to_target'] = [reached[0] for reached in (
       [r['round_num'] for r in rows if (r.get('test_accuracy') or 0) >= target_accuracy]
@@ -151,36 +150,26 @@ def write_plots(runs: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], root:
   return written
 
 
-class _State(NamedTuple):
-  """A comparison worker's settings, directory, data, runs and progress stream (None: none)."""
-  experiment: config.ExperimentConfig
-  root: str
-  task: tuple
-  runs: experiment_lib.Runs
-  stream: Any
-
-
-def _worker_state(experiment: config.ExperimentConfig, root: str) -> _State:
-  """A worker process's `_State`: TFF's local runtime, the data loaded once, no round progress."""
+def _worker_state(experiment: config.ExperimentConfig, root: str) -> tuple:
+  """`_run_one`'s state in a worker: TFF's local runtime, the data loaded once, no progress."""
   from tff_conflict import runtime  # pylint: disable=g-import-not-at-top
   runtime.set_local_context()
   quiet = dataclasses.replace(experiment, output=dataclasses.replace(experiment.output,
                                                                      progress=False))
-  return _State(quiet, root, experiment_lib.load_task(quiet),
-                experiment_lib.Runs(experiment.output.runtime), None)
+  return (quiet, root, experiment_lib.load_task(quiet), experiment_lib.Runs(quiet.output.runtime),
+          None)
 
 
-def _run_one(state: _State, job: tuple[str, int]) -> tuple[list[dict[str, Any]], Any]:
-  """(metrics rows, confusion matrix or None) of (algorithm, seed) in `<root>/<alg>/seed<seed>`."""
-  algorithm, seed = job
-  experiment = state.experiment
+def _run_one(state: tuple, job: tuple[str, int]) -> tuple[list[dict[str, Any]], Any]:
+  """(metrics rows, confusion matrix or None) of (algorithm, seed) in `<root>/<alg>/seed<seed>`
+  with `state` = (settings, root, data, `Runs`, progress stream or None)."""
+  (experiment, root, task, runs, stream), (algorithm, seed) = state, job
   rows, _, _ = experiment_lib.run_experiment(
       dataclasses.replace(experiment.with_seed(seed), algorithm=config.AlgorithmConfig(
           algorithm, **vars(experiment.hparams))),
-      task=state.task, runs=state.runs,
-      experiment_dir=os.path.join(state.root, algorithm, f'seed{seed}'),
-      label=f'{algorithm} seed {seed}', stream=state.stream)
-  return rows, state.runs.confusion
+      task=task, runs=runs, experiment_dir=os.path.join(root, algorithm, f'seed{seed}'),
+      label=f'{algorithm} seed {seed}', stream=stream)
+  return rows, runs.confusion
 
 
 def comparison_name(experiment: config.ExperimentConfig) -> str:
@@ -216,8 +205,8 @@ def run_comparison(experiment: config.ExperimentConfig, algorithms: Sequence[str
   with executors.make(executors.Options.of(output),
                       functools.partial(_worker_state, experiment, root), _run_one,
                       affinity=lambda job: job[0],
-                      state=_State(experiment, root, task, experiment_lib.Runs(output.runtime),
-                                   stream) if inline else None) as executor:
+                      state=(experiment, root, task, experiment_lib.Runs(output.runtime), stream)
+                      if inline else None) as executor:
     tickets = {executor.submit(job): job for job in jobs}
     progress = progress_lib.Progress(len(jobs), label='[compare]', unit='run',
                                      enabled=output.progress and not inline, stream=stream)

@@ -22,9 +22,6 @@ ALGORITHM_HPARAMS, LOSS_HPARAMS, AGGREGATOR_HPARAMS = (
     {name: hparams_lib.flag_table(table) for name, table in tables.items()}
     for tables in (hparams_lib.ALGORITHM_HPARAMS, hparams_lib.LOSS_HPARAMS,
                    hparams_lib.AGGREGATOR_HPARAMS))
-# Errors split by class co-occurrence in training (`evaluation.confusion_by_cooccurrence`).
-PAIR_ERROR_COLUMNS = ('rare_pair_error', 'common_pair_error', 'rare_error_share')
-GLOBAL_TRAIN_COLUMNS = ('global_train_loss', 'global_train_accuracy')
 
 
 def hparam_kwargs(table: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
@@ -104,24 +101,14 @@ class Runs:
   def evaluator(self, model_fn: Callable[[], tf.keras.Model], eval_data: Any, num_classes: int,
                 *, model_key: Any = None, prefix: str = 'test', per_class: bool = True,
                 train_data: Any = None, global_train: bool = False) -> tuple:
-    """(evaluate, columns): model weights -> metrics on the whole `eval_data`: `<prefix>_accuracy`,
-    `_loss`, `_macro_f1`; with `per_class`, `_mean_logit`, `_class_accuracy/<k>` and (where
-    `train_data` has `label_counts`) `PAIR_ERROR_COLUMNS`; with `global_train`, the objective
-    `sum_k n_k/n F_k(w)` on `train_data` (FedProx's "training loss", Li et al., MLSys 2020,
-    Fig. 1-2). The model (`model_fn()`, cached under `model_key`) is built at the first call."""
+    """(evaluate, columns): model weights -> `evaluation.metrics_row` on the whole `eval_data`
+    (`train_data`'s label counts, its loss with `global_train`) of `model_fn()`, cached under
+    `model_key` and built at the first call."""
     from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
     cooccurrence = None
     counts = getattr(train_data, 'label_counts', None)
     if per_class and counts is not None and np.shape(counts)[-1] == num_classes:
       cooccurrence = evaluation.class_cooccurrence(counts)
-    columns = [f'{prefix}_{c}' for c in ('accuracy', 'loss', 'macro_f1')]
-    if per_class:
-      columns += [f'{prefix}_mean_logit'] + [f'{prefix}_class_accuracy/{k}'
-                                             for k in range(num_classes)]
-    if cooccurrence is not None:
-      columns += [f'{prefix}_{c}' for c in PAIR_ERROR_COLUMNS]
-    if global_train:
-      columns += GLOBAL_TRAIN_COLUMNS
 
     def evaluate(model_weights) -> dict[str, float]:
       x, y = self._pooled(eval_data)
@@ -130,21 +117,15 @@ class Runs:
         self._models[model_key] = (model, _assigner(model))
       model, assign = self._models[model_key]
       assign(list(model_weights.trainable) + list(model_weights.non_trainable))
-      result = evaluation.evaluate_arrays(model, x, y, num_classes=num_classes)
-      self.confusion = np.asarray(result['confusion_matrix']).tolist()
-      values = [result['accuracy'], result['loss'], result['macro_f1']]
-      if per_class:
-        values += [result['mean_logit'], *np.asarray(result['per_class_accuracy']).reshape(-1)]
-      if cooccurrence is not None:
-        pairs = evaluation.confusion_by_cooccurrence(result['confusion_matrix'], cooccurrence)
-        values += [pairs[c] for c in PAIR_ERROR_COLUMNS]
-      if global_train:
-        on_train = evaluation.evaluate_arrays(model, *self._pooled(train_data),
-                                              num_classes=num_classes)
-        values += [on_train['loss'], on_train['accuracy']]
-      return {column: float(value) for column, value in zip(columns, values, strict=True)}
+      row, confusion = evaluation.metrics_row(
+          model, x, y, num_classes, prefix=prefix, per_class=per_class, cooccurrence=cooccurrence,
+          train_arrays=self._pooled(train_data) if global_train else None)
+      self.confusion = np.asarray(confusion).tolist()
+      return row
 
-    return evaluate, tuple(columns)
+    return evaluate, evaluation.metric_columns(
+        num_classes, prefix=prefix, per_class=per_class, pair_errors=cooccurrence is not None,
+        global_train=global_train)
 
   def execute(self, builder: Callable[..., Any], kwargs: Mapping[str, Any], model_fn, *,
               client: config_lib.OptimizerConfig, server: config_lib.OptimizerConfig,
@@ -327,51 +308,11 @@ def model_name(config: config_lib.ExperimentConfig) -> str:
   return config.model or datasets.default_model(config.data)
 
 
-def shape_and_classes(train: Any, test: Any, *, dataset: str = '', classes: Optional[int] = None,
-                      own_data: bool = False, own_model: Optional[tuple[str, Callable]] = None,
-                      loop: Optional[config_lib.LoopConfig] = None) -> tuple[tuple, int]:
-  """(x's shape, classes) of `dataset`'s `(train, test)`: `classes`, else the data's `info`, else
-  (`own_data`) the largest label + 1; with `own_model` = (name, function), its logits, which must
-  hold every label. `ConfigError` naming `datasets[dataset]` for a label < 0, no examples or one
-  class, `model_fns[name]` for a model that does not fit the data (on batches of `loop`)."""
-  info = getattr(train, 'info', None) or getattr(test, 'info', None)
-  classes = info.num_classes if classes is None and info is not None else classes
-  top = None
-  if own_data:
-    argument = f'datasets[{dataset!r}]'
-    try:
-      labels = np.concatenate([np.reshape(pooled_arrays(split)[1], -1) for split in (train, test)])
-    except ValueError as e:
-      raise config_lib.from_library_error(e, argument, dataset) from None
-    top = int(labels.max())
-    if labels.min() < 0:
-      raise config_lib.ConfigError(argument, int(labels.min()),
-                                   'class labels 0, 1, ... (a label < 0 was found)')
-  if own_model is not None:
-    from tff_conflict.learning import models  # pylint: disable=g-import-not-at-top
-    name, function = own_model
-    try:
-      logits = models.resolve_model(function, input_spec(train, loop)).num_classes
-    except ValueError as e:
-      raise config_lib.ConfigError(f'model_fns[{name!r}]', function, reason=str(e)) from None
-    if (classes is not None and logits != classes) or (top is not None and top >= logits):
-      need = f'{classes} classes' if classes is not None else f'labels up to {top}'
-      raise config_lib.ConfigError(
-          f'model_fns[{name!r}]', function, reason=f'the dataset {dataset!r} has '
-          f'{need}, the model gives {logits} logits: one per class is needed')
-    classes = logits
-  if classes is None:   # your data, a built-in model
-    if top < 1:
-      raise config_lib.ConfigError(f'datasets[{dataset!r}]', top + 1,
-                                   'data of at least 2 classes (labels 0 and 1 at least)')
-    classes = top + 1
-  return tuple(train.element_type_structure['x'].shape), classes
-
-
 def model_of(config: config_lib.ExperimentConfig, train: Any) -> tuple:
   """(model function seeded by `config.seed`, classes) on `train`."""
-  shape, classes = shape_and_classes(train, None, classes=datasets.num_classes(config.data))
-  return functools.partial(models_lib.get(model_name(config)), shape, classes,
+  classes = datasets.num_classes(config.data)
+  return functools.partial(models_lib.get(model_name(config)),
+                           tuple(train.element_type_structure['x'].shape), classes,
                            seed=config.seed), classes
 
 
@@ -380,6 +321,7 @@ def load_task(config: config_lib.ExperimentConfig,
   """(train, test) of `config`; `ConfigError` for data the loader refuses, a model unknown, unfit
   for the inputs or for one of `algorithms` (default `config`'s), or clients_per_round above the
   population."""
+  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
   train, test = datasets.load(config.data)
   name = model_name(config)
   config_lib.one_of(sorted(models_lib.MODELS))('model', name)
@@ -396,20 +338,13 @@ def load_task(config: config_lib.ExperimentConfig,
           'model', name,
           reason=f'cannot take the inputs of --dataset={config.data.dataset} (shape '
           f'{model_fn.args[0]}): {e}') from None
-    for algorithm in (config.algorithm.name,) if algorithms is None else algorithms:
-      check_model_for(algorithm, model, name)
+    try:   # FedDecorr cannot train a classifier of the input
+      if 'feddecorr' in ((config.algorithm.name,) if algorithms is None else algorithms):
+        learning.check_trained_representation(model)
+    except ValueError as e:
+      raise config_lib.ConfigError('model', name, reason=f'--algorithm=feddecorr cannot train '
+                                   f'it: {e}') from None
   return train, test
-
-
-def check_model_for(algorithm: str, model: tf.keras.Model, name: str) -> None:
-  """`ConfigError` naming --model where FedDecorr cannot train it (a classifier of the input)."""
-  from tff_conflict import learning  # pylint: disable=g-import-not-at-top
-  try:
-    if algorithm == 'feddecorr':
-      learning.check_trained_representation(model)
-  except ValueError as e:
-    raise config_lib.ConfigError('model', name, reason=f'--algorithm={algorithm} cannot train '
-                                 f'it: {e}') from None
 
 
 def hparams_record(config: config_lib.ExperimentConfig, **extra: Any) -> dict[str, Any]:

@@ -4,7 +4,6 @@ never half of one), and one writer per experiment directory (`one_writer`)."""
 import contextlib
 import errno
 import fcntl
-import functools
 import json
 import os
 import sys
@@ -74,15 +73,3 @@ def one_writer(directory: str) -> Iterator[None]:
     with contextlib.suppress(OSError):
       os.unlink(path)
     os.close(fd)
-
-
-def sole_writer(directory_of: Callable[..., str]) -> Callable[[Callable], Callable]:
-  """Runs the decorated function in `one_writer(directory_of(*args, **kwargs))`."""
-
-  def decorate(function):
-    @functools.wraps(function)
-    def locked(*args, **kwargs):
-      with one_writer(directory_of(*args, **kwargs)):
-        return function(*args, **kwargs)
-    return locked
-  return decorate

@@ -431,3 +431,25 @@ def test_mean_logit_is_the_mean_of_every_logit():
   shifted = evaluation.evaluate_arrays(model, x, y, batch_size=3)
   assert shifted['mean_logit'] == pytest.approx(got['mean_logit'] + 2.5, rel=1e-5)
   assert shifted['accuracy'] == got['accuracy']
+
+
+def test_metrics_row_columns_pair_errors_and_global_training_loss():
+  model = make_tiny_keras_model(NUM_FEATURES, NUM_CLASSES)
+  (x, y), train = _examples(0, 9), _examples(1, 12)
+  cooccurrence = evaluation.class_cooccurrence([[3, 2, 0], [0, 4, 1]])
+  row, confusion = evaluation.metrics_row(model, x, y, NUM_CLASSES, prefix='val',
+                                          cooccurrence=cooccurrence, train_arrays=train)
+  assert tuple(row) == evaluation.metric_columns(NUM_CLASSES, prefix='val', pair_errors=True,
+                                                 global_train=True)
+  assert tuple(row)[:5] == ('val_accuracy', 'val_loss', 'val_macro_f1', 'val_mean_logit',
+                            'val_class_accuracy/0')
+  on_test, on_train = (evaluation.evaluate_arrays(model, *xy) for xy in ((x, y), train))
+  np.testing.assert_array_equal(confusion, on_test['confusion_matrix'])
+  assert row['val_loss'] == on_test['loss'] and row['val_mean_logit'] == on_test['mean_logit']
+  pairs = evaluation.confusion_by_cooccurrence(confusion, cooccurrence)
+  assert all(row[f'val_{c}'] == pytest.approx(pairs[c], nan_ok=True)
+             for c in evaluation.PAIR_ERROR_COLUMNS)
+  assert (row['global_train_loss'], row['global_train_accuracy']) == (
+      on_train['loss'], on_train['accuracy'])
+  plain, _ = evaluation.metrics_row(model, x, y, NUM_CLASSES, per_class=False)
+  assert tuple(plain) == ('test_accuracy', 'test_loss', 'test_macro_f1')

@@ -12,11 +12,14 @@ import tensorflow_federated as tff
 from tff_conflict import _checks
 
 __all__ = ['class_cooccurrence', 'classification_metrics', 'confusion_by_cooccurrence',
-           'confusion_matrix', 'evaluate', 'evaluate_arrays']
+           'confusion_matrix', 'evaluate', 'evaluate_arrays', 'metric_columns', 'metrics_row']
 
 DEFAULT_BATCH_SIZE = 1024
 SUMMARY_PERCENTILES = (10, 25, 50, 75, 90)
 DEFAULT_RARE_PAIR_THRESHOLD = 0.1
+# Errors split by class co-occurrence in training (`confusion_by_cooccurrence`).
+PAIR_ERROR_COLUMNS = ('rare_pair_error', 'common_pair_error', 'rare_error_share')
+GLOBAL_TRAIN_COLUMNS = ('global_train_loss', 'global_train_accuracy')
 
 
 def _check_num_classes(num_classes) -> int:
@@ -307,6 +310,44 @@ def evaluate_arrays(keras_model: tf.keras.Model, x, y, *, num_classes: Optional[
         f'x and y must have the same number of examples, got {x.shape[0]} and '
         f'{y.shape[:1]}'))
   return _evaluate_model(keras_model, x, y, num_classes, loss, batch_size)[0]
+
+
+def metric_columns(num_classes: int, *, prefix: str = 'test', per_class: bool = True,
+                   pair_errors: bool = False, global_train: bool = False) -> tuple[str, ...]:
+  """`metrics_row`'s columns: `<prefix>_accuracy`, `_loss`, `_macro_f1`; with `per_class`,
+  `_mean_logit`, `_class_accuracy/<k>`; with `pair_errors`, `PAIR_ERROR_COLUMNS` (prefixed);
+  with `global_train`, `GLOBAL_TRAIN_COLUMNS`."""
+  columns = [f'{prefix}_{c}' for c in ('accuracy', 'loss', 'macro_f1')]
+  if per_class:
+    columns += [f'{prefix}_mean_logit'] + [f'{prefix}_class_accuracy/{k}'
+                                           for k in range(num_classes)]
+  if pair_errors:
+    columns += [f'{prefix}_{c}' for c in PAIR_ERROR_COLUMNS]
+  return tuple(columns) + (GLOBAL_TRAIN_COLUMNS if global_train else ())
+
+
+def metrics_row(keras_model: tf.keras.Model, x, y, num_classes: int, *, prefix: str = 'test',
+                per_class: bool = True, cooccurrence=None,
+                train_arrays: Optional[tuple] = None) -> tuple[dict[str, float], Any]:
+  """({`metric_columns` column: float}, confusion matrix) of a built model on (x, y)
+  (`evaluate_arrays`): class-pair errors by `cooccurrence` (`class_cooccurrence`) where given;
+  with `train_arrays` (every client's (x, y)), the objective `sum_k n_k/n F_k(w)` (FedProx's
+  "training loss", Li et al., MLSys 2020, Fig. 1-2)."""
+  result = evaluate_arrays(keras_model, x, y, num_classes=num_classes)
+  values = [result['accuracy'], result['loss'], result['macro_f1']]
+  if per_class:
+    values += [result['mean_logit'], *np.asarray(result['per_class_accuracy']).reshape(-1)]
+  if cooccurrence is not None:
+    pairs = confusion_by_cooccurrence(result['confusion_matrix'], cooccurrence)
+    values += [pairs[c] for c in PAIR_ERROR_COLUMNS]
+  if train_arrays is not None:
+    on_train = evaluate_arrays(keras_model, *train_arrays, num_classes=num_classes)
+    values += [on_train['loss'], on_train['accuracy']]
+  columns = metric_columns(num_classes, prefix=prefix, per_class=per_class,
+                           pair_errors=cooccurrence is not None,
+                           global_train=train_arrays is not None)
+  return ({c: float(v) for c, v in zip(columns, values, strict=True)},
+          result['confusion_matrix'])
 
 
 def _pair_fn(spec, name: str):

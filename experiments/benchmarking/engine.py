@@ -33,16 +33,13 @@ class SettingsChangedError(files.Failure, ValueError):
   """A finished run on disk was made with other settings than the run asked for now."""
 
 
-def _refuse(run_dir: str, what: str, differences: list[str]) -> None:
+def refuse_changed(run_dir: str, differences: list[str], what: str = 'with other settings'
+                   ) -> None:
+  """Raises `SettingsChangedError` naming the `differences` of the finished run in `run_dir`."""
   if differences:
     raise SettingsChangedError(
         f'{run_dir} holds a finished run {what} ({"; ".join(differences)}); use another '
         '--experiment_name or --output_dir, or --noresume to run everything again')
-
-
-def check_same_spec(run_dir: str, recorded: dict[str, Any], spec: runs_lib.RunSpec) -> None:
-  """Raises `SettingsChangedError` when the run `recorded` in `run_dir` is not `spec`."""
-  _refuse(run_dir, 'with other settings', runs_lib.spec_differences(recorded, spec))
 
 
 def default_loader(config) -> Loader:
@@ -130,20 +127,53 @@ class Engine(experiment_lib.Runs):
     return self._data[key]
 
   def shape_and_classes(self, spec: runs_lib.RunSpec) -> tuple[tuple, int]:
-    """The example shape and number of classes of `spec`'s data under its model."""
+    """(x's shape, classes) of `spec`'s data under its model: the dataset's classes, else the
+    data's `info`, else (your own data) the largest label + 1; your own model's logits, which must
+    hold every label. `ConfigError` naming `datasets[...]` for a label < 0, no examples or one
+    class, `model_fns[...]` for a model that does not fit the data."""
     from tff_conflict import data  # pylint: disable=g-import-not-at-top
-    dataset, model = spec.dataset, spec.model
-    if (dataset, model) not in self._shapes:
+    from tff_conflict.learning import models as builders  # pylint: disable=g-import-not-at-top
+    dataset, name = spec.dataset, spec.model
+    if (dataset, name) in self._shapes:
+      return self._shapes[dataset, name]
+    train, test = self.data(spec.regime, spec.data_seed, spec)
+    try:
+      classes = data.dataset_info(dataset).num_classes
+    except ValueError:   # your own data, LEAF Synthetic: from the data
+      info = getattr(train, 'info', None) or getattr(test, 'info', None)
+      classes = None if info is None else info.num_classes
+    top = None
+    if dataset in self._datasets:
+      argument = f'datasets[{dataset!r}]'
       try:
-        classes = data.dataset_info(dataset).num_classes
-      except ValueError:   # your own data, LEAF Synthetic: from the data
-        classes = None
-      own = self._model_fns.get(model)
-      self._shapes[dataset, model] = experiment_lib.shape_and_classes(
-          *self.data(spec.regime, spec.data_seed, spec), dataset=dataset, classes=classes,
-          own_data=dataset in self._datasets,
-          own_model=None if own is None else (model, own), loop=self._loop(spec))
-    return self._shapes[dataset, model]
+        labels = np.concatenate([np.reshape(experiment_lib.pooled_arrays(split)[1], -1)
+                                 for split in (train, test)])
+      except ValueError as e:
+        raise experiment_config.from_library_error(e, argument, dataset) from None
+      top = int(labels.max())
+      if labels.min() < 0:
+        raise experiment_config.ConfigError(argument, int(labels.min()),
+                                            'class labels 0, 1, ... (a label < 0 was found)')
+    own = self._model_fns.get(name)
+    if own is not None:
+      try:
+        logits = builders.resolve_model(
+            own, experiment_lib.input_spec(train, self._loop(spec))).num_classes
+      except ValueError as e:
+        raise experiment_config.ConfigError(f'model_fns[{name!r}]', own, reason=str(e)) from None
+      if (classes is not None and logits != classes) or (top is not None and top >= logits):
+        need = f'{classes} classes' if classes is not None else f'labels up to {top}'
+        raise experiment_config.ConfigError(
+            f'model_fns[{name!r}]', own, reason=f'the dataset {dataset!r} has '
+            f'{need}, the model gives {logits} logits: one per class is needed')
+      classes = logits
+    if classes is None:   # your data, a built-in model
+      if top < 1:
+        raise experiment_config.ConfigError(f'datasets[{dataset!r}]', top + 1,
+                                            'data of at least 2 classes (labels 0 and 1 at least)')
+      classes = top + 1
+    self._shapes[dataset, name] = (tuple(train.element_type_structure['x'].shape), classes)
+    return self._shapes[dataset, name]
 
   def _model_fn(self, spec, seed: int) -> Callable[[], tf.keras.Model]:
     """A function building `spec.model` initialised by `seed` (yours under `seeded(seed)`)."""
@@ -188,9 +218,10 @@ class Engine(experiment_lib.Runs):
     run_dir = spec.directory(self._root)
     done = runs_lib.read_result(run_dir) if self._resume else None
     if done is not None:
-      check_same_spec(run_dir, done['spec'], spec)
-      _refuse(run_dir, 'of other data or another model under the same name',
-              fingerprints.differences(done.get(fingerprints.KEY), self._fingerprint(spec)))
+      refuse_changed(run_dir, runs_lib.spec_differences(done['spec'], spec))
+      refuse_changed(run_dir, fingerprints.differences(done.get(fingerprints.KEY),
+                                                       self._fingerprint(spec)),
+                     'of other data or another model under the same name')
       self.runs_skipped += 1
       return done['summary']
     error_path = os.path.join(run_dir, 'error.txt')
@@ -219,11 +250,20 @@ class Engine(experiment_lib.Runs):
     return summary
 
   def _fingerprint(self, spec: runs_lib.RunSpec) -> dict[str, Any]:
-    key = (spec.dataset, spec.model)
+    """The fingerprints of `spec`'s own data and model by the setting that names them (none for
+    built-in ones); the model is built on the run's batches."""
+    from tff_conflict.learning import models as builders  # pylint: disable=g-import-not-at-top
+    key, out = (spec.dataset, spec.model), {}
     if key not in self._fingerprints:
-      self._fingerprints[key] = fingerprints.of_run(
-          self._datasets, self._model_fns, spec, self.data(spec.regime, spec.data_seed, spec)[0],
-          self._loop(spec))
+      if spec.dataset in self._datasets:
+        out[f'datasets[{spec.dataset!r}]'] = fingerprints.of_data(*self._datasets[spec.dataset])
+      own = self._model_fns.get(spec.model)
+      if own is not None:
+        input_spec = experiment_lib.input_spec(self.data(spec.regime, spec.data_seed, spec)[0],
+                                               self._loop(spec))
+        out[f'model_fns[{spec.model!r}]'] = fingerprints.of_model(
+            lambda: builders.build_on_input_spec(own(), input_spec))
+      self._fingerprints[key] = out
     return self._fingerprints[key]
 
   def _loop(self, spec) -> experiment_config.LoopConfig:

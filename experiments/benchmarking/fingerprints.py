@@ -43,23 +43,6 @@ def of_model(build: Callable[[], tf.keras.Model]) -> dict[str, Any]:
           'layers_and_shapes': _digest([layers, shapes])}
 
 
-def of_run(datasets: Mapping[str, tuple], model_fns: Mapping[str, Callable[[], Any]], spec: Any,
-           train: Any, loop: Any) -> dict[str, Any]:
-  """The fingerprints of `spec`'s own data and model by the setting that names them (none for
-  built-in ones); the model is built on `train`'s batches under `loop`."""
-  from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
-  from tff_conflict.learning import models  # pylint: disable=g-import-not-at-top
-  out = {}
-  if spec.dataset in datasets:
-    out[f'datasets[{spec.dataset!r}]'] = of_data(*datasets[spec.dataset])
-  own = model_fns.get(spec.model)
-  if own is not None:
-    input_spec = experiment_lib.input_spec(train, loop)
-    out[f'model_fns[{spec.model!r}]'] = of_model(
-        lambda: models.build_on_input_spec(own(), input_spec))
-  return out
-
-
 def of_source(dataset: str, data: Any) -> tuple[Optional[str], Optional[str]]:
   """(the folder `dataset`'s files are read from under `data`'s sources, or 'bundled' /
   'generated'; a digest of their names, sizes and times), (None, None) when not found."""
@@ -73,7 +56,8 @@ def of_source(dataset: str, data: Any) -> tuple[Optional[str], Optional[str]]:
 
 
 def differences(recorded: Optional[Mapping[str, Any]], current: Mapping[str, Any]) -> list[str]:
-  """'what: item recorded -> now' for each item of `current` (`of_run`) `recorded` differs in."""
+  """'what: item recorded -> now' for each item of `current` (`Engine._fingerprint`'s) `recorded`
+  differs in."""
   recorded = recorded or {}
   out = []
   for what, now in current.items():

@@ -85,7 +85,7 @@ def check_finished_runs(config, plan=None) -> None:
     except (KeyError, TypeError, ValueError):
       continue   # not a run of this kind: its own check, when it runs, says what is wrong
     if os.path.normpath(spec.directory(config.root)) == os.path.normpath(directory):
-      engine_lib.check_same_spec(directory, recorded, spec)
+      engine_lib.refuse_changed(directory, runs_lib.spec_differences(recorded, spec))
 
 
 def _replace_stale(plan, root: str, stream: TextIO, said: set, spec) -> None:
@@ -113,48 +113,32 @@ def _replace_stale(plan, root: str, stream: TextIO, said: set, spec) -> None:
             f'({differences}), e.g. {run_dir}', file=stream, flush=True)
 
 
-@files.sole_writer(lambda config, **_: config.root)   # before anything is read or written
 def run_benchmark(config: config_lib.BenchmarkConfig, *,
                   loader: Optional[engine_lib.Loader] = None, stream: Optional[TextIO] = None,
                   after_tuning: Callable[[], None] = lambda: None,
                   command: str = '') -> dict[str, Any]:
-  """Runs the benchmark and writes, besides the runs' directories (`runs/`, `tuning/`):
-    config.json            the settings, and under `plan` the plan (`Plan.description`)
-    family.json            the primary family, named before any run (`results.family_members`)
-    runs.csv               one row per finished reporting run (`runs.RUN_COLUMNS`)
-    tuning.csv             one row per tuning candidate: its validation score and whether it won
-    tuning_choices.json    each (dataset, E, method)'s choice (`search.search`)
-    validation_curves.csv  the chosen candidates' validation accuracy per round, per tuning seed
-    timing.json            one entry per invocation: wall time, building time, runs run/skipped
-    regimes.json           each regime's client sizes and label skew (for data with label counts)
-    report.md, plots/      the report (`report`)
-
-  `loader`: `(regime, seed) -> (train, test)` (default `tff_conflict.data.load_regime`);
-  `stream`: messages (default stdout); `after_tuning`: called before the first reporting run;
-  `command`: the command line, for timing.json and the report.
-
-  Returns this invocation's timing.json entry with `root`, `report` (its path), `rows`,
-  `choices`, `failures` ((run label, error), retried next time) and `incomplete` (the searches
-  a failed run left without a choice). Raises `ConfigError` for a regime, data or model that
-  cannot run, and `engine.SettingsChangedError` for a finished run with other settings, leaving
-  the record as it was.
-  """
-  plan = plan_lib.make(config)
-  check_finished_runs(config, plan)
-  os.makedirs(config.root, exist_ok=True)
-  record = [pathlib.Path(config.root, n) for n in results_lib.RECORD_FILES]
-  record = {path: path.read_bytes() if path.exists() else None for path in record}
-  try:
-    return _run(config, plan, loader=loader, stream=stream or sys.stdout,
-                after_tuning=after_tuning, command=command)
-  except engine_lib.SettingsChangedError:
-    for path, content in record.items():   # a refused command leaves the record as it was
-      if content is None:
-        path.unlink(missing_ok=True)
-      else:
-        with files.atomic_open(str(path), 'wb') as f:
-          f.write(content)
-    raise
+  """Runs the benchmark into `config.root` (its files: docs/design.md, "The method comparison"),
+  `loader(regime, seed) -> (train, test)` (default `load_regime`), messages on `stream`;
+  `after_tuning` is called before the first reporting run, `command` recorded. Returns this
+  invocation's timing.json entry with `root`, `report`, `rows`, `choices` and `failures`.
+  Raises `ConfigError`, or `engine.SettingsChangedError` leaving the record as it was."""
+  with files.one_writer(config.root):   # before anything is read or written
+    plan = plan_lib.make(config)
+    check_finished_runs(config, plan)
+    os.makedirs(config.root, exist_ok=True)
+    record = [pathlib.Path(config.root, n) for n in results_lib.RECORD_FILES]
+    record = {path: path.read_bytes() if path.exists() else None for path in record}
+    try:
+      return _run(config, plan, loader=loader, stream=stream or sys.stdout,
+                  after_tuning=after_tuning, command=command)
+    except engine_lib.SettingsChangedError:
+      for path, content in record.items():   # a refused command leaves the record as it was
+        if content is None:
+          path.unlink(missing_ok=True)
+        else:
+          with files.atomic_open(str(path), 'wb') as f:
+            f.write(content)
+      raise
 
 
 def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
@@ -175,11 +159,6 @@ def check_regimes(config, data: Callable[[str, int], Any], plan=None) -> None:
           'clients_per_round', clients,
           reason=f'regime {regime!r} has {population} clients: use at most {population}, or a '
           'larger population (@K in the regime)')
-
-
-def _engine_options(config, loader) -> dict[str, Any]:
-  return dict(loader=loader, datasets=config.datasets, model_fns=config.model_fns,
-              runtime=config.output.runtime, resume=config.loop.resume)
 
 
 def _prepare(config, plan, engine, stream) -> None:
@@ -251,8 +230,9 @@ def _timing(config, counts, phases, start, executor, incomplete, command) -> dic
 def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, Any]:
   root = config.root
   start = time.monotonic()
-  engine = engine_lib.Engine(root, **_engine_options(
-      config, loader or engine_lib.default_loader(config)))
+  options = dict(datasets=config.datasets, model_fns=config.model_fns,
+                 runtime=config.output.runtime, resume=config.loop.resume)   # a worker's too
+  engine = engine_lib.Engine(root, loader=loader or engine_lib.default_loader(config), **options)
   _prepare(config, plan, engine, stream)
   runs = plan.description['runs']
   progress = progress_lib.Progress(
@@ -298,7 +278,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
     from experiments import executors  # pylint: disable=g-import-not-at-top
     executor = executors.make(
         executors.Options.of(config.output), functools.partial(
-            engine_lib.worker_engine, root, **_engine_options(config, loader)),
+            engine_lib.worker_engine, root, loader=loader, **options),
         engine_lib.run_job, state=engine, affinity=engine_lib.process_of)
     phases['start'] = time.monotonic()
     if not tuning_order:

@@ -34,8 +34,9 @@ class Dataset(NamedTuple):
 
 class Plan(NamedTuple):
   """Everything a benchmark runs, from `make`: `inherits` names the method whose tuned values
-  each runs at (None: its own), `tuning` the (tuning regime, E, method) tuned, `run` the settings every
-  `RunSpec` shares; `data_seed` None: each run's seed; `runs` per (phase, method, dataset, E)."""
+  each runs at (None: its own), `tuning` the (tuning regime, E, method) tuned, `run` the settings
+  every `RunSpec` shares; `data_seed` None: each run's seed; `runs` per (phase, method, dataset,
+  E)."""
   methods: tuple
   inherits: Mapping[str, Optional[str]]
   datasets: Mapping[str, Dataset]
@@ -344,7 +345,7 @@ def _builds_and_counts(plan: Plan) -> tuple[tuple, dict, dict]:
   for tuned, epochs, method in plan.tuning:
     dataset = plan.dataset_of(tuned)
     settings = plan.search[dataset, method.name]
-    found = search_lib.unextended(settings, method)
+    found = [c for batch in search_lib.batches(settings, method) for c in batch]
     key = (runs_lib.TUNE_PHASE, method.name, dataset, epochs)
     runs[key] = runs.get(key, 0) + search_lib.max_candidates(settings, method) * len(
         plan.tuning_seeds)

@@ -238,11 +238,6 @@ def collapse_columns(summary: Mapping[str, Any], confusion) -> dict[str, Any]:
       or at_floor(summary['last_k_accuracy'], summary['chance_accuracy'], majority))}
 
 
-def collapsed(summary: Mapping[str, Any], confusion) -> bool:
-  """`collapse_columns`' flag."""
-  return collapse_columns(summary, confusion)['collapsed']
-
-
 def predicts_one_class(confusion) -> bool:
   """Whether a confusion matrix (rows: true class) predicts one class for `COLLAPSE_SHARE`."""
   share = _largest_share(confusion, 0)

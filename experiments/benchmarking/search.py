@@ -78,15 +78,11 @@ def _numeric_dimensions(settings: SearchSettings, method: Method) -> dict[str, t
       isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)}
 
 
-def _batches(settings: SearchSettings, method: Method) -> list[list[dict]]:
+def batches(settings: SearchSettings, method: Method) -> list[list[dict]]:
   """The batches tuning tries before edge extensions (stage 2 at the first client lr)."""
   staged = settings.strategy != 'product'
   return [candidates(settings, method)] + (
       [candidates(settings, method, settings.client_lrs[0])] if staged else [])
-
-
-def unextended(settings: SearchSettings, method: Method) -> list[dict]:
-  return [c for batch in _batches(settings, method) for c in batch]
 
 
 def _kept(alive: int) -> int:
@@ -105,7 +101,7 @@ def _runs(settings: SearchSettings, new: int) -> int:
 
 def max_candidates(settings: SearchSettings, method: Method) -> int:
   """The runs `search` may make at most, every possible edge extension included."""
-  return (sum(_runs(settings, len(batch)) for batch in _batches(settings, method))
+  return (sum(_runs(settings, len(batch)) for batch in batches(settings, method))
           + sum(_steps_to_bound(settings, method, d, values, side)
                 for d, values in _numeric_dimensions(settings, method).items()
                 for side in (-1, 1)))

@@ -5,6 +5,7 @@ import pytest
 
 from experiments import config as experiment_config
 from experiments import experiment_lib
+from tff_conflict import evaluation
 
 
 def test_evaluator_columns_pair_errors_and_global_train_loss():
@@ -17,8 +18,8 @@ def test_evaluator_columns_pair_errors_and_global_train_loss():
   runs = experiment_lib.Runs()
   evaluate, columns = runs.evaluator(model_fn, test, classes, train_data=train,
                                      global_train=True)
-  assert {f'test_{c}' for c in experiment_lib.PAIR_ERROR_COLUMNS} <= set(columns)
-  assert set(experiment_lib.GLOBAL_TRAIN_COLUMNS) <= set(columns)
+  assert {f'test_{c}' for c in evaluation.PAIR_ERROR_COLUMNS} <= set(columns)
+  assert set(evaluation.GLOBAL_TRAIN_COLUMNS) <= set(columns)
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   model = model_fn()
   weights = tff.learning.models.ModelWeights(
@@ -27,10 +28,9 @@ def test_evaluator_columns_pair_errors_and_global_train_loss():
   out = evaluate(weights)
   assert set(out) == set(columns)
   # The global training loss is the model's mean cross-entropy over every client's examples.
-  from tff_conflict import evaluation  # pylint: disable=g-import-not-at-top
   x, y = experiment_lib.pooled_arrays(train)
   expected = evaluation.evaluate_arrays(model, x, y)
   assert out['global_train_loss'] == pytest.approx(expected['loss'], rel=1e-6)
   assert out['global_train_accuracy'] == pytest.approx(expected['accuracy'])
   _, plain = runs.evaluator(model_fn, test, classes, train_data=train)
-  assert not set(experiment_lib.GLOBAL_TRAIN_COLUMNS) & set(plain)
+  assert not set(evaluation.GLOBAL_TRAIN_COLUMNS) & set(plain)

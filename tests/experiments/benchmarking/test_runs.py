@@ -63,7 +63,7 @@ def test_a_non_finite_accuracy_or_loss_diverges_the_run_and_counts_as_chance_fro
   s = runs.summarize(rows, prefix='test', last_k=3, num_classes=10)
   assert s['diverged'] is True and s['diverged_round'] == 3
   # Its last-3 mean, 0.267, is above twice chance; the run collapsed because it diverged.
-  assert s['collapsed'] is False and runs.collapsed(s, None) is True
+  assert s['collapsed'] is False and runs.collapse_columns(s, None)['collapsed'] is True
   assert s['final_accuracy'] == 0.1 and s['chance_accuracy'] == 0.1
   assert s['last_k_accuracy'] == pytest.approx((0.6 + 0.1 + 0.1) / 3)
   assert runs.decode_curve(s['accuracy_curve'])[2] is not None  # the raw curve: nan
@@ -216,7 +216,6 @@ def test_a_run_near_the_majority_class_rate_is_collapsed():
     s = runs.summarize(_diverging(accuracies), prefix='test', last_k=2, num_classes=80)
     assert s['collapsed'] is False   # above twice chance: that rule alone misses it
     assert runs.collapse_columns(s, spread) == {'majority_rate': 0.2, 'collapsed': flagged}
-    assert runs.collapsed(s, spread) is flagged
   # Unknown majority (no confusion matrix): twice chance only.
   assert runs.at_floor(0.21, 0.0125) is False and runs.at_floor(0.21, 0.0125, 0.2) is True
   assert runs.at_floor(float('nan'), 0.1) is True and runs.at_floor(None, 0.1) is False
