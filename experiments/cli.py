@@ -12,7 +12,7 @@ from absl import app
 from absl import flags
 
 from experiments import config
-from experiments import files
+from tff_conflict import _files as files
 from tff_conflict import _interrupts as interrupts
 from tff_conflict import _checks
 

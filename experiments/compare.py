@@ -26,7 +26,7 @@ from experiments import config
 from experiments import executors
 from experiments import experiment_lib
 from experiments import flags_lib
-from experiments import files
+from tff_conflict import _files as files
 from experiments import presets
 from tff_conflict.simulation import progress as progress_lib
 from experiments import stats

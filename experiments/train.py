@@ -18,7 +18,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 from experiments import cli  # pylint: disable=g-import-not-at-top
 from experiments import config
 from experiments import experiment_lib
-from experiments import files
+from tff_conflict import _files as files
 from experiments import flags_lib
 from tff_conflict.simulation import training_loop
 

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from experiments.benchmarking import results as results_lib
-from experiments import files
+from tff_conflict import _files as files
 from tff_conflict import _interrupts as interrupts
 from experiments import config as experiment_config
 from experiments import experiment_lib

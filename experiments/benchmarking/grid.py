@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, Optional, TextIO
 
 from experiments import config as experiment_config
-from experiments import files
+from tff_conflict import _files as files
 from tff_conflict.simulation import progress as progress_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import engine as engine_lib

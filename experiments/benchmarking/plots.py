@@ -12,7 +12,7 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
 
-from experiments import files  # pylint: disable=g-import-not-at-top
+from tff_conflict import _files as files  # pylint: disable=g-import-not-at-top
 from experiments import stats  # pylint: disable=g-import-not-at-top
 from experiments.benchmarking import results  # pylint: disable=g-import-not-at-top
 from experiments.benchmarking import runs as runs_lib  # pylint: disable=g-import-not-at-top

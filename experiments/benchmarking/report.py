@@ -7,7 +7,7 @@ import shutil
 import traceback
 from typing import Callable, Mapping, Optional
 
-from experiments import files
+from tff_conflict import _files as files
 from experiments.benchmarking import plots as plots_lib
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import diagnosis

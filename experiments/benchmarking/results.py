@@ -10,7 +10,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from experiments import files
+from tff_conflict import _files as files
 from experiments import stats
 from experiments.benchmarking import config as config_lib
 from experiments.benchmarking import runs as runs_lib

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from experiments import files
+from tff_conflict import _files as files
 
 RESULT_FILE = 'result.json'
 REPORT_PHASE = 'report'

@@ -1,4 +1,4 @@
-"""One writer per experiment directory (`experiments.files.one_writer`), as the binaries take it:
+"""One writer per experiment directory (`tff_conflict._files.one_writer`), as the binaries take it:
 a second benchmark or train on a directory in use ends in one line naming the holder's pid,
 non-zero, having touched nothing; the first one's results are complete."""
 
@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from experiments import files
+from tff_conflict import _files as files
 from tests.experiments import conftest
 
 _GRID = ('--regimes=digits:iid', '--methods=fedavg', '--rounds=2', '--report_seeds=0', '--notune',
@@ -68,7 +68,7 @@ def test_train_on_a_directory_another_process_writes_ends_in_one_line_touching_n
   directory.mkdir()
   (directory / 'metrics.csv').write_text('theirs\n')
   holder = subprocess.Popen(
-      [sys.executable, '-c', 'import sys, time\nfrom experiments import files\n'
+      [sys.executable, '-c', 'import sys, time\nfrom tff_conflict import _files as files\n'
        'with files.one_writer(sys.argv[1]):\n  print("held", flush=True)\n  time.sleep(600)\n',
        str(directory)], cwd=conftest.REPO_ROOT, stdout=subprocess.PIPE, text=True)
   try:

@@ -1,4 +1,4 @@
-"""experiments.files: atomic writes that follow the umask; one writer per directory."""
+"""tff_conflict._files: atomic writes that follow the umask; one writer per directory."""
 
 import os
 import stat
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from experiments import files
+from tff_conflict import _files as files
 from tests.experiments import conftest
 
 
@@ -67,8 +67,8 @@ def test_plots_are_written_atomically_with_the_umask(tmp_path, umask_022):
 
 
 # Holds `files.one_writer(argv[1])`, says so, and sleeps.
-_HOLD = ('import sys, time\nfrom experiments import files\nwith files.one_writer(sys.argv[1]):\n'
-         '  print("held", flush=True)\n  time.sleep(600)\n')
+_HOLD = ('import sys, time\nfrom tff_conflict import _files as files\n'
+         'with files.one_writer(sys.argv[1]):\n  print("held", flush=True)\n  time.sleep(600)\n')
 
 
 def _holder(directory):
