@@ -109,11 +109,6 @@ def optional(check: Checker) -> Checker:
   return lambda name, value: value if value is None else check(name, value)
 
 
-def _host_port(value) -> bool:
-  host, _, port = value.rpartition(':')
-  return bool(host) and port.isdigit() and 1 <= int(port) <= 65535
-
-
 NON_EMPTY_STRING = must('a non-empty string', lambda v: isinstance(v, str) and bool(v))
 
 
@@ -329,7 +324,8 @@ class OutputConfig:
                          '(TFF\'s worker_binary, needed for --workers).')
   workers: tuple[str, ...] = setting((), flag='tff_workers', check=must(
       'a list of distinct host:port entries (port 1-65535)', lambda v: len(set(v)) == len(v)
-      and all(isinstance(a, str) and _host_port(a) for a in v)), help='host:port of remote TFF '
+      and all(re.fullmatch(r'.+:[0-9]+', a) and 0 < int(a.rpartition(':')[2]) < 65536
+              for a in v)), help='host:port of remote TFF '
       'workers (worker_binary) to run each run\'s rounds on; empty: local.')
   executor: str = setting('inline', choices=EXECUTORS, help='Where the runs of compare and the '
                           'benchmark run: inline (in turn, in this process), local (--workers '

@@ -37,9 +37,8 @@ _DEFINE = {int: flags.DEFINE_integer, Optional[int]: flags.DEFINE_integer,
 
 
 def definer(field: Any, default: Any) -> tuple[Callable[..., Any], Any]:
-  """(absl's DEFINE function, flag default) of a setting: an enum of its choices, a list for a
-  tuple default, else by its type (a string for text the binary parses); the caller defines the
-  flag (absl records the module that does), its help by keyword."""
+  """(absl's DEFINE function, flag default) of a setting, for its caller to call (absl records
+  the module defining a flag): an enum of its choices, a list for a tuple, else by its type."""
   if 'choices' in field.metadata:
     return functools.partial(flags.DEFINE_enum,
                              enum_values=list(field.metadata['choices'])), default
@@ -82,8 +81,6 @@ def register_validators() -> None:
 _VALIDATED: set[str] = set()
 register_validators()
 
-_DATASET_FLAGS = sorted({f for names in config.DATASETS.values() for f in names})
-
 
 def apply_preset(presets: dict[str, dict[str, Any]]) -> None:
   """Sets the values of `presets[--preset]` (if given) on every flag not given explicitly."""
@@ -107,8 +104,8 @@ def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.Exp
   (default: the config's) reads, and settings their builders refuse (`check_method`)."""
   refuse_flags({name: f'applies only to --dataset in '
                 f'{sorted(d for d, names in config.DATASETS.items() if name in names)}, not '
-                f'--dataset={FLAGS.dataset}' for name in _DATASET_FLAGS
-                if name not in config.DATASETS[FLAGS.dataset]})
+                f'--dataset={FLAGS.dataset}' for name in sorted(
+                    set().union(*config.DATASETS.values()) - set(config.DATASETS[FLAGS.dataset]))})
   experiment = experiment_config()
   methods = ([experiment.algorithm] if algorithms is None
              else [config.AlgorithmConfig(name) for name in algorithms])

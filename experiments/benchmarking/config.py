@@ -41,24 +41,23 @@ def split_top_level(text: str, separator: str = ',') -> list[str]:
   return [p.strip() for p in pieces + [text[start:]] if p.strip()]
 
 
-def _dotted_entries(argument: str, text: str, form: str) -> Iterator[tuple[str, str, str, str]]:
-  """(entry, A, B, VALUE) of each entry A.B=VALUE of `text` (B may be empty), else a
-  `ConfigError` asking for `entries <form>`."""
+def _dotted_entries(argument: str, text: str, form: str, *, second: bool = False
+                    ) -> Iterator[tuple[str, str, str, str]]:
+  """(entry, A, B, VALUE) of each entry A.B=VALUE of `text` (B may be empty unless `second`),
+  else a `ConfigError` asking for `entries <form>`."""
   for item in split_top_level(text):
     target, sep, value = item.partition('=')
-    first, dot, second = target.strip().partition('.')
-    if not sep or not dot or not first or not value.strip():
+    first, dot, name = target.strip().partition('.')
+    if not sep or not dot or not first or not value.strip() or (second and not name):
       raise ConfigError(argument, item, f'entries {form}')
-    yield item, first, second, value
+    yield item, first, name, value
 
 
 def parse_grids(argument: str, text: str) -> dict[str, dict[str, tuple]]:
   """'fedprox.proximal_strength=0.01/0.1,fedmgc.gamma=1/2' -> {method: {keyword: values}}."""
   grids: dict[str, dict[str, tuple]] = {}
-  for item, method, keyword, values in _dotted_entries(argument, text,
-                                                       'METHOD.ARGUMENT=V1/V2/...'):
-    if not keyword:
-      raise ConfigError(argument, item, 'entries METHOD.ARGUMENT=V1/V2/...')
+  for _, method, keyword, values in _dotted_entries(argument, text, 'METHOD.ARGUMENT=V1/V2/...',
+                                                    second=True):
     grids.setdefault(method, {})[keyword] = tuple(
         methods_lib.parse_value(v) for v in values.split('/'))
   return grids
@@ -103,9 +102,8 @@ def parse_dataset_settings(argument: str, text: str) -> dict[str, dict[str, Any]
   return out
 
 
-def _parse_names(argument: str, text) -> tuple:
+def _parse_names(unused_argument: str, text) -> tuple:
   """Names from a flag's text or a list flag's value (a name's error is the config's)."""
-  del argument
   return tuple(split_top_level(','.join(map(str, text)) if isinstance(text, (list, tuple))
                                else text))
 
@@ -152,10 +150,8 @@ def given_arguments(value_of: Optional[Callable[[str], Any]] = None) -> dict[str
 @dataclasses.dataclass(frozen=True)
 class BenchmarkConfig:
   """A benchmark: the grid (regimes x methods x E x seeds), tuning (`tune` to
-  `plateau_tolerance`) and the parts of `ExperimentConfig` every run shares (the grid sets
-  `loop`'s client_epochs and seed). `datasets` and `model_fns`: your own (docs/experiments.md,
-  "Your own data and model"); `given`: method or algorithm -> builder keywords where nothing is
-  tuned, an algorithm's completed by `given_arguments()`."""
+  `plateau_tolerance`), the parts of `ExperimentConfig` every run shares, your own `datasets` and
+  `model_fns`, `given`: method or algorithm -> builder keywords (completed by `given_arguments`)."""
   regimes: tuple = setting(
       parse=_parse_names, help='Comma-separated regimes (tff_conflict.data.regimes): '
       'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), synthetic(ALPHA,BETA), '
