@@ -90,23 +90,18 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) 
       interrupts.install(interrupts.exit_now)
       terminated = isinstance(e, interrupts.Terminated) or interrupts.received() == signal.SIGTERM
       _interrupted(signal.SIGTERM if terminated else signal.SIGINT, str(e))
-    except (_checks.ArgumentError, Failure) as e:
-      _end_if_interrupted()
-      message = e.flag_message() if isinstance(e, config.ConfigError) else str(e)
-      fail(message, FAILURE_EXIT if isinstance(e, Failure) else USAGE_EXIT)
-    except OSError as e:
-      _end_if_interrupted()
-      if e.errno not in files.DISK_ERRNOS:   # a write the disk refused: full, quota, read-only
-        raise
-      where = f' {e.filename}' if e.filename else ''
-      output = f' (--output_dir={FLAGS.output_dir})' if 'output_dir' in FLAGS else ''
-      fail(f'cannot write{where}: {e.strerror or e}{output}; free space or choose another '
-           '--output_dir, then rerun the same command (what was finished is kept)', USAGE_EXIT)
     except BaseException as e:
       _end_if_interrupted()   # e.g. an interrupt that surfaced inside TensorFlow as its error
       runtime = sys.modules.get('tff_conflict.runtime')
-      if runtime is not None and isinstance(e, runtime.DataError):   # a fault of the data
-        fail(str(e), USAGE_EXIT)
+      if isinstance(e, (_checks.ArgumentError, Failure) + (   # a DataError: a fault of the data
+          (runtime.DataError,) if runtime is not None else ())):
+        message = e.flag_message() if isinstance(e, config.ConfigError) else str(e)
+        fail(message, FAILURE_EXIT if isinstance(e, Failure) else USAGE_EXIT)
+      if isinstance(e, OSError) and e.errno in files.DISK_ERRNOS:   # full, quota, read-only
+        where = f' {e.filename}' if e.filename else ''
+        output = f' (--output_dir={FLAGS.output_dir})' if 'output_dir' in FLAGS else ''
+        fail(f'cannot write{where}: {e.strerror or e}{output}; free space or choose another '
+             '--output_dir, then rerun the same command (what was finished is kept)', USAGE_EXIT)
       raise
     _end_if_interrupted()
     return result

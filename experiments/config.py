@@ -116,9 +116,9 @@ def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
             check: Optional[Checker] = None, choices: Optional[Sequence[str]] = None,
             help: Optional[str] = None, parse: Optional[Callable[[str, Any], Any]] = None,
             **kwargs) -> Any:  # pylint: disable=redefined-builtin
-  """A dataclass field set by `--flag` (default: its name when it has a `help`), checked by `check`
-  or `choices` (None too when that is the default); `parse(flag, text or list)` reads the flag."""
-  if choices is not None:
+  """A dataclass field set by `--flag` (default: its name when it has a `help`), checked by `check`,
+  else `choices` (None too when that is the default); `parse(flag, text or list)` reads the flag."""
+  if choices is not None and check is None:
     check = optional(one_of(choices)) if default is None else one_of(choices)
   metadata = {k: v for k, v in (('flag', flag), ('check', check), ('choices', choices),
                                 ('help', help), ('parse', parse)) if v is not None}
@@ -193,9 +193,10 @@ class AlgorithmConfig:
 
 
 for _h in METHOD_HPARAMS:
-  AlgorithmConfig.__annotations__[_h.flag] = Any
-  setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, check=library(
-      lambda name, value, h=_h: h.check(value, name))))
+  AlgorithmConfig.__annotations__[_h.flag] = (str if _h.choices else bool
+                                              if _h.kind == hparams_lib.BOOL else float)
+  setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, choices=_h.choices or None,
+                                            check=library(lambda n, v, h=_h: h.check(v, n))))
 AlgorithmConfig = dataclasses.dataclass(frozen=True)(AlgorithmConfig)
 
 

@@ -51,17 +51,12 @@ _DEFAULTS = config.ExperimentConfig()
 _METHOD = {h.flag: h for h in config.METHOD_HPARAMS}
 
 for _section, _flag, _field in config.flag_fields():
-  _default = getattr(getattr(_DEFAULTS, _section) if _section else _DEFAULTS, _field.name)
-  _h = _METHOD.get(_flag)
-  if _h is not None:
-    _define = (functools.partial(flags.DEFINE_enum, enum_values=list(_h.choices))
-               if _h.kind == hparams_lib.CHOICE else
-               flags.DEFINE_bool if _h.kind == hparams_lib.BOOL else flags.DEFINE_float)
-    _define(_flag, _default, help=_method_flag_help(_h))
-  elif _flag not in ('algorithm', 'client_loss', 'aggregator', 'seed'):   # the binaries' own
-    _define, _default = definer(_field, _default)
-    _define(_flag, _default, help=f'{_section.capitalize()} {_field.metadata["help"]}'
-            if _section in ('client', 'server') else _field.metadata['help'])
+  if _flag not in ('algorithm', 'client_loss', 'aggregator', 'seed'):   # the binaries' own
+    _define, _default = definer(_field, getattr(
+        getattr(_DEFAULTS, _section) if _section else _DEFAULTS, _field.name))
+    _define(_flag, _default, help=_method_flag_help(_METHOD[_flag]) if _flag in _METHOD else
+            f'{_section.capitalize()} {_field.metadata["help"]}' if _section in ('client', 'server')
+            else _field.metadata['help'])
 
 flags.DEFINE_alias('batch_size', 'client_batch_size')   # another name of --client_batch_size
 

@@ -273,10 +273,9 @@ class BenchmarkConfig:
     must('distinct regimes', lambda _: len({*names}) == len({r.slug for r in parsed}) == len(
         parsed))('regimes', list(self.regimes))
     object.__setattr__(self, 'regimes', tuple(names))
-    defaults = given_arguments()
-    object.__setattr__(self, 'given', {
-        **{a: {**values, **dict(self.given.get(a, {}))} for a, values in defaults.items()},
-        **{name: dict(values) for name, values in self.given.items() if name not in defaults}})
+    defaults = given_arguments()   # an algorithm's given completed by its flags' defaults
+    object.__setattr__(self, 'given', {name: {**defaults.get(name, {}), **self.given.get(name, {})}
+                                       for name in {**defaults, **self.given}})
     for name in self.datasets:
       must('listed in regimes (your dataset is a regime)', lambda v: v in names)('datasets', name)
     must('a non-empty list of methods', bool)('methods', self.methods)
@@ -286,15 +285,14 @@ class BenchmarkConfig:
         'methods', list(self.methods))
     object.__setattr__(self, 'methods', tuple(method_names))
     _M.one_of(method_names)('baseline', self.baseline)
-    object.__setattr__(self, 'best_of', tuple(m for m in self.best_of if m))
+    for flag in ('best_of', 'family_methods'):
+      object.__setattr__(self, flag, tuple(filter(None, getattr(self, flag))))
     object.__setattr__(self, 'primary_regimes', tuple(checks.parsed(
         'primary_regimes', r, self.datasets).name for r in self.primary_regimes if r))
-    for name in self.primary_regimes:
-      _M.one_of(names)('primary_regimes', name)
     compared = [m for m in method_names if m != self.baseline and m not in self.best_of]
-    object.__setattr__(self, 'family_methods', tuple(m for m in self.family_methods if m))
-    for name in self.family_methods:
-      _M.one_of(compared)('family_methods', name)
+    for flag, choices in (('primary_regimes', names), ('family_methods', compared)):
+      for name in getattr(self, flag):
+        _M.one_of(choices)(flag, name)
     must('empty with --tune_each_regime (each regime is tuned on itself)', lambda v: not (
         v and self.tune_each_regime))('tuning_regimes', dict(self.tuning_regimes))
     must(f'disjoint from --report_seeds {list(self.report_seeds)}', lambda v: not (
