@@ -117,10 +117,8 @@ def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
     with tempfile.NamedTemporaryFile(dir=path, prefix='.write_check_'):
       pass
   except OSError as e:
-    reason = e.strerror or type(e).__name__
-    where = e.filename if getattr(e, 'filename', None) else path
     raise config.ConfigError(flag, value, reason=f'cannot write the results directory {path} '
-                             f'({reason}: {where})') from None
+                             f'({e.strerror or type(e).__name__}: {e.filename or path})') from None
   return path
 
 

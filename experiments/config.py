@@ -204,11 +204,10 @@ AlgorithmConfig = dataclasses.dataclass(frozen=True)(AlgorithmConfig)
 class DataConfig:
   """The federated dataset (`experiments.datasets`)."""
   dataset: str = setting('digits', choices=DATASETS, help='Federated dataset: digits (scikit-learn '
-                         'digits, Dirichlet label skew, offline), emnist (TFF\'s, by writer), '
-                         'synthetic (LEAF Synthetic(alpha, beta)), mnist and fashion_mnist (their '
-                         'IDX files, --data_dir), cifar10/cifar100 (tensorflow-datasets), each '
-                         'Dirichlet-split, leaf (LEAF\'s FEMNIST, Synthetic, CelebA or '
-                         'Shakespeare JSON files, --leaf_dir).')
+      'digits, Dirichlet label skew, offline), emnist (TFF\'s, by writer), synthetic (LEAF '
+      'Synthetic(alpha, beta)), mnist and fashion_mnist (their IDX files, --data_dir), '
+      'cifar10/cifar100 (tensorflow-datasets), each Dirichlet-split, leaf (LEAF\'s FEMNIST, '
+      'Synthetic, CelebA or Shakespeare JSON files, --leaf_dir).')
   num_clients: Optional[int] = setting(
       None, check=optional(at_least(1)), help='Clients in the population (emnist, leaf: the '
       'first N writers or users). Default: the dataset\'s (digits 20, synthetic 30, fashion_mnist '
@@ -219,8 +218,7 @@ class DataConfig:
                            'clients\' training examples, its clients and test examples fixed, as '
                            'the benchmark\'s regime), apart from --seed: seeds share the data.')
   cache_dir: Optional[str] = setting(None, help='emnist: directory of emnist_all.sqlite (default '
-                                     'TFF\'s ~/.tff); leaf: where the converted cache goes '
-                                     '(default: next to the data).')
+      'TFF\'s ~/.tff); leaf: where the converted cache goes (default: next to the data).')
   data_dir: Optional[str] = setting(
       None, help='mnist, fashion_mnist: the folder of its four IDX files (default: mnist '
       '~/.keras/datasets/mnist.npz; fashion_mnist /usr/share/datasets/fashion-mnist, then '
@@ -232,8 +230,7 @@ class DataConfig:
   synthetic_beta: float = setting(1.0, check=NON_NEGATIVE,
                                   help='synthetic: LEAF beta (data heterogeneity).')
   leaf_dir: Optional[str] = setting(None, help='leaf: LEAF\'s dataset folder data/<name> '
-                                    '(data/train/*.json, data/test/*.json) or its data/ folder; '
-                                    'the splits are the files\' own.')
+      '(data/train/*.json, data/test/*.json) or its data/ folder; the splits are the files\' own.')
   leaf_name: Optional[str] = setting(
       None, choices=('femnist', 'synthetic', 'celeba', 'shakespeare'),
       help='leaf: which LEAF dataset --leaf_dir holds. Default: the name of its folder.')
@@ -251,8 +248,7 @@ class LoopConfig:
   randomized aggregators."""
   rounds: int = setting(check=at_least(1), help='Federated rounds.')
   clients_per_round: int = setting(check=at_least(1), help='Clients sampled per round without '
-                                   'replacement (the sample of round r depends only on --seed '
-                                   'and r).')
+      'replacement (the sample of round r depends only on --seed and r).')
   client_epochs: int = setting(1, check=at_least(1), help='Local epochs per round.')
   batch_size: int = setting(20, flag='client_batch_size', check=at_least(1),
                             help='Local batch size (also --batch_size).')

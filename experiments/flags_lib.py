@@ -102,18 +102,14 @@ def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.Exp
                 f'--dataset={FLAGS.dataset}' for name in sorted(
                     set().union(*config.DATASETS.values()) - set(config.DATASETS[FLAGS.dataset]))})
   experiment = experiment_config()
-  methods = ([experiment.algorithm] if algorithms is None
-             else [config.AlgorithmConfig(name) for name in algorithms])
+  methods = ([experiment.algorithm] if algorithms is None else [
+      config.AlgorithmConfig(name, **vars(experiment.hparams)) for name in algorithms])
   from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
   experiment_lib.check_composition(experiment.algorithm)
   check_method_flags_apply(methods)
-  # The library's checks of each method with these settings (optimizers, client weighting).
-  runs = ([experiment] if algorithms is None else [
-      dataclasses.replace(experiment, algorithm=config.AlgorithmConfig(
-          name, **vars(experiment.hparams))) for name in algorithms
-      if name in experiment_lib.ALGORITHM_HPARAMS])   # compare names an unknown one itself
-  for run in runs:
-    experiment_lib.check_method(run)
+  for method in methods:   # the library's checks of each (compare refuses an unknown one itself)
+    if algorithms is None or method.name in experiment_lib.ALGORITHM_HPARAMS:
+      experiment_lib.check_method(dataclasses.replace(experiment, algorithm=method))
   return experiment
 
 

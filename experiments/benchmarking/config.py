@@ -169,8 +169,7 @@ class BenchmarkConfig:
       '(tff_conflict.models.MODELS); default each dataset\'s model.')
   given: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   vary_partition: bool = setting(True, check=_M.BOOL, help='Draw each seed\'s partition (and '
-                                 'Synthetic data) with that seed; --novary_partition uses '
-                                 '--data_seed for all.')
+      'Synthetic data) with that seed; --novary_partition uses --data_seed for all.')
   baseline: str = setting('fedavg', help='The method every other is compared with (paired by '
                           'seed).')
   best_of: tuple = setting(
@@ -188,8 +187,7 @@ class BenchmarkConfig:
       'the tables compare, named before the runs: last_k_accuracy (mean test accuracy of the last '
       '--tuning_last_k rounds) or final_accuracy.')
   equivalence_margin: float = setting(0.01, check=_M.FRACTION, help='A method ties the baseline '
-                                      'only when the 95% interval of their difference lies '
-                                      'inside +- this margin.')
+      'only when the 95% interval of their difference lies inside +- this margin.')
   detect: Mapping[str, float] = setting(
       default_factory=dict, parse=functools.partial(parse_mapping, cast=float),
       help='DATASET:DIFFERENCE,...: the accuracy difference the report gives a seed count for '
@@ -244,10 +242,9 @@ class BenchmarkConfig:
   schedule: str = setting('full', flag='tuning_schedule', choices=('full', 'halving'),
                           help='full: every candidate runs every round; halving: successive '
                           'halving over rounds (the best third of each rung runs 3x longer).')
-  plateau_window: int = setting(10, check=_M.at_least(1), help='The report\'s plateau '
-                                'criterion (stats.plateau): the baseline\'s tuned validation '
-                                'accuracy has plateaued when the mean of its last K rounds is '
-                                'within --plateau_tolerance of the mean of the K before.')
+  plateau_window: int = setting(10, check=_M.at_least(1), help='The report\'s plateau criterion '
+      '(stats.plateau): the baseline\'s tuned validation accuracy has plateaued when the mean of '
+      'its last K rounds is within --plateau_tolerance of the mean of the K before.')
   plateau_tolerance: float = setting(0.01, check=_M.NON_NEGATIVE, help='Tolerance of the '
                                      'plateau criterion (accuracy).')
 
