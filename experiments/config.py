@@ -322,8 +322,8 @@ class OutputConfig:
   workers: tuple[str, ...] = setting((), flag='tff_workers', check=must(
       'a list of distinct host:port entries (port 1-65535)', lambda v: len(set(v)) == len(v)
       and all(re.fullmatch(r'.+:[0-9]+', a) and 0 < int(a.rpartition(':')[2]) < 65536
-              for a in v)), help='host:port of remote TFF '
-      'workers (worker_binary) to run each run\'s rounds on; empty: local.')
+              for a in v)), help='host:port of remote TFF workers (worker_binary) to run each '
+      'run\'s rounds on; empty: local.')
   executor: str = setting('inline', choices=EXECUTORS, help='Where the runs of compare and the '
                           'benchmark run: inline (in turn, in this process), local (--workers '
                           'processes here) or ray (tasks on the Ray cluster of --ray_address); '
