@@ -109,9 +109,8 @@ def control_config(config: config_lib.BenchmarkConfig) -> config_lib.BenchmarkCo
       'training loss evaluated every round')
   return config_lib.replace_settings(
       config, **control, models={}, datasets={}, model_fns={}, detect={}, vary_partition=False,
-      eval_train_loss=True, client_momentum=0.0, server_learning_rate=1.0,
-      tune=False, tune_epochs=(), grids={},
-      output_dir=config.root, experiment_name=config_lib.CONTROL_DIR,
+      eval_train_loss=True, client_momentum=0.0, server_learning_rate=1.0, tune=False,
+      tune_epochs=(), grids={}, output_dir=config.root, experiment_name=config_lib.CONTROL_DIR,
       description=f'Positive control: {description}.')
 
 

@@ -24,17 +24,13 @@ OUTPUT_CLOSED_EXIT = 128 + signal.SIGPIPE   # as a process that SIGPIPE ended
 Failure = files.Failure
 
 
-def _program() -> str:
-  spec = getattr(sys.modules.get('__main__'), '__spec__', None)
-  if spec is not None and spec.name:
-    return spec.name.rpartition('.')[2]
-  return os.path.basename(sys.argv[0]) or 'experiment'
-
-
 def fail(message: str, exit_status: int) -> NoReturn:
   """Prints `<binary>: <message>` on one line to stderr and exits with `exit_status`."""
+  spec = getattr(sys.modules.get('__main__'), '__spec__', None)
+  program = (spec.name.rpartition('.')[2] if spec is not None and spec.name
+             else os.path.basename(sys.argv[0]) or 'experiment')
   sys.stdout.flush()
-  sys.stderr.write(f'{_program()}: {" ".join(str(message).split())}\n')
+  sys.stderr.write(f'{program}: {" ".join(str(message).split())}\n')
   sys.stderr.flush()
   sys.exit(exit_status)
 
@@ -57,10 +53,12 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
   return rest
 
 
-def _interrupted(message: str, signum: int) -> NoReturn:
-  """Ends with `message` as the last line (no warning of the work the signal cut short after it)."""
+def _interrupted(signum: int, message: str = '') -> NoReturn:
+  """Ends with `message` (default: the signal's) as the last line, exit 128 + `signum` (no
+  warning of the work the signal cut short after it)."""
   warnings.simplefilter('ignore')
-  fail(message, 128 + signum)
+  fail(message or ('terminated (SIGTERM)' if signum == signal.SIGTERM else 'interrupted (Ctrl-C)'),
+       128 + signum)
 
 
 def _end_if_interrupted() -> None:
@@ -69,16 +67,7 @@ def _end_if_interrupted() -> None:
   interrupts.install(interrupts.exit_now)
   signum = interrupts.received()
   if signum is not None:
-    _interrupted('terminated (SIGTERM)' if signum == signal.SIGTERM else 'interrupted (Ctrl-C)',
-                 signum)
-
-
-def _disk_message(error: OSError) -> str:
-  """A write the disk refused (full, over quota, read-only), with the file and --output_dir."""
-  where = f' {error.filename}' if error.filename else ''
-  output = f' (--output_dir={FLAGS.output_dir})' if 'output_dir' in FLAGS else ''
-  return (f'cannot write{where}: {error.strerror or error}{output}; free space or choose '
-          'another --output_dir, then rerun the same command (what was finished is kept)')
+    _interrupted(signum)
 
 
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) -> None:
@@ -100,22 +89,19 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None) 
     except KeyboardInterrupt as e:
       interrupts.install(interrupts.exit_now)
       terminated = isinstance(e, interrupts.Terminated) or interrupts.received() == signal.SIGTERM
-      _interrupted(str(e) or ('terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'),
-                   signal.SIGTERM if terminated else signal.SIGINT)
-    except (_checks.ArgumentError, Failure) as e:
-      _end_if_interrupted()
-      message = e.flag_message() if isinstance(e, config.ConfigError) else str(e)
-      fail(message, FAILURE_EXIT if isinstance(e, Failure) else USAGE_EXIT)
-    except OSError as e:
-      _end_if_interrupted()
-      if e.errno not in files.DISK_ERRNOS:
-        raise
-      fail(_disk_message(e), USAGE_EXIT)
+      _interrupted(signal.SIGTERM if terminated else signal.SIGINT, str(e))
     except BaseException as e:
       _end_if_interrupted()   # e.g. an interrupt that surfaced inside TensorFlow as its error
       runtime = sys.modules.get('tff_conflict.runtime')
-      if runtime is not None and isinstance(e, runtime.DataError):   # a fault of the data
-        fail(str(e), USAGE_EXIT)
+      if isinstance(e, (_checks.ArgumentError, Failure) + (   # a DataError: a fault of the data
+          (runtime.DataError,) if runtime is not None else ())):
+        message = e.flag_message() if isinstance(e, config.ConfigError) else str(e)
+        fail(message, FAILURE_EXIT if isinstance(e, Failure) else USAGE_EXIT)
+      if isinstance(e, OSError) and e.errno in files.DISK_ERRNOS:   # full, quota, read-only
+        where = f' {e.filename}' if e.filename else ''
+        output = f' (--output_dir={FLAGS.output_dir})' if 'output_dir' in FLAGS else ''
+        fail(f'cannot write{where}: {e.strerror or e}{output}; free space or choose another '
+             '--output_dir, then rerun the same command (what was finished is kept)', USAGE_EXIT)
       raise
     _end_if_interrupted()
     return result
@@ -131,10 +117,8 @@ def prepare_output_dir(path: str, flag: str = 'output_dir') -> str:
     with tempfile.NamedTemporaryFile(dir=path, prefix='.write_check_'):
       pass
   except OSError as e:
-    reason = e.strerror or type(e).__name__
-    where = e.filename if getattr(e, 'filename', None) else path
     raise config.ConfigError(flag, value, reason=f'cannot write the results directory {path} '
-                             f'({reason}: {where})') from None
+                             f'({e.strerror or type(e).__name__}: {e.filename or path})') from None
   return path
 
 

@@ -109,11 +109,6 @@ def optional(check: Checker) -> Checker:
   return lambda name, value: value if value is None else check(name, value)
 
 
-def _host_port(value) -> bool:
-  host, _, port = value.rpartition(':')
-  return bool(host) and port.isdigit() and 1 <= int(port) <= 65535
-
-
 NON_EMPTY_STRING = must('a non-empty string', lambda v: isinstance(v, str) and bool(v))
 
 
@@ -121,9 +116,9 @@ def setting(default: Any = dataclasses.MISSING, *, flag: Optional[str] = None,
             check: Optional[Checker] = None, choices: Optional[Sequence[str]] = None,
             help: Optional[str] = None, parse: Optional[Callable[[str, Any], Any]] = None,
             **kwargs) -> Any:  # pylint: disable=redefined-builtin
-  """A dataclass field set by `--flag` (default: its name when it has a `help`), checked by `check`
-  or `choices` (None too when that is the default); `parse(flag, text or list)` reads the flag."""
-  if choices is not None:
+  """A dataclass field set by `--flag` (default: its name when it has a `help`), checked by `check`,
+  else `choices` (None too when that is the default); `parse(flag, text or list)` reads the flag."""
+  if choices is not None and check is None:
     check = optional(one_of(choices)) if default is None else one_of(choices)
   metadata = {k: v for k, v in (('flag', flag), ('check', check), ('choices', choices),
                                 ('help', help), ('parse', parse)) if v is not None}
@@ -198,9 +193,10 @@ class AlgorithmConfig:
 
 
 for _h in METHOD_HPARAMS:
-  AlgorithmConfig.__annotations__[_h.flag] = Any
-  setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, check=library(
-      lambda name, value, h=_h: h.check(value, name))))
+  AlgorithmConfig.__annotations__[_h.flag] = (str if _h.choices else bool
+                                              if _h.kind == hparams_lib.BOOL else float)
+  setattr(AlgorithmConfig, _h.flag, setting(_h.default, flag=_h.flag, choices=_h.choices or None,
+                                            check=library(lambda n, v, h=_h: h.check(v, n))))
 AlgorithmConfig = dataclasses.dataclass(frozen=True)(AlgorithmConfig)
 
 
@@ -208,11 +204,10 @@ AlgorithmConfig = dataclasses.dataclass(frozen=True)(AlgorithmConfig)
 class DataConfig:
   """The federated dataset (`experiments.datasets`)."""
   dataset: str = setting('digits', choices=DATASETS, help='Federated dataset: digits (scikit-learn '
-                         'digits, Dirichlet label skew, offline), emnist (TFF\'s, by writer), '
-                         'synthetic (LEAF Synthetic(alpha, beta)), mnist and fashion_mnist (their '
-                         'IDX files, --data_dir), cifar10/cifar100 (tensorflow-datasets), each '
-                         'Dirichlet-split, leaf (LEAF\'s FEMNIST, Synthetic, CelebA or '
-                         'Shakespeare JSON files, --leaf_dir).')
+      'digits, Dirichlet label skew, offline), emnist (TFF\'s, by writer), synthetic (LEAF '
+      'Synthetic(alpha, beta)), mnist and fashion_mnist (their IDX files, --data_dir), '
+      'cifar10/cifar100 (tensorflow-datasets), each Dirichlet-split, leaf (LEAF\'s FEMNIST, '
+      'Synthetic, CelebA or Shakespeare JSON files, --leaf_dir).')
   num_clients: Optional[int] = setting(
       None, check=optional(at_least(1)), help='Clients in the population (emnist, leaf: the '
       'first N writers or users). Default: the dataset\'s (digits 20, synthetic 30, fashion_mnist '
@@ -223,8 +218,7 @@ class DataConfig:
                            'clients\' training examples, its clients and test examples fixed, as '
                            'the benchmark\'s regime), apart from --seed: seeds share the data.')
   cache_dir: Optional[str] = setting(None, help='emnist: directory of emnist_all.sqlite (default '
-                                     'TFF\'s ~/.tff); leaf: where the converted cache goes '
-                                     '(default: next to the data).')
+      'TFF\'s ~/.tff); leaf: where the converted cache goes (default: next to the data).')
   data_dir: Optional[str] = setting(
       None, help='mnist, fashion_mnist: the folder of its four IDX files (default: mnist '
       '~/.keras/datasets/mnist.npz; fashion_mnist /usr/share/datasets/fashion-mnist, then '
@@ -236,8 +230,7 @@ class DataConfig:
   synthetic_beta: float = setting(1.0, check=NON_NEGATIVE,
                                   help='synthetic: LEAF beta (data heterogeneity).')
   leaf_dir: Optional[str] = setting(None, help='leaf: LEAF\'s dataset folder data/<name> '
-                                    '(data/train/*.json, data/test/*.json) or its data/ folder; '
-                                    'the splits are the files\' own.')
+      '(data/train/*.json, data/test/*.json) or its data/ folder; the splits are the files\' own.')
   leaf_name: Optional[str] = setting(
       None, choices=('femnist', 'synthetic', 'celeba', 'shakespeare'),
       help='leaf: which LEAF dataset --leaf_dir holds. Default: the name of its folder.')
@@ -255,8 +248,7 @@ class LoopConfig:
   model and randomized aggregators."""
   rounds: int = setting(check=at_least(1), help='Federated rounds.')
   clients_per_round: int = setting(check=at_least(1), help='Clients sampled per round without '
-                                   'replacement (the sample of round r depends only on --seed '
-                                   'and r).')
+      'replacement (the sample of round r depends only on --seed and r).')
   client_epochs: int = setting(1, check=at_least(1), help='Local epochs per round.')
   batch_size: int = setting(20, flag='client_batch_size', check=at_least(1),
                             help='Local batch size (also --batch_size).')
@@ -329,8 +321,9 @@ class OutputConfig:
                          '(TFF\'s worker_binary, needed for --workers).')
   workers: tuple[str, ...] = setting((), flag='tff_workers', check=must(
       'a list of distinct host:port entries (port 1-65535)', lambda v: len(set(v)) == len(v)
-      and all(isinstance(a, str) and _host_port(a) for a in v)), help='host:port of remote TFF '
-      'workers (worker_binary) to run each run\'s rounds on; empty: local.')
+      and all(re.fullmatch(r'.+:[0-9]+', a) and 0 < int(a.rpartition(':')[2]) < 65536
+              for a in v)), help='host:port of remote TFF workers (worker_binary) to run each '
+      'run\'s rounds on; empty: local.')
   executor: str = setting('inline', choices=EXECUTORS, help='Where the runs of compare and the '
                           'benchmark run: inline (in turn, in this process), local (--workers '
                           'processes here) or ray (tasks on the Ray cluster of --ray_address); '

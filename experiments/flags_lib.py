@@ -37,9 +37,8 @@ _DEFINE = {int: flags.DEFINE_integer, Optional[int]: flags.DEFINE_integer,
 
 
 def definer(field: Any, default: Any) -> tuple[Callable[..., Any], Any]:
-  """(absl's DEFINE function, flag default) of a setting: an enum of its choices, a list for a
-  tuple default, else by its type (a string for text the binary parses); the caller defines the
-  flag (absl records the module that does), its help by keyword."""
+  """(absl's DEFINE function, flag default) of a setting, for its caller to call (absl records
+  the module defining a flag): an enum of its choices, a list for a tuple, else by its type."""
   if 'choices' in field.metadata:
     return functools.partial(flags.DEFINE_enum,
                              enum_values=list(field.metadata['choices'])), default
@@ -52,17 +51,12 @@ _DEFAULTS = config.ExperimentConfig()
 _METHOD = {h.flag: h for h in config.METHOD_HPARAMS}
 
 for _section, _flag, _field in config.flag_fields():
-  _default = getattr(getattr(_DEFAULTS, _section) if _section else _DEFAULTS, _field.name)
-  _h = _METHOD.get(_flag)
-  if _h is not None:
-    _define = (functools.partial(flags.DEFINE_enum, enum_values=list(_h.choices))
-               if _h.kind == hparams_lib.CHOICE else
-               flags.DEFINE_bool if _h.kind == hparams_lib.BOOL else flags.DEFINE_float)
-    _define(_flag, _default, help=_method_flag_help(_h))
-  elif _flag not in ('algorithm', 'client_loss', 'aggregator', 'seed'):   # the binaries' own
-    _define, _default = definer(_field, _default)
-    _define(_flag, _default, help=f'{_section.capitalize()} {_field.metadata["help"]}'
-            if _section in ('client', 'server') else _field.metadata['help'])
+  if _flag not in ('algorithm', 'client_loss', 'aggregator', 'seed'):   # the binaries' own
+    _define, _default = definer(_field, getattr(
+        getattr(_DEFAULTS, _section) if _section else _DEFAULTS, _field.name))
+    _define(_flag, _default, help=_method_flag_help(_METHOD[_flag]) if _flag in _METHOD else
+            f'{_section.capitalize()} {_field.metadata["help"]}' if _section in ('client', 'server')
+            else _field.metadata['help'])
 
 flags.DEFINE_alias('batch_size', 'client_batch_size')   # another name of --client_batch_size
 
@@ -81,8 +75,6 @@ def register_validators() -> None:
 
 _VALIDATED: set[str] = set()
 register_validators()
-
-_DATASET_FLAGS = sorted({f for names in config.DATASETS.values() for f in names})
 
 
 def apply_preset(presets: dict[str, dict[str, Any]]) -> None:
@@ -107,21 +99,17 @@ def check_common_flags(algorithms: Optional[Sequence[str]] = None) -> config.Exp
   (default: the config's) reads, and settings their builders refuse (`check_method`)."""
   refuse_flags({name: f'applies only to --dataset in '
                 f'{sorted(d for d, names in config.DATASETS.items() if name in names)}, not '
-                f'--dataset={FLAGS.dataset}' for name in _DATASET_FLAGS
-                if name not in config.DATASETS[FLAGS.dataset]})
+                f'--dataset={FLAGS.dataset}' for name in sorted(
+                    set().union(*config.DATASETS.values()) - set(config.DATASETS[FLAGS.dataset]))})
   experiment = experiment_config()
-  methods = ([experiment.algorithm] if algorithms is None
-             else [config.AlgorithmConfig(name) for name in algorithms])
+  methods = ([experiment.algorithm] if algorithms is None else [
+      config.AlgorithmConfig(name, **vars(experiment.hparams)) for name in algorithms])
   from experiments import experiment_lib  # pylint: disable=g-import-not-at-top
   experiment_lib.check_composition(experiment.algorithm)
   check_method_flags_apply(methods)
-  # The library's checks of each method with these settings (optimizers, client weighting).
-  runs = ([experiment] if algorithms is None else [
-      dataclasses.replace(experiment, algorithm=config.AlgorithmConfig(
-          name, **vars(experiment.hparams))) for name in algorithms
-      if name in experiment_lib.ALGORITHM_HPARAMS])   # compare names an unknown one itself
-  for run in runs:
-    experiment_lib.check_method(run)
+  for method in methods:   # the library's checks of each (compare refuses an unknown one itself)
+    if algorithms is None or method.name in experiment_lib.ALGORITHM_HPARAMS:
+      experiment_lib.check_method(dataclasses.replace(experiment, algorithm=method))
   return experiment
 
 

@@ -41,24 +41,23 @@ def split_top_level(text: str, separator: str = ',') -> list[str]:
   return [p.strip() for p in pieces + [text[start:]] if p.strip()]
 
 
-def _dotted_entries(argument: str, text: str, form: str) -> Iterator[tuple[str, str, str, str]]:
-  """(entry, A, B, VALUE) of each entry A.B=VALUE of `text` (B may be empty), else a
-  `ConfigError` asking for `entries <form>`."""
+def _dotted_entries(argument: str, text: str, form: str, *, second: bool = False
+                    ) -> Iterator[tuple[str, str, str, str]]:
+  """(entry, A, B, VALUE) of each entry A.B=VALUE of `text` (B may be empty unless `second`),
+  else a `ConfigError` asking for `entries <form>`."""
   for item in split_top_level(text):
     target, sep, value = item.partition('=')
-    first, dot, second = target.strip().partition('.')
-    if not sep or not dot or not first or not value.strip():
+    first, dot, name = target.strip().partition('.')
+    if not sep or not dot or not first or not value.strip() or (second and not name):
       raise ConfigError(argument, item, f'entries {form}')
-    yield item, first, second, value
+    yield item, first, name, value
 
 
 def parse_grids(argument: str, text: str) -> dict[str, dict[str, tuple]]:
   """'fedprox.proximal_strength=0.01/0.1,fedmgc.gamma=1/2' -> {method: {keyword: values}}."""
   grids: dict[str, dict[str, tuple]] = {}
-  for item, method, keyword, values in _dotted_entries(argument, text,
-                                                       'METHOD.ARGUMENT=V1/V2/...'):
-    if not keyword:
-      raise ConfigError(argument, item, 'entries METHOD.ARGUMENT=V1/V2/...')
+  for _, method, keyword, values in _dotted_entries(argument, text, 'METHOD.ARGUMENT=V1/V2/...',
+                                                    second=True):
     grids.setdefault(method, {})[keyword] = tuple(
         methods_lib.parse_value(v) for v in values.split('/'))
   return grids
@@ -103,9 +102,8 @@ def parse_dataset_settings(argument: str, text: str) -> dict[str, dict[str, Any]
   return out
 
 
-def _parse_names(argument: str, text) -> tuple:
+def _parse_names(unused_argument: str, text) -> tuple:
   """Names from a flag's text or a list flag's value (a name's error is the config's)."""
-  del argument
   return tuple(split_top_level(','.join(map(str, text)) if isinstance(text, (list, tuple))
                                else text))
 
@@ -152,10 +150,8 @@ def given_arguments(value_of: Optional[Callable[[str], Any]] = None) -> dict[str
 @dataclasses.dataclass(frozen=True)
 class BenchmarkConfig:
   """A benchmark: the grid (regimes x methods x E x seeds), tuning (`tune` to
-  `plateau_tolerance`) and the parts of `ExperimentConfig` every run shares (the grid sets
-  `loop`'s client_epochs and seed). `datasets` and `model_fns`: your own (docs/experiments.md,
-  "Your own data and model"); `given`: method or algorithm -> builder keywords where nothing is
-  tuned, an algorithm's completed by `given_arguments()`."""
+  `plateau_tolerance`), the parts of `ExperimentConfig` every run shares, your own `datasets` and
+  `model_fns`, `given`: method or algorithm -> builder keywords (completed by `given_arguments`)."""
   regimes: tuple = setting(
       parse=_parse_names, help='Comma-separated regimes (tff_conflict.data.regimes): '
       'DATASET:iid, DATASET:dir(ALPHA), DATASET:#C=K, DATASET:qty(BETA), synthetic(ALPHA,BETA), '
@@ -173,8 +169,7 @@ class BenchmarkConfig:
       '(tff_conflict.models.MODELS); default each dataset\'s model.')
   given: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
   vary_partition: bool = setting(True, check=_M.BOOL, help='Draw each seed\'s partition (and '
-                                 'Synthetic data) with that seed; --novary_partition uses '
-                                 '--data_seed for all.')
+      'Synthetic data) with that seed; --novary_partition uses --data_seed for all.')
   baseline: str = setting('fedavg', help='The method every other is compared with (paired by '
                           'seed).')
   best_of: tuple = setting(
@@ -192,8 +187,7 @@ class BenchmarkConfig:
       'the tables compare, named before the runs: last_k_accuracy (mean test accuracy of the last '
       '--tuning_last_k rounds) or final_accuracy.')
   equivalence_margin: float = setting(0.01, check=_M.FRACTION, help='A method ties the baseline '
-                                      'only when the 95% interval of their difference lies '
-                                      'inside +- this margin.')
+      'only when the 95% interval of their difference lies inside +- this margin.')
   detect: Mapping[str, float] = setting(
       default_factory=dict, parse=functools.partial(parse_mapping, cast=float),
       help='DATASET:DIFFERENCE,...: the accuracy difference the report gives a seed count for '
@@ -248,10 +242,9 @@ class BenchmarkConfig:
   schedule: str = setting('full', flag='tuning_schedule', choices=('full', 'halving'),
                           help='full: every candidate runs every round; halving: successive '
                           'halving over rounds (the best third of each rung runs 3x longer).')
-  plateau_window: int = setting(10, check=_M.at_least(1), help='The report\'s plateau '
-                                'criterion (stats.plateau): the baseline\'s tuned validation '
-                                'accuracy has plateaued when the mean of its last K rounds is '
-                                'within --plateau_tolerance of the mean of the K before.')
+  plateau_window: int = setting(10, check=_M.at_least(1), help='The report\'s plateau criterion '
+      '(stats.plateau): the baseline\'s tuned validation accuracy has plateaued when the mean of '
+      'its last K rounds is within --plateau_tolerance of the mean of the K before.')
   plateau_tolerance: float = setting(0.01, check=_M.NON_NEGATIVE, help='Tolerance of the '
                                      'plateau criterion (accuracy).')
 
@@ -277,10 +270,9 @@ class BenchmarkConfig:
     must('distinct regimes', lambda _: len({*names}) == len({r.slug for r in parsed}) == len(
         parsed))('regimes', list(self.regimes))
     object.__setattr__(self, 'regimes', tuple(names))
-    defaults = given_arguments()
-    object.__setattr__(self, 'given', {
-        **{a: {**values, **dict(self.given.get(a, {}))} for a, values in defaults.items()},
-        **{name: dict(values) for name, values in self.given.items() if name not in defaults}})
+    defaults = given_arguments()   # an algorithm's given completed by its flags' defaults
+    object.__setattr__(self, 'given', {name: {**defaults.get(name, {}), **self.given.get(name, {})}
+                                       for name in {**defaults, **self.given}})
     for name in self.datasets:
       must('listed in regimes (your dataset is a regime)', lambda v: v in names)('datasets', name)
     must('a non-empty list of methods', bool)('methods', self.methods)
@@ -290,15 +282,14 @@ class BenchmarkConfig:
         'methods', list(self.methods))
     object.__setattr__(self, 'methods', tuple(method_names))
     _M.one_of(method_names)('baseline', self.baseline)
-    object.__setattr__(self, 'best_of', tuple(m for m in self.best_of if m))
+    for flag in ('best_of', 'family_methods'):
+      object.__setattr__(self, flag, tuple(filter(None, getattr(self, flag))))
     object.__setattr__(self, 'primary_regimes', tuple(checks.parsed(
         'primary_regimes', r, self.datasets).name for r in self.primary_regimes if r))
-    for name in self.primary_regimes:
-      _M.one_of(names)('primary_regimes', name)
     compared = [m for m in method_names if m != self.baseline and m not in self.best_of]
-    object.__setattr__(self, 'family_methods', tuple(m for m in self.family_methods if m))
-    for name in self.family_methods:
-      _M.one_of(compared)('family_methods', name)
+    for flag, choices in (('primary_regimes', names), ('family_methods', compared)):
+      for name in getattr(self, flag):
+        _M.one_of(choices)(flag, name)
     must('empty with --tune_each_regime (each regime is tuned on itself)', lambda v: not (
         v and self.tune_each_regime))('tuning_regimes', dict(self.tuning_regimes))
     must(f'disjoint from --report_seeds {list(self.report_seeds)}', lambda v: not (

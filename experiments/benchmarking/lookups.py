@@ -50,5 +50,4 @@ def tuning_regime(config, dataset: str) -> str:
   if default is None:
     return ours[0].name
   wanted = data.parse_regime(default)
-  same = [r for r in ours if (r.split, r.param) == (wanted.split, wanted.param)]
-  return same[0].name if same else default
+  return next((r.name for r in ours if (r.split, r.param) == (wanted.split, wanted.param)), default)
