@@ -269,9 +269,12 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
     print(f'\nrun failed: {spec.label()}: {message} (details: '
           f'{os.path.join(spec.directory(root), "error.txt")})', file=stream, flush=True)
 
+  skipped = [0]   # runs found done on disk so far: no part of the ETA's rate
+
   def on_progress(counts):
     progress.total = counts.total
-    progress.tick(postfix=counts.line())
+    progress.tick(postfix=counts.line(), skipped=counts.runs_skipped > skipped[0])
+    skipped[0] = counts.runs_skipped
 
   counts, executor = schedule.Counts.of(plan.tasks), None
   try:

@@ -63,6 +63,26 @@ def test_eta_counts_only_rounds_of_this_run_after_resume():
   assert bar.eta() == pytest.approx(8.0)  # 4 s per round, 2 rounds left
 
 
+def test_eta_leaves_out_units_skipped_as_done_before():
+  # A resumed grid: 6 runs found on disk at once, then 2 run in 8 s; 4 left at 4 s each.
+  clock = _FakeClock()
+  bar = progress.Progress(12, stream=io.StringIO(), clock=clock, unit='run')
+  for _ in range(6):
+    bar.tick(skipped=True)
+  assert bar.eta() is None and bar.done == 6
+  clock.now += 8
+  bar.tick()
+  bar.tick()
+  assert bar.eta() == pytest.approx(16.0)
+  tty = progress.Progress(12, stream=_Tty(), unit='run')   # tqdm's rate: (n - initial) / elapsed
+  for _ in range(6):
+    tty.tick(skipped=True)
+  tty.tick()
+  shown = tty._bar.format_dict  # pylint: disable=protected-access
+  assert (shown['n'], shown['initial']) == (7, 6)
+  tty.close()
+
+
 def test_a_grid_of_runs_rate_limits_plain_lines_and_shows_the_last():
   stream, clock = io.StringIO(), _FakeClock()
   bar = progress.Progress(30, label='[benchmark]', stream=stream, min_interval=10.0, clock=clock,

@@ -65,9 +65,14 @@ class Progress:
       self._stream.flush()
       self._last_line, self._shown = now, self.done
 
-  def tick(self, *, postfix: Optional[str] = None) -> None:
-    """One more done; `postfix` (if given) replaces the figures shown after the times."""
+  def tick(self, *, postfix: Optional[str] = None, skipped: bool = False) -> None:
+    """One more done; `postfix` (if given) replaces the figures shown after the times. A
+    `skipped` one (done before, found on disk) takes no time: the ETA's rate leaves it out."""
     self.done = min(self.total, self.done + 1)
+    if skipped:
+      self._first += 1
+      if self._bar is not None:
+        self._bar.initial += 1   # tqdm's rate: (n - initial) / elapsed
     if postfix is not None:
       self._postfix = postfix
     self._show()
