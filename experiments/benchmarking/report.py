@@ -4,6 +4,7 @@
 import os
 import posixpath
 import shutil
+import subprocess
 import traceback
 from typing import Callable, Mapping, Optional
 
@@ -129,9 +130,31 @@ def results_dir_for(results_md: str) -> str:
   return os.path.join(os.path.dirname(os.path.abspath(results_md)), 'docs', 'results')
 
 
+def family_commit(results_dir: str) -> str:
+  """The git commit (short hash, date) that last changed `results_dir`'s family.json, if that
+  commit holds the file as it is now: the primary family as it was named before the runs."""
+  name = results.FAMILY_FILE
+  if not os.path.exists(os.path.join(results_dir, name)):
+    return 'no family.json'
+  git = lambda *args: subprocess.run(['git', *args], cwd=results_dir, capture_output=True,
+                                     text=True, timeout=30, check=False)
+  try:
+    if git('rev-parse', '--git-dir').returncode != 0:
+      return 'not known (no git repository)'
+    found = git('log', '-n1', '--format=%h %cI', '--', name).stdout.split()
+    committed = git('show', f'{found[0]}:./{name}').stdout if found else None
+  except (OSError, subprocess.SubprocessError):   # no git, or it hung
+    return 'not known (no git repository)'
+  with open(os.path.join(results_dir, name)) as f:
+    if committed is None or f.read() != committed:
+      return 'not committed as it is here'
+  return f'{found[0]} ({found[1]})'
+
+
 def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -> str:
   """Copies `root`'s result files (and its positive control's) to `results_dir_for` (`root` may
-  be it), then writes `header` and the report one level down to RESULTS.md; returns the dir."""
+  be it), then writes `header`, the commit of its family.json (`family_commit`) and the report
+  one level down to RESULTS.md; returns the dir."""
   target, control = results_dir_for(results_md), config_lib.control_root(root)
   for source_dir, target_dir in [(root, target)] + (
       [(control, os.path.join(target, config_lib.CONTROL_DIR))] if control else []):
@@ -140,6 +163,7 @@ def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -
       source, copy = os.path.join(source_dir, name), os.path.join(target_dir, name)
       if os.path.exists(source) and not (os.path.exists(copy) and os.path.samefile(source, copy)):
         shutil.copyfile(source, copy)
+  header = dict(header, **{'Primary family (family.json) committed in': family_commit(target)})
   here = os.path.dirname(os.path.abspath(results_md))
   body = render(target, plot_prefix=os.path.relpath(os.path.join(target, PLOTS_DIR), here))
   lines = ['# Results', ''] + [f'- {key}: {value}' for key, value in header.items()] + [

@@ -382,7 +382,7 @@ def time_section(timing, rows) -> str:
   run_seconds = sum(results.num(r.get('run_seconds')) or 0.0 for r in rows)
   # Building is summed over the workers: its share is of the workers' time, not the wall's.
   busy = sum(t.get('wall_seconds', 0.0) * (t.get('workers') or 1) for t in timing)
-  total = text('time_total', wall=duration(wall), build=duration(build),
+  total = text('time_total', n=len(timing), wall=duration(wall), build=duration(build),
                share=100.0 * build / busy if busy else 0.0, busy=duration(busy))
   failed = timing[-1].get('failed') or []
   failures = ''.join([f'\n{text("time_failed", failed=len(failed))}\n\n'] + [

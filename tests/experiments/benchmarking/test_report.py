@@ -3,6 +3,7 @@ and positive-control sections, RESULTS.md and its data."""
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -54,7 +55,8 @@ def test_building_is_a_share_of_the_workers_time(tmp_path):
   over 100%."""
   text = tables.time_section([{'finished': 'x', 'wall_seconds': 44.0, 'build_seconds': 46.0,
                                'workers': 2}], [])
-  assert "Total over invocations: 0 min 44 s; 0 min 46 s (52.3% of the workers' 1 min 28 s)" in text
+  assert ("Total over the 1 invocations that ended: 0 min 44 s; 0 min 46 s (52.3% of the "
+          "workers' 1 min 28 s)") in ' '.join(text.split())
 
 
 def test_plots_of_regimes_no_longer_run_are_removed(tmp_path):
@@ -96,12 +98,31 @@ def test_results_md_holds_the_tables_of_its_runs_csv(tmp_path):
   target = report.write_results_md(results_md, root, header={'Machine': 'test', 'Command': 'c'})
   assert target == str(tmp_path / 'docs' / 'results')
   text = open(results_md).read()
-  assert text.startswith('# Results\n\n- Machine: test\n- Command: c\n')
+  assert text.startswith('# Results\n\n- Machine: test\n- Command: c\n'
+                         '- Primary family (family.json) committed in: ')
   assert '## Benchmark `unit`' in text and '### Results' in text
   assert '(docs/results/plots/gain_vs_conflict.png)' in text
   assert os.path.exists(os.path.join(target, 'runs.csv'))
   assert tables_not_in(results_md) == []
   assert '| fedgh | 3 | 0 | 0 | 0.6500 ± 0.0265' in text
+
+
+def test_family_commit_names_the_commit_that_holds_family_json_as_it_is(tmp_path):
+  git = lambda *a: subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', *a],
+                                  cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+  results_dir = tmp_path / 'docs' / 'results'
+  results_dir.mkdir(parents=True)
+  assert report.family_commit(str(results_dir)) == 'no family.json'
+  (results_dir / 'family.json').write_text('{"members": []}\n')
+  assert report.family_commit(str(results_dir)) == 'not known (no git repository)'
+  git('init', '-q')
+  assert report.family_commit(str(results_dir)) == 'not committed as it is here'
+  git('add', '.')
+  git('commit', '-qm', 'the family, before the runs')
+  named = report.family_commit(str(results_dir))
+  assert named == f'{git("log", "-n1", "--format=%h (%cI)").strip()}'
+  (results_dir / 'family.json').write_text('{"members": [1]}\n')   # changed after its commit
+  assert report.family_commit(str(results_dir)) == 'not committed as it is here'
 
 
 def tables_not_in(results_md: str) -> list[str]:
