@@ -2,7 +2,6 @@
 the protocol, the effect of E, compositions, variants, tuning."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -300,28 +299,36 @@ def test_rounds_to_the_target_count_a_run_that_never_reaches_it():
   assert results.rounds_to({'accuracy_curve': '0.1;;0.8'}, 0.5) == (3, True)
 
 
-def test_committed_shakespeare_runs_at_the_majority_class_rate_are_collapsed(tmp_path):
-  # docs/results as committed lacks `majority_rate` (written before it) and its result.json
-  # files: the twice-chance rule alone flags none. Shakespeare's test split is 782 windows, 156
-  # of them ending in a space (a majority-class rate of 156/782 = 0.1995, counted on the split
-  # tools/shakespeare_leaf.py writes): given that rate, the rule flags exactly the 10 runs at
-  # 0.163-0.203.
-  source = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'docs', 'results')
-  rows, config, _ = results.load(source)
-  assert not any(results.is_true(r['collapsed']) for r in rows)
+def test_collapse_section_names_runs_at_the_majority_rate_and_tests_against_the_baseline(
+    tmp_path):
+  # #C=2: fedld's seeds 0 and 1 end at 0.50 and 0.51, within 0.02 of a majority-class rate of
+  # 0.495; seed 2 (0.55) and every fedavg run stay above it. digits:iid's rows record no majority
+  # rate and have no result.json on disk: twice chance (0.2) alone applies there, and flags none.
+  rows = report_rows.rows()
   for row in rows:
-    if row['dataset'] == 'leaf_shakespeare':
-      row['majority_rate'] = 156 / 782
+    row['chance_accuracy'] = 0.1
+    if row['regime'] == 'digits:#C=2':
+      row['majority_rate'] = 0.495
     results.recheck_collapse(row, str(tmp_path))
-  flagged = sorted((r['method'], r['seed']) for r in rows if r['collapsed'])
-  assert flagged == sorted([('scaffold', s) for s in (0, 3, 4, 8)]
-                           + [('scaffold+fedgh', s) for s in (1, 7, 8, 9)]
-                           + [('fedld', 8), ('fedld', 9)])
-  text = secondary.collapse_section(rows, config)
-  assert ('`leaf_shakespeare:natural(max=64)@100`, E=1, scaffold: 4 of 10 (seed 0 0.203 '
-          '(majority rate 0.1995)') in text
-  assert 'fedavg 0 of 10, Fisher p 0.087 (differs)' not in text   # 4 of 10 against 0: p 0.087
-  assert 'fedavg 0 of 10, Fisher p 0.087' in text
+  flagged = [(r['regime'], r['method'], r['seed']) for r in rows if r['collapsed']]
+  assert flagged == [('digits:#C=2', 'fedld', 0), ('digits:#C=2', 'fedld', 1)]
+  text = ' '.join(secondary.collapse_section(rows, report_rows.CONFIG).split())
+  # Fisher's exact test of 2 of 3 against 0 of 3, two-sided: the tables [[2, 1], [0, 3]] and
+  # [[0, 3], [2, 1]] each have probability C(3,2) C(3,0) / C(6,2) = 3/15: p = 0.4.
+  assert ('`digits:#C=2`, E=1, fedld: 2 of 3 (seed 0 0.500 (majority rate 0.4950), seed 1 0.510 '
+          '(majority rate 0.4950)); fedavg 0 of 3, Fisher p 0.400') in text, text
+  assert '(differs)' not in text
+  assert 'unknown for 18 of 27 runs' in text
+  # 10 seeds, fedld collapsed in 6 against none: P(a) = C(10,a) C(10,6-a) / C(20,6), and only
+  # a = 6 and a = 0 are as unlikely as the table seen (210 / 38760 each): p = 420 / 38760.
+  ten = [dict(r, seed=s, collapsed=r['method'] == 'fedld' and s < 6) for s in range(10)
+         for r in rows if (r['regime'], r['epochs'], r['seed']) == ('digits:iid', 1, 0)
+         and r['method'] != 'fedgh']
+  config = dict(report_rows.CONFIG, regimes=['digits:iid'], epochs=[1],
+                report_seeds=list(range(10)))
+  text = ' '.join(secondary.collapse_section(ten, config).split())
+  assert 'fedld: 6 of 10 (seed 0 0.700, seed 1 0.700' in text
+  assert f'fedavg 0 of 10, Fisher p {420 / 38760:.3f} (differs)' in text, text
 
 
 def test_noise_table_against_a_quarter_of_the_target():
