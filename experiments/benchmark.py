@@ -210,7 +210,7 @@ def main(unused_argv):
         'Machine': machine_description(),
         'Load average (1, 5, 15 min) at start / end': f'{load_before} / {_load()}',
         'Wall time of this command': tables.duration(wall),
-        'Wall time of the benchmark (the invocations that ended, see Time)': tables.duration(
+        'Wall time of the benchmark (every invocation recorded, see Time)': tables.duration(
             results.total_wall_seconds(config.root)),
         'Git commit': training_loop.provenance().get('git_commit') or 'unknown',
     }

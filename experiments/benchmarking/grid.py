@@ -3,6 +3,7 @@ the config's executor (`schedule`; finished runs on disk skipped) and writes rec
 
 import datetime
 import functools
+import math
 import os
 import pathlib
 import shutil
@@ -23,6 +24,9 @@ from experiments.benchmarking import schedule
 from experiments.benchmarking import search as search_lib
 
 CURVE_COLUMNS = ('dataset', 'regime', 'epochs', 'method', 'candidate', 'seed', 'accuracy_curve')
+# A running invocation rewrites its timing.json entry (`ended`: false) at its first finished run
+# and then at most this often, so one killed outright keeps its time up to then.
+TIMING_EVERY_SECONDS = 60.0
 
 
 def _write_tuning(plan, root, choices) -> None:
@@ -207,11 +211,13 @@ def _prepare(config, plan, engine, stream) -> None:
   files.write_json_atomically(os.path.join(root, 'regimes.json'), described)
 
 
-def _timing(config, counts, phases, start, executor, incomplete, command) -> dict[str, Any]:
-  """timing.json's entry (`phases`: when the runs started and tuning ended, if they did)."""
+def _timing(config, counts, phases, start, executor, incomplete, command,
+            ended: bool) -> dict[str, Any]:
+  """timing.json's entry (`phases`: when the runs started and tuning ended, if they did; `ended`:
+  false while the invocation runs, `finished` then the time of the entry)."""
   root, now = config.root, time.monotonic()
   return {
-      'finished': datetime.datetime.now().isoformat(timespec='seconds'),
+      'finished': datetime.datetime.now().isoformat(timespec='seconds'), 'ended': ended,
       'wall_seconds': now - start, 'build_seconds': counts.build_seconds,
       'processes_built': counts.processes_built, 'runs_done': counts.runs_done,
       'runs_skipped': counts.runs_skipped, 'runs_failed': len(counts.failures),
@@ -225,6 +231,21 @@ def _timing(config, counts, phases, start, executor, incomplete, command) -> dic
                                              root)} for spec, message in counts.failures],
       'incomplete': [f'{c["method"]} on {c["regime"]}, E = {c["epochs"]}' for c in incomplete],
       'command': command}
+
+
+def _on_progress(progress, write_timing) -> Callable[[schedule.Counts], None]:
+  """`schedule.run`'s on_progress: ticks `progress` (a run found finished on disk stays out of
+  its ETA's rate) and rewrites the invocation's timing.json entry every TIMING_EVERY_SECONDS."""
+  seen = {'skipped': 0, 'written': -math.inf}
+
+  def on_progress(counts):
+    progress.total = counts.total
+    progress.tick(postfix=counts.line(), skipped=counts.runs_skipped > seen['skipped'])
+    seen['skipped'] = counts.runs_skipped
+    if time.monotonic() - seen['written'] >= TIMING_EVERY_SECONDS:
+      write_timing(ended=False)
+      seen['written'] = time.monotonic()
+  return on_progress
 
 
 def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, Any]:
@@ -269,12 +290,13 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
     print(f'\nrun failed: {spec.label()}: {message} (details: '
           f'{os.path.join(spec.directory(root), "error.txt")})', file=stream, flush=True)
 
-  skipped = [0]   # runs found done on disk so far: no part of the ETA's rate
+  timing_path = os.path.join(root, 'timing.json')
+  earlier = results_lib.read_json(timing_path, [])
 
-  def on_progress(counts):
-    progress.total = counts.total
-    progress.tick(postfix=counts.line(), skipped=counts.runs_skipped > skipped[0])
-    skipped[0] = counts.runs_skipped
+  def write_timing(ended):
+    entry = _timing(config, counts, phases, start, executor, incomplete, command, ended)
+    files.write_json_atomically(timing_path, earlier + [entry])
+    return entry
 
   counts, executor = schedule.Counts.of(plan.tasks), None
   try:
@@ -288,16 +310,16 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
       end_tuning({})
     with executor:
       results = schedule.run(
-          plan.tasks, executor, root=root, counts=counts, on_progress=on_progress,
+          plan.tasks, executor, root=root, counts=counts,
+          on_progress=_on_progress(progress, write_timing),
           on_failure=on_failure, on_task=on_task, before_submit=functools.partial(
               _replace_stale, plan, root, stream, set()) if config.loop.resume and plan.tuned_epochs
           else lambda spec: None)
     write_rows(results)
   finally:   # timing.json first: closing the progress display may fail (a closed pipe)
-    timing = _timing(config, counts, phases, start, executor, incomplete, command)
-    path = os.path.join(root, 'timing.json')
-    if 'start' in phases:   # an executor that never started (a Ray join that failed) ran nothing
-      files.write_json_atomically(path, results_lib.read_json(path, []) + [timing])
+    # An executor that never started (a Ray join that failed) ran nothing: no entry.
+    timing = (write_timing(ended=True) if 'start' in phases else
+              _timing(config, counts, phases, start, executor, incomplete, command, True))
     progress.close()
   return dict(timing, root=root, report=report_lib.write_report(root), rows=rows,
               choices=choices, failures=[(s.label(), m) for s, m in counts.failures])

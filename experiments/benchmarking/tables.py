@@ -375,7 +375,8 @@ def time_section(timing, rows) -> str:
   table = markdown_table(
       ['invocation', 'finished', 'wall time', 'building processes', 'processes built',
        'runs run', 'runs skipped', 'runs failed'],
-      [[i, t.get('finished', ''), duration(t.get('wall_seconds', 0)),
+      [[i, t.get('finished', '') + ('' if t.get('ended', True) else ' (stopped)'),
+        duration(t.get('wall_seconds', 0)),
         f'{t.get("build_seconds", 0):.0f} s', t.get('processes_built', ''),
         t.get('runs_done', ''), t.get('runs_skipped', ''), t.get('runs_failed', '')]
        for i, t in enumerate(timing, start=1)])

@@ -388,7 +388,10 @@ def test_a_killed_driver_leaves_no_worker_and_a_rerun_runs_only_the_unfinished(t
   assert conftest.processes_with_token(token) == [] and conftest.workers_with_token(token) == []
   result = conftest.run_binary('experiments.benchmark', *args, token=token)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  timing = json.loads((root / 'timing.json').read_text())[-1]
+  killed, timing = json.loads((root / 'timing.json').read_text())
+  # The killed invocation's entry, written at its first finished run, says it never ended.
+  assert killed['ended'] is False and 1 <= killed['runs_done'] <= finished
+  assert timing['ended'] is True
   assert (timing['runs_skipped'], timing['runs_done']) == (finished, 8 - finished)
   assert len(_rows(root / 'runs.csv')) == 8
 

@@ -22,6 +22,7 @@ from experiments.benchmarking import plan
 from experiments.benchmarking import results
 from experiments.benchmarking import runs
 from experiments.benchmarking import search
+from tff_conflict import _files as files
 from tff_conflict import models
 from tests.experiments import conftest
 from tff_conflict.simulation import metrics as metrics_lib
@@ -524,6 +525,31 @@ def test_an_executor_that_never_starts_adds_no_invocation_to_timing(tmp_path, mo
   monkeypatch.undo()
   outcome = grid.run_benchmark(config, stream=io.StringIO())
   timing = results.read_json(os.path.join(config.root, 'timing.json'), [])
-  assert len(timing) == 1 and outcome['runs_done'] == 2
+  assert len(timing) == 1 and outcome['runs_done'] == 2 and timing[0]['ended'] is True
   assert min(timing[0][k] for k in ('starting_seconds', 'tuning_seconds',
                                     'reporting_seconds')) >= 0
+
+
+def test_a_running_invocation_rewrites_its_timing_entry_as_runs_come_back(tmp_path, monkeypatch):
+  """At its first finished run (then at most every TIMING_EVERY_SECONDS) an invocation writes its
+  entry with `ended` false; its end replaces that entry, after the earlier invocations'."""
+  config = _config(tmp_path, tune=False, report_seeds=(0, 1), regimes=('digits:iid@6',))
+  path = os.path.join(config.root, 'timing.json')
+  os.makedirs(config.root)
+  with open(path, 'w') as f:
+    json.dump([{'finished': 'before', 'wall_seconds': 5.0}], f)
+  seen, write = [], files.write_json_atomically
+
+  def spy(target, value, **kwargs):
+    if target == path:
+      seen.append([dict(e) for e in value])
+    write(target, value, **kwargs)
+  monkeypatch.setattr(files, 'write_json_atomically', spy)
+  monkeypatch.setattr(grid, 'TIMING_EVERY_SECONDS', 3600.0)
+  outcome = grid.run_benchmark(config, stream=io.StringIO())
+  assert outcome['runs_done'] == 4 and len(seen) == 2   # the first run back, then the end
+  running, ended = seen
+  assert running[0] == ended[0] == {'finished': 'before', 'wall_seconds': 5.0}
+  assert running[1]['ended'] is False and running[1]['runs_done'] == 1
+  assert ended[1]['ended'] is True and ended[1]['runs_done'] == 4
+  assert results.read_json(path, []) == ended

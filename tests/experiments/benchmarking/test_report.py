@@ -55,8 +55,12 @@ def test_building_is_a_share_of_the_workers_time(tmp_path):
   over 100%."""
   text = tables.time_section([{'finished': 'x', 'wall_seconds': 44.0, 'build_seconds': 46.0,
                                'workers': 2}], [])
-  assert ("Total over the 1 invocations that ended: 0 min 44 s; 0 min 46 s (52.3% of the "
+  assert ("Total over the 1 invocations recorded: 0 min 44 s; 0 min 46 s (52.3% of the "
           "workers' 1 min 28 s)") in ' '.join(text.split())
+  stopped = tables.time_section([{'finished': 'x', 'wall_seconds': 44.0, 'ended': False},
+                                 {'finished': 'y', 'wall_seconds': 10.0, 'ended': True}], [])
+  assert '| 1 | x (stopped) | 0 min 44 s |' in stopped and '| 2 | y | 0 min 10 s |' in stopped
+  assert 'Total over the 2 invocations recorded: 0 min 54 s' in ' '.join(stopped.split())
 
 
 def test_plots_of_regimes_no_longer_run_are_removed(tmp_path):
