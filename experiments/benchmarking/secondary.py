@@ -92,8 +92,8 @@ def noise_table(rows, config: Mapping[str, Any], regimes: Sequence[Mapping[str, 
   if results.primary_statistic(config) != 'last_k_accuracy' or not rows:
     return ''
   last_k, baseline = int(config['tuning']['last_k']), config['baseline']
-  tests, datasets = {r['regime']: r.get('test_examples') for r in regimes}, \
-      results.regime_datasets(rows)
+  tests = {r['regime']: r.get('test_examples') for r in regimes}
+  datasets = results.regime_datasets(rows)
   out, runs = [], 0
   for regime, e, cell in results.cells(rows, config):
     ceiling, n = results.detect_for(datasets[regime], config) / 4, tests.get(regime)
@@ -106,7 +106,7 @@ def noise_table(rows, config: Mapping[str, Any], regimes: Sequence[Mapping[str, 
     out.append([f'`{regime}`', e, n or 'not recorded', _against(sampling, ceiling),
                 _against(float(np.median(noise)) if noise else None, ceiling),
                 _against(noise[-1] if noise else None, ceiling), f'{ceiling:.4f}'])
-  return text('noise_intro', baseline=baseline, last_k=last_k, runs=runs) + '\n\n' + \
-      markdown_table(['regime', 'E', 'test examples', 'one evaluation\'s sampling error',
-                      'within-run noise (median)', 'within-run noise (max)',
-                      'ceiling (a quarter of the target)'], out)
+  table = markdown_table(['regime', 'E', 'test examples', 'one evaluation\'s sampling error',
+                          'within-run noise (median)', 'within-run noise (max)',
+                          'ceiling (a quarter of the target)'], out)
+  return text('noise_intro', baseline=baseline, last_k=last_k, runs=runs) + '\n\n' + table
