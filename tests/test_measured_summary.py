@@ -142,3 +142,20 @@ def test_the_readme_table_puts_each_method_under_its_holm_verdict(tmp_path):
   table = summary.render('readme', 'b', root=str(tmp_path))
   assert '| fedgh | inconclusive / inconclusive |' in table   # Holm keeps no verdict
   assert '**Provisional**: 3 seeds.' in table
+
+
+def test_the_command_checks_the_files_quietly_and_names_a_stale_block(tmp_path):
+  # As a command: no TensorFlow log and no teardown traceback; a stale block: exit 1, named.
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  command = [sys.executable, '-m', 'experiments.benchmarking.summary']
+  env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}   # its own quiet()
+  run = lambda *files: subprocess.run(command + list(files), cwd=ROOT, env=env, text=True,
+                                      capture_output=True, timeout=300, check=False)
+  checked = run(README, METHODS)
+  assert (checked.returncode, checked.stdout, checked.stderr) == (0, '', '')
+  stale = tmp_path / 'README.md'
+  stale.write_text(open(README).read().replace('| fedavg (mean) | 0.', '| fedavg (mean) | 1.', 1))
+  found = run(str(stale))
+  assert found.returncode == 1 and found.stdout == ''
+  assert found.stderr == 'stale: README.md: block readme (from docs/results)\n'

@@ -9,7 +9,10 @@ import sys
 import textwrap
 from typing import Callable, Optional, Sequence
 
-from experiments.benchmarking import config as config_lib
+if __name__ == '__main__':   # as a command: TensorFlow's logs and TFF's teardown stay out of it
+  import tff_conflict  # pylint: disable=g-import-not-at-top
+  tff_conflict.quiet()
+from experiments.benchmarking import config as config_lib  # pylint: disable=g-import-not-at-top
 from experiments.benchmarking import methods as methods_lib
 from experiments.benchmarking import results as results_lib
 from experiments.benchmarking import tables

@@ -314,12 +314,14 @@ def family_description(rows, config) -> str:
   named, methods = config.get('family_methods'), results.compared_methods(rows, config)
   outside = [m for m in results.orders(rows, config)[1] if m not in methods
              and m != config['baseline'] and m not in results.references(config)]
-  return text('family', size=results.family_size(results.family(rows, config)),
+  others = results.references(config)[1:]
+  return text('family' if others else 'family_single',
+              size=results.family_size(results.family(rows, config)),
               which=(f'methods named for it ({", ".join(methods)})' if named
                      else 'methods that are not baselines'),
               moved=text('family_moved', outside=', '.join(outside)) if named and outside else '',
               methods=len(methods), baseline=config['baseline'],
-              others=', '.join(results.references(config)[1:]) or 'none',
+              others=', '.join(others),
               regimes=', '.join(f'`{r}`' for r in results.primary_regimes(config)),
               level=results.holm_level(rows, config))
 

@@ -119,6 +119,8 @@ def _with_baselines():
 
 def test_the_references_are_the_baseline_and_every_other_baseline_that_ran():
   config = dict(report_rows.CONFIG, best_of=['fedprox', 'fedavg', 'scaffold'])
+  assert results.references(config) == ['fedavg']   # neither is among the methods run
+  config['methods'] = ['fedavg', 'fedprox', 'scaffold', 'fedgh', 'fedld']
   assert results.references(config) == ['fedavg', 'fedprox', 'scaffold']
   rows, _ = _with_baselines()
   cell = results.group(rows)[('digits:#C=2', 1)]

@@ -102,8 +102,15 @@ def test_the_protocol_comes_first_and_says_what_the_runs_did():
       unequal)
   # 6 comparisons, one identical (no test): 5 in the family.
   assert '3 reporting seeds (fewer than 10' in unequal
-  assert (': 5 comparisons, each (method, regime, baseline) one member, Holm-adjusted together'
-          in unequal)
+  # fedavg is the one baseline among the methods: no intersection-union words.
+  assert ('each against fedavg (the one baseline run), in the regimes `digits:iid`, '
+          '`digits:#C=2`: 5 comparisons, each (method, regime) one member, Holm-adjusted '
+          'together') in ' '.join(unequal.split())
+  assert 'beats every baseline' not in unequal
+  more = ' '.join(tables.family_description(rows, dict(
+      report_rows.CONFIG, methods=['fedavg', 'fedgh', 'fedld', 'fedprox'])).split())
+  assert ('each against fedavg and against every other baseline that ran (fedprox), in the '
+          'regimes') in more and '"beats every baseline" only where it beats each one' in more
   new = tables.protocol_section(dict(report_rows.CONFIG, plan={'methods': [
       {'name': 'fedavg', 'server_lrs': [1.0, 2.0]},
       {'name': 'fedld', 'server_lrs': [1.0, 2.0]}]}), rows)
