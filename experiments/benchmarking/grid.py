@@ -211,8 +211,7 @@ def _prepare(config, plan, engine, stream) -> None:
   files.write_json_atomically(os.path.join(root, 'regimes.json'), described)
 
 
-def _timing(config, counts, phases, start, executor, incomplete, command,
-            ended: bool) -> dict[str, Any]:
+def _timing(config, counts, phases, start, executor, incomplete, command, ended) -> dict[str, Any]:
   """timing.json's entry (`phases`: when the runs started and tuning ended, if they did; `ended`:
   false while the invocation runs, `finished` then the time of the entry)."""
   root, now = config.root, time.monotonic()
@@ -279,8 +278,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
     phases['tuned'] = time.monotonic()
     after_tuning()
 
-  def on_task(task, result, results):
-    del result
+  def on_task(task, _, results):
     if task.phase == runs_lib.REPORT_PHASE:
       write_rows(results)
     elif all(k in results for k in tuning_order) and 'tuned' not in phases:
@@ -293,9 +291,10 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
   timing_path = os.path.join(root, 'timing.json')
   earlier = results_lib.read_json(timing_path, [])
 
-  def write_timing(ended):
+  def write_timing(ended, record=True):
     entry = _timing(config, counts, phases, start, executor, incomplete, command, ended)
-    files.write_json_atomically(timing_path, earlier + [entry])
+    if record:
+      files.write_json_atomically(timing_path, earlier + [entry])
     return entry
 
   counts, executor = schedule.Counts.of(plan.tasks), None
@@ -318,8 +317,7 @@ def _run(config, plan, *, loader, stream, after_tuning, command) -> dict[str, An
     write_rows(results)
   finally:   # timing.json first: closing the progress display may fail (a closed pipe)
     # An executor that never started (a Ray join that failed) ran nothing: no entry.
-    timing = (write_timing(ended=True) if 'start' in phases else
-              _timing(config, counts, phases, start, executor, incomplete, command, True))
+    timing = write_timing(ended=True, record='start' in phases)
     progress.close()
   return dict(timing, root=root, report=report_lib.write_report(root), rows=rows,
               choices=choices, failures=[(s.label(), m) for s, m in counts.failures])

@@ -137,18 +137,14 @@ def family_commit(results_dir: str) -> str:
   if not os.path.exists(os.path.join(results_dir, name)):
     return 'no family.json'
   git = lambda *args: subprocess.run(['git', *args], cwd=results_dir, capture_output=True,
-                                     text=True, timeout=30, check=False)
-  try:
-    if git('rev-parse', '--git-dir').returncode != 0:
-      return 'not known (no git repository)'
-    found = git('log', '-n1', '--format=%h %cI', '--', name).stdout.split()
-    committed = git('show', f'{found[0]}:./{name}').stdout if found else None
-  except (OSError, subprocess.SubprocessError):   # no git, or it hung
-    return 'not known (no git repository)'
+                                     text=True, timeout=30, check=True).stdout
+  try:   # no git, no repository or no commit yet, or git hung: not known
+    found = git('log', '-n1', '--format=%h %cI', '--', name).split()
+    committed = git('show', f'{found[0]}:./{name}') if found else None
+  except (OSError, subprocess.SubprocessError):
+    return 'not known (no git history here)'
   with open(os.path.join(results_dir, name)) as f:
-    if committed is None or f.read() != committed:
-      return 'not committed as it is here'
-  return f'{found[0]} ({found[1]})'
+    return f'{found[0]} ({found[1]})' if f.read() == committed else 'not committed as it is here'
 
 
 def write_results_md(results_md: str, root: str, *, header: Mapping[str, str]) -> str:

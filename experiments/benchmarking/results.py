@@ -203,9 +203,8 @@ def regime_datasets(rows) -> dict[str, str]:
 def references(config: Mapping[str, Any]) -> list[str]:
   """What the primary family compares with: the baseline, then `best_of`'s other baselines among
   the methods run."""
-  pool, run = config.get('best_of') or config_lib.BASELINES, config.get('methods')
-  return [config['baseline']] + [b for b in pool if b != config['baseline']
-                                 and (run is None or b in run)]
+  pool, baseline = config.get('best_of') or config_lib.BASELINES, config['baseline']
+  return [baseline] + [b for b in pool if b != baseline and b in config['methods']]
 
 
 def cell_references(cell, config: Mapping[str, Any]) -> list[str]:

@@ -118,8 +118,12 @@ def test_family_commit_names_the_commit_that_holds_family_json_as_it_is(tmp_path
   results_dir.mkdir(parents=True)
   assert report.family_commit(str(results_dir)) == 'no family.json'
   (results_dir / 'family.json').write_text('{"members": []}\n')
-  assert report.family_commit(str(results_dir)) == 'not known (no git repository)'
+  assert report.family_commit(str(results_dir)) == 'not known (no git history here)'
   git('init', '-q')
+  assert report.family_commit(str(results_dir)) == 'not known (no git history here)'
+  (tmp_path / 'other').write_text('x')
+  git('add', 'other')
+  git('commit', '-qm', 'history without the family')
   assert report.family_commit(str(results_dir)) == 'not committed as it is here'
   git('add', '.')
   git('commit', '-qm', 'the family, before the runs')
