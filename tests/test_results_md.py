@@ -71,6 +71,12 @@ def test_every_primary_test_split_has_a_sampling_error_at_most_0005():
   text = open(RESULTS_MD).read()
   for regime, n in sizes.items():
     assert f'{n:,}' in text or str(n) in text, (regime, n)
+  # The README's sanity regime: outside the family, its test split too small for 0.005.
+  sanity = [r for r in sizes if r not in config['primary_regimes']]
+  assert [r.split(':')[0] for r in sanity] == ['digits']
+  readme = ' '.join(open(os.path.join(ROOT, 'README.md')).read().split())
+  assert f'its test split ({sizes[sanity[0]]} images) is too small for the 0.005' in readme
+  assert math.sqrt(0.25 / sizes[sanity[0]]) > 0.005
 
 
 def test_every_committed_choice_is_inside_its_grid_and_every_candidate_has_a_score():
