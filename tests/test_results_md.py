@@ -1,16 +1,19 @@
 """RESULTS.md at the repository root: its tables match the runs.csv committed beside it
 (docs/results/runs.csv), README links it, and the committed runs meet the protocol's checks
-(collapse flagged, test splits large enough), read independently of the report's code."""
+(collapse flagged, test splits large enough), read independently of the report's code; BENCHMARKS.md
+states the grid's invocations and run times as its files do."""
 
 import csv
 import json
 import math
 import os
 import re
+import statistics
 
 import pytest
 
 from experiments.benchmarking import report
+from experiments.benchmarking import tables
 from tests.experiments.benchmarking import test_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,3 +113,23 @@ def test_fedavg_test_curve_has_plateaued_in_every_primary_regime():
     mean = [sum(c[i] for c in curves) / len(curves) for i in range(len(curves[0]))]
     last, before = mean[-window:], mean[-2 * window:-window]
     assert sum(last) / window - sum(before) / window <= tolerance, regime
+
+
+def test_benchmarks_md_states_the_grids_invocations_and_run_times_as_its_files():
+  # BENCHMARKS.md's real-data grid: each invocation timing.json records, and the reporting runs'
+  # median times per dataset from runs.csv.
+  with open(os.path.join(ROOT, 'BENCHMARKS.md'), encoding='utf-8') as f:
+    text = ' '.join(f.read().split('## The real-data grid')[1].split('### The pilots')[0].split())
+  for entry in _committed('timing.json'):
+    cells = [tables.duration(entry[k]) for k in ('wall_seconds', 'tuning_seconds',
+                                                 'reporting_seconds')]
+    assert (f"| {' | '.join(cells)} | {entry['runs_done']:,} / {entry['runs_skipped']:,} |"
+            in text), cells
+  by_dataset = {}
+  for row in _committed('runs.csv'):
+    by_dataset.setdefault(row['dataset'], []).append(row)
+  for dataset, rows in by_dataset.items():
+    run_s = statistics.median(float(r['run_seconds']) for r in rows)
+    round_s = statistics.median(float(r['seconds_per_round']) for r in rows)
+    assert (f"{dataset} {run_s:.1f} s for {rows[0]['rounds']} rounds ({round_s:.3f} s a round, "
+            f'{len(rows)} runs)') in text, dataset
